@@ -1,0 +1,48 @@
+# Two commands set up a fresh machine: `make demo` and `make test`.
+PYTHON ?= python3
+VENV   := .venv
+PY     := $(VENV)/bin/python
+PIP    := $(VENV)/bin/pip
+BIN    := $(VENV)/bin
+EXAMPLE_PLUGIN := examples/ctxpolicy-plugin-example
+
+.PHONY: demo test lint fuzz bench schema docs clean
+
+$(VENV)/.base: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PIP) install --quiet --upgrade pip
+	$(PIP) install --quiet -e .
+	touch $@
+
+$(VENV)/.dev: $(VENV)/.base pyproject.toml $(wildcard $(EXAMPLE_PLUGIN)/pyproject.toml)
+	$(PIP) install --quiet -e '.[dev,all]'
+	@if [ -f $(EXAMPLE_PLUGIN)/pyproject.toml ]; then $(PIP) install --quiet -e $(EXAMPLE_PLUGIN); fi
+	touch $@
+
+demo: $(VENV)/.base
+	$(PIP) install --quiet -e '.[plot]'
+	$(BIN)/ctxpolicy validate policies/
+	$(BIN)/ctxpolicy explain policies/agents.yaml --agent coding_agent
+	@if [ -f scripts/demo.sh ]; then bash scripts/demo.sh; fi
+
+test: $(VENV)/.dev
+	$(BIN)/pytest -q -p no:cacheprovider
+
+lint: $(VENV)/.dev
+	$(BIN)/ruff check ctxpolicy tests benchmarks examples
+	$(BIN)/ruff format --check ctxpolicy tests benchmarks examples
+	$(BIN)/mypy
+
+fuzz: $(VENV)/.dev
+	HYPOTHESIS_PROFILE=fuzz $(BIN)/pytest -q tests -k fuzz
+
+bench: $(VENV)/.dev
+	@for b in benchmarks/bench_*.py; do echo "== $$b"; $(PY) $$b || exit 1; done
+	$(PY) benchmarks/report.py
+
+schema: $(VENV)/.base
+	$(BIN)/ctxpolicy schema > schemas/ctxpolicy.schema.json
+	$(PY) -m ctxpolicy.policy.docs > docs/policy-reference.md
+
+clean:
+	rm -rf $(VENV) build *.egg-info .pytest_cache .mypy_cache .ruff_cache

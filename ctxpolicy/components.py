@@ -1,0 +1,239 @@
+"""Base classes of every pluggable component, and what a layer receives.
+
+Plugin authors subclass these (built-in components do too) and register the class
+from a ``ctxpolicy_register_*`` hook. Each class declares:
+
+* ``name`` — the name policy files use (``layer: keep_errors``);
+* ``Options`` — a pydantic model (subclass of :class:`ComponentOptions`) that validates
+  the ``options:`` mapping of the policy; its JSON Schema is published by
+  ``ctxpolicy schema --plugins``;
+* ``description`` — one line shown by ``ctxpolicy plugins``.
+
+This module is light on purpose (no tiktoken, no engine): the validator imports it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from ctxpolicy.policy.models import ComponentOptions, State
+
+if TYPE_CHECKING:
+    from ctxpolicy.conversation import Unit
+
+__all__ = [
+    "CompactionContext",
+    "Component",
+    "ComponentOptions",
+    "Layer",
+    "LayerResult",
+    "Preprocessor",
+    "SnapshotRef",
+    "SnapshotStore",
+    "SummaryRequest",
+    "Summarizer",
+    "Tokenizer",
+    "TokenizerUnavailable",
+    "ToolCall",
+]
+
+
+class Component:
+    """Common shape of all components."""
+
+    name: ClassVar[str] = ""
+    description: ClassVar[str] = ""
+    Options: ClassVar[type[ComponentOptions]] = ComponentOptions
+
+    def __init__(self, options: ComponentOptions | None = None) -> None:
+        self.options = options if options is not None else self.Options()
+
+
+# --------------------------------------------------------------------------- layers
+
+
+@dataclass
+class LayerResult:
+    """What a layer returns.
+
+    ``units`` is the new unit list (kept units unchanged or rewritten with
+    :meth:`Unit.replace`, new units made with :meth:`Unit.summary`); ``dropped``
+    the units it removed (the engine feeds them to the progress ledger);
+    ``report`` free-form numbers for the ``context.compacted`` event.
+    """
+
+    units: list[Unit]
+    dropped: list[Unit] = field(default_factory=list)
+    report: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class CompactionContext:
+    """Everything a layer may use. Layers must not keep references to it.
+
+    * ``count(units)`` — tokens of a unit list as it would be sent (cached, exact);
+    * ``used`` — tokens of the list the layer receives; ``trigger``/``target``/
+      ``window`` — the budget in tokens; ``state`` — the current state;
+    * ``snapshots`` — the session's snapshot store (or None); ``conv_id``;
+    * ``summarizer(name, options)`` — a ready summarizer instance;
+    * ``ledger`` — the session's progress ledger (read it; the engine updates it from
+      ``LayerResult.dropped``);
+    * ``memory`` — a dict private to this layer and session that persists across
+      ``prepare`` calls (e.g. a circuit breaker's failure count);
+    * ``emit(type, **fields)`` — emit an event (``layer`` is filled in);
+    * ``constraints`` — strings that must stay verbatim in the context.
+    """
+
+    count: Callable[[Sequence[Unit]], int]
+    used: int
+    window: int
+    trigger: int
+    target: int
+    state: State
+    conv_id: str
+    summarizer: Callable[[str, Mapping[str, Any]], Summarizer]
+    emit: Callable[..., None]
+    memory: dict[str, Any] = field(default_factory=dict)
+    snapshots: SnapshotStore | None = None
+    ledger: Any = None
+    constraints: Sequence[str] = ()
+    count_text: Callable[[str], int] | None = None
+
+
+class Layer(Component):
+    """A compaction layer: units in, units out. Must never split a unit.
+
+    Rules (checked by the engine after every layer; a violation discards the
+    layer's output and is reported with the plugin's name):
+
+    * return :class:`LayerResult` with a list of units in conversation order;
+    * never split a unit (an assistant step keeps all its tool results);
+    * keep every pinned unit, unchanged;
+    * do not mutate the units or messages received: build new ones;
+    * be deterministic: same input and options, same output.
+    """
+
+    def apply(self, ctx: CompactionContext, units: Sequence[Unit]) -> LayerResult:
+        raise NotImplementedError
+
+
+# --------------------------------------------------------------------------- tools
+
+
+@dataclass(frozen=True)
+class ToolCall:
+    """The call a tool result answers."""
+
+    name: str
+    arguments: Any = None
+    id: str | None = None
+
+
+class Preprocessor(Component):
+    """Turns a raw tool result into the text that enters the context.
+
+    ``process`` gets the result as text and returns the shortened text. It must not
+    raise on odd input; if it does, the engine falls back to ``head_tail`` and emits
+    a ``tool.preprocess_failed`` event.
+    """
+
+    def process(self, text: str, call: ToolCall) -> str:
+        raise NotImplementedError
+
+
+# --------------------------------------------------------------------------- summaries
+
+
+@dataclass
+class SummaryRequest:
+    """Input of a summarizer: the messages to fold, and the budget of the result."""
+
+    messages: list[dict[str, Any]]
+    previous_summary: str | None
+    max_tokens: int
+    instructions: str
+    constraints: Sequence[str] = ()
+    count_text: Callable[[str], int] | None = None
+
+
+class Summarizer(Component):
+    """Folds older messages into one summary text.
+
+    Raise any exception to signal failure: the engine keeps history unchanged and
+    counts the failure for the circuit breaker. Returning an empty string, or a text
+    longer than ``max_tokens``, is also a failure.
+    """
+
+    def summarize(self, request: SummaryRequest) -> str:
+        raise NotImplementedError
+
+
+# --------------------------------------------------------------------------- tokens
+
+
+class TokenizerUnavailable(RuntimeError):
+    """Raised by :meth:`Tokenizer.load` when the backend or encoding cannot load."""
+
+
+class Tokenizer(Component):
+    """A token-counting backend (``tiktoken``, ``quicktok``, ``heuristic``, ...).
+
+    ``load`` returns a ready instance for an encoding (or raises
+    :class:`TokenizerUnavailable`); ``count`` counts one text.
+    ``approximate`` is True when counts are estimates.
+    """
+
+    approximate: ClassVar[bool] = False
+
+    def __init__(self, options: ComponentOptions | None = None, *, encoding: str = "") -> None:
+        super().__init__(options)
+        self.encoding = encoding
+
+    @classmethod
+    def load(
+        cls, encoding: str | None, model: str | None, options: ComponentOptions | None = None
+    ) -> Tokenizer:
+        raise NotImplementedError
+
+    def count(self, text: str) -> int:
+        raise NotImplementedError
+
+
+# --------------------------------------------------------------------------- snapshots
+
+
+@dataclass(frozen=True)
+class SnapshotRef:
+    """A stable reference to one snapshot.
+
+    ``uri`` is ``ctxsnap://<conv_id>/<name>``; ``path`` the local path or URL where
+    the document lives (design A's ``[Full detail available at: <path>]``).
+    """
+
+    uri: str
+    path: str
+    conv_id: str
+    name: str
+
+
+class SnapshotStore(Component):
+    """Keeps full tool results (JSON documents) so compaction loses nothing.
+
+    Implementations must write atomically and keep every name inside their root.
+    """
+
+    def __init__(self, options: ComponentOptions | None = None, *, root: str = "") -> None:
+        super().__init__(options)
+        self.root = root
+
+    def write(self, conv_id: str, step: int, action: str, document: Mapping[str, Any]) -> SnapshotRef:
+        raise NotImplementedError
+
+    def read(self, ref: str) -> dict[str, Any]:
+        """Return the document for a ``ctxsnap://`` URI or a path returned by ``write``."""
+        raise NotImplementedError
+
+    def list(self, conv_id: str) -> list[SnapshotRef]:
+        raise NotImplementedError

@@ -1,0 +1,313 @@
+"""Conversations as atomic units, and the invariants every prepared context keeps.
+
+At the boundary messages are OpenAI Chat Completions dicts. Inside, a conversation
+is a list of :class:`Unit`: a system message, a user turn, an assistant step (the
+assistant message plus exactly the tool results answering its ``tool_calls``), a
+summary, or the pinned ledger. Layers work on units, so a tool call can never be
+separated from its result.
+
+Repairs of malformed input (documented in docs/engine.md):
+
+* a ``tool`` message whose ``tool_call_id`` matches no pending call becomes part of a
+  ``orphan`` unit rendered as a user message ``[tool result without call: ...]``;
+* an assistant ``tool_calls`` entry with no result gets a synthetic result
+  ``[no result recorded for this tool call]`` so the pair is complete.
+
+Each repair is reported by :func:`to_units` so the engine can emit an event.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any, Literal
+
+Message = dict[str, Any]
+UnitKind = Literal["system", "user", "step", "summary", "ledger", "orphan", "other"]
+
+MISSING_RESULT = "[no result recorded for this tool call]"
+
+
+def message_fingerprint(msg: Mapping[str, Any]) -> str:
+    """Stable content hash of one message (all fields, key order independent)."""
+    data = json.dumps(msg, sort_keys=True, ensure_ascii=False, default=str)
+    return hashlib.blake2b(data.encode("utf-8", "surrogatepass"), digest_size=12).hexdigest()
+
+
+@dataclass(frozen=True)
+class Unit:
+    """An atomic piece of conversation. Never split by a layer.
+
+    * ``kind`` — see :data:`UnitKind`;
+    * ``messages`` — the OpenAI messages it renders to (treat as read-only);
+    * ``key`` — stable id (original units: index of the first message + content hash);
+    * ``origin`` — keys of the original units this unit stands for (itself for an
+      original unit; all replaced units for a summary);
+    * ``round`` — index of the assistant step (0-based) for ``step`` units;
+    * ``pinned`` — may not be removed or rewritten by a layer;
+    * ``meta`` — free annotations (e.g. ``refs`` of snapshots, ``masked``).
+    """
+
+    kind: UnitKind
+    messages: tuple[Message, ...]
+    key: str
+    origin: tuple[str, ...] = ()
+    round: int | None = None
+    pinned: bool = False
+    meta: Mapping[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if not self.origin:
+            object.__setattr__(self, "origin", (self.key,))
+
+    # -- constructors used by layers -------------------------------------------------
+    def replace(self, **changes: Any) -> Unit:
+        """A rewritten copy that keeps ``key`` and ``origin`` (e.g. a masked result)."""
+        if "messages" in changes:
+            changes["messages"] = tuple(changes["messages"])
+        return replace(self, **changes)
+
+    @staticmethod
+    def summary(text: str, replaces: Sequence[Unit], *, meta: Mapping[str, Any] | None = None) -> Unit:
+        """A summary unit standing for ``replaces`` (rendered as a user message)."""
+        origin: list[str] = []
+        for u in replaces:
+            origin.extend(u.origin)
+        digest = hashlib.blake2b("|".join(origin).encode(), digest_size=8).hexdigest()
+        msg: Message = {"role": "user", "content": text}
+        return Unit(
+            kind="summary",
+            messages=(msg,),
+            key=f"summary-{digest}",
+            origin=tuple(origin) or (f"summary-{digest}",),
+            meta=dict(meta or {}),
+        )
+
+    # -- views ------------------------------------------------------------------------
+    @property
+    def tool_messages(self) -> list[Message]:
+        return [m for m in self.messages if m.get("role") == "tool"]
+
+    @property
+    def tool_calls(self) -> list[Mapping[str, Any]]:
+        if self.kind != "step" or not self.messages:
+            return []
+        return list(self.messages[0].get("tool_calls") or [])
+
+    def text(self) -> str:
+        """All text of the unit (content, tool-call names and arguments)."""
+        parts: list[str] = []
+        for m in self.messages:
+            parts.append(content_text(m.get("content")))
+            for tc in m.get("tool_calls") or []:
+                fn = tc.get("function") or {}
+                parts.append(str(fn.get("name", "")))
+                parts.append(str(fn.get("arguments", "")))
+        return "\n".join(p for p in parts if p)
+
+
+def content_text(content: Any) -> str:
+    """Text of a message ``content`` (string, list of parts, or None)."""
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        out = []
+        for part in content:
+            if isinstance(part, Mapping):
+                if isinstance(part.get("text"), str):
+                    out.append(part["text"])
+            elif isinstance(part, str):
+                out.append(part)
+        return "\n".join(out)
+    return str(content)
+
+
+@dataclass
+class Repair:
+    """One repair applied to malformed input."""
+
+    kind: Literal["orphan_result", "missing_result", "bad_message"]
+    index: int
+    detail: str
+
+
+def _key(index: int, msgs: Iterable[Message]) -> str:
+    h = hashlib.blake2b(digest_size=8)
+    for m in msgs:
+        h.update(message_fingerprint(m).encode())
+    return f"m{index}-{h.hexdigest()}"
+
+
+def to_units(
+    messages: Sequence[Mapping[str, Any]],
+    *,
+    pin_system: bool = True,
+    pin_first_user: bool = True,
+    pin_last_user: bool = True,
+    fingerprints: Sequence[str] | None = None,
+) -> tuple[list[Unit], list[Repair]]:
+    """Group OpenAI messages into units, repairing what is malformed.
+
+    ``fingerprints`` may carry precomputed :func:`message_fingerprint` values (one per
+    message) so a growing conversation is not rehashed.
+    """
+    units: list[Unit] = []
+    repairs: list[Repair] = []
+    n = len(messages)
+    fps = list(fingerprints) if fingerprints is not None else None
+
+    def key_for(start: int, msgs: Sequence[Message], end: int) -> str:
+        if fps is not None:
+            h = hashlib.blake2b(digest_size=8)
+            for fp in fps[start:end]:
+                h.update(fp.encode())
+            return f"m{start}-{h.hexdigest()}"
+        return _key(start, msgs)
+
+    i = 0
+    round_no = 0
+    while i < n:
+        raw = messages[i]
+        if not isinstance(raw, Mapping):
+            repairs.append(Repair("bad_message", i, f"message {i} is not an object"))
+            i += 1
+            continue
+        m = dict(raw)
+        role = m.get("role")
+        if role == "assistant":
+            calls = [tc for tc in (m.get("tool_calls") or []) if isinstance(tc, Mapping)]
+            start = i
+            i += 1
+            wanted = [str(tc.get("id", "")) for tc in calls]
+            got: dict[str, Message] = {}
+            extra_orphans: list[tuple[int, Message]] = []
+            while i < n and isinstance(messages[i], Mapping) and messages[i].get("role") == "tool":
+                tm = dict(messages[i])
+                tid = str(tm.get("tool_call_id", ""))
+                if tid in wanted and tid not in got:
+                    got[tid] = tm
+                else:
+                    extra_orphans.append((i, tm))
+                i += 1
+            msgs: list[Message] = [m]
+            for tid in wanted:
+                if tid in got:
+                    msgs.append(got[tid])
+                else:
+                    repairs.append(Repair("missing_result", start, f"tool call {tid!r} has no result"))
+                    msgs.append({"role": "tool", "tool_call_id": tid, "content": MISSING_RESULT})
+            units.append(
+                Unit(kind="step", messages=tuple(msgs), key=key_for(start, msgs, i), round=round_no)
+            )
+            round_no += 1
+            for idx, tm in extra_orphans:
+                repairs.append(
+                    Repair("orphan_result", idx, f"tool result {tm.get('tool_call_id')!r} has no call")
+                )
+                units.append(_orphan_unit(idx, tm, key_for(idx, [tm], idx + 1)))
+            continue
+        if role == "tool":
+            repairs.append(Repair("orphan_result", i, f"tool result {m.get('tool_call_id')!r} has no call"))
+            units.append(_orphan_unit(i, m, key_for(i, [m], i + 1)))
+            i += 1
+            continue
+        kind: UnitKind = "system" if role in ("system", "developer") else "user" if role == "user" else "other"
+        units.append(Unit(kind=kind, messages=(m,), key=key_for(i, [m], i + 1)))
+        i += 1
+
+    return pin_units(units, system=pin_system, first_user=pin_first_user, last_user=pin_last_user), repairs
+
+
+def _orphan_unit(index: int, m: Message, key: str) -> Unit:
+    text = content_text(m.get("content"))
+    msg: Message = {
+        "role": "user",
+        "content": f"[tool result without call: {m.get('tool_call_id')!s}]\n{text}",
+    }
+    return Unit(kind="orphan", messages=(msg,), key=key)
+
+
+def pin_units(units: list[Unit], *, system: bool, first_user: bool, last_user: bool) -> list[Unit]:
+    """Mark pinned units per the policy's ``pinned`` section."""
+    first_user_i = next((i for i, u in enumerate(units) if u.kind == "user"), None)
+    last_user_i = next((i for i in range(len(units) - 1, -1, -1) if units[i].kind == "user"), None)
+    out = []
+    for i, u in enumerate(units):
+        pin = u.pinned or (system and u.kind == "system") or u.kind == "ledger"
+        pin = pin or (first_user and i == first_user_i) or (last_user and i == last_user_i)
+        out.append(u if pin == u.pinned else replace(u, pinned=pin))
+    return out
+
+
+def render(units: Iterable[Unit]) -> list[Message]:
+    """The OpenAI message list a unit list stands for."""
+    out: list[Message] = []
+    for u in units:
+        out.extend(u.messages)
+    return out
+
+
+def rounds(units: Sequence[Unit]) -> list[int]:
+    """Indices of the step units, oldest first."""
+    return [i for i, u in enumerate(units) if u.kind == "step"]
+
+
+@dataclass
+class Violation:
+    """A broken invariant in a prepared message list."""
+
+    code: Literal["orphan_result", "missing_result", "pinned_missing", "last_user_missing", "order"]
+    detail: str
+
+
+def check_messages(messages: Sequence[Mapping[str, Any]]) -> list[Violation]:
+    """Tool-call pairing of a rendered list: every result has its call and vice versa.
+
+    Results must directly follow the assistant message that issued their calls.
+    """
+    out: list[Violation] = []
+    pending: set[str] = set()
+    for i, m in enumerate(messages):
+        role = m.get("role")
+        if role == "tool":
+            tid = str(m.get("tool_call_id", ""))
+            if tid in pending:
+                pending.discard(tid)
+            else:
+                out.append(Violation("orphan_result", f"message {i}: tool result {tid!r} has no call"))
+            continue
+        if pending:
+            out.append(Violation("missing_result", f"before message {i}: calls {sorted(pending)} unanswered"))
+            pending = set()
+        if role == "assistant":
+            pending = {str(tc.get("id", "")) for tc in (m.get("tool_calls") or []) if isinstance(tc, Mapping)}
+    if pending:
+        out.append(Violation("missing_result", f"at end: calls {sorted(pending)} unanswered"))
+    return out
+
+
+def check_units(before: Sequence[Unit], after: Sequence[Unit]) -> list[Violation]:
+    """Invariants between a layer's input and output.
+
+    Pairing holds, pinned units are present unchanged, the order of surviving
+    units is preserved.
+    """
+    out = check_messages(render(after))
+    after_by_key = {u.key: u for u in after}
+    for u in before:
+        if u.pinned:
+            v = after_by_key.get(u.key)
+            if v is None or v.messages != u.messages:
+                out.append(Violation("pinned_missing", f"pinned unit {u.key} ({u.kind}) removed or changed"))
+    pos = {u.key: i for i, u in enumerate(before)}
+    last = -1
+    for u in after:
+        if u.key in pos:
+            if pos[u.key] < last:
+                out.append(Violation("order", f"unit {u.key} moved"))
+            last = pos[u.key]
+    return out

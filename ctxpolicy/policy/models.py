@@ -1,0 +1,392 @@
+"""The policy DSL as pydantic models: the single source of truth.
+
+Validation, the committed JSON Schema (``schemas/ctxpolicy.schema.json``) and the
+DSL reference (``docs/policy-reference.md``) are all generated from these classes.
+Component ``options`` are plain mappings here; they are validated by the options
+model of the named component, looked up in the plugin registry (see
+``ctxpolicy.policy.resolve``), and their schemas are merged into the published
+schema by ``ctxpolicy.policy.schema``.
+
+Nothing in here imports tiktoken, the engine, or any plugin: ``ctxpolicy validate``
+must start fast.
+"""
+
+from __future__ import annotations
+
+import re
+from enum import Enum
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+FORMAT_VERSION = 1
+
+PERCENT_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*%\s*$")
+
+
+class State(str, Enum):
+    """Context states, ordered by how full the context is (design A)."""
+
+    normal = "normal"
+    warning = "warning"
+    error = "error"
+    critical = "critical"
+    overflow = "overflow"
+
+    @property
+    def rank(self) -> int:
+        return _STATE_ORDER[self]
+
+    def __ge__(self, other: object) -> bool:  # type: ignore[override]
+        if not isinstance(other, State):
+            return NotImplemented
+        return self.rank >= other.rank
+
+    def __gt__(self, other: object) -> bool:  # type: ignore[override]
+        if not isinstance(other, State):
+            return NotImplemented
+        return self.rank > other.rank
+
+    def __le__(self, other: object) -> bool:  # type: ignore[override]
+        if not isinstance(other, State):
+            return NotImplemented
+        return self.rank <= other.rank
+
+    def __lt__(self, other: object) -> bool:  # type: ignore[override]
+        if not isinstance(other, State):
+            return NotImplemented
+        return self.rank < other.rank
+
+
+_STATE_ORDER = {s: i for i, s in enumerate(State)}
+
+#: A layer can be asked to run from any state but ``overflow`` (that is ``on_overflow``).
+TriggerState = Literal["normal", "warning", "error", "critical"]
+
+Percent = Annotated[
+    str,
+    Field(
+        pattern=r"^\s*\d+(\.\d+)?\s*%\s*$",
+        description='A share of the context window, e.g. "25%".',
+    ),
+]
+#: Tokens as a non-negative integer, or a percentage of the window.
+Amount = Annotated[int, Field(ge=0)] | Percent
+
+
+def resolve_amount(value: int | str, window: int) -> int:
+    """Turn an :data:`Amount` into tokens for a given window (floor)."""
+    if isinstance(value, int):
+        return value
+    m = PERCENT_RE.match(value)
+    if m is None:  # pragma: no cover - rejected by validation
+        raise ValueError(f"not an amount: {value!r}")
+    return int(window * float(m.group(1)) / 100.0)
+
+
+class StrictModel(BaseModel):
+    """Base of every DSL model: unknown keys are errors, instances are immutable."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
+
+
+class ComponentOptions(StrictModel):
+    """Base class of every component's ``Options`` model (layers, preprocessors, ...)."""
+
+
+# --------------------------------------------------------------------------- models
+
+
+class ModelSpec(StrictModel):
+    """A model the agent talks to: its window and how to count its tokens."""
+
+    context_window: int = Field(gt=0, description="Context window of the model, in tokens.")
+    max_output_tokens: int | None = Field(
+        default=None,
+        gt=0,
+        description="Largest completion the model may produce; used as the default "
+        "`budget.reserve_output` when the policy does not set one.",
+    )
+    tokenizer: str | list[str] | None = Field(
+        default=None,
+        description="Tokenizer fallback chain, tried in order. Each entry is "
+        "`backend`, `backend:encoding` or a bare encoding name (meaning "
+        "`tiktoken:<encoding>`), e.g. `[o200k_base, quicktok:o200k_base, heuristic]`. "
+        "Unset: derived from the model name, ending in `heuristic`. Every fallback "
+        "emits a `tokenizer.fallback` event.",
+    )
+    name: str | None = Field(
+        default=None,
+        description="Provider's model id, when it differs from the catalogue key "
+        "(used to pick an encoding).",
+    )
+
+
+# --------------------------------------------------------------------------- budget
+
+
+class LearnSpec(StrictModel):
+    """How to learn the expected growth from this session's tool results."""
+
+    quantile: float = Field(
+        default=0.95, gt=0, le=1, description="Quantile of recent tool-result sizes to reserve."
+    )
+    window: int = Field(
+        default=20, ge=1, le=10_000, description="How many recent tool results to look at."
+    )
+
+
+class ToolGrowth(StrictModel):
+    """Learned reserve for the next tool results (design B's expected_tool_growth)."""
+
+    learn: LearnSpec = Field(default_factory=LearnSpec, description="Learning parameters.")
+    initial: Amount = Field(
+        default=6000, description="Reserve used until enough tool results are seen."
+    )
+    min: Amount = Field(default=0, description="Lower bound of the learned reserve.")
+    max: Amount | None = Field(
+        default=None, description="Upper bound of the learned reserve (unset: 50% of window)."
+    )
+
+
+class Budget(StrictModel):
+    """Budget arithmetic: ``trigger = window − reserve_output − tool_growth − safety_margin``."""
+
+    window: int | None = Field(
+        default=None,
+        gt=0,
+        description="Override of the window in tokens; the smaller of this and the "
+        "model's `context_window` is used.",
+    )
+    reserve_output: Amount | None = Field(
+        default=None,
+        description='Tokens kept free for the reply (tokens or "25%"). Unset: the '
+        "model's `max_output_tokens`, else 4096.",
+    )
+    tool_growth: Amount | ToolGrowth = Field(
+        default=0,
+        description="Expected growth before the next check (design B): a fixed amount, "
+        "or `{learn: {...}, initial: ...}` to learn it from the session's tool results.",
+    )
+    safety_margin: Amount = Field(
+        default=0, description="Extra slack for counting error and framing overhead."
+    )
+    target: Annotated[float, Field(gt=0, lt=1)] | Annotated[int, Field(gt=1)] = Field(
+        default=0.7,
+        description="Where compaction stops: a fraction of the trigger (0–1) or "
+        "absolute tokens. 20–30% below the trigger keeps compaction from thrashing.",
+    )
+
+
+class Thresholds(StrictModel):
+    """State boundaries as fractions of the trigger (design A)."""
+
+    warning: float = Field(default=0.70, gt=0, le=1, description="Ratio at which `warning` starts.")
+    error: float = Field(default=0.90, gt=0, le=1, description="Ratio at which `error` starts.")
+    critical: float = Field(
+        default=0.95, gt=0, le=1, description="Ratio at which `critical` starts."
+    )
+
+
+# --------------------------------------------------------------------------- components
+
+
+class PipelineStep(StrictModel):
+    """One compaction layer in the pipeline (order = order of execution)."""
+
+    layer: str = Field(description="Name of a registered layer, e.g. `observation_mask`.")
+    at: TriggerState = Field(
+        default="warning",
+        description="Lowest state at which the layer runs (recounted after each layer).",
+    )
+    options: dict[str, Any] = Field(
+        default_factory=dict, description="Options of the layer, validated by its own model."
+    )
+    enabled: bool = Field(default=True, description="Set false to keep a layer but skip it.")
+
+
+class OverflowStep(StrictModel):
+    """The reactive layer run on a provider's context-overflow error (design A L4)."""
+
+    layer: str = Field(default="emergency", description="Name of a registered layer.")
+    options: dict[str, Any] = Field(default_factory=dict, description="Options of the layer.")
+
+
+class ToolRule(StrictModel):
+    """How results of matching tools are preprocessed before entering the context."""
+
+    preprocess: str = Field(
+        default="head_tail", description="Name of a registered preprocessor."
+    )
+    options: dict[str, Any] = Field(
+        default_factory=dict, description="Options of the preprocessor."
+    )
+    snapshot: bool = Field(
+        default=True, description="Write the full result to the snapshot store."
+    )
+
+
+class Snapshots(StrictModel):
+    """Where full tool results are kept so that nothing compacted is lost."""
+
+    enabled: bool = Field(default=True, description="Write snapshots at all.")
+    store: str = Field(default="local", description="Name of a registered snapshot store.")
+    path: str = Field(
+        default="${CTXPOLICY_HOME:-~/.ctxpolicy}/snapshots",
+        description="Root of the store (path or URL); `${NAME}`, `${NAME:-default}` and "
+        "`${env:NAME}` are interpolated, `~` expanded. It is only ever used as a path.",
+    )
+    max_snapshot_bytes: int = Field(
+        default=16 * 1024 * 1024, gt=0, description="Largest observation written per snapshot."
+    )
+    max_age_days: float | None = Field(
+        default=None, gt=0, description="`ctxpolicy snapshots prune` removes older ones."
+    )
+    max_total_mb: float | None = Field(
+        default=None, gt=0, description="`ctxpolicy snapshots prune` keeps the store below this."
+    )
+    options: dict[str, Any] = Field(
+        default_factory=dict, description="Options of the snapshot store."
+    )
+
+
+class Pinned(StrictModel):
+    """Messages that no layer may remove or rewrite."""
+
+    system: bool = Field(default=True, description="Keep every system message.")
+    first_user: bool = Field(default=True, description="Keep the first user message (the task).")
+    last_user: bool = Field(
+        default=True, description="Keep the last user message (always enforced by the engine)."
+    )
+
+
+class Ledger(StrictModel):
+    """The progress ledger: facts extracted from compacted history, kept pinned."""
+
+    enabled: bool = Field(default=True, description="Maintain and pin the ledger.")
+    max_tokens: int = Field(default=1500, ge=64, description="Upper bound of its rendered size.")
+
+
+class CacheSpec(StrictModel):
+    """Prompt-cache awareness: change the prefix rarely."""
+
+    preserve_prefix: bool = Field(
+        default=False, description="Compact in batches so the cached prefix changes rarely."
+    )
+    min_gain_tokens: int = Field(
+        default=0, ge=0, description="A compaction must free at least this many tokens."
+    )
+
+
+class AgentPolicy(StrictModel):
+    """Policy of one agent type. Every field may be inherited through `extends`."""
+
+    extends: str | None = Field(
+        default=None, description="Agent whose policy this one deep-merges over."
+    )
+    description: str | None = Field(default=None, description="What this agent does.")
+    model: str | ModelSpec | None = Field(
+        default=None, description="A key of `models:` or an inline model spec."
+    )
+    budget: Budget = Field(default_factory=Budget, description="Budget arithmetic.")
+    thresholds: Thresholds = Field(default_factory=Thresholds, description="State boundaries.")
+    pipeline: list[PipelineStep] = Field(
+        default_factory=list, description="Compaction layers, in order."
+    )
+    on_overflow: OverflowStep = Field(
+        default_factory=OverflowStep, description="Reactive layer on a context-overflow error."
+    )
+    tools: dict[str, ToolRule] = Field(
+        default_factory=dict,
+        description="Tool-name globs → preprocessing; first match wins, put `*` last.",
+    )
+    snapshots: Snapshots = Field(default_factory=Snapshots, description="Snapshot store.")
+    pinned: Pinned = Field(default_factory=Pinned, description="Messages never compacted.")
+    ledger: Ledger = Field(default_factory=Ledger, description="Progress ledger.")
+    constraints: list[str] = Field(
+        default_factory=list,
+        description="Constraints kept verbatim through every layer (design B "
+        "`preserve_constraints`).",
+    )
+    cache: CacheSpec = Field(default_factory=CacheSpec, description="Prompt-cache awareness.")
+
+    @field_validator("tools")
+    @classmethod
+    def _no_empty_globs(cls, v: dict[str, ToolRule]) -> dict[str, ToolRule]:
+        for key in v:
+            if not key.strip():
+                raise ValueError("a tool glob must not be empty")
+        return v
+
+
+class PolicyFile(StrictModel):
+    """A ctxpolicy policy file."""
+
+    model_config = ConfigDict(
+        extra="forbid",
+        frozen=True,
+        use_attribute_docstrings=True,
+        populate_by_name=True,
+        title="ctxpolicy policy file",
+    )
+
+    schema_: str | None = Field(
+        default=None,
+        alias="$schema",
+        description="Optional pointer to the JSON Schema (for editors).",
+    )
+    ctxpolicy: Literal[1] = Field(description="Format version; must be 1.")
+    include: list[str] = Field(
+        default_factory=list,
+        description="Other policy files (relative paths) whose models and policies "
+        "this file can use and extend.",
+    )
+    models: dict[str, ModelSpec] = Field(
+        default_factory=dict, description="Model catalogue, by name."
+    )
+    policies: dict[str, AgentPolicy] = Field(
+        default_factory=dict, description="Policies by agent type."
+    )
+
+    @model_validator(mode="after")
+    def _policy_names(self) -> PolicyFile:
+        for name in self.policies:
+            if not re.fullmatch(r"[A-Za-z0-9_.\-]{1,128}", name):
+                raise ValueError(
+                    f"agent name {name!r} may only use letters, digits, '_', '-', '.'"
+                )
+        return self
+
+
+# --------------------------------------------------------------------------- resolved
+
+
+class ResolvedStep(StrictModel):
+    """A pipeline step whose options were validated and completed by its component."""
+
+    layer: str
+    at: TriggerState = "warning"
+    options: dict[str, Any] = Field(default_factory=dict)
+
+
+class Policy(StrictModel):
+    """A resolved policy: `extends` merged, env interpolated, model and components checked.
+
+    Produced by :func:`ctxpolicy.load_policy`; this is what the engine runs.
+    """
+
+    agent: str = Field(description="Agent type this policy is for.")
+    source: str | None = Field(default=None, description="File it was loaded from.")
+    description: str | None = None
+    model_name: str | None = Field(default=None, description="Catalogue key of the model.")
+    model: ModelSpec
+    budget: Budget
+    thresholds: Thresholds
+    pipeline: list[ResolvedStep]
+    on_overflow: ResolvedStep
+    tools: dict[str, ToolRule]
+    snapshots: Snapshots
+    pinned: Pinned
+    ledger: Ledger
+    constraints: list[str]
+    cache: CacheSpec
