@@ -1,0 +1,6 @@
+"""``python -m ctxpolicy.cli``."""
+
+from ctxpolicy.cli import main
+
+if __name__ == "__main__":  # pragma: no cover
+    main(prog_name="ctxpolicy")

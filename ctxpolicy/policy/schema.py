@@ -1,0 +1,404 @@
+"""The published JSON Schema of policy files, and validation against it.
+
+The schema is generated from :class:`ctxpolicy.policy.models.PolicyFile` (the single
+source of truth) and extended with the ``Options`` schema of every registered
+component: each slot that names a component (``PipelineStep.layer``,
+``OverflowStep.layer``, ``ToolRule.preprocess``, ``Snapshots.store``) gets an
+``allOf`` of ``if {<field>: {const: name}} then {options: <Options schema>}``, the
+way tox 4 folds plugin configuration into ``tox schema``.
+
+The output is draft-07 (``definitions``, ``#/definitions/...`` refs) and is also
+valid under draft 2020-12, so both validators accept it. It is deterministic
+(sorted keys) and committed at ``schemas/ctxpolicy.schema.json``; regenerate it
+with ``make schema`` (or ``ctxpolicy schema > schemas/ctxpolicy.schema.json``).
+
+:func:`schema_diagnostics` validates a loaded document with ``jsonschema`` and
+maps every error to ``file:line:col`` through the document's source map.
+
+Nothing here imports tiktoken or the engine; ``jsonschema`` is imported only when a
+document is validated.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+from collections.abc import Iterable, Iterator, Mapping
+from functools import lru_cache
+from typing import TYPE_CHECKING, Any
+
+from ctxpolicy.policy.diagnostics import CODES, Diagnostic, Severity
+from ctxpolicy.policy.models import PolicyFile
+
+if TYPE_CHECKING:  # pragma: no cover
+    from jsonschema.exceptions import ValidationError
+
+    from ctxpolicy.plugins import Kind, Registry
+
+__all__ = [
+    "DRAFT",
+    "REGENERATE",
+    "SCHEMA_CODES",
+    "SCHEMA_ID",
+    "build_schema",
+    "dedupe",
+    "dumps",
+    "schema_diagnostics",
+    "schema_text",
+]
+
+SCHEMA_ID = "https://ctxpolicy.dev/schema/v1/ctxpolicy.schema.json"
+DRAFT = "http://json-schema.org/draft-07/schema#"
+#: The command that rewrites the committed schema and docs/policy-reference.md.
+REGENERATE = "make schema  (or: ctxpolicy schema > schemas/ctxpolicy.schema.json)"
+
+_REF_PREFIX = "#/definitions/"
+
+#: (definition that holds the slot, field naming the component, registry kind,
+#: field holding the options). The definition names are pydantic's model names.
+COMPONENT_SLOTS: tuple[tuple[str, str, Kind, str], ...] = (
+    ("PipelineStep", "layer", "layer", "options"),
+    ("OverflowStep", "layer", "layer", "options"),
+    ("ToolRule", "preprocess", "preprocessor", "options"),
+    ("Snapshots", "store", "snapshot_store", "options"),
+)
+
+_KIND_PREFIX: dict[str, str] = {
+    "layer": "Layer",
+    "preprocessor": "Preprocessor",
+    "summarizer": "Summarizer",
+    "tokenizer": "Tokenizer",
+    "snapshot_store": "SnapshotStore",
+}
+
+#: Diagnostic codes of schema errors, by JSON Schema keyword family. The numbers
+#: are shared with the pydantic-based loader where the meaning is the same, so a
+#: problem found by both is reported once (see :func:`dedupe`).
+SCHEMA_CODES: dict[str, tuple[Severity, str]] = {
+    "CTX150": ("error", "schema: unknown key"),
+    "CTX151": ("error", "schema: wrong type"),
+    "CTX152": ("error", "schema: value out of range"),
+    "CTX153": ("error", "schema: value not allowed"),
+    "CTX154": ("error", "schema: missing required key"),
+    "CTX155": ("error", "schema: value does not match the expected format"),
+    "CTX156": ("error", "schema: value does not match any allowed shape"),
+}
+for _code, _entry in SCHEMA_CODES.items():
+    CODES.setdefault(_code, _entry)
+
+_KEYWORD_CODE: dict[str, str] = {
+    "additionalProperties": "CTX150",
+    "type": "CTX151",
+    "minimum": "CTX152",
+    "maximum": "CTX152",
+    "exclusiveMinimum": "CTX152",
+    "exclusiveMaximum": "CTX152",
+    "minItems": "CTX152",
+    "maxItems": "CTX152",
+    "minLength": "CTX152",
+    "maxLength": "CTX152",
+    "minProperties": "CTX152",
+    "maxProperties": "CTX152",
+    "enum": "CTX153",
+    "const": "CTX153",
+    "required": "CTX154",
+    "pattern": "CTX155",
+    "format": "CTX155",
+    "anyOf": "CTX156",
+    "oneOf": "CTX156",
+}
+
+
+# --------------------------------------------------------------------------- building
+
+
+def _rewrite_refs(node: Any, rename: Mapping[str, str]) -> Any:
+    """Return ``node`` with every ``#/$defs/X`` / ``#/definitions/X`` ref renamed."""
+    if isinstance(node, dict):
+        out: dict[str, Any] = {}
+        for key, value in node.items():
+            if key == "$ref" and isinstance(value, str):
+                for prefix in ("#/$defs/", _REF_PREFIX):
+                    if value.startswith(prefix):
+                        name = value[len(prefix) :]
+                        value = _REF_PREFIX + rename.get(name, name)
+                        break
+                out[key] = value
+            else:
+                out[key] = _rewrite_refs(value, rename)
+        return out
+    if isinstance(node, list):
+        return [_rewrite_refs(v, rename) for v in node]
+    return node
+
+
+def _model_schema(model: type[Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(root schema, definitions) of a pydantic model, refs pointing at ``definitions``."""
+    raw = model.model_json_schema(ref_template=_REF_PREFIX + "{model}")
+    defs = raw.pop("$defs", {})
+    return raw, defs
+
+
+def _components(registry: Registry, kind: Kind, *, plugins: bool) -> list[tuple[str, type[Any]]]:
+    out = []
+    for name in registry.names(kind):
+        provider = registry.plugin_of(kind, name)
+        info = registry.plugins.get(provider) if provider else None
+        if not plugins and not (info is not None and info.builtin):
+            continue
+        out.append((name, registry.components[kind][name]))
+    return out
+
+
+def _options_schema(kind: Kind, name: str, cls: type[Any], definitions: dict[str, Any]) -> str:
+    """Add the component's Options schema to ``definitions``; return its definition name."""
+    options_model = getattr(cls, "Options", None)
+    root_name = f"{_KIND_PREFIX[kind]}_{name}_Options"
+    if options_model is None or not hasattr(options_model, "model_json_schema"):
+        definitions[root_name] = {"type": "object"}
+        return root_name
+    root, defs = _model_schema(options_model)
+    rename = {d: f"{root_name}__{d}" for d in defs}
+    for d, sub in defs.items():
+        definitions[rename[d]] = _rewrite_refs(sub, rename)
+    root = _rewrite_refs(root, rename)
+    description = getattr(cls, "description", "") or root.get("description")
+    root["title"] = f"Options of {kind.replace('_', ' ')} {name!r}"
+    if description:
+        root["description"] = description
+    definitions[root_name] = root
+    return root_name
+
+
+def build_schema(*, plugins: bool = False, registry: Registry | None = None) -> dict[str, Any]:
+    """The JSON Schema of policy files.
+
+    ``plugins=False`` includes only built-in components (what is committed);
+    ``plugins=True`` adds every loaded third-party plugin. ``registry`` defaults to
+    :func:`ctxpolicy.plugins.get_registry`.
+    """
+    if registry is None:
+        from ctxpolicy.plugins import get_registry
+
+        registry = get_registry()
+    root, definitions = _model_schema(PolicyFile)
+    for def_name, field_name, kind, options_field in COMPONENT_SLOTS:
+        target = definitions.get(def_name)
+        if target is None:  # pragma: no cover - a model was renamed
+            continue
+        comps = _components(registry, kind, plugins=plugins)
+        name_schema = target.get("properties", {}).get(field_name)
+        if name_schema is not None and comps:
+            name_schema["examples"] = [n for n, _ in comps]
+        default = name_schema.get("default") if name_schema else None
+        rules = []
+        for name, cls in comps:
+            options_def = _options_schema(kind, name, cls, definitions)
+            cond: dict[str, Any] = {"properties": {field_name: {"const": name}}}
+            if name != default:  # an omitted field means the default component
+                cond["required"] = [field_name]
+            rules.append(
+                {
+                    "if": cond,
+                    "then": {"properties": {options_field: {"$ref": _REF_PREFIX + options_def}}},
+                }
+            )
+        if rules:
+            target["allOf"] = rules
+    schema: dict[str, Any] = {
+        "$schema": DRAFT,
+        "$id": SCHEMA_ID,
+        **root,
+        "definitions": definitions,
+    }
+    schema["title"] = "ctxpolicy policy file"
+    schema["description"] = (
+        "Context-window policies for LLM agents (ctxpolicy format version 1). "
+        f"Generated from ctxpolicy.policy.models; regenerate with: {REGENERATE}."
+    )
+    return schema
+
+
+def dumps(schema: Mapping[str, Any]) -> str:
+    """Stable text form: sorted keys, two-space indent, trailing newline."""
+    return json.dumps(schema, indent=2, sort_keys=True, ensure_ascii=False) + "\n"
+
+
+def schema_text(*, plugins: bool = False, registry: Registry | None = None) -> str:
+    """What ``ctxpolicy schema [--plugins]`` prints."""
+    return dumps(build_schema(plugins=plugins, registry=registry))
+
+
+# --------------------------------------------------------------------------- validation
+
+
+@lru_cache(maxsize=4)
+def _cached_validator(plugins: bool) -> Any:
+    from jsonschema.validators import Draft7Validator
+
+    return Draft7Validator(build_schema(plugins=plugins))
+
+
+def clear_cache() -> None:
+    """Forget the cached validator (after plugins change)."""
+    _cached_validator.cache_clear()
+
+
+def _position(doc: Any, path: tuple[Any, ...]) -> tuple[int, int]:
+    """Line/column of ``path`` in ``doc``, falling back to the nearest known parent."""
+    source_map = getattr(doc, "source_map", None)
+    if source_map is None:
+        return (1, 1)
+    p = tuple(path)
+    while True:
+        try:
+            pos = source_map.position(p)
+        except Exception:
+            pos = None
+        if pos:
+            line, col = pos
+            return (max(int(line), 1), max(int(col), 1))
+        if not p:
+            return (1, 1)
+        p = p[:-1]
+
+
+def _json_path(path: Iterable[Any]) -> str:
+    parts = []
+    for p in path:
+        if isinstance(p, int):
+            parts.append(f"[{p}]")
+        else:
+            parts.append(f".{p}" if parts else str(p))
+    return "".join(parts) or "(top level)"
+
+
+def _short(value: Any, limit: int = 60) -> str:
+    try:
+        text = json.dumps(value, ensure_ascii=False, sort_keys=True)
+    except (TypeError, ValueError):
+        text = repr(value)
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _leaf_errors(error: ValidationError) -> ValidationError:
+    """For anyOf/oneOf, the most relevant branch error (when one stands out)."""
+    from jsonschema.exceptions import best_match
+
+    if error.validator in ("anyOf", "oneOf") and error.context:
+        best = best_match(error.context)
+        if best is not None and best.validator not in ("anyOf", "oneOf"):
+            return best
+    return error
+
+
+def _iter_schema_diagnostics(doc: Any, errors: Iterable[ValidationError]) -> Iterator[Diagnostic]:
+    file = str(getattr(doc, "path", "") or "<input>")
+    for raw_error in errors:
+        error = raw_error
+        path = tuple(error.absolute_path)
+        where = _json_path(path)
+        if error.validator == "additionalProperties" and isinstance(error.instance, dict):
+            allowed = sorted((error.schema or {}).get("properties", {}))
+            extras = sorted(k for k in error.instance if k not in allowed)
+            for key in extras:
+                line, col = _position(doc, (*path, key))
+                close = difflib.get_close_matches(str(key), allowed, n=1, cutoff=0.6)
+                hint = (
+                    f"did you mean {close[0]!r}?"
+                    if close
+                    else (f"allowed keys: {', '.join(allowed)}" if allowed else None)
+                )
+                yield Diagnostic(
+                    file,
+                    line,
+                    col,
+                    "CTX150",
+                    "error",
+                    f"unknown key {key!r} in {where}",
+                    hint,
+                )
+            if extras:
+                continue
+        if error.validator in ("anyOf", "oneOf"):
+            error = _leaf_errors(error)
+            path = tuple(error.absolute_path)
+            where = _json_path(path)
+        keyword = str(error.validator)
+        code = _KEYWORD_CODE.get(keyword, "CTX156")
+        line, col = _position(doc, path)
+        hint = None
+        if keyword == "required":
+            message = f"{where}: {error.message}"
+        elif keyword in ("enum", "const"):
+            allowed_values = error.validator_value
+            if keyword == "const":
+                allowed_values = [allowed_values]
+            message = f"{where}: {_short(error.instance)} is not allowed"
+            hint = "allowed: " + ", ".join(_short(v) for v in allowed_values)
+        elif keyword == "type":
+            message = f"{where}: expected {error.validator_value}, got {_short(error.instance)}"
+        else:
+            message = f"{where}: {error.message}"
+        yield Diagnostic(file, line, col, code, "error", message, hint)
+
+
+def schema_diagnostics(
+    doc: Any, *, plugins: bool = True, schema: Mapping[str, Any] | None = None
+) -> list[Diagnostic]:
+    """Validate a loaded native policy document against the JSON Schema.
+
+    ``doc`` is a :class:`ctxpolicy.policy.load.LoadedDocument` (``path``, ``data``,
+    ``source_map``). Compat formats (design A/B files) are not native and yield no
+    schema diagnostics: the compat readers check them. ``plugins`` selects the schema
+    with third-party component options (the default, so that a plugin's options are
+    checked too); ``schema`` overrides it (tests).
+    """
+    data = getattr(doc, "data", None)
+    if not isinstance(data, dict) or not _is_native(data):
+        return []
+    if schema is not None:
+        from jsonschema.validators import Draft7Validator
+
+        validator = Draft7Validator(schema)
+    else:
+        validator = _cached_validator(plugins)
+    errors = sorted(
+        validator.iter_errors(data),
+        key=lambda e: (list(map(str, e.absolute_path)), str(e.validator)),
+    )
+    return sorted(set(_iter_schema_diagnostics(doc, errors)))
+
+
+def _is_native(data: Mapping[str, Any]) -> bool:
+    if "ctxpolicy" in data:
+        return True
+    try:
+        from ctxpolicy.policy.compat import detect_format
+    except ImportError:  # compat reader not available: only `ctxpolicy:` marks native
+        return "policies" in data
+    try:
+        return detect_format(dict(data)) == "native"
+    except Exception:
+        return False
+
+
+def dedupe(diagnostics: Iterable[Diagnostic]) -> list[Diagnostic]:
+    """Merge loader and schema diagnostics, reporting each problem once.
+
+    A schema diagnostic (code in :data:`SCHEMA_CODES`) is dropped when another
+    diagnostic has the same position and code, or when a non-schema (pydantic or
+    semantic) error sits at the same position: the pydantic message is preferred.
+    Exact duplicates are removed; the result is sorted.
+    """
+    unique = sorted(set(diagnostics))
+    others = {(d.file, d.line, d.col) for d in unique if d.code not in SCHEMA_CODES}
+    seen: set[tuple[str, int, int, str]] = set()
+    out = []
+    for d in unique:
+        key = (d.file, d.line, d.col, d.code)
+        if d.code in SCHEMA_CODES and ((d.file, d.line, d.col) in others or key in seen):
+            continue
+        seen.add(key)
+        out.append(d)
+    return out
