@@ -11,7 +11,9 @@ Repairs of malformed input (documented in docs/engine.md):
 * a ``tool`` message whose ``tool_call_id`` matches no pending call becomes part of a
   ``orphan`` unit rendered as a user message ``[tool result without call: ...]``;
 * an assistant ``tool_calls`` entry with no result gets a synthetic result
-  ``[no result recorded for this tool call]`` so the pair is complete.
+  ``[no result recorded for this tool call]`` so the pair is complete;
+* a tool-call id repeated inside one assistant message keeps its first call only;
+* an empty ``tool_calls`` list is removed (providers reject it).
 
 Each repair is reported by :func:`to_units` so the engine can emit an event.
 """
@@ -130,7 +132,7 @@ def content_text(content: Any) -> str:
 class Repair:
     """One repair applied to malformed input."""
 
-    kind: Literal["orphan_result", "missing_result", "bad_message"]
+    kind: Literal["orphan_result", "missing_result", "duplicate_call", "bad_message"]
     index: int
     detail: str
 
@@ -179,7 +181,22 @@ def to_units(
         m = dict(raw)
         role = m.get("role")
         if role == "assistant":
-            calls = [tc for tc in (m.get("tool_calls") or []) if isinstance(tc, Mapping)]
+            raw_calls = m.get("tool_calls") or []
+            calls: list[Mapping[str, Any]] = []
+            seen_ids: set[str] = set()
+            for tc in raw_calls if isinstance(raw_calls, list) else []:
+                if not isinstance(tc, Mapping):
+                    continue
+                tid = str(tc.get("id", ""))
+                if tid in seen_ids:
+                    repairs.append(Repair("duplicate_call", i, f"tool call id {tid!r} used twice; kept the first"))
+                    continue
+                seen_ids.add(tid)
+                calls.append(tc)
+            if raw_calls and len(calls) != len(raw_calls):
+                m["tool_calls"] = list(calls)
+            elif "tool_calls" in m and not raw_calls:
+                m.pop("tool_calls")
             start = i
             i += 1
             wanted = [str(tc.get("id", "")) for tc in calls]

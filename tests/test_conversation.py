@@ -1,0 +1,112 @@
+"""Units, repairs and the pairing checker."""
+
+from __future__ import annotations
+
+import copy
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from ctxpolicy.conversation import MISSING_RESULT, Unit, check_messages, check_units, render, to_units
+
+
+def _call(cid: str, name: str = "read_file") -> dict:
+    return {"id": cid, "type": "function", "function": {"name": name, "arguments": "{}"}}
+
+
+CONV = [
+    {"role": "system", "content": "sys"},
+    {"role": "user", "content": "task"},
+    {"role": "assistant", "content": None, "tool_calls": [_call("a"), _call("b")]},
+    {"role": "tool", "tool_call_id": "b", "content": "B"},
+    {"role": "tool", "tool_call_id": "a", "content": "A"},
+    {"role": "assistant", "content": "thinking"},
+    {"role": "user", "content": "more"},
+]
+
+
+def test_units_group_parallel_calls_in_call_order() -> None:
+    units, repairs = to_units(CONV)
+    assert [u.kind for u in units] == ["system", "user", "step", "step", "user"]
+    assert repairs == []
+    step = units[2]
+    assert [m.get("tool_call_id") for m in step.messages[1:]] == ["a", "b"]
+    assert step.round == 0 and units[3].round == 1
+    assert [u.pinned for u in units] == [True, True, False, False, True]
+
+
+def test_missing_result_is_completed_and_reported() -> None:
+    msgs = [{"role": "user", "content": "x"}, {"role": "assistant", "tool_calls": [_call("z")]}]
+    units, repairs = to_units(msgs)
+    assert [r.kind for r in repairs] == ["missing_result"]
+    assert units[1].messages[1] == {"role": "tool", "tool_call_id": "z", "content": MISSING_RESULT}
+    assert check_messages(render(units)) == []
+
+
+def test_orphan_result_becomes_user_text() -> None:
+    msgs = [{"role": "user", "content": "x"}, {"role": "tool", "tool_call_id": "q", "content": "out"}]
+    units, repairs = to_units(msgs)
+    assert [r.kind for r in repairs] == ["orphan_result"]
+    assert units[1].kind == "orphan"
+    assert units[1].messages[0]["role"] == "user"
+    assert "out" in units[1].messages[0]["content"]
+    assert check_messages(render(units)) == []
+
+
+def test_check_messages_finds_both_directions() -> None:
+    bad = [
+        {"role": "assistant", "tool_calls": [_call("1")]},
+        {"role": "user", "content": "interrupt"},
+        {"role": "tool", "tool_call_id": "9", "content": "x"},
+    ]
+    codes = [v.code for v in check_messages(bad)]
+    assert codes == ["missing_result", "orphan_result"]
+
+
+def test_keys_are_positional_and_content_based() -> None:
+    a, _ = to_units(CONV)
+    b, _ = to_units([*CONV, {"role": "user", "content": "again"}])
+    assert [u.key for u in a] == [u.key for u in b[: len(a)]]
+    c, _ = to_units([CONV[0], {"role": "user", "content": "other task"}, *CONV[2:]])
+    assert a[1].key != c[1].key and a[0].key == c[0].key
+
+
+def test_check_units_flags_removed_pinned_and_reordering() -> None:
+    units, _ = to_units(CONV)
+    assert check_units(units, units) == []
+    without_task = [u for u in units if u.kind != "user" or u.messages[0]["content"] != "task"]
+    assert [v.code for v in check_units(units, without_task)] == ["pinned_missing"]
+    swapped = [units[0], units[1], units[3], units[2], units[4]]
+    assert "order" in [v.code for v in check_units(units, swapped)]
+
+
+def test_summary_unit_records_origin() -> None:
+    units, _ = to_units(CONV)
+    s = Unit.summary("sum", units[2:4])
+    assert s.kind == "summary" and s.origin == (units[2].key, units[3].key)
+    assert s.messages[0]["role"] == "user"
+
+
+def test_to_units_does_not_mutate_input() -> None:
+    original = copy.deepcopy(CONV)
+    units, _ = to_units(CONV)
+    units[2].messages[0]["content"] = "changed"
+    assert CONV == original
+
+
+_msg = st.one_of(
+    st.builds(lambda t: {"role": "user", "content": t}, st.text(max_size=20)),
+    st.builds(lambda t: {"role": "assistant", "content": t}, st.text(max_size=20)),
+    st.builds(
+        lambda ids: {"role": "assistant", "content": None, "tool_calls": [_call(i) for i in ids]},
+        st.lists(st.sampled_from("abcdef"), min_size=1, max_size=4),
+    ),
+    st.builds(lambda i: {"role": "tool", "tool_call_id": i, "content": "r"}, st.sampled_from("abcdefg")),
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(_msg, max_size=30))
+def test_any_input_renders_to_valid_pairs(msgs: list[dict]) -> None:
+    units, _ = to_units(msgs)
+    assert check_messages(render(units)) == []
