@@ -1,0 +1,120 @@
+"""The plugin manager and registries (built-ins are plugins like any other)."""
+
+from __future__ import annotations
+
+import types
+from collections.abc import Iterator
+
+import pytest
+
+from ctxpolicy import plugins
+from ctxpolicy.components import Layer, LayerResult, Preprocessor
+from ctxpolicy.plugins import hookimpl
+
+
+class _Layer(Layer):
+    name = "test_plugins_layer"
+    description = "a layer for tests"
+
+    def apply(self, ctx, units):  # type: ignore[no-untyped-def]
+        return LayerResult(list(units))
+
+
+class _Pre(Preprocessor):
+    name = "test_plugins_pre"
+
+    def process(self, text, call):  # type: ignore[no-untyped-def]
+        return text
+
+
+def _plugin(name: str, *classes: type, kind_hook: str = "ctxpolicy_register_layers") -> types.ModuleType:
+    mod = types.ModuleType(name)
+
+    def hook(register):  # type: ignore[no-untyped-def]
+        for c in classes:
+            register(c)
+
+    setattr(mod, kind_hook, hookimpl(hook))
+    return mod
+
+
+@pytest.fixture
+def fresh() -> Iterator[None]:
+    plugins.reset()
+    yield
+    plugins.reset()
+
+
+def test_builtins_come_through_the_hooks(fresh: None) -> None:
+    reg = plugins.get_registry()
+    for name, info in reg.plugins.items():
+        assert info.builtin, name
+        assert info.distribution == "ctxpolicy"
+    for kind in plugins.KIND_BASES:
+        for cname in reg.names(kind):
+            plugin = reg.plugin_of(kind, cname)
+            assert plugin in reg.plugins and reg.plugins[plugin].builtin
+
+
+def test_runtime_plugin_registers_components(fresh: None) -> None:
+    plugins.register_plugin(_plugin("p1", _Layer), name="p1")
+    reg = plugins.get_registry()
+    assert reg.get("layer", "test_plugins_layer") is _Layer
+    assert reg.plugin_of("layer", "test_plugins_layer") == "p1"
+    assert reg.plugins["p1"].components == {"layer": ["test_plugins_layer"]}
+
+
+def test_duplicate_names_are_a_problem_naming_both(fresh: None) -> None:
+    class Other(_Layer):
+        pass
+
+    plugins.register_plugin(_plugin("p1", _Layer), name="p1")
+    plugins.register_plugin(_plugin("p2", Other), name="p2")
+    reg = plugins.get_registry()
+    text = " ".join(str(p) for p in reg.problems)
+    assert "'p1'" in text and "'p2'" in text and "test_plugins_layer" in text
+    assert reg.get("layer", "test_plugins_layer") is _Layer  # the first one stays
+
+
+def test_wrong_kind_is_reported_not_raised(fresh: None) -> None:
+    plugins.register_plugin(_plugin("bad", _Pre), name="bad")  # a preprocessor given as a layer
+    reg = plugins.get_registry()
+    assert any(p.plugin == "bad" and "not a subclass of ctxpolicy.Layer" in p.message for p in reg.problems)
+    assert reg.get("layer", "test_plugins_pre") is None
+
+
+def test_raising_hook_is_isolated(fresh: None) -> None:
+    mod = types.ModuleType("boom")
+
+    def hook(register):  # type: ignore[no-untyped-def]
+        raise RuntimeError("kaboom")
+
+    mod.ctxpolicy_register_layers = hookimpl(hook)  # type: ignore[attr-defined]
+    plugins.register_plugin(mod, name="boom")
+    plugins.register_plugin(_plugin("ok", _Layer), name="ok")
+    reg = plugins.get_registry()
+    assert any(p.plugin == "boom" and "kaboom" in p.message for p in reg.problems)
+    assert reg.get("layer", "test_plugins_layer") is _Layer
+
+
+def test_allowlist_empty_loads_no_third_party(fresh: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CTXPOLICY_PLUGINS", "")
+    reg = plugins.get_registry()
+    assert all(info.builtin for info in reg.plugins.values())
+
+
+def test_observer_failure_is_contained(fresh: None) -> None:
+    seen: list[dict] = []
+    mod = types.ModuleType("obs")
+    mod.ctxpolicy_event = hookimpl(lambda event: seen.append(event))  # type: ignore[attr-defined]
+    bad = types.ModuleType("badobs")
+
+    def explode(event):  # type: ignore[no-untyped-def]
+        raise ValueError("no")
+
+    bad.ctxpolicy_event = hookimpl(explode)  # type: ignore[attr-defined]
+    plugins.register_plugin(mod, name="obs")
+    plugins.register_plugin(bad, name="badobs")
+    problems = plugins.emit_event({"type": "x"})
+    assert seen == [{"type": "x"}]
+    assert len(problems) == 1 and "badobs" in problems[0]
