@@ -1,0 +1,66 @@
+"""``head_tail``: keep the start and the end of a result (the default preprocessor).
+
+Design B's default: results over ``max_chars`` (3000) keep their first and last
+halves with a marker saying how many characters were left out. ``max_tokens``
+budgets by an estimated token count instead (script-aware, no tokenizer import).
+"""
+
+from __future__ import annotations
+
+from pydantic import Field
+
+from ctxpolicy.components import Preprocessor, ToolCall
+from ctxpolicy.plugins import hookimpl
+from ctxpolicy.policy.models import ComponentOptions
+from ctxpolicy.preprocessors._text import (
+    estimate_tokens,
+    head_tail_chars,
+    omitted_chars_marker,
+    tokens_to_chars,
+)
+
+
+class HeadTailOptions(ComponentOptions):
+    """Options of ``head_tail``."""
+
+    max_chars: int = Field(
+        default=3000, ge=0, description="Characters kept in total (half head, half tail)."
+    )
+    max_tokens: int | None = Field(
+        default=None,
+        ge=0,
+        description="If set, budget by estimated tokens instead of characters "
+        "(half head, half tail); `max_chars` is then ignored.",
+    )
+
+
+class HeadTail(Preprocessor):
+    name = "head_tail"
+    description = "First and last part of the result, by characters (max_chars) or tokens."
+    Options = HeadTailOptions
+
+    options: HeadTailOptions
+
+    def process(self, text: str, call: ToolCall | None = None) -> str:
+        opts = self.options
+        if opts.max_tokens is None:
+            return head_tail_chars(text, opts.max_chars)
+        return head_tail_tokens(text, opts.max_tokens)
+
+
+def head_tail_tokens(text: str, max_tokens: int) -> str:
+    """Head and tail of ``text`` within about ``max_tokens`` estimated tokens."""
+    if estimate_tokens(text) <= max_tokens:
+        return text
+    head_n = tokens_to_chars(text, max_tokens - max_tokens // 2)
+    tail_n = tokens_to_chars(text[head_n:], max_tokens // 2, from_end=True)
+    omitted = len(text) - head_n - tail_n
+    if omitted <= 0:
+        return text
+    out = text[:head_n] + omitted_chars_marker(omitted) + (text[-tail_n:] if tail_n else "")
+    return out if len(out) < len(text) else text
+
+
+@hookimpl
+def ctxpolicy_register_preprocessors(register):  # type: ignore[no-untyped-def]
+    register(HeadTail)
