@@ -1,0 +1,323 @@
+"""Budget arithmetic, context states, and the learned tool-growth reserve.
+
+::
+
+    window  = min(budget.window, model.context_window)
+    reserve = budget.reserve_output | model.max_output_tokens | 4096
+    trigger = window − reserve − tool_growth − safety_margin
+    target  = budget.target × trigger   (fraction)   or   min(budget.target, trigger)   (tokens)
+    ratio   = used / trigger
+    state   = normal < warning ≤ ratio < error ≤ … < critical ≤ ratio < 1.0 ≤ overflow
+
+Percentages (``"25%"``) are of the window, floored. With ``tool_growth`` and
+``safety_margin`` 0, ``trigger`` is design A's ``effective_budget``; with all four terms it
+is design B's dynamic threshold (32000 − 4000 − 6000 − 2000 = 20000).
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+from collections import deque
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from ctxpolicy.policy.models import Policy, State, Thresholds, ToolGrowth, resolve_amount
+
+__all__ = [
+    "DEFAULT_RESERVE_OUTPUT",
+    "BudgetState",
+    "ToolGrowthEstimator",
+    "compute_budget",
+    "effective_window",
+    "explain_lines",
+    "quantile",
+]
+
+DEFAULT_RESERVE_OUTPUT = 4096
+
+
+def _first_at_least(fraction: float, trigger: int) -> int:
+    """Smallest ``used`` with ``used / trigger >= fraction`` (as the float ratio says)."""
+    u = max(0, math.ceil(fraction * trigger))
+    while u > 0 and (u - 1) / trigger >= fraction:
+        u -= 1
+    while u / trigger < fraction:
+        u += 1
+    return u
+
+
+@dataclass(frozen=True)
+class BudgetState:
+    """The resolved budget of a policy at one moment (tool growth may be learned)."""
+
+    window: int
+    reserve_output: int
+    tool_growth: int
+    safety_margin: int
+    trigger: int
+    target: int
+    warning_tokens: int
+    error_tokens: int
+    critical_tokens: int
+    thresholds: Thresholds
+
+    @property
+    def budget(self) -> int:
+        """Design A's ``effective_budget`` (the denominator of ``ratio``)."""
+        return self.trigger
+
+    def ratio(self, used: int) -> float:
+        """``used / trigger``."""
+        return used / self.trigger
+
+    def state_for(self, used: int) -> State:
+        """State of a context of ``used`` tokens (boundaries belong to the higher state)."""
+        if used >= self.trigger:
+            return State.overflow
+        if used >= self.critical_tokens:
+            return State.critical
+        if used >= self.error_tokens:
+            return State.error
+        if used >= self.warning_tokens:
+            return State.warning
+        return State.normal
+
+    def state_for_ratio(self, ratio: float) -> State:
+        """State of a ratio (same boundaries as :meth:`state_for`)."""
+        t = self.thresholds
+        if ratio >= 1.0:
+            return State.overflow
+        if ratio >= t.critical:
+            return State.critical
+        if ratio >= t.error:
+            return State.error
+        if ratio >= t.warning:
+            return State.warning
+        return State.normal
+
+    def tokens_for(self, state: State | str) -> int:
+        """Fewest tokens at which the context is in ``state`` (0 for ``normal``)."""
+        s = State(state)
+        return {
+            State.normal: 0,
+            State.warning: self.warning_tokens,
+            State.error: self.error_tokens,
+            State.critical: self.critical_tokens,
+            State.overflow: self.trigger,
+        }[s]
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["thresholds"] = self.thresholds.model_dump()
+        return d
+
+
+def effective_window(policy: Policy) -> int:
+    """``min(budget.window, model.context_window)``."""
+    w = policy.model.context_window
+    if policy.budget.window is not None:
+        w = min(w, policy.budget.window)
+    return w
+
+
+def _reserve(policy: Policy, window: int) -> tuple[int, str]:
+    b = policy.budget
+    if b.reserve_output is not None:
+        return resolve_amount(b.reserve_output, window), f"budget.reserve_output={b.reserve_output}"
+    if policy.model.max_output_tokens is not None:
+        return policy.model.max_output_tokens, "model.max_output_tokens"
+    return DEFAULT_RESERVE_OUTPUT, "default"
+
+
+def _growth_bounds(spec: ToolGrowth, window: int) -> tuple[int, int, int]:
+    """``(initial, min, max)`` of a learned reserve, in tokens (max default 50 % of window)."""
+    lo = resolve_amount(spec.min, window)
+    hi = resolve_amount(spec.max, window) if spec.max is not None else window // 2
+    hi = max(hi, lo)
+    initial = min(max(resolve_amount(spec.initial, window), lo), hi)
+    return initial, lo, hi
+
+
+def _static_growth(policy: Policy, window: int) -> int:
+    g = policy.budget.tool_growth
+    if isinstance(g, ToolGrowth):
+        return _growth_bounds(g, window)[0]
+    return resolve_amount(g, window)
+
+
+def compute_budget(policy: Policy, *, tool_growth: int | None = None) -> BudgetState:
+    """Resolve a policy's budget; ``tool_growth`` (e.g. learned) overrides the policy's.
+
+    Raises ``ValueError`` when the policy's own numbers leave no room (trigger ≤ 0). A
+    learned ``tool_growth`` that would do so is cut so the trigger stays ≥ 1.
+    """
+    window = effective_window(policy)
+    reserve, _ = _reserve(policy, window)
+    margin = resolve_amount(policy.budget.safety_margin, window)
+    growth = _static_growth(policy, window) if tool_growth is None else max(0, int(tool_growth))
+    trigger = window - reserve - growth - margin
+    if trigger <= 0:
+        if tool_growth is None:
+            raise ValueError(
+                f"budget leaves no room: {window} − {reserve} − {growth} − {margin} = {trigger} "
+                f"(agent {policy.agent!r})"
+            )
+        growth = max(0, window - reserve - margin - 1)
+        trigger = window - reserve - growth - margin
+        if trigger <= 0:
+            raise ValueError(f"budget leaves no room: {window} − {reserve} − {margin} ≤ 0")
+    t = policy.budget.target
+    target = math.floor(t * trigger + 1e-9) if isinstance(t, float) else min(int(t), trigger)
+    th = policy.thresholds
+    return BudgetState(
+        window=window,
+        reserve_output=reserve,
+        tool_growth=growth,
+        safety_margin=margin,
+        trigger=trigger,
+        target=target,
+        warning_tokens=_first_at_least(th.warning, trigger),
+        error_tokens=_first_at_least(th.error, trigger),
+        critical_tokens=_first_at_least(th.critical, trigger),
+        thresholds=th,
+    )
+
+
+# --------------------------------------------------------------------------- learned growth
+
+
+def quantile(values: Sequence[int], q: float) -> int:
+    """Nearest-rank quantile: the ``ceil(q·n)``-th smallest value (never interpolates
+    below an observed size, so ``q=1`` is the maximum)."""
+    if not values:
+        raise ValueError("quantile of no values")
+    s = sorted(values)
+    k = max(1, math.ceil(q * len(s)))
+    return s[min(k, len(s)) - 1]
+
+
+class ToolGrowthEstimator:
+    """Expected growth of the context before the next check (design B), per session.
+
+    A fixed ``budget.tool_growth`` is returned unchanged. A learned one
+    (``{learn: {quantile, window}, initial, min, max}``) is the ``quantile`` of the sizes
+    (tokens) of the last ``window`` tool results of the session — ``initial`` until the
+    first result — and, for each tool named as pending, of that tool's own last ``window``
+    results; the largest of these, clamped to ``[min, max]`` (``max`` default: 50 % of
+    the window). Thread-safe.
+    """
+
+    def __init__(self, policy: Policy) -> None:
+        self.policy = policy
+        self.window = effective_window(policy)
+        spec = policy.budget.tool_growth
+        self._lock = threading.Lock()
+        if isinstance(spec, ToolGrowth):
+            self.learned = True
+            self.q = spec.learn.quantile
+            self.n = spec.learn.window
+            self.initial, self.min, self.max = _growth_bounds(spec, self.window)
+        else:
+            self.learned = False
+            self.q, self.n = 1.0, 1
+            self.initial = self.min = self.max = resolve_amount(spec, self.window)
+        self._recent: deque[int] = deque(maxlen=self.n)
+        self._per_tool: dict[str, deque[int]] = {}
+
+    def observe(self, tool: str, tokens: int) -> None:
+        """Record the size of one tool result (tokens as it entered the context)."""
+        if not self.learned:
+            return
+        tokens = max(0, int(tokens))
+        with self._lock:
+            self._recent.append(tokens)
+            d = self._per_tool.get(tool)
+            if d is None:
+                d = self._per_tool[tool] = deque(maxlen=self.n)
+            d.append(tokens)
+
+    def estimate(self, pending_tools: Sequence[str] = ()) -> int:
+        """Tokens to reserve for the next tool results."""
+        if not self.learned:
+            return self.initial
+        with self._lock:
+            if not self._recent:
+                return self.initial
+            est = quantile(self._recent, self.q)
+            for tool in pending_tools:
+                d = self._per_tool.get(tool)
+                if d:
+                    est = max(est, quantile(d, self.q))
+        return min(max(est, self.min), self.max)
+
+    @property
+    def observations(self) -> int:
+        return len(self._recent)
+
+    def describe(self) -> str:
+        if not self.learned:
+            return f"fixed {self.initial}"
+        return (
+            f"learned: q{self.q:g} of the last {self.n} tool results (and of a pending "
+            f"tool's own), initial {self.initial}, clamped to [{self.min}, {self.max}]"
+        )
+
+
+# --------------------------------------------------------------------------- explain
+
+
+def explain_lines(policy: Policy) -> list[str]:
+    """The budget arithmetic, line by line (``ctxpolicy explain``)."""
+    window = effective_window(policy)
+    b = policy.budget
+    lines: list[str] = []
+    parts = [f"model.context_window={policy.model.context_window}"]
+    if b.window is not None:
+        parts.insert(0, f"budget.window={b.window}")
+        lines.append(f"window         = min({', '.join(parts)}) = {window}")
+    else:
+        lines.append(f"window         = {parts[0]} = {window}")
+    reserve, src = _reserve(policy, window)
+    lines.append(f"reserve_output = {reserve}  ({src})")
+    est = ToolGrowthEstimator(policy)
+    growth = est.initial
+    if isinstance(b.tool_growth, str):
+        lines.append(f"tool_growth    = {b.tool_growth} of {window} = {growth}")
+    else:
+        lines.append(f"tool_growth    = {growth}  ({est.describe()})")
+    margin = resolve_amount(b.safety_margin, window)
+    sm = (
+        f"{b.safety_margin} of {window} = {margin}"
+        if isinstance(b.safety_margin, str)
+        else str(margin)
+    )
+    lines.append(f"safety_margin  = {sm}")
+    try:
+        bs = compute_budget(policy)
+    except ValueError as exc:
+        lines.append(f"trigger        = {window} − {reserve} − {growth} − {margin} ≤ 0: {exc}")
+        return lines
+    lines.append(
+        f"trigger        = {bs.window} − {bs.reserve_output} − {bs.tool_growth} − "
+        f"{bs.safety_margin} = {bs.trigger}  (the `budget` of context.status)"
+    )
+    if isinstance(b.target, float):
+        lines.append(f"target         = {b.target:g} × {bs.trigger} = {bs.target}")
+    else:
+        lines.append(f"target         = {bs.target} tokens")
+    th = bs.thresholds
+    lines.append(
+        "states (ratio = used / trigger): "
+        f"normal < {th.warning:.2f} ({bs.warning_tokens}) ≤ warning < "
+        f"{th.error:.2f} ({bs.error_tokens}) ≤ error < "
+        f"{th.critical:.2f} ({bs.critical_tokens}) ≤ critical < "
+        f"1.00 ({bs.trigger}) ≤ overflow"
+    )
+    if est.learned:
+        lines.append(
+            f"tool_growth is re-estimated after each tool result; the trigger moves between "
+            f"{max(1, window - reserve - est.max - margin)} and {window - reserve - est.min - margin}"
+        )
+    return lines

