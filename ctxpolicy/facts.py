@@ -1,0 +1,190 @@
+"""Deterministic extraction of facts an agent must not lose.
+
+Shared by the extractive summarizer, the progress ledger, the key-facts check run
+after every compaction (:func:`lost_facts`) and the simulator's fact-retention
+metric. A *fact* is a short exact string: a file path, a URL, an identifier (hex
+digest, UUID, ticket/booking/order id such as ``ABC123`` or ``JIRA-42``), a number
+with a unit (``250 ms``, ``16GB``), an exception or error name, a symbol written in
+backticks, or a ``name=value`` setting (design B's ``max_connections=10``).
+
+Extraction is regex based, pure and deterministic: the same text always gives the
+same facts in the same order (order of first appearance, duplicates removed).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field, fields
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from ctxpolicy.conversation import Unit
+
+__all__ = [
+    "Facts",
+    "error_lines",
+    "extract",
+    "extract_all",
+    "lost_facts",
+    "units_text",
+]
+
+_URL = re.compile(r"\bhttps?://[^\s<>\"'`)\]]+", re.IGNORECASE)
+_UUID = re.compile(
+    r"\b[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\b", re.IGNORECASE
+)
+# hex digests / commit ids: 7+ hex chars with at least one digit and one letter a-f
+_HEX = re.compile(r"\b(?=[0-9a-f]*[0-9])(?=[0-9a-f]*[a-f])[0-9a-f]{7,64}\b")
+# ticket / booking / order ids: ABC123, JIRA-1234, ORD_2024_001, INC0012345
+_TICKET = re.compile(r"\b[A-Z][A-Z0-9]{1,9}(?:[-_][A-Z0-9]+)*[-_]?\d{2,}[A-Z0-9]*\b")
+# paths: absolute, ~/, ./, ../ or relative with a directory and an extension
+_PATH = re.compile(
+    r"(?<![\w/:.])(?:~|\.{1,2})?/(?:[\w.@+-]+/)*[\w.@+-]+"  # /abs, ~/x, ./x, ../x
+    r"|(?<![\w/:.-])(?:[\w@+-][\w.@+-]*/)+[\w@+-][\w.@+-]*\.[A-Za-z0-9]{1,8}\b"  # a/b.py
+    r"|(?<![\w/:.-])[\w-]+\.(?:py|js|ts|tsx|jsx|go|rs|java|kt|rb|php|c|h|cc|cpp|hpp|cs|"
+    r"json|ya?ml|toml|ini|cfg|md|rst|txt|csv|sql|sh|html|css|lock|log)\b"
+)
+_UNITS = (
+    r"ms|µs|us|ns|s|sec|secs|seconds?|min|mins|minutes?|h|hrs?|hours?|days?|"
+    r"[KMGTP]i?B|[kKMGT]b|bytes?|B|%|tokens?|lines?|rows?|files?|requests?|req/s|rps|qps|"
+    r"MHz|GHz|kHz|Hz|°C|°F|px|kg|g|mb|gb|kb|x|×|USD|EUR|CNY|\$"
+)
+_NUMBER = re.compile(r"(?<![\w.])\$?\d+(?:[.,]\d+)*\s?(?:" + _UNITS + r")(?![\w/])")
+_EXCEPTION = re.compile(r"\b[A-Z][A-Za-z0-9]*(?:Error|Exception|Exceeded|Timeout|Failure|Fault)\b")
+_ERRNO = re.compile(
+    r"\b(?:E[A-Z]{3,}|HTTP [45]\d\d|[45]\d\d (?:Bad Request|Unauthorized|Forbidden|Not Found|Internal Server Error|Service Unavailable|Gateway Timeout))\b"
+)
+_BACKTICK = re.compile(r"`([^`\n]{1,80})`")
+_ASSIGN = re.compile(
+    r"(?<![\w.-])([A-Za-z_][\w.-]{1,60})\s?(?:=|:=)\s?(\"[^\"\n]{0,60}\"|'[^'\n]{0,60}'|[\w./:+-]{1,60})"
+)
+_ERROR_LINE = re.compile(
+    r"^.*(?:\b(?:error|exception|traceback|failed|failure|fatal|panic)\b|\bE\s{2,}).*$",
+    re.IGNORECASE | re.MULTILINE,
+)
+
+
+@dataclass
+class Facts:
+    """Facts of a text, by category, each list in order of first appearance."""
+
+    paths: list[str] = field(default_factory=list)
+    urls: list[str] = field(default_factory=list)
+    ids: list[str] = field(default_factory=list)
+    numbers: list[str] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+    symbols: list[str] = field(default_factory=list)
+    settings: list[str] = field(default_factory=list)
+
+    def all(self) -> list[str]:
+        """Every fact once, categories in declaration order."""
+        seen: set[str] = set()
+        out: list[str] = []
+        for f in fields(self):
+            for item in getattr(self, f.name):
+                if item not in seen:
+                    seen.add(item)
+                    out.append(item)
+        return out
+
+    def merge(self, other: Facts) -> Facts:
+        """A new :class:`Facts` with ``other``'s items appended (deduplicated)."""
+        out = Facts()
+        for f in fields(self):
+            setattr(out, f.name, _dedupe([*getattr(self, f.name), *getattr(other, f.name)]))
+        return out
+
+    def __bool__(self) -> bool:
+        return any(getattr(self, f.name) for f in fields(self))
+
+
+def _dedupe(items: Iterable[str]) -> list[str]:
+    seen: set[str] = set()
+    out = []
+    for s in items:
+        if s not in seen:
+            seen.add(s)
+            out.append(s)
+    return out
+
+
+def _clean_path(p: str) -> str:
+    return p.rstrip(".,;:")
+
+
+def extract(text: str) -> Facts:
+    """Facts of one text (deterministic)."""
+    if not text:
+        return Facts()
+    urls = _dedupe(u.rstrip(".,;:") for u in _URL.findall(text))
+    # paths inside URLs are not separate facts
+    scrubbed = _URL.sub(" ", text)
+    uuids = _UUID.findall(scrubbed)
+    scrub2 = _UUID.sub(" ", scrubbed)
+    paths = [_clean_path(m) for m in _PATH.findall(scrub2)]
+    paths = _dedupe(
+        p for p in paths if len(p) > 1 and p not in ("/", "./", "../") and not p.startswith("//")
+    )
+    hexes = [h for h in _HEX.findall(scrub2) if not h.isdigit()]
+    tickets = [
+        t for t in _TICKET.findall(scrub2) if any(c.isalpha() for c in t) and not _is_unit_number(t)
+    ]
+    numbers = _NUMBER.findall(scrub2)
+    errors = _dedupe([*_EXCEPTION.findall(scrub2), *_ERRNO.findall(scrub2)])
+    symbols = _dedupe(
+        s.strip() for s in _BACKTICK.findall(text) if s.strip() and not s.strip().isdigit()
+    )
+    settings = _dedupe(
+        f"{k}={v.rstrip('.,;:')}" for k, v in _ASSIGN.findall(scrub2) if v.rstrip(".,;:")
+    )
+    return Facts(
+        paths=paths,
+        urls=urls,
+        ids=_dedupe([*uuids, *hexes, *tickets]),
+        numbers=_dedupe(n.strip() for n in numbers),
+        errors=errors,
+        symbols=symbols,
+        settings=settings,
+    )
+
+
+def _is_unit_number(token: str) -> bool:
+    return bool(re.fullmatch(r"\d+[A-Z]{1,3}", token))
+
+
+def extract_all(texts: Iterable[str]) -> Facts:
+    """Facts of several texts, merged in order."""
+    out = Facts()
+    for t in texts:
+        out = out.merge(extract(t))
+    return out
+
+
+def error_lines(text: str, limit: int = 5, max_len: int = 200) -> list[str]:
+    """Up to ``limit`` distinct lines that look like errors (last ones win), shortened."""
+    found = _dedupe(
+        line.strip()[:max_len] for line in _ERROR_LINE.findall(text or "") if line.strip()
+    )
+    return found[-limit:] if limit else found
+
+
+def units_text(units: Sequence[Unit]) -> str:
+    """All text of a unit list (contents, tool-call names and arguments)."""
+    return "\n".join(u.text() for u in units)
+
+
+def lost_facts(
+    before_units: Sequence[Unit], after_units: Sequence[Unit], ledger_text: str | None = None
+) -> list[str]:
+    """Facts present in ``before_units`` and absent from ``after_units`` and the ledger.
+
+    A fact counts as kept when its exact string occurs anywhere in the text of the
+    surviving units or in ``ledger_text``. The result keeps the order of
+    :meth:`Facts.all` of the text before compaction.
+    """
+    before = extract(units_text(before_units)).all()
+    if not before:
+        return []
+    after_text = units_text(after_units) + "\n" + (ledger_text or "")
+    return [f for f in before if f not in after_text]

@@ -1,0 +1,220 @@
+"""Helpers shared by the built-in layers (no third-party imports).
+
+* rounds as droppable groups (:func:`round_groups`);
+* head/tail truncation that keeps snapshot reference lines (:func:`truncate_keep_refs`);
+* rewriting a message's text without mutating it (:func:`with_text`);
+* snapshot refs carried by a unit (:func:`unit_refs`).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from ctxpolicy.conversation import Message, Unit, content_text
+
+#: ``[Full detail available at: <path>]`` or ``[Full detail available at: <path> (<uri>)]``
+REF_LINE = re.compile(
+    r"^\[Full detail available at: (?P<path>.+?)(?: \((?P<uri>ctxsnap://[^)\s]+)\))?\]\s*$",
+    re.MULTILINE,
+)
+#: The marker :func:`head_tail` puts where it removed text.
+ELISION = re.compile(r"\[… (\d+) chars elided …\]")
+
+#: Kinds a round group may contain besides its step.
+GROUPABLE = ("user", "other", "orphan")
+
+
+def approx_tokens(text: str) -> int:
+    """Fallback token estimate (len/4, rounded up)."""
+    return math.ceil(len(text) / 4)
+
+
+def text_counter(count_text: Callable[[str], int] | None) -> Callable[[str], int]:
+    return count_text if count_text is not None else approx_tokens
+
+
+def round_groups(units: Sequence[Unit]) -> list[list[int]]:
+    """Indices of the droppable rounds, oldest first.
+
+    A round is one ``step`` unit together with the non-pinned ``user``/``other``/
+    ``orphan`` units between it and the previous step. Pinned units, system,
+    summary and ledger units belong to no round. Units after the last step are in
+    no round either (they are the newest content).
+    """
+    groups: list[list[int]] = []
+    pending: list[int] = []
+    for i, u in enumerate(units):
+        if u.pinned or u.kind not in ("step", *GROUPABLE):
+            continue
+        if u.kind == "step":
+            groups.append([*pending, i])
+            pending = []
+        else:
+            pending.append(i)
+    return groups
+
+
+def split_refs(text: str) -> tuple[str, list[str]]:
+    """``text`` without its reference lines, and those lines (in order)."""
+    refs = [m.group(0).strip() for m in REF_LINE.finditer(text)]
+    if not refs:
+        return text, []
+    body = REF_LINE.sub("", text).rstrip("\n")
+    return body, refs
+
+
+def head_tail(text: str, max_chars: int) -> str:
+    """Keep the head and tail of ``text`` (≈ 2/3 head), with an elision marker."""
+    if len(text) <= max_chars:
+        return text
+    head = max(0, (max_chars * 2) // 3)
+    tail = max(0, max_chars - head)
+    removed = len(text) - head - tail
+    tail_s = text[len(text) - tail :] if tail else ""
+    return f"{text[:head]}\n[… {removed} chars elided …]\n{tail_s}"
+
+
+def truncate_keep_refs(text: str, max_chars: int) -> str | None:
+    """Head/tail-truncate ``text`` to ``max_chars`` keeping reference lines.
+
+    Returns None when nothing would be saved (already short, already truncated, or
+    the result would not be shorter).
+    """
+    body, refs = split_refs(text)
+    if len(body) <= max_chars or ELISION.search(body):
+        return None
+    out = head_tail(body, max_chars)
+    if refs:
+        out = out + "\n" + "\n".join(refs)
+    return out if len(out) < len(text) else None
+
+
+def with_text(msg: Message, text: str) -> Message:
+    """A copy of ``msg`` whose content is ``text`` (list contents become one text part)."""
+    new = dict(msg)
+    if isinstance(msg.get("content"), list):
+        new["content"] = [{"type": "text", "text": text}]
+    else:
+        new["content"] = text
+    return new
+
+
+def message_text(msg: Mapping[str, Any]) -> str:
+    return content_text(msg.get("content"))
+
+
+def _ref_str(ref: Any) -> str | None:
+    if isinstance(ref, str):
+        return ref
+    if isinstance(ref, Mapping):
+        v = ref.get("uri") or ref.get("path")
+        return str(v) if v else None
+    uri = getattr(ref, "uri", None) or getattr(ref, "path", None)
+    return str(uri) if uri else None
+
+
+def unit_refs(unit: Unit) -> list[str]:
+    """Snapshot refs of a unit: ``ctxsnap://`` URIs (or paths) from reference lines
+    and from ``meta["refs"]`` (a list, or a mapping tool_call_id → ref)."""
+    out: list[str] = []
+    for m in unit.messages:
+        for match in REF_LINE.finditer(message_text(m)):
+            out.append(match.group("uri") or match.group("path"))
+    raw = unit.meta.get("refs") if isinstance(unit.meta, Mapping) else None
+    items: list[Any] = []
+    if isinstance(raw, Mapping):
+        items = list(raw.values())
+    elif isinstance(raw, list | tuple):
+        items = list(raw)
+    elif raw is not None:
+        items = [raw]
+    for r in items:
+        s = _ref_str(r)
+        if s:
+            out.append(s)
+    seen: set[str] = set()
+    return [r for r in out if not (r in seen or seen.add(r))]
+
+
+def meta_ref_for(unit: Unit, tool_call_id: str) -> str | None:
+    """The ref ``meta["refs"]`` records for one tool result, when it says so."""
+    raw = unit.meta.get("refs") if isinstance(unit.meta, Mapping) else None
+    if isinstance(raw, Mapping) and tool_call_id in raw:
+        return _ref_str(raw[tool_call_id])
+    if isinstance(raw, list | tuple) and len(raw) == 1 and len(unit.tool_messages) == 1:
+        return _ref_str(raw[0])
+    return None
+
+
+def short(text: str, n: int) -> str:
+    """One line, at most ``n`` characters (with an ellipsis)."""
+    line = " ".join(text.split())
+    return line if len(line) <= n else line[: max(0, n - 1)] + "…"
+
+
+def step_label(unit: Unit, fallback: int) -> int:
+    return unit.round if unit.round is not None else fallback
+
+
+def describe_call(tc: Mapping[str, Any], n: int = 120) -> str:
+    """``name(arguments)`` of a tool call, shortened."""
+    fn = tc.get("function") or {}
+    name = str(fn.get("name", "?"))
+    args = fn.get("arguments", "")
+    if not isinstance(args, str):
+        args = json.dumps(args, ensure_ascii=False, sort_keys=True)
+    try:
+        parsed = json.loads(args) if args else {}
+        if isinstance(parsed, dict):
+            args = ", ".join(f"{k}={v}" for k, v in parsed.items())
+    except ValueError:
+        pass
+    return short(f"{name}({args})", n)
+
+
+def first_meaningful_line(text: str, n: int = 120) -> str:
+    body, _ = split_refs(text)
+    for line in body.splitlines():
+        if line.strip():
+            return short(line, n)
+    return ""
+
+
+def plan_drop(
+    count: Callable[[Sequence[Unit]], int],
+    units: Sequence[Unit],
+    *,
+    keep_recent_rounds: int,
+    min_keep_tokens: int = 0,
+    target: int | None = None,
+) -> tuple[set[int], int, str]:
+    """Which oldest rounds to drop: ``(unit indices, rounds dropped, stop reason)``.
+
+    Rounds are dropped oldest first, never one of the ``keep_recent_rounds`` newest,
+    never one after which less than ``min_keep_tokens`` of content would remain,
+    and (when ``target`` is given) no more once the remaining list counts ≤ target.
+    """
+    groups = round_groups(units)
+    candidates = groups[: max(0, len(groups) - keep_recent_rounds)]
+    drop: set[int] = set()
+    if target is not None and count(units) <= target:
+        return drop, 0, "target"
+    n = 0
+    reason = "keep_recent_rounds"
+    for g in candidates:
+        if min_keep_tokens > 0 and count(units[g[-1] + 1 :]) < min_keep_tokens:
+            reason = "min_keep_tokens"
+            break
+        drop.update(g)
+        n += 1
+        if (
+            target is not None
+            and count([u for i, u in enumerate(units) if i not in drop]) <= target
+        ):
+            reason = "target"
+            break
+    return drop, n, reason

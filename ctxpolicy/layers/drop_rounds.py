@@ -1,0 +1,65 @@
+"""``drop_rounds`` — design A L2 (session-memory compaction).
+
+Drops whole oldest rounds (an assistant step with its tool results, and the
+non-pinned user/other/orphan units between it and the previous step), keeping the
+``keep_recent_rounds`` newest rounds and at least ``min_keep_tokens`` of recent
+content, and stopping as soon as the remaining context counts ≤ the target. The
+dropped units are returned in :attr:`LayerResult.dropped`, from which the engine
+updates the progress ledger (design A's task-progress summary).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from pydantic import Field
+
+from ctxpolicy.components import CompactionContext, ComponentOptions, Layer, LayerResult
+from ctxpolicy.conversation import Unit
+from ctxpolicy.layers._util import plan_drop
+from ctxpolicy.plugins import hookimpl
+
+
+class DropRoundsOptions(ComponentOptions):
+    """Options of ``drop_rounds``."""
+
+    keep_recent_rounds: int = Field(
+        default=3,
+        ge=0,
+        description="Newest rounds never dropped (design A `min_keep_recent_rounds`).",
+    )
+    min_keep_tokens: int = Field(
+        default=10000,
+        ge=0,
+        description="A round is only dropped if at least this many tokens of newer "
+        "content remain after it (design A `min_keep_tokens`).",
+    )
+
+
+class DropRounds(Layer):
+    name = "drop_rounds"
+    description = "Drop whole oldest rounds until the target is met (facts go to the ledger)."
+    Options = DropRoundsOptions
+    options: DropRoundsOptions
+
+    def apply(self, ctx: CompactionContext, units: Sequence[Unit]) -> LayerResult:
+        opts = self.options
+        drop, n, reason = plan_drop(
+            ctx.count,
+            units,
+            keep_recent_rounds=opts.keep_recent_rounds,
+            min_keep_tokens=opts.min_keep_tokens,
+            target=ctx.target,
+        )
+        kept = [u for i, u in enumerate(units) if i not in drop]
+        dropped = [u for i, u in enumerate(units) if i in drop]
+        return LayerResult(
+            units=kept,
+            dropped=dropped,
+            report={"dropped_rounds": n, "dropped_units": len(dropped), "stopped_by": reason},
+        )
+
+
+@hookimpl
+def ctxpolicy_register_layers(register):  # type: ignore[no-untyped-def]
+    register(DropRounds)

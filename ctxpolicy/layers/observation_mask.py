@@ -1,0 +1,142 @@
+"""``observation_mask`` — design A L1 / design B L1 prune.
+
+Tool results of rounds older than ``max_age_rounds`` (counted from the newest
+step: the ``max_age_rounds`` newest steps are never touched) are cut to
+``max_chars`` characters, head and tail kept with a marker saying how many
+characters were removed. A ``[Full detail available at: …]`` reference line is
+kept verbatim (or added from ``unit.meta["refs"]``), so the full output stays one
+recall away. With ``dedupe`` a tool output identical to a later one is replaced by
+``[same output as step N below]``.
+
+Deterministic, idempotent (already-masked results are left alone), never removes
+a unit and never touches pinned units.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from pydantic import Field
+
+from ctxpolicy.components import CompactionContext, ComponentOptions, Layer, LayerResult
+from ctxpolicy.conversation import Message, Unit
+from ctxpolicy.layers._util import (
+    message_text,
+    meta_ref_for,
+    split_refs,
+    step_label,
+    truncate_keep_refs,
+    with_text,
+)
+from ctxpolicy.plugins import hookimpl
+
+SAME_AS = "[same output as step {step} below]"
+
+
+class ObservationMaskOptions(ComponentOptions):
+    """Options of ``observation_mask``."""
+
+    max_age_rounds: int = Field(
+        default=5,
+        ge=0,
+        description="Steps younger than this (counted from the newest step) keep their "
+        "tool results intact; older ones are masked (design A "
+        "`max_observation_age_rounds`).",
+    )
+    max_chars: int = Field(
+        default=200,
+        ge=0,
+        description="Characters of an old tool result kept (head and tail, plus the "
+        "snapshot reference line; design A `truncated_observation_max_chars`).",
+    )
+    dedupe: bool = Field(
+        default=True,
+        description="Replace a tool output identical to a later one with "
+        "`[same output as step N below]` (design B L1 dedupe), in any round.",
+    )
+
+
+class ObservationMask(Layer):
+    name = "observation_mask"
+    description = "Truncate tool results of old rounds (keeping snapshot refs) and dedupe repeats."
+    Options = ObservationMaskOptions
+    options: ObservationMaskOptions
+
+    def apply(self, ctx: CompactionContext, units: Sequence[Unit]) -> LayerResult:
+        opts = self.options
+        steps = [i for i, u in enumerate(units) if u.kind == "step"]
+        old = set(steps[: max(0, len(steps) - opts.max_age_rounds)])
+
+        # dedupe: body text -> step label of its last occurrence
+        pointer: dict[tuple[int, int], int] = {}
+        if opts.dedupe:
+            last_seen: dict[str, int] = {}
+            for ordinal, i in reversed(list(enumerate(steps))):
+                u = units[i]
+                for j in range(len(u.messages) - 1, -1, -1):
+                    m = u.messages[j]
+                    if m.get("role") != "tool":
+                        continue
+                    body, _ = split_refs(message_text(m))
+                    if not body.strip():
+                        continue
+                    if body in last_seen:
+                        if not u.pinned:
+                            pointer[(i, j)] = last_seen[body]
+                    else:
+                        last_seen[body] = step_label(u, ordinal)
+
+        out: list[Unit] = []
+        masked = deduped = saved = 0
+        for i, u in enumerate(units):
+            if (
+                u.kind != "step"
+                or u.pinned
+                or (i not in old and not any(k[0] == i for k in pointer))
+            ):
+                out.append(u)
+                continue
+            new_msgs: list[Message] = []
+            changed = False
+            for j, m in enumerate(u.messages):
+                if m.get("role") != "tool":
+                    new_msgs.append(m)
+                    continue
+                text = message_text(m)
+                new_text: str | None = None
+                if (i, j) in pointer:
+                    _, refs = split_refs(text)
+                    cand = "\n".join([SAME_AS.format(step=pointer[(i, j)]), *refs])
+                    if len(cand) < len(text):
+                        new_text = cand
+                        deduped += 1
+                if new_text is None and i in old:
+                    new_text = truncate_keep_refs(text, opts.max_chars)
+                    if new_text is not None:
+                        _, refs = split_refs(new_text)
+                        if not refs:
+                            ref = meta_ref_for(u, str(m.get("tool_call_id", "")))
+                            if ref:
+                                new_text += f"\n[Full detail available at: {ref}]"
+                        masked += 1
+                if new_text is None or new_text == text:
+                    new_msgs.append(m)
+                    continue
+                saved += len(text) - len(new_text)
+                new_msgs.append(with_text(m, new_text))
+                changed = True
+            if changed:
+                meta = dict(u.meta)
+                meta["masked"] = True
+                out.append(u.replace(messages=new_msgs, meta=meta))
+            else:
+                out.append(u)
+        return LayerResult(
+            units=out,
+            report={"masked_results": masked, "deduped_results": deduped, "chars_saved": saved},
+        )
+
+
+@hookimpl
+def ctxpolicy_register_layers(register):  # type: ignore[no-untyped-def]
+    register(ObservationMask)

@@ -1,0 +1,180 @@
+"""``extractive`` — the default summarizer: a structured digest, no LLM.
+
+From the messages to fold it extracts the goal (first user message), constraints
+(verbatim), files touched, identifiers (IDs, URLs, settings, numbers with units,
+symbols), commands run with their outcome and snapshot ref, error lines, and the
+last decisions (assistant texts). A previous digest in the same format is parsed
+and merged item by item, so summaries are merged, not stacked. The result is
+bounded by ``request.max_tokens`` (``request.count_text`` or len/4): the oldest
+items of the largest section go first; constraints are never dropped.
+Deterministic: same request, same text.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from pydantic import Field
+
+from ctxpolicy.components import ComponentOptions, Summarizer, SummaryRequest
+from ctxpolicy.conversation import content_text
+from ctxpolicy.facts import error_lines, extract
+from ctxpolicy.layers._util import (
+    REF_LINE,
+    approx_tokens,
+    describe_call,
+    first_meaningful_line,
+    short,
+)
+from ctxpolicy.plugins import hookimpl
+
+HEADER = "[Summary of earlier conversation (extractive digest)]"
+SECTIONS = ("Constraints", "Files", "Identifiers", "Commands", "Errors", "Decisions")
+#: Sections trimmed when over budget (never Constraints).
+TRIMMABLE = ("Commands", "Identifiers", "Files", "Decisions", "Errors")
+
+
+class ExtractiveOptions(ComponentOptions):
+    """Options of the ``extractive`` summarizer."""
+
+    max_items: int = Field(
+        default=40, ge=1, description="Most items kept per section (newest win)."
+    )
+    goal_chars: int = Field(default=300, ge=20, description="Longest goal line kept.")
+    item_chars: int = Field(default=160, ge=20, description="Longest single item kept.")
+
+
+class Digest:
+    """The structured content of an extractive summary."""
+
+    def __init__(self) -> None:
+        self.goal = ""
+        self.sections: dict[str, list[str]] = {s: [] for s in SECTIONS}
+
+    def add(self, section: str, item: str) -> None:
+        item = item.strip()
+        if item and item not in self.sections[section]:
+            self.sections[section].append(item)
+
+    def render(self) -> str:
+        lines = [HEADER]
+        if self.goal:
+            lines.append(f"Goal: {self.goal}")
+        for s in SECTIONS:
+            items = self.sections[s]
+            if not items:
+                continue
+            lines.append(f"{s}:")
+            lines.extend(f"- {i}" for i in items)
+        return "\n".join(lines)
+
+    @classmethod
+    def parse(cls, text: str) -> Digest | None:
+        """Read a digest rendered by :meth:`render`; None for any other text."""
+        if not text.startswith(HEADER):
+            return None
+        d = cls()
+        current: str | None = None
+        for line in text.splitlines()[1:]:
+            if line.startswith("Goal: ") and current is None:
+                d.goal = line[len("Goal: ") :]
+            elif line.endswith(":") and line[:-1] in SECTIONS:
+                current = line[:-1]
+            elif line.startswith("- ") and current is not None:
+                d.sections[current].append(line[2:])
+        return d
+
+
+class ExtractiveSummarizer(Summarizer):
+    name = "extractive"
+    description = (
+        "Deterministic structured digest (goal, constraints, files, IDs, commands, errors)."
+    )
+    Options = ExtractiveOptions
+    options: ExtractiveOptions
+
+    def summarize(self, request: SummaryRequest) -> str:
+        opts = self.options
+        n = opts.item_chars
+        d = Digest.parse(request.previous_summary or "") if request.previous_summary else None
+        if d is None:
+            d = Digest()
+            if request.previous_summary:
+                d.add("Decisions", "earlier: " + short(request.previous_summary, opts.goal_chars))
+        for c in request.constraints:
+            d.add("Constraints", c)
+        results: dict[str, str] = {}
+        for m in request.messages:
+            if m.get("role") == "tool":
+                results[str(m.get("tool_call_id", ""))] = content_text(m.get("content"))
+        for m in request.messages:
+            role = m.get("role")
+            text = content_text(m.get("content"))
+            if (
+                role == "user"
+                and not d.goal
+                and text.strip()
+                and not text.startswith("[tool result")
+            ):
+                d.goal = short(text, opts.goal_chars)
+            if role == "assistant":
+                for tc in m.get("tool_calls") or []:
+                    if not isinstance(tc, Mapping):
+                        continue
+                    out = results.get(str(tc.get("id", "")), "")
+                    item = describe_call(tc, n)
+                    outcome = first_meaningful_line(out, n // 2)
+                    if outcome:
+                        item += f" → {outcome}"
+                    ref = REF_LINE.search(out)
+                    if ref:
+                        item += f" [{ref.group('uri') or ref.group('path')}]"
+                    d.add("Commands", item)
+                if text.strip():
+                    d.add("Decisions", short(text, n))
+            facts = extract(REF_LINE.sub("", text) + "\n" + _args_text(m))
+            for p in facts.paths:
+                d.add("Files", p)
+            for x in [*facts.ids, *facts.urls, *facts.settings, *facts.numbers, *facts.symbols]:
+                d.add("Identifiers", short(x, n))
+            if role in ("tool", "user"):
+                for e in error_lines(text, limit=3, max_len=n):
+                    d.add("Errors", e)
+        for s in TRIMMABLE:
+            items = d.sections[s]
+            if len(items) > opts.max_items:
+                d.sections[s] = items[-opts.max_items :]
+        return _bound(d, request.max_tokens, request.count_text or approx_tokens)
+
+
+def _args_text(m: Mapping[str, Any]) -> str:
+    parts = []
+    for tc in m.get("tool_calls") or []:
+        if isinstance(tc, Mapping):
+            fn = tc.get("function") or {}
+            args = fn.get("arguments", "")
+            parts.append(args if isinstance(args, str) else json.dumps(args, ensure_ascii=False))
+    return "\n".join(parts)
+
+
+def _bound(d: Digest, max_tokens: int, count: Callable[[str], int]) -> str:
+    text = d.render()
+    while count(text) > max_tokens:
+        sizes = [(sum(len(i) for i in d.sections[s]), s) for s in TRIMMABLE if d.sections[s]]
+        if sizes:
+            # largest section loses its oldest item (ties: TRIMMABLE order)
+            best = max(sizes, key=lambda t: (t[0], -TRIMMABLE.index(t[1])))[1]
+            d.sections[best].pop(0)
+        elif len(d.goal) > 40:
+            d.goal = short(d.goal, max(40, len(d.goal) // 2))
+        else:
+            break
+        text = d.render()
+    return text
+
+
+@hookimpl
+def ctxpolicy_register_summarizers(register):  # type: ignore[no-untyped-def]
+    register(ExtractiveSummarizer)
