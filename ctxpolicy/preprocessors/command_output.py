@@ -1,0 +1,116 @@
+"""``command_output``: what a shell command printed, cleaned and cut.
+
+For ``execute_command``-style tools. The result may be plain text or a JSON object
+with ``stdout``/``stderr`` and ``exit_code``/``returncode``/``exit_status``/``status``
+(what most agent frameworks return). The output is:
+
+* ``[exit code N]`` first when the code is known (JSON field, or a line such as
+  ``exit code: 1`` / ``Exit status 2`` / ``returncode=1`` in the text);
+* stderr before stdout when they are separate;
+* ANSI escapes removed, progress-bar redraws (``\\r``) reduced to their final state,
+  runs of identical lines collapsed (``… line repeated 312 times``);
+* per stream, the first ``head_lines`` and last ``tail_lines`` lines with a marker;
+* finally bounded by ``max_chars`` (head/tail by characters).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+from pydantic import Field
+
+from ctxpolicy.components import Preprocessor, ToolCall
+from ctxpolicy.plugins import hookimpl
+from ctxpolicy.policy.models import ComponentOptions
+from ctxpolicy.preprocessors._text import (
+    clean_terminal,
+    collapse_repeats,
+    head_tail_chars,
+    never_longer,
+    omitted_lines_marker,
+)
+
+_EXIT_RE = re.compile(
+    r"(?im)^\W*(?:exit(?:ed)?[ _]?(?:code|status)|return[ _]?code|returncode|rc)\s*(?:[:=]|\s)\s*(-?\d{1,4})\b"
+)
+_CODE_KEYS = ("exit_code", "returncode", "exit_status", "exitCode", "status", "code")
+
+
+class CommandOutputOptions(ComponentOptions):
+    """Options of ``command_output``."""
+
+    head_lines: int = Field(default=40, ge=0, description="Lines kept at the start of each stream.")
+    tail_lines: int = Field(default=60, ge=0, description="Lines kept at the end of each stream.")
+    max_chars: int | None = Field(
+        default=6000, ge=0, description="Upper bound of the whole result (head/tail by chars)."
+    )
+    collapse_repeats: int = Field(
+        default=3, ge=2, description="Collapse runs of at least this many identical lines."
+    )
+
+
+def _structured(text: str) -> dict[str, Any] | None:
+    s = text.lstrip()
+    if not s.startswith("{") or len(s) > 50_000_000:
+        return None
+    try:
+        obj = json.loads(s)
+    except (ValueError, RecursionError):
+        return None
+    if not isinstance(obj, dict) or not ({"stdout", "stderr", "output"} & obj.keys()):
+        return None
+    return obj
+
+
+class CommandOutput(Preprocessor):
+    name = "command_output"
+    description = "Exit code, stderr first, cleaned head/tail of stdout, repeated lines collapsed."
+    Options = CommandOutputOptions
+
+    options: CommandOutputOptions
+
+    def _stream(self, text: str) -> list[str]:
+        opts = self.options
+        lines = clean_terminal(text).split("\n")
+        if lines and lines[-1] == "":
+            lines.pop()
+        lines = collapse_repeats(lines, min_repeats=opts.collapse_repeats)
+        n = len(lines)
+        if n <= opts.head_lines + opts.tail_lines + 1:
+            return lines
+        tail_start = n - opts.tail_lines
+        out = lines[: opts.head_lines]
+        out.append(omitted_lines_marker(opts.head_lines + 1, tail_start))
+        out.extend(lines[tail_start:])
+        return out
+
+    def process(self, text: str, call: ToolCall | None = None) -> str:
+        parts: list[str] = []
+        obj = _structured(text)
+        if obj is not None:
+            code = next((obj[k] for k in _CODE_KEYS if isinstance(obj.get(k), int)), None)
+            if code is not None:
+                parts.append(f"[exit code {code}]")
+            for key in ("stderr", "stdout", "output"):
+                val = obj.get(key)
+                if val is None or val == "":
+                    continue
+                val = val if isinstance(val, str) else json.dumps(val, ensure_ascii=False)
+                parts.append(f"[{key}]")
+                parts.extend(self._stream(val))
+        else:
+            m = _EXIT_RE.search(text[-2000:]) or _EXIT_RE.search(text[:2000])
+            if m:
+                parts.append(f"[exit code {m.group(1)}]")
+            parts.extend(self._stream(text))
+        out = "\n".join(parts)
+        if self.options.max_chars is not None:
+            out = head_tail_chars(out, self.options.max_chars)
+        return never_longer(text, out)
+
+
+@hookimpl
+def ctxpolicy_register_preprocessors(register):  # type: ignore[no-untyped-def]
+    register(CommandOutput)

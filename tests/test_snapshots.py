@@ -1,0 +1,265 @@
+"""Snapshot stores: layout, containment of hostile names, modes, atomicity, retention."""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+import os
+import stat
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from ctxpolicy.snapshots import (
+    FsspecStore,
+    LocalStore,
+    SnapshotError,
+    parse_uri,
+    prune,
+    safe_component,
+)
+
+HOSTILE = [
+    "../../etc",
+    "../..",
+    "..",
+    ".",
+    "",
+    "/etc/passwd",
+    "/",
+    "C:\\Windows\\System32",
+    "a/../../b",
+    "a\x00b",
+    "\x00",
+    "x" * 10_000,
+    "．．／．．／etc",  # full-width look-alikes, NFKC → ../../etc
+    "\u2024\u2024/etc",  # one-dot leaders
+    "..\u2215..\u2215etc",  # division slash
+    "run\n42\r\t",
+    "~root",
+    "$(rm -rf /)",
+    "${HOME}/../..",
+    "😀" * 50,
+    "CON",
+]
+
+
+def doc(obs: str = "hello") -> dict:
+    return {"step": 3, "action": "read_file", "observation": obs}
+
+
+def test_layout_and_reference(tmp_path: Path) -> None:
+    store = LocalStore(root=str(tmp_path))
+    ref = store.write("run-42", 3, "sql_query", doc())
+    assert ref.uri == "ctxsnap://run-42/step_003_sql_query"
+    assert ref.path == str(tmp_path / "run-42" / "step_003_sql_query.json")
+    assert ref.conv_id == "run-42" and ref.name == "step_003_sql_query"
+    assert json.loads(Path(ref.path).read_text("utf-8")) == doc()
+    assert store.read(ref.uri) == doc() == store.read(ref.path)
+
+
+def test_collision_adds_suffix(tmp_path: Path) -> None:
+    store = LocalStore(root=str(tmp_path))
+    names = [store.write("c", 3, "bash", doc(str(i))).name for i in range(3)]
+    assert names == ["step_003_bash", "step_003_bash_2", "step_003_bash_3"]
+    assert [r.name for r in store.list("c")] == names
+    assert store.read("ctxsnap://c/step_003_bash_3")["observation"] == "2"
+
+
+def test_modes(tmp_path: Path) -> None:
+    root = tmp_path / "root"
+    store = LocalStore(root=str(root))
+    ref = store.write("c", 1, "x", doc())
+    assert stat.S_IMODE(os.stat(ref.path).st_mode) == 0o600
+    assert stat.S_IMODE(os.stat(Path(ref.path).parent).st_mode) == 0o700
+    assert stat.S_IMODE(os.stat(root).st_mode) == 0o700
+    assert not [p for p in Path(ref.path).parent.iterdir() if p.name.startswith(".tmp-")]
+
+
+@pytest.mark.parametrize("conv_id", HOSTILE)
+@pytest.mark.parametrize("action", ["read_file", "../../etc/passwd", "/abs", "a\x00b", "．．／x"])
+def test_hostile_names_stay_under_root(tmp_path: Path, conv_id: str, action: str) -> None:
+    root = tmp_path / "root"
+    store = LocalStore(root=str(root))
+    ref = store.write(conv_id, 7, action, doc())
+    real = Path(os.path.realpath(ref.path))
+    assert real.parent.parent == Path(os.path.realpath(root))
+    assert len(real.parent.name) <= 80 and len(real.name) <= 80
+    assert not real.parent.name.startswith(".") and not real.name.startswith(".")
+    assert store.read(ref.uri) == doc()
+    assert [r.uri for r in store.list(conv_id)] == [ref.uri]
+    # nothing anywhere else in tmp_path
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["root"]
+
+
+def test_distinct_hostile_ids_do_not_share_a_directory() -> None:
+    names = {safe_component(c, max_chars=80, hash_if_changed=True) for c in HOSTILE}
+    assert len(names) == len(HOSTILE)
+
+
+def test_read_refuses_paths_outside_root(tmp_path: Path) -> None:
+    store = LocalStore(root=str(tmp_path / "root"))
+    store.write("c", 1, "x", doc())
+    outside = tmp_path / "secret.json"
+    outside.write_text('{"observation": "secret"}')
+    for ref in [str(outside), str(tmp_path / "root" / ".." / "secret.json"), "ctxsnap://../secret"]:
+        with pytest.raises(SnapshotError):
+            store.read(ref)
+    assert parse_uri("ctxsnap://../x") is None
+    assert parse_uri("ctxsnap://c/step_001_x") == ("c", "step_001_x")
+
+
+def test_symlinked_conv_dir_is_refused(tmp_path: Path) -> None:
+    root = tmp_path / "root"
+    root.mkdir()
+    (tmp_path / "elsewhere").mkdir()
+    os.symlink(tmp_path / "elsewhere", root / "evil")
+    store = LocalStore(root=str(root))
+    with pytest.raises(SnapshotError):
+        store.write("evil", 1, "x", doc())
+    assert not list((tmp_path / "elsewhere").iterdir())
+
+
+def test_unicode_and_surrogates_round_trip(tmp_path: Path) -> None:
+    store = LocalStore(root=str(tmp_path))
+    for obs in ["中文 ✓ é", "lone \ud800 surrogate", "\x00\x01 nul"]:
+        ref = store.write("c", 1, "x", doc(obs))
+        assert store.read(ref.uri)["observation"] == obs
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root ignores directory permissions")
+def test_read_only_root_raises_oserror(tmp_path: Path) -> None:
+    root = tmp_path / "ro"
+    root.mkdir()
+    root.chmod(0o500)
+    try:
+        with pytest.raises(OSError):
+            LocalStore(root=str(root)).write("c", 1, "x", doc())
+    finally:
+        root.chmod(0o700)
+
+
+def test_root_is_a_file(tmp_path: Path) -> None:
+    (tmp_path / "f").write_text("x")
+    with pytest.raises(OSError):
+        LocalStore(root=str(tmp_path / "f")).write("c", 1, "x", doc())
+
+
+# --------------------------------------------------------------------------- concurrency
+
+
+def _check_all_complete(root: Path, expected: int) -> None:
+    files = sorted((root / "shared").glob("*.json"))
+    assert len(files) == expected
+    seen = set()
+    for f in files:
+        d = json.loads(f.read_text("utf-8"))  # never partial, never interleaved
+        assert d["observation"] == d["marker"] * 5000
+        seen.add(d["marker"])
+    assert len(seen) == expected
+    assert not list((root / "shared").glob(".tmp-*"))
+
+
+def test_threads_same_conv_id(tmp_path: Path) -> None:
+    store = LocalStore(root=str(tmp_path))
+    errors: list[BaseException] = []
+
+    def worker(t: int) -> None:
+        try:
+            for i in range(25):
+                m = f"<{t}:{i}>"
+                store.write("shared", 1, "bash", {"marker": m, "observation": m * 5000})
+        except BaseException as exc:  # pragma: no cover
+            errors.append(exc)
+
+    threads = [threading.Thread(target=worker, args=(t,)) for t in range(8)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    assert not errors
+    _check_all_complete(tmp_path, 200)
+
+
+def _proc_worker(root: str, p: int, n: int) -> None:
+    store = LocalStore(root=root)
+    for i in range(n):
+        m = f"<p{p}:{i}>"
+        store.write("shared", 1, "bash", {"marker": m, "observation": m * 5000})
+
+
+def test_processes_same_conv_id(tmp_path: Path) -> None:
+    ctx = multiprocessing.get_context("spawn" if sys.platform == "darwin" else "fork")
+    procs = [ctx.Process(target=_proc_worker, args=(str(tmp_path), p, 30)) for p in range(4)]
+    for pr in procs:
+        pr.start()
+    for pr in procs:
+        pr.join(60)
+        assert pr.exitcode == 0
+    _check_all_complete(tmp_path, 120)
+
+
+def test_no_hard_links_fallback(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    def no_link(*a: object, **k: object) -> None:
+        raise OSError(1, "Operation not permitted")  # EPERM, like some FUSE/SMB mounts
+
+    monkeypatch.setattr(os, "link", no_link)
+    store = LocalStore(root=str(tmp_path))
+    refs = [store.write("c", 1, "x", doc(str(i))) for i in range(3)]
+    assert [store.read(r.uri)["observation"] for r in refs] == ["0", "1", "2"]
+    assert stat.S_IMODE(os.stat(refs[0].path).st_mode) == 0o600
+
+
+# --------------------------------------------------------------------------- fsspec
+
+
+@pytest.mark.parametrize("kind", ["memory", "file"])
+def test_fsspec_store(tmp_path: Path, kind: str) -> None:
+    pytest.importorskip("fsspec")
+    root = f"memory://snaps-{os.getpid()}-{time.time_ns()}" if kind == "memory" else f"file://{tmp_path}/s"
+    store = FsspecStore(root=root)
+    r1 = store.write("run-42", 3, "sql_query", doc("a"))
+    r2 = store.write("run-42", 3, "sql_query", doc("b"))
+    store.write("../../etc", 1, "x", doc())
+    assert r1.uri == "ctxsnap://run-42/step_003_sql_query"
+    assert r2.name == "step_003_sql_query_2"
+    assert store.read(r1.uri)["observation"] == "a"
+    assert store.read(r2.path)["observation"] == "b"
+    assert [r.name for r in store.list("run-42")] == ["step_003_sql_query", "step_003_sql_query_2"]
+    assert store.list("nobody") == []
+    with pytest.raises(SnapshotError):
+        store.read("ctxsnap://../etc")
+    if kind == "file":
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["s"]
+        assert len(list((tmp_path / "s").iterdir())) == 2
+
+
+# --------------------------------------------------------------------------- retention
+
+
+def test_prune_by_age_and_size(tmp_path: Path) -> None:
+    store = LocalStore(root=str(tmp_path))
+    now = time.time()
+    refs = []
+    for i in range(10):
+        r = store.write(f"c{i % 2}", i, "x", doc("x" * 100_000))
+        age_days = 10 - i
+        os.utime(r.path, (now - age_days * 86400, now - age_days * 86400))
+        refs.append(r)
+    (tmp_path / "c0" / "notes.txt").write_text("not a snapshot")
+    rep = prune(tmp_path, max_age_days=5.5, dry_run=True, now=now)
+    assert len(rep.removed) == 5 and all(Path(r.path).exists() for r in refs)
+    rep = prune(tmp_path, max_age_days=5.5, now=now)
+    assert sorted(rep.removed) == sorted(r.path for r in refs[:5])
+    assert rep.kept_files == 5
+    rep = prune(tmp_path, max_total_mb=0.25, now=now)  # ~100 KB each → keep 2 newest
+    assert rep.kept_files == 2
+    assert {Path(p).name for p in (tmp_path).rglob("step_*.json")} == {
+        Path(refs[8].path).name,
+        Path(refs[9].path).name,
+    }
+    assert (tmp_path / "c0" / "notes.txt").exists()
+    assert prune(tmp_path / "missing", max_age_days=1).removed == []
