@@ -219,7 +219,11 @@ def test_no_hard_links_fallback(tmp_path: Path, monkeypatch: pytest.MonkeyPatch)
 @pytest.mark.parametrize("kind", ["memory", "file"])
 def test_fsspec_store(tmp_path: Path, kind: str) -> None:
     pytest.importorskip("fsspec")
-    root = f"memory://snaps-{os.getpid()}-{time.time_ns()}" if kind == "memory" else f"file://{tmp_path}/s"
+    root = (
+        f"memory://snaps-{os.getpid()}-{time.time_ns()}"
+        if kind == "memory"
+        else f"file://{tmp_path}/s"
+    )
     store = FsspecStore(root=root)
     r1 = store.write("run-42", 3, "sql_query", doc("a"))
     r2 = store.write("run-42", 3, "sql_query", doc("b"))
