@@ -1,0 +1,332 @@
+"""``summarize`` — design A L3 / design B L2: older units folded into one summary.
+
+Everything before the ``keep_recent_rounds`` newest rounds (except pinned units)
+is folded by a summarizer into one ``summary`` unit placed where the folded region
+began. An existing summary in that region is passed as ``previous_summary``:
+summaries are merged, never stacked.
+
+The summary call has its own budget: its input is bounded by ``max_input_tokens``
+and chunked at unit boundaries when larger (oversized units are head/tail-shortened
+in the request only); chunks are folded one by one, each fold receiving the
+previous partial summary. Nothing is ever "too big to summarize".
+
+Failures — an exception, a timeout (``timeout_s``), an empty or non-string result,
+a summary longer than ``max_summary_tokens`` or than its input — leave history
+untouched (the input units are returned with ``report["failed"]``). After
+``max_failures`` consecutive failures the circuit breaker opens (state in
+``ctx.memory``; events ``summarizer.failed``, ``breaker.open``, ``breaker.closed``);
+``retry_after`` lets it try again after that many skipped runs. Constraints
+(``ctx.constraints``) appear verbatim in every summary.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import json
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from pydantic import Field
+
+from ctxpolicy.components import (
+    CompactionContext,
+    ComponentOptions,
+    Layer,
+    LayerResult,
+    Summarizer,
+    SummaryRequest,
+)
+from ctxpolicy.conversation import Message, Unit, render
+from ctxpolicy.layers._util import (
+    approx_tokens,
+    head_tail,
+    message_text,
+    round_groups,
+    unit_refs,
+    with_text,
+)
+from ctxpolicy.plugins import hookimpl
+from ctxpolicy.policy.models import Amount, resolve_amount
+from ctxpolicy.summarizers.prompt import SUMMARY_INSTRUCTIONS
+
+MAX_META_REFS = 100
+
+
+class SummarizeOptions(ComponentOptions):
+    """Options of ``summarize``."""
+
+    summarizer: str = Field(
+        default="extractive",
+        description="Name of a registered summarizer (`extractive`, `openai`, `callable`, ...).",
+    )
+    summarizer_options: dict[str, Any] = Field(
+        default_factory=dict, description="Options of the summarizer, validated by its own model."
+    )
+    keep_recent_rounds: int = Field(
+        default=3, ge=0, description="Newest rounds kept verbatim (design B `keep_recent_turns`)."
+    )
+    max_failures: int = Field(
+        default=3,
+        ge=1,
+        description="Consecutive failures that open the circuit breaker (design A `max_compact_failures`).",
+    )
+    retry_after: int | None = Field(
+        default=None,
+        ge=1,
+        description="Skipped runs after which an open breaker tries once more (null: stays open for the session).",
+    )
+    max_summary_tokens: Amount = Field(
+        default=1200,
+        description='Largest summary accepted, in tokens or a share of the window ("5%").',
+    )
+    max_input_tokens: int = Field(
+        default=16000,
+        ge=512,
+        description="Budget of one summarizer call (instructions + previous summary + messages); "
+        "larger input is chunked.",
+    )
+    min_region_tokens: int = Field(
+        default=200, ge=0, description="Do nothing when the region to fold is smaller than this."
+    )
+    timeout_s: float | None = Field(
+        default=60.0,
+        gt=0,
+        description="A summarizer call taking longer is a failure (null: no timeout).",
+    )
+    instructions: str | None = Field(
+        default=None,
+        description="Replacement for the built-in summary prompt (`{max_tokens}` is substituted).",
+    )
+
+
+class SummaryFailure(Exception):
+    """A summarizer result that cannot be used."""
+
+
+def _msg_tokens(m: Mapping[str, Any], ct: Callable[[str], int]) -> int:
+    return ct(json.dumps(m, ensure_ascii=False, sort_keys=True, default=str))
+
+
+def _shrink(m: Message, budget: int, ct: Callable[[str], int]) -> Message:
+    text = message_text(m)
+    tokens = max(1, ct(text))
+    chars = max(80, int(len(text) * budget / tokens * 0.9))
+    return with_text(m, head_tail(text, chars)) if len(text) > chars else m
+
+
+def chunk_units(
+    units: Sequence[Unit], budget: int, ct: Callable[[str], int]
+) -> list[list[Message]]:
+    """Messages of ``units`` in chunks of at most ~``budget`` tokens, split at unit
+    boundaries; a unit larger than the budget has its messages shortened."""
+    chunks: list[list[Message]] = []
+    cur: list[Message] = []
+    cur_t = 0
+    for u in units:
+        msgs = list(u.messages)
+        t = sum(_msg_tokens(m, ct) for m in msgs)
+        if t > budget:
+            per = max(32, budget // max(1, len(msgs)))
+            msgs = [_shrink(m, per, ct) if _msg_tokens(m, ct) > per else m for m in msgs]
+            t = sum(_msg_tokens(m, ct) for m in msgs)
+        if cur and cur_t + t > budget:
+            chunks.append(cur)
+            cur, cur_t = [], 0
+        cur.extend(msgs)
+        cur_t += t
+    if cur:
+        chunks.append(cur)
+    return chunks
+
+
+class Summarize(Layer):
+    name = "summarize"
+    description = "Fold older units into one merged summary (own budget, chunked, circuit breaker)."
+    Options = SummarizeOptions
+    options: SummarizeOptions
+
+    # ------------------------------------------------------------------ breaker
+    def _breaker_allows(self, ctx: CompactionContext) -> bool:
+        mem = ctx.memory
+        if not mem.get("open"):
+            return True
+        mem["skipped"] = int(mem.get("skipped", 0)) + 1
+        ra = self.options.retry_after
+        if ra is not None and mem["skipped"] >= ra:
+            mem["skipped"] = 0
+            return True  # half-open: one try
+        return False
+
+    def _failed(self, ctx: CompactionContext, units: Sequence[Unit], reason: str) -> LayerResult:
+        mem = ctx.memory
+        mem["failures"] = int(mem.get("failures", 0)) + 1
+        ctx.emit(
+            "summarizer.failed",
+            summarizer=self.options.summarizer,
+            reason=reason,
+            failures=mem["failures"],
+        )
+        if mem["failures"] >= self.options.max_failures and not mem.get("open"):
+            mem["open"] = True
+            mem["skipped"] = 0
+            ctx.emit("breaker.open", summarizer=self.options.summarizer, failures=mem["failures"])
+        return LayerResult(
+            units=list(units), report={"failed": reason, "failures": mem["failures"]}
+        )
+
+    def _succeeded(self, ctx: CompactionContext) -> None:
+        mem = ctx.memory
+        was_open = bool(mem.get("open"))
+        mem["failures"] = 0
+        mem["open"] = False
+        mem["skipped"] = 0
+        if was_open:
+            ctx.emit("breaker.closed", summarizer=self.options.summarizer)
+
+    # ------------------------------------------------------------------ call
+    def _call(self, summarizer: Summarizer, req: SummaryRequest) -> Any:
+        timeout = self.options.timeout_s
+        if timeout is None:
+            return summarizer.summarize(req)
+        pool = concurrent.futures.ThreadPoolExecutor(
+            max_workers=1, thread_name_prefix="ctxpolicy-summary"
+        )
+        try:
+            fut = pool.submit(summarizer.summarize, req)
+            try:
+                return fut.result(timeout=timeout)
+            except concurrent.futures.TimeoutError:
+                fut.cancel()
+                raise SummaryFailure(f"timeout after {timeout:g}s") from None
+        finally:
+            pool.shutdown(wait=False, cancel_futures=True)
+
+    # ------------------------------------------------------------------ apply
+    def apply(self, ctx: CompactionContext, units: Sequence[Unit]) -> LayerResult:
+        opts = self.options
+        ct = ctx.count_text or approx_tokens
+        groups = round_groups(units)
+        n_fold = max(0, len(groups) - opts.keep_recent_rounds)
+        if n_fold == 0:
+            return LayerResult(units=list(units), report={"skipped": "no old rounds"})
+        boundary = groups[n_fold][0] if n_fold < len(groups) else groups[-1][-1] + 1
+        region = [
+            i
+            for i, u in enumerate(units[:boundary])
+            if not u.pinned and u.kind in ("step", "user", "other", "orphan", "summary")
+        ]
+        fold = [units[i] for i in region if units[i].kind != "summary"]
+        old_summaries = [units[i] for i in region if units[i].kind == "summary"]
+        if not fold:
+            return LayerResult(units=list(units), report={"skipped": "nothing new to fold"})
+        region_tokens = ctx.count([units[i] for i in region])
+        if region_tokens < opts.min_region_tokens:
+            return LayerResult(units=list(units), report={"skipped": "region too small"})
+        if not self._breaker_allows(ctx):
+            return LayerResult(units=list(units), report={"skipped": "breaker_open"})
+
+        max_summary = max(1, resolve_amount(opts.max_summary_tokens, ctx.window))
+        instructions = (opts.instructions or SUMMARY_INSTRUCTIONS).replace(
+            "{max_tokens}", str(max_summary)
+        )
+        previous = (
+            "\n\n".join(
+                str(u.meta.get("summary_text") or message_text(u.messages[0]))
+                for u in old_summaries
+            )
+            or None
+        )
+        fixed = ct(instructions) + sum(ct(c) for c in ctx.constraints) + max_summary + 64
+        chunk_budget = max(256, opts.max_input_tokens - fixed)
+        chunks = chunk_units(fold, chunk_budget, ct)
+        input_tokens = sum(_msg_tokens(m, ct) for m in render(fold)) + (
+            ct(previous) if previous else 0
+        )
+
+        try:
+            summarizer = ctx.summarizer(opts.summarizer, opts.summarizer_options)
+        except Exception as exc:
+            return self._failed(ctx, units, f"summarizer unavailable: {exc!r}")
+        summary = previous
+        if summary is not None and ct(summary) > max_summary:
+            # an oversized previous summary is folded as input, not passed on as is
+            chunks[0] = [{"role": "user", "content": summary}, *chunks[0]]
+            summary = None
+        for chunk in chunks:
+            req = SummaryRequest(
+                messages=chunk,
+                previous_summary=summary,
+                max_tokens=max_summary,
+                instructions=instructions,
+                constraints=tuple(ctx.constraints),
+                count_text=ct,
+            )
+            try:
+                out = self._call(summarizer, req)
+            except SummaryFailure as exc:
+                return self._failed(ctx, units, str(exc))
+            except Exception as exc:
+                return self._failed(ctx, units, f"{type(exc).__name__}: {exc}")
+            if not isinstance(out, str):
+                return self._failed(
+                    ctx, units, f"summarizer returned {type(out).__name__}, not str"
+                )
+            if not out.strip():
+                return self._failed(ctx, units, "empty summary")
+            if ct(out) > max_summary:
+                return self._failed(
+                    ctx, units, f"summary of {ct(out)} tokens > max_summary_tokens {max_summary}"
+                )
+            summary = out.strip()
+        assert summary is not None
+        missing = [c for c in ctx.constraints if c not in summary]
+        if missing:
+            summary += "\nConstraints (verbatim):\n" + "\n".join(f"- {c}" for c in missing)
+        if ct(summary) >= input_tokens:
+            return self._failed(
+                ctx,
+                units,
+                f"summary ({ct(summary)} tokens) not shorter than its input ({input_tokens})",
+            )
+        self._succeeded(ctx)
+
+        refs: list[str] = []
+        for u in [*old_summaries, *fold]:
+            for r in u.meta.get("refs", []) if u.kind == "summary" else unit_refs(u):
+                if r not in refs:
+                    refs.append(str(r))
+        replaced = [units[i] for i in region]
+        new = Unit.summary(
+            summary,
+            replaced,
+            meta={
+                "summary_text": summary,
+                "summarizer": opts.summarizer,
+                "folded_units": len(replaced),
+                "chunks": len(chunks),
+                "refs": refs[-MAX_META_REFS:],
+            },
+        )
+        region_set = set(region)
+        out_units: list[Unit] = []
+        for i, u in enumerate(units):
+            if i == region[0]:
+                out_units.append(new)
+            if i not in region_set:
+                out_units.append(u)
+        return LayerResult(
+            units=out_units,
+            dropped=replaced,
+            report={
+                "summarized_units": len(replaced),
+                "merged_summaries": len(old_summaries),
+                "chunks": len(chunks),
+                "summary_tokens": ct(summary),
+                "input_tokens": input_tokens,
+            },
+        )
+
+
+@hookimpl
+def ctxpolicy_register_layers(register):  # type: ignore[no-untyped-def]
+    register(Summarize)

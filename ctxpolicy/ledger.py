@@ -1,0 +1,209 @@
+"""The progress ledger: facts of compacted history, kept pinned in the context.
+
+Design A keeps a task-progress summary in the system prompt so dropping old rounds
+loses no state; design B stores IDs and files in structured fields instead of
+relying on a summary. The ledger does both: :meth:`Ledger.update` is fed the units
+a layer dropped (``LayerResult.dropped``) and records
+
+* the goal (first user message seen, shortened),
+* constraints (verbatim, never dropped),
+* done steps (tool calls with outcome and snapshot refs),
+* files, identifiers and errors (:mod:`ctxpolicy.facts`),
+* the next step (last assistant text of the dropped region).
+
+:meth:`render` is bounded by ``max_tokens`` (oldest entries go first, never
+constraints); :meth:`unit` is the pinned ``ledger`` unit the engine places in the
+context. Deterministic; :meth:`to_dict`/:meth:`from_dict` persist it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from ctxpolicy.conversation import Unit, content_text
+from ctxpolicy.facts import error_lines, extract
+from ctxpolicy.layers._util import (
+    REF_LINE,
+    approx_tokens,
+    describe_call,
+    first_meaningful_line,
+    short,
+    unit_refs,
+)
+
+HEADER = "[Progress ledger: facts from compacted history — full details in snapshots]"
+_LISTS = ("done", "files", "ids", "errors")
+#: Trimmed first when over budget (oldest entry of the first non-empty list).
+_TRIM_ORDER = ("done", "ids", "files", "errors")
+_MAX_PER_LIST = 200
+
+
+class Ledger:
+    """Goal, constraints, done steps, files, IDs, errors, next step."""
+
+    def __init__(
+        self,
+        max_tokens: int = 1500,
+        constraints: Sequence[str] = (),
+        *,
+        count_text: Callable[[str], int] | None = None,
+    ) -> None:
+        self.max_tokens = max_tokens
+        self.constraints: list[str] = []
+        for c in constraints:
+            if c not in self.constraints:
+                self.constraints.append(c)
+        self.goal: str | None = None
+        self.done: list[str] = []
+        self.files: list[str] = []
+        self.ids: list[str] = []
+        self.errors: list[str] = []
+        self.next_step: str | None = None
+        self._count = count_text or approx_tokens
+
+    # ------------------------------------------------------------------ updates
+    def _add(self, name: str, item: str) -> None:
+        lst: list[str] = getattr(self, name)
+        item = item.strip()
+        if not item:
+            return
+        if item in lst:
+            lst.remove(item)  # move to newest
+        lst.append(item)
+        if len(lst) > _MAX_PER_LIST:
+            del lst[0]
+
+    def set_goal(self, text: str) -> None:
+        """Set the goal (e.g. from the pinned first user message) unless one is known."""
+        if self.goal is None and text.strip():
+            self.goal = short(text, 300)
+
+    def update(self, dropped_units: Sequence[Unit]) -> None:
+        """Record the facts of units removed from the context (in conversation order)."""
+        for u in dropped_units:
+            if u.kind == "ledger":
+                continue
+            results = {
+                str(m.get("tool_call_id", "")): content_text(m.get("content"))
+                for m in u.tool_messages
+            }
+            for m in u.messages:
+                role = m.get("role")
+                text = content_text(m.get("content"))
+                if role == "user" and self.goal is None and u.kind == "user" and text.strip():
+                    self.goal = short(text, 300)
+                if role == "assistant":
+                    if text.strip():
+                        self.next_step = short(text, 300)
+                    for tc in m.get("tool_calls") or []:
+                        if not isinstance(tc, Mapping):
+                            continue
+                        out = results.get(str(tc.get("id", "")), "")
+                        entry = describe_call(tc, 100)
+                        if u.round is not None:
+                            entry = f"step {u.round}: {entry}"
+                        outcome = first_meaningful_line(out, 80)
+                        if outcome:
+                            entry += f" → {outcome}"
+                        ref = REF_LINE.search(out)
+                        if ref:
+                            entry += f" [{ref.group('uri') or ref.group('path')}]"
+                        self._add("done", entry)
+                body = REF_LINE.sub("", text)
+                args = " ".join(
+                    str((tc.get("function") or {}).get("arguments", ""))
+                    for tc in (m.get("tool_calls") or [])
+                    if isinstance(tc, Mapping)
+                )
+                facts = extract(body + "\n" + args)
+                for p in facts.paths:
+                    self._add("files", p)
+                for x in [*facts.ids, *facts.urls, *facts.settings]:
+                    self._add("ids", short(x, 120))
+                if role in ("tool", "user"):
+                    for e in error_lines(body, limit=2, max_len=160):
+                        self._add("errors", e)
+            if u.kind == "summary":
+                for r in unit_refs(u):
+                    self._add("done", f"offloaded: {r}")
+
+    # ------------------------------------------------------------------ output
+    def __bool__(self) -> bool:
+        return bool(
+            self.goal or self.constraints or self.next_step or any(getattr(self, n) for n in _LISTS)
+        )
+
+    def _render(self, lists: Mapping[str, list[str]], goal: str | None) -> str:
+        lines = [HEADER]
+        if goal:
+            lines.append(f"Goal: {goal}")
+        if self.constraints:
+            lines.append("Constraints (verbatim):")
+            lines.extend(f"- {c}" for c in self.constraints)
+        labels = {"done": "Done", "files": "Files", "ids": "Identifiers", "errors": "Errors"}
+        for name in ("done", "files", "ids", "errors"):
+            if lists[name]:
+                sep = "\n- " if name in ("done", "errors") else ", "
+                head = f"{labels[name]}:" + ("\n- " if sep == "\n- " else " ")
+                lines.append(head + sep.join(lists[name]))
+        if self.next_step:
+            lines.append(f"Next step: {self.next_step}")
+        return "\n".join(lines)
+
+    def render(self) -> str | None:
+        """The ledger as text within ``max_tokens`` (None when empty)."""
+        if not self:
+            return None
+        lists = {n: list(getattr(self, n)) for n in _LISTS}
+        goal = self.goal
+        text = self._render(lists, goal)
+        while self._count(text) > self.max_tokens:
+            name = next((n for n in _TRIM_ORDER if lists[n]), None)
+            if name is not None:
+                # drop the oldest entries of the longest list first
+                name = max(_TRIM_ORDER, key=lambda n: (len(lists[n]), -_TRIM_ORDER.index(n)))
+                lists[name].pop(0)
+            elif goal and len(goal) > 60:
+                goal = short(goal, 60)
+            else:
+                break
+            text = self._render(lists, goal)
+        return text
+
+    def unit(self) -> Unit | None:
+        """The pinned ``ledger`` unit (key ``ledger``), or None when empty."""
+        text = self.render()
+        if text is None:
+            return None
+        return Unit(
+            kind="ledger",
+            messages=({"role": "user", "content": text},),
+            key="ledger",
+            pinned=True,
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "max_tokens": self.max_tokens,
+            "constraints": list(self.constraints),
+            "goal": self.goal,
+            "done": list(self.done),
+            "files": list(self.files),
+            "ids": list(self.ids),
+            "errors": list(self.errors),
+            "next_step": self.next_step,
+        }
+
+    @classmethod
+    def from_dict(
+        cls, data: Mapping[str, Any], *, count_text: Callable[[str], int] | None = None
+    ) -> Ledger:
+        led = cls(
+            int(data.get("max_tokens", 1500)), data.get("constraints", ()), count_text=count_text
+        )
+        led.goal = data.get("goal")
+        for n in _LISTS:
+            setattr(led, n, [str(x) for x in data.get(n, [])])
+        led.next_step = data.get("next_step")
+        return led

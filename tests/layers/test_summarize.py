@@ -1,0 +1,155 @@
+import time
+
+from helpers_conv import Conv, make_ctx
+
+from ctxpolicy.components import SummaryRequest
+from ctxpolicy.conversation import check_units
+from ctxpolicy.layers.summarize import Summarize, SummarizeOptions, chunk_units
+from ctxpolicy.summarizers.callable import CallableSummarizer
+
+
+def conv(n=6, size=300):
+    c = Conv().system("sys").user("Fix bug AUTH-7 in src/a.py")
+    for k in range(n):
+        c.step(("read_file", {"path": f"src/f{k}.py"}, f"{k}" * size), text=f"thinking {k}")
+    return c.user("continue")
+
+
+def ctx_with(fn, units, **kw):
+    calls = []
+
+    def factory(name, options):
+        calls.append((name, dict(options)))
+        return CallableSummarizer.from_function(fn)
+
+    ctx = make_ctx(units, summarizer=factory, **kw)
+    return ctx, calls
+
+
+def layer(**kw):
+    kw.setdefault("min_region_tokens", 0)
+    return Summarize(SummarizeOptions(**kw))
+
+
+def test_folds_old_units_into_one_summary():
+    units = conv().units()
+    seen: list[SummaryRequest] = []
+
+    def fn(req):
+        seen.append(req)
+        return "S: " + ",".join(m["role"] for m in req.messages)
+
+    ctx, calls = ctx_with(fn, units, constraints=("never push",))
+    res = layer(keep_recent_rounds=2, summarizer="callable").apply(ctx, units)
+    assert [(u.kind, u.round) for u in res.units] == [
+        ("system", None), ("user", None), ("summary", None), ("step", 4), ("step", 5), ("user", None)]
+    summary = res.units[2]
+    assert summary.messages[0]["content"] == (
+        "S: assistant,tool,assistant,tool,assistant,tool,assistant,tool\n"
+        "Constraints (verbatim):\n- never push"
+    )
+    assert summary.origin == tuple(k for u in units[2:6] for k in u.origin)
+    assert res.dropped == units[2:6]
+    assert calls == [("callable", {})]
+    assert seen[0].previous_summary is None and seen[0].constraints == ("never push",)
+    assert check_units(units, res.units) == []
+    assert ctx.memory == {"failures": 0, "open": False, "skipped": 0}
+
+
+def test_merges_previous_summary():
+    units = conv().units()
+    ctx, _ = ctx_with(lambda r: f"prev=[{r.previous_summary}] +{len(r.messages)}", units)
+    once = layer(keep_recent_rounds=4, summarizer="callable").apply(ctx, units).units
+    assert once[2].messages[0]["content"] == "prev=[None] +4"
+    twice = layer(keep_recent_rounds=2, summarizer="callable").apply(ctx, once)
+    assert [u.kind for u in twice.units].count("summary") == 1
+    assert twice.units[2].messages[0]["content"] == "prev=[prev=[None] +4] +4"
+    assert twice.report["merged_summaries"] == 1
+
+
+def test_chunked_fold_with_bounded_input():
+    units = conv(n=8, size=2000).units()
+    sizes = []
+
+    def fn(req):
+        sizes.append(sum(len(str(m.get("content") or "")) for m in req.messages))
+        return f"part{len(sizes)} after {req.previous_summary}"
+
+    ctx, _ = ctx_with(fn, units)
+    res = layer(keep_recent_rounds=1, summarizer="callable", max_input_tokens=1024, max_summary_tokens=100).apply(ctx, units)
+    assert res.report["chunks"] == len(sizes) > 1
+    assert max(sizes) < 1024 * 4
+    assert res.units[2].messages[0]["content"].startswith(f"part{len(sizes)} after part")
+
+
+def test_chunk_units_shrinks_oversized_unit():
+    units = conv(n=1, size=40000).units()
+    chunks = chunk_units(units[2:3], 500, lambda t: len(t) // 4)
+    assert len(chunks) == 1
+    assert "chars elided" in chunks[0][1]["content"]
+
+
+def failing(kind):
+    def fn(req):
+        if kind == "raise":
+            raise RuntimeError("boom")
+        if kind == "empty":
+            return "  "
+        if kind == "nonstr":
+            return 42
+        if kind == "long":
+            return "word " * 5000
+        if kind == "slow":
+            time.sleep(0.5)
+            return "late"
+        return "x"
+
+    return fn
+
+
+def test_failures_leave_history_and_open_breaker():
+    units = conv().units()
+    for kind, reason in [("raise", "RuntimeError: boom"), ("empty", "empty summary"),
+                         ("nonstr", "summarizer returned int, not str"), ("slow", "timeout after 0.05s")]:
+        ctx, _ = ctx_with(failing(kind), units)
+        res = layer(summarizer="callable", timeout_s=0.05).apply(ctx, units)
+        assert res.units == units and res.dropped == []
+        assert res.report["failed"] == reason
+    ctx, _ = ctx_with(failing("long"), units)
+    res = layer(summarizer="callable", max_summary_tokens=50).apply(ctx, units)
+    assert res.report["failed"].startswith("summary of ")
+    # breaker
+    ctx, _ = ctx_with(failing("raise"), units)
+    lay = layer(summarizer="callable", max_failures=2, retry_after=2)
+    for _ in range(2):
+        assert "failed" in lay.apply(ctx, units).report
+    assert [e["type"] for e in ctx.emit] == ["summarizer.failed", "summarizer.failed", "breaker.open"]
+    assert lay.apply(ctx, units).report == {"skipped": "breaker_open"}
+    # half-open after retry_after skips; success closes it
+    ok_ctx, _ = ctx_with(lambda r: "ok", units, memory=ctx.memory)
+    res = lay.apply(ok_ctx, units)
+    assert res.report["summarized_units"] == 3
+    assert [e["type"] for e in ok_ctx.emit] == ["breaker.closed"]
+    assert ok_ctx.memory["failures"] == 0
+
+
+def test_summary_longer_than_input_is_failure_and_small_region_skipped():
+    units = conv(n=4, size=1).units()
+    ctx, _ = ctx_with(lambda r: "y" * 3000, units)
+    res = layer(summarizer="callable", keep_recent_rounds=3).apply(ctx, units)
+    assert res.report["failed"].startswith("summary (")
+    res = Summarize(SummarizeOptions(summarizer="callable", keep_recent_rounds=3)).apply(ctx, units)
+    assert res.report == {"skipped": "region too small"}
+    assert layer(keep_recent_rounds=10).apply(ctx, units).report == {"skipped": "no old rounds"}
+
+
+def test_extractive_default_end_to_end():
+    units = conv().units()
+    ctx = make_ctx(units, constraints=("Do not modify tests/",))
+    res = Summarize(SummarizeOptions(min_region_tokens=0)).apply(ctx, units)
+    text = res.units[2].messages[0]["content"]
+    assert text.startswith("[Summary of earlier conversation (extractive digest)]")
+    assert "Do not modify tests/" in text and "src/f0.py" in text
+    assert res.units[2].meta["summarizer"] == "extractive"
+    again = Summarize(SummarizeOptions(min_region_tokens=0)).apply(make_ctx(res.units), res.units)
+    assert again.report == {"skipped": "no old rounds"} and again.units == res.units
