@@ -1,0 +1,687 @@
+"""The engine: a :class:`Session` prepares every model call of one conversation.
+
+``prepare(messages)`` groups messages into units, re-applies the compaction
+decisions taken earlier in this session (so summaries are not recomputed and the
+prefix stays stable), counts, and runs the policy's pipeline while the context is
+above the target. Every layer runs isolated: an exception, broken pairing, a
+removed pinned unit or a layer that grows the context discards that layer's output
+and is reported with the plugin's name; history is never lost.
+
+``on_error(exc, messages)`` is the reactive path (design A L4): on a provider's
+context-overflow error it learns the stated limit, runs the ``on_overflow`` layer
+and returns the messages to retry with, at most ``retries`` times in a row.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from collections import Counter, deque
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from ctxpolicy import plugins
+from ctxpolicy.budget import BudgetState, ToolGrowthEstimator, compute_budget
+from ctxpolicy.components import (
+    CompactionContext,
+    Layer,
+    LayerResult,
+    SnapshotStore,
+    Summarizer,
+    ToolCall,
+)
+from ctxpolicy.conversation import (
+    Message,
+    Unit,
+    check_messages,
+    check_units,
+    content_text,
+    pin_units,
+    render,
+    to_units,
+)
+from ctxpolicy.policy.models import Policy, ResolvedStep, State
+from ctxpolicy.tokens import TokenCounter, get_counter
+
+__all__ = ["ContextOverflowError", "PreparedStats", "Session", "prepare"]
+
+#: First line of the ledger message; lets a re-ingested ledger be recognised.
+LEDGER_MARK = "[ctxpolicy progress ledger]"
+#: First line of a pinned handover message.
+HANDOVER_MARK = "[ctxpolicy handover]"
+_SQUEEZE_MARK = "[ctxpolicy: {n} characters of this tool result removed to fit the window]"
+
+
+class ContextOverflowError(RuntimeError):
+    """The provider kept rejecting the prompt after every allowed retry."""
+
+    def __init__(self, message: str, *, attempts: int, used: int | None = None, limit: int | None = None) -> None:
+        super().__init__(message)
+        self.attempts = attempts
+        self.used = used
+        self.limit = limit
+
+
+@dataclass
+class PreparedStats:
+    """Running numbers of a session (``Session.stats``)."""
+
+    prepares: int = 0
+    compactions: Counter[str] = field(default_factory=Counter)
+    layer_failures: Counter[str] = field(default_factory=Counter)
+    overflows: int = 0
+    reactive: int = 0
+    tool_results: int = 0
+    tool_tokens_before: int = 0
+    tool_tokens_after: int = 0
+    tokens_in: int = 0
+    tokens_sent: int = 0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "prepares": self.prepares,
+            "compactions": dict(self.compactions),
+            "layer_failures": dict(self.layer_failures),
+            "overflows": self.overflows,
+            "reactive": self.reactive,
+            "tool_results": self.tool_results,
+            "tool_tokens_before": self.tool_tokens_before,
+            "tool_tokens_after": self.tool_tokens_after,
+            "tokens_in": self.tokens_in,
+            "tokens_sent": self.tokens_sent,
+        }
+
+
+def _tool_call_info(tool_call: Any) -> ToolCall:
+    if isinstance(tool_call, ToolCall):
+        return tool_call
+    if isinstance(tool_call, str):
+        return ToolCall(name=tool_call)
+    if isinstance(tool_call, Mapping):
+        fn = tool_call.get("function")
+        if isinstance(fn, Mapping):
+            return ToolCall(name=str(fn.get("name", "")), arguments=fn.get("arguments"), id=tool_call.get("id"))
+        return ToolCall(
+            name=str(tool_call.get("name", "")),
+            arguments=tool_call.get("arguments", tool_call.get("input", tool_call.get("args"))),
+            id=tool_call.get("id"),
+        )
+    name = getattr(tool_call, "name", None) or getattr(getattr(tool_call, "function", None), "name", "")
+    return ToolCall(name=str(name), arguments=getattr(tool_call, "arguments", None), id=getattr(tool_call, "id", None))
+
+
+class Session:
+    """Context management for one conversation under one policy.
+
+    Thread-safe: calls on one session are serialised; sessions share token caches.
+    """
+
+    def __init__(
+        self,
+        policy: Policy,
+        conv_id: str | None = None,
+        *,
+        summarizer: Summarizer | Callable[..., str] | None = None,
+        snapshot_store: SnapshotStore | None = None,
+        on_event: Callable[[dict[str, Any]], None] | None = None,
+        handover: Any = None,
+        counter: TokenCounter | None = None,
+        env: Mapping[str, str] | None = None,
+    ) -> None:
+        self.policy = policy
+        self.conv_id = conv_id or uuid.uuid4().hex[:12]
+        self._on_event = on_event
+        self._lock = threading.RLock()
+        self.registry = plugins.get_registry()
+        self.events: deque[dict[str, Any]] = deque(maxlen=1000)
+        self.stats = PreparedStats()
+        self.counter = counter or get_counter(policy.model, model_name=policy.model_name, on_event=None)
+        for fb in getattr(self.counter, "fallbacks", []) or []:
+            self._emit(str(fb.get("type", "tokenizer.fallback")), **{k: v for k, v in fb.items() if k != "type"})
+        self._growth = ToolGrowthEstimator(policy)
+        self._learned_window: int | None = None
+        self._decisions: dict[str, tuple[Unit, ...]] = {}
+        self._memory: dict[str, dict[str, Any]] = {}
+        self._layers: dict[tuple[str, int], Layer] = {}
+        self._overflow_attempts = 0
+        self._step = 0
+        self._seen_repairs: set[tuple[str, int]] = set()
+        self._status: dict[str, Any] | None = None
+        self._summarizer_override = _as_summarizer(summarizer)
+        self._summarizers: dict[tuple[str, str], Summarizer] = {}
+        self.ledger = self._make_ledger()
+        self._handover_text: str | None = None
+        if handover is not None:
+            self._load_handover(handover)
+        self.snapshots = snapshot_store if snapshot_store is not None else self._open_store(env)
+        self._tool_processor: Any = None
+
+    # ------------------------------------------------------------------ public API
+    @property
+    def status(self) -> dict[str, Any] | None:
+        """The last ``context.status`` event (None before the first ``prepare``)."""
+        return self._status
+
+    def budget(self) -> BudgetState:
+        """The budget in force now (learned tool growth and learned window included)."""
+        b = compute_budget(self.policy, tool_growth=self._growth.estimate())
+        if self._learned_window is not None and self._learned_window < b.window:
+            b = compute_budget(self._policy_with_window(self._learned_window), tool_growth=self._growth.estimate())
+        return b
+
+    def prepare(self, messages: Sequence[Mapping[str, Any]], tools: Sequence[Mapping[str, Any]] | None = None) -> list[Message]:
+        """The message list to send now: fits the budget, pairs intact, pinned kept."""
+        with self._lock:
+            self._overflow_attempts = 0
+            return self._prepare(messages, tools, force_overflow_layer=False)
+
+    def on_error(
+        self,
+        error: BaseException | str | Mapping[str, Any],
+        messages: Sequence[Mapping[str, Any]],
+        tools: Sequence[Mapping[str, Any]] | None = None,
+    ) -> list[Message] | None:
+        """Reactive compaction after a provider error.
+
+        Returns the messages to retry with, or None when ``error`` is not a
+        context overflow. Raises :class:`ContextOverflowError` once the
+        ``on_overflow`` layer's ``retries`` are used up without a successful call.
+        """
+        from ctxpolicy.layers.emergency import is_context_overflow, parse_limit
+
+        with self._lock:
+            if not is_context_overflow(error):
+                return None
+            limit = parse_limit(error)
+            if limit is not None:
+                self._learn_window(limit)
+            retries = int(self.policy.on_overflow.options.get("retries", 1))
+            self._overflow_attempts += 1
+            self.stats.reactive += 1
+            self._emit("context.overflow_error", attempt=self._overflow_attempts, retries=retries, limit=limit, error=str(error)[:500])
+            if self._overflow_attempts > retries:
+                raise ContextOverflowError(
+                    f"provider rejected the prompt {self._overflow_attempts} times in a row "
+                    f"(retries allowed: {retries}): {str(error)[:300]}",
+                    attempts=self._overflow_attempts,
+                    limit=limit,
+                )
+            return self._prepare(messages, tools, force_overflow_layer=True)
+
+    def record_usage(self, prompt_tokens: int, messages: Sequence[Mapping[str, Any]] | None = None) -> None:
+        """Tell the session the provider's own prompt count (reported in events)."""
+        self._emit("context.usage", prompt_tokens=int(prompt_tokens), counted=(self._status or {}).get("used"))
+
+    def add_tool_result(self, tool_call: Any, output: Any, *, step: int | None = None, meta: Mapping[str, Any] | None = None) -> str:
+        """Preprocess and snapshot one tool result; returns the text for the context."""
+        from ctxpolicy.toolresults import ToolResultProcessor
+
+        call = _tool_call_info(tool_call)
+        with self._lock:
+            if self._tool_processor is None:
+                self._tool_processor = ToolResultProcessor(self.policy, store=self.snapshots, registry=self.registry)
+            if step is None:
+                self._step += 1
+                step = self._step
+            else:
+                self._step = max(self._step, step)
+            outcome = self._tool_processor.process(call, output, conv_id=self.conv_id, step=step, meta=meta)
+            for ev in outcome.events:
+                ev = dict(ev)
+                self._emit(str(ev.pop("type", "tool.event")), **ev)
+            before = self.counter.count_text(outcome.raw_text)
+            after = self.counter.count_text(outcome.text)
+            self._growth.observe(call.name, after)
+            self.stats.tool_results += 1
+            self.stats.tool_tokens_before += before
+            self.stats.tool_tokens_after += after
+            self._emit(
+                "tool.preprocessed",
+                tool=call.name,
+                preprocessor=outcome.preprocessor,
+                chars_before=outcome.chars_before,
+                chars_after=outcome.chars_after,
+                tokens_before=before,
+                tokens_after=after,
+                snapshot=outcome.ref.uri if outcome.ref is not None else None,
+                step=step,
+            )
+            return outcome.text
+
+    def recall(self, ref: str, *, lines: Any = None, grep: str | None = None) -> str:
+        """The exact original of a snapshot (or a slice of it)."""
+        from ctxpolicy.recall import recall
+
+        if self.snapshots is None:
+            raise LookupError("this session has no snapshot store (snapshots.enabled is false)")
+        return recall(self.snapshots, ref, lines=lines, grep=grep)
+
+    def recall_tool(self) -> tuple[list[dict[str, Any]], Callable[[str, Any], str]]:
+        """OpenAI tool schemas (``ctx_recall``, ``ctx_search``) and their handler."""
+        from ctxpolicy.recall import handle_tool_call, recall_tools
+
+        store = self.snapshots
+
+        def handler(name: str, arguments: Any) -> str:
+            if store is None:
+                return "Error: no snapshot store is configured for this session."
+            return handle_tool_call(store, self.conv_id, name, arguments)
+
+        return recall_tools(), handler
+
+    def handover(self) -> Any:
+        """A :class:`ctxpolicy.handover.Handover` built from the ledger and context."""
+        from ctxpolicy.handover import build_handover
+
+        return build_handover(self)
+
+    # ------------------------------------------------------------------ internals
+    def _emit(self, type_: str, **fields: Any) -> dict[str, Any]:
+        event = {"type": type_, "conv_id": self.conv_id, "ts": round(time.time(), 6), **fields}
+        self.events.append(event)
+        if self._on_event is not None:
+            try:
+                self._on_event(event)
+            except Exception as exc:  # an observer must not break the agent
+                self.events.append({"type": "observer.failed", "conv_id": self.conv_id, "error": repr(exc)})
+        for problem in plugins.emit_event(event):
+            self.events.append({"type": "observer.failed", "conv_id": self.conv_id, "error": problem})
+        return event
+
+    def _make_ledger(self) -> Any:
+        if not self.policy.ledger.enabled:
+            return None
+        from ctxpolicy.ledger import Ledger
+
+        return Ledger(max_tokens=self.policy.ledger.max_tokens, constraints=tuple(self.policy.constraints))
+
+    def _load_handover(self, handover: Any) -> None:
+        from ctxpolicy.handover import Handover
+
+        if isinstance(handover, Mapping):
+            handover = Handover.model_validate(handover)
+        elif isinstance(handover, str):
+            handover = Handover.model_validate_json(handover)
+        self._handover_text = handover.as_text()
+
+    def _open_store(self, env: Mapping[str, str] | None) -> SnapshotStore | None:
+        if not self.policy.snapshots.enabled:
+            return None
+        from ctxpolicy.toolresults import open_store
+
+        try:
+            return open_store(self.policy, self.registry, env=env)
+        except Exception as exc:
+            self._emit("snapshot.unavailable", error=repr(exc))
+            return None
+
+    def _policy_with_window(self, window: int) -> Policy:
+        budget = self.policy.budget.model_copy(update={"window": window})
+        return self.policy.model_copy(update={"budget": budget})
+
+    def _learn_window(self, limit: int) -> None:
+        current = self.budget().window
+        if limit < current:
+            self._learned_window = limit
+            self._emit("context.window_learned", window=limit, previous=current)
+
+    def _layer(self, step: ResolvedStep, index: int) -> Layer:
+        key = (step.layer, index)
+        layer = self._layers.get(key)
+        if layer is None:
+            cls = self.registry.get("layer", step.layer)
+            if cls is None:
+                raise LookupError(f"no plugin provides layer {step.layer!r}")
+            layer = cls(cls.Options.model_validate(step.options))  # type: ignore[assignment]
+            assert isinstance(layer, Layer)
+            self._layers[key] = layer
+        return layer
+
+    def _get_summarizer(self, name: str, options: Mapping[str, Any]) -> Summarizer:
+        if self._summarizer_override is not None:
+            return self._summarizer_override
+        okey = (name, repr(sorted(options.items())))
+        s = self._summarizers.get(okey)
+        if s is None:
+            cls = self.registry.get("summarizer", name)
+            if cls is None:
+                raise LookupError(f"no plugin provides summarizer {name!r}")
+            s = cls(cls.Options.model_validate(dict(options)))  # type: ignore[assignment]
+            assert isinstance(s, Summarizer)
+            self._summarizers[okey] = s
+        return s
+
+    def _count(self, units: Sequence[Unit]) -> int:
+        return self.counter.count_messages(render(units))
+
+    def _special_units(self) -> list[Unit]:
+        out: list[Unit] = []
+        if self._handover_text:
+            out.append(Unit(kind="ledger", messages=({"role": "system", "content": f"{HANDOVER_MARK}\n{self._handover_text}"},), key="handover", pinned=True))
+        if self.ledger is not None:
+            text = self.ledger.render()
+            if text:
+                out.append(Unit(kind="ledger", messages=({"role": "system", "content": f"{LEDGER_MARK}\n{text}"},), key="ledger", pinned=True))
+        return out
+
+    def _strip_own(self, messages: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+        """Drop ledger/handover messages of ours that an agent fed back in."""
+        out = []
+        for m in messages:
+            if isinstance(m, Mapping) and m.get("role") == "system":
+                text = m.get("content")
+                if isinstance(text, str) and (text.startswith(LEDGER_MARK) or text.startswith(HANDOVER_MARK)):
+                    continue
+            out.append(m)
+        return out
+
+    def _view(self, originals: list[Unit]) -> list[Unit]:
+        keys = {u.key for u in originals}
+        if self._decisions and any(k not in keys for k in self._decisions):
+            self._emit("context.reset", reason="history changed: earlier messages were edited or removed")
+            self._decisions = {}
+        view: list[Unit] = []
+        for u in originals:
+            if u.key in self._decisions and not u.pinned:
+                view.extend(self._decisions[u.key])
+            else:
+                view.append(u)
+        return view
+
+    def _remember(self, view: Sequence[Unit], originals: Sequence[Unit]) -> None:
+        """Derive the sticky decisions from the current view."""
+        by_key = {u.key: u for u in originals}
+        decisions: dict[str, list[Unit]] = {}
+        covered: set[str] = set()
+        anchor: str | None = None
+        for u in view:
+            if u.kind == "ledger":
+                continue
+            covered.update(u.origin)
+            first = u.origin[0]
+            if first in by_key:
+                anchor = first
+                if by_key.get(u.key) is u or (u.key == first and by_key[first].messages == u.messages):
+                    if first in decisions:
+                        decisions[first].append(u)
+                    continue
+                decisions.setdefault(first, []).append(u)
+            elif anchor is not None:  # a new unit replacing nothing: keep it after its predecessor
+                if anchor not in decisions:
+                    decisions[anchor] = [by_key[anchor]]
+                decisions[anchor].append(u)
+        for k in by_key:
+            if k not in covered:
+                decisions[k] = []
+        self._decisions = {k: tuple(v) for k, v in decisions.items()}
+
+    def _prepare(
+        self,
+        messages: Sequence[Mapping[str, Any]],
+        tools: Sequence[Mapping[str, Any]] | None,
+        *,
+        force_overflow_layer: bool,
+    ) -> list[Message]:
+        started = time.perf_counter()
+        pol = self.policy
+        if isinstance(messages, (str, bytes)) or not isinstance(messages, Sequence):
+            raise TypeError("messages must be a list of OpenAI chat messages (dicts)")
+        msgs = self._strip_own(messages)
+        fps = [self.counter.fingerprint(m) if isinstance(m, Mapping) else "" for m in msgs]
+        originals, repairs = to_units(
+            msgs,
+            pin_system=pol.pinned.system,
+            pin_first_user=pol.pinned.first_user,
+            pin_last_user=pol.pinned.last_user,
+            fingerprints=fps,
+        )
+        for r in repairs:
+            if (r.kind, r.index) not in self._seen_repairs:
+                self._seen_repairs.add((r.kind, r.index))
+                self._emit("conversation.repaired", repair=r.kind, index=r.index, detail=r.detail)
+        view = self._view(originals)
+        specials = self._special_units()
+        view = _insert_specials(view, specials)
+        tools_tokens = self.counter.count_tools(tools) if tools else 0
+        count = lambda units: self._count(units) + tools_tokens  # noqa: E731
+        used = count(view)
+        tokens_in = self.counter.count_messages(render(originals)) + tools_tokens
+        budget = self.budget()
+        state = budget.state_for(used)
+        compact_layer: str | None = None
+        changed = False
+
+        steps: list[tuple[int, ResolvedStep]] = [(i, s) for i, s in enumerate(pol.pipeline)]
+        if force_overflow_layer:
+            steps = [(-1, pol.on_overflow)]
+        for index, step in steps:
+            if not force_overflow_layer:
+                if used <= budget.target:
+                    break
+                if state < State(step.at):
+                    continue
+            new_view, new_used = self._run_layer(step, index, view, used, budget, state, count)
+            if new_view is not None:
+                view, used = new_view, new_used
+                state = budget.state_for(used)
+                compact_layer = step.layer
+                changed = True
+        # Last line of defence before a request the provider would reject.
+        if not force_overflow_layer and used > budget.trigger and pol.on_overflow.layer:
+            new_view, new_used = self._run_layer(pol.on_overflow, -1, view, used, budget, state, count)
+            if new_view is not None:
+                view, used = new_view, new_used
+                state = budget.state_for(used)
+                compact_layer = pol.on_overflow.layer
+                changed = True
+        hard_limit = budget.window - budget.reserve_output
+        if used > hard_limit:
+            squeezed, new_used = self._squeeze(view, used, hard_limit, count)
+            if new_used < used:
+                view, used, changed = squeezed, new_used, True
+                state = budget.state_for(used)
+                compact_layer = compact_layer or "squeeze"
+        if changed:
+            self._remember(view, originals)
+            specials = self._special_units()  # the ledger may have grown
+            view = _insert_specials([u for u in view if u.kind != "ledger"], specials)
+            used = count(view)
+            state = budget.state_for(used)
+        out = render(view)
+        violations = check_messages(out)
+        if violations:  # pragma: no cover - layers are checked one by one
+            self._emit("engine.invariant_failed", violations=[v.detail for v in violations])
+            out = render(originals)
+            used = count(originals)
+            state = budget.state_for(used)
+        if used > hard_limit or used > budget.trigger:
+            self.stats.overflows += 1
+            self._emit(
+                "context.overflow",
+                used=used,
+                trigger=budget.trigger,
+                hard_limit=hard_limit,
+                reason="pinned content and the most recent rounds alone exceed the budget",
+            )
+        self.stats.prepares += 1
+        self.stats.tokens_in += tokens_in
+        self.stats.tokens_sent += used
+        self._status = self._emit(
+            "context.status",
+            used=used,
+            budget=budget.trigger,
+            ratio=round(budget.ratio(used), 4),
+            state=state.value,
+            compact_layer=compact_layer,
+            window=budget.window,
+            trigger=budget.trigger,
+            target=budget.target,
+            tokenizer=self.counter.name,
+            approximate=self.counter.approximate,
+            messages=len(out),
+            messages_in=len(msgs),
+            tokens_in=tokens_in,
+            duration_ms=round((time.perf_counter() - started) * 1000, 3),
+        )
+        return out
+
+    def _run_layer(
+        self,
+        step: ResolvedStep,
+        index: int,
+        view: list[Unit],
+        used: int,
+        budget: BudgetState,
+        state: State,
+        count: Callable[[Sequence[Unit]], int],
+    ) -> tuple[list[Unit] | None, int]:
+        plugin = self.registry.plugin_of("layer", step.layer) or "?"
+        target = budget.target
+        if self.policy.cache.preserve_prefix and self.policy.cache.min_gain_tokens:
+            target = min(target, used - self.policy.cache.min_gain_tokens)
+        memory = self._memory.setdefault(f"{step.layer}#{index}", {})
+        layer_name = step.layer
+
+        def emit(type_: str, **fields: Any) -> None:
+            self._emit(type_, layer=layer_name, plugin=plugin, **fields)
+
+        ctx = CompactionContext(
+            count=count,
+            used=used,
+            window=budget.window,
+            trigger=budget.trigger,
+            target=max(0, target),
+            state=state,
+            conv_id=self.conv_id,
+            summarizer=self._get_summarizer,
+            emit=emit,
+            memory=memory,
+            snapshots=self.snapshots,
+            ledger=self.ledger,
+            constraints=tuple(self.policy.constraints),
+            count_text=self.counter.count_text,
+        )
+        started = time.perf_counter()
+        before = list(view)
+        try:
+            layer = self._layer(step, index)
+            result = layer.apply(ctx, tuple(before))
+            if not isinstance(result, LayerResult):
+                raise TypeError(f"apply() returned {type(result).__name__}, not LayerResult")
+            new_units = list(result.units)
+            if not all(isinstance(u, Unit) for u in new_units):
+                raise TypeError("apply() returned something that is not a Unit")
+        except Exception as exc:
+            self.stats.layer_failures[step.layer] += 1
+            emit("layer.failed", error=f"{type(exc).__name__}: {exc}"[:500])
+            return None, used
+        if [u.key for u in new_units] == [u.key for u in before] and all(a is b for a, b in zip(new_units, before, strict=True)):
+            return None, used
+        problems = [v.detail for v in check_units(before, new_units)]
+        new_used = count(new_units)
+        if new_used > used:
+            problems.append(f"returned {new_used} tokens from {used}")
+        if problems:
+            self.stats.layer_failures[step.layer] += 1
+            emit("layer.rejected", problems=problems[:10])
+            return None, used
+        if self.ledger is not None and result.dropped:
+            try:
+                self.ledger.update(result.dropped)
+            except Exception as exc:  # pragma: no cover - ledger is ours
+                emit("ledger.failed", error=repr(exc))
+        lost: list[str] = []
+        try:
+            from ctxpolicy.facts import lost_facts
+
+            ledger_text = self.ledger.render() if self.ledger is not None else ""
+            lost = lost_facts(before, new_units, ledger_text or "")
+        except Exception:  # pragma: no cover - facts are best effort
+            lost = []
+        self.stats.compactions[step.layer] += 1
+        emit(
+            "context.compacted",
+            before=used,
+            after=new_used,
+            units_before=len(before),
+            units_after=len(new_units),
+            units_removed=len(result.dropped),
+            duration_ms=round((time.perf_counter() - started) * 1000, 3),
+            report=result.report,
+            lost_facts=lost[:50],
+        )
+        return new_units, new_used
+
+    def _squeeze(
+        self, view: list[Unit], used: int, limit: int, count: Callable[[Sequence[Unit]], int]
+    ) -> tuple[list[Unit], int]:
+        """Truncate the largest tool results of unpinned steps until the view fits.
+
+        Only reached when every layer is done and the context still exceeds
+        ``window − reserve_output`` (e.g. one giant result in the last round).
+        """
+        units = list(view)
+        for _ in range(64):
+            if used <= limit:
+                break
+            best: tuple[int, int, int] | None = None  # (size, unit index, message index)
+            for ui, u in enumerate(units):
+                if u.pinned or u.kind != "step":
+                    continue
+                for mi, m in enumerate(u.messages):
+                    if m.get("role") == "tool":
+                        size = len(content_text(m.get("content")))
+                        if size > 400 and (best is None or size > best[0]):
+                            best = (size, ui, mi)
+            if best is None:
+                break
+            size, ui, mi = best
+            excess_chars = (used - limit) * 4 + 200
+            keep = max(200, size - excess_chars)
+            text = content_text(units[ui].messages[mi].get("content"))
+            head, tail = text[: keep // 2], text[len(text) - keep // 2 :]
+            cut = _SQUEEZE_MARK.format(n=len(text) - len(head) - len(tail))
+            msgs = list(units[ui].messages)
+            msgs[mi] = {**msgs[mi], "content": f"{head}\n{cut}\n{tail}"}
+            units[ui] = units[ui].replace(messages=msgs)
+            used = count(units)
+        return units, used
+
+
+def _insert_specials(view: list[Unit], specials: list[Unit]) -> list[Unit]:
+    if not specials:
+        return view
+    i = 0
+    while i < len(view) and view[i].kind == "system":
+        i += 1
+    return pin_units(
+        [*view[:i], *specials, *view[i:]], system=False, first_user=False, last_user=False
+    )
+
+
+def _as_summarizer(obj: Summarizer | Callable[..., str] | None) -> Summarizer | None:
+    if obj is None or isinstance(obj, Summarizer):
+        return obj
+    if callable(obj):
+        from ctxpolicy.summarizers.callable import CallableSummarizer
+
+        return CallableSummarizer.from_function(obj)
+    raise TypeError("summarizer must be a ctxpolicy.Summarizer or a function")
+
+
+def prepare(
+    messages: Sequence[Mapping[str, Any]],
+    *,
+    policy: Policy | str,
+    agent: str = "default",
+    tools: Sequence[Mapping[str, Any]] | None = None,
+    **session_options: Any,
+) -> list[Message]:
+    """One-shot: prepare ``messages`` under a policy (object or file path)."""
+    if not isinstance(policy, Policy):
+        from ctxpolicy.policy.resolve import load_policy
+
+        policy = load_policy(policy, agent=agent)
+    return Session(policy, **session_options).prepare(messages, tools=tools)

@@ -1,0 +1,210 @@
+"""The Session: pipeline, isolation of layers, sticky decisions, reactive path."""
+
+from __future__ import annotations
+
+import copy
+import types
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import pytest
+
+from ctxpolicy import plugins
+from ctxpolicy.components import CompactionContext, Layer, LayerResult
+from ctxpolicy.conversation import Unit, check_messages
+from ctxpolicy.engine import LEDGER_MARK, ContextOverflowError, Session
+from ctxpolicy.plugins import hookimpl
+from tests.engine_helpers import conversation, make_policy
+
+
+class DropOldest(Layer):
+    """Drops the oldest unpinned step until the target is met (test layer)."""
+
+    name = "t_drop_oldest"
+    calls = 0
+
+    def apply(self, ctx: CompactionContext, units: Sequence[Unit]) -> LayerResult:
+        type(self).calls += 1
+        out = list(units)
+        dropped = []
+        while ctx.count(out) > ctx.target:
+            idx = next((i for i, u in enumerate(out) if u.kind == "step" and not u.pinned), None)
+            if idx is None:
+                break
+            dropped.append(out.pop(idx))
+        return LayerResult(out, dropped=dropped, report={"dropped": len(dropped)})
+
+
+class Raises(Layer):
+    name = "t_raises"
+
+    def apply(self, ctx: CompactionContext, units: Sequence[Unit]) -> LayerResult:
+        raise RuntimeError("layer bug")
+
+
+class BreaksPairs(Layer):
+    name = "t_breaks_pairs"
+
+    def apply(self, ctx: CompactionContext, units: Sequence[Unit]) -> LayerResult:
+        out = []
+        for u in units:
+            if u.kind == "step" and len(u.messages) > 1:
+                out.append(u.replace(messages=u.messages[:1]))  # tool results removed
+            else:
+                out.append(u)
+        return LayerResult(out)
+
+
+class Grows(Layer):
+    name = "t_grows"
+
+    def apply(self, ctx: CompactionContext, units: Sequence[Unit]) -> LayerResult:
+        out = list(units)
+        i = next(i for i, u in enumerate(out) if u.kind == "step")
+        msg = dict(out[i].messages[0])
+        msg["content"] = (msg.get("content") or "") + " padding" * 500
+        out[i] = out[i].replace(messages=(msg, *out[i].messages[1:]))
+        return LayerResult(out)
+
+
+@pytest.fixture
+def test_layers() -> Iterator[None]:
+    mod = types.ModuleType("engine_test_layers")
+
+    def reg(register: Any) -> None:
+        for cls in (DropOldest, Raises, BreaksPairs, Grows):
+            register(cls)
+
+    mod.ctxpolicy_register_layers = hookimpl(reg)  # type: ignore[attr-defined]
+    plugins.register_plugin(mod, name="engine_test_layers")
+    DropOldest.calls = 0
+    yield
+    plugins.unregister_plugin("engine_test_layers")
+
+
+def _events(session: Session, type_: str) -> list[dict[str, Any]]:
+    return [e for e in session.events if e["type"] == type_]
+
+
+def test_small_conversation_passes_unchanged() -> None:
+    s = Session(make_policy())
+    msgs = conversation(2, 100)
+    out = s.prepare(msgs)
+    assert out == msgs
+    st = s.status
+    assert st is not None
+    assert {"type", "used", "budget", "ratio", "state", "compact_layer"} <= set(st)
+    assert st["state"] == "normal" and st["compact_layer"] is None
+    assert st["budget"] == 8000 - 1000  # window − reserve_output (max_output_tokens)
+
+
+def test_pipeline_compacts_to_target_and_records_ledger(test_layers: None) -> None:
+    pol = make_policy(pipeline=[{"layer": "t_drop_oldest", "at": "warning", "options": {}}])
+    s = Session(pol)
+    msgs = conversation(12, 2000)
+    before = copy.deepcopy(msgs)
+    out = s.prepare(msgs)
+    assert msgs == before  # input never mutated
+    st = s.status
+    assert st is not None
+    assert st["compact_layer"] == "t_drop_oldest"
+    assert check_messages(out) == []
+    assert out[0] == msgs[0] and out[-1] == msgs[-1]
+    assert any(m["content"] == msgs[1]["content"] for m in out)  # first user pinned
+    assert any(isinstance(m.get("content"), str) and m["content"].startswith(LEDGER_MARK) for m in out)
+    compacted = _events(s, "context.compacted")
+    assert compacted and compacted[0]["after"] < compacted[0]["before"]
+    assert compacted[0]["plugin"] == "engine_test_layers"
+
+
+def test_decisions_are_sticky_across_calls(test_layers: None) -> None:
+    pol = make_policy(pipeline=[{"layer": "t_drop_oldest", "at": "warning", "options": {}}])
+    s = Session(pol)
+    msgs = conversation(12, 2000)
+    first = s.prepare(msgs)
+    calls_after_first = DropOldest.calls
+    msgs2 = [*msgs, {"role": "assistant", "content": "ok"}, {"role": "user", "content": "go on"}]
+    second = s.prepare(msgs2)
+    # the earlier drop is re-applied without running the layer again (below target)
+    if s.status and s.status["used"] <= s.budget().target:
+        assert DropOldest.calls == calls_after_first
+    assert second[: len(first) - 1] == first[:-1]
+    assert check_messages(second) == []
+
+
+@pytest.mark.parametrize("layer,event", [("t_raises", "layer.failed"), ("t_breaks_pairs", "layer.rejected"), ("t_grows", "layer.rejected")])
+def test_bad_layers_are_isolated(test_layers: None, layer: str, event: str) -> None:
+    pol = make_policy(
+        pipeline=[
+            {"layer": layer, "at": "warning", "options": {}},
+            {"layer": "t_drop_oldest", "at": "warning", "options": {}},
+        ]
+    )
+    s = Session(pol)
+    msgs = conversation(12, 2000)
+    out = s.prepare(msgs)
+    evs = _events(s, event)
+    assert len(evs) == 1 and evs[0]["layer"] == layer and evs[0]["plugin"] == "engine_test_layers"
+    assert s.stats.layer_failures[layer] == 1
+    assert check_messages(out) == []
+    assert s.status is not None and s.status["compact_layer"] == "t_drop_oldest"
+
+
+def test_on_error_ignores_other_errors() -> None:
+    s = Session(make_policy())
+    assert s.on_error(ValueError("rate limited"), conversation(2, 100)) is None
+
+
+def test_on_error_runs_emergency_then_gives_up() -> None:
+    s = Session(make_policy(on_overflow={"layer": "emergency", "options": {"keep_recent_rounds": 2, "retries": 1}}))
+    msgs = conversation(6, 300)
+    s.prepare(msgs)
+    err = "This model's maximum context length is 8000 tokens. However, your messages resulted in 9000 tokens."
+    retry = s.on_error(err, msgs)
+    assert retry is not None
+    assert check_messages(retry) == []
+    steps = [m for m in retry if m["role"] == "assistant"]
+    assert len(steps) == 2  # keep_recent_rounds
+    with pytest.raises(ContextOverflowError) as info:
+        s.on_error(err, msgs)
+    assert info.value.attempts == 2
+    s.prepare(msgs)  # a new call resets the count
+    assert s.on_error(err, msgs) is not None
+
+
+def test_window_is_learned_from_the_error() -> None:
+    s = Session(make_policy(model={"context_window": 32000, "max_output_tokens": 1000, "tokenizer": "cl100k_base"}))
+    msgs = conversation(4, 300)
+    s.prepare(msgs)
+    s.on_error("maximum context length is 6000 tokens", msgs)
+    learned = _events(s, "context.window_learned")
+    assert learned and learned[0]["window"] == 6000
+    assert s.budget().window == 6000
+
+
+def test_feeding_prepared_output_back_does_not_duplicate_the_ledger(test_layers: None) -> None:
+    pol = make_policy(pipeline=[{"layer": "t_drop_oldest", "at": "warning", "options": {}}])
+    s = Session(pol)
+    out = s.prepare(conversation(12, 2000))
+    again = s.prepare([*out, {"role": "user", "content": "next"}])
+    ledgers = [m for m in again if isinstance(m.get("content"), str) and m["content"].startswith(LEDGER_MARK)]
+    assert len(ledgers) == 1
+    assert check_messages(again) == []
+
+
+def test_observer_callback_gets_every_event() -> None:
+    seen: list[dict[str, Any]] = []
+    s = Session(make_policy(), on_event=seen.append, conv_id="c1")
+    s.prepare(conversation(1, 10))
+    assert [e["type"] for e in seen][-1] == "context.status"
+    assert all(e["conv_id"] == "c1" for e in seen)
+
+
+def test_giant_last_result_is_squeezed_to_fit() -> None:
+    s = Session(make_policy(pipeline=[]))
+    msgs = conversation(1, 60_000)
+    out = s.prepare(msgs)
+    st = s.status
+    assert st is not None
+    assert st["used"] <= 8000 - 1000
+    assert check_messages(out) == []
