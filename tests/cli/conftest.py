@@ -1,0 +1,44 @@
+"""Shared fixtures of the CLI tests."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+ROOT = Path(__file__).resolve().parents[2]
+DATA = Path(__file__).resolve().parent / "data"
+BIN = Path(sys.executable).parent
+CTXPOLICY = BIN / "ctxpolicy"
+
+
+def needs(module: str) -> None:
+    """Skip when a module of another work package is not there yet."""
+    pytest.importorskip(module)
+
+
+@pytest.fixture
+def runner() -> CliRunner:
+    return CliRunner()
+
+
+@pytest.fixture
+def in_root(monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.chdir(ROOT)
+    return ROOT
+
+
+@pytest.fixture
+def console_script() -> Path:
+    if not CTXPOLICY.exists():
+        pytest.skip(f"console script not installed at {CTXPOLICY}")
+    return CTXPOLICY
+
+
+def subprocess_env() -> dict[str, str]:
+    env = dict(os.environ)
+    env.pop("CTXPOLICY_PLUGINS", None)
+    return env
