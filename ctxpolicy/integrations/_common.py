@@ -1,0 +1,147 @@
+"""Shared helpers of the SDK adapters: optional imports, sessions, the retry loop."""
+
+from __future__ import annotations
+
+import importlib
+import json
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from types import ModuleType
+from typing import TYPE_CHECKING, Any, TypeVar
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ctxpolicy.engine import Session
+    from ctxpolicy.policy.models import Policy
+
+T = TypeVar("T")
+Message = dict[str, Any]
+
+
+def require(module: str, extra: str) -> ModuleType:
+    """Import an optional SDK, or fail with the pip command that installs it."""
+    try:
+        return importlib.import_module(module)
+    except ImportError as exc:
+        raise ImportError(
+            f"ctxpolicy.integrations.{extra} needs the {module!r} package, which is not "
+            f"installed: pip install 'ctxpolicy[{extra}]'"
+        ) from exc
+
+
+def is_given(value: Any) -> bool:
+    """False for None and the SDKs' ``NOT_GIVEN`` / ``omit`` sentinels."""
+    if value is None:
+        return False
+    return type(value).__name__ not in ("NotGiven", "Omit")
+
+
+def as_session(
+    session: Session | Policy | str, *, agent: str = "default", **options: Any
+) -> Session:
+    """A :class:`~ctxpolicy.Session` from a session, a resolved policy or a policy file."""
+    from ctxpolicy.engine import Session
+    from ctxpolicy.policy.models import Policy
+
+    if isinstance(session, Session):
+        return session
+    if isinstance(session, Policy):
+        return Session(session, **options)
+    if isinstance(session, str) or hasattr(session, "__fspath__"):
+        from ctxpolicy import load_policy
+
+        return Session(load_policy(session, agent=agent), **options)
+    raise TypeError(
+        f"expected a ctxpolicy.Session, a Policy or a policy file path, not {type(session).__name__}"
+    )
+
+
+def to_plain(obj: Any) -> Any:
+    """A JSON-like copy of SDK objects (pydantic models, TypedDicts, lists)."""
+    if isinstance(obj, Mapping):
+        return {str(k): to_plain(v) for k, v in obj.items() if is_given(v) or v is None}
+    if isinstance(obj, list | tuple):
+        return [to_plain(v) for v in obj]
+    dump = getattr(obj, "model_dump", None)
+    if callable(dump):
+        try:
+            return to_plain(dump(exclude_none=True, mode="json"))
+        except TypeError:  # pragma: no cover - very old pydantic-like objects
+            return to_plain(dump())
+    return obj
+
+
+def json_args(value: Any) -> str:
+    """Tool-call arguments as the JSON string OpenAI messages carry."""
+    if isinstance(value, str):
+        return value
+    return json.dumps(value if value is not None else {}, ensure_ascii=False)
+
+
+def parse_args(value: Any) -> Any:
+    """Tool-call arguments as an object (Anthropic ``input``, LangChain ``args``)."""
+    if isinstance(value, str):
+        try:
+            return json.loads(value) if value.strip() else {}
+        except ValueError:
+            return {"_raw": value}
+    return value if value is not None else {}
+
+
+def call_with_retry(
+    session: Session,
+    messages: Sequence[Mapping[str, Any]],
+    tools: Sequence[Mapping[str, Any]] | None,
+    send: Callable[[list[Message]], T],
+    *,
+    catch: tuple[type[BaseException], ...] = (Exception,),
+) -> T:
+    """``send(session.prepare(messages))``; on a context overflow, reactive retry.
+
+    An exception of type ``catch`` is shown to ``session.on_error``: not an overflow
+    re-raises it, an overflow retries with the compacted messages, and the session
+    raises :class:`~ctxpolicy.ContextOverflowError` once its retries are used up.
+    """
+    prepared = session.prepare(messages, tools=tools)
+    while True:
+        try:
+            return send(prepared)
+        except catch as exc:
+            retry = session.on_error(exc, messages, tools)
+            if retry is None:
+                raise
+            prepared = retry
+
+
+async def acall_with_retry(
+    session: Session,
+    messages: Sequence[Mapping[str, Any]],
+    tools: Sequence[Mapping[str, Any]] | None,
+    send: Callable[[list[Message]], Awaitable[T]],
+    *,
+    catch: tuple[type[BaseException], ...] = (Exception,),
+) -> T:
+    """Async twin of :func:`call_with_retry`."""
+    prepared = session.prepare(messages, tools=tools)
+    while True:
+        try:
+            return await send(prepared)
+        except catch as exc:
+            retry = session.on_error(exc, messages, tools)
+            if retry is None:
+                raise
+            prepared = retry
+
+
+class Proxy:
+    """Delegates every attribute it does not define to the wrapped object."""
+
+    def __init__(self, inner: Any) -> None:
+        self._inner = inner
+
+    def __getattr__(self, name: str) -> Any:  # only called for names not found here
+        return getattr(object.__getattribute__(self, "_inner"), name)
+
+    def __dir__(self) -> list[str]:
+        return sorted(set(dir(type(self))) | set(dir(object.__getattribute__(self, "_inner"))))
+
+    def __repr__(self) -> str:
+        return f"<ctxpolicy {type(self).__name__} of {object.__getattribute__(self, '_inner')!r}>"

@@ -1,0 +1,433 @@
+"""OpenAI SDK adapter (extra ``openai``): budgeted chat completions and responses.
+
+::
+
+    import openai, ctxpolicy
+    from ctxpolicy.integrations.openai import wrap
+
+    session = ctxpolicy.Session(ctxpolicy.load_policy("policies/agents.yaml", agent="coding_agent"))
+    client = wrap(openai.OpenAI(base_url="http://localhost:8000/v1"), session)
+    resp = client.chat.completions.create(model="m", messages=history, tools=tools)
+
+``wrap`` returns a proxy of the client — the client class is never patched. Its
+``chat.completions.create`` (and ``parse``) sends ``session.prepare(messages,
+tools)`` instead of ``messages`` (the tool schemas are counted), records the
+provider's ``usage.prompt_tokens``, and on an API error that is a context overflow
+(``context_length_exceeded``, "maximum context length", vLLM/Ollama/LiteLLM
+wordings — see :func:`ctxpolicy.layers.emergency.is_context_overflow`) runs the
+policy's ``on_overflow`` layer and retries; the session bounds the retries and then
+raises :class:`ctxpolicy.ContextOverflowError`. ``responses.create(input=[...])``
+does the same for Responses API item lists (see :class:`ResponsesInput`).
+Everything else (``models``, ``embeddings``, ``with_raw_response`` …) is the
+client's own. Works with ``openai.OpenAI``, ``openai.AsyncOpenAI``, Azure clients
+and any OpenAI-compatible server through ``base_url``.
+
+Your history is never modified: keep appending to it; each call prepares it anew
+(sticky decisions inside the session keep the prefix stable between calls).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from ctxpolicy.conversation import content_text, message_fingerprint
+from ctxpolicy.integrations._common import (
+    Message,
+    Proxy,
+    acall_with_retry,
+    as_session,
+    call_with_retry,
+    is_given,
+    json_args,
+    require,
+    to_plain,
+)
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ctxpolicy.engine import Session
+
+__all__ = [
+    "OpenAIWrapper",
+    "ResponsesInput",
+    "prepare_chat",
+    "prepare_responses_input",
+    "wrap",
+]
+
+
+def _openai() -> Any:
+    return require("openai", "openai")
+
+
+def _is_async(client: Any) -> bool:
+    import inspect
+
+    try:
+        create = client.chat.completions.create
+    except AttributeError:
+        return False
+    return inspect.iscoroutinefunction(create)
+
+
+def wrap(
+    client: Any, session: Session | Any, *, agent: str = "default", record_usage: bool = True
+) -> OpenAIWrapper:
+    """A proxy of ``client`` (sync or async) whose model calls go through ``session``.
+
+    ``session`` is a :class:`ctxpolicy.Session` (one per conversation), or a policy
+    (object or file path + ``agent``) from which a new session is made.
+    """
+    _openai()
+    return OpenAIWrapper(client, as_session(session, agent=agent), record_usage=record_usage)
+
+
+def prepare_chat(
+    session: Session, messages: Sequence[Any], tools: Sequence[Any] | None = None
+) -> list[Message]:
+    """``session.prepare`` for messages that may be SDK objects (``resp.choices[0].message``)."""
+    return session.prepare(
+        [to_plain(m) for m in messages], tools=to_plain(list(tools)) if tools else None
+    )
+
+
+class OpenAIWrapper(Proxy):
+    """The wrapped client: ``.chat.completions``, ``.responses``, the rest delegated."""
+
+    def __init__(self, client: Any, session: Session, *, record_usage: bool = True) -> None:
+        super().__init__(client)
+        self.session = session
+        self.record_usage = record_usage
+        self.is_async = _is_async(client)
+        self.chat = _Chat(client.chat, self)
+        if hasattr(client, "responses"):
+            self.responses = _Responses(client.responses, self)
+
+    @property
+    def wrapped(self) -> Any:
+        """The original client."""
+        return self._inner
+
+    def with_options(self, **options: Any) -> OpenAIWrapper:
+        """``client.with_options(...)``, still wrapped with the same session."""
+        return OpenAIWrapper(
+            self._inner.with_options(**options), self.session, record_usage=self.record_usage
+        )
+
+    def copy(self, **options: Any) -> OpenAIWrapper:
+        return OpenAIWrapper(
+            self._inner.copy(**options), self.session, record_usage=self.record_usage
+        )
+
+    # -- internals --------------------------------------------------------------------
+    def _usage(self, resp: Any) -> None:
+        if not self.record_usage:
+            return
+        usage = getattr(resp, "usage", None)
+        tokens = getattr(usage, "prompt_tokens", None)
+        if tokens is None:
+            tokens = getattr(usage, "input_tokens", None)
+        if isinstance(tokens, int) and tokens > 0:
+            self.session.record_usage(tokens)
+
+    def _chat(self, fn: Callable[..., Any], kwargs: dict[str, Any]) -> Any:
+        if "messages" not in kwargs:
+            return fn(**kwargs)
+        kwargs = dict(kwargs)
+        messages = [to_plain(m) for m in kwargs.pop("messages")]
+        tools = kwargs.get("tools")
+        plain_tools = to_plain(list(tools)) if is_given(tools) else None
+        catch = (_openai().APIStatusError,)
+        if self.is_async:
+
+            async def asend(prepared: list[Message]) -> Any:
+                resp = await fn(messages=prepared, **kwargs)
+                self._usage(resp)
+                return resp
+
+            return acall_with_retry(self.session, messages, plain_tools, asend, catch=catch)
+
+        def send(prepared: list[Message]) -> Any:
+            resp = fn(messages=prepared, **kwargs)
+            self._usage(resp)
+            return resp
+
+        return call_with_retry(self.session, messages, plain_tools, send, catch=catch)
+
+    def _responses(self, fn: Callable[..., Any], kwargs: dict[str, Any]) -> Any:
+        items = kwargs.get("input")
+        if not is_given(items) or isinstance(items, str):
+            if self.is_async:
+
+                async def passthrough() -> Any:
+                    resp = await fn(**kwargs)
+                    self._usage(resp)
+                    return resp
+
+                return passthrough()
+            resp = fn(**kwargs)
+            self._usage(resp)
+            return resp
+        kwargs = dict(kwargs)
+        kwargs.pop("input")
+        instructions = kwargs.get("instructions")
+        conv = ResponsesInput(
+            list(items), instructions=instructions if is_given(instructions) else None
+        )
+        tools = kwargs.get("tools")
+        plain_tools = to_plain(list(tools)) if is_given(tools) else None
+        catch = (_openai().APIStatusError,)
+        if self.is_async:
+
+            async def asend(prepared: list[Message]) -> Any:
+                resp = await fn(input=conv.to_items(prepared), **kwargs)
+                self._usage(resp)
+                return resp
+
+            return acall_with_retry(self.session, conv.messages, plain_tools, asend, catch=catch)
+
+        def send(prepared: list[Message]) -> Any:
+            resp = fn(input=conv.to_items(prepared), **kwargs)
+            self._usage(resp)
+            return resp
+
+        return call_with_retry(self.session, conv.messages, plain_tools, send, catch=catch)
+
+
+class _Chat(Proxy):
+    def __init__(self, chat: Any, owner: OpenAIWrapper) -> None:
+        super().__init__(chat)
+        self.completions = _Completions(chat.completions, owner)
+
+
+class _Completions(Proxy):
+    def __init__(self, completions: Any, owner: OpenAIWrapper) -> None:
+        super().__init__(completions)
+        self._owner = owner
+
+    def create(self, **kwargs: Any) -> Any:
+        """``chat.completions.create`` with ``messages`` prepared by the session."""
+        return self._owner._chat(self._inner.create, kwargs)
+
+    def parse(self, **kwargs: Any) -> Any:
+        """``chat.completions.parse`` (structured outputs) with prepared ``messages``."""
+        return self._owner._chat(self._inner.parse, kwargs)
+
+
+class _Responses(Proxy):
+    def __init__(self, responses: Any, owner: OpenAIWrapper) -> None:
+        super().__init__(responses)
+        self._owner = owner
+
+    def create(self, **kwargs: Any) -> Any:
+        """``responses.create`` with an ``input`` item list prepared by the session."""
+        return self._owner._responses(self._inner.create, kwargs)
+
+    def parse(self, **kwargs: Any) -> Any:
+        return self._owner._responses(self._inner.parse, kwargs)
+
+
+# --------------------------------------------------------------------------- Responses API
+
+_INSTRUCTIONS_MARK = "instructions"
+
+
+def _part_to_chat(part: Any) -> Any:
+    if isinstance(part, str):
+        return {"type": "text", "text": part}
+    if not isinstance(part, Mapping):
+        return {"type": "text", "text": str(part)}
+    ptype = part.get("type")
+    if ptype in ("input_text", "output_text", "text"):
+        return {"type": "text", "text": str(part.get("text", ""))}
+    if ptype == "refusal":
+        return {"type": "text", "text": str(part.get("refusal", ""))}
+    if ptype == "input_image":
+        url = part.get("image_url") or ""
+        return {
+            "type": "image_url",
+            "image_url": {"url": url, "detail": part.get("detail") or "auto"},
+        }
+    if ptype == "input_file":
+        return {
+            "type": "text",
+            "text": f"[file {part.get('filename') or part.get('file_id') or ''}]",
+        }
+    return {"type": "text", "text": str(part)}
+
+
+def _content_to_chat(content: Any) -> Any:
+    if content is None or isinstance(content, str):
+        return content or ""
+    if isinstance(content, list):
+        return [_part_to_chat(p) for p in content]
+    return str(content)
+
+
+def _output_text(output: Any) -> str:
+    if isinstance(output, str):
+        return output
+    if isinstance(output, list):
+        return content_text([_part_to_chat(p) for p in output])
+    return json_args(output)
+
+
+class ResponsesInput:
+    """A Responses API ``input`` item list seen as chat messages, and back.
+
+    * message items → chat messages (``input_text``/``output_text`` → text parts);
+    * consecutive ``function_call`` items → one assistant message with parallel
+      ``tool_calls`` (an assistant message item or ``reasoning`` items right before
+      them belong to the same message, so they are kept or dropped together);
+    * ``function_call_output`` → a ``tool`` message;
+    * other items (``reasoning``, ``item_reference``, built-in tool calls) stay
+      attached to the next message;
+    * ``instructions`` (if given) are counted as a leading system message and not
+      sent back as an item.
+
+    :meth:`to_items` maps a prepared message list back: unchanged messages become
+    their original items (ids, reasoning, ``encrypted_content`` intact); messages a
+    layer rewrote (a truncated result, a summary, the ledger) become new items.
+    """
+
+    def __init__(self, items: Sequence[Any], *, instructions: str | None = None) -> None:
+        self.messages: list[Message] = []
+        groups: list[list[dict[str, Any]]] = []
+        self._instructions_fp: str | None = None
+        if instructions:
+            sys_msg: Message = {"role": "system", "content": str(instructions)}
+            self.messages.append(sys_msg)
+            groups.append([])
+        pending: list[dict[str, Any]] = []
+        open_assistant: int | None = None
+        self._calls: dict[str, dict[str, Any]] = {}
+        self._outputs: dict[str, dict[str, Any]] = {}
+        for raw in items:
+            it = to_plain(raw)
+            if not isinstance(it, dict):
+                continue
+            itype = it.get("type") or ("message" if "role" in it else None)
+            if itype == "message":
+                role = str(it.get("role", "user"))
+                msg: Message = {
+                    "role": role
+                    if role in ("system", "developer", "user", "assistant")
+                    else "user",
+                    "content": _content_to_chat(it.get("content")),
+                }
+                self.messages.append(msg)
+                groups.append([*pending, it])
+                pending = []
+                open_assistant = len(self.messages) - 1 if role == "assistant" else None
+            elif itype == "function_call":
+                call_id = str(it.get("call_id") or it.get("id") or "")
+                self._calls[call_id] = it
+                tc = {
+                    "id": call_id,
+                    "type": "function",
+                    "function": {
+                        "name": str(it.get("name", "")),
+                        "arguments": json_args(it.get("arguments")),
+                    },
+                }
+                if open_assistant is not None:
+                    am = self.messages[open_assistant]
+                    am.setdefault("tool_calls", []).append(tc)
+                    if not am.get("content"):
+                        am["content"] = None
+                    groups[open_assistant].extend([*pending, it])
+                else:
+                    self.messages.append({"role": "assistant", "content": None, "tool_calls": [tc]})
+                    groups.append([*pending, it])
+                    open_assistant = len(self.messages) - 1
+                pending = []
+            elif itype == "function_call_output":
+                call_id = str(it.get("call_id", ""))
+                self._outputs[call_id] = it
+                self.messages.append(
+                    {
+                        "role": "tool",
+                        "tool_call_id": call_id,
+                        "content": _output_text(it.get("output")),
+                    }
+                )
+                groups.append([*pending, it])
+                pending = []
+                open_assistant = None
+            else:
+                pending.append(it)
+        self._tail = pending
+        if instructions:
+            self._instructions_fp = message_fingerprint(self.messages[0])
+        self._groups: dict[str, list[list[dict[str, Any]]]] = {}
+        for m, g in zip(self.messages, groups, strict=True):
+            self._groups.setdefault(message_fingerprint(m), []).append(g)
+
+    def to_items(self, prepared: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+        """The ``input`` items standing for ``prepared``."""
+        out: list[dict[str, Any]] = []
+        used: dict[str, int] = {}
+        for i, m in enumerate(prepared):
+            fp = message_fingerprint(m)
+            if i == 0 and self._instructions_fp is not None and fp == self._instructions_fp:
+                continue
+            candidates = self._groups.get(fp)
+            if candidates:
+                n = used.get(fp, 0)
+                used[fp] = n + 1
+                out.extend(candidates[min(n, len(candidates) - 1)])
+                continue
+            out.extend(self._rebuild(m))
+        out.extend(self._tail)
+        return out
+
+    def _rebuild(self, m: Mapping[str, Any]) -> list[dict[str, Any]]:
+        role = m.get("role")
+        if role == "tool":
+            call_id = str(m.get("tool_call_id", ""))
+            base = self._outputs.get(call_id, {})
+            item = {k: v for k, v in base.items() if k not in ("output", "id")}
+            item.update(
+                {
+                    "type": "function_call_output",
+                    "call_id": call_id,
+                    "output": content_text(m.get("content")),
+                }
+            )
+            return [item]
+        if role == "assistant":
+            items: list[dict[str, Any]] = []
+            text = content_text(m.get("content"))
+            if text:
+                items.append({"role": "assistant", "content": text})
+            for tc in m.get("tool_calls") or []:
+                call_id = str(tc.get("id", ""))
+                orig = self._calls.get(call_id)
+                if orig is not None:
+                    items.append(orig)
+                else:
+                    fn = tc.get("function") or {}
+                    items.append(
+                        {
+                            "type": "function_call",
+                            "call_id": call_id,
+                            "name": fn.get("name", ""),
+                            "arguments": json_args(fn.get("arguments")),
+                        }
+                    )
+            return items
+        r = role if role in ("system", "developer", "user") else "user"
+        return [{"role": r, "content": content_text(m.get("content"))}]
+
+
+def prepare_responses_input(
+    session: Session,
+    items: Sequence[Any],
+    *,
+    instructions: str | None = None,
+    tools: Sequence[Any] | None = None,
+) -> list[dict[str, Any]]:
+    """Prepare a Responses API ``input`` list under the session's policy (no call made)."""
+    conv = ResponsesInput(items, instructions=instructions)
+    prepared = session.prepare(conv.messages, tools=to_plain(list(tools)) if tools else None)
+    return conv.to_items(prepared)
