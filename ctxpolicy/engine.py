@@ -152,6 +152,7 @@ class Session:
         self._summarizer_override = _as_summarizer(summarizer)
         self._summarizers: dict[tuple[str, str], Summarizer] = {}
         self.ledger = self._make_ledger()
+        self._ledger_text: str | None = self.ledger.render() if self.ledger is not None else None
         self._handover_text: str | None = None
         if handover is not None:
             self._load_handover(handover)
@@ -361,7 +362,7 @@ class Session:
         if self._handover_text:
             out.append(Unit(kind="ledger", messages=({"role": "system", "content": f"{HANDOVER_MARK}\n{self._handover_text}"},), key="handover", pinned=True))
         if self.ledger is not None:
-            text = self.ledger.render()
+            text = self._ledger_text
             if text:
                 out.append(Unit(kind="ledger", messages=({"role": "system", "content": f"{LEDGER_MARK}\n{text}"},), key="ledger", pinned=True))
         return out
@@ -590,14 +591,16 @@ class Session:
         if self.ledger is not None and result.dropped:
             try:
                 self.ledger.update(result.dropped)
+                self._ledger_text = self.ledger.render()
             except Exception as exc:  # pragma: no cover - ledger is ours
                 emit("ledger.failed", error=repr(exc))
         lost: list[str] = []
         try:
             from ctxpolicy.facts import lost_facts
 
-            ledger_text = self.ledger.render() if self.ledger is not None else ""
-            lost = lost_facts(before, new_units, ledger_text or "")
+            kept = {(u.key, u.messages) for u in new_units}
+            changed = [u for u in before if (u.key, u.messages) not in kept and u.kind != "ledger"]
+            lost = lost_facts(changed, new_units, self._ledger_text or "")
         except Exception:  # pragma: no cover - facts are best effort
             lost = []
         self.stats.compactions[step.layer] += 1
