@@ -51,10 +51,11 @@ def omitted_chars_marker(n: int) -> str:
     return f"\n... [{n} chars omitted] ...\n"
 
 
-def omitted_lines_marker(first: int, last: int) -> str:
+def omitted_lines_marker(first: int, last: int, total: int | None = None) -> str:
     """Marker for the 1-based inclusive line range ``first..last``."""
     n = last - first + 1
-    return f"... [lines {first}-{last} omitted ({n} lines)] ..."
+    of = f" of {total}" if total is not None else ""
+    return f"... [lines {first}-{last} omitted ({n}{of} lines)] ..."
 
 
 def head_tail_chars(text: str, max_chars: int) -> str:
@@ -118,7 +119,8 @@ _CONTROL_RE = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
 def collapse_repeats(lines: Iterable[str], *, min_repeats: int = 3) -> list[str]:
     """Collapse runs of identical lines: the line once, then ``… line repeated N times``.
 
-    ``N`` counts the extra occurrences. Runs shorter than ``min_repeats`` are kept.
+    ``N`` is how many times the line occurred in a row. Runs shorter than
+    ``min_repeats`` are kept as they are.
     """
     out: list[str] = []
     prev: str | None = None
@@ -129,7 +131,7 @@ def collapse_repeats(lines: Iterable[str], *, min_repeats: int = 3) -> list[str]
             return
         if run >= min_repeats:
             out.append(prev)
-            out.append(f"… line repeated {run - 1} times")
+            out.append(f"… line repeated {run} times")
         else:
             out.extend([prev] * run)
 

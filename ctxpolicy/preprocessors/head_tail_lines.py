@@ -2,7 +2,7 @@
 
 Design B's ``read_file`` rule: a result of more than ``min_lines`` (200) lines keeps
 its first and last ``lines`` (50) lines, each prefixed with its 1-based line number
-(``"12: text"``), and a marker ``... [lines 51-950 omitted (900 lines)] ...``
+(``"12: text"``), and a marker ``... [lines 51-950 omitted (900 of 1000 lines)] ...``
 so the agent can ask for exactly that range with ``ctx_recall``.
 
 ``max_lines`` (design B's ``read_file.max_lines``), when set, replaces
@@ -63,7 +63,7 @@ class HeadTailLines(Preprocessor):
         tail = lines[tail_start:] if keep else []
         first_omitted, last_omitted = keep + 1, tail_start
         parts = number_lines(head, 1)
-        parts.append(omitted_lines_marker(first_omitted, last_omitted) + f" of {total}")
+        parts.append(omitted_lines_marker(first_omitted, last_omitted, total))
         parts.extend(number_lines(tail, tail_start + 1))
         return never_longer(text, "\n".join(parts))
 

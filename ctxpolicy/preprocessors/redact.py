@@ -30,7 +30,7 @@ BUILTIN_PATTERNS: dict[str, str] = {
     "github_token": r"\b(?:ghp|gho|ghu|ghs|ghr)_[A-Za-z0-9]{36,255}\b|\bgithub_pat_[A-Za-z0-9_]{22,255}\b",
     "slack_token": r"\bxox[abposr]-[A-Za-z0-9-]{10,200}",
     "google_api_key": r"\bAIza[0-9A-Za-z_-]{35}\b",
-    "bearer_token": r"(?i)\bbearer\s+[A-Za-z0-9._~+/=-]{20,500}",
+    "bearer_token": r"\b[Bb](?:earer|EARER)\s+[A-Za-z0-9._~+/=-]{20,500}",
     "private_key": r"-----BEGIN [A-Z ]{0,40}PRIVATE KEY-----[\s\S]{0,10000}?-----END [A-Z ]{0,40}PRIVATE KEY-----",
     "email": r"\b[A-Za-z0-9._%+-]{1,64}@[A-Za-z0-9-]{1,63}(?:\.[A-Za-z0-9-]{1,63}){0,8}\.[A-Za-z]{2,24}\b",
 }
@@ -78,30 +78,22 @@ class RedactOptions(ComponentOptions):
 
 
 class Redactor:
-    """Compiled set of patterns; :meth:`redact` returns the text and the counts."""
+    """Compiled patterns applied one after another; :meth:`redact` returns text and counts."""
 
     def __init__(self, patterns: Mapping[str, str], replacement: str = "[REDACTED:{name}]") -> None:
-        self.names = list(patterns)
-        parts = [f"(?P<p{i}>{rx})" for i, rx in enumerate(patterns.values())]
-        self.regex = re.compile("|".join(parts)) if parts else None
+        self.patterns = [(name, re.compile(rx)) for name, rx in patterns.items()]
         self.replacement = replacement
 
     def redact(self, text: str) -> tuple[str, dict[str, int]]:
         counts: dict[str, int] = {}
-        if self.regex is None or not text:
+        if not text:
             return text, counts
-
-        def sub(m: re.Match[str]) -> str:
-            idx = 0
-            for i in range(len(self.names)):
-                if m.group(f"p{i}") is not None:
-                    idx = i
-                    break
-            name = self.names[idx]
-            counts[name] = counts.get(name, 0) + 1
-            return self.replacement.replace("{name}", name)
-
-        return self.regex.sub(sub, text), counts
+        for name, rx in self.patterns:
+            repl = self.replacement.replace("{name}", name)
+            text, n = rx.subn(lambda _m, r=repl: r, text)
+            if n:
+                counts[name] = n
+        return text, counts
 
 
 _default: Redactor | None = None

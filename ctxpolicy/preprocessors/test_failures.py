@@ -34,6 +34,8 @@ from ctxpolicy.preprocessors._text import ANSI_RE, cut_chars, head_tail_chars, n
 class TestFailuresOptions(ComponentOptions):
     """Options of ``test_failures``."""
 
+    __test__ = False  # not a pytest test class
+
     keep_failed_only: bool = Field(
         default=True,
         description="Design B: list failed/errored tests only; false also lists skipped/xfailed ones.",
@@ -53,6 +55,7 @@ class TestFailuresOptions(ComponentOptions):
 class Failure:
     name: str
     details: list[str] = field(default_factory=list)
+    kind: str = "FAILED"
 
 
 @dataclass
@@ -62,14 +65,16 @@ class Parsed:
     failures: list[Failure] = field(default_factory=list)
     others: list[str] = field(default_factory=list)  # skipped / xfail lines
 
-    def add(self, name: str, details: Sequence[str] = ()) -> Failure:
+    def add(self, name: str, details: Sequence[str] = (), kind: str = "FAILED") -> Failure:
         for f in self.failures:
             if f.name == name:
+                if kind != "FAILED":
+                    f.kind = kind
                 for d in details:
                     if d not in f.details:
                         f.details.append(d)
                 return f
-        f = Failure(name, list(details))
+        f = Failure(name, list(details), kind)
         self.failures.append(f)
         return f
 
@@ -114,26 +119,26 @@ def parse_pytest(lines: Sequence[str]) -> Parsed | None:
             continue
         if current is not None:
             current.append(ln)
-    shorts: list[tuple[str, str | None]] = []
+    shorts: list[tuple[str, str | None, str]] = []
     for ln in lines:
         m = _PY_SHORT.match(ln) or None
         if m:
-            shorts.append((m.group(2), m.group(3)))
+            shorts.append((m.group(2), m.group(3), m.group(1)))
             continue
         m2 = _PY_VERBOSE.match(ln)
         if m2:
-            shorts.append((m2.group(1), None))
+            shorts.append((m2.group(1), None, m2.group(2)))
         elif _PY_OTHER.match(ln):
             p.others.append(ln)
     if not p.summary and not sections and not shorts:
         return None
-    if not (p.summary or any("::" in s for s, _ in shorts) or sections):
+    if not (p.summary or any("::" in s for s, _, _ in shorts) or sections):
         return None
 
     def nodeid_for(section: str) -> str:
         key = section.replace("ERROR at setup of ", "").replace("ERROR at teardown of ", "")
         key = key.replace(".", "::")
-        for nodeid, _ in shorts:
+        for nodeid, _, _ in shorts:
             if nodeid == key or nodeid.endswith("::" + key):
                 return nodeid
         return section
@@ -147,9 +152,11 @@ def parse_pytest(lines: Sequence[str]) -> Parsed | None:
         locs = [b for b in body if _PY_LOC.match(b)]
         if locs:
             details.append(locs[-1])
-        p.add(nodeid_for(sec), details)
-    for nodeid, msg in shorts:
-        p.add(nodeid, [msg] if msg and not any(f.name == nodeid for f in p.failures) else [])
+        kind = "ERROR" if sec.startswith("ERROR at ") else "FAILED"
+        p.add(nodeid_for(sec), details, kind)
+    for nodeid, msg, kind in shorts:
+        known = any(f.name == nodeid for f in p.failures)
+        p.add(nodeid, [msg] if msg and not known else [], kind)
     return p
 
 
@@ -199,7 +206,7 @@ def parse_unittest(lines: Sequence[str]) -> Parsed | None:
             details.extend(content[k : k + 4])
         elif content:
             details.append(content[-1])
-        p.add(f"{m.group(1)}: {name}", details)
+        p.add(name, details, "ERROR" if m.group(1) == "ERROR" else "FAILED")
     if not p.summary and not p.failures:
         return None
     return p
@@ -220,10 +227,22 @@ def parse_go(lines: Sequence[str]) -> Parsed | None:
     oks = [ln for ln in lines if re.match(r"^ok\s+\S+", ln)]
     fails = [ln for ln in lines if re.match(r"^FAIL(\s|$)", ln)]
     p.summary = _dedupe(fails + ([f"ok: {len(oks)} packages"] if oks else []))
+    run_logs: dict[str, list[str]] = {}
+    current: str | None = None
+    for ln in lines:  # -v output: t.Log/t.Error lines stream under "=== RUN   name"
+        m = re.match(r"^=== (?:RUN|CONT|NAME)\s+(\S+)", ln)
+        if m:
+            current = m.group(1)
+            continue
+        if _GO_STOP.match(ln):
+            current = None
+            continue
+        if current is not None and ln.strip():
+            run_logs.setdefault(current, []).append(ln.strip())
     for i, ln in enumerate(lines):
         m = _GO_FAIL.match(ln)
         if m:
-            details: list[str] = []
+            details = list(run_logs.get(m.group(2), []))
             for nxt in lines[i + 1 :]:
                 if _GO_STOP.match(nxt):
                     break
@@ -385,7 +404,7 @@ class TestFailures(Preprocessor):
                     names_only.append(f.name)
                     continue
                 detailed += 1
-                out.append(f"FAILED {f.name}")
+                out.append(f"{f.kind} {f.name}")
                 out.extend("  " + cut_chars(d, 300) for d in f.details[: opts.max_detail_lines])
             if not opts.keep_failed_only:
                 out.extend(cut_chars(o, 300) for o in run.others)
