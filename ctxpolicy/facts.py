@@ -60,7 +60,8 @@ _ASSIGN = re.compile(
     r"(?<![\w.-])([A-Za-z_][\w.-]{1,60})\s?(?:=|:=)\s?(\"[^\"\n]{0,60}\"|'[^'\n]{0,60}'|[\w./:+-]{1,60})"
 )
 _ERROR_LINE = re.compile(
-    r"^.*(?:\b(?:error|exception|traceback|failed|failure|fatal|panic)\b|\bE\s{2,}).*$",
+    r"^.*(?:\b(?:error|exception|traceback|failed|failure|fatal|panic)\b"
+    r"|(?-i:[a-z0-9](?:Error|Exception)\b)|\bE\s{2,}).*$",
     re.IGNORECASE | re.MULTILINE,
 )
 

@@ -1,7 +1,6 @@
-from helpers_conv import Conv, approx_count, frozen_copy, make_ctx
-
 from ctxpolicy.conversation import check_units
 from ctxpolicy.layers.drop_rounds import DropRounds, DropRoundsOptions
+from tests.helpers_conv import Conv, approx_count, frozen_copy, make_ctx
 
 
 def layer(**kw):

@@ -1,7 +1,6 @@
 import httpx
 import openai
 import pytest
-from helpers_conv import Conv, approx_count, make_ctx
 
 from ctxpolicy.conversation import Unit, check_units
 from ctxpolicy.layers import emergency
@@ -13,6 +12,7 @@ from ctxpolicy.layers.emergency import (
     register_overflow_pattern,
     unregister_overflow_pattern,
 )
+from tests.helpers_conv import Conv, approx_count, make_ctx
 
 
 def conv(n=5):

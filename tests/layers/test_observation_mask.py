@@ -1,7 +1,6 @@
-from helpers_conv import Conv, frozen_copy, make_ctx, ref_line
-
 from ctxpolicy.conversation import check_units, render
 from ctxpolicy.layers.observation_mask import ObservationMask, ObservationMaskOptions
+from tests.helpers_conv import Conv, frozen_copy, make_ctx, ref_line
 
 
 def layer(**kw):

@@ -1,11 +1,10 @@
 import time
 
-from helpers_conv import Conv, make_ctx
-
 from ctxpolicy.components import SummaryRequest
 from ctxpolicy.conversation import check_units
 from ctxpolicy.layers.summarize import Summarize, SummarizeOptions, chunk_units
 from ctxpolicy.summarizers.callable import CallableSummarizer
+from tests.helpers_conv import Conv, make_ctx
 
 
 def conv(n=6, size=300):
@@ -42,7 +41,13 @@ def test_folds_old_units_into_one_summary():
     ctx, calls = ctx_with(fn, units, constraints=("never push",))
     res = layer(keep_recent_rounds=2, summarizer="callable").apply(ctx, units)
     assert [(u.kind, u.round) for u in res.units] == [
-        ("system", None), ("user", None), ("summary", None), ("step", 4), ("step", 5), ("user", None)]
+        ("system", None),
+        ("user", None),
+        ("summary", None),
+        ("step", 4),
+        ("step", 5),
+        ("user", None),
+    ]
     summary = res.units[2]
     assert summary.messages[0]["content"] == (
         "S: assistant,tool,assistant,tool,assistant,tool,assistant,tool\n"
@@ -76,7 +81,9 @@ def test_chunked_fold_with_bounded_input():
         return f"part{len(sizes)} after {req.previous_summary}"
 
     ctx, _ = ctx_with(fn, units)
-    res = layer(keep_recent_rounds=1, summarizer="callable", max_input_tokens=1024, max_summary_tokens=100).apply(ctx, units)
+    res = layer(
+        keep_recent_rounds=1, summarizer="callable", max_input_tokens=1024, max_summary_tokens=100
+    ).apply(ctx, units)
     assert res.report["chunks"] == len(sizes) > 1
     assert max(sizes) < 1024 * 4
     assert res.units[2].messages[0]["content"].startswith(f"part{len(sizes)} after part")
@@ -109,8 +116,12 @@ def failing(kind):
 
 def test_failures_leave_history_and_open_breaker():
     units = conv().units()
-    for kind, reason in [("raise", "RuntimeError: boom"), ("empty", "empty summary"),
-                         ("nonstr", "summarizer returned int, not str"), ("slow", "timeout after 0.05s")]:
+    for kind, reason in [
+        ("raise", "RuntimeError: boom"),
+        ("empty", "empty summary"),
+        ("nonstr", "summarizer returned int, not str"),
+        ("slow", "timeout after 0.05s"),
+    ]:
         ctx, _ = ctx_with(failing(kind), units)
         res = layer(summarizer="callable", timeout_s=0.05).apply(ctx, units)
         assert res.units == units and res.dropped == []
@@ -123,7 +134,11 @@ def test_failures_leave_history_and_open_breaker():
     lay = layer(summarizer="callable", max_failures=2, retry_after=2)
     for _ in range(2):
         assert "failed" in lay.apply(ctx, units).report
-    assert [e["type"] for e in ctx.emit] == ["summarizer.failed", "summarizer.failed", "breaker.open"]
+    assert [e["type"] for e in ctx.emit] == [
+        "summarizer.failed",
+        "summarizer.failed",
+        "breaker.open",
+    ]
     assert lay.apply(ctx, units).report == {"skipped": "breaker_open"}
     # half-open after retry_after skips; success closes it
     ok_ctx, _ = ctx_with(lambda r: "ok", units, memory=ctx.memory)

@@ -1,7 +1,6 @@
-from helpers_conv import Conv, approx_text, ref_line
-
 from ctxpolicy.components import SummaryRequest
 from ctxpolicy.summarizers.extractive import Digest, ExtractiveOptions, ExtractiveSummarizer
+from tests.helpers_conv import Conv, approx_text, ref_line
 
 
 def msgs():
