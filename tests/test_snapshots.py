@@ -267,3 +267,29 @@ def test_prune_by_age_and_size(tmp_path: Path) -> None:
     }
     assert (tmp_path / "c0" / "notes.txt").exists()
     assert prune(tmp_path / "missing", max_age_days=1).removed == []
+
+
+def test_cli_prune(tmp_path: Path) -> None:
+    from click.testing import CliRunner
+
+    from ctxpolicy.cli.snapshots import snapshots
+
+    store = LocalStore(root=str(tmp_path))
+    old = store.write("c", 1, "x", doc())
+    new = store.write("c", 2, "x", doc())
+    os.utime(old.path, (time.time() - 30 * 86400,) * 2)
+    runner = CliRunner()
+    res = runner.invoke(
+        snapshots, ["prune", "--root", str(tmp_path), "--max-age-days", "7", "--dry-run"]
+    )
+    assert (
+        res.exit_code == 0 and f"would remove {old.path}" in res.output and Path(old.path).exists()
+    )
+    res = runner.invoke(
+        snapshots, ["prune", "--root", str(tmp_path), "--max-age-days", "7", "--json"]
+    )
+    assert res.exit_code == 0 and json.loads(res.output)["removed"] == [old.path]
+    assert not Path(old.path).exists() and Path(new.path).exists()
+    res = runner.invoke(snapshots, ["prune", "--root", str(tmp_path)])
+    assert res.exit_code == 2 and "no retention set" in res.output
+    assert runner.invoke(snapshots, ["prune"]).exit_code == 2
