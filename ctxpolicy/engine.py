@@ -158,6 +158,9 @@ class Session:
             self._load_handover(handover)
         self.snapshots = snapshot_store if snapshot_store is not None else self._open_store(env)
         self._tool_processor: Any = None
+        self._last_units: list[Unit] = []
+        self._calibration = 1.0
+        self._usage_seen = False
 
     # ------------------------------------------------------------------ public API
     @property
@@ -211,9 +214,22 @@ class Session:
                 )
             return self._prepare(messages, tools, force_overflow_layer=True)
 
-    def record_usage(self, prompt_tokens: int, messages: Sequence[Mapping[str, Any]] | None = None) -> None:
-        """Tell the session the provider's own prompt count (reported in events)."""
-        self._emit("context.usage", prompt_tokens=int(prompt_tokens), counted=(self._status or {}).get("used"))
+    def record_usage(self, prompt_tokens: int, counted: int | None = None) -> float:
+        """Tell the session the provider's own prompt count for the last call.
+
+        The ratio provider/ours is smoothed (EMA 0.3) and bounded to [0.5, 2.0];
+        with an approximate tokenizer it scales every count from then on, so
+        estimates converge to the provider's real numbers. Returns the ratio.
+        """
+        with self._lock:
+            ours = counted if counted is not None else (self._status or {}).get("used_raw")
+            if not ours or prompt_tokens <= 0:
+                return self._calibration
+            sample = min(2.0, max(0.5, prompt_tokens / ours))
+            self._calibration = round(0.7 * self._calibration + 0.3 * sample if self._usage_seen else sample, 4)
+            self._usage_seen = True
+            self._emit("context.usage", prompt_tokens=int(prompt_tokens), counted=ours, calibration=self._calibration)
+            return self._calibration
 
     def add_tool_result(self, tool_call: Any, output: Any, *, step: int | None = None, meta: Mapping[str, Any] | None = None) -> str:
         """Preprocess and snapshot one tool result; returns the text for the context."""
@@ -296,7 +312,11 @@ class Session:
             return None
         from ctxpolicy.ledger import Ledger
 
-        return Ledger(max_tokens=self.policy.ledger.max_tokens, constraints=tuple(self.policy.constraints))
+        return Ledger(
+            max_tokens=self.policy.ledger.max_tokens,
+            constraints=tuple(self.policy.constraints),
+            count_text=self.counter.count_text,
+        )
 
     def _load_handover(self, handover: Any) -> None:
         from ctxpolicy.handover import Handover
@@ -306,6 +326,13 @@ class Session:
         elif isinstance(handover, str):
             handover = Handover.model_validate_json(handover)
         self._handover_text = handover.as_text()
+        if self.ledger is not None:
+            for c in handover.constraints:
+                if c not in self.ledger.constraints:
+                    self.ledger.constraints.append(c)
+            if handover.goal and self.ledger.goal is None:
+                self.ledger.goal = handover.goal
+            self._ledger_text = self.ledger.render()
 
     def _open_store(self, env: Mapping[str, str] | None) -> SnapshotStore | None:
         if not self.policy.snapshots.enabled:
@@ -446,7 +473,12 @@ class Session:
         specials = self._special_units()
         view = _insert_specials(view, specials)
         tools_tokens = self.counter.count_tools(tools) if tools else 0
-        count = lambda units: self._count(units) + tools_tokens  # noqa: E731
+        scale = self._calibration if self.counter.approximate else 1.0
+
+        def count(units: Sequence[Unit]) -> int:
+            raw = self._count(units) + tools_tokens
+            return raw if scale == 1.0 else int(raw * scale + 0.999)
+
         used = count(view)
         tokens_in = self.counter.count_messages(render(originals)) + tools_tokens
         budget = self.budget()
@@ -490,6 +522,7 @@ class Session:
             view = _insert_specials([u for u in view if u.kind != "ledger"], specials)
             used = count(view)
             state = budget.state_for(used)
+        self._last_units = view
         out = render(view)
         violations = check_messages(out)
         if violations:  # pragma: no cover - layers are checked one by one
@@ -521,6 +554,8 @@ class Session:
             target=budget.target,
             tokenizer=self.counter.name,
             approximate=self.counter.approximate,
+            calibration=self._calibration,
+            used_raw=self._count(view) + tools_tokens,
             messages=len(out),
             messages_in=len(msgs),
             tokens_in=tokens_in,
