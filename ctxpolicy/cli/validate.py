@@ -78,14 +78,15 @@ def validate_one(path: Path, *, agent: str | None = None) -> list[Diagnostic]:
         diags = list(validate_file(name, agent=agent))
     except Exception as exc:
         return [_internal(path, exc)]
+    schema_diags: list[Diagnostic] = []
     try:
         doc, _parse = load_document(name)
         if doc is not None:
-            diags.extend(schema_diagnostics(doc))
+            schema_diags = schema_diagnostics(doc)
     except Exception as exc:  # the loader already reported parse problems
         if not diags:
             diags.append(_internal(path, exc))
-    return dedupe(diags)
+    return dedupe(diags, schema_diags)
 
 
 def validate_paths(

@@ -71,41 +71,30 @@ _KIND_PREFIX: dict[str, str] = {
     "snapshot_store": "SnapshotStore",
 }
 
-#: Diagnostic codes of schema errors, by JSON Schema keyword family. The numbers
-#: are shared with the pydantic-based loader where the meaning is the same, so a
-#: problem found by both is reported once (see :func:`dedupe`).
+#: Diagnostic codes of schema errors, by JSON Schema keyword. They are the codes
+#: the pydantic-based loader uses for the same kind of problem (CTX1xx, see
+#: docs/diagnostics.md), so that a problem found by both is reported once
+#: (see :func:`dedupe`).
+UNKNOWN_KEY = "CTX101"
+WRONG_VALUE = "CTX103"
+MISSING_KEY = "CTX104"
+FORMAT_VERSION = "CTX105"
+NOT_ALLOWED = "CTX106"
 SCHEMA_CODES: dict[str, tuple[Severity, str]] = {
-    "CTX150": ("error", "schema: unknown key"),
-    "CTX151": ("error", "schema: wrong type"),
-    "CTX152": ("error", "schema: value out of range"),
-    "CTX153": ("error", "schema: value not allowed"),
-    "CTX154": ("error", "schema: missing required key"),
-    "CTX155": ("error", "schema: value does not match the expected format"),
-    "CTX156": ("error", "schema: value does not match any allowed shape"),
+    UNKNOWN_KEY: ("error", "unknown key"),
+    WRONG_VALUE: ("error", "wrong type or value out of range"),
+    MISSING_KEY: ("error", "missing required key"),
+    FORMAT_VERSION: ("error", "missing or unknown format version"),
+    NOT_ALLOWED: ("error", "value not one of the allowed names"),
 }
 for _code, _entry in SCHEMA_CODES.items():
     CODES.setdefault(_code, _entry)
 
 _KEYWORD_CODE: dict[str, str] = {
-    "additionalProperties": "CTX150",
-    "type": "CTX151",
-    "minimum": "CTX152",
-    "maximum": "CTX152",
-    "exclusiveMinimum": "CTX152",
-    "exclusiveMaximum": "CTX152",
-    "minItems": "CTX152",
-    "maxItems": "CTX152",
-    "minLength": "CTX152",
-    "maxLength": "CTX152",
-    "minProperties": "CTX152",
-    "maxProperties": "CTX152",
-    "enum": "CTX153",
-    "const": "CTX153",
-    "required": "CTX154",
-    "pattern": "CTX155",
-    "format": "CTX155",
-    "anyOf": "CTX156",
-    "oneOf": "CTX156",
+    "additionalProperties": UNKNOWN_KEY,
+    "required": MISSING_KEY,
+    "enum": NOT_ALLOWED,
+    "const": NOT_ALLOWED,
 }
 
 
@@ -313,7 +302,7 @@ def _iter_schema_diagnostics(doc: Any, errors: Iterable[ValidationError]) -> Ite
                     file,
                     line,
                     col,
-                    "CTX150",
+                    UNKNOWN_KEY,
                     "error",
                     f"unknown key {key!r} in {where}",
                     hint,
@@ -325,7 +314,9 @@ def _iter_schema_diagnostics(doc: Any, errors: Iterable[ValidationError]) -> Ite
             path = tuple(error.absolute_path)
             where = _json_path(path)
         keyword = str(error.validator)
-        code = _KEYWORD_CODE.get(keyword, "CTX156")
+        code = _KEYWORD_CODE.get(keyword, WRONG_VALUE)
+        if path == ("ctxpolicy",) or (keyword == "required" and "ctxpolicy" in str(error.message)):
+            code = FORMAT_VERSION
         line, col = _position(doc, path)
         hint = None
         if keyword == "required":
@@ -383,22 +374,21 @@ def _is_native(data: Mapping[str, Any]) -> bool:
         return False
 
 
-def dedupe(diagnostics: Iterable[Diagnostic]) -> list[Diagnostic]:
-    """Merge loader and schema diagnostics, reporting each problem once.
+def dedupe(primary: Iterable[Diagnostic], schema: Iterable[Diagnostic] = ()) -> list[Diagnostic]:
+    """Merge loader (``primary``) and schema diagnostics, reporting each problem once.
 
-    A schema diagnostic (code in :data:`SCHEMA_CODES`) is dropped when another
-    diagnostic has the same position and code, or when a non-schema (pydantic or
-    semantic) error sits at the same position: the pydantic message is preferred.
-    Exact duplicates are removed; the result is sorted.
+    Every primary diagnostic is kept (exact duplicates removed). A schema diagnostic
+    is dropped when a primary one has the same position and code, or when a primary
+    error sits at the same position: the pydantic/semantic message is preferred.
+    The result is sorted.
     """
-    unique = sorted(set(diagnostics))
-    others = {(d.file, d.line, d.col) for d in unique if d.code not in SCHEMA_CODES}
-    seen: set[tuple[str, int, int, str]] = set()
-    out = []
-    for d in unique:
-        key = (d.file, d.line, d.col, d.code)
-        if d.code in SCHEMA_CODES and ((d.file, d.line, d.col) in others or key in seen):
+    kept = sorted(set(primary))
+    same_code = {(d.file, d.line, d.col, d.code) for d in kept}
+    same_pos = {(d.file, d.line, d.col) for d in kept if d.severity == "error"}
+    out = list(kept)
+    for d in sorted(set(schema)):
+        if (d.file, d.line, d.col, d.code) in same_code or (d.file, d.line, d.col) in same_pos:
             continue
-        seen.add(key)
+        same_code.add((d.file, d.line, d.col, d.code))
         out.append(d)
-    return out
+    return sorted(out)

@@ -15,8 +15,8 @@ from ctxpolicy.cli.output import (
 )
 from ctxpolicy.policy.diagnostics import Diagnostic
 
-E = Diagnostic("p/a.yaml", 3, 5, "CTX150", "error", "unknown key 'x'", "did you mean 'y'?")
-W = Diagnostic("p/b.toml", 7, 1, "CTX150", "warning", "odd: 50%, really\nyes")
+E = Diagnostic("p/a.yaml", 3, 5, "CTX101", "error", "unknown key 'x'", "did you mean 'y'?")
+W = Diagnostic("p/b.toml", 7, 1, "CTX101", "warning", "odd: 50%, really\nyes")
 
 
 def report(*diags: Diagnostic, strict: bool = False) -> Report:
@@ -37,21 +37,21 @@ def test_github_property_escaping() -> None:
 def test_github_format_lines() -> None:
     out = format_github(report(E, W)).splitlines()
     assert out[0] == (
-        "::error file=p/a.yaml,line=3,col=5,title=CTX150::unknown key 'x'%0Ahint: did you mean 'y'?"
+        "::error file=p/a.yaml,line=3,col=5,title=CTX101::unknown key 'x'%0Ahint: did you mean 'y'?"
     )
-    assert out[1] == "::warning file=p/b.toml,line=7,col=1,title=CTX150::odd: 50%25, really%0Ayes"
+    assert out[1] == "::warning file=p/b.toml,line=7,col=1,title=CTX101::odd: 50%25, really%0Ayes"
     assert out[-1] == "1 error, 1 warning in 2 files (3 checked)"
 
 
 def test_github_escapes_file_property() -> None:
-    d = Diagnostic("dir,x/a:b.yaml", 1, 1, "CTX150", "error", "m")
+    d = Diagnostic("dir,x/a:b.yaml", 1, 1, "CTX101", "error", "m")
     assert format_github(report(d)).startswith("::error file=dir%2Cx/a%3Ab.yaml,line=1,col=1,")
 
 
 def test_text_format_and_summary() -> None:
     out = format_text(report(E)).splitlines()
     assert out == [
-        "p/a.yaml:3:5: CTX150 unknown key 'x'",
+        "p/a.yaml:3:5: CTX101 unknown key 'x'",
         "    hint: did you mean 'y'?",
         "1 error, 0 warnings in 1 file (3 checked)",
     ]
@@ -86,7 +86,7 @@ def test_sarif_structure() -> None:
     driver = run["tool"]["driver"]
     assert driver["name"] == "ctxpolicy" and driver["version"] == "9.9"
     rule_ids = [r["id"] for r in driver["rules"]]
-    assert "CTX150" in rule_ids and rule_ids == sorted(rule_ids)
+    assert "CTX101" in rule_ids and rule_ids == sorted(rule_ids)
     results = run["results"]
     assert [r["level"] for r in results] == ["error", "warning"]
     for r in results:

@@ -243,13 +243,13 @@ policies:
 def test_schema_diagnostics_positions_and_codes() -> None:
     diags = sch.schema_diagnostics(_Doc("p.yaml", TEXT))
     by_code = {d.code: d for d in diags}
-    unknown = by_code["CTX150"]
+    unknown = by_code["CTX101"]
     assert (unknown.line, unknown.col) == (5, 5)
     assert "budgett" in unknown.message and unknown.hint == "did you mean 'budget'?"
-    wrong_type = by_code["CTX151"]
+    wrong_type = by_code["CTX103"]
     assert (wrong_type.line, wrong_type.col) == (7, 7)
     assert "policies.default.thresholds.warning" in wrong_type.message
-    enum = by_code["CTX153"]
+    enum = by_code["CTX106"]
     assert (enum.line, enum.col) == (10, 9) and "warning" in (enum.hint or "")
     assert all(d.file == "p.yaml" and d.severity == "error" for d in diags)
     assert all(d.code in sch.SCHEMA_CODES for d in diags)
@@ -268,7 +268,10 @@ def test_schema_diagnostics_missing_position_falls_back() -> None:
 
 
 def test_dedupe_prefers_pydantic_message() -> None:
-    schema_d = Diagnostic("f", 5, 5, "CTX150", "error", "schema says")
+    schema_d = Diagnostic("f", 5, 5, "CTX101", "error", "schema says")
     loader_d = Diagnostic("f", 5, 5, "CTX101", "error", "pydantic says")
-    other = Diagnostic("f", 9, 1, "CTX150", "error", "only schema")
-    assert sch.dedupe([schema_d, loader_d, other, other]) == [loader_d, other]
+    other_pos = Diagnostic("f", 7, 3, "CTX103", "error", "schema: wrong type")
+    loader_pos = Diagnostic("f", 7, 3, "CTX102", "error", "unknown layer")
+    only = Diagnostic("f", 9, 1, "CTX101", "error", "only schema")
+    merged = sch.dedupe([loader_d, loader_pos, loader_d], [schema_d, other_pos, only, only])
+    assert merged == [loader_d, loader_pos, only]

@@ -1,0 +1,168 @@
+"""``ctxpolicy explain`` arithmetic and ``ctxpolicy convert`` round trips."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+import tomli
+from click.testing import CliRunner
+
+from ctxpolicy.cli import main
+from ctxpolicy.cli.convert import to_toml, to_yaml
+
+from .conftest import DATA, ROOT, needs
+
+pytestmark = pytest.mark.usefixtures("in_root")
+
+
+def test_explain_code_review_arithmetic(runner: CliRunner) -> None:
+    needs("ctxpolicy.policy.resolve")
+    r = runner.invoke(main, ["explain", str(DATA / "valid.yaml"), "--agent", "code_review_agent"])
+    assert r.exit_code == 0, r.output
+    lines = r.output.splitlines()
+    assert "window = model 128000 = 128000" in lines
+    assert (
+        "trigger = 128000 − 16000 (reserve_output) − 20000 (tool_growth) − 4000 "
+        "(safety_margin) = 88000"
+    ) in lines
+    assert "target = 0.6 × 88000 = 52800" in lines
+    assert any(li.startswith("warning = 0.70 × 88000 = ") for li in lines)
+    assert any(li.startswith("critical = 0.95 × 88000 = ") for li in lines)
+    # the resolved policy is printed, extends merged
+    assert "agent: code_review_agent" in r.output and "observation_mask" in r.output
+
+
+def test_explain_window_min_line(runner: CliRunner, tmp_path: Path) -> None:
+    needs("ctxpolicy.policy.resolve")
+    f = tmp_path / "p.yaml"
+    f.write_text(
+        "ctxpolicy: 1\npolicies:\n  default:\n    model: {context_window: 128000}\n"
+        "    budget: {window: 128000, reserve_output: 16000, tool_growth: 20000,"
+        " safety_margin: 4000, target: 0.6}\n"
+    )
+    r = runner.invoke(main, ["explain", str(f), "--agent", "default"])
+    assert "window = min(policy 128000, model 128000) = 128000" in r.output.splitlines()
+
+
+def test_explain_json(runner: CliRunner) -> None:
+    needs("ctxpolicy.policy.resolve")
+    r = runner.invoke(
+        main, ["explain", "policies/agents.yaml", "--agent", "coding_agent", "--json"]
+    )
+    assert r.exit_code == 0, r.output
+    doc = json.loads(r.output)
+    assert doc["agent"] == "coding_agent"
+    assert doc["budget"]["trigger"] == 32768 - 4096 - 6000 - 2000
+    assert doc["policy"]["model"]["context_window"] == 32768
+    assert any(li.startswith("trigger = ") for li in doc["arithmetic"])
+
+
+def test_explain_unknown_agent_exit_1(runner: CliRunner) -> None:
+    needs("ctxpolicy.policy.resolve")
+    r = runner.invoke(main, ["explain", "policies/agents.yaml", "--agent", "nobody"])
+    assert r.exit_code == 1
+    assert "Traceback" not in r.output
+
+
+# --------------------------------------------------------------------------- convert
+
+
+def test_toml_writer_round_trips_and_keeps_tool_order() -> None:
+    tree: dict[str, Any] = {
+        "ctxpolicy": 1,
+        "models": {"qwen2.5-coder": {"context_window": 32768, "tokenizer": ["a", "b"]}},
+        "policies": {
+            "default": {
+                "constraints": ['say "hi"\n', "ünïcode"],
+                "budget": {"tool_growth": {"learn": {"quantile": 0.9}, "initial": 6000}},
+                "pipeline": [
+                    {"layer": "a", "options": {"x": 1, "y": {"z": [1, 2]}}},
+                    {"layer": "b"},
+                ],
+                "tools": {
+                    "*": {"preprocess": "p", "options": {"long": "v" * 90}},
+                    "sql*": {},
+                    "x": {"a": 1},
+                },
+            }
+        },
+    }
+    back = tomli.loads(to_toml(tree))
+    assert back == tree
+    assert list(back["policies"]["default"]["tools"]) == ["*", "sql*", "x"]
+
+
+def test_yaml_writer_header() -> None:
+    text = to_yaml({"ctxpolicy": 1}, header="# hello\n")
+    assert text.startswith("# hello\nctxpolicy: 1")
+
+
+def _dumps(path: str, agents: list[str]) -> dict[str, Any]:
+    from ctxpolicy.policy.resolve import load_policy
+
+    return {a: load_policy(path, a).model_dump(exclude={"source"}) for a in agents}
+
+
+@pytest.mark.parametrize(
+    "source",
+    ["dbgpt_agent_context.toml", "context_compression.yaml", "valid.yaml", "valid.toml"],
+)
+@pytest.mark.parametrize("to", ["yaml", "toml"])
+def test_converted_file_resolves_to_same_policy(
+    runner: CliRunner, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, source: str, to: str
+) -> None:
+    needs("ctxpolicy.policy.resolve")
+    needs("ctxpolicy.policy.compat")
+    from ctxpolicy.policy.resolve import list_agents
+
+    monkeypatch.setenv("SILICONFLOW_API_KEY", "sk-test")
+    src = DATA / source
+    out = tmp_path / f"converted.{to}"
+    r = runner.invoke(main, ["convert", str(src), "--to", to, "-o", str(out)])
+    assert r.exit_code == 0, r.output
+    text = out.read_text(encoding="utf-8")
+    assert text.splitlines()[0] in (
+        "# yaml-language-server: $schema=../schemas/ctxpolicy.schema.json",
+        "#:schema ../schemas/ctxpolicy.schema.json",
+    )
+    agents = list_agents(str(src))
+    assert agents and list_agents(str(out)) == agents
+    assert _dumps(str(out), agents) == _dumps(str(src), agents)
+    v = runner.invoke(main, ["validate", str(out)])
+    assert v.exit_code == 0, v.output
+
+
+def test_convert_to_stdout(runner: CliRunner) -> None:
+    needs("ctxpolicy.policy.compat")
+    r = runner.invoke(main, ["convert", str(DATA / "context_compression.yaml"), "--to", "yaml"])
+    assert r.exit_code == 0, r.output
+    assert "ctxpolicy: 1" in r.output and "code_review_agent" in r.output
+
+
+def test_convert_broken_file_exit_1(runner: CliRunner) -> None:
+    needs("ctxpolicy.policy.load")
+    r = runner.invoke(main, ["convert", str(DATA / "broken.yaml"), "--to", "toml"])
+    assert r.exit_code == 1 and "Traceback" not in r.output
+
+
+def test_convert_requires_to(runner: CliRunner) -> None:
+    assert runner.invoke(main, ["convert", str(DATA / "valid.yaml")]).exit_code == 2
+
+
+def test_plugins_command(runner: CliRunner) -> None:
+    r = runner.invoke(main, ["plugins", "--json"])
+    doc = json.loads(r.output)
+    assert r.exit_code == (1 if doc["problems"] else 0)
+    assert set(doc) == {"plugins", "components", "problems"}
+    builtin = [p for p in doc["plugins"] if p["builtin"]]
+    assert builtin and all(p["version"] for p in builtin)
+    if "observation_mask" in doc["components"]["layer"]:
+        r = runner.invoke(main, ["plugins"])
+        assert "layer observation_mask" in r.output
+
+
+def test_root_is_repo() -> None:
+    assert (ROOT / "pyproject.toml").exists()
