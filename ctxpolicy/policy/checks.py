@@ -1,0 +1,149 @@
+"""Semantic checks of a resolved policy, and the budget arithmetic they need.
+
+Each check yields a :class:`Finding` (code, path inside the agent's policy,
+message, hint); :mod:`ctxpolicy.policy.resolve` turns it into a positioned
+:class:`~ctxpolicy.policy.diagnostics.Diagnostic`. Codes are documented in
+``docs/diagnostics.md``.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+from dataclasses import dataclass
+
+from ctxpolicy.policy.models import Policy, ToolGrowth, resolve_amount
+
+__all__ = ["BudgetNumbers", "Finding", "budget_numbers", "check_policy"]
+
+DEFAULT_RESERVE_OUTPUT = 4096
+
+PathT = tuple[str | int, ...]
+
+
+@dataclass(frozen=True)
+class Finding:
+    code: str
+    path: PathT
+    message: str
+    hint: str | None = None
+
+
+@dataclass(frozen=True)
+class BudgetNumbers:
+    """``trigger = window − reserve_output − tool_growth − safety_margin``; target in tokens.
+
+    ``tool_growth`` is the fixed amount, or the ``initial`` value of a learned one.
+    """
+
+    window: int
+    reserve_output: int
+    tool_growth: int
+    safety_margin: int
+    trigger: int
+    target: int
+
+    def formula(self) -> str:
+        return (
+            f"{self.window} − {self.reserve_output} − {self.tool_growth} − "
+            f"{self.safety_margin} = {self.trigger}"
+        )
+
+
+def budget_numbers(policy: Policy) -> BudgetNumbers:
+    """The budget of ``policy`` in tokens (pure arithmetic, no engine)."""
+    b = policy.budget
+    window = policy.model.context_window
+    if b.window is not None:
+        window = min(window, b.window)
+    if b.reserve_output is not None:
+        reserve = resolve_amount(b.reserve_output, window)
+    else:
+        reserve = policy.model.max_output_tokens or DEFAULT_RESERVE_OUTPUT
+    tg = b.tool_growth
+    growth = resolve_amount(tg.initial if isinstance(tg, ToolGrowth) else tg, window)
+    margin = resolve_amount(b.safety_margin, window)
+    trigger = window - reserve - growth - margin
+    target = int(b.target * trigger) if isinstance(b.target, float) else int(b.target)
+    return BudgetNumbers(window, reserve, growth, margin, trigger, target)
+
+
+def check_policy(policy: Policy) -> list[Finding]:
+    """Every semantic finding for one resolved policy."""
+    out: list[Finding] = []
+    nums = budget_numbers(policy)
+    if nums.trigger <= 0:
+        out.append(
+            Finding(
+                "CTX201",
+                ("budget",),
+                f"effective budget is not positive: window − reserve_output − tool_growth − "
+                f"safety_margin = {nums.formula()} tokens",
+                "lower reserve_output, tool_growth or safety_margin, or use a model with a "
+                "larger window",
+            )
+        )
+    t = policy.thresholds
+    if not (t.warning < t.error < t.critical):
+        bad = "error" if t.warning >= t.error else "critical"
+        out.append(
+            Finding(
+                "CTX202",
+                ("thresholds", bad),
+                f"thresholds must increase strictly: warning ({t.warning}) < error ({t.error}) "
+                f"< critical ({t.critical})",
+            )
+        )
+    if (
+        nums.trigger > 0
+        and not isinstance(policy.budget.target, float)
+        and nums.target >= nums.trigger
+    ):
+        out.append(
+            Finding(
+                "CTX203",
+                ("budget", "target"),
+                f"target ({nums.target} tokens) must be below the trigger ({nums.trigger} tokens)",
+                "use a fraction like 0.7 (of the trigger), or fewer tokens",
+            )
+        )
+    if nums.trigger > 0:
+        for i, step in enumerate(policy.pipeline):
+            keep = step.options.get("min_keep_tokens")
+            if isinstance(keep, int) and not isinstance(keep, bool) and keep >= nums.trigger:
+                out.append(
+                    Finding(
+                        "CTX204",
+                        ("pipeline", i, "options", "min_keep_tokens"),
+                        f"{step.layer} keeps at least {keep} tokens, which cannot fit the "
+                        f"trigger of {nums.trigger} tokens ({nums.formula()})",
+                        "lower min_keep_tokens below the trigger (and ideally below the target)",
+                    )
+                )
+    seen: dict[str, int] = {}
+    for i, step in enumerate(policy.pipeline):
+        if step.layer in seen:
+            out.append(
+                Finding(
+                    "CTX205",
+                    ("pipeline", i, "layer"),
+                    f"layer {step.layer!r} appears twice in the pipeline (first at pipeline[{seen[step.layer]}])",
+                    "remove one, or set `enabled: false` on the one you keep for later",
+                )
+            )
+        else:
+            seen[step.layer] = i
+    globs = list(policy.tools)
+    for i, glob in enumerate(globs):
+        for earlier in globs[:i]:
+            if earlier == "*" or fnmatch.fnmatchcase(glob, earlier):
+                out.append(
+                    Finding(
+                        "CTX206",
+                        ("tools", glob),
+                        f"tool rule {glob!r} is never used: the earlier rule {earlier!r} "
+                        "matches every tool it matches (first match wins)",
+                        "move the broader rule (and `*`) after the specific ones",
+                    )
+                )
+                break
+    return out

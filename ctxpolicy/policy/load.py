@@ -1,0 +1,875 @@
+"""Read a policy file (YAML or TOML) into plain Python data with source positions.
+
+Nothing here constructs objects from the file: YAML is read as a stream of parser
+events of ruamel.yaml's round-trip parser and turned into dicts, lists, strings,
+numbers, booleans and None by this module (YAML 1.2 core schema). That is how
+tags, duplicate keys, merge keys, alias bombs and deep nesting become
+diagnostics instead of objects, exceptions or a hung process. TOML is parsed by
+tomli; positions of keys come from a small scan of the (already valid) text.
+
+Limits (each a diagnostic): :data:`MAX_BYTES`, :data:`MAX_DEPTH`,
+:data:`MAX_NODES` (alias expansions included).
+
+Public surface: :class:`SourceMap`, :class:`LoadedDocument`, :func:`load_document`.
+"""
+
+from __future__ import annotations
+
+import codecs
+import copy
+import io
+import json
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from ctxpolicy.policy.diagnostics import Diagnostic, make
+
+__all__ = [
+    "MAX_BYTES",
+    "MAX_DEPTH",
+    "MAX_NODES",
+    "LoadedDocument",
+    "SourceMap",
+    "load_document",
+]
+
+MAX_BYTES = 1024 * 1024
+MAX_DEPTH = 64
+MAX_NODES = 10_000
+
+PathT = tuple[str | int, ...]
+Pos = tuple[int, int]
+
+
+@dataclass
+class SourceMap:
+    """1-based positions of keys and values of a loaded document, by data path."""
+
+    keys: dict[PathT, Pos] = field(default_factory=dict)
+    values: dict[PathT, Pos] = field(default_factory=dict)
+
+    def position(self, path: tuple[str | int, ...] | list[str | int]) -> tuple[int, int]:
+        """Where the entry at ``path`` starts: its key for mapping entries, the item for
+        list items. Unknown paths give the nearest known ancestor; ``(1, 1)`` last."""
+        p = tuple(path)
+        while True:
+            if p in self.keys:
+                return self.keys[p]
+            if p in self.values:
+                return self.values[p]
+            if not p:
+                return (1, 1)
+            p = p[:-1]
+
+    def value_position(self, path: tuple[str | int, ...] | list[str | int]) -> tuple[int, int]:
+        """Where the value at ``path`` starts (falls back like :meth:`position`)."""
+        p = tuple(path)
+        if p in self.values:
+            return self.values[p]
+        return self.position(p)
+
+
+@dataclass
+class LoadedDocument:
+    """A parsed policy file: plain data plus where each part came from."""
+
+    path: str
+    data: dict[str, Any]
+    source_map: SourceMap
+    format: Literal["yaml", "toml"]
+
+
+class _Abort(Exception):
+    """Stop reading: ``diag`` says why."""
+
+    def __init__(self, diag: Diagnostic) -> None:
+        super().__init__(diag.message)
+        self.diag = diag
+
+
+# --------------------------------------------------------------------------- bytes
+
+
+def _line_col(raw: bytes, index: int) -> Pos:
+    line = raw.count(b"\n", 0, index) + 1
+    start = raw.rfind(b"\n", 0, index) + 1
+    col = len(raw[start:index].decode("utf-8", errors="replace")) + 1
+    return line, col
+
+
+def _decode(name: str, raw: bytes) -> str:
+    hint = "save the file as UTF-8 (without NUL bytes)"
+    for bom, enc in (
+        (codecs.BOM_UTF32_LE, "UTF-32"),
+        (codecs.BOM_UTF32_BE, "UTF-32"),
+        (codecs.BOM_UTF16_LE, "UTF-16"),
+        (codecs.BOM_UTF16_BE, "UTF-16"),
+    ):
+        if raw.startswith(bom):
+            raise _Abort(
+                make(
+                    name,
+                    (1, 1),
+                    "CTX005",
+                    f"file is {enc}-encoded; policy files must be UTF-8",
+                    hint,
+                )
+            )
+    if raw.startswith(codecs.BOM_UTF8):
+        raw = raw[len(codecs.BOM_UTF8) :]
+    nul = raw.find(b"\x00")
+    if nul >= 0:
+        raise _Abort(
+            make(
+                name,
+                _line_col(raw, nul),
+                "CTX005",
+                "NUL byte in file (binary data or UTF-16 without BOM?); policy files must be UTF-8 text",
+                hint,
+            )
+        )
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        bad = raw[exc.start : exc.start + 1].hex()
+        raise _Abort(
+            make(
+                name,
+                _line_col(raw, exc.start),
+                "CTX005",
+                f"invalid UTF-8 byte 0x{bad} (is the file Windows-1252 or Latin-1?); "
+                "policy files must be UTF-8",
+                hint,
+            )
+        ) from None
+    return text
+
+
+# --------------------------------------------------------------------------- YAML
+
+_NULL_RE = re.compile(r"^(?:~|null|Null|NULL|)$")
+_BOOL = {"true": True, "True": True, "TRUE": True, "false": False, "False": False, "FALSE": False}
+_INT_RE = re.compile(r"^[-+]?[0-9]+$")
+_OCT_RE = re.compile(r"^0o[0-7]+$")
+_HEX_RE = re.compile(r"^0x[0-9a-fA-F]+$")
+_FLOAT_RE = re.compile(r"^[-+]?(?:\.[0-9]+|[0-9]+(?:\.[0-9]*)?)(?:[eE][-+]?[0-9]+)?$")
+_INF_RE = re.compile(r"^[-+]?\.(?:inf|Inf|INF)$")
+_NAN_RE = re.compile(r"^\.(?:nan|NaN|NAN)$")
+
+
+def _plain_scalar(value: str) -> Any:
+    """YAML 1.2 core schema resolution of a plain (unquoted) scalar."""
+    if _NULL_RE.match(value):
+        return None
+    if value in _BOOL:
+        return _BOOL[value]
+    if _INT_RE.match(value):
+        return int(value)
+    if _OCT_RE.match(value):
+        return int(value[2:], 8)
+    if _HEX_RE.match(value):
+        return int(value[2:], 16)
+    if _FLOAT_RE.match(value):
+        return float(value)
+    if _INF_RE.match(value):
+        return float("-inf") if value.startswith("-") else float("inf")
+    if _NAN_RE.match(value):
+        return float("nan")
+    return value
+
+
+def _tag_text(tag: Any) -> str:
+    text = str(getattr(tag, "value", None) or tag)
+    if text.startswith("tag:yaml.org,2002:"):
+        return "!!" + text[len("tag:yaml.org,2002:") :]
+    return text
+
+
+def _flow_depth_scan(name: str, text: str) -> None:
+    """Reject deeply nested flow collections before the (slow) YAML parser sees them."""
+    depth = 0
+    quote: str | None = None
+    i = 0
+    n = len(text)
+    line, line_start = 1, 0
+    while i < n:
+        c = text[i]
+        if c == "\n":
+            line += 1
+            line_start = i + 1
+            if quote == "'":  # single-quoted scalars may span lines; keep state
+                pass
+        elif quote is not None:
+            if quote == '"' and c == "\\":
+                i += 1
+            elif c == quote:
+                if quote == "'" and i + 1 < n and text[i + 1] == "'":
+                    i += 1
+                else:
+                    quote = None
+        elif c == "#" and (i == 0 or text[i - 1] in " \t\n"):
+            j = text.find("\n", i)
+            i = n if j < 0 else j
+            continue
+        elif c in "\"'" and (i == 0 or text[i - 1] in " \t\n[{,:-?"):
+            quote = c
+        elif c in "[{":
+            depth += 1
+            if depth > MAX_DEPTH:
+                raise _Abort(
+                    make(
+                        name,
+                        (line, i - line_start + 1),
+                        "CTX008",
+                        f"nesting deeper than {MAX_DEPTH} levels",
+                        "policy files are shallow; flatten the structure",
+                    )
+                )
+        elif c in "]}":
+            depth = max(0, depth - 1)
+        i += 1
+
+
+@dataclass
+class _Frame:
+    kind: Literal["map", "seq"]
+    container: Any
+    path: PathT
+    anchor: str | None
+    nodes: int = 1
+    key: str | None = None  # pending key (maps)
+    expect_key: bool = True
+    skip_value: bool = False
+    index: int = 0
+
+
+class _YamlBuilder:
+    """Turns ruamel.yaml parser events into plain data and a source map."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.diags: list[Diagnostic] = []
+        self.smap = SourceMap()
+        self.anchors: dict[str, tuple[Any, int]] = {}
+        self.nodes = 0
+        self.root: Any = None
+        self.has_root = False
+        self.stack: list[_Frame] = []
+        self.skip = 0  # > 0 while skipping a subtree (depth)
+        self.key_lines: dict[PathT, int] = {}
+
+    # -- helpers
+    def _pos(self, ev: Any) -> Pos:
+        m = ev.start_mark
+        return (m.line + 1, m.column + 1)
+
+    def _err(self, ev: Any, code: str, message: str, hint: str | None = None) -> None:
+        self.diags.append(make(self.name, self._pos(ev), code, message, hint))
+
+    def _count(self, n: int, ev: Any, alias: bool = False) -> None:
+        self.nodes += n
+        for fr in self.stack:
+            fr.nodes += n
+        if self.nodes > MAX_NODES:
+            if alias:
+                raise _Abort(
+                    make(
+                        self.name,
+                        self._pos(ev),
+                        "CTX004",
+                        f"alias expansion exceeds {MAX_NODES} nodes (alias bomb?)",
+                        "policy files do not need deep anchor/alias reuse; write the values out",
+                    )
+                )
+            raise _Abort(
+                make(
+                    self.name,
+                    self._pos(ev),
+                    "CTX006",
+                    f"document has more than {MAX_NODES} nodes",
+                    "a policy file is small; split it or remove generated content",
+                )
+            )
+
+    # -- placement of a finished value
+    def _slot(self, ev: Any) -> tuple[PathT, bool] | None:
+        """Path for the next value, or None when it must be skipped."""
+        if not self.stack:
+            if self.has_root:
+                return None
+            return ((), True)
+        top = self.stack[-1]
+        if top.kind == "seq":
+            return ((*top.path, top.index), True)
+        if top.expect_key:
+            return None  # a key: handled by the caller
+        if top.skip_value:
+            return None
+        assert top.key is not None
+        return ((*top.path, top.key), True)
+
+    def _place(self, value: Any, anchor: str | None, nodes: int) -> None:
+        if anchor:
+            self.anchors[anchor] = (value, nodes)
+        if not self.stack:
+            self.root = value
+            self.has_root = True
+            return
+        top = self.stack[-1]
+        if top.kind == "seq":
+            top.container.append(value)
+            top.index += 1
+            return
+        if not top.skip_value and top.key is not None:
+            top.container[top.key] = value
+        top.key = None
+        top.skip_value = False
+        top.expect_key = True
+
+    def _check_tag(self, ev: Any) -> None:
+        tag = getattr(ev, "tag", None)
+        if tag is not None:
+            self._err(
+                ev,
+                "CTX003",
+                f"YAML tag {_tag_text(tag)!r} is not allowed; policy values are plain data",
+                "remove the tag; no tag is ever constructed",
+            )
+
+    # -- keys
+    def _handle_key(self, ev: Any, top: _Frame) -> None:
+        from ruamel.yaml.events import (
+            AliasEvent,
+            MappingStartEvent,
+            ScalarEvent,
+            SequenceStartEvent,
+        )
+
+        if isinstance(ev, ScalarEvent):
+            self._check_tag(ev)
+            self._count(1, ev)
+            text = ev.value
+            key_path = (*top.path, text)
+            if ev.style is None and text == "<<":
+                self._err(
+                    ev,
+                    "CTX009",
+                    "YAML merge keys ('<<') are not supported",
+                    "write the keys out, or use `extends:` between agents",
+                )
+                top.skip_value = True
+            elif text in top.container:
+                first = self.key_lines.get(key_path)
+                where = f" (first defined on line {first})" if first else ""
+                self._err(ev, "CTX002", f"duplicate key {text!r}{where}", "remove one of them")
+                top.skip_value = True
+            else:
+                pos = self._pos(ev)
+                self.smap.keys[key_path] = pos
+                self.key_lines[key_path] = pos[0]
+            top.key = text
+            top.expect_key = False
+            return
+        # complex key: a mapping, sequence or alias used as a key
+        self._err(ev, "CTX103", "mapping keys must be plain strings")
+        top.key = None
+        top.skip_value = True
+        top.expect_key = False
+        if isinstance(ev, MappingStartEvent | SequenceStartEvent):
+            self.skip = 1
+        elif isinstance(ev, AliasEvent):  # an alias key: nothing more to skip
+            return
+
+    # -- main loop
+    def feed(self, ev: Any) -> None:
+        from ruamel.yaml.events import (
+            AliasEvent,
+            CollectionEndEvent,
+            CollectionStartEvent,
+            DocumentStartEvent,
+            MappingStartEvent,
+            ScalarEvent,
+        )
+
+        if self.skip:
+            if isinstance(ev, CollectionStartEvent):
+                self.skip += 1
+            elif isinstance(ev, CollectionEndEvent):
+                self.skip -= 1
+            if self.skip == 0:
+                self._after_skip()
+            return
+        if isinstance(ev, DocumentStartEvent):
+            if self.has_root:
+                raise _Abort(
+                    make(
+                        self.name,
+                        self._pos(ev),
+                        "CTX001",
+                        "more than one YAML document in the file ('---')",
+                        "a policy file holds one document",
+                    )
+                )
+            return
+        if not isinstance(ev, ScalarEvent | AliasEvent | CollectionStartEvent | CollectionEndEvent):
+            return
+        top = self.stack[-1] if self.stack else None
+        if isinstance(ev, CollectionEndEvent):
+            assert top is not None
+            self.stack.pop()
+            self._place(top.container, top.anchor, top.nodes)
+            return
+        if top is not None and top.kind == "map" and top.expect_key:
+            self._handle_key(ev, top)
+            return
+        skipping = top is not None and top.kind == "map" and top.skip_value
+        if isinstance(ev, AliasEvent):
+            anchor = ev.anchor
+            if anchor not in self.anchors:
+                raise _Abort(
+                    make(
+                        self.name,
+                        self._pos(ev),
+                        "CTX004",
+                        f"alias *{anchor} refers to an unknown anchor (or to itself)",
+                        "define the anchor (&name) before using it",
+                    )
+                )
+            value, size = self.anchors[anchor]
+            self._count(size, ev, alias=True)
+            slot = self._slot(ev)
+            if slot is not None and not skipping:
+                self.smap.values.setdefault(slot[0], self._pos(ev))
+            self._place(copy.deepcopy(value), None, size)
+            return
+        self._check_tag(ev)
+        self._count(1, ev)
+        slot = self._slot(ev)
+        path = slot[0] if slot is not None else (*top.path, "?") if top else ()
+        if slot is not None and not skipping:
+            self.smap.values.setdefault(path, self._pos(ev))
+        anchor = getattr(ev, "anchor", None)
+        if isinstance(ev, ScalarEvent):
+            value = _plain_scalar(ev.value) if ev.style is None and ev.implicit[0] else ev.value
+            self._place(value, anchor, 1)
+            return
+        if len(self.stack) >= MAX_DEPTH:
+            raise _Abort(
+                make(
+                    self.name,
+                    self._pos(ev),
+                    "CTX008",
+                    f"nesting deeper than {MAX_DEPTH} levels",
+                    "policy files are shallow; flatten the structure",
+                )
+            )
+        kind: Literal["map", "seq"] = "map" if isinstance(ev, MappingStartEvent) else "seq"
+        container: Any = {} if kind == "map" else []
+        self.stack.append(_Frame(kind, container, path, anchor))
+
+    def _after_skip(self) -> None:
+        # finished skipping a complex key: now its value comes (still skipped)
+        pass
+
+
+def _load_yaml(name: str, text: str) -> tuple[Any, SourceMap, list[Diagnostic]]:
+    from ruamel.yaml import YAML
+    from ruamel.yaml.error import MarkedYAMLError, YAMLError
+
+    _flow_depth_scan(name, text)
+    builder = _YamlBuilder(name)
+    yaml = YAML(typ="rt")
+    try:
+        for ev in yaml.parse(io.StringIO(text)):
+            builder.feed(ev)
+    except _Abort as exc:
+        return None, builder.smap, [*builder.diags, exc.diag]
+    except MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        pos = (mark.line + 1, mark.column + 1) if mark is not None else (1, 1)
+        problem = (exc.problem or str(exc)).strip()
+        context = (exc.context or "").strip()
+        message = f"invalid YAML: {problem}"
+        if context:
+            message += f" ({context})"
+        code = "CTX005" if "special characters are not allowed" in problem else "CTX001"
+        return None, builder.smap, [*builder.diags, make(name, pos, code, message)]
+    except YAMLError as exc:
+        text_exc = str(exc).strip().splitlines()
+        msg = text_exc[-1] if text_exc else type(exc).__name__
+        mark = getattr(exc, "position", None)
+        code = "CTX005" if "unacceptable character" in str(exc) else "CTX001"
+        pos = (1, 1)
+        if hasattr(exc, "line") and hasattr(exc, "column"):  # pragma: no cover - reader errors
+            pos = (int(exc.line) + 1, int(exc.column) + 1)
+        del mark
+        return None, builder.smap, [*builder.diags, make(name, pos, code, f"invalid YAML: {msg}")]
+    return builder.root, builder.smap, builder.diags
+
+
+# --------------------------------------------------------------------------- TOML
+
+_BARE_KEY = re.compile(r"[A-Za-z0-9_-]+")
+
+
+class _TomlScanner:
+    """Positions of keys and values in a TOML text that tomli already accepted."""
+
+    def __init__(self, text: str) -> None:
+        self.t = text
+        self.i = 0
+        self.n = len(text)
+        self.smap = SourceMap()
+        self.line_starts = [0]
+        for m in re.finditer("\n", text):
+            self.line_starts.append(m.end())
+        self.arrays: dict[PathT, int] = {}
+
+    def pos(self, i: int) -> Pos:
+        import bisect
+
+        line = bisect.bisect_right(self.line_starts, i)
+        return (line, i - self.line_starts[line - 1] + 1)
+
+    def ws(self, newlines: bool = False) -> None:
+        t = self.t
+        while self.i < self.n:
+            c = t[self.i]
+            if c in " \t\r" or (newlines and c == "\n"):
+                self.i += 1
+            elif c == "#":
+                j = t.find("\n", self.i)
+                self.i = self.n if j < 0 else j
+            else:
+                break
+
+    def key_part(self) -> str:
+        t = self.t
+        c = t[self.i]
+        if c == '"':
+            j = self.i + 1
+            while j < self.n and t[j] != '"':
+                j += 2 if t[j] == "\\" else 1
+            raw = t[self.i : j + 1]
+            self.i = j + 1
+            try:
+                return str(json.loads(raw))
+            except ValueError:
+                return raw[1:-1]
+        if c == "'":
+            j = t.find("'", self.i + 1)
+            raw = t[self.i + 1 : j]
+            self.i = j + 1
+            return raw
+        m = _BARE_KEY.match(t, self.i)
+        if m is None:
+            raise ValueError("bad key")
+        self.i = m.end()
+        return m.group(0)
+
+    def keys(self) -> list[tuple[str, int]]:
+        out: list[tuple[str, int]] = []
+        while True:
+            self.ws()
+            start = self.i
+            out.append((self.key_part(), start))
+            self.ws()
+            if self.i < self.n and self.t[self.i] == ".":
+                self.i += 1
+                continue
+            return out
+
+    def record_keys(self, base: PathT, parts: list[tuple[str, int]]) -> PathT:
+        path = base
+        for k, start in parts:
+            path = (*path, k)
+            self.smap.keys.setdefault(path, self.pos(start))
+        return path
+
+    def resolve_header(self, parts: list[tuple[str, int]], is_array: bool, start: int) -> PathT:
+        path: PathT = ()
+        for idx, (k, kstart) in enumerate(parts):
+            path = (*path, k)
+            last = idx == len(parts) - 1
+            if last and is_array:
+                n = self.arrays.get(path, -1) + 1
+                self.arrays[path] = n
+                self.smap.keys.setdefault(path, self.pos(start))
+                path = (*path, n)
+                self.smap.keys[path] = self.pos(start)
+                self.smap.values[path] = self.pos(start)
+            else:
+                if path in self.arrays:
+                    self.smap.keys.setdefault(path, self.pos(kstart))
+                    path = (*path, self.arrays[path])
+                elif last:
+                    self.smap.keys.setdefault(path, self.pos(start))
+                    self.smap.values.setdefault(path, self.pos(start))
+                else:
+                    self.smap.keys.setdefault(path, self.pos(kstart))
+        return path
+
+    def string(self) -> None:
+        t = self.t
+        for q in ('"""', "'''"):
+            if t.startswith(q, self.i):
+                j = self.i + 3
+                while j < self.n:
+                    if q == '"""' and t[j] == "\\":
+                        j += 2
+                        continue
+                    if t.startswith(q, j):
+                        j += 3
+                        while j < self.n and t[j] == q[0]:
+                            j += 1
+                        break
+                    j += 1
+                self.i = j
+                return
+        q = t[self.i]
+        j = self.i + 1
+        while j < self.n and t[j] != q:
+            j += 2 if (q == '"' and t[j] == "\\") else 1
+        self.i = j + 1
+
+    def value(self, path: PathT) -> None:
+        t = self.t
+        self.smap.values.setdefault(path, self.pos(self.i))
+        c = t[self.i] if self.i < self.n else ""
+        if c in "\"'":
+            self.string()
+        elif c == "[":
+            self.i += 1
+            idx = 0
+            while True:
+                self.ws(newlines=True)
+                if self.i >= self.n or t[self.i] == "]":
+                    self.i += 1
+                    return
+                self.value((*path, idx))
+                idx += 1
+                self.ws(newlines=True)
+                if self.i < self.n and t[self.i] == ",":
+                    self.i += 1
+        elif c == "{":
+            self.i += 1
+            while True:
+                self.ws(newlines=True)
+                if self.i >= self.n or t[self.i] == "}":
+                    self.i += 1
+                    return
+                sub = self.record_keys(path, self.keys())
+                self.ws()
+                self.i += 1  # '='
+                self.ws()
+                self.value(sub)
+                self.ws(newlines=True)
+                if self.i < self.n and t[self.i] == ",":
+                    self.i += 1
+        else:
+            while self.i < self.n and t[self.i] not in ",]}\n#":
+                self.i += 1
+
+    def scan(self) -> SourceMap:
+        t = self.t
+        table: PathT = ()
+        self.smap.values[()] = (1, 1)
+        while True:
+            self.ws(newlines=True)
+            if self.i >= self.n:
+                return self.smap
+            start = self.i
+            if t.startswith("[[", self.i):
+                self.i += 2
+                parts = self.keys()
+                self.ws()
+                self.i += 2
+                table = self.resolve_header(parts, True, start)
+            elif t[self.i] == "[":
+                self.i += 1
+                parts = self.keys()
+                self.ws()
+                self.i += 1
+                table = self.resolve_header(parts, False, start)
+            else:
+                path = self.record_keys(table, self.keys())
+                self.ws()
+                self.i += 1  # '='
+                self.ws()
+                self.value(path)
+
+
+def _data_depth(data: Any) -> int:
+    best = 0
+    stack: list[tuple[Any, int]] = [(data, 0)]
+    while stack:
+        node, d = stack.pop()
+        best = max(best, d)
+        if best > MAX_DEPTH:
+            return best
+        if isinstance(node, dict):
+            stack.extend((v, d + 1) for v in node.values())
+        elif isinstance(node, list):
+            stack.extend((v, d + 1) for v in node)
+    return best
+
+
+def _load_toml(name: str, text: str) -> tuple[Any, SourceMap, list[Diagnostic]]:
+    import tomli
+
+    try:
+        data = tomli.loads(text)
+    except tomli.TOMLDecodeError as exc:
+        line = getattr(exc, "lineno", 1) or 1
+        col = getattr(exc, "colno", 1) or 1
+        msg = getattr(exc, "msg", None) or str(exc)
+        return None, SourceMap(), [make(name, (line, col), "CTX001", f"invalid TOML: {msg}")]
+    except RecursionError:
+        return (
+            None,
+            SourceMap(),
+            [
+                make(
+                    name,
+                    (1, 1),
+                    "CTX008",
+                    f"nesting deeper than {MAX_DEPTH} levels",
+                    "policy files are shallow; flatten the structure",
+                )
+            ],
+        )
+    if _data_depth(data) > MAX_DEPTH:
+        return (
+            None,
+            SourceMap(),
+            [
+                make(
+                    name,
+                    (1, 1),
+                    "CTX008",
+                    f"nesting deeper than {MAX_DEPTH} levels",
+                    "policy files are shallow; flatten the structure",
+                )
+            ],
+        )
+    try:
+        smap = _TomlScanner(text).scan()
+    except Exception:  # positions are best effort: fall back to line 1
+        smap = SourceMap(values={(): (1, 1)})
+    return data, smap, []
+
+
+# --------------------------------------------------------------------------- public
+
+
+def _format_of(path: str, text: str) -> Literal["yaml", "toml"]:
+    suffix = Path(path).suffix.lower()
+    if suffix == ".toml":
+        return "toml"
+    return "yaml"
+
+
+def _only_comments(text: str) -> bool:
+    return all(not line.strip() or line.lstrip().startswith("#") for line in text.splitlines())
+
+
+def load_document(
+    path: str | os.PathLike[str], *, text: str | bytes | None = None
+) -> tuple[LoadedDocument | None, list[Diagnostic]]:
+    """Read and parse one policy file. Never raises: problems come back as diagnostics.
+
+    ``text`` (str or bytes) replaces the file's content (editors, tests). The
+    document is None when the file could not be parsed into a mapping.
+    """
+    name = os.fspath(path)
+    try:
+        return _load_document(name, text)
+    except _Abort as exc:
+        return None, [exc.diag]
+    except RecursionError:
+        return None, [make(name, (1, 1), "CTX008", f"nesting deeper than {MAX_DEPTH} levels")]
+    except Exception as exc:  # last resort: never a traceback
+        return None, [
+            make(
+                name,
+                (1, 1),
+                "CTX000",
+                f"internal error while reading {name}: {type(exc).__name__}: {exc}",
+                "please report this with the file attached",
+            )
+        ]
+
+
+def _load_document(
+    name: str, text: str | bytes | None
+) -> tuple[LoadedDocument | None, list[Diagnostic]]:
+    if text is None:
+        p = Path(name)
+        try:
+            if p.is_dir():
+                return None, [make(name, (1, 1), "CTX010", "is a directory, not a policy file")]
+            size = p.stat().st_size
+            if size > MAX_BYTES:
+                raise _Abort(_too_large(name, size))
+            with p.open("rb") as fh:
+                raw = fh.read(MAX_BYTES + 1)
+        except FileNotFoundError:
+            return None, [make(name, (1, 1), "CTX010", "file not found")]
+        except OSError as exc:
+            return None, [make(name, (1, 1), "CTX010", f"cannot read file: {exc.strerror or exc}")]
+    elif isinstance(text, str):
+        raw = text.encode("utf-8", errors="surrogatepass")
+    else:
+        raw = bytes(text)
+    if len(raw) > MAX_BYTES:
+        raise _Abort(_too_large(name, len(raw)))
+    decoded = _decode(name, raw)
+    fmt = _format_of(name, decoded)
+    if _only_comments(decoded):
+        what = "empty file" if not decoded.strip() else "file contains only comments"
+        return None, [
+            make(name, (1, 1), "CTX007", f"{what}: no policy", "start with `ctxpolicy: 1`")
+        ]
+    if fmt == "toml":
+        data, smap, diags = _load_toml(name, decoded)
+    else:
+        data, smap, diags = _load_yaml(name, decoded)
+    if data is None and not diags:
+        diags = [
+            make(
+                name,
+                (1, 1),
+                "CTX007",
+                "document is empty (null): no policy",
+                "start with `ctxpolicy: 1`",
+            )
+        ]
+    if diags and any(d.severity == "error" for d in diags) and data is None:
+        return None, diags
+    if not isinstance(data, dict):
+        kind = {list: "a list", str: "a string"}.get(type(data), type(data).__name__)
+        diags.append(
+            make(
+                name,
+                smap.value_position(()),
+                "CTX103",
+                f"the file must hold a mapping of keys (got {kind})",
+                "start with `ctxpolicy: 1`",
+            )
+        )
+        return None, diags
+    smap.values.setdefault((), (1, 1))
+    return LoadedDocument(name, data, smap, fmt), diags
+
+
+def _too_large(name: str, size: int) -> Diagnostic:
+    return make(
+        name,
+        (1, 1),
+        "CTX006",
+        f"file is {size} bytes; policy files are limited to {MAX_BYTES} bytes (1 MiB)",
+        "a policy file is small; split it with `include:`",
+    )
