@@ -288,7 +288,8 @@ def _iter_schema_diagnostics(doc: Any, errors: Iterable[ValidationError]) -> Ite
         path = tuple(error.absolute_path)
         where = _json_path(path)
         if error.validator == "additionalProperties" and isinstance(error.instance, dict):
-            allowed = sorted((error.schema or {}).get("properties", {}))
+            sub = error.schema if isinstance(error.schema, Mapping) else {}
+            allowed = sorted(sub.get("properties", {}))
             extras = sorted(k for k in error.instance if k not in allowed)
             for key in extras:
                 line, col = _position(doc, (*path, key))
@@ -322,9 +323,8 @@ def _iter_schema_diagnostics(doc: Any, errors: Iterable[ValidationError]) -> Ite
         if keyword == "required":
             message = f"{where}: {error.message}"
         elif keyword in ("enum", "const"):
-            allowed_values = error.validator_value
-            if keyword == "const":
-                allowed_values = [allowed_values]
+            value: Any = error.validator_value
+            allowed_values = [value] if keyword == "const" else list(value)
             message = f"{where}: {_short(error.instance)} is not allowed"
             hint = "allowed: " + ", ".join(_short(v) for v in allowed_values)
         elif keyword == "type":
