@@ -126,6 +126,10 @@ class Offload(Layer):
                 out.append(pointer)
             if i not in gone_set:
                 out.append(u)
+        if ctx.count(out) >= ctx.count(units):
+            return LayerResult(
+                units=list(units), report={"offloaded_rounds": 0, "skipped": "pointer not smaller"}
+            )
         return LayerResult(
             units=out,
             dropped=[units[i] for i in sorted(drop)],

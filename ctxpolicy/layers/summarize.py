@@ -282,14 +282,6 @@ class Summarize(Layer):
         missing = [c for c in ctx.constraints if c not in summary]
         if missing:
             summary += "\nConstraints (verbatim):\n" + "\n".join(f"- {c}" for c in missing)
-        if ct(summary) >= input_tokens:
-            return self._failed(
-                ctx,
-                units,
-                f"summary ({ct(summary)} tokens) not shorter than its input ({input_tokens})",
-            )
-        self._succeeded(ctx)
-
         refs: list[str] = []
         for u in [*old_summaries, *fold]:
             for r in u.meta.get("refs", []) if u.kind == "summary" else unit_refs(u):
@@ -307,6 +299,14 @@ class Summarize(Layer):
                 "refs": refs[-MAX_META_REFS:],
             },
         )
+        new_tokens, old_tokens = ctx.count([new]), ctx.count(replaced)
+        if new_tokens >= old_tokens:
+            return self._failed(
+                ctx,
+                units,
+                f"summary ({new_tokens} tokens) not shorter than its input ({old_tokens})",
+            )
+        self._succeeded(ctx)
         region_set = set(region)
         out_units: list[Unit] = []
         for i, u in enumerate(units):
