@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import os
 import sys
 from pathlib import Path
@@ -16,8 +17,8 @@ CTXPOLICY = BIN / "ctxpolicy"
 
 
 def needs(module: str) -> None:
-    """Skip when a module of another work package is not there yet."""
-    pytest.importorskip(module)
+    """Import a module these tests rely on (loader, compat): fail loudly, never skip."""
+    importlib.import_module(module)
 
 
 @pytest.fixture

@@ -51,7 +51,6 @@ def test_every_agent_explains_its_numbers() -> None:
 
 
 def _resolve(path: str, agent: str):  # type: ignore[no-untyped-def]
-    pytest.importorskip("ctxpolicy.policy.resolve")
     from ctxpolicy.policy.resolve import load_policy
 
     return load_policy(str(POLICIES / path), agent)
