@@ -1,0 +1,174 @@
+"""``ctxpolicy simulate``: replay recorded traces against a policy (see docs/simulate.md).
+
+Exit codes: 0 done (and, with ``--check``, no problem); 1 ``--check`` found an
+overflow, a pairing violation or an alert; 2 usage error, unreadable trace or a
+policy that does not resolve.
+"""
+
+from __future__ import annotations
+
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import click
+
+BASELINE_CHOICES = ("none", "last_n", "observation_mask", "summary_at_fraction")
+
+
+def _load(ctx: click.Context, file: str, agent: str) -> Any:
+    from ctxpolicy.policy.diagnostics import PolicyError
+    from ctxpolicy.sim.replay import load_policy_file
+
+    try:
+        return load_policy_file(file, agent)
+    except PolicyError as exc:
+        for d in exc.diagnostics:
+            click.echo(d.format(), err=True)
+        click.echo(f"{file}: agent {agent!r} does not resolve", err=True)
+        ctx.exit(2)
+    except (OSError, ValueError) as exc:
+        click.echo(f"{file}: {exc}", err=True)
+        ctx.exit(2)
+
+
+def _parse_compare(spec: str, policy: str, agent: str) -> tuple[str, str]:
+    """``FILE``, ``FILE:AGENT`` or ``:AGENT`` (same file as ``--policy``)."""
+    file, sep, other = spec.rpartition(":")
+    if not sep or "/" in other or other.endswith((".yaml", ".yml", ".toml")):
+        return spec, agent
+    return (file or policy), (other or agent)
+
+
+@click.command("simulate")
+@click.argument("traces", nargs=-1, required=True, type=click.Path(exists=True, dir_okay=False))
+@click.option("--policy", "policy_file", required=True, type=click.Path(exists=True, dir_okay=False), help="Policy file.")
+@click.option("--agent", default="default", show_default=True, help="Agent type in the policy file.")
+@click.option("--window", type=click.IntRange(min=256), default=None, help="Override the context window (tokens).")
+@click.option("--json", "as_json", is_flag=True, help="Print the machine output (schemas/simulate-output.schema.json).")
+@click.option("--report", type=click.Path(dir_okay=False), default=None, help="Write a self-contained HTML report.")
+@click.option("--plot", type=click.Path(dir_okay=False), default=None, help="Write a PNG of tokens per call (needs matplotlib).")
+@click.option("--compare", "compare", multiple=True, metavar="POLICY2[:AGENT]", help="Also replay this policy (':AGENT' = same file).")
+@click.option("--baseline", "baselines", multiple=True, type=click.Choice(BASELINE_CHOICES), help="Baseline to compare with (repeatable).")
+@click.option("--check", is_flag=True, help="Exit 1 on any overflow, pairing violation or alert of the policy.")
+@click.option("--jobs", type=click.IntRange(min=1), default=1, show_default=True, help="Worker processes for many traces.")
+@click.option("--prices", "prices_file", type=click.Path(exists=True, dir_okay=False), default=None, help="Price table JSON (default: packaged).")
+@click.option("--alert-ratio", type=click.FloatRange(0, 1), default=0.9, show_default=True, help="Alert when the mean compression ratio is above this.")
+@click.option("--alert-repeats", type=click.FloatRange(min=0), default=0.3, show_default=True, help="Alert when repeated reads exceed this share of compactions.")
+@click.option("--snapshots", "snapshots_dir", type=click.Path(file_okay=False), default=None, help="Keep snapshots here (default: a temporary directory, removed).")
+@click.pass_context
+def simulate(
+    ctx: click.Context,
+    traces: tuple[str, ...],
+    policy_file: str,
+    agent: str,
+    window: int | None,
+    as_json: bool,
+    report: str | None,
+    plot: str | None,
+    compare: tuple[str, ...],
+    baselines: tuple[str, ...],
+    check: bool,
+    jobs: int,
+    prices_file: str | None,
+    alert_ratio: float,
+    alert_repeats: float,
+    snapshots_dir: str | None,
+) -> None:
+    """Replay agent traces step by step under a policy and report what it does.
+
+    TRACE files: JSONL (one OpenAI Chat message per line), a JSON array, Anthropic
+    Messages JSON, a SWE-agent .traj or OpenHands events.
+    """
+    from ctxpolicy.sim.importers import TraceError
+    from ctxpolicy.sim.metrics import load_prices
+    from ctxpolicy.sim.replay import RunSpec
+    from ctxpolicy.sim.replay import simulate as run_simulation
+
+    policy = _load(ctx, policy_file, agent)
+    runs = [RunSpec(label=agent, policy=policy, file=policy_file, agent=agent)]
+    for spec in compare:
+        cfile, cagent = _parse_compare(spec, policy_file, agent)
+        if not Path(cfile).is_file():
+            raise click.BadParameter(f"{cfile}: no such policy file", param_hint="--compare")
+        label = cagent if cagent not in {r.label for r in runs} else f"{cagent} ({Path(cfile).name})"
+        runs.append(RunSpec(label=label, policy=_load(ctx, cfile, cagent), file=cfile, agent=cagent))
+    try:
+        prices = load_prices(prices_file)
+    except (OSError, ValueError) as exc:
+        raise click.BadParameter(str(exc), param_hint="--prices") from None
+    baselines = tuple(dict.fromkeys(baselines))
+    if window is not None:
+        from ctxpolicy.budget import compute_budget
+        from ctxpolicy.sim.replay import with_window
+
+        for r in runs:
+            try:
+                compute_budget(with_window(r.policy, window))
+            except ValueError as exc:
+                raise click.BadParameter(f"{r.label}: {exc}", param_hint="--window") from None
+
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    err = Console(stderr=True)
+    show_progress = not as_json and err.is_terminal
+    tmp = None
+    if snapshots_dir is None:
+        tmp = tempfile.TemporaryDirectory(prefix="ctxpolicy-simulate-")
+        snapshots_dir = tmp.name
+    try:
+        with Progress(
+            TextColumn("[bold]replaying[/]"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.description}"),
+            TimeElapsedColumn(), console=err, disable=not show_progress, transient=True,
+        ) as bar:
+            task = bar.add_task("", total=len(traces))
+
+            def progress(done: int, total: int, name: str) -> None:
+                bar.update(task, completed=done, description=name)
+
+            try:
+                output = run_simulation(
+                    list(traces), runs, baselines=baselines, window=window, jobs=jobs,
+                    snapshots_dir=snapshots_dir, prices=prices,
+                    prices_source=prices_file or "builtin", alert_ratio=alert_ratio,
+                    alert_repeats=alert_repeats, progress=progress,
+                )
+            except TraceError as exc:
+                click.echo(f"error: {exc}", err=True)
+                ctx.exit(2)
+                return
+    finally:
+        if tmp is not None:
+            tmp.cleanup()
+    # paths of this run, relative where possible: the output does not depend on cwd tricks
+    png: bytes | None = None
+    if plot or report:
+        try:
+            from ctxpolicy.sim.plot import plot_output
+
+            png = plot_output(output, plot)
+        except RuntimeError as exc:
+            click.echo(f"warning: {exc}", err=True)
+            if plot:
+                ctx.exit(2)
+                return
+    if report:
+        from ctxpolicy.sim.report import html_report
+
+        Path(report).write_text(html_report(output, png), encoding="utf-8")
+    if as_json:
+        from ctxpolicy.sim.report import to_json
+
+        click.echo(to_json(output))
+    else:
+        from ctxpolicy.sim.report import print_report
+
+        print_report(output, Console(file=sys.stdout) if sys.stdout.isatty() else Console(file=sys.stdout, width=200))
+        if report:
+            click.echo(f"wrote {report}")
+        if plot:
+            click.echo(f"wrote {plot}")
+    if check and not output["check"]["passed"]:
+        ctx.exit(1)

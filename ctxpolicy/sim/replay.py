@@ -1,0 +1,649 @@
+"""Replay a recorded agent conversation against a policy, step by step.
+
+The replay rebuilds the conversation as the agent saw it: messages are appended in
+trace order; **before each assistant message** the strategy prepares the context
+(for a policy: ``Session.prepare(conversation)``) and the prepared list is measured;
+each tool result passes through the strategy's tool-result path (for a policy:
+``Session.add_tool_result(call, content)``) and the text it returns is what enters
+the conversation. The assistant message itself (what the model answered) is taken
+from the trace, so every strategy is measured on the same decisions.
+
+Public API (used by ``ctxpolicy simulate`` and the benchmarks)::
+
+    policy = load_policy_file("policies/agents.yaml", "coding_agent")
+    result = replay_trace(load_trace(path), policy, window=16384)
+    result.to_dict()
+
+Metrics are computed in :mod:`ctxpolicy.sim.metrics`; baselines (no compaction,
+last N messages, observation masking, summary at a fraction of the window) run
+through the same loop in :mod:`ctxpolicy.sim.baselines`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import re
+import shutil
+import tempfile
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+from ctxpolicy.conversation import check_messages, content_text
+from ctxpolicy.facts import extract
+from ctxpolicy.policy.models import Policy
+from ctxpolicy.sim.importers import load_trace
+from ctxpolicy.toolresults import parse_reference
+
+__all__ = [
+    "StepRecord",
+    "Strategy",
+    "TraceResult",
+    "load_policy_file",
+    "load_trace",
+    "replay_trace",
+    "run_strategy",
+    "with_snapshots",
+    "with_window",
+]
+
+Message = dict[str, Any]
+_URI_RE = re.compile(r"ctxsnap://[^\s)\]\"']+")
+
+
+# --------------------------------------------------------------------------- policies
+
+
+def load_policy_file(path: str | Path, agent: str) -> Policy:
+    """Resolve ``agent`` from a policy file with :func:`ctxpolicy.load_policy`.
+
+    Raises ``ctxpolicy.PolicyError`` (diagnostics) when the policy does not resolve.
+    """
+    from ctxpolicy.policy.resolve import load_policy
+
+    return load_policy(str(path), agent=agent)
+
+
+def with_window(policy: Policy, window: int | None) -> Policy:
+    """``policy`` with its window set to ``window`` tokens (model and budget)."""
+    if window is None:
+        return policy
+    if window <= 0:
+        raise ValueError("window must be positive")
+    return policy.model_copy(
+        update={
+            "budget": policy.budget.model_copy(update={"window": int(window)}),
+            "model": policy.model.model_copy(update={"context_window": int(window)}),
+        }
+    )
+
+
+def with_snapshots(policy: Policy, directory: str | Path) -> Policy:
+    """``policy`` writing its snapshots under ``directory`` (a local store)."""
+    snaps = policy.snapshots.model_copy(update={"path": str(directory), "store": "local"})
+    return policy.model_copy(update={"snapshots": snaps})
+
+
+# --------------------------------------------------------------------------- records
+
+
+@dataclass
+class StepRecord:
+    """One model call of a replay: what was sent and what happened while preparing it."""
+
+    index: int
+    used: int
+    none: int
+    trigger: int
+    target: int
+    warning: int
+    error: int
+    hard_limit: int
+    state: str
+    layers: list[str] = field(default_factory=list)
+    cached: int = 0
+    output: int = 0
+    violations: int = 0
+
+    @property
+    def ratio(self) -> float:
+        return self.used / self.trigger if self.trigger else 0.0
+
+    @property
+    def overflow(self) -> bool:
+        return self.used > self.hard_limit
+
+
+@dataclass
+class TraceResult:
+    """Everything measured while replaying one trace under one strategy."""
+
+    trace: str
+    strategy: str
+    label: str
+    kind: str  # "policy" or "baseline"
+    model: str | None
+    window: int
+    reserve_output: int
+    steps: list[StepRecord] = field(default_factory=list)
+    events: list[dict[str, Any]] = field(default_factory=list)
+    repeated_reads: int = 0
+    repeated_examples: list[str] = field(default_factory=list)
+    retention: dict[str, int] = field(default_factory=lambda: {"facts": 0, "in_context": 0, "recoverable": 0, "lost": 0})
+    lost_examples: list[str] = field(default_factory=list)
+    tool_tokens_before: int = 0
+    tool_tokens_after: int = 0
+    messages: int = 0
+    prices: Mapping[str, Any] | None = None
+    none_cached: int = 0
+    alert_ratio: float = 0.9
+    alert_repeats: float = 0.3
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready metrics (schema: schemas/simulate-output.schema.json, ``run``)."""
+        from ctxpolicy.sim.metrics import trace_metrics
+
+        return trace_metrics(self)
+
+
+class Strategy(Protocol):
+    """What the replay loop needs from a policy session or a baseline."""
+
+    name: str
+    label: str
+    kind: str
+
+    def tool_result(self, call: Mapping[str, Any], content: Any, step: int) -> str: ...
+
+    def prepare(self, convo: list[Message]) -> tuple[list[Message], list[str]]: ...
+
+    def budget_numbers(self) -> dict[str, int]: ...
+
+    def recall(self, ref: str) -> str | None: ...
+
+    def events(self) -> list[dict[str, Any]]: ...
+
+    def close(self) -> None: ...
+
+
+# --------------------------------------------------------------------------- policy
+
+
+class PolicyStrategy:
+    """A :class:`ctxpolicy.Session` under a policy (the thing being evaluated)."""
+
+    kind = "policy"
+
+    def __init__(self, policy: Policy, *, conv_id: str, label: str | None = None, store: Any = None) -> None:
+        from ctxpolicy.engine import Session
+
+        self.policy = policy
+        self.name = "policy"
+        self.label = label or policy.agent
+        self._events: list[dict[str, Any]] = []
+        if store is None and policy.snapshots.enabled:
+            raise ValueError("a policy replay needs a snapshot store (see replay_trace)")
+        self.session = Session(policy, conv_id=conv_id, on_event=self._events.append, snapshot_store=store)
+        self.counter = self.session.counter
+        self._recalled: dict[str, str | None] = {}
+
+    def tool_result(self, call: Mapping[str, Any], content: Any, step: int) -> str:
+        return self.session.add_tool_result(call, content)
+
+    def prepare(self, convo: list[Message]) -> tuple[list[Message], list[str]]:
+        start = len(self._events)
+        out = self.session.prepare(convo)
+        layers = [str(e.get("layer")) for e in self._events[start:] if e.get("type") == "context.compacted"]
+        status = self.session.status or {}
+        if status.get("compact_layer") == "squeeze" and "squeeze" not in layers:
+            layers.append("squeeze")
+            self._events.append({"type": "context.compacted", "layer": "squeeze", "before": None, "after": None})
+        return out, layers
+
+    def budget_numbers(self) -> dict[str, int]:
+        b = self.session.budget()
+        return {
+            "trigger": b.trigger,
+            "target": b.target,
+            "warning": b.warning_tokens,
+            "error": b.error_tokens,
+            "hard_limit": b.window - b.reserve_output,
+            "window": b.window,
+            "reserve_output": b.reserve_output,
+        }
+
+    def state(self) -> str:
+        return str((self.session.status or {}).get("state", "normal"))
+
+    def recall(self, ref: str) -> str | None:
+        if ref not in self._recalled:
+            try:
+                self._recalled[ref] = self.session.recall(ref)
+            except Exception:
+                self._recalled[ref] = None
+        return self._recalled[ref]
+
+    def events(self) -> list[dict[str, Any]]:
+        return self._events
+
+    def close(self) -> None:
+        return None
+
+
+# --------------------------------------------------------------------------- loop
+
+
+def _call_key(call: Mapping[str, Any]) -> str:
+    fn = call.get("function") if isinstance(call.get("function"), Mapping) else {}
+    name = str(fn.get("name", ""))
+    args = fn.get("arguments")
+    if isinstance(args, str):
+        with contextlib.suppress(json.JSONDecodeError, ValueError):
+            args = json.loads(args)
+    try:
+        canon = json.dumps(args, sort_keys=True, ensure_ascii=False)
+    except (TypeError, ValueError):
+        canon = str(args)
+    return f"{name} {canon}"
+
+
+def message_text(m: Mapping[str, Any]) -> str:
+    """Content plus tool-call names and arguments of one message."""
+    parts = [content_text(m.get("content"))]
+    for tc in m.get("tool_calls") or []:
+        if isinstance(tc, Mapping):
+            fn = tc.get("function") or {}
+            parts.append(str(fn.get("name", "")))
+            parts.append(str(fn.get("arguments", "")))
+    return "\n".join(p for p in parts if p)
+
+
+class _Seen:
+    """Substring search over every earlier message, incremental per fact."""
+
+    def __init__(self) -> None:
+        self.texts: list[str] = []
+        self._found: set[str] = set()
+        self._checked: dict[str, int] = {}
+
+    def add(self, text: str) -> None:
+        if text:
+            self.texts.append(text)
+
+    def __contains__(self, fact: str) -> bool:
+        if fact in self._found:
+            return True
+        start = self._checked.get(fact, 0)
+        for t in self.texts[start:]:
+            if fact in t:
+                self._found.add(fact)
+                return True
+        self._checked[fact] = len(self.texts)
+        return False
+
+
+def run_strategy(
+    messages: Sequence[Mapping[str, Any]],
+    strategy: Strategy,
+    *,
+    counter: Any,
+    trace: str = "trace",
+    model: str | None = None,
+    example_limit: int = 10,
+) -> TraceResult:
+    """Replay ``messages`` through ``strategy``; the common loop of policies and baselines."""
+    nums = strategy.budget_numbers()
+    result = TraceResult(
+        trace=trace,
+        strategy=strategy.name,
+        label=strategy.label,
+        kind=strategy.kind,
+        model=model,
+        window=nums["window"],
+        reserve_output=nums["reserve_output"],
+        messages=len(messages),
+    )
+    convo: list[Message] = []
+    raw: list[Message] = []
+    pending: dict[str, Mapping[str, Any]] = {}
+    issued: dict[str, str] = {}  # call key -> tool_call_id of its latest result
+    added: dict[str, str] = {}  # tool_call_id -> text that entered the conversation
+    seen = _Seen()
+    previous: list[Message] = []
+    prev_raw_len = 0
+    tool_step = 0
+    for m in messages:
+        role = m.get("role")
+        if role == "assistant" and convo:
+            prepared, layers = strategy.prepare(convo)
+            nums = strategy.budget_numbers()
+            used = counter.count_messages(prepared)
+            none = counter.count_messages(raw)
+            k = 0
+            for a, b in zip(prepared, previous, strict=False):
+                if a != b:
+                    break
+                k += 1
+            cached = counter.count_messages(prepared[:k]) if k else 0
+            # the uncompacted conversation only ever grows: its cached prefix is the last call
+            result.none_cached += counter.count_messages(raw[:prev_raw_len]) if prev_raw_len else 0
+            prev_raw_len = len(raw)
+            state = strategy.state() if hasattr(strategy, "state") else _state(used, nums)
+            rec = StepRecord(
+                index=len(result.steps),
+                used=used,
+                none=none,
+                trigger=nums["trigger"],
+                target=nums["target"],
+                warning=nums["warning"],
+                error=nums["error"],
+                hard_limit=nums["hard_limit"],
+                state=state,
+                layers=layers,
+                cached=min(cached, used),
+                output=counter.count_text(message_text(m)),
+                violations=len(check_messages(prepared)),
+            )
+            result.steps.append(rec)
+            _retention(m, prepared, seen, strategy, result, example_limit)
+            _repeats(m, prepared, issued, added, result, example_limit)
+            previous = prepared
+        if role == "assistant":
+            pending = {}
+            for tc in m.get("tool_calls") or []:
+                if isinstance(tc, Mapping):
+                    pending[str(tc.get("id", ""))] = tc
+                    issued_key = _call_key(tc)
+                    issued[issued_key] = str(tc.get("id", ""))
+            convo.append(dict(m))
+        elif role == "tool":
+            tid = str(m.get("tool_call_id", ""))
+            call = pending.get(tid) or {"id": tid, "type": "function", "function": {"name": "unknown", "arguments": "{}"}}
+            tool_step += 1
+            text = strategy.tool_result(call, m.get("content"), tool_step)
+            added[tid] = text
+            convo.append({**m, "content": text})
+        else:
+            convo.append(dict(m))
+        raw.append(dict(m))
+        seen.add(message_text(m))
+    result.events = list(strategy.events())
+    if hasattr(strategy, "session"):
+        st = strategy.session.stats  # type: ignore[attr-defined]
+        result.tool_tokens_before = st.tool_tokens_before
+        result.tool_tokens_after = st.tool_tokens_after
+    strategy.close()
+    return result
+
+
+def _state(used: int, nums: Mapping[str, int]) -> str:
+    if used >= nums["trigger"]:
+        return "overflow"
+    if used >= nums.get("critical", nums["trigger"]):
+        return "critical"
+    if used >= nums["error"]:
+        return "error"
+    if used >= nums["warning"]:
+        return "warning"
+    return "normal"
+
+
+def _context_text(prepared: Sequence[Mapping[str, Any]]) -> str:
+    return "\n".join(message_text(m) for m in prepared)
+
+
+def _retention(
+    m: Mapping[str, Any],
+    prepared: Sequence[Mapping[str, Any]],
+    seen: _Seen,
+    strategy: Strategy,
+    result: TraceResult,
+    limit: int,
+) -> None:
+    facts = [f for f in extract(message_text(m)).all() if len(f) >= 3]
+    facts = [f for f in facts if f in seen]
+    if not facts:
+        return
+    ctx = _context_text(prepared)
+    refs: list[str] | None = None
+    for f in facts:
+        result.retention["facts"] += 1
+        if f in ctx:
+            result.retention["in_context"] += 1
+            continue
+        if refs is None:
+            refs = list(dict.fromkeys([*parse_reference(ctx), *_URI_RE.findall(ctx)]))
+        if any(f in (strategy.recall(r) or "") for r in refs):
+            result.retention["recoverable"] += 1
+            continue
+        result.retention["lost"] += 1
+        if len(result.lost_examples) < limit:
+            result.lost_examples.append(f"step {len(result.steps) - 1}: {f}"[:200])
+
+
+def _repeats(
+    m: Mapping[str, Any],
+    prepared: Sequence[Mapping[str, Any]],
+    issued: Mapping[str, str],
+    added: Mapping[str, str],
+    result: TraceResult,
+    limit: int,
+) -> None:
+    """The same call (name + arguments) issued again while its earlier result was
+    no longer intact in the context the agent saw (masked, cut, dropped, summarized)."""
+    calls = [tc for tc in m.get("tool_calls") or [] if isinstance(tc, Mapping)]
+    if not calls:
+        return
+    present = {str(x.get("tool_call_id")): x.get("content") for x in prepared if x.get("role") == "tool"}
+    counted: set[str] = set()
+    for tc in calls:
+        key = _call_key(tc)
+        prev = issued.get(key)
+        if prev is None or key in counted or prev not in added:
+            continue
+        if present.get(prev) != added[prev]:
+            counted.add(key)
+            result.repeated_reads += 1
+            if len(result.repeated_examples) < limit:
+                result.repeated_examples.append(f"step {len(result.steps) - 1}: {key}"[:200])
+
+
+# --------------------------------------------------------------------------- entry
+
+
+def replay_trace(
+    messages: Sequence[Mapping[str, Any]],
+    policy: Policy,
+    *,
+    window: int | None = None,
+    snapshots_dir: str | Path | None = None,
+    trace: str = "trace",
+    label: str | None = None,
+) -> TraceResult:
+    """Replay one trace under ``policy`` (optionally at another ``window``).
+
+    Snapshots go to ``snapshots_dir`` (default: a temporary directory removed
+    afterwards), never to the policy's configured path.
+    """
+    pol = with_window(policy, window)
+    tmp: str | None = None
+    if snapshots_dir is None:
+        tmp = tempfile.mkdtemp(prefix="ctxpolicy-sim-")
+        snapshots_dir = tmp
+    store = _sim_store(pol, Path(snapshots_dir) / _safe(trace))
+    try:
+        strat = PolicyStrategy(pol, conv_id=_safe(trace), label=label, store=store)
+        return run_strategy(messages, strat, counter=strat.counter, trace=trace, model=pol.model_name)
+    finally:
+        if tmp is not None:
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _sim_store(policy: Policy, directory: Path) -> Any:
+    """A local store writing under ``directory`` whose references show the path the
+    policy would use in production, so the context text (and its token count) does
+    not depend on where the simulation keeps its files."""
+    if not policy.snapshots.enabled:
+        return None
+    from ctxpolicy.components import SnapshotRef
+    from ctxpolicy.snapshots import LocalOptions, LocalStore
+    from ctxpolicy.toolresults import interpolate_path
+
+    try:
+        shown = interpolate_path(policy.snapshots.path)
+    except ValueError:
+        shown = ".ctxpolicy/snapshots"
+    try:
+        options = LocalOptions.model_validate(dict(policy.snapshots.options))
+    except Exception:
+        options = LocalOptions()
+
+    class SimStore(LocalStore):
+        def ref_for(self, conv_dir: str, name: str) -> SnapshotRef:
+            ref = super().ref_for(conv_dir, name)
+            return SnapshotRef(uri=ref.uri, path=f"{shown.rstrip('/')}/{conv_dir}/{name}.json",
+                               conv_id=ref.conv_id, name=ref.name)
+
+    return SimStore(options, root=str(directory))
+
+
+def _safe(name: str) -> str:
+    s = re.sub(r"[^A-Za-z0-9_.-]+", "_", Path(name).name)[:80]
+    return s or "trace"
+
+
+# --------------------------------------------------------------------------- many traces
+
+
+@dataclass
+class RunSpec:
+    """A policy to replay: its label, the resolved policy, and where it came from."""
+
+    label: str
+    policy: Policy
+    file: str | None = None
+    agent: str | None = None
+
+
+def _replay_all(
+    path: str,
+    runs: Sequence[RunSpec],
+    baselines: Sequence[str],
+    window: int | None,
+    snapshots_dir: str | None,
+    prices: Mapping[str, Any] | None,
+    alert_ratio: float,
+    alert_repeats: float,
+) -> dict[str, Any]:
+    """Every run and baseline on one trace file (a process-pool work item)."""
+    from ctxpolicy.sim.baselines import run_baseline
+
+    messages = load_trace(path)
+    name = Path(path).name
+    results: list[TraceResult] = []
+    for i, spec in enumerate(runs):
+        snap = None if snapshots_dir is None else str(Path(snapshots_dir) / f"run{i}")
+        results.append(
+            replay_trace(messages, spec.policy, window=window, snapshots_dir=snap, trace=name, label=spec.label)
+        )
+    for b in baselines:
+        results.append(run_baseline(b, messages, runs[0].policy, window=window, trace=name))
+    out_runs = []
+    for r in results:
+        r.prices = prices
+        r.alert_ratio = alert_ratio
+        r.alert_repeats = alert_repeats
+        out_runs.append(r.to_dict())
+    return {"trace": name, "path": str(path), "messages": len(messages), "runs": out_runs}
+
+
+def simulate(
+    paths: Sequence[str | Path],
+    runs: Sequence[RunSpec],
+    *,
+    baselines: Sequence[str] = (),
+    window: int | None = None,
+    jobs: int = 1,
+    snapshots_dir: str | Path | None = None,
+    prices: Mapping[str, Any] | None = None,
+    prices_source: str = "builtin",
+    alert_ratio: float = 0.9,
+    alert_repeats: float = 0.3,
+    progress: Any = None,
+) -> dict[str, Any]:
+    """Replay every trace under every run and baseline; the ``simulate --json`` document.
+
+    ``jobs > 1`` replays traces in worker processes; the result is identical to
+    a sequential run (traces keep their order). ``progress(done, total, name)`` is
+    called after each trace.
+    """
+    from ctxpolicy.sim.metrics import load_prices, summarize_results
+
+    if not runs:
+        raise ValueError("at least one policy run is needed")
+    if prices is None:
+        prices = load_prices()
+    strs = [str(p) for p in paths]
+    snaps = [None if snapshots_dir is None else str(Path(snapshots_dir) / f"t{i:04d}_{_safe(p)}") for i, p in enumerate(strs)]
+    args = [(p, list(runs), list(baselines), window, s, prices, alert_ratio, alert_repeats) for p, s in zip(strs, snaps, strict=True)]
+    traces: list[dict[str, Any]] = []
+    if jobs > 1 and len(strs) > 1:
+        from concurrent.futures import ProcessPoolExecutor
+
+        with ProcessPoolExecutor(max_workers=min(jobs, len(strs))) as pool:
+            futures = [pool.submit(_replay_all, *a) for a in args]
+            for i, fut in enumerate(futures):
+                traces.append(fut.result())
+                if progress is not None:
+                    progress(i + 1, len(strs), Path(strs[i]).name)
+    else:
+        for i, a in enumerate(args):
+            traces.append(_replay_all(*a))
+            if progress is not None:
+                progress(i + 1, len(strs), Path(strs[i]).name)
+    all_runs = [r for t in traces for r in t["runs"]]
+    problems: list[dict[str, Any]] = []
+    for t in traces:
+        for r in t["runs"]:
+            if r["kind"] != "policy":
+                continue
+            if r["overflows"]:
+                problems.append({"trace": t["trace"], "run": r["run"], "code": "overflow",
+                                 "message": f"{r['overflows']} calls above window − reserve_output (max {r['max_used']} tokens)"})
+            if r["pairing_violations"]:
+                problems.append({"trace": t["trace"], "run": r["run"], "code": "pairing",
+                                 "message": f"{r['pairing_violations']} tool-call pairing violations"})
+            for a in r["alerts"]:
+                problems.append({"trace": t["trace"], "run": r["run"], "code": a["code"], "message": a["message"]})
+    first = runs[0]
+    return {
+        "schema": "ctxpolicy-simulate/1",
+        "policy": _spec_dict(first, window),
+        "compare": [_spec_dict(s, window) for s in runs[1:]],
+        "baselines": list(baselines),
+        "window_override": window,
+        "prices": prices_source,
+        "alert_thresholds": {"ratio": alert_ratio, "repeats": alert_repeats},
+        "traces": traces,
+        "summary": summarize_results(all_runs),
+        "check": {"passed": not problems, "problems": problems},
+    }
+
+
+def _spec_dict(spec: RunSpec, window: int | None) -> dict[str, Any]:
+    from ctxpolicy.budget import compute_budget
+
+    pol = with_window(spec.policy, window)
+    b = compute_budget(pol)
+    return {
+        "run": spec.label,
+        "file": spec.file,
+        "agent": spec.agent or pol.agent,
+        "model": pol.model_name,
+        "window": b.window,
+        "reserve_output": b.reserve_output,
+        "trigger": b.trigger,
+        "target": b.target,
+    }
