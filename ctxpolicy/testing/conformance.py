@@ -87,7 +87,7 @@ def ensure_registered(plugin: ModuleType | object, name: str | None = None) -> s
     return plugins.register_plugin(plugin, name=label)
 
 
-def _resolve(kind: str, component: str | type) -> type:
+def _resolve(kind: str, component: str | type) -> type[Any]:
     if isinstance(component, type):
         return component
     from ctxpolicy.plugins import get_registry
@@ -123,7 +123,7 @@ def _summarizer(name: str, options: Mapping[str, Any]) -> Summarizer:
     return inst
 
 
-class EventLog(list):  # type: ignore[type-arg]
+class EventLog(list[dict[str, Any]]):
     """Collects ``ctx.emit(type, **fields)`` calls as dicts."""
 
     def __call__(self, type_: str, **fields: Any) -> None:
@@ -178,7 +178,7 @@ def _units(messages: Sequence[Mapping[str, Any]]) -> list[Unit]:
 
 
 def run_layer(
-    cls: type,
+    cls: type[Any],
     options: Mapping[str, Any] | None,
     units: Sequence[Unit],
     **ctx_kw: Any,
@@ -195,7 +195,7 @@ def _fingerprint(units: Sequence[Unit]) -> list[tuple[str, str, tuple[str, ...],
 
 
 def _check_result(
-    cls: type,
+    cls: type[Any],
     options: Mapping[str, Any] | None,
     messages: Sequence[Mapping[str, Any]],
     **ctx_kw: Any,
@@ -222,7 +222,7 @@ def _check_result(
 
 
 def _check_deterministic(
-    cls: type, options: Mapping[str, Any] | None, messages: Sequence[Mapping[str, Any]]
+    cls: type[Any], options: Mapping[str, Any] | None, messages: Sequence[Mapping[str, Any]]
 ) -> None:
     units = _units(messages)
     _, a = run_layer(cls, options, units)
@@ -267,7 +267,7 @@ def layer_suite(layer: str | type[Layer], options: Mapping[str, Any] | None = No
     label = layer if isinstance(layer, str) else getattr(layer, "name", layer.__name__)
     opts = dict(options or {})
 
-    def cls_() -> type:
+    def cls_() -> type[Any]:
         return _resolve("layer", layer)
 
     def test_is_a_layer(self: Any) -> None:
