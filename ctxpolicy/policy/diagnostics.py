@@ -255,8 +255,14 @@ def _model_at(root: Any, path: Sequence[str | int]) -> Any:
     return as_model(tp)
 
 
+def _num(value: Any) -> Any:
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return value
+
+
 def _constraint_message(err: Mapping[str, Any]) -> str | None:
-    ctx = err.get("ctx") or {}
+    ctx = {k: _num(v) for k, v in (err.get("ctx") or {}).items()}
     kind = err["type"]
     if kind == "greater_than":
         return f"must be greater than {ctx.get('gt')}"
@@ -325,6 +331,8 @@ def validation_findings(
             w = _expected_word(err)
             if w not in words:
                 words.append(w)
+        if "a number" in words and "an integer" in words:
+            words.remove("an integer")
         value = items[0][1]
         expected = " or ".join(words)
         out.append(

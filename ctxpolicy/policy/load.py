@@ -38,7 +38,7 @@ __all__ = [
 
 MAX_BYTES = 1024 * 1024
 MAX_DEPTH = 64
-MAX_NODES = 10_000
+MAX_NODES = 5_000
 
 PathT = tuple[str | int, ...]
 Pos = tuple[int, int]
@@ -100,6 +100,9 @@ def _line_col(raw: bytes, index: int) -> Pos:
     return line, col
 
 
+_CONTROL_RE = re.compile("[\x01-\x08\x0b\x0c\x0e-\x1f\x7f]")
+
+
 def _decode(name: str, raw: bytes) -> str:
     hint = "save the file as UTF-8 (without NUL bytes)"
     for bom, enc in (
@@ -133,6 +136,19 @@ def _decode(name: str, raw: bytes) -> str:
         )
     try:
         text = raw.decode("utf-8")
+        m = _CONTROL_RE.search(text)
+        if m is not None:
+            line = text.count("\n", 0, m.start()) + 1
+            col = m.start() - (text.rfind("\n", 0, m.start()) + 1) + 1
+            raise _Abort(
+                make(
+                    name,
+                    (line, col),
+                    "CTX005",
+                    f"control character U+{ord(m.group(0)):04X} in file; policy files are plain text",
+                    "remove the character (tabs, CR and LF are fine)",
+                )
+            )
     except UnicodeDecodeError as exc:
         bad = raw[exc.start : exc.start + 1].hex()
         raise _Abort(
@@ -726,6 +742,10 @@ def _load_toml(name: str, text: str) -> tuple[Any, SourceMap, list[Diagnostic]]:
         line = getattr(exc, "lineno", 1) or 1
         col = getattr(exc, "colno", 1) or 1
         msg = getattr(exc, "msg", None) or str(exc)
+        if msg.startswith(("Cannot overwrite a value", "Cannot declare")):
+            return None, SourceMap(), [
+                make(name, (line, col), "CTX002", f"duplicate key or table: {msg}", "remove one of them")
+            ]
         return None, SourceMap(), [make(name, (line, col), "CTX001", f"invalid TOML: {msg}")]
     except RecursionError:
         return (

@@ -230,8 +230,9 @@ class _Resolver:
         includes = interpolated.get("include")
         if isinstance(includes, list):
             base = os.path.dirname(path)
+            broken = {p[1] for p, _ in problems if len(p) == 2 and p[0] == "include"}
             for i, inc in enumerate(includes):
-                if isinstance(inc, str) and inc.strip():
+                if isinstance(inc, str) and inc.strip() and i not in broken:
                     child = os.path.normpath(os.path.join(base, inc))
                     self._load(child, [*chain, (key, path)], (doc, i))
 

@@ -1,0 +1,35 @@
+"""Shared pytest fixtures (keep small; append yours below)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+DATA = REPO / "tests" / "data"
+
+#: A fixed environment for policy tests, so ${...} interpolation is deterministic.
+POLICY_ENV = {"HOME": "/home/test", "CTXPOLICY_HOME": "/srv/ctx"}
+
+
+@pytest.fixture
+def policy_env() -> dict[str, str]:
+    return dict(POLICY_ENV)
+
+
+@pytest.fixture
+def register_plugin() -> Iterator[Callable[[object, str], str]]:
+    """``register_plugin(obj, name)`` for the real registry; unregistered after the test."""
+    from ctxpolicy import plugins
+
+    names: list[str] = []
+
+    def _register(obj: object, name: str) -> str:
+        names.append(plugins.register_plugin(obj, name=name))
+        return names[-1]
+
+    yield _register
+    for name in reversed(names):
+        plugins.unregister_plugin(name)
