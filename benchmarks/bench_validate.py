@@ -1,0 +1,252 @@
+"""Validator: cold-process time of ``ctxpolicy validate`` vs ``check-jsonschema``, and warm
+throughput on 1,000 generated policy files.
+
+Usage::
+
+    python benchmarks/bench_validate.py [--runs 15] [--files 1000] [--quick]
+
+Cold: a new process per run, interleaved, median of ``--runs``:
+
+* ``ctxpolicy validate policies/*.yaml`` vs ``check-jsonschema --schemafile
+  schemas/ctxpolicy.schema.json policies/*.yaml`` — the same files; ctxpolicy also
+  resolves ``extends``, runs the semantic checks and reports line:col positions;
+* ``ctxpolicy validate policies/`` (every shipped file, TOML and compat formats
+  included) for context.
+
+Warm: one process over ``--files`` generated policies (valid, each a small catalogue,
+a ``default`` policy and an agent extending it) in a temporary directory; files/s
+with and without the process start (the cold time of an empty run subtracted).
+
+Goal (issue 11): ctxpolicy cold ≤ check-jsonschema cold. Writes
+benchmarks/results/bench_validate.json and .md; exits 0 even when the goal is missed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from benchmarks._common import eprint, header_markdown, machine, markdown_table, write_results
+
+ROOT = Path(__file__).resolve().parents[1]
+BIN = Path(sys.executable).parent
+SCHEMA = ROOT / "schemas" / "ctxpolicy.schema.json"
+
+
+def tool(name: str) -> str | None:
+    p = BIN / name
+    return str(p) if p.exists() else shutil.which(name)
+
+
+def generated_policy(i: int, rng: random.Random) -> str:
+    window = rng.choice([16384, 32768, 65536, 128000, 200000])
+    reserve = rng.choice([1024, 2048, 4096])
+    growth = rng.choice([0, 1000, 2000])
+    margin = rng.choice([500, 1000])
+    target = rng.choice([0.5, 0.55, 0.6, 0.65])
+    age = rng.randint(2, 8)
+    keep = rng.randint(2, 5)
+    return f"""# generated policy {i}
+ctxpolicy: 1
+models:
+  model-{i}: {{context_window: {window}, max_output_tokens: {reserve}}}
+policies:
+  default:
+    description: Generated policy number {i}.
+    model: model-{i}
+    budget:
+      reserve_output: {reserve}
+      tool_growth: {growth}
+      safety_margin: {margin}
+      target: {target}
+    thresholds: {{warning: 0.70, error: 0.90, critical: 0.95}}
+    pipeline:
+      - {{layer: observation_mask, at: warning, options: {{max_age_rounds: {age}, max_chars: 200}}}}
+      - {{layer: drop_rounds, at: warning, options: {{keep_recent_rounds: {keep}, min_keep_tokens: 100}}}}
+      - {{layer: summarize, at: error, options: {{summarizer: extractive, max_failures: 3}}}}
+    on_overflow: {{layer: emergency, options: {{keep_recent_rounds: 2, retries: 1}}}}
+    tools:
+      run_tests: {{preprocess: test_failures}}
+      read_file: {{preprocess: head_tail_lines, options: {{lines: 50, min_lines: 200}}}}
+      "*": {{preprocess: head_tail, options: {{max_chars: {rng.choice([2000, 3000, 4000])}}}}}
+  agent_{i}:
+    extends: default
+    budget: {{target: 0.5}}
+"""
+
+
+def run(cmd: list[str]) -> tuple[float, int, str]:
+    t0 = time.perf_counter()
+    p = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
+    return time.perf_counter() - t0, p.returncode, (p.stdout + p.stderr)[-400:]
+
+
+def cold(cmds: dict[str, list[str]], runs: int) -> dict[str, Any]:
+    for c in cmds.values():  # warm the OS file cache, not the measurement
+        run(c)
+    times: dict[str, list[float]] = {k: [] for k in cmds}
+    codes: dict[str, int] = {}
+    tails: dict[str, str] = {}
+    for _ in range(runs):
+        for k, c in cmds.items():
+            t, rc, tail = run(c)
+            times[k].append(t)
+            codes[k] = rc
+            tails[k] = tail
+    return {
+        k: {
+            "command": " ".join(Path(x).name if i == 0 else x for i, x in enumerate(c)),
+            "median_s": statistics.median(times[k]),
+            "min_s": min(times[k]),
+            "runs": times[k],
+            "exit_code": codes[k],
+            "output_tail": tails[k] if codes[k] else "",
+        }
+        for k, c in cmds.items()
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--runs", type=int, default=15)
+    ap.add_argument("--files", type=int, default=1000)
+    ap.add_argument("--quick", action="store_true", help="tiny run for the smoke test")
+    args = ap.parse_args(argv)
+    if args.quick:
+        args.runs, args.files = 2, 20
+    ctx = tool("ctxpolicy")
+    cj = tool("check-jsonschema")
+    if ctx is None:
+        eprint("ctxpolicy executable not found next to this interpreter")
+        return 2
+    info = machine(
+        ["ctxpolicy", "check-jsonschema", "jsonschema", "ruamel.yaml", "pydantic", "click"]
+    )
+    yamls = sorted(str(p.relative_to(ROOT)) for p in (ROOT / "policies").glob("*.yaml"))
+    schema = str(SCHEMA.relative_to(ROOT))
+    cmds: dict[str, list[str]] = {
+        "ctxpolicy_yaml": [ctx, "validate", *yamls],
+        "ctxpolicy_dir": [ctx, "validate", "policies/"],
+    }
+    if cj:
+        cmds["check_jsonschema_yaml"] = [cj, "--schemafile", schema, *yamls]
+    else:
+        eprint("check-jsonschema not installed: `.venv/bin/pip install check-jsonschema`")
+    eprint(f"cold runs ({args.runs} each) ...")
+    cold_res = cold(cmds, args.runs)
+    eprint("warm throughput ...")
+    tmp = Path(tempfile.mkdtemp(prefix="ctxpolicy-bench-validate-"))
+    try:
+        rng = random.Random(1234)
+        files = []
+        for i in range(args.files):
+            p = tmp / f"policy_{i:04d}.yaml"
+            p.write_text(generated_policy(i, rng), encoding="utf-8")
+            files.append(str(p))
+        wcmds: dict[str, list[str]] = {"ctxpolicy": [ctx, "validate", str(tmp)]}
+        if cj:
+            wcmds["check_jsonschema"] = [cj, "--schemafile", str(SCHEMA), *files]
+        warm_runs = 1 if args.quick else 3
+        warm = cold(wcmds, warm_runs)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    base = {"ctxpolicy": "ctxpolicy_yaml", "check_jsonschema": "check_jsonschema_yaml"}
+    for k, w in warm.items():
+        start = cold_res[base[k]]["median_s"]
+        w["files"] = args.files
+        w["files_per_s"] = args.files / w["median_s"]
+        net = w["median_s"] - start
+        w["files_per_s_net_of_start"] = args.files / net if net > 0.05 else None
+    ratio = None
+    if "check_jsonschema_yaml" in cold_res:
+        ratio = (
+            cold_res["ctxpolicy_yaml"]["median_s"] / cold_res["check_jsonschema_yaml"]["median_s"]
+        )
+    data = {
+        "machine": info,
+        "files": yamls,
+        "runs": args.runs,
+        "cold": cold_res,
+        "warm": warm,
+        "ctxpolicy_over_check_jsonschema_cold": ratio,
+        "goal_cold_le_check_jsonschema": ratio is not None and ratio <= 1.0,
+        "quick": args.quick,
+    }
+    label = {
+        "ctxpolicy_yaml": "`ctxpolicy validate " + " ".join(yamls) + "`",
+        "check_jsonschema_yaml": f"`check-jsonschema --schemafile {schema} "
+        + " ".join(yamls)
+        + "`",
+        "ctxpolicy_dir": "`ctxpolicy validate policies/` (all shipped files, TOML and compat too)",
+    }
+    ref = cold_res.get("check_jsonschema_yaml", {}).get("median_s")
+    md = [
+        "## Validator",
+        "",
+        header_markdown(info),
+        "",
+        f"Cold process time, median of {args.runs} interleaved runs (exit code in brackets):",
+        "",
+        markdown_table(
+            ["command", "median s", "min s", "× check-jsonschema", "exit"],
+            [
+                [
+                    label[k],
+                    r["median_s"],
+                    r["min_s"],
+                    r["median_s"] / ref if ref else "n/a",
+                    r["exit_code"],
+                ]
+                for k, r in cold_res.items()
+            ],
+        ),
+        "",
+        markdown_table(
+            ["goal", "measured", "status"],
+            [
+                [
+                    "ctxpolicy cold ≤ check-jsonschema cold (same files)",
+                    f"{ratio:.2f}×" if ratio is not None else "check-jsonschema missing",
+                    "✓" if data["goal_cold_le_check_jsonschema"] else "✗",
+                ]
+            ],
+            align="llc",
+        ),
+        "",
+        f"Warm throughput: one process over {args.files:,} generated policy files "
+        "(median of the runs; 'net' subtracts the cold start of the row above):",
+        "",
+        markdown_table(
+            ["validator", "seconds", "files/s", "files/s net of start", "exit"],
+            [
+                [k, w["median_s"], w["files_per_s"], w["files_per_s_net_of_start"], w["exit_code"]]
+                for k, w in warm.items()
+            ],
+        ),
+        "",
+        "ctxpolicy additionally resolves `extends`, runs the semantic checks (budget "
+        "arithmetic, thresholds order, unknown components with did-you-mean) and reports "
+        "file:line:col for every diagnostic; check-jsonschema checks the schema only.",
+        "",
+        "Reproduce: `.venv/bin/python benchmarks/bench_validate.py"
+        + (" --quick`" if args.quick else "`"),
+    ]
+    text = "\n".join(md)
+    print(text)
+    j, m = write_results("bench_validate", data, text)
+    eprint(f"wrote {j} and {m}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
