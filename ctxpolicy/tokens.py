@@ -36,7 +36,6 @@ import threading
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from operator import is_
 from typing import Any, ClassVar, Literal
 
 from ctxpolicy.components import ComponentOptions, Tokenizer, TokenizerUnavailable
@@ -677,11 +676,19 @@ def _digest(value: Any) -> bytes:
 
 @dataclass
 class _Seq:
-    """A message list counted before: its messages, their snapshots, running totals."""
+    """A message list counted before: snapshots of its messages and running totals."""
 
-    refs: list[Any]
     snaps: list[Any]
     cums: list[int]
+
+
+def _seq_key(first: Any) -> Any:
+    """Hint to find the list memo of a conversation by its first message (the ids of
+    its values, so shallow copies find it too). Only a hint: the memo is used only if
+    the messages compare equal to its snapshots."""
+    if type(first) is not dict:
+        return None
+    return (tuple(first), tuple(map(id, first.values())))
 
 
 class TokenCounter:
@@ -722,7 +729,7 @@ class TokenCounter:
         self._lock = threading.Lock()
         self._by_vals: dict[Any, tuple[Any, Any, int]] = {}  # value ids → (values, snap, count)
         self._hot: OrderedDict[Any, int] = OrderedDict()  # frozen message → count
-        self._seqs: OrderedDict[int, _Seq] = OrderedDict()  # id(first msg) → counted list
+        self._seqs: OrderedDict[Any, _Seq] = OrderedDict()  # first message → counted list
         self.seq_slots = 64
         self._by_digest: OrderedDict[bytes, int] = OrderedDict()  # content digest → count
         self._fps: dict[Any, tuple[Any, Any, str]] = {}  # value ids → (values, snap, fp)
@@ -944,8 +951,9 @@ class TokenCounter:
     def count_messages(self, msgs: Sequence[Mapping[str, Any]]) -> int:
         """Tokens of a message list as sent: per-message counts + reply priming.
 
-        A list that extends one counted before (same message objects, unchanged) costs
-        two C-level comparisons of the old prefix plus the new messages.
+        A list that starts like one counted before (messages equal to the snapshots
+        taken when they were counted — the same objects or shallow copies) reuses the
+        running total of that prefix: one C-level list comparison plus the new messages.
         """
         n = len(msgs)
         if n == 0:
@@ -953,54 +961,42 @@ class TokenCounter:
         if type(msgs) is not list:
             msgs = list(msgs)
         first = msgs[0]
-        with self._lock:
-            seq = self._seqs.get(id(first))
-            if seq is not None and seq.refs and seq.refs[0] is first:
-                refs, snaps, cums = seq.refs, seq.snaps, seq.cums
-                size = len(refs)
-            else:
-                seq, size = None, 0
+        skey = _seq_key(first)
+        seq = self._seqs.get(skey)
         k = 0
         if seq is not None:
-            k = min(n, size)
-            if not all(map(is_, msgs[:k], refs[:k])):
-                k = next(i for i, (a, b) in enumerate(zip(msgs, refs, strict=False)) if a is not b)
-            if k and msgs[:k] != snaps[:k]:  # a message was changed in place
-                k = next(i for i, (a, b) in enumerate(zip(msgs[:k], snaps, strict=False)) if a != b)
+            snaps, cums = seq.snaps, seq.cums
+            k = min(n, len(cums))
+            if msgs[:k] != snaps[:k]:  # changed, or a different list: longest equal prefix
+                k = next(i for i, (a, b) in enumerate(zip(msgs, snaps, strict=False)) if a != b)
             if k == n:
                 self._seq_hits += 1
                 return cums[k - 1] + self._priming
         total = cums[k - 1] if k else 0
-        new_refs: list[Any] = []
         new_snaps: list[Any] = []
         new_cums: list[int] = []
         lookup = self._lookup
         for m in msgs[k:]:
             e = lookup(m)
             total += e[2]
-            new_refs.append(m)
             new_snaps.append(e[1])
             new_cums.append(total)
-        if any(x is _NO_SNAPSHOT for x in new_snaps):
+        if skey is None or any(x is _NO_SNAPSHOT for x in new_snaps):
             return total + self._priming
         with self._lock:
-            cur = self._seqs.get(id(first))
-            if seq is not None and cur is seq and len(seq.refs) == k:
-                seq.refs.extend(new_refs)
-                seq.snaps.extend(new_snaps)
+            cur = self._seqs.get(skey)
+            if seq is not None and cur is seq and len(seq.cums) == k:
+                seq.snaps.extend(new_snaps)  # readers only look at [:len(cums)]
                 seq.cums.extend(new_cums)
             else:
-                if seq is not None and cur is seq:
-                    refs, snaps, cums = seq.refs[:k], seq.snaps[:k], seq.cums[:k]
-                else:
-                    refs, snaps, cums = [], [], []
-                if len(refs) == k:
-                    self._seqs[id(first)] = _Seq(
-                        refs + new_refs, snaps + new_snaps, cums + new_cums
-                    )
-                    self._seqs.move_to_end(id(first))
-                    while len(self._seqs) > self.seq_slots:
-                        self._seqs.popitem(last=False)
+                base = cur if cur is not None and cur is seq else None
+                self._seqs[skey] = _Seq(
+                    (base.snaps[:k] if base else []) + new_snaps,
+                    (base.cums[:k] if base else []) + new_cums,
+                )
+                self._seqs.move_to_end(skey)
+                while len(self._seqs) > self.seq_slots:
+                    self._seqs.popitem(last=False)
         return total + self._priming
 
     def fingerprint(self, msg: Mapping[str, Any]) -> str:
