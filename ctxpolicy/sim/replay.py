@@ -310,6 +310,8 @@ def run_strategy(
     pending: dict[str, Mapping[str, Any]] = {}
     issued: dict[str, str] = {}  # call key -> tool_call_id of its latest result
     added: dict[str, str] = {}  # tool_call_id -> text that entered the conversation
+    raw_by_id: dict[str, str] = {}  # tool_call_id -> raw result text
+    candidates: dict[str, str] = {}  # new tool_call_id -> earlier id whose result was compacted
     seen = _Seen()
     previous: list[Message] = []
     prev_raw_len = 0
@@ -348,7 +350,7 @@ def run_strategy(
             )
             result.steps.append(rec)
             _retention(m, prepared, seen, strategy, result, example_limit)
-            _repeats(m, prepared, issued, added, result, example_limit)
+            _repeats(m, prepared, issued, added, candidates)
             previous = prepared
         if role == "assistant":
             pending = {}
@@ -364,6 +366,12 @@ def run_strategy(
             tool_step += 1
             text = strategy.tool_result(call, m.get("content"), tool_step)
             added[tid] = text
+            raw_by_id[tid] = content_text(m.get("content"))
+            prev = candidates.pop(tid, None)
+            if prev is not None and raw_by_id.get(prev) == raw_by_id[tid]:
+                result.repeated_reads += 1
+                if len(result.repeated_examples) < example_limit:
+                    result.repeated_examples.append(f"step {len(result.steps) - 1}: {_call_key(call)}"[:200])
             convo.append({**m, "content": text})
         else:
             convo.append(dict(m))
@@ -428,26 +436,28 @@ def _repeats(
     prepared: Sequence[Mapping[str, Any]],
     issued: Mapping[str, str],
     added: Mapping[str, str],
-    result: TraceResult,
-    limit: int,
+    candidates: dict[str, str],
 ) -> None:
-    """The same call (name + arguments) issued again while its earlier result was
-    no longer intact in the context the agent saw (masked, cut, dropped, summarized)."""
+    """Mark calls repeating an earlier call (name + arguments) whose result was no
+    longer intact in the context the agent saw (masked, cut, dropped, summarized).
+
+    The repeat is counted when its result arrives and equals the earlier one: the
+    agent fetched again what compaction took away. A re-run whose output changed
+    (tests after an edit) is a new observation, not a repeated read.
+    """
     calls = [tc for tc in m.get("tool_calls") or [] if isinstance(tc, Mapping)]
     if not calls:
         return
     present = {str(x.get("tool_call_id")): x.get("content") for x in prepared if x.get("role") == "tool"}
-    counted: set[str] = set()
+    keys: set[str] = set()
     for tc in calls:
         key = _call_key(tc)
         prev = issued.get(key)
-        if prev is None or key in counted or prev not in added:
+        if prev is None or key in keys or prev not in added:
             continue
+        keys.add(key)
         if present.get(prev) != added[prev]:
-            counted.add(key)
-            result.repeated_reads += 1
-            if len(result.repeated_examples) < limit:
-                result.repeated_examples.append(f"step {len(result.steps) - 1}: {key}"[:200])
+            candidates[str(tc.get("id", ""))] = prev
 
 
 # --------------------------------------------------------------------------- entry
