@@ -183,7 +183,7 @@ def render_reference(registry: Registry | None = None) -> str:
         from ctxpolicy.plugins import get_registry
 
         registry = get_registry()
-    schema = build_schema(plugins=False, registry=registry)
+    schema = build_schema(plugins=False, registry=registry, null_deletes=False)
     defs = schema["definitions"]
     order = _model_order(schema)
     local = set(order) | {"PolicyFile"}

@@ -159,12 +159,48 @@ def _options_schema(kind: Kind, name: str, cls: type[Any], definitions: dict[str
     return root_name
 
 
-def build_schema(*, plugins: bool = False, registry: Registry | None = None) -> dict[str, Any]:
+_NULL = {"type": "null"}
+_META = ("title", "description", "default", "examples")
+
+
+def _nullable(prop: Mapping[str, Any]) -> dict[str, Any]:
+    """``prop`` or null (``null`` deletes an inherited key in ``extends``)."""
+    if prop.get("type") == "null" or _NULL in prop.get("anyOf", []):
+        return dict(prop)
+    meta = {k: prop[k] for k in _META if k in prop}
+    core = {k: v for k, v in prop.items() if k not in _META}
+    if "anyOf" in core and len(core) == 1:
+        return {**meta, "anyOf": [*core["anyOf"], _NULL]}
+    return {**meta, "anyOf": [core, _NULL]}
+
+
+def _allow_null_deletes(definitions: dict[str, Any]) -> None:
+    """Let every mapping value inside a policy be ``null`` (the DSL's "delete")."""
+    for name, sub in definitions.items():
+        if name == "ModelSpec" or not isinstance(sub, dict):
+            continue
+        props = sub.get("properties")
+        if isinstance(props, dict):
+            sub["properties"] = {k: _nullable(v) for k, v in props.items()}
+    agent = definitions.get("AgentPolicy", {})
+    for key in ("tools",):
+        prop = agent.get("properties", {}).get(key, {})
+        for branch in [prop, *prop.get("anyOf", [])]:
+            extra = branch.get("additionalProperties")
+            if isinstance(extra, dict):
+                branch["additionalProperties"] = _nullable(extra)
+
+
+def build_schema(
+    *, plugins: bool = False, registry: Registry | None = None, null_deletes: bool = True
+) -> dict[str, Any]:
     """The JSON Schema of policy files.
 
     ``plugins=False`` includes only built-in components (what is committed);
     ``plugins=True`` adds every loaded third-party plugin. ``registry`` defaults to
-    :func:`ctxpolicy.plugins.get_registry`.
+    :func:`ctxpolicy.plugins.get_registry`. ``null_deletes`` lets mapping values
+    inside policies be ``null``, which deletes an inherited key under ``extends``
+    (the docs generator turns it off to show the plain types).
     """
     if registry is None:
         from ctxpolicy.plugins import get_registry
@@ -194,6 +230,8 @@ def build_schema(*, plugins: bool = False, registry: Registry | None = None) -> 
             )
         if rules:
             target["allOf"] = rules
+    if null_deletes:
+        _allow_null_deletes(definitions)
     schema: dict[str, Any] = {
         "$schema": DRAFT,
         "$id": SCHEMA_ID,
@@ -270,21 +308,28 @@ def _short(value: Any, limit: int = 60) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
-def _leaf_errors(error: ValidationError) -> ValidationError:
-    """For anyOf/oneOf, the most relevant branch error (when one stands out)."""
+def _leaf_errors(error: ValidationError, depth: int = 0) -> list[ValidationError]:
+    """The errors to report for one top-level error.
+
+    For anyOf/oneOf: when only one branch is not the ``null`` "delete this key"
+    branch, every error of that branch (recursively); otherwise the most relevant
+    branch error (``best_match``).
+    """
     from jsonschema.exceptions import best_match
 
-    if error.validator in ("anyOf", "oneOf") and error.context:
-        best = best_match(error.context)
-        if best is not None and best.validator not in ("anyOf", "oneOf"):
-            return best
-    return error
+    if depth > 32 or error.validator not in ("anyOf", "oneOf") or not error.context:
+        return [error]
+    context = [e for e in error.context if e.schema != _NULL] or list(error.context)
+    branches = {e.schema_path[0] if e.schema_path else None for e in context}
+    if len(branches) == 1:
+        return [leaf for e in context for leaf in _leaf_errors(e, depth + 1)]
+    best = best_match(context)
+    return [error] if best is None else _leaf_errors(best, depth + 1)
 
 
 def _iter_schema_diagnostics(doc: Any, errors: Iterable[ValidationError]) -> Iterator[Diagnostic]:
     file = str(getattr(doc, "path", "") or "<input>")
-    for raw_error in errors:
-        error = raw_error
+    for error in (leaf for raw in errors for leaf in _leaf_errors(raw)):
         path = tuple(error.absolute_path)
         where = _json_path(path)
         if error.validator == "additionalProperties" and isinstance(error.instance, dict):
@@ -310,10 +355,6 @@ def _iter_schema_diagnostics(doc: Any, errors: Iterable[ValidationError]) -> Ite
                 )
             if extras:
                 continue
-        if error.validator in ("anyOf", "oneOf"):
-            error = _leaf_errors(error)
-            path = tuple(error.absolute_path)
-            where = _json_path(path)
         keyword = str(error.validator)
         code = _KEYWORD_CODE.get(keyword, WRONG_VALUE)
         if path == ("ctxpolicy",) or (keyword == "required" and "ctxpolicy" in str(error.message)):

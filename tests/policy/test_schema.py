@@ -118,10 +118,19 @@ def test_builtin_layer_options_are_checked(validator: Any) -> None:
         pytest.skip("observation_mask not built yet")
     v = validator(sch.build_schema())
     assert list(v.iter_errors(_doc({"max_age_rounds": 5}))) == []
-    bad = list(v.iter_errors(_doc({"max_age_rounds": "five"})))
+    bad = [x for e in v.iter_errors(_doc({"max_age_rounds": "five"})) for x in sch._leaf_errors(e)]
     assert bad and list(bad[0].absolute_path)[-2:] == ["options", "max_age_rounds"]
-    typo = list(v.iter_errors(_doc({"max_age_round": 5})))
+    typo = [x for e in v.iter_errors(_doc({"max_age_round": 5})) for x in sch._leaf_errors(e)]
     assert typo and typo[0].validator == "additionalProperties"
+
+
+def test_null_deletes_inherited_keys() -> None:
+    doc = {
+        "ctxpolicy": 1,
+        "policies": {"a": {"budget": {"safety_margin": None}, "tools": {"x": None}}},
+    }
+    for validator in VALIDATORS:
+        assert list(validator(sch.build_schema()).iter_errors(doc)) == []
 
 
 def test_default_component_applies_when_name_omitted() -> None:
