@@ -1,0 +1,152 @@
+"""The simulate command: --check exit codes, JSON schema, PNG size, HTML report, --jobs."""
+
+from __future__ import annotations
+
+import json
+import struct
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from ctxpolicy.cli.simulate import simulate
+
+from .conftest import ROOT, shared_traces
+
+POLICY = str(ROOT / "policies" / "agents.yaml")
+DEMO = sorted(str(p) for p in (ROOT / "examples" / "traces").glob("*.jsonl"))
+SCHEMA = ROOT / "schemas" / "simulate-output.schema.json"
+
+
+def invoke(*args: str) -> tuple[int, str]:
+    res = CliRunner().invoke(simulate, list(args), catch_exceptions=False)
+    return res.exit_code, res.output
+
+
+@pytest.fixture
+def overflow_policy(tmp_path: Path) -> tuple[str, str]:
+    """A policy that cannot fit: a 2000-token window and a pinned 3000-word system prompt."""
+    pol = tmp_path / "tiny.yaml"
+    pol.write_text(
+        "ctxpolicy: 1\n"
+        "policies:\n"
+        "  default:\n"
+        "    model: {context_window: 2000, max_output_tokens: 200, tokenizer: cl100k_base}\n"
+        "    budget: {reserve_output: 200, tool_growth: 0, safety_margin: 0}\n"
+        "    pipeline:\n"
+        "      - {layer: observation_mask, at: warning}\n"
+    )
+    trace = tmp_path / "big.jsonl"
+    msgs = [
+        {"role": "system", "content": "rule " * 2500},
+        {"role": "user", "content": "task"},
+        {"role": "assistant", "content": "ok", "tool_calls": [
+            {"id": "c1", "type": "function", "function": {"name": "bash", "arguments": "{}"}}]},
+        {"role": "tool", "tool_call_id": "c1", "content": "x"},
+        {"role": "assistant", "content": "done"},
+    ]
+    trace.write_text("".join(json.dumps(m) + "\n" for m in msgs))
+    return str(pol), str(trace)
+
+
+def test_check_exits_1_on_overflow(overflow_policy: tuple[str, str]) -> None:
+    pol, trace = overflow_policy
+    code, out = invoke(trace, "--policy", pol, "--check", "--json")
+    assert code == 1
+    doc = json.loads(out)
+    assert doc["check"]["passed"] is False
+    assert {p["code"] for p in doc["check"]["problems"]} == {"overflow"}
+
+
+def _png_size(path: Path) -> tuple[int, int]:
+    data = path.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n"
+    assert data[12:16] == b"IHDR"
+    w, h = struct.unpack(">II", data[16:24])
+    return w, h
+
+
+def test_json_plot_and_html_report(tmp_path: Path) -> None:
+    """One run: JSON valid against its schema, PNG of the expected size, HTML with the tables."""
+    import jsonschema
+
+    pytest.importorskip("matplotlib")
+    from ctxpolicy.sim.plot import figure_size
+
+    demo = [d for d in DEMO if "data-analysis" in d]
+    png, html = tmp_path / "t.png", tmp_path / "r.html"
+    code, out = invoke(*demo, "--policy", POLICY, "--agent", "coding_agent", "--json",
+                       "--plot", str(png), "--report", str(html),
+                       "--compare", ":coding_agent_16k", "--baseline", "none", "--baseline", "last_n",
+                       "--baseline", "observation_mask", "--baseline", "summary_at_fraction")
+    assert code == 0, out
+    doc = json.loads(out)
+    jsonschema.Draft202012Validator(json.loads(SCHEMA.read_text())).validate(doc)
+    assert list(doc["summary"]) == ["coding_agent", "coding_agent_16k", "none", "last_n",
+                                    "observation_mask", "summary_at_fraction"]
+    cod = doc["summary"]["coding_agent"]
+    assert cod["overflows"] == 0 and cod["pairing_violations"] == 0
+    assert cod["saving"] > 0.5  # the demo trace has huge tool results
+    assert doc["summary"]["none"]["overflows"] > 0
+
+    assert _png_size(png) == figure_size(len(demo))
+    page = html.read_text()
+    assert page.startswith("<!DOCTYPE html>")
+    assert '<table class="summary">' in page and '<table class="traces">' in page
+    assert "data-analysis-session.jsonl" in page and "summary_at_fraction" in page
+    assert "data:image/png;base64," in page
+    assert "<script" not in page and "http" not in page.split("<body>", 1)[1]  # self-contained
+
+
+def test_human_table() -> None:
+    demo = [d for d in DEMO if "data-analysis" in d]
+    code, out = invoke(*demo, "--policy", POLICY, "--agent", "coding_agent")
+    assert code == 0
+    assert "Summary" in out and "data-analysis-session.jsonl" in out and "check:" in out
+
+
+def test_jobs_2_equals_sequential() -> None:
+    traces = sorted(shared_traces(), key=lambda p: p.stat().st_size)[:3]
+    args = [*map(str, traces), "--policy", POLICY, "--agent", "coding_agent", "--window", "8192",
+            "--json", "--baseline", "last_n"]
+    c1, seq = invoke(*args)
+    c2, par = invoke(*args, "--jobs", "2")
+    assert c1 == c2 == 0
+    assert json.loads(seq) == json.loads(par)
+
+
+def test_shipped_policies_pass_check_on_real_traces() -> None:
+    """coding_agent on the SWE-agent/OpenHands traces, support_agent on tau-bench.
+
+    The three long mini-swe-agent traces run in test_shipped_policies_long (slow).
+    """
+    files = shared_traces()
+    tau = [str(p) for p in files if p.name.startswith("tau-bench")]
+    coding = [str(p) for p in files if not p.name.startswith(("tau-bench", "mini-swe-agent"))]
+    assert tau and coding
+    code, out = invoke(*coding, "--policy", POLICY, "--agent", "coding_agent", "--check", "--json")
+    assert code == 0, json.loads(out)["check"]
+    code, out = invoke(*tau, "--policy", POLICY, "--agent", "support_agent", "--check", "--json")
+    assert code == 0, json.loads(out)["check"]
+
+
+@pytest.mark.slow
+def test_shipped_policies_long_traces_never_overflow_or_break_pairs() -> None:
+    long = [str(p) for p in shared_traces() if p.name.startswith("mini-swe-agent")]
+    for window in ("16384", "32768"):
+        _code, out = invoke(*long, "--policy", POLICY, "--agent", "coding_agent", "--window", window, "--json")
+        s = json.loads(out)["summary"]["coding_agent"]
+        assert (s["overflows"], s["pairing_violations"]) == (0, 0)
+
+
+def test_bad_trace_names_file_and_line(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"role": "user", "content": "hi"}\n{"role": "assistant", "content": \n')
+    res = CliRunner().invoke(simulate, [str(bad), "--policy", POLICY, "--agent", "coding_agent"])
+    assert res.exit_code == 2
+    assert f"{bad}:2: invalid JSON" in res.output
+
+
+def test_unknown_agent_exits_2() -> None:
+    res = CliRunner().invoke(simulate, [DEMO[0], "--policy", POLICY, "--agent", "nope"])
+    assert res.exit_code == 2
