@@ -743,9 +743,19 @@ def _load_toml(name: str, text: str) -> tuple[Any, SourceMap, list[Diagnostic]]:
         col = getattr(exc, "colno", 1) or 1
         msg = getattr(exc, "msg", None) or str(exc)
         if msg.startswith(("Cannot overwrite a value", "Cannot declare")):
-            return None, SourceMap(), [
-                make(name, (line, col), "CTX002", f"duplicate key or table: {msg}", "remove one of them")
-            ]
+            return (
+                None,
+                SourceMap(),
+                [
+                    make(
+                        name,
+                        (line, col),
+                        "CTX002",
+                        f"duplicate key or table: {msg}",
+                        "remove one of them",
+                    )
+                ],
+            )
         return None, SourceMap(), [make(name, (line, col), "CTX001", f"invalid TOML: {msg}")]
     except RecursionError:
         return (
@@ -870,7 +880,8 @@ def _load_document(
     if diags and any(d.severity == "error" for d in diags) and data is None:
         return None, diags
     if not isinstance(data, dict):
-        kind = {list: "a list", str: "a string"}.get(type(data), type(data).__name__)
+        kinds: dict[type, str] = {list: "a list", str: "a string"}
+        kind = kinds.get(type(data), type(data).__name__)
         diags.append(
             make(
                 name,

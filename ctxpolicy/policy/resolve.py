@@ -506,11 +506,11 @@ class _Resolver:
             constraints=list(ap.constraints),
             cache=ap.cache,
         )
-        for f in check_policy(policy):
-            path = f.path
+        for finding in check_policy(policy):
+            path = finding.path
             if len(path) > 1 and path[0] == "pipeline" and isinstance(path[1], int):
                 path = ("pipeline", index_map[path[1]], *path[2:])
-            emit(path, f.code, f.message, f.hint)
+            emit(path, finding.code, finding.message, finding.hint)
         return policy if ok else None
 
     def _component(

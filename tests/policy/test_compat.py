@@ -51,14 +51,24 @@ def test_design_a_window_is_bounded_by_the_model() -> None:
     nums = budget_numbers(pol)
     assert (nums.window, nums.reserve_output, nums.trigger) == (32768, 4096, 28672)
     assert pol.model_name == "Qwen/Qwen2.5-Coder-32B-Instruct"
-    assert (pol.thresholds.warning, pol.thresholds.error, pol.thresholds.critical) == (0.70, 0.90, 0.95)
+    assert (pol.thresholds.warning, pol.thresholds.error, pol.thresholds.critical) == (
+        0.70,
+        0.90,
+        0.95,
+    )
     layers = [(s.layer, s.at) for s in pol.pipeline]
-    assert layers == [("observation_mask", "warning"), ("drop_rounds", "warning"), ("summarize", "error")]
+    assert layers == [
+        ("observation_mask", "warning"),
+        ("drop_rounds", "warning"),
+        ("summarize", "error"),
+    ]
     om, dr, sm = (s.options for s in pol.pipeline)
     assert (om["max_age_rounds"], om["max_chars"]) == (5, 200)
     assert (dr["keep_recent_rounds"], dr["min_keep_tokens"]) == (3, 10000)
     assert sm["max_failures"] == 3
-    assert pol.on_overflow.layer == "emergency" and pol.on_overflow.options["keep_recent_rounds"] == 2
+    assert (
+        pol.on_overflow.layer == "emergency" and pol.on_overflow.options["keep_recent_rounds"] == 2
+    )
 
 
 def test_design_a_without_llms_uses_max_context_tokens(tmp_path: Path) -> None:
@@ -71,7 +81,9 @@ def test_design_a_without_llms_uses_max_context_tokens(tmp_path: Path) -> None:
 
 def test_design_a_one_agent_per_extra_llm(tmp_path: Path) -> None:
     p = tmp_path / "two.toml"
-    p.write_text(DBGPT.read_text() + '\n[[models.llms]]\nname = "org/big-model"\ncontext_length = 200000\n')
+    p.write_text(
+        DBGPT.read_text() + '\n[[models.llms]]\nname = "org/big-model"\ncontext_length = 200000\n'
+    )
     assert list_agents(p) == ["default", "org_big-model"]
     assert budget_numbers(load_policy(p, "org_big-model", env={})).window == 120000
 
@@ -79,10 +91,20 @@ def test_design_a_one_agent_per_extra_llm(tmp_path: Path) -> None:
 def test_design_b_numbers() -> None:
     pols, diags = resolve_all(COMPRESSION, env={})
     assert diags == []
-    assert list(pols) == ["default", "code_review_agent", "customer_service_agent", "data_analysis_agent"]
+    assert list(pols) == [
+        "default",
+        "code_review_agent",
+        "customer_service_agent",
+        "data_analysis_agent",
+    ]
     cr = budget_numbers(pols["code_review_agent"])
     assert (cr.window, cr.reserve_output, cr.tool_growth, cr.safety_margin, cr.trigger) == (
-        128000, 16000, 20000, 4000, 88000)
+        128000,
+        16000,
+        20000,
+        4000,
+        88000,
+    )
     assert budget_numbers(pols["default"]).trigger == 128000 - 8000 - 5000 - 4000
     assert budget_numbers(pols["customer_service_agent"]).trigger == 32000 - 2000 - 1000 - 2000
     # defaults come from the article's CompressionConfig dataclass
@@ -112,9 +134,13 @@ def test_design_b_enable_summary_false(tmp_path: Path) -> None:
 
 def test_unknown_keys_warn_with_position() -> None:
     native, origins, warnings = convert({"default": {"keep_recent_turns": 2, "turbo": True}})
-    assert warnings == [(("default", "turbo"), "design-B setting 'turbo' is not understood; ignored")]
+    assert warnings == [
+        (("default", "turbo"), "design-B setting 'turbo' is not understood; ignored")
+    ]
     assert origins[("policies", "default", "pipeline", 0, "options", "max_age_rounds")] == (
-        "default", "keep_recent_turns")
+        "default",
+        "keep_recent_turns",
+    )
     assert native["policies"]["default"]["pipeline"][0]["options"]["max_age_rounds"] == 2
 
 

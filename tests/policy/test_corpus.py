@@ -182,3 +182,20 @@ def test_every_code_is_exercised(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
     seen.add("CTX000")  # tests/policy/test_resolve.py::test_internal_error_becomes_diagnostic
     mine = {c for c in CODES if not c.startswith("CTX15")}  # CTX15x: JSON Schema validator
     assert mine - seen == set()
+
+
+def test_docs_describe_every_code_with_real_examples() -> None:
+    import re
+
+    doc = (REPO / "docs" / "diagnostics.md").read_text(encoding="utf-8")
+    for code, (severity, _) in CODES.items():
+        if code.startswith("CTX15"):  # JSON Schema codes, documented as a group
+            assert "CTX150–CTX156" in doc
+            continue
+        section = doc.split(f"## {code}\n", 1)
+        assert len(section) == 2, f"docs/diagnostics.md lacks a section for {code}"
+        body = section[1].split("\n## ", 1)[0]
+        assert f"({severity})" in body.split("\n\n")[0]
+    for src, block in re.findall(r"Example \(`([^`]+)`\):\n\n```\n(.*?)\n```", doc, re.S):
+        expected = (REPO / src).with_name(Path(src).stem + ".expected.txt")
+        assert block in expected.read_text(encoding="utf-8"), src

@@ -35,7 +35,9 @@ BLOBS = [(p.suffix, p.read_bytes()) for p in SOURCES]
 _scratch = tempfile.mkdtemp(prefix="ctxpolicy-fuzz-")
 # included files of the valid corpus, so that includes resolve from the scratch dir
 os.makedirs(os.path.join(_scratch, "_shared"), exist_ok=True)
-Path(_scratch, "_shared", "base.yaml").write_bytes((DATA / "valid" / "_shared" / "base.yaml").read_bytes())
+Path(_scratch, "_shared", "base.yaml").write_bytes(
+    (DATA / "valid" / "_shared" / "base.yaml").read_bytes()
+)
 
 
 def _check(suffix: str, content: bytes) -> None:
@@ -66,8 +68,26 @@ def byte_mutations(draw: st.DrawFn) -> tuple[str, bytes]:
         elif op == "delete":
             del data[i : i + draw(st.integers(1, 8))]
         elif op == "insert":
-            data[i:i] = draw(st.binary(min_size=1, max_size=6) | st.sampled_from(
-                [b":", b"- ", b"{", b"[", b"&a ", b"*a", b"!!python/object ", b"\t", b"${X}", b"\n  ", b'"', b"=", b"#"]))
+            data[i:i] = draw(
+                st.binary(min_size=1, max_size=6)
+                | st.sampled_from(
+                    [
+                        b":",
+                        b"- ",
+                        b"{",
+                        b"[",
+                        b"&a ",
+                        b"*a",
+                        b"!!python/object ",
+                        b"\t",
+                        b"${X}",
+                        b"\n  ",
+                        b'"',
+                        b"=",
+                        b"#",
+                    ]
+                )
+            )
         else:
             lines = bytes(data).split(b"\n")
             j = draw(st.integers(0, len(lines) - 1))
@@ -97,9 +117,14 @@ for _p in SOURCES:
         DOCS.append(json.loads(json.dumps(_doc.data, default=str)))
 
 SCALARS = st.one_of(
-    st.none(), st.booleans(), st.integers(-(2**40), 2**40), st.floats(allow_nan=True),
-    st.text(max_size=12), st.sampled_from(["25%", "-5%", "${HOME}", "${NOPE}", "default", "*", "error"]),
-    st.just([]), st.just({}),
+    st.none(),
+    st.booleans(),
+    st.integers(-(2**40), 2**40),
+    st.floats(allow_nan=True),
+    st.text(max_size=12),
+    st.sampled_from(["25%", "-5%", "${HOME}", "${NOPE}", "default", "*", "error"]),
+    st.just([]),
+    st.just({}),
 )
 
 
@@ -120,7 +145,13 @@ def data_mutations(draw: st.DrawFn) -> tuple[str, bytes]:
         elif op == "swap":
             parent[path[-1]] = draw(SCALARS)
         elif isinstance(parent, dict):
-            parent[draw(st.sampled_from(["extends", "tagret", "include", "model", "options", "at", "layer"]))] = draw(SCALARS)
+            parent[
+                draw(
+                    st.sampled_from(
+                        ["extends", "tagret", "include", "model", "options", "at", "layer"]
+                    )
+                )
+            ] = draw(SCALARS)
     return ".yaml", json.dumps(data, allow_nan=True).encode()
 
 

@@ -15,10 +15,15 @@ def _load(text: str | bytes, name: str = "p.yaml"):
 
 
 def test_yaml_plain_data_and_positions() -> None:
-    doc, diags = _load("ctxpolicy: 1\npolicies:\n  default:\n    pipeline:\n      - {layer: x, at: error}\n      - layer: y\n")
+    doc, diags = _load(
+        "ctxpolicy: 1\npolicies:\n  default:\n    pipeline:\n      - {layer: x, at: error}\n      - layer: y\n"
+    )
     assert diags == []
     assert doc is not None and doc.format == "yaml"
-    assert doc.data == {"ctxpolicy": 1, "policies": {"default": {"pipeline": [{"layer": "x", "at": "error"}, {"layer": "y"}]}}}
+    assert doc.data == {
+        "ctxpolicy": 1,
+        "policies": {"default": {"pipeline": [{"layer": "x", "at": "error"}, {"layer": "y"}]}},
+    }
     sm = doc.source_map
     assert sm.position(("policies", "default", "pipeline")) == (4, 5)
     assert sm.position(("policies", "default", "pipeline", 0, "at")) == (5, 20)
@@ -30,10 +35,21 @@ def test_yaml_plain_data_and_positions() -> None:
 
 
 def test_yaml_core_schema_scalars() -> None:
-    doc, _ = _load("a: yes\nb: 0x1f\nc: 1_000\nd: ~\ne: '1'\nf: 2024-01-01\ng: .inf\nh: True\ni: 1e3\n")
+    doc, _ = _load(
+        "a: yes\nb: 0x1f\nc: 1_000\nd: ~\ne: '1'\nf: 2024-01-01\ng: .inf\nh: True\ni: 1e3\n"
+    )
     assert doc is not None
-    assert doc.data == {"a": "yes", "b": 31, "c": "1_000", "d": None, "e": "1", "f": "2024-01-01",
-                        "g": float("inf"), "h": True, "i": 1000.0}
+    assert doc.data == {
+        "a": "yes",
+        "b": 31,
+        "c": "1_000",
+        "d": None,
+        "e": "1",
+        "f": "2024-01-01",
+        "g": float("inf"),
+        "h": True,
+        "i": 1000.0,
+    }
 
 
 def test_aliases_are_copies_within_limits() -> None:
@@ -46,7 +62,7 @@ def test_aliases_are_copies_within_limits() -> None:
 def test_alias_bomb_is_bounded() -> None:
     lines = ["a0: &a0 [x, x, x, x, x, x, x, x, x, x]"]
     for i in range(1, 9):
-        lines.append(f"a{i}: &a{i} [" + ", ".join([f"*a{i-1}"] * 10) + "]")
+        lines.append(f"a{i}: &a{i} [" + ", ".join([f"*a{i - 1}"] * 10) + "]")
     doc, diags = _load("\n".join(lines) + "\n")
     assert doc is None
     assert len(diags) == 1 and f"alias expansion exceeds {MAX_NODES} nodes" in diags[0]
@@ -70,7 +86,12 @@ def test_tags_are_never_constructed(src: str) -> None:
 def test_bom_accepted_and_other_encodings_rejected() -> None:
     doc, diags = _load(codecs.BOM_UTF8 + b"a: 1\n")
     assert diags == [] and doc is not None and doc.data == {"a": 1}
-    for raw in ("a: 1\n".encode("utf-16"), "a: 1\n".encode("utf-32"), b"a: \x93x\x94\n", b"a: 1\x00"):
+    for raw in (
+        "a: 1\n".encode("utf-16"),
+        "a: 1\n".encode("utf-32"),
+        b"a: \x93x\x94\n",
+        b"a: 1\x00",
+    ):
         doc, diags = _load(raw)
         assert doc is None and " CTX005 " in diags[0]
 
@@ -101,7 +122,18 @@ def test_toml_errors_have_positions() -> None:
     assert diags[0].startswith("p.toml:3:1: CTX001 invalid TOML")
 
 
-@pytest.mark.parametrize("blob", [bytes(range(256)), b"\xff" * 100, b"{{{{", b"[" * 5000, b"- - - -", b"\t\t:", b"%YAML 9.9\n---\na: 1"])
+@pytest.mark.parametrize(
+    "blob",
+    [
+        bytes(range(256)),
+        b"\xff" * 100,
+        b"{{{{",
+        b"[" * 5000,
+        b"- - - -",
+        b"\t\t:",
+        b"%YAML 9.9\n---\na: 1",
+    ],
+)
 def test_garbage_never_raises(blob: bytes) -> None:
     for name in ("g.yaml", "g.toml"):
         doc, diags = load_document(name, text=blob)

@@ -78,10 +78,14 @@ def test_env_values_stay_literal_strings() -> None:
 
 
 def test_missing_env_var_only_fails_the_agent_that_uses_it(tmp_path: Path) -> None:
-    p = _write(tmp_path, "p.yaml", (
-        "ctxpolicy: 1\npolicies:\n  good:\n    model: {context_window: 9000}\n"
-        "  bad:\n    model: {context_window: 9000}\n    snapshots: {path: '${NOPE_X}/s'}\n"
-    ))
+    p = _write(
+        tmp_path,
+        "p.yaml",
+        (
+            "ctxpolicy: 1\npolicies:\n  good:\n    model: {context_window: 9000}\n"
+            "  bad:\n    model: {context_window: 9000}\n    snapshots: {path: '${NOPE_X}/s'}\n"
+        ),
+    )
     assert load_policy(p, "good", env={}).agent == "good"
     with pytest.raises(PolicyError) as exc:
         load_policy(p, "bad", env={})
@@ -93,17 +97,25 @@ def test_missing_env_var_only_fails_the_agent_that_uses_it(tmp_path: Path) -> No
 
 
 def test_include_relative_and_inherited_positions(tmp_path: Path) -> None:
-    _write(tmp_path, "shared/base.yaml", (
-        "ctxpolicy: 1\nmodels:\n  m: {context_window: 20000}\npolicies:\n  base:\n    model: m\n"
-        "    pipeline:\n      - {layer: drop_rounds, options: {min_keep_tokens: 50000}}\n"
-    ))
-    main = _write(tmp_path, "agents/main.yaml", (
-        "ctxpolicy: 1\ninclude: [../shared/base.yaml]\npolicies:\n  worker:\n    extends: base\n"
-    ))
+    _write(
+        tmp_path,
+        "shared/base.yaml",
+        (
+            "ctxpolicy: 1\nmodels:\n  m: {context_window: 20000}\npolicies:\n  base:\n    model: m\n"
+            "    pipeline:\n      - {layer: drop_rounds, options: {min_keep_tokens: 50000}}\n"
+        ),
+    )
+    main = _write(
+        tmp_path,
+        "agents/main.yaml",
+        ("ctxpolicy: 1\ninclude: [../shared/base.yaml]\npolicies:\n  worker:\n    extends: base\n"),
+    )
     assert list_agents(main) == ["worker", "base"]
     diags = validate_file(main, agent="worker", env={})
     # the problem is in the included file, reported there with its line:col
-    assert [(Path(d.file).name, d.line, d.col, d.code) for d in diags] == [("base.yaml", 8, 40, "CTX204")]
+    assert [(Path(d.file).name, d.line, d.col, d.code) for d in diags] == [
+        ("base.yaml", 8, 40, "CTX204")
+    ]
 
 
 def test_policy_error_carries_diagnostics() -> None:
@@ -162,22 +174,32 @@ class _Plugin:
         register(_Upper)
 
 
-def test_registered_components_are_validated(tmp_path: Path, register_plugin: Callable[[object, str], str]) -> None:
-    p = _write(tmp_path, "p.yaml", (
-        "ctxpolicy: 1\npolicies:\n  default:\n    model: {context_window: 50000}\n"
-        "    pipeline:\n      - {layer: test_fold, options: {depth: 3}}\n"
-        "    tools:\n      '*': {preprocess: test_upper}\n"
-    ))
+def test_registered_components_are_validated(
+    tmp_path: Path, register_plugin: Callable[[object, str], str]
+) -> None:
+    p = _write(
+        tmp_path,
+        "p.yaml",
+        (
+            "ctxpolicy: 1\npolicies:\n  default:\n    model: {context_window: 50000}\n"
+            "    pipeline:\n      - {layer: test_fold, options: {depth: 3}}\n"
+            "    tools:\n      '*': {preprocess: test_upper}\n"
+        ),
+    )
     diags = validate_file(p, env={})
     assert [d.code for d in diags] == ["CTX102", "CTX102"]  # not registered yet
     register_plugin(_Plugin(), "test-fold-plugin")
     pol = load_policy(p, env={})
     assert pol.pipeline[0].options == {"depth": 3, "summarizer": "extractive"}
     assert pol.tools["*"].options == {"limit": 10}
-    bad = _write(tmp_path, "bad.yaml", (
-        "ctxpolicy: 1\npolicies:\n  default:\n    model: {context_window: 50000}\n"
-        "    pipeline:\n      - layer: test_fold\n        options: {depth: 0, summarizer: abstractive, dpeth: 1}\n"
-    ))
+    bad = _write(
+        tmp_path,
+        "bad.yaml",
+        (
+            "ctxpolicy: 1\npolicies:\n  default:\n    model: {context_window: 50000}\n"
+            "    pipeline:\n      - layer: test_fold\n        options: {depth: 0, summarizer: abstractive, dpeth: 1}\n"
+        ),
+    )
     got = [d.format() for d in validate_file(bad, env={})]
     assert got == [
         f"{bad}:7:19: CTX103 pipeline[0].options.depth: must be at least 1 (got 0)",
