@@ -618,6 +618,30 @@ def _freeze(v: Any) -> Any:
     return (t, repr(v))
 
 
+_CONTAINER = object()
+
+
+def _value_key(msg: dict[str, Any]) -> Any:
+    """Hashable key equal for equal messages: leaf values as themselves (their hashes
+    are cached by Python), nested JSON-shaped values (``tool_calls``, content parts) as
+    their JSON text (C encoder, key order kept); anything else frozen by :func:`_freeze`."""
+    items: list[Any] = []
+    for k, v in msg.items():
+        t = type(v)
+        if t is str or v is None or t is int or t is bool or t is float:
+            items.append((k, v))
+        elif t is list or t is dict:
+            try:
+                items.append(
+                    (k, _CONTAINER, json.dumps(v, ensure_ascii=False, check_circular=False))
+                )
+            except (TypeError, ValueError):
+                items.append((k, _freeze(v)))
+        else:
+            items.append((k, _freeze(v)))
+    return tuple(items)
+
+
 _NO_SNAPSHOT: Any = object()
 _LEAVES = (str, int, float, bool, type(None))
 
@@ -905,11 +929,7 @@ class TokenCounter:
             if e is not None and msg == e[1]:
                 self._hits += 1
                 return e
-            try:
-                key: Any = tuple(msg.items())
-                hash(key)
-            except TypeError:  # nested lists/dicts: freeze them
-                key = _freeze(msg)
+            key: Any = _value_key(msg)
         else:
             key = _freeze(dict(msg))
         hot = self._hot

@@ -585,3 +585,14 @@ def test_heuristic_basics():
     assert h.count("") == 0
     assert h.count("a") == 1
     assert h.count("word " * 100) > h.count("word " * 10)
+
+
+def test_list_memo_reuses_only_the_equal_prefix():
+    c = counter("gpt-4")
+    msgs = _conversation(8)
+    c.count_messages(msgs)
+    changed = [dict(msgs[0]), *msgs[1:5], {"role": "user", "content": "new turn"}, *msgs[6:]]
+    assert c.count_messages(changed) == _naive(c, changed)
+    assert c.count_messages(msgs) == _naive(c, msgs)
+    assert c.count_messages(msgs[:3]) == _naive(c, msgs[:3])
+    assert c.count_messages(tuple(msgs)) == _naive(c, msgs)
