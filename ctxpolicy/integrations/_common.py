@@ -131,6 +131,16 @@ async def acall_with_retry(
             prepared = retry
 
 
+def is_async_callable(fn: Any) -> bool:
+    """True for coroutine functions, also behind the SDKs' ``functools.wraps`` decorators."""
+    import inspect
+
+    try:
+        return inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(inspect.unwrap(fn))
+    except Exception:  # pragma: no cover - odd callables
+        return False
+
+
 class Proxy:
     """Delegates every attribute it does not define to the wrapped object."""
 

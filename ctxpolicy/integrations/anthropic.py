@@ -41,7 +41,6 @@ and retries; the session learns the stated limit and bounds the retries.
 from __future__ import annotations
 
 import copy
-import inspect
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -53,6 +52,7 @@ from ctxpolicy.integrations._common import (
     acall_with_retry,
     as_session,
     call_with_retry,
+    is_async_callable,
     is_given,
     json_args,
     parse_args,
@@ -552,7 +552,7 @@ class AnthropicWrapper(Proxy):
         self.cache_control = cache_control
         self.cache_tail = cache_tail
         self.record_usage = record_usage
-        self.is_async = inspect.iscoroutinefunction(client.messages.create)
+        self.is_async = is_async_callable(client.messages.create)
         self.messages = _Messages(client.messages, self)
         self._last_sent: list[str] = []
         #: The request actually sent by the last successful call.

@@ -38,6 +38,7 @@ from ctxpolicy.integrations._common import (
     acall_with_retry,
     as_session,
     call_with_retry,
+    is_async_callable,
     is_given,
     json_args,
     require,
@@ -61,13 +62,10 @@ def _openai() -> Any:
 
 
 def _is_async(client: Any) -> bool:
-    import inspect
-
     try:
-        create = client.chat.completions.create
+        return is_async_callable(client.chat.completions.create)
     except AttributeError:
         return False
-    return inspect.iscoroutinefunction(create)
 
 
 def wrap(

@@ -1,0 +1,90 @@
+"""Shared fixtures of the integration tests: policies, tool outputs, pairing checks."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from ctxpolicy.conversation import check_messages
+from ctxpolicy.policy.models import Policy
+
+
+def make_policy(
+    tmp_path: Path,
+    *,
+    window: int = 6000,
+    reserve_output: int = 512,
+    tool_growth: int = 600,
+    safety_margin: int = 200,
+    max_chars: int = 6000,
+    keep_recent_rounds: int = 3,
+    ledger: bool = False,
+) -> Policy:
+    """A complete resolved policy, as ``load_policy`` would produce it."""
+    return Policy.model_validate(
+        {
+            "agent": "test_agent",
+            "model": {
+                "context_window": window,
+                "max_output_tokens": 1024,
+                "tokenizer": "cl100k_base",
+            },
+            "budget": {
+                "reserve_output": reserve_output,
+                "tool_growth": tool_growth,
+                "safety_margin": safety_margin,
+                "target": 0.7,
+            },
+            "thresholds": {"warning": 0.7, "error": 0.9, "critical": 0.95},
+            "pipeline": [
+                {
+                    "layer": "observation_mask",
+                    "at": "warning",
+                    "options": {"max_age_rounds": 4, "max_chars": 200},
+                },
+                {
+                    "layer": "drop_rounds",
+                    "at": "warning",
+                    "options": {"keep_recent_rounds": keep_recent_rounds, "min_keep_tokens": 500},
+                },
+            ],
+            "on_overflow": {
+                "layer": "emergency",
+                "options": {"keep_recent_rounds": 2, "retries": 1},
+            },
+            "tools": {"*": {"preprocess": "head_tail", "options": {"max_chars": max_chars}}},
+            "snapshots": {"path": str(tmp_path / "snapshots")},
+            "pinned": {"system": True, "first_user": True, "last_user": True},
+            "ledger": {"enabled": ledger, "max_tokens": 400},
+            "constraints": [],
+            "cache": {"preserve_prefix": False, "min_gain_tokens": 0},
+        }
+    )
+
+
+def big_output(step: int, n_lines: int = 160) -> str:
+    """A tool output of a few thousand tokens with recognisable lines."""
+    return "\n".join(
+        f"src/module_{step}.py:{i}: value_{step}_{i} = compute({i}, step={step})  # checked"
+        for i in range(n_lines)
+    )
+
+
+def assert_pairing(messages: list[dict[str, Any]]) -> None:
+    violations = check_messages(messages)
+    assert not violations, [v.detail for v in violations]
+
+
+def tool_args(tc: Any) -> dict[str, Any]:
+    return json.loads(tc.function.arguments or "{}")
+
+
+@pytest.fixture
+def policy_factory(tmp_path: Path):
+    def factory(**kw: Any) -> Policy:
+        return make_policy(tmp_path, **kw)
+
+    return factory

@@ -1,0 +1,306 @@
+"""OpenAI adapter against the real ``openai`` SDK and the scripted local server."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+import pytest
+
+openai = pytest.importorskip(
+    "openai", reason="the 'openai' extra is not installed (pip install 'ctxpolicy[openai]')"
+)
+
+from ctxpolicy.engine import ContextOverflowError, Session  # noqa: E402
+from ctxpolicy.integrations.openai import ResponsesInput, prepare_responses_input, wrap  # noqa: E402
+from ctxpolicy.testing.server import ScriptedLLMServer  # noqa: E402
+
+from .conftest import assert_pairing, big_output  # noqa: E402
+
+TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": "read_file",
+            "description": "Read a file of the repository.",
+            "parameters": {
+                "type": "object",
+                "properties": {"path": {"type": "string", "description": "Path."}},
+            },
+        },
+    }
+]
+
+
+def tool_script(parallel: int = 1):
+    n = {"i": 0}
+
+    def script(body: dict[str, Any]) -> dict[str, Any]:
+        n["i"] += 1
+        return {
+            "content": f"step {n['i']}",
+            "tool_calls": [
+                {"name": "read_file", "arguments": {"path": f"src/f{n['i']}_{p}.py"}}
+                for p in range(parallel)
+            ],
+        }
+
+    return script
+
+
+def client_for(srv: ScriptedLLMServer, session: Session, *, async_: bool = False):
+    cls = openai.AsyncOpenAI if async_ else openai.OpenAI
+    return wrap(cls(base_url=srv.base_url, api_key="test", max_retries=0), session)
+
+
+def run_agent(client, session: Session, steps: int, *, lines=lambda step: 40, parallel: int = 1):
+    history: list[Any] = [
+        {"role": "system", "content": "You are a coding agent. Fix BUG-1234."},
+        {"role": "user", "content": "Task: find and fix BUG-1234 in src/."},
+    ]
+    for step in range(steps):
+        resp = client.chat.completions.create(model="scripted", messages=history, tools=TOOLS)
+        msg = resp.choices[0].message
+        history.append(msg)  # the SDK object itself, as users do
+        for tc in msg.tool_calls or []:
+            text = session.add_tool_result(tc, big_output(step, lines(step)))
+            history.append({"role": "tool", "tool_call_id": tc.id, "content": text})
+    return history
+
+
+def check_run(srv: ScriptedLLMServer, steps: int) -> dict[str, int]:
+    records = srv.records
+    accepted = [r for r in records if r.status == 200]
+    rejected = [i for i, r in enumerate(records) if r.status == 400]
+    assert len(accepted) == steps
+    # every body has valid tool-call pairing
+    for r in records:
+        assert_pairing(r.body["messages"])
+        assert r.body["tools"] == TOOLS
+    # exactly one retry per overflow: a rejection is always followed by an accepted request
+    for i in rejected:
+        assert i + 1 < len(records) and records[i + 1].status == 200
+    # never an over-window request after the first rejection
+    if rejected:
+        assert all(r.tokens <= srv.window for r in records[rejected[0] + 1 :])
+    return {"requests": len(records), "rejections": len(rejected)}
+
+
+def test_forty_steps_policy_window_larger_than_server(policy_factory):
+    # The policy believes the model has 8192 tokens; the server has 6000.
+    session = Session(policy_factory(window=8192, max_chars=6000))
+    with ScriptedLLMServer(window=6000, script=tool_script()) as srv:
+        client = client_for(srv, session)
+        run_agent(client, session, 40, lines=lambda s: 80)
+        numbers = check_run(srv, 40)
+    assert numbers["rejections"] == 1  # the first one teaches the session the real window
+    assert session.stats.reactive == 1
+    learned = [e for e in session.events if e["type"] == "context.window_learned"]
+    assert learned and learned[0]["window"] == 6000
+    usage = [e for e in session.events if e["type"] == "context.usage"]
+    assert len(usage) == 40  # usage.prompt_tokens recorded for each accepted call
+
+
+def test_forty_steps_parallel_calls_same_window(policy_factory):
+    session = Session(policy_factory(window=6000, max_chars=2500))
+    with ScriptedLLMServer(window=6000, script=tool_script(parallel=3)) as srv:
+        client = client_for(srv, session)
+        history = run_agent(client, session, 40, lines=lambda s: 15)
+        numbers = check_run(srv, 40)
+    assert numbers["rejections"] == 0  # counted exactly, prepared under budget: never rejected
+    assert len(history) == 2 + 40 * 4
+    # the server's count and ours agree on every request
+    sent = [e["used"] for e in session.events if e["type"] == "context.status"]
+    assert sent == [r.tokens for r in srv.records]
+
+
+def test_learned_limit_thirty_steps_one_rejection(policy_factory):
+    """Issue 12 item 3: after the first rejection, no further rejection in 30 steps."""
+    session = Session(policy_factory(window=16000, max_chars=3000))
+    with ScriptedLLMServer(window=5000, script=tool_script()) as srv:
+        client = client_for(srv, session)
+        run_agent(client, session, 30, lines=lambda s: 35)
+        numbers = check_run(srv, 30)
+    assert numbers["rejections"] == 1
+    assert session.budget().window == 5000
+    first_reject = next(i for i, r in enumerate(srv.records) if r.status == 400)
+    assert all(r.status == 200 for r in srv.records[first_reject + 1 :])
+
+
+def test_overflow_retries_are_bounded(policy_factory):
+    session = Session(policy_factory(window=6000))
+    with ScriptedLLMServer(window=6000, script=lambda body: {"overflow": True}) as srv:
+        client = client_for(srv, session)
+        with pytest.raises(ContextOverflowError) as err:
+            client.chat.completions.create(model="m", messages=[{"role": "user", "content": "hi"}])
+        assert srv.rejections == 2  # the first call and exactly one retry
+        assert err.value.attempts == 2
+        assert isinstance(err.value.__context__, openai.BadRequestError)
+
+
+def test_other_errors_are_not_retried(policy_factory):
+    session = Session(policy_factory(window=6000))
+    script = [
+        {
+            "status": 400,
+            "body": {
+                "error": {
+                    "message": "bad tool schema",
+                    "type": "invalid_request_error",
+                    "code": "invalid_value",
+                }
+            },
+        }
+    ]
+    with ScriptedLLMServer(window=6000, script=script) as srv:
+        client = client_for(srv, session)
+        with pytest.raises(openai.BadRequestError):
+            client.chat.completions.create(model="m", messages=[{"role": "user", "content": "hi"}])
+        assert len(srv.requests) == 1
+        assert session.stats.reactive == 0
+
+
+def test_async_client(policy_factory):
+    session = Session(policy_factory(window=16000, max_chars=4000))
+
+    async def main(srv: ScriptedLLMServer) -> None:
+        client = client_for(srv, session, async_=True)
+        history: list[Any] = [
+            {"role": "system", "content": "sys"},
+            {"role": "user", "content": "task"},
+        ]
+        for step in range(15):
+            resp = await client.chat.completions.create(model="m", messages=history, tools=TOOLS)
+            msg = resp.choices[0].message
+            history.append(msg)
+            for tc in msg.tool_calls or []:
+                history.append(
+                    {
+                        "role": "tool",
+                        "tool_call_id": tc.id,
+                        "content": session.add_tool_result(tc, big_output(step, 60)),
+                    }
+                )
+        await client.close()
+
+    with ScriptedLLMServer(window=5000, script=tool_script()) as srv:
+        asyncio.run(main(srv))
+        numbers = check_run(srv, 15)
+    assert numbers["rejections"] == 1
+
+
+def test_wrapper_delegates_everything_else(policy_factory):
+    session = Session(policy_factory())
+    with ScriptedLLMServer(window=6000) as srv:
+        raw = openai.OpenAI(base_url=srv.base_url, api_key="test", max_retries=0)
+        client = wrap(raw, session)
+        assert [m.id for m in client.models.list()] == ["scripted-model"]
+        assert client.wrapped is raw
+        assert str(client.base_url).rstrip("/") == srv.base_url
+        other = client.with_options(timeout=5)
+        other.chat.completions.create(model="m", messages=[{"role": "user", "content": "hi"}])
+        assert other.session is session and session.stats.prepares == 1
+        assert type(raw).chat.__class__ is not None  # the client class is not patched
+        assert type(raw.chat.completions).create is not type(client.chat.completions).create
+
+
+def test_responses_api_items(policy_factory):
+    session = Session(policy_factory(window=16000, max_chars=3000))
+    n = {"i": 0}
+
+    def script(body: dict[str, Any]) -> dict[str, Any]:
+        n["i"] += 1
+        return {
+            "tool_calls": [
+                {"name": "read_file", "arguments": {"path": f"a{n['i']}"}},
+                {"name": "read_file", "arguments": {"path": f"b{n['i']}"}},
+            ]
+        }
+
+    with ScriptedLLMServer(window=5000, script=script) as srv:
+        client = wrap(openai.OpenAI(base_url=srv.base_url, api_key="test", max_retries=0), session)
+        items: list[Any] = [{"role": "user", "content": "Task: fix BUG-1234"}]
+        for step in range(20):
+            resp = client.responses.create(
+                model="m",
+                instructions="You are a coding agent.",
+                input=items,
+                tools=[
+                    {
+                        "type": "function",
+                        "name": "read_file",
+                        "description": "Read.",
+                        "parameters": {
+                            "type": "object",
+                            "properties": {"path": {"type": "string"}},
+                        },
+                    }
+                ],
+            )
+            for out in resp.output:
+                items.append(out.model_dump(exclude_none=True))
+                if out.type == "function_call":
+                    text = session.add_tool_result(
+                        {"id": out.call_id, "name": out.name, "arguments": out.arguments},
+                        big_output(step, 40),
+                    )
+                    items.append(
+                        {"type": "function_call_output", "call_id": out.call_id, "output": text}
+                    )
+        assert len(srv.accepted) == 20
+        assert srv.rejections == 1
+        for r in srv.records:
+            calls = [it["call_id"] for it in r.body["input"] if it.get("type") == "function_call"]
+            outs = [
+                it["call_id"] for it in r.body["input"] if it.get("type") == "function_call_output"
+            ]
+            assert calls == outs  # parallel calls and outputs kept or dropped together, in order
+            assert r.body["instructions"] == "You are a coding agent."
+        first = next(i for i, r in enumerate(srv.records) if r.status == 400)
+        assert all(r.tokens <= 5000 for r in srv.records[first + 1 :])
+
+
+def test_responses_conversion_round_trip():
+    items = [
+        {"role": "user", "content": [{"type": "input_text", "text": "hello"}]},
+        {"type": "reasoning", "id": "rs_1", "summary": [], "encrypted_content": "xyz"},
+        {
+            "type": "function_call",
+            "id": "fc_1",
+            "call_id": "c1",
+            "name": "f",
+            "arguments": '{"a": 1}',
+        },
+        {"type": "function_call", "id": "fc_2", "call_id": "c2", "name": "g", "arguments": "{}"},
+        {"type": "function_call_output", "call_id": "c1", "output": "one"},
+        {"type": "function_call_output", "call_id": "c2", "output": "two"},
+        {
+            "type": "message",
+            "role": "assistant",
+            "id": "msg_1",
+            "content": [{"type": "output_text", "text": "ok"}],
+        },
+    ]
+    conv = ResponsesInput(items, instructions="sys")
+    assert [m["role"] for m in conv.messages] == [
+        "system",
+        "user",
+        "assistant",
+        "tool",
+        "tool",
+        "assistant",
+    ]
+    assert [tc["id"] for tc in conv.messages[2]["tool_calls"]] == ["c1", "c2"]
+    assert_pairing(conv.messages)
+    assert conv.to_items(conv.messages) == items
+    changed = [*conv.messages[:3], {**conv.messages[3], "content": "on[...]"}, *conv.messages[4:]]
+    back = conv.to_items(changed)
+    assert back[4] == {"type": "function_call_output", "call_id": "c1", "output": "on[...]"}
+
+
+def test_prepare_responses_input_helper(policy_factory):
+    session = Session(policy_factory())
+    items = [{"role": "user", "content": "hi"}]
+    assert prepare_responses_input(session, items) == items
+    assert json.dumps(items)
