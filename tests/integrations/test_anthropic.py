@@ -1,0 +1,279 @@
+"""Anthropic adapter against the real ``anthropic`` SDK and the scripted local server."""
+
+from __future__ import annotations
+
+import itertools
+from typing import Any
+
+import pytest
+
+anthropic = pytest.importorskip(
+    "anthropic",
+    reason="the 'anthropic' extra is not installed (pip install 'ctxpolicy[anthropic]')",
+)
+
+from ctxpolicy.engine import Session  # noqa: E402
+from ctxpolicy.integrations.anthropic import AnthropicConversation, wrap  # noqa: E402
+from ctxpolicy.testing.server import ScriptedLLMServer  # noqa: E402
+
+from .conftest import assert_pairing, big_output  # noqa: E402
+
+SYSTEM = "You are a coding agent. Fix BUG-1234."
+TOOLS = [
+    {
+        "name": "read_file",
+        "description": "Read a file.",
+        "input_schema": {"type": "object", "properties": {"path": {"type": "string"}}},
+    }
+]
+
+
+def script(body: dict[str, Any]) -> dict[str, Any]:
+    n = len(body["messages"])
+    return {
+        "content": f"looking at step {n}",
+        "tool_calls": [
+            {"name": "read_file", "arguments": {"path": f"src/{n}_{p}.py"}} for p in range(2)
+        ],
+    }
+
+
+def blocks_of(body: dict[str, Any]) -> list[tuple[Any, ...]]:
+    """Every block of a request, in cache order, without cache_control."""
+    out: list[tuple[Any, ...]] = []
+    system = body.get("system") or []
+    for b in [{"type": "text", "text": system}] if isinstance(system, str) else system:
+        out.append(("system", repr({k: v for k, v in b.items() if k != "cache_control"})))
+    for i, m in enumerate(body["messages"]):
+        content = m["content"]
+        for b in [{"type": "text", "text": content}] if isinstance(content, str) else content:
+            out.append((i, m["role"], repr({k: v for k, v in b.items() if k != "cache_control"})))
+    return out
+
+
+def marked(body: dict[str, Any]) -> list[int]:
+    """Indices (into blocks_of) of the blocks carrying cache_control."""
+    idx, out = 0, []
+    system = body.get("system") or []
+    for b in [] if isinstance(system, str) else system:
+        if "cache_control" in b:
+            out.append(idx)
+        idx += 1
+    if isinstance(system, str):
+        idx += 1
+    for m in body["messages"]:
+        content = m["content"]
+        for b in [content] if isinstance(content, str) else content:
+            if isinstance(b, dict) and "cache_control" in b:
+                out.append(idx)
+            idx += 1
+    return out
+
+
+def to_chat(body: dict[str, Any]) -> list[dict[str, Any]]:
+    return AnthropicConversation(body["messages"], body.get("system")).messages
+
+
+def test_thirty_steps_pairs_retry_and_cache_breakpoints(policy_factory):
+    session = Session(policy_factory(window=16000, max_chars=3000))
+    with ScriptedLLMServer(window=6000, script=script) as srv:
+        client = wrap(
+            anthropic.Anthropic(base_url=srv.anthropic_base_url, api_key="test", max_retries=0),
+            session,
+        )
+        history: list[dict[str, Any]] = [{"role": "user", "content": "Task: fix BUG-1234"}]
+        for step in range(30):
+            resp = client.messages.create(
+                model="claude-test", max_tokens=256, system=SYSTEM, messages=history, tools=TOOLS
+            )
+            history.append(
+                {
+                    "role": "assistant",
+                    "content": [b.model_dump(exclude_none=True) for b in resp.content],
+                }
+            )
+            results = []
+            for b in resp.content:
+                if b.type == "tool_use":
+                    text = session.add_tool_result(
+                        {"id": b.id, "name": b.name, "input": b.input}, big_output(step, 40)
+                    )
+                    results.append({"type": "tool_result", "tool_use_id": b.id, "content": text})
+            history.append({"role": "user", "content": results})
+        records = srv.records
+        assert len(srv.accepted) == 30
+        assert srv.rejections == 1  # "prompt is too long" once; the session learns 6000
+        first = next(i for i, r in enumerate(records) if r.status == 400)
+        assert records[first + 1].status == 200  # retried exactly once
+        assert all(r.status == 200 and r.tokens <= 6000 for r in records[first + 1 :])
+        assert session.budget().window == 6000
+        for r in records:
+            body = r.body
+            assert body["messages"][0]["role"] == "user"
+            assert_pairing(to_chat(body))
+            for m, nxt in zip(body["messages"], body["messages"][1:], strict=False):
+                uses = [
+                    b["id"]
+                    for b in m["content"]
+                    if isinstance(m["content"], list) and b["type"] == "tool_use"
+                ]
+                if uses:  # the tool_result blocks follow in the next user turn, first, in order
+                    res = [b["tool_use_id"] for b in nxt["content"] if b["type"] == "tool_result"]
+                    assert res == uses and nxt["content"][0]["type"] == "tool_result"
+        # cache_control: on the last block of the prefix unchanged since the previous call
+        accepted = [r.body for r in records if r.status == 200]
+        assert marked(accepted[0]) == [0]  # first call: the system prompt
+        stable_hits = 0
+        for prev, cur in itertools.pairwise(accepted):
+            pb, cb = blocks_of(prev), blocks_of(cur)
+            marks = marked(cur)
+            assert len(marks) == 1
+            k = marks[0]
+            assert cb[: k + 1] == pb[: k + 1]  # everything up to the marker was sent before
+            # maximal at message granularity: the message after the marked one is new
+            nxt = next((b for b in cb[k + 1 :] if b[0] != cb[k][0]), None)
+            if nxt is not None and nxt[0] != "system":
+                assert [b for b in cb if b[0] == nxt[0]] != [b for b in pb if b[0] == nxt[0]]
+            if k > 0:
+                stable_hits += 1
+        assert stable_hits >= 5
+        assert client.last_request is not None and client.last_request.breakpoints is not None
+
+
+def test_cache_breakpoint_on_growing_conversation(policy_factory):
+    session = Session(policy_factory(window=200000))
+    with ScriptedLLMServer(window=200000, script=script) as srv:
+        client = wrap(
+            anthropic.Anthropic(base_url=srv.anthropic_base_url, api_key="test", max_retries=0),
+            session,
+        )
+        history: list[dict[str, Any]] = [{"role": "user", "content": "Task"}]
+        for step in range(4):
+            resp = client.messages.create(model="m", max_tokens=64, system=SYSTEM, messages=history)
+            history.append(
+                {
+                    "role": "assistant",
+                    "content": [b.model_dump(exclude_none=True) for b in resp.content],
+                }
+            )
+            history.append(
+                {
+                    "role": "user",
+                    "content": [
+                        {"type": "tool_result", "tool_use_id": b.id, "content": f"result {step}"}
+                        for b in resp.content
+                        if b.type == "tool_use"
+                    ],
+                }
+            )
+        bodies = srv.requests
+    # nothing was compacted: call n marks the last block call n-1 sent
+    assert bodies[0]["system"][0]["cache_control"] == {"type": "ephemeral"}
+    for prev, cur in itertools.pairwise(bodies):
+        last = len(prev["messages"]) - 1
+        content = cur["messages"][last]["content"]
+        block = content[-1] if isinstance(content, list) else None
+        assert block is not None and block["cache_control"] == {"type": "ephemeral"}
+        assert "cache_control" not in cur["system"][0]  # one breakpoint: the stable prefix
+
+
+def test_conversion_round_trip_keeps_blocks():
+    messages = [
+        {
+            "role": "user",
+            "content": [
+                {"type": "text", "text": "look", "cache_control": {"type": "ephemeral"}},
+                {
+                    "type": "image",
+                    "source": {"type": "base64", "media_type": "image/png", "data": "iVBORw0KGgo="},
+                },
+            ],
+        },
+        {
+            "role": "assistant",
+            "content": [
+                {"type": "thinking", "thinking": "hmm", "signature": "sig"},
+                {"type": "text", "text": "calling"},
+                {"type": "tool_use", "id": "toolu_1", "name": "f", "input": {"a": 1}},
+                {"type": "tool_use", "id": "toolu_2", "name": "g", "input": {}},
+            ],
+        },
+        {
+            "role": "user",
+            "content": [
+                {
+                    "type": "tool_result",
+                    "tool_use_id": "toolu_1",
+                    "content": "one",
+                    "is_error": True,
+                },
+                {
+                    "type": "tool_result",
+                    "tool_use_id": "toolu_2",
+                    "content": [{"type": "text", "text": "two"}],
+                },
+                {"type": "text", "text": "and?"},
+            ],
+        },
+    ]
+    conv = AnthropicConversation(messages, system=[{"type": "text", "text": "sys"}])
+    chat = conv.messages
+    assert [m["role"] for m in chat] == ["system", "user", "assistant", "tool", "tool", "user"]
+    assert chat[2]["tool_calls"][0]["function"] == {"name": "f", "arguments": '{"a": 1}'}
+    assert_pairing(chat)
+    req = conv.to_request(chat)
+    assert req.kwargs() == {"messages": messages, "system": [{"type": "text", "text": "sys"}]}
+    # a truncated tool result keeps is_error; the other blocks are untouched
+    changed = [*chat[:3], {**chat[3], "content": "o[...]"}, *chat[4:]]
+    out = conv.to_request(changed).kwargs()["messages"]
+    assert out[2]["content"][0] == {
+        "type": "tool_result",
+        "tool_use_id": "toolu_1",
+        "content": "o[...]",
+        "is_error": True,
+    }
+    assert out[1] == messages[1]  # thinking + signature kept
+
+
+def test_async_client(policy_factory):
+    import asyncio
+
+    session = Session(policy_factory(window=16000, max_chars=3000))
+
+    async def main(srv: ScriptedLLMServer) -> None:
+        client = wrap(
+            anthropic.AsyncAnthropic(base_url=srv.anthropic_base_url, api_key="t", max_retries=0),
+            session,
+        )
+        history: list[dict[str, Any]] = [{"role": "user", "content": "Task"}]
+        for step in range(12):
+            resp = await client.messages.create(
+                model="m", max_tokens=64, system=SYSTEM, messages=history
+            )
+            history.append(
+                {
+                    "role": "assistant",
+                    "content": [b.model_dump(exclude_none=True) for b in resp.content],
+                }
+            )
+            history.append(
+                {
+                    "role": "user",
+                    "content": [
+                        {
+                            "type": "tool_result",
+                            "tool_use_id": b.id,
+                            "content": session.add_tool_result(
+                                {"id": b.id, "name": b.name}, big_output(step, 40)
+                            ),
+                        }
+                        for b in resp.content
+                        if b.type == "tool_use"
+                    ],
+                }
+            )
+        await client.close()
+
+    with ScriptedLLMServer(window=6000, script=script) as srv:
+        asyncio.run(main(srv))
+        assert len(srv.accepted) == 12 and srv.rejections == 1
