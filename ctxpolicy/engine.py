@@ -625,6 +625,10 @@ class Session:
             return None, used
         if self.ledger is not None and result.dropped:
             try:
+                if self.ledger.goal is None:
+                    first_user = next((u for u in before if u.kind == "user"), None)
+                    if first_user is not None:
+                        self.ledger.set_goal(content_text(first_user.messages[0].get("content")))
                 self.ledger.update(result.dropped)
                 self._ledger_text = self.ledger.render()
             except Exception as exc:  # pragma: no cover - ledger is ours

@@ -69,24 +69,12 @@ def _internal(path: Path, exc: BaseException) -> Diagnostic:
 
 def validate_one(path: Path, *, agent: str | None = None) -> list[Diagnostic]:
     """Loader + schema diagnostics of one file, deduplicated."""
-    from ctxpolicy.policy.load import load_document
     from ctxpolicy.policy.resolve import validate_file
-    from ctxpolicy.policy.schema import dedupe, schema_diagnostics
 
-    name = str(path)
     try:
-        diags = list(validate_file(name, agent=agent))
+        return list(validate_file(str(path), agent=agent, json_schema=True))
     except Exception as exc:
         return [_internal(path, exc)]
-    schema_diags: list[Diagnostic] = []
-    try:
-        doc, _parse = load_document(name)
-        if doc is not None:
-            schema_diags = schema_diagnostics(doc)
-    except Exception as exc:  # the loader already reported parse problems
-        if not diags:
-            diags.append(_internal(path, exc))
-    return dedupe(diags, schema_diags)
 
 
 def validate_paths(

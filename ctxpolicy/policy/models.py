@@ -87,7 +87,7 @@ def resolve_amount(value: int | str, window: int) -> int:
 class StrictModel(BaseModel):
     """Base of every DSL model: unknown keys are errors, instances are immutable."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
+    model_config = ConfigDict(extra="forbid", frozen=True)
 
 
 class ComponentOptions(StrictModel):
@@ -325,7 +325,6 @@ class PolicyFile(StrictModel):
     model_config = ConfigDict(
         extra="forbid",
         frozen=True,
-        use_attribute_docstrings=True,
         populate_by_name=True,
         title="ctxpolicy policy file",
     )

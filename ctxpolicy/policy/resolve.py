@@ -641,13 +641,26 @@ def validate_file(
     *,
     agent: str | None = None,
     env: Mapping[str, str] | None = None,
+    json_schema: bool = False,
 ) -> list[Diagnostic]:
     """Every diagnostic of a policy file (and its includes): parse, schema, components,
     ``extends``, env, semantics. ``agent`` limits agent checks to that agent (and what it
-    extends). Sorted, without duplicates. Never raises."""
+    extends). ``json_schema`` also validates the file against the published JSON Schema
+    (reusing the parsed document); a problem both find is reported once. Sorted,
+    without duplicates. Never raises."""
     r, _ = _run(path, agent, env)
     scope = None if agent is None else r.chain_names(agent)
-    return r.scoped(scope)
+    diags = r.scoped(scope)
+    if json_schema and r.order:
+        from ctxpolicy.policy.schema import dedupe, schema_diagnostics
+
+        try:
+            diags = dedupe(diags, schema_diagnostics(r.order[0].loaded))
+        except Exception as exc:  # pragma: no cover - last resort
+            diags.append(
+                make(os.fspath(path), (1, 1), "CTX000", f"internal error in schema check: {exc!r}")
+            )
+    return diags
 
 
 def resolve_all(
