@@ -1,0 +1,304 @@
+"""Prompt-cache-aware compaction (issue 12 item 2): shipped policies with and without
+``cache: {preserve_prefix: true, min_gain_tokens: N}`` on ../shared/traces.
+
+Usage::
+
+    python benchmarks/bench_cache.py [--jobs 2] [--windows 32768] [--min-gain auto] [--quick]
+
+Every trace is replayed under every agent of policies/agents.yaml twice — as shipped
+and with the cache option — at each window. Per replay: prefix changes (model calls
+whose prompt does not start with the whole previous prompt, i.e. the provider's
+cached prefix was cut), cached-prefix tokens (the common prefix with the previous
+call, summed), prompt tokens, overflows, and the estimated cost with
+ctxpolicy/data/prices.json (input, cached input, output per model).
+``--min-gain auto`` uses N = 25 % of the policy's trigger at that window.
+
+Goal (issue 12): prefix changes with the option ≤ 1/3 of without, with no overflow.
+Writes benchmarks/results/bench_cache.json and .md; exits 0 even when it is missed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from benchmarks._common import (
+    SHARED,
+    eprint,
+    header_markdown,
+    machine,
+    markdown_table,
+    write_results,
+)
+from benchmarks.bench_quality import family, load_agent, shipped_agents
+
+ROOT = Path(__file__).resolve().parents[1]
+TOLERANCE = 8  # tokens of framing difference still counted as "prefix kept"
+
+
+def prefix_changes(series: dict[str, list[Any]]) -> int:
+    used, cached = series["used"], series["cached"]
+    return sum(1 for i in range(1, len(used)) if cached[i] < used[i - 1] - TOLERANCE)
+
+
+def with_cache(policy: Any, min_gain: int) -> Any:
+    spec = policy.cache.model_copy(
+        update={"preserve_prefix": True, "min_gain_tokens": int(min_gain)}
+    )
+    return policy.model_copy(update={"cache": spec})
+
+
+def job(trace_path: str, agent: str, window: int, min_gain: str) -> dict[str, Any]:
+    from ctxpolicy.budget import compute_budget
+    from ctxpolicy.sim.replay import load_trace, replay_trace, with_window
+
+    name = Path(trace_path).name
+    policy, note = load_agent(agent)
+    base: dict[str, Any] = {"trace": name, "agent": agent, "window": window, "note": note}
+    try:
+        trigger = compute_budget(with_window(policy, window)).trigger
+    except ValueError as exc:
+        return {**base, "applicable": False, "reason": str(exc)}
+    n = int(round(0.25 * trigger, -2)) if min_gain == "auto" else int(min_gain)
+    msgs = load_trace(trace_path)
+    out = {**base, "applicable": True, "min_gain_tokens": n, "trigger": trigger}
+    for label, pol in (("shipped", policy), ("cache", with_cache(policy, n))):
+        d = replay_trace(msgs, pol, window=window, trace=name, label=label).to_dict()
+        out[label] = {
+            "steps": d["steps"],
+            "prompt_tokens": d["prompt_tokens"],
+            "cached_tokens": d["cache"]["cached_tokens"],
+            "cached_fraction": d["cache"]["cached_fraction"],
+            "prefix_changes": prefix_changes(d["series"]),
+            "compactions": d["compactions_total"],
+            "overflows": d["overflows"],
+            "pairing_violations": d["pairing_violations"],
+            "usd": d["cost"]["usd"],
+            "usd_none": d["cost"]["usd_none"],
+            "price_model": d["cost"]["price_model"],
+            "in_context_rate": d["retention"]["in_context_rate"],
+        }
+    return out
+
+
+def totals(rows: list[dict[str, Any]], label: str) -> dict[str, Any]:
+    keys = (
+        "steps",
+        "prompt_tokens",
+        "cached_tokens",
+        "prefix_changes",
+        "compactions",
+        "overflows",
+        "pairing_violations",
+    )
+    t: dict[str, Any] = {k: sum(r[label][k] for r in rows) for k in keys}
+    t["usd"] = sum(r[label]["usd"] for r in rows)
+    t["usd_none"] = sum(r[label]["usd_none"] for r in rows)
+    t["cached_fraction"] = t["cached_tokens"] / t["prompt_tokens"] if t["prompt_tokens"] else 0.0
+    return t
+
+
+def to_markdown(data: dict[str, Any]) -> str:
+    rows = [r for r in data["results"] if r.get("applicable")]
+    ok = {True: "✓", False: "✗"}
+    md = [
+        "## Prompt-cache-aware compaction",
+        "",
+        header_markdown(data["machine"]),
+        "",
+        f"{data['traces']} traces × {len(data['agents'])} shipped policies at windows "
+        f"{', '.join(f'{w:,}' for w in data['windows'])}, each replayed as shipped and with "
+        "`cache: {preserve_prefix: true, min_gain_tokens: N}` (N = "
+        + ("25 % of the trigger" if data["min_gain"] == "auto" else data["min_gain"])
+        + "). Prefix change: a call whose prompt does not begin with the whole previous "
+        "prompt. Cost: ctxpolicy/data/prices.json (input / cached input / output per model).",
+        "",
+    ]
+    summary_rows = []
+    for w in data["windows"]:
+        wr = [r for r in rows if r["window"] == w]
+        if not wr:
+            continue
+        a, b = totals(wr, "shipped"), totals(wr, "cache")
+        summary_rows.append((w, a, b))
+        md += [
+            f"### Window {w:,} ({len(wr)} replays per variant)",
+            "",
+            markdown_table(
+                ["", "as shipped", "with cache option", "with ÷ without"],
+                [
+                    [
+                        "prefix changes",
+                        a["prefix_changes"],
+                        b["prefix_changes"],
+                        f"{b['prefix_changes'] / max(1, a['prefix_changes']):.2f}",
+                    ],
+                    [
+                        "compactions",
+                        a["compactions"],
+                        b["compactions"],
+                        f"{b['compactions'] / max(1, a['compactions']):.2f}",
+                    ],
+                    [
+                        "prompt tokens",
+                        a["prompt_tokens"],
+                        b["prompt_tokens"],
+                        f"{b['prompt_tokens'] / max(1, a['prompt_tokens']):.3f}",
+                    ],
+                    [
+                        "cached-prefix tokens",
+                        a["cached_tokens"],
+                        b["cached_tokens"],
+                        f"{b['cached_tokens'] / max(1, a['cached_tokens']):.3f}",
+                    ],
+                    [
+                        "cached fraction of prompt",
+                        f"{a['cached_fraction']:.1%}",
+                        f"{b['cached_fraction']:.1%}",
+                        "",
+                    ],
+                    [
+                        "estimated cost USD",
+                        f"{a['usd']:.2f}",
+                        f"{b['usd']:.2f}",
+                        f"{b['usd'] / a['usd']:.3f}" if a["usd"] else "",
+                    ],
+                    ["overflows", a["overflows"], b["overflows"], ""],
+                    ["pairing violations", a["pairing_violations"], b["pairing_violations"], ""],
+                ],
+            ),
+            "",
+        ]
+        per_agent = []
+        for agent in data["agents"]:
+            ar = [r for r in wr if r["agent"] == agent]
+            if ar:
+                x, y = totals(ar, "shipped"), totals(ar, "cache")
+                per_agent.append(
+                    [
+                        agent,
+                        x["prefix_changes"],
+                        y["prefix_changes"],
+                        f"{x['cached_fraction']:.1%}",
+                        f"{y['cached_fraction']:.1%}",
+                        f"{x['usd']:.3f}",
+                        f"{y['usd']:.3f}",
+                        y["overflows"],
+                    ]
+                )
+        md += [
+            markdown_table(
+                [
+                    "policy",
+                    "prefix changes",
+                    "with cache",
+                    "cached",
+                    "with cache",
+                    "USD",
+                    "with cache",
+                    "overflows (cache)",
+                ],
+                per_agent,
+            ),
+            "",
+        ]
+        fam_rows = []
+        for fam in sorted({family(r["trace"]) for r in wr}):
+            fr = [r for r in wr if family(r["trace"]) == fam]
+            x, y = totals(fr, "shipped"), totals(fr, "cache")
+            fam_rows.append(
+                [
+                    fam,
+                    x["prefix_changes"],
+                    y["prefix_changes"],
+                    f"{x['usd']:.3f}",
+                    f"{y['usd']:.3f}",
+                ]
+            )
+        md += [
+            markdown_table(
+                ["trace family", "prefix changes", "with cache", "USD", "with cache"], fam_rows
+            ),
+            "",
+        ]
+    goal_rows = [
+        [
+            f"prefix changes with ≤ 1/3 of without, no overflow ({w:,})",
+            f"{b['prefix_changes']} vs {a['prefix_changes']} ({b['prefix_changes'] / max(1, a['prefix_changes']):.2f}), {b['overflows']} overflows",
+            ok[b["prefix_changes"] * 3 <= a["prefix_changes"] and b["overflows"] == 0],
+        ]
+        for w, a, b in summary_rows
+    ]
+    md += [markdown_table(["goal (issue 12)", "measured", "status"], goal_rows, align="llc"), ""]
+    na = sorted({(r["agent"], r["window"]) for r in data["results"] if not r.get("applicable")})
+    if na:
+        md += [
+            "Not applicable (budget leaves no room): " + ", ".join(f"{a} @ {w:,}" for a, w in na),
+            "",
+        ]
+    md += [
+        f"Reproduce: `.venv/bin/python benchmarks/bench_cache.py{' --quick' if data['quick'] else ''}`"
+    ]
+    return "\n".join(md)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1))
+    ap.add_argument("--windows", default="32768")
+    ap.add_argument("--min-gain", default="auto", help="tokens, or 'auto' (25 %% of the trigger)")
+    ap.add_argument("--agents", default="")
+    ap.add_argument("--quick", action="store_true")
+    args = ap.parse_args(argv)
+    traces = sorted(str(p) for p in (SHARED / "traces").glob("*.jsonl"))
+    if not traces:
+        eprint(f"no traces under {SHARED / 'traces'} (set CTXPOLICY_SHARED)")
+        return 2
+    agents = [a for a in args.agents.split(",") if a] or shipped_agents()
+    windows = [int(w) for w in args.windows.split(",") if w]
+    if args.quick:
+        traces = sorted(traces, key=lambda t: Path(t).stat().st_size)[:2]
+        agents = agents[:1]
+    t0 = time.perf_counter()
+    tasks = sorted(
+        [(t, a, w) for t in traces for a in agents for w in windows],
+        key=lambda x: -Path(x[0]).stat().st_size,
+    )
+    eprint(f"{len(tasks)} jobs on {args.jobs} processes ...")
+    results: list[dict[str, Any]] = []
+    if args.jobs <= 1:
+        results = [job(*t, args.min_gain) for t in tasks]
+    else:
+        with ProcessPoolExecutor(max_workers=args.jobs) as pool:
+            futs = [pool.submit(job, *t, args.min_gain) for t in tasks]
+            for i, f in enumerate(as_completed(futs)):
+                results.append(f.result())
+                if (i + 1) % 20 == 0:
+                    eprint(f"  {i + 1}/{len(futs)} ({time.perf_counter() - t0:.0f} s)")
+    results.sort(key=lambda r: (r["trace"], r["agent"], r["window"]))
+    data: dict[str, Any] = {
+        "machine": machine(["ctxpolicy", "tiktoken", "quicktok-v1"]),
+        "agents": agents,
+        "windows": windows,
+        "traces": len(traces),
+        "min_gain": args.min_gain,
+        "quick": args.quick,
+        "results": results,
+        "elapsed_s": time.perf_counter() - t0,
+    }
+    text = to_markdown(data)
+    print(text)
+    j, m = write_results("bench_cache", data, text)
+    eprint(f"wrote {j} and {m}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
