@@ -172,6 +172,17 @@ def _bounded(text: str, max_chars: int) -> str:
     )
 
 
+def _owned_by(ref: str, conv_id: str) -> bool:
+    """True when ``ref`` names a snapshot of ``conv_id`` (the model may not read others)."""
+    from pathlib import PurePath
+
+    from ctxpolicy.snapshots import parse_uri, safe_conv_id
+
+    parsed = parse_uri(ref)
+    conv = parsed[0] if parsed is not None else PurePath(ref).parent.name
+    return conv == safe_conv_id(conv_id)
+
+
 def handle_tool_call(
     store: SnapshotStore | None,
     conv_id: str,
@@ -198,6 +209,8 @@ def handle_tool_call(
             ref = args.get("ref")
             if not isinstance(ref, str) or not ref:
                 return "Error: `ref` (a ctxsnap:// reference) is required"
+            if not _owned_by(ref, conv_id):
+                return "Error: that snapshot belongs to another conversation"
             lines = args.get("lines")
             grep = args.get("grep")
             if lines is not None and not isinstance(lines, (str, list, tuple)):

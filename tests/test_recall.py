@@ -75,8 +75,8 @@ def test_tools_schema_and_handler(store) -> None:  # type: ignore[no-untyped-def
         ("ctx_recall", "[1]", "Error: arguments must be a JSON object"),
         ("ctx_recall", {}, "Error: `ref`"),
         ("ctx_recall", {"ref": "ctxsnap://c/step_001_missing"}, "Error: SnapshotError"),
-        ("ctx_recall", {"ref": "/etc/passwd"}, "Error: SnapshotError"),
-        ("ctx_recall", {"ref": "ctxsnap://../../etc/x"}, "Error: SnapshotError"),
+        ("ctx_recall", {"ref": "/etc/passwd"}, "Error: that snapshot belongs to another conversation"),
+        ("ctx_recall", {"ref": "ctxsnap://../../etc/x"}, "Error: that snapshot belongs to another conversation"),
         ("ctx_recall", {"ref": "ctxsnap://c/step_001_x", "lines": "abc"}, "Error:"),
         ("ctx_search", {"pattern": "("}, "No earlier"),
         ("ctx_search", {"pattern": "(", "regex": True}, "Error: invalid regular expression"),
@@ -103,3 +103,16 @@ def test_recall_round_trip_property(tmp_path_factory: pytest.TempPathFactory, te
     assert recall(store, ref.uri) == text == recall(store, ref.path)
     n = len(text.split("\n"))
     assert recall(store, ref.uri, lines=(1, n)) == text
+
+
+def test_model_cannot_recall_another_conversation(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from ctxpolicy.recall import handle_tool_call
+    from ctxpolicy.snapshots import LocalStore
+
+    store = LocalStore(root=str(tmp_path))
+    mine = store.write("conv-a", 1, "read_file", {"observation": "mine"})
+    other = store.write("conv-b", 1, "read_file", {"observation": "secret of b"})
+    assert "mine" in handle_tool_call(store, "conv-a", "ctx_recall", {"ref": mine.uri})
+    for ref in (other.uri, other.path):
+        out = handle_tool_call(store, "conv-a", "ctx_recall", {"ref": ref})
+        assert "another conversation" in out and "secret" not in out
