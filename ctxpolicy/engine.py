@@ -159,6 +159,7 @@ class Session:
         self.snapshots = snapshot_store if snapshot_store is not None else self._open_store(env)
         self._tool_processor: Any = None
         self._last_units: list[Unit] = []
+        self._refs: dict[str, str] = {}
         self._calibration = 1.0
         self._usage_seen = False
 
@@ -170,10 +171,13 @@ class Session:
 
     def budget(self) -> BudgetState:
         """The budget in force now (learned tool growth and learned window included)."""
-        b = compute_budget(self.policy, tool_growth=self._growth.estimate())
-        if self._learned_window is not None and self._learned_window < b.window:
-            b = compute_budget(self._policy_with_window(self._learned_window), tool_growth=self._growth.estimate())
-        return b
+        growth = self._growth.estimate()
+        if self._learned_window is None:
+            return compute_budget(self.policy, tool_growth=growth)
+        full = compute_budget(self.policy, tool_growth=growth)
+        if self._learned_window >= full.window:
+            return full
+        return compute_budget(self._policy_with_window(self._learned_window, full), tool_growth=growth)
 
     def prepare(self, messages: Sequence[Mapping[str, Any]], tools: Sequence[Mapping[str, Any]] | None = None) -> list[Message]:
         """The message list to send now: fits the budget, pairs intact, pinned kept."""
@@ -248,6 +252,8 @@ class Session:
             for ev in outcome.events:
                 ev = dict(ev)
                 self._emit(str(ev.pop("type", "tool.event")), **ev)
+            if outcome.ref is not None and call.id:
+                self._refs[str(call.id)] = outcome.ref.uri
             before = self.counter.count_text(outcome.raw_text)
             after = self.counter.count_text(outcome.text)
             self._growth.observe(call.name, after)
@@ -345,8 +351,20 @@ class Session:
             self._emit("snapshot.unavailable", error=repr(exc))
             return None
 
-    def _policy_with_window(self, window: int) -> Policy:
-        budget = self.policy.budget.model_copy(update={"window": window})
+    def _policy_with_window(self, window: int, full: BudgetState) -> Policy:
+        """The policy with a learned (smaller) window.
+
+        The policy's reserve and margin are kept when they fit; when the learned window
+        is too small for them they are scaled down (reserve ≤ 25 %, margin ≤ 5 % of the
+        window) so the agent keeps working instead of failing on its own budget.
+        """
+        reserve, margin = full.reserve_output, full.safety_margin
+        if window - reserve - margin < window // 4:
+            reserve = min(reserve, window // 4)
+            margin = min(margin, window // 20)
+        budget = self.policy.budget.model_copy(
+            update={"window": window, "reserve_output": reserve, "safety_margin": margin}
+        )
         return self.policy.model_copy(update={"budget": budget})
 
     def _learn_window(self, limit: int) -> None:
@@ -404,6 +422,17 @@ class Session:
                     continue
             out.append(m)
         return out
+
+    def _with_refs(self, unit: Unit) -> Unit:
+        """Attach the snapshot refs of this session's tool results (``meta["refs"]``)."""
+        if unit.kind != "step":
+            return unit
+        refs = {
+            str(m.get("tool_call_id")): self._refs[str(m.get("tool_call_id"))]
+            for m in unit.tool_messages
+            if str(m.get("tool_call_id")) in self._refs
+        }
+        return unit.replace(meta={**unit.meta, "refs": refs}) if refs else unit
 
     def _view(self, originals: list[Unit]) -> list[Unit]:
         keys = {u.key for u in originals}
@@ -469,6 +498,8 @@ class Session:
             if (r.kind, r.index) not in self._seen_repairs:
                 self._seen_repairs.add((r.kind, r.index))
                 self._emit("conversation.repaired", repair=r.kind, index=r.index, detail=r.detail)
+        if self._refs:
+            originals = [self._with_refs(u) for u in originals]
         view = self._view(originals)
         specials = self._special_units()
         view = _insert_specials(view, specials)
@@ -695,8 +726,12 @@ class Session:
 def _insert_specials(view: list[Unit], specials: list[Unit]) -> list[Unit]:
     if not specials:
         return view
+    # after the system prompt and the pinned task: chronologically where the compacted
+    # history was, and the cached prefix [system, task] stays stable when it changes
     i = 0
     while i < len(view) and view[i].kind == "system":
+        i += 1
+    if i < len(view) and view[i].kind == "user" and view[i].pinned:
         i += 1
     return pin_units(
         [*view[:i], *specials, *view[i:]], system=False, first_user=False, last_user=False

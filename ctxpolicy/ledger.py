@@ -28,6 +28,7 @@ from ctxpolicy.layers._util import (
     approx_tokens,
     describe_call,
     first_meaningful_line,
+    meta_ref_for,
     short,
     unit_refs,
 )
@@ -107,8 +108,11 @@ class Ledger:
                         if outcome:
                             entry += f" → {outcome}"
                         ref = REF_LINE.search(out)
+                        meta_ref = meta_ref_for(u, str(tc.get("id", "")))
                         if ref:
                             entry += f" [{ref.group('uri') or ref.group('path')}]"
+                        elif meta_ref:
+                            entry += f" [{meta_ref}]"
                         self._add("done", entry)
                 body = REF_LINE.sub("", text)
                 args = " ".join(
@@ -158,17 +162,25 @@ class Ledger:
         lists = {n: list(getattr(self, n)) for n in _LISTS}
         goal = self.goal
         text = self._render(lists, goal)
-        while self._count(text) > self.max_tokens:
-            name = next((n for n in _TRIM_ORDER if lists[n]), None)
-            if name is not None:
-                # drop the oldest entries of the longest list first
-                name = max(_TRIM_ORDER, key=lambda n: (len(lists[n]), -_TRIM_ORDER.index(n)))
-                lists[name].pop(0)
+        tokens = self._count(text)
+        while tokens > self.max_tokens:
+            if any(lists[n] for n in _TRIM_ORDER):
+                # drop the oldest entries of the longest lists first, in one batch sized
+                # by the excess (chars per token estimated from this text) so a long
+                # ledger is trimmed in a few recounts, not one per entry
+                excess_chars = (tokens - self.max_tokens) * max(1.0, len(text) / tokens)
+                removed = 0.0
+                while removed < excess_chars:
+                    name = max(_TRIM_ORDER, key=lambda n: (len(lists[n]), -_TRIM_ORDER.index(n)))
+                    if not lists[name]:
+                        break
+                    removed += len(lists[name].pop(0)) + 3
             elif goal and len(goal) > 60:
                 goal = short(goal, 60)
             else:
                 break
             text = self._render(lists, goal)
+            tokens = self._count(text)
         return text
 
     def unit(self) -> Unit | None:

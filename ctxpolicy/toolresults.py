@@ -336,8 +336,9 @@ class ToolResultProcessor:
             except Exception:  # pragma: no cover - head_tail does not raise
                 out = text[:3000]
 
-        # 5 reference
-        if ref is not None:
+        # 5 reference (the engine passes refs of untouched results to layers via unit meta)
+        shortened = out != raw
+        if ref is not None and (shortened or self.policy.snapshots.reference == "always"):
             out = f"{out}\n{format_reference(ref)}" if out else format_reference(ref)
         return ToolResultOutcome(
             text=out,

@@ -208,3 +208,39 @@ def test_giant_last_result_is_squeezed_to_fit() -> None:
     assert st is not None
     assert st["used"] <= 8000 - 1000
     assert check_messages(out) == []
+
+
+def test_learned_window_smaller_than_reserve_is_clamped_not_fatal() -> None:
+    pol = make_policy(
+        model={"context_window": 32000, "max_output_tokens": 4096, "tokenizer": "cl100k_base"},
+        budget={"safety_margin": 2000},
+    )
+    s = Session(pol)
+    msgs = conversation(4, 300)
+    s.prepare(msgs)
+    out = s.on_error("This model's maximum context length is 6000 tokens.", msgs)
+    assert out is not None and check_messages(out) == []
+    b = s.budget()
+    assert b.window == 6000 and b.reserve_output <= 1500 and b.trigger > 0
+
+
+def test_untouched_results_carry_refs_for_layers(tmp_path: Any) -> None:
+    pol = make_policy(
+        tmp_path,
+        pipeline=[{"layer": "observation_mask", "at": "normal", "options": {"max_age_rounds": 1, "max_chars": 100}}],
+        budget={"target": 0.05},
+    )
+    s = Session(pol)
+    msgs: list[dict[str, Any]] = [{"role": "system", "content": "sys"}, {"role": "user", "content": "task"}]
+    for i in range(4):
+        c = {"id": f"c{i}", "type": "function", "function": {"name": "read_file", "arguments": "{}"}}
+        text = s.add_tool_result(c, f"short result {i} " * 60)
+        assert "Full detail available" not in text  # not shortened: no reference line
+        msgs += [{"role": "assistant", "content": None, "tool_calls": [c]}, {"role": "tool", "tool_call_id": "c%d" % i, "content": text}]
+    out = s.prepare(msgs)
+    masked = [m for m in out if m.get("role") == "tool" and "Full detail available" in m["content"]]
+    assert masked, "masking an old result must add its snapshot reference"
+    from ctxpolicy.toolresults import parse_reference
+
+    (ref,) = parse_reference(masked[0]["content"])
+    assert s.recall(ref).startswith("short result 0")

@@ -138,7 +138,7 @@ def test_snapshot_document(proc: ToolResultProcessor) -> None:
     call = ToolCall("read_file", {"path": "a.py"}, id="call_1")
     meta = {"thought": "look", "phase": "explore", "action_reason": "why", "worker": "w1"}
     out = proc.process(call, "print(1)\n", conv_id="run-42", step=3, meta=meta)
-    assert out.text.startswith("print(1)\n\n[Full detail available at: ")
+    assert out.text == "print(1)\n"  # untouched: no reference line (reference: when_shortened)
     doc = json.loads(Path(out.ref.path).read_text("utf-8"))
     for key in [
         "step",
@@ -157,6 +157,14 @@ def test_snapshot_document(proc: ToolResultProcessor) -> None:
     assert doc["action_input"] == {"path": "a.py"} and doc["observation"] == "print(1)\n"
     assert doc["thought"] == "look" and doc["worker"] == "w1" and doc["tool_call_id"] == "call_1"
     assert meta == {"thought": "look", "phase": "explore", "action_reason": "why", "worker": "w1"}
+
+
+def test_reference_always_for_design_a(tmp_path: Path) -> None:
+    policy = make_policy(path=str(tmp_path / "snaps"), reference="always")
+    p = ToolResultProcessor(policy, store=open_store(policy))
+    out = p.process(ToolCall("read_file", id="c1"), "print(1)\n", conv_id="run-42", step=3)
+    assert out.text.startswith("print(1)\n\n[Full detail available at: ")
+    assert parse_reference(out.text) == [out.ref.uri]
 
 
 def test_bytes_and_errors_are_recorded(proc: ToolResultProcessor) -> None:
@@ -376,6 +384,9 @@ def test_processed_text_plus_snapshot_reproduces_original(
     p = ToolResultProcessor(policy, store=open_store(policy))
     out = p.process(ToolCall(tool), raw, conv_id="prop", step=1)
     refs = parse_reference(out.text)
-    assert refs == [out.ref.uri]
-    assert recall(p.store, refs[0]) == raw
+    assert out.ref is not None and recall(p.store, out.ref.uri) == raw
+    if out.text == raw:
+        assert refs == []  # nothing lost: the context holds the original
+    else:
+        assert refs == [out.ref.uri]
     assert not [e for e in out.events if e["type"] == "tool.preprocess_failed"]

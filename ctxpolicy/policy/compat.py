@@ -222,6 +222,7 @@ def _from_dbgpt(data: dict[str, Any]) -> tuple[dict[str, Any], Origins, Warnings
     default["snapshots"] = {
         "store": "local",
         "path": "${CTXPOLICY_HOME:-~/.ctxpolicy}/workspace/op_snapshots",
+        "reference": "always",
     }
     native: dict[str, Any] = {"ctxpolicy": 1}
     if catalogue:

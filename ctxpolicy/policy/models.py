@@ -236,6 +236,13 @@ class Snapshots(StrictModel):
         description="Root of the store (path or URL); `${NAME}`, `${NAME:-default}` and "
         "`${env:NAME}` are interpolated, `~` expanded. It is only ever used as a path.",
     )
+    reference: Literal["always", "when_shortened"] = Field(
+        default="when_shortened",
+        description="When the context text of a tool result carries the line "
+        "`[Full detail available at: <ref>]`: `always` (design A), or only when the "
+        "preprocessor shortened it (saves ~40 tokens per untouched result; layers add "
+        "the line when they cut the result later).",
+    )
     max_snapshot_bytes: int = Field(
         default=16 * 1024 * 1024, gt=0, description="Largest observation written per snapshot."
     )

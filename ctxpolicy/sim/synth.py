@@ -21,11 +21,7 @@ from typing import Any
 
 Message = dict[str, Any]
 
-_WORDS = (
-    "cache config parser token window budget layer policy session result value index "
-    "record buffer stream handler request response client server queue worker batch "
-    "schema field option default limit retry timeout error state event metric"
-).split()
+_WORDS = ["cache", "config", "parser", "token", "window", "budget", "layer", "policy", "session", "result", "value", "index", "record", "buffer", "stream", "handler", "request", "response", "client", "server", "queue", "worker", "batch", "schema", "field", "option", "default", "limit", "retry", "timeout", "error", "state", "event", "metric"]
 
 
 class _Ids:
@@ -106,7 +102,7 @@ def coding_session(seed: int = 7, steps: int = 32, file_lines: int = 500) -> lis
         kind = step % 8
         if kind == 0:
             calls = [_call(ids, "execute_command", command=f"ls -R src/{pkg}")]
-            results = ["\n".join(files + [f"src/{pkg}/__init__.py", "tests/", "pyproject.toml"])]
+            results = ["\n".join([*files, f"src/{pkg}/__init__.py", "tests/", "pyproject.toml"])]
             thought = "Let me look at the layout of the repository."
         elif kind in (1, 5):
             target = files[(step // 2) % len(files)]
