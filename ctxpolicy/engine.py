@@ -654,6 +654,13 @@ class Session:
             self.stats.layer_failures[step.layer] += 1
             emit("layer.rejected", problems=problems[:10])
             return None, used
+        gain = used - new_used
+        cache = self.policy.cache
+        if cache.preserve_prefix and gain < cache.min_gain_tokens and state < State.critical and index >= 0:
+            # a small change would throw the provider's prompt cache away for little:
+            # wait until a layer can free a whole batch (or the context is critical)
+            emit("layer.deferred", gain=gain, min_gain_tokens=cache.min_gain_tokens)
+            return None, used
         if self.ledger is not None and result.dropped:
             try:
                 if self.ledger.goal is None:
