@@ -42,7 +42,30 @@ _LAZY: dict[str, str] = {
     "TokenCounter": "ctxpolicy.tokens",
 }
 
-__all__ = sorted([*_LAZY, "__version__"])
+__all__ = [
+    "CompactionContext",
+    "ComponentOptions",
+    "ContextOverflowError",
+    "Diagnostic",
+    "Layer",
+    "LayerResult",
+    "Policy",
+    "PolicyError",
+    "Preprocessor",
+    "Session",
+    "SnapshotRef",
+    "SnapshotStore",
+    "Summarizer",
+    "SummaryRequest",
+    "TokenCounter",
+    "Tokenizer",
+    "ToolCall",
+    "Unit",
+    "__version__",
+    "hookimpl",
+    "load_policy",
+    "prepare",
+]
 
 if TYPE_CHECKING:  # pragma: no cover
     from ctxpolicy.components import (

@@ -111,7 +111,9 @@ def test_pipeline_compacts_to_target_and_records_ledger(test_layers: None) -> No
     assert check_messages(out) == []
     assert out[0] == msgs[0] and out[-1] == msgs[-1]
     assert any(m["content"] == msgs[1]["content"] for m in out)  # first user pinned
-    assert any(isinstance(m.get("content"), str) and m["content"].startswith(LEDGER_MARK) for m in out)
+    assert any(
+        isinstance(m.get("content"), str) and m["content"].startswith(LEDGER_MARK) for m in out
+    )
     compacted = _events(s, "context.compacted")
     assert compacted and compacted[0]["after"] < compacted[0]["before"]
     assert compacted[0]["plugin"] == "engine_test_layers"
@@ -132,7 +134,14 @@ def test_decisions_are_sticky_across_calls(test_layers: None) -> None:
     assert check_messages(second) == []
 
 
-@pytest.mark.parametrize("layer,event", [("t_raises", "layer.failed"), ("t_breaks_pairs", "layer.rejected"), ("t_grows", "layer.rejected")])
+@pytest.mark.parametrize(
+    "layer,event",
+    [
+        ("t_raises", "layer.failed"),
+        ("t_breaks_pairs", "layer.rejected"),
+        ("t_grows", "layer.rejected"),
+    ],
+)
 def test_bad_layers_are_isolated(test_layers: None, layer: str, event: str) -> None:
     pol = make_policy(
         pipeline=[
@@ -156,7 +165,11 @@ def test_on_error_ignores_other_errors() -> None:
 
 
 def test_on_error_runs_emergency_then_gives_up() -> None:
-    s = Session(make_policy(on_overflow={"layer": "emergency", "options": {"keep_recent_rounds": 2, "retries": 1}}))
+    s = Session(
+        make_policy(
+            on_overflow={"layer": "emergency", "options": {"keep_recent_rounds": 2, "retries": 1}}
+        )
+    )
     msgs = conversation(6, 300)
     s.prepare(msgs)
     err = "This model's maximum context length is 8000 tokens. However, your messages resulted in 9000 tokens."
@@ -173,7 +186,11 @@ def test_on_error_runs_emergency_then_gives_up() -> None:
 
 
 def test_window_is_learned_from_the_error() -> None:
-    s = Session(make_policy(model={"context_window": 32000, "max_output_tokens": 1000, "tokenizer": "cl100k_base"}))
+    s = Session(
+        make_policy(
+            model={"context_window": 32000, "max_output_tokens": 1000, "tokenizer": "cl100k_base"}
+        )
+    )
     msgs = conversation(4, 300)
     s.prepare(msgs)
     s.on_error("maximum context length is 6000 tokens", msgs)
@@ -187,7 +204,11 @@ def test_feeding_prepared_output_back_does_not_duplicate_the_ledger(test_layers:
     s = Session(pol)
     out = s.prepare(conversation(12, 2000))
     again = s.prepare([*out, {"role": "user", "content": "next"}])
-    ledgers = [m for m in again if isinstance(m.get("content"), str) and m["content"].startswith(LEDGER_MARK)]
+    ledgers = [
+        m
+        for m in again
+        if isinstance(m.get("content"), str) and m["content"].startswith(LEDGER_MARK)
+    ]
     assert len(ledgers) == 1
     assert check_messages(again) == []
 
@@ -227,16 +248,32 @@ def test_learned_window_smaller_than_reserve_is_clamped_not_fatal() -> None:
 def test_untouched_results_carry_refs_for_layers(tmp_path: Any) -> None:
     pol = make_policy(
         tmp_path,
-        pipeline=[{"layer": "observation_mask", "at": "normal", "options": {"max_age_rounds": 1, "max_chars": 100}}],
+        pipeline=[
+            {
+                "layer": "observation_mask",
+                "at": "normal",
+                "options": {"max_age_rounds": 1, "max_chars": 100},
+            }
+        ],
         budget={"target": 0.05},
     )
     s = Session(pol)
-    msgs: list[dict[str, Any]] = [{"role": "system", "content": "sys"}, {"role": "user", "content": "task"}]
+    msgs: list[dict[str, Any]] = [
+        {"role": "system", "content": "sys"},
+        {"role": "user", "content": "task"},
+    ]
     for i in range(4):
-        c = {"id": f"c{i}", "type": "function", "function": {"name": "read_file", "arguments": "{}"}}
+        c = {
+            "id": f"c{i}",
+            "type": "function",
+            "function": {"name": "read_file", "arguments": "{}"},
+        }
         text = s.add_tool_result(c, f"short result {i} " * 60)
         assert "Full detail available" not in text  # not shortened: no reference line
-        msgs += [{"role": "assistant", "content": None, "tool_calls": [c]}, {"role": "tool", "tool_call_id": "c%d" % i, "content": text}]
+        msgs += [
+            {"role": "assistant", "content": None, "tool_calls": [c]},
+            {"role": "tool", "tool_call_id": f"c{i}", "content": text},
+        ]
     out = s.prepare(msgs)
     masked = [m for m in out if m.get("role") == "tool" and "Full detail available" in m["content"]]
     assert masked, "masking an old result must add its snapshot reference"

@@ -15,15 +15,38 @@ CONSTRAINTS = ["Never modify files under tests/", "Keep Python 3.9 compatibility
 def _agent_a() -> Session:
     pol = make_policy(
         constraints=CONSTRAINTS,
-        pipeline=[{"layer": "drop_rounds", "at": "warning", "options": {"keep_recent_rounds": 2, "min_keep_tokens": 500}}],
+        pipeline=[
+            {
+                "layer": "drop_rounds",
+                "at": "warning",
+                "options": {"keep_recent_rounds": 2, "min_keep_tokens": 500},
+            }
+        ],
     )
     s = Session(pol, conv_id="agent-a")
     msgs = conversation(4, 1500)
     for r in range(4, 16):  # the conversation grows; compaction runs several times
-        msgs = msgs[:-1] + [
-            {"role": "assistant", "content": f"round {r}: reading src/mod_{r}.py", "tool_calls": [
-                {"id": f"x{r}", "type": "function", "function": {"name": "read_file", "arguments": json.dumps({"path": f"src/mod_{r}.py"})}}]},
-            {"role": "tool", "tool_call_id": f"x{r}", "content": f"contents of src/mod_{r}.py " * 120},
+        msgs = [
+            *msgs[:-1],
+            {
+                "role": "assistant",
+                "content": f"round {r}: reading src/mod_{r}.py",
+                "tool_calls": [
+                    {
+                        "id": f"x{r}",
+                        "type": "function",
+                        "function": {
+                            "name": "read_file",
+                            "arguments": json.dumps({"path": f"src/mod_{r}.py"}),
+                        },
+                    }
+                ],
+            },
+            {
+                "role": "tool",
+                "tool_call_id": f"x{r}",
+                "content": f"contents of src/mod_{r}.py " * 120,
+            },
             {"role": "assistant", "content": "Next: run the tests in tests/test_budget.py"},
             {"role": "user", "content": "continue"},
         ]
@@ -44,7 +67,12 @@ def test_handover_round_trip_and_second_agent() -> None:
     assert all(c in msg["content"] for c in CONSTRAINTS)
 
     b = Session(make_policy(), conv_id="agent-b", handover=h.model_dump_json())
-    first = b.prepare([{"role": "system", "content": "You are agent B."}, {"role": "user", "content": "Take over."}])
+    first = b.prepare(
+        [
+            {"role": "system", "content": "You are agent B."},
+            {"role": "user", "content": "Take over."},
+        ]
+    )
     text = "\n".join(m["content"] for m in first if isinstance(m.get("content"), str))
     assert HANDOVER_MARK in text
     for c in CONSTRAINTS:
@@ -62,7 +90,9 @@ def test_constraints_survive_every_compaction() -> None:
 
 
 def test_calibration_scales_approximate_counts() -> None:
-    pol = make_policy(model={"context_window": 8000, "max_output_tokens": 1000, "tokenizer": "heuristic"})
+    pol = make_policy(
+        model={"context_window": 8000, "max_output_tokens": 1000, "tokenizer": "heuristic"}
+    )
     s = Session(pol)
     msgs = conversation(2, 400)
     s.prepare(msgs)
