@@ -32,8 +32,8 @@ __all__ = [
     "Preprocessor",
     "SnapshotRef",
     "SnapshotStore",
-    "SummaryRequest",
     "Summarizer",
+    "SummaryRequest",
     "Tokenizer",
     "TokenizerUnavailable",
     "ToolCall",
@@ -228,7 +228,9 @@ class SnapshotStore(Component):
         super().__init__(options)
         self.root = root
 
-    def write(self, conv_id: str, step: int, action: str, document: Mapping[str, Any]) -> SnapshotRef:
+    def write(
+        self, conv_id: str, step: int, action: str, document: Mapping[str, Any]
+    ) -> SnapshotRef:
         raise NotImplementedError
 
     def read(self, ref: str) -> dict[str, Any]:

@@ -72,7 +72,9 @@ class Unit:
         return replace(self, **changes)
 
     @staticmethod
-    def summary(text: str, replaces: Sequence[Unit], *, meta: Mapping[str, Any] | None = None) -> Unit:
+    def summary(
+        text: str, replaces: Sequence[Unit], *, meta: Mapping[str, Any] | None = None
+    ) -> Unit:
         """A summary unit standing for ``replaces`` (rendered as a user message)."""
         origin: list[str] = []
         for u in replaces:
@@ -189,7 +191,11 @@ def to_units(
                     continue
                 tid = str(tc.get("id", ""))
                 if tid in seen_ids:
-                    repairs.append(Repair("duplicate_call", i, f"tool call id {tid!r} used twice; kept the first"))
+                    repairs.append(
+                        Repair(
+                            "duplicate_call", i, f"tool call id {tid!r} used twice; kept the first"
+                        )
+                    )
                     continue
                 seen_ids.add(tid)
                 calls.append(tc)
@@ -215,7 +221,9 @@ def to_units(
                 if tid in got:
                     msgs.append(got[tid])
                 else:
-                    repairs.append(Repair("missing_result", start, f"tool call {tid!r} has no result"))
+                    repairs.append(
+                        Repair("missing_result", start, f"tool call {tid!r} has no result")
+                    )
                     msgs.append({"role": "tool", "tool_call_id": tid, "content": MISSING_RESULT})
             units.append(
                 Unit(kind="step", messages=tuple(msgs), key=key_for(start, msgs, i), round=round_no)
@@ -223,20 +231,28 @@ def to_units(
             round_no += 1
             for idx, tm in extra_orphans:
                 repairs.append(
-                    Repair("orphan_result", idx, f"tool result {tm.get('tool_call_id')!r} has no call")
+                    Repair(
+                        "orphan_result", idx, f"tool result {tm.get('tool_call_id')!r} has no call"
+                    )
                 )
                 units.append(_orphan_unit(idx, tm, key_for(idx, [tm], idx + 1)))
             continue
         if role == "tool":
-            repairs.append(Repair("orphan_result", i, f"tool result {m.get('tool_call_id')!r} has no call"))
+            repairs.append(
+                Repair("orphan_result", i, f"tool result {m.get('tool_call_id')!r} has no call")
+            )
             units.append(_orphan_unit(i, m, key_for(i, [m], i + 1)))
             i += 1
             continue
-        kind: UnitKind = "system" if role in ("system", "developer") else "user" if role == "user" else "other"
+        kind: UnitKind = (
+            "system" if role in ("system", "developer") else "user" if role == "user" else "other"
+        )
         units.append(Unit(kind=kind, messages=(m,), key=key_for(i, [m], i + 1)))
         i += 1
 
-    return pin_units(units, system=pin_system, first_user=pin_first_user, last_user=pin_last_user), repairs
+    return pin_units(
+        units, system=pin_system, first_user=pin_first_user, last_user=pin_last_user
+    ), repairs
 
 
 def _orphan_unit(index: int, m: Message, key: str) -> Unit:
@@ -295,13 +311,23 @@ def check_messages(messages: Sequence[Mapping[str, Any]]) -> list[Violation]:
             if tid in pending:
                 pending.discard(tid)
             else:
-                out.append(Violation("orphan_result", f"message {i}: tool result {tid!r} has no call"))
+                out.append(
+                    Violation("orphan_result", f"message {i}: tool result {tid!r} has no call")
+                )
             continue
         if pending:
-            out.append(Violation("missing_result", f"before message {i}: calls {sorted(pending)} unanswered"))
+            out.append(
+                Violation(
+                    "missing_result", f"before message {i}: calls {sorted(pending)} unanswered"
+                )
+            )
             pending = set()
         if role == "assistant":
-            pending = {str(tc.get("id", "")) for tc in (m.get("tool_calls") or []) if isinstance(tc, Mapping)}
+            pending = {
+                str(tc.get("id", ""))
+                for tc in (m.get("tool_calls") or [])
+                if isinstance(tc, Mapping)
+            }
     if pending:
         out.append(Violation("missing_result", f"at end: calls {sorted(pending)} unanswered"))
     return out
@@ -319,7 +345,11 @@ def check_units(before: Sequence[Unit], after: Sequence[Unit]) -> list[Violation
         if u.pinned:
             v = after_by_key.get(u.key)
             if v is None or v.messages != u.messages:
-                out.append(Violation("pinned_missing", f"pinned unit {u.key} ({u.kind}) removed or changed"))
+                out.append(
+                    Violation(
+                        "pinned_missing", f"pinned unit {u.key} ({u.kind}) removed or changed"
+                    )
+                )
     pos = {u.key: i for i, u in enumerate(before)}
     last = -1
     for u in after:

@@ -57,7 +57,9 @@ _SQUEEZE_MARK = "[ctxpolicy: {n} characters of this tool result removed to fit t
 class ContextOverflowError(RuntimeError):
     """The provider kept rejecting the prompt after every allowed retry."""
 
-    def __init__(self, message: str, *, attempts: int, used: int | None = None, limit: int | None = None) -> None:
+    def __init__(
+        self, message: str, *, attempts: int, used: int | None = None, limit: int | None = None
+    ) -> None:
         super().__init__(message)
         self.attempts = attempts
         self.used = used
@@ -102,14 +104,22 @@ def _tool_call_info(tool_call: Any) -> ToolCall:
     if isinstance(tool_call, Mapping):
         fn = tool_call.get("function")
         if isinstance(fn, Mapping):
-            return ToolCall(name=str(fn.get("name", "")), arguments=fn.get("arguments"), id=tool_call.get("id"))
+            return ToolCall(
+                name=str(fn.get("name", "")), arguments=fn.get("arguments"), id=tool_call.get("id")
+            )
         return ToolCall(
             name=str(tool_call.get("name", "")),
             arguments=tool_call.get("arguments", tool_call.get("input", tool_call.get("args"))),
             id=tool_call.get("id"),
         )
-    name = getattr(tool_call, "name", None) or getattr(getattr(tool_call, "function", None), "name", "")
-    return ToolCall(name=str(name), arguments=getattr(tool_call, "arguments", None), id=getattr(tool_call, "id", None))
+    name = getattr(tool_call, "name", None) or getattr(
+        getattr(tool_call, "function", None), "name", ""
+    )
+    return ToolCall(
+        name=str(name),
+        arguments=getattr(tool_call, "arguments", None),
+        id=getattr(tool_call, "id", None),
+    )
 
 
 class Session:
@@ -137,9 +147,14 @@ class Session:
         self.registry = plugins.get_registry()
         self.events: deque[dict[str, Any]] = deque(maxlen=1000)
         self.stats = PreparedStats()
-        self.counter = counter or get_counter(policy.model, model_name=policy.model_name, on_event=None)
+        self.counter = counter or get_counter(
+            policy.model, model_name=policy.model_name, on_event=None
+        )
         for fb in getattr(self.counter, "fallbacks", []) or []:
-            self._emit(str(fb.get("type", "tokenizer.fallback")), **{k: v for k, v in fb.items() if k != "type"})
+            self._emit(
+                str(fb.get("type", "tokenizer.fallback")),
+                **{k: v for k, v in fb.items() if k != "type"},
+            )
         self._growth = ToolGrowthEstimator(policy)
         self._learned_window: int | None = None
         self._decisions: dict[str, tuple[Unit, ...]] = {}
@@ -177,9 +192,15 @@ class Session:
         full = compute_budget(self.policy, tool_growth=growth)
         if self._learned_window >= full.window:
             return full
-        return compute_budget(self._policy_with_window(self._learned_window, full), tool_growth=growth)
+        return compute_budget(
+            self._policy_with_window(self._learned_window, full), tool_growth=growth
+        )
 
-    def prepare(self, messages: Sequence[Mapping[str, Any]], tools: Sequence[Mapping[str, Any]] | None = None) -> list[Message]:
+    def prepare(
+        self,
+        messages: Sequence[Mapping[str, Any]],
+        tools: Sequence[Mapping[str, Any]] | None = None,
+    ) -> list[Message]:
         """The message list to send now: fits the budget, pairs intact, pinned kept."""
         with self._lock:
             self._overflow_attempts = 0
@@ -208,7 +229,13 @@ class Session:
             retries = int(self.policy.on_overflow.options.get("retries", 1))
             self._overflow_attempts += 1
             self.stats.reactive += 1
-            self._emit("context.overflow_error", attempt=self._overflow_attempts, retries=retries, limit=limit, error=str(error)[:500])
+            self._emit(
+                "context.overflow_error",
+                attempt=self._overflow_attempts,
+                retries=retries,
+                limit=limit,
+                error=str(error)[:500],
+            )
             if self._overflow_attempts > retries:
                 raise ContextOverflowError(
                     f"provider rejected the prompt {self._overflow_attempts} times in a row "
@@ -230,25 +257,43 @@ class Session:
             if not ours or prompt_tokens <= 0:
                 return self._calibration
             sample = min(2.0, max(0.5, prompt_tokens / ours))
-            self._calibration = round(0.7 * self._calibration + 0.3 * sample if self._usage_seen else sample, 4)
+            self._calibration = round(
+                0.7 * self._calibration + 0.3 * sample if self._usage_seen else sample, 4
+            )
             self._usage_seen = True
-            self._emit("context.usage", prompt_tokens=int(prompt_tokens), counted=ours, calibration=self._calibration)
+            self._emit(
+                "context.usage",
+                prompt_tokens=int(prompt_tokens),
+                counted=ours,
+                calibration=self._calibration,
+            )
             return self._calibration
 
-    def add_tool_result(self, tool_call: Any, output: Any, *, step: int | None = None, meta: Mapping[str, Any] | None = None) -> str:
+    def add_tool_result(
+        self,
+        tool_call: Any,
+        output: Any,
+        *,
+        step: int | None = None,
+        meta: Mapping[str, Any] | None = None,
+    ) -> str:
         """Preprocess and snapshot one tool result; returns the text for the context."""
         from ctxpolicy.toolresults import ToolResultProcessor
 
         call = _tool_call_info(tool_call)
         with self._lock:
             if self._tool_processor is None:
-                self._tool_processor = ToolResultProcessor(self.policy, store=self.snapshots, registry=self.registry)
+                self._tool_processor = ToolResultProcessor(
+                    self.policy, store=self.snapshots, registry=self.registry
+                )
             if step is None:
                 self._step += 1
                 step = self._step
             else:
                 self._step = max(self._step, step)
-            outcome = self._tool_processor.process(call, output, conv_id=self.conv_id, step=step, meta=meta)
+            outcome = self._tool_processor.process(
+                call, output, conv_id=self.conv_id, step=step, meta=meta
+            )
             for ev in outcome.events:
                 ev = dict(ev)
                 self._emit(str(ev.pop("type", "tool.event")), **ev)
@@ -308,9 +353,13 @@ class Session:
             try:
                 self._on_event(event)
             except Exception as exc:  # an observer must not break the agent
-                self.events.append({"type": "observer.failed", "conv_id": self.conv_id, "error": repr(exc)})
+                self.events.append(
+                    {"type": "observer.failed", "conv_id": self.conv_id, "error": repr(exc)}
+                )
         for problem in plugins.emit_event(event):
-            self.events.append({"type": "observer.failed", "conv_id": self.conv_id, "error": problem})
+            self.events.append(
+                {"type": "observer.failed", "conv_id": self.conv_id, "error": problem}
+            )
         return event
 
     def _make_ledger(self) -> Any:
@@ -405,11 +454,27 @@ class Session:
     def _special_units(self) -> list[Unit]:
         out: list[Unit] = []
         if self._handover_text:
-            out.append(Unit(kind="ledger", messages=({"role": "system", "content": f"{HANDOVER_MARK}\n{self._handover_text}"},), key="handover", pinned=True))
+            out.append(
+                Unit(
+                    kind="ledger",
+                    messages=(
+                        {"role": "system", "content": f"{HANDOVER_MARK}\n{self._handover_text}"},
+                    ),
+                    key="handover",
+                    pinned=True,
+                )
+            )
         if self.ledger is not None:
             text = self._ledger_text
             if text:
-                out.append(Unit(kind="ledger", messages=({"role": "system", "content": f"{LEDGER_MARK}\n{text}"},), key="ledger", pinned=True))
+                out.append(
+                    Unit(
+                        kind="ledger",
+                        messages=({"role": "system", "content": f"{LEDGER_MARK}\n{text}"},),
+                        key="ledger",
+                        pinned=True,
+                    )
+                )
         return out
 
     def _strip_own(self, messages: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
@@ -418,7 +483,9 @@ class Session:
         for m in messages:
             if isinstance(m, Mapping) and m.get("role") == "system":
                 text = m.get("content")
-                if isinstance(text, str) and (text.startswith(LEDGER_MARK) or text.startswith(HANDOVER_MARK)):
+                if isinstance(text, str) and (
+                    text.startswith(LEDGER_MARK) or text.startswith(HANDOVER_MARK)
+                ):
                     continue
             out.append(m)
         return out
@@ -437,7 +504,9 @@ class Session:
     def _view(self, originals: list[Unit]) -> list[Unit]:
         keys = {u.key for u in originals}
         if self._decisions and any(k not in keys for k in self._decisions):
-            self._emit("context.reset", reason="history changed: earlier messages were edited or removed")
+            self._emit(
+                "context.reset", reason="history changed: earlier messages were edited or removed"
+            )
             self._decisions = {}
         view: list[Unit] = []
         for u in originals:
@@ -460,7 +529,9 @@ class Session:
             first = u.origin[0]
             if first in by_key:
                 anchor = first
-                if by_key.get(u.key) is u or (u.key == first and by_key[first].messages == u.messages):
+                if by_key.get(u.key) is u or (
+                    u.key == first and by_key[first].messages == u.messages
+                ):
                     if first in decisions:
                         decisions[first].append(u)
                     continue
@@ -534,7 +605,9 @@ class Session:
                 changed = True
         # Last line of defence before a request the provider would reject.
         if not force_overflow_layer and used > budget.trigger and pol.on_overflow.layer:
-            new_view, new_used = self._run_layer(pol.on_overflow, -1, view, used, budget, state, count)
+            new_view, new_used = self._run_layer(
+                pol.on_overflow, -1, view, used, budget, state, count
+            )
             if new_view is not None:
                 view, used = new_view, new_used
                 state = budget.state_for(used)
@@ -644,7 +717,9 @@ class Session:
             self.stats.layer_failures[step.layer] += 1
             emit("layer.failed", error=f"{type(exc).__name__}: {exc}"[:500])
             return None, used
-        if [u.key for u in new_units] == [u.key for u in before] and all(a is b for a, b in zip(new_units, before, strict=True)):
+        if [u.key for u in new_units] == [u.key for u in before] and all(
+            a is b for a, b in zip(new_units, before, strict=True)
+        ):
             return None, used
         problems = [v.detail for v in check_units(before, new_units)]
         new_used = count(new_units)
@@ -656,7 +731,12 @@ class Session:
             return None, used
         gain = used - new_used
         cache = self.policy.cache
-        if cache.preserve_prefix and gain < cache.min_gain_tokens and state < State.critical and index >= 0:
+        if (
+            cache.preserve_prefix
+            and gain < cache.min_gain_tokens
+            and state < State.critical
+            and index >= 0
+        ):
             # a small change would throw the provider's prompt cache away for little:
             # wait until a layer can free a whole batch (or the context is critical)
             emit("layer.deferred", gain=gain, min_gain_tokens=cache.min_gain_tokens)

@@ -56,7 +56,13 @@ class Handover(BaseModel):
             lines += [f"- {c}" for c in self.constraints]
         sections = (
             ("Progress", self.progress),
-            ("Decisions", [d.decision + (f" (because {d.reason})" if d.reason else "") for d in self.decisions]),
+            (
+                "Decisions",
+                [
+                    d.decision + (f" (because {d.reason})" if d.reason else "")
+                    for d in self.decisions
+                ],
+            ),
             ("Files", self.files),
             ("Identifiers", self.identifiers),
             ("Open errors", self.open_errors),
@@ -103,7 +109,12 @@ def build_handover(session: Session, *, limit: int = 40) -> Handover:
             goal = content_text(first_user.messages[0].get("content"))[:500]
     next_steps: list[str] = []
     last_assistant = next(
-        (m for u in reversed(units) for m in reversed(u.messages) if m.get("role") == "assistant" and content_text(m.get("content")).strip()),
+        (
+            m
+            for u in reversed(units)
+            for m in reversed(u.messages)
+            if m.get("role") == "assistant" and content_text(m.get("content")).strip()
+        ),
         None,
     )
     if last_assistant is not None:

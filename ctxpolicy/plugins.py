@@ -24,7 +24,14 @@ from typing import Any, Literal
 import pluggy
 
 from ctxpolicy import hookspecs
-from ctxpolicy.components import Component, Layer, Preprocessor, SnapshotStore, Summarizer, Tokenizer
+from ctxpolicy.components import (
+    Component,
+    Layer,
+    Preprocessor,
+    SnapshotStore,
+    Summarizer,
+    Tokenizer,
+)
 
 hookimpl = pluggy.HookimplMarker("ctxpolicy")
 
@@ -197,19 +204,25 @@ def get_plugin_manager() -> pluggy.PluginManager:
                 continue
             short = modname.removeprefix("ctxpolicy.")
             pm.register(mod, name=short)
-            _infos[short] = PluginInfo(short, modname, "ctxpolicy", _version("ctxpolicy"), builtin=True)
+            _infos[short] = PluginInfo(
+                short, modname, "ctxpolicy", _version("ctxpolicy"), builtin=True
+            )
         allow = _allowlist()
         for ep in _entry_points():
             if allow is not None and ep.name not in allow:
                 continue
             dist = ep.dist.name if ep.dist is not None else None
             if ep.name in _infos or pm.has_plugin(ep.name):
-                _problems.append(PluginProblem(ep.name, dist, "a plugin of this name is already loaded"))
+                _problems.append(
+                    PluginProblem(ep.name, dist, "a plugin of this name is already loaded")
+                )
                 continue
             try:
                 obj = ep.load()
             except Exception as exc:
-                _problems.append(PluginProblem(ep.name, dist, f"failed to import {ep.value}: {exc!r}"))
+                _problems.append(
+                    PluginProblem(ep.name, dist, f"failed to import {ep.value}: {exc!r}")
+                )
                 continue
             try:
                 pm.register(obj, name=ep.name)
@@ -265,7 +278,9 @@ def _call_one(reg: Registry, kind: Kind, plugin_name: str, impl: Callable[..., A
         for cls in staged:
             reg.add(kind, cls, plugin_name)
     except Exception as exc:
-        reg.problems.append(PluginProblem(plugin_name, info.distribution, f"failed to register: {exc}"))
+        reg.problems.append(
+            PluginProblem(plugin_name, info.distribution, f"failed to register: {exc}")
+        )
 
 
 def register_plugin(plugin: object, name: str | None = None) -> str:

@@ -13,7 +13,11 @@ def make_policy(tmp_path: Any = None, **overrides: Any) -> Policy:
     base.update(
         agent="test",
         model={"context_window": 8000, "max_output_tokens": 1000, "tokenizer": "cl100k_base"},
-        on_overflow={"layer": "emergency", "at": "warning", "options": {"keep_recent_rounds": 2, "retries": 1}},
+        on_overflow={
+            "layer": "emergency",
+            "at": "warning",
+            "options": {"keep_recent_rounds": 2, "retries": 1},
+        },
         tools={"*": {"preprocess": "head_tail", "options": {"max_chars": 2000}}},
     )
     if tmp_path is not None:
@@ -31,10 +35,16 @@ def make_policy(tmp_path: Any = None, **overrides: Any) -> Policy:
 def call(cid: str, name: str = "read_file", **args: Any) -> dict[str, Any]:
     import json
 
-    return {"id": cid, "type": "function", "function": {"name": name, "arguments": json.dumps(args)}}
+    return {
+        "id": cid,
+        "type": "function",
+        "function": {"name": name, "arguments": json.dumps(args)},
+    }
 
 
-def conversation(rounds: int, result_chars: int = 2000, *, parallel: int = 1) -> list[dict[str, Any]]:
+def conversation(
+    rounds: int, result_chars: int = 2000, *, parallel: int = 1
+) -> list[dict[str, Any]]:
     """system + task + ``rounds`` assistant steps with results + a last user turn."""
     msgs: list[dict[str, Any]] = [
         {"role": "system", "content": "You are a test agent."},

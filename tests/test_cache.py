@@ -41,9 +41,15 @@ def test_preserve_prefix_changes_the_prefix_rarely(tmp_path: Path) -> None:
     trace = require(TRACES / TRACE)
     messages = [json.loads(line) for line in trace.read_text().splitlines() if line.strip()]
     base = load_policy("policies/agents.yaml", agent="coding_agent")
-    base = base.model_copy(update={"snapshots": base.snapshots.model_copy(update={"enabled": False})})
+    base = base.model_copy(
+        update={"snapshots": base.snapshots.model_copy(update={"enabled": False})}
+    )
     cached = base.model_copy(
-        update={"cache": base.cache.model_copy(update={"preserve_prefix": True, "min_gain_tokens": 9000})}
+        update={
+            "cache": base.cache.model_copy(
+                update={"preserve_prefix": True, "min_gain_tokens": 9000}
+            )
+        }
     )
     calls, without, over0, broken0 = _replay(base, messages)
     calls2, with_cache, over1, broken1 = _replay(cached, messages)

@@ -7,7 +7,14 @@ import copy
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ctxpolicy.conversation import MISSING_RESULT, Unit, check_messages, check_units, render, to_units
+from ctxpolicy.conversation import (
+    MISSING_RESULT,
+    Unit,
+    check_messages,
+    check_units,
+    render,
+    to_units,
+)
 
 
 def _call(cid: str, name: str = "read_file") -> dict:
@@ -44,7 +51,10 @@ def test_missing_result_is_completed_and_reported() -> None:
 
 
 def test_orphan_result_becomes_user_text() -> None:
-    msgs = [{"role": "user", "content": "x"}, {"role": "tool", "tool_call_id": "q", "content": "out"}]
+    msgs = [
+        {"role": "user", "content": "x"},
+        {"role": "tool", "tool_call_id": "q", "content": "out"},
+    ]
     units, repairs = to_units(msgs)
     assert [r.kind for r in repairs] == ["orphan_result"]
     assert units[1].kind == "orphan"
@@ -91,7 +101,7 @@ def test_to_units_does_not_mutate_input() -> None:
     original = copy.deepcopy(CONV)
     units, _ = to_units(CONV)
     units[2].messages[0]["content"] = "changed"
-    assert CONV == original
+    assert original == CONV
 
 
 _msg = st.one_of(
@@ -101,7 +111,9 @@ _msg = st.one_of(
         lambda ids: {"role": "assistant", "content": None, "tool_calls": [_call(i) for i in ids]},
         st.lists(st.sampled_from("abcdef"), min_size=1, max_size=4),
     ),
-    st.builds(lambda i: {"role": "tool", "tool_call_id": i, "content": "r"}, st.sampled_from("abcdefg")),
+    st.builds(
+        lambda i: {"role": "tool", "tool_call_id": i, "content": "r"}, st.sampled_from("abcdefg")
+    ),
 )
 
 

@@ -35,8 +35,20 @@ def conversations(draw: Any) -> list[dict[str, Any]]:
             calls = []
             for _ in range(k):
                 cid += 1
-                calls.append({"id": f"id{cid}", "type": "function", "function": {"name": "t", "arguments": json.dumps({"q": cid})}})
-            msgs.append({"role": "assistant", "content": draw(st.one_of(st.none(), _text)), "tool_calls": calls})
+                calls.append(
+                    {
+                        "id": f"id{cid}",
+                        "type": "function",
+                        "function": {"name": "t", "arguments": json.dumps({"q": cid})},
+                    }
+                )
+            msgs.append(
+                {
+                    "role": "assistant",
+                    "content": draw(st.one_of(st.none(), _text)),
+                    "tool_calls": calls,
+                }
+            )
             for c in calls:
                 size = draw(st.sampled_from([10, 200, 3000, 20000]))
                 body = (draw(_text) + " data ") * (size // 10)
@@ -49,17 +61,36 @@ def conversations(draw: Any) -> list[dict[str, Any]]:
 def policies(draw: Any) -> Any:
     window = draw(st.sampled_from([4000, 8000, 16000, 32000]))
     layers = draw(
-        st.lists(st.sampled_from(["observation_mask", "drop_rounds", "summarize"]), min_size=0, max_size=3, unique=True)
+        st.lists(
+            st.sampled_from(["observation_mask", "drop_rounds", "summarize"]),
+            min_size=0,
+            max_size=3,
+            unique=True,
+        )
     )
-    pipeline = [{"layer": name, "at": draw(st.sampled_from(["normal", "warning", "error"])), "options": {}} for name in layers]
+    pipeline = [
+        {"layer": name, "at": draw(st.sampled_from(["normal", "warning", "error"])), "options": {}}
+        for name in layers
+    ]
     return make_policy(
-        model={"context_window": window, "max_output_tokens": window // 8, "tokenizer": "cl100k_base"},
-        budget={"target": draw(st.sampled_from([0.4, 0.6, 0.8])), "safety_margin": draw(st.sampled_from([0, 200]))},
+        model={
+            "context_window": window,
+            "max_output_tokens": window // 8,
+            "tokenizer": "cl100k_base",
+        },
+        budget={
+            "target": draw(st.sampled_from([0.4, 0.6, 0.8])),
+            "safety_margin": draw(st.sampled_from([0, 200])),
+        },
         pipeline=pipeline,
     )
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@settings(
+    max_examples=60,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
 @given(conversations(), policies())
 def test_prepare_invariants(msgs: list[dict[str, Any]], policy: Any) -> None:
     s = Session(policy)
@@ -78,5 +109,9 @@ def test_prepare_invariants(msgs: list[dict[str, Any]], policy: Any) -> None:
     s2 = Session(policy)
     out2 = s2.prepare(out)
     assert check_messages(out2) == []
-    ledgers = [m for m in out2 if isinstance(m.get("content"), str) and m["content"].startswith(LEDGER_MARK)]
+    ledgers = [
+        m
+        for m in out2
+        if isinstance(m.get("content"), str) and m["content"].startswith(LEDGER_MARK)
+    ]
     assert len(ledgers) <= 1

@@ -27,7 +27,9 @@ class _Pre(Preprocessor):
         return text
 
 
-def _plugin(name: str, *classes: type, kind_hook: str = "ctxpolicy_register_layers") -> types.ModuleType:
+def _plugin(
+    name: str, *classes: type, kind_hook: str = "ctxpolicy_register_layers"
+) -> types.ModuleType:
     mod = types.ModuleType(name)
 
     def hook(register):  # type: ignore[no-untyped-def]
@@ -79,7 +81,9 @@ def test_duplicate_names_are_a_problem_naming_both(fresh: None) -> None:
 def test_wrong_kind_is_reported_not_raised(fresh: None) -> None:
     plugins.register_plugin(_plugin("bad", _Pre), name="bad")  # a preprocessor given as a layer
     reg = plugins.get_registry()
-    assert any(p.plugin == "bad" and "not a subclass of ctxpolicy.Layer" in p.message for p in reg.problems)
+    assert any(
+        p.plugin == "bad" and "not a subclass of ctxpolicy.Layer" in p.message for p in reg.problems
+    )
     assert reg.get("layer", "test_plugins_pre") is None
 
 

@@ -75,8 +75,16 @@ def test_tools_schema_and_handler(store) -> None:  # type: ignore[no-untyped-def
         ("ctx_recall", "[1]", "Error: arguments must be a JSON object"),
         ("ctx_recall", {}, "Error: `ref`"),
         ("ctx_recall", {"ref": "ctxsnap://c/step_001_missing"}, "Error: SnapshotError"),
-        ("ctx_recall", {"ref": "/etc/passwd"}, "Error: that snapshot belongs to another conversation"),
-        ("ctx_recall", {"ref": "ctxsnap://../../etc/x"}, "Error: that snapshot belongs to another conversation"),
+        (
+            "ctx_recall",
+            {"ref": "/etc/passwd"},
+            "Error: that snapshot belongs to another conversation",
+        ),
+        (
+            "ctx_recall",
+            {"ref": "ctxsnap://../../etc/x"},
+            "Error: that snapshot belongs to another conversation",
+        ),
         ("ctx_recall", {"ref": "ctxsnap://c/step_001_x", "lines": "abc"}, "Error:"),
         ("ctx_search", {"pattern": "("}, "No earlier"),
         ("ctx_search", {"pattern": "(", "regex": True}, "Error: invalid regular expression"),

@@ -43,20 +43,94 @@ def _parse_compare(spec: str, policy: str, agent: str) -> tuple[str, str]:
 
 @click.command("simulate")
 @click.argument("traces", nargs=-1, required=True, type=click.Path(exists=True, dir_okay=False))
-@click.option("--policy", "policy_file", required=True, type=click.Path(exists=True, dir_okay=False), help="Policy file.")
-@click.option("--agent", default="default", show_default=True, help="Agent type in the policy file.")
-@click.option("--window", type=click.IntRange(min=256), default=None, help="Override the context window (tokens).")
-@click.option("--json", "as_json", is_flag=True, help="Print the machine output (schemas/simulate-output.schema.json).")
-@click.option("--report", type=click.Path(dir_okay=False), default=None, help="Write a self-contained HTML report.")
-@click.option("--plot", type=click.Path(dir_okay=False), default=None, help="Write a PNG of tokens per call (needs matplotlib).")
-@click.option("--compare", "compare", multiple=True, metavar="POLICY2[:AGENT]", help="Also replay this policy (':AGENT' = same file).")
-@click.option("--baseline", "baselines", multiple=True, type=click.Choice(BASELINE_CHOICES), help="Baseline to compare with (repeatable).")
-@click.option("--check", is_flag=True, help="Exit 1 on any overflow, pairing violation or alert of the policy.")
-@click.option("--jobs", type=click.IntRange(min=1), default=1, show_default=True, help="Worker processes for many traces.")
-@click.option("--prices", "prices_file", type=click.Path(exists=True, dir_okay=False), default=None, help="Price table JSON (default: packaged).")
-@click.option("--alert-ratio", type=click.FloatRange(0, 1), default=0.9, show_default=True, help="Alert when the mean compression ratio is above this.")
-@click.option("--alert-repeats", type=click.FloatRange(min=0), default=0.3, show_default=True, help="Alert when repeated reads exceed this share of compactions.")
-@click.option("--snapshots", "snapshots_dir", type=click.Path(file_okay=False), default=None, help="Keep snapshots here (default: a temporary directory, removed).")
+@click.option(
+    "--policy",
+    "policy_file",
+    required=True,
+    type=click.Path(exists=True, dir_okay=False),
+    help="Policy file.",
+)
+@click.option(
+    "--agent", default="default", show_default=True, help="Agent type in the policy file."
+)
+@click.option(
+    "--window",
+    type=click.IntRange(min=256),
+    default=None,
+    help="Override the context window (tokens).",
+)
+@click.option(
+    "--json",
+    "as_json",
+    is_flag=True,
+    help="Print the machine output (schemas/simulate-output.schema.json).",
+)
+@click.option(
+    "--report",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="Write a self-contained HTML report.",
+)
+@click.option(
+    "--plot",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="Write a PNG of tokens per call (needs matplotlib).",
+)
+@click.option(
+    "--compare",
+    "compare",
+    multiple=True,
+    metavar="POLICY2[:AGENT]",
+    help="Also replay this policy (':AGENT' = same file).",
+)
+@click.option(
+    "--baseline",
+    "baselines",
+    multiple=True,
+    type=click.Choice(BASELINE_CHOICES),
+    help="Baseline to compare with (repeatable).",
+)
+@click.option(
+    "--check",
+    is_flag=True,
+    help="Exit 1 on any overflow, pairing violation or alert of the policy.",
+)
+@click.option(
+    "--jobs",
+    type=click.IntRange(min=1),
+    default=1,
+    show_default=True,
+    help="Worker processes for many traces.",
+)
+@click.option(
+    "--prices",
+    "prices_file",
+    type=click.Path(exists=True, dir_okay=False),
+    default=None,
+    help="Price table JSON (default: packaged).",
+)
+@click.option(
+    "--alert-ratio",
+    type=click.FloatRange(0, 1),
+    default=0.9,
+    show_default=True,
+    help="Alert when the mean compression ratio is above this.",
+)
+@click.option(
+    "--alert-repeats",
+    type=click.FloatRange(min=0),
+    default=0.3,
+    show_default=True,
+    help="Alert when repeated reads exceed this share of compactions.",
+)
+@click.option(
+    "--snapshots",
+    "snapshots_dir",
+    type=click.Path(file_okay=False),
+    default=None,
+    help="Keep snapshots here (default: a temporary directory, removed).",
+)
 @click.pass_context
 def simulate(
     ctx: click.Context,
@@ -92,8 +166,12 @@ def simulate(
         cfile, cagent = _parse_compare(spec, policy_file, agent)
         if not Path(cfile).is_file():
             raise click.BadParameter(f"{cfile}: no such policy file", param_hint="--compare")
-        label = cagent if cagent not in {r.label for r in runs} else f"{cagent} ({Path(cfile).name})"
-        runs.append(RunSpec(label=label, policy=_load(ctx, cfile, cagent), file=cfile, agent=cagent))
+        label = (
+            cagent if cagent not in {r.label for r in runs} else f"{cagent} ({Path(cfile).name})"
+        )
+        runs.append(
+            RunSpec(label=label, policy=_load(ctx, cfile, cagent), file=cfile, agent=cagent)
+        )
     try:
         prices = load_prices(prices_file)
     except (OSError, ValueError) as exc:
@@ -120,8 +198,14 @@ def simulate(
         snapshots_dir = tmp.name
     try:
         with Progress(
-            TextColumn("[bold]replaying[/]"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.description}"),
-            TimeElapsedColumn(), console=err, disable=not show_progress, transient=True,
+            TextColumn("[bold]replaying[/]"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TextColumn("{task.description}"),
+            TimeElapsedColumn(),
+            console=err,
+            disable=not show_progress,
+            transient=True,
         ) as bar:
             task = bar.add_task("", total=len(traces))
 
@@ -130,10 +214,17 @@ def simulate(
 
             try:
                 output = run_simulation(
-                    list(traces), runs, baselines=baselines, window=window, jobs=jobs,
-                    snapshots_dir=snapshots_dir, prices=prices,
-                    prices_source=prices_file or "builtin", alert_ratio=alert_ratio,
-                    alert_repeats=alert_repeats, progress=progress,
+                    list(traces),
+                    runs,
+                    baselines=baselines,
+                    window=window,
+                    jobs=jobs,
+                    snapshots_dir=snapshots_dir,
+                    prices=prices,
+                    prices_source=prices_file or "builtin",
+                    alert_ratio=alert_ratio,
+                    alert_repeats=alert_repeats,
+                    progress=progress,
                 )
             except TraceError as exc:
                 click.echo(f"error: {exc}", err=True)
@@ -165,7 +256,12 @@ def simulate(
     else:
         from ctxpolicy.sim.report import print_report
 
-        print_report(output, Console(file=sys.stdout) if sys.stdout.isatty() else Console(file=sys.stdout, width=200))
+        print_report(
+            output,
+            Console(file=sys.stdout)
+            if sys.stdout.isatty()
+            else Console(file=sys.stdout, width=200),
+        )
         if report:
             click.echo(f"wrote {report}")
         if plot:

@@ -14,7 +14,7 @@ must start fast.
 from __future__ import annotations
 
 import re
-from enum import Enum
+from enum import StrEnum
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
@@ -24,7 +24,7 @@ FORMAT_VERSION = 1
 PERCENT_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*%\s*$")
 
 
-class State(str, Enum):
+class State(StrEnum):
     """Context states, ordered by how full the context is (design A)."""
 
     normal = "normal"
@@ -215,15 +215,11 @@ class OverflowStep(StrictModel):
 class ToolRule(StrictModel):
     """How results of matching tools are preprocessed before entering the context."""
 
-    preprocess: str = Field(
-        default="head_tail", description="Name of a registered preprocessor."
-    )
+    preprocess: str = Field(default="head_tail", description="Name of a registered preprocessor.")
     options: dict[str, Any] = Field(
         default_factory=dict, description="Options of the preprocessor."
     )
-    snapshot: bool = Field(
-        default=True, description="Write the full result to the snapshot store."
-    )
+    snapshot: bool = Field(default=True, description="Write the full result to the snapshot store.")
 
 
 class Snapshots(StrictModel):
@@ -358,9 +354,7 @@ class PolicyFile(StrictModel):
     def _policy_names(self) -> PolicyFile:
         for name in self.policies:
             if not re.fullmatch(r"[A-Za-z0-9_.\-]{1,128}", name):
-                raise ValueError(
-                    f"agent name {name!r} may only use letters, digits, '_', '-', '.'"
-                )
+                raise ValueError(f"agent name {name!r} may only use letters, digits, '_', '-', '.'")
         return self
 
 

@@ -79,12 +79,14 @@ class BaselineStrategy:
         return list(convo), []
 
     def _compacted(self, before: list[Message], after: list[Message]) -> list[str]:
-        self._events.append({
-            "type": "context.compacted",
-            "layer": self.name,
-            "before": self.counter.count_messages(before),
-            "after": self.counter.count_messages(after),
-        })
+        self._events.append(
+            {
+                "type": "context.compacted",
+                "layer": self.name,
+                "before": self.counter.count_messages(before),
+                "after": self.counter.count_messages(after),
+            }
+        )
         return [self.name]
 
 
@@ -135,7 +137,9 @@ class ObservationMask(BaselineStrategy):
 
 
 class SummaryAtFraction(BaselineStrategy):
-    def __init__(self, policy: Policy, fraction: float = 0.8, keep: int = 20, max_tokens: int = 1000) -> None:
+    def __init__(
+        self, policy: Policy, fraction: float = 0.8, keep: int = 20, max_tokens: int = 1000
+    ) -> None:
         super().__init__("summary_at_fraction", policy)
         from ctxpolicy.summarizers.extractive import ExtractiveSummarizer
 
@@ -181,7 +185,9 @@ class SummaryAtFraction(BaselineStrategy):
         try:
             text = self.summarizer.summarize(req)
         except Exception as exc:
-            self._events.append({"type": "summarizer.failed", "layer": self.name, "reason": repr(exc)})
+            self._events.append(
+                {"type": "summarizer.failed", "layer": self.name, "reason": repr(exc)}
+            )
             return view, []
         self.summary = text
         self.upto = cut

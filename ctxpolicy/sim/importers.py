@@ -59,15 +59,15 @@ def parse_trace_text(text: str, *, name: str = "<trace>") -> list[Message]:
     stripped = text.lstrip()
     if not stripped:
         raise TraceError(name, 1, "empty trace")
-    is_jsonl = name.endswith(".jsonl") or (
-        stripped[0] == "{" and _looks_like_jsonl(text)
-    )
+    is_jsonl = name.endswith(".jsonl") or (stripped[0] == "{" and _looks_like_jsonl(text))
     if is_jsonl:
         return _from_jsonl(text, name)
     try:
         data = json.loads(text)
     except json.JSONDecodeError as exc:
-        raise TraceError(name, exc.lineno, f"invalid JSON: {exc.msg} (column {exc.colno})") from None
+        raise TraceError(
+            name, exc.lineno, f"invalid JSON: {exc.msg} (column {exc.colno})"
+        ) from None
     lines = _element_lines(text) if isinstance(data, list) else []
     return _from_json(data, name, lines)
 
@@ -89,7 +89,9 @@ def _from_jsonl(text: str, name: str) -> list[Message]:
         try:
             obj = json.loads(line)
         except json.JSONDecodeError as exc:
-            raise TraceError(name, lineno, f"invalid JSON: {exc.msg} (column {exc.colno})") from None
+            raise TraceError(
+                name, lineno, f"invalid JSON: {exc.msg} (column {exc.colno})"
+            ) from None
         out.extend(_check_message(obj, name, lineno))
     if not out:
         raise TraceError(name, 1, "no messages")
@@ -120,7 +122,11 @@ def _check_message(obj: Any, name: str, line: int) -> list[Message]:
         raise TraceError(name, line, f"expected a message object, got {type(obj).__name__}")
     role = obj.get("role")
     if role not in _ROLES:
-        raise TraceError(name, line, f"message has no valid role (got {role!r}); expected one of {sorted(_ROLES)}")
+        raise TraceError(
+            name,
+            line,
+            f"message has no valid role (got {role!r}); expected one of {sorted(_ROLES)}",
+        )
     if role == "tool" and not obj.get("tool_call_id"):
         raise TraceError(name, line, "tool message without tool_call_id")
     tcs = obj.get("tool_calls")
@@ -128,8 +134,14 @@ def _check_message(obj: Any, name: str, line: int) -> list[Message]:
         if not isinstance(tcs, list):
             raise TraceError(name, line, "tool_calls must be a list")
         for tc in tcs:
-            if not isinstance(tc, dict) or not isinstance(tc.get("function"), dict) or "id" not in tc:
-                raise TraceError(name, line, "each tool call needs an id and a function {name, arguments}")
+            if (
+                not isinstance(tc, dict)
+                or not isinstance(tc.get("function"), dict)
+                or "id" not in tc
+            ):
+                raise TraceError(
+                    name, line, "each tool call needs an id and a function {name, arguments}"
+                )
     return [dict(obj)]
 
 
@@ -162,13 +174,20 @@ def _from_json(data: Any, name: str, lines: list[int]) -> list[Message]:
             if hist and isinstance(hist[0], Mapping) and "role" in hist[0]:
                 return _from_swe_agent(hist, name)
             return _from_openhands(hist, name)
-        raise TraceError(name, 1, "unrecognised JSON trace: expected a list of messages, "
-                         "{messages: [...]}, a SWE-agent .traj or OpenHands events")
+        raise TraceError(
+            name,
+            1,
+            "unrecognised JSON trace: expected a list of messages, "
+            "{messages: [...]}, a SWE-agent .traj or OpenHands events",
+        )
     if not isinstance(data, list):
         raise TraceError(name, 1, f"unrecognised JSON trace (top level is {type(data).__name__})")
     if not data:
         raise TraceError(name, 1, "no messages")
-    if all(isinstance(e, Mapping) and "role" not in e and ("action" in e or "observation" in e) for e in data):
+    if all(
+        isinstance(e, Mapping) and "role" not in e and ("action" in e or "observation" in e)
+        for e in data
+    ):
         return _from_openhands(data, name)
     out = []
     for i, m in enumerate(data):
@@ -182,7 +201,11 @@ def _blocks_text(content: Any) -> str:
     if isinstance(content, list):
         parts = []
         for b in content:
-            if isinstance(b, Mapping) and b.get("type", "text") == "text" and isinstance(b.get("text"), str):
+            if (
+                isinstance(b, Mapping)
+                and b.get("type", "text") == "text"
+                and isinstance(b.get("text"), str)
+            ):
                 parts.append(b["text"])
             elif isinstance(b, str):
                 parts.append(b)
@@ -211,16 +234,26 @@ def _anthropic_to_openai(msgs: Sequence[Message], name: str, lines: list[int]) -
             elif kind == "tool_use":
                 if "id" not in b or "name" not in b:
                     raise TraceError(name, line, "tool_use block needs id and name")
-                calls.append({
-                    "id": str(b["id"]),
-                    "type": "function",
-                    "function": {"name": str(b["name"]), "arguments": json.dumps(b.get("input", {}), sort_keys=True)},
-                })
+                calls.append(
+                    {
+                        "id": str(b["id"]),
+                        "type": "function",
+                        "function": {
+                            "name": str(b["name"]),
+                            "arguments": json.dumps(b.get("input", {}), sort_keys=True),
+                        },
+                    }
+                )
             elif kind == "tool_result":
                 if "tool_use_id" not in b:
                     raise TraceError(name, line, "tool_result block needs tool_use_id")
-                results.append({"role": "tool", "tool_call_id": str(b["tool_use_id"]),
-                                "content": _blocks_text(b.get("content"))})
+                results.append(
+                    {
+                        "role": "tool",
+                        "tool_call_id": str(b["tool_use_id"]),
+                        "content": _blocks_text(b.get("content")),
+                    }
+                )
             # images, thinking, documents: not text the context keeps here
         if role == "assistant":
             msg: Message = {"role": "assistant", "content": "\n".join(texts) or None}
@@ -253,13 +286,34 @@ def _from_swe_agent(history: Sequence[Any], name: str) -> list[Message]:
             if isinstance(action, str) and action.strip():
                 n += 1
                 pending = f"call_{n:04d}"
-                out.append({"role": "assistant", "content": text or None, "tool_calls": [{
-                    "id": pending, "type": "function",
-                    "function": {"name": "bash", "arguments": json.dumps({"command": action})}}]})
+                out.append(
+                    {
+                        "role": "assistant",
+                        "content": text or None,
+                        "tool_calls": [
+                            {
+                                "id": pending,
+                                "type": "function",
+                                "function": {
+                                    "name": "bash",
+                                    "arguments": json.dumps({"command": action}),
+                                },
+                            }
+                        ],
+                    }
+                )
             else:
                 out.append({"role": "assistant", "content": text})
         elif role == "tool":
-            out.append({"role": "tool", "tool_call_id": str(h.get("tool_call_id") or (h.get("tool_call_ids") or [""])[0]), "content": text})
+            out.append(
+                {
+                    "role": "tool",
+                    "tool_call_id": str(
+                        h.get("tool_call_id") or (h.get("tool_call_ids") or [""])[0]
+                    ),
+                    "content": text,
+                }
+            )
         elif pending is not None and role == "user":
             out.append({"role": "tool", "tool_call_id": pending, "content": text})
             pending = None
@@ -293,16 +347,31 @@ def _from_openhands(events: Sequence[Any], name: str) -> list[Message]:
                 out.append({"role": "assistant" if source == "agent" else "user", "content": text})
             continue
         if action == "system":
-            out.append({"role": "system", "content": str((e.get("args") or {}).get("content") or text)})
+            out.append(
+                {"role": "system", "content": str((e.get("args") or {}).get("content") or text)}
+            )
             continue
         n += 1
         pending = f"call_{n:04d}"
         args = e.get("args") if isinstance(e.get("args"), Mapping) else {}
         thought = str(args.get("thought") or "")
         call_args = {k: v for k, v in args.items() if k not in ("thought",)}
-        out.append({"role": "assistant", "content": thought or None, "tool_calls": [{
-            "id": pending, "type": "function",
-            "function": {"name": str(action), "arguments": json.dumps(call_args, sort_keys=True, default=str)}}]})
+        out.append(
+            {
+                "role": "assistant",
+                "content": thought or None,
+                "tool_calls": [
+                    {
+                        "id": pending,
+                        "type": "function",
+                        "function": {
+                            "name": str(action),
+                            "arguments": json.dumps(call_args, sort_keys=True, default=str),
+                        },
+                    }
+                ],
+            }
+        )
     if pending is not None:
         out.append({"role": "tool", "tool_call_id": pending, "content": "[no observation]"})
     if not out:

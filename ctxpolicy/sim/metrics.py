@@ -56,10 +56,16 @@ def load_prices(path: str | Path | None = None) -> dict[str, Any]:
     data = json.loads(text)
     models = data.get("models") if isinstance(data, Mapping) else None
     if not isinstance(models, Mapping) or not models:
-        raise ValueError(f"{path or 'prices.json'}: expected {{\"models\": {{name: {{input, cached_input, output}}}}}}")
+        raise ValueError(
+            f'{path or "prices.json"}: expected {{"models": {{name: {{input, cached_input, output}}}}}}'
+        )
     for name, p in models.items():
-        if not isinstance(p, Mapping) or not all(isinstance(p.get(k), (int, float)) for k in ("input", "output")):
-            raise ValueError(f"{path or 'prices.json'}: model {name!r} needs numeric input and output prices")
+        if not isinstance(p, Mapping) or not all(
+            isinstance(p.get(k), (int, float)) for k in ("input", "output")
+        ):
+            raise ValueError(
+                f"{path or 'prices.json'}: model {name!r} needs numeric input and output prices"
+            )
     return dict(data)
 
 
@@ -120,24 +126,32 @@ def trace_metrics(r: TraceResult) -> dict[str, Any]:
     pname, p = price_for(prices, r.model)
     per = float(prices.get("per", 1_000_000))
     usd = ((prompt - cached) * p["input"] + cached * p["cached_input"] + output * p["output"]) / per
-    usd_none = ((none - r.none_cached) * p["input"] + r.none_cached * p["cached_input"] + output * p["output"]) / per
+    usd_none = (
+        (none - r.none_cached) * p["input"]
+        + r.none_cached * p["cached_input"]
+        + output * p["output"]
+    ) / per
     alerts: list[dict[str, Any]] = []
     if mean_ratio is not None and mean_ratio > r.alert_ratio:
-        alerts.append({
-            "code": "compression_ratio",
-            "value": mean_ratio,
-            "threshold": r.alert_ratio,
-            "message": f"mean compression ratio {mean_ratio:.0%} > {r.alert_ratio:.0%}: "
-            "compaction removes almost everything, key facts are probably lost",
-        })
+        alerts.append(
+            {
+                "code": "compression_ratio",
+                "value": mean_ratio,
+                "threshold": r.alert_ratio,
+                "message": f"mean compression ratio {mean_ratio:.0%} > {r.alert_ratio:.0%}: "
+                "compaction removes almost everything, key facts are probably lost",
+            }
+        )
     if r.repeated_reads and r.repeated_reads > r.alert_repeats * total_comp:
-        alerts.append({
-            "code": "repeated_reads",
-            "value": r.repeated_reads,
-            "threshold": r.alert_repeats,
-            "message": f"{r.repeated_reads} repeated reads after {total_comp} compactions "
-            f"(> {r.alert_repeats:.0%}): compaction too early or it lost what the agent needed",
-        })
+        alerts.append(
+            {
+                "code": "repeated_reads",
+                "value": r.repeated_reads,
+                "threshold": r.alert_repeats,
+                "message": f"{r.repeated_reads} repeated reads after {total_comp} compactions "
+                f"(> {r.alert_repeats:.0%}): compaction too early or it lost what the agent needed",
+            }
+        )
     overflows = sum(1 for s in steps if s.overflow)
     violations = sum(s.violations for s in steps)
     return {
@@ -150,8 +164,10 @@ def trace_metrics(r: TraceResult) -> dict[str, Any]:
         "reserve_output": r.reserve_output,
         "messages": r.messages,
         "steps": n,
-        "ratio": {"max": round(max(ratios), 4) if ratios else 0.0,
-                  "mean": round(sum(ratios) / n, 4) if n else 0.0},
+        "ratio": {
+            "max": round(max(ratios), 4) if ratios else 0.0,
+            "mean": round(sum(ratios) / n, 4) if n else 0.0,
+        },
         "max_used": max((s.used for s in steps), default=0),
         "states": {s: states.get(s, 0) for s in STATES},
         "prompt_tokens": prompt,
@@ -246,7 +262,9 @@ def summarize_results(results: Iterable[TraceResult | Mapping[str, Any]]) -> dic
             "steps": steps,
             "ratio": {
                 "max": max((d["ratio"]["max"] for d in ds), default=0.0),
-                "mean": round(sum(d["ratio"]["mean"] * d["steps"] for d in ds) / steps, 4) if steps else 0.0,
+                "mean": round(sum(d["ratio"]["mean"] * d["steps"] for d in ds) / steps, 4)
+                if steps
+                else 0.0,
             },
             "states": {s: sum(d["states"][s] for d in ds) for s in STATES},
             "prompt_tokens": prompt,

@@ -44,9 +44,7 @@ def _require_matplotlib() -> Any:
         matplotlib.use("Agg", force=True)
         import matplotlib.pyplot as plt
     except ImportError as exc:  # pragma: no cover - depends on the install
-        raise RuntimeError(
-            "plots need matplotlib: pip install 'ctxpolicy[plot]'"
-        ) from exc
+        raise RuntimeError("plots need matplotlib: pip install 'ctxpolicy[plot]'") from exc
     return plt
 
 
@@ -85,10 +83,16 @@ def _panel(ax: Any, trace: Mapping[str, Any]) -> None:
     x = list(range(len(main["used"])))
     top = max([*main["hard_limit"], *main["used"], 1]) * 1.12
     for r in runs[1:]:
-        top = max(top, max(r["series"]["used"] or [0]) * 1.12, max(r["series"]["hard_limit"] or [0]) * 1.12)
+        top = max(
+            top,
+            max(r["series"]["used"] or [0]) * 1.12,
+            max(r["series"]["hard_limit"] or [0]) * 1.12,
+        )
     nx = none_run["series"]["none"] if none_run is not None else main["none"]
     ax.plot(x, nx[: len(x)], color="#999999", lw=1, label="no compaction")
-    ax.step(x, main["hard_limit"], where="post", color="black", lw=1, ls="-", label="window − reserve")
+    ax.step(
+        x, main["hard_limit"], where="post", color="black", lw=1, ls="-", label="window − reserve"
+    )
     ax.step(x, main["trigger"], where="post", color="#d62728", lw=1, ls="--", label="trigger")
     ax.step(x, main["error"], where="post", color="#ff7f0e", lw=0.8, ls=":", label="error")
     ax.step(x, main["warning"], where="post", color="#bcbd22", lw=0.8, ls=":", label="warning")
@@ -97,7 +101,9 @@ def _panel(ax: Any, trace: Mapping[str, Any]) -> None:
         s = r["series"]
         rx = list(range(len(s["used"])))
         color = _COLORS[i % len(_COLORS)]
-        ax.plot(rx, s["used"], color=color, lw=1.6, ls="-" if i == 0 else "--", label=str(r.get("run")))
+        ax.plot(
+            rx, s["used"], color=color, lw=1.6, ls="-" if i == 0 else "--", label=str(r.get("run"))
+        )
         fired: dict[str, list[int]] = {}
         for step, layers in enumerate(s["layers"]):
             for layer in dict.fromkeys(layers):

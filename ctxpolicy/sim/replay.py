@@ -131,7 +131,9 @@ class TraceResult:
     events: list[dict[str, Any]] = field(default_factory=list)
     repeated_reads: int = 0
     repeated_examples: list[str] = field(default_factory=list)
-    retention: dict[str, int] = field(default_factory=lambda: {"facts": 0, "in_context": 0, "recoverable": 0, "lost": 0})
+    retention: dict[str, int] = field(
+        default_factory=lambda: {"facts": 0, "in_context": 0, "recoverable": 0, "lost": 0}
+    )
     lost_examples: list[str] = field(default_factory=list)
     tool_tokens_before: int = 0
     tool_tokens_after: int = 0
@@ -176,7 +178,9 @@ class PolicyStrategy:
 
     kind = "policy"
 
-    def __init__(self, policy: Policy, *, conv_id: str, label: str | None = None, store: Any = None) -> None:
+    def __init__(
+        self, policy: Policy, *, conv_id: str, label: str | None = None, store: Any = None
+    ) -> None:
         from ctxpolicy.engine import Session
 
         self.policy = policy
@@ -185,7 +189,9 @@ class PolicyStrategy:
         self._events: list[dict[str, Any]] = []
         if store is None and policy.snapshots.enabled:
             raise ValueError("a policy replay needs a snapshot store (see replay_trace)")
-        self.session = Session(policy, conv_id=conv_id, on_event=self._events.append, snapshot_store=store)
+        self.session = Session(
+            policy, conv_id=conv_id, on_event=self._events.append, snapshot_store=store
+        )
         self.counter = self.session.counter
         self._recalled: dict[str, str | None] = {}
 
@@ -195,11 +201,17 @@ class PolicyStrategy:
     def prepare(self, convo: list[Message]) -> tuple[list[Message], list[str]]:
         start = len(self._events)
         out = self.session.prepare(convo)
-        layers = [str(e.get("layer")) for e in self._events[start:] if e.get("type") == "context.compacted"]
+        layers = [
+            str(e.get("layer"))
+            for e in self._events[start:]
+            if e.get("type") == "context.compacted"
+        ]
         status = self.session.status or {}
         if status.get("compact_layer") == "squeeze" and "squeeze" not in layers:
             layers.append("squeeze")
-            self._events.append({"type": "context.compacted", "layer": "squeeze", "before": None, "after": None})
+            self._events.append(
+                {"type": "context.compacted", "layer": "squeeze", "before": None, "after": None}
+            )
         return out, layers
 
     def budget_numbers(self) -> dict[str, int]:
@@ -362,7 +374,11 @@ def run_strategy(
             convo.append(dict(m))
         elif role == "tool":
             tid = str(m.get("tool_call_id", ""))
-            call = pending.get(tid) or {"id": tid, "type": "function", "function": {"name": "unknown", "arguments": "{}"}}
+            call = pending.get(tid) or {
+                "id": tid,
+                "type": "function",
+                "function": {"name": "unknown", "arguments": "{}"},
+            }
             tool_step += 1
             text = strategy.tool_result(call, m.get("content"), tool_step)
             added[tid] = text
@@ -371,7 +387,9 @@ def run_strategy(
             if prev is not None and raw_by_id.get(prev) == raw_by_id[tid]:
                 result.repeated_reads += 1
                 if len(result.repeated_examples) < example_limit:
-                    result.repeated_examples.append(f"step {len(result.steps) - 1}: {_call_key(call)}"[:200])
+                    result.repeated_examples.append(
+                        f"step {len(result.steps) - 1}: {_call_key(call)}"[:200]
+                    )
             convo.append({**m, "content": text})
         else:
             convo.append(dict(m))
@@ -448,7 +466,9 @@ def _repeats(
     calls = [tc for tc in m.get("tool_calls") or [] if isinstance(tc, Mapping)]
     if not calls:
         return
-    present = {str(x.get("tool_call_id")): x.get("content") for x in prepared if x.get("role") == "tool"}
+    present = {
+        str(x.get("tool_call_id")): x.get("content") for x in prepared if x.get("role") == "tool"
+    }
     keys: set[str] = set()
     for tc in calls:
         key = _call_key(tc)
@@ -485,7 +505,9 @@ def replay_trace(
     store = _sim_store(pol, Path(snapshots_dir) / _safe(trace))
     try:
         strat = PolicyStrategy(pol, conv_id=_safe(trace), label=label, store=store)
-        return run_strategy(messages, strat, counter=strat.counter, trace=trace, model=pol.model_name)
+        return run_strategy(
+            messages, strat, counter=strat.counter, trace=trace, model=pol.model_name
+        )
     finally:
         if tmp is not None:
             shutil.rmtree(tmp, ignore_errors=True)
@@ -513,8 +535,12 @@ def _sim_store(policy: Policy, directory: Path) -> Any:
     class SimStore(LocalStore):
         def ref_for(self, conv_dir: str, name: str) -> SnapshotRef:
             ref = super().ref_for(conv_dir, name)
-            return SnapshotRef(uri=ref.uri, path=f"{shown.rstrip('/')}/{conv_dir}/{name}.json",
-                               conv_id=ref.conv_id, name=ref.name)
+            return SnapshotRef(
+                uri=ref.uri,
+                path=f"{shown.rstrip('/')}/{conv_dir}/{name}.json",
+                conv_id=ref.conv_id,
+                name=ref.name,
+            )
 
     return SimStore(options, root=str(directory))
 
@@ -556,7 +582,14 @@ def _replay_all(
     for i, spec in enumerate(runs):
         snap = None if snapshots_dir is None else str(Path(snapshots_dir) / f"run{i}")
         results.append(
-            replay_trace(messages, spec.policy, window=window, snapshots_dir=snap, trace=name, label=spec.label)
+            replay_trace(
+                messages,
+                spec.policy,
+                window=window,
+                snapshots_dir=snap,
+                trace=name,
+                label=spec.label,
+            )
         )
     for b in baselines:
         results.append(run_baseline(b, messages, runs[0].policy, window=window, trace=name))
@@ -596,8 +629,14 @@ def simulate(
     if prices is None:
         prices = load_prices()
     strs = [str(p) for p in paths]
-    snaps = [None if snapshots_dir is None else str(Path(snapshots_dir) / f"t{i:04d}_{_safe(p)}") for i, p in enumerate(strs)]
-    args = [(p, list(runs), list(baselines), window, s, prices, alert_ratio, alert_repeats) for p, s in zip(strs, snaps, strict=True)]
+    snaps = [
+        None if snapshots_dir is None else str(Path(snapshots_dir) / f"t{i:04d}_{_safe(p)}")
+        for i, p in enumerate(strs)
+    ]
+    args = [
+        (p, list(runs), list(baselines), window, s, prices, alert_ratio, alert_repeats)
+        for p, s in zip(strs, snaps, strict=True)
+    ]
     traces: list[dict[str, Any]] = []
     if jobs > 1 and len(strs) > 1:
         from concurrent.futures import ProcessPoolExecutor
@@ -620,13 +659,32 @@ def simulate(
             if r["kind"] != "policy":
                 continue
             if r["overflows"]:
-                problems.append({"trace": t["trace"], "run": r["run"], "code": "overflow",
-                                 "message": f"{r['overflows']} calls above window − reserve_output (max {r['max_used']} tokens)"})
+                problems.append(
+                    {
+                        "trace": t["trace"],
+                        "run": r["run"],
+                        "code": "overflow",
+                        "message": f"{r['overflows']} calls above window − reserve_output (max {r['max_used']} tokens)",
+                    }
+                )
             if r["pairing_violations"]:
-                problems.append({"trace": t["trace"], "run": r["run"], "code": "pairing",
-                                 "message": f"{r['pairing_violations']} tool-call pairing violations"})
+                problems.append(
+                    {
+                        "trace": t["trace"],
+                        "run": r["run"],
+                        "code": "pairing",
+                        "message": f"{r['pairing_violations']} tool-call pairing violations",
+                    }
+                )
             for a in r["alerts"]:
-                problems.append({"trace": t["trace"], "run": r["run"], "code": a["code"], "message": a["message"]})
+                problems.append(
+                    {
+                        "trace": t["trace"],
+                        "run": r["run"],
+                        "code": a["code"],
+                        "message": a["message"],
+                    }
+                )
     first = runs[0]
     return {
         "schema": "ctxpolicy-simulate/1",

@@ -24,16 +24,46 @@ STATE_STYLES = {
     "critical": "magenta",
     "overflow": "bold red",
 }
-_HTML_COLORS = {"normal": "#2e7d32", "warning": "#b8860b", "error": "#c62828", "critical": "#8e24aa", "overflow": "#b71c1c"}
+_HTML_COLORS = {
+    "normal": "#2e7d32",
+    "warning": "#b8860b",
+    "error": "#c62828",
+    "critical": "#8e24aa",
+    "overflow": "#b71c1c",
+}
 
 SUMMARY_COLUMNS = (
-    "run", "traces", "steps", "max ratio", "prompt tokens", "saving vs none", "est. cost $",
-    "cached %", "overflows", "pairing viol.", "compactions", "repeated reads",
-    "facts in ctx %", "in ctx+ref %", "alerts",
+    "run",
+    "traces",
+    "steps",
+    "max ratio",
+    "prompt tokens",
+    "saving vs none",
+    "est. cost $",
+    "cached %",
+    "overflows",
+    "pairing viol.",
+    "compactions",
+    "repeated reads",
+    "facts in ctx %",
+    "in ctx+ref %",
+    "alerts",
 )
 TRACE_COLUMNS = (
-    "trace", "run", "steps", "max ratio", "states", "compactions", "saving", "tool tok saved",
-    "overflows", "viol.", "repeats", "in ctx %", "in ctx+ref %", "alerts",
+    "trace",
+    "run",
+    "steps",
+    "max ratio",
+    "states",
+    "compactions",
+    "saving",
+    "tool tok saved",
+    "overflows",
+    "viol.",
+    "repeats",
+    "in ctx %",
+    "in ctx+ref %",
+    "alerts",
 )
 
 
@@ -49,23 +79,25 @@ def summary_rows(output: Mapping[str, Any]) -> list[list[str]]:
     """One row per run (policy, compared policies, baselines), in run order."""
     rows = []
     for run, s in output["summary"].items():
-        rows.append([
-            str(run),
-            str(s["traces"]),
-            str(s["steps"]),
-            f"{s['ratio']['max']:.2f}",
-            f"{s['prompt_tokens']:,}",
-            _pct(s["saving"]),
-            f"{s['cost']['usd']:.4f}",
-            _pct(s["cache"]["cached_fraction"]),
-            str(s["overflows"]),
-            str(s["pairing_violations"]),
-            _layers(s["compactions"]),
-            str(s["repeated_reads"]),
-            _pct(s["retention"]["in_context_rate"]),
-            _pct(s["retention"]["retained_rate"]),
-            str(s["alerts"]),
-        ])
+        rows.append(
+            [
+                str(run),
+                str(s["traces"]),
+                str(s["steps"]),
+                f"{s['ratio']['max']:.2f}",
+                f"{s['prompt_tokens']:,}",
+                _pct(s["saving"]),
+                f"{s['cost']['usd']:.4f}",
+                _pct(s["cache"]["cached_fraction"]),
+                str(s["overflows"]),
+                str(s["pairing_violations"]),
+                _layers(s["compactions"]),
+                str(s["repeated_reads"]),
+                _pct(s["retention"]["in_context_rate"]),
+                _pct(s["retention"]["retained_rate"]),
+                str(s["alerts"]),
+            ]
+        )
     return rows
 
 
@@ -80,22 +112,27 @@ def trace_rows(output: Mapping[str, Any]) -> list[tuple[list[str], Mapping[str, 
         for r in t["runs"]:
             if r["kind"] != "policy":
                 continue
-            rows.append(([
-                t["trace"],
-                str(r["run"]),
-                str(r["steps"]),
-                f"{r['ratio']['max']:.2f}",
-                _states_text(r["states"]),
-                _layers(r["compactions"]),
-                _pct(r["saving"]),
-                f"{r['tool_tokens']['saved']:,}",
-                str(r["overflows"]),
-                str(r["pairing_violations"]),
-                str(r["repeated_reads"]),
-                _pct(r["retention"]["in_context_rate"]),
-                _pct(r["retention"]["retained_rate"]),
-                str(len(r["alerts"])),
-            ], r["states"]))
+            rows.append(
+                (
+                    [
+                        t["trace"],
+                        str(r["run"]),
+                        str(r["steps"]),
+                        f"{r['ratio']['max']:.2f}",
+                        _states_text(r["states"]),
+                        _layers(r["compactions"]),
+                        _pct(r["saving"]),
+                        f"{r['tool_tokens']['saved']:,}",
+                        str(r["overflows"]),
+                        str(r["pairing_violations"]),
+                        str(r["repeated_reads"]),
+                        _pct(r["retention"]["in_context_rate"]),
+                        _pct(r["retention"]["retained_rate"]),
+                        str(len(r["alerts"])),
+                    ],
+                    r["states"],
+                )
+            )
     return rows
 
 
@@ -111,8 +148,11 @@ def print_report(output: Mapping[str, Any], console: Any = None) -> None:
     title = f"{pol['file']} · {pol['agent']} · window {pol['window']:,} · trigger {pol['trigger']:,} · target {pol['target']:,}"
     tt = Table(title=f"Traces — {title}", title_justify="left", header_style="bold")
     for c in TRACE_COLUMNS:
-        tt.add_column(c, justify="left" if c in ("trace", "run", "states", "compactions") else "right",
-                      overflow="fold")
+        tt.add_column(
+            c,
+            justify="left" if c in ("trace", "run", "states", "compactions") else "right",
+            overflow="fold",
+        )
     for cells, states in trace_rows(output):
         state_text = Text()
         for k, v in states.items():
@@ -128,7 +168,9 @@ def print_report(output: Mapping[str, Any], console: Any = None) -> None:
     console.print(tt)
     st = Table(title="Summary (all traces)", title_justify="left", header_style="bold")
     for c in SUMMARY_COLUMNS:
-        st.add_column(c, justify="left" if c in ("run", "compactions") else "right", overflow="fold")
+        st.add_column(
+            c, justify="left" if c in ("run", "compactions") else "right", overflow="fold"
+        )
     for row in summary_rows(output):
         st.add_row(*row)
     console.print(st)
@@ -167,7 +209,9 @@ def html_report(output: Mapping[str, Any], png: bytes | None = None) -> str:
     img = ""
     if png:
         b64 = base64.b64encode(png).decode("ascii")
-        img = f'<h2>Tokens per call</h2><img alt="tokens per call" src="data:image/png;base64,{b64}">'
+        img = (
+            f'<h2>Tokens per call</h2><img alt="tokens per call" src="data:image/png;base64,{b64}">'
+        )
     chk = output["check"]
     if chk["problems"]:
         items = "".join(
@@ -175,7 +219,9 @@ def html_report(output: Mapping[str, Any], png: bytes | None = None) -> str:
             f"{html.escape(p['code'])}: {html.escape(p['message'])}</li>"
             for p in chk["problems"]
         )
-        check = f'<p class="bad">check failed: {len(chk["problems"])} problem(s)</p><ul>{items}</ul>'
+        check = (
+            f'<p class="bad">check failed: {len(chk["problems"])} problem(s)</p><ul>{items}</ul>'
+        )
     else:
         check = '<p class="ok">check passed: no overflow, no pairing violation, no alert</p>'
     legend = " ".join(
@@ -184,7 +230,7 @@ def html_report(output: Mapping[str, Any], png: bytes | None = None) -> str:
     compare = ", ".join(f"{c['file']} · {c['agent']}" for c in output.get("compare") or []) or "–"
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8">
-<title>ctxpolicy simulate — {html.escape(str(pol['agent']))}</title>
+<title>ctxpolicy simulate — {html.escape(str(pol["agent"]))}</title>
 <style>
 body{{font-family:system-ui,sans-serif;margin:2em;color:#222}}
 table{{border-collapse:collapse;margin:1em 0;font-size:13px}}
@@ -194,9 +240,9 @@ th{{background:#f3f3f3}} td:first-child,td:nth-child(2){{text-align:left}}
 img{{max-width:100%;border:1px solid #ddd}}
 </style></head><body>
 <h1>ctxpolicy simulate</h1>
-<p>Policy <b>{html.escape(str(pol['file']))}</b> agent <b>{html.escape(str(pol['agent']))}</b>
-(model {html.escape(str(pol['model']))}, window {pol['window']:,}, reserve {pol['reserve_output']:,},
-trigger {pol['trigger']:,}, target {pol['target']:,}); compared: {html.escape(compare)};
+<p>Policy <b>{html.escape(str(pol["file"]))}</b> agent <b>{html.escape(str(pol["agent"]))}</b>
+(model {html.escape(str(pol["model"]))}, window {pol["window"]:,}, reserve {pol["reserve_output"]:,},
+trigger {pol["trigger"]:,}, target {pol["target"]:,}); compared: {html.escape(compare)};
 baselines: {html.escape(", ".join(output.get("baselines") or []) or "–")}; prices: {html.escape(str(output.get("prices")))}.</p>
 {check}
 <h2>Summary</h2>

@@ -21,7 +21,42 @@ from typing import Any
 
 Message = dict[str, Any]
 
-_WORDS = ["cache", "config", "parser", "token", "window", "budget", "layer", "policy", "session", "result", "value", "index", "record", "buffer", "stream", "handler", "request", "response", "client", "server", "queue", "worker", "batch", "schema", "field", "option", "default", "limit", "retry", "timeout", "error", "state", "event", "metric"]
+_WORDS = [
+    "cache",
+    "config",
+    "parser",
+    "token",
+    "window",
+    "budget",
+    "layer",
+    "policy",
+    "session",
+    "result",
+    "value",
+    "index",
+    "record",
+    "buffer",
+    "stream",
+    "handler",
+    "request",
+    "response",
+    "client",
+    "server",
+    "queue",
+    "worker",
+    "batch",
+    "schema",
+    "field",
+    "option",
+    "default",
+    "limit",
+    "retry",
+    "timeout",
+    "error",
+    "state",
+    "event",
+    "metric",
+]
 
 
 class _Ids:
@@ -42,29 +77,45 @@ def _call(ids: _Ids, name: str, **args: Any) -> dict[str, Any]:
 
 
 def _python_file(rng: random.Random, module: str, n_lines: int) -> str:
-    lines = [f'"""{module}: generated module for the demo."""', "", "from __future__ import annotations", ""]
+    lines = [
+        f'"""{module}: generated module for the demo."""',
+        "",
+        "from __future__ import annotations",
+        "",
+    ]
     while len(lines) < n_lines:
         fn = f"{rng.choice(_WORDS)}_{rng.choice(_WORDS)}_{rng.randint(1, 999)}"
         lines.append(f"def {fn}(value: int, limit: int = {rng.randint(1, 512)}) -> int:")
-        lines.append(f'    """Return the {rng.choice(_WORDS)} of ``value`` bounded by ``limit``."""')
+        lines.append(
+            f'    """Return the {rng.choice(_WORDS)} of ``value`` bounded by ``limit``."""'
+        )
         for _ in range(rng.randint(2, 8)):
-            lines.append(f"    value = (value * {rng.randint(2, 97)} + {rng.randint(0, 9)}) % (limit + 1)")
+            lines.append(
+                f"    value = (value * {rng.randint(2, 97)} + {rng.randint(0, 9)}) % (limit + 1)"
+            )
         lines.append("    return value")
         lines.append("")
     return "\n".join(lines[:n_lines])
 
 
 def _pytest_output(rng: random.Random, n_tests: int, failing: list[str], path: str) -> str:
-    out = ["============================= test session starts ==============================",
-           "platform linux -- Python 3.11.7, pytest-8.3.2, pluggy-1.5.0",
-           f"collected {n_tests} items", ""]
+    out = [
+        "============================= test session starts ==============================",
+        "platform linux -- Python 3.11.7, pytest-8.3.2, pluggy-1.5.0",
+        f"collected {n_tests} items",
+        "",
+    ]
     per_file = max(1, n_tests // 5)
     for f in range(5):
-        marks = "".join("F" if (f * per_file + i) % 17 == 3 and failing else "." for i in range(per_file))
+        marks = "".join(
+            "F" if (f * per_file + i) % 17 == 3 and failing else "." for i in range(per_file)
+        )
         out.append(f"tests/test_mod{f}.py {marks}   [{(f + 1) * 20:3d}%]")
     out.append("")
     if failing:
-        out.append("=================================== FAILURES ===================================")
+        out.append(
+            "=================================== FAILURES ==================================="
+        )
         for name in failing:
             line = rng.randint(10, 400)
             out += [
@@ -76,11 +127,17 @@ def _pytest_output(rng: random.Random, n_tests: int, failing: list[str], path: s
                 "",
                 f"{path}:{line}: AssertionError",
             ]
-        out.append("=========================== short test summary info ============================")
+        out.append(
+            "=========================== short test summary info ============================"
+        )
         out += [f"FAILED tests/test_mod0.py::{name} - AssertionError" for name in failing]
-        out.append(f"========================= {len(failing)} failed, {n_tests - len(failing)} passed in 3.21s =========================")
+        out.append(
+            f"========================= {len(failing)} failed, {n_tests - len(failing)} passed in 3.21s ========================="
+        )
     else:
-        out.append(f"============================== {n_tests} passed in 2.87s ==============================")
+        out.append(
+            f"============================== {n_tests} passed in 2.87s =============================="
+        )
     return "\n".join(out)
 
 
@@ -92,10 +149,16 @@ def coding_session(seed: int = 7, steps: int = 32, file_lines: int = 500) -> lis
     files = [f"src/{pkg}/{rng.choice(_WORDS)}_{i}.py" for i in range(8)]
     bug_file = files[3]
     msgs: list[Message] = [
-        {"role": "system", "content": "You are a careful software engineer. Use the tools to inspect the repository, "
-         "run the tests, and fix the bug. Never modify tests."},
-        {"role": "user", "content": f"The test suite fails on `parse_budget` (issue #{1000 + seed}). Fix the bug in "
-         f"{bug_file} without changing the public API. Constraint: keep Python 3.9 compatibility."},
+        {
+            "role": "system",
+            "content": "You are a careful software engineer. Use the tools to inspect the repository, "
+            "run the tests, and fix the bug. Never modify tests.",
+        },
+        {
+            "role": "user",
+            "content": f"The test suite fails on `parse_budget` (issue #{1000 + seed}). Fix the bug in "
+            f"{bug_file} without changing the public API. Constraint: keep Python 3.9 compatibility.",
+        },
     ]
     failing = [f"test_{rng.choice(_WORDS)}_{i}" for i in range(3)]
     for step in range(steps):
@@ -115,8 +178,14 @@ def coding_session(seed: int = 7, steps: int = 32, file_lines: int = 500) -> lis
                 _call(ids, "search_code", pattern="reserve_output", path="src"),
             ]
             results = [
-                "\n".join(f"{rng.choice(files)}:{rng.randint(1, 900)}:    value = parse_budget(limit)" for _ in range(40)),
-                "\n".join(f"{rng.choice(files)}:{rng.randint(1, 900)}:    reserve_output = {rng.randint(1, 9000)}" for _ in range(25)),
+                "\n".join(
+                    f"{rng.choice(files)}:{rng.randint(1, 900)}:    value = parse_budget(limit)"
+                    for _ in range(40)
+                ),
+                "\n".join(
+                    f"{rng.choice(files)}:{rng.randint(1, 900)}:    reserve_output = {rng.randint(1, 9000)}"
+                    for _ in range(25)
+                ),
             ]
             thought = "Searching for the call sites in parallel."
         elif kind in (3, 7):
@@ -133,15 +202,21 @@ def coding_session(seed: int = 7, steps: int = 32, file_lines: int = 500) -> lis
             log = []
             for i in range(600):
                 lvl = rng.choices(["INFO", "DEBUG", "WARN", "ERROR"], weights=[60, 30, 7, 3])[0]
-                log.append(f"2026-11-{1 + i % 28:02d}T10:{i % 60:02d}:00Z {lvl} worker-{i % 7} {rng.choice(_WORDS)} {rng.choice(_WORDS)} took {rng.randint(1, 900)}ms")
+                log.append(
+                    f"2026-11-{1 + i % 28:02d}T10:{i % 60:02d}:00Z {lvl} worker-{i % 7} {rng.choice(_WORDS)} {rng.choice(_WORDS)} took {rng.randint(1, 900)}ms"
+                )
             results = ["\n".join(log)]
             thought = "Checking the CI logs for errors."
         msgs.append({"role": "assistant", "content": thought, "tool_calls": calls})
         for call, res in zip(calls, results, strict=True):
             msgs.append({"role": "tool", "tool_call_id": call["id"], "content": res})
         if step in (steps // 3, 2 * steps // 3):
-            msgs.append({"role": "user", "content": "Status? Remember: do not change the public API."})
-    msgs.append({"role": "assistant", "content": f"Fixed the off-by-one in {bug_file}; all 250 tests pass."})
+            msgs.append(
+                {"role": "user", "content": "Status? Remember: do not change the public API."}
+            )
+    msgs.append(
+        {"role": "assistant", "content": f"Fixed the off-by-one in {bug_file}; all 250 tests pass."}
+    )
     return msgs
 
 
@@ -163,28 +238,59 @@ def data_session(seed: int = 11, steps: int = 24) -> list[Message]:
     rng = random.Random(seed)
     ids = _Ids()
     msgs: list[Message] = [
-        {"role": "system", "content": "You are a data analyst. Query the warehouse with the tools; report numbers exactly."},
-        {"role": "user", "content": "Which region had the highest refund rate in October 2026? Report order ids of the 5 largest refunds. "
-         "Constraint: only use the `orders` and `refunds` tables."},
+        {
+            "role": "system",
+            "content": "You are a data analyst. Query the warehouse with the tools; report numbers exactly.",
+        },
+        {
+            "role": "user",
+            "content": "Which region had the highest refund rate in October 2026? Report order ids of the 5 largest refunds. "
+            "Constraint: only use the `orders` and `refunds` tables.",
+        },
     ]
     for step in range(steps):
         if step % 3 == 0:
-            calls = [_call(ids, "query_database", sql=f"SELECT * FROM orders WHERE created_at >= '2026-10-01' LIMIT {150 + step * 5}")]
+            calls = [
+                _call(
+                    ids,
+                    "query_database",
+                    sql=f"SELECT * FROM orders WHERE created_at >= '2026-10-01' LIMIT {150 + step * 5}",
+                )
+            ]
             results = [_psql_table(rng, 150 + step * 5)]
         elif step % 3 == 1:
             calls = [
-                _call(ids, "query_database", sql="SELECT region, count(*) FROM refunds GROUP BY region"),
+                _call(
+                    ids,
+                    "query_database",
+                    sql="SELECT region, count(*) FROM refunds GROUP BY region",
+                ),
                 _call(ids, "fetch_json", url=f"https://warehouse.internal/api/exports/{step}"),
             ]
             results = [
                 _psql_table(rng, 40),
-                json.dumps({"export": step, "items": [{"id": f"R{rng.randint(10000, 99999)}", "amount": round(rng.uniform(1, 900), 2),
-                                                     "tags": [rng.choice(_WORDS) for _ in range(4)]} for _ in range(120)]}),
+                json.dumps(
+                    {
+                        "export": step,
+                        "items": [
+                            {
+                                "id": f"R{rng.randint(10000, 99999)}",
+                                "amount": round(rng.uniform(1, 900), 2),
+                                "tags": [rng.choice(_WORDS) for _ in range(4)],
+                            }
+                            for _ in range(120)
+                        ],
+                    }
+                ),
             ]
         else:
             calls = [_call(ids, "python", code="df.groupby('region').refund_rate.mean()")]
-            results = [f"region\nAPAC     0.{rng.randint(10, 99)}\nEU       0.{rng.randint(10, 99)}\nLATAM    0.{rng.randint(10, 99)}\nUS       0.{rng.randint(10, 99)}\nName: refund_rate, dtype: float64"]
-        msgs.append({"role": "assistant", "content": f"Step {step}: querying.", "tool_calls": calls})
+            results = [
+                f"region\nAPAC     0.{rng.randint(10, 99)}\nEU       0.{rng.randint(10, 99)}\nLATAM    0.{rng.randint(10, 99)}\nUS       0.{rng.randint(10, 99)}\nName: refund_rate, dtype: float64"
+            ]
+        msgs.append(
+            {"role": "assistant", "content": f"Step {step}: querying.", "tool_calls": calls}
+        )
         for call, res in zip(calls, results, strict=True):
             msgs.append({"role": "tool", "tool_call_id": call["id"], "content": res})
     msgs.append({"role": "assistant", "content": "APAC had the highest refund rate."})

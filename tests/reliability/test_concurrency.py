@@ -23,14 +23,21 @@ def _policy(root: Path) -> Any:
         model={"context_window": 6000, "max_output_tokens": 500, "tokenizer": "cl100k_base"},
         pipeline=[
             {"layer": "observation_mask", "at": "warning", "options": {"max_age_rounds": 2}},
-            {"layer": "drop_rounds", "at": "warning", "options": {"keep_recent_rounds": 2, "min_keep_tokens": 300}},
+            {
+                "layer": "drop_rounds",
+                "at": "warning",
+                "options": {"keep_recent_rounds": 2, "min_keep_tokens": 300},
+            },
         ],
     )
 
 
 def _run(policy: Any, conv_id: str, steps: int) -> dict[str, Any]:
     s = Session(policy, conv_id=conv_id)
-    msgs: list[dict[str, Any]] = [{"role": "system", "content": "sys"}, {"role": "user", "content": f"task {conv_id}"}]
+    msgs: list[dict[str, Any]] = [
+        {"role": "system", "content": "sys"},
+        {"role": "user", "content": f"task {conv_id}"},
+    ]
     bad = 0
     for i in range(steps):
         c = call(f"{conv_id}-{i}", "run", i=i)

@@ -44,7 +44,13 @@ class ScriptedSummarizer(Summarizer):
 
 def _summarize_policy(**opts: Any) -> Any:
     return make_policy(
-        pipeline=[{"layer": "summarize", "at": "warning", "options": {"keep_recent_rounds": 2, "max_failures": 2, **opts}}],
+        pipeline=[
+            {
+                "layer": "summarize",
+                "at": "warning",
+                "options": {"keep_recent_rounds": 2, "max_failures": 2, **opts},
+            }
+        ],
         on_overflow={"layer": "emergency", "options": {"keep_recent_rounds": 2, "retries": 1}},
         model={"context_window": 12000, "max_output_tokens": 1000, "tokenizer": "cl100k_base"},
     )
@@ -82,7 +88,9 @@ def test_breaker_closes_after_a_success() -> None:
 class FullDisk(SnapshotStore):
     name = "full_disk_test"
 
-    def write(self, conv_id: str, step: int, action: str, document: Mapping[str, Any]) -> SnapshotRef:
+    def write(
+        self, conv_id: str, step: int, action: str, document: Mapping[str, Any]
+    ) -> SnapshotRef:
         raise OSError(errno.ENOSPC, "No space left on device")
 
     def read(self, ref: str) -> dict[str, Any]:
@@ -117,7 +125,13 @@ def test_read_only_snapshot_root(tmp_path: Any) -> None:
 
 
 def test_missing_tokenizer_emits_fallback_once() -> None:
-    pol = make_policy(model={"context_window": 8000, "max_output_tokens": 500, "tokenizer": ["tiktoken:no_such_encoding", "heuristic"]})
+    pol = make_policy(
+        model={
+            "context_window": 8000,
+            "max_output_tokens": 500,
+            "tokenizer": ["tiktoken:no_such_encoding", "heuristic"],
+        }
+    )
     seen: list[dict[str, Any]] = []
     s = Session(pol, on_event=seen.append)
     s.prepare(conversation(1, 50))
@@ -128,7 +142,11 @@ def test_missing_tokenizer_emits_fallback_once() -> None:
 
 
 def test_constant_overflow_raises_after_retries() -> None:
-    s = Session(make_policy(on_overflow={"layer": "emergency", "options": {"keep_recent_rounds": 2, "retries": 2}}))
+    s = Session(
+        make_policy(
+            on_overflow={"layer": "emergency", "options": {"keep_recent_rounds": 2, "retries": 2}}
+        )
+    )
     msgs = conversation(5, 500)
     s.prepare(msgs)
     err = {"error": {"code": "context_length_exceeded", "message": "too long"}}

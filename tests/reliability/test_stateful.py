@@ -41,7 +41,9 @@ class FlakySummarizer(Summarizer):
         self.calls += 1
         if self.fail:
             raise TimeoutError("summarizer timed out")
-        return "Summary: " + " ".join(str(m.get("content") or "")[:40] for m in request.messages[:5])
+        return "Summary: " + " ".join(
+            str(m.get("content") or "")[:40] for m in request.messages[:5]
+        )
 
 
 class AgentLoop(RuleBasedStateMachine):
@@ -52,9 +54,21 @@ class AgentLoop(RuleBasedStateMachine):
             model={"context_window": 6000, "max_output_tokens": 800, "tokenizer": "cl100k_base"},
             budget={"target": 0.6, "safety_margin": 200},
             pipeline=[
-                {"layer": "observation_mask", "at": "warning", "options": {"max_age_rounds": 2, "max_chars": 200}},
-                {"layer": "summarize", "at": "warning", "options": {"keep_recent_rounds": 2, "max_failures": 2}},
-                {"layer": "drop_rounds", "at": "error", "options": {"keep_recent_rounds": 2, "min_keep_tokens": 500}},
+                {
+                    "layer": "observation_mask",
+                    "at": "warning",
+                    "options": {"max_age_rounds": 2, "max_chars": 200},
+                },
+                {
+                    "layer": "summarize",
+                    "at": "warning",
+                    "options": {"keep_recent_rounds": 2, "max_failures": 2},
+                },
+                {
+                    "layer": "drop_rounds",
+                    "at": "error",
+                    "options": {"keep_recent_rounds": 2, "min_keep_tokens": 500},
+                },
             ],
         )
         self.session = Session(policy, summarizer=self.summarizer)
@@ -78,7 +92,13 @@ class AgentLoop(RuleBasedStateMachine):
         calls = []
         for _ in range(n):
             self.ids += 1
-            calls.append({"id": f"t{self.ids}", "type": "function", "function": {"name": "run", "arguments": json.dumps({"i": self.ids})}})
+            calls.append(
+                {
+                    "id": f"t{self.ids}",
+                    "type": "function",
+                    "function": {"name": "run", "arguments": json.dumps({"i": self.ids})},
+                }
+            )
         msg: dict[str, Any] = {"role": "assistant", "content": f"step {self.ids}"}
         if calls:
             msg["tool_calls"] = calls
@@ -107,7 +127,9 @@ class AgentLoop(RuleBasedStateMachine):
     def provider_overflow(self) -> None:
         EXECUTED["steps"] += 1
         try:
-            out = self.session.on_error("context_length_exceeded: maximum context length is 6000 tokens", self.messages)
+            out = self.session.on_error(
+                "context_length_exceeded: maximum context length is 6000 tokens", self.messages
+            )
         except ContextOverflowError as exc:
             assert exc.attempts >= 2
             return
@@ -135,7 +157,11 @@ AgentLoop.TestCase.settings = settings(
     max_examples=RUNS,
     stateful_step_count=STEPS,
     deadline=None,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.filter_too_much],
+    suppress_health_check=[
+        HealthCheck.too_slow,
+        HealthCheck.data_too_large,
+        HealthCheck.filter_too_much,
+    ],
 )
 TestAgentLoop = AgentLoop.TestCase
 

@@ -38,7 +38,11 @@ class WordCounter:
 
 
 def call(cid: str, name: str, **args: Any) -> dict[str, Any]:
-    return {"id": cid, "type": "function", "function": {"name": name, "arguments": json.dumps(args)}}
+    return {
+        "id": cid,
+        "type": "function",
+        "function": {"name": name, "arguments": json.dumps(args)},
+    }
 
 
 class Scripted:
@@ -46,8 +50,12 @@ class Scripted:
 
     kind = "policy"
 
-    def __init__(self, fn: Callable[[int, list[dict[str, Any]]], list[dict[str, Any]]],
-                 snapshots: Mapping[str, str] | None = None, hard_limit: int = 1000) -> None:
+    def __init__(
+        self,
+        fn: Callable[[int, list[dict[str, Any]]], list[dict[str, Any]]],
+        snapshots: Mapping[str, str] | None = None,
+        hard_limit: int = 1000,
+    ) -> None:
         self.name = "scripted"
         self.label = "scripted"
         self.fn = fn
@@ -64,8 +72,16 @@ class Scripted:
         return out, []
 
     def budget_numbers(self) -> dict[str, int]:
-        return {"trigger": 100, "target": 50, "warning": 70, "error": 90, "critical": 95,
-                "hard_limit": self.hard_limit, "window": self.hard_limit + 10, "reserve_output": 10}
+        return {
+            "trigger": 100,
+            "target": 50,
+            "warning": 70,
+            "error": 90,
+            "critical": 95,
+            "hard_limit": self.hard_limit,
+            "window": self.hard_limit + 10,
+            "reserve_output": 10,
+        }
 
     def recall(self, ref: str) -> str | None:
         return self.snapshots.get(ref)
@@ -90,7 +106,11 @@ def make_policy(**overrides: Any) -> Any:
     base.update(
         agent="test",
         model={"context_window": 8000, "max_output_tokens": 1000, "tokenizer": "cl100k_base"},
-        on_overflow={"layer": "emergency", "at": "warning", "options": {"keep_recent_rounds": 2, "retries": 1}},
+        on_overflow={
+            "layer": "emergency",
+            "at": "warning",
+            "options": {"keep_recent_rounds": 2, "retries": 1},
+        },
         tools={"*": {"preprocess": "head_tail", "options": {"max_chars": 2000}}},
     )
     base.update(overrides)

@@ -40,8 +40,13 @@ def overflow_policy(tmp_path: Path) -> tuple[str, str]:
     msgs = [
         {"role": "system", "content": "rule " * 2500},
         {"role": "user", "content": "task"},
-        {"role": "assistant", "content": "ok", "tool_calls": [
-            {"id": "c1", "type": "function", "function": {"name": "bash", "arguments": "{}"}}]},
+        {
+            "role": "assistant",
+            "content": "ok",
+            "tool_calls": [
+                {"id": "c1", "type": "function", "function": {"name": "bash", "arguments": "{}"}}
+            ],
+        },
         {"role": "tool", "tool_call_id": "c1", "content": "x"},
         {"role": "assistant", "content": "done"},
     ]
@@ -75,15 +80,39 @@ def test_json_plot_and_html_report(tmp_path: Path) -> None:
 
     demo = [d for d in DEMO if "data-analysis" in d]
     png, html = tmp_path / "t.png", tmp_path / "r.html"
-    code, out = invoke(*demo, "--policy", POLICY, "--agent", "coding_agent", "--json",
-                       "--plot", str(png), "--report", str(html),
-                       "--compare", ":coding_agent_16k", "--baseline", "none", "--baseline", "last_n",
-                       "--baseline", "observation_mask", "--baseline", "summary_at_fraction")
+    code, out = invoke(
+        *demo,
+        "--policy",
+        POLICY,
+        "--agent",
+        "coding_agent",
+        "--json",
+        "--plot",
+        str(png),
+        "--report",
+        str(html),
+        "--compare",
+        ":coding_agent_16k",
+        "--baseline",
+        "none",
+        "--baseline",
+        "last_n",
+        "--baseline",
+        "observation_mask",
+        "--baseline",
+        "summary_at_fraction",
+    )
     assert code == 0, out
     doc = json.loads(out)
     jsonschema.Draft202012Validator(json.loads(SCHEMA.read_text())).validate(doc)
-    assert list(doc["summary"]) == ["coding_agent", "coding_agent_16k", "none", "last_n",
-                                    "observation_mask", "summary_at_fraction"]
+    assert list(doc["summary"]) == [
+        "coding_agent",
+        "coding_agent_16k",
+        "none",
+        "last_n",
+        "observation_mask",
+        "summary_at_fraction",
+    ]
     cod = doc["summary"]["coding_agent"]
     assert cod["overflows"] == 0 and cod["pairing_violations"] == 0
     assert cod["saving"] > 0.5  # the demo trace has huge tool results
@@ -107,8 +136,18 @@ def test_human_table() -> None:
 
 def test_jobs_2_equals_sequential() -> None:
     traces = sorted(shared_traces(), key=lambda p: p.stat().st_size)[:3]
-    args = [*map(str, traces), "--policy", POLICY, "--agent", "coding_agent", "--window", "8192",
-            "--json", "--baseline", "last_n"]
+    args = [
+        *map(str, traces),
+        "--policy",
+        POLICY,
+        "--agent",
+        "coding_agent",
+        "--window",
+        "8192",
+        "--json",
+        "--baseline",
+        "last_n",
+    ]
     c1, seq = invoke(*args)
     c2, par = invoke(*args, "--jobs", "2")
     assert c1 == c2 == 0
@@ -134,7 +173,9 @@ def test_shipped_policies_pass_check_on_real_traces() -> None:
 def test_shipped_policies_long_traces_never_overflow_or_break_pairs() -> None:
     long = [str(p) for p in shared_traces() if p.name.startswith("mini-swe-agent")]
     for window in ("16384", "32768"):
-        _code, out = invoke(*long, "--policy", POLICY, "--agent", "coding_agent", "--window", window, "--json")
+        _code, out = invoke(
+            *long, "--policy", POLICY, "--agent", "coding_agent", "--window", window, "--json"
+        )
         s = json.loads(out)["summary"]["coding_agent"]
         assert (s["overflows"], s["pairing_violations"]) == (0, 0)
 

@@ -20,12 +20,29 @@ def test_jsonl_and_json_array(tmp_path: Path) -> None:
 
 
 def test_anthropic_blocks(tmp_path: Path) -> None:
-    body = {"system": "be brief", "messages": [
-        {"role": "user", "content": "list files"},
-        {"role": "assistant", "content": [{"type": "text", "text": "ok"},
-                                          {"type": "tool_use", "id": "tu1", "name": "bash", "input": {"cmd": "ls"}}]},
-        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "tu1", "content": [{"type": "text", "text": "a.py"}]}]},
-    ]}
+    body = {
+        "system": "be brief",
+        "messages": [
+            {"role": "user", "content": "list files"},
+            {
+                "role": "assistant",
+                "content": [
+                    {"type": "text", "text": "ok"},
+                    {"type": "tool_use", "id": "tu1", "name": "bash", "input": {"cmd": "ls"}},
+                ],
+            },
+            {
+                "role": "user",
+                "content": [
+                    {
+                        "type": "tool_result",
+                        "tool_use_id": "tu1",
+                        "content": [{"type": "text", "text": "a.py"}],
+                    }
+                ],
+            },
+        ],
+    }
     p = tmp_path / "c.json"
     p.write_text(json.dumps(body))
     out = load_trace(p)
@@ -35,12 +52,14 @@ def test_anthropic_blocks(tmp_path: Path) -> None:
 
 
 def test_swe_agent_traj(tmp_path: Path) -> None:
-    traj = {"history": [
-        {"role": "system", "content": "sys"},
-        {"role": "user", "content": "fix it"},
-        {"role": "assistant", "content": "look", "action": "ls -la"},
-        {"role": "user", "content": "a.py b.py"},
-    ]}
+    traj = {
+        "history": [
+            {"role": "system", "content": "sys"},
+            {"role": "user", "content": "fix it"},
+            {"role": "assistant", "content": "look", "action": "ls -la"},
+            {"role": "user", "content": "a.py b.py"},
+        ]
+    }
     p = tmp_path / "x.traj"
     p.write_text(json.dumps(traj))
     out = load_trace(p)
@@ -61,14 +80,19 @@ def test_openhands_events(tmp_path: Path) -> None:
     assert out[1]["content"] == "look"
 
 
-@pytest.mark.parametrize(("name", "text", "line", "words"), [
-    ("t.jsonl", '{"role": "user", "content": "a"}\n\n{"role": "bogus"}\n', 3, "valid role"),
-    ("t.jsonl", '{"role": "user"}\n{"role": "tool", "content": "x"}\n', 2, "tool_call_id"),
-    ("t.jsonl", '{"role": "user"}\nnot json\n', 2, "invalid JSON"),
-    ("t.json", '[\n  {"role": "user"},\n  {"role": "nope"}\n]', 3, "valid role"),
-    ("t.json", '[\n  {"role": "user"},\n  {"role": \n', 4, "invalid JSON"),
-])
-def test_errors_name_file_and_line(tmp_path: Path, name: str, text: str, line: int, words: str) -> None:
+@pytest.mark.parametrize(
+    ("name", "text", "line", "words"),
+    [
+        ("t.jsonl", '{"role": "user", "content": "a"}\n\n{"role": "bogus"}\n', 3, "valid role"),
+        ("t.jsonl", '{"role": "user"}\n{"role": "tool", "content": "x"}\n', 2, "tool_call_id"),
+        ("t.jsonl", '{"role": "user"}\nnot json\n', 2, "invalid JSON"),
+        ("t.json", '[\n  {"role": "user"},\n  {"role": "nope"}\n]', 3, "valid role"),
+        ("t.json", '[\n  {"role": "user"},\n  {"role": \n', 4, "invalid JSON"),
+    ],
+)
+def test_errors_name_file_and_line(
+    tmp_path: Path, name: str, text: str, line: int, words: str
+) -> None:
     p = tmp_path / name
     p.write_text(text)
     with pytest.raises(TraceError) as exc:

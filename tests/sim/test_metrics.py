@@ -17,17 +17,31 @@ def trace() -> list[dict[str, Any]]:
     return [
         {"role": "system", "content": "S"},
         {"role": "user", "content": "fix src/app.py"},
-        {"role": "assistant", "content": None, "tool_calls": [call("c1", "read_file", path="src/app.py")]},
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [call("c1", "read_file", path="src/app.py")],
+        },
         {"role": "tool", "tool_call_id": "c1", "content": "alpha KEY-9876 beta"},
         {"role": "assistant", "content": "checking", "tool_calls": [call("c2", "bash", cmd="ls")]},
         {"role": "tool", "tool_call_id": "c2", "content": "one LOST-4242"},
         # the same read twice in one message, after c1 was masked: one repeat
-        {"role": "assistant", "content": "KEY-9876 matters", "tool_calls": [
-            call("c3", "read_file", path="src/app.py"), call("c3b", "read_file", path="src/app.py")]},
+        {
+            "role": "assistant",
+            "content": "KEY-9876 matters",
+            "tool_calls": [
+                call("c3", "read_file", path="src/app.py"),
+                call("c3b", "read_file", path="src/app.py"),
+            ],
+        },
         {"role": "tool", "tool_call_id": "c3", "content": "alpha KEY-9876 beta"},
         {"role": "tool", "tool_call_id": "c3b", "content": "alpha KEY-9876 beta"},
         # read again while c3b is intact: not a repeat after compaction
-        {"role": "assistant", "content": "LOST-4242 and KEY-9876", "tool_calls": [call("c4", "read_file", path="src/app.py")]},
+        {
+            "role": "assistant",
+            "content": "LOST-4242 and KEY-9876",
+            "tool_calls": [call("c4", "read_file", path="src/app.py")],
+        },
         {"role": "tool", "tool_call_id": "c4", "content": "alpha KEY-9876 beta"},
     ]
 
@@ -134,9 +148,29 @@ def test_pairing_violations_counted_per_prepared_list() -> None:
 def test_states_and_alerts_from_events() -> None:
     from ctxpolicy.sim.replay import StepRecord, TraceResult
 
-    r = TraceResult(trace="t", strategy="policy", label="p", kind="policy", model=None, window=100, reserve_output=10)
-    r.steps = [StepRecord(index=i, used=u, none=u, trigger=100, target=50, warning=70, error=90, hard_limit=90, state=s)
-               for i, (u, s) in enumerate([(10, "normal"), (75, "warning"), (95, "critical")])]
+    r = TraceResult(
+        trace="t",
+        strategy="policy",
+        label="p",
+        kind="policy",
+        model=None,
+        window=100,
+        reserve_output=10,
+    )
+    r.steps = [
+        StepRecord(
+            index=i,
+            used=u,
+            none=u,
+            trigger=100,
+            target=50,
+            warning=70,
+            error=90,
+            hard_limit=90,
+            state=s,
+        )
+        for i, (u, s) in enumerate([(10, "normal"), (75, "warning"), (95, "critical")])
+    ]
     r.events = [
         {"type": "context.compacted", "layer": "drop_rounds", "before": 100, "after": 5},
         {"type": "context.compacted", "layer": "summarize", "before": 100, "after": 5},
@@ -148,7 +182,12 @@ def test_states_and_alerts_from_events() -> None:
     assert d["states"] == {"normal": 1, "warning": 1, "critical": 1, "error": 0, "overflow": 0}
     assert d["overflows"] == 1
     assert d["compactions"] == {"drop_rounds": 1, "summarize": 1}
-    assert d["compression"] == {"attempts": 3, "failures": 1, "failure_rate": round(1 / 3, 4), "mean_ratio": 0.95}
+    assert d["compression"] == {
+        "attempts": 3,
+        "failures": 1,
+        "failure_rate": round(1 / 3, 4),
+        "mean_ratio": 0.95,
+    }
     assert d["summarizer"] == {"calls": 2, "failures": 1}
     assert d["breaker_trips"] == 1
     # design B: ratio 0.95 > 0.9 alerts; 1 repeat > 0.3 × 2 compactions alerts
