@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Last step of `make demo`: replay the example traces under the shipped coding policy,
+# Last step of `make demo`: replay the example traces under the shipped 16k coding policy,
 # print the summary table, write demo-report.html and demo-tokens.png.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -16,6 +16,6 @@ if [ ${#traces[@]} -eq 0 ]; then
 fi
 echo "== ctxpolicy simulate ${traces[*]}"
 "$BIN/ctxpolicy" simulate "${traces[@]}" \
-  --policy policies/agents.yaml --agent coding_agent \
-  --baseline none --baseline observation_mask \
+  --policy policies/agents.yaml --agent coding_agent_16k \
+  --baseline none --baseline observation_mask --steps \
   --report demo-report.html --plot demo-tokens.png

@@ -131,6 +131,12 @@ def _parse_compare(spec: str, policy: str, agent: str) -> tuple[str, str]:
     default=None,
     help="Keep snapshots here (default: a temporary directory, removed).",
 )
+@click.option(
+    "--steps",
+    "show_steps",
+    is_flag=True,
+    help="Also print one status line per model call (used, ratio, state, layers fired).",
+)
 @click.pass_context
 def simulate(
     ctx: click.Context,
@@ -149,6 +155,7 @@ def simulate(
     alert_ratio: float,
     alert_repeats: float,
     snapshots_dir: str | None,
+    show_steps: bool,
 ) -> None:
     """Replay agent traces step by step under a policy and report what it does.
 
@@ -256,6 +263,8 @@ def simulate(
     else:
         from ctxpolicy.sim.report import print_report
 
+        if show_steps:
+            _print_steps(output, {r.label for r in runs})
         print_report(
             output,
             Console(file=sys.stdout)
@@ -268,3 +277,22 @@ def simulate(
             click.echo(f"wrote {plot}")
     if check and not output["check"]["passed"]:
         ctx.exit(1)
+
+
+def _print_steps(output: dict[str, Any], labels: set[str]) -> None:
+    """Per-call status of the policy runs (not the baselines), as `context.status` sees it."""
+    for trace in output["traces"]:
+        for run in trace["runs"]:
+            if run["run"] not in labels:
+                continue
+            series = run["series"]
+            click.echo(f"== {trace['trace']} · {run['run']}")
+            click.echo("  call      used   trigger  ratio  state     compacted by")
+            for i, used in enumerate(series["used"]):
+                trigger = series["trigger"][i]
+                ratio = used / trigger if trigger else 0.0
+                layers = ", ".join(series["layers"][i]) or "-"
+                click.echo(
+                    f"  {i + 1:4d} {used:9,d} {trigger:9,d}  {ratio:5.2f}  "
+                    f"{series['state'][i]:9s} {layers}"
+                )
