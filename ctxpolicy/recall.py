@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ctxpolicy.components import SnapshotStore
@@ -30,7 +30,7 @@ def _observation(doc: Mapping[str, Any]) -> str:
     return obs if isinstance(obs, str) else json.dumps(obs, ensure_ascii=False, default=str)
 
 
-def _parse_lines(lines: tuple[int, int] | str | list[int]) -> tuple[int, int]:
+def _parse_lines(lines: Sequence[int] | str) -> tuple[int, int]:
     if isinstance(lines, str):
         m = _RANGE_RE.match(lines)
         if not m:
@@ -48,7 +48,7 @@ def recall(
     store: SnapshotStore,
     ref: str,
     *,
-    lines: tuple[int, int] | str | None = None,
+    lines: Sequence[int] | str | None = None,
     grep: str | None = None,
 ) -> str:
     """The original observation of a snapshot (``ctxsnap://`` URI or path).

@@ -540,9 +540,9 @@ def image_tokens(width: int | None, height: int | None, detail: str | None = "au
     then 170 per 512-px tile + 85. Unknown size: 1024×1024 (765 tokens)."""
     if detail == "low":
         return IMAGE_LOW_TOKENS
-    w, h = (width, height) if width and height else IMAGE_DEFAULT_SIZE
-    scale = min(1.0, 2048 / max(w, h))
-    w, h = w * scale, h * scale
+    w0, h0 = (width, height) if width and height else IMAGE_DEFAULT_SIZE
+    scale = min(1.0, 2048 / max(w0, h0))
+    w, h = w0 * scale, h0 * scale
     scale = min(1.0, 768 / min(w, h))
     w, h = w * scale, h * scale
     tiles = math.ceil(w / 512) * math.ceil(h / 512)
@@ -815,16 +815,16 @@ class TokenCounter:
         using = "heuristic" if chosen.name == "heuristic" else f"{chosen.name}:{chosen.encoding}"
         note = getattr(chosen, "note", None)
         if tried or note or (self.approximate and approx_why):
-            reasons = [f"{t['tokenizer']}: {t['reason']}" for t in tried]
+            reason_parts = [f"{t['tokenizer']}: {t['reason']}" for t in tried]
             if note:
-                reasons.append(note)
+                reason_parts.append(note)
             if approx_why and not choice.exact:
-                reasons.append(approx_why)
+                reason_parts.append(approx_why)
             event: Event = {
                 "type": "tokenizer.fallback",
                 "wanted": chain[0].label,
                 "using": using,
-                "reason": "; ".join(reasons),
+                "reason": "; ".join(reason_parts),
                 "approximate": self.approximate,
                 "model": self.model_name,
                 "tried": tried,
@@ -1053,7 +1053,8 @@ class TokenCounter:
         ct = self.count_text
         n = 0
         for tool in tools:
-            fn = tool.get("function") if isinstance(tool.get("function"), Mapping) else tool
+            raw_fn = tool.get("function")
+            fn: Mapping[str, Any] = raw_fn if isinstance(raw_fn, Mapping) else tool
             name = str(fn.get("name", ""))
             desc = str(fn.get("description") or "")
             desc = desc.removesuffix(".")

@@ -6,7 +6,7 @@ import importlib
 import json
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from types import ModuleType
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeGuard, TypeVar
 
 if TYPE_CHECKING:  # pragma: no cover
     from ctxpolicy.engine import Session
@@ -27,7 +27,7 @@ def require(module: str, extra: str) -> ModuleType:
         ) from exc
 
 
-def is_given(value: Any) -> bool:
+def is_given(value: T | None) -> TypeGuard[T]:
     """False for None and the SDKs' ``NOT_GIVEN`` / ``omit`` sentinels."""
     if value is None:
         return False

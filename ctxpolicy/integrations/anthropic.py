@@ -175,7 +175,7 @@ class AnthropicConversation:
             ]
             if role == "assistant":
                 parts = [p for p in (_block_to_part(b) for b in blocks) if p is not None]
-                calls = []
+                calls: list[dict[str, Any]] = []
                 for b in blocks:
                     if b.get("type") == "tool_use":
                         cid = str(b.get("id", ""))

@@ -321,7 +321,7 @@ def _input_tokens(response: Any) -> int | None:
 
 def _middleware_base() -> type:
     mod = require("langchain.agents.middleware", "langchain")
-    return mod.AgentMiddleware  # type: ignore[no-any-return]
+    return mod.AgentMiddleware
 
 
 def _make_middleware_class() -> type:

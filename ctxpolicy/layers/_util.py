@@ -136,8 +136,7 @@ def unit_refs(unit: Unit) -> list[str]:
         s = _ref_str(r)
         if s:
             out.append(s)
-    seen: set[str] = set()
-    return [r for r in out if not (r in seen or seen.add(r))]
+    return list(dict.fromkeys(out))  # first occurrence of each, in order
 
 
 def meta_ref_for(unit: Unit, tool_call_id: str) -> str | None:

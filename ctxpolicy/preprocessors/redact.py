@@ -15,7 +15,7 @@ the policy; they are compiled, never executed as code.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 from pydantic import Field, field_validator
 
@@ -77,6 +77,11 @@ class RedactOptions(ComponentOptions):
         return v
 
 
+def _verbatim(text: str) -> Callable[[re.Match[str]], str]:
+    """A ``re.sub`` replacement inserting ``text`` as is (no ``\\1`` group expansion)."""
+    return lambda _m: text
+
+
 class Redactor:
     """Compiled patterns applied one after another; :meth:`redact` returns text and counts."""
 
@@ -90,7 +95,7 @@ class Redactor:
             return text, counts
         for name, rx in self.patterns:
             repl = self.replacement.replace("{name}", name)
-            text, n = rx.subn(lambda _m, r=repl: r, text)
+            text, n = rx.subn(_verbatim(repl), text)
             if n:
                 counts[name] = n
         return text, counts

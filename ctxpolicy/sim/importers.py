@@ -353,7 +353,8 @@ def _from_openhands(events: Sequence[Any], name: str) -> list[Message]:
             continue
         n += 1
         pending = f"call_{n:04d}"
-        args = e.get("args") if isinstance(e.get("args"), Mapping) else {}
+        raw_args = e.get("args")
+        args: Mapping[str, Any] = raw_args if isinstance(raw_args, Mapping) else {}
         thought = str(args.get("thought") or "")
         call_args = {k: v for k, v in args.items() if k not in ("thought",)}
         out.append(

@@ -77,7 +77,10 @@ def _default_prices() -> dict[str, Any]:
 def price_for(prices: Mapping[str, Any], model: str | None) -> tuple[str, dict[str, float]]:
     """``(name used, {input, cached_input, output})`` for a model (``default`` if unknown)."""
     models = prices["models"]
-    name = model if model in models else "default" if "default" in models else next(iter(models))
+    if model is not None and model in models:
+        name: str = model
+    else:
+        name = "default" if "default" in models else next(iter(models))
     p = models[name]
     return name, {
         "input": float(p["input"]),

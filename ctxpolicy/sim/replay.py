@@ -248,7 +248,8 @@ class PolicyStrategy:
 
 
 def _call_key(call: Mapping[str, Any]) -> str:
-    fn = call.get("function") if isinstance(call.get("function"), Mapping) else {}
+    raw_fn = call.get("function")
+    fn: Mapping[str, Any] = raw_fn if isinstance(raw_fn, Mapping) else {}
     name = str(fn.get("name", ""))
     args = fn.get("arguments")
     if isinstance(args, str):
@@ -397,7 +398,7 @@ def run_strategy(
         seen.add(message_text(m))
     result.events = list(strategy.events())
     if hasattr(strategy, "session"):
-        st = strategy.session.stats  # type: ignore[attr-defined]
+        st = strategy.session.stats
         result.tool_tokens_before = st.tool_tokens_before
         result.tool_tokens_after = st.tool_tokens_after
     strategy.close()

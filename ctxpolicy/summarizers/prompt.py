@@ -7,7 +7,7 @@ LLM summarizers to turn a :class:`SummaryRequest` into one prompt text.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ctxpolicy.components import SummaryRequest
@@ -27,7 +27,9 @@ Drop redundant intermediate output and repetitions. Do not invent anything.
 Write plain text, at most {max_tokens} tokens."""
 
 
-def transcript(messages: list[Mapping[str, Any]], max_chars_per_message: int | None = None) -> str:
+def transcript(
+    messages: Sequence[Mapping[str, Any]], max_chars_per_message: int | None = None
+) -> str:
     """Messages as ``[role]: text`` lines, tool calls and results labelled."""
     lines: list[str] = []
     for m in messages:
