@@ -49,13 +49,30 @@ def fresh() -> Iterator[None]:
 
 def test_builtins_come_through_the_hooks(fresh: None) -> None:
     reg = plugins.get_registry()
-    for name, info in reg.plugins.items():
-        assert info.builtin, name
-        assert info.distribution == "ctxpolicy"
-    for kind in plugins.KIND_BASES:
-        for cname in reg.names(kind):
-            plugin = reg.plugin_of(kind, cname)
-            assert plugin in reg.plugins and reg.plugins[plugin].builtin
+    builtin = {n for n, info in reg.plugins.items() if info.builtin}
+    assert builtin == {m.removeprefix("ctxpolicy.") for m in plugins.DEFAULT_PLUGINS}
+    for name in builtin:
+        assert reg.plugins[name].distribution == "ctxpolicy"
+    expected = {
+        "layer": {"observation_mask", "drop_rounds", "summarize", "emergency", "offload"},
+        "preprocessor": {
+            "head_tail",
+            "head_tail_lines",
+            "test_failures",
+            "log_levels",
+            "command_output",
+            "table_rows",
+            "json_prune",
+            "redact",
+        },
+        "summarizer": {"extractive", "openai", "callable"},
+        "tokenizer": {"tiktoken", "quicktok", "heuristic"},
+        "snapshot_store": {"local", "fsspec"},
+    }
+    for kind, names in expected.items():
+        for cname in names:
+            assert reg.plugin_of(kind, cname) in builtin, (kind, cname)  # type: ignore[arg-type]
+    assert reg.problems == []
 
 
 def test_runtime_plugin_registers_components(fresh: None) -> None:

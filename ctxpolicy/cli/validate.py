@@ -9,6 +9,7 @@ no engine, no tiktoken.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
@@ -114,6 +115,9 @@ def validate(
     """
     if not paths:
         raise click.UsageError("give at least one PATH (a policy file or a directory)")
+    # Cold start matters in pre-commit: pydantic's own plugin discovery (an entry-point
+    # scan, ~0.1 s) is of no use to this one-shot process. ctxpolicy's plugins still load.
+    os.environ.setdefault("PYDANTIC_DISABLE_PLUGINS", "__all__")
     report = validate_paths(paths, agent=agent, strict=strict)
     if not report.files:
         raise click.UsageError(

@@ -87,7 +87,7 @@ def resolve_amount(value: int | str, window: int) -> int:
 class StrictModel(BaseModel):
     """Base of every DSL model: unknown keys are errors, instances are immutable."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, defer_build=True)
 
 
 class ComponentOptions(StrictModel):
@@ -328,6 +328,7 @@ class PolicyFile(StrictModel):
     model_config = ConfigDict(
         extra="forbid",
         frozen=True,
+        defer_build=True,
         populate_by_name=True,
         title="ctxpolicy policy file",
     )
