@@ -147,16 +147,23 @@ def _static_growth(policy: Policy, window: int) -> int:
     return resolve_amount(g, window)
 
 
+def budget_parts(policy: Policy) -> tuple[int, int, int, int]:
+    """``(window, reserve_output, tool_growth, safety_margin)`` in tokens, before any
+    learning (growth = the fixed amount or the learned reserve's ``initial``)."""
+    window = effective_window(policy)
+    reserve, _ = _reserve(policy, window)
+    margin = resolve_amount(policy.budget.safety_margin, window)
+    return window, reserve, _static_growth(policy, window), margin
+
+
 def compute_budget(policy: Policy, *, tool_growth: int | None = None) -> BudgetState:
     """Resolve a policy's budget; ``tool_growth`` (e.g. learned) overrides the policy's.
 
     Raises ``ValueError`` when the policy's own numbers leave no room (trigger ≤ 0). A
     learned ``tool_growth`` that would do so is cut so the trigger stays ≥ 1.
     """
-    window = effective_window(policy)
-    reserve, _ = _reserve(policy, window)
-    margin = resolve_amount(policy.budget.safety_margin, window)
-    growth = _static_growth(policy, window) if tool_growth is None else max(0, int(tool_growth))
+    window, reserve, static_growth, margin = budget_parts(policy)
+    growth = static_growth if tool_growth is None else max(0, int(tool_growth))
     trigger = window - reserve - growth - margin
     if trigger <= 0:
         if tool_growth is None:

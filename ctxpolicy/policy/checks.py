@@ -9,13 +9,13 @@ message, hint); :mod:`ctxpolicy.policy.resolve` turns it into a positioned
 from __future__ import annotations
 
 import fnmatch
+import math
 from dataclasses import dataclass
 
-from ctxpolicy.policy.models import Policy, ToolGrowth, resolve_amount
+from ctxpolicy.policy.models import Policy
 
 __all__ = ["BudgetNumbers", "Finding", "budget_numbers", "check_policy"]
 
-DEFAULT_RESERVE_OUTPUT = 4096
 
 PathT = tuple[str | int, ...]
 
@@ -50,20 +50,13 @@ class BudgetNumbers:
 
 
 def budget_numbers(policy: Policy) -> BudgetNumbers:
-    """The budget of ``policy`` in tokens (pure arithmetic, no engine)."""
-    b = policy.budget
-    window = policy.model.context_window
-    if b.window is not None:
-        window = min(window, b.window)
-    if b.reserve_output is not None:
-        reserve = resolve_amount(b.reserve_output, window)
-    else:
-        reserve = policy.model.max_output_tokens or DEFAULT_RESERVE_OUTPUT
-    tg = b.tool_growth
-    growth = resolve_amount(tg.initial if isinstance(tg, ToolGrowth) else tg, window)
-    margin = resolve_amount(b.safety_margin, window)
+    """The budget of ``policy`` in tokens (the engine's arithmetic, without raising)."""
+    from ctxpolicy.budget import budget_parts
+
+    window, reserve, growth, margin = budget_parts(policy)
     trigger = window - reserve - growth - margin
-    target = int(b.target * trigger) if isinstance(b.target, float) else int(b.target)
+    t = policy.budget.target
+    target = math.floor(t * trigger + 1e-9) if isinstance(t, float) else int(t)
     return BudgetNumbers(window, reserve, growth, margin, trigger, target)
 
 
