@@ -473,7 +473,12 @@ _BACKENDS = {"tiktoken", "quicktok", "heuristic"}
 def parse_chain(
     spec: str | Sequence[str], *, backends: set[str] | None = None
 ) -> list[TokenizerChoice]:
-    """Parse ``model.tokenizer``: ``backend``, ``backend:encoding`` or a bare encoding."""
+    """Parse ``model.tokenizer``: ``backend``, ``backend:encoding`` or a bare encoding.
+
+    A bare encoding (``o200k_base``) means that vocabulary from any exact backend:
+    ``tiktoken:o200k_base``, then ``quicktok:o200k_base`` (token-for-token identical,
+    verified in docs/tokenizers.md), so an offline machine still counts exactly.
+    """
     items = [spec] if isinstance(spec, str) else list(spec)
     known = _BACKENDS | (backends or set())
     out = []
@@ -485,7 +490,9 @@ def parse_chain(
         elif item in known:
             out.append(TokenizerChoice(item, None))
         else:
+            # a bare encoding: that exact vocabulary from any backend that has it
             out.append(TokenizerChoice("tiktoken", item))
+            out.append(TokenizerChoice("quicktok", item))
     return out
 
 

@@ -102,10 +102,11 @@ def test_encoding_for_model(model, encoding, exact):
 
 
 def test_parse_chain():
-    c = parse_chain(["o200k_base", "quicktok:o200k_base", "heuristic", "quicktok"])
+    c = parse_chain(["o200k_base", "tiktoken:cl100k_base", "heuristic", "quicktok"])
     assert [(x.backend, x.encoding) for x in c] == [
-        ("tiktoken", "o200k_base"),
+        ("tiktoken", "o200k_base"),  # a bare encoding: any exact backend that has it
         ("quicktok", "o200k_base"),
+        ("tiktoken", "cl100k_base"),
         ("heuristic", None),
         ("quicktok", None),
     ]
@@ -192,7 +193,11 @@ def test_explicit_chain_falls_through_with_one_event():
     assert len(events) == 1
     ev = events[0]
     assert ev["wanted"] == "tiktoken:no_such_encoding" and ev["using"] == "heuristic"
-    assert [t["tokenizer"] for t in ev["tried"]] == ["tiktoken:no_such_encoding", "quicktok:nope"]
+    assert [t["tokenizer"] for t in ev["tried"]] == [
+        "tiktoken:no_such_encoding",
+        "quicktok:no_such_encoding",
+        "quicktok:nope",
+    ]
 
 
 def test_explicit_chain_exhausted_raises():

@@ -110,8 +110,9 @@ class ModelSpec(StrictModel):
     tokenizer: str | list[str] | None = Field(
         default=None,
         description="Tokenizer fallback chain, tried in order. Each entry is "
-        "`backend`, `backend:encoding` or a bare encoding name (meaning "
-        "`tiktoken:<encoding>`), e.g. `[o200k_base, quicktok:o200k_base, heuristic]`. "
+        "`backend`, `backend:encoding` or a bare encoding name (that vocabulary from "
+        "any exact backend: `tiktoken:<encoding>`, then `quicktok:<encoding>`), e.g. "
+        "`[o200k_base, heuristic]`. "
         "Unset: derived from the model name, ending in `heuristic`. Every fallback "
         "emits a `tokenizer.fallback` event.",
     )

@@ -1,0 +1,51 @@
+"""Every real trace under every shipped policy at 16k and 32k windows.
+
+Zero pairing violations and zero prepared contexts above ``window − reserve_output``
+wherever the policy's budget fits the window. Where it does not (design B's
+absolute 128k numbers on a 16k window), loading it at that window is a clear
+CTX201 diagnostic — never a silent fallback; a policy that leaves less than a
+quarter of the window for the conversation (e.g. ``default``'s 8000-token reserve and
+4000-token margin on 16k: trigger 288) is not meant for that window and is skipped
+with its numbers.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from ctxpolicy import load_policy
+from ctxpolicy.budget import compute_budget
+from ctxpolicy.policy.checks import check_policy
+from ctxpolicy.policy.resolve import list_agents
+from ctxpolicy.sim.replay import RunSpec, simulate, with_window
+from tests.shared_data import shared_traces
+
+POLICY = "policies/agents.yaml"
+AGENTS = list_agents(POLICY)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("window", [16384, 32768])
+@pytest.mark.parametrize("agent", AGENTS)
+def test_every_trace_every_shipped_policy(agent: str, window: int, tmp_path: Path) -> None:
+    policy = load_policy(POLICY, agent=agent)
+    sized = with_window(policy, window)
+    try:
+        budget = compute_budget(sized)
+    except ValueError:
+        codes = [f.code for f in check_policy(sized)]
+        assert "CTX201" in codes, f"{agent} does not fit {window} but no diagnostic says so"
+        pytest.skip(f"{agent}'s budget does not fit a {window}-token window (CTX201)")
+    if budget.trigger < window // 4:
+        pytest.skip(f"{agent} leaves a trigger of {budget.trigger} tokens on a {window} window")
+    out = simulate(
+        [str(p) for p in shared_traces()],
+        [RunSpec(label=agent, policy=policy, file=POLICY, agent=agent)],
+        window=window,
+        jobs=2,
+        snapshots_dir=tmp_path,
+    )
+    s = out["summary"][agent]
+    assert (s["overflows"], s["pairing_violations"]) == (0, 0), s
