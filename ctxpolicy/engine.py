@@ -175,6 +175,8 @@ class Session:
         self._tool_processor: Any = None
         self._last_units: list[Unit] = []
         self._refs: dict[str, str] = {}
+        self._archive: list[Message] = []
+        self._archived: set[str] = set()
         self._calibration = 1.0
         self._usage_seen = False
 
@@ -748,6 +750,7 @@ class Session:
                     if first_user is not None:
                         self.ledger.set_goal(content_text(first_user.messages[0].get("content")))
                 self.ledger.update(result.dropped)
+                self._archive_dropped(result.dropped, emit)
                 self._ledger_text = self.ledger.render()
             except Exception as exc:  # pragma: no cover - ledger is ours
                 emit("ledger.failed", error=repr(exc))
@@ -773,6 +776,49 @@ class Session:
             lost_facts=lost[:50],
         )
         return new_units, new_used
+
+    def _archive_dropped(self, dropped: Sequence[Unit], emit: Callable[..., None]) -> None:
+        """Keep every dropped message verbatim in one snapshot the ledger points to.
+
+        Tool results are snapshotted one by one already; this also keeps the
+        assistant's reasoning, tool-call arguments and user turns a layer removed, so
+        everything compacted stays recoverable (``ctx_recall``). The document is
+        rewritten with the whole archive each time (one reference, always complete).
+        """
+        if self.snapshots is None or self.ledger is None:
+            return
+        new = False
+        for u in dropped:
+            # a dropped summary or pointer stands for units archived when it was made
+            if u.kind in ("summary", "ledger") or u.key in self._archived:
+                continue
+            self._archived.add(u.key)
+            self._archive.extend(u.messages)
+            new = True
+        if not new:
+            return
+        transcript = "\n\n".join(_transcript_line(m) for m in self._archive)
+        try:
+            ref = self.snapshots.write(
+                self.conv_id,
+                self._step,
+                "compacted_history",
+                {
+                    "step": self._step,
+                    "action": "compacted_history",
+                    "phase": "compaction",
+                    "observation": transcript,
+                    "messages": list(self._archive),
+                    "timestamp": time.time(),
+                    "conv_id": self.conv_id,
+                },
+            )
+        except Exception as exc:
+            emit(
+                "snapshot.failed", error=f"{type(exc).__name__}: {exc}", action="compacted_history"
+            )
+            return
+        self.ledger.archive = ref.uri
 
     def _squeeze(
         self, view: list[Unit], used: int, limit: int, count: Callable[[Sequence[Unit]], int]
@@ -808,6 +854,20 @@ class Session:
             units[ui] = units[ui].replace(messages=msgs)
             used = count(units)
         return units, used
+
+
+def _transcript_line(m: Mapping[str, Any]) -> str:
+    """One message as plain text for the history archive (searchable with grep)."""
+    head = str(m.get("role", "?"))
+    if m.get("role") == "tool":
+        head += f" [{m.get('tool_call_id', '')}]"
+    parts = [f"{head}: {content_text(m.get('content'))}"]
+    for tc in m.get("tool_calls") or []:
+        fn = tc.get("function") or {} if isinstance(tc, Mapping) else {}
+        parts.append(
+            f"  → call {fn.get('name', '')}({fn.get('arguments', '')}) [{tc.get('id', '')}]"
+        )
+    return "\n".join(parts)
 
 
 def _insert_specials(view: list[Unit], specials: list[Unit]) -> list[Unit]:

@@ -61,6 +61,9 @@ class Ledger:
         self.ids: list[str] = []
         self.errors: list[str] = []
         self.next_step: str | None = None
+        #: Reference of the snapshot holding every compacted message verbatim (set by
+        #: the engine); rendered first and never trimmed.
+        self.archive: str | None = None
         self._count = count_text or approx_tokens
 
     # ------------------------------------------------------------------ updates
@@ -135,11 +138,17 @@ class Ledger:
     # ------------------------------------------------------------------ output
     def __bool__(self) -> bool:
         return bool(
-            self.goal or self.constraints or self.next_step or any(getattr(self, n) for n in _LISTS)
+            self.archive
+            or self.goal
+            or self.constraints
+            or self.next_step
+            or any(getattr(self, n) for n in _LISTS)
         )
 
     def _render(self, lists: Mapping[str, list[str]], goal: str | None) -> str:
         lines = [HEADER]
+        if self.archive:
+            lines.append(f"Compacted history, verbatim (read with ctx_recall): {self.archive}")
         if goal:
             lines.append(f"Goal: {goal}")
         if self.constraints:
@@ -205,6 +214,7 @@ class Ledger:
             "ids": list(self.ids),
             "errors": list(self.errors),
             "next_step": self.next_step,
+            "archive": self.archive,
         }
 
     @classmethod
@@ -218,4 +228,5 @@ class Ledger:
         for n in _LISTS:
             setattr(led, n, [str(x) for x in data.get(n, [])])
         led.next_step = data.get("next_step")
+        led.archive = data.get("archive")
         return led

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import re
 import types
 from collections.abc import Iterator, Sequence
 from typing import Any
@@ -281,3 +282,21 @@ def test_untouched_results_carry_refs_for_layers(tmp_path: Any) -> None:
 
     (ref,) = parse_reference(masked[0]["content"])
     assert s.recall(ref).startswith("short result 0")
+
+
+def test_dropped_history_is_archived_verbatim_and_referenced(
+    tmp_path: Any, test_layers: None
+) -> None:
+    pol = make_policy(
+        tmp_path, pipeline=[{"layer": "t_drop_oldest", "at": "warning", "options": {}}]
+    )
+    s = Session(pol)
+    msgs = conversation(12, 2000)
+    msgs[2]["content"] = "I think the bug is in src/app.py line 42 (BUG-1234)."
+    out = s.prepare(msgs)
+    assert msgs[2] not in out  # the first round was dropped
+    ledger = next(m["content"] for m in out if str(m.get("content", "")).startswith(LEDGER_MARK))
+    (ref,) = re.findall(r"verbatim \(read with ctx_recall\): (ctxsnap://\S+)", ledger)
+    history = s.recall(ref)
+    assert "I think the bug is in src/app.py line 42 (BUG-1234)." in history
+    assert "→ call read_file" in history
