@@ -850,7 +850,11 @@ class Session:
             head, tail = text[: keep // 2], text[len(text) - keep // 2 :]
             cut = _SQUEEZE_MARK.format(n=len(text) - len(head) - len(tail))
             msgs = list(units[ui].messages)
-            msgs[mi] = {**msgs[mi], "content": f"{head}\n{cut}\n{tail}"}
+            new_text = f"{head}\n{cut}\n{tail}"
+            ref = self._refs.get(str(msgs[mi].get("tool_call_id")))
+            if ref and ref not in new_text:
+                new_text += f"\n[Full detail available at: {ref}]"
+            msgs[mi] = {**msgs[mi], "content": new_text}
             units[ui] = units[ui].replace(messages=msgs)
             used = count(units)
         return units, used
