@@ -75,7 +75,8 @@ def simulate_plots(img: Path, out_rel: Path) -> list[str]:
         if not path.exists():
             md.append(f"_(trace {trace} not found; plot skipped)_")
             continue
-        png = img / f"simulate_{agent}_{window}_{trace.split('.')[1][:40]}.png".replace("/", "_")
+        tag = trace.removesuffix(".jsonl").rsplit(".", 1)[-1][:40]
+        png = img / f"simulate_{agent}_{window}_{tag}.png".replace("/", "_")
         cmd = [
             str(exe),
             "simulate",
@@ -204,6 +205,162 @@ def preprocessors_section() -> str:
     return "## Preprocessors\n\n" + p.stdout.strip()
 
 
+def _load(results: Path, name: str) -> dict[str, Any] | None:
+    f = results / f"{name}.json"
+    return json.loads(f.read_text(encoding="utf-8")) if f.exists() else None
+
+
+def _short(conversation: str) -> str:
+    name = conversation.split(" (")[0].replace("mini-swe-agent__20251118_gemini-3-pro-74pct.", "")
+    return name.removesuffix(".jsonl")
+
+
+def headline(results: Path) -> list[str]:
+    """One table of every goal, read from the results JSON files."""
+    ok = {True: "✓", False: "✗", None: "n/a"}
+    rows: list[list[str]] = []
+    e = _load(results, "bench_engine")
+    if e:
+        for c in e["conversations"]:
+            name = _short(c["conversation"])
+            rows.append(
+                [
+                    "engine: ctxpolicy ≤ 1.5 × one tiktoken pass",
+                    name,
+                    f"{c['ctxpolicy_over_floor']:.2f}×",
+                    ok[c["goal_floor"]],
+                ]
+            )
+        for c in e["conversations"]:
+            name = _short(c["conversation"])
+            rows.append(
+                [
+                    "engine: naive recount ≥ 20 × ctxpolicy at ≥ 200 steps",
+                    f"{name}, {c['steps']} steps",
+                    f"{c['naive_over_ctxpolicy']:.1f}×",
+                    ok[c["goal_naive"]],
+                ]
+            )
+        m = e["memory"]
+        rows.append(
+            [
+                "engine: memory growth linear",
+                "tracemalloc peak, 1–8 parts",
+                f"{m['fit'].get('bytes_per_token', 0):.1f} B/token, residual {m['fit'].get('max_rel_residual', 0):.0%}",
+                ok[m["goal_linear"]],
+            ]
+        )
+    q = _load(results, "bench_quality")
+    if q:
+        g = q["goals"]
+        rows.append(
+            [
+                "quality: 0 overflows, 0 pairing violations (ctxpolicy)",
+                "every trace × policy × window",
+                f"{len(g['overflow_or_violation_cases'])} cases",
+                ok[g["no_overflow_no_violation"]],
+            ]
+        )
+        for w, sv in sorted(g["saving_by_window"].items(), key=lambda kv: int(kv[0])):
+            rows.append(
+                [
+                    "quality: cost saving vs none ≥ 40 % at 32k"
+                    if int(w) == 32768
+                    else "quality: cost saving vs none",
+                    f"window {int(w):,}",
+                    f"{sv:.1%}",
+                    ok[sv >= 0.4] if int(w) == 32768 else "—",
+                ]
+            )
+        rows.append(
+            [
+                "quality: retention ≥ every baseline at ≤ cost",
+                "per trace × policy × window",
+                f"{len(g['retention_worse_cases'])} of {g['retention_comparisons']} worse",
+                ok[g["retention_ge_baselines_at_le_cost"]],
+            ]
+        )
+        rows.append(
+            [
+                "quality: in context + recoverable = 100 %",
+                "all runs",
+                f"{(g['retained_rate'] or 0):.2%}",
+                ok[g["recoverable_100pct"]],
+            ]
+        )
+    v = _load(results, "bench_validate")
+    if v and v.get("ctxpolicy_over_check_jsonschema_cold") is not None:
+        rows.append(
+            [
+                "validator: ctxpolicy cold ≤ check-jsonschema cold",
+                "policies/*.yaml",
+                f"{v['ctxpolicy_over_check_jsonschema_cold']:.2f}×",
+                ok[v["goal_cold_le_check_jsonschema"]],
+            ]
+        )
+    i = _load(results, "bench_incidents")
+    if i:
+        sc = i["scenarios"]
+        a, b, c = sc["a"], sc["b"], sc["c"]
+        rows.append(
+            [
+                "incident (a): 80 % + 25k result",
+                "provider rejections fixed vs ours",
+                f"{a['fixed_80']['rejected_calls']} vs {a['dynamic']['rejected_calls']}",
+                ok[a["fixed_80"]["rejected_calls"] > 0 and a["dynamic"]["rejected_calls"] == 0],
+            ]
+        )
+        rows.append(
+            [
+                "incident (b): 95 %, summary call",
+                "rejected summary calls fixed vs ours",
+                f"{b['fixed_95']['summary_calls_rejected']} vs {b['dynamic']['summary_calls_rejected']} (ours max {b['dynamic']['max_summary_request']:,} ≤ {i['window']:,})",
+                ok[
+                    b["fixed_95"]["summary_calls_rejected"] > 0
+                    and b["dynamic"]["summary_calls_rejected"] == 0
+                ],
+            ]
+        )
+        rows.append(
+            [
+                "incident (c): 50 % thrash",
+                "calls that compacted fixed vs ours",
+                f"{c['fixed_50']['calls_with_compaction']} vs {c['dynamic']['calls_with_compaction']} of {c['dynamic']['calls']}",
+                ok[
+                    c["dynamic"]["calls_with_compaction"] * 2
+                    <= c["fixed_50"]["calls_with_compaction"]
+                ],
+            ]
+        )
+    k = _load(results, "bench_cache")
+    if k:
+        for w in k["windows"]:
+            wr = [r for r in k["results"] if r.get("applicable") and r["window"] == w]
+            x = sum(r["shipped"]["prefix_changes"] for r in wr)
+            y = sum(r["cache"]["prefix_changes"] for r in wr)
+            ov = sum(r["cache"]["overflows"] for r in wr)
+            rows.append(
+                [
+                    "cache (issue 12): prefix changes with ≤ 1/3 without, no overflow",
+                    f"window {w:,}",
+                    f"{y} vs {x} ({y / max(1, x):.2f}), {ov} overflows",
+                    ok[y * 3 <= x and ov == 0],
+                ]
+            )
+    if not rows:
+        return []
+    return [
+        "## Goals at a glance",
+        "",
+        "Every goal of issue 11 (and issue 12's cache goal), read from the results below.",
+        "",
+        "| goal | case | measured | status |",
+        "| --- | --- | --- | :---: |",
+        *["| " + " | ".join(r) + " |" for r in rows],
+        "",
+    ]
+
+
 def section(name: str, text: str, data: dict[str, Any] | None) -> list[str]:
     md = [text.strip(), ""]
     if data and data.get("quick"):
@@ -269,6 +426,7 @@ def main(argv: list[str] | None = None) -> int:
         ),
         "",
     ]
+    md += headline(args.results)
     files = {p.stem: p for p in sorted(args.results.glob("*.md"))}
     names = [n for n in ORDER if n in files] + sorted(n for n in files if n not in ORDER)
     for name in names:
