@@ -454,30 +454,21 @@ class Session:
         return self.counter.count_messages(render(units))
 
     def _special_units(self) -> list[Unit]:
-        out: list[Unit] = []
-        if self._handover_text:
-            out.append(
-                Unit(
-                    kind="ledger",
-                    messages=(
-                        {"role": "system", "content": f"{HANDOVER_MARK}\n{self._handover_text}"},
-                    ),
-                    key="handover",
-                    pinned=True,
-                )
+        """The pinned handover and ledger messages (system role, marked)."""
+        parts = (
+            ("handover", HANDOVER_MARK, self._handover_text),
+            ("ledger", LEDGER_MARK, self._ledger_text),
+        )
+        return [
+            Unit(
+                kind="ledger",
+                messages=({"role": "system", "content": f"{mark}\n{text}"},),
+                key=key,
+                pinned=True,
             )
-        if self.ledger is not None:
-            text = self._ledger_text
-            if text:
-                out.append(
-                    Unit(
-                        kind="ledger",
-                        messages=({"role": "system", "content": f"{LEDGER_MARK}\n{text}"},),
-                        key="ledger",
-                        pinned=True,
-                    )
-                )
-        return out
+            for key, mark, text in parts
+            if text
+        ]
 
     def _strip_own(self, messages: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
         """Drop ledger/handover messages of ours that an agent fed back in."""
