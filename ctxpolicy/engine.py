@@ -581,30 +581,30 @@ class Session:
         compact_layer: str | None = None
         changed = False
 
-        steps: list[tuple[int, ResolvedStep]] = [(i, s) for i, s in enumerate(pol.pipeline)]
-        if force_overflow_layer:
-            steps = [(-1, pol.on_overflow)]
-        for index, step in steps:
-            if not force_overflow_layer:
+        # (index, step, conditional): pipeline steps run while above target and at
+        # their state; the on_overflow layer runs when forced (reactive path) or, as
+        # the last line of defence, when the context is still above the trigger.
+        plan: list[tuple[int, ResolvedStep, bool]] = (
+            [(-1, pol.on_overflow, False)]
+            if force_overflow_layer
+            else [
+                *((i, st, True) for i, st in enumerate(pol.pipeline)),
+                (-1, pol.on_overflow, False),
+            ]
+        )
+        for index, step, conditional in plan:
+            if conditional:
                 if used <= budget.target:
-                    break
+                    continue
                 if state < State(step.at):
                     continue
+            elif not force_overflow_layer and (used <= budget.trigger or not step.layer):
+                continue
             new_view, new_used = self._run_layer(step, index, view, used, budget, state, count)
             if new_view is not None:
                 view, used = new_view, new_used
                 state = budget.state_for(used)
                 compact_layer = step.layer
-                changed = True
-        # Last line of defence before a request the provider would reject.
-        if not force_overflow_layer and used > budget.trigger and pol.on_overflow.layer:
-            new_view, new_used = self._run_layer(
-                pol.on_overflow, -1, view, used, budget, state, count
-            )
-            if new_view is not None:
-                view, used = new_view, new_used
-                state = budget.state_for(used)
-                compact_layer = pol.on_overflow.layer
                 changed = True
         hard_limit = budget.window - budget.reserve_output
         if used > hard_limit:
