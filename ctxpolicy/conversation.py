@@ -159,7 +159,26 @@ def to_units(
     ``fingerprints`` may carry precomputed :func:`message_fingerprint` values (one per
     message) so a growing conversation is not rehashed.
     """
+    units, _starts, repairs = group_units(messages, fingerprints=fingerprints)
+    return pin_units(
+        units, system=pin_system, first_user=pin_first_user, last_user=pin_last_user
+    ), repairs
+
+
+def group_units(
+    messages: Sequence[Mapping[str, Any]],
+    *,
+    offset: int = 0,
+    first_round: int = 0,
+    fingerprints: Sequence[str] | None = None,
+) -> tuple[list[Unit], list[int], list[Repair]]:
+    """The unpinned units of ``messages`` (which start at index ``offset`` of the
+    conversation), the index where each unit's group of messages starts, and the
+    repairs. A growing conversation can be grouped from the start of its last group
+    on (see :class:`ctxpolicy.engine.Session`) with the same result as from scratch.
+    """
     units: list[Unit] = []
+    starts: list[int] = []
     repairs: list[Repair] = []
     n = len(messages)
     fps = list(fingerprints) if fingerprints is not None else None
@@ -169,15 +188,21 @@ def to_units(
             h = hashlib.blake2b(digest_size=8)
             for fp in fps[start:end]:
                 h.update(fp.encode())
-            return f"m{start}-{h.hexdigest()}"
-        return _key(start, msgs)
+            return f"m{start + offset}-{h.hexdigest()}"
+        return _key(start + offset, msgs)
+
+    def add(unit: Unit, start: int) -> None:
+        units.append(unit)
+        starts.append(start + offset)
 
     i = 0
-    round_no = 0
+    round_no = first_round
     while i < n:
         raw = messages[i]
-        if not isinstance(raw, Mapping):
-            repairs.append(Repair("bad_message", i, f"message {i} is not an object"))
+        if not isinstance(raw, dict | Mapping):
+            repairs.append(
+                Repair("bad_message", i + offset, f"message {i + offset} is not an object")
+            )
             i += 1
             continue
         m = dict(raw)
@@ -187,13 +212,15 @@ def to_units(
             calls: list[Mapping[str, Any]] = []
             seen_ids: set[str] = set()
             for tc in raw_calls if isinstance(raw_calls, list) else []:
-                if not isinstance(tc, Mapping):
+                if not isinstance(tc, dict | Mapping):
                     continue
                 tid = str(tc.get("id", ""))
                 if tid in seen_ids:
                     repairs.append(
                         Repair(
-                            "duplicate_call", i, f"tool call id {tid!r} used twice; kept the first"
+                            "duplicate_call",
+                            i + offset,
+                            f"tool call id {tid!r} used twice; kept the first",
                         )
                     )
                     continue
@@ -208,7 +235,11 @@ def to_units(
             wanted = [str(tc.get("id", "")) for tc in calls]
             got: dict[str, Message] = {}
             extra_orphans: list[tuple[int, Message]] = []
-            while i < n and isinstance(messages[i], Mapping) and messages[i].get("role") == "tool":
+            while (
+                i < n
+                and isinstance(messages[i], dict | Mapping)
+                and messages[i].get("role") == "tool"
+            ):
                 tm = dict(messages[i])
                 tid = str(tm.get("tool_call_id", ""))
                 if tid in wanted and tid not in got:
@@ -222,37 +253,43 @@ def to_units(
                     msgs.append(got[tid])
                 else:
                     repairs.append(
-                        Repair("missing_result", start, f"tool call {tid!r} has no result")
+                        Repair("missing_result", start + offset, f"tool call {tid!r} has no result")
                     )
                     msgs.append({"role": "tool", "tool_call_id": tid, "content": MISSING_RESULT})
-            units.append(
-                Unit(kind="step", messages=tuple(msgs), key=key_for(start, msgs, i), round=round_no)
+            add(
+                Unit(
+                    kind="step", messages=tuple(msgs), key=key_for(start, msgs, i), round=round_no
+                ),
+                start,
             )
             round_no += 1
             for idx, tm in extra_orphans:
                 repairs.append(
                     Repair(
-                        "orphan_result", idx, f"tool result {tm.get('tool_call_id')!r} has no call"
+                        "orphan_result",
+                        idx + offset,
+                        f"tool result {tm.get('tool_call_id')!r} has no call",
                     )
                 )
-                units.append(_orphan_unit(idx, tm, key_for(idx, [tm], idx + 1)))
+                add(_orphan_unit(idx + offset, tm, key_for(idx, [tm], idx + 1)), start)
             continue
         if role == "tool":
             repairs.append(
-                Repair("orphan_result", i, f"tool result {m.get('tool_call_id')!r} has no call")
+                Repair(
+                    "orphan_result",
+                    i + offset,
+                    f"tool result {m.get('tool_call_id')!r} has no call",
+                )
             )
-            units.append(_orphan_unit(i, m, key_for(i, [m], i + 1)))
+            add(_orphan_unit(i + offset, m, key_for(i, [m], i + 1)), i)
             i += 1
             continue
         kind: UnitKind = (
             "system" if role in ("system", "developer") else "user" if role == "user" else "other"
         )
-        units.append(Unit(kind=kind, messages=(m,), key=key_for(i, [m], i + 1)))
+        add(Unit(kind=kind, messages=(m,), key=key_for(i, [m], i + 1)), i)
         i += 1
-
-    return pin_units(
-        units, system=pin_system, first_user=pin_first_user, last_user=pin_last_user
-    ), repairs
+    return units, starts, repairs
 
 
 def _orphan_unit(index: int, m: Message, key: str) -> Unit:

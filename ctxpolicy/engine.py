@@ -38,9 +38,9 @@ from ctxpolicy.conversation import (
     check_messages,
     check_units,
     content_text,
+    group_units,
     pin_units,
     render,
-    to_units,
 )
 from ctxpolicy.policy.models import Policy, ResolvedStep, State
 from ctxpolicy.tokens import TokenCounter, get_counter
@@ -176,6 +176,7 @@ class Session:
         self._last_units: list[Unit] = []
         self._refs: dict[str, str] = {}
         self._archive: list[Message] = []
+        self._group_cache: tuple[list[tuple[Any, Any, Any]], list[Unit], list[int]] | None = None
         self._archived: set[str] = set()
         self._calibration = 1.0
         self._usage_seen = False
@@ -483,6 +484,51 @@ class Session:
             out.append(m)
         return out
 
+    def _units(self, msgs: list[Mapping[str, Any]]) -> list[Unit]:
+        """Units of ``msgs``, pinned per policy, snapshot refs attached.
+
+        A growing conversation is grouped incrementally: units of the unchanged prefix
+        (same message objects with the same content and tool_calls objects) are reused
+        up to the start of the previous call's last group, which may have grown; the
+        rest is grouped afresh. Same result as grouping from scratch, O(new messages).
+        """
+        sigs = [_sig(m) for m in msgs]
+        cached = self._group_cache
+        cut = 0
+        units: list[Unit] = []
+        starts: list[int] = []
+        if cached is not None:
+            prev_sigs, prev_units, prev_starts = cached
+            same = 0
+            limit = min(len(prev_sigs), len(sigs))
+            while same < limit and _same(sigs[same], prev_sigs[same]):
+                same += 1
+            last_group = prev_starts[-1] if prev_starts else 0
+            cut = min(last_group, max((g for g in prev_starts if g <= same), default=0))
+            keep = sum(1 for g in prev_starts if g < cut)
+            units, starts = prev_units[:keep], prev_starts[:keep]
+        tail = msgs[cut:]
+        fps = [self.counter.fingerprint(m) if isinstance(m, Mapping) else "" for m in tail]
+        new_units, new_starts, repairs = group_units(
+            tail,
+            offset=cut,
+            first_round=sum(1 for u in units if u.kind == "step"),
+            fingerprints=fps,
+        )
+        for r in repairs:
+            if (r.kind, r.index) not in self._seen_repairs:
+                self._seen_repairs.add((r.kind, r.index))
+                self._emit("conversation.repaired", repair=r.kind, index=r.index, detail=r.detail)
+        if self._refs:
+            new_units = [self._with_refs(u) for u in new_units]
+        units = [*units, *new_units]
+        starts = [*starts, *new_starts]
+        self._group_cache = (sigs, units, starts)
+        pol = self.policy.pinned
+        return pin_units(
+            units, system=pol.system, first_user=pol.first_user, last_user=pol.last_user
+        )
+
     def _with_refs(self, unit: Unit) -> Unit:
         """Attach the snapshot refs of this session's tool results (``meta["refs"]``)."""
         if unit.kind != "step":
@@ -550,20 +596,7 @@ class Session:
         if isinstance(messages, (str, bytes)) or not isinstance(messages, Sequence):
             raise TypeError("messages must be a list of OpenAI chat messages (dicts)")
         msgs = self._strip_own(messages)
-        fps = [self.counter.fingerprint(m) if isinstance(m, Mapping) else "" for m in msgs]
-        originals, repairs = to_units(
-            msgs,
-            pin_system=pol.pinned.system,
-            pin_first_user=pol.pinned.first_user,
-            pin_last_user=pol.pinned.last_user,
-            fingerprints=fps,
-        )
-        for r in repairs:
-            if (r.kind, r.index) not in self._seen_repairs:
-                self._seen_repairs.add((r.kind, r.index))
-                self._emit("conversation.repaired", repair=r.kind, index=r.index, detail=r.detail)
-        if self._refs:
-            originals = [self._with_refs(u) for u in originals]
+        originals = self._units(msgs)
         view = self._view(originals)
         specials = self._special_units()
         view = _insert_specials(view, specials)
@@ -849,6 +882,21 @@ class Session:
             units[ui] = units[ui].replace(messages=msgs)
             used = count(units)
         return units, used
+
+
+def _sig(m: Any) -> tuple[Any, Any, Any]:
+    """A message with its content and tool_calls objects, compared by identity.
+
+    The objects themselves are kept (not their ids), so a freed object's id can never
+    be mistaken for a new one; replacing content or tool_calls in place changes it.
+    """
+    if isinstance(m, dict):
+        return (m, m.get("content"), m.get("tool_calls"))
+    return (m, None, None)
+
+
+def _same(a: tuple[Any, Any, Any], b: tuple[Any, Any, Any]) -> bool:
+    return a[0] is b[0] and a[1] is b[1] and a[2] is b[2]
 
 
 def _transcript_line(m: Mapping[str, Any]) -> str:

@@ -300,3 +300,26 @@ def test_dropped_history_is_archived_verbatim_and_referenced(
     history = s.recall(ref)
     assert "I think the bug is in src/app.py line 42 (BUG-1234)." in history
     assert "→ call read_file" in history
+
+
+def test_incremental_grouping_equals_grouping_from_scratch() -> None:
+    """A growing conversation (and in-place edits) gives what a fresh session gives."""
+    pol = make_policy(
+        model={"context_window": 200_000, "max_output_tokens": 1000, "tokenizer": "cl100k_base"}
+    )
+    grown = Session(pol)
+    msgs: list[dict[str, Any]] = [
+        {"role": "system", "content": "sys"},
+        {"role": "user", "content": "task"},
+    ]
+    for i in range(6):
+        c = {"id": f"k{i}", "type": "function", "function": {"name": "t", "arguments": "{}"}}
+        msgs.append({"role": "assistant", "content": f"r{i}", "tool_calls": [c]})
+        assert grown.prepare(msgs) == Session(pol).prepare(msgs)  # call still unanswered
+        msgs.append({"role": "tool", "tool_call_id": f"k{i}", "content": f"out {i}"})
+        assert grown.prepare(msgs) == Session(pol).prepare(msgs)
+    msgs[3]["content"] = "edited in place"  # a tool result rewritten by the agent
+    out = grown.prepare(msgs)
+    assert out == Session(pol).prepare(msgs) and any(
+        m.get("content") == "edited in place" for m in out
+    )
