@@ -475,7 +475,7 @@ class Session:
         """Drop ledger/handover messages of ours that an agent fed back in."""
         out = []
         for m in messages:
-            if isinstance(m, Mapping) and m.get("role") == "system":
+            if isinstance(m, dict | Mapping) and m.get("role") == "system":
                 text = m.get("content")
                 if isinstance(text, str) and (
                     text.startswith(LEDGER_MARK) or text.startswith(HANDOVER_MARK)
@@ -654,7 +654,8 @@ class Session:
             state = budget.state_for(used)
         self._last_units = view
         out = render(view)
-        violations = check_messages(out)
+        # grouping guarantees pairs; a changed view is re-checked as a whole as well
+        violations = check_messages(out) if changed else []
         if violations:  # pragma: no cover - layers are checked one by one
             self._emit("engine.invariant_failed", violations=[v.detail for v in violations])
             out = render(originals)
@@ -685,7 +686,7 @@ class Session:
             tokenizer=self.counter.name,
             approximate=self.counter.approximate,
             calibration=self._calibration,
-            used_raw=self._count(view) + tools_tokens,
+            used_raw=used if scale == 1.0 else self._count(view) + tools_tokens,
             messages=len(out),
             messages_in=len(msgs),
             tokens_in=tokens_in,
