@@ -70,9 +70,10 @@ def test_threads_share_policy_and_store(tmp_path: Path) -> None:
     assert len(results) == THREADS
     for r in results:
         assert r["bad"] == 0
-        files = sorted((tmp_path / "snaps" / r["conv_id"]).glob("*.json"))
-        assert len(files) == STEPS
-        for f in files:
+        conv_dir = tmp_path / "snaps" / r["conv_id"]
+        files = sorted(conv_dir.glob("step_*_run.json"))
+        assert len(files) == STEPS  # one per tool result, none lost or doubled
+        for f in sorted(conv_dir.glob("*.json")):  # tool results and history archives
             doc = json.loads(f.read_text())
             assert doc["conv_id"] == r["conv_id"]
         # counts are consistent: a fresh single-threaded session sees the same numbers
