@@ -25,13 +25,15 @@ demo: $(VENV)/.base
 	$(BIN)/ctxpolicy explain policies/agents.yaml --agent coding_agent
 	@if [ -f scripts/demo.sh ]; then bash scripts/demo.sh; fi
 
-test: $(VENV)/.dev
+# The full suite, after the lint gate (CI runs exactly this target).
+test: lint
 	$(BIN)/pytest -q -p no:cacheprovider
 
 lint: $(VENV)/.dev
 	$(BIN)/ruff check ctxpolicy tests benchmarks examples
 	$(BIN)/ruff format --check ctxpolicy tests benchmarks examples
 	$(BIN)/mypy
+	$(PY) -m ctxpolicy.testing.hookdocs --check
 
 fuzz: $(VENV)/.dev
 	HYPOTHESIS_PROFILE=fuzz $(BIN)/pytest -q tests -k fuzz
