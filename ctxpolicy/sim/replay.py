@@ -434,20 +434,45 @@ def _retention(
     if not facts:
         return
     ctx = _context_text(prepared)
-    refs: list[str] | None = None
+    recovered: str | None = None
     for f in facts:
         result.retention["facts"] += 1
         if f in ctx:
             result.retention["in_context"] += 1
             continue
-        if refs is None:
-            refs = list(dict.fromkeys([*parse_reference(ctx), *_URI_RE.findall(ctx)]))
-        if any(f in (strategy.recall(r) or "") for r in refs):
+        if recovered is None:
+            recovered = _recoverable_text(ctx, strategy)
+        if f in recovered:
             result.retention["recoverable"] += 1
             continue
         result.retention["lost"] += 1
         if len(result.lost_examples) < limit:
             result.lost_examples.append(f"step {len(result.steps) - 1}: {f}"[:200])
+
+
+def _recoverable_text(ctx: str, strategy: Strategy, hops: int = 2) -> str:
+    """Everything the agent can read back with ``ctx_recall`` from this context.
+
+    References in the context are recalled; references inside what they return (the
+    compacted-history archive lists the snapshot of each dropped, shortened result)
+    are followed once more — two hops, as an agent with the recall tool can.
+    """
+    seen: set[str] = set()
+    texts: list[str] = []
+    frontier = ctx
+    for _ in range(hops):
+        refs = [
+            r
+            for r in dict.fromkeys([*parse_reference(frontier), *_URI_RE.findall(frontier)])
+            if r not in seen
+        ]
+        if not refs:
+            break
+        seen.update(refs)
+        found = [strategy.recall(r) or "" for r in refs]
+        texts.extend(found)
+        frontier = "\n".join(found)
+    return "\n".join(texts)
 
 
 def _repeats(
