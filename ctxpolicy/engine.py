@@ -190,10 +190,8 @@ class Session:
     def budget(self) -> BudgetState:
         """The budget in force now (learned tool growth and learned window included)."""
         growth = self._growth.estimate()
-        if self._learned_window is None:
-            return compute_budget(self.policy, tool_growth=growth)
         full = compute_budget(self.policy, tool_growth=growth)
-        if self._learned_window >= full.window:
+        if self._learned_window is None or self._learned_window >= full.window:
             return full
         return compute_budget(
             self._policy_with_window(self._learned_window, full), tool_growth=growth
