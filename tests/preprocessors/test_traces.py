@@ -3,13 +3,11 @@
 from __future__ import annotations
 
 import importlib.util
-import os
 from pathlib import Path
 
-import pytest
+from tests.shared_data import TRACES, shared_traces
 
 ROOT = Path(__file__).resolve().parents[2]
-TRACES = ROOT.parent / "shared" / "traces"
 
 
 def _bench():  # type: ignore[no-untyped-def]
@@ -23,10 +21,7 @@ def _bench():  # type: ignore[no-untyped-def]
 
 
 def test_replay_traces() -> None:
-    if not TRACES.is_dir() or not list(TRACES.glob("*.jsonl")):
-        if os.environ.get("CI"):
-            pytest.fail(f"traces missing at {TRACES} (required in CI)")
-        pytest.skip(f"no traces at {TRACES}")
+    shared_traces()  # skip when absent, fail on CI
     bench = _bench()
     res = bench.run(TRACES)
     assert res["tool_results"] == sum(r["results"] for r in res["rows"].values()) > 0

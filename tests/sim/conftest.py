@@ -3,26 +3,15 @@
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from tests.shared_data import shared_traces  # noqa: F401  (re-exported for the sim tests)
+
 ROOT = Path(__file__).resolve().parents[2]
-SHARED_TRACES = ROOT.parent / "shared" / "traces"
-
-
-def shared_traces() -> list[Path]:
-    """Real third-party traces (read in place, never copied). Skip when absent, fail on CI."""
-    files = sorted(SHARED_TRACES.glob("*.jsonl")) if SHARED_TRACES.is_dir() else []
-    if not files:
-        msg = f"real traces not found in {SHARED_TRACES} (third-party data, not in the repo)"
-        if os.environ.get("CI"):
-            pytest.fail(msg + "; CI must provide them")
-        pytest.skip(msg)
-    return files
 
 
 class WordCounter:
