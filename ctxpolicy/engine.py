@@ -14,12 +14,13 @@ and returns the messages to retry with, at most ``retries`` times in a row.
 
 from __future__ import annotations
 
+import bisect
 import threading
 import time
 import uuid
 from collections import Counter, deque
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ctxpolicy import plugins
@@ -39,11 +40,12 @@ from ctxpolicy.conversation import (
     check_units,
     content_text,
     group_units,
+    message_fingerprint,
     pin_units,
     render,
 )
 from ctxpolicy.policy.models import Policy, ResolvedStep, State
-from ctxpolicy.tokens import TokenCounter, get_counter
+from ctxpolicy.tokens import _NO_SNAPSHOT, TokenCounter, _snapshot, _value_key, get_counter
 
 __all__ = ["ContextOverflowError", "PreparedStats", "Session", "prepare"]
 
@@ -176,7 +178,12 @@ class Session:
         self._last_units: list[Unit] = []
         self._refs: dict[str, str] = {}
         self._archive: list[Message] = []
-        self._group_cache: tuple[list[tuple[Any, Any, Any]], list[Unit], list[int]] | None = None
+        self._in_cache: _InputCache | None = None
+        self._group_cache: _GroupCache | None = None
+        self._pin_cache: _PinCache | None = None
+        self._view_cache: _ViewCache | None = None
+        self._decisions_version = 0
+        self._budgets: dict[tuple[int, int | None], BudgetState] = {}
         self._archived: set[str] = set()
         self._calibration = 1.0
         self._usage_seen = False
@@ -190,12 +197,18 @@ class Session:
     def budget(self) -> BudgetState:
         """The budget in force now (learned tool growth and learned window included)."""
         growth = self._growth.estimate()
-        full = compute_budget(self.policy, tool_growth=growth)
-        if self._learned_window is None or self._learned_window >= full.window:
-            return full
-        return compute_budget(
-            self._policy_with_window(self._learned_window, full), tool_growth=growth
-        )
+        key = (growth, self._learned_window)
+        b = self._budgets.get(key)
+        if b is None:
+            b = compute_budget(self.policy, tool_growth=growth)
+            if self._learned_window is not None and self._learned_window < b.window:
+                b = compute_budget(
+                    self._policy_with_window(self._learned_window, b), tool_growth=growth
+                )
+            if len(self._budgets) > 64:
+                self._budgets.clear()
+            self._budgets[key] = b
+        return b
 
     def prepare(
         self,
@@ -469,49 +482,68 @@ class Session:
             if text
         ]
 
-    def _strip_own(self, messages: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
-        """Drop ledger/handover messages of ours that an agent fed back in."""
-        out = []
-        for m in messages:
-            if isinstance(m, dict | Mapping) and m.get("role") == "system":
-                text = m.get("content")
-                if isinstance(text, str) and (
-                    text.startswith(LEDGER_MARK) or text.startswith(HANDOVER_MARK)
-                ):
-                    continue
-            out.append(m)
-        return out
+    def _input(self, messages: Sequence[Mapping[str, Any]]) -> tuple[list[Mapping[str, Any]], int]:
+        """The conversation without ledger/handover messages of ours that an agent fed
+        back in, and how many of its messages are unchanged since the previous call.
 
-    def _units(self, msgs: list[Mapping[str, Any]]) -> list[Unit]:
-        """Units of ``msgs``, pinned per policy, snapshot refs attached.
+        Incremental: the input is compared with snapshots of the previous call's input
+        in one C-level list comparison (equal snapshots = same content, even when a
+        message was edited in place), so only new messages are looked at.
+        """
+        if type(messages) is not list:
+            messages = list(messages)
+        cache = self._in_cache
+        k = 0
+        if cache is not None:
+            snaps = cache.snaps
+            k = min(len(messages), len(snaps))
+            if messages[:k] != snaps[:k]:
+                k = next(i for i, (a, b) in enumerate(zip(messages, snaps, strict=False)) if a != b)
+            kept = cache.kept[:k]
+            msgs = cache.msgs[: kept[-1] if k else 0]
+            snaps = snaps[:k]
+        else:
+            snaps, kept, msgs = [], [], []
+        for m in messages[k:]:
+            snap = _snapshot(m)
+            snaps.append(_UNEQUAL if snap is _NO_SNAPSHOT else snap)
+            if not _is_own(m):
+                msgs.append(m)
+            kept.append(len(msgs))
+        self._in_cache = _InputCache(snaps, kept, msgs)
+        return list(msgs), kept[k - 1] if k else 0
+
+    def _units(self, msgs: list[Mapping[str, Any]], unchanged: int) -> tuple[list[Unit], int]:
+        """Units of ``msgs`` (the first ``unchanged`` messages as in the previous call),
+        pinned per policy, snapshot refs attached; and how many leading units are the
+        previous call's unit objects.
 
         A growing conversation is grouped incrementally: units of the unchanged prefix
-        (same message objects with the same content and tool_calls objects) are reused
-        up to the start of the previous call's last group, which may have grown; the
-        rest is grouped afresh. Same result as grouping from scratch, O(new messages).
+        are reused up to the group of the last unchanged message (which may take in
+        tool messages that follow it now); the rest is grouped afresh. Same result as
+        grouping from scratch, O(new messages).
         """
-        sigs = [_sig(m) for m in msgs]
-        cached = self._group_cache
-        cut = 0
+        cache = self._group_cache
         units: list[Unit] = []
         starts: list[int] = []
-        if cached is not None:
-            prev_sigs, prev_units, prev_starts = cached
-            same = 0
-            limit = min(len(prev_sigs), len(sigs))
-            while same < limit and _same(sigs[same], prev_sigs[same]):
-                same += 1
-            last_group = prev_starts[-1] if prev_starts else 0
-            cut = min(last_group, max((g for g in prev_starts if g <= same), default=0))
-            keep = sum(1 for g in prev_starts if g < cut)
-            units, starts = prev_units[:keep], prev_starts[:keep]
+        steps: list[int] = []
+        cut = keep = 0
+        if cache is not None and cache.starts:
+            same = min(unchanged, cache.length)
+            if same == cache.length and cache.units[-1].kind not in ("step", "orphan"):
+                cut, keep = same, len(cache.units)  # a one-message unit cannot grow
+            else:
+                # regroup from the group of the last unchanged message: a group can
+                # take in tool messages that now follow it (results that arrived late,
+                # or orphans moved up when a message before them was removed)
+                at = bisect.bisect_right(cache.starts, same - 1) - 1
+                cut = min(cache.starts[-1], cache.starts[at] if at >= 0 else 0)
+                keep = bisect.bisect_left(cache.starts, cut)
+            units, starts, steps = cache.units[:keep], cache.starts[:keep], cache.steps[:keep]
         tail = msgs[cut:]
-        fps = [self.counter.fingerprint(m) if isinstance(m, Mapping) else "" for m in tail]
+        fps = [_content_key(m) for m in tail]
         new_units, new_starts, repairs = group_units(
-            tail,
-            offset=cut,
-            first_round=sum(1 for u in units if u.kind == "step"),
-            fingerprints=fps,
+            tail, offset=cut, first_round=steps[-1] if steps else 0, fingerprints=fps
         )
         for r in repairs:
             if (r.kind, r.index) not in self._seen_repairs:
@@ -519,13 +551,106 @@ class Session:
                 self._emit("conversation.repaired", repair=r.kind, index=r.index, detail=r.detail)
         if self._refs:
             new_units = [self._with_refs(u) for u in new_units]
-        units = [*units, *new_units]
-        starts = [*starts, *new_starts]
-        self._group_cache = (sigs, units, starts)
+        tokens = cache.tokens[:keep] if cache is not None and keep else []
+        n_steps = steps[-1] if steps else 0
+        n_tokens = tokens[-1] if tokens else 0
+        count = self.counter.count_message
+        for u in new_units:
+            n_steps += u.kind == "step"
+            steps.append(n_steps)
+            n_tokens += sum(count(m) for m in u.messages)
+            tokens.append(n_tokens)
+        units.extend(new_units)
+        starts.extend(new_starts)
+        self._group_cache = _GroupCache(len(msgs), units, starts, steps, tokens)
+        return self._pin(units, keep), keep
+
+    def _pin(self, units: list[Unit], keep: int) -> list[Unit]:
+        """:func:`~ctxpolicy.conversation.pin_units` of ``units``, incrementally: the
+        first ``keep`` are the previous call's units, so only the new ones and the
+        units whose first/last-user status moved are looked at."""
         pol = self.policy.pinned
-        return pin_units(
-            units, system=pol.system, first_user=pol.first_user, last_user=pol.last_user
+        prev = self._pin_cache
+        n = len(units)
+        if prev is None:
+            keep = 0
+        first_user = prev.first_user if prev is not None else None
+        if first_user is None or first_user >= keep:
+            first_user = next((i for i in range(keep, n) if units[i].kind == "user"), None)
+        last_user = next((i for i in range(n - 1, keep - 1, -1) if units[i].kind == "user"), None)
+        if last_user is None:
+            last_user = prev.last_user if prev is not None else None
+            if last_user is None or last_user >= keep:
+                last_user = next(
+                    (i for i in range(keep - 1, -1, -1) if units[i].kind == "user"), None
+                )
+
+        def pinned(i: int) -> Unit:
+            u = units[i]
+            pin = u.pinned or (pol.system and u.kind == "system") or u.kind == "ledger"
+            pin = pin or (pol.first_user and i == first_user) or (pol.last_user and i == last_user)
+            return u if pin == u.pinned else replace(u, pinned=pin)
+
+        out = prev.units[:keep] if prev is not None else []
+        out.extend(pinned(i) for i in range(keep, n))
+        if prev is not None and (prev.first_user, prev.last_user) != (first_user, last_user):
+            for i in {prev.first_user, prev.last_user, first_user, last_user}:
+                if i is not None and i < keep:
+                    out[i] = pinned(i)
+        self._pin_cache = _PinCache(out, first_user, last_user)
+        return list(out)
+
+    def _view(self, originals: list[Unit], keep: int) -> tuple[list[Unit], list[Message]]:
+        """The units to send (sticky decisions applied, ledger/handover inserted) and
+        their messages.
+
+        The view of all units but the last (and at least up to the last decided unit)
+        is cached: while those units and the decisions are the same, a call only
+        renders the units after them.
+        """
+        key = (self._decisions_version, self._ledger_text, self._handover_text)
+        c = self._view_cache
+        if c is not None and c.key == key and keep >= c.upto and originals[: c.upto] == c.originals:
+            tail = originals[c.upto :]
+            units, out = [*c.view, *tail], [*c.out, *render(tail)]
+            if len(tail) > 1:  # the next call regroups at most the last unit
+                last = len(tail[-1].messages)
+                self._view_cache = _ViewCache(
+                    key, len(originals) - 1, originals[:-1], units[:-1], out[: len(out) - last]
+                )
+            return units, out
+        keys = {u.key for u in originals}
+        if self._decisions and any(k not in keys for k in self._decisions):
+            self._emit(
+                "context.reset", reason="history changed: earlier messages were edited or removed"
+            )
+            self._set_decisions({})
+            key = (self._decisions_version, self._ledger_text, self._handover_text)
+        view: list[Unit] = []
+        decided_upto = 0
+        for i, u in enumerate(originals):
+            if u.key in self._decisions:
+                decided_upto = i + 1
+                if not u.pinned:
+                    view.extend(self._decisions[u.key])
+                    continue
+            view.append(u)
+        view = _insert_specials(view, self._special_units())
+        # cache all but the last unit (which the next call may regroup) and the decided
+        # ones; a cached part ending with the ledger takes one unit more (the ledger's
+        # place depends on the unit after it)
+        p, q = len(originals), len(view)
+        floor = max(decided_upto, p - 1)
+        while p > floor and q > 0 and view[q - 1] is originals[p - 1]:
+            p, q = p - 1, q - 1
+        if q and view[q - 1].kind == "ledger" and p < len(originals):
+            p, q = p + 1, q + 1
+        self._view_cache = (
+            None
+            if q and view[q - 1].kind == "ledger"
+            else _ViewCache(key, p, originals[:p], view[:q], render(view[:q]))
         )
+        return view, render(view)
 
     def _with_refs(self, unit: Unit) -> Unit:
         """Attach the snapshot refs of this session's tool results (``meta["refs"]``)."""
@@ -537,21 +662,6 @@ class Session:
             if str(m.get("tool_call_id")) in self._refs
         }
         return unit.replace(meta={**unit.meta, "refs": refs}) if refs else unit
-
-    def _view(self, originals: list[Unit]) -> list[Unit]:
-        keys = {u.key for u in originals}
-        if self._decisions and any(k not in keys for k in self._decisions):
-            self._emit(
-                "context.reset", reason="history changed: earlier messages were edited or removed"
-            )
-            self._decisions = {}
-        view: list[Unit] = []
-        for u in originals:
-            if u.key in self._decisions and not u.pinned:
-                view.extend(self._decisions[u.key])
-            else:
-                view.append(u)
-        return view
 
     def _remember(self, view: Sequence[Unit], originals: Sequence[Unit]) -> None:
         """Derive the sticky decisions from the current view."""
@@ -580,7 +690,11 @@ class Session:
         for k in by_key:
             if k not in covered:
                 decisions[k] = []
-        self._decisions = {k: tuple(v) for k, v in decisions.items()}
+        self._set_decisions({k: tuple(v) for k, v in decisions.items()})
+
+    def _set_decisions(self, decisions: dict[str, tuple[Unit, ...]]) -> None:
+        self._decisions = decisions
+        self._decisions_version += 1
 
     def _prepare(
         self,
@@ -593,20 +707,22 @@ class Session:
         pol = self.policy
         if isinstance(messages, (str, bytes)) or not isinstance(messages, Sequence):
             raise TypeError("messages must be a list of OpenAI chat messages (dicts)")
-        msgs = self._strip_own(messages)
-        originals = self._units(msgs)
-        view = self._view(originals)
-        specials = self._special_units()
-        view = _insert_specials(view, specials)
+        msgs, unchanged = self._input(messages)
+        originals, keep = self._units(msgs, unchanged)
+        view, out = self._view(originals, keep)
         tools_tokens = self.counter.count_tools(tools) if tools else 0
         scale = self._calibration if self.counter.approximate else 1.0
 
-        def count(units: Sequence[Unit]) -> int:
-            raw = self._count(units) + tools_tokens
+        def scaled(raw: int) -> int:
             return raw if scale == 1.0 else int(raw * scale + 0.999)
 
-        used = count(view)
-        tokens_in = self.counter.count_messages(render(originals)) + tools_tokens
+        def count(units: Sequence[Unit]) -> int:
+            return scaled(self._count(units) + tools_tokens)
+
+        used = scaled(self.counter.count_messages(out) + tools_tokens)
+        grouped = self._group_cache
+        tokens_in = (grouped.tokens[-1] if grouped and grouped.tokens else 0) + tools_tokens
+        tokens_in += self.counter.count_messages([])  # reply priming
         budget = self.budget()
         state = budget.state_for(used)
         compact_layer: str | None = None
@@ -650,8 +766,8 @@ class Session:
             view = _insert_specials([u for u in view if u.kind != "ledger"], specials)
             used = count(view)
             state = budget.state_for(used)
+            out = render(view)
         self._last_units = view
-        out = render(view)
         # grouping guarantees pairs; a changed view is re-checked as a whole as well
         violations = check_messages(out) if changed else []
         if violations:  # pragma: no cover - layers are checked one by one
@@ -883,19 +999,57 @@ class Session:
         return units, used
 
 
-def _sig(m: Any) -> tuple[Any, Any, Any]:
-    """A message with its content and tool_calls objects, compared by identity.
-
-    The objects themselves are kept (not their ids), so a freed object's id can never
-    be mistaken for a new one; replacing content or tool_calls in place changes it.
-    """
-    if isinstance(m, dict):
-        return (m, m.get("content"), m.get("tool_calls"))
-    return (m, None, None)
+#: Stands for a message that cannot be snapshotted: equal to nothing, so it is
+#: always looked at again.
+_UNEQUAL: Any = type("_Unequal", (), {"__eq__": lambda self, other: False, "__hash__": None})()
 
 
-def _same(a: tuple[Any, Any, Any], b: tuple[Any, Any, Any]) -> bool:
-    return a[0] is b[0] and a[1] is b[1] and a[2] is b[2]
+def _content_key(m: Any) -> str:
+    """Content hash of a message for unit keys. Keys never leave the process, so
+    Python's own hash of the values serves (equal messages, equal keys)."""
+    if type(m) is dict:
+        return format(hash(_value_key(m)) & 0xFFFFFFFFFFFFFFFF, "x")
+    return message_fingerprint(m) if isinstance(m, Mapping) else ""
+
+
+def _is_own(m: Any) -> bool:
+    """A ledger/handover message of ours (an agent fed back what it was sent)."""
+    if isinstance(m, Mapping) and m.get("role") == "system":
+        text = m.get("content")
+        return isinstance(text, str) and text.startswith((LEDGER_MARK, HANDOVER_MARK))
+    return False
+
+
+@dataclass
+class _InputCache:
+    snaps: list[Any]  # snapshot of every input message
+    kept: list[int]  # kept[i]: messages of ours dropped -> length of msgs after input[i]
+    msgs: list[Mapping[str, Any]]  # the input without messages of ours
+
+
+@dataclass
+class _GroupCache:
+    length: int  # messages grouped
+    units: list[Unit]
+    starts: list[int]  # message index where each unit's group starts
+    steps: list[int]  # step units among units[: i + 1]
+    tokens: list[int]  # tokens of the messages of units[: i + 1] (framing included)
+
+
+@dataclass
+class _PinCache:
+    units: list[Unit]
+    first_user: int | None
+    last_user: int | None
+
+
+@dataclass
+class _ViewCache:
+    key: tuple[int, str | None, str | None]
+    upto: int  # originals[:upto] are rendered by view/out
+    originals: list[Unit]
+    view: list[Unit]
+    out: list[Message]
 
 
 def _transcript_line(m: Mapping[str, Any]) -> str:
