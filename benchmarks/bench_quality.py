@@ -15,7 +15,8 @@ retention (facts the agent uses later: in context / recoverable through a snapsh
 reference / lost), repeated reads.
 
 Goals (issue 11): ctxpolicy 0 overflows and 0 pairing violations on every trace and
-window; ≥ 40 % cost saving vs ``none`` at 32k; in-context retention ≥ every baseline
+window (an overflow where the system messages, the task and the newest message alone
+exceed the limit is unavoidable and listed apart); ≥ 40 % cost saving vs ``none`` at 32k; in-context retention ≥ every baseline
 that costs the same or less; in context + recoverable = 100 %.
 
 A policy whose budget leaves no room at a window (e.g. a 20k tool-growth reserve on
@@ -62,6 +63,7 @@ KEEP = (
     "prompt_tokens_none",
     "saving",
     "overflows",
+    "overflows_unavoidable",
     "pairing_violations",
     "compactions_total",
     "repeated_reads",
@@ -190,13 +192,24 @@ def aggregate(rows: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
 def goals(results: list[dict[str, Any]]) -> dict[str, Any]:
     runs = [r for j in results if j.get("applicable") for r in j["runs"]]
     ours = [r for r in runs if r["kind"] == "policy"]
-    bad = [
-        f"{r['trace']} @ {r['window']} ({j['agent']}): {r['overflows']} overflows, {r['pairing_violations']} violations"
-        for j in results
-        if j.get("applicable")
-        for r in j["runs"]
-        if r["kind"] == "policy" and (r["overflows"] or r["pairing_violations"])
+
+    def case(j: Mapping[str, Any], r: Mapping[str, Any]) -> str:
+        return (
+            f"{r['trace']} @ {r['window']} ({j['agent']}): {r['overflows']} overflows "
+            f"({r['overflows_unavoidable']} unavoidable), {r['pairing_violations']} violations"
+        )
+
+    mine_runs = [
+        (j, r) for j in results if j.get("applicable") for r in j["runs"] if r["kind"] == "policy"
     ]
+    # an overflow is avoidable unless the system messages, the task and the newest
+    # message alone exceed window − reserve_output (then nothing that keeps the task fits)
+    bad = [
+        case(j, r)
+        for j, r in mine_runs
+        if r["overflows"] > r["overflows_unavoidable"] or r["pairing_violations"]
+    ]
+    unavoidable = [case(j, r) for j, r in mine_runs if r["overflows_unavoidable"]]
     by_window = {
         w: aggregate(r for r in runs if r["window"] == w)
         for w in sorted({r["window"] for r in runs})
@@ -229,6 +242,7 @@ def goals(results: list[dict[str, Any]]) -> dict[str, Any]:
     return {
         "no_overflow_no_violation": not bad,
         "overflow_or_violation_cases": bad,
+        "unavoidable_overflow_cases": unavoidable,
         "saving_by_window": saving,
         "saving_32k_ge_40pct": s32 is not None and s32 >= 0.40,
         "retention_comparisons": comparisons,
@@ -305,7 +319,12 @@ def to_markdown(data: dict[str, Any]) -> str:
             [
                 [
                     "ctxpolicy: 0 overflows and 0 pairing violations on every trace and window",
-                    f"{len(g['overflow_or_violation_cases'])} cases",
+                    f"{len(g['overflow_or_violation_cases'])} cases"
+                    + (
+                        f" (+ {len(g['unavoidable_overflow_cases'])} unavoidable, listed below)"
+                        if g.get("unavoidable_overflow_cases")
+                        else ""
+                    ),
                     ok[g["no_overflow_no_violation"]],
                 ],
                 *[
@@ -385,6 +404,15 @@ def to_markdown(data: dict[str, Any]) -> str:
     if g["overflow_or_violation_cases"]:
         md += ["Overflow / violation cases (ctxpolicy):", ""]
         md += [f"- {c}" for c in g["overflow_or_violation_cases"][:30]]
+        md += [""]
+    if g.get("unavoidable_overflow_cases"):
+        md += [
+            "Unavoidable overflows (ctxpolicy): the system messages, the first user message "
+            "and the newest message alone exceed `window − reserve_output`, so no strategy "
+            "that keeps the task fits; the policy reports each with a `context.overflow` event:",
+            "",
+        ]
+        md += [f"- {c}" for c in g["unavoidable_overflow_cases"][:30]]
         md += [""]
     if g["retention_worse_cases"]:
         md += ["Cases where a baseline at equal or lower cost kept more in context:", ""]

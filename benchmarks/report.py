@@ -257,7 +257,12 @@ def headline(results: Path) -> list[str]:
             [
                 "quality: 0 overflows, 0 pairing violations (ctxpolicy)",
                 "every trace × policy × window",
-                f"{len(g['overflow_or_violation_cases'])} cases",
+                f"{len(g['overflow_or_violation_cases'])} cases"
+                + (
+                    f" (+ {n} unavoidable: the task alone exceeds the limit)"
+                    if (n := len(g.get("unavoidable_overflow_cases", ())))
+                    else ""
+                ),
                 ok[g["no_overflow_no_violation"]],
             ]
         )

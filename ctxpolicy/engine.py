@@ -753,18 +753,17 @@ class Session:
                 state = budget.state_for(used)
                 compact_layer = step.layer
                 changed = True
+        if changed:  # the layers' dropped units may have grown the ledger
+            view = _insert_specials([u for u in view if u.kind != "ledger"], self._special_units())
+            used = count(view)
         hard_limit = budget.window - budget.reserve_output
         if used > hard_limit:
             squeezed, new_used = self._squeeze(view, used, hard_limit, count)
             if new_used < used:
                 view, used, changed = squeezed, new_used, True
-                state = budget.state_for(used)
                 compact_layer = compact_layer or "squeeze"
         if changed:
             self._remember(view, originals)
-            specials = self._special_units()  # the ledger may have grown
-            view = _insert_specials([u for u in view if u.kind != "ledger"], specials)
-            used = count(view)
             state = budget.state_for(used)
             out = render(view)
         self._last_units = view
@@ -962,7 +961,8 @@ class Session:
     def _squeeze(
         self, view: list[Unit], used: int, limit: int, count: Callable[[Sequence[Unit]], int]
     ) -> tuple[list[Unit], int]:
-        """Truncate the largest tool results of unpinned steps until the view fits.
+        """Truncate the largest tool results of unpinned steps, then trim the ledger,
+        until the view fits.
 
         Only reached when every layer is done and the context still exceeds
         ``window − reserve_output`` (e.g. one giant result in the last round).
@@ -996,6 +996,23 @@ class Session:
             msgs[mi] = {**msgs[mi], "content": new_text}
             units[ui] = units[ui].replace(messages=msgs)
             used = count(units)
+        at = next((i for i, u in enumerate(units) if u.key == "ledger"), None)
+        if used > limit and self.ledger is not None and at is not None:
+            # then the ledger, our own text: its oldest entries go (the archive
+            # reference stays, so every fact remains recoverable)
+            bound = self.counter.count_messages(units[at].messages)
+            for _ in range(3):  # framing makes a bound inexact
+                bound -= used - limit
+                text = self.ledger.render(max_tokens=max(0, bound))
+                if text is None:
+                    break
+                msg = {"role": "system", "content": f"{LEDGER_MARK}\n{text}"}
+                shrunk = [*units[:at], units[at].replace(messages=(msg,)), *units[at + 1 :]]
+                if (n := count(shrunk)) >= used:
+                    break
+                units, used = shrunk, n
+                if used <= limit:
+                    break
         return units, used
 
 

@@ -164,20 +164,23 @@ class Ledger:
             lines.append(f"Next step: {self.next_step}")
         return "\n".join(lines)
 
-    def render(self) -> str | None:
-        """The ledger as text within ``max_tokens`` (None when empty)."""
+    def render(self, max_tokens: int | None = None) -> str | None:
+        """The ledger as text within ``max_tokens`` (default: the configured bound;
+        None when empty). The archive reference and the constraints are never trimmed,
+        so the result can stay above a very small bound."""
         if not self:
             return None
+        limit = self.max_tokens if max_tokens is None else max_tokens
         lists = {n: list(getattr(self, n)) for n in _LISTS}
         goal = self.goal
         text = self._render(lists, goal)
         tokens = self._count(text)
-        while tokens > self.max_tokens:
+        while tokens > limit:
             if any(lists[n] for n in _TRIM_ORDER):
                 # drop the oldest entries of the longest lists first, in one batch sized
                 # by the excess (chars per token estimated from this text) so a long
                 # ledger is trimmed in a few recounts, not one per entry
-                excess_chars = (tokens - self.max_tokens) * max(1.0, len(text) / tokens)
+                excess_chars = (tokens - limit) * max(1.0, len(text) / tokens)
                 removed = 0.0
                 while removed < excess_chars:
                     name = max(_TRIM_ORDER, key=lambda n: (len(lists[n]), -_TRIM_ORDER.index(n)))

@@ -232,6 +232,27 @@ def test_giant_last_result_is_squeezed_to_fit() -> None:
     assert check_messages(out) == []
 
 
+def test_ledger_is_trimmed_when_it_alone_breaks_the_window(tmp_path: Any) -> None:
+    # a long pinned task leaves ~1,000 tokens; emergency drops 58 rounds, whose facts
+    # would make a ~2,900-token ledger
+    events: list[dict[str, Any]] = []
+    s = Session(
+        make_policy(tmp_path, pipeline=[], ledger={"max_tokens": 3000}), on_event=events.append
+    )
+    msgs = conversation(60, 200)
+    msgs[1] = {"role": "user", "content": "Task: fix BUG-1234. " + "word " * 5600}
+    out = s.prepare(msgs)
+    b = s.budget()
+    assert s.status is not None and s.status["used"] <= b.window - b.reserve_output
+    assert "context.overflow" not in [e["type"] for e in events]
+    (ledger,) = [m["content"] for m in out if str(m.get("content", "")).startswith(LEDGER_MARK)]
+    # the archive reference survives the trim: every dropped fact stays recoverable
+    assert re.search(r"verbatim \(read with ctx_recall\): ctxsnap://\S+", ledger)
+    full = s.ledger.render()
+    assert full is not None and s.counter.count_text(ledger) < s.counter.count_text(full) / 2
+    assert check_messages(out) == []
+
+
 def test_learned_window_smaller_than_reserve_is_clamped_not_fatal() -> None:
     pol = make_policy(
         model={"context_window": 32000, "max_output_tokens": 4096, "tokenizer": "cl100k_base"},

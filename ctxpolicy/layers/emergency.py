@@ -5,7 +5,8 @@ the newest summary (``keep_summary``) and the last ``keep_recent_rounds`` rounds
 everything else is dropped (and goes to the ledger through ``LayerResult.dropped``).
 If the result still counts above the target, tool results of the kept rounds
 longer than ``max_result_chars`` are head/tail-truncated (reference lines kept) —
-a single huge tool result is the usual cause of an overflow (design B incident 1).
+a single huge tool result is the usual cause of an overflow (design B incident 1) —
+and, while it is still above, one round fewer is kept, down to ``min_recent_rounds``.
 ``retries`` is read by the engine.
 
 This module also holds the overflow-error detector used by ``Session.on_error``:
@@ -273,6 +274,13 @@ class EmergencyOptions(ComponentOptions):
         le=10,
         description="How many times the engine retries the model call after this layer ran.",
     )
+    min_recent_rounds: int | None = Field(
+        default=None,
+        ge=0,
+        description="While the result is still above the target, keep one round fewer, "
+        "down to this many (1: the newest round, whose results the model is about to "
+        "read). null: never fewer than keep_recent_rounds.",
+    )
     keep_summary: bool = Field(
         default=True, description="Also keep the newest summary unit, if there is one."
     )
@@ -295,55 +303,64 @@ class Emergency(Layer):
     def apply(self, ctx: CompactionContext, units: Sequence[Unit]) -> LayerResult:
         opts = self.options
         groups = round_groups(units)
-        keep_groups = (
-            groups[max(0, len(groups) - opts.keep_recent_rounds) :]
-            if opts.keep_recent_rounds
-            else []
-        )
-        keep: set[int] = {i for g in keep_groups for i in g}
         last_group_end = groups[-1][-1] if groups else -1
         newest_summary = max((i for i, u in enumerate(units) if u.kind == "summary"), default=None)
-        for i, u in enumerate(units):
-            if (
-                u.pinned
-                or u.kind in ("system", "ledger")
-                or i > last_group_end
-                or (opts.keep_summary and i == newest_summary)
-            ):
-                keep.add(i)
-        kept = [u for i, u in enumerate(units) if i in keep]
+        always = {
+            i
+            for i, u in enumerate(units)
+            if u.pinned
+            or u.kind in ("system", "ledger")
+            or i > last_group_end
+            or (opts.keep_summary and i == newest_summary)
+        }
+        # keep_recent_rounds first; while the result is still above the target, one
+        # round fewer, down to min_recent_rounds
+        fewest = opts.keep_recent_rounds
+        if opts.min_recent_rounds is not None:
+            fewest = min(opts.min_recent_rounds, fewest)
+        for rounds in range(opts.keep_recent_rounds, fewest - 1, -1):
+            keep_groups = groups[max(0, len(groups) - rounds) :] if rounds else []
+            keep = always | {i for g in keep_groups for i in g}
+            kept = [u for i, u in enumerate(units) if i in keep]
+            truncated = None
+            if opts.max_result_chars is not None and ctx.count(kept) > ctx.target:
+                kept, truncated = self._truncate(kept, opts.max_result_chars)
+            if rounds == fewest or ctx.count(kept) <= ctx.target:
+                break
         dropped = [u for i, u in enumerate(units) if i not in keep]
         report: dict[str, object] = {
             "dropped_units": len(dropped),
             "kept_rounds": len(keep_groups),
         }
-        if opts.max_result_chars is not None and ctx.count(kept) > ctx.target:
-            truncated = 0
-            out: list[Unit] = []
-            for u in kept:
-                if u.kind != "step" or u.pinned:
-                    out.append(u)
-                    continue
-                msgs: list[Message] = []
-                changed = False
-                for m in u.messages:
-                    new = (
-                        truncate_keep_refs(message_text(m), opts.max_result_chars)
-                        if m.get("role") == "tool"
-                        else None
-                    )
-                    if new is None:
-                        msgs.append(m)
-                    else:
-                        msgs.append(with_text(m, new))
-                        changed = True
-                        truncated += 1
-                out.append(
-                    u.replace(messages=msgs, meta={**u.meta, "masked": True}) if changed else u
-                )
-            kept = out
+        if truncated is not None:
             report["truncated_results"] = truncated
         return LayerResult(units=kept, dropped=dropped, report=report)
+
+    @staticmethod
+    def _truncate(units: Sequence[Unit], max_chars: int) -> tuple[list[Unit], int]:
+        """Head/tail-truncate the tool results of unpinned steps longer than ``max_chars``."""
+        truncated = 0
+        out: list[Unit] = []
+        for u in units:
+            if u.kind != "step" or u.pinned:
+                out.append(u)
+                continue
+            msgs: list[Message] = []
+            changed = False
+            for m in u.messages:
+                new = (
+                    truncate_keep_refs(message_text(m), max_chars)
+                    if m.get("role") == "tool"
+                    else None
+                )
+                if new is None:
+                    msgs.append(m)
+                else:
+                    msgs.append(with_text(m, new))
+                    changed = True
+                    truncated += 1
+            out.append(u.replace(messages=msgs, meta={**u.meta, "masked": True}) if changed else u)
+        return out, truncated
 
 
 @hookimpl

@@ -156,6 +156,7 @@ def trace_metrics(r: TraceResult) -> dict[str, Any]:
             }
         )
     overflows = sum(1 for s in steps if s.overflow)
+    unavoidable = sum(1 for s in steps if s.unavoidable)
     violations = sum(s.violations for s in steps)
     return {
         "trace": r.trace,
@@ -177,6 +178,7 @@ def trace_metrics(r: TraceResult) -> dict[str, Any]:
         "prompt_tokens_none": none,
         "saving": _rate(none - prompt, none),
         "overflows": overflows,
+        "overflows_unavoidable": unavoidable,
         "pairing_violations": violations,
         "steps_with_violations": sum(1 for s in steps if s.violations),
         "compactions": dict(sorted(compactions.items())),
@@ -274,6 +276,7 @@ def summarize_results(results: Iterable[TraceResult | Mapping[str, Any]]) -> dic
             "prompt_tokens_none": none,
             "saving": _rate(none - prompt, none),
             "overflows": sum(d["overflows"] for d in ds),
+            "overflows_unavoidable": sum(d["overflows_unavoidable"] for d in ds),
             "pairing_violations": sum(d["pairing_violations"] for d in ds),
             "compactions": dict(sorted(comp.items())),
             "compactions_total": total_comp,

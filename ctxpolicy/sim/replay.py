@@ -106,6 +106,9 @@ class StepRecord:
     cached: int = 0
     output: int = 0
     violations: int = 0
+    #: Tokens of what no strategy can leave out: the leading system messages, the
+    #: first user message (the task) and the newest message.
+    floor: int = 0
 
     @property
     def ratio(self) -> float:
@@ -114,6 +117,11 @@ class StepRecord:
     @property
     def overflow(self) -> bool:
         return self.used > self.hard_limit
+
+    @property
+    def unavoidable(self) -> bool:
+        """An overflow no strategy keeping the task could avoid (the floor alone is above)."""
+        return self.overflow and self.floor > self.hard_limit
 
 
 @dataclass
@@ -326,6 +334,8 @@ def run_strategy(
     raw_by_id: dict[str, str] = {}  # tool_call_id -> raw result text
     candidates: dict[str, str] = {}  # new tool_call_id -> earlier id whose result was compacted
     seen = _Seen()
+    task: list[Message] = []  # leading system messages and the first user message
+    task_open = True
     previous: list[Message] = []
     prev_raw_len = 0
     tool_step = 0
@@ -360,6 +370,9 @@ def run_strategy(
                 cached=min(cached, used),
                 output=counter.count_text(message_text(m)),
                 violations=len(check_messages(prepared)),
+                floor=counter.count_messages(
+                    task if any(convo[-1] is t for t in task) else [*task, convo[-1]]
+                ),
             )
             result.steps.append(rec)
             _retention(m, prepared, seen, strategy, result, example_limit)
@@ -394,6 +407,10 @@ def run_strategy(
             convo.append({**m, "content": text})
         else:
             convo.append(dict(m))
+        if task_open:
+            task_open = role in ("system", "developer")
+            if task_open or role == "user":
+                task.append(convo[-1])
         raw.append(dict(m))
         seen.add(message_text(m))
     result.events = list(strategy.events())
@@ -690,7 +707,12 @@ def simulate(
                         "trace": t["trace"],
                         "run": r["run"],
                         "code": "overflow",
-                        "message": f"{r['overflows']} calls above window − reserve_output (max {r['max_used']} tokens)",
+                        "message": f"{r['overflows']} calls above window − reserve_output (max {r['max_used']} tokens)"
+                        + (
+                            f"; {n} of them unavoidable: system messages, task and newest message alone exceed it"
+                            if (n := r["overflows_unavoidable"])
+                            else ""
+                        ),
                     }
                 )
             if r["pairing_violations"]:

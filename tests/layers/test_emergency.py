@@ -47,6 +47,34 @@ def test_keeps_system_pinned_ledger_summary_and_last_rounds():
     assert [u.kind for u in res0.units] == ["system", "user", "ledger", "user"]
 
 
+def test_keeps_fewer_rounds_while_above_the_target():
+    c = Conv().system("sys").user("task")
+    for k in range(5):
+        c.step(("bash", {"cmd": f"ls {k}"}, f"out{k} " * 200))
+    units = c.units()
+    everything = approx_count(units)
+    kept_2 = Emergency(EmergencyOptions()).apply(make_ctx(units, target=everything), units)
+    assert [u.round for u in kept_2.units if u.kind == "step"] == [3, 4]
+    assert kept_2.report["kept_rounds"] == 2
+    # the target cannot be met with two rounds: by default two are kept all the same
+    tight = approx_count(kept_2.units) - 50
+    res = Emergency(EmergencyOptions()).apply(make_ctx(units, target=tight), units)
+    assert res.units == kept_2.units
+    # with min_recent_rounds one round fewer, down to it
+    res = Emergency(EmergencyOptions(min_recent_rounds=1)).apply(
+        make_ctx(units, target=tight), units
+    )
+    assert [u.round for u in res.units if u.kind == "step"] == [4]
+    assert [u.round for u in res.dropped] == [0, 1, 2, 3]
+    assert res.report["kept_rounds"] == 1
+    assert check_units(units, res.units) == []
+    # min_recent_rounds bounds it; 0 may drop the newest round too
+    res0 = Emergency(EmergencyOptions(min_recent_rounds=0)).apply(make_ctx(units, target=0), units)
+    assert [u.kind for u in res0.units] == ["system", "user"]
+    res2 = Emergency(EmergencyOptions(min_recent_rounds=3)).apply(make_ctx(units, target=0), units)
+    assert [u.round for u in res2.units if u.kind == "step"] == [3, 4]
+
+
 def test_truncates_huge_result_in_kept_round():
     c = Conv().system("sys").user("task").step(("read_file", {}, "a" * 9000)).user("continue")
     units = c.units()

@@ -89,6 +89,15 @@ def test_overflow_and_ratio() -> None:
     assert run(hard_limit=27)["overflows"] == 0  # equal to the limit is not above it
 
 
+def test_unavoidable_overflow_needs_system_task_and_newest_above_the_limit() -> None:
+    # floor per call = [S, user] (3) + the newest message: 3 (it is the task), 6, 5, 6
+    d = run(hard_limit=5)
+    assert d["overflows"] == 3  # 9, 19, 27 > 5
+    assert d["overflows_unavoidable"] == 2  # calls 2 and 4: floor 6 > 5
+    assert run(hard_limit=20)["overflows_unavoidable"] == 0
+    assert run(hard_limit=2)["overflows_unavoidable"] == 4  # even the task alone is above
+
+
 def test_repeated_read_after_masking_counted_once() -> None:
     d = run()
     assert d["repeated_reads"] == 1
