@@ -896,10 +896,15 @@ class Session:
         try:
             from ctxpolicy.facts import lost_facts
 
-            kept = {(u.key, u.messages) for u in new_units}
-            changed = [u for u in before if (u.key, u.messages) not in kept and u.kind != "ledger"]
+            kept = {u.key: u.messages for u in new_units}
+            changed = [u for u in before if u.kind != "ledger" and kept.get(u.key) != u.messages]
             lost = lost_facts(changed, new_units, self._ledger_text or "")
-        except Exception:  # pragma: no cover - facts are best effort
+            if lost and self.ledger is not None:
+                # what a layer shortened away stays in context through the ledger
+                self.ledger.record_facts(lost)
+                self._ledger_text = self.ledger.render()
+        except Exception as exc:  # pragma: no cover - facts are best effort
+            emit("ledger.failed", error=repr(exc))
             lost = []
         self.stats.compactions[step.layer] += 1
         emit(

@@ -3,7 +3,8 @@
 Design A keeps a task-progress summary in the system prompt so dropping old rounds
 loses no state; design B stores IDs and files in structured fields instead of
 relying on a summary. The ledger does both: :meth:`Ledger.update` is fed the units
-a layer dropped (``LayerResult.dropped``) and records
+a layer dropped (``LayerResult.dropped``), :meth:`Ledger.record_facts` the facts a
+layer shortened away (the engine's key-facts check after every compaction), and it records
 
 * the goal (first user message seen, shortened),
 * constraints (verbatim, never dropped),
@@ -82,6 +83,12 @@ class Ledger:
         """Set the goal (e.g. from the pinned first user message) unless one is known."""
         if self.goal is None and text.strip():
             self.goal = short(text, 300)
+
+    def record_facts(self, facts: Sequence[str]) -> None:
+        """Record facts a compaction took out of the context without dropping a unit
+        (a masked or truncated result): paths as files, the rest as identifiers."""
+        for f in facts:
+            self._add("files" if extract(f).paths == [f] else "ids", short(f, 120))
 
     def update(self, dropped_units: Sequence[Unit]) -> None:
         """Record the facts of units removed from the context (in conversation order)."""

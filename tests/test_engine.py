@@ -120,6 +120,26 @@ def test_pipeline_compacts_to_target_and_records_ledger(test_layers: None) -> No
     assert compacted[0]["plugin"] == "engine_test_layers"
 
 
+def test_facts_a_layer_masks_away_are_kept_by_the_ledger() -> None:
+    pol = make_policy(
+        pipeline=[{"layer": "observation_mask", "at": "normal", "options": {"max_age_rounds": 1}}],
+        budget={"target": 0.05},
+    )
+    s = Session(pol)
+    msgs = conversation(6, 1200)
+    # an id and a path in the middle of an old result, which masking cuts out
+    body = msgs[3]["content"]
+    msgs[3] = {**msgs[3], "content": body[:600] + " BOOKING-4242 in lib/util.py " + body[600:]}
+    out = s.prepare(msgs)
+    (compacted,) = _events(s, "context.compacted")
+    assert compacted["layer"] == "observation_mask"
+    assert {"BOOKING-4242", "lib/util.py"} <= set(compacted["lost_facts"])
+    masked = next(m for m in out if m.get("tool_call_id") == msgs[3]["tool_call_id"])
+    assert "BOOKING-4242" not in masked["content"]
+    (ledger,) = [m["content"] for m in out if str(m.get("content", "")).startswith(LEDGER_MARK)]
+    assert "BOOKING-4242" in ledger and "lib/util.py" in ledger
+
+
 def test_decisions_are_sticky_across_calls(test_layers: None) -> None:
     pol = make_policy(pipeline=[{"layer": "t_drop_oldest", "at": "warning", "options": {}}])
     s = Session(pol)

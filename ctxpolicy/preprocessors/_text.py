@@ -12,15 +12,18 @@ from collections.abc import Iterable, Sequence
 
 __all__ = [
     "ANSI_RE",
+    "OUTLINE_DESCRIPTION",
     "clean_terminal",
     "collapse_repeats",
     "cut_chars",
+    "cut_middle",
     "estimate_tokens",
     "head_tail_chars",
     "never_longer",
     "number_lines",
     "omitted_chars_marker",
     "omitted_lines_marker",
+    "outline",
     "split_lines",
     "tokens_to_chars",
 ]
@@ -63,14 +66,26 @@ def head_tail_chars(text: str, max_chars: int) -> str:
 
     Returns ``text`` unchanged when it fits, or when cutting would not make it shorter.
     """
-    if max_chars < 0:
-        max_chars = 0
+    max_chars = max(max_chars, 0)
     if len(text) <= max_chars:
         return text
-    head_n = max_chars - max_chars // 2
-    tail_n = max_chars // 2
+    return cut_middle(text, max_chars - max_chars // 2, max_chars // 2)
+
+
+def cut_middle(text: str, head_n: int, tail_n: int, outline_limit: int = 0) -> str:
+    """``text`` without the characters between its first ``head_n`` and last ``tail_n``:
+    a marker in their place, followed by up to ``outline_limit`` definition lines of
+    the omitted part (:func:`outline`); ``text`` itself when that is not shorter."""
     omitted = len(text) - head_n - tail_n
-    out = text[:head_n] + omitted_chars_marker(omitted) + (text[-tail_n:] if tail_n else "")
+    if omitted <= 0:
+        return text
+    tail = text[len(text) - tail_n :] if tail_n else ""
+    defs: list[str] = []
+    if outline_limit:
+        # whole lines of the omitted part (the partial first and last belong to head/tail)
+        lines = text[head_n : len(text) - tail_n].split("\n")[1:-1]
+        defs = outline(lines, text.count("\n", 0, head_n) + 2, outline_limit)
+    out = text[:head_n] + omitted_chars_marker(omitted) + "".join(d + "\n" for d in defs) + tail
     return out if len(out) < len(text) else text
 
 
@@ -185,3 +200,78 @@ def tokens_to_chars(text: str, max_tokens: int, *, from_end: bool = False) -> in
 def never_longer(original: str, processed: str) -> str:
     """The processed text, unless it is longer than the original (then the original)."""
     return processed if len(processed) <= len(original) else original
+
+
+# --------------------------------------------------------------------------- outline
+
+OUTLINE_DESCRIPTION = (
+    "Up to this many definition lines of the omitted part (def/class/fn/func, C-family "
+    "signatures…) are kept, numbered, after the marker, so a cut source file still shows "
+    "what it holds and where. 0: off."
+)
+
+#: A line number an editor or ``cat -n`` put in front of the text (``   282\t``, ``282:``).
+_LINENO_RE = re.compile(r"^\s*(\d+)(?:\t|: ?|\|)")
+#: Definitions introduced by a keyword, at any indentation (methods included).
+_KEYWORD_DEF_RE = re.compile(
+    r"(?:(?:export|default|pub(?:\([\w:]+\))?|async|unsafe|static|final|abstract|public|"
+    r"private|protected|internal|override|open|inline|extern|const|local)\s+)*"
+    r"(?:def|class|function\*?|fn|func|struct|enum|trait|impl|interface|protocol|module|"
+    r"namespace|object|record|union|actor|primitive|fun|be|new|sub|proc|defp?|macro)"
+    r"\s+[\w<(]"
+)
+#: A C-family signature: type words, a name and a parameter list, no ``;`` or ``=``
+#: (a declaration or a call), optionally followed by ``{``.
+_SIGNATURE_RE = re.compile(
+    r"(?:(?:public|private|protected|static|final|abstract|virtual|inline|extern|"
+    r"override|synchronized|async)\s+)*"
+    r"[A-Za-z_][\w:<>,\[\]*& ]*?[\s*&]\**[A-Za-z_][\w:~]*\("
+    r"(?:[^;=]*\)\s*(?:const\s*)?(?:(?:throws|->)\s*[\w<>, .:]+)?\s*\{?|[^;=)]*,)\s*$"
+)
+_NOT_A_DEFINITION = re.compile(
+    r"(?:if|else|for|while|switch|return|case|do|catch|try|sizeof|new|delete|throw|"
+    r"goto|assert|print|printf|yield|await|raise|with|elif|except)\b"
+)
+
+
+def _definition(body: str) -> bool:
+    stripped = body.lstrip()
+    if not stripped or len(stripped) > 300 or _NOT_A_DEFINITION.match(stripped):
+        return False
+    if _KEYWORD_DEF_RE.match(stripped):
+        return True
+    # C-family signatures only at the start of a line or behind an access modifier
+    # (a method), so calls and statements inside bodies are not taken
+    if body[:1].isspace() and not re.match(r"(?:public|private|protected|static)\b", stripped):
+        return False
+    return bool(_SIGNATURE_RE.match(stripped))
+
+
+def outline(lines: Sequence[str], first_lineno: int, limit: int, width: int = 160) -> list[str]:
+    """Definition lines (``def``/``class``/``fn``/``func``/C-family signatures…) among
+    ``lines``, numbered — what an agent needs to ask for the omitted part by range.
+
+    A line that carries its own number (``cat -n``, ``282:``) keeps it; others are
+    numbered from ``first_lineno``. At most ``limit`` lines, each at most ``width``
+    characters; a last line says how many more definitions were left out.
+    """
+    if limit <= 0:
+        return []
+    found: list[str] = []
+    more = 0
+    for i, line in enumerate(lines):
+        m = _LINENO_RE.match(line)
+        number, body = (int(m.group(1)), line[m.end() :]) if m else (first_lineno + i, line)
+        if not _definition(body):
+            continue
+        if len(found) >= limit:
+            more += 1
+            continue
+        text = body.strip()
+        if len(text) > width:
+            text = text[: width - 1] + "…"
+        found.append(f"{number}: {text}")
+    if not found:
+        return []
+    head = "[definitions in the omitted part]"
+    return [head, *found, *([f"[… {more} more definitions]"] if more else [])]

@@ -3,6 +3,8 @@
 Design B's default: results over ``max_chars`` (3000) keep their first and last
 halves with a marker saying how many characters were left out. ``max_tokens``
 budgets by an estimated token count instead (script-aware, no tokenizer import).
+``outline`` keeps up to that many definition lines of the omitted part (numbered)
+after the marker, so an agent reading a long source file still sees what is in it.
 """
 
 from __future__ import annotations
@@ -13,9 +15,9 @@ from ctxpolicy.components import Preprocessor, ToolCall
 from ctxpolicy.plugins import hookimpl
 from ctxpolicy.policy.models import ComponentOptions
 from ctxpolicy.preprocessors._text import (
+    OUTLINE_DESCRIPTION,
+    cut_middle,
     estimate_tokens,
-    head_tail_chars,
-    omitted_chars_marker,
     tokens_to_chars,
 )
 
@@ -32,6 +34,7 @@ class HeadTailOptions(ComponentOptions):
         description="If set, budget by estimated tokens instead of characters "
         "(half head, half tail); `max_chars` is then ignored.",
     )
+    outline: int = Field(default=0, ge=0, description=OUTLINE_DESCRIPTION)
 
 
 class HeadTail(Preprocessor):
@@ -44,21 +47,16 @@ class HeadTail(Preprocessor):
     def process(self, text: str, call: ToolCall | None = None) -> str:
         opts = self.options
         if opts.max_tokens is None:
-            return head_tail_chars(text, opts.max_chars)
-        return head_tail_tokens(text, opts.max_tokens)
-
-
-def head_tail_tokens(text: str, max_tokens: int) -> str:
-    """Head and tail of ``text`` within about ``max_tokens`` estimated tokens."""
-    if estimate_tokens(text) <= max_tokens:
-        return text
-    head_n = tokens_to_chars(text, max_tokens - max_tokens // 2)
-    tail_n = tokens_to_chars(text[head_n:], max_tokens // 2, from_end=True)
-    omitted = len(text) - head_n - tail_n
-    if omitted <= 0:
-        return text
-    out = text[:head_n] + omitted_chars_marker(omitted) + (text[-tail_n:] if tail_n else "")
-    return out if len(out) < len(text) else text
+            max_chars = max(opts.max_chars, 0)
+            if len(text) <= max_chars:
+                return text
+            head_n, tail_n = max_chars - max_chars // 2, max_chars // 2
+        else:
+            if estimate_tokens(text) <= opts.max_tokens:
+                return text
+            head_n = tokens_to_chars(text, opts.max_tokens - opts.max_tokens // 2)
+            tail_n = tokens_to_chars(text[head_n:], opts.max_tokens // 2, from_end=True)
+        return cut_middle(text, head_n, tail_n, opts.outline)
 
 
 @hookimpl

@@ -8,6 +8,8 @@ so the agent can ask for exactly that range with ``ctx_recall``.
 ``max_lines`` (design B's ``read_file.max_lines``), when set, replaces
 ``min_lines`` as the threshold, and the kept head and tail never exceed it together.
 Results at or below the threshold are returned unchanged (no numbers added).
+``outline`` keeps up to that many definition lines of the omitted range (numbered)
+after the marker.
 """
 
 from __future__ import annotations
@@ -17,7 +19,13 @@ from pydantic import Field
 from ctxpolicy.components import Preprocessor, ToolCall
 from ctxpolicy.plugins import hookimpl
 from ctxpolicy.policy.models import ComponentOptions
-from ctxpolicy.preprocessors._text import never_longer, number_lines, omitted_lines_marker
+from ctxpolicy.preprocessors._text import (
+    OUTLINE_DESCRIPTION,
+    never_longer,
+    number_lines,
+    omitted_lines_marker,
+    outline,
+)
 
 
 class HeadTailLinesOptions(ComponentOptions):
@@ -33,6 +41,7 @@ class HeadTailLinesOptions(ComponentOptions):
         description="Design B's `read_file.max_lines`: when set, the threshold instead of "
         "`min_lines`, and an upper bound on the lines kept.",
     )
+    outline: int = Field(default=0, ge=0, description=OUTLINE_DESCRIPTION)
 
 
 class HeadTailLines(Preprocessor):
@@ -64,6 +73,7 @@ class HeadTailLines(Preprocessor):
         first_omitted, last_omitted = keep + 1, tail_start
         parts = number_lines(head, 1)
         parts.append(omitted_lines_marker(first_omitted, last_omitted, total))
+        parts.extend(outline(lines[keep:tail_start], first_omitted, opts.outline))
         parts.extend(number_lines(tail, tail_start + 1))
         return never_longer(text, "\n".join(parts))
 

@@ -51,6 +51,9 @@ FRAGMENTS = [
     "==== FAILURES ====",
     "____ t ____",
     "E   x",
+    "def f(x):",
+    "   12\tstatic int g(int a)",
+    "7: class C:",
 ]
 TEXT = st.one_of(
     st.text(max_size=2000),
@@ -83,6 +86,9 @@ def test_never_raises_never_longer(name: str, text: str) -> None:
     [
         ("head_tail", {"max_chars": 0}),
         ("head_tail", {"max_tokens": 1}),
+        ("head_tail", {"max_chars": 0, "outline": 10_000}),
+        ("head_tail", {"max_tokens": 5, "outline": 3}),
+        ("head_tail_lines", {"lines": 0, "min_lines": 0, "outline": 10_000}),
         ("head_tail_lines", {"lines": 0, "min_lines": 0}),
         ("head_tail_lines", {"lines": 3, "min_lines": 5, "max_lines": 4}),
         ("log_levels", {"last": 1, "levels": ["INFO"]}),

@@ -1,0 +1,113 @@
+"""``outline``: definition lines of the part a preprocessor leaves out."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from ctxpolicy.preprocessors._text import outline
+from ctxpolicy.preprocessors.head_tail import HeadTail, HeadTailOptions
+from ctxpolicy.preprocessors.head_tail_lines import HeadTailLines, HeadTailLinesOptions
+from ctxpolicy.sim.replay import load_trace
+from tests.preprocessors.test_golden import load
+from tests.shared_data import TRACES, require
+
+DEFINITIONS = [
+    "def reserve(store, sku):",
+    "    async def fetch(self) -> bytes:",
+    "class Planner(Base):",
+    "static ast_t* make_pattern_type(pass_opt_t* opt, ast_t* pattern)",
+    "static bool infer(ast_t* pattern, ast_t* match_type,",
+    "int main(int argc, char** argv) {",
+    "std::string Foo::bar(int x) const {",
+    "    public static void main(String[] args) {",
+    "fn main() {",
+    "pub async fn serve(&self, addr: SocketAddr) -> Result<()> {",
+    "func (s *Server) Start() error {",
+    "export default function App() {",
+    "interface Props {",
+    "  fun ref apply(): None =>",
+    "impl Display for Point {",
+]
+NOT_DEFINITIONS = [
+    "    return make_pattern_type(opt, child);",
+    "int x = foo(3);",
+    "foo(bar);",
+    "    if (x) {",
+    "ERROR foo(bar) failed",
+    "Some sentence (with parens)",
+    "Traceback (most recent call last):",
+    '  File "a.py", line 3, in <module>',
+    "FAILED tests/test_a.py::test_b - assert 1 == 2",
+    "drwxr-xr-x 2 root root 4096 Jan  1 00:00 file.c",
+    "    store.set(sku, level - qty)",
+    "",
+]
+
+
+@pytest.mark.parametrize("line", DEFINITIONS)
+def test_definitions_are_found(line: str) -> None:
+    assert outline([line], 7, 5) == ["[definitions in the omitted part]", f"7: {line.strip()}"]
+
+
+@pytest.mark.parametrize("line", NOT_DEFINITIONS)
+def test_statements_calls_and_prose_are_not(line: str) -> None:
+    assert outline([line], 1, 5) == []
+
+
+def test_own_line_numbers_are_kept_and_the_list_is_bounded() -> None:
+    lines = ["   282\tstatic int f(int a)", "283: def g():", "  x = 1", "def h():", "def i():"]
+    assert outline(lines, 10, 3) == [
+        "[definitions in the omitted part]",
+        "282: static int f(int a)",
+        "283: def g():",
+        "13: def h():",
+        "[… 1 more definitions]",
+    ]
+    assert outline(lines, 10, 0) == []
+    long = "def " + "x" * 400 + "():"
+    assert outline([long], 1, 1) == []  # a 400-char "definition" is data, not code
+    wide = "def " + "y" * 200 + "():"
+    (_, kept) = outline([wide], 1, 1)
+    assert len(kept) == len("1: ") + 160 and kept.endswith("…")
+
+
+def test_head_tail_lines_outline_names_every_omitted_function() -> None:
+    text = load("read_file_1000_lines.py")
+    lines = text.split("\n")
+    out = HeadTailLines(HeadTailLinesOptions(outline=500)).process(text)
+    omitted = {
+        i + 1
+        for i, ln in enumerate(lines)
+        if ln.startswith("def ") and 50 < i + 1 <= len(lines) - 50
+    }
+    listed = {int(n) for n in re.findall(r"^(\d+): def ", out.split("omitted", 1)[1], re.M)}
+    assert omitted and listed >= omitted
+    for n in omitted:  # numbered as in the file
+        assert f"{n}: {lines[n - 1]}" in out
+    plain = HeadTailLines(HeadTailLinesOptions()).process(text)
+    assert "[definitions in the omitted part]" not in plain
+    assert len(plain) < len(out) < len(text)
+
+
+def test_head_tail_outline_on_a_real_openhands_file_view() -> None:
+    # OpenHands' str_replace_editor `view` of a 583-line C file (cat -n numbers)
+    msgs = load_trace(
+        require(TRACES / "openhands__multi_swe_bench.output.ponylang__ponyc-4588.jsonl")
+    )
+    text = next(
+        m["content"]
+        for m in msgs
+        if m.get("role") == "tool"
+        and "`cat -n` on /workspace/ponylang__ponyc__0.1/src/libponyc/expr/match.c"
+        in str(m["content"])
+    )
+    out = HeadTail(HeadTailOptions(max_chars=3000, outline=30)).process(text)
+    head, rest = out.split("chars omitted] ...\n", 1)
+    assert rest.startswith("[definitions in the omitted part]\n")
+    assert "282: static ast_t* make_pattern_type(pass_opt_t* opt, ast_t* pattern)\n" in rest
+    assert len(out) < 3000 + 30 * 170
+    # head and tail are exactly those of the plain cut
+    plain = HeadTail(HeadTailOptions(max_chars=3000)).process(text)
+    assert plain.startswith(head) and plain.endswith(out[-1500:])
