@@ -9,7 +9,9 @@ with ``stdout``/``stderr`` and ``exit_code``/``returncode``/``exit_status``/``st
 * stderr before stdout when they are separate;
 * ANSI escapes removed, progress-bar redraws (``\\r``) reduced to their final state,
   runs of identical lines collapsed (``… line repeated 312 times``);
-* per stream, the first ``head_lines`` and last ``tail_lines`` lines with a marker;
+* per stream, the first ``head_lines`` and last ``tail_lines`` lines with a marker,
+  followed by up to ``outline`` definition lines of the omitted part (a ``cat``
+  of a source file still shows its functions);
 * finally bounded by ``max_chars`` (head/tail by characters).
 """
 
@@ -25,11 +27,13 @@ from ctxpolicy.components import Preprocessor, ToolCall
 from ctxpolicy.plugins import hookimpl
 from ctxpolicy.policy.models import ComponentOptions
 from ctxpolicy.preprocessors._text import (
+    OUTLINE_DESCRIPTION,
     clean_terminal,
     collapse_repeats,
     head_tail_chars,
     never_longer,
     omitted_lines_marker,
+    outline,
 )
 
 _EXIT_RE = re.compile(
@@ -49,6 +53,7 @@ class CommandOutputOptions(ComponentOptions):
     collapse_repeats: int = Field(
         default=3, ge=2, description="Collapse runs of at least this many identical lines."
     )
+    outline: int = Field(default=0, ge=0, description=OUTLINE_DESCRIPTION)
 
 
 def _structured(text: str) -> dict[str, Any] | None:
@@ -83,6 +88,7 @@ class CommandOutput(Preprocessor):
         tail_start = n - opts.tail_lines
         out = lines[: opts.head_lines]
         out.append(omitted_lines_marker(opts.head_lines + 1, tail_start))
+        out.extend(outline(lines[opts.head_lines : tail_start], opts.head_lines + 1, opts.outline))
         out.extend(lines[tail_start:])
         return out
 

@@ -111,3 +111,16 @@ def test_head_tail_outline_on_a_real_openhands_file_view() -> None:
     # head and tail are exactly those of the plain cut
     plain = HeadTail(HeadTailOptions(max_chars=3000)).process(text)
     assert plain.startswith(head) and plain.endswith(out[-1500:])
+
+
+def test_command_output_outline_of_a_cat_of_a_source_file() -> None:
+    from ctxpolicy.preprocessors.command_output import CommandOutput, CommandOutputOptions
+
+    text = load("read_file_1000_lines.py")
+    lines = text.split("\n")
+    out = CommandOutput(CommandOutputOptions(outline=5, max_chars=None)).process(text)
+    after = out.split("omitted (", 1)[1].split("\n")[1:7]
+    first = [i + 1 for i, ln in enumerate(lines) if ln.startswith("def ") and i + 1 > 40][:5]
+    assert after[0] == "[definitions in the omitted part]"
+    assert after[1:6] == [f"{n}: {lines[n - 1]}" for n in first]
+    assert CommandOutput(CommandOutputOptions()).process(text).count("[definitions") == 0
