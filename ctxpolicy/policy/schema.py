@@ -415,8 +415,11 @@ def schema_diagnostics(
         # Most files are valid: answer that without importing jsonschema; only a file
         # that fails the check pays for the full validator and its messages.
         check = _cached_check(plugins)
-        if check is not None and check(data):
-            return []
+        try:
+            if check is not None and check(data):
+                return []
+        except Exception:  # pragma: no cover - odd values: let jsonschema judge them
+            pass
         validator = _cached_validator(plugins)
     errors = sorted(
         validator.iter_errors(data),
