@@ -191,6 +191,7 @@ def get_plugin_manager() -> pluggy.PluginManager:
         pm.add_hookspecs(hookspecs)
         _infos.clear()
         _problems.clear()
+        own_version: str | None = None
         for modname in DEFAULT_PLUGINS:
             try:
                 mod = importlib.import_module(modname)
@@ -204,9 +205,9 @@ def get_plugin_manager() -> pluggy.PluginManager:
                 continue
             short = modname.removeprefix("ctxpolicy.")
             pm.register(mod, name=short)
-            _infos[short] = PluginInfo(
-                short, modname, "ctxpolicy", _version("ctxpolicy"), builtin=True
-            )
+            if own_version is None:  # read once: each metadata lookup parses METADATA
+                own_version = _version("ctxpolicy")
+            _infos[short] = PluginInfo(short, modname, "ctxpolicy", own_version, builtin=True)
         allow = _allowlist()
         for ep in _entry_points():
             if allow is not None and ep.name not in allow:

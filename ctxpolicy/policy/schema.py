@@ -16,7 +16,8 @@ with ``make schema`` (or ``ctxpolicy schema > schemas/ctxpolicy.schema.json``).
 maps every error to ``file:line:col`` through the document's source map.
 
 Nothing here imports tiktoken or the engine; ``jsonschema`` is imported only when a
-document is validated.
+document fails the schema (a valid document is recognised by the compiled check of
+:mod:`ctxpolicy.policy.schemacheck`) or a schema is given explicitly.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 from ctxpolicy.policy.diagnostics import CODES, Diagnostic, Severity
 from ctxpolicy.policy.models import PolicyFile
+from ctxpolicy.policy.schemacheck import Check, Unsupported, compile_schema
 
 if TYPE_CHECKING:  # pragma: no cover
     from jsonschema.exceptions import ValidationError
@@ -260,15 +262,31 @@ def schema_text(*, plugins: bool = False, registry: Registry | None = None) -> s
 
 
 @lru_cache(maxsize=4)
+def _cached_schema(plugins: bool) -> dict[str, Any]:
+    return build_schema(plugins=plugins)
+
+
+@lru_cache(maxsize=4)
 def _cached_validator(plugins: bool) -> Any:
     from jsonschema.validators import Draft7Validator
 
-    return Draft7Validator(build_schema(plugins=plugins))
+    return Draft7Validator(_cached_schema(plugins))
+
+
+@lru_cache(maxsize=4)
+def _cached_check(plugins: bool) -> Check | None:
+    """The compiled yes/no check of the schema, or None when it cannot be compiled."""
+    try:
+        return compile_schema(_cached_schema(plugins))
+    except Unsupported:  # pragma: no cover - the generated schema is supported
+        return None
 
 
 def clear_cache() -> None:
-    """Forget the cached validator (after plugins change)."""
+    """Forget the cached schema and validators (after plugins change)."""
+    _cached_schema.cache_clear()
     _cached_validator.cache_clear()
+    _cached_check.cache_clear()
 
 
 def _position(doc: Any, path: tuple[Any, ...]) -> tuple[int, int]:
@@ -394,6 +412,14 @@ def schema_diagnostics(
 
         validator = Draft7Validator(schema)
     else:
+        # Most files are valid: answer that without importing jsonschema; only a file
+        # that fails the check pays for the full validator and its messages.
+        check = _cached_check(plugins)
+        try:
+            if check is not None and check(data):
+                return []
+        except Exception:  # pragma: no cover - odd values: let jsonschema judge them
+            pass
         validator = _cached_validator(plugins)
     errors = sorted(
         validator.iter_errors(data),

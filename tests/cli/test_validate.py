@@ -223,3 +223,28 @@ def test_validate_does_not_import_engine_or_tiktoken() -> None:
     )
     last = r.stdout.strip().splitlines()[-1]
     assert last == "EXIT 0 BAD", r.stdout + r.stderr
+
+
+def test_validate_of_valid_files_does_not_import_jsonschema() -> None:
+    """A valid file is recognised by the compiled schema check; jsonschema (and its
+    referencing/rpds/attrs stack) is imported only to explain a failing file."""
+    needs("ctxpolicy.policy.resolve")
+    code = (
+        "import sys\n"
+        "sys.argv = ['ctxpolicy', 'validate', 'policies/agents.yaml', 'policies/agents.toml']\n"
+        "from ctxpolicy.cli import main\n"
+        "try:\n    main()\nexcept SystemExit as e:\n    code = e.code\n"
+        "bad = sorted(m for m in sys.modules if m.split('.')[0] in "
+        "('jsonschema', 'referencing', 'tiktoken') or m == 'ctxpolicy.engine')\n"
+        "print('EXIT', code, 'BAD', ','.join(bad))\n"
+    )
+    r = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env=subprocess_env(),
+        timeout=120,
+    )
+    last = r.stdout.strip().splitlines()[-1]
+    assert last == "EXIT 0 BAD", r.stdout + r.stderr
