@@ -687,8 +687,11 @@ class Session:
                 if anchor not in decisions:
                     decisions[anchor] = [by_key[anchor]]
                 decisions[anchor].append(u)
+        # originals folded into a unit placed at another original (a summary of many
+        # rounds sits at the first of them) are gone, like those no unit covers
+        placed = {u.origin[0] for u in view if u.kind != "ledger"}
         for k in by_key:
-            if k not in covered:
+            if k not in decisions and (k not in covered or k not in placed):
                 decisions[k] = []
         self._set_decisions({k: tuple(v) for k, v in decisions.items()})
 
@@ -897,7 +900,13 @@ class Session:
             from ctxpolicy.facts import lost_facts
 
             kept = {u.key: u.messages for u in new_units}
-            changed = [u for u in before if u.kind != "ledger" and kept.get(u.key) != u.messages]
+            changed = [
+                u
+                for u in before
+                if u.kind != "ledger"
+                and kept.get(u.key) != u.messages
+                and len(u.text()) <= _FACTS_MAX_CHARS
+            ]
             lost = lost_facts(changed, new_units, self._ledger_text or "")
             if lost and self.ledger is not None:
                 # what a layer shortened away stays in context through the ledger
@@ -1020,6 +1029,11 @@ class Session:
                     break
         return units, used
 
+
+#: The key-facts check after a compaction reads the changed units up to this size: a
+#: bigger one (a file dump, a long log) holds too many "facts" to list, costs more to
+#: scan than to tokenize, and stays one recall away through its snapshot.
+_FACTS_MAX_CHARS = 2_000
 
 #: Stands for a message that cannot be snapshotted: equal to nothing, so it is
 #: always looked at again.

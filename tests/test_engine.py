@@ -140,6 +140,29 @@ def test_facts_a_layer_masks_away_are_kept_by_the_ledger() -> None:
     assert "BOOKING-4242" in ledger and "lib/util.py" in ledger
 
 
+def test_a_summary_stays_in_place_of_what_it_summarized() -> None:
+    pol = make_policy(
+        pipeline=[{"layer": "summarize", "at": "warning", "options": {"keep_recent_rounds": 2}}]
+    )
+    s = Session(pol)
+    msgs = conversation(12, 1500)
+    first = s.prepare(msgs)
+    (compacted,) = _events(s, "context.compacted")
+    assert compacted["report"]["summarized_units"] >= 10
+    msgs2 = [
+        *msgs,
+        {"role": "assistant", "content": "ok"},
+        {"role": "user", "content": "go on"},
+    ]
+    second = s.prepare(msgs2)
+    # the summarized rounds do not come back with the next call: it starts from the
+    # summary (and the layer, below its threshold now, does not run again)
+    assert len(_events(s, "context.compacted")) == 1
+    assert not any(m.get("tool_call_id") == "c0_0" for m in second)
+    assert second[: len(first) - 1] == first[:-1]
+    assert check_messages(second) == []
+
+
 def test_decisions_are_sticky_across_calls(test_layers: None) -> None:
     pol = make_policy(pipeline=[{"layer": "t_drop_oldest", "at": "warning", "options": {}}])
     s = Session(pol)

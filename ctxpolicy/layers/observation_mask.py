@@ -14,6 +14,7 @@ a unit and never touches pinned units.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 
 from pydantic import Field
@@ -21,6 +22,7 @@ from pydantic import Field
 from ctxpolicy.components import CompactionContext, ComponentOptions, Layer, LayerResult
 from ctxpolicy.conversation import Message, Unit
 from ctxpolicy.layers._util import (
+    ELISION,
     message_text,
     meta_ref_for,
     split_refs,
@@ -31,6 +33,7 @@ from ctxpolicy.layers._util import (
 from ctxpolicy.plugins import hookimpl
 
 SAME_AS = "[same output as step {step} below]"
+_SAME_AS_RE = re.compile(r"\[same output as step \S+ below\]")
 
 
 class ObservationMaskOptions(ComponentOptions):
@@ -78,7 +81,9 @@ class ObservationMask(Layer):
                     if m.get("role") != "tool":
                         continue
                     body, _ = split_refs(message_text(m))
-                    if not body.strip():
+                    # already compacted (a pointer, a cut result): never deduped again,
+                    # so that a second pass changes nothing
+                    if not body.strip() or _SAME_AS_RE.fullmatch(body) or ELISION.search(body):
                         continue
                     if body in last_seen:
                         if not u.pinned:
@@ -110,7 +115,8 @@ class ObservationMask(Layer):
                     if len(cand) < len(text):
                         new_text = cand
                         deduped += 1
-                if new_text is None and i in old:
+                if new_text is None and i in old and not _SAME_AS_RE.fullmatch(split_refs(text)[0]):
+                    # (a pointer left by an earlier dedupe is as short as it gets)
                     new_text = truncate_keep_refs(text, opts.max_chars)
                     if new_text is not None:
                         _, refs = split_refs(new_text)

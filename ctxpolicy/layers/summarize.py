@@ -21,7 +21,6 @@ untouched (the input units are returned with ``report["failed"]``). After
 
 from __future__ import annotations
 
-import concurrent.futures
 import json
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -188,6 +187,8 @@ class Summarize(Layer):
         timeout = self.options.timeout_s
         if timeout is None:
             return summarizer.summarize(req)
+        import concurrent.futures  # only with a timeout (keeps `validate` imports light)
+
         pool = concurrent.futures.ThreadPoolExecutor(
             max_workers=1, thread_name_prefix="ctxpolicy-summary"
         )

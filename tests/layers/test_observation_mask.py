@@ -113,3 +113,21 @@ def test_pinned_and_list_content():
     ]
     pinned = [u.replace(pinned=True) if u.kind == "step" else u for u in units]
     assert layer(max_age_rounds=0, max_chars=10).apply(make_ctx(pinned), pinned).units == pinned
+
+
+def test_a_second_pass_leaves_pointers_and_cut_results_alone():
+    # found by the layer property test: a dedupe pointer was masked on the next pass,
+    # and pointers were re-pointed at pointers (step 10 -> step 8 is one char shorter)
+    c = Conv().user("task")
+    for _ in range(7):
+        c.step(("read_file", {"a": 1}, ""))
+    c.step(("read_file", {"a": 1}, "0" * 31), ("read_file", {"a": 1}, "1" * 40))
+    c.step(("read_file", {"a": 1}, "0" * 31))
+    c.step(("read_file", {"a": 1}, "1" * 40))
+    c.step(("read_file", {"a": 1}, "0" * 31))
+    units = c.units()
+    for opts in ({"max_age_rounds": 0, "max_chars": 0}, {"max_age_rounds": 2, "max_chars": 10}):
+        once = layer(**opts).apply(make_ctx(units, target=0), units)
+        assert any("[same output as step" in t for t in tool_texts(once.units))
+        twice = layer(**opts).apply(make_ctx(once.units, target=0), once.units)
+        assert twice.units == once.units, opts
