@@ -61,3 +61,16 @@ def test_bounded_never_drops_constraints_and_round_trip():
     assert "make t49" in text and "make t0" not in text
     again = Ledger.from_dict(led.to_dict(), count_text=approx_text)
     assert again.render() == text and again.to_dict() == led.to_dict()
+
+
+def test_record_facts_files_and_ids_and_a_smaller_bound_on_render() -> None:
+    led = Ledger(max_tokens=2000)
+    led.record_facts(["src/app.py", "HAT028", "max_connections=10", "src/app.py"])
+    assert led.files == ["src/app.py"]
+    assert led.ids == ["HAT028", "max_connections=10"]
+    led.record_facts([f"ORDER-{i:04d}" for i in range(300)])
+    full = led.render()
+    small = led.render(max_tokens=40)
+    assert full is not None and small is not None
+    assert "ORDER-0299" in full and len(small) < len(full) / 10
+    assert led.render() == full  # the configured bound is unchanged
