@@ -897,17 +897,7 @@ class Session:
                 emit("ledger.failed", error=repr(exc))
         lost: list[str] = []
         try:
-            from ctxpolicy.facts import lost_facts
-
-            kept = {u.key: u.messages for u in new_units}
-            changed = [
-                u
-                for u in before
-                if u.kind != "ledger"
-                and kept.get(u.key) != u.messages
-                and len(u.text()) <= _FACTS_MAX_CHARS
-            ]
-            lost = lost_facts(changed, new_units, self._ledger_text or "")
+            lost = self._lost_facts(before, new_units)
             if lost and self.ledger is not None:
                 # what a layer shortened away stays in context through the ledger
                 self.ledger.record_facts(lost)
@@ -928,6 +918,35 @@ class Session:
             lost_facts=lost[:50],
         )
         return new_units, new_used
+
+    def _lost_facts(self, before: Sequence[Unit], after: Sequence[Unit]) -> list[str]:
+        """Facts (:mod:`ctxpolicy.facts`) of the messages a layer changed or removed
+        that are found nowhere in the new context or the ledger.
+
+        Only the messages that differ are read (a masked step's assistant message is
+        not), of units where they come to at most ``_FACTS_MAX_CHARS``.
+        """
+        from ctxpolicy.facts import extract, units_text
+
+        kept = {u.key: u.messages for u in after}
+        texts: list[str] = []
+        for u in before:
+            new = kept.get(u.key)
+            if u.kind == "ledger" or new == u.messages:
+                continue
+            changed = [
+                content_text(m.get("content"))
+                for i, m in enumerate(u.messages)
+                if new is None or i >= len(new) or new[i] != m
+            ]
+            if sum(map(len, changed)) <= _FACTS_MAX_CHARS:
+                texts.extend(changed)
+        # the first _FACTS_PER_COMPACTION: more would not stay in a bounded ledger
+        facts = extract("\n".join(texts)).all()[:_FACTS_PER_COMPACTION] if texts else []
+        if not facts:
+            return []
+        now = units_text(after) + "\n" + (self._ledger_text or "")
+        return [f for f in facts if f not in now]
 
     def _archive_dropped(self, dropped: Sequence[Unit], emit: Callable[..., None]) -> None:
         """Keep every dropped message verbatim in one snapshot the ledger points to.
@@ -1030,10 +1049,11 @@ class Session:
         return units, used
 
 
-#: The key-facts check after a compaction reads the changed units up to this size: a
+#: The key-facts check after a compaction reads a unit's changed messages up to this size: a
 #: bigger one (a file dump, a long log) holds too many "facts" to list, costs more to
 #: scan than to tokenize, and stays one recall away through its snapshot.
 _FACTS_MAX_CHARS = 2_000
+_FACTS_PER_COMPACTION = 100
 
 #: Stands for a message that cannot be snapshotted: equal to nothing, so it is
 #: always looked at again.

@@ -26,6 +26,7 @@ __all__ = [
     "error_lines",
     "extract",
     "extract_all",
+    "is_path",
     "lost_facts",
     "units_text",
 ]
@@ -168,6 +169,11 @@ def error_lines(text: str, limit: int = 5, max_len: int = 200) -> list[str]:
         line.strip()[:max_len] for line in _ERROR_LINE.findall(text or "") if line.strip()
     )
     return found[-limit:] if limit else found
+
+
+def is_path(fact: str) -> bool:
+    """Whether ``fact`` is a file path as :func:`extract` finds them."""
+    return _PATH.fullmatch(fact) is not None
 
 
 def units_text(units: Sequence[Unit]) -> str:

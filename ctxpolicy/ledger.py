@@ -23,7 +23,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from ctxpolicy.conversation import Unit, content_text
-from ctxpolicy.facts import error_lines, extract
+from ctxpolicy.facts import error_lines, extract, is_path
 from ctxpolicy.layers._util import (
     REF_LINE,
     approx_tokens,
@@ -88,7 +88,7 @@ class Ledger:
         """Record facts a compaction took out of the context without dropping a unit
         (a masked or truncated result): paths as files, the rest as identifiers."""
         for f in facts:
-            self._add("files" if extract(f).paths == [f] else "ids", short(f, 120))
+            self._add("files" if is_path(f) else "ids", short(f, 120))
 
     def update(self, dropped_units: Sequence[Unit]) -> None:
         """Record the facts of units removed from the context (in conversation order)."""
