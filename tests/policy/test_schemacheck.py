@@ -41,16 +41,18 @@ def _data(path: Path) -> Any:
     return None if doc is None else doc.data
 
 
+#: The corpus files that parse into a document (the others are syntax-error cases).
+PARSED = [p for p in FILES if _data(p) is not None]
+
+
 def test_corpus_has_files() -> None:
-    assert len(FILES) > 100
+    assert len(FILES) > 100 and len(PARSED) > len(FILES) // 2
 
 
-@pytest.mark.parametrize("path", FILES, ids=lambda p: str(p.relative_to(REPO)))
+@pytest.mark.parametrize("path", PARSED, ids=lambda p: str(p.relative_to(REPO)))
 def test_agrees_with_jsonschema_on_corpus(path: Path, schemas: tuple[Any, Draft7Validator]) -> None:
     check, validator = schemas
     data = _data(path)
-    if data is None:
-        pytest.skip("not parsed into a mapping")
     assert check(data) == validator.is_valid(data)
 
 
