@@ -13,6 +13,7 @@ from collections.abc import Iterable, Sequence
 __all__ = [
     "ANSI_RE",
     "OUTLINE_DESCRIPTION",
+    "already_numbered",
     "clean_terminal",
     "collapse_repeats",
     "cut_chars",
@@ -24,6 +25,7 @@ __all__ = [
     "omitted_chars_marker",
     "omitted_lines_marker",
     "outline",
+    "own_line_number",
     "split_lines",
     "tokens_to_chars",
 ]
@@ -232,6 +234,19 @@ _NOT_A_DEFINITION = re.compile(
     r"(?:if|else|for|while|switch|return|case|do|catch|try|sizeof|new|delete|throw|"
     r"goto|assert|print|printf|yield|await|raise|with|elif|except)\b"
 )
+
+
+def own_line_number(line: str) -> int | None:
+    """The line number a tool put in front of ``line`` (``   282\t``, ``282:``), if any."""
+    m = _LINENO_RE.match(line)
+    return int(m.group(1)) if m else None
+
+
+def already_numbered(lines: Sequence[str], sample: int = 40) -> bool:
+    """Whether most of the first ``sample`` non-empty lines start with a line number
+    (``cat -n``, ``282:``), so that numbering them again would only add noise."""
+    seen = [ln for ln in lines[: sample * 2] if ln.strip()][:sample]
+    return len(seen) >= 3 and sum(1 for ln in seen if _LINENO_RE.match(ln)) >= 0.9 * len(seen)
 
 
 def _definition(body: str) -> bool:

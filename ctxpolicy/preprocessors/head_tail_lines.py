@@ -7,7 +7,9 @@ so the agent can ask for exactly that range with ``ctx_recall``.
 
 ``max_lines`` (design B's ``read_file.max_lines``), when set, replaces
 ``min_lines`` as the threshold, and the kept head and tail never exceed it together.
-Results at or below the threshold are returned unchanged (no numbers added).
+Results at or below the threshold are returned unchanged (no numbers added), and a
+result whose lines already carry numbers (``cat -n``, an editor's file view) keeps
+those instead of getting a second set.
 ``outline`` keeps up to that many definition lines of the omitted range (numbered)
 after the marker.
 """
@@ -21,10 +23,12 @@ from ctxpolicy.plugins import hookimpl
 from ctxpolicy.policy.models import ComponentOptions
 from ctxpolicy.preprocessors._text import (
     OUTLINE_DESCRIPTION,
+    already_numbered,
     never_longer,
     number_lines,
     omitted_lines_marker,
     outline,
+    own_line_number,
 )
 
 
@@ -71,10 +75,18 @@ class HeadTailLines(Preprocessor):
         tail_start = total - keep
         tail = lines[tail_start:] if keep else []
         first_omitted, last_omitted = keep + 1, tail_start
-        parts = number_lines(head, 1)
-        parts.append(omitted_lines_marker(first_omitted, last_omitted, total))
+        # a result numbered by the tool (`cat -n`, an editor's view) keeps its numbers,
+        # and the marker names the omitted range in them
+        own = already_numbered(lines)
+        shown_total: int | None = total
+        if own:
+            a, b = own_line_number(lines[keep]), own_line_number(lines[tail_start - 1])
+            if a is not None and b is not None and a <= b:
+                first_omitted, last_omitted, shown_total = a, b, None
+        parts = list(head) if own else number_lines(head, 1)
+        parts.append(omitted_lines_marker(first_omitted, last_omitted, shown_total))
         parts.extend(outline(lines[keep:tail_start], first_omitted, opts.outline))
-        parts.extend(number_lines(tail, tail_start + 1))
+        parts.extend(tail if own else number_lines(tail, tail_start + 1))
         return never_longer(text, "\n".join(parts))
 
 

@@ -124,3 +124,16 @@ def test_command_output_outline_of_a_cat_of_a_source_file() -> None:
     assert after[0] == "[definitions in the omitted part]"
     assert after[1:6] == [f"{n}: {lines[n - 1]}" for n in first]
     assert CommandOutput(CommandOutputOptions()).process(text).count("[definitions") == 0
+
+
+def test_head_tail_lines_keeps_a_tools_own_line_numbers() -> None:
+    body = [f"{n:6d}\tline {n}" for n in range(1, 301)]
+    text = "Here's the result of running `cat -n` on a.py:\n" + "\n".join(body)
+    out = HeadTailLines(HeadTailLinesOptions(lines=3, min_lines=20)).process(text).split("\n")
+    # not "2:      1\tline 1", and the omitted range is named in the file's numbers
+    assert out[:3] == ["Here's the result of running `cat -n` on a.py:", *body[:2]]
+    assert out[3] == "... [lines 3-297 omitted (295 lines)] ..."
+    assert out[4:] == body[-3:]
+    plain = "\n".join(f"line {n}" for n in range(1, 301))
+    got = HeadTailLines(HeadTailLinesOptions(lines=3, min_lines=20)).process(plain).split("\n")
+    assert got[0] == "1: line 1" and got[3] == "... [lines 4-297 omitted (294 of 300 lines)] ..."
