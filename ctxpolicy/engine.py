@@ -471,16 +471,7 @@ class Session:
             ("handover", HANDOVER_MARK, self._handover_text),
             ("ledger", LEDGER_MARK, self._ledger_text),
         )
-        return [
-            Unit(
-                kind="ledger",
-                messages=({"role": "system", "content": f"{mark}\n{text}"},),
-                key=key,
-                pinned=True,
-            )
-            for key, mark, text in parts
-            if text
-        ]
+        return [_special_unit(key, mark, text) for key, mark, text in parts if text]
 
     def _input(self, messages: Sequence[Mapping[str, Any]]) -> tuple[list[Mapping[str, Any]], int]:
         """The conversation without ledger/handover messages of ours that an agent fed
@@ -926,7 +917,7 @@ class Session:
         Only the messages that differ are read (a masked step's assistant message is
         not), of units where they come to at most ``_FACTS_MAX_CHARS``.
         """
-        from ctxpolicy.facts import extract, units_text
+        from ctxpolicy.facts import extract, missing_facts
 
         kept = {u.key: u.messages for u in after}
         texts: list[str] = []
@@ -943,10 +934,7 @@ class Session:
                 texts.extend(changed)
         # the first _FACTS_PER_COMPACTION: more would not stay in a bounded ledger
         facts = extract("\n".join(texts)).all()[:_FACTS_PER_COMPACTION] if texts else []
-        if not facts:
-            return []
-        now = units_text(after) + "\n" + (self._ledger_text or "")
-        return [f for f in facts if f not in now]
+        return missing_facts(facts, after, self._ledger_text)
 
     def _archive_dropped(self, dropped: Sequence[Unit], emit: Callable[..., None]) -> None:
         """Keep every dropped message verbatim in one snapshot the ledger points to.
@@ -1039,8 +1027,7 @@ class Session:
                 text = self.ledger.render(max_tokens=max(0, bound))
                 if text is None:
                     break
-                msg = {"role": "system", "content": f"{LEDGER_MARK}\n{text}"}
-                shrunk = [*units[:at], units[at].replace(messages=(msg,)), *units[at + 1 :]]
+                shrunk = [*units[:at], _special_unit("ledger", LEDGER_MARK, text), *units[at + 1 :]]
                 if (n := count(shrunk)) >= used:
                     break
                 units, used = shrunk, n
@@ -1120,6 +1107,16 @@ def _transcript_line(m: Mapping[str, Any]) -> str:
             f"  → call {fn.get('name', '')}({fn.get('arguments', '')}) [{tc.get('id', '')}]"
         )
     return "\n".join(parts)
+
+
+def _special_unit(key: str, mark: str, text: str) -> Unit:
+    """A pinned message of ours (the ledger or a handover): system role, ``mark`` first."""
+    return Unit(
+        kind="ledger",
+        messages=({"role": "system", "content": f"{mark}\n{text}"},),
+        key=key,
+        pinned=True,
+    )
 
 
 def _insert_specials(view: list[Unit], specials: list[Unit]) -> list[Unit]:

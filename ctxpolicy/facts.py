@@ -28,6 +28,7 @@ __all__ = [
     "extract_all",
     "is_path",
     "lost_facts",
+    "missing_facts",
     "units_text",
 ]
 
@@ -190,8 +191,15 @@ def lost_facts(
     surviving units or in ``ledger_text``. The result keeps the order of
     :meth:`Facts.all` of the text before compaction.
     """
-    before = extract(units_text(before_units)).all()
-    if not before:
+    return missing_facts(extract(units_text(before_units)).all(), after_units, ledger_text)
+
+
+def missing_facts(
+    facts: Sequence[str], after_units: Sequence[Unit], ledger_text: str | None = None
+) -> list[str]:
+    """The ``facts`` whose exact string occurs neither in ``after_units`` nor in
+    ``ledger_text`` (in their order)."""
+    if not facts:
         return []
     after_text = units_text(after_units) + "\n" + (ledger_text or "")
-    return [f for f in before if f not in after_text]
+    return [f for f in facts if f not in after_text]

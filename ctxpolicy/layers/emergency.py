@@ -323,9 +323,11 @@ class Emergency(Layer):
             keep = always | {i for g in keep_groups for i in g}
             kept = [u for i, u in enumerate(units) if i in keep]
             truncated = None
-            if opts.max_result_chars is not None and ctx.count(kept) > ctx.target:
+            used = ctx.count(kept)
+            if opts.max_result_chars is not None and used > ctx.target:
                 kept, truncated = self._truncate(kept, opts.max_result_chars)
-            if rounds == fewest or ctx.count(kept) <= ctx.target:
+                used = ctx.count(kept)
+            if rounds == fewest or used <= ctx.target:
                 break
         dropped = [u for i, u in enumerate(units) if i not in keep]
         report: dict[str, object] = {

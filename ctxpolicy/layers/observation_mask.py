@@ -36,6 +36,12 @@ SAME_AS = "[same output as step {step} below]"
 _SAME_AS_RE = re.compile(r"\[same output as step \S+ below\]")
 
 
+def _compacted(body: str) -> bool:
+    """Already the work of this layer (a dedupe pointer or a cut result): left alone,
+    so that a second pass changes nothing."""
+    return bool(_SAME_AS_RE.fullmatch(body) or ELISION.search(body))
+
+
 class ObservationMaskOptions(ComponentOptions):
     """Options of ``observation_mask``."""
 
@@ -81,9 +87,7 @@ class ObservationMask(Layer):
                     if m.get("role") != "tool":
                         continue
                     body, _ = split_refs(message_text(m))
-                    # already compacted (a pointer, a cut result): never deduped again,
-                    # so that a second pass changes nothing
-                    if not body.strip() or _SAME_AS_RE.fullmatch(body) or ELISION.search(body):
+                    if not body.strip() or _compacted(body):
                         continue
                     if body in last_seen:
                         if not u.pinned:
@@ -115,8 +119,7 @@ class ObservationMask(Layer):
                     if len(cand) < len(text):
                         new_text = cand
                         deduped += 1
-                if new_text is None and i in old and not _SAME_AS_RE.fullmatch(split_refs(text)[0]):
-                    # (a pointer left by an earlier dedupe is as short as it gets)
+                if new_text is None and i in old and not _compacted(split_refs(text)[0]):
                     new_text = truncate_keep_refs(text, opts.max_chars)
                     if new_text is not None:
                         _, refs = split_refs(new_text)

@@ -63,15 +63,16 @@ def omitted_lines_marker(first: int, last: int, total: int | None = None) -> str
     return f"... [lines {first}-{last} omitted ({n}{of} lines)] ..."
 
 
-def head_tail_chars(text: str, max_chars: int) -> str:
-    """First and last ``max_chars // 2`` characters with a marker between them.
+def head_tail_chars(text: str, max_chars: int, outline_limit: int = 0) -> str:
+    """First and last ``max_chars // 2`` characters with a marker between them (and up
+    to ``outline_limit`` definition lines of the omitted part, see :func:`cut_middle`).
 
     Returns ``text`` unchanged when it fits, or when cutting would not make it shorter.
     """
     max_chars = max(max_chars, 0)
     if len(text) <= max_chars:
         return text
-    return cut_middle(text, max_chars - max_chars // 2, max_chars // 2)
+    return cut_middle(text, max_chars - max_chars // 2, max_chars // 2, outline_limit)
 
 
 def cut_middle(text: str, head_n: int, tail_n: int, outline_limit: int = 0) -> str:
@@ -230,6 +231,7 @@ _SIGNATURE_RE = re.compile(
     r"[A-Za-z_][\w:<>,\[\]*& ]*?[\s*&]\**[A-Za-z_][\w:~]*\("
     r"(?:[^;=]*\)\s*(?:const\s*)?(?:(?:throws|->)\s*[\w<>, .:]+)?\s*\{?|[^;=)]*,)\s*$"
 )
+_ACCESS_MODIFIER = re.compile(r"(?:public|private|protected|static)\b")
 _NOT_A_DEFINITION = re.compile(
     r"(?:if|else|for|while|switch|return|case|do|catch|try|sizeof|new|delete|throw|"
     r"goto|assert|print|printf|yield|await|raise|with|elif|except)\b"
@@ -257,7 +259,7 @@ def _definition(body: str) -> bool:
         return True
     # C-family signatures only at the start of a line or behind an access modifier
     # (a method), so calls and statements inside bodies are not taken
-    if body[:1].isspace() and not re.match(r"(?:public|private|protected|static)\b", stripped):
+    if body[:1].isspace() and not _ACCESS_MODIFIER.match(stripped):
         return False
     return bool(_SIGNATURE_RE.match(stripped))
 

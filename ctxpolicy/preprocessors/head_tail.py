@@ -18,6 +18,7 @@ from ctxpolicy.preprocessors._text import (
     OUTLINE_DESCRIPTION,
     cut_middle,
     estimate_tokens,
+    head_tail_chars,
     tokens_to_chars,
 )
 
@@ -47,15 +48,11 @@ class HeadTail(Preprocessor):
     def process(self, text: str, call: ToolCall | None = None) -> str:
         opts = self.options
         if opts.max_tokens is None:
-            max_chars = max(opts.max_chars, 0)
-            if len(text) <= max_chars:
-                return text
-            head_n, tail_n = max_chars - max_chars // 2, max_chars // 2
-        else:
-            if estimate_tokens(text) <= opts.max_tokens:
-                return text
-            head_n = tokens_to_chars(text, opts.max_tokens - opts.max_tokens // 2)
-            tail_n = tokens_to_chars(text[head_n:], opts.max_tokens // 2, from_end=True)
+            return head_tail_chars(text, opts.max_chars, opts.outline)
+        if estimate_tokens(text) <= opts.max_tokens:
+            return text
+        head_n = tokens_to_chars(text, opts.max_tokens - opts.max_tokens // 2)
+        tail_n = tokens_to_chars(text[head_n:], opts.max_tokens // 2, from_end=True)
         return cut_middle(text, head_n, tail_n, opts.outline)
 
 
