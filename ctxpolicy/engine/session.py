@@ -298,6 +298,41 @@ class Session:
 
         return build_handover(self)
 
+    # ------------------------------------------------------------------ state
+    def state_entries(self) -> dict[str, Any]:
+        """Every entry of this session's state (a full save; see SessionState)."""
+        with self._lock:
+            return self.state.to_entries(**self._owned_sections())
+
+    def take_state_changes(self) -> tuple[dict[str, Any], list[str]]:
+        """Entries changed and deleted since the last call (an incremental save)."""
+        with self._lock:
+            return self.state.take_changes(**self._owned_sections())
+
+    def load_state(self, entries: Mapping[str, Any]) -> None:
+        """Resume from saved entries: the decided state is replaced, the derived caches
+        are dropped (the next ``prepare`` rebuilds them from the messages)."""
+        from ctxpolicy.ledger import Ledger
+
+        with self._lock:
+            self.state = SessionState.from_entries(entries)
+            if self.ledger is not None and entries.get("ledger"):
+                self.ledger = Ledger.from_dict(
+                    entries["ledger"], count_text=self.counter.count_text
+                )
+                self._ledger_text = self.ledger.render()
+            if entries.get("growth"):
+                self._growth.load_dict(entries["growth"])
+            self._caches = Caches(self)
+            self._budgets.clear()
+            self._last_units = []
+
+    def _owned_sections(self) -> dict[str, Any]:
+        return {
+            "ledger": self.ledger.to_dict() if self.ledger is not None else None,
+            "growth": self._growth.to_dict(),
+        }
+
     # ------------------------------------------------------------------ internals
     def _emit(self, type_: str, **fields: Any) -> dict[str, Any]:
         event = {"type": type_, "conv_id": self.conv_id, "ts": round(time.time(), 6), **fields}
