@@ -51,6 +51,8 @@ __all__ = ["ContextOverflowError", "PreparedStats", "Session", "prepare"]
 MIN_LEARNED_FRACTION = 0.125
 #: Tool results longer than this are snapshotted before a layer may shorten them.
 _SNAPSHOT_MIN_CHARS = 400
+#: Pipeline passes per call at most (see ``_prepare``).
+_PASSES = 3
 
 
 class ContextOverflowError(RuntimeError):
@@ -592,11 +594,21 @@ class Session:
         tokens_in = caches.tokens_in + tools_tokens + self.counter.count_messages([])
         budget = self.budget()
         entry_used = used
-        view, used, compact_layer = run_pipeline(self, view, used, budget, count, forced=forced)
-        changed = compact_layer is not None
-        if changed:  # the layers' dropped units may have grown the ledger
+        compact_layer: str | None = None
+        for _ in range(_PASSES):
+            # a pass can grow the ledger (facts of what it dropped) back above the
+            # target: the eligible layers then run again over the new ledger
+            view, used, by = run_pipeline(
+                self, view, used, budget, count, forced=forced, entry=entry_used
+            )
+            if by is None:
+                break
+            compact_layer = by
             view = insert_specials([u for u in view if u.kind != "ledger"], self._special_units())
             used = count(view)
+            if used <= budget.target or forced:
+                break
+        changed = compact_layer is not None
         hard_limit = budget.window - budget.reserve_output
         if used > hard_limit:
             squeezed, new_used = squeeze(self, view, used, hard_limit, count)
