@@ -175,7 +175,9 @@ class Budget(StrictModel):
     target: Annotated[float, Field(gt=0, lt=1)] | Annotated[int, Field(gt=1)] = Field(
         default=0.7,
         description="Where compaction stops: a fraction of the trigger (0–1) or "
-        "absolute tokens. 20–30% below the trigger keeps compaction from thrashing.",
+        "absolute tokens. Keep it below the lowest `at` threshold: the gap is the "
+        "hysteresis band one compaction buys (equal to `warning`: stop as soon as the "
+        "context is back under warning, the DB-GPT behaviour).",
     )
 
 
@@ -198,7 +200,9 @@ class PipelineStep(StrictModel):
     layer: str = Field(description="Name of a registered layer, e.g. `observation_mask`.")
     at: TriggerState = Field(
         default="warning",
-        description="Lowest state at which the layer runs (recounted after each layer).",
+        description="Lowest entry state at which the layer may run: when a call starts "
+        "compaction (above `target`), every step whose `at` is at or below the state at "
+        "that moment runs, in order, recounting after each, until usage ≤ `target`.",
     )
     options: dict[str, Any] = Field(
         default_factory=dict, description="Options of the layer, validated by its own model."
