@@ -19,8 +19,8 @@ from ctxpolicy.snapshots import (
     SnapshotError,
     parse_uri,
     prune,
-    safe_component,
 )
+from ctxpolicy.store_names import conv_folder
 
 HOSTILE = [
     "../../etc",
@@ -87,7 +87,7 @@ def test_hostile_names_stay_under_root(tmp_path: Path, conv_id: str, action: str
     ref = store.write(conv_id, 7, action, doc())
     real = Path(os.path.realpath(ref.path))
     assert real.parent.parent == Path(os.path.realpath(root))
-    assert len(real.parent.name) <= 80 and len(real.name) <= 80
+    assert len(real.parent.name) <= 150 and len(real.name) <= 80
     assert not real.parent.name.startswith(".") and not real.name.startswith(".")
     assert store.read(ref.uri) == doc()
     assert [r.uri for r in store.list(conv_id)] == [ref.uri]
@@ -96,7 +96,7 @@ def test_hostile_names_stay_under_root(tmp_path: Path, conv_id: str, action: str
 
 
 def test_distinct_hostile_ids_do_not_share_a_directory() -> None:
-    names = {safe_component(c, max_chars=80, hash_if_changed=True) for c in HOSTILE}
+    names = {conv_folder(c) for c in HOSTILE}
     assert len(names) == len(HOSTILE)
 
 
@@ -228,6 +228,7 @@ def test_fsspec_store(tmp_path: Path, kind: str) -> None:
     r1 = store.write("run-42", 3, "sql_query", doc("a"))
     r2 = store.write("run-42", 3, "sql_query", doc("b"))
     store.write("../../etc", 1, "x", doc())
+    assert conv_folder("../../etc") == "~2E~2E~2F~2E~2E~2Fetc"
     assert r1.uri == "ctxsnap://run-42/step_003_sql_query"
     assert r2.name == "step_003_sql_query_2"
     assert store.read(r1.uri)["observation"] == "a"
