@@ -49,9 +49,12 @@ def _scalar(v: Any, enc: Any) -> str | None:
     return None
 
 
-def iter_dumps(obj: Any, *, ensure_ascii: bool = False) -> tuple[str, bool]:
-    """JSON text of ``obj`` (compact separators ``", "`` / ``": "`` like ``json.dumps``)
-    and whether it is exact (False when a cycle was cut). Never recurses."""
+def iter_dumps(
+    obj: Any, *, ensure_ascii: bool = False, separators: tuple[str, str] = (", ", ": ")
+) -> tuple[str, bool]:
+    """JSON text of ``obj`` (``json.dumps``'s default separators unless given) and
+    whether it is exact (False when a cycle was cut). Never recurses."""
+    item_sep, key_sep = separators
     enc = py_encode_basestring_ascii if ensure_ascii else py_encode_basestring
     out: list[str] = []
     exact = True
@@ -85,14 +88,14 @@ def iter_dumps(obj: Any, *, ensure_ascii: bool = False) -> tuple[str, bool]:
                     k, val = pairs[i]
                     key = k if isinstance(k, str) else _scalar(k, str) or str(k)
                     items.append(("v", val))
-                    items.append(("t", ("" if i == 0 else ", ") + str(enc(key)) + ": "))
+                    items.append(("t", ("" if i == 0 else item_sep) + str(enc(key)) + key_sep))
             else:
                 out.append("[")
                 items.append(("t", "]"))
                 for i in range(len(v) - 1, -1, -1):
                     items.append(("v", v[i]))
                     if i:
-                        items.append(("t", ", "))
+                        items.append(("t", item_sep))
             stack.extend(items)
             continue
         try:
@@ -108,21 +111,22 @@ def to_json(obj: Any) -> tuple[str, bool]:
     when that raises (depth, cycles, huge integers)."""
     try:
         return json.dumps(obj, ensure_ascii=False, default=str), True
-    except (RecursionError, ValueError, TypeError):
+    except Exception:  # depth, cycles, huge integers, a default=str that raises
         return iter_dumps(obj)
 
 
 def dumps_bytes(obj: Any) -> bytes:
     """Compact UTF-8 JSON of a value for a log line; lone surrogates are written as
     ``\\udcxx`` escapes (valid JSON that ``json.loads`` returns exactly)."""
+    compact = (",", ":")
     try:
-        text = json.dumps(obj, ensure_ascii=False, separators=(",", ":"), default=str)
-    except (RecursionError, ValueError, TypeError):
-        text = iter_dumps(obj)[0]
+        text = json.dumps(obj, ensure_ascii=False, separators=compact, default=str)
+    except Exception:
+        text = iter_dumps(obj, separators=compact)[0]
     try:
         return text.encode("utf-8")
     except UnicodeEncodeError:
         try:
-            return json.dumps(obj, ensure_ascii=True, separators=(",", ":"), default=str).encode()
-        except (RecursionError, ValueError, TypeError):
-            return iter_dumps(obj, ensure_ascii=True)[0].encode()
+            return json.dumps(obj, ensure_ascii=True, separators=compact, default=str).encode()
+        except Exception:
+            return iter_dumps(obj, ensure_ascii=True, separators=compact)[0].encode()

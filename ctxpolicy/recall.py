@@ -412,7 +412,7 @@ def _tool_search(store: SnapshotStore, conv_id: str, args: Mapping[str, Any]) ->
         raise _ToolError("`regex` must be true or false")
     note = ""
     try:
-        hits = search(store, conv_id, pattern, regex=use_regex)
+        hits = search(store, conv_id, pattern, regex=use_regex, max_scan_bytes=MAX_SCAN_BYTES)
     except ValueError as exc:
         raise _ToolError(str(exc)) from None
     except TimeoutError as exc:  # pragma: no cover - only without RE2

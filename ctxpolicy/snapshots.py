@@ -86,46 +86,30 @@ def dump_document(document: Mapping[str, Any]) -> bytes:
     """JSON bytes of a snapshot document, whatever it holds.
 
     UTF-8; lone surrogates are kept as ``\\udcxx`` escapes (``json.loads`` returns
-    the exact original). A field JSON cannot encode (nested deeper than the
-    recursion limit, a cycle, a 5,000-digit integer) is written by the iterative
-    encoder; a field that even that cannot render exactly (a cycle) is stored as
-    its JSON *text* and listed under ``"as_text"``.
+    the exact original). A field JSON cannot hold as a value that reads back
+    (nested deeper than the parser's recursion limit, a cycle, a 5,000-digit
+    integer, a ``__str__`` that raises) is stored as its JSON *text* written by the
+    iterative encoder (:mod:`ctxpolicy.jsontext`), and its name is listed under
+    ``"as_text"``: nothing is replaced by a placeholder.
     """
     try:
         text = json.dumps(document, ensure_ascii=False, default=str, indent=1)
-    except (RecursionError, ValueError, TypeError):
+    except Exception:
         fixed: dict[str, Any] = {}
         as_text: list[str] = []
         for k, v in document.items():
             try:
                 json.dumps(v, default=str)
                 fixed[str(k)] = v
-            except (RecursionError, ValueError, TypeError):
-                rendered, exact = iter_dumps(v)
-                if exact:
-                    fixed[str(k)] = _Raw(rendered)
-                else:
-                    fixed[str(k)] = rendered
-                    as_text.append(str(k))
-        if as_text:
-            fixed["as_text"] = as_text
-        text = _dump_with_raw(fixed)
+            except Exception:
+                fixed[str(k)] = iter_dumps(v)[0]
+                as_text.append(str(k))
+        fixed["as_text"] = as_text
+        text = json.dumps(fixed, ensure_ascii=False, default=str, indent=1)
     try:
         return text.encode("utf-8")
     except UnicodeEncodeError:  # lone surrogates: escape them so they round-trip
         return _ascii_json(text)
-
-
-class _Raw(str):
-    """Already-encoded JSON text to splice into a document."""
-
-
-def _dump_with_raw(doc: Mapping[str, Any]) -> str:
-    parts = []
-    for k, v in doc.items():
-        val = str(v) if isinstance(v, _Raw) else json.dumps(v, ensure_ascii=False, default=str)
-        parts.append(f"{json.dumps(k, ensure_ascii=False)}: {val}")
-    return "{\n " + ",\n ".join(parts) + "\n}"
 
 
 def _ascii_json(text: str) -> bytes:
@@ -263,7 +247,8 @@ class LocalStore(SnapshotStore):
         if not is_store_folder(folder):
             raise SnapshotError(errno.EACCES, "not a conversation folder of this store")
         d = self.root_path / folder
-        self._check_inside(d)
+        if os.path.realpath(d) != os.path.join(self._real_root(), folder):
+            raise SnapshotError(errno.EACCES, "a conversation folder may not be a symlink")
         return d
 
     def _check_inside(self, p: Path) -> None:
