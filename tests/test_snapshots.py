@@ -294,3 +294,60 @@ def test_cli_prune(tmp_path: Path) -> None:
     res = runner.invoke(snapshots, ["prune", "--root", str(tmp_path)])
     assert res.exit_code == 2 and "no retention set" in res.output
     assert runner.invoke(snapshots, ["prune"]).exit_code == 2
+
+
+# --------------------------------------------------------------------------- O(1) names
+
+
+def _count_fs_ops(monkeypatch: pytest.MonkeyPatch) -> dict[str, int]:
+    counts = {"link": 0, "open": 0}
+    real_link, real_open = os.link, os.open
+
+    def link(*a: object, **k: object) -> None:
+        counts["link"] += 1
+        real_link(*a, **k)  # type: ignore[arg-type]
+
+    def open_(*a: object, **k: object) -> int:
+        counts["open"] += 1
+        return real_open(*a, **k)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(os, "link", link)
+    monkeypatch.setattr(os, "open", open_)
+    return counts
+
+
+def test_naming_is_linear_in_the_number_of_snapshots(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    counts = _count_fs_ops(monkeypatch)
+    ops = {}
+    for n in (100, 1000):
+        store = LocalStore(root=str(tmp_path / str(n)))
+        before = sum(counts.values())
+        for _ in range(n):
+            store.write("c", 3, "bash", {"observation": "x"})
+        ops[n] = sum(counts.values()) - before
+    assert ops[1000] / ops[100] < 12, ops  # O(n); the old linear probing was ~100×
+    assert counts["link"] <= 1100 + 110
+    # a new process (fresh store object) in a directory with 1,000 of them: O(1) too
+    fresh = LocalStore(root=str(tmp_path / "1000"))
+    before = counts["link"]
+    ref = fresh.write("c", 3, "bash", {"observation": "late"})
+    assert counts["link"] - before <= 3
+    names = [r.name for r in fresh.list("c")]
+    assert len(names) == 1001 and names[-1] == ref.name  # still in write order
+
+
+@pytest.mark.parametrize(("durability", "expected"), [("fsync", 2), ("flush", 0)])
+def test_durability_option(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, durability: str, expected: int
+) -> None:
+    from ctxpolicy.snapshots import LocalOptions
+
+    calls: list[int] = []
+    real = os.fsync
+    monkeypatch.setattr(os, "fsync", lambda fd: (calls.append(fd), real(fd))[1])
+    store = LocalStore(LocalOptions(durability=durability), root=str(tmp_path))  # type: ignore[arg-type]
+    store.write("c", 1, "x", doc())
+    assert len(calls) == expected  # the file, then its directory
+    assert LocalOptions().durability == "flush"

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -33,7 +34,7 @@ def store(request: pytest.FixtureRequest, tmp_path: Path) -> Any:
         return LocalStore(root=str(tmp_path / "root"))
     if request.param == "fsspec-file":
         return FsspecStore(root=f"file://{tmp_path}/root")
-    return FsspecStore(root=f"memory://sec-{os.getpid()}-{id(tmp_path)}/root")
+    return FsspecStore(root=f"memory://sec-{uuid.uuid4().hex}/root")
 
 
 def _setup(store: Any) -> tuple[Any, Any]:
