@@ -69,9 +69,7 @@ def _supports_append(store: SnapshotStore) -> bool:
     return type(store).append is not SnapshotStore.append
 
 
-def render_transcript(
-    messages: Sequence[tuple[int, int, Mapping[str, Any]]],
-) -> str:
+def render_transcript(messages: Sequence[tuple[int, Any, Any]]) -> str:
     """Readable text of archived ``(n, step, message)`` triples (searchable with grep)."""
     out: list[str] = []
     for n, step, m in messages:
@@ -173,17 +171,15 @@ class HistoryArchive:
         data = dumps_bytes(m) + b"\n"
         if len(data) <= self.max_bytes:
             return data
-        keep = max(self.max_bytes - 256, 0)
-        prefix = data[:keep].decode("utf-8", "ignore")
-        info = {"bytes": len(data) - 1, "kept_bytes": len(prefix.encode("utf-8"))}
         role = m.get("role") if isinstance(m, Mapping) else None
-        self.last_truncated.append({"role": role, **info})
-        stub = {"ctxpolicy_truncated": info, "role": role, "prefix": prefix}
-        data = dumps_bytes(stub) + b"\n"
-        while len(data) > self.max_bytes and stub["prefix"]:
-            stub["prefix"] = stub["prefix"][: len(stub["prefix"]) // 2]
-            data = dumps_bytes(stub) + b"\n"
-        return data
+        prefix = data[: max(self.max_bytes - 256, 0)].decode("utf-8", "ignore")
+        while True:
+            info = {"bytes": len(data) - 1, "kept_bytes": len(prefix.encode("utf-8"))}
+            stub = dumps_bytes({"ctxpolicy_truncated": info, "role": role, "prefix": prefix})
+            if len(stub) < self.max_bytes or not prefix:
+                self.last_truncated.append({"role": role, **info})
+                return stub + b"\n"
+            prefix = prefix[: len(prefix) // 2]
 
     def append(self, messages: Sequence[Mapping[str, Any]], *, step: int) -> str:
         """Archive one compaction's messages; return :attr:`ref`.

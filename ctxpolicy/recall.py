@@ -70,7 +70,7 @@ def _observation(doc: Mapping[str, Any]) -> str:
     if "observation" not in doc and isinstance(doc.get("messages"), list):
         from ctxpolicy.archive import render_transcript
 
-        step = doc.get("step") if isinstance(doc.get("step"), int) else 0
+        step = doc["step"] if isinstance(doc.get("step"), int) else 0
         return render_transcript([(i, step, m) for i, m in enumerate(doc["messages"], 1)])
     obs = doc.get("observation", "")
     if isinstance(obs, str):
@@ -117,7 +117,7 @@ def recall(
     store: SnapshotStore,
     ref: str,
     *,
-    lines: Sequence[int] | str | None = None,
+    lines: Sequence[int] | str | int | None = None,
     grep: str | None = None,
 ) -> str:
     """The original observation of a snapshot (``ctxsnap://`` URI or path), or the
@@ -367,10 +367,7 @@ def _tool_recall(store: SnapshotStore, conv_id: str, args: Mapping[str, Any]) ->
     ref = _clean_str(args["ref"], "ref", MAX_REF_CHARS).strip()
     lines = args.get("lines")
     grep = args.get("grep")
-    if grep is not None and grep != "":
-        grep = _clean_str(grep, "grep", MAX_PATTERN_CHARS)
-    else:
-        grep = None
+    grep = None if grep is None or grep == "" else _clean_str(grep, "grep", MAX_PATTERN_CHARS)
     if lines == "" or lines is None:
         lines = None
     elif isinstance(lines, str):

@@ -34,7 +34,6 @@ import re
 import tempfile
 import threading
 import time
-import uuid
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
@@ -406,9 +405,13 @@ class LocalStore(SnapshotStore):
         refs = []
         with os.scandir(d) as it:
             for e in it:
-                if e.name.endswith(".json") and NAME_RE.match(e.name[:-5]):
-                    if e.is_file(follow_symlinks=False):
-                        refs.append(self.ref_for(d.name, e.name[:-5]))
+                stem = e.name[:-5]
+                if (
+                    e.name.endswith(".json")
+                    and NAME_RE.match(stem)
+                    and e.is_file(follow_symlinks=False)
+                ):
+                    refs.append(self.ref_for(d.name, stem))
         return sorted(refs, key=lambda r: _sort_key(r.name))
 
     # -- append-only logs (history archive)

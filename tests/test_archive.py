@@ -115,7 +115,10 @@ def test_state_is_recovered_by_a_new_process(tmp_path: Path) -> None:
     assert out.returncode == 0, out.stderr
     assert out.stdout.split() == ["from", "the", "child", "assistant"]
     again = HistoryArchive(LocalStore(root=str(tmp_path)), "c")
-    assert len(again) == 4 and again.message(4) == (7, {"role": "user", "content": "from the child"})
+    assert len(again) == 4 and again.message(4) == (
+        7,
+        {"role": "user", "content": "from the child"},
+    )
 
 
 def test_segments_at_the_size_limit(store: SnapshotStore) -> None:
@@ -131,7 +134,9 @@ def test_segments_at_the_size_limit(store: SnapshotStore) -> None:
 
 def test_a_message_over_the_limit_is_cut_with_a_marker(store: SnapshotStore) -> None:
     arch = HistoryArchive(store, "c", max_bytes=1000)
-    arch.append([{"role": "tool", "content": "y" * 5000}, {"role": "user", "content": "ok"}], step=2)
+    arch.append(
+        [{"role": "tool", "content": "y" * 5000}, {"role": "user", "content": "ok"}], step=2
+    )
     assert arch.last_truncated and arch.last_truncated[0]["bytes"] > 5000
     _, m = arch.message(1)
     assert m["ctxpolicy_truncated"]["bytes"] > 5000 and m["prefix"].startswith('{"role":"tool"')
@@ -185,7 +190,9 @@ class DictStore(SnapshotStore):
         super().__init__(root="mem")
         self.docs: dict[str, dict[str, Any]] = {}
 
-    def write(self, conv_id: str, step: int, action: str, document: Mapping[str, Any]) -> SnapshotRef:
+    def write(
+        self, conv_id: str, step: int, action: str, document: Mapping[str, Any]
+    ) -> SnapshotRef:
         folder = self.folder(conv_id)
         name = f"step_{step:03d}_{action}_{len(self.docs) + 1}"
         uri = f"ctxsnap://{folder}/{name}"

@@ -606,9 +606,13 @@ def _keep_store_paths(raw: Any, interpolated: Any) -> None:
     for name, agent in policies.items():
         snaps = agent.get("snapshots") if isinstance(agent, dict) else None
         target = interpolated["policies"].get(name)
-        if isinstance(snaps, dict) and isinstance(snaps.get("path"), str):
-            if isinstance(target, dict) and isinstance(target.get("snapshots"), dict):
-                target["snapshots"]["path"] = snaps["path"]
+        if (
+            isinstance(snaps, dict)
+            and isinstance(snaps.get("path"), str)
+            and isinstance(target, dict)
+            and isinstance(target.get("snapshots"), dict)
+        ):
+            target["snapshots"]["path"] = snaps["path"]
 
 
 def _run(

@@ -79,7 +79,11 @@ def ctxpolicy_session(tmp_path: Path) -> Callable[..., Session]:
         kw.setdefault("conv_id", "test")
         if "env" not in kw:
             home = tmp_path / "home"
-            kw["env"] = {**os.environ, "CTXPOLICY_HOME": str(home / ".ctxpolicy"), "HOME": str(home)}
+            kw["env"] = {
+                **os.environ,
+                "CTXPOLICY_HOME": str(home / ".ctxpolicy"),
+                "HOME": str(home),
+            }
         return Session(loaded, **kw)
 
     return factory

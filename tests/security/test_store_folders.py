@@ -119,7 +119,13 @@ def test_crafted_id_cannot_read_or_write_the_victims_folder(tmp_path: Path) -> N
 def test_common_ids_keep_their_folder() -> None:
     # ids the old naming kept verbatim and that are [a-z0-9-]: same folder both ways,
     # so references written before the change still resolve
-    for cid in ["run-42", "3f2c9a1b7d4e", "agent-loop", "c", "9f1b6a58-3c1e-4c7e-9f43-2b8d1c0a7e55"]:
+    for cid in [
+        "run-42",
+        "3f2c9a1b7d4e",
+        "agent-loop",
+        "c",
+        "9f1b6a58-3c1e-4c7e-9f43-2b8d1c0a7e55",
+    ]:
         assert conv_folder(cid) == cid == _old_folder(cid)
     # ... except the shape of an old *hashed* folder, which gets an escape
     assert conv_folder("run-0123456789") == "run~2D0123456789"

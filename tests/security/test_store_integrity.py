@@ -123,9 +123,13 @@ def test_lone_surrogates_everywhere(tmp_path: Path, tokenizer: str) -> None:
     msgs = [
         {"role": "system", "content": "sys"},
         {"role": "user", "content": f"open {BAD}"},
-        {"role": "assistant", "content": BAD, "tool_calls": [
-            {"id": "x", "type": "function", "function": {"name": "f", "arguments": BAD}}
-        ]},
+        {
+            "role": "assistant",
+            "content": BAD,
+            "tool_calls": [
+                {"id": "x", "type": "function", "function": {"name": "f", "arguments": BAD}}
+            ],
+        },
         {"role": "tool", "tool_call_id": "x", "content": BAD * 100},
         {"role": "user", "content": "go"},
     ]

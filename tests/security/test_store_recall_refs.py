@@ -124,8 +124,10 @@ def test_every_attack_reference_is_refused(store: Any) -> None:
 
 
 def test_not_yours_and_missing_read_the_same(store: Any) -> None:
-    mine, theirs = _setup(store)
-    missing = handle_tool_call(store, ME, "ctx_recall", {"ref": f"ctxsnap://{conv_folder('nobody')}/step_001_x"})
+    _mine, theirs = _setup(store)
+    missing = handle_tool_call(
+        store, ME, "ctx_recall", {"ref": f"ctxsnap://{conv_folder('nobody')}/step_001_x"}
+    )
     theirs_out = handle_tool_call(store, ME, "ctx_recall", {"ref": theirs.uri})
     assert missing == theirs_out  # no oracle for which conversations exist
 
@@ -181,7 +183,13 @@ def test_hostile_arguments_get_a_clear_error(store: Any, args: dict[str, Any]) -
 
 @pytest.mark.parametrize(
     "raw",
-    ["[" * 100_000 + "]" * 100_000, "{" * 50_000, '{"ref": "' + "x" * 200_000 + '"}', "\ud800", "null"],
+    [
+        "[" * 100_000 + "]" * 100_000,
+        "{" * 50_000,
+        '{"ref": "' + "x" * 200_000 + '"}',
+        "\ud800",
+        "null",
+    ],
 )
 def test_hostile_raw_arguments(store: Any, raw: str) -> None:
     _setup(store)
