@@ -68,7 +68,7 @@ _SHORT_RE = re.compile(r"^(?:[a-z0-9-]|~[0-9A-F]{2})+$")
 _LONG_RE = re.compile(r"^(?:[a-z0-9-]|~[0-9A-F]{2}){0,80}=[0-9a-f]{64}$")
 _LEGACY_RE = re.compile(r"^[A-Za-z0-9_-][A-Za-z0-9._-]{0,79}$")
 _SAFE_RE = re.compile(r"[^A-Za-z0-9._-]+")
-NAME_RE = re.compile(r"^step_\d{3,}_[A-Za-z0-9._-]{1,64}$")
+NAME_RE = re.compile(r"^step_\d{3,20}_[A-Za-z0-9._-]{1,96}$")
 SEGMENT_RE = re.compile(r"^history_(\d{6,})\.jsonl$")
 INDEX_NAME = "history.idx"
 _HIST_RE = re.compile(r"^history(?:#(\d{1,12})(?:-(\d{1,12}))?)?$")
@@ -151,7 +151,7 @@ def safe_action(action: object) -> str:
 
 def base_name(step: object, action: object) -> str:
     try:
-        n = max(int(step), 0)  # type: ignore[call-overload]
+        n = min(max(int(step), 0), 10**18)  # type: ignore[call-overload]
     except (TypeError, ValueError, OverflowError):
         n = 0
     return f"step_{n:03d}_{safe_action(action)}"

@@ -351,3 +351,14 @@ def test_durability_option(
     store.write("c", 1, "x", doc())
     assert len(calls) == expected  # the file, then its directory
     assert LocalOptions().durability == "flush"
+
+
+def test_longest_names_stay_readable(tmp_path: Path) -> None:
+    """A 48-char action plus a time-based suffix (another process took the name) and
+    an absurd step number still give a name that `read` and `list` accept."""
+    first = LocalStore(root=str(tmp_path)).write("c", 10**30, "x" * 200, doc("1"))
+    second = LocalStore(root=str(tmp_path)).write("c", 10**30, "x" * 200, doc("2"))
+    assert second.name.startswith(first.name + "_") and len(second.name) > 80
+    store = LocalStore(root=str(tmp_path))
+    assert [store.read(r.uri)["observation"] for r in store.list("c")] == ["1", "2"]
+    assert store.read(second.path)["observation"] == "2"
