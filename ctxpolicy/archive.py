@@ -129,6 +129,7 @@ class HistoryArchive:
         self.native = _supports_append(store)
         self.last_truncated: list[dict[str, Any]] = []
         self.last_range: tuple[int, int] | None = None
+        self._last_doc_ref: str | None = None
         self._lock = threading.Lock()
         self._count: int | None = None
         self._segment = 1
@@ -139,6 +140,16 @@ class HistoryArchive:
     def ref(self) -> str:
         """The stable reference of the whole archive (what the ledger shows)."""
         return history_uri(self.folder)
+
+    @property
+    def last_ref(self) -> str | None:
+        """The reference of the messages the last :meth:`append` wrote
+        (``…/history#a-b``; the document's reference on a store without append)."""
+        if self._last_doc_ref is not None:
+            return self._last_doc_ref
+        if self.last_range is None:
+            return None
+        return history_uri(self.folder, *self.last_range)
 
     def _load(self) -> None:
         """Recover count, current segment and its size from the store alone."""
@@ -190,6 +201,7 @@ class HistoryArchive:
         """
         self.last_truncated = []
         self.last_range = None
+        self._last_doc_ref = None
         msgs = list(messages)
         if not msgs:
             return self.ref
@@ -237,6 +249,7 @@ class HistoryArchive:
     def _append_document(self, msgs: list[Mapping[str, Any]], step: int) -> str:
         doc = {"step": step, "action": "history", "phase": "compaction", "messages": msgs}
         ref = self.store.write(self.conv_id or self.folder, step, "history", doc)
+        self._last_doc_ref = ref.uri
         return ref.uri
 
     # ------------------------------------------------------------------ read

@@ -58,6 +58,8 @@ def test_append_and_recall(store: SnapshotStore) -> None:
         ref = arch.append(batch, step=step * 10)
         assert ref == f"ctxsnap://{conv_folder('run-1')}/history"
         assert arch.last_range == ((step - 1) * 4 + 1, step * 4)
+        assert arch.last_ref == f"{ref}#{(step - 1) * 4 + 1}-{step * 4}"
+        assert recall(store, arch.last_ref).startswith(f"#{(step - 1) * 4 + 1} (step {step * 10})")
     flat = [m for b in batches for m in b]
     assert len(arch) == 20
     for n, m in enumerate(flat, 1):
@@ -215,7 +217,7 @@ def test_store_without_append_gets_one_document_per_record() -> None:
     arch = HistoryArchive(store, "c")
     r1 = arch.append(_msgs(2, tag="a"), step=1)
     r2 = arch.append([{"role": "user", "content": "needle here"}], step=2)
-    assert r1 != r2 and len(store.docs) == 2
+    assert r1 != r2 and len(store.docs) == 2 and arch.last_ref == r2
     assert "needle here" in recall(store, r2)
     assert search(store, "c", "needle")[0]["ref"] == r2
     assert "needle here" in handle_tool_call(store, "c", "ctx_recall", {"ref": r2})
