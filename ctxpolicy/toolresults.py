@@ -17,6 +17,7 @@ events in :attr:`ToolResultOutcome.events` and the agent keeps working.
 
 from __future__ import annotations
 
+import base64
 import codecs
 import datetime as _dt
 import fnmatch
@@ -321,6 +322,10 @@ class ToolResultProcessor:
         # 2 snapshot (the original, before any redaction unless the store asks for it)
         ref: SnapshotRef | None = None
         if self.store is not None and rule.snapshot:
+            if info.get("replaced_bytes") and len(output) <= self.max_snapshot_bytes:
+                # not UTF-8: the text has U+FFFD where those bytes were; keep them all
+                original = base64.b64encode(bytes(output)).decode("ascii")
+                meta = {**(meta or {}), "original_base64": original}
             ref = self._snapshot(
                 call, raw, info, conv_id=conv_id, step=step, meta=meta, events=events
             )

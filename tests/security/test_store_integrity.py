@@ -153,3 +153,16 @@ def test_archive_keeps_surrogates_and_deep_messages(tmp_path: Path) -> None:
         "ctxpolicy_json_text": '{"role":"tool","tool_call_id":"1","content":' + compact + "}"
     }
     assert BAD in recall(store, ref)
+
+
+def test_bytes_that_are_not_utf8_are_kept_exactly(tmp_path: Path) -> None:
+    import base64
+
+    s = _session(tmp_path)
+    raw = b"name: caf\xe9 \xff\xfe end\n" * 3
+    text = s.add_tool_result({"name": "cat", "id": "b1"}, raw)
+    assert "\ufffd" in text
+    ev = [e for e in s.events if e["type"] == "tool.preprocessed"][-1]
+    assert s.snapshots is not None
+    doc = s.snapshots.read(ev["snapshot"])
+    assert doc["replaced_bytes"] == 9 and base64.b64decode(doc["original_base64"]) == raw
