@@ -30,7 +30,7 @@ from pathlib import Path
 
 from ctxpolicy.store_names import INDEX_NAME, NAME_RE, SEGMENT_RE
 
-__all__ = ["MARKER", "PruneReport", "Sweeper", "prune"]
+__all__ = ["MARKER", "PruneReport", "Sweeper", "prune", "sweeper_for"]
 
 MARKER = ".ctxpolicy-retention"
 SWEEP_INTERVAL_S = 3600.0
@@ -179,3 +179,21 @@ class Sweeper:
             return time.time() - (self.root / MARKER).stat().st_mtime > SWEEP_INTERVAL_S
         except OSError:
             return True
+
+
+_sweepers: dict[tuple[str, float | None, float | None], Sweeper] = {}
+_sweepers_lock = threading.Lock()
+
+
+def sweeper_for(root: Path, *, max_total_mb: float | None, max_age_days: float | None) -> Sweeper:
+    """The process-wide :class:`Sweeper` of a root and limits: the many sessions of
+    one process (each opens its own store) share the counters, so their writes
+    together trigger the sweeps."""
+    key = (str(root), max_total_mb, max_age_days)
+    with _sweepers_lock:
+        sw = _sweepers.get(key)
+        if sw is None:
+            sw = _sweepers[key] = Sweeper(
+                root, max_total_mb=max_total_mb, max_age_days=max_age_days
+            )
+        return sw

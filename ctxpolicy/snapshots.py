@@ -45,7 +45,7 @@ from ctxpolicy.components import SnapshotRef, SnapshotStore
 from ctxpolicy.jsontext import iter_dumps
 from ctxpolicy.plugins import hookimpl
 from ctxpolicy.policy.models import ComponentOptions
-from ctxpolicy.retention import PruneReport, Sweeper, prune
+from ctxpolicy.retention import PruneReport, prune, sweeper_for
 from ctxpolicy.store_names import (
     INDEX_NAME,
     MAX_REF_CHARS,
@@ -229,7 +229,7 @@ class LocalStore(SnapshotStore):
         self.root_path = Path(os.path.abspath(os.path.expanduser(root or ".ctxpolicy/snapshots")))
         self.root = str(self.root_path)
         self._names = _Names()
-        self.retention = Sweeper(
+        self.retention = sweeper_for(
             self.root_path,
             max_total_mb=self.options.max_total_mb,
             max_age_days=self.options.max_age_days,

@@ -6,9 +6,15 @@ import os
 import time
 from pathlib import Path
 
+from ctxpolicy import retention
 from ctxpolicy.archive import HistoryArchive
 from ctxpolicy.retention import MARKER, prune
 from ctxpolicy.snapshots import LocalOptions, LocalStore
+
+
+def _new_process() -> None:
+    """What a new process starts with: no sweeper state."""
+    retention._sweepers.clear()
 
 
 def _size(root: Path) -> int:
@@ -24,10 +30,14 @@ def test_defaults_bound_the_store() -> None:
 
 def test_size_limit_applies_while_writing(tmp_path: Path) -> None:
     limit_mb = 0.5
-    store = LocalStore(LocalOptions(max_total_mb=limit_mb), root=str(tmp_path))
+    opts = LocalOptions(max_total_mb=limit_mb)
+    # many sessions of one process, each with its own store object, share the counters
+    stores = [LocalStore(opts, root=str(tmp_path)) for _ in range(3)]
+    store = stores[0]
+    assert all(s.retention is store.retention for s in stores)
     body = "x" * 10_000
     for i in range(300):  # 3 MB written, 6× the limit
-        store.write(f"conv-{i % 3}", i, "read_file", {"observation": body})
+        stores[i % 3].write(f"conv-{i % 3}", i, "read_file", {"observation": body})
         assert _size(tmp_path) <= limit_mb * 1024 * 1024 * 1.05 + 20_000
     assert store.retention.sweeps >= 5
     assert store.retention.sweeps <= 300 // 2  # amortised: not a sweep per write
@@ -43,10 +53,12 @@ def test_age_limit_applies_on_the_first_write_of_a_process(tmp_path: Path) -> No
     for p in Path(old.path).parent.iterdir():
         os.utime(p, (past, past))
     (tmp_path / MARKER).unlink(missing_ok=True)
+    _new_process()
     new = LocalStore(root=str(tmp_path)).write("d", 1, "x", {"observation": "new"})
     assert not Path(old.path).exists() and Path(new.path).exists()
     assert not Path(old.path).parent.exists()  # the emptied folder went too
     # within the hour after a sweep, another process does not sweep again
+    _new_process()
     again = LocalStore(root=str(tmp_path))
     again.write("e", 1, "x", {"observation": "x"})
     assert again.retention.sweeps == 0
