@@ -71,7 +71,6 @@ __all__ = [
     "safe_conv_id",
 ]
 
-_NAME_RE = NAME_RE
 _MAX_NEXT = 4096
 _LINK_ERRNOS = (errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EXDEV, errno.EMLINK)
 
