@@ -17,6 +17,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from ctxpolicy.archive import HistoryArchive
 from ctxpolicy.engine import Session
@@ -166,3 +168,46 @@ def test_bytes_that_are_not_utf8_are_kept_exactly(tmp_path: Path) -> None:
     assert s.snapshots is not None
     doc = s.snapshots.read(ev["snapshot"])
     assert doc["replaced_bytes"] == 9 and base64.b64decode(doc["original_base64"]) == raw
+
+
+_ANY_TEXT = st.text(alphabet=st.characters(codec=None, exclude_categories=()), max_size=40)
+_JSONISH = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | _ANY_TEXT,
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(_ANY_TEXT, inner, max_size=4),
+    max_leaves=20,
+)
+
+
+@st.composite
+def _outputs(draw: st.DrawFn) -> Any:
+    value = draw(_JSONISH | _ANY_TEXT | st.binary(max_size=60))
+    depth = draw(st.sampled_from([0, 0, 0, 1500, 3000]))
+    for _ in range(depth):  # sometimes far deeper than json.dumps can go
+        value = [value]
+    return value
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(output=_outputs(), tokenizer=st.sampled_from(["cl100k_base", "heuristic"]))
+def test_fuzz_tool_outputs_are_kept_exactly(
+    tmp_path_factory: pytest.TempPathFactory, output: Any, tokenizer: str
+) -> None:
+    """Fuzzer: deep, surrogate-laden and non-UTF-8 outputs never raise, and the
+    snapshot holds exactly the rendered text (bytes: exactly the bytes)."""
+    import base64
+
+    from ctxpolicy.jsontext import to_json
+    from ctxpolicy.toolresults import render_output
+
+    s = _session(tmp_path_factory.mktemp("fuzz"), tokenizer)
+    text = s.add_tool_result({"name": "fuzz", "id": "f1", "arguments": {"x": output}}, output)
+    assert isinstance(text, str)
+    ev = [e for e in s.events if e["type"] == "tool.preprocessed"][-1]
+    assert ev["snapshot"] and s.snapshots is not None
+    expected = render_output(output)[0]
+    assert s.recall(ev["snapshot"]) == expected
+    if isinstance(output, (list, dict)):
+        assert expected == to_json(output)[0]
+    if isinstance(output, bytes) and "\ufffd" in expected:
+        assert base64.b64decode(s.snapshots.read(ev["snapshot"])["original_base64"]) == output
+    assert s.prepare([{"role": "user", "content": "go"}])
