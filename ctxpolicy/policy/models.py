@@ -248,10 +248,18 @@ class Snapshots(StrictModel):
         default=16 * 1024 * 1024, gt=0, description="Largest observation written per snapshot."
     )
     max_age_days: float | None = Field(
-        default=None, gt=0, description="`ctxpolicy snapshots prune` removes older ones."
+        default=None,
+        gt=0,
+        description="Remove snapshots older than this (overrides the store's own "
+        "`max_age_days`, 30 for `local`); applied while sessions write and by "
+        "`ctxpolicy snapshots prune`.",
     )
     max_total_mb: float | None = Field(
-        default=None, gt=0, description="`ctxpolicy snapshots prune` keeps the store below this."
+        default=None,
+        gt=0,
+        description="Keep the store below this size (overrides the store's own "
+        "`max_total_mb`, 1024 for `local`); applied while sessions write and by "
+        "`ctxpolicy snapshots prune`.",
     )
     options: dict[str, Any] = Field(
         default_factory=dict, description="Options of the snapshot store."
