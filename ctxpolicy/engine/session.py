@@ -36,7 +36,6 @@ from ctxpolicy.engine.own import (
     insert_specials,
     special_unit,
     tool_call_info,
-    transcript_line,
 )
 from ctxpolicy.engine.runner import run_pipeline
 from ctxpolicy.engine.squeeze import squeeze
@@ -115,7 +114,7 @@ class Session:
         self._tool_processor: Any = None
         self._budgets: dict[tuple[int, int | None], BudgetState] = {}
         self._last_units: list[Unit] = []
-        self._archive: list[Message] = []
+        self._history: Any = None  # the HistoryArchive, opened on the first compaction
 
     # ------------------------------------------------------------------ public API
     @property
@@ -529,31 +528,24 @@ class Session:
             self._ledger_changed()
         return True
 
-    def _archive_messages(self, msgs: Sequence[Message], emit: Callable[..., None]) -> str | None:
-        assert self.snapshots is not None
-        self._archive.extend(msgs)
+    def _archive_messages(self, msgs: Sequence[Message], emit: Callable[..., Any]) -> str | None:
+        """Append ``msgs`` to the conversation's history archive; its stable reference,
+        or None when the write failed (the caller then keeps what it would drop)."""
+        if self._history is None:
+            from ctxpolicy.archive import HistoryArchive
+
+            assert self.snapshots is not None
+            self._history = HistoryArchive(
+                self.snapshots, self.conv_id, max_bytes=self.policy.snapshots.max_snapshot_bytes
+            )
         try:
-            ref = self.snapshots.write(
-                self.conv_id,
-                self.state.step,
-                "compacted_history",
-                {
-                    "step": self.state.step,
-                    "action": "compacted_history",
-                    "phase": "compaction",
-                    "observation": "\n\n".join(transcript_line(m) for m in self._archive),
-                    "messages": list(self._archive),
-                    "timestamp": time.time(),
-                    "conv_id": self.conv_id,
-                },
-            )
+            ref = self._history.append(msgs, step=self.state.step)
         except Exception as exc:
-            del self._archive[len(self._archive) - len(msgs) :]
-            emit(
-                "snapshot.failed", error=f"{type(exc).__name__}: {exc}", action="compacted_history"
-            )
+            emit("snapshot.failed", error=f"{type(exc).__name__}: {exc}"[:300], action="history")
             return None
-        return str(ref.uri)
+        for t in self._history.last_truncated:
+            emit("snapshot.too_large", action="history", **t)
+        return str(ref)
 
     def _ref_for_message(self, unit: Unit, m: Mapping[str, Any]) -> str | None:
         """The reference of the verbatim original of ``m`` (archived now if needed)."""
@@ -561,9 +553,10 @@ class Session:
             ref = self.state.refs.get(str(m.get("tool_call_id")))
             if ref:
                 return ref
-        if self.snapshots is None:
+        if self.snapshots is None or self._archive_messages([dict(m)], self._emit) is None:
             return None
-        return self._archive_messages([dict(m)], lambda *a, **k: None)
+        assert self._history is not None
+        return self._history.last_ref
 
     # ------------------------------------------------------------------ the call
     def _prepare(
