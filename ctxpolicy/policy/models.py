@@ -280,7 +280,11 @@ class Ledger(StrictModel):
     """The progress ledger: facts extracted from compacted history, kept pinned."""
 
     enabled: bool = Field(default=True, description="Maintain and pin the ledger.")
-    max_tokens: int = Field(default=1500, ge=64, description="Upper bound of its rendered size.")
+    max_tokens: Annotated[int, Field(ge=64)] | Percent = Field(
+        default=1500,
+        description="Upper bound of its rendered size: tokens, or a percentage of the window "
+        "(`'6%'`: the ledger scales with the window a policy is used at).",
+    )
 
 
 class CacheSpec(StrictModel):
