@@ -64,10 +64,12 @@ class Contestant:
 class PrefixWatch:
     """Wraps a replay strategy; counts prefix changes between consecutive requests."""
 
-    def __init__(self, inner: Any) -> None:
+    def __init__(self, inner: Any, *, record: bool = False) -> None:
         self.inner = inner
         self.prefix_changes = 0
         self.calls = 0
+        #: every request, when ``record`` (tests look inside them)
+        self.requests: list[list[Message]] | None = [] if record else None
         self._previous: list[Message] | None = None
 
     def __getattr__(self, name: str) -> Any:
@@ -80,6 +82,8 @@ class PrefixWatch:
             self.prefix_changes += 1
         self.calls += 1
         self._previous = list(out)
+        if self.requests is not None:
+            self.requests.append(self._previous)
         return out, layers
 
 
@@ -135,14 +139,16 @@ def run_contestant(
     *,
     trace: str = "trace",
     counter: TokenCounter | None = None,
+    record: bool = False,
 ) -> dict[str, Any]:
     """Replay ``messages`` under ``contestant`` at ``window``; the metrics of
     ``ctxpolicy.sim.metrics.trace_metrics`` plus ``calls``, ``compaction_calls``,
-    ``prefix_changes`` and the per-100-calls rates."""
+    ``prefix_changes`` and the per-100-calls rates (and, when ``record``, every
+    request sent as ``requests``)."""
     counter = counter or ruler()
     tmp = Path(tempfile.mkdtemp(prefix="ctxpolicy-peers-"))
     try:
-        watch = PrefixWatch(_strategy(contestant, window, tmp, counter))
+        watch = PrefixWatch(_strategy(contestant, window, tmp, counter), record=record)
         result = run_strategy(messages, watch, counter=counter, trace=trace)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -161,4 +167,7 @@ def run_contestant(
     )
     if hasattr(watch.inner, "summaries"):
         d["summaries_written"] = len(watch.inner.summaries)
+    if record:
+        d["requests"] = watch.requests
+        d["summaries"] = list(getattr(watch.inner, "summaries", ()))
     return d
