@@ -394,6 +394,17 @@ def peer_headline(q: dict[str, Any], ok: dict[bool | None, str]) -> list[list[st
                 ok[g["no_peer_dominates"]],
             ]
         )
+        if g.get("summarize_edit_tokens_over_none") is not None:
+            rows.append(
+                [
+                    "quality (issue 18): tokens ≤ and retention ≥ LangChain summarize+edit",
+                    f"{ref} @ {int(w):,}",
+                    f"tokens ÷ none {g['tokens_over_none']:.3f} vs "
+                    f"{g['summarize_edit_tokens_over_none']:.3f}, in context "
+                    f"{g['in_context_rate']:.1%} vs {g['summarize_edit_in_context_rate']:.1%}",
+                    ok[g["tokens_le_summarize_edit"] and g["retention_ge_summarize_edit"]],
+                ]
+            )
         rows.append(
             [
                 "quality (issue 18): 0 avoidable overflows, 0 pairing violations",

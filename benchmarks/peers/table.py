@@ -202,6 +202,10 @@ def peer_goals(results: Sequence[Mapping[str, Any]], reference: str = REFERENCE)
             or mine["tokens_over_none"] <= edit["tokens_over_none"],
             "retention_ge_summarize_edit": edit is None
             or mine["in_context_rate"] >= edit["in_context_rate"],
+            "tokens_over_none": mine["tokens_over_none"],
+            "in_context_rate": mine["in_context_rate"],
+            "summarize_edit_tokens_over_none": edit["tokens_over_none"] if edit else None,
+            "summarize_edit_in_context_rate": edit["in_context_rate"] if edit else None,
             "avoidable_overflows": mine["avoidable"],
             "pairing_violations": mine["violations"],
             "compactions_per_100": mine["compactions_per_100"],
@@ -288,8 +292,18 @@ def peer_markdown(data: Mapping[str, Any]) -> list[str]:
                 + f"; {g['avoidable_overflows']} avoidable overflows, "
                 f"{g['pairing_violations']} pairing violations "
                 + ok[not g["avoidable_overflows"] and not g["pairing_violations"]],
-                "",
             ]
+            if g["summarize_edit_tokens_over_none"] is not None:
+                md += [
+                    f"- vs LangChain summarize+edit (issue 18 goal: no more tokens and at least "
+                    f"the retention): tokens ÷ none {g['tokens_over_none']:.3f} vs "
+                    f"{g['summarize_edit_tokens_over_none']:.3f} "
+                    + ok[g["tokens_le_summarize_edit"]]
+                    + f", in context {g['in_context_rate']:.1%} vs "
+                    f"{g['summarize_edit_in_context_rate']:.1%} "
+                    + ok[g["retention_ge_summarize_edit"]],
+                ]
+            md += [""]
     if "compactions_32k_le_8" in goals:
         g32 = goals["windows"].get("32768") or goals["windows"].get("32000")
         md += [
