@@ -33,7 +33,6 @@ gets it, only the thresholds set to the same budget.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any
 
 from langchain.agents.middleware import (
@@ -58,6 +57,7 @@ from benchmarks.peers.summary import SUMMARY_TOKENS, DigestChatModel
 from ctxpolicy.budget import compute_budget
 from ctxpolicy.conversation import content_text
 from ctxpolicy.policy.models import Policy
+from ctxpolicy.sim.baselines import BaselineStrategy
 
 __all__ = ["PEERS", "LangChainStrategy", "langchain_peer"]
 
@@ -70,23 +70,26 @@ LABELS = {
 }
 
 
-class LangChainStrategy:
-    """A ``ctxpolicy.sim.replay.Strategy`` backed by LangChain's middleware."""
+class LangChainStrategy(BaselineStrategy):
+    """A ``ctxpolicy.sim.replay.Strategy`` backed by LangChain's middleware.
+
+    Budget numbers (the ruler's hard limit), raw tool results and "nothing is
+    recoverable" come from ``ctxpolicy.sim.baselines.BaselineStrategy``.
+    """
 
     kind = "peer"
 
     def __init__(
         self,
         name: str,
-        nums: Mapping[str, int],
+        policy: Policy,
         *,
         summarization: SummarizationMiddleware,
         editing: ContextEditingMiddleware | None = None,
         model: DigestChatModel,
     ) -> None:
-        self.name = name
+        super().__init__(name, policy)
         self.label = LABELS.get(name, name)
-        self._nums = dict(nums)
         self.summarization = summarization
         self.editing = editing
         self.model = model
@@ -97,25 +100,8 @@ class LangChainStrategy:
         self._leading = True
         self._by_id: dict[str, tuple[Message, BaseMessage]] = {}
         self._cleared: set[str] = set()
-        self._events: list[dict[str, Any]] = []
         self.summaries: list[str] = []
         self.last_request: list[AnyMessage] = []
-
-    # ------------------------------------------------------------- Strategy protocol
-    def tool_result(self, call: Mapping[str, Any], content: Any, step: int) -> str:
-        return content if isinstance(content, str) else content_text(content)
-
-    def budget_numbers(self) -> dict[str, int]:
-        return dict(self._nums)
-
-    def recall(self, ref: str) -> str | None:
-        return None
-
-    def events(self) -> list[dict[str, Any]]:
-        return self._events
-
-    def close(self) -> None:
-        return None
 
     def prepare(self, convo: list[Message]) -> tuple[list[Message], list[str]]:
         self._ingest(convo)
@@ -211,16 +197,6 @@ def langchain_peer(
     if name not in PEERS:
         raise ValueError(f"unknown peer {name!r}; choose from {', '.join(PEERS)}")
     b = compute_budget(policy)
-    nums = {
-        "trigger": b.trigger,
-        "target": b.target,
-        "warning": b.warning_tokens,
-        "error": b.error_tokens,
-        "critical": b.critical_tokens,
-        "hard_limit": b.window - b.reserve_output,
-        "window": b.window,
-        "reserve_output": b.reserve_output,
-    }
     model = DigestChatModel(count=count, max_tokens=summary_tokens)
     summarization = SummarizationMiddleware(
         model, trigger=("tokens", b.trigger), keep=("tokens", b.target)
@@ -230,4 +206,6 @@ def langchain_peer(
         if PEERS[name]
         else None
     )
-    return LangChainStrategy(name, nums, summarization=summarization, editing=editing, model=model)
+    return LangChainStrategy(
+        name, policy, summarization=summarization, editing=editing, model=model
+    )
