@@ -1,4 +1,4 @@
-"""The peer drivers of benchmarks/peers on one short real trace: sane measurements.
+"""LangChain peers and ctxpolicy on one short real trace: sane measurements.
 
 Real components only: LangChain 1.x middleware (with a deterministic chat model),
 ctxpolicy sessions, the exact cl100k counter, a shared trace from ../shared.
@@ -9,13 +9,11 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
 
 from benchmarks.bench_quality import load_agent
 from benchmarks.peers.langchain import LABELS, PEERS
 from benchmarks.peers.runs import Contestant, PrefixWatch, ruler, run_contestant
-from benchmarks.peers.summary import HEADER, digest
+from benchmarks.peers.summary import HEADER
 from ctxpolicy.sim.importers import load_trace
 from ctxpolicy.sim.replay import message_text
 from tests.shared_data import TRACES, require
@@ -110,21 +108,3 @@ def test_prefix_watch_counts_requests_that_do_not_extend_the_previous() -> None:
     for _ in range(6):
         w.prepare([])
     assert (w.calls, w.prefix_changes) == (6, 2)
-
-
-@settings(max_examples=40, deadline=None)
-@given(text=st.text(min_size=0, max_size=2000), budget=st.integers(min_value=20, max_value=400))
-def test_digest_is_bounded_and_deterministic(text: str, budget: int) -> None:
-    count = ruler().count_text
-    out = digest(text, budget, count)
-    assert out.startswith(HEADER)
-    assert count(out) <= budget
-    assert out == digest(text, budget, count)
-
-
-def test_digest_keeps_the_newest_facts_when_short() -> None:
-    count = ruler().count_text
-    text = " ".join(f"/src/mod_{i}/file_{i}.py" for i in range(200))
-    out = digest(text, 60, count)
-    assert "/src/mod_199/file_199.py" in out
-    assert "/src/mod_0/file_0.py" not in out
