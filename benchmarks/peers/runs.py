@@ -112,15 +112,17 @@ class SharedSummaryPolicy(PolicyStrategy):
         self.counter = self.session.counter
 
 
-def _strategy(c: Contestant, window: int, snap_dir: Path, counter: TokenCounter) -> Any:
+def _strategy(c: Contestant, window: int, snap_dir: Path, counter: TokenCounter, trace: str) -> Any:
     from ctxpolicy.sim.replay import _safe, _sim_store
 
     pol = with_window(c.policy, window)
     if c.kind == "ctxpolicy":
-        store = _sim_store(pol, snap_dir / _safe(c.label))
+        # the conversation id shows in snapshot references, so it is the trace's for
+        # every contestant (as in ``replay_trace``): no run pays for a longer label
+        store = _sim_store(pol, snap_dir / _safe(trace))
         return SharedSummaryPolicy(
             pol,
-            conv_id=_safe(c.label),
+            conv_id=_safe(trace),
             label=c.label,
             store=store,
             summarizer=ctxpolicy_summary(counter.count_text),
@@ -148,7 +150,7 @@ def run_contestant(
     counter = counter or ruler()
     tmp = Path(tempfile.mkdtemp(prefix="ctxpolicy-peers-"))
     try:
-        watch = PrefixWatch(_strategy(contestant, window, tmp, counter), record=record)
+        watch = PrefixWatch(_strategy(contestant, window, tmp, counter, trace), record=record)
         result = run_strategy(messages, watch, counter=counter, trace=trace)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)

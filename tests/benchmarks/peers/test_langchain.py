@@ -62,6 +62,17 @@ def test_ctxpolicy_used_the_shared_summary(runs: dict[str, dict[str, Any]]) -> N
     assert any(HEADER in texts(req) for req in r["requests"])
 
 
+def test_the_same_policy_from_yaml_and_toml_measures_the_same() -> None:
+    """agents.toml's coding_agent is agents.yaml's: the harness adds no difference."""
+    msgs = load_trace(require(TRACES / TRACE))
+    out = []
+    for file in ("policies/agents.yaml", "policies/agents.toml"):
+        policy, _ = load_agent("coding_agent", file)
+        d = run_contestant(msgs, Contestant(file, "ctxpolicy", policy), WINDOW, trace=TRACE)
+        out.append((d["series"]["used"], d["compaction_calls"], d["retention"]))
+    assert out[0] == out[1]
+
+
 def test_one_ruler_for_every_run(runs: dict[str, dict[str, Any]]) -> None:
     counter = ruler()
     assert not counter.approximate and "cl100k_base" in counter.name
