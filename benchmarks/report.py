@@ -415,11 +415,13 @@ def peer_headline(q: dict[str, Any], ok: dict[bool | None, str]) -> list[list[st
         )
     if "compactions_32k_le_8" in pg:
         g32 = pg["windows"].get("32768") or pg["windows"].get("32000") or {}
+        long = pg.get("compactions_32k_long_traces") or {}
         rows.append(
             [
                 "quality (issue 18): compactions per 100 calls at 32k ≤ 8",
-                ref,
-                f"{g32.get('compactions_per_100', 0):.1f}",
+                f"{ref}, traces of ≥ 50 calls",
+                ", ".join(f"{v:.1f}" for v in long.values())
+                + f" (all traces {g32.get('compactions_per_100', 0):.1f})",
                 ok[pg["compactions_32k_le_8"]],
             ]
         )

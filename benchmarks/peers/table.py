@@ -34,8 +34,11 @@ __all__ = [
 ROOT = Path(__file__).resolve().parents[2]
 PEER_WINDOWS = (16384, 32768)
 REFERENCE = "agents.yaml:coding_agent"
-#: compactions per 100 calls at 32k under the reference policy (issue 18 item 5)
+#: compactions per 100 calls at 32k under the reference policy (issue 18 item 5),
+#: on every trace of at least LONG_TRACE_CALLS calls (shorter ones make the rate noise;
+#: a total over all traces would hide the long ones behind the many that never compact)
 MAX_COMPACTIONS_32K = 8.0
+LONG_TRACE_CALLS = 50
 SLIM = (
     "run",
     "kind",
@@ -212,7 +215,15 @@ def peer_goals(results: Sequence[Mapping[str, Any]], reference: str = REFERENCE)
             "prefix_changes_per_100": mine["prefix_changes_per_100"],
         }
         if w in (32768, 32000):
-            out["compactions_32k_le_8"] = mine["compactions_per_100"] <= MAX_COMPACTIONS_32K
+            long = {
+                j["trace"]: 100 * r["compaction_calls"] / r["calls"]
+                for j in results
+                if int(j["window"]) == w
+                for r in j["runs"]
+                if r["run"] == f"ctxpolicy {reference}" and r["calls"] >= LONG_TRACE_CALLS
+            }
+            out["compactions_32k_long_traces"] = long
+            out["compactions_32k_le_8"] = all(v <= MAX_COMPACTIONS_32K for v in long.values())
     return out
 
 
@@ -306,9 +317,14 @@ def peer_markdown(data: Mapping[str, Any]) -> list[str]:
             md += [""]
     if "compactions_32k_le_8" in goals:
         g32 = goals["windows"].get("32768") or goals["windows"].get("32000")
+        long = goals.get("compactions_32k_long_traces") or {}
         md += [
-            f"- Compactions per 100 calls at 32k under `{ref}`: "
-            f"{g32['compactions_per_100']:.1f} (goal ≤ {MAX_COMPACTIONS_32K:g}) "
+            f"- Compactions per 100 calls at 32k under `{ref}` (goal ≤ {MAX_COMPACTIONS_32K:g} on "
+            f"every trace of ≥ {LONG_TRACE_CALLS} calls): "
+            + ", ".join(
+                f"{t.removesuffix('.jsonl').rsplit('.', 1)[-1]} {v:.1f}" for t, v in long.items()
+            )
+            + f"; all traces {g32['compactions_per_100']:.1f} "
             + ok[goals["compactions_32k_le_8"]],
             "",
         ]

@@ -73,6 +73,7 @@ def test_a_peer_cheaper_and_better_is_named() -> None:
     w16 = g["windows"]["16384"]
     assert w16["no_peer_dominates"] and not w16["tokens_le_summarize_edit"]
     assert w16["retention_ge_summarize_edit"]
+    assert g["compactions_32k_long_traces"] == {"t": 20.0}
     assert g["compactions_32k_le_8"] is False  # 10 compactions in 50 calls = 20 / 100
     md = "\n".join(peer_markdown({"peer_results": results, "peer_goals": g}))
     assert "#### Window 16,384" in md and "#### Window 32,768" in md
