@@ -88,7 +88,12 @@ class PrefixWatch:
 
 
 class SharedSummaryPolicy(PolicyStrategy):
-    """``PolicyStrategy`` whose ``Session`` writes summaries with ``summarizer``."""
+    """``PolicyStrategy`` whose ``Session`` writes summaries with ``summarizer``.
+
+    Recalled texts are cached per reference only until the next compaction: an
+    append-only history archive keeps one reference whose content grows, so a text
+    recalled before a compaction may lack what it archived.
+    """
 
     def __init__(
         self,
@@ -110,6 +115,12 @@ class SharedSummaryPolicy(PolicyStrategy):
             summarizer=summarizer,
         )
         self.counter = self.session.counter
+
+    def prepare(self, convo: list[Message]) -> tuple[list[Message], list[str]]:
+        out, layers = super().prepare(convo)
+        if layers:
+            self._recalled.clear()
+        return out, layers
 
 
 def _strategy(c: Contestant, window: int, snap_dir: Path, counter: TokenCounter, trace: str) -> Any:

@@ -119,3 +119,27 @@ def test_prefix_watch_counts_requests_that_do_not_extend_the_previous() -> None:
     for _ in range(6):
         w.prepare([])
     assert (w.calls, w.prefix_changes) == (6, 2)
+
+
+def test_recalled_texts_are_forgotten_after_a_compaction(tmp_path: Any) -> None:
+    """A growing archive reference must be recalled afresh once something was archived."""
+    from benchmarks.peers.runs import SharedSummaryPolicy
+    from benchmarks.peers.summary import ctxpolicy_summary
+    from ctxpolicy.sim.replay import _sim_store, with_window
+
+    msgs = load_trace(require(TRACES / TRACE))
+    policy, _ = load_agent("coding_agent")
+    pol = with_window(policy, WINDOW)
+    s = SharedSummaryPolicy(
+        pol,
+        conv_id="t",
+        label="t",
+        store=_sim_store(pol, tmp_path),
+        summarizer=ctxpolicy_summary(ruler().count_text),
+    )
+    s._recalled["ctxsnap://t/history"] = "stale"
+    _, layers = s.prepare([dict(m) for m in msgs[:2]])
+    assert not layers and s._recalled == {"ctxsnap://t/history": "stale"}
+    convo = [dict(m) for m in msgs if m["role"] != "assistant" or m is not msgs[-1]]
+    _, layers = s.prepare(convo)
+    assert layers and s._recalled == {}
