@@ -42,7 +42,6 @@ from __future__ import annotations
 import argparse
 import cProfile
 import gc
-import pstats
 import statistics
 import sys
 import time
@@ -61,7 +60,8 @@ from benchmarks._common import (
     markdown_table,
     write_results,
 )
-from benchmarks.peers.timing import per_call, per_call_markdown, profile_calls
+from benchmarks._profile import profile_rows
+from benchmarks.peers.timing import per_call_markdown, per_call_section
 
 ROOT = Path(__file__).resolve().parents[1]
 POLICY_FILE = ROOT / "policies" / "agents.yaml"
@@ -418,24 +418,8 @@ def profile_prepare(policy: Any, msgs: list[Message], top: int = 15) -> list[dic
             session.prepare(convo)
             prof.disable()
         convo.append(m)
-    st = pstats.Stats(prof)
-    total = st.total_tt  # type: ignore[attr-defined]
-    rows = []
-    entries: Mapping[Any, Any] = st.stats  # type: ignore[attr-defined]
-    for (file, line, fn), (_cc, nc, tt, ct, _callers) in sorted(
-        entries.items(), key=lambda kv: kv[1][2], reverse=True
-    )[:top]:
-        short = file.split("/work/main/")[-1] if "/work/main/" in file else Path(file).name
-        rows.append(
-            {
-                "function": f"{short}:{line}({fn})",
-                "calls": nc,
-                "tottime_s": tt,
-                "cumtime_s": ct,
-                "share_of_total": tt / total if total else 0.0,
-            }
-        )
-    return rows
+    _, rows = profile_rows(prof)
+    return sorted(rows, key=lambda r: -r["tottime_s"])[:top]
 
 
 # --------------------------------------------------------------------------- report
@@ -546,7 +530,7 @@ def to_markdown(data: dict[str, Any], quick: bool) -> str:
                         r["calls"],
                         r["tottime_s"],
                         r["cumtime_s"],
-                        f"{r['share_of_total']:.0%}",
+                        f"{r['own_share']:.0%}",
                     ]
                     for r in prof["rows"]
                 ],
@@ -558,28 +542,6 @@ def to_markdown(data: dict[str, Any], quick: bool) -> str:
         "Reproduce: `.venv/bin/python benchmarks/bench_engine.py" + (" --quick`" if quick else "`"),
     ]
     return "\n".join(md)
-
-
-def per_call_section(args: argparse.Namespace) -> dict[str, Any]:
-    """Issue 21 item 6: per model call vs LangChain on the longest traces, then a profile."""
-    from benchmarks.bench_quality import load_agent
-    from ctxpolicy.budget import compute_budget
-
-    policy, note = load_agent(args.per_call_agent)
-    window = compute_budget(policy).window
-    traces = [smallest_trace()] if args.quick else largest_traces(args.per_call_traces)
-    rows = []
-    for name, msgs in traces:
-        eprint(f"per call vs LangChain: {name} ...")
-        rows.append(per_call(name, msgs, policy, args.repeat))
-    eprint("profiling prepare + add_tool_result ...")
-    return {
-        "policy": f"{POLICY_FILE.relative_to(ROOT)}:{args.per_call_agent}",
-        "policy_note": note,
-        "window": window,
-        "traces": rows,
-        "profile": profile_calls(policy, traces),
-    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -633,7 +595,13 @@ def main(argv: list[str] | None = None) -> int:
     for (label, msgs), sample in zip(convs, samples, strict=True):
         eprint(f"replay {label} ...")
         results.append(bench_conversation(label, msgs, policy, args.repeat, sample))
-    per_call = per_call_section(args)
+    per_call = per_call_section(
+        args.per_call_agent,
+        quick=args.quick,
+        traces=args.per_call_traces,
+        repeat=args.repeat,
+        policy_file=str(POLICY_FILE.relative_to(ROOT)),
+    )
     eprint("memory ...")
     mem = memory_growth(policy, sizes, file_lines=40 if args.quick else 300) if sizes else None
     profile = None

@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import cProfile
 import gc
-import pstats
 import shutil
 import statistics
 import tempfile
@@ -36,9 +35,11 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from benchmarks._common import eprint
+from benchmarks._profile import profile_rows
 from benchmarks.peers.summary import DigestChatModel, ctxpolicy_summary
 
-__all__ = ["per_call", "profile_calls"]
+__all__ = ["per_call", "per_call_markdown", "per_call_section", "profile_calls"]
 
 Message = dict[str, Any]
 VARIANTS = ("prepare", "add_tool_result", "ctxpolicy", "langchain")
@@ -222,33 +223,18 @@ def profile_calls(
     prof = cProfile.Profile()
     for _, msgs in traces:
         replay_ctxpolicy(policy, msgs, profiler=prof)
-    st = pstats.Stats(prof)
-    entries: Mapping[Any, Any] = st.stats  # type: ignore[attr-defined]
-    total = sum(v[2] for v in entries.values())
-    rows = []
+    total, rows = profile_rows(prof)
     modules: dict[str, float] = {}
-    for (file, line, fn), (_cc, nc, tt, ct, _callers) in entries.items():
-        name = _short(file)
-        modules[name] = modules.get(name, 0.0) + tt
-        rows.append(
-            {
-                "function": fn if file == "~" else f"{name}:{line}({fn})",
-                "calls": nc,
-                "tottime_s": tt,
-                "cumtime_s": ct,
-                "own_share": tt / total if total else 0.0,
-                "cum_share": ct / total if total else 0.0,
-            }
-        )
-    by_own = sorted(rows, key=lambda r: -r["tottime_s"])[:top]
-    by_cum = sorted(
-        (r for r in rows if r["function"].startswith("ctxpolicy/")), key=lambda r: -r["cumtime_s"]
-    )[:top]
+    for r in rows:
+        modules[r["module"]] = modules.get(r["module"], 0.0) + r["tottime_s"]
     return {
         "traces": [t for t, _ in traces],
         "total_s": total,
-        "top_own": by_own,
-        "top_cumulative_ctxpolicy": by_cum,
+        "top_own": sorted(rows, key=lambda r: -r["tottime_s"])[:top],
+        "top_cumulative_ctxpolicy": sorted(
+            (r for r in rows if r["module"].startswith("ctxpolicy/")),
+            key=lambda r: -r["cumtime_s"],
+        )[:top],
         "modules": [
             {"module": k, "own_s": v, "share": v / total if total else 0.0}
             for k, v in sorted(modules.items(), key=lambda kv: -kv[1])[:top]
@@ -256,14 +242,30 @@ def profile_calls(
     }
 
 
-def _short(file: str) -> str:
-    if file == "~":
-        return "built-in"
-    for marker in ("/ctxpolicy/", "/site-packages/"):
-        if marker in file:
-            tail = file.split(marker, 1)[1]
-            return ("ctxpolicy/" if marker == "/ctxpolicy/" else "") + tail
-    return Path(file).name if "/" in file else file
+def per_call_section(
+    agent: str, *, quick: bool, traces: int, repeat: int, policy_file: str
+) -> dict[str, Any]:
+    """Per model call vs LangChain on the ``traces`` longest shared traces (the smallest
+    one when ``quick``), then a profile of ctxpolicy's per-call path on them."""
+    from benchmarks.bench_engine import largest_traces, smallest_trace
+    from benchmarks.bench_quality import load_agent
+    from ctxpolicy.budget import compute_budget
+
+    policy, note = load_agent(agent)
+    window = compute_budget(policy).window
+    chosen = [smallest_trace()] if quick else largest_traces(traces)
+    rows = []
+    for name, msgs in chosen:
+        eprint(f"per call vs LangChain: {name} ...")
+        rows.append(per_call(name, msgs, policy, repeat))
+    eprint("profiling prepare + add_tool_result ...")
+    return {
+        "policy": f"{policy_file}:{agent}",
+        "policy_note": note,
+        "window": window,
+        "traces": rows,
+        "profile": profile_calls(policy, chosen),
+    }
 
 
 LABELS = {
