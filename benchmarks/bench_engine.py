@@ -539,7 +539,10 @@ def to_markdown(data: dict[str, Any], quick: bool) -> str:
         ]
     md += per_call_markdown(data.get("per_call") or {})
     md += [
-        "Reproduce: `.venv/bin/python benchmarks/bench_engine.py" + (" --quick`" if quick else "`"),
+        "Reproduce: `.venv/bin/python benchmarks/bench_engine.py"
+        + (" --quick" if quick else "")
+        + (" --per-call-only" if data.get("per_call_only") else "")
+        + "`",
     ]
     return "\n".join(md)
 
@@ -620,6 +623,7 @@ def main(argv: list[str] | None = None) -> int:
         "memory": mem,
         "profile": profile,
         "per_call": per_call,
+        "per_call_only": args.per_call_only,
         "goals": {
             "ctxpolicy_le_1_5_floor": all(r["goal_floor"] for r in results),
             "naive_ge_20x_at_200_steps": [r["goal_naive"] for r in results],

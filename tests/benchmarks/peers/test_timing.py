@@ -70,3 +70,4 @@ def test_bench_engine_per_call_only(tmp_path: Any, monkeypatch: pytest.MonkeyPat
     assert data["goals"]["per_call_le_langchain"] in (True, False)
     md = (tmp_path / "bench_engine.md").read_text(encoding="utf-8")
     assert "### Per model call: ctxpolicy vs LangChain" in md
+    assert "bench_engine.py --quick --per-call-only`" in md
