@@ -21,6 +21,7 @@ import io
 import json
 import os
 import re
+import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -80,6 +81,8 @@ class LoadedDocument:
     data: dict[str, Any]
     source_map: SourceMap
     format: Literal["yaml", "toml"]
+    #: keys left out because their number was out of range (already reported)
+    dropped: set[PathT] = field(default_factory=set)
 
 
 class _Abort(Exception):
@@ -176,6 +179,45 @@ _INF_RE = re.compile(r"^[-+]?\.(?:inf|Inf|INF)$")
 _NAN_RE = re.compile(r"^\.(?:nan|NaN|NAN)$")
 
 
+#: Integers are 64-bit signed (as in TOML); no policy number comes near.
+INT_MAX = 2**63 - 1
+
+
+@dataclass(frozen=True)
+class OddNumber:
+    """A number no field can take: an integer beyond 64 bits, infinity or NaN.
+
+    The loaders report it (CTX103 at its line:col) and leave the key out, so it is
+    one ordinary diagnostic, never an exception or a 5,000-digit message.
+    """
+
+    text: str
+    problem: str
+
+
+def _int_literal(value: str, digits: str, base: int) -> int | OddNumber:
+    # the length test comes first: int() of thousands of digits is refused by CPython
+    # (and quadratic); nothing near 20 decimal digits is a policy value
+    if len(digits.lstrip("0")) > 64:
+        return OddNumber(value, f"an integer of {len(digits)} digits is out of range")
+    number = int(digits, base) * (-1 if value.startswith("-") else 1)
+    if abs(number) > INT_MAX:
+        return OddNumber(value, f"{value} is out of range (integers are 64-bit)")
+    return number
+
+
+def odd_number(value: Any) -> OddNumber | None:
+    """An :class:`OddNumber` for a parsed value out of range (TOML), else None."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int) and abs(value) > INT_MAX:
+        digits = len(str(abs(value)))
+        return OddNumber(str(digits), f"an integer of {digits} digits is out of range")
+    if isinstance(value, float) and (value != value or value in (float("inf"), float("-inf"))):
+        return OddNumber(repr(value), f"{value!r} is not a finite number")
+    return None
+
+
 def _plain_scalar(value: str) -> Any:
     """YAML 1.2 core schema resolution of a plain (unquoted) scalar."""
     if _NULL_RE.match(value):
@@ -183,17 +225,18 @@ def _plain_scalar(value: str) -> Any:
     if value in _BOOL:
         return _BOOL[value]
     if _INT_RE.match(value):
-        return int(value)
+        return _int_literal(value, value.lstrip("+-"), 10)
     if _OCT_RE.match(value):
-        return int(value[2:], 8)
+        return _int_literal(value, value[2:], 8)
     if _HEX_RE.match(value):
-        return int(value[2:], 16)
+        return _int_literal(value, value[2:], 16)
     if _FLOAT_RE.match(value):
-        return float(value)
-    if _INF_RE.match(value):
-        return float("-inf") if value.startswith("-") else float("inf")
-    if _NAN_RE.match(value):
-        return float("nan")
+        number = float(value)
+        if number in (float("inf"), float("-inf")):
+            return OddNumber(value, f"{value} is out of range (too large for a number)")
+        return number
+    if _INF_RE.match(value) or _NAN_RE.match(value):
+        return OddNumber(value, f"{value} is not a finite number")
     return value
 
 
@@ -276,6 +319,7 @@ class _YamlBuilder:
         self.stack: list[_Frame] = []
         self.skip = 0  # > 0 while skipping a subtree (depth)
         self.key_lines: dict[PathT, int] = {}
+        self.dropped: set[PathT] = set()
 
     # -- helpers
     def _pos(self, ev: Any) -> Pos:
@@ -470,6 +514,12 @@ class _YamlBuilder:
         anchor = getattr(ev, "anchor", None)
         if isinstance(ev, ScalarEvent):
             value = _plain_scalar(ev.value) if ev.style is None and ev.implicit[0] else ev.value
+            if isinstance(value, OddNumber):
+                self._err(ev, "CTX103", _odd_message(path, value), _ODD_HINT)
+                self.dropped.add(path)
+                if top is not None and top.kind == "map":
+                    top.skip_value = True
+                value = None
             self._place(value, anchor, 1)
             return
         if len(self.stack) >= MAX_DEPTH:
@@ -491,7 +541,7 @@ class _YamlBuilder:
         pass
 
 
-def _load_yaml(name: str, text: str) -> tuple[Any, SourceMap, list[Diagnostic]]:
+def _load_yaml(name: str, text: str) -> tuple[Any, SourceMap, list[Diagnostic], set[PathT]]:
     from ruamel.yaml import YAML
     from ruamel.yaml.error import MarkedYAMLError, YAMLError
 
@@ -502,7 +552,7 @@ def _load_yaml(name: str, text: str) -> tuple[Any, SourceMap, list[Diagnostic]]:
         for ev in yaml.parse(io.StringIO(text)):
             builder.feed(ev)
     except _Abort as exc:
-        return None, builder.smap, [*builder.diags, exc.diag]
+        return None, builder.smap, [*builder.diags, exc.diag], set()
     except MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         pos = (mark.line + 1, mark.column + 1) if mark is not None else (1, 1)
@@ -512,7 +562,7 @@ def _load_yaml(name: str, text: str) -> tuple[Any, SourceMap, list[Diagnostic]]:
         if context:
             message += f" ({context})"
         code = "CTX005" if "special characters are not allowed" in problem else "CTX001"
-        return None, builder.smap, [*builder.diags, make(name, pos, code, message)]
+        return None, builder.smap, [*builder.diags, make(name, pos, code, message)], set()
     except YAMLError as exc:
         text_exc = str(exc).strip().splitlines()
         msg = text_exc[-1] if text_exc else type(exc).__name__
@@ -522,8 +572,18 @@ def _load_yaml(name: str, text: str) -> tuple[Any, SourceMap, list[Diagnostic]]:
         if hasattr(exc, "line") and hasattr(exc, "column"):  # pragma: no cover - reader errors
             pos = (int(exc.line) + 1, int(exc.column) + 1)
         del mark
-        return None, builder.smap, [*builder.diags, make(name, pos, code, f"invalid YAML: {msg}")]
-    return builder.root, builder.smap, builder.diags
+        diag = make(name, pos, code, f"invalid YAML: {msg}")
+        return None, builder.smap, [*builder.diags, diag], set()
+    return builder.root, builder.smap, builder.diags, builder.dropped
+
+
+_ODD_HINT = "use a number in the field's range (see docs/policy-reference.md)"
+
+
+def _odd_message(path: PathT, odd: OddNumber) -> str:
+    from ctxpolicy.policy.diagnostics import dotted
+
+    return f"{dotted(path)}: {odd.problem}"
 
 
 # --------------------------------------------------------------------------- TOML
@@ -757,6 +817,12 @@ def _load_toml(name: str, text: str) -> tuple[Any, SourceMap, list[Diagnostic]]:
                 ],
             )
         return None, SourceMap(), [make(name, (line, col), "CTX001", f"invalid TOML: {msg}")]
+    except ValueError:  # int() refused a literal of thousands of digits
+        m = _LONG_DIGITS_RE.search(text)
+        pos = _text_pos(text, m.start()) if m else (1, 1)
+        digits = len(m.group(0).replace("_", "")) if m else 0
+        odd = OddNumber(str(digits), f"an integer of {digits} digits is out of range")
+        return None, SourceMap(), [make(name, pos, "CTX103", odd.problem, _ODD_HINT)]
     except RecursionError:
         return (
             None,
@@ -790,6 +856,41 @@ def _load_toml(name: str, text: str) -> tuple[Any, SourceMap, list[Diagnostic]]:
     except Exception:  # positions are best effort: fall back to line 1
         smap = SourceMap(values={(): (1, 1)})
     return data, smap, []
+
+
+_LONG_DIGITS_RE = re.compile(r"(?<![\w.])[+-]?[0-9][0-9_]{999,}")
+
+
+def _text_pos(text: str, index: int) -> Pos:
+    line = text.count("\n", 0, index) + 1
+    return line, index - (text.rfind("\n", 0, index) + 1) + 1
+
+
+def _drop_odd_numbers(name: str, data: Any, smap: SourceMap) -> tuple[list[Diagnostic], set[PathT]]:
+    """Report (and leave out) TOML numbers out of range: beyond 64 bits, inf, nan."""
+    diags: list[Diagnostic] = []
+    dropped: set[PathT] = set()
+    stack: list[tuple[Any, PathT]] = [(data, ())]
+    while stack:
+        node, path = stack.pop()
+        items = node.items() if isinstance(node, dict) else enumerate(node)
+        for key, value in list(items):
+            sub = (*path, key)
+            if isinstance(value, dict | list):
+                stack.append((value, sub))
+                continue
+            odd = odd_number(value)
+            if odd is None:
+                continue
+            diags.append(
+                make(name, smap.value_position(sub), "CTX103", _odd_message(sub, odd), _ODD_HINT)
+            )
+            dropped.add(sub)
+            if isinstance(node, dict):
+                del node[key]
+            else:
+                node[key] = None
+    return sorted(diags), dropped
 
 
 # --------------------------------------------------------------------------- public
@@ -837,19 +938,10 @@ def _load_document(
     name: str, text: str | bytes | None
 ) -> tuple[LoadedDocument | None, list[Diagnostic]]:
     if text is None:
-        p = Path(name)
-        try:
-            if p.is_dir():
-                return None, [make(name, (1, 1), "CTX010", "is a directory, not a policy file")]
-            size = p.stat().st_size
-            if size > MAX_BYTES:
-                raise _Abort(_too_large(name, size))
-            with p.open("rb") as fh:
-                raw = fh.read(MAX_BYTES + 1)
-        except FileNotFoundError:
-            return None, [make(name, (1, 1), "CTX010", "file not found")]
-        except OSError as exc:
-            return None, [make(name, (1, 1), "CTX010", f"cannot read file: {exc.strerror or exc}")]
+        raw_or_diag = _read_regular(name)
+        if isinstance(raw_or_diag, Diagnostic):
+            return None, [raw_or_diag]
+        raw = raw_or_diag
     elif isinstance(text, str):
         raw = text.encode("utf-8", errors="surrogatepass")
     else:
@@ -865,8 +957,12 @@ def _load_document(
         ]
     if fmt == "toml":
         data, smap, diags = _load_toml(name, decoded)
+        dropped: set[PathT] = set()
+        if data is not None:
+            odd, dropped = _drop_odd_numbers(name, data, smap)
+            diags.extend(odd)
     else:
-        data, smap, diags = _load_yaml(name, decoded)
+        data, smap, diags, dropped = _load_yaml(name, decoded)
     if data is None and not diags:
         diags = [
             make(
@@ -893,7 +989,63 @@ def _load_document(
         )
         return None, diags
     smap.values.setdefault((), (1, 1))
-    return LoadedDocument(name, data, smap, fmt), diags
+    return LoadedDocument(name, data, smap, fmt, dropped), diags
+
+
+def _file_kind(mode: int) -> str:
+    for test, word in (
+        (stat.S_ISDIR, "a directory"),
+        (stat.S_ISFIFO, "a named pipe (FIFO)"),
+        (stat.S_ISCHR, "a character device"),
+        (stat.S_ISBLK, "a block device"),
+        (stat.S_ISSOCK, "a socket"),
+    ):
+        if test(mode):
+            return word
+    return "not a regular file"
+
+
+def _read_regular(name: str) -> bytes | Diagnostic:
+    """The bytes of ``name`` if it is a regular file (at most MAX_BYTES + 1).
+
+    Opened without blocking and checked on the open descriptor, so a FIFO, a device
+    or a directory (also one swapped in after a check) is a diagnostic, never a hang.
+    """
+    flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_BINARY", 0)
+    try:
+        fd = os.open(name, flags)
+    except FileNotFoundError:
+        return make(name, (1, 1), "CTX010", "file not found")
+    except IsADirectoryError:
+        return make(name, (1, 1), "CTX010", "is a directory, not a policy file")
+    except OSError as exc:
+        return make(name, (1, 1), "CTX010", f"cannot read file: {exc.strerror or exc}")
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            kind = _file_kind(st.st_mode)
+            return make(
+                name,
+                (1, 1),
+                "CTX010",
+                f"is {kind}, not a regular file; only regular files are read",
+                "give the path of a policy file",
+            )
+        if st.st_size > MAX_BYTES:
+            return _too_large(name, st.st_size)
+        chunks: list[bytes] = []
+        left = MAX_BYTES + 1
+        while left > 0:
+            chunk = os.read(fd, min(left, 1 << 16))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            left -= len(chunk)
+        return b"".join(chunks)
+    except OSError as exc:
+        return make(name, (1, 1), "CTX010", f"cannot read file: {exc.strerror or exc}")
+    finally:
+        os.close(fd)
 
 
 def _too_large(name: str, size: int) -> Diagnostic:

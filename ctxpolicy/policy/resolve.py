@@ -19,6 +19,7 @@ for values inherited through ``extends`` from another file. Nothing raises but
 from __future__ import annotations
 
 import copy
+import dataclasses
 import fnmatch
 import os
 import re
@@ -34,12 +35,13 @@ from ctxpolicy.policy.diagnostics import (
     Diagnostic,
     PolicyError,
     SchemaFinding,
+    data_path,
     dotted,
     make,
     suggestion,
     validation_findings,
 )
-from ctxpolicy.policy.interp import interpolate_tree
+from ctxpolicy.policy.interp import Redactor, interpolate_tree
 from ctxpolicy.policy.load import LoadedDocument, load_document
 from ctxpolicy.policy.models import (
     AgentPolicy,
@@ -113,6 +115,21 @@ def _strip_nulls(node: Any) -> Any:
     return node
 
 
+def _not_dropped(errors: list[Any], data: Any, dropped: set[PathT]) -> list[Any]:
+    """Errors but "missing" ones of keys the loader left out (their number was out of
+    range, already reported at its line:col)."""
+    if not dropped:
+        return errors
+    out = []
+    for err in errors:
+        if err["type"] == "missing":
+            path, _ = data_path(err.get("loc", ()), data, True)
+            if path in dropped:
+                continue
+        out.append(err)
+    return out
+
+
 def _agent_display(path: PathT) -> str:
     if len(path) > 2 and path[0] == "policies":
         return dotted(path[2:])
@@ -131,6 +148,8 @@ class _Resolver:
         self.agents: dict[str, tuple[_Doc, Any]] = {}
         self.models: dict[str, tuple[_Doc, Any]] = {}
         self._registry: Any = None
+        #: every ``${NAME}`` substituted, to show it as written in every diagnostic
+        self.redactor = Redactor()
 
     # ------------------------------------------------------------------ helpers
     def emit(
@@ -210,7 +229,7 @@ class _Resolver:
         doc = _Doc(key, loaded, fmt, native, origins)
         for raw_path, message in warnings:
             self.emit(doc, loaded.source_map.position(raw_path), "CTX401", message)
-        interpolated, problems = interpolate_tree(native, self.env)
+        interpolated, problems = interpolate_tree(native, self.env, redactor=self.redactor)
         doc.native = interpolated
         for p, prob in problems:
             scope = p[1] if len(p) > 1 and p[0] == "policies" and isinstance(p[1], str) else None
@@ -221,6 +240,16 @@ class _Resolver:
                     "CTX306",
                     prob.message,
                     f"export {prob.text}, or give a default: ${{{prob.text}:-value}}",
+                    scope,
+                )
+            elif prob.kind == "size":
+                self.emit(
+                    doc,
+                    doc.pos(p, value=True),
+                    "CTX309",
+                    prob.message,
+                    "environment variables in a policy hold names, paths and numbers, "
+                    "not documents",
                     scope,
                 )
             else:
@@ -244,7 +273,13 @@ class _Resolver:
         try:
             PolicyFile.model_validate(stripped, strict=True)
         except ValidationError as exc:
-            findings = validation_findings(exc.errors(), stripped, PolicyFile, _agent_display)
+            findings = validation_findings(
+                _not_dropped(exc.errors(), stripped, doc.loaded.dropped),
+                stripped,
+                PolicyFile,
+                _agent_display,
+                redact=self.redactor.redact,
+            )
             for f in findings:
                 self._emit_file_finding(doc, f, stripped)
 
@@ -391,7 +426,9 @@ class _Resolver:
         try:
             ap = AgentPolicy.model_validate(data, strict=True)
         except ValidationError as exc:
-            for f in validation_findings(exc.errors(), data, AgentPolicy):
+            for f in validation_findings(
+                exc.errors(), data, AgentPolicy, redact=self.redactor.redact
+            ):
                 emit(f.path, f.code, f.message, f.hint)
             return None
 
@@ -540,7 +577,11 @@ class _Resolver:
             return dict(model.model_dump(mode="json"))
         except ValidationError as exc:
             for f in validation_findings(
-                exc.errors(), options, cls.Options, lambda p: dotted((*opath, *p))
+                exc.errors(),
+                options,
+                cls.Options,
+                lambda p: dotted((*opath, *p)),
+                redact=self.redactor.redact,
             ):
                 emit((*opath, *f.path), f.code, f.message, f.hint)
             return None
@@ -580,8 +621,16 @@ class _Resolver:
 
     # ------------------------------------------------------------------ output
     def scoped(self, agents: set[str] | None) -> list[Diagnostic]:
-        out = {d for d, s in self.diags if s is None or agents is None or s in agents}
+        """Diagnostics of the file and of ``agents`` (all when None), each interpolated
+        value shown as the ``${NAME}`` it was written as."""
+        out = {self._shown(d) for d, s in self.diags if s is None or agents is None or s in agents}
         return sorted(out)
+
+    def _shown(self, d: Diagnostic) -> Diagnostic:
+        if not self.redactor:
+            return d
+        hint = None if d.hint is None else self.redactor.redact(d.hint)
+        return dataclasses.replace(d, message=self.redactor.redact(d.message), hint=hint)
 
     def chain_names(self, name: str) -> set[str]:
         names = {name}

@@ -421,8 +421,14 @@ def schema_diagnostics(
         except Exception:  # pragma: no cover - odd values: let jsonschema judge them
             pass
         validator = _cached_validator(plugins)
+    # a key the loader left out (an out-of-range number, already reported) is not missing
+    dropped_parents = {p[:-1] for p in getattr(doc, "dropped", ())}
     errors = sorted(
-        validator.iter_errors(data),
+        (
+            e
+            for e in validator.iter_errors(data)
+            if not (e.validator == "required" and tuple(e.absolute_path) in dropped_parents)
+        ),
         key=lambda e: (list(map(str, e.absolute_path)), str(e.validator)),
     )
     return sorted(set(_iter_schema_diagnostics(doc, errors)))
