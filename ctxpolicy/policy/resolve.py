@@ -7,7 +7,8 @@ validation of each file (strict: a string is never a number) → per agent:
 ``extends`` chain (cycles, unknown agents), deep merge (maps merge, lists
 replace, ``null`` deletes; in ``tools`` a glob new in the child goes before the
 parent's first broader glob, so ``*`` stays last), model
-catalogue, component lookup in the plugin registry and validation of their
+catalogue (the file's ``models:``, then the built-in
+:mod:`~ctxpolicy.policy.catalogue`), component lookup in the plugin registry and validation of their
 options by the component's own model, then the semantic checks of
 :mod:`ctxpolicy.policy.checks`.
 
@@ -29,6 +30,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from ctxpolicy.policy.catalogue import builtin_models
 from ctxpolicy.policy.checks import check_policy
 from ctxpolicy.policy.compat import CompatFormat, convert, detect_format
 from ctxpolicy.policy.diagnostics import (
@@ -171,6 +173,17 @@ class _Resolver:
 
             self._registry = get_registry()
         return self._registry
+
+    def failed_plugins(self) -> str:
+        """``; plugin 'p' failed to load (error), it may provide it`` for every plugin
+        that could not be imported or registered: an unknown name is then not
+        necessarily a typo. Empty when every plugin loaded."""
+        failed = [p for p in self.registry.problems if p.message.startswith("failed to")]
+        if not failed:
+            return ""
+        parts = [f"plugin {p.plugin!r} {p.message}" for p in failed]
+        what = "it" if len(failed) == 1 else "one of them"
+        return "; " + "; ".join(parts) + f" ({what} may provide it)"
 
     # ------------------------------------------------------------------ files
     def load(self) -> None:
@@ -447,22 +460,30 @@ class _Resolver:
         if isinstance(ap.model, str):
             model_name = ap.model
             entry = self.models.get(ap.model)
-            if entry is None:
+            builtin = builtin_models()
+            if entry is None and ap.model in builtin:
+                spec = ModelSpec.model_validate(builtin[ap.model], strict=True)
+                tok_where = merged.locate(("model",))
+            elif entry is None:
+                known = [*self.models, *builtin]
                 emit(
                     ("model",),
                     "CTX208",
-                    f"unknown model {ap.model!r}{suggestion(ap.model, list(self.models))}",
-                    "define it under `models:` (here or in an included file), or inline it",
+                    f"unknown model {ap.model!r}{suggestion(ap.model, known)}",
+                    "define it under `models:` (here or in an included file), inline it, "
+                    "or use a model of the built-in catalogue (docs/policy-reference.md"
+                    "#built-in-models)",
                 )
                 return None
-            mdoc, mraw = entry
-            if (mdoc.key, ap.model) in self.bad_models:
-                return None
-            try:
-                spec = ModelSpec.model_validate(mraw, strict=True)
-            except ValidationError:
-                return None
-            tok_where = (mdoc, ("models", ap.model, "tokenizer"))
+            else:
+                mdoc, mraw = entry
+                if (mdoc.key, ap.model) in self.bad_models:
+                    return None
+                try:
+                    spec = ModelSpec.model_validate(mraw, strict=True)
+                except ValidationError:
+                    return None
+                tok_where = (mdoc, ("models", ap.model, "tokenizer"))
         else:
             spec = ap.model
             d, rp = merged.locate(("model", "tokenizer"))
@@ -489,7 +510,8 @@ class _Resolver:
                     emit(
                         ("pipeline", i, "options", "summarizer"),
                         "CTX102",
-                        f"unknown summarizer {sname!r}{suggestion(sname, reg.names('summarizer'))}",
+                        f"unknown summarizer {sname!r}{suggestion(sname, reg.names('summarizer'))}"
+                        + self.failed_plugins(),
                         "known summarizers: " + (", ".join(reg.names("summarizer")) or "(none)"),
                     )
             if step.enabled:
@@ -567,7 +589,7 @@ class _Resolver:
             emit(
                 (*base, key),
                 "CTX102",
-                f"unknown {word} {cname!r}{suggestion(cname, names)}",
+                f"unknown {word} {cname!r}{suggestion(cname, names)}" + self.failed_plugins(),
                 f"known {word}s: " + (", ".join(names) or "(none registered)"),
             )
             return None
@@ -613,7 +635,9 @@ class _Resolver:
                     doc,
                     doc.pos(p),
                     "CTX102",
-                    f"unknown tokenizer {backend!r}{suggestion(backend, [*names, *sorted(BARE_ENCODINGS)])}",
+                    f"unknown tokenizer {backend!r}"
+                    f"{suggestion(backend, [*names, *sorted(BARE_ENCODINGS)])}"
+                    + self.failed_plugins(),
                     "use a registered backend (" + ", ".join(names) + ") or an encoding name "
                     "such as o200k_base",
                     scope,
