@@ -88,8 +88,24 @@ def suggestion(word: object, candidates: Sequence[str]) -> str:
 
 
 @dataclass(frozen=True, order=True)
+class Related:
+    """Another place a diagnostic is about (SARIF ``relatedLocations``)."""
+
+    file: str
+    line: int
+    col: int
+    message: str
+
+    def format(self) -> str:
+        return f"{self.file}:{self.line}:{self.col}: {self.message}"
+
+
+@dataclass(frozen=True, order=True)
 class Diagnostic:
-    """One problem in one file. ``line``/``col`` are 1-based (line 1 col 1 when unknown)."""
+    """One problem in one file. ``line``/``col`` are 1-based (line 1 col 1 when unknown).
+
+    ``related`` are other places the problem is about (a value inherited through
+    ``extends`` that the reported one conflicts with)."""
 
     file: str
     line: int
@@ -98,9 +114,11 @@ class Diagnostic:
     severity: Severity
     message: str
     hint: str | None = None
+    related: tuple[Related, ...] = ()
 
     def format(self) -> str:
-        """``path:line:col: CODE message`` (+ an indented hint line)."""
+        """``path:line:col: CODE message`` (+ an indented hint line, which names the
+        related locations)."""
         text = f"{self.file}:{self.line}:{self.col}: {self.code} {self.message}"
         if self.hint:
             text += f"\n    hint: {self.hint}"

@@ -36,6 +36,7 @@ from ctxpolicy.policy.compat import CompatFormat, convert, detect_format
 from ctxpolicy.policy.diagnostics import (
     Diagnostic,
     PolicyError,
+    Related,
     SchemaFinding,
     data_path,
     dotted,
@@ -53,7 +54,7 @@ from ctxpolicy.policy.models import (
     ResolvedStep,
 )
 
-__all__ = ["list_agents", "load_policy", "resolve_all", "validate_file"]
+__all__ = ["list_agents", "load_policy", "resolve_agent", "resolve_all", "validate_file"]
 
 PathT = tuple[str | int, ...]
 Pos = tuple[int, int]
@@ -335,13 +336,16 @@ class _Resolver:
         cur = name
         while True:
             doc, raw = self.agents[cur]
-            if (doc.key, cur) in self.bad_agents or not isinstance(raw, dict):
+            if not isinstance(raw, dict):
                 return None
+            # an agent with errors of its own is not resolved, but its `extends` is still
+            # checked: one error must not hide another (a typo in the parent's name)
+            bad = (doc.key, cur) in self.bad_agents
             chain.append((doc, cur, raw))
             names.append(cur)
             parent = raw.get("extends")
             if parent is None:
-                return list(reversed(chain))
+                return None if bad else list(reversed(chain))
             if not isinstance(parent, str):
                 return None
             if parent not in self.agents:
@@ -367,6 +371,8 @@ class _Resolver:
                         "one agent of the cycle must not extend another",
                         name,
                     )
+                return None
+            if bad:
                 return None
             cur = parent
 
@@ -539,15 +545,12 @@ class _Resolver:
             ok = False
             sopts = {}
 
-        window = (
-            spec.context_window
-            if ap.budget.window is None
-            else min(spec.context_window, ap.budget.window)
-        )
         reserve = ap.budget.reserve_output
         if reserve is None:
             reserve = spec.max_output_tokens or 4096
-        budget = ap.budget.model_copy(update={"window": window, "reserve_output": reserve})
+        # budget.window stays as written: the engine and `explain` take the smaller of it
+        # and the model's window (ctxpolicy.budget.effective_window)
+        budget = ap.budget.model_copy(update={"reserve_output": reserve})
         policy = Policy(
             agent=name,
             source=self.path,
@@ -569,8 +572,49 @@ class _Resolver:
             path = finding.path
             if len(path) > 1 and path[0] == "pipeline" and isinstance(path[1], int):
                 path = ("pipeline", index_map[path[1]], *path[2:])
-            emit(path, finding.code, finding.message, finding.hint)
+            if finding.related:
+                self._emit_related(name, chain, merged, finding)
+            else:
+                emit(path, finding.code, finding.message, finding.hint)
         return policy if ok else None
+
+    def _emit_related(
+        self,
+        name: str,
+        chain: list[tuple[_Doc, str, dict[str, Any]]],
+        merged: _Merged,
+        finding: Any,
+    ) -> None:
+        """A finding about several values: reported at the one the most derived agent of
+        the chain sets (the child's override, not the parent's value), naming that agent;
+        the others become related locations."""
+        rank = {agent: i for i, (_, agent, _) in enumerate(chain)}
+        where = []
+        for p in (finding.path, *finding.related):
+            doc, raw = merged.locate(p)
+            owner = raw[1] if len(raw) > 1 and raw[0] == "policies" else None
+            where.append(
+                (rank.get(owner, -1) if isinstance(owner, str) else -1, p, doc, raw, owner)
+            )
+        primary = max(where, key=lambda w: w[0])
+        _, ppath, pdoc, praw, powner = primary
+        related = []
+        notes = []
+        for _, p, doc, raw, owner in where:
+            if p == ppath:
+                continue
+            line, col = doc.pos(raw)
+            what = f"agent {owner!r} sets {dotted(p)}" if owner else f"{dotted(p)} is set"
+            related.append(Related(doc.name, line, col, f"{what} here"))
+            notes.append(f"{what} at {doc.name}:{line}:{col}")
+        message = finding.message
+        if powner is not None:
+            message = f"agent {powner!r}: {message}"
+            if powner != name:
+                message += f" (in the policy of {name!r})"
+        hint = "; ".join(filter(None, [*notes, finding.hint])) or None
+        diag = make(pdoc.name, pdoc.pos(praw), finding.code, message, hint)
+        self.diags.append((dataclasses.replace(diag, related=tuple(related)), name))
 
     def _component(
         self,
@@ -750,6 +794,23 @@ def resolve_all(
     return good, diags
 
 
+def resolve_agent(
+    path: str | os.PathLike[str],
+    agent: str,
+    *,
+    env: Mapping[str, str] | None = None,
+) -> tuple[Policy | None, list[Diagnostic], Redactor]:
+    """The policy of ``agent`` (None when it has errors), its diagnostics, and the
+    :class:`~ctxpolicy.policy.interp.Redactor` of the substitutions made (to show the
+    policy without the environment's values, as ``explain`` does)."""
+    r, policies = _run(path, agent, env)
+    diags = r.scoped(r.chain_names(agent))
+    pol = policies.get(agent)
+    if any(d.severity == "error" for d in diags):
+        pol = None
+    return pol, diags, r.redactor
+
+
 def load_policy(
     path: str | os.PathLike[str],
     agent: str = "default",
@@ -758,9 +819,7 @@ def load_policy(
 ) -> Policy:
     """The resolved, frozen policy of ``agent``; raises :class:`PolicyError` carrying
     every diagnostic when any of them is an error (file-level or of this agent's chain)."""
-    r, policies = _run(path, agent, env)
-    diags = r.scoped(r.chain_names(agent))
-    pol = policies.get(agent)
+    pol, diags, _ = resolve_agent(path, agent, env=env)
     if pol is None or any(d.severity == "error" for d in diags):
         if not diags:  # pragma: no cover - defensive
             diags = [

@@ -331,7 +331,9 @@ def _leaf_errors(error: ValidationError, depth: int = 0) -> list[ValidationError
 
     For anyOf/oneOf: when only one branch is not the ``null`` "delete this key"
     branch, every error of that branch (recursively); otherwise the most relevant
-    branch error (``best_match``).
+    branch error (``best_match``) of the branches that got furthest: a branch whose
+    type matched and failed deeper (``tool_growth: {learn: {quantile: 1.5}}``) says
+    more than "expected integer" from a branch of another type.
     """
     from jsonschema.exceptions import best_match
 
@@ -341,6 +343,9 @@ def _leaf_errors(error: ValidationError, depth: int = 0) -> list[ValidationError
     branches = {e.schema_path[0] if e.schema_path else None for e in context}
     if len(branches) == 1:
         return [leaf for e in context for leaf in _leaf_errors(e, depth + 1)]
+    here = len(error.absolute_path)
+    deeper = [e for e in context if len(e.absolute_path) > here]
+    context = deeper or [e for e in context if e.validator != "type"] or context
     best = best_match(context)
     return [error] if best is None else _leaf_errors(best, depth + 1)
 
