@@ -125,7 +125,12 @@ class Diagnostic:
         return text
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        """Plain data (``related`` only when there are related locations)."""
+        data = asdict(self)
+        related = data.pop("related")
+        if related:
+            data["related"] = list(related)
+        return data
 
 
 class PolicyError(Exception):

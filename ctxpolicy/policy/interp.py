@@ -54,43 +54,46 @@ class Redactor:
     """Maps interpolated text back to what the user wrote.
 
     :meth:`record` is called for every string value that contained a substitution
-    (``written`` → ``value``) and for every variable used (``${NAME}`` → its value).
-    :meth:`redact` replaces each recorded value in a text by its written form,
-    longest first, also in the escaped form ``repr`` and JSON give it.
+    (value → as written) and for every variable used (its value → ``${NAME}``).
+    :meth:`redact` replaces each recorded value in a text by its written form, also in
+    the escaped forms ``repr`` and JSON give it, in one pass (longest first): text that
+    is already as written stays as it is, so redacting twice changes nothing.
     """
 
     def __init__(self) -> None:
         self._pairs: dict[str, str] = {}  # value -> written
+        self._re: re.Pattern[str] | None = None
+        self._map: dict[str, str] = {}
 
     def __bool__(self) -> bool:
         return bool(self._pairs)
 
     def record(self, value: str, written: str) -> None:
-        if value and value != written:
-            self._pairs.setdefault(value, written)
+        if value and value != written and value not in self._pairs:
+            self._pairs[value] = written
+            self._re = None
 
-    def merge(self, other: Redactor) -> None:
-        for value, written in other._pairs.items():
-            self._pairs.setdefault(value, written)
-
-    def values(self) -> list[str]:
-        return sorted(self._pairs, key=len, reverse=True)
+    def _compile(self) -> re.Pattern[str]:
+        if self._re is None:
+            forms: dict[str, str] = {}
+            for value, written in self._pairs.items():
+                forms.setdefault(written, written)  # as written: kept
+                for form in (value, repr(value)[1:-1], _json_inner(value)):
+                    forms.setdefault(form, written)
+            self._map = forms
+            alts = []
+            for form in sorted(forms, key=len, reverse=True):
+                if len(form) >= _SHORT or forms[form] == form:
+                    alts.append(re.escape(form))
+                else:  # short: only where it stands alone between quotes
+                    alts.append(rf"(?<=['\"]){re.escape(form)}(?=['\"])")
+            self._re = re.compile("|".join(alts))
+        return self._re
 
     def redact(self, text: str) -> str:
         if not self._pairs or not text:
             return text
-        for value in self.values():
-            written = self._pairs[value]
-            forms = {value, repr(value)[1:-1], _json_inner(value)}
-            for form in sorted(forms, key=len, reverse=True):
-                if not form or form not in text:
-                    continue
-                if len(form) >= _SHORT:
-                    text = text.replace(form, written)
-                else:  # short: only where it stands alone between quotes
-                    for q in ("'", '"'):
-                        text = text.replace(f"{q}{form}{q}", f"{q}{written}{q}")
-        return text
+        return self._compile().sub(lambda m: self._map[m.group(0)], text)
 
 
 def _json_inner(value: str) -> str:
@@ -179,7 +182,7 @@ def interpolate(
                         InterpProblem(
                             "missing",
                             name,
-                            f"environment variable {name!r} is not set",
+                            f"environment variable {name!r} is not set (in {value!r})",
                         )
                     )
                     out.append(value[i : end + 1])

@@ -994,7 +994,6 @@ def _load_document(
 
 def _file_kind(mode: int) -> str:
     for test, word in (
-        (stat.S_ISDIR, "a directory"),
         (stat.S_ISFIFO, "a named pipe (FIFO)"),
         (stat.S_ISCHR, "a character device"),
         (stat.S_ISBLK, "a block device"),
@@ -1022,6 +1021,8 @@ def _read_regular(name: str) -> bytes | Diagnostic:
         return make(name, (1, 1), "CTX010", f"cannot read file: {exc.strerror or exc}")
     try:
         st = os.fstat(fd)
+        if stat.S_ISDIR(st.st_mode):
+            return make(name, (1, 1), "CTX010", "is a directory, not a policy file")
         if not stat.S_ISREG(st.st_mode):
             kind = _file_kind(st.st_mode)
             return make(

@@ -596,6 +596,10 @@ class _Resolver:
             where.append(
                 (rank.get(owner, -1) if isinstance(owner, str) else -1, p, doc, raw, owner)
             )
+        if len({w[4] for w in where}) == 1:  # one agent sets them all: as usual
+            _, p, doc, raw, _ = where[0]
+            self.emit(doc, doc.pos(raw), finding.code, finding.message, finding.hint, name)
+            return
         primary = max(where, key=lambda w: w[0])
         _, ppath, pdoc, praw, powner = primary
         related = []

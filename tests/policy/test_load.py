@@ -36,7 +36,7 @@ def test_yaml_plain_data_and_positions() -> None:
 
 def test_yaml_core_schema_scalars() -> None:
     doc, _ = _load(
-        "a: yes\nb: 0x1f\nc: 1_000\nd: ~\ne: '1'\nf: 2024-01-01\ng: .inf\nh: True\ni: 1e3\n"
+        "a: yes\nb: 0x1f\nc: 1_000\nd: ~\ne: '1'\nf: 2024-01-01\ng: -2.5\nh: True\ni: 1e3\n"
     )
     assert doc is not None
     assert doc.data == {
@@ -46,7 +46,7 @@ def test_yaml_core_schema_scalars() -> None:
         "d": None,
         "e": "1",
         "f": "2024-01-01",
-        "g": float("inf"),
+        "g": -2.5,
         "h": True,
         "i": 1000.0,
     }
