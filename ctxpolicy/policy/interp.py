@@ -126,6 +126,7 @@ def interpolate(
         return value, []
     out: list[str] = []
     problems: list[InterpProblem] = []
+    from_env = False
     i = 0
     n = len(value)
     while i < n:
@@ -176,6 +177,7 @@ def interpolate(
                         budget.left -= len(sub)
                     if redactor is not None and name in env:
                         redactor.record(sub, "${" + name + "}")
+                        from_env = True
                     out.append(sub)
                 else:
                     problems.append(
@@ -191,7 +193,7 @@ def interpolate(
         out.append(c)
         i += 1
     text = "".join(out)
-    if redactor is not None and text != value:
+    if redactor is not None and from_env:  # defaults alone are the file's own text
         redactor.record(text, value)
     return text, problems
 

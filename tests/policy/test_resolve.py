@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 from pydantic import Field
 
+from ctxpolicy.budget import effective_window
 from ctxpolicy.components import ComponentOptions, Layer, Preprocessor
 from ctxpolicy.plugins import get_registry, hookimpl
-from ctxpolicy.budget import effective_window
 from ctxpolicy.policy import resolve as resolve_mod
 from ctxpolicy.policy.checks import budget_numbers
 from ctxpolicy.policy.diagnostics import PolicyError
