@@ -161,6 +161,10 @@ _TYPE_WORDS: dict[str, str] = {
 }
 
 
+#: pydantic error types that only say "wrong type" (a union branch that did not match)
+TYPE_ERRORS = frozenset(_TYPE_WORDS)
+
+
 @dataclass(frozen=True)
 class SchemaFinding:
     """One schema problem: code, data path (relative to the validated data), message."""

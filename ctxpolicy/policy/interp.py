@@ -54,16 +54,16 @@ class Redactor:
     """Maps interpolated text back to what the user wrote.
 
     :meth:`record` is called for every string value that contained a substitution
-    (value → as written) and for every variable used (its value → ``${NAME}``).
-    :meth:`redact` replaces each recorded value in a text by its written form, also in
-    the escaped forms ``repr`` and JSON give it, in one pass (longest first): text that
-    is already as written stays as it is, so redacting twice changes nothing.
+    from the environment (value → as written) and for every variable used (its value
+    → ``${NAME}``). :meth:`redact` replaces each recorded value in a text by its
+    written form, also in the escaped forms ``repr`` and JSON give it, longest first;
+    text that is already as written stays as it is, so redacting twice changes nothing.
+    Linear in the text and the values (no regex of the values is ever compiled).
     """
 
     def __init__(self) -> None:
         self._pairs: dict[str, str] = {}  # value -> written
-        self._re: re.Pattern[str] | None = None
-        self._map: dict[str, str] = {}
+        self._forms: list[tuple[str, str]] | None = None
 
     def __bool__(self) -> bool:
         return bool(self._pairs)
@@ -71,29 +71,43 @@ class Redactor:
     def record(self, value: str, written: str) -> None:
         if value and value != written and value not in self._pairs:
             self._pairs[value] = written
-            self._re = None
+            self._forms = None
 
-    def _compile(self) -> re.Pattern[str]:
-        if self._re is None:
+    def _sorted_forms(self) -> list[tuple[str, str]]:
+        if self._forms is None:
             forms: dict[str, str] = {}
             for value, written in self._pairs.items():
-                forms.setdefault(written, written)  # as written: kept
+                forms.setdefault(written, written)  # as written: kept as it is
                 for form in (value, repr(value)[1:-1], _json_inner(value)):
                     forms.setdefault(form, written)
-            self._map = forms
-            alts = []
-            for form in sorted(forms, key=len, reverse=True):
-                if len(form) >= _SHORT or forms[form] == form:
-                    alts.append(re.escape(form))
-                else:  # short: only where it stands alone between quotes
-                    alts.append(rf"(?<=['\"]){re.escape(form)}(?=['\"])")
-            self._re = re.compile("|".join(alts))
-        return self._re
+            self._forms = sorted(forms.items(), key=lambda kv: len(kv[0]), reverse=True)
+        return self._forms
 
     def redact(self, text: str) -> str:
         if not self._pairs or not text:
             return text
-        return self._compile().sub(lambda m: self._map[m.group(0)], text)
+        # two passes through placeholders that no value can contain (NUL: environment
+        # values and policy text never hold one), so a replacement is never replaced again
+        shown: list[str] = []
+        for form, written in self._sorted_forms():
+            if not form or form not in text:
+                continue
+            mark = _mark(len(shown))
+            if len(form) >= _SHORT:
+                text = text.replace(form, mark)
+            else:  # short: only where it stands alone between quotes
+                for q in ("'", '"'):
+                    text = text.replace(f"{q}{form}{q}", f"{q}{mark}{q}")
+            shown.append(written)
+        for i, written in enumerate(shown):
+            text = text.replace(_mark(i), written)
+        return text
+
+
+def _mark(i: int) -> str:
+    # NUL + a private-use character: no form (a value, never containing NUL) matches
+    # inside or across a mark
+    return f"\x00{chr(0xF0000 + i)}\x00"
 
 
 def _json_inner(value: str) -> str:

@@ -1004,6 +1004,16 @@ def _file_kind(mode: int) -> str:
     return "not a regular file"
 
 
+def _not_regular(name: str, mode: int) -> Diagnostic:
+    return make(
+        name,
+        (1, 1),
+        "CTX010",
+        f"is {_file_kind(mode)}, not a regular file; only regular files are read",
+        "give the path of a policy file",
+    )
+
+
 def _read_regular(name: str) -> bytes | Diagnostic:
     """The bytes of ``name`` if it is a regular file (at most MAX_BYTES + 1).
 
@@ -1018,20 +1028,19 @@ def _read_regular(name: str) -> bytes | Diagnostic:
     except IsADirectoryError:
         return make(name, (1, 1), "CTX010", "is a directory, not a policy file")
     except OSError as exc:
+        try:  # a socket cannot even be opened: say what it is
+            mode = os.stat(name).st_mode
+        except OSError:
+            mode = stat.S_IFREG
+        if not stat.S_ISREG(mode):
+            return _not_regular(name, mode)
         return make(name, (1, 1), "CTX010", f"cannot read file: {exc.strerror or exc}")
     try:
         st = os.fstat(fd)
         if stat.S_ISDIR(st.st_mode):
             return make(name, (1, 1), "CTX010", "is a directory, not a policy file")
         if not stat.S_ISREG(st.st_mode):
-            kind = _file_kind(st.st_mode)
-            return make(
-                name,
-                (1, 1),
-                "CTX010",
-                f"is {kind}, not a regular file; only regular files are read",
-                "give the path of a policy file",
-            )
+            return _not_regular(name, st.st_mode)
         if st.st_size > MAX_BYTES:
             return _too_large(name, st.st_size)
         chunks: list[bytes] = []

@@ -34,6 +34,7 @@ from ctxpolicy.policy.catalogue import builtin_models
 from ctxpolicy.policy.checks import check_policy
 from ctxpolicy.policy.compat import CompatFormat, convert, detect_format
 from ctxpolicy.policy.diagnostics import (
+    TYPE_ERRORS,
     Diagnostic,
     PolicyError,
     Related,
@@ -119,16 +120,20 @@ def _strip_nulls(node: Any) -> Any:
 
 
 def _not_dropped(errors: list[Any], data: Any, dropped: set[PathT]) -> list[Any]:
-    """Errors but "missing" ones of keys the loader left out (their number was out of
-    range, already reported at its line:col)."""
+    """Errors but those a key the loader left out causes (its number was out of range,
+    already reported at its line:col): "missing" for that key, and type errors of the
+    other union branches of a value that contains it."""
     if not dropped:
         return errors
     out = []
     for err in errors:
-        if err["type"] == "missing":
-            path, _ = data_path(err.get("loc", ()), data, True)
-            if path in dropped:
-                continue
+        path, _ = data_path(err.get("loc", ()), data, err["type"] == "missing")
+        if err["type"] == "missing" and path in dropped:
+            continue
+        if err["type"] in TYPE_ERRORS and any(
+            len(d) > len(path) and d[: len(path)] == path for d in dropped
+        ):
+            continue
         out.append(err)
     return out
 
@@ -287,6 +292,11 @@ class _Resolver:
         try:
             PolicyFile.model_validate(stripped, strict=True)
         except ValidationError as exc:
+            self.bad_agents.update(
+                (doc.key, p[1])
+                for p in doc.loaded.dropped
+                if len(p) > 1 and p[0] == "policies" and isinstance(p[1], str)
+            )
             findings = validation_findings(
                 _not_dropped(exc.errors(), stripped, doc.loaded.dropped),
                 stripped,

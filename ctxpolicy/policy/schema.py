@@ -350,10 +350,14 @@ def _leaf_errors(error: ValidationError, depth: int = 0) -> list[ValidationError
     return [error] if best is None else _leaf_errors(best, depth + 1)
 
 
-def _iter_schema_diagnostics(doc: Any, errors: Iterable[ValidationError]) -> Iterator[Diagnostic]:
+def _iter_schema_diagnostics(
+    doc: Any, errors: Iterable[ValidationError], dropped_parents: set[tuple[Any, ...]]
+) -> Iterator[Diagnostic]:
     file = str(getattr(doc, "path", "") or "<input>")
     for error in (leaf for raw in errors for leaf in _leaf_errors(raw)):
         path = tuple(error.absolute_path)
+        if error.validator == "required" and path in dropped_parents:
+            continue
         where = _json_path(path)
         if error.validator == "additionalProperties" and isinstance(error.instance, dict):
             sub = error.schema if isinstance(error.schema, Mapping) else {}
@@ -429,14 +433,10 @@ def schema_diagnostics(
     # a key the loader left out (an out-of-range number, already reported) is not missing
     dropped_parents = {p[:-1] for p in getattr(doc, "dropped", ())}
     errors = sorted(
-        (
-            e
-            for e in validator.iter_errors(data)
-            if not (e.validator == "required" and tuple(e.absolute_path) in dropped_parents)
-        ),
+        validator.iter_errors(data),
         key=lambda e: (list(map(str, e.absolute_path)), str(e.validator)),
     )
-    return sorted(set(_iter_schema_diagnostics(doc, errors)))
+    return sorted(set(_iter_schema_diagnostics(doc, errors, dropped_parents)))
 
 
 def _is_native(data: Mapping[str, Any]) -> bool:
