@@ -125,11 +125,12 @@ def token_counter_line(policy: Policy) -> tuple[str, dict[str, Any]]:
             "reason": str(exc),
         }
     reason = "; ".join(str(e.get("reason", "")) for e in counter.fallbacks if e.get("reason"))
+    tried = [str(t["tokenizer"]) for e in counter.fallbacks for t in e.get("tried", [])]
     exact = not counter.approximate
-    if exact and not counter.fallbacks:
+    if exact and not tried:
         line = f"tokens: {counter.name} (exact)"
-    elif exact:
-        line = f"tokens: {counter.name} (exact, after a fallback: {reason})"
+    elif exact:  # the same vocabulary from another backend: still exact
+        line = f"tokens: {counter.name} (exact; not available: {', '.join(tried)})"
     else:
         line = f"tokens: {counter.name} (APPROXIMATE fallback: {reason})"
     info = {"using": counter.name, "exact": exact, "reason": reason or None}

@@ -408,7 +408,7 @@ def schema_diagnostics(
     """Validate a loaded native policy document against the JSON Schema.
 
     ``doc`` is a :class:`ctxpolicy.policy.load.LoadedDocument` (``path``, ``data``,
-    ``source_map``). Compat formats (design A/B files) are not native and yield no
+    ``source_map``). Compat formats (DB-GPT TOML, CompressionConfig YAML) are not native and yield no
     schema diagnostics: the compat readers check them. ``plugins`` selects the schema
     with third-party component options (the default, so that a plugin's options are
     checked too); ``schema`` overrides it (tests).
