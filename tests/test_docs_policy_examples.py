@@ -36,7 +36,7 @@ def tutorial_layer(register_plugin) -> Iterator[None]:  # type: ignore[no-untype
     """The layer of docs/plugins.md step 2, exactly as written there, registered."""
     [code] = [b for b in blocks(DOCS / "plugins.md", "python") if "class TrimOld(Layer)" in b]
     module = types.ModuleType("tutorial_trim_old")
-    exec(compile(code, "docs/plugins.md", "exec"), module.__dict__)  # noqa: S102 - our docs
+    exec(compile(code, "docs/plugins.md", "exec"), module.__dict__)  # our own docs
 
     from ctxpolicy import hookimpl
 
