@@ -118,7 +118,9 @@ def _from_dbgpt(data: dict[str, Any]) -> tuple[dict[str, Any], Origins, Warnings
     ac: dict[str, Any] = dict(ac_raw) if isinstance(ac_raw, dict) else {}
     for key in ac:
         if key not in DBGPT_DEFAULTS:
-            warnings.append(((*src, key), f"DB-GPT agent_context setting {key!r} is not understood; ignored"))
+            warnings.append(
+                ((*src, key), f"DB-GPT agent_context setting {key!r} is not understood; ignored")
+            )
     cfg = {**DBGPT_DEFAULTS, **{k: v for k, v in ac.items() if k in DBGPT_DEFAULTS}}
 
     def o(native: PathT, key: str) -> None:

@@ -27,7 +27,9 @@ def broken_env(tmp_path: Path) -> dict[str, str]:
     (tmp_path / "ctxpolicy_trim_old.py").write_text("import httpx_not_installed_anywhere\n")
     info = tmp_path / "ctxpolicy_trim_old-0.2.dist-info"
     info.mkdir()
-    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: ctxpolicy-trim-old\nVersion: 0.2\n")
+    (info / "METADATA").write_text(
+        "Metadata-Version: 2.1\nName: ctxpolicy-trim-old\nVersion: 0.2\n"
+    )
     (info / "entry_points.txt").write_text("[ctxpolicy]\nctxpolicy_trim_old = ctxpolicy_trim_old\n")
     path = os.pathsep.join(filter(None, [str(tmp_path), os.environ.get("PYTHONPATH")]))
     return {**os.environ, "PYTHONPATH": path}
