@@ -24,6 +24,7 @@ import re
 import stat
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import ModuleType
 from typing import Any, Literal
 
 from ctxpolicy.policy.diagnostics import Diagnostic, make
@@ -40,6 +41,9 @@ __all__ = [
 MAX_BYTES = 1024 * 1024
 MAX_DEPTH = 64
 MAX_NODES = 5_000
+
+#: Read YAML with libyaml's C parser first when PyYAML has it (see _load_yaml_fast).
+FAST_YAML = True
 
 PathT = tuple[str | int, ...]
 Pos = tuple[int, int]
@@ -308,8 +312,9 @@ class _Frame:
 class _YamlBuilder:
     """Turns ruamel.yaml parser events into plain data and a source map."""
 
-    def __init__(self, name: str) -> None:
+    def __init__(self, name: str, events: ModuleType) -> None:
         self.name = name
+        self.events = events  # ruamel.yaml.events or yaml.events: the same classes
         self.diags: list[Diagnostic] = []
         self.smap = SourceMap()
         self.anchors: dict[str, tuple[Any, int]] = {}
@@ -401,19 +406,17 @@ class _YamlBuilder:
 
     # -- keys
     def _handle_key(self, ev: Any, top: _Frame) -> None:
-        from ruamel.yaml.events import (
-            AliasEvent,
-            MappingStartEvent,
-            ScalarEvent,
-            SequenceStartEvent,
-        )
+        AliasEvent = self.events.AliasEvent
+        MappingStartEvent = self.events.MappingStartEvent
+        ScalarEvent = self.events.ScalarEvent
+        SequenceStartEvent = self.events.SequenceStartEvent
 
         if isinstance(ev, ScalarEvent):
             self._check_tag(ev)
             self._count(1, ev)
             text = ev.value
             key_path = (*top.path, text)
-            if ev.style is None and text == "<<":
+            if not ev.style and text == "<<":
                 self._err(
                     ev,
                     "CTX009",
@@ -445,14 +448,12 @@ class _YamlBuilder:
 
     # -- main loop
     def feed(self, ev: Any) -> None:
-        from ruamel.yaml.events import (
-            AliasEvent,
-            CollectionEndEvent,
-            CollectionStartEvent,
-            DocumentStartEvent,
-            MappingStartEvent,
-            ScalarEvent,
-        )
+        AliasEvent = self.events.AliasEvent
+        CollectionEndEvent = self.events.CollectionEndEvent
+        CollectionStartEvent = self.events.CollectionStartEvent
+        DocumentStartEvent = self.events.DocumentStartEvent
+        MappingStartEvent = self.events.MappingStartEvent
+        ScalarEvent = self.events.ScalarEvent
 
         if self.skip:
             if isinstance(ev, CollectionStartEvent):
@@ -513,7 +514,8 @@ class _YamlBuilder:
             self.smap.values.setdefault(path, self._pos(ev))
         anchor = getattr(ev, "anchor", None)
         if isinstance(ev, ScalarEvent):
-            value = _plain_scalar(ev.value) if ev.style is None and ev.implicit[0] else ev.value
+            plain = not ev.style and ev.implicit[0]  # style: None (ruamel) or "" (libyaml)
+            value = _plain_scalar(ev.value) if plain else ev.value
             if isinstance(value, OddNumber):
                 self._err(ev, "CTX103", _odd_message(path, value), _ODD_HINT)
                 self.dropped.add(path)
@@ -541,12 +543,41 @@ class _YamlBuilder:
         pass
 
 
+def _load_yaml_fast(name: str, text: str) -> tuple[Any, SourceMap] | None:
+    """libyaml's C parser (PyYAML) feeding the same builder: the data and positions of a
+    file without problems, about 10× faster than the pure-Python round-trip parser.
+    None when libyaml is not available or anything is off (a syntax error, a tag, a
+    duplicate key, an odd number...): the round-trip parser then reads the file again
+    and words the diagnostics (tests check both agree on every corpus file)."""
+    try:
+        import yaml
+        import yaml.events
+
+        loader = yaml.CSafeLoader
+    except (ImportError, AttributeError):  # no PyYAML, or built without libyaml
+        return None
+    builder = _YamlBuilder(name, yaml.events)
+    try:
+        for ev in yaml.parse(text, Loader=loader):
+            builder.feed(ev)
+    except Exception:  # any problem: the careful path reports it
+        return None
+    if builder.diags or builder.dropped or not builder.has_root:
+        return None
+    return builder.root, builder.smap
+
+
 def _load_yaml(name: str, text: str) -> tuple[Any, SourceMap, list[Diagnostic], set[PathT]]:
+    _flow_depth_scan(name, text)
+    if FAST_YAML:
+        fast = _load_yaml_fast(name, text)
+        if fast is not None:
+            return fast[0], fast[1], [], set()
     from ruamel.yaml import YAML
+    from ruamel.yaml import events as ruamel_events
     from ruamel.yaml.error import MarkedYAMLError, YAMLError
 
-    _flow_depth_scan(name, text)
-    builder = _YamlBuilder(name)
+    builder = _YamlBuilder(name, ruamel_events)
     yaml = YAML(typ="rt")
     try:
         for ev in yaml.parse(io.StringIO(text)):

@@ -776,13 +776,17 @@ def validate_file(
 ) -> list[Diagnostic]:
     """Every diagnostic of a policy file (and its includes): parse, schema, components,
     ``extends``, env, semantics. ``agent`` limits agent checks to that agent (and what it
-    extends). ``json_schema`` also validates the file against the published JSON Schema
-    (reusing the parsed document); a problem both find is reported once. Sorted,
+    extends). ``json_schema`` also validates a file with errors against the published
+    JSON Schema (reusing the parsed document); a problem both find is reported once. Sorted,
     without duplicates. Never raises."""
     r, _ = _run(path, agent, env)
     scope = None if agent is None else r.chain_names(agent)
     diags = r.scoped(scope)
-    if json_schema and r.order:
+    # The schema is generated from the same models the loader validated with: a file
+    # without loader errors passes it too (tests/policy/test_schema.py checks both agree
+    # on every corpus file), so only a file with errors pays for the schema pass, which
+    # may then find problems that an error kept the loader from reaching.
+    if json_schema and r.order and any(d.severity == "error" for d in diags):
         from ctxpolicy.policy.schema import dedupe, schema_diagnostics
 
         try:

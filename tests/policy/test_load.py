@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import codecs
+from pathlib import Path
 
 import pytest
 
@@ -138,3 +139,43 @@ def test_garbage_never_raises(blob: bytes) -> None:
     for name in ("g.yaml", "g.toml"):
         doc, diags = load_document(name, text=blob)
         assert doc is not None or diags
+
+
+def _yaml_corpus() -> list[Path]:
+    root = Path(__file__).resolve().parents[2]
+    files: list[Path] = []
+    for base in ("tests/data", "tests/cli/data", "policies", "examples", "docs"):
+        files += [p for p in (root / base).rglob("*") if p.suffix in (".yaml", ".yml")]
+    return sorted(files)
+
+
+@pytest.mark.parametrize("path", _yaml_corpus(), ids=lambda p: p.name)
+def test_fast_yaml_path_agrees_with_round_trip_parser(
+    path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """libyaml reads a clean file into exactly what the round-trip parser reads; any file
+    it is not sure about goes to the round-trip parser (so the diagnostics are its)."""
+    from ctxpolicy.policy import load as load_mod
+
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError:
+        return
+    fast = load_mod._load_yaml_fast(str(path), text)
+    if fast is None:
+        return
+    monkeypatch.setattr(load_mod, "FAST_YAML", False)
+    data, smap, diags, dropped = load_mod._load_yaml(str(path), text)
+    assert (diags, dropped) == ([], set())
+    assert fast[0] == data
+    assert fast[1].keys == smap.keys
+    assert fast[1].values == smap.values
+
+
+def test_fast_yaml_path_is_used_for_clean_files() -> None:
+    from ctxpolicy.policy import load as load_mod
+
+    text = Path(__file__).resolve().parents[2].joinpath("policies/agents.yaml").read_text()
+    assert load_mod._load_yaml_fast("agents.yaml", text) is not None
+    assert load_mod._load_yaml_fast("x.yaml", "a: !!python/name:os.system x\n") is None
+    assert load_mod._load_yaml_fast("x.yaml", "a: 1\na: 2\n") is None
