@@ -252,27 +252,18 @@ class _Resolver:
         doc.native = interpolated
         for p, prob in problems:
             scope = p[1] if len(p) > 1 and p[0] == "policies" and isinstance(p[1], str) else None
-            if prob.kind == "missing":
-                self.emit(
-                    doc,
-                    doc.pos(p, value=True),
+            code, hint = {
+                "missing": (
                     "CTX306",
-                    prob.message,
                     f"export {prob.text}, or give a default: ${{{prob.text}:-value}}",
-                    scope,
-                )
-            elif prob.kind == "size":
-                self.emit(
-                    doc,
-                    doc.pos(p, value=True),
+                ),
+                "size": (
                     "CTX309",
-                    prob.message,
                     "environment variables in a policy hold names, paths and numbers, "
                     "not documents",
-                    scope,
-                )
-            else:
-                self.emit(doc, doc.pos(p, value=True), "CTX307", prob.message, None, scope)
+                ),
+            }.get(prob.kind, ("CTX307", None))
+            self.emit(doc, doc.pos(p, value=True), code, prob.message, hint, scope)
         self.docs[key] = doc
         self.order.append(doc)
         includes = interpolated.get("include")
