@@ -182,7 +182,7 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
         shutil.rmtree(PYCACHE, ignore_errors=True)
-    base = {"ctxpolicy": "ctxpolicy_yaml", "check_jsonschema": "check_jsonschema_yaml"}
+    base = {"ctxpolicy": "ctxpolicy_agents", "check_jsonschema": "check_jsonschema_agents"}
     for k, w in warm.items():
         start = cold_res[base[k]]["median_s"]
         w["files"] = args.files
