@@ -100,21 +100,29 @@ ENV = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"} | 
 }
 
 
-def run(cmd: list[str]) -> tuple[float, int, str]:
+#: Commands (by key) run with another ctxpolicy source tree first on the path.
+SOURCES: dict[str, str] = {}
+
+
+def run(cmd: list[str], key: str = "") -> tuple[float, int, str]:
+    env = ENV
+    src = SOURCES.get(key)
+    if src is not None:
+        env = ENV | {"PYTHONPATH": os.pathsep.join(filter(None, [src, ENV.get("PYTHONPATH")]))}
     t0 = time.perf_counter()
-    p = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, env=ENV)
+    p = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, env=env)
     return time.perf_counter() - t0, p.returncode, (p.stdout + p.stderr)[-400:]
 
 
 def cold(cmds: dict[str, list[str]], runs: int, *, prewarm: bool = True) -> dict[str, Any]:
-    for c in cmds.values() if prewarm else ():  # warm the OS file cache, not the measurement
-        run(c)
+    for k, c in cmds.items() if prewarm else ():  # warm the OS file cache, not the measurement
+        run(c, k)
     times: dict[str, list[float]] = {k: [] for k in cmds}
     codes: dict[str, int] = {}
     tails: dict[str, str] = {}
     for _ in range(runs):
         for k, c in cmds.items():
-            t, rc, tail = run(c)
+            t, rc, tail = run(c, k)
             times[k].append(t)
             codes[k] = rc
             tails[k] = tail
@@ -136,6 +144,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--runs", type=int, default=15)
     ap.add_argument("--files", type=int, default=1000)
     ap.add_argument("--quick", action="store_true", help="tiny run for the smoke test")
+    ap.add_argument(
+        "--before",
+        metavar="SRC",
+        help="also time `ctxpolicy validate policies/agents.yaml` with the ctxpolicy package "
+        "of SRC (e.g. `git archive <rev> ctxpolicy | tar -x -C SRC`): before/after in one run",
+    )
     args = ap.parse_args(argv)
     if args.quick:
         args.runs, args.files = 1, 20
@@ -158,6 +172,10 @@ def main(argv: list[str] | None = None) -> int:
     if cj:
         cmds["check_jsonschema_agents"] = [cj, "--schemafile", schema, agents]
         cmds["check_jsonschema_yaml"] = [cj, "--schemafile", schema, *yamls]
+    if args.before:
+        # the same console script, another source tree first on the path
+        SOURCES["ctxpolicy_before"] = str(Path(args.before).resolve())
+        cmds["ctxpolicy_before"] = [ctx, "validate", agents]
     if yamls == [agents]:  # one shipped YAML file: the second pair would repeat the first
         del cmds["ctxpolicy_yaml"]
         cmds.pop("check_jsonschema_yaml", None)
@@ -208,9 +226,20 @@ def main(argv: list[str] | None = None) -> int:
                 strict=True,
             )
         )
+    after_over_before = None
+    if "ctxpolicy_before" in cold_res:
+        after_over_before = statistics.median(
+            a / b
+            for a, b in zip(
+                cold_res["ctxpolicy_agents"]["runs"],
+                cold_res["ctxpolicy_before"]["runs"],
+                strict=True,
+            )
+        )
     data = {
         "machine": info,
         "files": yamls,
+        "after_over_before_paired": after_over_before,
         "runs": args.runs,
         "cold": cold_res,
         "warm": warm,
@@ -224,6 +253,7 @@ def main(argv: list[str] | None = None) -> int:
     }
     label = {
         "ctxpolicy_agents": f"`ctxpolicy validate {agents}`",
+        "ctxpolicy_before": f"`ctxpolicy validate {agents}`, before (`--before {args.before}`)",
         "check_jsonschema_agents": f"`check-jsonschema --schemafile {schema} {agents}`",
         "ctxpolicy_yaml": "`ctxpolicy validate " + " ".join(yamls) + "`",
         "check_jsonschema_yaml": f"`check-jsonschema --schemafile {schema} "
@@ -233,7 +263,10 @@ def main(argv: list[str] | None = None) -> int:
     }
     refs = {
         k: cold_res.get(
-            "check_jsonschema_agents" if k.endswith("_agents") else "check_jsonschema_yaml", {}
+            "check_jsonschema_agents"
+            if k.endswith(("_agents", "_before"))
+            else "check_jsonschema_yaml",
+            {},
         ).get("median_s")
         for k in cold_res
     }
@@ -274,6 +307,17 @@ def main(argv: list[str] | None = None) -> int:
                 *(
                     [
                         [
+                            "this version ÷ `--before` (median of per-round ratios)",
+                            f"{after_over_before:.2f}×",
+                            "",
+                        ]
+                    ]
+                    if after_over_before is not None
+                    else []
+                ),
+                *(
+                    [
+                        [
                             "the same on every policies/*.yaml",
                             f"{ratio_all:.2f}×" if ratio_all is not None else "n/a",
                             "✓" if ratio_all is not None and ratio_all <= 1.0 else "✗",
@@ -302,7 +346,14 @@ def main(argv: list[str] | None = None) -> int:
         "file:line:col for every diagnostic; check-jsonschema checks the schema only.",
         "",
         "Reproduce: `.venv/bin/python benchmarks/bench_validate.py"
-        + (" --quick`" if args.quick else "`"),
+        + "".join(f" {a}" for a in (sys.argv[1:] if argv is None else argv))
+        + "`"
+        + (
+            " (`--before SRC`: the ctxpolicy package of an earlier commit, "
+            "`git archive <rev> ctxpolicy | tar -x -C SRC`)"
+            if args.before
+            else ""
+        ),
     ]
     text = "\n".join(md)
     print(text)
