@@ -139,6 +139,11 @@ def cold(cmds: dict[str, list[str]], runs: int, *, prewarm: bool = True) -> dict
     }
 
 
+def paired_ratio(res: dict[str, Any], a: str, b: str) -> float:
+    """Median over rounds of ``a``'s time ÷ ``b``'s time in the same round."""
+    return statistics.median(x / y for x, y in zip(res[a]["runs"], res[b]["runs"], strict=True))
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--runs", type=int, default=15)
@@ -218,24 +223,10 @@ def main(argv: list[str] | None = None) -> int:
             if "check_jsonschema_yaml" in cold_res
             else ratio
         )
-        paired = statistics.median(
-            a / b
-            for a, b in zip(
-                cold_res["ctxpolicy_agents"]["runs"],
-                cold_res["check_jsonschema_agents"]["runs"],
-                strict=True,
-            )
-        )
+        paired = paired_ratio(cold_res, "ctxpolicy_agents", "check_jsonschema_agents")
     after_over_before = None
     if "ctxpolicy_before" in cold_res:
-        after_over_before = statistics.median(
-            a / b
-            for a, b in zip(
-                cold_res["ctxpolicy_agents"]["runs"],
-                cold_res["ctxpolicy_before"]["runs"],
-                strict=True,
-            )
-        )
+        after_over_before = paired_ratio(cold_res, "ctxpolicy_agents", "ctxpolicy_before")
     data = {
         "machine": info,
         "files": yamls,

@@ -260,38 +260,24 @@ def load_toml(name: str, text: str) -> tuple[Any, SourceMap, list[Diagnostic]]:
         odd = OddNumber(str(digits), f"an integer of {digits} digits is out of range")
         return None, SourceMap(), [make(name, pos, "CTX103", odd.problem, ODD_HINT)]
     except RecursionError:
-        return (
-            None,
-            SourceMap(),
-            [
-                make(
-                    name,
-                    (1, 1),
-                    "CTX008",
-                    f"nesting deeper than {MAX_DEPTH} levels",
-                    "policy files are shallow; flatten the structure",
-                )
-            ],
-        )
+        return None, SourceMap(), [_too_deep(name)]
     if _data_depth(data) > MAX_DEPTH:
-        return (
-            None,
-            SourceMap(),
-            [
-                make(
-                    name,
-                    (1, 1),
-                    "CTX008",
-                    f"nesting deeper than {MAX_DEPTH} levels",
-                    "policy files are shallow; flatten the structure",
-                )
-            ],
-        )
+        return None, SourceMap(), [_too_deep(name)]
     try:
         smap = _TomlScanner(text).scan()
     except Exception:  # positions are best effort: fall back to line 1
         smap = SourceMap(values={(): (1, 1)})
     return data, smap, []
+
+
+def _too_deep(name: str) -> Diagnostic:
+    return make(
+        name,
+        (1, 1),
+        "CTX008",
+        f"nesting deeper than {MAX_DEPTH} levels",
+        "policy files are shallow; flatten the structure",
+    )
 
 
 _LONG_DIGITS_RE = re.compile(r"(?<![\w.])[+-]?[0-9][0-9_]{999,}")
