@@ -19,20 +19,17 @@ for values inherited through ``extends`` from another file. Nothing raises but
 
 from __future__ import annotations
 
-import copy
 import dataclasses
-import fnmatch
 import os
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from typing import Any
 
 from pydantic import ValidationError
 
 from ctxpolicy.policy.catalogue import builtin_models
 from ctxpolicy.policy.checks import check_policy
-from ctxpolicy.policy.compat import CompatFormat, convert, detect_format
+from ctxpolicy.policy.compat import convert, detect_format
 from ctxpolicy.policy.diagnostics import (
     TYPE_ERRORS,
     Diagnostic,
@@ -46,7 +43,8 @@ from ctxpolicy.policy.diagnostics import (
     validation_findings,
 )
 from ctxpolicy.policy.interp import Redactor, interpolate_tree
-from ctxpolicy.policy.load import LoadedDocument, load_document
+from ctxpolicy.policy.load import load_document
+from ctxpolicy.policy.merge import Doc, Merged, deep_merge, strip_nulls
 from ctxpolicy.policy.models import (
     AgentPolicy,
     ModelSpec,
@@ -68,55 +66,7 @@ BARE_ENCODINGS = frozenset(
 _AGENT_NAME_RE = re.compile(r"[A-Za-z0-9_.\-]{1,128}")
 
 
-@dataclass
-class _Doc:
-    key: str  # real path
-    loaded: LoadedDocument
-    fmt: CompatFormat
-    native: dict[str, Any]
-    origins: dict[PathT, PathT]
-
-    @property
-    def name(self) -> str:
-        return self.loaded.path
-
-    def raw_path(self, path: PathT) -> PathT:
-        if not self.origins:
-            return path
-        for k in range(len(path), -1, -1):
-            if path[:k] in self.origins:
-                return (*self.origins[path[:k]], *path[k:])
-        return ()
-
-    def pos(self, path: PathT, *, value: bool = False) -> Pos:
-        raw = self.raw_path(path)
-        sm = self.loaded.source_map
-        return sm.value_position(raw) if value else sm.position(raw)
-
-
 Scope = str | None  # agent name a diagnostic belongs to (None: the file)
-
-
-@dataclass
-class _Merged:
-    data: dict[str, Any]
-    origins: dict[PathT, tuple[_Doc, PathT]] = field(default_factory=dict)
-
-    def locate(self, path: PathT) -> tuple[_Doc, PathT]:
-        for k in range(len(path), -1, -1):
-            hit = self.origins.get(path[:k])
-            if hit is not None:
-                return hit[0], (*hit[1], *path[k:])
-        raise KeyError(path)  # pragma: no cover - () is always present
-
-
-def _strip_nulls(node: Any) -> Any:
-    """Mapping values that are null mean "delete"; for validation they are absent."""
-    if isinstance(node, dict):
-        return {k: _strip_nulls(v) for k, v in node.items() if v is not None}
-    if isinstance(node, list):
-        return [_strip_nulls(v) for v in node]
-    return node
 
 
 def _not_dropped(errors: list[Any], data: Any, dropped: set[PathT]) -> list[Any]:
@@ -149,12 +99,12 @@ class _Resolver:
         self.path = os.fspath(path)
         self.env: Mapping[str, str] = os.environ if env is None else env
         self.diags: list[tuple[Diagnostic, Scope]] = []
-        self.docs: dict[str, _Doc] = {}
-        self.order: list[_Doc] = []
+        self.docs: dict[str, Doc] = {}
+        self.order: list[Doc] = []
         self.bad_agents: set[tuple[str, str]] = set()
         self.bad_models: set[tuple[str, str]] = set()
-        self.agents: dict[str, tuple[_Doc, Any]] = {}
-        self.models: dict[str, tuple[_Doc, Any]] = {}
+        self.agents: dict[str, tuple[Doc, Any]] = {}
+        self.models: dict[str, tuple[Doc, Any]] = {}
         self._registry: Any = None
         #: every ``${NAME}`` substituted, to show it as written in every diagnostic
         self.redactor = Redactor()
@@ -162,7 +112,7 @@ class _Resolver:
     # ------------------------------------------------------------------ helpers
     def emit(
         self,
-        doc: _Doc | str,
+        doc: Doc | str,
         pos: Pos,
         code: str,
         message: str,
@@ -208,7 +158,7 @@ class _Resolver:
                     if isinstance(name, str):
                         self.models.setdefault(name, (doc, raw))
 
-    def _load(self, path: str, chain: list[tuple[str, str]], via: tuple[_Doc, int] | None) -> None:
+    def _load(self, path: str, chain: list[tuple[str, str]], via: tuple[Doc, int] | None) -> None:
         key = os.path.realpath(path)
         if any(k == key for k, _ in chain):
             assert via is not None
@@ -245,7 +195,7 @@ class _Resolver:
             return
         fmt = detect_format(loaded.data)
         native, origins, warnings = convert(loaded.data, fmt)
-        doc = _Doc(key, loaded, fmt, native, origins)
+        doc = Doc(key, loaded, fmt, native, origins)
         for raw_path, message in warnings:
             self.emit(doc, loaded.source_map.position(raw_path), "CTX401", message)
         interpolated, problems = interpolate_tree(native, self.env, redactor=self.redactor)
@@ -275,11 +225,11 @@ class _Resolver:
                     child = os.path.normpath(os.path.join(base, inc))
                     self._load(child, [*chain, (key, path)], (doc, i))
 
-    def _validate_doc(self, doc: _Doc) -> None:
+    def _validate_doc(self, doc: Doc) -> None:
         data = doc.native
         stripped = dict(data)
         if isinstance(data.get("policies"), dict):
-            stripped["policies"] = {k: _strip_nulls(v) for k, v in data["policies"].items()}
+            stripped["policies"] = {k: strip_nulls(v) for k, v in data["policies"].items()}
         try:
             PolicyFile.model_validate(stripped, strict=True)
         except ValidationError as exc:
@@ -298,7 +248,7 @@ class _Resolver:
             for f in findings:
                 self._emit_file_finding(doc, f, stripped)
 
-    def _emit_file_finding(self, doc: _Doc, f: SchemaFinding, data: dict[str, Any]) -> None:
+    def _emit_file_finding(self, doc: Doc, f: SchemaFinding, data: dict[str, Any]) -> None:
         path = f.path
         message = f.message
         if not path and "agent name" in message:
@@ -331,8 +281,8 @@ class _Resolver:
             )
             return None
 
-    def _chain(self, name: str) -> list[tuple[_Doc, str, dict[str, Any]]] | None:
-        chain: list[tuple[_Doc, str, dict[str, Any]]] = []
+    def _chain(self, name: str) -> list[tuple[Doc, str, dict[str, Any]]] | None:
+        chain: list[tuple[Doc, str, dict[str, Any]]] = []
         names: list[str] = []
         cur = name
         while True:
@@ -377,66 +327,16 @@ class _Resolver:
                 return None
             cur = parent
 
-    def _merge(
-        self,
-        base: dict[str, Any],
-        over: dict[str, Any],
-        mpath: PathT,
-        doc: _Doc,
-        spath: PathT,
-        merged: _Merged,
-    ) -> dict[str, Any]:
-        result: dict[str, Any] = {}
-        order = list(base)
-        for k in over:
-            if k in base:
-                continue
-            if mpath == ("tools",):
-                # a new glob goes before the parent's first broader rule ("*" stays last)
-                at = next(
-                    (
-                        j
-                        for j, g in enumerate(order)
-                        if isinstance(k, str)
-                        and isinstance(g, str)
-                        and (g == "*" or fnmatch.fnmatchcase(k, g))
-                    ),
-                    len(order),
-                )
-                order.insert(at, k)
-            else:
-                order.append(k)
-        for k in order:
-            p = (*mpath, k)
-            if k not in over:
-                if p not in merged.origins:
-                    merged.origins[p] = merged.locate(p)
-                result[k] = base[k]
-                continue
-            v = over[k]
-            if v is None:
-                continue
-            b = base.get(k)
-            if isinstance(v, dict) and isinstance(b, dict):
-                result[k] = self._merge(b, v, p, doc, (*spath, k), merged)
-                merged.origins[p] = (doc, (*spath, k))
-            else:
-                for q in [q for q in merged.origins if len(q) > len(p) and q[: len(p)] == p]:
-                    del merged.origins[q]
-                merged.origins[p] = (doc, (*spath, k))
-                result[k] = copy.deepcopy(v)
-        return result
-
     def _resolve(self, name: str) -> Policy | None:
         chain = self._chain(name)
         if chain is None:
             return None
         own_doc = chain[-1][0]
-        merged = _Merged({}, {(): (own_doc, ("policies", name))})
+        merged = Merged({}, {(): (own_doc, ("policies", name))})
         data: dict[str, Any] = {}
         for doc, agent, raw in chain:
             layer = {k: v for k, v in raw.items() if k != "extends"}
-            data = self._merge(data, layer, (), doc, ("policies", agent), merged)
+            data = deep_merge(data, layer, (), doc, ("policies", agent), merged)
         merged.data = data
 
         def emit(path: PathT, code: str, message: str, hint: str | None = None) -> None:
@@ -455,7 +355,7 @@ class _Resolver:
         # ---- model
         spec: ModelSpec | None
         model_name: str | None = None
-        tok_where: tuple[_Doc, PathT]
+        tok_where: tuple[Doc, PathT]
         if ap.model is None:
             emit(
                 (),
@@ -582,8 +482,8 @@ class _Resolver:
     def _emit_related(
         self,
         name: str,
-        chain: list[tuple[_Doc, str, dict[str, Any]]],
-        merged: _Merged,
+        chain: list[tuple[Doc, str, dict[str, Any]]],
+        merged: Merged,
         finding: Any,
     ) -> None:
         """A finding about several values: reported at the one the most derived agent of
@@ -666,7 +566,7 @@ class _Resolver:
             )
             return None
 
-    def _check_tokenizers(self, spec: ModelSpec, where: tuple[_Doc, PathT], scope: str) -> None:
+    def _check_tokenizers(self, spec: ModelSpec, where: tuple[Doc, PathT], scope: str) -> None:
         tok = spec.tokenizer
         if tok is None:
             return
