@@ -89,28 +89,33 @@ def test_explain_one_agent_needs_no_agent_option(runner: CliRunner, tmp_path: Pa
 
 
 def test_explain_full_yaml_parses_back(runner: CliRunner) -> None:
-    """--full prints YAML that reads back to the resolved policy: no folded values
-    (the long `pattern:` regexes of the preprocessors), no blank values."""
-    from ctxpolicy.policy.resolve import load_policy
-
-    r = runner.invoke(
-        main, ["explain", "policies/agents.yaml", "--agent", "coding_agent", "--full"]
-    )
-    assert r.exit_code == 0, r.output
-    text = "agent: " + r.output.split("\nagent: ", 1)[1]
+    """--full prints YAML that reads back to the resolved policy, for every shipped
+    agent: no folded values (the long `pattern:` regex of log_levels), no blank values."""
     from ruamel.yaml import YAML
 
-    parsed = YAML(typ="safe", pure=True).load(text)
-    expected = load_policy("policies/agents.yaml", "coding_agent").model_dump(
-        mode="json", exclude={"source"}
-    )
-    assert parsed == expected
-    for line in text.splitlines():
-        assert not line.rstrip().endswith(":") or not line.strip().startswith(
-            ("name:", "description:", "window:", "max:")
-        ), line
-        if line.strip().startswith("pattern:"):
-            assert line.split("pattern:", 1)[1].strip(), "a folded pattern: value"
+    from ctxpolicy.policy.resolve import list_agents, load_policy
+
+    seen_pattern = False
+    for agent in list_agents("policies/agents.yaml"):
+        r = runner.invoke(main, ["explain", "policies/agents.yaml", "--agent", agent, "--full"])
+        assert r.exit_code == 0, r.output
+        text = "agent: " + r.output.split("\nagent: ", 1)[1]
+        parsed = YAML(typ="safe", pure=True).load(text)
+        expected = load_policy("policies/agents.yaml", agent).model_dump(
+            mode="json", exclude={"source"}
+        )
+        assert parsed == expected, agent
+        for line in text.splitlines():
+            key, sep, value = line.strip().partition(":")
+            if key == "pattern":
+                seen_pattern = True
+                assert value.strip(), f"{agent}: a folded pattern: value"
+            if sep and not value.strip():  # only mappings and lists may open a block
+                nxt = text.splitlines()[text.splitlines().index(line) + 1]
+                assert len(nxt) - len(nxt.lstrip()) > len(line) - len(line.lstrip()) or (
+                    nxt.lstrip().startswith("- ")
+                ), f"{agent}: blank value {line!r}"
+    assert seen_pattern, "the shipped agents exercise a long regex option"
 
 
 def test_explain_shows_the_token_counter(runner: CliRunner, tmp_path: Path) -> None:
