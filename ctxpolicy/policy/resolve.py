@@ -44,6 +44,7 @@ from ctxpolicy.policy.diagnostics import (
 )
 from ctxpolicy.policy.interp import Redactor, interpolate_tree
 from ctxpolicy.policy.load import load_document
+from ctxpolicy.policy.lookup import check_component, check_tokenizers, failed_plugins
 from ctxpolicy.policy.merge import Doc, Merged, deep_merge, strip_nulls
 from ctxpolicy.policy.models import (
     AgentPolicy,
@@ -57,11 +58,6 @@ __all__ = ["list_agents", "load_policy", "resolve_agent", "resolve_all", "valida
 
 PathT = tuple[str | int, ...]
 Pos = tuple[int, int]
-
-#: Bare encoding names accepted in ``model.tokenizer`` (meaning ``tiktoken:<name>``).
-BARE_ENCODINGS = frozenset(
-    {"o200k_base", "cl100k_base", "p50k_base", "p50k_edit", "r50k_base", "gpt2"}
-)
 
 _AGENT_NAME_RE = re.compile(r"[A-Za-z0-9_.\-]{1,128}")
 
@@ -129,17 +125,6 @@ class _Resolver:
 
             self._registry = get_registry()
         return self._registry
-
-    def failed_plugins(self) -> str:
-        """``; plugin 'p' failed to load (error), it may provide it`` for every plugin
-        that could not be imported or registered: an unknown name is then not
-        necessarily a typo. Empty when every plugin loaded."""
-        failed = [p for p in self.registry.problems if p.message.startswith("failed to")]
-        if not failed:
-            return ""
-        parts = [f"plugin {p.plugin!r} {p.message}" for p in failed]
-        what = "it" if len(failed) == 1 else "one of them"
-        return "; " + "; ".join(parts) + f" ({what} may provide it)"
 
     # ------------------------------------------------------------------ files
     def load(self) -> None:
@@ -395,7 +380,13 @@ class _Resolver:
             spec = ap.model
             d, rp = merged.locate(("model", "tokenizer"))
             tok_where = (d, rp)
-        self._check_tokenizers(spec, tok_where, name)
+        tdoc, tbase = tok_where
+        check_tokenizers(
+            self.registry,
+            spec,
+            tbase,
+            lambda p, code, msg, hint: self.emit(tdoc, tdoc.pos(p), code, msg, hint, name),
+        )
 
         # ---- components
         reg = self.registry
@@ -418,7 +409,7 @@ class _Resolver:
                         ("pipeline", i, "options", "summarizer"),
                         "CTX102",
                         f"unknown summarizer {sname!r}{suggestion(sname, reg.names('summarizer'))}"
-                        + self.failed_plugins(),
+                        + failed_plugins(reg),
                         "known summarizers: " + (", ".join(reg.names("summarizer")) or "(none)"),
                     )
             if step.enabled:
@@ -522,75 +513,11 @@ class _Resolver:
         self.diags.append((dataclasses.replace(diag, related=tuple(related)), name))
 
     def _component(
-        self,
-        kind: Any,
-        cname: str,
-        options: dict[str, Any],
-        base: PathT,
-        emit: Any,
-        key: str,
+        self, kind: Any, cname: str, options: dict[str, Any], base: PathT, emit: Any, key: str
     ) -> dict[str, Any] | None:
-        reg = self.registry
-        cls = reg.get(kind, cname)
-        word = {"snapshot_store": "snapshot store"}.get(kind, kind)
-        if cls is None:
-            names = reg.names(kind)
-            emit(
-                (*base, key),
-                "CTX102",
-                f"unknown {word} {cname!r}{suggestion(cname, names)}" + self.failed_plugins(),
-                f"known {word}s: " + (", ".join(names) or "(none registered)"),
-            )
-            return None
-        opath = (*base, "options")
-        try:
-            model = cls.Options.model_validate(options)
-            return dict(model.model_dump(mode="json"))
-        except ValidationError as exc:
-            for f in validation_findings(
-                exc.errors(),
-                options,
-                cls.Options,
-                lambda p: dotted((*opath, *p)),
-                redact=self.redactor.redact,
-            ):
-                emit((*opath, *f.path), f.code, f.message, f.hint)
-            return None
-        except Exception as exc:
-            provider = reg.plugin_of(kind, cname)
-            emit(
-                opath,
-                "CTX103",
-                f"options of {word} {cname!r} could not be checked: {type(exc).__name__}: {exc}",
-                f"reported by plugin {provider!r}" if provider else None,
-            )
-            return None
-
-    def _check_tokenizers(self, spec: ModelSpec, where: tuple[Doc, PathT], scope: str) -> None:
-        tok = spec.tokenizer
-        if tok is None:
-            return
-        entries = [tok] if isinstance(tok, str) else list(tok)
-        reg = self.registry
-        doc, base = where
-        for i, entry in enumerate(entries):
-            p = base if isinstance(tok, str) else (*base, i)
-            backend = entry.split(":", 1)[0].strip() if ":" in entry else entry.strip()
-            if ":" not in entry and backend in BARE_ENCODINGS:
-                backend = "tiktoken"
-            if reg.get("tokenizer", backend) is None:
-                names = reg.names("tokenizer")
-                self.emit(
-                    doc,
-                    doc.pos(p),
-                    "CTX102",
-                    f"unknown tokenizer {backend!r}"
-                    f"{suggestion(backend, [*names, *sorted(BARE_ENCODINGS)])}"
-                    + self.failed_plugins(),
-                    "use a registered backend (" + ", ".join(names) + ") or an encoding name "
-                    "such as o200k_base",
-                    scope,
-                )
+        return check_component(
+            self.registry, kind, cname, options, base, key, emit, self.redactor.redact
+        )
 
     # ------------------------------------------------------------------ output
     def scoped(self, agents: set[str] | None) -> list[Diagnostic]:
