@@ -312,7 +312,7 @@ def headline(results: Path) -> list[str]:
         rows.append(
             [
                 "validator: ctxpolicy cold ≤ check-jsonschema cold",
-                "policies/*.yaml",
+                v.get("case", "policies/*.yaml"),
                 f"{v['ctxpolicy_over_check_jsonschema_cold']:.2f}×",
                 ok[v["goal_cold_le_check_jsonschema"]],
             ]
