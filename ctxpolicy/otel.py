@@ -34,6 +34,7 @@ import threading
 from collections.abc import Mapping
 from typing import Any
 
+from ctxpolicy.events import STATUS_FIELDS
 from ctxpolicy.plugins import hookimpl
 
 try:
@@ -63,17 +64,9 @@ FAILURE_EVENTS = frozenset(
 )
 #: Events of one ``prepare`` that become events of its span (kept until its status).
 _SPAN_EVENTS = FAILURE_EVENTS | {"context.compacted", "layer.deferred", "tokenizer.fallback"}
+#: ``context.status`` fields that become span attributes (the engine adds the last four).
 _STATUS_ATTRS = (
-    "used",
-    "budget",
-    "ratio",
-    "state",
-    "compact_layer",
-    "window",
-    "trigger",
-    "target",
-    "tokenizer",
-    "approximate",
+    *(f for f in STATUS_FIELDS if f != "type"),
     "messages",
     "messages_in",
     "tokens_in",
