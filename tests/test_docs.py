@@ -14,7 +14,7 @@ commands (the other lines are their output); other shell blocks run as a script 
 ``set -euo pipefail``. Everything runs in a scratch copy of the repository's layout
 (``policies/``, ``examples/`` and ``schemas/`` copied, the rest linked, ``../shared``
 beside it), with ``ctxpolicy`` and ``python`` of this interpreter first on ``PATH`` and a
-private ``CTXPOLICY_HOME``; each file has a time limit.
+private ``CTXPOLICY_HOME``; each file has a time limit, and two pages run at once.
 """
 
 from __future__ import annotations
@@ -51,7 +51,10 @@ KNOWN_FALSE = {
     "docs/plugins.md": "the tutorial imports `ctxpolicy_trim_old` (not installed) and its "
     "`pip install` / `twine` blocks are not marked not-run",
 }
-FILE_TIMEOUT = 40  # seconds per Markdown file (all its snippets)
+#: Seconds per Markdown file (all its snippets): a bound against hangs, not a speed goal.
+#: The whole test costs ~28 s of CPU (measured 2026-12-03; most in the integration pages).
+FILE_TIMEOUT = 120
+WORKERS = 2  # pages run at the same time
 COPIED = ("policies", "examples", "schemas")
 
 #: Commands a docs test must never run: they install, publish, fetch or rebuild. A block
@@ -248,6 +251,28 @@ def test_markers_and_classification(tmp_path: Path) -> None:
     assert not UNSAFE.search("ctxpolicy validate policies/ && python -m pytest -q")
 
 
+def _run_file(path: Path, work: Path) -> list[str]:
+    runnable = [s for s in snippets(path) if s.skip is None]
+    failures: list[str] = []
+    py = [s for s in runnable if s.kind == "python"]
+    if py:
+        failures += _run_python(py, work, FILE_TIMEOUT)
+    for s in runnable:
+        if s.kind == "shell":
+            failures += _run_shell(s, work, FILE_TIMEOUT)
+    return failures
+
+
+@pytest.fixture(scope="module")
+def outcomes(workdir: Path) -> dict[Path, list[str]]:
+    """Every page's failures, pages run concurrently (each in its own subprocesses)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(max_workers=WORKERS) as pool:
+        futures = {p: pool.submit(_run_file, p, workdir) for p in MARKDOWN}
+        return {p: f.result() for p, f in futures.items()}
+
+
 def _param(p: Path) -> object:
     rel = p.relative_to(ROOT).as_posix()
     reason = KNOWN_FALSE.get(rel)
@@ -256,14 +281,6 @@ def _param(p: Path) -> object:
 
 
 @pytest.mark.parametrize("path", [_param(p) for p in MARKDOWN])
-def test_snippets_run(path: Path, workdir: Path) -> None:
-    found = snippets(path)
-    runnable = [s for s in found if s.skip is None]
-    failures: list[str] = []
-    py = [s for s in runnable if s.kind == "python"]
-    if py:
-        failures += _run_python(py, workdir, FILE_TIMEOUT)
-    for s in runnable:
-        if s.kind == "shell":
-            failures += _run_shell(s, workdir, FILE_TIMEOUT)
+def test_snippets_run(path: Path, outcomes: dict[Path, list[str]]) -> None:
+    failures = outcomes[path]
     assert not failures, "\n\n".join(failures)
