@@ -147,3 +147,58 @@ def test_plot_without_matplotlib_degrades(tmp_path: Path, monkeypatch):
     warnings = [line for line in err.splitlines() if line.strip()]
     assert len(warnings) == 1 and "matplotlib" in warnings[0] and "--plot" in warnings[0]
     assert "matplotlib" in html.read_text()  # the page says why it has no plot
+
+
+# --------------------------------------------------------------------------- invariant
+
+from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+_NAME = st.text(alphabet="abcdefghijklmnopqrstuvwxyz0123456789-_.", min_size=1, max_size=90)
+
+
+@pytest.fixture(scope="module")
+def demo_output() -> dict:
+    args = [*DEMO, "--policy", POLICY, "--agent", "coding_agent", "--compare", ":coding_agent_16k"]
+    return json.loads(run(*args, "--baseline", "none", "--json")[1])
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    width=st.integers(80, 160),
+    traces=st.lists(_NAME, min_size=2, max_size=2, unique=True),
+    runs=st.lists(_NAME, min_size=3, max_size=3, unique=True),
+    tokens=st.integers(10_000_000, 999_999_999),
+    steps=st.integers(0, 99_999),
+    overflows=st.integers(0, 99_999),
+)
+def test_any_names_and_numbers_fit_the_width(
+    demo_output, width, traces, runs, tokens, steps, overflows
+):
+    """Whatever the names and magnitudes: no line longer than the width, numbers whole."""
+    from rich.console import Console
+
+    from ctxpolicy.sim.report import print_report
+
+    out = json.loads(json.dumps(demo_output))
+    old = list(out["summary"])
+    rename = dict(zip(old, runs, strict=True))
+    out["summary"] = {rename[k]: v for k, v in out["summary"].items()}
+    out["policy"]["run"] = rename[out["policy"]["run"]]
+    for c in out["compare"]:
+        c["run"] = rename[c["run"]]
+    for t, name in zip(out["traces"], traces, strict=True):
+        t["trace"] = name + ".jsonl"
+        for r in t["runs"]:
+            r["run"] = rename[r["run"]]
+            r["steps"], r["overflows"] = steps, overflows
+    first = next(iter(out["summary"].values()))
+    first["prompt_tokens"], first["steps"], first["overflows"] = tokens, steps, overflows
+    buf = io.StringIO()
+    print_report(out, Console(file=buf, width=width, color_system=None))
+    text = buf.getvalue()
+    lines = text.splitlines()
+    assert max(map(len, lines)) <= width
+    summary = lines[next(i for i, line in enumerate(lines) if line.startswith("Summary")) :]
+    row = next(line for line in summary if f"{tokens:,}" in line)  # whole, on one line
+    assert f"{steps:,}" in row and f"{overflows:,}" in row
