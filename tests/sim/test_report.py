@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from ctxpolicy.cli.simulate import simulate
 
@@ -150,9 +152,6 @@ def test_plot_without_matplotlib_degrades(tmp_path: Path, monkeypatch):
 
 
 # --------------------------------------------------------------------------- invariant
-
-from hypothesis import HealthCheck, given, settings  # noqa: E402
-from hypothesis import strategies as st  # noqa: E402
 
 _NAME = st.text(alphabet="abcdefghijklmnopqrstuvwxyz0123456789-_.", min_size=1, max_size=90)
 
