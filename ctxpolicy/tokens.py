@@ -455,6 +455,15 @@ def encoding_for_model(model: str) -> tuple[str, bool]:
     return DEFAULT_ENCODING, False
 
 
+def _unpublished_tokenizer(model: str | None) -> bool:
+    """True for a model of a family in our table whose tokenizer is not public."""
+    if not model:
+        return False
+    m = _normalize_model(model)
+    hit = next((p for p in _SORTED_PREFIXES if m.startswith(p)), None)
+    return hit is not None and not MODEL_ENCODINGS[hit][1]
+
+
 # --------------------------------------------------------------------------- chain
 
 
@@ -899,14 +908,23 @@ class TokenCounter:
                 f"no tokenizer of the chain {[c.label for c in chain]} could load ({reasons}); "
                 "add `heuristic` to model.tokenizer to always have one"
             )
-        self.approximate = bool(chosen.approximate or not choice.exact)
         using = "heuristic" if chosen.name == "heuristic" else f"{chosen.name}:{chosen.encoding}"
+        # an explicit vocabulary for a model whose own tokenizer is not public (Claude,
+        # Gemini, …) counts that vocabulary exactly, and the model only approximately
+        family_approx = (
+            explicit and not chosen.approximate and _unpublished_tokenizer(self.model_name)
+        )
+        if family_approx:
+            approx_why = (
+                f"no public tokenizer for model {self.model_name!r}; {using} approximates it"
+            )
+        self.approximate = bool(chosen.approximate or not choice.exact or family_approx)
         note = getattr(chosen, "note", None)
         if tried or note or (self.approximate and approx_why):
             reason_parts = [f"{t['tokenizer']}: {t['reason']}" for t in tried]
             if note:
                 reason_parts.append(note)
-            if approx_why and not choice.exact:
+            if approx_why and (not choice.exact or family_approx):
                 reason_parts.append(approx_why)
             event: Event = {
                 "type": "tokenizer.fallback",

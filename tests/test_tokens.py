@@ -687,3 +687,16 @@ def test_list_memo_reuses_only_the_equal_prefix():
     assert c.count_messages(msgs) == _naive(c, msgs)
     assert c.count_messages(msgs[:3]) == _naive(c, msgs[:3])
     assert c.count_messages(tuple(msgs)) == _naive(c, msgs)
+
+
+def test_explicit_vocabulary_for_an_unpublished_tokenizer_is_approximate():
+    """cl100k for Claude counts cl100k exactly and Claude only approximately: say so."""
+    claude = TokenCounter(
+        ModelSpec(context_window=1000, tokenizer="cl100k_base"), model_name="claude-sonnet-4"
+    )
+    assert claude.approximate and not claude.resolution.exact
+    assert "no public tokenizer for model 'claude-sonnet-4'" in claude.resolution.fallback
+    mine = TokenCounter(
+        ModelSpec(context_window=1000, tokenizer="cl100k_base"), model_name="my-model"
+    )
+    assert not mine.approximate and mine.resolution.exact  # an unknown model: the user knows
