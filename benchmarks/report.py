@@ -33,9 +33,11 @@ ORDER = (
     "bench_cache",
     "bench_validate",
     "bench_tokens",
+    "bench_tokens_verify",
     "bench_preprocessors",
 )
 SCRIPT = {name: f"benchmarks/{name}.py" for name in ORDER}
+SCRIPT["bench_tokens_verify"] = "benchmarks/bench_tokens.py --verify"
 #: (trace file, agent, window, baselines) of the simulate plots.
 SIMULATIONS = (
     (

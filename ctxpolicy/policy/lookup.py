@@ -24,6 +24,7 @@ Emit = Callable[[PathT, str, str, str | None], None]
 #: Bare encoding names accepted in ``model.tokenizer`` (meaning ``tiktoken:<name>``).
 BARE_ENCODINGS = frozenset(
     {"o200k_base", "cl100k_base", "p50k_base", "p50k_edit", "r50k_base", "gpt2"}
+    | {"o200k_harmony", "llama3", "qwen3"}  # quicktok's bundled vocabularies
 )
 
 
