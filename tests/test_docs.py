@@ -44,13 +44,7 @@ PYTHON_LANGS = {"python", "py", "python3"}
 SHELL_LANGS = {"sh", "bash", "shell", "console", "zsh"}
 #: Pages owned by other work in progress whose snippets are false today (each reason is
 #: what the test reports). Strict: once a page is fixed, its entry must go.
-KNOWN_FALSE = {
-    "docs/cli.md": "`validate policies/ broken.yaml` and `convert dbgpt_agent_context.toml` "
-    "name files that do not exist (exit 2)",
-    "docs/engine.md": "the first block uses `ctxpolicy` without importing it",
-    "docs/plugins.md": "the tutorial imports `ctxpolicy_trim_old` (not installed) and its "
-    "`pip install` / `twine` blocks are not marked not-run",
-}
+KNOWN_FALSE: dict[str, str] = {}
 #: Seconds per Markdown file (all its snippets): a bound against hangs, not a speed goal.
 #: The whole test costs ~28 s of CPU (measured 2026-12-03; most in the integration pages).
 FILE_TIMEOUT = 120
