@@ -206,7 +206,9 @@ class Replayer:
             from distributed import as_completed as dask_completed
 
             try:
-                for done, fut in enumerate(dask_completed(futures), start=1):
+                for done, fut in enumerate(
+                    dask_completed(futures, loop=self._client.loop), start=1
+                ):
                     i = index[fut.key]
                     out[i] = fut.result()
                     if progress is not None:

@@ -26,7 +26,7 @@ import tempfile
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from ctxpolicy.policy.diagnostics import PolicyError
 from ctxpolicy.policy.models import Policy, TuneObjectives
@@ -35,7 +35,7 @@ from ctxpolicy.tune.diff import resolve_body
 from ctxpolicy.tune.objectives import Score, constraint_values, score
 from ctxpolicy.tune.space import Param, build_space, changed, overlay
 
-__all__ = ["Candidate", "TuneConfig", "TuneResult", "run_tune", "split_traces"]
+__all__ = ["Candidate", "Hooks", "TuneConfig", "TuneResult", "run_tune", "split_traces"]
 
 #: Names of the values of :func:`constraint_values`.
 CONSTRAINTS = ("avoidable_overflows", "pairing_violations", "retention_below_floor")
@@ -185,8 +185,8 @@ def _study_name(cfg: TuneConfig) -> str:
     return f"ctxpolicy-{cfg.agent}-w{cfg.window or 0}-s{cfg.seed}-{h.hexdigest()[:12]}"
 
 
-class _Hooks:
-    """Progress callbacks; the CLI replaces them with rich progress bars."""
+class Hooks(Protocol):
+    """Progress callbacks (the CLI's rich progress bars)."""
 
     def trials(self, done: int, total: int) -> None: ...
 
@@ -195,11 +195,22 @@ class _Hooks:
     def phase(self, text: str) -> None: ...
 
 
+class _Silent:
+    def trials(self, done: int, total: int) -> None:
+        return None
+
+    def replays(self, done: int, total: int, name: str) -> None:
+        return None
+
+    def phase(self, text: str) -> None:
+        return None
+
+
 def run_tune(
     cfg: TuneConfig,
     base: Policy,
     *,
-    hooks: _Hooks | None = None,
+    hooks: Hooks | None = None,
     stop: Callable[[], bool] | None = None,
 ) -> TuneResult:
     """Run a tuning study; see the module docstring. Never writes files but its
@@ -209,7 +220,7 @@ def run_tune(
     from ctxpolicy.plugins import get_registry
     from ctxpolicy.sim.metrics import load_prices
 
-    hooks = hooks or _Hooks()
+    hooks = hooks or _Silent()
     obj = cfg.objectives
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     with (
@@ -244,11 +255,12 @@ def run_tune(
 
         # optuna ≥ 5 records constraints on the trial; older versions ask a callback
         per_trial = hasattr(optuna.trial.Trial, "set_constraint")
+        legacy: dict[str, Any] = {} if per_trial else {"constraints_func": constraints}
         sampler = optuna.samplers.TPESampler(
             seed=cfg.seed,
             n_startup_trials=max(4, min(10, cfg.trials // 4)),
             multivariate=True,
-            **({} if per_trial else {"constraints_func": constraints}),
+            **legacy,
         )
         study = optuna.create_study(
             directions=["minimize", "maximize"],

@@ -142,6 +142,11 @@ def _is_number(v: Any) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool)
 
 
+def _searchable(r: TuneRange, base: Any) -> bool:
+    """A declared range applies: a numeric value, or one of the declared choices."""
+    return base in r.choices if r.choices is not None else _is_number(base)
+
+
 def _step(policy: Policy, layer: str) -> Any:
     return next((s for s in policy.pipeline if s.layer == layer), None)
 
@@ -216,7 +221,7 @@ def build_space(
         cls = registry.get("layer", step.layer)
         for opt, r in dict(getattr(cls, "tune_space", {}) or {}).items():
             base = step.options.get(opt)
-            if _is_number(base):
+            if _searchable(r, base):
                 path = f"pipeline[{step.layer}].{opt}"
                 found[path] = Param(path, _widen(r, base), base, f"layer {step.layer}")
     used = {sel[0] for name in tool_names if (sel := select_rule(policy.tools, name)) is not None}
@@ -226,7 +231,7 @@ def build_space(
         cls = registry.get("preprocessor", rule.preprocess)
         for opt, r in dict(getattr(cls, "tune_space", {}) or {}).items():
             base = rule.options.get(opt)
-            if _is_number(base):
+            if _searchable(r, base):
                 path = f"tools[{glob}].{opt}"
                 found[path] = Param(path, _widen(r, base), base, f"preprocessor {rule.preprocess}")
     for path, r in spec.space.items():
@@ -305,8 +310,9 @@ def overlay(
             opts.update({k: v for k, (v, _) in new.items() if k != "at"})
             entry: dict[str, Any] = {"layer": step.layer, "at": at}
             nd = _non_default(registry, step.layer, opts)
-            if nd:
-                entry["options"] = nd
+            kept = {k: v for k, v in opts.items() if k in nd or k in new}  # changed: always shown
+            if kept:
+                entry["options"] = kept
             pipeline.append(entry)
             for k, (_, p) in new.items():
                 where.append(

@@ -87,12 +87,12 @@ def test_check_exit_codes(two_runs):
 
 def test_a_sqlite_study_is_shared_between_runs(traces3: list[str], tmp_path: Path):
     url = f"sqlite:///{tmp_path / 'study.db'}"
-    args = ("--seed", "1", "--trials", "4", "--storage", url, "--study", "shared")
+    args = ("--seed", "1", "--trials", "2", "--storage", url, "--study", "shared")
     _, first = run(traces3, tmp_path / "one", *args)
     _, second = run(traces3, tmp_path / "two", *args)
-    assert len(first["trials_table"]) == 4
-    assert len(second["trials_table"]) == 8
-    assert [t["trial"] for t in second["trials_table"][:4]] == [0, 1, 2, 3]
+    assert len(first["trials_table"]) == 2
+    assert len(second["trials_table"]) == 4
+    assert second["trials_table"][:2] == first["trials_table"]
 
 
 def test_unknown_space_path_is_a_usage_error(traces3: list[str], tmp_path: Path):
@@ -119,7 +119,7 @@ def test_ctrl_c_keeps_the_best_so_far_and_writes_the_report(traces3: list[str], 
     try:
         deadline = time.monotonic() + 120
         done = 0
-        while done < 6 and time.monotonic() < deadline and proc.poll() is None:
+        while done < 3 and time.monotonic() < deadline and proc.poll() is None:
             time.sleep(0.5)
             if db.exists():
                 try:
@@ -129,7 +129,7 @@ def test_ctrl_c_keeps_the_best_so_far_and_writes_the_report(traces3: list[str], 
                         ).fetchone()[0]
                 except sqlite3.Error:
                     pass
-        assert done >= 6, proc.stderr.read().decode() if proc.poll() is not None else done
+        assert done >= 3, proc.stderr.read().decode() if proc.poll() is not None else done
         proc.send_signal(signal.SIGINT)
         stdout, stderr = proc.communicate(timeout=120)
     finally:
@@ -139,6 +139,6 @@ def test_ctrl_c_keeps_the_best_so_far_and_writes_the_report(traces3: list[str], 
     assert "interrupted" in stdout.decode()
     doc = json.loads((out / "tune.json").read_text())
     assert doc["interrupted"] is True
-    assert 6 <= len(doc["trials_table"]) < 400
+    assert 3 <= len(doc["trials_table"]) < 400
     assert doc["chosen"] is not None and doc["base"]["held_out"] is not None
     assert (out / "report.html").exists()
