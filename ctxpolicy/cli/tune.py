@@ -129,7 +129,11 @@ def tune(
     try:
         with _progress(enabled=not as_json) as hooks:
             result = run_tune(cfg, base, hooks=hooks)
-    except (TraceError, SpaceError, RuntimeError, OSError) as exc:
+    except SpaceError as exc:
+        click.echo(f"{_where(policy_file, agent, exc.path)}error: {exc}", err=True)
+        ctx.exit(2)
+        return
+    except (TraceError, RuntimeError, OSError) as exc:
         click.echo(f"error: {exc}", err=True)
         ctx.exit(2)
         return
@@ -156,6 +160,18 @@ def tune(
                 err=True,
             )
         ctx.exit(1)
+
+
+def _where(policy_file: str, agent: str, key: str) -> str:
+    """``file:line:col: `` of ``tune.space.<key>`` when this file sets it, else ``file: ``."""
+    from ctxpolicy.policy.load import load_document
+
+    doc, _ = load_document(policy_file)
+    path = ("policies", agent, "tune", "space", key)
+    if doc is not None and path in doc.source_map.keys:
+        line, col = doc.source_map.keys[path]
+        return f"{policy_file}:{line}:{col}: "
+    return f"{policy_file}: "
 
 
 def _write_outputs(result: Any, base: Any, out: Path) -> dict[str, str | None]:

@@ -49,6 +49,10 @@ BUDGET_SPACE: dict[str, TuneRange] = {
 class SpaceError(ValueError):
     """A ``tune:`` section names a parameter that does not exist or cannot be searched."""
 
+    def __init__(self, message: str, path: str) -> None:
+        super().__init__(message)
+        self.path = path
+
 
 @dataclass(frozen=True)
 class Param:
@@ -240,7 +244,8 @@ def build_space(
             raise SpaceError(
                 f"tune.space: {path!r} is not a parameter of agent {policy.agent!r} "
                 "(paths: budget.target, thresholds.warning, pipeline[LAYER].OPTION, "
-                "tools[GLOB].OPTION; the layer or tool rule must exist)"
+                "tools[GLOB].OPTION; the layer or tool rule must exist)",
+                path,
             )
         if path.startswith("budget.") and path.split(".")[1] in ("safety_margin", "reserve_output"):
             r = r.model_copy(update={"percent": True})

@@ -105,6 +105,7 @@ def test_unknown_space_path_is_a_usage_error(traces3: list[str], tmp_path: Path)
     res = CliRunner().invoke(tune, [*traces3, "--policy", str(pol), "--agent", "mine"])
     assert res.exit_code == 2
     assert "pipeline[summarize].keep_recent_rounds" in res.output
+    assert f"{pol}:6:" in res.output  # file:line:col of the key
     assert "Traceback" not in res.output
 
 
