@@ -70,9 +70,11 @@ class Param:
             return value
         assert r.low is not None and r.high is not None
         v = min(max(value, r.low), r.high)
-        if r.step is not None:
-            v = r.low + round((v - r.low) / r.step) * r.step
-            v = min(v, r.high)
+        if r.step is not None:  # on the grid optuna uses: low + k·step ≤ high
+            k = round((v - r.low) / r.step)
+            if r.low + k * r.step > r.high:
+                k -= 1
+            v = r.low + k * r.step
         if r.is_int:
             return round(v)
         return round(float(v), 6)
