@@ -44,7 +44,7 @@ class DropRounds(Layer):
     Options = DropRoundsOptions
     tune_space: ClassVar[dict[str, TuneRange]] = {
         "keep_recent_rounds": TuneRange(low=1, high=8),
-        "min_keep_tokens": TuneRange(low=0, high=12000, step=500),
+        "min_keep_tokens": TuneRange(low=0, high=40, step=2.5, percent=True),
     }
     options: DropRoundsOptions
 

@@ -206,8 +206,9 @@ class TuneRange(StrictModel):
     log: bool = Field(default=False, description="Sample on a log scale (`low` must be > 0).")
     percent: bool = Field(
         default=False,
-        description='The value is a share of the window in percent, written as "N%" '
-        "(budget amounts scale with the window).",
+        description="Search a share of the window in percent, so the range scales with "
+        'the window: budget amounts are written as "N%", a component option in tokens '
+        "as the tokens of that share.",
     )
     choices: list[str | int | float | bool] | None = Field(
         default=None, min_length=1, description="Values tried instead of a range."

@@ -51,7 +51,11 @@ def to_dict(r: TuneResult) -> dict[str, Any]:
         else {
             "trial": r.chosen.number,
             "changes": {
-                p.path: {"base": p.snap(p.base), "value": r.chosen.values[p.path]}
+                p.path: {
+                    "base": p.snap(p.base),
+                    "value": r.chosen.values[p.path],
+                    "written": p.render(r.chosen.values[p.path]),
+                }
                 for p in changed(r.params, r.chosen.values)
             },
             "tuning": _score_line(r.chosen.score),
@@ -113,11 +117,7 @@ def diff_comments(
     comments: dict[tuple[str | int, ...], str] = {}
     s = r.chosen.score
     for key, p in where:
-        note = (
-            f"was {p.base:.3g}% of the window"
-            if p.range.percent and isinstance(p.base, (int, float))
-            else f"was {p.render(p.base)}"
-        )
+        note = f"was {p.describe_base()}"
         e = r.effects.get(p.path)
         if e is not None:
             dc = (e.cost(obj) / s.cost(obj) - 1) if s.cost(obj) else 0.0

@@ -178,6 +178,16 @@ def _from_study(
     return out
 
 
+def _storage(url: str | None) -> Any:
+    """Optuna storage for ``url``; SQLite waits for a lock instead of failing, so
+    several tuners (and readers) can share one file."""
+    if url is None or not url.startswith("sqlite"):
+        return url
+    import optuna
+
+    return optuna.storages.RDBStorage(url, engine_kwargs={"connect_args": {"timeout": 60}})
+
+
 def _study_name(cfg: TuneConfig) -> str:
     h = hashlib.sha256(Path(cfg.policy_file).resolve().read_bytes())
     for t in sorted(Path(p).name for p in cfg.traces):
@@ -265,7 +275,7 @@ def run_tune(
         study = optuna.create_study(
             directions=["minimize", "maximize"],
             sampler=sampler,
-            storage=cfg.storage,
+            storage=_storage(cfg.storage),
             study_name=cfg.study_name or (_study_name(cfg) if cfg.storage else None),
             load_if_exists=True,
         )
@@ -428,9 +438,9 @@ def _judge(
     base: Score, cand: Score, obj: TuneObjectives, any_change: bool
 ) -> tuple[bool, list[str]]:
     """Is the candidate at least as good as the base on held-out traces?"""
-    why: list[str] = []
     if not any_change:
-        why.append("the base policy is already the best candidate found")
+        return False, ["the base policy is already the best candidate found"]
+    why: list[str] = []
     if cand.avoidable > base.avoidable:
         why.append(
             f"more avoidable overflows on held-out traces ({cand.avoidable} > {base.avoidable})"

@@ -22,6 +22,7 @@ list, which replaces, so it is restated whole when one of its steps changed).
 from __future__ import annotations
 
 import fnmatch
+import json
 import math
 import re
 from collections.abc import Iterable, Mapping
@@ -34,6 +35,15 @@ __all__ = ["Param", "SpaceError", "build_space", "matches", "overlay"]
 
 _PATH_RE = re.compile(r"^(pipeline|tools)\[(?P<key>[^\]]+)\]\.(?P<opt>[A-Za-z_][A-Za-z0-9_]*)$")
 
+#: Budget amounts: searched (and written) as a share of the window in percent.
+PERCENT_PATHS = frozenset(
+    {
+        "budget.safety_margin",
+        "budget.reserve_output",
+        "budget.tool_growth",
+        "budget.tool_growth.initial",
+    }
+)
 #: Budget and threshold ranges searched by default (budget amounts in % of the window).
 BUDGET_SPACE: dict[str, TuneRange] = {
     "budget.target": TuneRange(low=0.3, high=0.85, step=0.05),
@@ -62,6 +72,8 @@ class Param:
     range: TuneRange
     base: Any
     origin: str
+    #: For a component option in tokens searched as a share of the window: the window.
+    tokens_of: int = 0
 
     def snap(self, value: Any) -> Any:
         """``value`` clipped into the range and onto its grid (choices: unchanged)."""
@@ -95,12 +107,23 @@ class Param:
         )
 
     def render(self, value: Any) -> Any:
-        """The value as written in a policy file (``"7.5%"`` for percent amounts)."""
+        """The value as written in a policy file: ``"7.5%"`` for budget amounts,
+        tokens for a component option searched as a share of the window."""
         if isinstance(value, float):
             value = round(value, 6)
-        if self.range.percent and isinstance(value, (int, float)):
+        if self.range.percent and _is_number(value):
+            if self.tokens_of:
+                return round(self.tokens_of * value / 100)
             return f"{float(value):g}%"
         return value
+
+    def describe_base(self) -> str:
+        """The base value for a comment: as the policy has it (tokens, or a share)."""
+        if self.range.percent and self.tokens_of and _is_number(self.base):
+            return f"{round(self.base * self.tokens_of / 100)}"
+        if self.range.percent and _is_number(self.base):
+            return f"{self.base:.3g}% of the window"
+        return json.dumps(self.render(self.base))
 
 
 def matches(path: str, pattern: str) -> bool:
@@ -198,6 +221,14 @@ def _widen(r: TuneRange, base: Any) -> TuneRange:
     return r.model_copy(update={"low": low, "high": high})
 
 
+def _option(path: str, r: TuneRange, base: Any, origin: str, win: int, widen: bool) -> Param:
+    """A component option; a ``percent`` range searches tokens as a share of the window."""
+    if r.percent and _is_number(base) and win:
+        pct = 100.0 * base / win
+        return Param(path, _widen(r, pct) if widen else r, pct, origin, tokens_of=win)
+    return Param(path, _widen(r, base) if widen else r, base, origin)
+
+
 def build_space(
     policy: Policy,
     *,
@@ -229,7 +260,7 @@ def build_space(
             base = step.options.get(opt)
             if _searchable(r, base):
                 path = f"pipeline[{step.layer}].{opt}"
-                found[path] = Param(path, _widen(r, base), base, f"layer {step.layer}")
+                found[path] = _option(path, r, base, f"layer {step.layer}", win, True)
     used = {sel[0] for name in tool_names if (sel := select_rule(policy.tools, name)) is not None}
     for glob, rule in policy.tools.items():
         if glob not in used:
@@ -239,7 +270,8 @@ def build_space(
             base = rule.options.get(opt)
             if _searchable(r, base):
                 path = f"tools[{glob}].{opt}"
-                found[path] = Param(path, _widen(r, base), base, f"preprocessor {rule.preprocess}")
+                origin = f"preprocessor {rule.preprocess}"
+                found[path] = _option(path, r, base, origin, win, True)
     for path, r in spec.space.items():
         ok, base = _base_value(policy, path, win)
         if not ok:
@@ -249,9 +281,12 @@ def build_space(
                 "tools[GLOB].OPTION; the layer or tool rule must exist)",
                 path,
             )
-        if path.startswith("budget.") and path.split(".")[1] in ("safety_margin", "reserve_output"):
-            r = r.model_copy(update={"percent": True})
-        found[path] = Param(path, r, base, "tune.space")
+        if path in PERCENT_PATHS:
+            found[path] = Param(path, r.model_copy(update={"percent": True}), base, "tune.space")
+        elif path.startswith(("budget.", "thresholds.")):
+            found[path] = Param(path, r, base, "tune.space")
+        else:
+            found[path] = _option(path, r, base, "tune.space", win, False)
     out = [
         p
         for path, p in sorted(found.items())

@@ -10,6 +10,7 @@ import sqlite3
 import subprocess
 import sys
 import time
+from contextlib import closing
 from pathlib import Path
 
 import pytest
@@ -61,6 +62,15 @@ def test_seeded_tune_is_deterministic_and_beats_a_bad_base(two_runs):
     for name in ("report.html", "pareto.png", "tune.json"):
         assert (tmp_path / "a" / name).stat().st_size > 0
     assert "Held-out comparison" in (tmp_path / "a" / "report.html").read_text()
+
+
+def test_json_output_matches_its_schema(two_runs):
+    import jsonschema
+
+    schema = json.loads((ROOT / "schemas" / "tune-output.schema.json").read_text())
+    _, runs = two_runs
+    for _, doc in runs:
+        jsonschema.Draft202012Validator(schema).validate(doc)
 
 
 def test_the_diff_validates_and_sets_only_what_changed(two_runs):
@@ -124,7 +134,7 @@ def test_ctrl_c_keeps_the_best_so_far_and_writes_the_report(traces3: list[str], 
             time.sleep(0.5)
             if db.exists():
                 try:
-                    with sqlite3.connect(db) as con:
+                    with closing(sqlite3.connect(db, timeout=30)) as con:
                         done = con.execute(
                             "select count(*) from trials where state = 'COMPLETE'"
                         ).fetchone()[0]

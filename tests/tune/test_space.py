@@ -21,7 +21,9 @@ def test_default_space_of_coding_agent_comes_from_its_components():
     params = {p.path: p for p in build_space(pol, registry=get_registry(), tool_names=["bash"])}
     assert {"budget.target", "thresholds.warning", "budget.tool_growth.initial"} <= set(params)
     assert "pipeline[observation_mask].max_age_rounds" in params
-    assert params["pipeline[drop_rounds].min_keep_tokens"].base == 6000
+    keep = params["pipeline[drop_rounds].min_keep_tokens"]  # searched as % of the window
+    assert keep.range.percent and keep.tokens_of == 32768
+    assert keep.render(keep.base) == 6000 and keep.describe_base() == "6000"
     # only the tool rules the traces use: bash → command_output, not read_file
     assert "tools[bash].head_lines" in params
     assert not any(p.startswith("tools[read_file]") for p in params)
