@@ -153,6 +153,7 @@ def main() -> int:
             f"{d['trials']} trials, {d['feasible']} feasible; changes: {changes}.",
             "",
         ]
+        write_results("bench_tune", data, "\n".join(md))  # partial: kept if cut short
     eprint(f"tune {AGENT} at {WINDOWS[0]} with 1 worker (scaling)")
     r1, secs1 = _run(traces, WINDOWS[0], trials, 1)
     timing[1] = secs1
