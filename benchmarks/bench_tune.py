@@ -36,6 +36,7 @@ from benchmarks._common import (
     markdown_table,
     write_results,
 )
+from ctxpolicy.tune.space import changed
 
 ROOT = Path(__file__).resolve().parents[1]
 POLICY = ROOT / "policies" / "agents.yaml"
@@ -115,9 +116,8 @@ def main() -> int:
             "base": r.base_held.to_dict() if r.base_held else None,
             "chosen": r.chosen_held.to_dict() if r.chosen_held else None,
             "changes": {
-                p: v
-                for p, v in (r.chosen.values.items() if r.chosen else [])
-                if any(q.path == p and q.snap(q.base) != v for q in r.params)
+                p.path: p.render(r.chosen.values[p.path])
+                for p in (changed(r.params, r.chosen.values) if r.chosen else [])
             },
             "gain": gain,
             "recommended": r.recommended,
