@@ -283,13 +283,14 @@ def run_tune(
             study.enqueue_trial({p.path: p.snap(p.base) for p in params})
         interrupted = False
         batch: list[Any] = []
-        told: set[int] = set()
         done = 0
         hooks.phase("search")
         hooks.trials(0, cfg.trials)
         try:
             while done < cfg.trials and not (stop is not None and stop()):
-                batch = [study.ask() for _ in range(min(BATCH, cfg.trials - done))]
+                batch = []
+                for _ in range(min(BATCH, cfg.trials - done)):
+                    batch.append(study.ask())  # one by one: an interrupt knows each
                 pending: list[tuple[Any, Policy]] = []
                 for trial in batch:
                     values = {p.path: p.suggest(trial) for p in params}
@@ -302,7 +303,6 @@ def run_tune(
                         error = "; ".join(d.message for d in exc.diagnostics[:3])
                         trial.set_user_attr("error", error)
                         study.tell(trial, state=optuna.trial.TrialState.FAIL)
-                        told.add(trial.number)
                         continue
                     pending.append((trial, pol))
                 scores = evaluate([p for _, p in pending], tuning)
@@ -314,13 +314,17 @@ def run_tune(
                             trial.set_constraint(key, v)
                     trial.set_user_attr("score", s.to_dict())
                     study.tell(trial, [s.cost(obj), s.retention(obj)])
-                    told.add(trial.number)
                 done += len(batch)
                 hooks.trials(done, cfg.trials)
         except KeyboardInterrupt:
             interrupted = True
+            # ours still running (the interrupt may land inside a tell: ask the storage)
+            running = {
+                t.number
+                for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,))
+            }
             for t in batch:
-                if t.number not in told:
+                if t.number in running:
                     study.tell(t, state=optuna.trial.TrialState.FAIL)
         candidates = _from_study(study, params, base, registry)
 
