@@ -7,7 +7,9 @@ from a ``ctxpolicy_register_*`` hook. Each class declares:
 * ``Options`` — a pydantic model (subclass of :class:`ComponentOptions`) that validates
   the ``options:`` mapping of the policy; its JSON Schema is published by
   ``ctxpolicy schema --plugins``;
-* ``description`` — one line shown by ``ctxpolicy plugins``.
+* ``description`` — one line shown by ``ctxpolicy plugins``;
+* ``tune_space`` — optional: option name → :class:`TuneRange`, the default search
+  space of ``ctxpolicy tune`` for this component's options.
 
 This module is light on purpose (no tiktoken, no engine): the validator imports it.
 """
@@ -18,7 +20,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from ctxpolicy.policy.models import ComponentOptions, State
+from ctxpolicy.policy.models import ComponentOptions, State, TuneRange
 
 if TYPE_CHECKING:
     from ctxpolicy.conversation import Unit
@@ -46,6 +48,7 @@ class Component:
     name: ClassVar[str] = ""
     description: ClassVar[str] = ""
     Options: ClassVar[type[ComponentOptions]] = ComponentOptions
+    tune_space: ClassVar[Mapping[str, TuneRange]] = {}
 
     def __init__(self, options: ComponentOptions | None = None) -> None:
         self.options = options if options is not None else self.Options()

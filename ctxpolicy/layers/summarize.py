@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, ClassVar
 
 from pydantic import Field
 
@@ -45,7 +45,7 @@ from ctxpolicy.layers._util import (
     with_text,
 )
 from ctxpolicy.plugins import hookimpl
-from ctxpolicy.policy.models import Amount, resolve_amount
+from ctxpolicy.policy.models import Amount, TuneRange, resolve_amount
 from ctxpolicy.summarizers.prompt import SUMMARY_INSTRUCTIONS
 
 MAX_META_REFS = 100
@@ -142,6 +142,10 @@ class Summarize(Layer):
     name = "summarize"
     description = "Fold older units into one merged summary (own budget, chunked, circuit breaker)."
     Options = SummarizeOptions
+    tune_space: ClassVar[dict[str, TuneRange]] = {
+        "keep_recent_rounds": TuneRange(low=1, high=8),
+        "max_summary_tokens": TuneRange(low=256, high=4000, log=True),
+    }
     options: SummarizeOptions
 
     # ------------------------------------------------------------------ breaker

@@ -37,6 +37,9 @@ _WHERE: dict[str, str] = {
     "Pinned": "`policies.<agent>.pinned`",
     "Ledger": "`policies.<agent>.ledger`",
     "CacheSpec": "`policies.<agent>.cache`",
+    "TuneSpec": "`policies.<agent>.tune`",
+    "TuneObjectives": "`policies.<agent>.tune.objectives`",
+    "TuneRange": "`policies.<agent>.tune.space.<path>`",
 }
 _KINDS: tuple[tuple[str, str, str], ...] = (
     ("layer", "Layers", "`pipeline[].layer` / `on_overflow.layer`"),

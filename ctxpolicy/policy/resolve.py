@@ -460,6 +460,7 @@ class _Resolver:
             ledger=ap.ledger,
             constraints=list(ap.constraints),
             cache=ap.cache,
+            tune=ap.tune,
         )
         for finding in check_policy(policy):
             path = finding.path
