@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 from ctxpolicy.budget import BudgetState
 from ctxpolicy.components import CompactionContext, Layer, LayerResult
 from ctxpolicy.conversation import Unit, check_units, content_text
+from ctxpolicy.engine.refs import ensure_refs
 from ctxpolicy.policy.models import ResolvedStep, State
 
 if TYPE_CHECKING:
@@ -158,6 +159,7 @@ def run_layer(
         a is b for a, b in zip(new_units, before, strict=True)
     ):
         return None, used
+    new_units = ensure_refs(s, before, new_units)  # a shortened result keeps its original
     problems = [v.detail for v in check_units(before, new_units)]
     new_used = count(new_units)
     if new_used > used:

@@ -1,0 +1,55 @@
+"""Every shortened tool result keeps a reference to its verbatim original.
+
+Checked on the output of every layer (built-in or third-party) before it is taken: a
+tool result whose content a layer changed must carry a reference *the engine
+produced* — the result's snapshot (``add_tool_result`` or
+:meth:`Session._ensure_snapshots`) or, when it has none (a short result that entered
+through ``messages``), the history-archive entry of its original written now. A
+reference line copied from the tool output itself does not count: a hostile output
+could otherwise carry a fake one and leave the real original unreachable.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from ctxpolicy.conversation import Message, Unit, content_text
+from ctxpolicy.layers._util import with_text
+
+if TYPE_CHECKING:
+    from ctxpolicy.engine.session import Session
+
+
+def ensure_refs(session: Session, before: Sequence[Unit], after: list[Unit]) -> list[Unit]:
+    """``after`` with a reference line added to every tool result a layer changed that
+    does not name its original's reference (archived now when it has none)."""
+    old = {u.key: u for u in before}
+    out = after
+    for ui, u in enumerate(after):
+        b = old.get(u.key)
+        if b is None or b is u or u.kind != "step" or b.messages == u.messages:
+            continue
+        originals = {str(m.get("tool_call_id")): m for m in b.tool_messages}
+        msgs: list[Message] | None = None
+        for j, m in enumerate(u.messages):
+            if m.get("role") != "tool":
+                continue
+            original = originals.get(str(m.get("tool_call_id")))
+            if original is None or original is m or original == m:
+                continue
+            text = content_text(m.get("content"))
+            known = session.state.refs.get(str(m.get("tool_call_id")))
+            if known and known in text:
+                continue
+            ref = session._ref_for_message(b, original)
+            if ref is None or ref in text:
+                continue
+            if msgs is None:
+                msgs = list(u.messages)
+            msgs[j] = with_text(m, f"{text}\n[Full detail available at: {ref}]")
+        if msgs is not None:
+            if out is after:
+                out = list(after)
+            out[ui] = u.replace(messages=msgs)
+    return out
