@@ -91,4 +91,4 @@ def call_bounded(owner: Any, fn: Callable[[], T], timeout: float, *, name: str =
                 raise CallTimeout(f"timeout after {timeout:g}s")
     if "error" in box:
         raise box["error"]
-    return box["value"]  # type: ignore[no-any-return]
+    return box["value"]
