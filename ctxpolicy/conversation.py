@@ -31,6 +31,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
+from ctxpolicy.jsontext import to_json
 from ctxpolicy.repair import call_key, repair_calls
 
 Message = dict[str, Any]
@@ -134,7 +135,7 @@ def content_text(content: Any) -> str:
             elif isinstance(part, str):
                 out.append(part)
         return "\n".join(out)
-    return str(content)
+    return to_json(content)[0]  # a malformed content (an object): its exact JSON text
 
 
 @dataclass
@@ -155,7 +156,7 @@ class Repair:
     index: int
     detail: str
     #: what left the context (a non-object message, an unusable call), kept verbatim
-    removed: Any = None
+    removed: tuple[Any, ...] = ()
 
 
 def _key(index: int, msgs: Iterable[Message]) -> str:
@@ -228,7 +229,7 @@ def group_units(
                     "bad_message",
                     i + offset,
                     f"message {i + offset} is a {type(raw).__name__}, not an object; left out",
-                    removed=raw,
+                    removed=(raw,),
                 )
             )
             i += 1

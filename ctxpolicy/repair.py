@@ -52,8 +52,8 @@ class CallRepair:
     calls: list[dict[str, Any]]
     #: result ``tool_call_id`` as written (:func:`call_key`) -> final ids, in order
     aliases: dict[str, list[str]]
-    #: (kind, detail, removed) — removed is None when nothing left the context
-    repairs: list[tuple[str, str, Any]] = field(default_factory=list)
+    #: (kind, detail, removed): what left the context (empty when nothing did)
+    repairs: list[tuple[str, str, tuple[Any, ...]]] = field(default_factory=list)
 
 
 def call_key(tid: Any) -> str:
@@ -109,7 +109,7 @@ def _repair(m: dict[str, Any], raw: Any, index: int, seen: dict[str, int]) -> Ca
     out = CallRepair(dict(m), [], {})
     entries: list[Any]
     if isinstance(raw, Mapping):
-        out.repairs.append(("tool_calls_wrapped", "tool_calls was one object, not a list", None))
+        out.repairs.append(("tool_calls_wrapped", "tool_calls was one object, not a list", ()))
         entries = [raw]
     elif isinstance(raw, list | tuple):
         entries = list(raw)
@@ -123,11 +123,11 @@ def _repair(m: dict[str, Any], raw: Any, index: int, seen: dict[str, int]) -> Ca
         if isinstance(parsed, Mapping):
             parsed = [parsed]
         if isinstance(parsed, list):
-            out.repairs.append(("tool_calls_invalid", "tool_calls was JSON text; parsed", None))
+            out.repairs.append(("tool_calls_invalid", "tool_calls was JSON text; parsed", ()))
             entries = parsed
         else:
             out.repairs.append(
-                ("tool_calls_invalid", f"tool_calls is a {type(raw).__name__}; removed", raw)
+                ("tool_calls_invalid", f"tool_calls is a {type(raw).__name__}; removed", (raw,))
             )
             entries = []
     for pos, tc in enumerate(entries):
@@ -146,7 +146,7 @@ def _repair_call(
 ) -> dict[str, Any] | None:
     if not isinstance(tc, Mapping):
         out.repairs.append(
-            ("bad_tool_call", f"call {pos} is a {type(tc).__name__}, not an object; removed", tc)
+            ("bad_tool_call", f"call {pos} is a {type(tc).__name__}, not an object; removed", (tc,))
         )
         return None
     call = dict(tc)
@@ -154,14 +154,14 @@ def _repair_call(
     if not isinstance(fn, Mapping) and isinstance(call.get("name"), str):
         fn = {"name": call.pop("name"), "arguments": call.pop("arguments", "{}")}
     if not isinstance(fn, Mapping) or not isinstance(fn.get("name"), str) or not fn["name"]:
-        out.repairs.append(("bad_tool_call", f"call {pos} has no function name; removed", tc))
+        out.repairs.append(("bad_tool_call", f"call {pos} has no function name; removed", (tc,)))
         return None
     fn = dict(fn)
     args = fn.get("arguments")
     if not isinstance(args, str):
         fn["arguments"] = "{}" if args is None else to_json(args)[0]
         out.repairs.append(
-            ("bad_arguments", f"call {pos}: arguments were a {type(args).__name__}; encoded", None)
+            ("bad_arguments", f"call {pos}: arguments were a {type(args).__name__}; encoded", ())
         )
     call["function"] = fn
     call.setdefault("type", "function")
@@ -169,7 +169,7 @@ def _repair_call(
     tid = key
     if not key or not isinstance(call.get("id"), str):
         tid = key or f"ctxpolicy_call_{index}_{pos}"
-        out.repairs.append(("missing_call_id", f"call {pos} had no string id; now {tid!r}", None))
+        out.repairs.append(("missing_call_id", f"call {pos} had no string id; now {tid!r}", ()))
     if tid in seen:
         first = seen[tid]
         tid = f"{tid}~{index}.{pos}"
@@ -179,7 +179,7 @@ def _repair_call(
             (
                 "duplicate_call",
                 f"call {pos}: id {key!r} already used by message {first}; now {tid!r}",
-                None,
+                (),
             )
         )
     call["id"] = tid

@@ -28,6 +28,7 @@ from ctxpolicy.conversation import (
     render,
 )
 from ctxpolicy.engine.own import insert_specials, own_kind, own_text
+from ctxpolicy.jsontext import to_json
 from ctxpolicy.repair import flatten_deep
 from ctxpolicy.tokens import _NO_SNAPSHOT, _snapshot, _value_key
 
@@ -234,11 +235,16 @@ class Caches:
         for (kind, index), found in fresh.items():
             s.state.seen_repairs.add((kind, index))
             s.state.touch("meta")
-            removed = [r.removed for r in found if r.removed is not None]
+            removed = [x for r in found for x in r.removed]
             archived = None
             if removed and s.snapshots is not None:
-                doc = {"role": "ctxpolicy.removed", "repair": kind, "index": index}
-                if s._archive_messages([{**doc, "removed": removed}], s._emit) is not None:
+                # a string verbatim, anything else as its exact JSON text
+                text = removed[0] if len(removed) == 1 and isinstance(removed[0], str) else None
+                doc = {
+                    "role": f"ctxpolicy.removed ({kind}, message {index})",
+                    "content": text if text is not None else to_json(removed)[0],
+                }
+                if s._archive_messages([doc], s._emit) is not None:
                     assert s._history is not None
                     archived = s._history.last_ref
             s._emit(
