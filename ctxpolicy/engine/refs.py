@@ -21,11 +21,18 @@ if TYPE_CHECKING:
     from ctxpolicy.engine.session import Session
 
 
-def ensure_refs(session: Session, before: Sequence[Unit], after: list[Unit]) -> list[Unit]:
+def ensure_refs(
+    session: Session, before: Sequence[Unit], after: list[Unit]
+) -> tuple[list[Unit], list[str]]:
     """``after`` with a reference line added to every tool result a layer changed that
-    does not name its original's reference (archived now when it has none)."""
+    does not name its original's reference (archived now when it has none), and the
+    keys of the units whose original could not be archived (the store failed: the
+    caller treats them like dropped units it could not archive)."""
     old = {u.key: u for u in before}
     out = after
+    unarchived: list[str] = []
+    # snapshots disabled by the policy: nothing can (or is meant to) be referenced
+    required = session.policy.snapshots.enabled
     for ui, u in enumerate(after):
         b = old.get(u.key)
         if b is None or b is u or u.kind != "step" or b.messages == u.messages:
@@ -43,7 +50,11 @@ def ensure_refs(session: Session, before: Sequence[Unit], after: list[Unit]) -> 
             if known and known in text:
                 continue
             ref = session._ref_for_message(b, original)
-            if ref is None or ref in text:
+            if ref is None:
+                if required and u.key not in unarchived:
+                    unarchived.append(u.key)
+                continue
+            if ref in text:
                 continue
             if msgs is None:
                 msgs = list(u.messages)
@@ -52,4 +63,4 @@ def ensure_refs(session: Session, before: Sequence[Unit], after: list[Unit]) -> 
             if out is after:
                 out = list(after)
             out[ui] = u.replace(messages=msgs)
-    return out
+    return out, unarchived
