@@ -184,7 +184,7 @@ def run_layer(
     if result.dropped and not s._archive_units(result.dropped, emit):
         unarchived = [*(u.key for u in result.dropped), *unarchived]
     if unarchived:
-        lost = set(unarchived)
+        unarchived_keys = set(unarchived)
         hard_limit = budget.window - budget.reserve_output
         if used <= hard_limit:
             emit(
@@ -194,7 +194,7 @@ def run_layer(
         emit(
             "data.lost",
             units=unarchived[:100],
-            messages=sum(len(u.messages) for u in before if u.key in lost),
+            messages=sum(len(u.messages) for u in before if u.key in unarchived_keys),
             reason="archive write failed and the request would not fit otherwise",
         )
     if s.ledger is not None and result.dropped:
