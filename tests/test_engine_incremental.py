@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 from ctxpolicy.conversation import check_messages
 from ctxpolicy.engine import LEDGER_MARK, Session
 from tests.engine_helpers import make_policy
+from tests.helpers_conv import DEEP, hostile_messages
 
 Message = dict[str, Any]
 
@@ -51,71 +52,6 @@ def operations(draw: Any) -> list[tuple[str, Any]]:
     return ops
 
 
-#: Issue 19 items 8, 9, 11: hostile message shapes (see tests/security/test_malformed_calls.py)
-BAD = "\udcff"
-
-
-def _malformed(text: str, pick: int, n: int, msgs: list[Any]) -> list[Any]:
-    fn = {"name": "read", "arguments": "{}"}
-    earlier = [
-        c["id"]
-        for m in msgs
-        if isinstance(m, dict) and isinstance(m.get("tool_calls"), list)
-        for c in m["tool_calls"]
-        if isinstance(c, dict) and isinstance(c.get("id"), str)
-    ]
-    dup = earlier[pick % len(earlier)] if earlier else "c0_0"
-    result = {"role": "tool", "tool_call_id": dup, "content": f"{text} " * 6}
-    shapes: list[list[Any]] = [
-        [{"role": "assistant", "content": text, "tool_calls": {"id": f"d{n}", "function": fn}}],
-        [{"role": "assistant", "content": None, "tool_calls": f'[{{"id": "s{n}"}}]'}],
-        [{"role": "assistant", "content": "x", "tool_calls": f"garbage {text}"}],
-        [{"role": "assistant", "content": "y", "tool_calls": [text, 7, None, {"id": f"f{n}"}]}],
-        [
-            {
-                "role": "assistant",
-                "content": "z",
-                "tool_calls": [{"function": fn}, {"function": fn}],
-            },
-            {"role": "tool", "content": f"first {text}"},
-            {"role": "tool", "tool_call_id": None, "content": "second"},
-        ],
-        [
-            {"role": "assistant", "content": "dup", "tool_calls": [{"id": dup, "function": fn}]},
-            result,
-        ],
-        [text, None, 42, ["role", "user"]],
-        [{"role": "tool", "tool_call_id": dup, "content": {"deep": _deep(5_000)}}],
-        [{"role": "assistant", "content": "deep", "tool_calls": [_deep(5_000)]}],
-        [{"role": "user", "content": f"{BAD} name{BAD}.txt {text}"}],
-        [
-            {
-                "role": "assistant",
-                "content": BAD,
-                "tool_calls": [
-                    {"id": f"u{n}{BAD}", "function": {"name": f"r{BAD}", "arguments": {"p": BAD}}}
-                ],
-            },
-            {"role": "tool", "tool_call_id": f"u{n}{BAD}", "content": f"{BAD}{text}" * 5},
-        ],
-    ]
-    return shapes[pick % len(shapes)]
-
-
-DEEP: dict[int, Any] = {}
-
-
-def _deep(depth: int) -> Any:
-    if depth in DEEP:
-        return DEEP[depth]
-    DEEP[depth] = root = {}
-    cur = root
-    for _ in range(depth):
-        cur["a"] = {}
-        cur = cur["a"]
-    return root
-
-
 def _apply(msgs: list[Any], kind: str, arg: tuple[str, int], n: int) -> None:
     text, pick = arg
     last = msgs[-1]
@@ -137,7 +73,7 @@ def _apply(msgs: list[Any], kind: str, arg: tuple[str, int], n: int) -> None:
     elif kind == "user":
         msgs.append({"role": "user", "content": text})
     elif kind == "malformed":
-        msgs.extend(_malformed(text, pick, n, msgs))
+        msgs.extend(hostile_messages(text, pick, n, msgs))
     elif kind == "edit" and len(msgs) > 2:
         target = msgs[2 + pick % (len(msgs) - 2)]
         if isinstance(target, dict):

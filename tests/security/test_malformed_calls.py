@@ -265,7 +265,7 @@ _message = st.one_of(
         {
             "role": st.just("tool"),
             "tool_call_id": st.sampled_from(["c1", "c2", "", None, 5, BAD]),
-            "content": st.text(max_size=30),
+            "content": st.text(max_size=30) | st.text(max_size=9).map(lambda t: t + BAD + t),
         }
     ),
     st.builds(lambda t: {"role": "user", "content": t}, st.text(max_size=20)),
