@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 from ctxpolicy.conversation import check_messages, content_text
 from ctxpolicy.engine import Session
 from tests.engine_helpers import make_policy
+from tests.helpers_conv import deep_value
 
 FN = {"name": "read_file", "arguments": '{"path": "a.py"}'}
 BAD = os.fsdecode(b"\xff")
@@ -194,13 +195,9 @@ def test_thousands_of_id_less_calls_stay_linear() -> None:
     assert len(set(_ids(out))) == n
 
 
-def _deep(n: int) -> tuple[dict[str, Any], str]:
-    root: dict[str, Any] = {}
-    cur = root
-    for _ in range(n - 1):
-        cur["a"] = {}
-        cur = cur["a"]
-    return root, '{"a": ' * (n - 1) + "{}" + "}" * (n - 1)
+def _deep(n: int) -> tuple[Any, str]:
+    """A dict nested ``n`` levels deep and its exact JSON text."""
+    return deep_value(n - 1), '{"a": ' * (n - 1) + "{}" + "}" * (n - 1)
 
 
 @pytest.mark.parametrize("depth", [150, 990, 5_000])
