@@ -35,7 +35,7 @@ if TYPE_CHECKING:
 #: The key-facts check after a compaction reads a unit's changed messages up to this size: a
 #: bigger one (a file dump, a long log) holds too many "facts" to list, costs more to
 #: scan than to tokenize, and stays one recall away through its snapshot.
-_FACTS_MAX_CHARS = 2_000
+_FACTS_MAX_CHARS = 20_000
 _FACTS_PER_COMPACTION = 100
 
 Count = Callable[[Sequence[Unit]], int]

@@ -25,7 +25,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from ctxpolicy import plugins
-from ctxpolicy.budget import BudgetState, ToolGrowthEstimator, compute_budget
+from ctxpolicy.budget import BudgetState, ToolGrowthEstimator, compute_budget, effective_window
 from ctxpolicy.components import Layer, SnapshotStore, Summarizer
 from ctxpolicy.conversation import Message, Unit, check_messages, content_text, render
 from ctxpolicy.engine.caches import Caches, remember
@@ -40,7 +40,7 @@ from ctxpolicy.engine.own import (
 from ctxpolicy.engine.runner import run_pipeline
 from ctxpolicy.engine.squeeze import squeeze
 from ctxpolicy.engine.state import PreparedStats, SessionState
-from ctxpolicy.policy.models import Policy
+from ctxpolicy.policy.models import Policy, resolve_amount
 from ctxpolicy.tokens import TokenCounter, get_counter
 
 __all__ = ["ContextOverflowError", "PreparedStats", "Session", "prepare"]
@@ -357,7 +357,9 @@ class Session:
         from ctxpolicy.ledger import Ledger
 
         return Ledger(
-            max_tokens=self.policy.ledger.max_tokens,
+            max_tokens=max(
+                64, resolve_amount(self.policy.ledger.max_tokens, effective_window(self.policy))
+            ),
             constraints=tuple(self.policy.constraints),
             count_text=self.counter.count_text,
         )

@@ -219,6 +219,8 @@ class PolicyStrategy:
         self.above_target = any(
             e.get("type") == "context.above_target" for e in self._events[start:]
         )
+        if any(e.get("type") == "context.compacted" for e in self._events[start:]):
+            self._recalled.clear()  # the history archive behind a reference grew
         layers = [
             str(e.get("layer"))
             for e in self._events[start:]
