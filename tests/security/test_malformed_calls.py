@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from pathlib import Path
 from typing import Any
 
@@ -280,3 +281,44 @@ def test_hostile_shapes_never_raise_and_stay_sendable(middle: list[Any]) -> None
     for m in middle:  # every tool result's text reaches the context (as result or orphan)
         if isinstance(m, dict) and m.get("role") == "tool" and m["content"].strip():
             assert json.dumps(m["content"], ensure_ascii=False)[1:-1] in sent
+
+
+def test_a_reused_call_id_keeps_each_result_s_own_snapshot(tmp_path: Path) -> None:
+    """Some providers number calls per turn (``call_0`` every time): the reference of
+    each masked result must recall *that* result, not the last one with the id."""
+    s = _session(
+        tmp_path,
+        model={"context_window": 6000, "max_output_tokens": 500, "tokenizer": "cl100k_base"},
+        tools={"*": {"preprocess": "head_tail", "options": {"max_chars": 100_000}}},
+        pipeline=[
+            {
+                "layer": "observation_mask",
+                "at": "warning",
+                "options": {"max_age_rounds": 1, "max_chars": 80, "dedupe": False},
+            }
+        ],
+    )
+    middle: list[Any] = []
+    outputs = []
+    for r in range(5):
+        tc = {"id": "call_0", "type": "function", "function": FN}
+        output = f"output of turn {r}: " + "".join(f"row {r}.{i}\n" for i in range(300))
+        outputs.append(output)
+        text = s.add_tool_result(tc, output)
+        middle += [
+            {"role": "assistant", "content": f"turn {r}", "tool_calls": [tc]},
+            {"role": "tool", "tool_call_id": "call_0", "content": text},
+        ]
+    out = s.prepare(_msgs(*middle))
+    _assert_sendable(out)
+    results = [m for m in out if m.get("role") == "tool"]
+    assert len(results) == 5
+    masked = 0
+    for r, m in enumerate(results):
+        text = content_text(m["content"])
+        if text.startswith(outputs[r]):
+            continue
+        masked += 1
+        ref = re.findall(r"\[Full detail available at: (?:\S+ \()?(\S+?)\)?\]", text)[-1]
+        assert s.recall(ref).startswith(f"output of turn {r}: "), (r, ref)
+    assert masked >= 3
