@@ -11,14 +11,17 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from ctxpolicy.conversation import check_messages, content_text
+from ctxpolicy.components import CompactionContext, Layer, LayerResult
+from ctxpolicy.conversation import Unit, check_messages, content_text
 from ctxpolicy.engine import Session
 from ctxpolicy.layers._util import with_text
+from ctxpolicy.plugins import hookimpl
 from tests.engine_helpers import call, make_policy
 
 IMAGE = {"type": "image_url", "image_url": {"url": "data:image/png;base64,iVBORw0KGgo="}}
@@ -144,3 +147,68 @@ def test_with_text_rewrites_text_parts_only(content: list[Any]) -> None:
     others = [p for p in content if not (isinstance(p, str) or "text" in p)]
     assert [p for p in new["content"] if p.get("type") != "text"] == others
     assert content_text(new["content"]) == "NEW"
+
+
+class _Blunt(Layer):
+    """A third-party layer that cuts every unpinned text to 40 characters, no reference."""
+
+    name = "blunt_cut_test"
+    description = "cuts texts without keeping a reference"
+
+    def apply(self, ctx: CompactionContext, units: Sequence[Unit]) -> LayerResult:
+        out = []
+        for u in units:
+            if u.pinned or u.kind not in ("step", "user", "other"):
+                out.append(u)
+                continue
+            msgs = [
+                with_text(m, content_text(m.get("content"))[:40])
+                if len(content_text(m.get("content"))) > 40
+                else m
+                for m in u.messages
+            ]
+            out.append(u.replace(messages=msgs) if msgs != list(u.messages) else u)
+        return LayerResult(units=out)
+
+
+class _BluntPlugin:
+    @hookimpl
+    def ctxpolicy_register_layers(self, register: Callable[[type], None]) -> None:
+        register(_Blunt)
+
+
+def test_a_third_party_layer_cannot_shorten_without_a_reference(
+    tmp_path: Path, register_plugin: Callable[[object, str], str]
+) -> None:
+    register_plugin(_BluntPlugin(), "blunt_cut_test_plugin")
+    policy = make_policy(
+        tmp_path,
+        model={"context_window": 4000, "max_output_tokens": 500, "tokenizer": "cl100k_base"},
+        pipeline=[{"layer": "blunt_cut_test", "at": "warning"}],
+    )
+    s = Session(policy, conv_id="blunt")
+    msgs: list[dict[str, Any]] = [
+        {"role": "system", "content": "agent"},
+        {"role": "user", "content": "task"},
+    ]
+    for r in range(4):
+        msgs.append({"role": "user", "content": f"note {r}: " + "détail 🙂 " * 120})
+        msgs.append(
+            {
+                "role": "assistant",
+                "content": f"plan {r}: " + "think " * 150,
+                "tool_calls": [call(f"c{r}", n=r)],
+            }
+        )
+        msgs.append({"role": "tool", "tool_call_id": f"c{r}", "content": f"r{r} " + "y " * 300})
+    msgs.append({"role": "user", "content": "continue"})
+    out = s.prepare(msgs)
+    assert not check_messages(out)
+    shortened = [
+        (a, b) for a, b in zip(msgs, out, strict=True) if a != b and a.get("role") != "system"
+    ]
+    assert len(shortened) >= 8
+    for original, m in shortened:
+        refs = REF.findall(content_text(m.get("content")))
+        assert refs, m
+        assert content_text(original["content"])[:60] in s.recall(refs[-1])
