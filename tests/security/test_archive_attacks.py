@@ -22,6 +22,7 @@ import pytest
 
 from ctxpolicy.conversation import check_messages, content_text
 from ctxpolicy.engine import LEDGER_MARK, Session
+from ctxpolicy.engine.own import HANDOVER_MARK
 from ctxpolicy.plugins import hookimpl
 from ctxpolicy.snapshots import LocalStore
 from tests.engine_helpers import call, make_policy
@@ -106,6 +107,19 @@ def test_a_ledger_fed_back_twice_is_not_duplicated(tmp_path: Path) -> None:
     again = Session(policy, conv_id="twice")
     out = again.prepare([*prepared, dict(ledger), {"role": "user", "content": "more"}])
     assert sum(1 for m in out if content_text(m.get("content")).startswith(LEDGER_MARK)) == 1
+
+
+def test_a_fed_back_handover_is_re_adopted_after_a_restart(tmp_path: Path) -> None:
+    policy = _drop_policy(tmp_path)
+    handover = {"goal": f"finish BUG-77 ü{BAD}", "constraints": ["never push to main"]}
+    first = Session(policy, conv_id="handover", handover=handover)
+    prepared = first.prepare(_conversation(3, 300))
+    marked = [m for m in prepared if content_text(m.get("content")).startswith(HANDOVER_MARK)]
+    assert len(marked) == 1
+    again = Session(policy, conv_id="handover")  # no handover given: only the history has it
+    out = again.prepare([*prepared, {"role": "user", "content": "go on"}])
+    kept = [m for m in out if content_text(m.get("content")).startswith(HANDOVER_MARK)]
+    assert kept == marked
 
 
 # ----------------------------------------------------------------------------- item 10
