@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 from ctxpolicy.budget import BudgetState
 from ctxpolicy.components import CompactionContext, Layer, LayerResult
 from ctxpolicy.conversation import Unit, check_units, content_text
+from ctxpolicy.engine.refs import ensure_refs
 from ctxpolicy.policy.models import ResolvedStep, State
 
 if TYPE_CHECKING:
@@ -158,6 +159,8 @@ def run_layer(
         a is b for a, b in zip(new_units, before, strict=True)
     ):
         return None, used
+    # a shortened result keeps a reference to its original (unarchived: the store failed)
+    new_units, unarchived = ensure_refs(s, before, new_units)
     problems = [v.detail for v in check_units(before, new_units)]
     new_used = count(new_units)
     if new_used > used:
@@ -179,14 +182,19 @@ def run_layer(
         emit("layer.deferred", gain=gain, min_gain_tokens=cache.min_gain_tokens)
         return None, used
     if result.dropped and not s._archive_units(result.dropped, emit):
+        unarchived = [*(u.key for u in result.dropped), *unarchived]
+    if unarchived:
+        unarchived_keys = set(unarchived)
         hard_limit = budget.window - budget.reserve_output
         if used <= hard_limit:
-            emit("layer.rejected", problems=["the dropped units could not be archived"])
+            emit(
+                "layer.rejected", problems=["the dropped or shortened units could not be archived"]
+            )
             return None, used
         emit(
             "data.lost",
-            units=[u.key for u in result.dropped][:100],
-            messages=sum(len(u.messages) for u in result.dropped),
+            units=unarchived[:100],
+            messages=sum(len(u.messages) for u in before if u.key in unarchived_keys),
             reason="archive write failed and the request would not fit otherwise",
         )
     if s.ledger is not None and result.dropped:

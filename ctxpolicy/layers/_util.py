@@ -96,12 +96,30 @@ def truncate_keep_refs(text: str, max_chars: int) -> str | None:
 
 
 def with_text(msg: Message, text: str) -> Message:
-    """A copy of ``msg`` whose content is ``text`` (list contents become one text part)."""
+    """A copy of ``msg`` whose text is ``text``.
+
+    A list content keeps every non-text part (images, audio, files) in place: the
+    text parts are replaced by one text part where the first of them was.
+    """
     new = dict(msg)
-    if isinstance(msg.get("content"), list):
-        new["content"] = [{"type": "text", "text": text}]
-    else:
+    content = msg.get("content")
+    if not isinstance(content, list):
         new["content"] = text
+        return new
+    parts: list[Any] = []
+    placed = False
+    for part in content:
+        is_text = isinstance(part, str) or (
+            isinstance(part, Mapping) and isinstance(part.get("text"), str)
+        )
+        if not is_text:
+            parts.append(part)
+        elif not placed:
+            parts.append({"type": "text", "text": text})
+            placed = True
+    if not placed:
+        parts.insert(0, {"type": "text", "text": text})
+    new["content"] = parts
     return new
 
 

@@ -187,24 +187,28 @@ class Summarize(Layer):
             ctx.emit("breaker.closed", summarizer=self.options.summarizer)
 
     # ------------------------------------------------------------------ call
-    def _call(self, summarizer: Summarizer, req: SummaryRequest) -> Any:
+    def _call(self, summarizer: Summarizer, req: SummaryRequest, ctx: CompactionContext) -> Any:
+        """One summarizer call, bounded by ``timeout_s`` (:func:`ctxpolicy.bounded.call_bounded`:
+        a hung call keeps one daemon thread per summarizer; later calls fail fast)."""
         timeout = self.options.timeout_s
         if timeout is None:
             return summarizer.summarize(req)
-        import concurrent.futures  # only with a timeout (keeps `validate` imports light)
+        from ctxpolicy.bounded import CallBusy, CallTimeout, call_bounded
 
-        pool = concurrent.futures.ThreadPoolExecutor(
-            max_workers=1, thread_name_prefix="ctxpolicy-summary"
-        )
         try:
-            fut = pool.submit(summarizer.summarize, req)
-            try:
-                return fut.result(timeout=timeout)
-            except concurrent.futures.TimeoutError:
-                fut.cancel()
-                raise SummaryFailure(f"timeout after {timeout:g}s") from None
-        finally:
-            pool.shutdown(wait=False, cancel_futures=True)
+            return call_bounded(
+                summarizer, lambda: summarizer.summarize(req), timeout, name="summary"
+            )
+        except CallTimeout as exc:
+            ctx.emit("summarizer.hung", summarizer=self.options.summarizer, timeout_s=timeout)
+            raise SummaryFailure(str(exc)) from None
+        except CallBusy as exc:
+            ctx.emit(
+                "summarizer.busy",
+                summarizer=self.options.summarizer,
+                hung_for_s=round(exc.hung_for, 3),
+            )
+            raise SummaryFailure(str(exc)) from None
 
     # ------------------------------------------------------------------ apply
     def apply(self, ctx: CompactionContext, units: Sequence[Unit]) -> LayerResult:
@@ -267,7 +271,7 @@ class Summarize(Layer):
                 count_text=ct,
             )
             try:
-                out = self._call(summarizer, req)
+                out = self._call(summarizer, req, ctx)
             except SummaryFailure as exc:
                 return self._failed(ctx, units, str(exc))
             except Exception as exc:
