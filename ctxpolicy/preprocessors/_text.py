@@ -112,23 +112,28 @@ def clean_terminal(text: str) -> str:
     last ``\\r`` is what a terminal finally shows (``\\r\\n`` is a plain newline).
     Backspaces delete the previous character. Other C0 controls but tab are dropped.
     """
-    text = ANSI_RE.sub("", text).replace("\r\n", "\n")
-    out: list[str] = []
-    for line in text.split("\n"):
-        if "\r" in line:
-            parts = [p for p in line.split("\r") if p]
-            line = parts[-1] if parts else ""
-        if "\b" in line:
-            buf: list[str] = []
-            for ch in line:
-                if ch == "\b":
-                    if buf:
-                        buf.pop()
-                else:
-                    buf.append(ch)
-            line = "".join(buf)
-        out.append(_CONTROL_RE.sub("", line))
-    return "\n".join(out)
+    if "\x1b" in text:  # every escape sequence starts with ESC
+        text = ANSI_RE.sub("", text)
+    text = text.replace("\r\n", "\n")
+    if "\r" in text or "\b" in text:  # redraws and backspaces: line by line
+        out: list[str] = []
+        for line in text.split("\n"):
+            if "\r" in line:
+                parts = [p for p in line.split("\r") if p]
+                line = parts[-1] if parts else ""
+            if "\b" in line:
+                buf: list[str] = []
+                for ch in line:
+                    if ch == "\b":
+                        if buf:
+                            buf.pop()
+                    else:
+                        buf.append(ch)
+                line = "".join(buf)
+            out.append(line)
+        text = "\n".join(out)
+    # the other controls go in one pass (none of them is a newline)
+    return _CONTROL_RE.sub("", text)
 
 
 _CONTROL_RE = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
