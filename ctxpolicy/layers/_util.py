@@ -22,6 +22,8 @@ from ctxpolicy.conversation import Message, Unit, content_text
 if TYPE_CHECKING:
     from ctxpolicy.components import CompactionContext
 
+#: How every reference line starts (a substring test before any regex pass).
+REF_MARK = "[Full detail available at: "
 #: ``[Full detail available at: <path>]`` or ``[Full detail available at: <path> (<uri>)]``
 REF_LINE = re.compile(
     r"^\[Full detail available at: (?P<path>.+?)(?: \((?P<uri>ctxsnap://[^)\s]+)\))?\]\s*$",
@@ -66,7 +68,7 @@ def round_groups(units: Sequence[Unit]) -> list[list[int]]:
 
 def split_refs(text: str) -> tuple[str, list[str]]:
     """``text`` without its reference lines, and those lines (in order)."""
-    if "[Full detail available at: " not in text:  # a C substring scan, not a regex pass
+    if REF_MARK not in text:  # a C substring scan, not a regex pass
         return text, []
     refs = [m.group(0).strip() for m in REF_LINE.finditer(text)]
     if not refs:
