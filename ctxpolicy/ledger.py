@@ -241,6 +241,14 @@ class Ledger:
         return led
 
 
+#: The fact categories the files and ids lists are made of.
+_CATEGORIES = {
+    frozenset({"files"}): ("paths",),
+    frozenset({"ids"}): ("ids", "urls", "settings"),
+    frozenset({"files", "ids"}): ("paths", "ids", "urls", "settings"),
+}
+
+
 def _entries(u: Unit, need: set[str]) -> list[tuple[str, str]]:
     """``(list, entry)`` pairs of one dropped unit, in order, for the lists in ``need``."""
     out: list[tuple[str, str]] = []
@@ -261,7 +269,9 @@ def _entries(u: Unit, need: set[str]) -> list[tuple[str, str]]:
         body = REF_LINE.sub("", text) if REF_MARK in text else text
         if need & {"files", "ids"}:
             args = " ".join(str((tc.get("function") or {}).get("arguments", "")) for tc in calls)
-            facts = extract(body + "\n" + args)
+            facts = extract(
+                body + "\n" + args, only=_CATEGORIES[frozenset(need & {"files", "ids"})]
+            )
             if "files" in need:
                 out.extend(("files", p) for p in facts.paths)
             if "ids" in need:

@@ -118,3 +118,16 @@ def test_prefilters_on_real_traces() -> None:
     for path in shared_traces()[:6]:
         text = path.read_text(encoding="utf-8")[:30_000]
         assert extract(text) == _extract_every_pattern(text), path.name
+
+
+CATEGORIES = ["paths", "urls", "ids", "numbers", "errors", "symbols", "settings"]
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    text=st.lists(st.sampled_from(FRAGMENTS), max_size=40).map("".join),
+    only=st.sets(st.sampled_from(CATEGORIES)),
+)
+def test_only_the_categories_asked_for(text: str, only: set[str]) -> None:
+    full = extract(text)
+    assert extract(text, only=only) == Facts(**{c: getattr(full, c) for c in only})
