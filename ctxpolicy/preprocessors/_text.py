@@ -6,6 +6,8 @@ preprocessor module to read its options model.
 
 from __future__ import annotations
 
+import itertools
+import operator
 import re
 import unicodedata
 from collections.abc import Iterable, Sequence
@@ -145,26 +147,17 @@ def collapse_repeats(lines: Iterable[str], *, min_repeats: int = 3) -> list[str]
     ``N`` is how many times the line occurred in a row. Runs shorter than
     ``min_repeats`` are kept as they are.
     """
+    lines = list(lines)
+    if min_repeats >= 2 and not any(map(operator.eq, lines, itertools.islice(lines, 1, None))):
+        return lines  # no line repeats the one before it (a C-speed scan)
     out: list[str] = []
-    prev: str | None = None
-    run = 0
-
-    def flush() -> None:
-        if prev is None:
-            return
+    for line, group in itertools.groupby(lines):
+        run = len(list(group))
         if run >= min_repeats:
-            out.append(prev)
+            out.append(line)
             out.append(f"… line repeated {run} times")
         else:
-            out.extend([prev] * run)
-
-    for line in lines:
-        if line == prev:
-            run += 1
-            continue
-        flush()
-        prev, run = line, 1
-    flush()
+            out.extend([line] * run)
     return out
 
 

@@ -1,11 +1,11 @@
-"""``clean_terminal``'s fast path (no redraws) gives what the line-by-line rules give."""
+"""`clean_terminal` and `collapse_repeats` fast paths give what their line-by-line rules give."""
 
 from __future__ import annotations
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ctxpolicy.preprocessors._text import _CONTROL_RE, ANSI_RE, clean_terminal
+from ctxpolicy.preprocessors._text import _CONTROL_RE, ANSI_RE, clean_terminal, collapse_repeats
 
 PIECES = [
     "a",
@@ -57,3 +57,28 @@ def test_same_as_line_by_line(text: str) -> None:
 def test_examples() -> None:
     assert clean_terminal("\x1b[32mok\x1b[0m\r\n10%\r50%\r100%\nab\bc\x00") == "ok\n100%\nac"
     assert clean_terminal("plain\ttext\n") == "plain\ttext\n"
+
+
+def collapse_one_by_one(lines: list[str], min_repeats: int) -> list[str]:
+    """The rule of :func:`collapse_repeats`, line by line."""
+    out: list[str] = []
+    i = 0
+    while i < len(lines):
+        j = i
+        while j < len(lines) and lines[j] == lines[i]:
+            j += 1
+        run = j - i
+        out += [lines[i], f"… line repeated {run} times"] if run >= min_repeats else lines[i:j]
+        i = j
+    return out
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    lines=st.lists(st.sampled_from(["a", "b", "", "a "]), max_size=40),
+    min_repeats=st.integers(0, 5),
+)
+def test_collapse_repeats_same_as_one_by_one(lines: list[str], min_repeats: int) -> None:
+    assert collapse_repeats(iter(lines), min_repeats=min_repeats) == collapse_one_by_one(
+        lines, min_repeats
+    )
