@@ -238,7 +238,9 @@ def plan_drop(
     Linear in the number of units: each unit is counted once (:class:`Tally`), the
     remaining tokens follow by subtraction, and the list is recounted exactly
     (``ctx.count``) only when the estimate reaches the target — if framing made
-    the estimate low, dropping goes on from the exact count.
+    the estimate low, dropping goes on from the exact count. After
+    :data:`MAX_RECOUNTS` the estimate decides and the reason is ``"estimate"`` when
+    the last exact count is still above the target.
     """
     groups = round_groups(units)
     candidates = groups[: max(0, len(groups) - keep_recent_rounds)]
@@ -261,10 +263,17 @@ def plan_drop(
         if target is None:
             continue
         remaining -= tally.of(g)
-        if remaining <= target and recounts < MAX_RECOUNTS:
+        if remaining > target:
+            continue
+        if recounts < MAX_RECOUNTS:
             recounts += 1
             remaining = ctx.count([u for i, u in enumerate(units) if i not in drop])
-        if remaining <= target:
-            reason = "target"
+            if remaining > target:
+                continue  # the estimate was low: go on from the exact count
+        else:  # out of recounts: the estimate decides, one last count tells
+            exact = ctx.count([u for i, u in enumerate(units) if i not in drop])
+            reason = "target" if exact <= target else "estimate"
             break
+        reason = "target"
+        break
     return drop, n, reason
