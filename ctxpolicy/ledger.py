@@ -40,6 +40,8 @@ _LISTS = ("done", "files", "ids", "errors")
 #: Trimmed first when over budget (oldest entry of the first non-empty list).
 _TRIM_ORDER = ("done", "ids", "files", "errors")
 _MAX_PER_LIST = 200
+#: Units of one drop :meth:`Ledger.update` reads at most (newest first).
+MAX_READ = 2000
 
 
 class Ledger:
@@ -97,7 +99,9 @@ class Ledger:
         Each list keeps its newest ``_MAX_PER_LIST`` distinct entries, an entry seen
         again moving to the end: the result is that of adding every entry in order,
         but the units are read newest first and a list stops reading once it has
-        all the entries it can keep — a large drop costs what its newest part does.
+        all the entries it can keep. Of a drop larger than ``MAX_READ`` units (a long
+        conversation compacted at once, not the few rounds of a usual compaction)
+        the newest ``MAX_READ`` are read: the archive keeps every one verbatim.
         """
         units = [u for u in dropped_units if u.kind != "ledger"]
         if self.goal is None:
@@ -114,7 +118,9 @@ class Ledger:
         fresh: dict[str, dict[str, None]] = {n: {} for n in _LISTS}  # newest first
         need = set(_LISTS)
         next_step: str | None = None
-        for u in reversed(units):
+        for read, u in enumerate(reversed(units)):
+            if read == MAX_READ:
+                need = set()
             if next_step is None:
                 next_step = next(
                     (

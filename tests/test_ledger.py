@@ -176,3 +176,19 @@ def test_a_loaded_ledger_keeps_the_newest_entries_of_each_list() -> None:
     data = Ledger().to_dict() | {"files": [f"f{i}.py" for i in range(260)]}
     led = Ledger.from_dict(data)
     assert led.files == [f"f{i}.py" for i in range(60, 260)]
+
+
+def test_a_huge_drop_is_read_up_to_max_read_units() -> None:
+    from ctxpolicy import ledger as mod
+
+    # ids that never fill the list (one every 40 units): only the newest MAX_READ count
+    c = Conv()
+    for k in range(mod.MAX_READ + 400):
+        c.step(("bash", {"cmd": "true"}, f"ticket ORD_{k:05d}" if k % 40 == 0 else "ok"))
+    units = c.units(pin_first_user=False, pin_last_user=False)
+    led = Ledger()
+    led.update(units)
+    plain = Ledger()
+    _forward_update(plain, units[-mod.MAX_READ :])
+    assert led.ids == plain.ids and "ORD_00000" not in led.ids
+    assert led.next_step == plain.next_step and led.done == plain.done

@@ -30,8 +30,8 @@ AGENT, WINDOW = "coding_agent_16k", 8192
 
 def test_prepare_looks_up_each_message_a_bounded_number_of_times(tmp_path) -> None:
     policy = scaling_policy(str(tmp_path), agent=AGENT, window=WINDOW)
-    _, small = prepare_once(policy, tiny_session(SMALL))
-    _, large = prepare_once(policy, tiny_session(LARGE))
+    small = prepare_once(policy, tiny_session(SMALL))[1]
+    large = prepare_once(policy, tiny_session(LARGE))[1]
     assert small >= SMALL  # every message is counted (and compaction ran at both sizes)
     assert large / small < SIZE * 1.25, (small, large)
     assert large < 3 * LARGE
