@@ -250,8 +250,8 @@ def to_markdown(data: dict[str, Any]) -> str:
         "messages the token counter looked up (a deterministic measure of counting "
         'work); "compacted away" the share of the messages not sent. What is '
         "compacted away is archived verbatim and read by the progress ledger, work "
-        "proportional to that share: from 1,000 messages (59 % away) to 8,000 (95 %) "
-        "linear code grows by about 8 × 95/59 ≈ 13×, not 8×. tests/test_scaling.py "
+        "proportional to that share, which grows from 59 % at 1,000 messages to 95 % "
+        "at 8,000: there, linear code may grow by more than the size. tests/test_scaling.py "
         "therefore measures at a budget that 1,000 tiny messages already exceed many "
         "times over (coding_agent_16k at an 8k window: the same share at both sizes) "
         "and asserts by ratio, never by wall clock: time at 8,000 vs 1,000 messages "
@@ -265,11 +265,18 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--quick", action="store_true", help="sizes 1,000 and 4,000, one run each")
     ap.add_argument("--baseline", type=Path, help="source tree measured as the baseline")
     ap.add_argument("--timeout", type=float, default=None, help="seconds per child")
+    ap.add_argument("--render", action="store_true", help="rewrite the .md from the .json")
     ap.add_argument("--child", type=int, help=argparse.SUPPRESS)
     ap.add_argument("--repeat", type=int, default=3, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.child is not None:
         print(json.dumps(child(args.child, args.repeat)))
+        return 0
+    if args.render:  # e.g. after editing the description of the baseline
+        from benchmarks import _common
+
+        data = json.loads((_common.RESULTS / "bench_scaling.json").read_text(encoding="utf-8"))
+        write_results("bench_scaling", data, to_markdown(data))
         return 0
     sizes = QUICK_SIZES if args.quick else SIZES
     timeout = args.timeout or (60.0 if args.quick else 300.0)
