@@ -174,6 +174,11 @@ class TiktokenTokenizer(Tokenizer):
         return list(self._encode(text))
 
 
+def scrub_surrogates(text: str) -> str:
+    """Lone surrogates (``os.fsdecode(b"\\xff")``) → U+FFFD, what tiktoken counts."""
+    return text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
+
+
 # --------------------------------------------------------------------------- quicktok
 
 _QUICKTOK_BUNDLED = {"cl100k_base", "o200k_base", "o200k_harmony", "llama3", "qwen3"}
@@ -219,10 +224,13 @@ class QuicktokTokenizer(Tokenizer):
 
     def count(self, text: str) -> int:
         # encode_ordinary: special-token text counts as plain text, like tiktoken's.
-        return len(self._enc.encode_ordinary(text))
+        return len(self.encode(text))
 
     def encode(self, text: str) -> list[int]:
-        return list(self._enc.encode_ordinary(text))
+        try:
+            return list(self._enc.encode_ordinary(text))
+        except (TypeError, UnicodeError):  # lone surrogates: as tiktoken does
+            return list(self._enc.encode_ordinary(scrub_surrogates(text)))
 
 
 # --------------------------------------------------------------------------- heuristic
@@ -355,7 +363,10 @@ class HeuristicTokenizer(Tokenizer):
     def count(self, text: str) -> int:
         if not text:
             return 0
-        f = heuristic_features(text)
+        try:
+            f = heuristic_features(text)
+        except UnicodeError:  # lone surrogates: as tiktoken does
+            f = heuristic_features(scrub_surrogates(text))
         est = sum(f[k] * w for k, w in zip(FEATURES, self._w, strict=True))
         return max(1, round(est))
 

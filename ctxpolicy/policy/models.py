@@ -175,7 +175,9 @@ class Budget(StrictModel):
     target: Annotated[float, Field(gt=0, lt=1)] | Annotated[int, Field(gt=1)] = Field(
         default=0.7,
         description="Where compaction stops: a fraction of the trigger (0–1) or "
-        "absolute tokens. 20–30% below the trigger keeps compaction from thrashing.",
+        "absolute tokens. Keep it below the lowest `at` threshold: the gap is the "
+        "hysteresis band one compaction buys (equal to `warning`: stop as soon as the "
+        "context is back under warning, the DB-GPT behaviour).",
     )
 
 
@@ -198,7 +200,9 @@ class PipelineStep(StrictModel):
     layer: str = Field(description="Name of a registered layer, e.g. `observation_mask`.")
     at: TriggerState = Field(
         default="warning",
-        description="Lowest state at which the layer runs (recounted after each layer).",
+        description="Lowest entry state at which the layer may run: when a call starts "
+        "compaction (above `target`), every step whose `at` is at or below the state at "
+        "that moment runs, in order, recounting after each, until usage ≤ `target`.",
     )
     options: dict[str, Any] = Field(
         default_factory=dict, description="Options of the layer, validated by its own model."
@@ -244,10 +248,18 @@ class Snapshots(StrictModel):
         default=16 * 1024 * 1024, gt=0, description="Largest observation written per snapshot."
     )
     max_age_days: float | None = Field(
-        default=None, gt=0, description="`ctxpolicy snapshots prune` removes older ones."
+        default=None,
+        gt=0,
+        description="Remove snapshots older than this (overrides the store's own "
+        "`max_age_days`, 30 for `local`); applied while sessions write and by "
+        "`ctxpolicy snapshots prune`.",
     )
     max_total_mb: float | None = Field(
-        default=None, gt=0, description="`ctxpolicy snapshots prune` keeps the store below this."
+        default=None,
+        gt=0,
+        description="Keep the store below this size (overrides the store's own "
+        "`max_total_mb`, 1024 for `local`); applied while sessions write and by "
+        "`ctxpolicy snapshots prune`.",
     )
     options: dict[str, Any] = Field(
         default_factory=dict, description="Options of the snapshot store."
@@ -268,7 +280,11 @@ class Ledger(StrictModel):
     """The progress ledger: facts extracted from compacted history, kept pinned."""
 
     enabled: bool = Field(default=True, description="Maintain and pin the ledger.")
-    max_tokens: int = Field(default=1500, ge=64, description="Upper bound of its rendered size.")
+    max_tokens: Annotated[int, Field(ge=64)] | Percent = Field(
+        default=1500,
+        description="Upper bound of its rendered size: tokens, or a percentage of the window "
+        "(`'6%'`: the ledger scales with the window a policy is used at).",
+    )
 
 
 class CacheSpec(StrictModel):

@@ -211,6 +211,7 @@ class _Resolver:
         for raw_path, message in warnings:
             self.emit(doc, loaded.source_map.position(raw_path), "CTX401", message)
         interpolated, problems = interpolate_tree(native, self.env)
+        _keep_store_paths(native, interpolated)
         doc.native = interpolated
         for p, prob in problems:
             scope = p[1] if len(p) > 1 and p[0] == "policies" and isinstance(p[1], str) else None
@@ -594,6 +595,24 @@ class _Resolver:
             names.add(parent)
             cur = parent
         return names
+
+
+def _keep_store_paths(raw: Any, interpolated: Any) -> None:
+    """``snapshots.path`` stays as written: the session interpolates it with its own
+    ``env=`` when it opens the store (problems are still reported at load time)."""
+    policies = raw.get("policies") if isinstance(raw, dict) else None
+    if not isinstance(policies, dict) or not isinstance(interpolated.get("policies"), dict):
+        return
+    for name, agent in policies.items():
+        snaps = agent.get("snapshots") if isinstance(agent, dict) else None
+        target = interpolated["policies"].get(name)
+        if (
+            isinstance(snaps, dict)
+            and isinstance(snaps.get("path"), str)
+            and isinstance(target, dict)
+            and isinstance(target.get("snapshots"), dict)
+        ):
+            target["snapshots"]["path"] = snaps["path"]
 
 
 def _run(
