@@ -19,6 +19,7 @@ context. Deterministic; :meth:`to_dict`/:meth:`from_dict` persist it.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -186,13 +187,24 @@ class Ledger:
         lists = {n: list(getattr(self, n)) for n in _LISTS}
         goal = self.goal
         text = self._render(lists, goal)
-        tokens = self._count(text)
-        while tokens > limit:
+        # trimming is planned on an estimate (characters per token, 4 until this text
+        # is counted, then as counted) and every estimate that fits is checked by one
+        # exact count: a long ledger costs a count or two of its bounded text, not one
+        # of the whole text and one per batch
+        cpt = 4.0
+        tokens, exact = math.ceil(len(text) / cpt), False
+        while True:
+            if tokens <= limit:
+                if exact:
+                    break
+                tokens, exact = self._count(text), True
+                cpt = max(1.0, len(text) / max(1, tokens))
+                if tokens <= limit:
+                    break
             if any(lists[n] for n in _TRIM_ORDER):
                 # drop the oldest entries of the longest lists first, in one batch sized
-                # by the excess (chars per token estimated from this text) so a long
-                # ledger is trimmed in a few recounts, not one per entry
-                excess_chars = (tokens - limit) * max(1.0, len(text) / tokens)
+                # by the excess
+                excess_chars = (tokens - limit) * cpt
                 removed = 0.0
                 while removed < excess_chars:
                     name = max(_TRIM_ORDER, key=lambda n: (len(lists[n]), -_TRIM_ORDER.index(n)))
@@ -204,7 +216,7 @@ class Ledger:
             else:
                 break
             text = self._render(lists, goal)
-            tokens = self._count(text)
+            tokens, exact = math.ceil(len(text) / cpt), False
         return text
 
     def unit(self) -> Unit | None:

@@ -192,3 +192,34 @@ def test_a_huge_drop_is_read_up_to_max_read_units() -> None:
     _forward_update(plain, units[-mod.MAX_READ :])
     assert led.ids == plain.ids and "ORD_00000" not in led.ids
     assert led.next_step == plain.next_step and led.done == plain.done
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    n=st.integers(0, 200),
+    limit=st.integers(0, 3000),
+    width=st.integers(1, 60),
+    constraints=st.lists(st.text(min_size=1, max_size=30), max_size=3),
+)
+def test_render_fits_the_bound_with_one_exact_check(n, limit, width, constraints) -> None:
+    """Trimming planned on an estimate still ends within the bound, by an exact count,
+    unless only what is never trimmed is left."""
+    counted = []
+
+    def count(text: str) -> int:
+        counted.append(text)
+        return approx_text(text) + text.count("/")  # not len/4: the estimate is off
+
+    led = Ledger(limit, constraints, count_text=count)
+    led.archive = "ctxsnap://c/history"
+    for i in range(n):
+        led.done.append(f"step {i}: " + "x/" * width)
+        led.files.append(f"src/m_{i}.py")
+        led.ids.append(f"ID{i:05d}")
+    led.goal = "goal " * 30
+    text = led.render()
+    assert text is not None and led.archive in text
+    assert all(c.strip() in text for c in constraints)
+    if count(text) > limit:  # nothing trimmable is left
+        assert "Done:" not in text and "Files:" not in text and "Identifiers:" not in text
+    assert len(counted) <= 6  # a few exact counts, not one per entry
