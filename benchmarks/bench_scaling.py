@@ -205,8 +205,7 @@ def to_markdown(data: dict[str, Any]) -> str:
         f"One `prepare` of n tiny messages (rounds of one `bash` call and its one-line "
         f"result) under `{AGENT}` (32k window, compaction heavy), fresh session and "
         "token counter, best of 3 runs (1 from 8,000 messages on), each size in a child "
-        f"process bounded by {data['timeout']:g} s. Reproduce: `python "
-        "benchmarks/bench_scaling.py --baseline <checkout of the code before>`.",
+        f"process bounded by {data['timeout']:g} s.",
         "",
     ]
     headers = ["messages"]
@@ -256,6 +255,9 @@ def to_markdown(data: dict[str, Any]) -> str:
         "times over (coding_agent_16k at an 8k window: the same share at both sizes) "
         "and asserts by ratio, never by wall clock: time at 8,000 vs 1,000 messages "
         "< 8 × 1.6, lookups < 8 × 1.25.",
+        "",
+        "Reproduce: `.venv/bin/python benchmarks/bench_scaling.py --baseline <a checkout "
+        "of the code before>`" + (" (`--quick`)" if data.get("quick") else ""),
     ]
     return "\n".join(lines)
 
@@ -277,6 +279,7 @@ def main(argv: list[str] | None = None) -> int:
 
         data = json.loads((_common.RESULTS / "bench_scaling.json").read_text(encoding="utf-8"))
         write_results("bench_scaling", data, to_markdown(data))
+        print(to_markdown(data))
         return 0
     sizes = QUICK_SIZES if args.quick else SIZES
     timeout = args.timeout or (60.0 if args.quick else 300.0)
@@ -302,6 +305,7 @@ def main(argv: list[str] | None = None) -> int:
         "runs": runs,
     }
     write_results("bench_scaling", data, to_markdown(data))
+    print(to_markdown(data))
     return 0
 
 
