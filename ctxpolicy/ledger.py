@@ -206,10 +206,14 @@ class Ledger:
                 # by the excess
                 excess_chars = (tokens - limit) * cpt
                 removed = 0.0
+                sizes = {n: len(lists[n]) for n in _TRIM_ORDER}
                 while removed < excess_chars:
-                    name = max(_TRIM_ORDER, key=lambda n: (len(lists[n]), -_TRIM_ORDER.index(n)))
-                    if not lists[name]:
+                    # the longest list; of equal ones the first in _TRIM_ORDER (max
+                    # returns the first of equal maxima)
+                    name = max(_TRIM_ORDER, key=sizes.__getitem__)
+                    if not sizes[name]:
                         break
+                    sizes[name] -= 1
                     removed += len(lists[name].pop(0)) + 3
             elif goal and len(goal) > 60:
                 goal = short(goal, 60)
