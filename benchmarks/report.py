@@ -33,9 +33,11 @@ ORDER = (
     "bench_cache",
     "bench_validate",
     "bench_tokens",
+    "bench_tokens_verify",
     "bench_preprocessors",
 )
 SCRIPT = {name: f"benchmarks/{name}.py" for name in ORDER}
+SCRIPT["bench_tokens_verify"] = "benchmarks/bench_tokens.py --verify"
 #: (trace file, agent, window, baselines) of the simulate plots.
 SIMULATIONS = (
     (
@@ -312,7 +314,7 @@ def headline(results: Path) -> list[str]:
         rows.append(
             [
                 "validator: ctxpolicy cold ≤ check-jsonschema cold",
-                "policies/*.yaml",
+                v.get("case", "policies/*.yaml"),
                 f"{v['ctxpolicy_over_check_jsonschema_cold']:.2f}×",
                 ok[v["goal_cold_le_check_jsonschema"]],
             ]

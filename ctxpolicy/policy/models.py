@@ -25,7 +25,7 @@ PERCENT_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*%\s*$")
 
 
 class State(StrEnum):
-    """Context states, ordered by how full the context is (design A)."""
+    """Context states, ordered by how full the context is."""
 
     normal = "normal"
     warning = "warning"
@@ -138,7 +138,7 @@ class LearnSpec(StrictModel):
 
 
 class ToolGrowth(StrictModel):
-    """Learned reserve for the next tool results (design B's expected_tool_growth)."""
+    """Learned reserve for the next tool results (`expected_tool_growth` of a `CompressionConfig`)."""
 
     learn: LearnSpec = Field(default_factory=LearnSpec, description="Learning parameters.")
     initial: Amount = Field(
@@ -166,7 +166,7 @@ class Budget(StrictModel):
     )
     tool_growth: Amount | ToolGrowth = Field(
         default=0,
-        description="Expected growth before the next check (design B): a fixed amount, "
+        description="Expected growth before the next check: a fixed amount, "
         "or `{learn: {...}, initial: ...}` to learn it from the session's tool results.",
     )
     safety_margin: Amount = Field(
@@ -182,7 +182,7 @@ class Budget(StrictModel):
 
 
 class Thresholds(StrictModel):
-    """State boundaries as fractions of the trigger (design A)."""
+    """State boundaries as fractions of the trigger."""
 
     warning: float = Field(default=0.70, gt=0, le=1, description="Ratio at which `warning` starts.")
     error: float = Field(default=0.90, gt=0, le=1, description="Ratio at which `error` starts.")
@@ -211,7 +211,7 @@ class PipelineStep(StrictModel):
 
 
 class OverflowStep(StrictModel):
-    """The reactive layer run on a provider's context-overflow error (design A L4)."""
+    """The reactive layer run on a provider's context-overflow error."""
 
     layer: str = Field(default="emergency", description="Name of a registered layer.")
     options: dict[str, Any] = Field(default_factory=dict, description="Options of the layer.")
@@ -240,7 +240,7 @@ class Snapshots(StrictModel):
     reference: Literal["always", "when_shortened"] = Field(
         default="when_shortened",
         description="When the context text of a tool result carries the line "
-        "`[Full detail available at: <ref>]`: `always` (design A), or only when the "
+        "`[Full detail available at: <ref>]`: `always`, or only when the "
         "preprocessor shortened it (saves ~40 tokens per untouched result; layers add "
         "the line when they cut the result later).",
     )
@@ -325,8 +325,8 @@ class AgentPolicy(StrictModel):
     ledger: Ledger = Field(default_factory=Ledger, description="Progress ledger.")
     constraints: list[str] = Field(
         default_factory=list,
-        description="Constraints kept verbatim through every layer (design B "
-        "`preserve_constraints`).",
+        description="Constraints kept verbatim through every layer (`preserve_constraints` "
+        "of a `CompressionConfig`).",
     )
     cache: CacheSpec = Field(default_factory=CacheSpec, description="Prompt-cache awareness.")
 

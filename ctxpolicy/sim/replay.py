@@ -776,4 +776,16 @@ def _spec_dict(spec: RunSpec, window: int | None) -> dict[str, Any]:
         "reserve_output": b.reserve_output,
         "trigger": b.trigger,
         "target": b.target,
+        "tokenizer": _tokenizer_dict(pol),
     }
+
+
+def _tokenizer_dict(pol: Policy) -> dict[str, Any]:
+    """What counts this policy's tokens: name, exact, wanted, fallback."""
+    from ctxpolicy.components import TokenizerUnavailable
+    from ctxpolicy.tokens import resolve_tokenizer
+
+    try:
+        return resolve_tokenizer(pol.model, pol.model_name).to_dict()
+    except TokenizerUnavailable as exc:
+        return {"name": None, "exact": False, "wanted": None, "fallback": str(exc)}

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 from pydantic import Field
 
+from ctxpolicy.budget import effective_window
 from ctxpolicy.components import ComponentOptions, Layer, Preprocessor
 from ctxpolicy.plugins import get_registry, hookimpl
 from ctxpolicy.policy import resolve as resolve_mod
@@ -31,7 +32,9 @@ def test_design_example_resolves_with_defaults_filled() -> None:
     pol = load_policy(DESIGN, "default", env=POLICY_ENV)
     assert pol.agent == "default" and pol.model_name == "gpt-4o"
     assert pol.model.context_window == 128000
-    assert pol.budget.window == 128000 and pol.budget.reserve_output == 4096
+    # budget.window stays as written (unset); the model's window is the effective one
+    assert pol.budget.window is None and pol.budget.reserve_output == 4096
+    assert effective_window(pol) == 128000
     assert [s.layer for s in pol.pipeline] == ["observation_mask", "drop_rounds", "summarize"]
     om = pol.pipeline[0].options
     assert om["max_age_rounds"] == 5 and om["max_chars"] == 200
