@@ -77,6 +77,11 @@ class CompactionContext:
     """Everything a layer may use. Layers must not keep references to it.
 
     * ``count(units)`` — tokens of a unit list as it would be sent (cached, exact);
+      it recounts the whole list, so call it a bounded number of times per ``apply``;
+    * ``count_unit(unit)`` — tokens one unit adds to a list: its messages with their
+      per-message framing, without the reply priming and tool schemas that
+      ``count([])`` holds (None when the engine does not provide it; use
+      :meth:`unit_counts`, which falls back on ``count``);
     * ``used`` — tokens of the list the layer receives; ``trigger``/``target``/
       ``window`` — the budget in tokens; ``state`` — the current state;
     * ``snapshots`` — the session's snapshot store (or None); ``conv_id``;
@@ -103,6 +108,21 @@ class CompactionContext:
     ledger: Any = None
     constraints: Sequence[str] = ()
     count_text: Callable[[str], int] | None = None
+    count_unit: Callable[[Unit], int] | None = None
+
+    def unit_counts(self, units: Sequence[Unit]) -> list[int]:
+        """Tokens each of ``units`` adds to a list, each unit counted once.
+
+        With an additive counter (the engine's: per-message counts plus a fixed
+        reply priming) ``count([]) + sum(unit_counts(xs)) == count(xs)`` for any
+        sub-list ``xs``, so a layer can plan with prefix sums in linear time and
+        check its result with one exact ``count``. Without ``count_unit`` each unit
+        is measured as ``count([u]) - count([])``.
+        """
+        if self.count_unit is not None:
+            return [self.count_unit(u) for u in units]
+        base = self.count(())
+        return [self.count((u,)) - base for u in units]
 
 
 class Layer(Component):

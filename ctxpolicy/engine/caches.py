@@ -92,12 +92,30 @@ class Caches:
         self.groups: _GroupCache | None = None
         self.pins: _PinCache | None = None
         self.views: _ViewCache | None = None
+        self._by_messages: tuple[_GroupCache, dict[int, int]] | None = None
 
     @property
     def tokens_in(self) -> int:
         """Tokens of every grouped message (framing included) as last grouped."""
         g = self.groups
         return g.tokens[-1] if g and g.tokens else 0
+
+    def unit_tokens(self, unit: Unit) -> int | None:
+        """Tokens of ``unit``'s messages (framing included) when they are those of a
+        grouped unit, counted when it was grouped; None for any other unit.
+
+        Serves ``CompactionContext.count_unit``: a layer counts each unit once
+        without a second pass over the token counter's caches.
+        """
+        g = self.groups
+        if g is None:
+            return None
+        if self._by_messages is None or self._by_messages[0] is not g:
+            self._by_messages = (g, {id(u.messages): i for i, u in enumerate(g.units)})
+        i = self._by_messages[1].get(id(unit.messages))
+        if i is None or g.units[i].messages is not unit.messages:
+            return None
+        return g.tokens[i] - (g.tokens[i - 1] if i else 0)
 
     @property
     def own_messages(self) -> list[tuple[str, str]]:

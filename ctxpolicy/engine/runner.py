@@ -102,6 +102,22 @@ def _layer(session: Session, step: ResolvedStep, index: int) -> Layer:
     return layer
 
 
+def _unit_counter(s: Session) -> Callable[[Unit], int]:
+    """``CompactionContext.count_unit``: a grouped unit's tokens as counted when it was
+    grouped, any other unit's from the counter's message cache; calibrated like
+    ``count``."""
+    scale = s.state.calibration if s.counter.approximate else 1.0
+    count_message = s.counter.count_message
+
+    def count_unit(u: Unit) -> int:
+        n = s._caches.unit_tokens(u)
+        if n is None:
+            n = sum(count_message(m) for m in u.messages)
+        return n if scale == 1.0 else round(n * scale)
+
+    return count_unit
+
+
 def run_layer(
     session: Session,
     step: ResolvedStep,
@@ -139,6 +155,7 @@ def run_layer(
         ledger=s.ledger,
         constraints=tuple(s.policy.constraints),
         count_text=s.counter.count_text,
+        count_unit=_unit_counter(s),
     )
     started = time.perf_counter()
     before = list(view)

@@ -101,14 +101,11 @@ class ObservationMask(Layer):
                     else:
                         last_seen[body] = step_label(u, ordinal)
 
+        with_pointer = {i for i, _ in pointer}
         out: list[Unit] = []
         masked = deduped = saved = 0
         for i, u in enumerate(units):
-            if (
-                u.kind != "step"
-                or u.pinned
-                or (i not in old and not any(k[0] == i for k in pointer))
-            ):
+            if u.kind != "step" or u.pinned or (i not in old and i not in with_pointer):
                 out.append(u)
                 continue
             new_msgs: list[Message] = []

@@ -59,7 +59,7 @@ class Offload(Layer):
     def apply(self, ctx: CompactionContext, units: Sequence[Unit]) -> LayerResult:
         opts = self.options
         drop, n, reason = plan_drop(
-            ctx.count,
+            ctx,
             units,
             keep_recent_rounds=opts.keep_recent_rounds,
             min_keep_tokens=opts.min_keep_tokens,

@@ -35,7 +35,7 @@ from ctxpolicy.components import (
     Summarizer,
     SummaryRequest,
 )
-from ctxpolicy.conversation import Message, Unit, render
+from ctxpolicy.conversation import Message, Unit
 from ctxpolicy.layers._util import (
     approx_tokens,
     head_tail,
@@ -118,15 +118,25 @@ def chunk_units(
 ) -> list[list[Message]]:
     """Messages of ``units`` in chunks of at most ~``budget`` tokens, split at unit
     boundaries; a unit larger than the budget has its messages shortened."""
+    return _chunk(units, budget, ct)[0]
+
+
+def _chunk(
+    units: Sequence[Unit], budget: int, ct: Callable[[str], int]
+) -> tuple[list[list[Message]], int]:
+    """:func:`chunk_units`, and the tokens of the messages before shortening (each
+    message counted once)."""
     chunks: list[list[Message]] = []
     cur: list[Message] = []
-    cur_t = 0
+    cur_t = total = 0
     for u in units:
         msgs = list(u.messages)
-        t = sum(_msg_tokens(m, ct) for m in msgs)
+        sizes = [_msg_tokens(m, ct) for m in msgs]
+        t = sum(sizes)
+        total += t
         if t > budget:
             per = max(32, budget // max(1, len(msgs)))
-            msgs = [_shrink(m, per, ct) if _msg_tokens(m, ct) > per else m for m in msgs]
+            msgs = [_shrink(m, per, ct) if n > per else m for m, n in zip(msgs, sizes, strict=True)]
             t = sum(_msg_tokens(m, ct) for m in msgs)
         if cur and cur_t + t > budget:
             chunks.append(cur)
@@ -135,7 +145,7 @@ def chunk_units(
         cur_t += t
     if cur:
         chunks.append(cur)
-    return chunks
+    return chunks, total
 
 
 class Summarize(Layer):
@@ -247,10 +257,9 @@ class Summarize(Layer):
         )
         fixed = ct(instructions) + sum(ct(c) for c in ctx.constraints) + max_summary + 64
         chunk_budget = max(256, opts.max_input_tokens - fixed)
-        chunks = chunk_units(fold, chunk_budget, ct)
-        input_tokens = sum(_msg_tokens(m, ct) for m in render(fold)) + (
-            ct(previous) if previous else 0
-        )
+        chunks, input_tokens = _chunk(fold, chunk_budget, ct)
+        if previous:
+            input_tokens += ct(previous)
 
         try:
             summarizer = ctx.summarizer(opts.summarizer, opts.summarizer_options)
@@ -291,11 +300,11 @@ class Summarize(Layer):
         missing = [c for c in ctx.constraints if c not in summary]
         if missing:
             summary += "\nConstraints (verbatim):\n" + "\n".join(f"- {c}" for c in missing)
-        refs: list[str] = []
+        seen_refs: dict[str, None] = {}  # first occurrence of each, in order
         for u in [*old_summaries, *fold]:
             for r in u.meta.get("refs", []) if u.kind == "summary" else unit_refs(u):
-                if r not in refs:
-                    refs.append(str(r))
+                seen_refs.setdefault(str(r))
+        refs = list(seen_refs)
         replaced = [units[i] for i in region]
         new = Unit.summary(
             summary,

@@ -27,6 +27,7 @@ EXPECTED = {
     "bench_validate.py": {"machine", "cold", "warm", "ctxpolicy_over_check_jsonschema_cold"},
     "bench_incidents.py": {"machine", "scenarios", "window"},
     "bench_cache.py": {"machine", "results", "windows"},
+    "bench_scaling.py": {"machine", "sizes", "runs", "timeout"},
 }
 
 RUNNER = """
