@@ -253,7 +253,8 @@ class Session:
             if outcome.ref is not None and call.id:
                 st.add_ref(str(call.id), outcome.ref.uri)
             before = self.counter.count_text(outcome.raw_text)
-            after = self.counter.count_text(outcome.text)
+            same = outcome.text is outcome.raw_text or outcome.text == outcome.raw_text
+            after = before if same else self.counter.count_text(outcome.text)
             self._growth.observe(call.name, after)
             st.stats.tool_results += 1
             st.stats.tool_tokens_before += before
