@@ -33,3 +33,27 @@ def register_plugin() -> Iterator[Callable[[object, str], str]]:
     yield _register
     for name in reversed(names):
         plugins.unregister_plugin(name)
+
+
+@pytest.fixture(scope="session")
+def postgres_server() -> Iterator[object]:
+    """A real PostgreSQL server for the whole run (ctxpolicy.testing.postgres).
+
+    Skips with the reason when PostgreSQL cannot start here, but fails under CI
+    (``CI`` set), where ``make test`` installs it.
+    """
+    import os
+
+    from ctxpolicy.testing.postgres import PostgresServer, PostgresUnavailable
+
+    server = PostgresServer()
+    try:
+        server.start()
+    except PostgresUnavailable as exc:
+        if os.environ.get("CI"):
+            pytest.fail(f"{exc} (CI must run the PostgreSQL tests)")
+        pytest.skip(str(exc))
+    try:
+        yield server
+    finally:
+        server.stop()

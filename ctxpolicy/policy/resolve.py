@@ -479,6 +479,11 @@ class _Resolver:
         if sopts is None:
             ok = False
             sopts = {}
+        st = ap.state
+        stopts = self._component("state_store", st.store, st.options, ("state",), emit, "store")
+        if stopts is None:
+            ok = False
+            stopts = {}
 
         window = (
             spec.context_window
@@ -505,6 +510,7 @@ class _Resolver:
             ledger=ap.ledger,
             constraints=list(ap.constraints),
             cache=ap.cache,
+            state=st.model_copy(update={"options": stopts}),
         )
         for finding in check_policy(policy):
             path = finding.path
@@ -524,7 +530,7 @@ class _Resolver:
     ) -> dict[str, Any] | None:
         reg = self.registry
         cls = reg.get(kind, cname)
-        word = {"snapshot_store": "snapshot store"}.get(kind, kind)
+        word = {"snapshot_store": "snapshot store", "state_store": "state store"}.get(kind, kind)
         if cls is None:
             names = reg.names(kind)
             emit(

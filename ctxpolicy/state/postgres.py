@@ -1,0 +1,286 @@
+"""The ``postgres`` state store: one PostgreSQL database shared by a fleet of workers.
+
+Needs ``pip install ctxpolicy[postgres]`` (psycopg 3). Two tables,
+``<table>_versions(conv_id, version, updated_at)`` and
+``<table>_entries(conv_id, key, value)``, created on first open (under an advisory
+lock, so workers starting together do not race). A commit is one transaction:
+
+* ``UPDATE … SET version = version + 1 WHERE conv_id = $1 AND version = $expected``
+  (or an ``INSERT … ON CONFLICT DO NOTHING`` for the first commit) — the row lock
+  serialises concurrent committers, and the loser's ``WHERE`` no longer matches,
+  so it gets :class:`StateConflict` and nothing of it is written;
+* upserts of the given keys and deletes of the deleted ones.
+
+A load is one statement (one snapshot). The DSN is interpolated from the
+environment when the store opens (default ``${CTXPOLICY_STATE_DSN}``), so a
+password never has to be in a policy file; error messages name host, port,
+database and user only. A store object belongs to the process that opened it:
+after ``fork()`` the child opens its own connection and never touches the
+parent's.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import threading
+from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING, Any
+
+from pydantic import Field
+
+from ctxpolicy.components import StateConflict, StateStore, StateStoreError, StoredState
+from ctxpolicy.plugins import hookimpl
+from ctxpolicy.policy.models import ComponentOptions
+from ctxpolicy.state._codec import (
+    IDENTIFIER_PATTERN,
+    check_expected,
+    decode,
+    encode_changes,
+    interpolate_option,
+    valid_conv_id,
+)
+
+if TYPE_CHECKING:  # pragma: no cover
+    import psycopg
+
+__all__ = ["PostgresOptions", "PostgresStateStore", "describe_dsn"]
+
+#: Connections dropped after a fork: kept referenced so that garbage collection in
+#: the child never closes the parent's socket.
+_INHERITED: list[Any] = []
+
+
+class PostgresOptions(ComponentOptions):
+    """Options of the ``postgres`` state store."""
+
+    dsn: str = Field(
+        default="${CTXPOLICY_STATE_DSN}",
+        description="libpq connection string or URL. `${NAME}` is interpolated from the "
+        "environment when the store opens; keep passwords there (or in `~/.pgpass`, "
+        "`PGPASSWORD`), never in the policy file.",
+    )
+    table: str = Field(
+        default="ctxpolicy_state",
+        pattern=IDENTIFIER_PATTERN,
+        description="Prefix of the two tables (`<table>_versions`, `<table>_entries`).",
+    )
+    connect_timeout_s: float = Field(
+        default=10.0, gt=0, le=600, description="Give up connecting after this long."
+    )
+    statement_timeout_s: float = Field(
+        default=30.0,
+        gt=0,
+        le=3600,
+        description="Server-side limit of one statement (a commit waiting on a lock too).",
+    )
+
+
+def describe_dsn(dsn: str) -> str:
+    """``host:port/dbname as user`` of a DSN: enough to find it, never a password."""
+    try:
+        from psycopg.conninfo import conninfo_to_dict
+
+        info = conninfo_to_dict(dsn)
+    except Exception:
+        return "the configured PostgreSQL server"
+    host = str(info.get("host") or info.get("hostaddr") or "localhost")
+    port = str(info.get("port") or "5432")
+    where = f"postgresql://{host}:{port}/{info.get('dbname') or ''}"
+    user = info.get("user")
+    return f"{where} as {user}" if user else where
+
+
+class PostgresStateStore(StateStore):
+    """State in PostgreSQL: compare-and-set commits for workers on many machines."""
+
+    name = "postgres"
+    description = "PostgreSQL via psycopg 3, for a fleet of workers (compare-and-set commits)."
+    Options = PostgresOptions
+
+    options: PostgresOptions
+
+    def __init__(
+        self,
+        options: ComponentOptions | None = None,
+        *,
+        home: str = "",
+        env: Mapping[str, str] | None = None,
+    ) -> None:
+        super().__init__(options, home=home, env=env)
+        try:
+            import psycopg  # noqa: F401
+        except ImportError:  # pragma: no cover - extra not installed
+            raise StateStoreError(
+                "the `postgres` state store needs `pip install ctxpolicy[postgres]`"
+            ) from None
+        self._dsn = interpolate_option(self.options.dsn, env, "dsn")
+        if not self._dsn.strip():
+            raise StateStoreError(
+                "state.options.dsn is empty: set CTXPOLICY_STATE_DSN or state.options.dsn"
+            )
+        self.where = describe_dsn(self._dsn)
+        table = self.options.table
+        self._versions = f"{table}_versions"
+        self._entries = f"{table}_entries"
+        self._lock = threading.Lock()
+        self._conn: psycopg.Connection[Any] | None = None
+        self._pid = 0
+        self._closed = False
+        with self._lock:
+            self._connection()  # errors surface when the store opens
+
+    def __repr__(self) -> str:
+        return f"PostgresStateStore({self.where!r}, table={self.options.table!r})"
+
+    # -- connection
+    def _connection(self) -> psycopg.Connection[Any]:
+        import psycopg
+
+        if self._closed:
+            raise StateStoreError(f"state store {self.where} is closed")
+        conn = self._conn
+        if conn is not None and self._pid == os.getpid() and not conn.closed:
+            return conn
+        if conn is not None and self._pid != os.getpid():
+            _INHERITED.append(conn)
+        self._conn = None
+        try:
+            conn = psycopg.connect(
+                self._dsn,
+                autocommit=True,
+                connect_timeout=max(1, math.ceil(self.options.connect_timeout_s)),
+                application_name="ctxpolicy",
+            )
+        except psycopg.Error as exc:
+            raise StateStoreError(
+                f"cannot connect to the state database {self.where}: {_reason(exc)}"
+            ) from None
+        try:
+            ms = int(self.options.statement_timeout_s * 1000)
+            conn.execute(f"SET statement_timeout = {ms}")
+            self._setup(conn)
+        except psycopg.Error as exc:
+            conn.close()
+            raise StateStoreError(
+                f"cannot prepare the state tables in {self.where}: {_reason(exc)}"
+            ) from None
+        self._conn, self._pid = conn, os.getpid()
+        return conn
+
+    def _setup(self, conn: psycopg.Connection[Any]) -> None:
+        with conn.transaction():
+            conn.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (self._versions,))
+            conn.execute(
+                f"CREATE TABLE IF NOT EXISTS {self._versions} ("
+                "conv_id text PRIMARY KEY, version bigint NOT NULL, "
+                "updated_at timestamptz NOT NULL DEFAULT now())"
+            )
+            conn.execute(
+                f"CREATE TABLE IF NOT EXISTS {self._entries} ("
+                "conv_id text NOT NULL, key text NOT NULL, value text NOT NULL, "
+                "PRIMARY KEY (conv_id, key))"
+            )
+
+    def _fail(self, action: str, exc: Exception) -> StateStoreError:
+        """A database error: drop a broken connection (the next call reconnects)."""
+        conn = self._conn
+        if conn is not None and (conn.closed or conn.broken):
+            self._conn = None
+        return StateStoreError(f"cannot {action} the state database {self.where}: {_reason(exc)}")
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+            if self._conn is not None and self._pid == os.getpid():
+                self._conn.close()
+            self._conn = None
+
+    # -- contract
+    def load(self, conv_id: str) -> StoredState:
+        import psycopg
+
+        valid_conv_id(conv_id)
+        with self._lock:
+            conn = self._connection()
+            try:
+                rows = conn.execute(
+                    f"SELECT v.version, e.key, e.value FROM {self._versions} AS v "
+                    f"LEFT JOIN {self._entries} AS e ON e.conv_id = v.conv_id "
+                    "WHERE v.conv_id = %s",
+                    (conv_id,),
+                ).fetchall()
+            except psycopg.Error as exc:
+                raise self._fail("read", exc) from None
+        if not rows:
+            return StoredState(0, {})
+        entries = {key: decode(value) for _, key, value in rows if key is not None}
+        return StoredState(int(rows[0][0]), entries)
+
+    def commit(
+        self,
+        conv_id: str,
+        *,
+        expected_version: int,
+        put: Mapping[str, Any],
+        delete: Iterable[str] = (),
+    ) -> int:
+        import psycopg
+
+        valid_conv_id(conv_id)
+        expected = check_expected(expected_version)
+        rows, dropped = encode_changes(put, delete)
+        with self._lock:
+            conn = self._connection()
+            try:
+                with conn.transaction():
+                    self._apply(conn, conv_id, expected, rows, dropped)
+            except psycopg.Error as exc:
+                raise self._fail("write", exc) from None
+        return expected + 1
+
+    def _apply(
+        self,
+        conn: psycopg.Connection[Any],
+        conv_id: str,
+        expected: int,
+        rows: list[tuple[str, str]],
+        dropped: list[str],
+    ) -> None:
+        if expected == 0:
+            cur = conn.execute(
+                f"INSERT INTO {self._versions} (conv_id, version) VALUES (%s, 1) "
+                "ON CONFLICT (conv_id) DO NOTHING RETURNING version",
+                (conv_id,),
+            )
+        else:
+            cur = conn.execute(
+                f"UPDATE {self._versions} SET version = version + 1, updated_at = now() "
+                "WHERE conv_id = %s AND version = %s RETURNING version",
+                (conv_id, expected),
+            )
+        if cur.fetchone() is None:
+            raise StateConflict(conv_id, expected)  # rolls the transaction back
+        with conn.cursor() as c:
+            if rows:
+                c.executemany(
+                    f"INSERT INTO {self._entries} (conv_id, key, value) VALUES (%s, %s, %s) "
+                    "ON CONFLICT (conv_id, key) DO UPDATE SET value = EXCLUDED.value",
+                    [(conv_id, k, v) for k, v in rows],
+                )
+            if dropped:
+                c.execute(
+                    f"DELETE FROM {self._entries} WHERE conv_id = %s AND key = ANY(%s)",
+                    (conv_id, dropped),
+                )
+
+
+def _reason(exc: Exception) -> str:
+    """The server's message, first line only (libpq messages never echo a password)."""
+    text = str(exc).strip().splitlines()
+    return text[0] if text else type(exc).__name__
+
+
+@hookimpl
+def ctxpolicy_register_state_stores(register):  # type: ignore[no-untyped-def]
+    register(PostgresStateStore)

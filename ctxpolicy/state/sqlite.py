@@ -1,0 +1,256 @@
+"""The ``sqlite`` state store: the embedded default, one file beside the snapshots.
+
+Stdlib :mod:`sqlite3` in WAL mode (readers never block the writer). Two tables:
+``<table>_versions(conv_id, version, updated_at)`` and
+``<table>_entries(conv_id, key, value)``; a commit is one ``BEGIN IMMEDIATE``
+transaction that checks the version, bumps it and writes only the given keys, so
+any number of processes on one machine can share the file safely. A load is one
+statement (one consistent snapshot). The file is created 0600 in a 0700
+directory. Not for network filesystems (SQLite's locking is unreliable there):
+use ``postgres`` for workers on several machines.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sqlite3
+import threading
+import time
+from collections.abc import Iterable, Mapping
+from typing import Any, Literal
+
+from pydantic import Field
+
+from ctxpolicy.components import StateConflict, StateStore, StateStoreError, StoredState
+from ctxpolicy.plugins import hookimpl
+from ctxpolicy.policy.models import ComponentOptions
+from ctxpolicy.state._codec import (
+    IDENTIFIER_PATTERN,
+    check_expected,
+    decode,
+    encode_changes,
+    interpolate_option,
+    valid_conv_id,
+)
+
+__all__ = ["DEFAULT_FILE", "SqliteOptions", "SqliteStateStore"]
+
+#: File name under the state home (the snapshot root). The leading dot keeps it
+#: apart from conversation directories, whose names never start with a dot.
+DEFAULT_FILE = ".ctxpolicy-state.sqlite3"
+
+
+class SqliteOptions(ComponentOptions):
+    """Options of the ``sqlite`` state store."""
+
+    path: str | None = Field(
+        default=None,
+        description="Database file; `${NAME}`, `${NAME:-default}` and `~` are expanded "
+        "when the store opens. Unset: `.ctxpolicy-state.sqlite3` in the snapshot root "
+        "(or `${CTXPOLICY_HOME:-~/.ctxpolicy}/state.sqlite3` when snapshots are not local).",
+    )
+    table: str = Field(
+        default="ctxpolicy_state",
+        pattern=IDENTIFIER_PATTERN,
+        description="Prefix of the two tables (`<table>_versions`, `<table>_entries`).",
+    )
+    timeout_s: float = Field(
+        default=30.0,
+        gt=0,
+        le=3600,
+        description="How long a commit waits for another process's write lock.",
+    )
+    synchronous: Literal["normal", "full"] = Field(
+        default="normal",
+        description="SQLite `synchronous` pragma: `normal` survives any process crash "
+        "(SIGKILL) and in WAL mode may lose only the last commits on power loss; `full` "
+        "also survives power loss, at an fsync per commit.",
+    )
+
+
+class SqliteStateStore(StateStore):
+    """State in one SQLite file (WAL), shared safely by the processes of one machine."""
+
+    name = "sqlite"
+    description = "Embedded SQLite file beside the snapshots (WAL, compare-and-set commits)."
+    Options = SqliteOptions
+
+    options: SqliteOptions
+
+    def __init__(
+        self,
+        options: ComponentOptions | None = None,
+        *,
+        home: str = "",
+        env: Mapping[str, str] | None = None,
+    ) -> None:
+        super().__init__(options, home=home, env=env)
+        self.path = self._resolve_path()
+        table = self.options.table
+        self._versions = f"{table}_versions"
+        self._entries = f"{table}_entries"
+        self._lock = threading.Lock()
+        self._conn: sqlite3.Connection | None = None
+        self._pid = 0
+        self._closed = False
+        with self._lock:
+            self._connection()  # errors surface when the store opens
+
+    def _resolve_path(self) -> str:
+        if self.options.path is not None:
+            raw = interpolate_option(self.options.path, self.env, "path")
+        elif self.home:
+            raw = os.path.join(self.home, DEFAULT_FILE)
+        else:
+            raw = interpolate_option(
+                "${CTXPOLICY_HOME:-~/.ctxpolicy}/state.sqlite3", self.env, "path"
+            )
+        if raw == ":memory:":
+            raise StateStoreError("state.options.path ':memory:' is not durable: use store: memory")
+        return os.path.abspath(os.path.expanduser(raw))
+
+    # -- connection
+    def _connection(self) -> sqlite3.Connection:
+        if self._closed:
+            raise StateStoreError(f"state store {self.path} is closed")
+        if self._conn is not None and self._pid == os.getpid():
+            return self._conn
+        # a connection inherited through fork() must not be used (nor closed) here
+        try:
+            self._conn = self._open()
+        except (sqlite3.Error, OSError) as exc:
+            raise StateStoreError(f"cannot open state database {self.path}: {exc}") from None
+        self._pid = os.getpid()
+        return self._conn
+
+    def _open(self) -> sqlite3.Connection:
+        folder = os.path.dirname(self.path)
+        os.makedirs(folder, mode=0o700, exist_ok=True)
+        if not os.path.exists(self.path):
+            with contextlib.suppress(FileExistsError):
+                os.close(os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+        timeout = self.options.timeout_s
+        conn = sqlite3.connect(
+            self.path, timeout=timeout, isolation_level=None, check_same_thread=False
+        )
+        try:
+            conn.execute(f"PRAGMA busy_timeout = {int(timeout * 1000)}")
+            mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+            if str(mode).lower() != "wal":
+                raise StateStoreError(
+                    f"state database {self.path} cannot use WAL mode (journal_mode={mode})"
+                )
+            conn.execute(f"PRAGMA synchronous = {self.options.synchronous.upper()}")
+            conn.execute("BEGIN IMMEDIATE")
+            conn.execute(
+                f"CREATE TABLE IF NOT EXISTS {self._versions} ("
+                "conv_id TEXT PRIMARY KEY, version INTEGER NOT NULL, updated_at REAL NOT NULL)"
+            )
+            conn.execute(
+                f"CREATE TABLE IF NOT EXISTS {self._entries} ("
+                "conv_id TEXT NOT NULL, key TEXT NOT NULL, value TEXT NOT NULL, "
+                "PRIMARY KEY (conv_id, key)) WITHOUT ROWID"
+            )
+            conn.execute("COMMIT")
+        except BaseException:
+            conn.close()
+            raise
+        return conn
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+            if self._conn is not None and self._pid == os.getpid():
+                self._conn.close()
+            self._conn = None
+
+    # -- contract
+    def load(self, conv_id: str) -> StoredState:
+        valid_conv_id(conv_id)
+        with self._lock:
+            conn = self._connection()
+            try:
+                rows = conn.execute(
+                    f"SELECT v.version, e.key, e.value FROM {self._versions} AS v "
+                    f"LEFT JOIN {self._entries} AS e ON e.conv_id = v.conv_id "
+                    "WHERE v.conv_id = ?",
+                    (conv_id,),
+                ).fetchall()
+            except sqlite3.Error as exc:
+                raise StateStoreError(f"cannot read state from {self.path}: {exc}") from None
+        if not rows:
+            return StoredState(0, {})
+        entries = {key: decode(value) for _, key, value in rows if key is not None}
+        return StoredState(int(rows[0][0]), entries)
+
+    def commit(
+        self,
+        conv_id: str,
+        *,
+        expected_version: int,
+        put: Mapping[str, Any],
+        delete: Iterable[str] = (),
+    ) -> int:
+        valid_conv_id(conv_id)
+        expected = check_expected(expected_version)
+        rows, dropped = encode_changes(put, delete)
+        with self._lock:
+            conn = self._connection()
+            try:
+                conn.execute("BEGIN IMMEDIATE")
+            except sqlite3.Error as exc:
+                raise StateStoreError(f"cannot write state to {self.path}: {exc}") from None
+            try:
+                new = self._apply(conn, conv_id, expected, rows, dropped)
+                conn.execute("COMMIT")
+            except BaseException as exc:
+                with contextlib.suppress(sqlite3.Error):
+                    conn.execute("ROLLBACK")
+                if isinstance(exc, sqlite3.Error):
+                    raise StateStoreError(f"cannot write state to {self.path}: {exc}") from None
+                raise
+        return new
+
+    def _apply(
+        self,
+        conn: sqlite3.Connection,
+        conv_id: str,
+        expected: int,
+        rows: list[tuple[str, str]],
+        dropped: list[str],
+    ) -> int:
+        row = conn.execute(
+            f"SELECT version FROM {self._versions} WHERE conv_id = ?", (conv_id,)
+        ).fetchone()
+        found = 0 if row is None else int(row[0])
+        if found != expected:
+            raise StateConflict(conv_id, expected, found)
+        now = time.time()
+        if row is None:
+            conn.execute(
+                f"INSERT INTO {self._versions} (conv_id, version, updated_at) VALUES (?, 1, ?)",
+                (conv_id, now),
+            )
+        else:
+            conn.execute(
+                f"UPDATE {self._versions} SET version = ?, updated_at = ? WHERE conv_id = ?",
+                (expected + 1, now, conv_id),
+            )
+        if rows:
+            conn.executemany(
+                f"INSERT INTO {self._entries} (conv_id, key, value) VALUES (?, ?, ?) "
+                "ON CONFLICT (conv_id, key) DO UPDATE SET value = excluded.value",
+                [(conv_id, k, v) for k, v in rows],
+            )
+        if dropped:
+            conn.executemany(
+                f"DELETE FROM {self._entries} WHERE conv_id = ? AND key = ?",
+                [(conv_id, k) for k in dropped],
+            )
+        return expected + 1
+
+
+@hookimpl
+def ctxpolicy_register_state_stores(register):  # type: ignore[no-untyped-def]
+    register(SqliteStateStore)
