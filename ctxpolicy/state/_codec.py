@@ -57,7 +57,10 @@ def encode(key: str, value: Any) -> str:
         text = json.dumps(
             value, ensure_ascii=False, allow_nan=False, sort_keys=True, separators=(",", ":")
         )
-    except (TypeError, ValueError) as exc:
+    except ValueError as exc:
+        reason = "it holds NaN or Infinity" if "float" in str(exc) else str(exc)
+        raise StateStoreError(f"state entry {key!r} is not storable as JSON: {reason}") from None
+    except TypeError as exc:
         raise StateStoreError(f"state entry {key!r} is not storable as JSON: {exc}") from None
     try:
         text.encode("utf-8")
