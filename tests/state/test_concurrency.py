@@ -67,4 +67,5 @@ def test_two_processes_interleaved_commits_are_serialisable(
         w, i = entry.split("-")
         assert state.entries[f"item/{w}/{i}"] == {"seen_counter": position}
     # the race really happened: some commits lost the compare-and-set and were redone
+    print(f"{kind}: conflicts redone per worker {conflicts}")
     assert sum(conflicts.values()) > 0, conflicts
