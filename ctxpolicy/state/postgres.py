@@ -22,33 +22,20 @@ parent's.
 from __future__ import annotations
 
 import math
-import os
-import threading
-from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from pydantic import Field
 
-from ctxpolicy.components import StateConflict, StateStore, StateStoreError, StoredState
+from ctxpolicy.components import StateConflict, StateStoreError
 from ctxpolicy.plugins import hookimpl
 from ctxpolicy.policy.models import ComponentOptions
-from ctxpolicy.state._codec import (
-    IDENTIFIER_PATTERN,
-    check_expected,
-    decode,
-    encode_changes,
-    interpolate_option,
-    valid_conv_id,
-)
+from ctxpolicy.state._base import Rows, SqlStateStore, joined_rows
+from ctxpolicy.state._codec import IDENTIFIER_PATTERN, interpolate_option
 
 if TYPE_CHECKING:  # pragma: no cover
     import psycopg
 
 __all__ = ["PostgresOptions", "PostgresStateStore", "describe_dsn"]
-
-#: Connections dropped after a fork: kept referenced so that garbage collection in
-#: the child never closes the parent's socket.
-_INHERITED: list[Any] = []
 
 
 class PostgresOptions(ComponentOptions):
@@ -91,7 +78,7 @@ def describe_dsn(dsn: str) -> str:
     return f"{where} as {user}" if user else where
 
 
-class PostgresStateStore(StateStore):
+class PostgresStateStore(SqlStateStore["psycopg.Connection[Any]"]):
     """State in PostgreSQL: compare-and-set commits for workers on many machines."""
 
     name = "postgres"
@@ -100,51 +87,28 @@ class PostgresStateStore(StateStore):
 
     options: PostgresOptions
 
-    def __init__(
-        self,
-        options: ComponentOptions | None = None,
-        *,
-        home: str = "",
-        env: Mapping[str, str] | None = None,
-    ) -> None:
-        super().__init__(options, home=home, env=env)
+    def _open_store(self) -> None:
         try:
             import psycopg  # noqa: F401
         except ImportError:  # pragma: no cover - extra not installed
             raise StateStoreError(
                 "the `postgres` state store needs `pip install ctxpolicy[postgres]`"
             ) from None
-        self._dsn = interpolate_option(self.options.dsn, env, "dsn")
+        self._dsn = interpolate_option(self.options.dsn, self.env, "dsn")
         if not self._dsn.strip():
             raise StateStoreError(
                 "state.options.dsn is empty: set CTXPOLICY_STATE_DSN or state.options.dsn"
             )
         self.where = describe_dsn(self._dsn)
-        table = self.options.table
-        self._versions = f"{table}_versions"
-        self._entries = f"{table}_entries"
-        self._lock = threading.Lock()
-        self._conn: psycopg.Connection[Any] | None = None
-        self._pid = 0
-        self._closed = False
-        with self._lock:
-            self._connection()  # errors surface when the store opens
+        self._start(self.options.table)
 
     def __repr__(self) -> str:
         return f"PostgresStateStore({self.where!r}, table={self.options.table!r})"
 
     # -- connection
-    def _connection(self) -> psycopg.Connection[Any]:
+    def _connect(self) -> psycopg.Connection[Any]:
         import psycopg
 
-        if self._closed:
-            raise StateStoreError(f"state store {self.where} is closed")
-        conn = self._conn
-        if conn is not None and self._pid == os.getpid() and not conn.closed:
-            return conn
-        if conn is not None and self._pid != os.getpid():
-            _INHERITED.append(conn)
-        self._conn = None
         try:
             conn = psycopg.connect(
                 self._dsn,
@@ -165,8 +129,13 @@ class PostgresStateStore(StateStore):
             raise StateStoreError(
                 f"cannot prepare the state tables in {self.where}: {_reason(exc)}"
             ) from None
-        self._conn, self._pid = conn, os.getpid()
         return conn
+
+    def _usable(self, conn: psycopg.Connection[Any]) -> bool:
+        return not conn.closed
+
+    def _close_connection(self, conn: psycopg.Connection[Any]) -> None:
+        conn.close()
 
     def _setup(self, conn: psycopg.Connection[Any]) -> None:
         with conn.transaction():
@@ -189,47 +158,20 @@ class PostgresStateStore(StateStore):
             self._conn = None
         return StateStoreError(f"cannot {action} the state database {self.where}: {_reason(exc)}")
 
-    def close(self) -> None:
-        with self._lock:
-            self._closed = True
-            if self._conn is not None and self._pid == os.getpid():
-                self._conn.close()
-            self._conn = None
-
-    # -- contract
-    def load(self, conv_id: str) -> StoredState:
+    # -- raw reads and writes
+    def _read(self, conv_id: str) -> tuple[int, Rows]:
         import psycopg
 
-        valid_conv_id(conv_id)
         with self._lock:
             conn = self._connection()
             try:
-                rows = conn.execute(
-                    f"SELECT v.version, e.key, e.value FROM {self._versions} AS v "
-                    f"LEFT JOIN {self._entries} AS e ON e.conv_id = v.conv_id "
-                    "WHERE v.conv_id = %s",
-                    (conv_id,),
-                ).fetchall()
+                return joined_rows(conn.execute(self._select_sql("%s"), (conv_id,)).fetchall())
             except psycopg.Error as exc:
                 raise self._fail("read", exc) from None
-        if not rows:
-            return StoredState(0, {})
-        entries = {key: decode(value) for _, key, value in rows if key is not None}
-        return StoredState(int(rows[0][0]), entries)
 
-    def commit(
-        self,
-        conv_id: str,
-        *,
-        expected_version: int,
-        put: Mapping[str, Any],
-        delete: Iterable[str] = (),
-    ) -> int:
+    def _write(self, conv_id: str, expected: int, rows: Rows, dropped: list[str]) -> None:
         import psycopg
 
-        valid_conv_id(conv_id)
-        expected = check_expected(expected_version)
-        rows, dropped = encode_changes(put, delete)
         with self._lock:
             conn = self._connection()
             try:
@@ -237,14 +179,13 @@ class PostgresStateStore(StateStore):
                     self._apply(conn, conv_id, expected, rows, dropped)
             except psycopg.Error as exc:
                 raise self._fail("write", exc) from None
-        return expected + 1
 
     def _apply(
         self,
         conn: psycopg.Connection[Any],
         conv_id: str,
         expected: int,
-        rows: list[tuple[str, str]],
+        rows: Rows,
         dropped: list[str],
     ) -> None:
         if expected == 0:

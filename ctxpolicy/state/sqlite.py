@@ -15,30 +15,24 @@ from __future__ import annotations
 import contextlib
 import os
 import sqlite3
-import threading
 import time
-from collections.abc import Iterable, Mapping
-from typing import Any, Literal
+from typing import Literal
 
 from pydantic import Field
 
-from ctxpolicy.components import StateConflict, StateStore, StateStoreError, StoredState
+from ctxpolicy.components import StateConflict, StateStoreError
 from ctxpolicy.plugins import hookimpl
 from ctxpolicy.policy.models import ComponentOptions
-from ctxpolicy.state._codec import (
-    IDENTIFIER_PATTERN,
-    check_expected,
-    decode,
-    encode_changes,
-    interpolate_option,
-    valid_conv_id,
-)
+from ctxpolicy.state._base import Rows, SqlStateStore, joined_rows
+from ctxpolicy.state._codec import IDENTIFIER_PATTERN, interpolate_option
 
 __all__ = ["DEFAULT_FILE", "SqliteOptions", "SqliteStateStore"]
 
 #: File name under the state home (the snapshot root). The leading dot keeps it
 #: apart from conversation directories, whose names never start with a dot.
 DEFAULT_FILE = ".ctxpolicy-state.sqlite3"
+#: Where the file goes when the snapshot root is not a local directory.
+FALLBACK_PATH = "${CTXPOLICY_HOME:-~/.ctxpolicy}/state.sqlite3"
 
 
 class SqliteOptions(ComponentOptions):
@@ -69,7 +63,7 @@ class SqliteOptions(ComponentOptions):
     )
 
 
-class SqliteStateStore(StateStore):
+class SqliteStateStore(SqlStateStore[sqlite3.Connection]):
     """State in one SQLite file (WAL), shared safely by the processes of one machine."""
 
     name = "sqlite"
@@ -78,24 +72,9 @@ class SqliteStateStore(StateStore):
 
     options: SqliteOptions
 
-    def __init__(
-        self,
-        options: ComponentOptions | None = None,
-        *,
-        home: str = "",
-        env: Mapping[str, str] | None = None,
-    ) -> None:
-        super().__init__(options, home=home, env=env)
-        self.path = self._resolve_path()
-        table = self.options.table
-        self._versions = f"{table}_versions"
-        self._entries = f"{table}_entries"
-        self._lock = threading.Lock()
-        self._conn: sqlite3.Connection | None = None
-        self._pid = 0
-        self._closed = False
-        with self._lock:
-            self._connection()  # errors surface when the store opens
+    def _open_store(self) -> None:
+        self.path = self.where = self._resolve_path()
+        self._start(self.options.table)
 
     def _resolve_path(self) -> str:
         if self.options.path is not None:
@@ -103,30 +82,23 @@ class SqliteStateStore(StateStore):
         elif self.home:
             raw = os.path.join(self.home, DEFAULT_FILE)
         else:
-            raw = interpolate_option(
-                "${CTXPOLICY_HOME:-~/.ctxpolicy}/state.sqlite3", self.env, "path"
-            )
+            raw = interpolate_option(FALLBACK_PATH, self.env, "path")
         if raw == ":memory:":
             raise StateStoreError("state.options.path ':memory:' is not durable: use store: memory")
         return os.path.abspath(os.path.expanduser(raw))
 
     # -- connection
-    def _connection(self) -> sqlite3.Connection:
-        if self._closed:
-            raise StateStoreError(f"state store {self.path} is closed")
-        if self._conn is not None and self._pid == os.getpid():
-            return self._conn
-        # a connection inherited through fork() must not be used (nor closed) here
+    def _connect(self) -> sqlite3.Connection:
         try:
-            self._conn = self._open()
+            return self._open()
         except (sqlite3.Error, OSError) as exc:
             raise StateStoreError(f"cannot open state database {self.path}: {exc}") from None
-        self._pid = os.getpid()
-        return self._conn
+
+    def _close_connection(self, conn: sqlite3.Connection) -> None:
+        conn.close()
 
     def _open(self) -> sqlite3.Connection:
-        folder = os.path.dirname(self.path)
-        os.makedirs(folder, mode=0o700, exist_ok=True)
+        os.makedirs(os.path.dirname(self.path), mode=0o700, exist_ok=True)
         if not os.path.exists(self.path):
             with contextlib.suppress(FileExistsError):
                 os.close(os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
@@ -158,85 +130,45 @@ class SqliteStateStore(StateStore):
             raise
         return conn
 
-    def close(self) -> None:
-        with self._lock:
-            self._closed = True
-            if self._conn is not None and self._pid == os.getpid():
-                self._conn.close()
-            self._conn = None
-
-    # -- contract
-    def load(self, conv_id: str) -> StoredState:
-        valid_conv_id(conv_id)
+    # -- raw reads and writes
+    def _read(self, conv_id: str) -> tuple[int, Rows]:
         with self._lock:
             conn = self._connection()
             try:
-                rows = conn.execute(
-                    f"SELECT v.version, e.key, e.value FROM {self._versions} AS v "
-                    f"LEFT JOIN {self._entries} AS e ON e.conv_id = v.conv_id "
-                    "WHERE v.conv_id = ?",
-                    (conv_id,),
-                ).fetchall()
+                return joined_rows(conn.execute(self._select_sql("?"), (conv_id,)))
             except sqlite3.Error as exc:
                 raise StateStoreError(f"cannot read state from {self.path}: {exc}") from None
-        if not rows:
-            return StoredState(0, {})
-        entries = {key: decode(value) for _, key, value in rows if key is not None}
-        return StoredState(int(rows[0][0]), entries)
 
-    def commit(
-        self,
-        conv_id: str,
-        *,
-        expected_version: int,
-        put: Mapping[str, Any],
-        delete: Iterable[str] = (),
-    ) -> int:
-        valid_conv_id(conv_id)
-        expected = check_expected(expected_version)
-        rows, dropped = encode_changes(put, delete)
+    def _write(self, conv_id: str, expected: int, rows: Rows, dropped: list[str]) -> None:
         with self._lock:
             conn = self._connection()
             try:
                 conn.execute("BEGIN IMMEDIATE")
+                try:
+                    self._apply(conn, conv_id, expected, rows, dropped)
+                    conn.execute("COMMIT")
+                except BaseException:
+                    with contextlib.suppress(sqlite3.Error):
+                        conn.execute("ROLLBACK")
+                    raise
             except sqlite3.Error as exc:
                 raise StateStoreError(f"cannot write state to {self.path}: {exc}") from None
-            try:
-                new = self._apply(conn, conv_id, expected, rows, dropped)
-                conn.execute("COMMIT")
-            except BaseException as exc:
-                with contextlib.suppress(sqlite3.Error):
-                    conn.execute("ROLLBACK")
-                if isinstance(exc, sqlite3.Error):
-                    raise StateStoreError(f"cannot write state to {self.path}: {exc}") from None
-                raise
-        return new
 
     def _apply(
-        self,
-        conn: sqlite3.Connection,
-        conv_id: str,
-        expected: int,
-        rows: list[tuple[str, str]],
-        dropped: list[str],
-    ) -> int:
+        self, conn: sqlite3.Connection, conv_id: str, expected: int, rows: Rows, dropped: list[str]
+    ) -> None:
         row = conn.execute(
             f"SELECT version FROM {self._versions} WHERE conv_id = ?", (conv_id,)
         ).fetchone()
         found = 0 if row is None else int(row[0])
         if found != expected:
             raise StateConflict(conv_id, expected, found)
-        now = time.time()
-        if row is None:
-            conn.execute(
-                f"INSERT INTO {self._versions} (conv_id, version, updated_at) VALUES (?, 1, ?)",
-                (conv_id, now),
-            )
-        else:
-            conn.execute(
-                f"UPDATE {self._versions} SET version = ?, updated_at = ? WHERE conv_id = ?",
-                (expected + 1, now, conv_id),
-            )
+        conn.execute(
+            f"INSERT INTO {self._versions} (conv_id, version, updated_at) VALUES (?, ?, ?) "
+            "ON CONFLICT (conv_id) DO UPDATE SET version = excluded.version, "
+            "updated_at = excluded.updated_at",
+            (conv_id, expected + 1, time.time()),
+        )
         if rows:
             conn.executemany(
                 f"INSERT INTO {self._entries} (conv_id, key, value) VALUES (?, ?, ?) "
@@ -248,7 +180,6 @@ class SqliteStateStore(StateStore):
                 f"DELETE FROM {self._entries} WHERE conv_id = ? AND key = ?",
                 [(conv_id, k) for k in dropped],
             )
-        return expected + 1
 
 
 @hookimpl

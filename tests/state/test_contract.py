@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import os
 from typing import Any
 
 import pytest
@@ -137,6 +138,25 @@ def test_odd_but_valid_ids_and_keys(open_store: OpenStore) -> None:
     key = "decision/ünit 'quoted' \"double\" %s ?"
     store.commit(conv, expected_version=0, put={key: "\u2028\ud800 lone surrogate"})
     assert store.load(conv).entries == {key: "\u2028\ud800 lone surrogate"}
+
+
+def test_a_store_opened_before_fork_reconnects_in_the_child(open_store: OpenStore) -> None:
+    store = open_store()
+    if type(store).name == "memory":
+        pytest.skip("a forked child has its own copy of an in-memory store")
+    store.commit(CONV, expected_version=0, put={"n": 0})
+    pid = os.fork()
+    if pid == 0:  # child: its own connection; the parent's is never used nor closed
+        code = 0
+        try:
+            s = store.load(CONV)
+            store.commit(CONV, expected_version=s.version, put={"n": 1})
+        except BaseException:
+            code = 1
+        os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    assert store.load(CONV) == StoredState(2, {"n": 1})  # the parent's connection still works
 
 
 def test_closed_store_refuses_work(open_store: OpenStore) -> None:

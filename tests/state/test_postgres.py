@@ -94,25 +94,3 @@ def test_tables_are_created_once_by_concurrent_openers(postgres_server: Postgres
     assert all(s.load("c").version == 1 for s in stores)
     for s in stores:
         s.close()
-
-
-def test_a_store_opened_before_fork_reconnects_in_the_child(
-    postgres_server: PostgresServer,
-) -> None:
-    import os
-
-    store = _store(postgres_server.dsn, "forked")
-    store.commit("c", expected_version=0, put={"n": 0})
-    pid = os.fork()
-    if pid == 0:  # child: its own connection; the parent's socket stays untouched
-        code = 0
-        try:
-            s = store.load("c")
-            store.commit("c", expected_version=s.version, put={"n": 1})
-        except BaseException:
-            code = 1
-        os._exit(code)
-    _, status = os.waitpid(pid, 0)
-    assert os.waitstatus_to_exitcode(status) == 0
-    assert store.load("c") == StoredState(2, {"n": 1})  # parent's connection still works
-    store.close()

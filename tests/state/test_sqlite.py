@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import sqlite3
 import stat
 from pathlib import Path
@@ -86,21 +85,3 @@ def test_a_reader_never_sees_half_a_commit(tmp_path: Path) -> None:
         conn.execute("UPDATE ctxpolicy_state_entries SET value = '1' WHERE key = 'a'")
         assert reader.load("c") == StoredState(1, {"a": 0, "b": 0})  # uncommitted: invisible
         conn.execute("ROLLBACK")
-
-
-def test_a_store_opened_before_fork_reconnects_in_the_child(tmp_path: Path) -> None:
-    store = _store(tmp_path / "s.db")
-    store.commit("c", expected_version=0, put={"n": 0})
-    pid = os.fork()
-    if pid == 0:  # child: must open its own connection, never reuse the parent's
-        code = 0
-        try:
-            s = store.load("c")
-            store.commit("c", expected_version=s.version, put={"n": 1})
-        except BaseException:
-            code = 1
-        os._exit(code)
-    _, status = os.waitpid(pid, 0)
-    assert os.waitstatus_to_exitcode(status) == 0
-    assert store.load("c") == StoredState(2, {"n": 1})
-    store.close()
