@@ -19,7 +19,7 @@ from __future__ import annotations
 import math
 import threading
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -258,6 +258,23 @@ class ToolGrowthEstimator:
                 if d:
                     est = max(est, quantile(d, self.q))
         return min(max(est, self.min), self.max)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The learned samples (persisted with the session state)."""
+        with self._lock:
+            return {
+                "recent": list(self._recent),
+                "per_tool": {k: list(v) for k, v in self._per_tool.items()},
+            }
+
+    def load_dict(self, data: Mapping[str, Any]) -> None:
+        """Restore what :meth:`to_dict` returned."""
+        with self._lock:
+            self._recent = deque((int(x) for x in data.get("recent") or []), maxlen=self.n)
+            self._per_tool = {
+                str(k): deque((int(x) for x in v), maxlen=self.n)
+                for k, v in (data.get("per_tool") or {}).items()
+            }
 
     @property
     def observations(self) -> int:

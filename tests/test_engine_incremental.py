@@ -30,7 +30,7 @@ def _text(draw: Any, lo: int, hi: int) -> str:
 
 
 def _uncached(s: Session) -> None:
-    s._in_cache = s._group_cache = s._pin_cache = s._view_cache = None
+    s._caches.inputs = s._caches.groups = s._caches.pins = s._caches.views = None
     s._budgets.clear()
 
 
@@ -125,10 +125,10 @@ def test_repeated_call_on_a_long_conversation_reuses_its_units() -> None:
         msgs.append({"role": "assistant", "content": f"step {i}"})
         msgs.append({"role": "user", "content": f"observation {i}"})
     s.prepare(msgs)
-    assert s._group_cache is not None
-    before = list(s._group_cache.units)
+    assert s._caches.groups is not None
+    before = list(s._caches.groups.units)
     s.prepare(msgs)
-    after = s._group_cache.units
+    after = s._caches.groups.units
     assert all(a is b for a, b in zip(before, after, strict=True))
 
 
@@ -155,5 +155,5 @@ def test_removing_a_call_makes_its_results_orphans_of_the_step_before() -> None:
     del msgs[4]  # the call of c1: its result now follows step 0's result
     fresh = Session(pol)
     assert cached.prepare(msgs) == fresh.prepare(copy.deepcopy(msgs))
-    assert cached._group_cache is not None and fresh._group_cache is not None
-    assert [u.key for u in cached._group_cache.units] == [u.key for u in fresh._group_cache.units]
+    assert cached._caches.groups is not None and fresh._caches.groups is not None
+    assert [u.key for u in cached._caches.groups.units] == [u.key for u in fresh._caches.groups.units]

@@ -1,0 +1,116 @@
+"""Messages of the engine's own making and small conversions at the session's edges.
+
+The progress ledger and a handover are pinned system messages whose first line is a
+marker, so that a prepared list fed back by an agent is recognised (and re-adopted,
+not duplicated); dropped messages are archived as plain text transcripts.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from ctxpolicy.components import Summarizer, ToolCall
+from ctxpolicy.conversation import Unit, content_text, pin_units
+
+#: First line of the ledger message; lets a re-ingested ledger be recognised.
+LEDGER_MARK = "[ctxpolicy progress ledger]"
+#: First line of a pinned handover message.
+HANDOVER_MARK = "[ctxpolicy handover]"
+
+
+def own_kind(m: Any) -> str | None:
+    """``"ledger"`` / ``"handover"`` for a message of ours an agent fed back, else None."""
+    if isinstance(m, Mapping) and m.get("role") == "system":
+        text = m.get("content")
+        if isinstance(text, str):
+            if text.startswith(LEDGER_MARK):
+                return "ledger"
+            if text.startswith(HANDOVER_MARK):
+                return "handover"
+    return None
+
+
+def own_text(m: Mapping[str, Any]) -> str:
+    """The body of a ledger/handover message (without its marker line)."""
+    text = str(m.get("content") or "")
+    return text.split("\n", 1)[1] if "\n" in text else ""
+
+
+def special_unit(key: str, mark: str, text: str) -> Unit:
+    """A pinned message of ours (the ledger or a handover): system role, ``mark`` first."""
+    return Unit(
+        kind="ledger",
+        messages=({"role": "system", "content": f"{mark}\n{text}"},),
+        key=key,
+        pinned=True,
+    )
+
+
+def insert_specials(view: list[Unit], specials: list[Unit]) -> list[Unit]:
+    """``view`` with the ledger/handover units after the system prompt and pinned task:
+    chronologically where the compacted history was, and the cached prefix
+    [system, task] stays stable when they change."""
+    if not specials:
+        return view
+    i = 0
+    while i < len(view) and view[i].kind == "system":
+        i += 1
+    if i < len(view) and view[i].kind == "user" and view[i].pinned:
+        i += 1
+    return pin_units(
+        [*view[:i], *specials, *view[i:]], system=False, first_user=False, last_user=False
+    )
+
+
+def transcript_line(m: Mapping[str, Any]) -> str:
+    """One message as plain text for the history archive (searchable with grep)."""
+    head = str(m.get("role", "?"))
+    if m.get("role") == "tool":
+        head += f" [{m.get('tool_call_id', '')}]"
+    parts = [f"{head}: {content_text(m.get('content'))}"]
+    calls = m.get("tool_calls")
+    for tc in calls if isinstance(calls, list) else []:
+        fn = (tc.get("function") or {}) if isinstance(tc, Mapping) else {}
+        fn = fn if isinstance(fn, Mapping) else {}
+        tid = tc.get("id", "") if isinstance(tc, Mapping) else ""
+        parts.append(f"  → call {fn.get('name', '')}({fn.get('arguments', '')}) [{tid}]")
+    return "\n".join(parts)
+
+
+def tool_call_info(tool_call: Any) -> ToolCall:
+    """A :class:`ToolCall` from an OpenAI/Anthropic/LangChain call, a dict or a name."""
+    if isinstance(tool_call, ToolCall):
+        return tool_call
+    if isinstance(tool_call, str):
+        return ToolCall(name=tool_call)
+    if isinstance(tool_call, Mapping):
+        fn = tool_call.get("function")
+        if isinstance(fn, Mapping):
+            return ToolCall(
+                name=str(fn.get("name", "")), arguments=fn.get("arguments"), id=tool_call.get("id")
+            )
+        return ToolCall(
+            name=str(tool_call.get("name", "")),
+            arguments=tool_call.get("arguments", tool_call.get("input", tool_call.get("args"))),
+            id=tool_call.get("id"),
+        )
+    name = getattr(tool_call, "name", None) or getattr(
+        getattr(tool_call, "function", None), "name", ""
+    )
+    return ToolCall(
+        name=str(name),
+        arguments=getattr(tool_call, "arguments", None),
+        id=getattr(tool_call, "id", None),
+    )
+
+
+def as_summarizer(obj: Summarizer | Callable[..., str] | None) -> Summarizer | None:
+    """A :class:`Summarizer` from a summarizer or a plain function (None stays None)."""
+    if obj is None or isinstance(obj, Summarizer):
+        return obj
+    if callable(obj):
+        from ctxpolicy.summarizers.callable import CallableSummarizer
+
+        return CallableSummarizer.from_function(obj)
+    raise TypeError("summarizer must be a ctxpolicy.Summarizer or a function")

@@ -1,0 +1,251 @@
+"""The layer pipeline of one ``prepare`` call.
+
+Escalation rule (docs/engine.md, "When layers run"): compaction starts when the
+context is above the target and its state at that moment — the *entry state* — is at
+or above the ``at`` of some pipeline step. Every step whose ``at`` is at or below the
+entry state may run, in pipeline order, recounting after each, until the context is
+at or below the target; a step whose ``at`` is above the entry state does not run.
+So a compaction that starts at ``warning`` goes all the way down to the target with
+the cheap layers instead of stopping just under ``warning`` and firing again on the
+next call. The ``on_overflow`` layer runs when forced (the reactive path) or when the
+context is still above the trigger after the pipeline.
+
+Every layer runs isolated: an exception, broken pairing, a removed pinned unit or a
+layer that grows the context discards that layer's output and is reported with the
+plugin's name; history is never lost. Units a layer drops are archived verbatim
+first; when the archive cannot be written the layer's output is discarded, unless the
+request would otherwise not fit (then a ``data.lost`` event lists what went).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
+
+from ctxpolicy.budget import BudgetState
+from ctxpolicy.components import CompactionContext, Layer, LayerResult
+from ctxpolicy.conversation import Unit, check_units, content_text
+from ctxpolicy.policy.models import ResolvedStep, State
+
+if TYPE_CHECKING:
+    from ctxpolicy.engine.session import Session
+
+#: The key-facts check after a compaction reads a unit's changed messages up to this size: a
+#: bigger one (a file dump, a long log) holds too many "facts" to list, costs more to
+#: scan than to tokenize, and stays one recall away through its snapshot.
+_FACTS_MAX_CHARS = 2_000
+_FACTS_PER_COMPACTION = 100
+
+Count = Callable[[Sequence[Unit]], int]
+
+
+def eligible_steps(
+    session: Session, used: int, budget: BudgetState, *, forced: bool
+) -> list[tuple[int, ResolvedStep]]:
+    """The pipeline steps allowed to run on this call, by the entry state.
+
+    ``(index, step)``; index -1 is the ``on_overflow`` layer, which is handled by
+    :func:`run_pipeline` itself.
+    """
+    if forced or used <= budget.target:
+        return []
+    entry = budget.state_for(used)
+    return [(i, st) for i, st in enumerate(session.policy.pipeline) if entry >= State(st.at)]
+
+
+def run_pipeline(
+    session: Session,
+    view: list[Unit],
+    used: int,
+    budget: BudgetState,
+    count: Count,
+    *,
+    forced: bool,
+) -> tuple[list[Unit], int, str | None]:
+    """Run the eligible steps, then ``on_overflow`` if needed; returns the new view,
+    its tokens and the last layer that changed it (None: nothing changed)."""
+    pol = session.policy
+    changed_by: str | None = None
+    steps = eligible_steps(session, used, budget, forced=forced)
+    if steps:
+        session._ensure_snapshots(view)
+        view = [session._caches._with_refs(u) for u in view]
+    for index, step in steps:
+        if used <= budget.target:
+            break
+        new_view, new_used = run_layer(session, step, index, view, used, budget, count)
+        if new_view is not None:
+            view, used, changed_by = new_view, new_used, step.layer
+    if pol.on_overflow.layer and (forced or used > budget.trigger):
+        if not steps:
+            session._ensure_snapshots(view)
+            view = [session._caches._with_refs(u) for u in view]
+        new_view, new_used = run_layer(session, pol.on_overflow, -1, view, used, budget, count)
+        if new_view is not None:
+            view, used, changed_by = new_view, new_used, pol.on_overflow.layer
+    return view, used, changed_by
+
+
+def _layer(session: Session, step: ResolvedStep, index: int) -> Layer:
+    key = (step.layer, index)
+    layer = session._layers.get(key)
+    if layer is None:
+        cls = session.registry.get("layer", step.layer)
+        if cls is None:
+            raise LookupError(f"no plugin provides layer {step.layer!r}")
+        layer = cls(cls.Options.model_validate(step.options))  # type: ignore[assignment]
+        assert isinstance(layer, Layer)
+        session._layers[key] = layer
+    return layer
+
+
+def run_layer(
+    session: Session,
+    step: ResolvedStep,
+    index: int,
+    view: list[Unit],
+    used: int,
+    budget: BudgetState,
+    count: Count,
+) -> tuple[list[Unit] | None, int]:
+    """Run one layer isolated; ``(None, used)`` when its output is not taken."""
+    s = session
+    state = budget.state_for(used)
+    plugin = s.registry.plugin_of("layer", step.layer) or "?"
+    target = budget.target
+    if s.policy.cache.preserve_prefix and s.policy.cache.min_gain_tokens:
+        target = min(target, used - s.policy.cache.min_gain_tokens)
+    memory = s.state.memory.setdefault(f"{step.layer}#{index}", {})
+    layer_name = step.layer
+
+    def emit(type_: str, **fields: Any) -> None:
+        s._emit(type_, layer=layer_name, plugin=plugin, **fields)
+
+    ctx = CompactionContext(
+        count=count,
+        used=used,
+        window=budget.window,
+        trigger=budget.trigger,
+        target=max(0, target),
+        state=state,
+        conv_id=s.conv_id,
+        summarizer=s._get_summarizer,
+        emit=emit,
+        memory=memory,
+        snapshots=s.snapshots,
+        ledger=s.ledger,
+        constraints=tuple(s.policy.constraints),
+        count_text=s.counter.count_text,
+    )
+    started = time.perf_counter()
+    before = list(view)
+    try:
+        result = _layer(s, step, index).apply(ctx, tuple(before))
+        if not isinstance(result, LayerResult):
+            raise TypeError(f"apply() returned {type(result).__name__}, not LayerResult")
+        new_units = list(result.units)
+        if not all(isinstance(u, Unit) for u in new_units):
+            raise TypeError("apply() returned something that is not a Unit")
+    except Exception as exc:
+        s.state.stats.layer_failures[step.layer] += 1
+        s.state.touch("memory", "meta")
+        emit("layer.failed", error=f"{type(exc).__name__}: {exc}"[:500])
+        return None, used
+    s.state.touch("memory")
+    if [u.key for u in new_units] == [u.key for u in before] and all(
+        a is b for a, b in zip(new_units, before, strict=True)
+    ):
+        return None, used
+    problems = [v.detail for v in check_units(before, new_units)]
+    new_used = count(new_units)
+    if new_used > used:
+        problems.append(f"returned {new_used} tokens from {used}")
+    if problems:
+        s.state.stats.layer_failures[step.layer] += 1
+        emit("layer.rejected", problems=problems[:10])
+        return None, used
+    gain = used - new_used
+    cache = s.policy.cache
+    if (
+        cache.preserve_prefix
+        and gain < cache.min_gain_tokens
+        and state < State.critical
+        and index >= 0
+    ):
+        # a small change would throw the provider's prompt cache away for little:
+        # wait until a layer can free a whole batch (or the context is critical)
+        emit("layer.deferred", gain=gain, min_gain_tokens=cache.min_gain_tokens)
+        return None, used
+    if result.dropped and not s._archive_units(result.dropped, emit):
+        hard_limit = budget.window - budget.reserve_output
+        if used <= hard_limit:
+            emit("layer.rejected", problems=["the dropped units could not be archived"])
+            return None, used
+        emit(
+            "data.lost",
+            units=[u.key for u in result.dropped][:100],
+            messages=sum(len(u.messages) for u in result.dropped),
+            reason="archive write failed and the request would not fit otherwise",
+        )
+    if s.ledger is not None and result.dropped:
+        try:
+            if s.ledger.goal is None:
+                first_user = next((u for u in before if u.kind == "user"), None)
+                if first_user is not None:
+                    s.ledger.set_goal(content_text(first_user.messages[0].get("content")))
+            s.ledger.update(result.dropped)
+            s._ledger_changed()
+        except Exception as exc:  # pragma: no cover - ledger is ours
+            emit("ledger.failed", error=repr(exc))
+    lost: list[str] = []
+    try:
+        lost = lost_facts(s, before, new_units)
+        if lost and s.ledger is not None:
+            # what a layer shortened away stays in context through the ledger
+            s.ledger.record_facts(lost)
+            s._ledger_changed()
+    except Exception as exc:  # pragma: no cover - facts are best effort
+        emit("ledger.failed", error=repr(exc))
+        lost = []
+    s.state.stats.compactions[step.layer] += 1
+    s.state.touch("meta")
+    emit(
+        "context.compacted",
+        before=used,
+        after=new_used,
+        units_before=len(before),
+        units_after=len(new_units),
+        units_removed=len(result.dropped),
+        duration_ms=round((time.perf_counter() - started) * 1000, 3),
+        report=result.report,
+        lost_facts=lost[:50],
+    )
+    return new_units, new_used
+
+
+def lost_facts(session: Session, before: Sequence[Unit], after: Sequence[Unit]) -> list[str]:
+    """Facts (:mod:`ctxpolicy.facts`) of the messages a layer changed or removed
+    that are found nowhere in the new context or the ledger.
+
+    Only the messages that differ are read (a masked step's assistant message is
+    not), of units where they come to at most ``_FACTS_MAX_CHARS``.
+    """
+    from ctxpolicy.facts import extract, missing_facts
+
+    kept = {u.key: u.messages for u in after}
+    texts: list[str] = []
+    for u in before:
+        new = kept.get(u.key)
+        if u.kind == "ledger" or new == u.messages:
+            continue
+        changed = [
+            content_text(m.get("content"))
+            for i, m in enumerate(u.messages)
+            if new is None or i >= len(new) or new[i] != m
+        ]
+        if sum(map(len, changed)) <= _FACTS_MAX_CHARS:
+            texts.extend(changed)
+    # the first _FACTS_PER_COMPACTION: more would not stay in a bounded ledger
+    facts = extract("\n".join(texts)).all()[:_FACTS_PER_COMPACTION] if texts else []
+    return missing_facts(facts, after, session._ledger_text)

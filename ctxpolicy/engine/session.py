@@ -1,0 +1,662 @@
+"""The public :class:`Session`: prepares every model call of one conversation.
+
+``prepare(messages)`` groups messages into units, re-applies the compaction
+decisions taken earlier (so summaries are not recomputed and the prefix stays
+stable), counts, and runs the policy's pipeline (:mod:`ctxpolicy.engine.runner`);
+when the request still exceeds ``window − reserve_output`` the last-resort squeeze
+(:mod:`ctxpolicy.engine.squeeze`) makes it fit.
+
+``on_error(exc, messages)`` is the reactive path: on a provider's context-overflow
+error it learns the stated limit, runs the ``on_overflow`` layer and returns the
+messages to retry with, at most ``retries`` times in a row.
+
+What a session decided is its :class:`~ctxpolicy.engine.state.SessionState`
+(``session.state``); everything else it keeps is derived
+(:mod:`ctxpolicy.engine.caches`).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from collections import deque
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from ctxpolicy import plugins
+from ctxpolicy.budget import BudgetState, ToolGrowthEstimator, compute_budget
+from ctxpolicy.components import Layer, SnapshotStore, Summarizer
+from ctxpolicy.conversation import Message, Unit, check_messages, content_text, render
+from ctxpolicy.engine.caches import Caches, remember
+from ctxpolicy.engine.own import (
+    HANDOVER_MARK,
+    LEDGER_MARK,
+    as_summarizer,
+    insert_specials,
+    special_unit,
+    tool_call_info,
+    transcript_line,
+)
+from ctxpolicy.engine.runner import run_pipeline
+from ctxpolicy.engine.squeeze import squeeze
+from ctxpolicy.engine.state import PreparedStats, SessionState
+from ctxpolicy.policy.models import Policy
+from ctxpolicy.tokens import TokenCounter, get_counter
+
+__all__ = ["ContextOverflowError", "PreparedStats", "Session", "prepare"]
+
+#: A provider-stated limit below this fraction of the configured window is ignored
+#: (``context.window_ignored``): a garbled error must not cripple the session.
+MIN_LEARNED_FRACTION = 0.125
+#: Tool results longer than this are snapshotted before a layer may shorten them.
+_SNAPSHOT_MIN_CHARS = 400
+
+
+class ContextOverflowError(RuntimeError):
+    """The provider kept rejecting the prompt after every allowed retry."""
+
+    def __init__(
+        self, message: str, *, attempts: int, used: int | None = None, limit: int | None = None
+    ) -> None:
+        super().__init__(message)
+        self.attempts = attempts
+        self.used = used
+        self.limit = limit
+
+
+class Session:
+    """Context management for one conversation under one policy.
+
+    Thread-safe: calls on one session are serialised; sessions share token caches.
+    """
+
+    def __init__(
+        self,
+        policy: Policy,
+        conv_id: str | None = None,
+        *,
+        summarizer: Summarizer | Callable[..., str] | None = None,
+        snapshot_store: SnapshotStore | None = None,
+        on_event: Callable[[dict[str, Any]], None] | None = None,
+        handover: Any = None,
+        counter: TokenCounter | None = None,
+        env: Mapping[str, str] | None = None,
+    ) -> None:
+        self.policy = policy
+        self.conv_id = conv_id or uuid.uuid4().hex[:12]
+        self._on_event = on_event
+        self._lock = threading.RLock()
+        self.registry = plugins.get_registry()
+        self.events: deque[dict[str, Any]] = deque(maxlen=1000)
+        #: what this session decided (persisted); see :mod:`ctxpolicy.engine.state`
+        self.state = SessionState()
+        self.counter = counter or get_counter(
+            policy.model, model_name=policy.model_name, on_event=None
+        )
+        for fb in getattr(self.counter, "fallbacks", []) or []:
+            self._emit(
+                str(fb.get("type", "tokenizer.fallback")),
+                **{k: v for k, v in fb.items() if k != "type"},
+            )
+        self._growth = ToolGrowthEstimator(policy)
+        self._summarizer_override = as_summarizer(summarizer)
+        self.ledger = self._make_ledger()
+        self._ledger_text: str | None = self.ledger.render() if self.ledger is not None else None
+        if handover is not None:
+            self._load_handover(handover)
+        self.snapshots = snapshot_store if snapshot_store is not None else self._open_store(env)
+        # derived, rebuilt after a restart
+        self._caches = Caches(self)
+        self._layers: dict[tuple[str, int], Layer] = {}
+        self._summarizers: dict[tuple[str, str], Summarizer] = {}
+        self._tool_processor: Any = None
+        self._budgets: dict[tuple[int, int | None], BudgetState] = {}
+        self._last_units: list[Unit] = []
+        self._archive: list[Message] = []
+
+    # ------------------------------------------------------------------ public API
+    @property
+    def stats(self) -> PreparedStats:
+        """Running numbers of this session."""
+        return self.state.stats
+
+    @property
+    def status(self) -> dict[str, Any] | None:
+        """The last ``context.status`` event (None before the first ``prepare``)."""
+        return self.state.status
+
+    def budget(self) -> BudgetState:
+        """The budget in force now (learned tool growth and learned window included)."""
+        growth = self._growth.estimate()
+        learned = self.state.learned_window
+        key = (growth, learned)
+        b = self._budgets.get(key)
+        if b is None:
+            b = compute_budget(self.policy, tool_growth=growth)
+            if learned is not None and learned < b.window:
+                b = compute_budget(self._policy_with_window(learned, b), tool_growth=growth)
+            if len(self._budgets) > 64:
+                self._budgets.clear()
+            self._budgets[key] = b
+        return b
+
+    def prepare(
+        self,
+        messages: Sequence[Mapping[str, Any]],
+        tools: Sequence[Mapping[str, Any]] | None = None,
+    ) -> list[Message]:
+        """The message list to send now: fits the budget, pairs intact, pinned kept."""
+        with self._lock:
+            if self.state.overflow_attempts:
+                self.state.overflow_attempts = 0
+                self.state.touch("meta")
+            return self._prepare(messages, tools, forced=False)
+
+    def on_error(
+        self,
+        error: BaseException | str | Mapping[str, Any],
+        messages: Sequence[Mapping[str, Any]],
+        tools: Sequence[Mapping[str, Any]] | None = None,
+    ) -> list[Message] | None:
+        """Reactive compaction after a provider error.
+
+        Returns the messages to retry with, or None when ``error`` is not a
+        context overflow. Raises :class:`ContextOverflowError` once the
+        ``on_overflow`` layer's ``retries`` are used up without a successful call.
+        """
+        from ctxpolicy.layers.emergency import is_context_overflow, parse_limit
+
+        with self._lock:
+            if not is_context_overflow(error):
+                return None
+            limit = parse_limit(error)
+            if limit is not None:
+                self._learn_window(limit)
+            retries = int(self.policy.on_overflow.options.get("retries", 1))
+            st = self.state
+            st.overflow_attempts += 1
+            st.stats.reactive += 1
+            st.touch("meta")
+            self._emit(
+                "context.overflow_error",
+                attempt=st.overflow_attempts,
+                retries=retries,
+                limit=limit,
+                error=str(error)[:500],
+            )
+            if st.overflow_attempts > retries:
+                raise ContextOverflowError(
+                    f"provider rejected the prompt {st.overflow_attempts} times in a row "
+                    f"(retries allowed: {retries}): {str(error)[:300]}",
+                    attempts=st.overflow_attempts,
+                    limit=limit,
+                )
+            return self._prepare(messages, tools, forced=True)
+
+    def record_usage(self, prompt_tokens: int, counted: int | None = None) -> float:
+        """Tell the session the provider's own prompt count for the last call.
+
+        The ratio provider/ours is smoothed (EMA 0.3) and bounded to [0.5, 2.0];
+        with an approximate tokenizer it scales every count from then on, so
+        estimates converge to the provider's real numbers. Returns the ratio.
+        """
+        with self._lock:
+            st = self.state
+            ours = counted if counted is not None else (st.status or {}).get("used_raw")
+            if not ours or prompt_tokens <= 0:
+                return st.calibration
+            sample = min(2.0, max(0.5, prompt_tokens / ours))
+            st.calibration = round(
+                0.7 * st.calibration + 0.3 * sample if st.usage_seen else sample, 4
+            )
+            st.usage_seen = True
+            st.touch("meta")
+            self._emit(
+                "context.usage",
+                prompt_tokens=int(prompt_tokens),
+                counted=ours,
+                calibration=st.calibration,
+            )
+            return st.calibration
+
+    def add_tool_result(
+        self,
+        tool_call: Any,
+        output: Any,
+        *,
+        step: int | None = None,
+        meta: Mapping[str, Any] | None = None,
+    ) -> str:
+        """Preprocess and snapshot one tool result; returns the text for the context."""
+        from ctxpolicy.toolresults import ToolResultProcessor
+
+        call = tool_call_info(tool_call)
+        with self._lock:
+            st = self.state
+            if self._tool_processor is None:
+                self._tool_processor = ToolResultProcessor(
+                    self.policy, store=self.snapshots, registry=self.registry
+                )
+            if step is None:
+                st.step += 1
+                step = st.step
+            else:
+                st.step = max(st.step, step)
+            outcome = self._tool_processor.process(
+                call, output, conv_id=self.conv_id, step=step, meta=meta
+            )
+            for ev in outcome.events:
+                ev = dict(ev)
+                self._emit(str(ev.pop("type", "tool.event")), **ev)
+            if outcome.ref is not None and call.id:
+                st.add_ref(str(call.id), outcome.ref.uri)
+            before = self.counter.count_text(outcome.raw_text)
+            after = self.counter.count_text(outcome.text)
+            self._growth.observe(call.name, after)
+            st.stats.tool_results += 1
+            st.stats.tool_tokens_before += before
+            st.stats.tool_tokens_after += after
+            st.touch("meta", "growth")
+            self._emit(
+                "tool.preprocessed",
+                tool=call.name,
+                preprocessor=outcome.preprocessor,
+                chars_before=outcome.chars_before,
+                chars_after=outcome.chars_after,
+                tokens_before=before,
+                tokens_after=after,
+                snapshot=outcome.ref.uri if outcome.ref is not None else None,
+                step=step,
+            )
+            return str(outcome.text)
+
+    def recall(self, ref: str, *, lines: Any = None, grep: str | None = None) -> str:
+        """The exact original of a snapshot (or a slice of it)."""
+        from ctxpolicy.recall import recall
+
+        if self.snapshots is None:
+            raise LookupError("this session has no snapshot store (snapshots.enabled is false)")
+        return recall(self.snapshots, ref, lines=lines, grep=grep)
+
+    def recall_tool(self) -> tuple[list[dict[str, Any]], Callable[[str, Any], str]]:
+        """OpenAI tool schemas (``ctx_recall``, ``ctx_search``) and their handler."""
+        from ctxpolicy.recall import handle_tool_call, recall_tools
+
+        store = self.snapshots
+
+        def handler(name: str, arguments: Any) -> str:
+            if store is None:
+                return "Error: no snapshot store is configured for this session."
+            return handle_tool_call(store, self.conv_id, name, arguments)
+
+        return recall_tools(), handler
+
+    def handover(self) -> Any:
+        """A :class:`ctxpolicy.handover.Handover` built from the ledger and context."""
+        from ctxpolicy.handover import build_handover
+
+        return build_handover(self)
+
+    # ------------------------------------------------------------------ internals
+    def _emit(self, type_: str, **fields: Any) -> dict[str, Any]:
+        event = {"type": type_, "conv_id": self.conv_id, "ts": round(time.time(), 6), **fields}
+        self.events.append(event)
+        if self._on_event is not None:
+            try:
+                self._on_event(event)
+            except Exception as exc:  # an observer must not break the agent
+                self.events.append(
+                    {"type": "observer.failed", "conv_id": self.conv_id, "error": repr(exc)}
+                )
+        for problem in plugins.emit_event(event):
+            self.events.append(
+                {"type": "observer.failed", "conv_id": self.conv_id, "error": problem}
+            )
+        return event
+
+    def _make_ledger(self) -> Any:
+        if not self.policy.ledger.enabled:
+            return None
+        from ctxpolicy.ledger import Ledger
+
+        return Ledger(
+            max_tokens=self.policy.ledger.max_tokens,
+            constraints=tuple(self.policy.constraints),
+            count_text=self.counter.count_text,
+        )
+
+    def _ledger_changed(self) -> None:
+        if self.ledger is not None:
+            self._ledger_text = self.ledger.render()
+            self.state.touch("ledger")
+
+    def _load_handover(self, handover: Any) -> None:
+        from ctxpolicy.handover import Handover
+
+        if isinstance(handover, Mapping):
+            handover = Handover.model_validate(handover)
+        elif isinstance(handover, str):
+            handover = Handover.model_validate_json(handover)
+        self.state.handover_text = handover.as_text()
+        self.state.touch("meta")
+        if self.ledger is not None:
+            for c in handover.constraints:
+                if c not in self.ledger.constraints:
+                    self.ledger.constraints.append(c)
+            if handover.goal and self.ledger.goal is None:
+                self.ledger.goal = handover.goal
+            self._ledger_changed()
+
+    def _adopted(self) -> tuple[str | None, str | None]:
+        """Ledger and handover texts of ours found in the input that this session does
+        not hold (the agent restarted with the prepared list as its history and no
+        state to resume): re-adopted verbatim, so their facts and archive reference
+        stay in the context instead of being stripped."""
+        ledger = handover = None
+        for kind, text in self._caches.own_messages:
+            if kind == "ledger" and not self.ledger and text != self._ledger_text:
+                ledger = text
+            elif kind == "handover" and self.state.handover_text is None:
+                handover = text
+        return ledger, handover
+
+    def _open_store(self, env: Mapping[str, str] | None) -> SnapshotStore | None:
+        if not self.policy.snapshots.enabled:
+            return None
+        from ctxpolicy.toolresults import open_store
+
+        try:
+            return open_store(self.policy, self.registry, env=env)
+        except Exception as exc:
+            self._emit("snapshot.unavailable", error=repr(exc))
+            return None
+
+    def _policy_with_window(self, window: int, full: BudgetState) -> Policy:
+        """The policy with a learned (smaller) window.
+
+        The policy's reserve and margin are kept when they fit; when the learned window
+        is too small for them they are scaled down (reserve ≤ 25 %, margin ≤ 5 % of the
+        window) so the agent keeps working instead of failing on its own budget.
+        """
+        reserve, margin = full.reserve_output, full.safety_margin
+        if window - reserve - margin < window // 4:
+            reserve = min(reserve, window // 4)
+            margin = min(margin, window // 20)
+        budget = self.policy.budget.model_copy(
+            update={"window": window, "reserve_output": reserve, "safety_margin": margin}
+        )
+        return self.policy.model_copy(update={"budget": budget})
+
+    def _learn_window(self, limit: int) -> None:
+        """Adopt a provider-stated limit below the window in force, unless it is not
+        credible: below :data:`MIN_LEARNED_FRACTION` of the configured window, or
+        below the pinned content of the last request (then ``context.window_ignored``)."""
+        current = self.budget().window
+        configured = compute_budget(self.policy, tool_growth=0).window
+        pinned = sum(
+            self.counter.count_messages(list(u.messages)) for u in self._last_units if u.pinned
+        )
+        floor = max(int(configured * MIN_LEARNED_FRACTION), pinned)
+        if limit < floor:
+            self._emit("context.window_ignored", stated=limit, floor=floor, window=current)
+            return
+        if limit < current:
+            self.state.learned_window = limit
+            self.state.touch("meta")
+            self._emit("context.window_learned", window=limit, previous=current)
+
+    def _get_summarizer(self, name: str, options: Mapping[str, Any]) -> Summarizer:
+        if self._summarizer_override is not None:
+            return self._summarizer_override
+        okey = (name, repr(sorted(options.items())))
+        s = self._summarizers.get(okey)
+        if s is None:
+            cls = self.registry.get("summarizer", name)
+            if cls is None:
+                raise LookupError(f"no plugin provides summarizer {name!r}")
+            s = cls(cls.Options.model_validate(dict(options)))  # type: ignore[assignment]
+            assert isinstance(s, Summarizer)
+            self._summarizers[okey] = s
+        return s
+
+    def _special_units(self) -> list[Unit]:
+        """The pinned handover and ledger messages (system role, marked)."""
+        adopted, handover = self._adopted()
+        ledger = adopted or self._ledger_text
+        parts = (
+            ("handover", HANDOVER_MARK, self.state.handover_text or handover),
+            ("ledger", LEDGER_MARK, ledger),
+        )
+        return [special_unit(key, mark, text) for key, mark, text in parts if text]
+
+    # ------------------------------------------------------------------ snapshots, archive
+    def _ensure_snapshots(self, view: Sequence[Unit]) -> None:
+        """Snapshot every long tool result that entered through ``messages`` (not
+        ``add_tool_result``) before a layer may shorten it: every shortened result
+        has a reference to its verbatim original."""
+        if self.snapshots is None:
+            return
+        st = self.state
+        for u in view:
+            if u.pinned or u.kind != "step":
+                continue
+            names = _call_names(u)
+            for m in u.tool_messages:
+                cid = str(m.get("tool_call_id") or "")
+                text = content_text(m.get("content"))
+                if not cid or cid in st.refs or len(text) <= _SNAPSHOT_MIN_CHARS:
+                    continue
+                try:
+                    ref = self.snapshots.write(
+                        self.conv_id,
+                        st.step,
+                        names.get(cid, "tool"),
+                        {
+                            "step": st.step,
+                            "action": names.get(cid, "tool"),
+                            "phase": "context",
+                            "observation": text,
+                            "message": dict(m),
+                            "timestamp": time.time(),
+                            "conv_id": self.conv_id,
+                        },
+                    )
+                except Exception as exc:
+                    self._emit("snapshot.failed", error=f"{type(exc).__name__}: {exc}"[:300])
+                    return
+                st.add_ref(cid, ref.uri)
+
+    def _archive_units(self, dropped: Sequence[Unit], emit: Callable[..., None]) -> bool:
+        """Keep every dropped message verbatim in the history archive; False when it
+        could not be written (the caller then keeps the units)."""
+        msgs: list[Message] = []
+        keys: list[str] = []
+        for u in dropped:
+            # a dropped summary or pointer stands for units archived when it was made
+            if u.kind in ("summary", "ledger") or u.key in self.state.archived:
+                continue
+            keys.append(u.key)
+            msgs.extend(u.messages)
+        if not msgs:
+            return True
+        if self.snapshots is None:
+            return not self.policy.snapshots.enabled
+        ref = self._archive_messages(msgs, emit)
+        if ref is None:
+            return False
+        for k in keys:
+            self.state.mark_archived(k)
+        if self.ledger is not None and self.ledger.archive != ref:
+            self.ledger.archive = ref
+            self._ledger_changed()
+        return True
+
+    def _archive_messages(self, msgs: Sequence[Message], emit: Callable[..., None]) -> str | None:
+        assert self.snapshots is not None
+        self._archive.extend(msgs)
+        try:
+            ref = self.snapshots.write(
+                self.conv_id,
+                self.state.step,
+                "compacted_history",
+                {
+                    "step": self.state.step,
+                    "action": "compacted_history",
+                    "phase": "compaction",
+                    "observation": "\n\n".join(transcript_line(m) for m in self._archive),
+                    "messages": list(self._archive),
+                    "timestamp": time.time(),
+                    "conv_id": self.conv_id,
+                },
+            )
+        except Exception as exc:
+            del self._archive[len(self._archive) - len(msgs) :]
+            emit(
+                "snapshot.failed", error=f"{type(exc).__name__}: {exc}", action="compacted_history"
+            )
+            return None
+        return str(ref.uri)
+
+    def _ref_for_message(self, unit: Unit, m: Mapping[str, Any]) -> str | None:
+        """The reference of the verbatim original of ``m`` (archived now if needed)."""
+        if m.get("role") == "tool":
+            ref = self.state.refs.get(str(m.get("tool_call_id")))
+            if ref:
+                return ref
+        if self.snapshots is None:
+            return None
+        return self._archive_messages([dict(m)], lambda *a, **k: None)
+
+    # ------------------------------------------------------------------ the call
+    def _prepare(
+        self,
+        messages: Sequence[Mapping[str, Any]],
+        tools: Sequence[Mapping[str, Any]] | None,
+        *,
+        forced: bool,
+    ) -> list[Message]:
+        started = time.perf_counter()
+        st = self.state
+        if isinstance(messages, (str, bytes)) or not isinstance(messages, Sequence):
+            raise TypeError("messages must be a list of OpenAI chat messages (dicts)")
+        caches = self._caches
+        msgs, unchanged = caches.input(messages)
+        originals, keep = caches.units(msgs, unchanged)
+        view, out = caches.view(originals, keep)
+        tools_tokens = self.counter.count_tools(tools) if tools else 0
+        scale = st.calibration if self.counter.approximate else 1.0
+
+        def scaled(raw: int) -> int:
+            return raw if scale == 1.0 else int(raw * scale + 0.999)
+
+        def count(units: Sequence[Unit]) -> int:
+            return scaled(self.counter.count_messages(render(units)) + tools_tokens)
+
+        used = scaled(self.counter.count_messages(out) + tools_tokens)
+        tokens_in = caches.tokens_in + tools_tokens + self.counter.count_messages([])
+        budget = self.budget()
+        entry_used = used
+        view, used, compact_layer = run_pipeline(self, view, used, budget, count, forced=forced)
+        changed = compact_layer is not None
+        if changed:  # the layers' dropped units may have grown the ledger
+            view = insert_specials([u for u in view if u.kind != "ledger"], self._special_units())
+            used = count(view)
+        hard_limit = budget.window - budget.reserve_output
+        if used > hard_limit:
+            squeezed, new_used = squeeze(self, view, used, hard_limit, count)
+            if new_used < used:
+                view, used, changed = squeezed, new_used, True
+                compact_layer = compact_layer or "squeeze"
+        if changed:
+            st.set_decisions(remember(view, originals))
+            out = render(view)
+        state = budget.state_for(used)
+        self._last_units = view
+        # grouping guarantees pairs; a changed view is re-checked as a whole as well
+        violations = check_messages(out) if changed else []
+        if violations:  # pragma: no cover - layers are checked one by one
+            self._emit("engine.invariant_failed", violations=[v.detail for v in violations])
+            out = render(originals)
+            used = count(originals)
+            state = budget.state_for(used)
+        if changed and used > budget.target:
+            self._report_short_of_target(view, used, budget, count)
+        if used > hard_limit or used > budget.trigger:
+            st.stats.overflows += 1
+            self._emit(
+                "context.overflow",
+                used=used,
+                trigger=budget.trigger,
+                hard_limit=hard_limit,
+                unavoidable=used > hard_limit,
+                reason="pinned content and the most recent rounds alone exceed the budget",
+            )
+        st.stats.prepares += 1
+        st.stats.tokens_in += tokens_in
+        st.stats.tokens_sent += used
+        st.status = self._emit(
+            "context.status",
+            used=used,
+            budget=budget.trigger,
+            ratio=round(budget.ratio(used), 4),
+            state=state.value,
+            compact_layer=compact_layer,
+            compacted_from=entry_used if changed else None,
+            window=budget.window,
+            trigger=budget.trigger,
+            target=budget.target,
+            tokenizer=self.counter.name,
+            approximate=self.counter.approximate,
+            calibration=st.calibration,
+            used_raw=used if scale == 1.0 else self.counter.count_messages(out) + tools_tokens,
+            messages=len(out),
+            messages_in=len(msgs),
+            tokens_in=tokens_in,
+            duration_ms=round((time.perf_counter() - started) * 1000, 3),
+        )
+        st.touch("meta")
+        return out
+
+    def _report_short_of_target(
+        self, view: Sequence[Unit], used: int, budget: BudgetState, count: Callable[..., int]
+    ) -> None:
+        """A compaction that ends above the target: say why, with the numbers."""
+        pinned = [u for u in view if u.pinned]
+        self._emit(
+            "context.above_target",
+            used=used,
+            target=budget.target,
+            pinned_tokens=count(pinned),
+            rest_tokens=used - count(pinned),
+            units=len(view),
+        )
+
+
+def _call_names(unit: Unit) -> dict[str, str]:
+    """Tool-call id → tool name of a step's assistant message."""
+    names: dict[str, str] = {}
+    for m in unit.messages:
+        calls = m.get("tool_calls")
+        for tc in calls if isinstance(calls, list) else []:
+            if isinstance(tc, Mapping):
+                fn = tc.get("function")
+                name = fn.get("name") if isinstance(fn, Mapping) else tc.get("name")
+                names[str(tc.get("id"))] = str(name or "tool")
+    return names
+
+
+def prepare(
+    messages: Sequence[Mapping[str, Any]],
+    *,
+    policy: Policy | str,
+    agent: str = "default",
+    tools: Sequence[Mapping[str, Any]] | None = None,
+    **session_options: Any,
+) -> list[Message]:
+    """One-shot: prepare ``messages`` under a policy (object or file path)."""
+    if not isinstance(policy, Policy):
+        from ctxpolicy.policy.resolve import load_policy
+
+        policy = load_policy(policy, agent=agent)
+    return Session(policy, **session_options).prepare(messages, tools=tools)

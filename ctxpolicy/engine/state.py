@@ -1,0 +1,241 @@
+"""What a session has decided: the persisted part of a :class:`~ctxpolicy.engine.Session`.
+
+Everything here cannot be recomputed from the messages (sticky compaction decisions
+and the summaries they hold, the progress ledger, the archive index, learned tool
+growth, a learned window, tokenizer calibration, layer memory such as a summarizer's
+circuit breaker, counters). Everything else a session keeps — grouped units, pinning,
+the rendered view, budgets, layer and summarizer instances — is derived
+(:mod:`ctxpolicy.engine.caches`) and rebuilt from the messages after a restart.
+
+:meth:`SessionState.to_entries` turns the state into small JSON documents keyed by
+string (``meta``, ``ledger``, ``memory``, ``growth``, ``decision/<unit key>``,
+``ref/<tool call id>``, ``archived/<unit key>``); :meth:`SessionState.take_changes`
+returns only the entries that changed since the last call, so a state store writes
+what changed, not the whole history.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from ctxpolicy.conversation import Unit
+
+#: Version of the entry format; a store holding another major version is not read.
+STATE_FORMAT = 1
+
+
+@dataclass
+class PreparedStats:
+    """Running numbers of a session (``Session.stats``)."""
+
+    prepares: int = 0
+    compactions: Counter[str] = field(default_factory=Counter)
+    layer_failures: Counter[str] = field(default_factory=Counter)
+    overflows: int = 0
+    reactive: int = 0
+    tool_results: int = 0
+    tool_tokens_before: int = 0
+    tool_tokens_after: int = 0
+    tokens_in: int = 0
+    tokens_sent: int = 0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "prepares": self.prepares,
+            "compactions": dict(self.compactions),
+            "layer_failures": dict(self.layer_failures),
+            "overflows": self.overflows,
+            "reactive": self.reactive,
+            "tool_results": self.tool_results,
+            "tool_tokens_before": self.tool_tokens_before,
+            "tool_tokens_after": self.tool_tokens_after,
+            "tokens_in": self.tokens_in,
+            "tokens_sent": self.tokens_sent,
+        }
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> PreparedStats:
+        data = dict(d)
+        return cls(
+            **{
+                **data,
+                "compactions": Counter(data.get("compactions", {})),
+                "layer_failures": Counter(data.get("layer_failures", {})),
+            }
+        )
+
+
+def unit_to_json(u: Unit) -> dict[str, Any]:
+    return {
+        "kind": u.kind,
+        "key": u.key,
+        "messages": list(u.messages),
+        "origin": list(u.origin),
+        "round": u.round,
+        "pinned": u.pinned,
+        "meta": dict(u.meta),
+    }
+
+
+def unit_from_json(d: Mapping[str, Any]) -> Unit:
+    return Unit(
+        kind=d["kind"],
+        messages=tuple(d["messages"]),
+        key=str(d["key"]),
+        origin=tuple(d.get("origin") or ()),
+        round=d.get("round"),
+        pinned=bool(d.get("pinned", False)),
+        meta=dict(d.get("meta") or {}),
+    )
+
+
+#: Scalar fields kept in the ``meta`` entry.
+_META_FIELDS = (
+    "step",
+    "learned_window",
+    "calibration",
+    "usage_seen",
+    "overflow_attempts",
+    "handover_text",
+    "status",
+)
+
+
+@dataclass
+class SessionState:
+    """The persisted state of one conversation (see the module docstring).
+
+    Mutate through the methods that name what changed (``set_decisions``,
+    ``add_ref``, ``mark_archived``, ``touch``) so :meth:`take_changes` stays exact.
+    The ledger and the growth samples are owned by their objects in the session;
+    their serialised forms are read through the callables given to
+    :meth:`to_entries` / :meth:`take_changes`.
+    """
+
+    step: int = 0
+    decisions: dict[str, tuple[Unit, ...]] = field(default_factory=dict)
+    refs: dict[str, str] = field(default_factory=dict)
+    archived: set[str] = field(default_factory=set)
+    memory: dict[str, dict[str, Any]] = field(default_factory=dict)
+    learned_window: int | None = None
+    calibration: float = 1.0
+    usage_seen: bool = False
+    overflow_attempts: int = 0
+    handover_text: str | None = None
+    status: dict[str, Any] | None = None
+    seen_repairs: set[tuple[str, int]] = field(default_factory=set)
+    stats: PreparedStats = field(default_factory=PreparedStats)
+    #: bumped by every change of ``decisions`` (a cache key of the rendered view)
+    decisions_version: int = 0
+    _dirty: set[str] = field(default_factory=set, repr=False)
+    _deleted: set[str] = field(default_factory=set, repr=False)
+
+    # ------------------------------------------------------------------ mutation
+    def set_decisions(self, decisions: dict[str, tuple[Unit, ...]]) -> None:
+        old = self.decisions
+        for k, v in decisions.items():
+            prev = old.get(k)
+            if prev is not v and prev != v:
+                self._put(f"decision/{k}")
+        for k in old.keys() - decisions.keys():
+            self._drop(f"decision/{k}")
+        self.decisions = decisions
+        self.decisions_version += 1
+
+    def add_ref(self, call_id: str, uri: str) -> None:
+        self.refs[call_id] = uri
+        self._put(f"ref/{call_id}")
+
+    def mark_archived(self, key: str) -> None:
+        self.archived.add(key)
+        self._put(f"archived/{key}")
+
+    def touch(self, *sections: str) -> None:
+        """Mark whole sections (``meta``, ``ledger``, ``memory``, ``growth``) changed."""
+        for s in sections:
+            self._put(s)
+
+    def _put(self, key: str) -> None:
+        self._dirty.add(key)
+        self._deleted.discard(key)
+
+    def _drop(self, key: str) -> None:
+        self._deleted.add(key)
+        self._dirty.discard(key)
+
+    # ------------------------------------------------------------------ serialisation
+    def _entry(self, key: str, ledger: Any, growth: Any) -> Any:
+        section, _, name = key.partition("/")
+        if section == "meta":
+            return {
+                "format": STATE_FORMAT,
+                **{f: getattr(self, f) for f in _META_FIELDS},
+                "seen_repairs": sorted([k, i] for k, i in self.seen_repairs),
+                "stats": self.stats.to_dict(),
+            }
+        if section == "ledger":
+            return ledger
+        if section == "growth":
+            return growth
+        if section == "memory":
+            return self.memory
+        if section == "decision":
+            return [unit_to_json(u) for u in self.decisions[name]]
+        if section == "ref":
+            return self.refs[name]
+        if section == "archived":
+            return True
+        raise KeyError(key)
+
+    def to_entries(self, *, ledger: Any = None, growth: Any = None) -> dict[str, Any]:
+        """Every entry (a full save)."""
+        keys = ["meta", "ledger", "growth", "memory"]
+        keys += [f"decision/{k}" for k in self.decisions]
+        keys += [f"ref/{k}" for k in self.refs]
+        keys += [f"archived/{k}" for k in self.archived]
+        return {k: _jsonable(self._entry(k, ledger, growth)) for k in keys}
+
+    def take_changes(
+        self, *, ledger: Any = None, growth: Any = None
+    ) -> tuple[dict[str, Any], list[str]]:
+        """Entries changed and deleted since the last call (then forgotten)."""
+        put = {k: _jsonable(self._entry(k, ledger, growth)) for k in sorted(self._dirty)}
+        deleted = sorted(self._deleted)
+        self._dirty.clear()
+        self._deleted.clear()
+        return put, deleted
+
+    @classmethod
+    def from_entries(cls, entries: Mapping[str, Any]) -> SessionState:
+        """The state saved by :meth:`to_entries` (ledger and growth: see ``entries``)."""
+        meta = dict(entries.get("meta") or {})
+        fmt = meta.pop("format", STATE_FORMAT)
+        if fmt != STATE_FORMAT:
+            raise ValueError(f"session state format {fmt} is not supported ({STATE_FORMAT})")
+        st = cls(**{f: meta[f] for f in _META_FIELDS if f in meta})
+        st.seen_repairs = {(str(k), int(i)) for k, i in meta.get("seen_repairs", [])}
+        if "stats" in meta:
+            st.stats = PreparedStats.from_dict(meta["stats"])
+        st.memory = dict(entries.get("memory") or {})
+        for key, value in entries.items():
+            section, _, name = key.partition("/")
+            if section == "decision":
+                st.decisions[name] = tuple(unit_from_json(u) for u in value)
+            elif section == "ref":
+                st.refs[name] = str(value)
+            elif section == "archived":
+                st.archived.add(name)
+        return st
+
+    def changed_keys(self) -> Iterable[str]:
+        return (*self._dirty, *self._deleted)
+
+
+def _jsonable(value: Any) -> Any:
+    """``value`` as it will read back from JSON (tuples become lists; non-JSON leaves
+    become strings), so a resumed session sees exactly what the saved one would."""
+    return json.loads(json.dumps(value, ensure_ascii=False, default=str, allow_nan=False))
