@@ -14,6 +14,15 @@ DATA = REPO / "tests" / "data"
 POLICY_ENV = {"HOME": "/home/test", "CTXPOLICY_HOME": "/srv/ctx"}
 
 
+@pytest.fixture(autouse=True)
+def _private_ctxpolicy_home(
+    tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every test gets its own ``CTXPOLICY_HOME``: snapshots and the default sqlite
+    session state of one test never leak into another (or into ``~/.ctxpolicy``)."""
+    monkeypatch.setenv("CTXPOLICY_HOME", str(tmp_path_factory.mktemp("ctxpolicy-home")))
+
+
 @pytest.fixture
 def policy_env() -> dict[str, str]:
     return dict(POLICY_ENV)

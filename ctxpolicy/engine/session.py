@@ -22,11 +22,11 @@ import time
 import uuid
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 from ctxpolicy import plugins
 from ctxpolicy.budget import BudgetState, ToolGrowthEstimator, compute_budget
-from ctxpolicy.components import Layer, SnapshotStore, Summarizer
+from ctxpolicy.components import Layer, SnapshotStore, StateStore, Summarizer
 from ctxpolicy.conversation import Message, Unit, check_messages, content_text, render
 from ctxpolicy.engine.caches import Caches, remember
 from ctxpolicy.engine.own import (
@@ -38,6 +38,7 @@ from ctxpolicy.engine.own import (
     tool_call_info,
     transcript_line,
 )
+from ctxpolicy.engine.persist import Persistence, open_persistence
 from ctxpolicy.engine.runner import run_pipeline
 from ctxpolicy.engine.squeeze import squeeze
 from ctxpolicy.engine.state import PreparedStats, SessionState
@@ -45,6 +46,8 @@ from ctxpolicy.policy.models import Policy
 from ctxpolicy.tokens import TokenCounter, get_counter
 
 __all__ = ["ContextOverflowError", "PreparedStats", "Session", "prepare"]
+
+T = TypeVar("T")
 
 #: A provider-stated limit below this fraction of the configured window is ignored
 #: (``context.window_ignored``): a garbled error must not cripple the session.
@@ -82,6 +85,7 @@ class Session:
         handover: Any = None,
         counter: TokenCounter | None = None,
         env: Mapping[str, str] | None = None,
+        state_store: StateStore | None = None,
     ) -> None:
         self.policy = policy
         self.conv_id = conv_id or uuid.uuid4().hex[:12]
@@ -114,6 +118,8 @@ class Session:
         self._budgets: dict[tuple[int, int | None], BudgetState] = {}
         self._last_units: list[Unit] = []
         self._archive: list[Message] = []
+        # the stored state of conv_id, if any (policy's `state:` store, or state_store)
+        self._persist: Persistence | None = open_persistence(self, state_store, env)
 
     # ------------------------------------------------------------------ public API
     @property
@@ -147,11 +153,15 @@ class Session:
         tools: Sequence[Mapping[str, Any]] | None = None,
     ) -> list[Message]:
         """The message list to send now: fits the budget, pairs intact, pinned kept."""
-        with self._lock:
+
+        def run() -> list[Message]:
             if self.state.overflow_attempts:
                 self.state.overflow_attempts = 0
                 self.state.touch("meta")
             return self._prepare(messages, tools, forced=False)
+
+        with self._lock:
+            return self._persisted("prepare", run)
 
     def on_error(
         self,
@@ -167,7 +177,7 @@ class Session:
         """
         from ctxpolicy.layers.emergency import is_context_overflow, parse_limit
 
-        with self._lock:
+        def run() -> list[Message] | None:
             if not is_context_overflow(error):
                 return None
             limit = parse_limit(error)
@@ -194,6 +204,9 @@ class Session:
                 )
             return self._prepare(messages, tools, forced=True)
 
+        with self._lock:
+            return self._persisted("on_error", run)
+
     def record_usage(self, prompt_tokens: int, counted: int | None = None) -> float:
         """Tell the session the provider's own prompt count for the last call.
 
@@ -201,7 +214,8 @@ class Session:
         with an approximate tokenizer it scales every count from then on, so
         estimates converge to the provider's real numbers. Returns the ratio.
         """
-        with self._lock:
+
+        def run() -> float:
             st = self.state
             ours = counted if counted is not None else (st.status or {}).get("used_raw")
             if not ours or prompt_tokens <= 0:
@@ -220,6 +234,9 @@ class Session:
             )
             return st.calibration
 
+        with self._lock:
+            return self._persisted("record_usage", run)
+
     def add_tool_result(
         self,
         tool_call: Any,
@@ -232,7 +249,8 @@ class Session:
         from ctxpolicy.toolresults import ToolResultProcessor
 
         call = tool_call_info(tool_call)
-        with self._lock:
+
+        def run() -> str:
             st = self.state
             if self._tool_processor is None:
                 self._tool_processor = ToolResultProcessor(
@@ -240,11 +258,11 @@ class Session:
                 )
             if step is None:
                 st.step += 1
-                step = st.step
+                at = st.step
             else:
-                st.step = max(st.step, step)
+                at = st.step = max(st.step, step)
             outcome = self._tool_processor.process(
-                call, output, conv_id=self.conv_id, step=step, meta=meta
+                call, output, conv_id=self.conv_id, step=at, meta=meta
             )
             for ev in outcome.events:
                 ev = dict(ev)
@@ -267,9 +285,21 @@ class Session:
                 tokens_before=before,
                 tokens_after=after,
                 snapshot=outcome.ref.uri if outcome.ref is not None else None,
-                step=step,
+                step=at,
             )
             return str(outcome.text)
+
+        with self._lock:
+            return self._persisted("add_tool_result", run)
+
+    def close(self) -> None:
+        """Release the state store this session opened (a store passed in stays open)."""
+        if self._persist is not None:
+            self._persist.close()
+
+    def _persisted(self, what: str, call: Callable[[], T]) -> T:
+        """Run a state-changing call; save what it changed (docs/state.md)."""
+        return call() if self._persist is None else self._persist.run(what, call)
 
     def recall(self, ref: str, *, lines: Any = None, grep: str | None = None) -> str:
         """The exact original of a snapshot (or a slice of it)."""
