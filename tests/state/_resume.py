@@ -7,6 +7,7 @@ one journal, so a process killed at any point (SIGKILL) can be followed by a fre
 one that continues where the journal ends — the way an agent restarts from its own
 checkpoint. The journal lines are::
 
+    {"ev": "start"}                                a process started
     {"ev": "tool", "i": 7, "text": "..."}          a tool result entered the context
     {"ev": "prepare", "i": 8, "digest": "..."}     the messages prepared for call i
     {"ev": "summary.start", "digest": "..."}       the summarizer was called
@@ -21,6 +22,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import signal
 import sys
 import time
 from pathlib import Path
@@ -79,27 +81,41 @@ def run(config: dict[str, Any]) -> None:
     assert extractive_cls is not None
     extractive = extractive_cls()
     sleep = float(config.get("summary_sleep", 0.0))
+    die_in_summary = config.get("die_in_summary")  # kill ourselves inside this summary
+    started = 0
 
     def summarize(request: SummaryRequest) -> str:
+        nonlocal started
         key = digest([request.messages, request.previous_summary, request.max_tokens])
         journal.write(ev="summary.start", digest=key)
+        started += 1
+        if started == die_in_summary:
+            os.kill(os.getpid(), signal.SIGKILL)
         time.sleep(sleep)
         text = str(extractive.summarize(request))  # type: ignore[attr-defined]
         journal.write(ev="summary.done", digest=key)
         return text
 
+    journal.write(ev="start")
     messages = load_trace(config["trace"])
     done = {(e["ev"], e["i"]): e for e in journal.lines if "i" in e}
     session = Session(policy, conv_id=config["conv_id"], summarizer=summarize)
     convo: list[dict[str, Any]] = []
     pending: dict[str, Any] = {}
     tool_step = 0
+    prepares = 0
     for i, m in enumerate(messages):
         role = m.get("role")
         if role == "assistant":
             if ("prepare", i) not in done:
                 prepared = session.prepare(convo)
-                journal.write(ev="prepare", i=i, digest=digest(prepared))
+                full = {"prepared": prepared} if config.get("full") else {}
+                journal.write(ev="prepare", i=i, digest=digest(prepared), **full)
+                prepares += 1
+                if prepares == config.get("stop_after"):  # a clean stop between calls
+                    return
+                if i in config.get("die_after_call", ()):  # SIGKILL between calls
+                    os.kill(os.getpid(), signal.SIGKILL)
             pending = {str(tc.get("id", "")): tc for tc in m.get("tool_calls") or []}
             convo.append(dict(m))
         elif role == "tool":
