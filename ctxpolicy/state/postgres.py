@@ -3,13 +3,14 @@
 Needs ``pip install ctxpolicy[postgres]`` (psycopg 3). Two tables,
 ``<table>_versions(conv_id, version, updated_at)`` and
 ``<table>_entries(conv_id, key, value)``, created on first open (under an advisory
-lock, so workers starting together do not race). A commit is one transaction:
+lock, so workers starting together do not race). A commit is one statement (one round trip, one transaction):
 
 * ``UPDATE … SET version = version + 1 WHERE conv_id = $1 AND version = $expected``
   (or an ``INSERT … ON CONFLICT DO NOTHING`` for the first commit) — the row lock
   serialises concurrent committers, and the loser's ``WHERE`` no longer matches,
   so it gets :class:`StateConflict` and nothing of it is written;
-* upserts of the given keys and deletes of the deleted ones.
+* in the same statement, only if the version moved: upserts of the given keys and
+  deletes of the deleted ones.
 
 A load is one statement (one snapshot). The DSN is interpolated from the
 environment when the store opens (default ``${CTXPOLICY_STATE_DSN}``), so a
@@ -175,45 +176,45 @@ class PostgresStateStore(SqlStateStore["psycopg.Connection[Any]"]):
         with self._lock:
             conn = self._connection()
             try:
-                with conn.transaction():
-                    self._apply(conn, conv_id, expected, rows, dropped)
+                row = conn.execute(
+                    self._commit_sql(expected),
+                    {
+                        "conv": conv_id,
+                        "expected": expected,
+                        "keys": [k for k, _ in rows],
+                        "values": [v for _, v in rows],
+                        "dropped": dropped,
+                    },
+                ).fetchone()
             except psycopg.Error as exc:
                 raise self._fail("write", exc) from None
+        if row is None:
+            raise StateConflict(conv_id, expected)  # nothing of it was written
 
-    def _apply(
-        self,
-        conn: psycopg.Connection[Any],
-        conv_id: str,
-        expected: int,
-        rows: Rows,
-        dropped: list[str],
-    ) -> None:
+    def _commit_sql(self, expected: int) -> str:
+        """One statement, so one round trip and one implicit transaction: bump the
+        version iff it is ``expected`` (the row lock serialises committers; a loser's
+        ``WHERE`` no longer matches), and only then upsert and delete entries."""
         if expected == 0:
-            cur = conn.execute(
-                f"INSERT INTO {self._versions} (conv_id, version) VALUES (%s, 1) "
-                "ON CONFLICT (conv_id) DO NOTHING RETURNING version",
-                (conv_id,),
+            bump = (
+                f"INSERT INTO {self._versions} (conv_id, version) VALUES (%(conv)s, 1) "
+                "ON CONFLICT (conv_id) DO NOTHING RETURNING version"
             )
         else:
-            cur = conn.execute(
+            bump = (
                 f"UPDATE {self._versions} SET version = version + 1, updated_at = now() "
-                "WHERE conv_id = %s AND version = %s RETURNING version",
-                (conv_id, expected),
+                "WHERE conv_id = %(conv)s AND version = %(expected)s RETURNING version"
             )
-        if cur.fetchone() is None:
-            raise StateConflict(conv_id, expected)  # rolls the transaction back
-        with conn.cursor() as c:
-            if rows:
-                c.executemany(
-                    f"INSERT INTO {self._entries} (conv_id, key, value) VALUES (%s, %s, %s) "
-                    "ON CONFLICT (conv_id, key) DO UPDATE SET value = EXCLUDED.value",
-                    [(conv_id, k, v) for k, v in rows],
-                )
-            if dropped:
-                c.execute(
-                    f"DELETE FROM {self._entries} WHERE conv_id = %s AND key = ANY(%s)",
-                    (conv_id, dropped),
-                )
+        return (
+            f"WITH v AS ({bump}), "
+            f"d AS (DELETE FROM {self._entries} WHERE conv_id = %(conv)s "
+            "AND key = ANY(%(dropped)s::text[]) AND EXISTS (SELECT 1 FROM v)), "
+            f"p AS (INSERT INTO {self._entries} (conv_id, key, value) "
+            "SELECT %(conv)s, k, val FROM unnest(%(keys)s::text[], %(values)s::text[]) "
+            "AS t(k, val) WHERE EXISTS (SELECT 1 FROM v) "
+            "ON CONFLICT (conv_id, key) DO UPDATE SET value = EXCLUDED.value) "
+            "SELECT version FROM v"
+        )
 
 
 def _reason(exc: Exception) -> str:
