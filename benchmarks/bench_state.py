@@ -248,6 +248,11 @@ def main(argv: list[str] | None = None) -> int:
     ]
     if notes:
         md += ["", *[f"_{n}_" for n in notes]]
+    md += [
+        "",
+        "Reproduce: `.venv/bin/python benchmarks/bench_state.py` (`--quick`: 160 messages, "
+        "one run; tests: `.venv/bin/pytest tests/state`)",
+    ]
     write_results("bench_state", data, "\n".join(md))
     print("\n".join(md))
     return 0

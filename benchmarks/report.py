@@ -34,6 +34,7 @@ ORDER = (
     "bench_validate",
     "bench_tokens",
     "bench_preprocessors",
+    "bench_state",
 )
 SCRIPT = {name: f"benchmarks/{name}.py" for name in ORDER}
 #: (trace file, agent, window, baselines) of the simulate plots.
