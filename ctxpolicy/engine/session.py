@@ -118,8 +118,13 @@ class Session:
         self._budgets: dict[tuple[int, int | None], BudgetState] = {}
         self._last_units: list[Unit] = []
         self._archive: list[Message] = []
-        # the stored state of conv_id, if any (policy's `state:` store, or state_store)
-        self._persist: Persistence | None = open_persistence(self, state_store, env)
+        # the stored state of conv_id (policy's `state:` store, or state_store); a
+        # session without a conv_id is a new conversation nobody can resume: memory only
+        self._persist: Persistence | None = (
+            open_persistence(self, state_store, env)
+            if conv_id is not None or state_store is not None
+            else None
+        )
 
     # ------------------------------------------------------------------ public API
     @property

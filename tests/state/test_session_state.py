@@ -126,3 +126,13 @@ def test_an_unreachable_store_is_an_event_and_the_session_works_in_memory(
     assert s.prepare([{"role": "user", "content": "hi"}])
     [ev] = [e for e in events if e["type"] == "state.unavailable"]
     assert ev["store"] == "sqlite" and "cannot open state database" in ev["error"]
+
+
+def test_a_session_without_conv_id_keeps_nothing(tmp_path: Path) -> None:
+    """Nobody can resume a random id: no store is opened, nothing is written."""
+    policy = _policy(tmp_path)
+    events: list[dict[str, Any]] = []
+    s = Session(policy, on_event=events.append)
+    s.prepare([{"role": "user", "content": "hello"}])
+    assert not (tmp_path / "snapshots" / ".ctxpolicy-state.sqlite3").exists()
+    assert not [e for e in events if e["type"].startswith("state.")]
