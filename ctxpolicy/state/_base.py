@@ -14,10 +14,18 @@ import threading
 from collections.abc import Iterable, Mapping
 from typing import Any, Generic, TypeVar
 
-from ctxpolicy.components import ComponentOptions, StateStore, StateStoreError, StoredState
-from ctxpolicy.state._codec import check_expected, decode, encode_changes, valid_conv_id
+from pydantic import Field
 
-__all__ = ["JsonStateStore", "Rows", "SqlStateStore"]
+from ctxpolicy.components import ComponentOptions, StateStore, StateStoreError, StoredState
+from ctxpolicy.state._codec import (
+    IDENTIFIER_PATTERN,
+    check_expected,
+    decode,
+    encode_changes,
+    valid_conv_id,
+)
+
+__all__ = ["JsonStateStore", "Rows", "SqlOptions", "SqlStateStore"]
 
 #: Encoded entries: ``(key, canonical JSON)``.
 Rows = list[tuple[str, str]]
@@ -81,6 +89,16 @@ def joined_rows(rows: Iterable[tuple[Any, Any, Any]]) -> tuple[int, Rows]:
     if not rows:
         return 0, []
     return int(rows[0][0]), [(k, v) for _, k, v in rows if k is not None]
+
+
+class SqlOptions(ComponentOptions):
+    """Options every SQL state store has."""
+
+    table: str = Field(
+        default="ctxpolicy_state",
+        pattern=IDENTIFIER_PATTERN,
+        description="Prefix of the two tables (`<table>_versions`, `<table>_entries`).",
+    )
 
 
 class SqlStateStore(JsonStateStore, Generic[C]):

@@ -29,9 +29,8 @@ from pydantic import Field
 
 from ctxpolicy.components import StateConflict, StateStoreError
 from ctxpolicy.plugins import hookimpl
-from ctxpolicy.policy.models import ComponentOptions
-from ctxpolicy.state._base import Rows, SqlStateStore, joined_rows
-from ctxpolicy.state._codec import IDENTIFIER_PATTERN, interpolate_option
+from ctxpolicy.state._base import Rows, SqlOptions, SqlStateStore, joined_rows
+from ctxpolicy.state._codec import interpolate_option
 
 if TYPE_CHECKING:  # pragma: no cover
     import psycopg
@@ -39,7 +38,7 @@ if TYPE_CHECKING:  # pragma: no cover
 __all__ = ["PostgresOptions", "PostgresStateStore", "describe_dsn"]
 
 
-class PostgresOptions(ComponentOptions):
+class PostgresOptions(SqlOptions):
     """Options of the ``postgres`` state store."""
 
     dsn: str = Field(
@@ -47,11 +46,6 @@ class PostgresOptions(ComponentOptions):
         description="libpq connection string or URL. `${NAME}` is interpolated from the "
         "environment when the store opens; keep passwords there (or in `~/.pgpass`, "
         "`PGPASSWORD`), never in the policy file.",
-    )
-    table: str = Field(
-        default="ctxpolicy_state",
-        pattern=IDENTIFIER_PATTERN,
-        description="Prefix of the two tables (`<table>_versions`, `<table>_entries`).",
     )
     connect_timeout_s: float = Field(
         default=10.0, gt=0, le=600, description="Give up connecting after this long."

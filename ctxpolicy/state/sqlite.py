@@ -22,9 +22,8 @@ from pydantic import Field
 
 from ctxpolicy.components import StateConflict, StateStoreError
 from ctxpolicy.plugins import hookimpl
-from ctxpolicy.policy.models import ComponentOptions
-from ctxpolicy.state._base import Rows, SqlStateStore, joined_rows
-from ctxpolicy.state._codec import IDENTIFIER_PATTERN, interpolate_option
+from ctxpolicy.state._base import Rows, SqlOptions, SqlStateStore, joined_rows
+from ctxpolicy.state._codec import interpolate_option
 
 __all__ = ["DEFAULT_FILE", "SqliteOptions", "SqliteStateStore"]
 
@@ -35,7 +34,7 @@ DEFAULT_FILE = ".ctxpolicy-state.sqlite3"
 FALLBACK_PATH = "${CTXPOLICY_HOME:-~/.ctxpolicy}/state.sqlite3"
 
 
-class SqliteOptions(ComponentOptions):
+class SqliteOptions(SqlOptions):
     """Options of the ``sqlite`` state store."""
 
     path: str | None = Field(
@@ -43,11 +42,6 @@ class SqliteOptions(ComponentOptions):
         description="Database file; `${NAME}`, `${NAME:-default}` and `~` are expanded "
         "when the store opens. Unset: `.ctxpolicy-state.sqlite3` in the snapshot root "
         "(or `${CTXPOLICY_HOME:-~/.ctxpolicy}/state.sqlite3` when snapshots are not local).",
-    )
-    table: str = Field(
-        default="ctxpolicy_state",
-        pattern=IDENTIFIER_PATTERN,
-        description="Prefix of the two tables (`<table>_versions`, `<table>_entries`).",
     )
     timeout_s: float = Field(
         default=30.0,
