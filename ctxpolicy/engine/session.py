@@ -254,6 +254,9 @@ class Session:
         from ctxpolicy.toolresults import ToolResultProcessor
 
         call = tool_call_info(tool_call)
+        # the result is processed (preprocessed, snapshotted, counted) once; a redo after
+        # a lost state race only re-applies what it changes in the session state
+        done: dict[str, Any] = {}
 
         def run() -> str:
             st = self.state
@@ -265,33 +268,37 @@ class Session:
                 st.step += 1
                 at = st.step
             else:
-                at = st.step = max(st.step, step)
-            outcome = self._tool_processor.process(
-                call, output, conv_id=self.conv_id, step=at, meta=meta
-            )
-            for ev in outcome.events:
-                ev = dict(ev)
-                self._emit(str(ev.pop("type", "tool.event")), **ev)
+                at = step
+                st.step = max(st.step, step)
+            if not done:
+                outcome = self._tool_processor.process(
+                    call, output, conv_id=self.conv_id, step=at, meta=meta
+                )
+                for ev in outcome.events:
+                    ev = dict(ev)
+                    self._emit(str(ev.pop("type", "tool.event")), **ev)
+                before = self.counter.count_text(outcome.raw_text)
+                after = self.counter.count_text(outcome.text)
+                self._emit(
+                    "tool.preprocessed",
+                    tool=call.name,
+                    preprocessor=outcome.preprocessor,
+                    chars_before=outcome.chars_before,
+                    chars_after=outcome.chars_after,
+                    tokens_before=before,
+                    tokens_after=after,
+                    snapshot=outcome.ref.uri if outcome.ref is not None else None,
+                    step=at,
+                )
+                done.update(outcome=outcome, before=before, after=after)
+            outcome, before, after = done["outcome"], done["before"], done["after"]
             if outcome.ref is not None and call.id:
                 st.add_ref(str(call.id), outcome.ref.uri)
-            before = self.counter.count_text(outcome.raw_text)
-            after = self.counter.count_text(outcome.text)
             self._growth.observe(call.name, after)
             st.stats.tool_results += 1
             st.stats.tool_tokens_before += before
             st.stats.tool_tokens_after += after
             st.touch("meta", "growth")
-            self._emit(
-                "tool.preprocessed",
-                tool=call.name,
-                preprocessor=outcome.preprocessor,
-                chars_before=outcome.chars_before,
-                chars_after=outcome.chars_after,
-                tokens_before=before,
-                tokens_after=after,
-                snapshot=outcome.ref.uri if outcome.ref is not None else None,
-                step=at,
-            )
             return str(outcome.text)
 
         with self._lock:

@@ -8,8 +8,9 @@ writes what it changed, never the whole history.
 
 :meth:`StateSync.run` wraps one state-changing call (``prepare``, ``add_tool_result``,
 ``on_error``, ``record_usage``): it runs the call and saves its changes; when another
-worker committed first (:class:`StateConflict`) it emits ``state.conflict``, reloads
-the stored state into the session and runs the call again — at most
+worker committed first (:class:`StateConflict`) it emits ``state.conflict``, waits a
+few random milliseconds (growing with each attempt, so racing workers spread out),
+reloads the stored state into the session and runs the call again — at most
 ``max_retries`` times, then the conflict is raised. A store that fails (server
 down) is a ``state.save_failed`` event, not a failed call: the changes stay pending
 and go out with the next successful save.
@@ -17,6 +18,8 @@ and go out with the next successful save.
 
 from __future__ import annotations
 
+import random
+import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, TypeVar
 
@@ -54,6 +57,7 @@ class StateSync:
         self.conflicts = 0
         self._put: dict[str, Any] = {}
         self._delete: set[str] = set()
+        self._rng = random.Random()
 
     @property
     def pending(self) -> bool:
@@ -125,6 +129,8 @@ class StateSync:
                 )
                 if last:
                     raise
+                # a short random pause so racing workers do not collide again at once
+                time.sleep(self._rng.uniform(0, min(0.05, 0.002 * 2**attempt)))
                 restore(self.load())
             except StateStoreError as exc:
                 self.emit("state.save_failed", call=what, error=str(exc))
