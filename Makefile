@@ -19,8 +19,12 @@ $(VENV)/.dev: $(VENV)/.base pyproject.toml $(wildcard $(EXAMPLE_PLUGIN)/pyprojec
 	@if [ -f $(EXAMPLE_PLUGIN)/pyproject.toml ]; then $(PIP) install --quiet -e $(EXAMPLE_PLUGIN); fi
 	touch $@
 
-demo: $(VENV)/.base
+# matplotlib for the demo's PNG, installed once (a stamp like .base and .dev)
+$(VENV)/.plot: $(VENV)/.base pyproject.toml
 	$(PIP) install --quiet -e '.[plot]'
+	touch $@
+
+demo: $(VENV)/.plot
 	$(BIN)/ctxpolicy validate policies/
 	$(BIN)/ctxpolicy explain policies/agents.yaml --agent coding_agent
 	@if [ -f scripts/demo.sh ]; then bash scripts/demo.sh; fi

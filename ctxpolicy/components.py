@@ -226,6 +226,17 @@ class SnapshotStore(Component):
     """Keeps full tool results (JSON documents) so compaction loses nothing.
 
     Implementations must write atomically and keep every name inside their root.
+
+    A conversation's documents live in one *folder* (:meth:`folder`, an injective
+    encoding of the conversation id; see :mod:`ctxpolicy.store_names`). The recall
+    tools call :meth:`locate` to turn whatever reference the model passed into the
+    canonical ``(folder, name)`` *before* checking that the folder is the caller's.
+
+    The history archive (:class:`ctxpolicy.archive.HistoryArchive`) appends to
+    per-conversation logs through :meth:`append`, :meth:`read_range` and
+    :meth:`size`. A store that does not override them (they raise
+    ``NotImplementedError``) still works: the archive then writes one document per
+    compaction with :meth:`write`.
     """
 
     def __init__(self, options: ComponentOptions | None = None, *, root: str = "") -> None:
@@ -244,6 +255,41 @@ class SnapshotStore(Component):
     def list(self, conv_id: str) -> list[SnapshotRef]:
         raise NotImplementedError
 
+    def folder(self, conv_id: str) -> str:
+        """The folder name of a conversation (default: :func:`store_names.conv_folder`)."""
+        from ctxpolicy.store_names import conv_folder
+
+        return conv_folder(conv_id)
+
+    def locate(self, ref: str) -> SnapshotRef:
+        """The canonical reference behind ``ref``, resolved *before* any ownership
+        check; raises ``SnapshotError`` when ``ref`` names nothing of this store.
+
+        The default accepts only ``ctxsnap://<folder>/<name>`` URIs (strictly
+        parsed, no decoding); stores that also accept paths override it and resolve
+        ``..``, symlinks and URL forms to the same canonical pair.
+        """
+        from ctxpolicy.store_names import URI_SCHEME, SnapshotError, parse_uri
+
+        parsed = parse_uri(ref)
+        if parsed is None:
+            raise SnapshotError(2, "not a snapshot reference of this store")
+        folder, name = parsed
+        return SnapshotRef(uri=f"{URI_SCHEME}{folder}/{name}", path="", conv_id=folder, name=name)
+
+    def append(self, folder: str, name: str, data: bytes) -> int:
+        """Append ``data`` to the log ``<folder>/<name>`` (created 0600 if absent) and
+        return the offset it starts at. Must raise on any failure (nothing appended
+        silently short). Optional: see the class docstring."""
+        raise NotImplementedError
+
+    def read_range(self, folder: str, name: str, offset: int, length: int) -> bytes:
+        """``length`` bytes of the log ``<folder>/<name>`` from ``offset``."""
+        raise NotImplementedError
+
+    def size(self, folder: str, name: str) -> int:
+        """Size in bytes of the log ``<folder>/<name>`` (0 when it does not exist)."""
+        raise NotImplementedError
 
 # --------------------------------------------------------------------------- state
 

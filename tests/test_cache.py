@@ -55,5 +55,8 @@ def test_preserve_prefix_changes_the_prefix_rarely(tmp_path: Path) -> None:
     calls2, with_cache, over1, broken1 = _replay(cached, messages)
     assert calls == calls2 > 50
     assert (over0, over1, broken0, broken1) == (0, 0, 0, 0)
-    assert without >= 6, "the trace must compact often enough to measure"
-    assert with_cache * 3 <= without, (with_cache, without)
+    assert without >= 5, "the trace must compact often enough to measure"
+    # compactions that reach the target already change the prefix rarely (7 per ~95
+    # calls on this trace, was 12+ before the entry-state rule); preserve_prefix
+    # batches them further
+    assert with_cache < without and with_cache * 100 <= 5 * calls, (with_cache, without)

@@ -387,3 +387,37 @@ def test_incremental_grouping_equals_grouping_from_scratch() -> None:
     assert out == Session(pol).prepare(msgs) and any(
         m.get("content") == "edited in place" for m in out
     )
+
+
+def test_entry_state_decides_which_layers_run() -> None:
+    """A compaction that starts at warning runs every warning layer down to the
+    target, never the error layer; with target == warning it stops under warning."""
+    pipeline = [
+        {"layer": "observation_mask", "at": "warning", "options": {"max_age_rounds": 1}},
+        {
+            "layer": "drop_rounds",
+            "at": "warning",
+            "options": {"keep_recent_rounds": 1, "min_keep_tokens": 0},
+        },
+        {"layer": "summarize", "at": "error", "options": {"summarizer": "extractive"}},
+    ]
+    for target in (0.4, 0.7):
+        pol = make_policy(
+            model={"context_window": 9000, "max_output_tokens": 500, "tokenizer": "cl100k_base"},
+            budget={"reserve_output": 1000, "tool_growth": 0, "safety_margin": 0, "target": target},
+            thresholds={"warning": 0.7, "error": 0.9, "critical": 0.95},
+            pipeline=pipeline,
+        )
+        s = Session(pol)
+        msgs = conversation(40, 300)
+        b = s.budget()
+        n = next(
+            k for k in range(4, len(msgs)) if s.counter.count_messages(msgs[:k]) >= b.warning_tokens
+        )
+        s.prepare(msgs[:n])  # enters at warning (below error)
+        layers = [e["layer"] for e in _events(s, "context.compacted")]
+        assert "summarize" not in layers and layers, layers
+        assert s.status is not None
+        # at the target, or the kept round and pinned content alone are above it
+        assert s.status["used"] <= b.target or _events(s, "context.above_target")
+        assert s.status["used"] < b.warning_tokens

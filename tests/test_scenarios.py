@@ -1,7 +1,11 @@
 """Every real trace under every shipped policy at 16k and 32k windows.
 
 Zero pairing violations and zero prepared contexts above ``window − reserve_output``
-wherever the policy's budget fits the window. Where it does not (design B's
+wherever the policy's budget fits the window, and hysteresis (docs/engine.md): after
+every compaction the context is at or below the target unless the engine reports
+that the pinned content and the kept rounds alone exceed it, and no two consecutive
+calls compact unless one step alone grew the conversation by more than the
+hysteresis band (``warning − target``: every shipped pipeline starts at ``warning``). Where it does not (design B's
 absolute 128k numbers on a 16k window), loading it at that window is a clear
 CTX201 diagnostic — never a silent fallback; a policy that leaves less than a
 quarter of the window for the conversation (e.g. ``default``'s 8000-token reserve and
@@ -12,6 +16,7 @@ with its numbers.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -49,3 +54,23 @@ def test_every_trace_every_shipped_policy(agent: str, window: int, tmp_path: Pat
     )
     s = out["summary"][agent]
     assert (s["overflows"], s["pairing_violations"]) == (0, 0), s
+    for t in out["traces"]:
+        _check_hysteresis(t["trace"], t["runs"][0]["series"])
+    if (agent, window) == ("coding_agent", 32768):
+        assert s["per_100_calls"]["compactions"] <= 8, s["per_100_calls"]
+
+
+def _check_hysteresis(trace: str, series: dict[str, list[Any]]) -> None:
+    used, none, layers = series["used"], series["none"], series["layers"]
+    warning, target, above = series["warning"], series["target"], series["above_target"]
+    for i, fired in enumerate(layers):
+        if not fired:
+            continue
+        assert used[i] <= target[i] or above[i], (
+            f"{trace} call {i + 1}: compacted to {used[i]} > target {target[i]} silently"
+        )
+        if i and layers[i - 1]:
+            grew = none[i] - none[i - 1]
+            assert above[i - 1] or grew > warning[i] - target[i], (
+                f"{trace} calls {i}-{i + 1}: compacted twice in a row (step grew {grew})"
+            )

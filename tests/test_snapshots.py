@@ -19,8 +19,8 @@ from ctxpolicy.snapshots import (
     SnapshotError,
     parse_uri,
     prune,
-    safe_component,
 )
+from ctxpolicy.store_names import conv_folder
 
 HOSTILE = [
     "../../etc",
@@ -87,7 +87,7 @@ def test_hostile_names_stay_under_root(tmp_path: Path, conv_id: str, action: str
     ref = store.write(conv_id, 7, action, doc())
     real = Path(os.path.realpath(ref.path))
     assert real.parent.parent == Path(os.path.realpath(root))
-    assert len(real.parent.name) <= 80 and len(real.name) <= 80
+    assert len(real.parent.name) <= 150 and len(real.name) <= 80
     assert not real.parent.name.startswith(".") and not real.name.startswith(".")
     assert store.read(ref.uri) == doc()
     assert [r.uri for r in store.list(conv_id)] == [ref.uri]
@@ -96,7 +96,7 @@ def test_hostile_names_stay_under_root(tmp_path: Path, conv_id: str, action: str
 
 
 def test_distinct_hostile_ids_do_not_share_a_directory() -> None:
-    names = {safe_component(c, max_chars=80, hash_if_changed=True) for c in HOSTILE}
+    names = {conv_folder(c) for c in HOSTILE}
     assert len(names) == len(HOSTILE)
 
 
@@ -228,6 +228,7 @@ def test_fsspec_store(tmp_path: Path, kind: str) -> None:
     r1 = store.write("run-42", 3, "sql_query", doc("a"))
     r2 = store.write("run-42", 3, "sql_query", doc("b"))
     store.write("../../etc", 1, "x", doc())
+    assert conv_folder("../../etc") == "~2E~2E~2F~2E~2E~2Fetc"
     assert r1.uri == "ctxsnap://run-42/step_003_sql_query"
     assert r2.name == "step_003_sql_query_2"
     assert store.read(r1.uri)["observation"] == "a"
@@ -293,3 +294,71 @@ def test_cli_prune(tmp_path: Path) -> None:
     res = runner.invoke(snapshots, ["prune", "--root", str(tmp_path)])
     assert res.exit_code == 2 and "no retention set" in res.output
     assert runner.invoke(snapshots, ["prune"]).exit_code == 2
+
+
+# --------------------------------------------------------------------------- O(1) names
+
+
+def _count_fs_ops(monkeypatch: pytest.MonkeyPatch) -> dict[str, int]:
+    counts = {"link": 0, "open": 0}
+    real_link, real_open = os.link, os.open
+
+    def link(*a: object, **k: object) -> None:
+        counts["link"] += 1
+        real_link(*a, **k)  # type: ignore[arg-type]
+
+    def open_(*a: object, **k: object) -> int:
+        counts["open"] += 1
+        return real_open(*a, **k)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(os, "link", link)
+    monkeypatch.setattr(os, "open", open_)
+    return counts
+
+
+def test_naming_is_linear_in_the_number_of_snapshots(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    counts = _count_fs_ops(monkeypatch)
+    ops = {}
+    for n in (100, 1000):
+        store = LocalStore(root=str(tmp_path / str(n)))
+        before = sum(counts.values())
+        for _ in range(n):
+            store.write("c", 3, "bash", {"observation": "x"})
+        ops[n] = sum(counts.values()) - before
+    assert ops[1000] / ops[100] < 12, ops  # O(n); the old linear probing was ~100×
+    assert counts["link"] <= 1100 + 110
+    # a new process (fresh store object) in a directory with 1,000 of them: O(1) too
+    fresh = LocalStore(root=str(tmp_path / "1000"))
+    before = counts["link"]
+    ref = fresh.write("c", 3, "bash", {"observation": "late"})
+    assert counts["link"] - before <= 3
+    names = [r.name for r in fresh.list("c")]
+    assert len(names) == 1001 and names[-1] == ref.name  # still in write order
+
+
+@pytest.mark.parametrize(("durability", "expected"), [("fsync", 2), ("flush", 0)])
+def test_durability_option(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, durability: str, expected: int
+) -> None:
+    from ctxpolicy.snapshots import LocalOptions
+
+    calls: list[int] = []
+    real = os.fsync
+    monkeypatch.setattr(os, "fsync", lambda fd: (calls.append(fd), real(fd))[1])
+    store = LocalStore(LocalOptions(durability=durability), root=str(tmp_path))  # type: ignore[arg-type]
+    store.write("c", 1, "x", doc())
+    assert len(calls) == expected  # the file, then its directory
+    assert LocalOptions().durability == "flush"
+
+
+def test_longest_names_stay_readable(tmp_path: Path) -> None:
+    """A 48-char action plus a time-based suffix (another process took the name) and
+    an absurd step number still give a name that `read` and `list` accept."""
+    first = LocalStore(root=str(tmp_path)).write("c", 10**30, "x" * 200, doc("1"))
+    second = LocalStore(root=str(tmp_path)).write("c", 10**30, "x" * 200, doc("2"))
+    assert second.name.startswith(first.name + "_") and len(second.name) > 80
+    store = LocalStore(root=str(tmp_path))
+    assert [store.read(r.uri)["observation"] for r in store.list("c")] == ["1", "2"]
+    assert store.read(second.path)["observation"] == "2"

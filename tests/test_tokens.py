@@ -31,7 +31,10 @@ from ctxpolicy.tokens import (
     get_counter,
     image_tokens,
     parse_chain,
+    resolve_tokenizer,
 )
+
+from .tokens_reference import ReferenceUnavailable, o200k_tiktoken, qwen_reference
 
 DATA = Path(__file__).parent / "data" / "tokens"
 SHARED = Path(os.environ.get("CTXPOLICY_SHARED", Path(__file__).resolve().parents[2] / "shared"))
@@ -542,24 +545,107 @@ def _corpus_texts() -> list[str]:
         "😀👨‍👩‍👧‍👦🇺🇸 mixed 中文 text",
         "   \n\n\t  trailing   ",
         "1234567890" * 20,
+        # decomposed accents (NFD) and combining marks: where NFC-normalizing vocabularies differ
+        "Cafe\u0301 na\u0131\u0308ve re\u0301sume\u0301 \u1100\u1161\u11a8 Å Å",
+        "Ελληνικά Русский язык עברית العربية हिन्दी ไทย 日本語のテキスト 한국어",
+        "def f(x):\r\n    return x  # CRLF\r\n\r\n\u00a0\u2003 nbsp",
     ]
-    return texts
-
-
-def test_quicktok_identical_to_tiktoken_on_cl100k(cl100k):
-    try:
-        qt = QuicktokTokenizer.load("cl100k_base", None)
-    except TokenizerUnavailable as exc:
-        pytest.skip(f"quicktok not installed: {exc}")
-    texts = _corpus_texts()
     traces = SHARED / "traces"
     if traces.exists():
         for p in sorted(traces.glob("*.jsonl"))[:6]:
             for line in p.read_text(encoding="utf-8").splitlines():
                 texts.append(json.loads(line)["content"] or "")
+    seeds = SHARED / "seeds"
+    if seeds.exists():
+        texts += [p.read_text(encoding="utf-8") for p in sorted(seeds.glob("*.txt"))]
+    return texts
+
+
+def _quicktok(encoding: str) -> QuicktokTokenizer:
+    try:
+        return QuicktokTokenizer.load(encoding, None)
+    except TokenizerUnavailable as exc:  # a base dependency: missing is a broken install
+        pytest.fail(f"quicktok (a base dependency) cannot load {encoding}: {exc}")
+
+
+def _reference(load, *args):
+    try:
+        return load(*args)
+    except ReferenceUnavailable as exc:
+        if os.environ.get("CI"):
+            pytest.fail(f"{exc}; CI installs the dev extra")
+        pytest.skip(str(exc))
+
+
+def _assert_identical(qt: QuicktokTokenizer, reference, texts: list[str]) -> None:
+    tokens = 0
     for t in texts:
-        assert qt.encode(t) == list(cl100k.encode_ordinary(t))
-        assert qt.count(t) == n(cl100k, t)
+        ref = reference(t)
+        assert qt.encode(t) == ref, t[:120]
+        assert qt.count(t) == len(ref), t[:120]
+        tokens += len(ref)
+    assert tokens > 10_000  # the corpus really was there
+
+
+def test_quicktok_identical_to_tiktoken_on_cl100k(cl100k):
+    _assert_identical(
+        _quicktok("cl100k_base"), lambda t: list(cl100k.encode_ordinary(t)), _corpus_texts()
+    )
+
+
+def test_quicktok_identical_to_tiktoken_on_o200k(tmp_path):
+    """OpenAI's o200k_base file, hash-checked and loaded by tiktoken (tests/tokens_reference.py)."""
+    ref = _reference(o200k_tiktoken, tmp_path / "tiktoken-cache")
+    _assert_identical(
+        _quicktok("o200k_base"), lambda t: list(ref.encode_ordinary(t)), _corpus_texts()
+    )
+
+
+def test_quicktok_qwen3_is_qwen25_vocabulary():
+    """quicktok's qwen3 == Qwen's own BPE (qwen.tiktoken, Qwen2.5 regex and NFC)."""
+    _assert_identical(_quicktok("qwen3"), _reference(qwen_reference), _corpus_texts())
+
+
+def test_shipped_models_count_exactly_with_the_base_install():
+    """Every model of policies/ resolves to an exact counter, without a network."""
+    import tomllib
+
+    from ruamel.yaml import YAML
+
+    from ctxpolicy.sim.replay import load_policy_file
+
+    root = Path(__file__).resolve().parents[1] / "policies"
+    seen = {}
+    for file in sorted([*root.glob("*.yaml"), *root.glob("*.toml")]):
+        text = file.read_text(encoding="utf-8")
+        raw = tomllib.loads(text) if file.suffix == ".toml" else YAML(typ="safe").load(text)
+        for agent in raw.get("policies", {}):
+            pol = load_policy_file(file, agent)
+            res = resolve_tokenizer(pol.model, pol.model_name)
+            seen[pol.model.name or pol.model_name] = res
+            if pol.model_name and pol.model_name.startswith("claude"):
+                continue  # no public tokenizer: cl100k is an admitted approximation
+            assert res.exact, (file.name, agent, res)
+            assert res.name.split(":")[0] in {"tiktoken", "quicktok"}, (file.name, agent, res)
+    assert seen["Qwen/Qwen2.5-Coder-32B-Instruct"].name == "quicktok:qwen3"
+
+
+def test_fallback_is_visible_in_resolution_and_logged_once(caplog):
+    import logging
+
+    import ctxpolicy.tokens as tokens_mod
+
+    tokens_mod._warned.clear()
+    spec = ModelSpec(context_window=1000, tokenizer=["no_such_encoding", "heuristic"])
+    with caplog.at_level(logging.WARNING, logger="ctxpolicy.tokens"):
+        a = TokenCounter(spec, model_name="m1")
+        TokenCounter(spec, model_name="m1")
+    res = a.resolution
+    assert (res.name, res.exact, res.wanted) == ("heuristic", False, "tiktoken:no_such_encoding")
+    assert res.fallback and "no_such_encoding" in res.fallback
+    assert "APPROXIMATE" in res.describe()
+    warnings = [r for r in caplog.records if "APPROXIMATE" in r.getMessage()]
+    assert len(warnings) == 1 and "'m1'" in warnings[0].getMessage()
 
 
 # --------------------------------------------------------------------------- heuristic
@@ -601,3 +687,16 @@ def test_list_memo_reuses_only_the_equal_prefix():
     assert c.count_messages(msgs) == _naive(c, msgs)
     assert c.count_messages(msgs[:3]) == _naive(c, msgs[:3])
     assert c.count_messages(tuple(msgs)) == _naive(c, msgs)
+
+
+def test_explicit_vocabulary_for_an_unpublished_tokenizer_is_approximate():
+    """cl100k for Claude counts cl100k exactly and Claude only approximately: say so."""
+    claude = TokenCounter(
+        ModelSpec(context_window=1000, tokenizer="cl100k_base"), model_name="claude-sonnet-4"
+    )
+    assert claude.approximate and not claude.resolution.exact
+    assert "no public tokenizer for model 'claude-sonnet-4'" in claude.resolution.fallback
+    mine = TokenCounter(
+        ModelSpec(context_window=1000, tokenizer="cl100k_base"), model_name="my-model"
+    )
+    assert not mine.approximate and mine.resolution.exact  # an unknown model: the user knows

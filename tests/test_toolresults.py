@@ -357,6 +357,52 @@ def test_open_store(tmp_path: Path) -> None:
         open_store(make_policy(store="nope"))
 
 
+def test_session_env_reaches_the_store_path(tmp_path: Path) -> None:
+    """Issue 21: the loader keeps `snapshots.path` as written; `Session(env=...)`
+    interpolates it when the store is opened."""
+    from ctxpolicy.engine import Session
+    from ctxpolicy.policy.resolve import load_policy
+
+    f = tmp_path / "p.yaml"
+    f.write_text(
+        "ctxpolicy: 1\npolicies:\n  default:\n    model: {context_window: 32000}\n"
+        '    snapshots: {path: "${CTXPOLICY_HOME:-.ctxpolicy}/snapshots", '
+        "max_total_mb: 5}\n"
+    )
+    policy = load_policy(f, env={"HOME": "/nowhere"})
+    assert policy.snapshots.path == "${CTXPOLICY_HOME:-.ctxpolicy}/snapshots"
+    home = tmp_path / "home"
+    session = Session(policy, conv_id="e", env={"CTXPOLICY_HOME": str(home)})
+    assert isinstance(session.snapshots, LocalStore)
+    assert session.snapshots.root == str(home / "snapshots")
+    assert session.snapshots.options.max_total_mb == 5  # the policy's value wins
+    session.add_tool_result({"name": "ls", "id": "1"}, "x" * 5000)
+    assert list((home / "snapshots").rglob("step_*_ls.json"))
+
+
+def test_missing_variable_is_still_a_load_time_diagnostic(tmp_path: Path) -> None:
+    from ctxpolicy.policy.diagnostics import PolicyError
+    from ctxpolicy.policy.resolve import load_policy
+
+    f = tmp_path / "p.yaml"
+    f.write_text(
+        "ctxpolicy: 1\npolicies:\n  default:\n    model: {context_window: 32000}\n"
+        '    snapshots: {path: "${NOT_SET_ANYWHERE_42}/s"}\n'
+    )
+    with pytest.raises(PolicyError, match="NOT_SET_ANYWHERE_42"):
+        load_policy(f, env={})
+
+
+def test_pytest_fixture_writes_under_tmp_path(ctxpolicy_session, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    session = ctxpolicy_session(
+        "ctxpolicy: 1\npolicies:\n  default:\n    model: {context_window: 32000}\n"
+    )
+    assert session.snapshots is not None
+    assert Path(session.snapshots.root).is_relative_to(tmp_path)
+    session.add_tool_result({"name": "ls", "id": "1"}, "y" * 5000)
+    assert list(tmp_path.rglob("step_*_ls.json"))
+
+
 # --------------------------------------------------------------------------- properties
 
 TEXT = st.one_of(

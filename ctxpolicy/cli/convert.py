@@ -1,7 +1,7 @@
 """``ctxpolicy convert FILE --to yaml|toml [-o OUT]``: write the native DSL.
 
-Reads a native policy file or a compat file (design A's
-``[service.web.agent_context]`` TOML, design B's ``CompressionConfig`` YAML),
+Reads a native policy file or a compat file (DB-GPT's
+``[service.web.agent_context]`` TOML, a ``CompressionConfig`` YAML),
 converts it with :func:`ctxpolicy.policy.compat.to_native`, and writes the native
 tree as YAML or TOML. Values are written as they are in the source: ``${ENV}``
 references stay references.
@@ -216,7 +216,7 @@ def _header(kind: str, source: str, fmt: str, schema_ref: str) -> str:
 )
 @click.pass_context
 def convert(ctx: click.Context, file: Path, to: str, output: Path | None, schema_ref: str) -> None:
-    """Write FILE (native, or a design A/B compat file) in the native DSL.
+    """Write FILE (native, DB-GPT `agent_context` TOML or `CompressionConfig` YAML) in the native DSL.
 
     Exit 1 when FILE cannot be read (its diagnostics are printed).
     """

@@ -1,13 +1,19 @@
-"""``ctxpolicy explain POLICY --agent NAME [--json]``.
+"""``ctxpolicy explain POLICY [--agent NAME] [--full] [--json] [--show-env]``.
 
-Prints the resolved policy (``extends`` merged, env interpolated, model catalogue
-applied, component options completed) and the budget arithmetic line by line::
+Prints the budget arithmetic first, line by line, then the token counter that
+will actually count (exact, or the fallback and why)::
 
-    window = min(policy 128000, model 128000) = 128000
-    trigger = 128000 − 16000 (reserve_output) − 20000 (tool_growth) − 4000 (safety_margin) = 88000
-    target = 0.6 × 88000 = 52800
-    warning = 0.7 × 88000 = 61600
+    window = min(policy 120000, model 32768) = 32768 (the smaller wins)
+    trigger = 32768 − 4096 (reserve_output) − 0 (tool_growth) − 0 (safety_margin) = 28672
+    target = 0.7 × 28672 = 20070
     ...
+    tokens: quicktok:cl100k_base (exact)
+
+``--full`` adds the resolved policy (``extends`` merged, environment interpolated,
+model catalogue applied, component options completed) as YAML that parses back
+to the same data. Values that came from ``${NAME}`` interpolation are shown as
+``${NAME}`` unless ``--show-env``. A file with one agent (or a ``default`` one)
+needs no ``--agent``.
 
 The numbers come from :func:`ctxpolicy.budget.compute_budget` (with the initial
 tool growth when it is learned).
@@ -16,6 +22,7 @@ tool growth when it is learned).
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +30,7 @@ import click
 
 from ctxpolicy.policy.models import Policy, ToolGrowth
 
-__all__ = ["budget_lines", "budget_numbers", "explain"]
+__all__ = ["budget_lines", "budget_numbers", "explain", "policy_yaml", "token_counter_line"]
 
 
 def budget_numbers(policy: Policy) -> dict[str, int]:
@@ -57,7 +64,15 @@ def budget_lines(policy: Policy) -> list[str]:
         return [f"budget does not work out: {exc}"]
     lines = []
     if b.window is not None:
-        lines.append(f"window = min(policy {b.window}, model {model_window}) = {n['window']}")
+        if b.window == model_window:
+            note = " (equal)"
+        else:
+            note = (
+                " (the smaller wins: the policy's)"
+                if b.window < model_window
+                else (" (the smaller wins: the model's)")
+            )
+        lines.append(f"window = min(policy {b.window}, model {model_window}) = {n['window']}{note}")
     else:
         lines.append(f"window = model {model_window} = {n['window']}")
     if b.reserve_output is None:
@@ -97,65 +112,158 @@ def budget_lines(policy: Policy) -> list[str]:
     return lines
 
 
+def token_counter_line(policy: Policy) -> tuple[str, dict[str, Any]]:
+    """Which tokenizer will count (resolved like a session does) and whether it is exact."""
+    from ctxpolicy.tokens import TokenCounter
+
+    try:
+        counter = TokenCounter(policy.model, model_name=policy.model_name)
+    except Exception as exc:  # no tokenizer of the chain loads
+        return f"tokens: none of the tokenizer chain loads ({exc})", {
+            "using": None,
+            "exact": False,
+            "reason": str(exc),
+        }
+    reason = "; ".join(str(e.get("reason", "")) for e in counter.fallbacks if e.get("reason"))
+    tried = [str(t["tokenizer"]) for e in counter.fallbacks for t in e.get("tried", [])]
+    exact = not counter.approximate
+    if exact and not tried:
+        line = f"tokens: {counter.name} (exact)"
+    elif exact:  # the same vocabulary from another backend: still exact
+        line = f"tokens: {counter.name} (exact; not available: {', '.join(tried)})"
+    else:
+        line = f"tokens: {counter.name} (APPROXIMATE fallback: {reason})"
+    info = {"using": counter.name, "exact": exact, "reason": reason or None}
+    return line, info
+
+
+def _masked(data: Any, mask: Callable[[str], str] | None) -> Any:
+    if mask is None:
+        return data
+    if isinstance(data, str):
+        return mask(data)
+    if isinstance(data, dict):
+        return {mask(k) if isinstance(k, str) else k: _masked(v, mask) for k, v in data.items()}
+    if isinstance(data, list):
+        return [_masked(v, mask) for v in data]
+    return data
+
+
 def _policy_dump(policy: Policy) -> dict[str, Any]:
     return policy.model_dump(mode="json", exclude={"source"})
 
 
-def _yaml(data: Any) -> str:
+def policy_yaml(data: Any) -> str:
+    """Block-style YAML that parses back to ``data``: no folded lines, ``null`` written
+    out, strings that would read as another type quoted."""
     import io
 
     from ruamel.yaml import YAML
 
-    yaml = YAML()
+    yaml = YAML(typ="safe", pure=True)
     yaml.default_flow_style = False
-    yaml.width = 100
+    yaml.width = 1 << 16  # never fold a long value (a regex) onto the next line
+    yaml.allow_unicode = True
+    yaml.sort_base_mapping_type_on_output = False  # type: ignore[assignment]
+    yaml.representer.add_representer(
+        type(None), lambda r, _: r.represent_scalar("tag:yaml.org,2002:null", "null")
+    )
     buf = io.StringIO()
     yaml.dump(data, buf)
     return buf.getvalue()
+
+
+def _pick_agent(path: Path, agent: str | None) -> str | None:
+    """``agent``, else the file's only agent, else ``default`` when there is one."""
+    if agent is not None:
+        return agent
+    from ctxpolicy.policy.resolve import list_agents
+
+    agents = list_agents(str(path))
+    if len(agents) == 1:
+        return agents[0]
+    if "default" in agents:
+        return "default"
+    return None
 
 
 @click.command(name="explain")
 @click.argument(
     "policy_path", metavar="POLICY", type=click.Path(exists=True, dir_okay=False, path_type=Path)
 )
-@click.option("--agent", metavar="NAME", default="default", show_default=True, help="Agent type.")
+@click.option(
+    "--agent",
+    metavar="NAME",
+    default=None,
+    help="Agent type (default: the file's only agent, else `default`).",
+)
+@click.option("--full", is_flag=True, help="Also print the resolved policy (YAML).")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON: policy, budget, arithmetic.")
+@click.option(
+    "--show-env",
+    is_flag=True,
+    help="Show values interpolated from the environment (default: shown as ${NAME}).",
+)
 @click.pass_context
-def explain(ctx: click.Context, policy_path: Path, agent: str, as_json: bool) -> None:
-    """Show the resolved policy of one agent and its budget arithmetic.
+def explain(
+    ctx: click.Context,
+    policy_path: Path,
+    agent: str | None,
+    full: bool,
+    as_json: bool,
+    show_env: bool,
+) -> None:
+    """Show one agent's budget arithmetic, its token counter and (--full) resolved policy.
 
     Exit 1 when the policy does not resolve (its diagnostics are printed).
     """
-    from ctxpolicy.policy.diagnostics import PolicyError
-    from ctxpolicy.policy.resolve import load_policy
+    from ctxpolicy.policy.resolve import list_agents, resolve_agent
 
-    try:
-        policy = load_policy(str(policy_path), agent)
-    except PolicyError as exc:
-        for d in exc.diagnostics:
-            click.echo(d.format(), err=True)
-        click.echo(f"{policy_path}: agent {agent!r} does not resolve", err=True)
+    name = _pick_agent(policy_path, agent)
+    if name is None:
+        agents = list_agents(str(policy_path))
+        click.echo(
+            f"{policy_path}: {len(agents)} agents and none is `default`; choose one with "
+            f"--agent: {', '.join(agents) or '(none)'}",
+            err=True,
+        )
         ctx.exit(1)
         return
+    policy, diags, redactor = resolve_agent(str(policy_path), name)
+    if policy is None:
+        for d in diags:
+            click.echo(d.format(), err=True)
+        click.echo(f"{policy_path}: agent {name!r} does not resolve", err=True)
+        ctx.exit(1)
+        return
+    mask = None if show_env else redactor.redact
     try:
         numbers: dict[str, int] | None = budget_numbers(policy)
     except ValueError:
         numbers = None
-    lines = budget_lines(policy)
+    lines = _masked(budget_lines(policy), mask)
+    counter_line, counter = token_counter_line(policy)
+    dump = _masked(_policy_dump(policy), mask)
     if as_json:
         doc = {
             "agent": policy.agent,
             "source": str(policy_path),
-            "policy": _policy_dump(policy),
             "budget": numbers,
             "arithmetic": lines,
+            "tokenizer": _masked(counter, mask),
+            "policy": dump,
         }
         click.echo(json.dumps(doc, indent=2, ensure_ascii=False))
         return
-    click.echo(f"# {policy_path} — agent {policy.agent!r}, resolved")
-    click.echo("# (extends merged, environment interpolated, model catalogue applied)")
-    click.echo(_yaml(_policy_dump(policy)), nl=False)
-    click.echo("")
-    click.echo("# budget arithmetic (tokens)")
+    click.echo(f"# {policy_path} — agent {policy.agent!r}: budget arithmetic (tokens)")
     for line in lines:
         click.echo(line)
+    click.echo(_masked(counter_line, mask))
+    if not full:
+        click.echo("# the resolved policy: --full")
+        return
+    click.echo("")
+    click.echo("# resolved policy (extends merged, environment interpolated, model catalogue")
+    note = "values from the environment shown" if show_env else "${NAME} values masked"
+    click.echo(f"# applied; {note})")
+    click.echo(policy_yaml(dump), nl=False)

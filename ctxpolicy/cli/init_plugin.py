@@ -20,8 +20,22 @@ __all__ = ["init_plugin", "names_for", "render_files"]
 _NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_.-]*$")
 
 
-def names_for(name: str, layer: str | None = None) -> dict[str, str]:
-    """Distribution, package, plugin, layer and class names derived from ``name``."""
+def taken_layer_names() -> set[str]:
+    """Layer names already registered (built-in and installed plugins)."""
+    from ctxpolicy.plugins import get_registry
+
+    return set(get_registry().names("layer"))
+
+
+def names_for(
+    name: str, layer: str | None = None, *, taken: set[str] | None = None
+) -> dict[str, str]:
+    """Distribution, package, plugin, layer and class names derived from ``name``.
+
+    A layer name derived from ``name`` that is already ``taken`` (``summarize`` is a
+    built-in layer) becomes ``<name>_custom``, so the generated plugin never clashes;
+    an explicit ``layer`` that is taken is an error.
+    """
     if not _NAME.match(name):
         raise click.BadParameter(
             "use letters, digits, '-', '_' or '.', starting with a letter", param_hint="NAME"
@@ -33,6 +47,17 @@ def names_for(name: str, layer: str | None = None) -> dict[str, str]:
     layer_name = layer or short.replace("-", "_")
     if not re.fullmatch(r"[a-z][a-z0-9_]*", layer_name) or keyword.iskeyword(layer_name):
         raise click.BadParameter(f"{layer_name!r} is not a valid layer name", param_hint="--layer")
+    taken = taken_layer_names() if taken is None else taken
+    if layer_name in taken:
+        if layer is not None:
+            raise click.BadParameter(
+                f"a layer named {layer_name!r} is already registered (built in or installed); "
+                "choose another name",
+                param_hint="--layer",
+            )
+        layer_name = f"{layer_name}_custom"
+        while layer_name in taken:
+            layer_name += "_"
     cls = "".join(part.capitalize() for part in layer_name.split("_")) or "MyLayer"
     return {
         "dist": dist,

@@ -164,6 +164,13 @@ def _uri(path: str) -> str:
     return Path(rel).as_posix()
 
 
+def _physical(file: str, line: int, col: int) -> dict[str, Any]:
+    return {
+        "artifactLocation": {"uri": _uri(file)},
+        "region": {"startLine": max(line, 1), "startColumn": max(col, 1)},
+    }
+
+
 def format_sarif(report: Report, *, version: str | None = None) -> str:
     """A SARIF 2.1.0 log with one run; rules come from :data:`CODES`."""
     seen = sorted({d.code for d in report.diagnostics})
@@ -184,22 +191,23 @@ def format_sarif(report: Report, *, version: str | None = None) -> str:
     results = []
     for d in report.diagnostics:
         text = d.message + (f" (hint: {d.hint})" if d.hint else "")
-        results.append(
-            {
-                "ruleId": d.code,
-                "ruleIndex": index[d.code],
-                "level": "error" if d.severity == "error" else "warning",
-                "message": {"text": text},
-                "locations": [
-                    {
-                        "physicalLocation": {
-                            "artifactLocation": {"uri": _uri(d.file)},
-                            "region": {"startLine": max(d.line, 1), "startColumn": max(d.col, 1)},
-                        }
-                    }
-                ],
-            }
-        )
+        result: dict[str, Any] = {
+            "ruleId": d.code,
+            "ruleIndex": index[d.code],
+            "level": "error" if d.severity == "error" else "warning",
+            "message": {"text": text},
+            "locations": [{"physicalLocation": _physical(d.file, d.line, d.col)}],
+        }
+        if d.related:
+            result["relatedLocations"] = [
+                {
+                    "id": i,
+                    "physicalLocation": _physical(rel.file, rel.line, rel.col),
+                    "message": {"text": rel.message},
+                }
+                for i, rel in enumerate(d.related, 1)
+            ]
+        results.append(result)
     if version is None:
         from ctxpolicy import __version__ as version
     log = {

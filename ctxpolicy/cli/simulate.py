@@ -7,6 +7,8 @@ policy that does not resolve.
 
 from __future__ import annotations
 
+import os
+import shutil
 import sys
 import tempfile
 from pathlib import Path
@@ -15,6 +17,19 @@ from typing import Any
 import click
 
 BASELINE_CHOICES = ("none", "last_n", "observation_mask", "summary_at_fraction")
+FORMAT_CHOICES = ("table", "json", "csv", "markdown")
+#: Width of the tables when stdout is not a terminal and ``COLUMNS`` is not set.
+PIPE_WIDTH = 100
+
+
+def output_width() -> int:
+    """``COLUMNS`` when set (also when piped), else the terminal's width, else 100."""
+    env = os.environ.get("COLUMNS", "")
+    if env.isdigit() and int(env) > 0:
+        return int(env)
+    if sys.stdout.isatty():
+        return shutil.get_terminal_size((PIPE_WIDTH, 24)).columns
+    return PIPE_WIDTH
 
 
 def _load(ctx: click.Context, file: str, agent: str) -> Any:
@@ -60,10 +75,17 @@ def _parse_compare(spec: str, policy: str, agent: str) -> tuple[str, str]:
     help="Override the context window (tokens).",
 )
 @click.option(
-    "--json",
-    "as_json",
-    is_flag=True,
-    help="Print the machine output (schemas/simulate-output.schema.json).",
+    "--format",
+    "fmt",
+    type=click.Choice(FORMAT_CHOICES),
+    default="table",
+    show_default=True,
+    help="table: for people (fits COLUMNS); json (schemas/simulate-output.schema.json), "
+    "csv (every run, raw numbers) or markdown: for machines and PRs.",
+)
+@click.option("--json", "as_json", is_flag=True, help="Same as --format json.")
+@click.option(
+    "--wide", is_flag=True, help="All columns in table and markdown output (needs ~200 columns)."
 )
 @click.option(
     "--report",
@@ -75,7 +97,8 @@ def _parse_compare(spec: str, policy: str, agent: str) -> tuple[str, str]:
     "--plot",
     type=click.Path(dir_okay=False),
     default=None,
-    help="Write a PNG of tokens per call (needs matplotlib).",
+    help="Write a PNG of tokens per call (needs matplotlib, extra `plot`; skipped with a "
+    "warning without it).",
 )
 @click.option(
     "--compare",
@@ -144,7 +167,9 @@ def simulate(
     policy_file: str,
     agent: str,
     window: int | None,
+    fmt: str,
     as_json: bool,
+    wide: bool,
     report: str | None,
     plot: str | None,
     compare: tuple[str, ...],
@@ -167,6 +192,8 @@ def simulate(
     from ctxpolicy.sim.replay import RunSpec
     from ctxpolicy.sim.replay import simulate as run_simulation
 
+    if as_json:
+        fmt = "json"
     policy = _load(ctx, policy_file, agent)
     runs = [RunSpec(label=agent, policy=policy, file=policy_file, agent=agent)]
     for spec in compare:
@@ -198,7 +225,7 @@ def simulate(
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     err = Console(stderr=True)
-    show_progress = not as_json and err.is_terminal
+    show_progress = fmt == "table" and err.is_terminal
     tmp = None
     if snapshots_dir is None:
         tmp = tempfile.TemporaryDirectory(prefix="ctxpolicy-simulate-")
@@ -240,59 +267,57 @@ def simulate(
     finally:
         if tmp is not None:
             tmp.cleanup()
-    # paths of this run, relative where possible: the output does not depend on cwd tricks
     png: bytes | None = None
+    plot_note = ""
     if plot or report:
         try:
             from ctxpolicy.sim.plot import plot_output
 
             png = plot_output(output, plot)
-        except RuntimeError as exc:
-            click.echo(f"warning: {exc}", err=True)
+        except RuntimeError as exc:  # no matplotlib: everything else is still written
+            plot_note = str(exc)
             if plot:
-                ctx.exit(2)
-                return
+                click.echo(f"warning: --plot {plot} skipped: {exc}", err=True)
     if report:
         from ctxpolicy.sim.report import html_report
 
-        Path(report).write_text(html_report(output, png), encoding="utf-8")
-    if as_json:
-        from ctxpolicy.sim.report import to_json
+        Path(report).write_text(html_report(output, png, plot_note), encoding="utf-8")
+    if fmt == "table":
+        from rich.console import Console
 
-        click.echo(to_json(output))
-    else:
         from ctxpolicy.sim.report import print_report
 
+        width = output_width()
         if show_steps:
-            _print_steps(output, {r.label for r in runs})
-        print_report(
-            output,
-            Console(file=sys.stdout)
-            if sys.stdout.isatty()
-            else Console(file=sys.stdout, width=200),
-        )
+            _print_steps(output, {r.label for r in runs}, width)
+        print_report(output, Console(file=sys.stdout, width=width), wide=wide)
         if report:
             click.echo(f"wrote {report}")
-        if plot:
+        if plot and png is not None:
             click.echo(f"wrote {plot}")
+    else:
+        from ctxpolicy.sim.report import render
+
+        click.echo(render(output, fmt, wide=wide), nl=False)
     if check and not output["check"]["passed"]:
         ctx.exit(1)
 
 
-def _print_steps(output: dict[str, Any], labels: set[str]) -> None:
+def _print_steps(output: dict[str, Any], labels: set[str], width: int) -> None:
     """Per-call status of the policy runs (not the baselines), as `context.status` sees it."""
     for trace in output["traces"]:
         for run in trace["runs"]:
             if run["run"] not in labels:
                 continue
             series = run["series"]
-            click.echo(f"== {trace['trace']} · {run['run']}")
+            click.echo(f"== {trace['trace']} · {run['run']}"[:width])
             click.echo("  call      used   trigger  ratio  state     compacted by")
             for i, used in enumerate(series["used"]):
                 trigger = series["trigger"][i]
                 ratio = used / trigger if trigger else 0.0
                 layers = ", ".join(series["layers"][i]) or "-"
-                click.echo(
+                line = (
                     f"  {i + 1:4d} {used:9,d} {trigger:9,d}  {ratio:5.2f}  "
                     f"{series['state'][i]:9s} {layers}"
                 )
+                click.echo(line if len(line) <= width else line[: width - 1] + "…")

@@ -31,13 +31,14 @@ def snapshots() -> None:
     "--max-age-days",
     type=click.FloatRange(min=0, min_open=True),
     default=None,
-    help="Remove snapshots older than this (default: the policy's max_age_days).",
+    help="Remove snapshots older than this (default: the policy's, else the store's: 30).",
 )
 @click.option(
     "--max-total-mb",
     type=click.FloatRange(min=0, min_open=True),
     default=None,
-    help="Then remove the oldest until the store is this small (default: max_total_mb).",
+    help="Then remove the oldest until the store is this small (default: the policy's, "
+    "else the store's: 1024).",
 )
 @click.option("--dry-run", is_flag=True, help="Only list what would be removed.")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
@@ -52,7 +53,8 @@ def prune_cmd(
     dry_run: bool,
     as_json: bool,
 ) -> None:
-    """Apply retention to a local snapshot store.
+    """Apply retention to a local snapshot store now (sessions also apply it while
+    they write; this is for stores no session writes to any more).
 
     Exit 0 on success, 1 when the policy does not resolve, 2 on usage errors.
     """
@@ -82,8 +84,16 @@ def prune_cmd(
                 root = interpolate_path(snaps.path)
             except ValueError as exc:
                 raise click.UsageError(str(exc)) from exc
-        max_age_days = max_age_days if max_age_days is not None else snaps.max_age_days
-        max_total_mb = max_total_mb if max_total_mb is not None else snaps.max_total_mb
+        from ctxpolicy.snapshots import LocalOptions
+
+        try:  # the store's own defaults (30 days, 1024 MB) unless the policy overrides
+            store_opts = LocalOptions.model_validate(dict(snaps.options))
+        except ValueError:
+            store_opts = LocalOptions()
+        if max_age_days is None:
+            max_age_days = snaps.max_age_days or store_opts.max_age_days
+        if max_total_mb is None:
+            max_total_mb = snaps.max_total_mb or store_opts.max_total_mb
     if max_age_days is None and max_total_mb is None:
         raise click.UsageError(
             "no retention set: give --max-age-days/--max-total-mb or set them in the policy"

@@ -92,6 +92,7 @@ def validate_paths(
 @click.argument(
     "paths",
     nargs=-1,
+    required=True,
     type=click.Path(exists=True, dir_okay=True, file_okay=True, path_type=Path),
 )
 @click.option(
@@ -110,11 +111,11 @@ def validate(
 ) -> None:
     """Validate policy files and directories (recursing into *.yaml, *.yml, *.toml).
 
-    Exit 0 when every file is valid, 1 when a file has errors (or warnings with
-    --strict), 2 on a usage error.
+    Native files and the compat formats (DB-GPT `agent_context` TOML,
+    `CompressionConfig` YAML) are checked. Only regular files are read. Exit 0 when
+    every file is valid, 1 when a file has errors (or warnings with --strict), 2 on a
+    usage error.
     """
-    if not paths:
-        raise click.UsageError("give at least one PATH (a policy file or a directory)")
     # Cold start matters in pre-commit: pydantic's own plugin discovery (an entry-point
     # scan, ~0.1 s) is of no use to this one-shot process. ctxpolicy's plugins still load.
     os.environ.setdefault("PYDANTIC_DISABLE_PLUGINS", "__all__")

@@ -11,7 +11,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from ctxpolicy.components import Summarizer, ToolCall
-from ctxpolicy.conversation import Unit, content_text, pin_units
+from ctxpolicy.conversation import Unit, pin_units
 
 #: First line of the ledger message; lets a re-ingested ledger be recognised.
 LEDGER_MARK = "[ctxpolicy progress ledger]"
@@ -61,21 +61,6 @@ def insert_specials(view: list[Unit], specials: list[Unit]) -> list[Unit]:
     return pin_units(
         [*view[:i], *specials, *view[i:]], system=False, first_user=False, last_user=False
     )
-
-
-def transcript_line(m: Mapping[str, Any]) -> str:
-    """One message as plain text for the history archive (searchable with grep)."""
-    head = str(m.get("role", "?"))
-    if m.get("role") == "tool":
-        head += f" [{m.get('tool_call_id', '')}]"
-    parts = [f"{head}: {content_text(m.get('content'))}"]
-    calls = m.get("tool_calls")
-    for tc in calls if isinstance(calls, list) else []:
-        fn = (tc.get("function") or {}) if isinstance(tc, Mapping) else {}
-        fn = fn if isinstance(fn, Mapping) else {}
-        tid = tc.get("id", "") if isinstance(tc, Mapping) else ""
-        parts.append(f"  → call {fn.get('name', '')}({fn.get('arguments', '')}) [{tid}]")
-    return "\n".join(parts)
 
 
 def tool_call_info(tool_call: Any) -> ToolCall:

@@ -74,7 +74,7 @@ class Persistence:
         s._caches = Caches(s)
         s._budgets.clear()
         s._last_units = []
-        s._archive = []
+        s._history = None
 
     def changes(self) -> Changes:
         s = self.session

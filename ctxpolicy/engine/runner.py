@@ -34,23 +34,23 @@ if TYPE_CHECKING:
 #: The key-facts check after a compaction reads a unit's changed messages up to this size: a
 #: bigger one (a file dump, a long log) holds too many "facts" to list, costs more to
 #: scan than to tokenize, and stays one recall away through its snapshot.
-_FACTS_MAX_CHARS = 2_000
+_FACTS_MAX_CHARS = 20_000
 _FACTS_PER_COMPACTION = 100
 
 Count = Callable[[Sequence[Unit]], int]
 
 
 def eligible_steps(
-    session: Session, used: int, budget: BudgetState, *, forced: bool
+    session: Session, used: int, budget: BudgetState, *, forced: bool, entry_used: int
 ) -> list[tuple[int, ResolvedStep]]:
-    """The pipeline steps allowed to run on this call, by the entry state.
+    """The pipeline steps allowed to run on this call, by the entry state (the state
+    of ``entry_used``, the tokens when the call started).
 
-    ``(index, step)``; index -1 is the ``on_overflow`` layer, which is handled by
-    :func:`run_pipeline` itself.
+    ``(index, step)``; the ``on_overflow`` layer is handled by :func:`run_pipeline`.
     """
     if forced or used <= budget.target:
         return []
-    entry = budget.state_for(used)
+    entry = budget.state_for(entry_used)
     return [(i, st) for i, st in enumerate(session.policy.pipeline) if entry >= State(st.at)]
 
 
@@ -62,12 +62,13 @@ def run_pipeline(
     count: Count,
     *,
     forced: bool,
+    entry: int,
 ) -> tuple[list[Unit], int, str | None]:
     """Run the eligible steps, then ``on_overflow`` if needed; returns the new view,
     its tokens and the last layer that changed it (None: nothing changed)."""
     pol = session.policy
     changed_by: str | None = None
-    steps = eligible_steps(session, used, budget, forced=forced)
+    steps = eligible_steps(session, used, budget, forced=forced, entry_used=entry)
     if steps:
         session._ensure_snapshots(view)
         view = [session._caches._with_refs(u) for u in view]

@@ -25,7 +25,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
 from ctxpolicy import plugins
-from ctxpolicy.budget import BudgetState, ToolGrowthEstimator, compute_budget
+from ctxpolicy.budget import BudgetState, ToolGrowthEstimator, compute_budget, effective_window
 from ctxpolicy.components import Layer, SnapshotStore, StateStore, Summarizer
 from ctxpolicy.conversation import Message, Unit, check_messages, content_text, render
 from ctxpolicy.engine.caches import Caches, remember
@@ -36,13 +36,12 @@ from ctxpolicy.engine.own import (
     insert_specials,
     special_unit,
     tool_call_info,
-    transcript_line,
 )
 from ctxpolicy.engine.persist import Persistence, open_persistence
 from ctxpolicy.engine.runner import run_pipeline
 from ctxpolicy.engine.squeeze import squeeze
 from ctxpolicy.engine.state import PreparedStats, SessionState
-from ctxpolicy.policy.models import Policy
+from ctxpolicy.policy.models import Policy, resolve_amount
 from ctxpolicy.tokens import TokenCounter, get_counter
 
 __all__ = ["ContextOverflowError", "PreparedStats", "Session", "prepare"]
@@ -54,6 +53,8 @@ T = TypeVar("T")
 MIN_LEARNED_FRACTION = 0.125
 #: Tool results longer than this are snapshotted before a layer may shorten them.
 _SNAPSHOT_MIN_CHARS = 400
+#: Pipeline passes per call at most (see ``_prepare``).
+_PASSES = 3
 
 
 class ContextOverflowError(RuntimeError):
@@ -117,7 +118,7 @@ class Session:
         self._tool_processor: Any = None
         self._budgets: dict[tuple[int, int | None], BudgetState] = {}
         self._last_units: list[Unit] = []
-        self._archive: list[Message] = []
+        self._history: Any = None  # the HistoryArchive, opened on the first compaction
         # the stored state of conv_id (policy's `state:` store, or state_store); a
         # session without a conv_id is a new conversation nobody can resume: memory only
         self._persist: Persistence | None = (
@@ -340,6 +341,41 @@ class Session:
 
         return build_handover(self)
 
+    # ------------------------------------------------------------------ state
+    def state_entries(self) -> dict[str, Any]:
+        """Every entry of this session's state (a full save; see SessionState)."""
+        with self._lock:
+            return self.state.to_entries(**self._owned_sections())
+
+    def take_state_changes(self) -> tuple[dict[str, Any], list[str]]:
+        """Entries changed and deleted since the last call (an incremental save)."""
+        with self._lock:
+            return self.state.take_changes(**self._owned_sections())
+
+    def load_state(self, entries: Mapping[str, Any]) -> None:
+        """Resume from saved entries: the decided state is replaced, the derived caches
+        are dropped (the next ``prepare`` rebuilds them from the messages)."""
+        from ctxpolicy.ledger import Ledger
+
+        with self._lock:
+            self.state = SessionState.from_entries(entries)
+            if self.ledger is not None and entries.get("ledger"):
+                self.ledger = Ledger.from_dict(
+                    entries["ledger"], count_text=self.counter.count_text
+                )
+                self._ledger_text = self.ledger.render()
+            if entries.get("growth"):
+                self._growth.load_dict(entries["growth"])
+            self._caches = Caches(self)
+            self._budgets.clear()
+            self._last_units = []
+
+    def _owned_sections(self) -> dict[str, Any]:
+        return {
+            "ledger": self.ledger.to_dict() if self.ledger is not None else None,
+            "growth": self._growth.to_dict(),
+        }
+
     # ------------------------------------------------------------------ internals
     def _emit(self, type_: str, **fields: Any) -> dict[str, Any]:
         event = {"type": type_, "conv_id": self.conv_id, "ts": round(time.time(), 6), **fields}
@@ -363,7 +399,9 @@ class Session:
         from ctxpolicy.ledger import Ledger
 
         return Ledger(
-            max_tokens=self.policy.ledger.max_tokens,
+            max_tokens=max(
+                64, resolve_amount(self.policy.ledger.max_tokens, effective_window(self.policy))
+            ),
             constraints=tuple(self.policy.constraints),
             count_text=self.counter.count_text,
         )
@@ -534,31 +572,24 @@ class Session:
             self._ledger_changed()
         return True
 
-    def _archive_messages(self, msgs: Sequence[Message], emit: Callable[..., None]) -> str | None:
-        assert self.snapshots is not None
-        self._archive.extend(msgs)
+    def _archive_messages(self, msgs: Sequence[Message], emit: Callable[..., Any]) -> str | None:
+        """Append ``msgs`` to the conversation's history archive; its stable reference,
+        or None when the write failed (the caller then keeps what it would drop)."""
+        if self._history is None:
+            from ctxpolicy.archive import HistoryArchive
+
+            assert self.snapshots is not None
+            self._history = HistoryArchive(
+                self.snapshots, self.conv_id, max_bytes=self.policy.snapshots.max_snapshot_bytes
+            )
         try:
-            ref = self.snapshots.write(
-                self.conv_id,
-                self.state.step,
-                "compacted_history",
-                {
-                    "step": self.state.step,
-                    "action": "compacted_history",
-                    "phase": "compaction",
-                    "observation": "\n\n".join(transcript_line(m) for m in self._archive),
-                    "messages": list(self._archive),
-                    "timestamp": time.time(),
-                    "conv_id": self.conv_id,
-                },
-            )
+            ref = self._history.append(msgs, step=self.state.step)
         except Exception as exc:
-            del self._archive[len(self._archive) - len(msgs) :]
-            emit(
-                "snapshot.failed", error=f"{type(exc).__name__}: {exc}", action="compacted_history"
-            )
+            emit("snapshot.failed", error=f"{type(exc).__name__}: {exc}"[:300], action="history")
             return None
-        return str(ref.uri)
+        for t in self._history.last_truncated:
+            emit("snapshot.too_large", action="history", **t)
+        return str(ref)
 
     def _ref_for_message(self, unit: Unit, m: Mapping[str, Any]) -> str | None:
         """The reference of the verbatim original of ``m`` (archived now if needed)."""
@@ -566,9 +597,10 @@ class Session:
             ref = self.state.refs.get(str(m.get("tool_call_id")))
             if ref:
                 return ref
-        if self.snapshots is None:
+        if self.snapshots is None or self._archive_messages([dict(m)], self._emit) is None:
             return None
-        return self._archive_messages([dict(m)], lambda *a, **k: None)
+        assert self._history is not None
+        return self._history.last_ref
 
     # ------------------------------------------------------------------ the call
     def _prepare(
@@ -599,11 +631,21 @@ class Session:
         tokens_in = caches.tokens_in + tools_tokens + self.counter.count_messages([])
         budget = self.budget()
         entry_used = used
-        view, used, compact_layer = run_pipeline(self, view, used, budget, count, forced=forced)
-        changed = compact_layer is not None
-        if changed:  # the layers' dropped units may have grown the ledger
+        compact_layer: str | None = None
+        for _ in range(_PASSES):
+            # a pass can grow the ledger (facts of what it dropped) back above the
+            # target: the eligible layers then run again over the new ledger
+            view, used, by = run_pipeline(
+                self, view, used, budget, count, forced=forced, entry=entry_used
+            )
+            if by is None:
+                break
+            compact_layer = by
             view = insert_specials([u for u in view if u.kind != "ledger"], self._special_units())
             used = count(view)
+            if used <= budget.target or forced:
+                break
+        changed = compact_layer is not None
         hard_limit = budget.window - budget.reserve_output
         if used > hard_limit:
             squeezed, new_used = squeeze(self, view, used, hard_limit, count)

@@ -131,7 +131,9 @@ class SessionState:
     stats: PreparedStats = field(default_factory=PreparedStats)
     #: bumped by every change of ``decisions`` (a cache key of the rendered view)
     decisions_version: int = 0
-    _dirty: set[str] = field(default_factory=set, repr=False)
+    _dirty: set[str] = field(
+        default_factory=lambda: {"meta", "ledger", "growth", "memory"}, repr=False
+    )
     _deleted: set[str] = field(default_factory=set, repr=False)
 
     # ------------------------------------------------------------------ mutation
@@ -217,6 +219,7 @@ class SessionState:
         if fmt != STATE_FORMAT:
             raise ValueError(f"session state format {fmt} is not supported ({STATE_FORMAT})")
         st = cls(**{f: meta[f] for f in _META_FIELDS if f in meta})
+        st._dirty.clear()  # as stored
         st.seen_repairs = {(str(k), int(i)) for k, i in meta.get("seen_repairs", [])}
         if "stats" in meta:
             st.stats = PreparedStats.from_dict(meta["stats"])

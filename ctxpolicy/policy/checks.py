@@ -26,6 +26,9 @@ class Finding:
     path: PathT
     message: str
     hint: str | None = None
+    #: the other values the problem is about (reported as related locations; the
+    #: diagnostic points at whichever of them the agent itself sets)
+    related: tuple[PathT, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -77,13 +80,14 @@ def check_policy(policy: Policy) -> list[Finding]:
         )
     t = policy.thresholds
     if not (t.warning < t.error < t.critical):
-        bad = "error" if t.warning >= t.error else "critical"
+        bad, other = ("error", "warning") if t.warning >= t.error else ("critical", "error")
         out.append(
             Finding(
                 "CTX202",
                 ("thresholds", bad),
                 f"thresholds must increase strictly: warning ({t.warning}) < error ({t.error}) "
                 f"< critical ({t.critical})",
+                related=(("thresholds", other),),
             )
         )
     if (

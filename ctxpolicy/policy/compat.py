@@ -118,7 +118,9 @@ def _from_dbgpt(data: dict[str, Any]) -> tuple[dict[str, Any], Origins, Warnings
     ac: dict[str, Any] = dict(ac_raw) if isinstance(ac_raw, dict) else {}
     for key in ac:
         if key not in DBGPT_DEFAULTS:
-            warnings.append(((*src, key), f"design-A setting {key!r} is not understood; ignored"))
+            warnings.append(
+                ((*src, key), f"DB-GPT agent_context setting {key!r} is not understood; ignored")
+            )
     cfg = {**DBGPT_DEFAULTS, **{k: v for k, v in ac.items() if k in DBGPT_DEFAULTS}}
 
     def o(native: PathT, key: str) -> None:
@@ -155,7 +157,7 @@ def _from_dbgpt(data: dict[str, Any]) -> tuple[dict[str, Any], Origins, Warnings
         for key in llm:
             if key not in DBGPT_LLM_KEYS:
                 warnings.append(
-                    ((*lsrc, key), f"design-A llm setting {key!r} is not understood; ignored")
+                    ((*lsrc, key), f"DB-GPT llm setting {key!r} is not understood; ignored")
                 )
 
     default: dict[str, Any] = {
@@ -253,7 +255,7 @@ def _from_compression(data: dict[str, Any]) -> tuple[dict[str, Any], Origins, Wa
         for key in sec:
             if key not in COMPRESSION_KEYS:
                 warnings.append(
-                    ((agent, key), f"design-B setting {key!r} is not understood; ignored")
+                    ((agent, key), f"CompressionConfig setting {key!r} is not understood; ignored")
                 )
         eff: dict[str, Any] = dict(COMPRESSION_DEFAULTS)
         where: dict[str, PathT] = {}

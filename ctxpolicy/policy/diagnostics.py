@@ -50,6 +50,7 @@ CODES: dict[str, tuple[Severity, str]] = {
     "CTX306": ("error", "environment variable not set"),
     "CTX307": ("error", "invalid ${...} interpolation"),
     "CTX308": ("error", "requested agent not defined"),
+    "CTX309": ("error", "environment interpolation makes the policy too large"),
     "CTX401": ("warning", "compat reader: setting not understood, ignored"),
 }
 
@@ -87,8 +88,24 @@ def suggestion(word: object, candidates: Sequence[str]) -> str:
 
 
 @dataclass(frozen=True, order=True)
+class Related:
+    """Another place a diagnostic is about (SARIF ``relatedLocations``)."""
+
+    file: str
+    line: int
+    col: int
+    message: str
+
+    def format(self) -> str:
+        return f"{self.file}:{self.line}:{self.col}: {self.message}"
+
+
+@dataclass(frozen=True, order=True)
 class Diagnostic:
-    """One problem in one file. ``line``/``col`` are 1-based (line 1 col 1 when unknown)."""
+    """One problem in one file. ``line``/``col`` are 1-based (line 1 col 1 when unknown).
+
+    ``related`` are other places the problem is about (a value inherited through
+    ``extends`` that the reported one conflicts with)."""
 
     file: str
     line: int
@@ -97,16 +114,23 @@ class Diagnostic:
     severity: Severity
     message: str
     hint: str | None = None
+    related: tuple[Related, ...] = ()
 
     def format(self) -> str:
-        """``path:line:col: CODE message`` (+ an indented hint line)."""
+        """``path:line:col: CODE message`` (+ an indented hint line, which names the
+        related locations)."""
         text = f"{self.file}:{self.line}:{self.col}: {self.code} {self.message}"
         if self.hint:
             text += f"\n    hint: {self.hint}"
         return text
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        """Plain data (``related`` only when there are related locations)."""
+        data = asdict(self)
+        related = data.pop("related")
+        if related:
+            data["related"] = list(related)
+        return data
 
 
 class PolicyError(Exception):
@@ -137,6 +161,10 @@ _TYPE_WORDS: dict[str, str] = {
 }
 
 
+#: pydantic error types that only say "wrong type" (a union branch that did not match)
+TYPE_ERRORS = frozenset(_TYPE_WORDS)
+
+
 @dataclass(frozen=True)
 class SchemaFinding:
     """One schema problem: code, data path (relative to the validated data), message."""
@@ -147,8 +175,13 @@ class SchemaFinding:
     hint: str | None = None
 
 
-def describe_value(value: Any) -> str:
-    """Short, human description of an input value for messages."""
+def describe_value(value: Any, redact: Callable[[str], str] | None = None) -> str:
+    """Short, human description of an input value for messages.
+
+    ``redact`` turns an interpolated string back into what was written (before it is
+    shortened: a shortened secret would no longer be recognised). Numbers too long
+    to read are described by their size.
+    """
     import datetime as _dt
 
     if value is None:
@@ -162,8 +195,12 @@ def describe_value(value: Any) -> str:
     if isinstance(value, _dt.datetime | _dt.date | _dt.time):
         return f"a TOML date/time {value.isoformat()}"
     if isinstance(value, str):
+        if redact is not None:
+            value = redact(value)
         text = value if len(value) <= 40 else value[:37] + "..."
         return repr(text)
+    if isinstance(value, int) and abs(value) >= 10**20:
+        return f"an integer of {len(str(abs(value)))} digits"
     return repr(value)
 
 
@@ -179,7 +216,7 @@ def dotted(path: Sequence[str | int]) -> str:
     return out or "(top level)"
 
 
-def _data_path(loc: Sequence[Any], data: Any, missing: bool) -> tuple[tuple[str | int, ...], Any]:
+def data_path(loc: Sequence[Any], data: Any, missing: bool) -> tuple[tuple[str | int, ...], Any]:
     path: list[str | int] = []
     cur = data
     for i, el in enumerate(loc):
@@ -293,15 +330,18 @@ def validation_findings(
     data: Any,
     model: Any,
     display: Callable[[tuple[str | int, ...]], str] = dotted,
+    *,
+    redact: Callable[[str], str] | None = None,
 ) -> list[SchemaFinding]:
     """Turn ``ValidationError.errors()`` of ``model.model_validate(data)`` into findings.
 
     Union branches are folded into one message per value; unknown keys get a
-    did-you-mean against the field names of the model at that place.
+    did-you-mean against the field names of the model at that place. ``redact``
+    shows interpolated values as written (see :func:`describe_value`).
     """
     entries: list[tuple[tuple[str | int, ...], Mapping[str, Any], Any]] = []
     for err in errors:
-        path, value = _data_path(err.get("loc", ()), data, err["type"] == "missing")
+        path, value = data_path(err.get("loc", ()), data, err["type"] == "missing")
         entries.append((path, err, value))
     # a union branch that went deeper wins over type errors of other branches
     deep = {p for p, _, _ in entries}
@@ -321,7 +361,7 @@ def validation_findings(
         if others:
             done: set[str] = set()
             for err, value in others:
-                f = _one_finding(path, err, value, model, display)
+                f = _one_finding(path, err, value, model, display, redact)
                 if f is not None and f.message not in done:
                     done.add(f.message)
                     out.append(f)
@@ -337,7 +377,7 @@ def validation_findings(
         expected = " or ".join(words)
         out.append(
             SchemaFinding(
-                "CTX103", path, f"{where}: must be {expected} (got {describe_value(value)})"
+                "CTX103", path, f"{where}: must be {expected} (got {describe_value(value, redact)})"
             )
         )
     return out
@@ -349,6 +389,7 @@ def _one_finding(
     value: Any,
     model: Any,
     display: Callable[[tuple[str | int, ...]], str],
+    redact: Callable[[str], str] | None = None,
 ) -> SchemaFinding | None:
     kind = err["type"]
     where = display(path)
@@ -378,7 +419,7 @@ def _one_finding(
             return SchemaFinding(
                 "CTX105",
                 path,
-                f"unknown format version {describe_value(value)}; this ctxpolicy reads version 1",
+                f"unknown format version {describe_value(value, redact)}; this ctxpolicy reads version 1",
                 "set `ctxpolicy: 1`",
             )
         expected = str((err.get("ctx") or {}).get("expected", ""))
@@ -388,11 +429,14 @@ def _one_finding(
         return SchemaFinding(
             "CTX106",
             path,
-            f"{where}: must be {expected} (got {describe_value(value)}){suggestion(value, names)}",
+            f"{where}: must be {expected} (got {describe_value(value, redact)})"
+            f"{suggestion(value, names)}",
         )
     constraint = _constraint_message(err)
     if constraint is not None:
-        return SchemaFinding("CTX103", path, f"{where}: {constraint} (got {describe_value(value)})")
+        return SchemaFinding(
+            "CTX103", path, f"{where}: {constraint} (got {describe_value(value, redact)})"
+        )
     msg = str(err.get("msg", "invalid value"))
     msg = msg.removeprefix("Value error, ").removeprefix("Assertion failed, ")
     return SchemaFinding("CTX103", path, f"{where}: {msg}")

@@ -219,6 +219,7 @@ def render_reference(registry: Registry | None = None) -> str:
         f"- [PolicyFile](#{_anchor('PolicyFile')}) — top level",
     ]
     lines += [f"- [{name}](#{_anchor(name)}) — {_WHERE[name]}" for name in order]
+    lines.append("- [Built-in models](#built-in-models)")
     lines.append("- [Built-in components](#built-in-components)")
     lines.append("")
 
@@ -235,6 +236,7 @@ def render_reference(registry: Registry | None = None) -> str:
         lines += list(_fields_table(sub, local))
         lines.append("")
 
+    lines += list(_models_section())
     lines += [
         "## Built-in components",
         "",
@@ -263,6 +265,36 @@ def render_reference(registry: Registry | None = None) -> str:
             lines += list(_fields_table(opt_schema, set()))
             lines.append("")
     return "\n".join(lines).rstrip("\n") + "\n"
+
+
+def _models_section() -> Iterator[str]:
+    """The built-in model catalogue, with the tokenizer each resolves to by name."""
+    from ctxpolicy.policy.catalogue import builtin_models
+    from ctxpolicy.tokens import encoding_for_model
+
+    yield from (
+        "## Built-in models",
+        "",
+        "*Named in:* `policies.<agent>.model` (without a `models:` entry)",
+        "",
+        "A policy can name these models without defining them; a `models:` entry of the",
+        "same name (in the file or one it includes) wins. Data: `ctxpolicy/data/models.json`.",
+        "The tokenizer is derived from the provider's model id (`ctxpolicy explain` shows",
+        "the one actually loaded); *approximate* means the provider publishes no tokenizer",
+        "and the closest public vocabulary is used, so keep a `safety_margin`.",
+        "",
+        "| model | provider id | context_window | max_output_tokens | tokenizer |",
+        "| --- | --- | ---: | ---: | --- |",
+    )
+    for key, spec in builtin_models().items():
+        provider_id = spec.get("name") or key
+        enc, exact = encoding_for_model(provider_id)
+        tok = f"`{enc}`" + ("" if exact else " (approximate)")
+        yield (
+            f"| `{key}` | `{provider_id}` | {spec['context_window']:,} | "
+            f"{spec.get('max_output_tokens') or '—':,} | {tok} |"
+        )
+    yield ""
 
 
 def main() -> None:

@@ -1,31 +1,34 @@
 """Read a policy file (YAML or TOML) into plain Python data with source positions.
 
 Nothing here constructs objects from the file: YAML is read as a stream of parser
-events of ruamel.yaml's round-trip parser and turned into dicts, lists, strings,
+events (libyaml's C parser for a clean file, ruamel.yaml's round-trip parser when
+anything is off, which words the diagnostics) and turned into dicts, lists, strings,
 numbers, booleans and None by this module (YAML 1.2 core schema). That is how
-tags, duplicate keys, merge keys, alias bombs and deep nesting become
-diagnostics instead of objects, exceptions or a hung process. TOML is parsed by
-tomli; positions of keys come from a small scan of the (already valid) text.
+tags, duplicate keys, merge keys, alias bombs, deep nesting and numbers no field can
+take become diagnostics instead of objects, exceptions or a hung process. TOML is
+read by :mod:`ctxpolicy.policy.load_toml`; the bytes (regular files only) by
+:mod:`ctxpolicy.policy.readfile`.
 
 Limits (each a diagnostic): :data:`MAX_BYTES`, :data:`MAX_DEPTH`,
-:data:`MAX_NODES` (alias expansions included).
+:data:`MAX_NODES` (alias expansions included), 64-bit integers.
 
 Public surface: :class:`SourceMap`, :class:`LoadedDocument`, :func:`load_document`.
 """
 
 from __future__ import annotations
 
-import codecs
 import copy
 import io
-import json
 import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import ModuleType
 from typing import Any, Literal
 
 from ctxpolicy.policy.diagnostics import Diagnostic, make
+from ctxpolicy.policy.readfile import MAX_BYTES, decode, read_regular, too_large
+from ctxpolicy.policy.readfile import Abort as _Abort
 
 __all__ = [
     "MAX_BYTES",
@@ -36,9 +39,11 @@ __all__ = [
     "load_document",
 ]
 
-MAX_BYTES = 1024 * 1024
 MAX_DEPTH = 64
 MAX_NODES = 5_000
+
+#: Read YAML with libyaml's C parser first when PyYAML has it (see _load_yaml_fast).
+FAST_YAML = True
 
 PathT = tuple[str | int, ...]
 Pos = tuple[int, int]
@@ -80,88 +85,8 @@ class LoadedDocument:
     data: dict[str, Any]
     source_map: SourceMap
     format: Literal["yaml", "toml"]
-
-
-class _Abort(Exception):
-    """Stop reading: ``diag`` says why."""
-
-    def __init__(self, diag: Diagnostic) -> None:
-        super().__init__(diag.message)
-        self.diag = diag
-
-
-# --------------------------------------------------------------------------- bytes
-
-
-def _line_col(raw: bytes, index: int) -> Pos:
-    line = raw.count(b"\n", 0, index) + 1
-    start = raw.rfind(b"\n", 0, index) + 1
-    col = len(raw[start:index].decode("utf-8", errors="replace")) + 1
-    return line, col
-
-
-_CONTROL_RE = re.compile("[\x01-\x08\x0b\x0c\x0e-\x1f\x7f]")
-
-
-def _decode(name: str, raw: bytes) -> str:
-    hint = "save the file as UTF-8 (without NUL bytes)"
-    for bom, enc in (
-        (codecs.BOM_UTF32_LE, "UTF-32"),
-        (codecs.BOM_UTF32_BE, "UTF-32"),
-        (codecs.BOM_UTF16_LE, "UTF-16"),
-        (codecs.BOM_UTF16_BE, "UTF-16"),
-    ):
-        if raw.startswith(bom):
-            raise _Abort(
-                make(
-                    name,
-                    (1, 1),
-                    "CTX005",
-                    f"file is {enc}-encoded; policy files must be UTF-8",
-                    hint,
-                )
-            )
-    if raw.startswith(codecs.BOM_UTF8):
-        raw = raw[len(codecs.BOM_UTF8) :]
-    nul = raw.find(b"\x00")
-    if nul >= 0:
-        raise _Abort(
-            make(
-                name,
-                _line_col(raw, nul),
-                "CTX005",
-                "NUL byte in file (binary data or UTF-16 without BOM?); policy files must be UTF-8 text",
-                hint,
-            )
-        )
-    try:
-        text = raw.decode("utf-8")
-        m = _CONTROL_RE.search(text)
-        if m is not None:
-            line = text.count("\n", 0, m.start()) + 1
-            col = m.start() - (text.rfind("\n", 0, m.start()) + 1) + 1
-            raise _Abort(
-                make(
-                    name,
-                    (line, col),
-                    "CTX005",
-                    f"control character U+{ord(m.group(0)):04X} in file; policy files are plain text",
-                    "remove the character (tabs, CR and LF are fine)",
-                )
-            )
-    except UnicodeDecodeError as exc:
-        bad = raw[exc.start : exc.start + 1].hex()
-        raise _Abort(
-            make(
-                name,
-                _line_col(raw, exc.start),
-                "CTX005",
-                f"invalid UTF-8 byte 0x{bad} (is the file Windows-1252 or Latin-1?); "
-                "policy files must be UTF-8",
-                hint,
-            )
-        ) from None
-    return text
+    #: keys left out because their number was out of range (already reported)
+    dropped: set[PathT] = field(default_factory=set)
 
 
 # --------------------------------------------------------------------------- YAML
@@ -176,6 +101,45 @@ _INF_RE = re.compile(r"^[-+]?\.(?:inf|Inf|INF)$")
 _NAN_RE = re.compile(r"^\.(?:nan|NaN|NAN)$")
 
 
+#: Integers are 64-bit signed (as in TOML); no policy number comes near.
+INT_MAX = 2**63 - 1
+
+
+@dataclass(frozen=True)
+class OddNumber:
+    """A number no field can take: an integer beyond 64 bits, infinity or NaN.
+
+    The loaders report it (CTX103 at its line:col) and leave the key out, so it is
+    one ordinary diagnostic, never an exception or a 5,000-digit message.
+    """
+
+    text: str
+    problem: str
+
+
+def _int_literal(value: str, digits: str, base: int) -> int | OddNumber:
+    # the length test comes first: int() of thousands of digits is refused by CPython
+    # (and quadratic); nothing near 20 decimal digits is a policy value
+    if len(digits.lstrip("0")) > 64:
+        return OddNumber(value, f"an integer of {len(digits)} digits is out of range")
+    number = int(digits, base) * (-1 if value.startswith("-") else 1)
+    if abs(number) > INT_MAX:
+        return OddNumber(value, f"{value} is out of range (integers are 64-bit)")
+    return number
+
+
+def odd_number(value: Any) -> OddNumber | None:
+    """An :class:`OddNumber` for a parsed value out of range (TOML), else None."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int) and abs(value) > INT_MAX:
+        digits = len(str(abs(value)))
+        return OddNumber(str(digits), f"an integer of {digits} digits is out of range")
+    if isinstance(value, float) and (value != value or value in (float("inf"), float("-inf"))):
+        return OddNumber(repr(value), f"{value!r} is not a finite number")
+    return None
+
+
 def _plain_scalar(value: str) -> Any:
     """YAML 1.2 core schema resolution of a plain (unquoted) scalar."""
     if _NULL_RE.match(value):
@@ -183,17 +147,18 @@ def _plain_scalar(value: str) -> Any:
     if value in _BOOL:
         return _BOOL[value]
     if _INT_RE.match(value):
-        return int(value)
+        return _int_literal(value, value.lstrip("+-"), 10)
     if _OCT_RE.match(value):
-        return int(value[2:], 8)
+        return _int_literal(value, value[2:], 8)
     if _HEX_RE.match(value):
-        return int(value[2:], 16)
+        return _int_literal(value, value[2:], 16)
     if _FLOAT_RE.match(value):
-        return float(value)
-    if _INF_RE.match(value):
-        return float("-inf") if value.startswith("-") else float("inf")
-    if _NAN_RE.match(value):
-        return float("nan")
+        number = float(value)
+        if number in (float("inf"), float("-inf")):
+            return OddNumber(value, f"{value} is out of range (too large for a number)")
+        return number
+    if _INF_RE.match(value) or _NAN_RE.match(value):
+        return OddNumber(value, f"{value} is not a finite number")
     return value
 
 
@@ -265,8 +230,9 @@ class _Frame:
 class _YamlBuilder:
     """Turns ruamel.yaml parser events into plain data and a source map."""
 
-    def __init__(self, name: str) -> None:
+    def __init__(self, name: str, events: ModuleType) -> None:
         self.name = name
+        self.events = events  # ruamel.yaml.events or yaml.events: the same classes
         self.diags: list[Diagnostic] = []
         self.smap = SourceMap()
         self.anchors: dict[str, tuple[Any, int]] = {}
@@ -276,6 +242,7 @@ class _YamlBuilder:
         self.stack: list[_Frame] = []
         self.skip = 0  # > 0 while skipping a subtree (depth)
         self.key_lines: dict[PathT, int] = {}
+        self.dropped: set[PathT] = set()
 
     # -- helpers
     def _pos(self, ev: Any) -> Pos:
@@ -357,19 +324,17 @@ class _YamlBuilder:
 
     # -- keys
     def _handle_key(self, ev: Any, top: _Frame) -> None:
-        from ruamel.yaml.events import (
-            AliasEvent,
-            MappingStartEvent,
-            ScalarEvent,
-            SequenceStartEvent,
-        )
+        AliasEvent = self.events.AliasEvent
+        MappingStartEvent = self.events.MappingStartEvent
+        ScalarEvent = self.events.ScalarEvent
+        SequenceStartEvent = self.events.SequenceStartEvent
 
         if isinstance(ev, ScalarEvent):
             self._check_tag(ev)
             self._count(1, ev)
             text = ev.value
             key_path = (*top.path, text)
-            if ev.style is None and text == "<<":
+            if not ev.style and text == "<<":
                 self._err(
                     ev,
                     "CTX009",
@@ -401,14 +366,12 @@ class _YamlBuilder:
 
     # -- main loop
     def feed(self, ev: Any) -> None:
-        from ruamel.yaml.events import (
-            AliasEvent,
-            CollectionEndEvent,
-            CollectionStartEvent,
-            DocumentStartEvent,
-            MappingStartEvent,
-            ScalarEvent,
-        )
+        AliasEvent = self.events.AliasEvent
+        CollectionEndEvent = self.events.CollectionEndEvent
+        CollectionStartEvent = self.events.CollectionStartEvent
+        DocumentStartEvent = self.events.DocumentStartEvent
+        MappingStartEvent = self.events.MappingStartEvent
+        ScalarEvent = self.events.ScalarEvent
 
         if self.skip:
             if isinstance(ev, CollectionStartEvent):
@@ -469,7 +432,14 @@ class _YamlBuilder:
             self.smap.values.setdefault(path, self._pos(ev))
         anchor = getattr(ev, "anchor", None)
         if isinstance(ev, ScalarEvent):
-            value = _plain_scalar(ev.value) if ev.style is None and ev.implicit[0] else ev.value
+            plain = not ev.style and ev.implicit[0]  # style: None (ruamel) or "" (libyaml)
+            value = _plain_scalar(ev.value) if plain else ev.value
+            if isinstance(value, OddNumber):
+                self._err(ev, "CTX103", odd_message(path, value), ODD_HINT)
+                self.dropped.add(path)
+                if top is not None and top.kind == "map":
+                    top.skip_value = True
+                value = None
             self._place(value, anchor, 1)
             return
         if len(self.stack) >= MAX_DEPTH:
@@ -491,18 +461,53 @@ class _YamlBuilder:
         pass
 
 
-def _load_yaml(name: str, text: str) -> tuple[Any, SourceMap, list[Diagnostic]]:
+def _load_yaml_fast(
+    name: str, text: str
+) -> tuple[Any, SourceMap, list[Diagnostic], set[PathT]] | None:
+    """libyaml's C parser (PyYAML) feeding the same builder: the data and positions of a
+    file without problems, about 10× faster than the pure-Python round-trip parser.
+    A limit of ours (alias bomb, too many nodes, too deep) is reported from here, so a
+    hostile file is not parsed twice. None when libyaml is not available or anything
+    else is off (a syntax error, a tag, a duplicate key, an odd number...): the
+    round-trip parser then reads the file again and words the diagnostics (tests check
+    both agree on every YAML file of the repository)."""
+    try:
+        import yaml
+        import yaml.events
+
+        loader = yaml.CSafeLoader
+    except (ImportError, AttributeError):  # no PyYAML, or built without libyaml
+        return None
+    builder = _YamlBuilder(name, yaml.events)
+    try:
+        for ev in yaml.parse(text, Loader=loader):
+            builder.feed(ev)
+    except _Abort as exc:  # a limit of ours (alias bomb, nodes, depth): worded by us
+        return None, builder.smap, [*builder.diags, exc.diag], set()
+    except Exception:  # any other problem: the careful path reports it
+        return None
+    if builder.diags or builder.dropped or not builder.has_root:
+        return None
+    return builder.root, builder.smap, [], set()
+
+
+def _load_yaml(name: str, text: str) -> tuple[Any, SourceMap, list[Diagnostic], set[PathT]]:
+    _flow_depth_scan(name, text)
+    if FAST_YAML:
+        fast = _load_yaml_fast(name, text)
+        if fast is not None:
+            return fast
     from ruamel.yaml import YAML
+    from ruamel.yaml import events as ruamel_events
     from ruamel.yaml.error import MarkedYAMLError, YAMLError
 
-    _flow_depth_scan(name, text)
-    builder = _YamlBuilder(name)
+    builder = _YamlBuilder(name, ruamel_events)
     yaml = YAML(typ="rt")
     try:
         for ev in yaml.parse(io.StringIO(text)):
             builder.feed(ev)
     except _Abort as exc:
-        return None, builder.smap, [*builder.diags, exc.diag]
+        return None, builder.smap, [*builder.diags, exc.diag], set()
     except MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         pos = (mark.line + 1, mark.column + 1) if mark is not None else (1, 1)
@@ -512,7 +517,7 @@ def _load_yaml(name: str, text: str) -> tuple[Any, SourceMap, list[Diagnostic]]:
         if context:
             message += f" ({context})"
         code = "CTX005" if "special characters are not allowed" in problem else "CTX001"
-        return None, builder.smap, [*builder.diags, make(name, pos, code, message)]
+        return None, builder.smap, [*builder.diags, make(name, pos, code, message)], set()
     except YAMLError as exc:
         text_exc = str(exc).strip().splitlines()
         msg = text_exc[-1] if text_exc else type(exc).__name__
@@ -522,274 +527,18 @@ def _load_yaml(name: str, text: str) -> tuple[Any, SourceMap, list[Diagnostic]]:
         if hasattr(exc, "line") and hasattr(exc, "column"):  # pragma: no cover - reader errors
             pos = (int(exc.line) + 1, int(exc.column) + 1)
         del mark
-        return None, builder.smap, [*builder.diags, make(name, pos, code, f"invalid YAML: {msg}")]
-    return builder.root, builder.smap, builder.diags
+        diag = make(name, pos, code, f"invalid YAML: {msg}")
+        return None, builder.smap, [*builder.diags, diag], set()
+    return builder.root, builder.smap, builder.diags, builder.dropped
 
 
-# --------------------------------------------------------------------------- TOML
-
-_BARE_KEY = re.compile(r"[A-Za-z0-9_-]+")
+ODD_HINT = "use a number in the field's range (see docs/policy-reference.md)"
 
 
-class _TomlScanner:
-    """Positions of keys and values in a TOML text that tomli already accepted."""
+def odd_message(path: PathT, odd: OddNumber) -> str:
+    from ctxpolicy.policy.diagnostics import dotted
 
-    def __init__(self, text: str) -> None:
-        self.t = text
-        self.i = 0
-        self.n = len(text)
-        self.smap = SourceMap()
-        self.line_starts = [0]
-        for m in re.finditer("\n", text):
-            self.line_starts.append(m.end())
-        self.arrays: dict[PathT, int] = {}
-
-    def pos(self, i: int) -> Pos:
-        import bisect
-
-        line = bisect.bisect_right(self.line_starts, i)
-        return (line, i - self.line_starts[line - 1] + 1)
-
-    def ws(self, newlines: bool = False) -> None:
-        t = self.t
-        while self.i < self.n:
-            c = t[self.i]
-            if c in " \t\r" or (newlines and c == "\n"):
-                self.i += 1
-            elif c == "#":
-                j = t.find("\n", self.i)
-                self.i = self.n if j < 0 else j
-            else:
-                break
-
-    def key_part(self) -> str:
-        t = self.t
-        c = t[self.i]
-        if c == '"':
-            j = self.i + 1
-            while j < self.n and t[j] != '"':
-                j += 2 if t[j] == "\\" else 1
-            raw = t[self.i : j + 1]
-            self.i = j + 1
-            try:
-                return str(json.loads(raw))
-            except ValueError:
-                return raw[1:-1]
-        if c == "'":
-            j = t.find("'", self.i + 1)
-            raw = t[self.i + 1 : j]
-            self.i = j + 1
-            return raw
-        m = _BARE_KEY.match(t, self.i)
-        if m is None:
-            raise ValueError("bad key")
-        self.i = m.end()
-        return m.group(0)
-
-    def keys(self) -> list[tuple[str, int]]:
-        out: list[tuple[str, int]] = []
-        while True:
-            self.ws()
-            start = self.i
-            out.append((self.key_part(), start))
-            self.ws()
-            if self.i < self.n and self.t[self.i] == ".":
-                self.i += 1
-                continue
-            return out
-
-    def record_keys(self, base: PathT, parts: list[tuple[str, int]]) -> PathT:
-        path = base
-        for k, start in parts:
-            path = (*path, k)
-            self.smap.keys.setdefault(path, self.pos(start))
-        return path
-
-    def resolve_header(self, parts: list[tuple[str, int]], is_array: bool, start: int) -> PathT:
-        path: PathT = ()
-        for idx, (k, kstart) in enumerate(parts):
-            path = (*path, k)
-            last = idx == len(parts) - 1
-            if last and is_array:
-                n = self.arrays.get(path, -1) + 1
-                self.arrays[path] = n
-                self.smap.keys.setdefault(path, self.pos(start))
-                path = (*path, n)
-                self.smap.keys[path] = self.pos(start)
-                self.smap.values[path] = self.pos(start)
-            else:
-                if path in self.arrays:
-                    self.smap.keys.setdefault(path, self.pos(kstart))
-                    path = (*path, self.arrays[path])
-                elif last:
-                    self.smap.keys.setdefault(path, self.pos(start))
-                    self.smap.values.setdefault(path, self.pos(start))
-                else:
-                    self.smap.keys.setdefault(path, self.pos(kstart))
-        return path
-
-    def string(self) -> None:
-        t = self.t
-        for q in ('"""', "'''"):
-            if t.startswith(q, self.i):
-                j = self.i + 3
-                while j < self.n:
-                    if q == '"""' and t[j] == "\\":
-                        j += 2
-                        continue
-                    if t.startswith(q, j):
-                        j += 3
-                        while j < self.n and t[j] == q[0]:
-                            j += 1
-                        break
-                    j += 1
-                self.i = j
-                return
-        q = t[self.i]
-        j = self.i + 1
-        while j < self.n and t[j] != q:
-            j += 2 if (q == '"' and t[j] == "\\") else 1
-        self.i = j + 1
-
-    def value(self, path: PathT) -> None:
-        t = self.t
-        self.smap.values.setdefault(path, self.pos(self.i))
-        c = t[self.i] if self.i < self.n else ""
-        if c in "\"'":
-            self.string()
-        elif c == "[":
-            self.i += 1
-            idx = 0
-            while True:
-                self.ws(newlines=True)
-                if self.i >= self.n or t[self.i] == "]":
-                    self.i += 1
-                    return
-                self.value((*path, idx))
-                idx += 1
-                self.ws(newlines=True)
-                if self.i < self.n and t[self.i] == ",":
-                    self.i += 1
-        elif c == "{":
-            self.i += 1
-            while True:
-                self.ws(newlines=True)
-                if self.i >= self.n or t[self.i] == "}":
-                    self.i += 1
-                    return
-                sub = self.record_keys(path, self.keys())
-                self.ws()
-                self.i += 1  # '='
-                self.ws()
-                self.value(sub)
-                self.ws(newlines=True)
-                if self.i < self.n and t[self.i] == ",":
-                    self.i += 1
-        else:
-            while self.i < self.n and t[self.i] not in ",]}\n#":
-                self.i += 1
-
-    def scan(self) -> SourceMap:
-        t = self.t
-        table: PathT = ()
-        self.smap.values[()] = (1, 1)
-        while True:
-            self.ws(newlines=True)
-            if self.i >= self.n:
-                return self.smap
-            start = self.i
-            if t.startswith("[[", self.i):
-                self.i += 2
-                parts = self.keys()
-                self.ws()
-                self.i += 2
-                table = self.resolve_header(parts, True, start)
-            elif t[self.i] == "[":
-                self.i += 1
-                parts = self.keys()
-                self.ws()
-                self.i += 1
-                table = self.resolve_header(parts, False, start)
-            else:
-                path = self.record_keys(table, self.keys())
-                self.ws()
-                self.i += 1  # '='
-                self.ws()
-                self.value(path)
-
-
-def _data_depth(data: Any) -> int:
-    best = 0
-    stack: list[tuple[Any, int]] = [(data, 0)]
-    while stack:
-        node, d = stack.pop()
-        best = max(best, d)
-        if best > MAX_DEPTH:
-            return best
-        if isinstance(node, dict):
-            stack.extend((v, d + 1) for v in node.values())
-        elif isinstance(node, list):
-            stack.extend((v, d + 1) for v in node)
-    return best
-
-
-def _load_toml(name: str, text: str) -> tuple[Any, SourceMap, list[Diagnostic]]:
-    import tomli
-
-    try:
-        data = tomli.loads(text)
-    except tomli.TOMLDecodeError as exc:
-        line = getattr(exc, "lineno", 1) or 1
-        col = getattr(exc, "colno", 1) or 1
-        msg = getattr(exc, "msg", None) or str(exc)
-        if msg.startswith(("Cannot overwrite a value", "Cannot declare")):
-            return (
-                None,
-                SourceMap(),
-                [
-                    make(
-                        name,
-                        (line, col),
-                        "CTX002",
-                        f"duplicate key or table: {msg}",
-                        "remove one of them",
-                    )
-                ],
-            )
-        return None, SourceMap(), [make(name, (line, col), "CTX001", f"invalid TOML: {msg}")]
-    except RecursionError:
-        return (
-            None,
-            SourceMap(),
-            [
-                make(
-                    name,
-                    (1, 1),
-                    "CTX008",
-                    f"nesting deeper than {MAX_DEPTH} levels",
-                    "policy files are shallow; flatten the structure",
-                )
-            ],
-        )
-    if _data_depth(data) > MAX_DEPTH:
-        return (
-            None,
-            SourceMap(),
-            [
-                make(
-                    name,
-                    (1, 1),
-                    "CTX008",
-                    f"nesting deeper than {MAX_DEPTH} levels",
-                    "policy files are shallow; flatten the structure",
-                )
-            ],
-        )
-    try:
-        smap = _TomlScanner(text).scan()
-    except Exception:  # positions are best effort: fall back to line 1
-        smap = SourceMap(values={(): (1, 1)})
-    return data, smap, []
+    return f"{dotted(path)}: {odd.problem}"
 
 
 # --------------------------------------------------------------------------- public
@@ -837,26 +586,17 @@ def _load_document(
     name: str, text: str | bytes | None
 ) -> tuple[LoadedDocument | None, list[Diagnostic]]:
     if text is None:
-        p = Path(name)
-        try:
-            if p.is_dir():
-                return None, [make(name, (1, 1), "CTX010", "is a directory, not a policy file")]
-            size = p.stat().st_size
-            if size > MAX_BYTES:
-                raise _Abort(_too_large(name, size))
-            with p.open("rb") as fh:
-                raw = fh.read(MAX_BYTES + 1)
-        except FileNotFoundError:
-            return None, [make(name, (1, 1), "CTX010", "file not found")]
-        except OSError as exc:
-            return None, [make(name, (1, 1), "CTX010", f"cannot read file: {exc.strerror or exc}")]
+        raw_or_diag = read_regular(name)
+        if isinstance(raw_or_diag, Diagnostic):
+            return None, [raw_or_diag]
+        raw = raw_or_diag
     elif isinstance(text, str):
         raw = text.encode("utf-8", errors="surrogatepass")
     else:
         raw = bytes(text)
     if len(raw) > MAX_BYTES:
-        raise _Abort(_too_large(name, len(raw)))
-    decoded = _decode(name, raw)
+        raise _Abort(too_large(name, len(raw)))
+    decoded = decode(name, raw)
     fmt = _format_of(name, decoded)
     if _only_comments(decoded):
         what = "empty file" if not decoded.strip() else "file contains only comments"
@@ -864,9 +604,15 @@ def _load_document(
             make(name, (1, 1), "CTX007", f"{what}: no policy", "start with `ctxpolicy: 1`")
         ]
     if fmt == "toml":
-        data, smap, diags = _load_toml(name, decoded)
+        from ctxpolicy.policy.load_toml import drop_odd_numbers, load_toml
+
+        data, smap, diags = load_toml(name, decoded)
+        dropped: set[PathT] = set()
+        if data is not None:
+            odd, dropped = drop_odd_numbers(name, data, smap)
+            diags.extend(odd)
     else:
-        data, smap, diags = _load_yaml(name, decoded)
+        data, smap, diags, dropped = _load_yaml(name, decoded)
     if data is None and not diags:
         diags = [
             make(
@@ -893,14 +639,4 @@ def _load_document(
         )
         return None, diags
     smap.values.setdefault((), (1, 1))
-    return LoadedDocument(name, data, smap, fmt), diags
-
-
-def _too_large(name: str, size: int) -> Diagnostic:
-    return make(
-        name,
-        (1, 1),
-        "CTX006",
-        f"file is {size} bytes; policy files are limited to {MAX_BYTES} bytes (1 MiB)",
-        "a policy file is small; split it with `include:`",
-    )
+    return LoadedDocument(name, data, smap, fmt, dropped), diags

@@ -25,7 +25,7 @@ PERCENT_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*%\s*$")
 
 
 class State(StrEnum):
-    """Context states, ordered by how full the context is (design A)."""
+    """Context states, ordered by how full the context is."""
 
     normal = "normal"
     warning = "warning"
@@ -138,7 +138,7 @@ class LearnSpec(StrictModel):
 
 
 class ToolGrowth(StrictModel):
-    """Learned reserve for the next tool results (design B's expected_tool_growth)."""
+    """Learned reserve for the next tool results (`expected_tool_growth` of a `CompressionConfig`)."""
 
     learn: LearnSpec = Field(default_factory=LearnSpec, description="Learning parameters.")
     initial: Amount = Field(
@@ -166,7 +166,7 @@ class Budget(StrictModel):
     )
     tool_growth: Amount | ToolGrowth = Field(
         default=0,
-        description="Expected growth before the next check (design B): a fixed amount, "
+        description="Expected growth before the next check: a fixed amount, "
         "or `{learn: {...}, initial: ...}` to learn it from the session's tool results.",
     )
     safety_margin: Amount = Field(
@@ -175,12 +175,14 @@ class Budget(StrictModel):
     target: Annotated[float, Field(gt=0, lt=1)] | Annotated[int, Field(gt=1)] = Field(
         default=0.7,
         description="Where compaction stops: a fraction of the trigger (0–1) or "
-        "absolute tokens. 20–30% below the trigger keeps compaction from thrashing.",
+        "absolute tokens. Keep it below the lowest `at` threshold: the gap is the "
+        "hysteresis band one compaction buys (equal to `warning`: stop as soon as the "
+        "context is back under warning, the DB-GPT behaviour).",
     )
 
 
 class Thresholds(StrictModel):
-    """State boundaries as fractions of the trigger (design A)."""
+    """State boundaries as fractions of the trigger."""
 
     warning: float = Field(default=0.70, gt=0, le=1, description="Ratio at which `warning` starts.")
     error: float = Field(default=0.90, gt=0, le=1, description="Ratio at which `error` starts.")
@@ -198,7 +200,9 @@ class PipelineStep(StrictModel):
     layer: str = Field(description="Name of a registered layer, e.g. `observation_mask`.")
     at: TriggerState = Field(
         default="warning",
-        description="Lowest state at which the layer runs (recounted after each layer).",
+        description="Lowest entry state at which the layer may run: when a call starts "
+        "compaction (above `target`), every step whose `at` is at or below the state at "
+        "that moment runs, in order, recounting after each, until usage ≤ `target`.",
     )
     options: dict[str, Any] = Field(
         default_factory=dict, description="Options of the layer, validated by its own model."
@@ -207,7 +211,7 @@ class PipelineStep(StrictModel):
 
 
 class OverflowStep(StrictModel):
-    """The reactive layer run on a provider's context-overflow error (design A L4)."""
+    """The reactive layer run on a provider's context-overflow error."""
 
     layer: str = Field(default="emergency", description="Name of a registered layer.")
     options: dict[str, Any] = Field(default_factory=dict, description="Options of the layer.")
@@ -236,7 +240,7 @@ class Snapshots(StrictModel):
     reference: Literal["always", "when_shortened"] = Field(
         default="when_shortened",
         description="When the context text of a tool result carries the line "
-        "`[Full detail available at: <ref>]`: `always` (design A), or only when the "
+        "`[Full detail available at: <ref>]`: `always`, or only when the "
         "preprocessor shortened it (saves ~40 tokens per untouched result; layers add "
         "the line when they cut the result later).",
     )
@@ -244,10 +248,18 @@ class Snapshots(StrictModel):
         default=16 * 1024 * 1024, gt=0, description="Largest observation written per snapshot."
     )
     max_age_days: float | None = Field(
-        default=None, gt=0, description="`ctxpolicy snapshots prune` removes older ones."
+        default=None,
+        gt=0,
+        description="Remove snapshots older than this (overrides the store's own "
+        "`max_age_days`, 30 for `local`); applied while sessions write and by "
+        "`ctxpolicy snapshots prune`.",
     )
     max_total_mb: float | None = Field(
-        default=None, gt=0, description="`ctxpolicy snapshots prune` keeps the store below this."
+        default=None,
+        gt=0,
+        description="Keep the store below this size (overrides the store's own "
+        "`max_total_mb`, 1024 for `local`); applied while sessions write and by "
+        "`ctxpolicy snapshots prune`.",
     )
     options: dict[str, Any] = Field(
         default_factory=dict, description="Options of the snapshot store."
@@ -268,7 +280,11 @@ class Ledger(StrictModel):
     """The progress ledger: facts extracted from compacted history, kept pinned."""
 
     enabled: bool = Field(default=True, description="Maintain and pin the ledger.")
-    max_tokens: int = Field(default=1500, ge=64, description="Upper bound of its rendered size.")
+    max_tokens: Annotated[int, Field(ge=64)] | Percent = Field(
+        default=1500,
+        description="Upper bound of its rendered size: tokens, or a percentage of the window "
+        "(`'6%'`: the ledger scales with the window a policy is used at).",
+    )
 
 
 class CacheSpec(StrictModel):
@@ -336,8 +352,8 @@ class AgentPolicy(StrictModel):
     ledger: Ledger = Field(default_factory=Ledger, description="Progress ledger.")
     constraints: list[str] = Field(
         default_factory=list,
-        description="Constraints kept verbatim through every layer (design B "
-        "`preserve_constraints`).",
+        description="Constraints kept verbatim through every layer (`preserve_constraints` "
+        "of a `CompressionConfig`).",
     )
     cache: CacheSpec = Field(default_factory=CacheSpec, description="Prompt-cache awareness.")
     state: StateSpec = Field(

@@ -7,7 +7,8 @@ validation of each file (strict: a string is never a number) → per agent:
 ``extends`` chain (cycles, unknown agents), deep merge (maps merge, lists
 replace, ``null`` deletes; in ``tools`` a glob new in the child goes before the
 parent's first broader glob, so ``*`` stays last), model
-catalogue, component lookup in the plugin registry and validation of their
+catalogue (the file's ``models:``, then the built-in
+:mod:`~ctxpolicy.policy.catalogue`), component lookup in the plugin registry and validation of their
 options by the component's own model, then the semantic checks of
 :mod:`ctxpolicy.policy.checks`.
 
@@ -18,29 +19,33 @@ for values inherited through ``extends`` from another file. Nothing raises but
 
 from __future__ import annotations
 
-import copy
-import fnmatch
+import dataclasses
 import os
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from typing import Any
 
 from pydantic import ValidationError
 
+from ctxpolicy.policy.catalogue import builtin_models
 from ctxpolicy.policy.checks import check_policy
-from ctxpolicy.policy.compat import CompatFormat, convert, detect_format
+from ctxpolicy.policy.compat import convert, detect_format
 from ctxpolicy.policy.diagnostics import (
+    TYPE_ERRORS,
     Diagnostic,
     PolicyError,
+    Related,
     SchemaFinding,
+    data_path,
     dotted,
     make,
     suggestion,
     validation_findings,
 )
-from ctxpolicy.policy.interp import interpolate_tree
-from ctxpolicy.policy.load import LoadedDocument, load_document
+from ctxpolicy.policy.interp import Redactor, interpolate_tree
+from ctxpolicy.policy.load import load_document
+from ctxpolicy.policy.lookup import check_component, check_tokenizers, failed_plugins
+from ctxpolicy.policy.merge import Doc, Merged, deep_merge, strip_nulls
 from ctxpolicy.policy.models import (
     AgentPolicy,
     ModelSpec,
@@ -49,68 +54,34 @@ from ctxpolicy.policy.models import (
     ResolvedStep,
 )
 
-__all__ = ["list_agents", "load_policy", "resolve_all", "validate_file"]
+__all__ = ["list_agents", "load_policy", "resolve_agent", "resolve_all", "validate_file"]
 
 PathT = tuple[str | int, ...]
 Pos = tuple[int, int]
 
-#: Bare encoding names accepted in ``model.tokenizer`` (meaning ``tiktoken:<name>``).
-BARE_ENCODINGS = frozenset(
-    {"o200k_base", "cl100k_base", "p50k_base", "p50k_edit", "r50k_base", "gpt2"}
-)
-
 _AGENT_NAME_RE = re.compile(r"[A-Za-z0-9_.\-]{1,128}")
-
-
-@dataclass
-class _Doc:
-    key: str  # real path
-    loaded: LoadedDocument
-    fmt: CompatFormat
-    native: dict[str, Any]
-    origins: dict[PathT, PathT]
-
-    @property
-    def name(self) -> str:
-        return self.loaded.path
-
-    def raw_path(self, path: PathT) -> PathT:
-        if not self.origins:
-            return path
-        for k in range(len(path), -1, -1):
-            if path[:k] in self.origins:
-                return (*self.origins[path[:k]], *path[k:])
-        return ()
-
-    def pos(self, path: PathT, *, value: bool = False) -> Pos:
-        raw = self.raw_path(path)
-        sm = self.loaded.source_map
-        return sm.value_position(raw) if value else sm.position(raw)
 
 
 Scope = str | None  # agent name a diagnostic belongs to (None: the file)
 
 
-@dataclass
-class _Merged:
-    data: dict[str, Any]
-    origins: dict[PathT, tuple[_Doc, PathT]] = field(default_factory=dict)
-
-    def locate(self, path: PathT) -> tuple[_Doc, PathT]:
-        for k in range(len(path), -1, -1):
-            hit = self.origins.get(path[:k])
-            if hit is not None:
-                return hit[0], (*hit[1], *path[k:])
-        raise KeyError(path)  # pragma: no cover - () is always present
-
-
-def _strip_nulls(node: Any) -> Any:
-    """Mapping values that are null mean "delete"; for validation they are absent."""
-    if isinstance(node, dict):
-        return {k: _strip_nulls(v) for k, v in node.items() if v is not None}
-    if isinstance(node, list):
-        return [_strip_nulls(v) for v in node]
-    return node
+def _not_dropped(errors: list[Any], data: Any, dropped: set[PathT]) -> list[Any]:
+    """Errors but those a key the loader left out causes (its number was out of range,
+    already reported at its line:col): "missing" for that key, and type errors of the
+    other union branches of a value that contains it."""
+    if not dropped:
+        return errors
+    out = []
+    for err in errors:
+        path, _ = data_path(err.get("loc", ()), data, err["type"] == "missing")
+        if err["type"] == "missing" and path in dropped:
+            continue
+        if err["type"] in TYPE_ERRORS and any(
+            len(d) > len(path) and d[: len(path)] == path for d in dropped
+        ):
+            continue
+        out.append(err)
+    return out
 
 
 def _agent_display(path: PathT) -> str:
@@ -124,18 +95,20 @@ class _Resolver:
         self.path = os.fspath(path)
         self.env: Mapping[str, str] = os.environ if env is None else env
         self.diags: list[tuple[Diagnostic, Scope]] = []
-        self.docs: dict[str, _Doc] = {}
-        self.order: list[_Doc] = []
+        self.docs: dict[str, Doc] = {}
+        self.order: list[Doc] = []
         self.bad_agents: set[tuple[str, str]] = set()
         self.bad_models: set[tuple[str, str]] = set()
-        self.agents: dict[str, tuple[_Doc, Any]] = {}
-        self.models: dict[str, tuple[_Doc, Any]] = {}
+        self.agents: dict[str, tuple[Doc, Any]] = {}
+        self.models: dict[str, tuple[Doc, Any]] = {}
         self._registry: Any = None
+        #: every ``${NAME}`` substituted, to show it as written in every diagnostic
+        self.redactor = Redactor()
 
     # ------------------------------------------------------------------ helpers
     def emit(
         self,
-        doc: _Doc | str,
+        doc: Doc | str,
         pos: Pos,
         code: str,
         message: str,
@@ -170,7 +143,7 @@ class _Resolver:
                     if isinstance(name, str):
                         self.models.setdefault(name, (doc, raw))
 
-    def _load(self, path: str, chain: list[tuple[str, str]], via: tuple[_Doc, int] | None) -> None:
+    def _load(self, path: str, chain: list[tuple[str, str]], via: tuple[Doc, int] | None) -> None:
         key = os.path.realpath(path)
         if any(k == key for k, _ in chain):
             assert via is not None
@@ -207,24 +180,26 @@ class _Resolver:
             return
         fmt = detect_format(loaded.data)
         native, origins, warnings = convert(loaded.data, fmt)
-        doc = _Doc(key, loaded, fmt, native, origins)
+        doc = Doc(key, loaded, fmt, native, origins)
         for raw_path, message in warnings:
             self.emit(doc, loaded.source_map.position(raw_path), "CTX401", message)
-        interpolated, problems = interpolate_tree(native, self.env)
+        interpolated, problems = interpolate_tree(native, self.env, redactor=self.redactor)
+        _keep_store_paths(native, interpolated)
         doc.native = interpolated
         for p, prob in problems:
             scope = p[1] if len(p) > 1 and p[0] == "policies" and isinstance(p[1], str) else None
-            if prob.kind == "missing":
-                self.emit(
-                    doc,
-                    doc.pos(p, value=True),
+            code, hint = {
+                "missing": (
                     "CTX306",
-                    prob.message,
                     f"export {prob.text}, or give a default: ${{{prob.text}:-value}}",
-                    scope,
-                )
-            else:
-                self.emit(doc, doc.pos(p, value=True), "CTX307", prob.message, None, scope)
+                ),
+                "size": (
+                    "CTX309",
+                    "environment variables in a policy hold names, paths and numbers, "
+                    "not documents",
+                ),
+            }.get(prob.kind, ("CTX307", None))
+            self.emit(doc, doc.pos(p, value=True), code, prob.message, hint, scope)
         self.docs[key] = doc
         self.order.append(doc)
         includes = interpolated.get("include")
@@ -236,19 +211,30 @@ class _Resolver:
                     child = os.path.normpath(os.path.join(base, inc))
                     self._load(child, [*chain, (key, path)], (doc, i))
 
-    def _validate_doc(self, doc: _Doc) -> None:
+    def _validate_doc(self, doc: Doc) -> None:
         data = doc.native
         stripped = dict(data)
         if isinstance(data.get("policies"), dict):
-            stripped["policies"] = {k: _strip_nulls(v) for k, v in data["policies"].items()}
+            stripped["policies"] = {k: strip_nulls(v) for k, v in data["policies"].items()}
         try:
             PolicyFile.model_validate(stripped, strict=True)
         except ValidationError as exc:
-            findings = validation_findings(exc.errors(), stripped, PolicyFile, _agent_display)
+            self.bad_agents.update(
+                (doc.key, p[1])
+                for p in doc.loaded.dropped
+                if len(p) > 1 and p[0] == "policies" and isinstance(p[1], str)
+            )
+            findings = validation_findings(
+                _not_dropped(exc.errors(), stripped, doc.loaded.dropped),
+                stripped,
+                PolicyFile,
+                _agent_display,
+                redact=self.redactor.redact,
+            )
             for f in findings:
                 self._emit_file_finding(doc, f, stripped)
 
-    def _emit_file_finding(self, doc: _Doc, f: SchemaFinding, data: dict[str, Any]) -> None:
+    def _emit_file_finding(self, doc: Doc, f: SchemaFinding, data: dict[str, Any]) -> None:
         path = f.path
         message = f.message
         if not path and "agent name" in message:
@@ -281,19 +267,22 @@ class _Resolver:
             )
             return None
 
-    def _chain(self, name: str) -> list[tuple[_Doc, str, dict[str, Any]]] | None:
-        chain: list[tuple[_Doc, str, dict[str, Any]]] = []
+    def _chain(self, name: str) -> list[tuple[Doc, str, dict[str, Any]]] | None:
+        chain: list[tuple[Doc, str, dict[str, Any]]] = []
         names: list[str] = []
         cur = name
         while True:
             doc, raw = self.agents[cur]
-            if (doc.key, cur) in self.bad_agents or not isinstance(raw, dict):
+            if not isinstance(raw, dict):
                 return None
+            # an agent with errors of its own is not resolved, but its `extends` is still
+            # checked: one error must not hide another (a typo in the parent's name)
+            bad = (doc.key, cur) in self.bad_agents
             chain.append((doc, cur, raw))
             names.append(cur)
             parent = raw.get("extends")
             if parent is None:
-                return list(reversed(chain))
+                return None if bad else list(reversed(chain))
             if not isinstance(parent, str):
                 return None
             if parent not in self.agents:
@@ -320,68 +309,20 @@ class _Resolver:
                         name,
                     )
                 return None
+            if bad:
+                return None
             cur = parent
-
-    def _merge(
-        self,
-        base: dict[str, Any],
-        over: dict[str, Any],
-        mpath: PathT,
-        doc: _Doc,
-        spath: PathT,
-        merged: _Merged,
-    ) -> dict[str, Any]:
-        result: dict[str, Any] = {}
-        order = list(base)
-        for k in over:
-            if k in base:
-                continue
-            if mpath == ("tools",):
-                # a new glob goes before the parent's first broader rule ("*" stays last)
-                at = next(
-                    (
-                        j
-                        for j, g in enumerate(order)
-                        if isinstance(k, str)
-                        and isinstance(g, str)
-                        and (g == "*" or fnmatch.fnmatchcase(k, g))
-                    ),
-                    len(order),
-                )
-                order.insert(at, k)
-            else:
-                order.append(k)
-        for k in order:
-            p = (*mpath, k)
-            if k not in over:
-                if p not in merged.origins:
-                    merged.origins[p] = merged.locate(p)
-                result[k] = base[k]
-                continue
-            v = over[k]
-            if v is None:
-                continue
-            b = base.get(k)
-            if isinstance(v, dict) and isinstance(b, dict):
-                result[k] = self._merge(b, v, p, doc, (*spath, k), merged)
-                merged.origins[p] = (doc, (*spath, k))
-            else:
-                for q in [q for q in merged.origins if len(q) > len(p) and q[: len(p)] == p]:
-                    del merged.origins[q]
-                merged.origins[p] = (doc, (*spath, k))
-                result[k] = copy.deepcopy(v)
-        return result
 
     def _resolve(self, name: str) -> Policy | None:
         chain = self._chain(name)
         if chain is None:
             return None
         own_doc = chain[-1][0]
-        merged = _Merged({}, {(): (own_doc, ("policies", name))})
+        merged = Merged({}, {(): (own_doc, ("policies", name))})
         data: dict[str, Any] = {}
         for doc, agent, raw in chain:
             layer = {k: v for k, v in raw.items() if k != "extends"}
-            data = self._merge(data, layer, (), doc, ("policies", agent), merged)
+            data = deep_merge(data, layer, (), doc, ("policies", agent), merged)
         merged.data = data
 
         def emit(path: PathT, code: str, message: str, hint: str | None = None) -> None:
@@ -391,14 +332,16 @@ class _Resolver:
         try:
             ap = AgentPolicy.model_validate(data, strict=True)
         except ValidationError as exc:
-            for f in validation_findings(exc.errors(), data, AgentPolicy):
+            for f in validation_findings(
+                exc.errors(), data, AgentPolicy, redact=self.redactor.redact
+            ):
                 emit(f.path, f.code, f.message, f.hint)
             return None
 
         # ---- model
         spec: ModelSpec | None
         model_name: str | None = None
-        tok_where: tuple[_Doc, PathT]
+        tok_where: tuple[Doc, PathT]
         if ap.model is None:
             emit(
                 (),
@@ -410,27 +353,41 @@ class _Resolver:
         if isinstance(ap.model, str):
             model_name = ap.model
             entry = self.models.get(ap.model)
-            if entry is None:
+            builtin = builtin_models()
+            if entry is None and ap.model in builtin:
+                spec = ModelSpec.model_validate(builtin[ap.model], strict=True)
+                tok_where = merged.locate(("model",))
+            elif entry is None:
+                known = [*self.models, *builtin]
                 emit(
                     ("model",),
                     "CTX208",
-                    f"unknown model {ap.model!r}{suggestion(ap.model, list(self.models))}",
-                    "define it under `models:` (here or in an included file), or inline it",
+                    f"unknown model {ap.model!r}{suggestion(ap.model, known)}",
+                    "define it under `models:` (here or in an included file), inline it, "
+                    "or use a model of the built-in catalogue (docs/policy-reference.md"
+                    "#built-in-models)",
                 )
                 return None
-            mdoc, mraw = entry
-            if (mdoc.key, ap.model) in self.bad_models:
-                return None
-            try:
-                spec = ModelSpec.model_validate(mraw, strict=True)
-            except ValidationError:
-                return None
-            tok_where = (mdoc, ("models", ap.model, "tokenizer"))
+            else:
+                mdoc, mraw = entry
+                if (mdoc.key, ap.model) in self.bad_models:
+                    return None
+                try:
+                    spec = ModelSpec.model_validate(mraw, strict=True)
+                except ValidationError:
+                    return None
+                tok_where = (mdoc, ("models", ap.model, "tokenizer"))
         else:
             spec = ap.model
             d, rp = merged.locate(("model", "tokenizer"))
             tok_where = (d, rp)
-        self._check_tokenizers(spec, tok_where, name)
+        tdoc, tbase = tok_where
+        check_tokenizers(
+            self.registry,
+            spec,
+            tbase,
+            lambda p, code, msg, hint: self.emit(tdoc, tdoc.pos(p), code, msg, hint, name),
+        )
 
         # ---- components
         reg = self.registry
@@ -452,7 +409,8 @@ class _Resolver:
                     emit(
                         ("pipeline", i, "options", "summarizer"),
                         "CTX102",
-                        f"unknown summarizer {sname!r}{suggestion(sname, reg.names('summarizer'))}",
+                        f"unknown summarizer {sname!r}{suggestion(sname, reg.names('summarizer'))}"
+                        + failed_plugins(reg),
                         "known summarizers: " + (", ".join(reg.names("summarizer")) or "(none)"),
                     )
             if step.enabled:
@@ -485,15 +443,12 @@ class _Resolver:
             ok = False
             stopts = {}
 
-        window = (
-            spec.context_window
-            if ap.budget.window is None
-            else min(spec.context_window, ap.budget.window)
-        )
         reserve = ap.budget.reserve_output
         if reserve is None:
             reserve = spec.max_output_tokens or 4096
-        budget = ap.budget.model_copy(update={"window": window, "reserve_output": reserve})
+        # budget.window stays as written: the engine and `explain` take the smaller of it
+        # and the model's window (ctxpolicy.budget.effective_window)
+        budget = ap.budget.model_copy(update={"reserve_output": reserve})
         policy = Policy(
             agent=name,
             source=self.path,
@@ -516,78 +471,73 @@ class _Resolver:
             path = finding.path
             if len(path) > 1 and path[0] == "pipeline" and isinstance(path[1], int):
                 path = ("pipeline", index_map[path[1]], *path[2:])
-            emit(path, finding.code, finding.message, finding.hint)
+            if finding.related:
+                self._emit_related(name, chain, merged, finding)
+            else:
+                emit(path, finding.code, finding.message, finding.hint)
         return policy if ok else None
 
-    def _component(
+    def _emit_related(
         self,
-        kind: Any,
-        cname: str,
-        options: dict[str, Any],
-        base: PathT,
-        emit: Any,
-        key: str,
-    ) -> dict[str, Any] | None:
-        reg = self.registry
-        cls = reg.get(kind, cname)
-        word = {"snapshot_store": "snapshot store", "state_store": "state store"}.get(kind, kind)
-        if cls is None:
-            names = reg.names(kind)
-            emit(
-                (*base, key),
-                "CTX102",
-                f"unknown {word} {cname!r}{suggestion(cname, names)}",
-                f"known {word}s: " + (", ".join(names) or "(none registered)"),
+        name: str,
+        chain: list[tuple[Doc, str, dict[str, Any]]],
+        merged: Merged,
+        finding: Any,
+    ) -> None:
+        """A finding about several values: reported at the one the most derived agent of
+        the chain sets (the child's override, not the parent's value), naming that agent;
+        the others become related locations."""
+        rank = {agent: i for i, (_, agent, _) in enumerate(chain)}
+        where = []
+        for p in (finding.path, *finding.related):
+            doc, raw = merged.locate(p)
+            owner = raw[1] if len(raw) > 1 and raw[0] == "policies" else None
+            where.append(
+                (rank.get(owner, -1) if isinstance(owner, str) else -1, p, doc, raw, owner)
             )
-            return None
-        opath = (*base, "options")
-        try:
-            model = cls.Options.model_validate(options)
-            return dict(model.model_dump(mode="json"))
-        except ValidationError as exc:
-            for f in validation_findings(
-                exc.errors(), options, cls.Options, lambda p: dotted((*opath, *p))
-            ):
-                emit((*opath, *f.path), f.code, f.message, f.hint)
-            return None
-        except Exception as exc:
-            provider = reg.plugin_of(kind, cname)
-            emit(
-                opath,
-                "CTX103",
-                f"options of {word} {cname!r} could not be checked: {type(exc).__name__}: {exc}",
-                f"reported by plugin {provider!r}" if provider else None,
-            )
-            return None
-
-    def _check_tokenizers(self, spec: ModelSpec, where: tuple[_Doc, PathT], scope: str) -> None:
-        tok = spec.tokenizer
-        if tok is None:
+        if len({w[4] for w in where}) == 1:  # one agent sets them all: as usual
+            _, p, doc, raw, _ = where[0]
+            self.emit(doc, doc.pos(raw), finding.code, finding.message, finding.hint, name)
             return
-        entries = [tok] if isinstance(tok, str) else list(tok)
-        reg = self.registry
-        doc, base = where
-        for i, entry in enumerate(entries):
-            p = base if isinstance(tok, str) else (*base, i)
-            backend = entry.split(":", 1)[0].strip() if ":" in entry else entry.strip()
-            if ":" not in entry and backend in BARE_ENCODINGS:
-                backend = "tiktoken"
-            if reg.get("tokenizer", backend) is None:
-                names = reg.names("tokenizer")
-                self.emit(
-                    doc,
-                    doc.pos(p),
-                    "CTX102",
-                    f"unknown tokenizer {backend!r}{suggestion(backend, [*names, *sorted(BARE_ENCODINGS)])}",
-                    "use a registered backend (" + ", ".join(names) + ") or an encoding name "
-                    "such as o200k_base",
-                    scope,
-                )
+        primary = max(where, key=lambda w: w[0])
+        _, ppath, pdoc, praw, powner = primary
+        related = []
+        notes = []
+        for _, p, doc, raw, owner in where:
+            if p == ppath:
+                continue
+            line, col = doc.pos(raw)
+            what = f"agent {owner!r} sets {dotted(p)}" if owner else f"{dotted(p)} is set"
+            related.append(Related(doc.name, line, col, f"{what} here"))
+            notes.append(f"{what} at {doc.name}:{line}:{col}")
+        message = finding.message
+        if powner is not None:
+            message = f"agent {powner!r}: {message}"
+            if powner != name:
+                message += f" (in the policy of {name!r})"
+        hint = "; ".join(filter(None, [*notes, finding.hint])) or None
+        diag = make(pdoc.name, pdoc.pos(praw), finding.code, message, hint)
+        self.diags.append((dataclasses.replace(diag, related=tuple(related)), name))
+
+    def _component(
+        self, kind: Any, cname: str, options: dict[str, Any], base: PathT, emit: Any, key: str
+    ) -> dict[str, Any] | None:
+        return check_component(
+            self.registry, kind, cname, options, base, key, emit, self.redactor.redact
+        )
 
     # ------------------------------------------------------------------ output
     def scoped(self, agents: set[str] | None) -> list[Diagnostic]:
-        out = {d for d, s in self.diags if s is None or agents is None or s in agents}
+        """Diagnostics of the file and of ``agents`` (all when None), each interpolated
+        value shown as the ``${NAME}`` it was written as."""
+        out = {self._shown(d) for d, s in self.diags if s is None or agents is None or s in agents}
         return sorted(out)
+
+    def _shown(self, d: Diagnostic) -> Diagnostic:
+        if not self.redactor:
+            return d
+        hint = None if d.hint is None else self.redactor.redact(d.hint)
+        return dataclasses.replace(d, message=self.redactor.redact(d.message), hint=hint)
 
     def chain_names(self, name: str) -> set[str]:
         names = {name}
@@ -600,6 +550,35 @@ class _Resolver:
             names.add(parent)
             cur = parent
         return names
+
+
+def _keep_store_paths(raw: Any, interpolated: Any) -> None:
+    """``snapshots.path`` and ``state.options.path``/``dsn`` stay as written: the
+    session interpolates them with its own ``env=`` when it opens the store (problems
+    are still reported at load time), so no secret from the environment ends up in
+    the resolved policy."""
+    policies = raw.get("policies") if isinstance(raw, dict) else None
+    if not isinstance(policies, dict) or not isinstance(interpolated.get("policies"), dict):
+        return
+    for name, agent in policies.items():
+        snaps = agent.get("snapshots") if isinstance(agent, dict) else None
+        target = interpolated["policies"].get(name)
+        if (
+            isinstance(snaps, dict)
+            and isinstance(snaps.get("path"), str)
+            and isinstance(target, dict)
+            and isinstance(target.get("snapshots"), dict)
+        ):
+            target["snapshots"]["path"] = snaps["path"]
+        # the state store's path and dsn too (a dsn may carry a password from ${...})
+        state = agent.get("state") if isinstance(agent, dict) else None
+        options = state.get("options") if isinstance(state, dict) else None
+        tstate = target.get("state") if isinstance(target, dict) else None
+        toptions = tstate.get("options") if isinstance(tstate, dict) else None
+        if isinstance(options, dict) and isinstance(toptions, dict):
+            for key in ("path", "dsn"):
+                if isinstance(options.get(key), str):
+                    toptions[key] = options[key]
 
 
 def _run(
@@ -651,13 +630,17 @@ def validate_file(
 ) -> list[Diagnostic]:
     """Every diagnostic of a policy file (and its includes): parse, schema, components,
     ``extends``, env, semantics. ``agent`` limits agent checks to that agent (and what it
-    extends). ``json_schema`` also validates the file against the published JSON Schema
-    (reusing the parsed document); a problem both find is reported once. Sorted,
+    extends). ``json_schema`` also validates a file with errors against the published
+    JSON Schema (reusing the parsed document); a problem both find is reported once. Sorted,
     without duplicates. Never raises."""
     r, _ = _run(path, agent, env)
     scope = None if agent is None else r.chain_names(agent)
     diags = r.scoped(scope)
-    if json_schema and r.order:
+    # The schema is generated from the same models the loader validated with: a file
+    # without loader errors passes it too (tests/policy/test_schema.py checks both agree
+    # on every corpus file), so only a file with errors pays for the schema pass, which
+    # may then find problems that an error kept the loader from reaching.
+    if json_schema and r.order and any(d.severity == "error" for d in diags):
         from ctxpolicy.policy.schema import dedupe, schema_diagnostics
 
         try:
@@ -683,6 +666,23 @@ def resolve_all(
     return good, diags
 
 
+def resolve_agent(
+    path: str | os.PathLike[str],
+    agent: str,
+    *,
+    env: Mapping[str, str] | None = None,
+) -> tuple[Policy | None, list[Diagnostic], Redactor]:
+    """The policy of ``agent`` (None when it has errors), its diagnostics, and the
+    :class:`~ctxpolicy.policy.interp.Redactor` of the substitutions made (to show the
+    policy without the environment's values, as ``explain`` does)."""
+    r, policies = _run(path, agent, env)
+    diags = r.scoped(r.chain_names(agent))
+    pol = policies.get(agent)
+    if any(d.severity == "error" for d in diags):
+        pol = None
+    return pol, diags, r.redactor
+
+
 def load_policy(
     path: str | os.PathLike[str],
     agent: str = "default",
@@ -691,9 +691,7 @@ def load_policy(
 ) -> Policy:
     """The resolved, frozen policy of ``agent``; raises :class:`PolicyError` carrying
     every diagnostic when any of them is an error (file-level or of this agent's chain)."""
-    r, policies = _run(path, agent, env)
-    diags = r.scoped(r.chain_names(agent))
-    pol = policies.get(agent)
+    pol, diags, _ = resolve_agent(path, agent, env=env)
     if pol is None or any(d.severity == "error" for d in diags):
         if not diags:  # pragma: no cover - defensive
             diags = [

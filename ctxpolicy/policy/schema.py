@@ -333,7 +333,9 @@ def _leaf_errors(error: ValidationError, depth: int = 0) -> list[ValidationError
 
     For anyOf/oneOf: when only one branch is not the ``null`` "delete this key"
     branch, every error of that branch (recursively); otherwise the most relevant
-    branch error (``best_match``).
+    branch error (``best_match``) of the branches that got furthest: a branch whose
+    type matched and failed deeper (``tool_growth: {learn: {quantile: 1.5}}``) says
+    more than "expected integer" from a branch of another type.
     """
     from jsonschema.exceptions import best_match
 
@@ -343,14 +345,21 @@ def _leaf_errors(error: ValidationError, depth: int = 0) -> list[ValidationError
     branches = {e.schema_path[0] if e.schema_path else None for e in context}
     if len(branches) == 1:
         return [leaf for e in context for leaf in _leaf_errors(e, depth + 1)]
+    here = len(error.absolute_path)
+    deeper = [e for e in context if len(e.absolute_path) > here]
+    context = deeper or [e for e in context if e.validator != "type"] or context
     best = best_match(context)
     return [error] if best is None else _leaf_errors(best, depth + 1)
 
 
-def _iter_schema_diagnostics(doc: Any, errors: Iterable[ValidationError]) -> Iterator[Diagnostic]:
+def _iter_schema_diagnostics(
+    doc: Any, errors: Iterable[ValidationError], dropped_parents: set[tuple[Any, ...]]
+) -> Iterator[Diagnostic]:
     file = str(getattr(doc, "path", "") or "<input>")
     for error in (leaf for raw in errors for leaf in _leaf_errors(raw)):
         path = tuple(error.absolute_path)
+        if error.validator == "required" and path in dropped_parents:
+            continue
         where = _json_path(path)
         if error.validator == "additionalProperties" and isinstance(error.instance, dict):
             sub = error.schema if isinstance(error.schema, Mapping) else {}
@@ -401,7 +410,7 @@ def schema_diagnostics(
     """Validate a loaded native policy document against the JSON Schema.
 
     ``doc`` is a :class:`ctxpolicy.policy.load.LoadedDocument` (``path``, ``data``,
-    ``source_map``). Compat formats (design A/B files) are not native and yield no
+    ``source_map``). Compat formats (DB-GPT TOML, CompressionConfig YAML) are not native and yield no
     schema diagnostics: the compat readers check them. ``plugins`` selects the schema
     with third-party component options (the default, so that a plugin's options are
     checked too); ``schema`` overrides it (tests).
@@ -423,11 +432,13 @@ def schema_diagnostics(
         except Exception:  # pragma: no cover - odd values: let jsonschema judge them
             pass
         validator = _cached_validator(plugins)
+    # a key the loader left out (an out-of-range number, already reported) is not missing
+    dropped_parents = {p[:-1] for p in getattr(doc, "dropped", ())}
     errors = sorted(
         validator.iter_errors(data),
         key=lambda e: (list(map(str, e.absolute_path)), str(e.validator)),
     )
-    return sorted(set(_iter_schema_diagnostics(doc, errors)))
+    return sorted(set(_iter_schema_diagnostics(doc, errors, dropped_parents)))
 
 
 def _is_native(data: Mapping[str, Any]) -> bool:

@@ -32,7 +32,7 @@ from __future__ import annotations
 import functools
 import json
 from collections import Counter
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -183,6 +183,9 @@ def trace_metrics(r: TraceResult) -> dict[str, Any]:
         "steps_with_violations": sum(1 for s in steps if s.violations),
         "compactions": dict(sorted(compactions.items())),
         "compactions_total": total_comp,
+        "compacting_calls": sum(1 for s in steps if s.layers),
+        "prefix_changes": sum(1 for s in steps if s.prefix_changed),
+        "per_100_calls": _per_100(steps),
         "compression": {
             "attempts": total_comp + failures,
             "failures": failures,
@@ -230,7 +233,20 @@ def trace_metrics(r: TraceResult) -> dict[str, Any]:
             "state": [s.state for s in steps],
             "cached": [s.cached for s in steps],
             "layers": [list(s.layers) for s in steps],
+            "prefix_changed": [s.prefix_changed for s in steps],
+            "above_target": [s.above_target for s in steps],
         },
+    }
+
+
+def _per_100(steps: Sequence[Any]) -> dict[str, float]:
+    """Calls that compacted, and requests that changed the prompt prefix, per 100 calls."""
+    n = len(steps)
+    if not n:
+        return {"compactions": 0.0, "prefix_changes": 0.0}
+    return {
+        "compactions": round(100 * sum(1 for s in steps if s.layers) / n, 2),
+        "prefix_changes": round(100 * sum(1 for s in steps if s.prefix_changed) / n, 2),
     }
 
 
@@ -280,6 +296,18 @@ def summarize_results(results: Iterable[TraceResult | Mapping[str, Any]]) -> dic
             "pairing_violations": sum(d["pairing_violations"] for d in ds),
             "compactions": dict(sorted(comp.items())),
             "compactions_total": total_comp,
+            "compacting_calls": sum(d.get("compacting_calls", 0) for d in ds),
+            "prefix_changes": sum(d.get("prefix_changes", 0) for d in ds),
+            "per_100_calls": {
+                "compactions": round(100 * sum(d.get("compacting_calls", 0) for d in ds) / steps, 2)
+                if steps
+                else 0.0,
+                "prefix_changes": round(
+                    100 * sum(d.get("prefix_changes", 0) for d in ds) / steps, 2
+                )
+                if steps
+                else 0.0,
+            },
             "compression_failures": sum(d["compression"]["failures"] for d in ds),
             "summarizer": {
                 "calls": sum(d["summarizer"]["calls"] for d in ds),

@@ -109,6 +109,12 @@ class StepRecord:
     #: Tokens of what no strategy can leave out: the leading system messages, the
     #: first user message (the task) and the newest message.
     floor: int = 0
+    #: The request is not an extension of the previous one (the provider's prompt
+    #: cache of the previous request is lost).
+    prefix_changed: bool = False
+    #: A compaction ended above the target (pinned content and kept rounds alone
+    #: exceed it; the engine's ``context.above_target`` event).
+    above_target: bool = False
 
     @property
     def ratio(self) -> float:
@@ -208,6 +214,7 @@ class PolicyStrategy:
             state_store=MemoryStateStore(),
         )
         self.counter = self.session.counter
+        self.above_target = False
         self._recalled: dict[str, str | None] = {}
 
     def tool_result(self, call: Mapping[str, Any], content: Any, step: int) -> str:
@@ -216,6 +223,11 @@ class PolicyStrategy:
     def prepare(self, convo: list[Message]) -> tuple[list[Message], list[str]]:
         start = len(self._events)
         out = self.session.prepare(convo)
+        self.above_target = any(
+            e.get("type") == "context.above_target" for e in self._events[start:]
+        )
+        if any(e.get("type") == "context.compacted" for e in self._events[start:]):
+            self._recalled.clear()  # the history archive behind a reference grew
         layers = [
             str(e.get("layer"))
             for e in self._events[start:]
@@ -380,6 +392,8 @@ def run_strategy(
                 floor=counter.count_messages(
                     task if any(convo[-1] is t for t in task) else [*task, convo[-1]]
                 ),
+                prefix_changed=bool(previous) and k < len(previous),
+                above_target=bool(getattr(strategy, "above_target", False)),
             )
             result.steps.append(rec)
             _retention(m, prepared, seen, strategy, result, example_limit)
@@ -769,4 +783,16 @@ def _spec_dict(spec: RunSpec, window: int | None) -> dict[str, Any]:
         "reserve_output": b.reserve_output,
         "trigger": b.trigger,
         "target": b.target,
+        "tokenizer": _tokenizer_dict(pol),
     }
+
+
+def _tokenizer_dict(pol: Policy) -> dict[str, Any]:
+    """What counts this policy's tokens: name, exact, wanted, fallback."""
+    from ctxpolicy.components import TokenizerUnavailable
+    from ctxpolicy.tokens import resolve_tokenizer
+
+    try:
+        return resolve_tokenizer(pol.model, pol.model_name).to_dict()
+    except TokenizerUnavailable as exc:
+        return {"name": None, "exact": False, "wanted": None, "fallback": str(exc)}

@@ -61,8 +61,14 @@ def ctxpolicy_session(tmp_path: Path) -> Callable[..., Session]:
     """Factory: ``ctxpolicy_session(policy_text_or_path, agent="default", **kw) -> Session``.
 
     ``kw`` goes to :class:`ctxpolicy.Session` (``conv_id``, ``summarizer``,
-    ``snapshot_store``, ``on_event``, ...). An invalid policy raises
+    ``snapshot_store``, ``on_event``, ``env``, ...). An invalid policy raises
     :class:`ctxpolicy.PolicyError` with ``file:line:col`` diagnostics.
+
+    Unless ``env`` is given, the session's environment is ``os.environ`` with
+    ``CTXPOLICY_HOME`` and ``HOME`` pointing into the test's ``tmp_path``, so the
+    default snapshot store (``${CTXPOLICY_HOME:-~/.ctxpolicy}/snapshots``) and any
+    ``~/…`` path write under ``tmp_path``, never into the real home. (A policy with
+    an absolute or a relative ``snapshots.path`` writes where it says.)
     """
     from ctxpolicy.engine import Session
     from ctxpolicy.policy.resolve import load_policy
@@ -71,6 +77,13 @@ def ctxpolicy_session(tmp_path: Path) -> Callable[..., Session]:
         path = policy_file(tmp_path / "ctxpolicy", policy)
         loaded = load_policy(path, agent=agent)
         kw.setdefault("conv_id", "test")
+        if "env" not in kw:
+            home = tmp_path / "home"
+            kw["env"] = {
+                **os.environ,
+                "CTXPOLICY_HOME": str(home / ".ctxpolicy"),
+                "HOME": str(home),
+            }
         return Session(loaded, **kw)
 
     return factory

@@ -33,8 +33,14 @@ def test_explain_code_review_arithmetic(runner: CliRunner) -> None:
     assert "target = 0.6 × 88000 = 52800" in lines
     assert any(li.startswith("warning = 0.70 × 88000 = ") for li in lines)
     assert any(li.startswith("critical = 0.95 × 88000 = ") for li in lines)
-    # the resolved policy is printed, extends merged
-    assert "agent: code_review_agent" in r.output and "observation_mask" in r.output
+    # the resolved policy only with --full (extends merged)
+    assert "agent: code_review_agent" not in r.output
+    full = runner.invoke(
+        main, ["explain", str(DATA / "valid.yaml"), "--agent", "code_review_agent", "--full"]
+    )
+    assert "agent: code_review_agent" in full.output and "observation_mask" in full.output
+    # the arithmetic comes first, the policy after it
+    assert full.output.index("trigger = ") < full.output.index("agent: code_review_agent")
 
 
 def test_explain_window_min_line(runner: CliRunner, tmp_path: Path) -> None:
@@ -46,7 +52,86 @@ def test_explain_window_min_line(runner: CliRunner, tmp_path: Path) -> None:
         " safety_margin: 4000, target: 0.6}\n"
     )
     r = runner.invoke(main, ["explain", str(f), "--agent", "default"])
-    assert "window = min(policy 128000, model 128000) = 128000" in r.output.splitlines()
+    assert "window = min(policy 128000, model 128000) = 128000 (equal)" in r.output.splitlines()
+
+
+def test_explain_dbgpt_qwen_window_smaller_wins(runner: CliRunner) -> None:
+    """The policy says 120000, the model 32768: both shown, the model's wins."""
+    r = runner.invoke(main, ["explain", "policies/dbgpt.toml", "--agent", "qwen_coder"])
+    assert r.exit_code == 0, r.output
+    lines = r.output.splitlines()
+    assert (
+        "window = min(policy 120000, model 32768) = 32768 (the smaller wins: the model's)" in lines
+    )
+    assert (
+        "trigger = 32768 − 4096 (reserve_output) − 0 (tool_growth) − 0 (safety_margin) = 28672"
+        in lines
+    )
+
+
+def test_explain_without_budget_window_says_model(runner: CliRunner) -> None:
+    r = runner.invoke(main, ["explain", "policies/agents.yaml", "--agent", "default"])
+    assert r.exit_code == 0, r.output
+    assert "window = model 128000 = 128000" in r.output.splitlines()
+    assert "min(policy" not in r.output
+
+
+def test_explain_one_agent_needs_no_agent_option(runner: CliRunner, tmp_path: Path) -> None:
+    f = tmp_path / "one.yaml"
+    f.write_text("ctxpolicy: 1\npolicies:\n  solo:\n    model: gpt-4o\n")
+    r = runner.invoke(main, ["explain", str(f)])
+    assert r.exit_code == 0, r.output
+    assert "agent 'solo'" in r.output and "window = model 128000 = 128000" in r.output
+    two = tmp_path / "two.yaml"
+    two.write_text("ctxpolicy: 1\npolicies:\n  a: {model: gpt-4o}\n  b: {model: gpt-4o}\n")
+    r = runner.invoke(main, ["explain", str(two)])
+    assert r.exit_code == 1 and "--agent" in r.output and "a, b" in r.output
+
+
+def test_explain_full_yaml_parses_back(runner: CliRunner) -> None:
+    """--full prints YAML that reads back to the resolved policy, for every shipped
+    agent: no folded values (the long `pattern:` regex of log_levels), no blank values."""
+    from ruamel.yaml import YAML
+
+    from ctxpolicy.policy.resolve import list_agents, load_policy
+
+    seen_pattern = False
+    for agent in list_agents("policies/agents.yaml"):
+        r = runner.invoke(main, ["explain", "policies/agents.yaml", "--agent", agent, "--full"])
+        assert r.exit_code == 0, r.output
+        text = "agent: " + r.output.split("\nagent: ", 1)[1]
+        parsed = YAML(typ="safe", pure=True).load(text)
+        expected = load_policy("policies/agents.yaml", agent).model_dump(
+            mode="json", exclude={"source"}
+        )
+        assert parsed == expected, agent
+        for line in text.splitlines():
+            key, sep, value = line.strip().partition(":")
+            if key == "pattern":
+                seen_pattern = True
+                assert value.strip(), f"{agent}: a folded pattern: value"
+            if sep and not value.strip():  # only mappings and lists may open a block
+                nxt = text.splitlines()[text.splitlines().index(line) + 1]
+                assert len(nxt) - len(nxt.lstrip()) > len(line) - len(line.lstrip()) or (
+                    nxt.lstrip().startswith("- ")
+                ), f"{agent}: blank value {line!r}"
+    assert seen_pattern, "the shipped agents exercise a long regex option"
+
+
+def test_explain_shows_the_token_counter(runner: CliRunner, tmp_path: Path) -> None:
+    r = runner.invoke(main, ["explain", "policies/agents.yaml", "--agent", "default"])
+    [line] = [li for li in r.output.splitlines() if li.startswith("tokens: ")]
+    assert "o200k_base" in line and "(exact" in line
+    f = tmp_path / "h.yaml"
+    f.write_text(
+        "ctxpolicy: 1\npolicies:\n  default:\n"
+        "    model: {context_window: 9000, tokenizer: heuristic}\n"
+    )
+    r = runner.invoke(main, ["explain", str(f), "--json"])
+    doc = json.loads(r.output)
+    assert doc["tokenizer"]["using"] == "heuristic" and doc["tokenizer"]["exact"] is False
+    r = runner.invoke(main, ["explain", str(f)])
+    assert "tokens: heuristic (APPROXIMATE" in r.output
 
 
 def test_explain_json(runner: CliRunner) -> None:

@@ -243,3 +243,17 @@ def test_validate_of_valid_files_does_not_import_jsonschema() -> None:
     )
     files = ["policies/agents.yaml", "policies/agents.toml"]
     assert _modules_imported_by_validate(files, banned) == "EXIT 0 BAD"
+
+
+def test_help_shows_paths_as_required() -> None:
+    from click.testing import CliRunner
+
+    from ctxpolicy.cli import main
+
+    out = CliRunner().invoke(main, ["validate", "--help"]).output
+    usage = out.splitlines()[0]
+    assert usage.endswith("PATHS..."), usage
+    assert "[PATHS]" not in out
+    assert "design" not in out and "CompressionConfig" in out
+    r = CliRunner().invoke(main, ["validate"])
+    assert r.exit_code == 2 and "Missing argument 'PATHS...'" in r.output

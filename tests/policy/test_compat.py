@@ -135,7 +135,7 @@ def test_design_b_enable_summary_false(tmp_path: Path) -> None:
 def test_unknown_keys_warn_with_position() -> None:
     native, origins, warnings = convert({"default": {"keep_recent_turns": 2, "turbo": True}})
     assert warnings == [
-        (("default", "turbo"), "design-B setting 'turbo' is not understood; ignored")
+        (("default", "turbo"), "CompressionConfig setting 'turbo' is not understood; ignored")
     ]
     assert origins[("policies", "default", "pipeline", 0, "options", "max_age_rounds")] == (
         "default",

@@ -10,6 +10,7 @@ at run time (never committed). Regenerate an expected file only after reading it
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -25,10 +26,17 @@ TIME_LIMIT = 2.0
 
 
 @pytest.fixture(scope="module", autouse=True)
-def _warm_registry() -> None:
-    from ctxpolicy.plugins import get_registry
+def _builtin_plugins_only() -> Iterator[None]:
+    """The corpus is what a user of a plain install sees: built-in plugins only (the dev
+    setup's example plugin must not appear in hints or in docs/diagnostics.md)."""
+    from ctxpolicy import plugins
 
-    get_registry()  # plugin imports are not part of the per-file time
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv(plugins.ENV_ALLOWLIST, "")
+        plugins.reset()
+        plugins.get_registry()  # plugin imports are not part of the per-file time
+        yield
+    plugins.reset()
 
 
 def _run(path: str, **kw: object) -> tuple[str, list, float]:
@@ -180,6 +188,7 @@ def test_every_code_is_exercised(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
         seen.update(w for w in expected.split() if w.startswith("CTX"))
     seen.add("CTX308")  # test_unknown_agent_requested
     seen.add("CTX000")  # tests/policy/test_resolve.py::test_internal_error_becomes_diagnostic
+    seen.add("CTX309")  # tests/security/test_policy_limits.py (needs a 100 KB variable)
     mine = {c for c in CODES if not c.startswith("CTX15")}  # CTX15x: JSON Schema validator
     assert mine - seen == set()
 

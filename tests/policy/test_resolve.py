@@ -8,12 +8,14 @@ from pathlib import Path
 import pytest
 from pydantic import Field
 
+from ctxpolicy.budget import effective_window
 from ctxpolicy.components import ComponentOptions, Layer, Preprocessor
 from ctxpolicy.plugins import get_registry, hookimpl
 from ctxpolicy.policy import resolve as resolve_mod
 from ctxpolicy.policy.checks import budget_numbers
 from ctxpolicy.policy.diagnostics import PolicyError
 from ctxpolicy.policy.resolve import list_agents, load_policy, resolve_all, validate_file
+from ctxpolicy.toolresults import interpolate_path
 from tests.conftest import DATA, POLICY_ENV
 
 DESIGN = DATA / "valid" / "design_example.yaml"
@@ -30,7 +32,9 @@ def test_design_example_resolves_with_defaults_filled() -> None:
     pol = load_policy(DESIGN, "default", env=POLICY_ENV)
     assert pol.agent == "default" and pol.model_name == "gpt-4o"
     assert pol.model.context_window == 128000
-    assert pol.budget.window == 128000 and pol.budget.reserve_output == 4096
+    # budget.window stays as written (unset); the model's window is the effective one
+    assert pol.budget.window is None and pol.budget.reserve_output == 4096
+    assert effective_window(pol) == 128000
     assert [s.layer for s in pol.pipeline] == ["observation_mask", "drop_rounds", "summarize"]
     om = pol.pipeline[0].options
     assert om["max_age_rounds"] == 5 and om["max_chars"] == 200
@@ -39,7 +43,8 @@ def test_design_example_resolves_with_defaults_filled() -> None:
     assert set(om) == set(full)  # defaults of the component filled in
     assert pol.on_overflow.layer == "emergency" and pol.on_overflow.options["retries"] == 1
     assert list(pol.tools) == ["run_tests", "read_file", "search_logs", "*"]
-    assert pol.snapshots.path == "/srv/ctx/snapshots"
+    # snapshots.path stays as written; the session interpolates it with its env
+    assert interpolate_path(pol.snapshots.path, POLICY_ENV) == "/srv/ctx/snapshots"
     nums = budget_numbers(pol)
     assert (nums.window, nums.trigger) == (128000, 128000 - 4096 - 6000 - 2000)
     assert nums.target == int(0.7 * nums.trigger)
@@ -70,10 +75,10 @@ def test_disabled_steps_are_not_in_the_resolved_pipeline() -> None:
 
 def test_env_values_stay_literal_strings() -> None:
     pol = load_policy(DATA / "valid" / "env_injection.yaml", env=POLICY_ENV)
-    assert pol.snapshots.path == "/home/test/../.."
+    assert interpolate_path(pol.snapshots.path, POLICY_ENV) == "/home/test/../.."
     assert pol.description == "$(rm -rf /) `id` /home/test"
     pol = load_policy(DATA / "valid" / "env_defaults.yaml", env={"HOME": "/h"})
-    assert pol.snapshots.path == "/tmp/ctx/snapshots//h"
+    assert interpolate_path(pol.snapshots.path, {"HOME": "/h"}) == "/tmp/ctx/snapshots//h"
     assert pol.description == "Home is /h; literal ${NOT_INTERPOLATED}"
 
 

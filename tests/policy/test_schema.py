@@ -284,3 +284,26 @@ def test_dedupe_prefers_pydantic_message() -> None:
     only = Diagnostic("f", 9, 1, "CTX101", "error", "only schema")
     merged = sch.dedupe([loader_d, loader_pos, loader_d], [schema_d, other_pos, only, only])
     assert merged == [loader_d, loader_pos, only]
+
+
+def _every_policy_file() -> list[Path]:
+    out: list[Path] = []
+    for base in ("tests/data/valid", "tests/data/invalid", "tests/cli/data", "policies"):
+        out += [p for p in (ROOT / base).rglob("*") if p.suffix in (".yaml", ".yml", ".toml")]
+    return sorted(p for p in out if ".expected." not in p.name)
+
+
+@pytest.mark.parametrize("path", _every_policy_file(), ids=lambda p: str(p.relative_to(ROOT)))
+def test_no_loader_error_means_no_schema_error(path: Path) -> None:
+    """``validate`` runs the schema pass only for files with loader errors: that is sound
+    only if a file the loader accepts is accepted by the schema too."""
+    from ctxpolicy.policy.load import load_document
+    from ctxpolicy.policy.resolve import validate_file
+    from tests.conftest import POLICY_ENV
+
+    diags = validate_file(path, env=POLICY_ENV)
+    if any(d.severity == "error" for d in diags):
+        return
+    doc, _ = load_document(path)
+    assert doc is not None
+    assert sch.schema_diagnostics(doc) == []

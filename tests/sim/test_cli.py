@@ -131,7 +131,7 @@ def test_human_table() -> None:
     demo = [d for d in DEMO if "data-analysis" in d]
     code, out = invoke(*demo, "--policy", POLICY, "--agent", "coding_agent")
     assert code == 0
-    assert "Summary" in out and "data-analysis-session.jsonl" in out and "check:" in out
+    assert "Summary" in out and "data-analysis-session" in out and "check:" in out
 
 
 def test_jobs_2_equals_sequential() -> None:

@@ -86,3 +86,28 @@ def test_bad_names_are_usage_errors(tmp_path: Path, bad: str) -> None:
 def test_bad_layer_name(tmp_path: Path) -> None:
     code, _ = run("ok", "--dir", str(tmp_path), "--layer", "class")
     assert code == 2
+
+
+def test_name_of_a_builtin_layer_gets_a_distinct_layer_name(tmp_path: Path) -> None:
+    """`init-plugin summarize` must not generate a second `summarize` layer (a clash
+    with the built-in that `ctxpolicy plugins` would report as a problem)."""
+    from ctxpolicy.plugins import get_registry
+
+    builtin = set(get_registry().names("layer"))
+    assert "summarize" in builtin
+    names = names_for("summarize")
+    assert names["layer"] == "summarize_custom" and names["cls"] == "SummarizeCustom"
+    assert names["dist"] == "ctxpolicy-summarize"
+    for layer in builtin:
+        assert names_for(layer)["layer"] not in builtin
+    code, out = run("summarize", "--dir", str(tmp_path))
+    assert code == 0, out
+    assert "layer 'summarize_custom'" in out
+    text = (tmp_path / "ctxpolicy-summarize" / "ctxpolicy_summarize" / "layer.py").read_text()
+    assert 'name = "summarize_custom"' in text
+
+
+def test_explicit_layer_name_that_clashes_is_refused(tmp_path: Path) -> None:
+    code, out = run("x", "--layer", "drop_rounds", "--dir", str(tmp_path))
+    assert code == 2
+    assert "already registered" in out and not (tmp_path / "ctxpolicy-x").exists()

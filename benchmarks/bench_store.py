@@ -1,0 +1,394 @@
+"""Snapshot store and history archive: durability cost, archive growth, naming, recall.
+
+Usage::
+
+    python benchmarks/bench_store.py [--quick]
+
+Four measurements, each a ratio against a baseline measured in the same run:
+
+1. ``add_tool_result`` per call with the local store's ``durability: fsync`` and
+   ``durability: flush``, and with snapshots disabled (the floor), interleaved
+   repeats, median per call (8 KB tool outputs);
+2. archive bytes ÷ content bytes over a synthetic run (1,000 steps; 200 with
+   ``--quick``), *before* — the previous engine's pattern, the whole archive
+   rewritten as one document per compaction — and *after* — one
+   :meth:`HistoryArchive.append` per compaction; plus the time of the last 10 % of
+   compactions ÷ the first 10 %;
+3. snapshot naming: ``os.link``/``os.open`` calls for 1,000 vs 100 snapshots of one
+   base name (O(n) total is a ratio of ~10; the previous linear probing was ~100);
+4. recall of one archived message in an archive of 10× more records (O(its size):
+   a ratio of ~1).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from benchmarks._common import eprint, header_markdown, machine, markdown_table, write_results
+from ctxpolicy.archive import HistoryArchive, render_transcript
+from ctxpolicy.engine import Session
+from ctxpolicy.policy.models import AgentPolicy, Policy
+from ctxpolicy.snapshots import LocalOptions, LocalStore
+
+
+def _policy(root: str | None, durability: str = "flush") -> Policy:
+    base = AgentPolicy().model_dump(mode="json", exclude={"extends", "model"})
+    base.update(
+        agent="bench",
+        model={"context_window": 128000, "max_output_tokens": 4096, "tokenizer": "cl100k_base"},
+        on_overflow={"layer": "emergency", "at": "warning", "options": {}},
+        tools={"*": {"preprocess": "head_tail", "options": {"max_chars": 2000}}},
+    )
+    snaps = dict(base["snapshots"])
+    if root is None:
+        snaps["enabled"] = False
+    else:
+        snaps.update(path=root, options={"durability": durability})
+    base["snapshots"] = snaps
+    return Policy.model_validate(base)
+
+
+def _output(rng: random.Random, i: int) -> str:
+    lines = [
+        f"{i:05d} src/mod_{rng.randint(0, 99)}.py:{n}: value = {rng.random():.6f}"
+        for n in range(150)
+    ]
+    return "\n".join(lines)[:8192]
+
+
+# --------------------------------------------------------------------------- 1 durability
+
+
+def bench_durability(calls: int, repeats: int) -> dict[str, Any]:
+    variants = ["none", "flush", "fsync"]
+    per_call: dict[str, list[float]] = {v: [] for v in variants}
+    rng = random.Random(1)
+    outputs = [_output(rng, i) for i in range(calls)]
+    for r in range(repeats):
+        for v in variants if r % 2 == 0 else list(reversed(variants)):
+            tmp = tempfile.mkdtemp(prefix="bench-store-")
+            try:
+                policy = _policy(None if v == "none" else tmp, v if v != "none" else "flush")
+                s = Session(policy, conv_id=f"d{r}")
+                s.add_tool_result({"name": "warm", "id": "w"}, outputs[0])
+                t0 = time.perf_counter()
+                for i, out in enumerate(outputs):
+                    s.add_tool_result({"name": "read_file", "id": f"c{i}"}, out)
+                per_call[v].append((time.perf_counter() - t0) / calls)
+            finally:
+                shutil.rmtree(tmp, ignore_errors=True)
+    med = {v: statistics.median(x) for v, x in per_call.items()}
+    return {
+        "calls": calls,
+        "repeats": repeats,
+        "median_ms": {v: m * 1000 for v, m in med.items()},
+        "fsync_over_flush": med["fsync"] / med["flush"],
+        "flush_over_none": med["flush"] / med["none"],
+        "fsync_over_none": med["fsync"] / med["none"],
+    }
+
+
+# --------------------------------------------------------------------------- 2 archive growth
+
+
+def _synthetic_run(steps: int) -> list[tuple[int, list[dict[str, Any]]]]:
+    """(step, messages dropped at that step's compaction): a compaction every other
+    step archives the two oldest rounds, like the issue's 486 compactions / 1,000 steps."""
+    rng = random.Random(7)
+    rounds: list[list[dict[str, Any]]] = []
+    out: list[tuple[int, list[dict[str, Any]]]] = []
+    for step in range(1, steps + 1):
+        cid = f"call_{step}"
+        rounds.append(
+            [
+                {
+                    "role": "assistant",
+                    "content": f"Step {step}: next I read the module.",
+                    "tool_calls": [
+                        {
+                            "id": cid,
+                            "type": "function",
+                            "function": {
+                                "name": "read_file",
+                                "arguments": json.dumps({"path": f"src/m{step}.py"}),
+                            },
+                        }
+                    ],
+                },
+                {
+                    "role": "tool",
+                    "tool_call_id": cid,
+                    "content": _output(rng, step)[: rng.randint(500, 5000)],
+                },
+            ]
+        )
+        if step % 2 == 0 and len(rounds) > 4:
+            dropped = rounds[:2]
+            rounds = rounds[2:]
+            out.append((step, [m for r in dropped for m in r]))
+    return out
+
+
+def _content_bytes(msgs: list[dict[str, Any]]) -> int:
+    return sum(len(json.dumps(m, ensure_ascii=False, separators=(",", ":")).encode()) for m in msgs)
+
+
+def _dir_bytes(root: Path) -> tuple[int, int]:
+    files = [p for p in root.rglob("*") if p.is_file() and not p.name.startswith(".ctxpolicy")]
+    return sum(p.stat().st_size for p in files), len(files)
+
+
+def bench_archive(steps: int) -> dict[str, Any]:
+    run = _synthetic_run(steps)
+    content = sum(_content_bytes(msgs) for _, msgs in run)
+    results: dict[str, Any] = {"steps": steps, "compactions": len(run), "content_bytes": content}
+    opts = LocalOptions(max_total_mb=None, max_age_days=None)
+    for variant in ("before", "after"):
+        tmp = Path(tempfile.mkdtemp(prefix="bench-archive-"))
+        try:
+            store = LocalStore(opts, root=str(tmp))
+            archive = HistoryArchive(store, "run")
+            kept: list[dict[str, Any]] = []
+            times: list[float] = []
+            written = files_written = 0
+            for step, msgs in run:
+                t0 = time.perf_counter()
+                if variant == "before":  # the previous engine's _archive_dropped
+                    kept.extend(msgs)
+                    ref = store.write(
+                        "run",
+                        step,
+                        "compacted_history",
+                        {
+                            "step": step,
+                            "action": "compacted_history",
+                            "phase": "compaction",
+                            "observation": render_transcript(
+                                [(i, step, m) for i, m in enumerate(kept, 1)]
+                            ),
+                            "messages": list(kept),
+                            "timestamp": time.time(),
+                            "conv_id": "run",
+                        },
+                    )
+                    times.append(time.perf_counter() - t0)
+                    # the old engine kept every one of these files; count them, then
+                    # remove them to spare the shared disk (GBs at 1,000 steps)
+                    written += Path(ref.path).stat().st_size
+                    files_written += 1
+                    Path(ref.path).unlink()
+                    continue
+                archive.append(msgs, step=step)
+                times.append(time.perf_counter() - t0)
+            size, files = _dir_bytes(tmp)
+            if variant == "before":
+                size, files = written, files_written
+            tenth = max(1, len(times) // 10)
+            results[variant] = {
+                "bytes": size,
+                "files": files,
+                "bytes_over_content": size / content,
+                "last_tenth_over_first_tenth": sum(times[-tenth:]) / max(sum(times[:tenth]), 1e-9),
+                "total_s": sum(times),
+            }
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+    return results
+
+
+# --------------------------------------------------------------------------- 3 naming
+
+
+def bench_naming() -> dict[str, Any]:
+    counts = {"link": 0, "open": 0}
+    real_link, real_open = os.link, os.open
+
+    def link(*a: Any, **k: Any) -> None:
+        counts["link"] += 1
+        real_link(*a, **k)
+
+    def open_(*a: Any, **k: Any) -> int:
+        counts["open"] += 1
+        return real_open(*a, **k)
+
+    os.link, os.open = link, open_  # type: ignore[assignment]
+    ops: dict[int, int] = {}
+    try:
+        for n in (100, 1000):
+            tmp = tempfile.mkdtemp(prefix="bench-names-")
+            try:
+                store = LocalStore(LocalOptions(max_total_mb=None, max_age_days=None), root=tmp)
+                before = counts["link"] + counts["open"]
+                for _ in range(n):
+                    store.write("c", 3, "bash", {"observation": "x"})
+                ops[n] = counts["link"] + counts["open"] - before
+            finally:
+                shutil.rmtree(tmp, ignore_errors=True)
+    finally:
+        os.link, os.open = real_link, real_open  # type: ignore[assignment]
+    old = {n: n * (n + 1) // 2 + n for n in ops}  # linear probing: 1 + 2 + … + n links, n opens
+    return {
+        "ops": ops,
+        "ratio": ops[1000] / ops[100],
+        "previous_ops": old,
+        "previous_ratio": old[1000] / old[100],
+    }
+
+
+# --------------------------------------------------------------------------- 4 recall
+
+
+def bench_recall(small: int, factor: int) -> dict[str, Any]:
+    sizes = (small, small * factor)
+    tmps = [tempfile.mkdtemp(prefix="bench-recall-") for _ in sizes]
+    try:
+        stores = []
+        for records, tmp in zip(sizes, tmps, strict=True):
+            store = LocalStore(LocalOptions(max_total_mb=None, max_age_days=None), root=tmp)
+            archive = HistoryArchive(store, "c")
+            msg = {"role": "tool", "tool_call_id": "x", "content": "y" * 2000}
+            for step in range(records):
+                archive.append([msg, msg], step=step)
+            stores.append((store, len(archive) // 2))
+        best = [float("inf")] * len(sizes)
+        for _ in range(15):  # interleaved, best of 15 (a shared, noisy machine)
+            for k, (store, n) in enumerate(stores):
+                fresh = HistoryArchive(store, "c")
+                fresh.message(1)  # open (reads the index size once)
+                t0 = time.perf_counter()
+                for _ in range(50):
+                    fresh.message(n)
+                best[k] = min(best[k], (time.perf_counter() - t0) / 50)
+    finally:
+        for tmp in tmps:
+            shutil.rmtree(tmp, ignore_errors=True)
+    return {
+        "records": list(sizes),
+        "seconds": {str(sz): t for sz, t in zip(sizes, best, strict=True)},
+        "ratio": best[1] / best[0],
+    }
+
+
+# --------------------------------------------------------------------------- report
+
+
+def to_markdown(data: dict[str, Any]) -> str:
+    d, a, n, r = data["durability"], data["archive"], data["naming"], data["recall"]
+    md = [
+        "## Snapshot store and history archive",
+        "",
+        header_markdown(data["machine"]),
+        "",
+        f"### `add_tool_result` per call by durability ({d['calls']} calls × {d['repeats']} interleaved repeats, 8 KB outputs)",
+        "",
+        markdown_table(
+            ["store", "median ms / call", "× snapshots off"],
+            [
+                ["snapshots off (floor)", d["median_ms"]["none"], 1.0],
+                [
+                    "local, `durability: flush` (default)",
+                    d["median_ms"]["flush"],
+                    d["flush_over_none"],
+                ],
+                ["local, `durability: fsync`", d["median_ms"]["fsync"], d["fsync_over_none"]],
+            ],
+        ),
+        "",
+        f"`fsync` ÷ `flush`: **{d['fsync_over_flush']:.2f}×**.",
+        "",
+        f"### History archive over a {a['steps']:,}-step synthetic run ({a['compactions']} compactions, {a['content_bytes'] / 1e6:.2f} MB of archived messages)",
+        "",
+        markdown_table(
+            [
+                "",
+                "bytes written",
+                "files",
+                "bytes ÷ content",
+                "last 10 % ÷ first 10 % of compaction time",
+            ],
+            [
+                [
+                    "before: whole archive rewritten per compaction",
+                    a["before"]["bytes"],
+                    a["before"]["files"],
+                    a["before"]["bytes_over_content"],
+                    a["before"]["last_tenth_over_first_tenth"],
+                ],
+                [
+                    "after: `HistoryArchive.append`",
+                    a["after"]["bytes"],
+                    a["after"]["files"],
+                    a["after"]["bytes_over_content"],
+                    a["after"]["last_tenth_over_first_tenth"],
+                ],
+            ],
+        ),
+        "",
+        "### Snapshot naming (one base name, counted `os.link` + `os.open` calls)",
+        "",
+        markdown_table(
+            ["", "100 snapshots", "1,000 snapshots", "ratio"],
+            [
+                ["now (counter + time suffix)", n["ops"][100], n["ops"][1000], n["ratio"]],
+                [
+                    "previous linear probing (computed)",
+                    n["previous_ops"][100],
+                    n["previous_ops"][1000],
+                    n["previous_ratio"],
+                ],
+            ],
+        ),
+        "",
+        f"### Recall of one archived message: archive of {r['records'][1]:,} vs {r['records'][0]:,} records",
+        "",
+        f"Time ratio **{r['ratio']:.2f}** (O(message size): independent of the archive's size).",
+        "",
+        f"Reproduce: `.venv/bin/python benchmarks/bench_store.py{' --quick' if data['quick'] else ''}`",
+    ]
+    return "\n".join(md)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true")
+    args = ap.parse_args(argv)
+    t0 = time.perf_counter()
+    calls, repeats, steps = (150, 3, 200) if args.quick else (400, 5, 1000)
+    eprint("durability ...")
+    durability = bench_durability(calls, repeats)
+    eprint("archive ...")
+    archive = bench_archive(steps)
+    eprint("naming ...")
+    naming = bench_naming()
+    eprint("recall ...")
+    rec = bench_recall(100, 10)
+    data = {
+        "machine": machine(["ctxpolicy", "tiktoken"]),
+        "quick": args.quick,
+        "durability": durability,
+        "archive": archive,
+        "naming": naming,
+        "recall": rec,
+        "elapsed_s": time.perf_counter() - t0,
+    }
+    text = to_markdown(data)
+    print(text)
+    j, m = write_results("bench_store", data, text)
+    eprint(f"wrote {j} and {m}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

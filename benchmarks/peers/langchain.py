@@ -1,0 +1,211 @@
+"""LangChain 1.x context middleware driven call by call over a recorded trace.
+
+Not a re-implementation: :class:`LangChainStrategy` holds a LangChain agent's state
+and runs the real middleware the way ``langchain.agents.create_agent`` does before
+each model call:
+
+1. the new messages of the trace (converted once with ``convert_to_messages``) are
+   appended to the agent state's ``messages``;
+2. ``SummarizationMiddleware.before_model(state, runtime)`` runs; its update
+   (``RemoveMessage(REMOVE_ALL_MESSAGES)`` + summary + kept messages) is applied
+   with LangGraph's own ``add_messages`` reducer, so the summary persists in the
+   state as it does in an agent;
+3. ``ContextEditingMiddleware.wrap_model_call(request, handler)`` (when
+   configured) edits a copy of the request; the ``handler`` — the model call —
+   records the messages it receives. The system prompt travels as
+   ``request.system_message``, outside the state, as in ``create_agent``.
+
+What the handler received is the request, mapped back to the trace's OpenAI
+dicts by message id (an unchanged message is emitted as the exact dict of the
+trace, so token counts do not drift through a format round trip; a cleared tool
+result keeps its dict with the placeholder as content; the summary becomes a
+user message), and measured by the replay loop of ``ctxpolicy.sim.replay`` with
+the same counter as every other run.
+
+Configuration (:func:`langchain_peer`): the trigger and keep of the summary are the
+compared policy's ``trigger`` and ``target`` at the window (``("tokens", n)``);
+``ClearToolUsesEdit`` fires at the policy's ``warning`` level and keeps the 3
+newest tool results (its default). LangChain counts with its default
+``count_tokens_approximately`` and summarizes at most its default
+``trim_tokens_to_summarize`` (4000) of the folded messages: the library as a user
+gets it, only the thresholds set to the same budget.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from langchain.agents.middleware import (
+    ClearToolUsesEdit,
+    ContextEditingMiddleware,
+    ModelRequest,
+    ModelResponse,
+    SummarizationMiddleware,
+)
+from langchain_core.messages import (
+    AIMessage,
+    AnyMessage,
+    BaseMessage,
+    SystemMessage,
+    ToolMessage,
+    convert_to_messages,
+    convert_to_openai_messages,
+)
+from langgraph.graph.message import add_messages
+
+from benchmarks.peers.summary import SUMMARY_TOKENS, DigestChatModel
+from ctxpolicy.budget import compute_budget
+from ctxpolicy.conversation import content_text
+from ctxpolicy.policy.models import Policy
+from ctxpolicy.sim.baselines import BaselineStrategy
+
+__all__ = ["PEERS", "LangChainStrategy", "langchain_peer"]
+
+Message = dict[str, Any]
+#: Peer name -> whether ContextEditingMiddleware(ClearToolUsesEdit) runs too.
+PEERS = {"langchain_summarize": False, "langchain_summarize_edit": True}
+LABELS = {
+    "langchain_summarize": "LangChain SummarizationMiddleware",
+    "langchain_summarize_edit": "LangChain Summarization + ContextEditing(ClearToolUsesEdit)",
+}
+
+
+class LangChainStrategy(BaselineStrategy):
+    """A ``ctxpolicy.sim.replay.Strategy`` backed by LangChain's middleware.
+
+    Budget numbers (the ruler's hard limit), raw tool results and "nothing is
+    recoverable" come from ``ctxpolicy.sim.baselines.BaselineStrategy``.
+    """
+
+    kind = "peer"
+
+    def __init__(
+        self,
+        name: str,
+        policy: Policy,
+        *,
+        summarization: SummarizationMiddleware,
+        editing: ContextEditingMiddleware | None = None,
+        model: DigestChatModel,
+    ) -> None:
+        super().__init__(name, policy)
+        self.label = LABELS.get(name, name)
+        self.summarization = summarization
+        self.editing = editing
+        self.model = model
+        self.agent_state: dict[str, Any] = {"messages": []}
+        self.system: list[Message] = []
+        self._system_lc: SystemMessage | None = None
+        self._seen = 0  # trace messages already in the state
+        self._leading = True
+        self._by_id: dict[str, tuple[Message, BaseMessage]] = {}
+        self._cleared: set[str] = set()
+        self.summaries: list[str] = []
+        self.last_request: list[AnyMessage] = []
+
+    def prepare(self, convo: list[Message]) -> tuple[list[Message], list[str]]:
+        self._ingest(convo)
+        layers: list[str] = []
+        update = self.summarization.before_model(self.agent_state, None)  # type: ignore[arg-type]
+        if update:
+            self.agent_state["messages"] = add_messages(
+                self.agent_state["messages"], update["messages"]
+            )
+            summary = next(
+                (m for m in self.agent_state["messages"] if m.id not in self._by_id),
+                None,
+            )
+            if summary is not None:
+                self.summaries.append(summary.text)
+            layers.append("summarization")
+        sent = self._model_call()
+        cleared = {
+            str(m.id)
+            for m in sent
+            if isinstance(m, ToolMessage)
+            and m.response_metadata.get("context_editing", {}).get("cleared")
+        }
+        if cleared - self._cleared:
+            layers.append("clear_tool_uses")
+        self._cleared = cleared
+        for layer in layers:
+            self._events.append({"type": "context.compacted", "layer": layer})
+        self.last_request = sent
+        return [*self.system, *(self._to_dict(m) for m in sent)], layers
+
+    # ------------------------------------------------------------- internals
+    def _ingest(self, convo: list[Message]) -> None:
+        new = convo[self._seen :]
+        self._seen = len(convo)
+        for d in new:
+            if self._leading and d.get("role") in ("system", "developer"):
+                self.system.append(d)
+                continue
+            self._leading = False
+            (lc,) = convert_to_messages([d])
+            lc.id = f"trace-{len(self._by_id)}"
+            self._by_id[lc.id] = (d, lc)
+            self.agent_state["messages"].append(lc)
+        if self.system and self._system_lc is None:
+            self._system_lc = SystemMessage(
+                content="\n\n".join(content_text(d.get("content")) for d in self.system)
+            )
+
+    def _model_call(self) -> list[AnyMessage]:
+        """What the model receives: the state, through the editing middleware if any."""
+        received: list[AnyMessage] = []
+
+        def handler(request: ModelRequest[Any]) -> ModelResponse[Any]:
+            received.extend(request.messages)
+            return ModelResponse(result=[AIMessage(content="")])
+
+        request = ModelRequest(
+            model=self.model,
+            messages=list(self.agent_state["messages"]),
+            system_message=self._system_lc,
+            state=self.agent_state,  # type: ignore[arg-type]
+            runtime=None,
+        )
+        if self.editing is None:
+            handler(request)
+        else:
+            self.editing.wrap_model_call(request, handler)
+        return received
+
+    def _to_dict(self, m: BaseMessage) -> Message:
+        known = self._by_id.get(str(m.id))
+        if known is not None:
+            original, ingested = known
+            if m.content == ingested.content and getattr(m, "tool_calls", None) == getattr(
+                ingested, "tool_calls", None
+            ):
+                return original
+            if isinstance(m, ToolMessage):
+                return {**original, "content": m.text}
+        (out,) = convert_to_openai_messages([m])
+        return dict(out)
+
+
+def langchain_peer(
+    name: str, policy: Policy, *, count: Any, summary_tokens: int = SUMMARY_TOKENS
+) -> LangChainStrategy:
+    """Peer ``name`` (a key of :data:`PEERS`) configured to ``policy``'s budget.
+
+    ``policy`` is already at the window of the run (``with_window``); ``count`` is
+    the exact ``count_text`` of the ruler, used by the deterministic summary only.
+    """
+    if name not in PEERS:
+        raise ValueError(f"unknown peer {name!r}; choose from {', '.join(PEERS)}")
+    b = compute_budget(policy)
+    model = DigestChatModel(count=count, max_tokens=summary_tokens)
+    summarization = SummarizationMiddleware(
+        model, trigger=("tokens", b.trigger), keep=("tokens", b.target)
+    )
+    editing = (
+        ContextEditingMiddleware(edits=[ClearToolUsesEdit(trigger=b.warning_tokens)])
+        if PEERS[name]
+        else None
+    )
+    return LangChainStrategy(
+        name, policy, summarization=summarization, editing=editing, model=model
+    )

@@ -1,0 +1,338 @@
+"""The peer comparison of bench_quality: jobs, totals, goals and the markdown table.
+
+One job = one trace at one window: ctxpolicy under every shipped policy
+(policies/*.yaml and *.toml, every agent) and each LangChain peer configured to the
+reference policy's budget at that window (``agents.yaml:coding_agent`` unless told
+otherwise), all measured by :func:`benchmarks.peers.runs.run_contestant`.
+
+Goals (issue 18 item 5): no peer row is better than ctxpolicy under the reference
+policy on tokens and retention at once, with 0 avoidable overflows and 0 pairing
+violations for ctxpolicy; compactions per 100 calls at 32k under coding_agent ≤ 8.
+"""
+
+from __future__ import annotations
+
+import time
+import tomllib
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from benchmarks._common import markdown_table
+from benchmarks.peers.langchain import LABELS, PEERS
+
+__all__ = [
+    "PEER_WINDOWS",
+    "REFERENCE",
+    "peer_goals",
+    "peer_job",
+    "peer_markdown",
+    "peer_totals",
+    "shipped_policies",
+]
+
+ROOT = Path(__file__).resolve().parents[2]
+PEER_WINDOWS = (16384, 32768)
+REFERENCE = "agents.yaml:coding_agent"
+#: compactions per 100 calls at 32k under the reference policy (issue 18 item 5),
+#: on every trace of at least LONG_TRACE_CALLS calls (shorter ones make the rate noise;
+#: a total over all traces would hide the long ones behind the many that never compact)
+MAX_COMPACTIONS_32K = 8.0
+LONG_TRACE_CALLS = 50
+SLIM = (
+    "run",
+    "kind",
+    "trace",
+    "window",
+    "steps",
+    "calls",
+    "prompt_tokens",
+    "prompt_tokens_none",
+    "overflows",
+    "overflows_unavoidable",
+    "pairing_violations",
+    "compaction_calls",
+    "prefix_changes",
+    "compactions_total",
+    "counter",
+    "summaries_written",
+)
+
+
+def shipped_policies(root: Path = ROOT) -> list[tuple[str, str, str]]:
+    """``(label, file, agent)`` for every agent of every policy file in policies/."""
+    from ruamel.yaml import YAML
+
+    out: list[tuple[str, str, str]] = []
+    for f in sorted((root / "policies").iterdir()):
+        if f.suffix in (".yaml", ".yml"):
+            data = YAML(typ="safe").load(f.read_text(encoding="utf-8"))
+        elif f.suffix == ".toml":
+            data = tomllib.loads(f.read_text(encoding="utf-8"))
+        else:
+            continue
+        for agent in (data or {}).get("policies") or {}:
+            out.append((f"{f.name}:{agent}", str(f), agent))
+    return out
+
+
+def peer_job(
+    trace_path: str, window: int, specs: Sequence[tuple[str, str, str]], reference: str = REFERENCE
+) -> dict[str, Any]:
+    """Every contestant on one trace at one window (a process-pool work item)."""
+    from benchmarks.bench_quality import load_agent
+    from benchmarks.peers.runs import Contestant, ruler, run_contestant
+    from ctxpolicy.budget import compute_budget
+    from ctxpolicy.sim.replay import load_trace, with_window
+
+    name = Path(trace_path).name
+    msgs = load_trace(trace_path)
+    counter = ruler()
+    t0 = time.perf_counter()
+    runs: list[dict[str, Any]] = []
+    skipped: list[str] = []
+    notes: list[str] = []
+    policies: dict[str, Any] = {}
+    for label, file, agent in specs:
+        policy, note = load_agent(agent, file)
+        if note:
+            notes.append(note)
+        try:
+            compute_budget(with_window(policy, window))
+        except ValueError:
+            skipped.append(label)
+            continue
+        policies[label] = policy
+    contestants = [
+        Contestant(f"ctxpolicy {label}", "ctxpolicy", p) for label, p in policies.items()
+    ]
+    if reference in policies:
+        contestants += [Contestant(LABELS[k], k, policies[reference]) for k in PEERS]
+    for c in contestants:
+        d = run_contestant(msgs, c, window, trace=name, counter=counter)
+        slim = {k: d[k] for k in SLIM if k in d}
+        slim["retention"] = {k: v for k, v in d["retention"].items() if k != "lost_examples"}
+        slim["policy"] = c.label.removeprefix("ctxpolicy ") if c.kind == "ctxpolicy" else reference
+        runs.append(slim)
+    return {
+        "trace": name,
+        "window": window,
+        "runs": runs,
+        "not_applicable": skipped,
+        "notes": notes,
+        "seconds": time.perf_counter() - t0,
+    }
+
+
+def peer_totals(runs: Iterable[Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Totals per contestant over ``runs`` (order of first appearance kept)."""
+    acc: dict[str, dict[str, Any]] = {}
+    for r in runs:
+        a = acc.setdefault(
+            r["run"],
+            {
+                "kind": r["kind"],
+                "traces": 0,
+                "prompt": 0,
+                "none": 0,
+                "facts": 0,
+                "in_context": 0,
+                "recoverable": 0,
+                "overflows": 0,
+                "unavoidable": 0,
+                "violations": 0,
+                "calls": 0,
+                "compaction_calls": 0,
+                "prefix_changes": 0,
+            },
+        )
+        a["traces"] += 1
+        a["prompt"] += r["prompt_tokens"]
+        a["none"] += r["prompt_tokens_none"]
+        a["facts"] += r["retention"]["facts"]
+        a["in_context"] += r["retention"]["in_context"]
+        a["recoverable"] += r["retention"]["recoverable"]
+        a["overflows"] += r["overflows"]
+        a["unavoidable"] += r["overflows_unavoidable"]
+        a["violations"] += r["pairing_violations"]
+        a["calls"] += r["calls"]
+        a["compaction_calls"] += r["compaction_calls"]
+        a["prefix_changes"] += r["prefix_changes"]
+    for a in acc.values():
+        a["tokens_over_none"] = a["prompt"] / a["none"] if a["none"] else 1.0
+        a["in_context_rate"] = a["in_context"] / a["facts"] if a["facts"] else 1.0
+        a["retained_rate"] = (
+            (a["in_context"] + a["recoverable"]) / a["facts"] if a["facts"] else 1.0
+        )
+        a["avoidable"] = a["overflows"] - a["unavoidable"]
+        a["compactions_per_100"] = 100 * a["compaction_calls"] / a["calls"] if a["calls"] else 0.0
+        a["prefix_changes_per_100"] = 100 * a["prefix_changes"] / a["calls"] if a["calls"] else 0.0
+    return acc
+
+
+def _by_window(results: Sequence[Mapping[str, Any]]) -> dict[int, dict[str, dict[str, Any]]]:
+    windows = sorted({int(j["window"]) for j in results})
+    return {
+        w: peer_totals(r for j in results if int(j["window"]) == w for r in j["runs"])
+        for w in windows
+    }
+
+
+def _dominated(mine: Mapping[str, Any], totals: Mapping[str, Mapping[str, Any]]) -> list[str]:
+    """Peers that send fewer tokens AND keep more facts in context than ``mine``."""
+    return [
+        name
+        for name, a in totals.items()
+        if a["kind"] in PEERS
+        and a["tokens_over_none"] < mine["tokens_over_none"]
+        and a["in_context_rate"] > mine["in_context_rate"]
+    ]
+
+
+def peer_goals(results: Sequence[Mapping[str, Any]], reference: str = REFERENCE) -> dict[str, Any]:
+    """Issue 18 item 5, per window, for ctxpolicy under ``reference``."""
+    out: dict[str, Any] = {"reference": reference, "windows": {}}
+    for w, totals in _by_window(results).items():
+        mine = totals.get(f"ctxpolicy {reference}")
+        if mine is None:
+            continue
+        better = _dominated(mine, totals)
+        edit = totals.get(LABELS["langchain_summarize_edit"])
+        out["windows"][str(w)] = {
+            "dominated_by": better,
+            "no_peer_dominates": not better,
+            "tokens_le_summarize_edit": edit is None
+            or mine["tokens_over_none"] <= edit["tokens_over_none"],
+            "retention_ge_summarize_edit": edit is None
+            or mine["in_context_rate"] >= edit["in_context_rate"],
+            "tokens_over_none": mine["tokens_over_none"],
+            "in_context_rate": mine["in_context_rate"],
+            "summarize_edit_tokens_over_none": edit["tokens_over_none"] if edit else None,
+            "summarize_edit_in_context_rate": edit["in_context_rate"] if edit else None,
+            "avoidable_overflows": mine["avoidable"],
+            "pairing_violations": mine["violations"],
+            "compactions_per_100": mine["compactions_per_100"],
+            "prefix_changes_per_100": mine["prefix_changes_per_100"],
+        }
+        if w in (32768, 32000):
+            long = {
+                j["trace"]: 100 * r["compaction_calls"] / r["calls"]
+                for j in results
+                if int(j["window"]) == w
+                for r in j["runs"]
+                if r["run"] == f"ctxpolicy {reference}" and r["calls"] >= LONG_TRACE_CALLS
+            }
+            out["compactions_32k_long_traces"] = long
+            out["compactions_32k_le_8"] = all(v <= MAX_COMPACTIONS_32K for v in long.values())
+    return out
+
+
+def _row(name: str, a: Mapping[str, Any]) -> list[Any]:
+    ctx = a["kind"] == "ctxpolicy"
+    return [
+        name,
+        a["traces"],
+        f"{a['tokens_over_none']:.3f}",
+        f"{a['in_context_rate']:.1%}",
+        f"{a['retained_rate']:.1%}" if ctx else "—",
+        f"{a['avoidable']} / {a['unavoidable']}",
+        a["violations"],
+        f"{a['compactions_per_100']:.1f}",
+        f"{a['prefix_changes_per_100']:.1f}",
+    ]
+
+
+def peer_markdown(data: Mapping[str, Any]) -> list[str]:
+    """The peer section of bench_quality's markdown."""
+    results = data.get("peer_results") or []
+    if not results:
+        return []
+    ok = {True: "✓", False: "✗"}
+    ref = data.get("peer_reference", REFERENCE)
+    md = [
+        "### Peers: LangChain 1.x on the same traces",
+        "",
+        "The real `langchain.agents.middleware` classes, driven call by call as "
+        "`create_agent` runs them (benchmarks/peers/langchain.py), beside ctxpolicy under "
+        "every shipped policy. One deterministic summary for everyone "
+        "(benchmarks/peers/summary.py: ctxpolicy gets it as its `callable` summarizer, "
+        "LangChain from a `BaseChatModel` that returns it). LangChain's summary trigger and "
+        f"keep are `{ref}`'s trigger and target at the window, `ClearToolUsesEdit` fires at its "
+        "warning level; LangChain decides with its default approximate counter. One ruler: "
+        "every request is counted with exact cl100k_base. Retention: facts the agent uses "
+        "later found in the request (in context) or through a snapshot reference in it. "
+        "Overflows: requests over window − reserve_output (avoidable / unavoidable: the "
+        "system prompt, task and newest message alone exceed it). A compaction is a call at "
+        "which anything was compacted; a prefix change is a request that does not extend "
+        "the previous one.",
+        "",
+    ]
+    goals = data.get("peer_goals") or peer_goals(results, ref)
+    for w, totals in _by_window(results).items():
+        md += [
+            f"#### Window {w:,}",
+            "",
+            markdown_table(
+                [
+                    "run",
+                    "traces",
+                    "tokens ÷ none",
+                    "in context",
+                    "in context + recoverable",
+                    "overflows (avoidable / unavoidable)",
+                    "pairing viol.",
+                    "compactions / 100 calls",
+                    "prefix changes / 100 calls",
+                ],
+                [_row(name, a) for name, a in totals.items()],
+            ),
+            "",
+        ]
+        g = goals["windows"].get(str(w))
+        if g:
+            md += [
+                f"- ctxpolicy `{ref}` vs peers: "
+                + (
+                    "no peer sends fewer tokens and keeps more in context at once " + ok[True]
+                    if g["no_peer_dominates"]
+                    else "better on tokens and retention at once: "
+                    + ", ".join(g["dominated_by"])
+                    + " "
+                    + ok[False]
+                )
+                + f"; {g['avoidable_overflows']} avoidable overflows, "
+                f"{g['pairing_violations']} pairing violations "
+                + ok[not g["avoidable_overflows"] and not g["pairing_violations"]],
+            ]
+            if g["summarize_edit_tokens_over_none"] is not None:
+                md += [
+                    f"- vs LangChain summarize+edit (issue 18 goal: no more tokens and at least "
+                    f"the retention): tokens ÷ none {g['tokens_over_none']:.3f} vs "
+                    f"{g['summarize_edit_tokens_over_none']:.3f} "
+                    + ok[g["tokens_le_summarize_edit"]]
+                    + f", in context {g['in_context_rate']:.1%} vs "
+                    f"{g['summarize_edit_in_context_rate']:.1%} "
+                    + ok[g["retention_ge_summarize_edit"]],
+                ]
+            md += [""]
+    if "compactions_32k_le_8" in goals:
+        g32 = goals["windows"].get("32768") or goals["windows"].get("32000")
+        long = goals.get("compactions_32k_long_traces") or {}
+        md += [
+            f"- Compactions per 100 calls at 32k under `{ref}` (goal ≤ {MAX_COMPACTIONS_32K:g} on "
+            f"every trace of ≥ {LONG_TRACE_CALLS} calls): "
+            + ", ".join(
+                f"{t.removesuffix('.jsonl').rsplit('.', 1)[-1]} {v:.1f}" for t, v in long.items()
+            )
+            + f"; all traces {g32['compactions_per_100']:.1f} "
+            + ok[goals["compactions_32k_le_8"]],
+            "",
+        ]
+    na = sorted({(lbl, j["window"]) for j in results for lbl in j.get("not_applicable", ())})
+    if na:
+        md += [
+            "Not applicable (budget leaves no room): "
+            + ", ".join(f"{lbl} @ {w:,}" for lbl, w in na),
+            "",
+        ]
+    return md

@@ -1,0 +1,358 @@
+"""Per model call: ctxpolicy's path vs LangChain ``SummarizationMiddleware`` (issue 21 item 6).
+
+Each long trace is replayed call by call, in the same run, interleaved:
+
+* **ctxpolicy** — a ``Session`` under the policy: every tool result goes through
+  ``add_tool_result`` (preprocessors, snapshot written to a local store, ledger),
+  and before every assistant message ``prepare`` runs on the conversation so far
+  (counting, key-facts check, compaction when due). Both are timed; the
+  ``add_tool_result`` time of the results that arrived since the previous call is
+  booked on the call they precede.
+* **LangChain** — an agent state holding the trace's messages (converted once,
+  untimed, as an agent holds them) and ``SummarizationMiddleware.before_model``
+  with its update applied by LangGraph's ``add_messages`` reducer: what
+  ``create_agent`` runs before each model call for this middleware. Trigger and
+  keep are the policy's trigger and target; the summary (both sides) is the
+  deterministic digest of :mod:`benchmarks.peers.summary`.
+* **floor** — one tiktoken pass over the final conversation (each text of every
+  message encoded once): the least an exact counter can spend on the whole trace.
+  *Per call* it is that pass divided by the number of model calls.
+
+Reported per trace: median ms per call of each variant, the ratio of each median
+to the per-call floor, and the totals ÷ one pass. :func:`profile_calls` runs the
+ctxpolicy path under cProfile and returns its hot spots.
+"""
+
+from __future__ import annotations
+
+import cProfile
+import gc
+import shutil
+import statistics
+import tempfile
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from benchmarks._common import eprint
+from benchmarks._profile import profile_rows
+from benchmarks.peers.summary import DigestChatModel, ctxpolicy_summary
+
+__all__ = ["per_call", "per_call_markdown", "per_call_section", "profile_calls"]
+
+Message = dict[str, Any]
+VARIANTS = ("prepare", "add_tool_result", "ctxpolicy", "langchain")
+
+
+def _texts(m: Mapping[str, Any]) -> list[str]:
+    from benchmarks.bench_engine import message_texts
+
+    return message_texts(m)
+
+
+def replay_ctxpolicy(
+    policy: Any, msgs: Sequence[Mapping[str, Any]], profiler: cProfile.Profile | None = None
+) -> tuple[list[float], list[float]]:
+    """Seconds of ``prepare`` per call and of ``add_tool_result`` booked per call."""
+    from ctxpolicy import Session
+    from ctxpolicy.sim.replay import _sim_store
+    from ctxpolicy.tokens import get_counter
+
+    tmp = Path(tempfile.mkdtemp(prefix="ctxpolicy-percall-"))
+    try:
+        counter = get_counter(policy.model, model_name=policy.model_name)
+        session = Session(
+            policy,
+            conv_id="percall",
+            snapshot_store=_sim_store(policy, tmp),
+            summarizer=ctxpolicy_summary(counter.count_text),
+        )
+        clock = time.perf_counter
+        on = profiler.enable if profiler else (lambda: None)
+        off = profiler.disable if profiler else (lambda: None)
+        prep: list[float] = []
+        tools: list[float] = []
+        pending: dict[str, Mapping[str, Any]] = {}
+        convo: list[Message] = []
+        booked = 0.0
+        gc.collect()
+        for m in msgs:
+            role = m.get("role")
+            if role == "assistant" and convo:
+                on()
+                t0 = clock()
+                session.prepare(convo)
+                dt = clock() - t0
+                off()
+                prep.append(dt)
+                tools.append(booked)
+                booked = 0.0
+            if role == "tool":
+                tid = str(m.get("tool_call_id", ""))
+                call = pending.get(tid) or {
+                    "id": tid,
+                    "type": "function",
+                    "function": {"name": "unknown", "arguments": "{}"},
+                }
+                on()
+                t0 = clock()
+                text = session.add_tool_result(call, m.get("content"))
+                booked += clock() - t0
+                off()
+                convo.append({**m, "content": text})
+                continue
+            if role == "assistant":
+                pending = {str(tc.get("id", "")): tc for tc in m.get("tool_calls") or []}
+            convo.append(dict(m))
+        return prep, tools
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _lc_steps(msgs: Sequence[Mapping[str, Any]]) -> list[list[Any]]:
+    """The trace as LangChain messages (system prompt left out: it is not state),
+    grouped as the new messages before each model call; converted once."""
+    from langchain_core.messages import convert_to_messages
+
+    steps: list[list[Any]] = []
+    batch: list[Any] = []
+    leading = True
+    n = 0
+    for m in msgs:
+        if m.get("role") == "assistant" and n:
+            steps.append(batch)
+            batch = []
+        n += 1
+        if leading and m.get("role") in ("system", "developer"):
+            continue
+        leading = False
+        (lc,) = convert_to_messages([dict(m)])
+        lc.id = f"trace-{n}"
+        batch.append(lc)
+    return steps
+
+
+def replay_langchain(policy: Any, steps: Sequence[Sequence[Any]], count: Any) -> list[float]:
+    """Seconds of ``SummarizationMiddleware.before_model`` (+ its state update) per call."""
+    from langchain.agents.middleware import SummarizationMiddleware
+    from langgraph.graph.message import add_messages
+
+    from ctxpolicy.budget import compute_budget
+
+    b = compute_budget(policy)
+    mw = SummarizationMiddleware(
+        DigestChatModel(count=count), trigger=("tokens", b.trigger), keep=("tokens", b.target)
+    )
+    state: dict[str, Any] = {"messages": []}
+    clock = time.perf_counter
+    out: list[float] = []
+    gc.collect()
+    for new in steps:
+        state["messages"].extend(new)
+        t0 = clock()
+        update = mw.before_model(state, None)  # type: ignore[arg-type]
+        if update:
+            state["messages"] = add_messages(state["messages"], update["messages"])
+        out.append(clock() - t0)
+    return out
+
+
+def one_pass(msgs: Sequence[Mapping[str, Any]], tokenizer: Any) -> float:
+    """Seconds of one exact pass over every text of the conversation."""
+    texts = [t for m in msgs for t in _texts(m)]
+    t0 = time.perf_counter()
+    for t in texts:
+        tokenizer.count(t)
+    return time.perf_counter() - t0
+
+
+def per_call(
+    label: str, msgs: Sequence[Mapping[str, Any]], policy: Any, repeat: int
+) -> dict[str, Any]:
+    """Interleaved repeats of every variant on one trace; medians and ratios."""
+    from ctxpolicy.tokens import get_counter
+
+    counter = get_counter(policy.model, model_name=policy.model_name)
+    steps = _lc_steps(msgs)
+    series: dict[str, list[list[float]]] = {v: [] for v in VARIANTS}
+    passes: list[float] = []
+    for _ in range(repeat):  # load changes hit every variant alike
+        prep, tools = replay_ctxpolicy(policy, msgs)
+        series["prepare"].append(prep)
+        series["add_tool_result"].append(tools)
+        series["ctxpolicy"].append([a + b for a, b in zip(prep, tools, strict=True)])
+        series["langchain"].append(replay_langchain(policy, steps, counter.count_text))
+        passes.append(one_pass(msgs, counter.tokenizer))
+    calls = len(series["prepare"][0])
+    floor = statistics.median(passes)
+    floor_call = floor / calls if calls else 0.0
+    out: dict[str, Any] = {
+        "trace": label,
+        "calls": calls,
+        "tokens": sum(counter.tokenizer.count(t) for m in msgs for t in _texts(m)),
+        "counter": counter.name,
+        "repeat": repeat,
+        "one_pass_ms": floor * 1e3,
+        "floor_per_call_ms": floor_call * 1e3,
+        "variants": {},
+    }
+    for v, runs in series.items():
+        per = [statistics.median(r[k] for r in runs) for k in range(calls)]
+        med = statistics.median(per) if per else 0.0
+        total = statistics.median(sum(r) for r in runs)
+        out["variants"][v] = {
+            "median_ms": med * 1e3,
+            "p95_ms": sorted(per)[min(len(per) - 1, int(0.95 * len(per)))] * 1e3 if per else 0.0,
+            "total_ms": total * 1e3,
+            "median_over_floor_per_call": med / floor_call if floor_call else None,
+            "total_over_one_pass": total / floor if floor else None,
+        }
+    lc = out["variants"]["langchain"]["median_ms"]
+    ours = out["variants"]["ctxpolicy"]["median_ms"]
+    out["ctxpolicy_over_langchain"] = ours / lc if lc else None
+    out["goal_le_langchain"] = lc > 0 and ours <= lc
+    return out
+
+
+def profile_calls(
+    policy: Any, traces: Sequence[tuple[str, Sequence[Mapping[str, Any]]]], top: int = 20
+) -> dict[str, Any]:
+    """cProfile of ``prepare`` + ``add_tool_result`` over ``traces``: the top functions
+    by own time, and own time per ctxpolicy module."""
+    prof = cProfile.Profile()
+    for _, msgs in traces:
+        replay_ctxpolicy(policy, msgs, profiler=prof)
+    total, rows = profile_rows(prof)
+    modules: dict[str, float] = {}
+    for r in rows:
+        modules[r["module"]] = modules.get(r["module"], 0.0) + r["tottime_s"]
+    return {
+        "traces": [t for t, _ in traces],
+        "total_s": total,
+        "top_own": sorted(rows, key=lambda r: -r["tottime_s"])[:top],
+        "top_cumulative_ctxpolicy": sorted(
+            (r for r in rows if r["module"].startswith("ctxpolicy/")),
+            key=lambda r: -r["cumtime_s"],
+        )[:top],
+        "modules": [
+            {"module": k, "own_s": v, "share": v / total if total else 0.0}
+            for k, v in sorted(modules.items(), key=lambda kv: -kv[1])[:top]
+        ],
+    }
+
+
+def per_call_section(
+    agent: str, *, quick: bool, traces: int, repeat: int, policy_file: str
+) -> dict[str, Any]:
+    """Per model call vs LangChain on the ``traces`` longest shared traces (the smallest
+    one when ``quick``), then a profile of ctxpolicy's per-call path on them."""
+    from benchmarks.bench_engine import largest_traces, smallest_trace
+    from benchmarks.bench_quality import load_agent
+    from ctxpolicy.budget import compute_budget
+
+    policy, note = load_agent(agent)
+    window = compute_budget(policy).window
+    chosen = [smallest_trace()] if quick else largest_traces(traces)
+    rows = []
+    for name, msgs in chosen:
+        eprint(f"per call vs LangChain: {name} ...")
+        rows.append(per_call(name, msgs, policy, repeat))
+    eprint("profiling prepare + add_tool_result ...")
+    return {
+        "policy": f"{policy_file}:{agent}",
+        "policy_note": note,
+        "window": window,
+        "traces": rows,
+        "profile": profile_calls(policy, chosen),
+    }
+
+
+LABELS = {
+    "langchain": "LangChain `SummarizationMiddleware.before_model`",
+    "prepare": "ctxpolicy `prepare`",
+    "add_tool_result": "ctxpolicy `add_tool_result` (booked per call)",
+    "ctxpolicy": "ctxpolicy `prepare` + `add_tool_result`",
+}
+
+
+def per_call_markdown(data: Mapping[str, Any]) -> list[str]:
+    """The per-call section of bench_engine's markdown."""
+    from benchmarks._common import markdown_table
+
+    rows = data.get("traces") or []
+    if not rows:
+        return []
+    ok = {True: "✓", False: "✗"}
+    md = [
+        "### Per model call: ctxpolicy vs LangChain `SummarizationMiddleware`",
+        "",
+        f"Policy `{data['policy']}` at {data['window']:,} tokens; LangChain's trigger and keep "
+        "are its trigger and target; one deterministic summary for both "
+        "(benchmarks/peers/timing.py). ctxpolicy counts exactly, writes a snapshot of every "
+        "tool result to a local store (fsync included) and runs the key-facts check and the "
+        "ledger; LangChain counts approximately. Floor per call: one exact tiktoken pass over "
+        f"the final conversation ÷ calls. Medians of {rows[0]['repeat']} interleaved runs.",
+        "",
+        markdown_table(
+            [
+                "trace",
+                "calls",
+                "tokens",
+                *[f"{LABELS[v]} median ms (× floor/call)" for v in LABELS],
+                "ctxpolicy ÷ LangChain",
+                "goal ≤ LangChain",
+            ],
+            [
+                [
+                    r["trace"].removesuffix(".jsonl")[-40:],
+                    r["calls"],
+                    r["tokens"],
+                    *[
+                        f"{r['variants'][v]['median_ms']:.3f} ({r['variants'][v]['median_over_floor_per_call']:.2f}×)"
+                        for v in LABELS
+                    ],
+                    f"{r['ctxpolicy_over_langchain']:.1f}×",
+                    ok[r["goal_le_langchain"]],
+                ]
+                for r in rows
+            ],
+        ),
+        "",
+        markdown_table(
+            ["trace", "one pass ms", *[f"{LABELS[v]} total ÷ one pass" for v in LABELS]],
+            [
+                [
+                    r["trace"].removesuffix(".jsonl")[-40:],
+                    r["one_pass_ms"],
+                    *[f"{r['variants'][v]['total_over_one_pass']:.2f}" for v in LABELS],
+                ]
+                for r in rows
+            ],
+        ),
+        "",
+    ]
+    prof = data.get("profile")
+    if prof:
+        md += [
+            f"#### Where ctxpolicy's per-call time goes (cProfile, {len(prof['traces'])} traces, "
+            f"{prof['total_s']:.2f} s profiled)",
+            "",
+            markdown_table(
+                ["function (cumulative, ctxpolicy)", "calls", "cum s", "share"],
+                [
+                    [r["function"], r["calls"], r["cumtime_s"], f"{r['cum_share']:.0%}"]
+                    for r in prof["top_cumulative_ctxpolicy"][:15]
+                ],
+            ),
+            "",
+            markdown_table(
+                ["function (own time)", "calls", "own s", "share"],
+                [
+                    [r["function"], r["calls"], r["tottime_s"], f"{r['own_share']:.0%}"]
+                    for r in prof["top_own"][:12]
+                ],
+            ),
+            "",
+        ]
+    return md

@@ -1,0 +1,132 @@
+"""JSON text of anything, at any depth, without raising.
+
+``json.dumps`` recurses (a tool output nested 5,000 levels deep raises
+``RecursionError``), refuses cycles and integers over 4,300 digits. :func:`to_json`
+tries it first and falls back to :func:`iter_dumps`, an iterative encoder that
+writes the same text ``json.dumps(..., ensure_ascii=False, default=str)`` would for
+data it accepts, and for the rest: integers of any size in full, values JSON has no
+type for as ``str(value)``, a cycle as the string ``"<cycle>"`` (the only lossy case,
+reported by the second return value).
+"""
+
+from __future__ import annotations
+
+import json
+from json.encoder import py_encode_basestring, py_encode_basestring_ascii
+from typing import Any
+
+__all__ = ["dumps_bytes", "iter_dumps", "to_json"]
+
+_CHUNK = 10**1000
+
+
+def _int_text(n: int) -> str:
+    try:
+        return int.__repr__(n)
+    except ValueError:  # more digits than str() allows: build them in chunks
+        sign = "-" if n < 0 else ""
+        n = abs(n)
+        parts: list[str] = []
+        while n:
+            n, r = divmod(n, _CHUNK)
+            parts.append(f"{r:01000d}" if n else str(r))
+        return sign + "".join(reversed(parts))
+
+
+def _scalar(v: Any, enc: Any) -> str | None:
+    if isinstance(v, str):
+        return str(enc(v))
+    if v is None:
+        return "null"
+    if v is True:
+        return "true"
+    if v is False:
+        return "false"
+    if isinstance(v, int):
+        return _int_text(v)
+    if isinstance(v, float):
+        return json.dumps(v)
+    return None
+
+
+def iter_dumps(
+    obj: Any, *, ensure_ascii: bool = False, separators: tuple[str, str] = (", ", ": ")
+) -> tuple[str, bool]:
+    """JSON text of ``obj`` (``json.dumps``'s default separators unless given) and
+    whether it is exact (False when a cycle was cut). Never recurses."""
+    item_sep, key_sep = separators
+    enc = py_encode_basestring_ascii if ensure_ascii else py_encode_basestring
+    out: list[str] = []
+    exact = True
+    active: set[int] = set()
+    # stack items: a value to write, or a str token, or ("end", id) to leave a container
+    stack: list[Any] = [("v", obj)]
+    while stack:
+        kind, v = stack.pop()
+        if kind == "t":
+            out.append(v)
+            continue
+        if kind == "end":
+            active.discard(v)
+            continue
+        s = _scalar(v, enc)
+        if s is not None:
+            out.append(s)
+            continue
+        if isinstance(v, (dict, list, tuple)):
+            if id(v) in active:
+                out.append('"<cycle>"')
+                exact = False
+                continue
+            active.add(id(v))
+            items: list[Any] = [("end", id(v))]
+            if isinstance(v, dict):
+                out.append("{")
+                items.append(("t", "}"))
+                pairs = list(v.items())
+                for i in range(len(pairs) - 1, -1, -1):
+                    k, val = pairs[i]
+                    key = k if isinstance(k, str) else _scalar(k, str) or str(k)
+                    items.append(("v", val))
+                    items.append(("t", ("" if i == 0 else item_sep) + str(enc(key)) + key_sep))
+            else:
+                out.append("[")
+                items.append(("t", "]"))
+                for i in range(len(v) - 1, -1, -1):
+                    items.append(("v", v[i]))
+                    if i:
+                        items.append(("t", item_sep))
+            stack.extend(items)
+            continue
+        try:
+            out.append(str(enc(str(v))))
+        except Exception as exc:  # a __str__ that raises
+            out.append(str(enc(f"<{type(v).__name__}: {type(exc).__name__}>")))
+            exact = False
+    return "".join(out), exact
+
+
+def to_json(obj: Any) -> tuple[str, bool]:
+    """``json.dumps(obj, ensure_ascii=False, default=str)``, or :func:`iter_dumps`
+    when that raises (depth, cycles, huge integers)."""
+    try:
+        return json.dumps(obj, ensure_ascii=False, default=str), True
+    except Exception:  # depth, cycles, huge integers, a default=str that raises
+        return iter_dumps(obj)
+
+
+def dumps_bytes(obj: Any) -> bytes:
+    """Compact UTF-8 JSON of a value for a log line; lone surrogates are written as
+    ``\\udcxx`` escapes (valid JSON that ``json.loads`` returns exactly)."""
+    compact = (",", ":")
+    try:
+        text = json.dumps(obj, ensure_ascii=False, separators=compact, default=str)
+    except Exception:
+        text = iter_dumps(obj, separators=compact)[0]
+    try:
+        return text.encode("utf-8")
+    except UnicodeEncodeError:
+        try:
+            return json.dumps(obj, ensure_ascii=True, separators=compact, default=str).encode()
+        except Exception:
+            return iter_dumps(obj, ensure_ascii=True, separators=compact)[0].encode()

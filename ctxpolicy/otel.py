@@ -1,0 +1,232 @@
+"""OpenTelemetry event sink: a span per ``prepare``, metrics for tokens and compactions.
+
+Extra ``otel`` (``pip install 'ctxpolicy[otel]'``). :class:`OtelEventSink` is an event
+observer like :class:`ctxpolicy.events.JsonlEventSink`: pass it as a session's
+``on_event``, or register it for every session with
+``ctxpolicy.plugins.register_plugin(sink, "otel")`` (it implements the
+``ctxpolicy_event`` hook). It uses the global tracer and meter providers unless given
+its own.
+
+Spans — one ``ctxpolicy.prepare`` span per ``context.status`` event, timed from the
+event's ``ts`` and ``duration_ms``; the status fields are its attributes
+(``ctxpolicy.context.*``), the compactions and failures of that ``prepare`` are span
+events, and the span's status is ERROR when the context overflows. GenAI semantic
+conventions where they apply: ``gen_ai.conversation.id`` (the session's ``conv_id``),
+``gen_ai.request.model`` (``model=``), ``gen_ai.agent.name`` (``agent=``),
+``error.type``.
+
+Metrics (instrument names, units and attributes in docs/integrations/observability.md):
+
+* ``ctxpolicy.context.tokens`` — histogram of the tokens each prepared request holds;
+* ``ctxpolicy.context.ratio`` — histogram of ``used / trigger`` per ``prepare``;
+* ``ctxpolicy.tokens.saved`` — counter of tokens removed, by ``ctxpolicy.source``
+  (``layer:<name>`` for compactions, ``preprocess:<name>`` for tool results);
+* ``ctxpolicy.compactions`` — counter of compactions, by ``ctxpolicy.layer``;
+* ``ctxpolicy.failures`` — counter of failure events, by ``error.type``;
+* ``gen_ai.client.token.usage`` — the GenAI histogram, with
+  ``gen_ai.token.type = input``, recorded from ``context.usage`` (the provider's own
+  prompt-token count, :meth:`ctxpolicy.Session.record_usage`).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Mapping
+from typing import Any
+
+from ctxpolicy.events import STATUS_FIELDS
+from ctxpolicy.plugins import hookimpl
+
+try:
+    from opentelemetry import metrics, trace
+    from opentelemetry.trace import Status, StatusCode
+except ImportError as exc:  # pragma: no cover - depends on the install
+    raise ImportError(
+        "the OpenTelemetry sink needs the opentelemetry SDK: pip install 'ctxpolicy[otel]'"
+    ) from exc
+
+__all__ = ["FAILURE_EVENTS", "SCOPE", "OtelEventSink"]
+
+SCOPE = "ctxpolicy"
+#: Events counted in ``ctxpolicy.failures`` and shown as span events.
+FAILURE_EVENTS = frozenset(
+    {
+        "layer.failed",
+        "layer.rejected",
+        "summarizer.failed",
+        "snapshot.failed",
+        "tool.preprocess_failed",
+        "observer.failed",
+        "ledger.failed",
+        "context.overflow",
+        "context.overflow_error",
+    }
+)
+#: Events of one ``prepare`` that become events of its span (kept until its status).
+_SPAN_EVENTS = FAILURE_EVENTS | {"context.compacted", "layer.deferred", "tokenizer.fallback"}
+#: ``context.status`` fields that become span attributes (the engine adds the last four).
+_STATUS_ATTRS = (
+    *(f for f in STATUS_FIELDS if f != "type"),
+    "messages",
+    "messages_in",
+    "tokens_in",
+    "duration_ms",
+)
+_MAX_PENDING = 256  # span events kept per conversation between two statuses
+
+
+def _ns(ts: float) -> int:
+    return int(ts * 1e9)
+
+
+def _attr(value: Any) -> Any:
+    """An OTel attribute value: str, bool, int, float (others as str, None dropped)."""
+    if value is None or isinstance(value, str | bool | int | float):
+        return value
+    return str(value)
+
+
+def _attrs(prefix: str, event: Mapping[str, Any], skip: tuple[str, ...] = ()) -> dict[str, Any]:
+    out = {}
+    for k, v in event.items():
+        if k in ("type", "conv_id", "ts", *skip):
+            continue
+        a = _attr(v)
+        if a is not None:
+            out[f"{prefix}{k}"] = a
+    return out
+
+
+class OtelEventSink:
+    """ctxpolicy events → OpenTelemetry spans and metrics (thread-safe)."""
+
+    def __init__(
+        self,
+        *,
+        tracer_provider: Any = None,
+        meter_provider: Any = None,
+        model: str | None = None,
+        agent: str | None = None,
+    ) -> None:
+        from ctxpolicy import __version__
+
+        self.model = model
+        self.agent = agent
+        self.tracer = trace.get_tracer(SCOPE, __version__, tracer_provider=tracer_provider)
+        meter = metrics.get_meter(SCOPE, __version__, meter_provider=meter_provider)
+        self.context_tokens = meter.create_histogram(
+            "ctxpolicy.context.tokens",
+            unit="{token}",
+            description="Tokens of each prepared request (after compaction).",
+        )
+        self.context_ratio = meter.create_histogram(
+            "ctxpolicy.context.ratio",
+            unit="1",
+            description="used / trigger of each prepared request.",
+        )
+        self.tokens_saved = meter.create_counter(
+            "ctxpolicy.tokens.saved",
+            unit="{token}",
+            description="Tokens removed by compaction layers and tool-result preprocessors.",
+        )
+        self.compactions = meter.create_counter(
+            "ctxpolicy.compactions",
+            unit="{compaction}",
+            description="Compactions (context.compacted events), by layer.",
+        )
+        self.failures = meter.create_counter(
+            "ctxpolicy.failures",
+            unit="{event}",
+            description="Failure events (layer.failed, context.overflow, …), by type.",
+        )
+        self.token_usage = meter.create_histogram(
+            "gen_ai.client.token.usage",
+            unit="{token}",
+            description="Measures number of input and output tokens used",
+        )
+        self._lock = threading.Lock()
+        self._pending: dict[str, list[dict[str, Any]]] = {}
+
+    # -- observer interfaces -------------------------------------------------------
+    def __call__(self, event: dict[str, Any]) -> None:
+        kind = str(event.get("type", ""))
+        common = self._common()
+        if kind == "context.status":
+            self._status(event, common)
+        elif kind == "context.compacted":
+            layer = str(event.get("layer"))
+            self.compactions.add(1, {**common, "ctxpolicy.layer": layer})
+            saved = int(event.get("before", 0)) - int(event.get("after", 0))
+            if saved > 0:
+                self.tokens_saved.add(saved, {**common, "ctxpolicy.source": f"layer:{layer}"})
+        elif kind == "tool.preprocessed":
+            saved = int(event.get("tokens_before", 0)) - int(event.get("tokens_after", 0))
+            if saved > 0:
+                source = f"preprocess:{event.get('preprocessor')}"
+                self.tokens_saved.add(saved, {**common, "ctxpolicy.source": source})
+        elif kind == "context.usage" and event.get("prompt_tokens") is not None:
+            self.token_usage.record(
+                int(event["prompt_tokens"]),
+                {**common, "gen_ai.token.type": "input", "gen_ai.operation.name": "chat"},
+            )
+        if kind in FAILURE_EVENTS:
+            self.failures.add(1, {**common, "error.type": kind})
+        if kind in _SPAN_EVENTS:
+            with self._lock:
+                pending = self._pending.setdefault(str(event.get("conv_id")), [])
+                if len(pending) < _MAX_PENDING:
+                    pending.append(event)
+
+    @hookimpl
+    def ctxpolicy_event(self, event: dict[str, Any]) -> None:
+        """The plugin hook: ``register_plugin(sink)`` observes every session."""
+        self(event)
+
+    # -- internals -----------------------------------------------------------------
+    def _common(self) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        if self.model:
+            out["gen_ai.request.model"] = self.model
+        if self.agent:
+            out["gen_ai.agent.name"] = self.agent
+        return out
+
+    def _status(self, event: Mapping[str, Any], common: dict[str, Any]) -> None:
+        conv = str(event.get("conv_id"))
+        with self._lock:
+            pending = self._pending.pop(conv, [])
+        end = _ns(float(event.get("ts") or 0.0)) or None
+        duration = float(event.get("duration_ms") or 0.0)
+        start = end - int(duration * 1e6) if end is not None else None
+        attrs = {
+            **common,
+            "gen_ai.conversation.id": conv,
+            **{
+                f"ctxpolicy.context.{k}": a
+                for k in _STATUS_ATTRS
+                if (a := _attr(event.get(k))) is not None
+            },
+        }
+        used = int(event.get("used", 0))
+        metric_attrs = {**common, "ctxpolicy.state": str(event.get("state"))}
+        self.context_tokens.record(used, metric_attrs)
+        if event.get("ratio") is not None:
+            self.context_ratio.record(float(event["ratio"]), metric_attrs)
+        name = f"ctxpolicy.prepare {self.agent}" if self.agent else "ctxpolicy.prepare"
+        span = self.tracer.start_span(name, attributes=attrs, start_time=start)
+        try:
+            overflow = event.get("state") == "overflow"
+            for ev in pending:
+                kind = str(ev.get("type"))
+                ts = ev.get("ts")
+                span.add_event(
+                    kind,
+                    _attrs("ctxpolicy.", ev),
+                    timestamp=_ns(float(ts)) if ts is not None else None,
+                )
+                overflow = overflow or kind == "context.overflow"
+            if overflow:
+                span.set_attribute("error.type", "context.overflow")
+                span.set_status(Status(StatusCode.ERROR, "context above the limit"))
+        finally:
+            span.end(end_time=end)

@@ -1,0 +1,73 @@
+"""Per-call timing of ctxpolicy vs LangChain (benchmarks/peers/timing.py) on a real trace.
+
+Only shapes and identities are asserted — no wall-clock thresholds.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from benchmarks.bench_quality import load_agent
+from benchmarks.peers.timing import per_call, profile_calls
+from ctxpolicy.sim.importers import load_trace
+from tests.shared_data import TRACES, require
+
+TRACE = "swe-agent__demo.ctf.crypto.katy.jsonl"
+
+
+@pytest.fixture(scope="module")
+def setup() -> tuple[Any, list[dict[str, Any]]]:
+    policy, _ = load_agent("coding_agent_16k")
+    return policy, load_trace(require(TRACES / TRACE))
+
+
+def test_per_call_measures_every_model_call(setup: tuple[Any, list[dict[str, Any]]]) -> None:
+    policy, msgs = setup
+    r = per_call(TRACE, msgs, policy, repeat=2)
+    calls = sum(1 for i, m in enumerate(msgs) if m["role"] == "assistant" and i > 0)
+    assert r["calls"] == calls
+    assert r["repeat"] == 2
+    assert "cl100k_base" in r["counter"]
+    assert r["floor_per_call_ms"] == pytest.approx(r["one_pass_ms"] / calls)
+    v = r["variants"]
+    assert set(v) == {"prepare", "add_tool_result", "ctxpolicy", "langchain"}
+    for name, x in v.items():
+        assert x["median_ms"] > 0, name
+        assert x["median_over_floor_per_call"] == pytest.approx(
+            x["median_ms"] / r["floor_per_call_ms"]
+        )
+        assert x["total_over_one_pass"] == pytest.approx(x["total_ms"] / r["one_pass_ms"])
+    assert r["ctxpolicy_over_langchain"] == pytest.approx(
+        v["ctxpolicy"]["median_ms"] / v["langchain"]["median_ms"]
+    )
+    assert r["goal_le_langchain"] == (v["ctxpolicy"]["median_ms"] <= v["langchain"]["median_ms"])
+
+
+def test_profile_covers_both_entry_points(setup: tuple[Any, list[dict[str, Any]]]) -> None:
+    policy, msgs = setup
+    p = profile_calls(policy, [(TRACE, msgs)], top=50)
+    names = [r["function"] for r in p["top_cumulative_ctxpolicy"]]
+    assert any(n.endswith("(prepare)") for n in names)
+    assert any(n.endswith("(add_tool_result)") for n in names)
+    assert 0.99 <= sum(m["share"] for m in p["modules"]) <= 1.0 + 1e-9 or len(p["modules"]) == 50
+    assert all(0 <= r["own_share"] <= 1 for r in p["top_own"])
+
+
+def test_bench_engine_per_call_only(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``--per-call-only`` writes the per-call section alone (and its goal)."""
+    import json
+
+    import benchmarks._common as common
+    from benchmarks import bench_engine
+
+    monkeypatch.setattr(common, "RESULTS", tmp_path)
+    assert bench_engine.main(["--quick", "--per-call-only"]) == 0
+    data = json.loads((tmp_path / "bench_engine.json").read_text(encoding="utf-8"))
+    assert data["conversations"] == [] and data["memory"] is None
+    assert len(data["per_call"]["traces"]) == 1
+    assert data["goals"]["per_call_le_langchain"] in (True, False)
+    md = (tmp_path / "bench_engine.md").read_text(encoding="utf-8")
+    assert "### Per model call: ctxpolicy vs LangChain" in md
+    assert "bench_engine.py --quick --per-call-only`" in md
