@@ -140,3 +140,20 @@ def test_opening_an_unregistered_store_is_a_clear_error(tmp_path: Path) -> None:
     policy = policy.model_copy(update={"state": policy.state.model_copy(update={"store": "nope"})})
     with pytest.raises(StateStoreError, match="unknown state store 'nope'; registered: memory"):
         open_state_store(policy)
+
+
+def test_store_path_and_dsn_stay_as_written_until_the_store_opens(tmp_path: Path) -> None:
+    """A password interpolated from the environment never sits in the resolved policy."""
+    env = {"PGDSN": "postgresql://app:s3cr3t@db/app", "STATE_DIR": str(tmp_path / "st")}
+    p = _policy(tmp_path, '    state: {store: postgres, options: {dsn: "${PGDSN}"}}\n')
+    policy = load_policy(p, env=env)
+    assert policy.state.options["dsn"] == "${PGDSN}"
+    assert "s3cr3t" not in policy.model_dump_json()
+    q = _policy(tmp_path, '    state: {options: {path: "${STATE_DIR}/s.db"}}\n')
+    sqlite_policy = load_policy(q, env=env)
+    assert sqlite_policy.state.options["path"] == "${STATE_DIR}/s.db"
+    store = open_state_store(sqlite_policy, env=env)
+    assert isinstance(store, SqliteStateStore) and store.path == str(tmp_path / "st" / "s.db")
+    store.close()
+    missing = _policy(tmp_path, '    state: {store: postgres, options: {dsn: "${NOPE}"}}\n')
+    assert any("NOPE" in m for m in _errors(missing))  # still reported at load time
