@@ -36,6 +36,7 @@ ORDER = (
     "bench_tokens_verify",
     "bench_preprocessors",
     "bench_state",
+    "bench_tune",
 )
 SCRIPT = {name: f"benchmarks/{name}.py" for name in ORDER}
 SCRIPT["bench_tokens_verify"] = "benchmarks/bench_tokens.py --verify"
@@ -367,6 +368,28 @@ def headline(results: Path) -> list[str]:
                     f"window {w:,}",
                     f"{y} vs {x} ({y / max(1, x):.2f}), {ov} overflows",
                     ok[y * 3 <= x and ov == 0],
+                ]
+            )
+    t = _load(results, "bench_tune")
+    if t:
+        for w, d in sorted(t["windows"].items(), key=lambda kv: int(kv[0])):
+            gain = d.get("gain")
+            rows.append(
+                [
+                    "tune (issue 23): tuned coding_agent ≥ 10 % fewer tokens, held-out",
+                    f"window {int(w):,}",
+                    f"{gain:+.1%} tokens saved" if d.get("recommended") else "shipped kept",
+                    ok[bool(d.get("recommended")) and (gain or 0) >= 0.10],
+                ]
+            )
+        sp = t.get("scaling") or {}
+        if sp.get("speedup_2_vs_1") is not None:
+            rows.append(
+                [
+                    "tune: 2 workers vs 1",
+                    f"{t['trials']} trials",
+                    f"{sp['speedup_2_vs_1']:.2f}×, same choice: {sp.get('same_choice')}",
+                    "—",
                 ]
             )
     if not rows:

@@ -232,6 +232,7 @@ class ToolGrowthEstimator:
             self.initial = self.min = self.max = resolve_amount(spec, self.window)
         self._recent: deque[int] = deque(maxlen=self.n)
         self._per_tool: dict[str, deque[int]] = {}
+        self._overall: int | None = None  # quantile of _recent, until the next observe
 
     def observe(self, tool: str, tokens: int) -> None:
         """Record the size of one tool result (tokens as it entered the context)."""
@@ -240,6 +241,7 @@ class ToolGrowthEstimator:
         tokens = max(0, int(tokens))
         with self._lock:
             self._recent.append(tokens)
+            self._overall = None
             d = self._per_tool.get(tool)
             if d is None:
                 d = self._per_tool[tool] = deque(maxlen=self.n)
@@ -252,7 +254,9 @@ class ToolGrowthEstimator:
         with self._lock:
             if not self._recent:
                 return self.initial
-            est = quantile(self._recent, self.q)
+            if self._overall is None:  # every prepare asks; results arrive less often
+                self._overall = quantile(self._recent, self.q)
+            est = self._overall
             for tool in pending_tools:
                 d = self._per_tool.get(tool)
                 if d:
@@ -271,6 +275,7 @@ class ToolGrowthEstimator:
         """Restore what :meth:`to_dict` returned."""
         with self._lock:
             self._recent = deque((int(x) for x in data.get("recent") or []), maxlen=self.n)
+            self._overall = None
             self._per_tool = {
                 str(k): deque((int(x) for x in v), maxlen=self.n)
                 for k, v in (data.get("per_tool") or {}).items()

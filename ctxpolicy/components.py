@@ -7,7 +7,9 @@ from a ``ctxpolicy_register_*`` hook. Each class declares:
 * ``Options`` — a pydantic model (subclass of :class:`ComponentOptions`) that validates
   the ``options:`` mapping of the policy; its JSON Schema is published by
   ``ctxpolicy schema --plugins``;
-* ``description`` — one line shown by ``ctxpolicy plugins``.
+* ``description`` — one line shown by ``ctxpolicy plugins``;
+* ``tune_space`` — optional: option name → :class:`TuneRange`, the default search
+  space of ``ctxpolicy tune`` for this component's options.
 
 This module is light on purpose (no tiktoken, no engine): the validator imports it.
 """
@@ -18,7 +20,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from ctxpolicy.policy.models import ComponentOptions, State
+from ctxpolicy.policy.models import ComponentOptions, State, TuneRange
 
 if TYPE_CHECKING:
     from ctxpolicy.conversation import Unit
@@ -50,6 +52,7 @@ class Component:
     name: ClassVar[str] = ""
     description: ClassVar[str] = ""
     Options: ClassVar[type[ComponentOptions]] = ComponentOptions
+    tune_space: ClassVar[Mapping[str, TuneRange]] = {}
 
     def __init__(self, options: ComponentOptions | None = None) -> None:
         self.options = options if options is not None else self.Options()
@@ -78,6 +81,11 @@ class CompactionContext:
     """Everything a layer may use. Layers must not keep references to it.
 
     * ``count(units)`` — tokens of a unit list as it would be sent (cached, exact);
+      it recounts the whole list, so call it a bounded number of times per ``apply``;
+    * ``count_unit(unit)`` — tokens one unit adds to a list: its messages with their
+      per-message framing, without the reply priming and tool schemas that
+      ``count([])`` holds (None when the engine does not provide it; use
+      :meth:`unit_counts`, which falls back on ``count``);
     * ``used`` — tokens of the list the layer receives; ``trigger``/``target``/
       ``window`` — the budget in tokens; ``state`` — the current state;
     * ``snapshots`` — the session's snapshot store (or None); ``conv_id``;
@@ -104,6 +112,21 @@ class CompactionContext:
     ledger: Any = None
     constraints: Sequence[str] = ()
     count_text: Callable[[str], int] | None = None
+    count_unit: Callable[[Unit], int] | None = None
+
+    def unit_counts(self, units: Sequence[Unit]) -> list[int]:
+        """Tokens each of ``units`` adds to a list, each unit counted once.
+
+        With an additive counter (the engine's: per-message counts plus a fixed
+        reply priming) ``count([]) + sum(unit_counts(xs)) == count(xs)`` for any
+        sub-list ``xs``, so a layer can plan with prefix sums in linear time and
+        check its result with one exact ``count``. Without ``count_unit`` each unit
+        is measured as ``count([u]) - count([])``.
+        """
+        if self.count_unit is not None:
+            return [self.count_unit(u) for u in units]
+        base = self.count(())
+        return [self.count((u,)) - base for u in units]
 
 
 class Layer(Component):

@@ -12,8 +12,13 @@ Repairs of malformed input (documented in docs/engine.md):
   ``orphan`` unit rendered as a user message ``[tool result without call: ...]``;
 * an assistant ``tool_calls`` entry with no result gets a synthetic result
   ``[no result recorded for this tool call]`` so the pair is complete;
-* a tool-call id repeated inside one assistant message keeps its first call only;
+* malformed ``tool_calls`` (one object, a string, non-object entries, missing or
+  duplicate ids — also across messages — non-string arguments) are repaired or
+  removed by :mod:`ctxpolicy.repair`;
+* a message that is not an object is left out of the context;
 * an empty ``tool_calls`` list is removed (providers reject it).
+
+What a repair removes travels in ``Repair.removed`` (the engine archives it).
 
 Each repair is reported by :func:`to_units` so the engine can emit an event.
 """
@@ -25,6 +30,9 @@ import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
+
+from ctxpolicy.jsontext import to_json
+from ctxpolicy.repair import call_key, repair_calls
 
 Message = dict[str, Any]
 UnitKind = Literal["system", "user", "step", "summary", "ledger", "orphan", "other"]
@@ -127,16 +135,28 @@ def content_text(content: Any) -> str:
             elif isinstance(part, str):
                 out.append(part)
         return "\n".join(out)
-    return str(content)
+    return to_json(content)[0]  # a malformed content (an object): its exact JSON text
 
 
 @dataclass
 class Repair:
     """One repair applied to malformed input."""
 
-    kind: Literal["orphan_result", "missing_result", "duplicate_call", "bad_message"]
+    kind: Literal[
+        "orphan_result",
+        "missing_result",
+        "duplicate_call",
+        "bad_message",
+        "tool_calls_wrapped",
+        "tool_calls_invalid",
+        "bad_tool_call",
+        "bad_arguments",
+        "missing_call_id",
+    ]
     index: int
     detail: str
+    #: what left the context (a non-object message, an unusable call), kept verbatim
+    removed: tuple[Any, ...] = ()
 
 
 def _key(index: int, msgs: Iterable[Message]) -> str:
@@ -171,17 +191,21 @@ def group_units(
     offset: int = 0,
     first_round: int = 0,
     fingerprints: Sequence[str] | None = None,
+    call_ids: dict[str, int] | None = None,
 ) -> tuple[list[Unit], list[int], list[Repair]]:
     """The unpinned units of ``messages`` (which start at index ``offset`` of the
     conversation), the index where each unit's group of messages starts, and the
     repairs. A growing conversation can be grouped from the start of its last group
-    on (see :class:`ctxpolicy.engine.Session`) with the same result as from scratch.
+    on (see :class:`ctxpolicy.engine.Session`) with the same result as from scratch:
+    ``call_ids`` then holds the tool-call ids of the messages before ``offset``
+    (id -> message index; updated in place, in message order).
     """
     units: list[Unit] = []
     starts: list[int] = []
     repairs: list[Repair] = []
     n = len(messages)
     fps = list(fingerprints) if fingerprints is not None else None
+    seen_ids: dict[str, int] = {} if call_ids is None else call_ids
 
     def key_for(start: int, msgs: Sequence[Message], end: int) -> str:
         if fps is not None:
@@ -201,38 +225,25 @@ def group_units(
         raw = messages[i]
         if not isinstance(raw, dict | Mapping):
             repairs.append(
-                Repair("bad_message", i + offset, f"message {i + offset} is not an object")
+                Repair(
+                    "bad_message",
+                    i + offset,
+                    f"message {i + offset} is a {type(raw).__name__}, not an object; left out",
+                    removed=(raw,),
+                )
             )
             i += 1
             continue
         m = dict(raw)
         role = m.get("role")
         if role == "assistant":
-            raw_calls = m.get("tool_calls") or []
-            calls: list[Mapping[str, Any]] = []
-            seen_ids: set[str] = set()
-            for tc in raw_calls if isinstance(raw_calls, list) else []:
-                if not isinstance(tc, dict | Mapping):
-                    continue
-                tid = str(tc.get("id", ""))
-                if tid in seen_ids:
-                    repairs.append(
-                        Repair(
-                            "duplicate_call",
-                            i + offset,
-                            f"tool call id {tid!r} used twice; kept the first",
-                        )
-                    )
-                    continue
-                seen_ids.add(tid)
-                calls.append(tc)
-            if raw_calls and len(calls) != len(raw_calls):
-                m["tool_calls"] = list(calls)
-            elif "tool_calls" in m and not raw_calls:
-                m.pop("tool_calls")
+            fixed = repair_calls(m, i + offset, seen_ids)
+            m, calls = fixed.message, fixed.calls
+            for rkind, detail, removed in fixed.repairs:
+                repairs.append(Repair(rkind, i + offset, detail, removed))  # type: ignore[arg-type]
             start = i
             i += 1
-            wanted = [str(tc.get("id", "")) for tc in calls]
+            wanted = [str(tc["id"]) for tc in calls]
             got: dict[str, Message] = {}
             extra_orphans: list[tuple[int, Message]] = []
             while (
@@ -241,11 +252,16 @@ def group_units(
                 and messages[i].get("role") == "tool"
             ):
                 tm = dict(messages[i])
-                tid = str(tm.get("tool_call_id", ""))
-                if tid in wanted and tid not in got:
-                    got[tid] = tm
-                else:
+                written = tm.get("tool_call_id")
+                tid = next(
+                    (t for t in fixed.aliases.get(call_key(written), ()) if t not in got), None
+                )
+                if tid is None:
                     extra_orphans.append((i, tm))
+                else:
+                    if tid != written:
+                        tm["tool_call_id"] = tid
+                    got[tid] = tm
                 i += 1
             msgs: list[Message] = [m]
             for tid in wanted:

@@ -186,3 +186,72 @@ def conversations() -> Any:
         return c.messages
 
     return st.builds(build, st.booleans(), texts, st.lists(event, max_size=14), texts)
+
+
+#: A lone surrogate, as ``os.fsdecode(b"\\xff")`` puts in a file name.
+BAD = "\udcff"
+#: Values nested too deep for ``copy.deepcopy`` (shared: pass ``{id(v): v}`` as its memo).
+DEEP: dict[int, Any] = {}
+
+
+def hostile_messages(text: str, pick: int, n: int, msgs: list[Any]) -> list[Any]:
+    """Issue 19 items 8, 9, 11: one hostile shape (chosen by ``pick``) to append to
+    ``msgs``: malformed ``tool_calls`` (one object, JSON text, garbage, non-objects,
+    missing and duplicate ids), non-object messages, a 5,000-deep output, lone
+    surrogates. The engine must survive each (no exception, pairs intact)."""
+    fn = {"name": "read", "arguments": "{}"}
+    earlier = [
+        c["id"]
+        for m in msgs
+        if isinstance(m, dict) and isinstance(m.get("tool_calls"), list)
+        for c in m["tool_calls"]
+        if isinstance(c, dict) and isinstance(c.get("id"), str)
+    ]
+    dup = earlier[pick % len(earlier)] if earlier else "c0_0"
+    result = {"role": "tool", "tool_call_id": dup, "content": f"{text} " * 6}
+    shapes: list[list[Any]] = [
+        [{"role": "assistant", "content": text, "tool_calls": {"id": f"d{n}", "function": fn}}],
+        [{"role": "assistant", "content": None, "tool_calls": f'[{{"id": "s{n}"}}]'}],
+        [{"role": "assistant", "content": "x", "tool_calls": f"garbage {text}"}],
+        [{"role": "assistant", "content": "y", "tool_calls": [text, 7, None, {"id": f"f{n}"}]}],
+        [
+            {
+                "role": "assistant",
+                "content": "z",
+                "tool_calls": [{"function": fn}, {"function": fn}],
+            },
+            {"role": "tool", "content": f"first {text}"},
+            {"role": "tool", "tool_call_id": None, "content": "second"},
+        ],
+        [
+            {"role": "assistant", "content": "dup", "tool_calls": [{"id": dup, "function": fn}]},
+            result,
+        ],
+        [text, None, 42, ["role", "user"]],
+        [{"role": "tool", "tool_call_id": dup, "content": {"deep": deep_value(5_000)}}],
+        [{"role": "assistant", "content": "deep", "tool_calls": [deep_value(5_000)]}],
+        [{"role": "user", "content": f"{BAD} name{BAD}.txt {text}"}],
+        [
+            {
+                "role": "assistant",
+                "content": BAD,
+                "tool_calls": [
+                    {"id": f"u{n}{BAD}", "function": {"name": f"r{BAD}", "arguments": {"p": BAD}}}
+                ],
+            },
+            {"role": "tool", "tool_call_id": f"u{n}{BAD}", "content": f"{BAD}{text}" * 5},
+        ],
+    ]
+    return shapes[pick % len(shapes)]
+
+
+def deep_value(depth: int) -> Any:
+    if depth in DEEP:
+        return DEEP[depth]
+    root: dict[str, Any] = {}
+    DEEP[depth] = root
+    cur = root
+    for _ in range(depth):
+        cur["a"] = {}
+        cur = cur["a"]
+    return root

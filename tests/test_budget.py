@@ -310,3 +310,21 @@ def test_explain_lines_window_min_and_learned():
 def test_explain_lines_reports_no_room():
     p = make_policy({"context_window": 8000}, budget={"reserve_output": 4000, "tool_growth": 5000})
     assert "≤ 0" in explain_lines(p)[-1]
+
+
+@given(obs=sizes, q=st.floats(min_value=0.01, max_value=1.0), window=st.integers(1, 30))
+@settings(max_examples=100, deadline=None)
+def test_remembered_quantile_is_always_the_current_one(obs: list[int], q: float, window: int):
+    """The quantile kept between observations is the one a fresh estimator computes."""
+    est = ToolGrowthEstimator(learned(quantile_=q, window=window))
+    for i, s in enumerate(obs):
+        est.estimate()
+        est.observe(f"t{i % 3}", s)
+        fresh = ToolGrowthEstimator(learned(quantile_=q, window=window))
+        fresh.load_dict(est.to_dict())
+        for pending in ((), ("t0",), ("t1", "t2")):
+            assert est.estimate(pending) == fresh.estimate(pending)
+    est.load_dict({"recent": [1, 2, 3]})
+    fresh = ToolGrowthEstimator(learned(quantile_=q, window=window))
+    fresh.load_dict({"recent": [1, 2, 3]})
+    assert est.estimate() == fresh.estimate()

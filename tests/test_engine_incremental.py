@@ -10,8 +10,10 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from ctxpolicy.conversation import check_messages
 from ctxpolicy.engine import LEDGER_MARK, Session
 from tests.engine_helpers import make_policy
+from tests.helpers_conv import DEEP, hostile_messages
 
 Message = dict[str, Any]
 
@@ -40,19 +42,24 @@ def operations(draw: Any) -> list[tuple[str, Any]]:
     for _ in range(draw(st.integers(12, 30))):
         kind = draw(
             st.sampled_from(
-                ["step", "step", "step", "user", "edit", "edit_args", "drop", "own", "same"]
+                [
+                    *("step", "step", "step", "user", "edit", "edit_args", "drop", "own"),
+                    *("same", "malformed", "malformed"),
+                ]
             )
         )
         ops.append((kind, (_text(draw, 1, 60), draw(st.integers(0, 10_000)))))
     return ops
 
 
-def _apply(msgs: list[Message], kind: str, arg: tuple[str, int], n: int) -> None:
+def _apply(msgs: list[Any], kind: str, arg: tuple[str, int], n: int) -> None:
     text, pick = arg
     last = msgs[-1]
-    if last.get("tool_calls") and kind != "same":  # results that arrive a call later
-        msgs.extend(
-            {"role": "tool", "tool_call_id": c["id"], "content": text} for c in last["tool_calls"]
+    if isinstance(last, dict) and isinstance(last.get("tool_calls"), list) and kind != "same":
+        msgs.extend(  # results that arrive a call later
+            {"role": "tool", "tool_call_id": c.get("id"), "content": text}
+            for c in last["tool_calls"]
+            if isinstance(c, dict)
         )
     if kind == "step":
         calls = [
@@ -65,10 +72,22 @@ def _apply(msgs: list[Message], kind: str, arg: tuple[str, int], n: int) -> None
             msgs.extend({"role": "tool", "tool_call_id": c["id"], "content": out} for c in calls)
     elif kind == "user":
         msgs.append({"role": "user", "content": text})
+    elif kind == "malformed":
+        msgs.extend(hostile_messages(text, pick, n, msgs))
     elif kind == "edit" and len(msgs) > 2:
-        msgs[2 + pick % (len(msgs) - 2)]["content"] = f"edited {text}"  # in place
+        target = msgs[2 + pick % (len(msgs) - 2)]
+        if isinstance(target, dict):
+            target["content"] = f"edited {text}"  # in place
     elif kind == "edit_args":
-        with_calls = [m for m in msgs if m.get("tool_calls")]
+        with_calls = [
+            m
+            for m in msgs
+            if isinstance(m, dict)
+            and isinstance(m.get("tool_calls"), list)
+            and m["tool_calls"]
+            and isinstance(m["tool_calls"][0], dict)
+            and isinstance(m["tool_calls"][0].get("function"), dict)
+        ]
         if with_calls:  # a nested value edited in place
             with_calls[pick % len(with_calls)]["tool_calls"][0]["function"]["arguments"] = (
                 "{}" + text
@@ -97,8 +116,11 @@ def test_cached_calls_equal_uncached_calls(ops: list[tuple[str, Any]], window: i
     for n, (kind, arg) in enumerate(ops):
         _apply(msgs, kind, arg, n)
         _uncached(fresh)
-        got, want = cached.prepare(msgs), fresh.prepare(copy.deepcopy(msgs))
+        # values too deep for deepcopy are shared (nothing edits them)
+        shared = {id(v): v for v in DEEP.values()}
+        got, want = cached.prepare(msgs), fresh.prepare(copy.deepcopy(msgs, shared))
         assert got == want, f"call {n} ({kind}) differs"
+        assert not check_messages(got), f"call {n} ({kind}): pairs broken"
         assert cached.status is not None and fresh.status is not None
         for field in ("used", "tokens_in", "state", "trigger", "messages"):
             assert cached.status[field] == fresh.status[field], field
@@ -156,4 +178,6 @@ def test_removing_a_call_makes_its_results_orphans_of_the_step_before() -> None:
     fresh = Session(pol)
     assert cached.prepare(msgs) == fresh.prepare(copy.deepcopy(msgs))
     assert cached._caches.groups is not None and fresh._caches.groups is not None
-    assert [u.key for u in cached._caches.groups.units] == [u.key for u in fresh._caches.groups.units]
+    assert [u.key for u in cached._caches.groups.units] == [
+        u.key for u in fresh._caches.groups.units
+    ]

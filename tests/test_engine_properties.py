@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from ctxpolicy.conversation import check_messages
 from ctxpolicy.engine import LEDGER_MARK, Session
 from tests.engine_helpers import make_policy
+from tests.helpers_conv import DEEP, hostile_messages
 
 _text = st.text(
     alphabet=st.characters(blacklist_categories=("Cs",), max_codepoint=0x2FFFF), max_size=40
@@ -19,14 +20,16 @@ _text = st.text(
 
 
 @st.composite
-def conversations(draw: Any) -> list[dict[str, Any]]:
-    msgs: list[dict[str, Any]] = [{"role": "system", "content": "sys " + draw(_text)}]
+def conversations(draw: Any) -> list[Any]:
+    msgs: list[Any] = [{"role": "system", "content": "sys " + draw(_text)}]
     msgs.append({"role": "user", "content": "task " + draw(_text)})
     n = draw(st.integers(0, 25))
     cid = 0
     for _ in range(n):
-        kind = draw(st.sampled_from(["step", "step", "step", "user", "text"]))
-        if kind == "user":
+        kind = draw(st.sampled_from(["step", "step", "step", "user", "text", "hostile"]))
+        if kind == "hostile":  # issue 19 items 8, 9, 11
+            msgs.extend(hostile_messages(draw(_text), draw(st.integers(0, 99)), cid, msgs))
+        elif kind == "user":
             msgs.append({"role": "user", "content": draw(_text)})
         elif kind == "text":
             msgs.append({"role": "assistant", "content": draw(_text)})
@@ -92,9 +95,9 @@ def policies(draw: Any) -> Any:
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )
 @given(conversations(), policies())
-def test_prepare_invariants(msgs: list[dict[str, Any]], policy: Any) -> None:
+def test_prepare_invariants(msgs: list[Any], policy: Any) -> None:
     s = Session(policy)
-    before = copy.deepcopy(msgs)
+    before = copy.deepcopy(msgs, {id(v): v for v in DEEP.values()})
     out = s.prepare(msgs)
     assert msgs == before, "input mutated"
     assert check_messages(out) == []

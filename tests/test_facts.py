@@ -1,3 +1,6 @@
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from ctxpolicy.facts import Facts, error_lines, extract, lost_facts
 from tests.helpers_conv import Conv
 
@@ -49,3 +52,82 @@ def test_lost_facts():
     assert lost_facts(before, after, None) == ["src/b.py", "KeyError"]
     assert lost_facts(before, after, "ledger: src/b.py KeyError") == []
     assert lost_facts(before, before, None) == []
+
+
+# --------------------------------------------------------------------------- prefilters
+
+
+def _extract_every_pattern(text: str) -> Facts:
+    """:func:`extract` as defined: every pattern over the whole text, no prefilter."""
+    from ctxpolicy import facts as f
+
+    if not text:
+        return Facts()
+    urls = f._dedupe(u.rstrip(".,;:") for u in f._URL.findall(text))
+    scrubbed = f._URL.sub(" ", text)
+    uuids = f._UUID.findall(scrubbed)
+    scrub2 = f._UUID.sub(" ", scrubbed)
+    paths = f._dedupe(
+        p
+        for p in (f._clean_path(m) for m in f._PATH.findall(scrub2))
+        if len(p) > 1 and p not in ("/", "./", "../") and not p.startswith("//")
+    )
+    hexes = [h for h in f._HEX.findall(scrub2) if not h.isdigit()]
+    tickets = [
+        t
+        for t in f._TICKET.findall(scrub2)
+        if any(c.isalpha() for c in t) and not f._is_unit_number(t)
+    ]
+    return Facts(
+        paths=paths,
+        urls=urls,
+        ids=f._dedupe([*uuids, *hexes, *tickets]),
+        numbers=f._dedupe(n.strip() for n in f._NUMBER.findall(scrub2)),
+        errors=f._dedupe([*f._EXCEPTION.findall(scrub2), *f._ERRNO.findall(scrub2)]),
+        symbols=f._dedupe(
+            s.strip() for s in f._BACKTICK.findall(text) if s.strip() and not s.strip().isdigit()
+        ),
+        settings=f._dedupe(
+            f"{k}={v.rstrip('.,;:')}" for k, v in f._ASSIGN.findall(scrub2) if v.rstrip(".,;:")
+        ),
+    )
+
+
+FRAGMENTS = [
+    " ", "\n", "\t", "/", "./", "../", "~/", ".", "src", "a_b", "py", ".py", ".json", "x.y",
+    "http://", "HTTPS://h.io/p", "://", "-", "3f2a9c1e", "0123abcd-0123-abcd-abcd-0123456789ab",
+    "abcdefab-abcd-abcd-abcd-abcdefabcdef", "ORD_2024_001", "JIRA-42", "250 ms", "16GB", "12",
+    "٣٤", "ValueError", "TimeoutError", "HTTP 404", "ENOENT", "`sym`", "`", "k=v", "a := 3",
+    "max_connections=10", "'q'", '"', "é", "@", "+", ":",
+]  # fmt: skip
+
+
+@settings(max_examples=500, deadline=None)
+@given(
+    text=st.one_of(
+        st.text(max_size=120), st.lists(st.sampled_from(FRAGMENTS), max_size=40).map("".join)
+    )
+)
+def test_prefilters_change_nothing(text: str) -> None:
+    assert extract(text) == _extract_every_pattern(text)
+
+
+def test_prefilters_on_real_traces() -> None:
+    from tests.shared_data import shared_traces
+
+    for path in shared_traces()[:6]:
+        text = path.read_text(encoding="utf-8")[:30_000]
+        assert extract(text) == _extract_every_pattern(text), path.name
+
+
+CATEGORIES = ["paths", "urls", "ids", "numbers", "errors", "symbols", "settings"]
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    text=st.lists(st.sampled_from(FRAGMENTS), max_size=40).map("".join),
+    only=st.sets(st.sampled_from(CATEGORIES)),
+)
+def test_only_the_categories_asked_for(text: str, only: set[str]) -> None:
+    full = extract(text)
+    assert extract(text, only=only) == Facts(**{c: getattr(full, c) for c in only})

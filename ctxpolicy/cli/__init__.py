@@ -31,6 +31,7 @@ LAZY_COMMANDS: dict[str, str] = {
     "plugins": "ctxpolicy.cli.plugins:plugins",
     "simulate": "ctxpolicy.cli.simulate:simulate",
     "snapshots": "ctxpolicy.cli.snapshots:snapshots",
+    "tune": "ctxpolicy.cli.tune:tune",
     "init-plugin": "ctxpolicy.cli.init_plugin:init_plugin",
 }
 

@@ -120,11 +120,12 @@ def _parse_compare(spec: str, policy: str, agent: str) -> tuple[str, str]:
     help="Exit 1 on any overflow, pairing violation or alert of the policy.",
 )
 @click.option(
+    "--workers",
     "--jobs",
+    "jobs",
     type=click.IntRange(min=1),
-    default=1,
-    show_default=True,
-    help="Worker processes for many traces.",
+    default=None,
+    help="Worker processes replaying traces in parallel (default: the CPU count).",
 )
 @click.option(
     "--prices",
@@ -175,7 +176,7 @@ def simulate(
     compare: tuple[str, ...],
     baselines: tuple[str, ...],
     check: bool,
-    jobs: int,
+    jobs: int | None,
     prices_file: str | None,
     alert_ratio: float,
     alert_repeats: float,
@@ -189,6 +190,7 @@ def simulate(
     """
     from ctxpolicy.sim.importers import TraceError
     from ctxpolicy.sim.metrics import load_prices
+    from ctxpolicy.sim.parallel import default_workers
     from ctxpolicy.sim.replay import RunSpec
     from ctxpolicy.sim.replay import simulate as run_simulation
 
@@ -252,7 +254,7 @@ def simulate(
                     runs,
                     baselines=baselines,
                     window=window,
-                    jobs=jobs,
+                    jobs=default_workers() if jobs is None else jobs,
                     snapshots_dir=snapshots_dir,
                     prices=prices,
                     prices_source=prices_file or "builtin",

@@ -19,8 +19,17 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
-from ctxpolicy.conversation import Message, Unit, group_units, message_fingerprint, render
+from ctxpolicy.conversation import (
+    Message,
+    Repair,
+    Unit,
+    group_units,
+    message_fingerprint,
+    render,
+)
 from ctxpolicy.engine.own import insert_specials, own_kind, own_text
+from ctxpolicy.jsontext import to_json
+from ctxpolicy.repair import flatten_deep
 from ctxpolicy.tokens import _NO_SNAPSHOT, _snapshot, _value_key
 
 if TYPE_CHECKING:
@@ -55,6 +64,7 @@ class _GroupCache:
     starts: list[int]  # message index where each unit's group starts
     steps: list[int]  # step units among units[: i + 1]
     tokens: list[int]  # tokens of the messages of units[: i + 1] (framing included)
+    call_ids: dict[str, int]  # tool-call id -> message index, in message order
 
 
 @dataclass
@@ -82,12 +92,30 @@ class Caches:
         self.groups: _GroupCache | None = None
         self.pins: _PinCache | None = None
         self.views: _ViewCache | None = None
+        self._by_messages: tuple[_GroupCache, dict[int, int]] | None = None
 
     @property
     def tokens_in(self) -> int:
         """Tokens of every grouped message (framing included) as last grouped."""
         g = self.groups
         return g.tokens[-1] if g and g.tokens else 0
+
+    def unit_tokens(self, unit: Unit) -> int | None:
+        """Tokens of ``unit``'s messages (framing included) when they are those of a
+        grouped unit, counted when it was grouped; None for any other unit.
+
+        Serves ``CompactionContext.count_unit``: a layer counts each unit once
+        without a second pass over the token counter's caches.
+        """
+        g = self.groups
+        if g is None:
+            return None
+        if self._by_messages is None or self._by_messages[0] is not g:
+            self._by_messages = (g, {id(u.messages): i for i, u in enumerate(g.units)})
+        i = self._by_messages[1].get(id(unit.messages))
+        if i is None or g.units[i].messages is not unit.messages:
+            return None
+        return g.tokens[i] - (g.tokens[i - 1] if i else 0)
 
     @property
     def own_messages(self) -> list[tuple[str, str]]:
@@ -119,7 +147,10 @@ class Caches:
         else:
             snaps, kept, msgs, owns = [], [], [], []
         for i, m in enumerate(messages[k:], k):
-            snap = _snapshot(m)
+            try:
+                snap = _snapshot(m)
+            except RecursionError:  # nested too deep: its deep fields as exact JSON text
+                m, snap = self._flatten(m, len(msgs)), _NO_SNAPSHOT
             snaps.append(_UNEQUAL if snap is _NO_SNAPSHOT else snap)
             kind = own_kind(m)
             if kind is None:
@@ -129,6 +160,27 @@ class Caches:
             kept.append(len(msgs))
         self.inputs = _InputCache(snaps, kept, msgs, owns)
         return list(msgs), kept[k - 1] if k else 0
+
+    def _flatten(self, m: Any, index: int) -> Any:
+        """A message too deep for the engine's recursive steps, with its deep fields
+        as their exact JSON text (:func:`ctxpolicy.repair.flatten_deep`); reported
+        once as a ``deep_value`` repair."""
+        if not isinstance(m, Mapping):
+            return m
+        flat, fields = flatten_deep(m)
+        st = self.s.state
+        if fields and ("deep_value", index) not in st.seen_repairs:
+            st.seen_repairs.add(("deep_value", index))
+            st.touch("meta")
+            self.s._emit(
+                "conversation.repaired",
+                repair="deep_value",
+                index=index,
+                detail=f"fields {fields} nested too deep; sent as their JSON text",
+                removed=0,
+                archived=None,
+            )
+        return flat
 
     def units(self, msgs: list[Mapping[str, Any]], unchanged: int) -> tuple[list[Unit], int]:
         """Units of ``msgs`` (the first ``unchanged`` messages as in the previous call),
@@ -146,6 +198,7 @@ class Caches:
         starts: list[int] = []
         steps: list[int] = []
         cut = keep = 0
+        call_ids: dict[str, int] = {}
         if cache is not None and cache.starts:
             same = min(unchanged, cache.length)
             if same == cache.length and cache.units[-1].kind not in ("step", "orphan"):
@@ -158,16 +211,20 @@ class Caches:
                 cut = min(cache.starts[-1], cache.starts[at] if at >= 0 else 0)
                 keep = bisect.bisect_left(cache.starts, cut)
             units, starts, steps = cache.units[:keep], cache.starts[:keep], cache.steps[:keep]
+            call_ids = cache.call_ids
+            while call_ids and next(reversed(call_ids.values())) >= cut:
+                call_ids.popitem()  # ids of the regrouped messages (the newest entries)
         tail = msgs[cut:]
         fps = [content_key(m) for m in tail]
         new_units, new_starts, repairs = group_units(
-            tail, offset=cut, first_round=steps[-1] if steps else 0, fingerprints=fps
+            tail,
+            offset=cut,
+            first_round=steps[-1] if steps else 0,
+            fingerprints=fps,
+            call_ids=call_ids,
         )
-        for r in repairs:
-            if (r.kind, r.index) not in s.state.seen_repairs:
-                s.state.seen_repairs.add((r.kind, r.index))
-                s.state.touch("meta")
-                s._emit("conversation.repaired", repair=r.kind, index=r.index, detail=r.detail)
+        if repairs:
+            self._report(repairs)
         if s.state.refs:
             new_units = [self._with_refs(u) for u in new_units]
         tokens = cache.tokens[:keep] if cache is not None and keep else []
@@ -181,8 +238,41 @@ class Caches:
             tokens.append(n_tokens)
         units.extend(new_units)
         starts.extend(new_starts)
-        self.groups = _GroupCache(len(msgs), units, starts, steps, tokens)
+        self.groups = _GroupCache(len(msgs), units, starts, steps, tokens, call_ids)
         return self._pin(units, keep), keep
+
+    def _report(self, repairs: list[Repair]) -> None:
+        """One ``conversation.repaired`` event per new (kind, message index); what a
+        repair left out of the context is archived verbatim first (``archived``: its
+        reference, None without a store or when the write failed)."""
+        s = self.s
+        fresh: dict[tuple[str, int], list[Repair]] = {}
+        for r in repairs:
+            if (r.kind, r.index) not in s.state.seen_repairs:
+                fresh.setdefault((r.kind, r.index), []).append(r)
+        for (kind, index), found in fresh.items():
+            s.state.seen_repairs.add((kind, index))
+            s.state.touch("meta")
+            removed = [x for r in found for x in r.removed]
+            archived = None
+            if removed and s.snapshots is not None:
+                # a string verbatim, anything else as its exact JSON text
+                text = removed[0] if len(removed) == 1 and isinstance(removed[0], str) else None
+                doc = {
+                    "role": f"ctxpolicy.removed ({kind}, message {index})",
+                    "content": text if text is not None else to_json(removed)[0],
+                }
+                if s._archive_messages([doc], s._emit) is not None:
+                    assert s._history is not None
+                    archived = s._history.last_ref
+            s._emit(
+                "conversation.repaired",
+                repair=kind,
+                index=index,
+                detail="; ".join(r.detail for r in found)[:1000],
+                removed=len(removed),
+                archived=archived,
+            )
 
     def _pin(self, units: list[Unit], keep: int) -> list[Unit]:
         """:func:`~ctxpolicy.conversation.pin_units` of ``units``, incrementally: the

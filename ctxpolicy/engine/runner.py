@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 from ctxpolicy.budget import BudgetState
 from ctxpolicy.components import CompactionContext, Layer, LayerResult
 from ctxpolicy.conversation import Unit, check_units, content_text
+from ctxpolicy.engine.refs import ensure_refs
 from ctxpolicy.policy.models import ResolvedStep, State
 
 if TYPE_CHECKING:
@@ -101,6 +102,22 @@ def _layer(session: Session, step: ResolvedStep, index: int) -> Layer:
     return layer
 
 
+def _unit_counter(s: Session) -> Callable[[Unit], int]:
+    """``CompactionContext.count_unit``: a grouped unit's tokens as counted when it was
+    grouped, any other unit's from the counter's message cache; calibrated like
+    ``count``."""
+    scale = s.state.calibration if s.counter.approximate else 1.0
+    count_message = s.counter.count_message
+
+    def count_unit(u: Unit) -> int:
+        n = s._caches.unit_tokens(u)
+        if n is None:
+            n = sum(count_message(m) for m in u.messages)
+        return n if scale == 1.0 else round(n * scale)
+
+    return count_unit
+
+
 def run_layer(
     session: Session,
     step: ResolvedStep,
@@ -138,6 +155,7 @@ def run_layer(
         ledger=s.ledger,
         constraints=tuple(s.policy.constraints),
         count_text=s.counter.count_text,
+        count_unit=_unit_counter(s),
     )
     started = time.perf_counter()
     before = list(view)
@@ -158,6 +176,8 @@ def run_layer(
         a is b for a, b in zip(new_units, before, strict=True)
     ):
         return None, used
+    # a shortened result keeps a reference to its original (unarchived: the store failed)
+    new_units, unarchived = ensure_refs(s, before, new_units)
     problems = [v.detail for v in check_units(before, new_units)]
     new_used = count(new_units)
     if new_used > used:
@@ -179,14 +199,19 @@ def run_layer(
         emit("layer.deferred", gain=gain, min_gain_tokens=cache.min_gain_tokens)
         return None, used
     if result.dropped and not s._archive_units(result.dropped, emit):
+        unarchived = [*(u.key for u in result.dropped), *unarchived]
+    if unarchived:
+        unarchived_keys = set(unarchived)
         hard_limit = budget.window - budget.reserve_output
         if used <= hard_limit:
-            emit("layer.rejected", problems=["the dropped units could not be archived"])
+            emit(
+                "layer.rejected", problems=["the dropped or shortened units could not be archived"]
+            )
             return None, used
         emit(
             "data.lost",
-            units=[u.key for u in result.dropped][:100],
-            messages=sum(len(u.messages) for u in result.dropped),
+            units=unarchived[:100],
+            messages=sum(len(u.messages) for u in before if u.key in unarchived_keys),
             reason="archive write failed and the request would not fit otherwise",
         )
     if s.ledger is not None and result.dropped:

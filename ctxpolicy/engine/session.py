@@ -279,7 +279,8 @@ class Session:
                     ev = dict(ev)
                     self._emit(str(ev.pop("type", "tool.event")), **ev)
                 before = self.counter.count_text(outcome.raw_text)
-                after = self.counter.count_text(outcome.text)
+                same = outcome.text is outcome.raw_text or outcome.text == outcome.raw_text
+                after = before if same else self.counter.count_text(outcome.text)
                 self._emit(
                     "tool.preprocessed",
                     tool=call.name,

@@ -153,6 +153,14 @@ def _shorten(
         if keep >= size:
             break
         ref = session._ref_for_message(units[ui], m)
+        if ref is None and session.policy.snapshots.enabled:
+            session._emit(
+                "data.lost",
+                units=[units[ui].key],
+                messages=1,
+                chars=size - keep,
+                reason="archive write failed and the request would not fit otherwise",
+            )
         msgs[slot[0]] = _set(m, slot, _cut(text, keep, _what(m, slot), ref))
         units[ui] = units[ui].replace(messages=msgs)
         used = count(units)

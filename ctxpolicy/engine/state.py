@@ -149,6 +149,11 @@ class SessionState:
         self.decisions_version += 1
 
     def add_ref(self, call_id: str, uri: str) -> None:
+        """The snapshot of the result of ``call_id``. A reused id keeps the first: in
+        the conversation the first use keeps the id and later uses are renamed
+        (:mod:`ctxpolicy.repair`), and get their own snapshot when first shortened."""
+        if call_id in self.refs:
+            return
         self.refs[call_id] = uri
         self._put(f"ref/{call_id}")
 

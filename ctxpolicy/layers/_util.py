@@ -3,19 +3,27 @@
 * rounds as droppable groups (:func:`round_groups`);
 * head/tail truncation that keeps snapshot reference lines (:func:`truncate_keep_refs`);
 * rewriting a message's text without mutating it (:func:`with_text`);
-* snapshot refs carried by a unit (:func:`unit_refs`).
+* snapshot refs carried by a unit (:func:`unit_refs`);
+* token counts with each unit counted once (:class:`Tally`) and the drop plan built
+  on them (:func:`plan_drop`).
 """
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import re
-from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 from ctxpolicy.conversation import Message, Unit, content_text
 
+if TYPE_CHECKING:
+    from ctxpolicy.components import CompactionContext
+
+#: How every reference line starts (a substring test before any regex pass).
+REF_MARK = "[Full detail available at: "
 #: ``[Full detail available at: <path>]`` or ``[Full detail available at: <path> (<uri>)]``
 REF_LINE = re.compile(
     r"^\[Full detail available at: (?P<path>.+?)(?: \((?P<uri>ctxsnap://[^)\s]+)\))?\]\s*$",
@@ -60,7 +68,7 @@ def round_groups(units: Sequence[Unit]) -> list[list[int]]:
 
 def split_refs(text: str) -> tuple[str, list[str]]:
     """``text`` without its reference lines, and those lines (in order)."""
-    if "[Full detail available at: " not in text:  # a C substring scan, not a regex pass
+    if REF_MARK not in text:  # a C substring scan, not a regex pass
         return text, []
     refs = [m.group(0).strip() for m in REF_LINE.finditer(text)]
     if not refs:
@@ -96,12 +104,30 @@ def truncate_keep_refs(text: str, max_chars: int) -> str | None:
 
 
 def with_text(msg: Message, text: str) -> Message:
-    """A copy of ``msg`` whose content is ``text`` (list contents become one text part)."""
+    """A copy of ``msg`` whose text is ``text``.
+
+    A list content keeps every non-text part (images, audio, files) in place: the
+    text parts are replaced by one text part where the first of them was.
+    """
     new = dict(msg)
-    if isinstance(msg.get("content"), list):
-        new["content"] = [{"type": "text", "text": text}]
-    else:
+    content = msg.get("content")
+    if not isinstance(content, list):
         new["content"] = text
+        return new
+    parts: list[Any] = []
+    placed = False
+    for part in content:
+        is_text = isinstance(part, str) or (
+            isinstance(part, Mapping) and isinstance(part.get("text"), str)
+        )
+        if not is_text:
+            parts.append(part)
+        elif not placed:
+            parts.append({"type": "text", "text": text})
+            placed = True
+    if not placed:
+        parts.insert(0, {"type": "text", "text": text})
+    new["content"] = parts
     return new
 
 
@@ -185,8 +211,36 @@ def first_meaningful_line(text: str, n: int = 120) -> str:
     return ""
 
 
+class Tally:
+    """Token counts of a unit list with each unit counted once (prefix sums).
+
+    ``base`` is what an empty list costs (reply priming, tool schemas); the tokens
+    of any sub-list are ``base`` plus the sum of its units (exact for an additive
+    counter such as the engine's, an estimate otherwise — check with one
+    ``ctx.count`` at the end).
+    """
+
+    def __init__(self, ctx: CompactionContext, units: Sequence[Unit]) -> None:
+        self.base = ctx.count(())
+        self.each = ctx.unit_counts(units)
+        self.cum = [0, *itertools.accumulate(self.each)]
+
+    def span(self, start: int, stop: int) -> int:
+        """Tokens of ``units[start:stop]`` (without ``base``)."""
+        return self.cum[stop] - self.cum[start]
+
+    def of(self, indices: Iterable[int]) -> int:
+        """Tokens of the units at ``indices`` (without ``base``)."""
+        return sum(self.each[i] for i in indices)
+
+
+#: Exact recounts :func:`plan_drop` spends correcting its estimate (one suffices
+#: with an additive counter; a few with one that is not).
+MAX_RECOUNTS = 4
+
+
 def plan_drop(
-    count: Callable[[Sequence[Unit]], int],
+    ctx: CompactionContext,
     units: Sequence[Unit],
     *,
     keep_recent_rounds: int,
@@ -198,24 +252,46 @@ def plan_drop(
     Rounds are dropped oldest first, never one of the ``keep_recent_rounds`` newest,
     never one after which less than ``min_keep_tokens`` of content would remain,
     and (when ``target`` is given) no more once the remaining list counts ≤ target.
+
+    Linear in the number of units: each unit is counted once (:class:`Tally`), the
+    remaining tokens follow by subtraction, and the list is recounted exactly
+    (``ctx.count``) only when the estimate reaches the target — if framing made
+    the estimate low, dropping goes on from the exact count. After
+    :data:`MAX_RECOUNTS` the estimate decides and the reason is ``"estimate"`` when
+    the last exact count is still above the target.
     """
     groups = round_groups(units)
     candidates = groups[: max(0, len(groups) - keep_recent_rounds)]
     drop: set[int] = set()
-    if target is not None and count(units) <= target:
+    remaining = ctx.count(units) if target is not None else 0
+    if target is not None and remaining <= target:
         return drop, 0, "target"
+    if not candidates:
+        return drop, 0, "keep_recent_rounds"
+    tally = Tally(ctx, units)
     n = 0
     reason = "keep_recent_rounds"
+    recounts = 0
     for g in candidates:
-        if min_keep_tokens > 0 and count(units[g[-1] + 1 :]) < min_keep_tokens:
+        if min_keep_tokens > 0 and tally.base + tally.span(g[-1] + 1, len(units)) < min_keep_tokens:
             reason = "min_keep_tokens"
             break
         drop.update(g)
         n += 1
-        if (
-            target is not None
-            and count([u for i, u in enumerate(units) if i not in drop]) <= target
-        ):
-            reason = "target"
+        if target is None:
+            continue
+        remaining -= tally.of(g)
+        if remaining > target:
+            continue
+        if recounts < MAX_RECOUNTS:
+            recounts += 1
+            remaining = ctx.count([u for i, u in enumerate(units) if i not in drop])
+            if remaining > target:
+                continue  # the estimate was low: go on from the exact count
+        else:  # out of recounts: the estimate decides, one last count tells
+            exact = ctx.count([u for i, u in enumerate(units) if i not in drop])
+            reason = "target" if exact <= target else "estimate"
             break
+        reason = "target"
+        break
     return drop, n, reason

@@ -11,6 +11,7 @@ updates the progress ledger (design A's task-progress summary).
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import ClassVar
 
 from pydantic import Field
 
@@ -18,6 +19,7 @@ from ctxpolicy.components import CompactionContext, ComponentOptions, Layer, Lay
 from ctxpolicy.conversation import Unit
 from ctxpolicy.layers._util import plan_drop
 from ctxpolicy.plugins import hookimpl
+from ctxpolicy.policy.models import TuneRange
 
 
 class DropRoundsOptions(ComponentOptions):
@@ -40,12 +42,16 @@ class DropRounds(Layer):
     name = "drop_rounds"
     description = "Drop whole oldest rounds until the target is met (facts go to the ledger)."
     Options = DropRoundsOptions
+    tune_space: ClassVar[dict[str, TuneRange]] = {
+        "keep_recent_rounds": TuneRange(low=1, high=8),
+        "min_keep_tokens": TuneRange(low=0, high=40, step=2.5, percent=True),
+    }
     options: DropRoundsOptions
 
     def apply(self, ctx: CompactionContext, units: Sequence[Unit]) -> LayerResult:
         opts = self.options
         drop, n, reason = plan_drop(
-            ctx.count,
+            ctx,
             units,
             keep_recent_rounds=opts.keep_recent_rounds,
             min_keep_tokens=opts.min_keep_tokens,

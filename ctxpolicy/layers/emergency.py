@@ -28,7 +28,13 @@ from pydantic import Field
 
 from ctxpolicy.components import CompactionContext, ComponentOptions, Layer, LayerResult
 from ctxpolicy.conversation import Message, Unit
-from ctxpolicy.layers._util import message_text, round_groups, truncate_keep_refs, with_text
+from ctxpolicy.layers._util import (
+    Tally,
+    message_text,
+    round_groups,
+    truncate_keep_refs,
+    with_text,
+)
 from ctxpolicy.plugins import hookimpl
 
 __all__ = [
@@ -305,64 +311,140 @@ class Emergency(Layer):
         groups = round_groups(units)
         last_group_end = groups[-1][-1] if groups else -1
         newest_summary = max((i for i, u in enumerate(units) if u.kind == "summary"), default=None)
-        always = {
+        always = [
             i
             for i, u in enumerate(units)
             if u.pinned
             or u.kind in ("system", "ledger")
             or i > last_group_end
             or (opts.keep_summary and i == newest_summary)
-        }
+        ]
         # keep_recent_rounds first; while the result is still above the target, one
         # round fewer, down to min_recent_rounds
         fewest = opts.keep_recent_rounds
         if opts.min_recent_rounds is not None:
             fewest = min(opts.min_recent_rounds, fewest)
-        for rounds in range(opts.keep_recent_rounds, fewest - 1, -1):
-            keep_groups = groups[max(0, len(groups) - rounds) :] if rounds else []
-            keep = always | {i for g in keep_groups for i in g}
-            kept = [u for i, u in enumerate(units) if i in keep]
-            truncated = None
-            used = ctx.count(kept)
-            if opts.max_result_chars is not None and used > ctx.target:
-                kept, truncated = self._truncate(kept, opts.max_result_chars)
+        plan = _Plan(ctx, units, groups, always, opts.max_result_chars)
+        rounds, truncate = plan.choose(opts.keep_recent_rounds, fewest)
+        kept, keep, truncated = plan.build(rounds, truncate)
+        used = ctx.count(kept)
+        if used > ctx.target and (rounds > fewest or (truncated is None and plan.can_truncate)):
+            # the estimate was low (a counter that is not additive): the same search,
+            # counted exactly, from where it stopped
+            for r in range(rounds, fewest - 1, -1):
+                kept, keep, truncated = plan.build(r, False)
                 used = ctx.count(kept)
-            if rounds == fewest or used <= ctx.target:
-                break
+                if plan.can_truncate and used > ctx.target:
+                    kept, keep, truncated = plan.build(r, True)
+                    used = ctx.count(kept)
+                if r == fewest or used <= ctx.target:
+                    break
         dropped = [u for i, u in enumerate(units) if i not in keep]
         report: dict[str, object] = {
             "dropped_units": len(dropped),
-            "kept_rounds": len(keep_groups),
+            "kept_rounds": plan.kept_rounds,
         }
         if truncated is not None:
             report["truncated_results"] = truncated
         return LayerResult(units=kept, dropped=dropped, report=report)
 
-    @staticmethod
-    def _truncate(units: Sequence[Unit], max_chars: int) -> tuple[list[Unit], int]:
-        """Head/tail-truncate the tool results of unpinned steps longer than ``max_chars``."""
-        truncated = 0
-        out: list[Unit] = []
-        for u in units:
-            if u.kind != "step" or u.pinned:
-                out.append(u)
+
+class _Plan:
+    """The candidates of :class:`Emergency` (the always-kept units plus the newest
+    ``r`` rounds, their tool results truncated or not), estimated with each unit
+    counted once (:class:`~ctxpolicy.layers._util.Tally`): choosing ``r`` is
+    linear in the number of units, whatever ``keep_recent_rounds`` is."""
+
+    def __init__(
+        self,
+        ctx: CompactionContext,
+        units: Sequence[Unit],
+        groups: list[list[int]],
+        always: list[int],
+        max_chars: int | None,
+    ) -> None:
+        self.ctx, self.units, self.groups, self.always = ctx, units, groups, always
+        self.max_chars = max_chars
+        self.can_truncate = max_chars is not None
+        self.kept_rounds = 0
+        self.tally = Tally(ctx, units)
+        #: unit index → (the unit with its results truncated, results cut, its tokens)
+        self._short: dict[int, tuple[Unit, int, int]] = {}
+
+    def _shortened(self, i: int) -> tuple[Unit, int, int]:
+        if i not in self._short:
+            u = self.units[i]
+            if u.kind != "step" or u.pinned or self.max_chars is None:
+                self._short[i] = (u, 0, self.tally.each[i])
+            else:
+                short, cut = _truncate_unit(u, self.max_chars)
+                tokens = self.ctx.unit_counts([short])[0] if cut else self.tally.each[i]
+                self._short[i] = (short, cut, tokens)
+        return self._short[i]
+
+    def choose(self, most: int, fewest: int) -> tuple[int, bool]:
+        """Rounds to keep and whether to truncate, from the estimate."""
+        target, tally = self.ctx.target, self.tally
+        first = self._first(most)  # kept rounds: groups[first:]
+        plain = tally.base + tally.of(self.always)
+        plain += sum(tally.of(g) for g in self.groups[first:])
+        shortened: int | None = None  # the same with results truncated, once needed
+        rounds, truncate = most, False
+        for rounds in range(most, fewest - 1, -1):
+            while first < self._first(rounds):  # one round fewer: the oldest kept leaves
+                plain -= tally.of(self.groups[first])
+                if shortened is not None:
+                    shortened -= sum(self._shortened(i)[2] for i in self.groups[first])
+                first += 1
+            truncate = self.can_truncate and plain > target
+            est = plain
+            if truncate:
+                if shortened is None:
+                    shortened = plain + sum(
+                        self._shortened(i)[2] - tally.each[i]
+                        for g in self.groups[first:]
+                        for i in g
+                    )
+                est = shortened
+            if rounds == fewest or est <= target:
+                break
+        return rounds, truncate
+
+    def _first(self, rounds: int) -> int:
+        """Index of the oldest group kept with ``rounds`` rounds."""
+        return max(0, len(self.groups) - rounds) if rounds else len(self.groups)
+
+    def build(self, rounds: int, truncate: bool) -> tuple[list[Unit], set[int], int | None]:
+        """The kept units, their indices, and how many results were truncated (None:
+        no truncation)."""
+        kept_groups = self.groups[self._first(rounds) :]
+        self.kept_rounds = len(kept_groups)
+        keep = set(self.always).union(i for g in kept_groups for i in g)
+        kept: list[Unit] = []
+        cut = 0
+        for i, u in enumerate(self.units):
+            if i not in keep:
                 continue
-            msgs: list[Message] = []
-            changed = False
-            for m in u.messages:
-                new = (
-                    truncate_keep_refs(message_text(m), max_chars)
-                    if m.get("role") == "tool"
-                    else None
-                )
-                if new is None:
-                    msgs.append(m)
-                else:
-                    msgs.append(with_text(m, new))
-                    changed = True
-                    truncated += 1
-            out.append(u.replace(messages=msgs, meta={**u.meta, "masked": True}) if changed else u)
-        return out, truncated
+            if truncate:
+                u, n, _ = self._shortened(i)
+                cut += n
+            kept.append(u)
+        return kept, keep, cut if truncate else None
+
+
+def _truncate_unit(u: Unit, max_chars: int) -> tuple[Unit, int]:
+    """``u`` with its tool results longer than ``max_chars`` head/tail-truncated (the
+    reference lines kept), and how many were."""
+    msgs: list[Message] = []
+    cut = 0
+    for m in u.messages:
+        new = truncate_keep_refs(message_text(m), max_chars) if m.get("role") == "tool" else None
+        if new is None:
+            msgs.append(m)
+        else:
+            msgs.append(with_text(m, new))
+            cut += 1
+    return (u.replace(messages=msgs, meta={**u.meta, "masked": True}) if cut else u), cut
 
 
 @hookimpl

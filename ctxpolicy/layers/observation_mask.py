@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
+from typing import ClassVar
 
 from pydantic import Field
 
@@ -31,6 +32,7 @@ from ctxpolicy.layers._util import (
     with_text,
 )
 from ctxpolicy.plugins import hookimpl
+from ctxpolicy.policy.models import TuneRange
 
 SAME_AS = "[same output as step {step} below]"
 _SAME_AS_RE = re.compile(r"\[same output as step \S+ below\]")
@@ -69,6 +71,10 @@ class ObservationMask(Layer):
     name = "observation_mask"
     description = "Truncate tool results of old rounds (keeping snapshot refs) and dedupe repeats."
     Options = ObservationMaskOptions
+    tune_space: ClassVar[dict[str, TuneRange]] = {
+        "max_age_rounds": TuneRange(low=1, high=12),
+        "max_chars": TuneRange(low=50, high=2000, log=True),
+    }
     options: ObservationMaskOptions
 
     def apply(self, ctx: CompactionContext, units: Sequence[Unit]) -> LayerResult:
@@ -95,14 +101,11 @@ class ObservationMask(Layer):
                     else:
                         last_seen[body] = step_label(u, ordinal)
 
+        with_pointer = {i for i, _ in pointer}
         out: list[Unit] = []
         masked = deduped = saved = 0
         for i, u in enumerate(units):
-            if (
-                u.kind != "step"
-                or u.pinned
-                or (i not in old and not any(k[0] == i for k in pointer))
-            ):
+            if u.kind != "step" or u.pinned or (i not in old and i not in with_pointer):
                 out.append(u)
                 continue
             new_msgs: list[Message] = []

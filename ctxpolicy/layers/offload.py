@@ -14,7 +14,7 @@ untouched (``report["failed"]``).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, ClassVar
 
 from pydantic import Field
 
@@ -23,6 +23,7 @@ from ctxpolicy.conversation import Unit
 from ctxpolicy.facts import extract
 from ctxpolicy.layers._util import describe_call, plan_drop, round_groups, short, unit_refs
 from ctxpolicy.plugins import hookimpl
+from ctxpolicy.policy.models import TuneRange
 
 POINTER_HEADER = (
     "[Offloaded {n} earlier rounds to the snapshot store; search them with the recall tool]"
@@ -49,12 +50,16 @@ class Offload(Layer):
     name = "offload"
     description = "Move old rounds to the snapshot store, leaving a pointer with their refs."
     Options = OffloadOptions
+    tune_space: ClassVar[dict[str, TuneRange]] = {
+        "keep_recent_rounds": TuneRange(low=1, high=8),
+        "min_keep_tokens": TuneRange(low=0, high=40, step=2.5, percent=True),
+    }
     options: OffloadOptions
 
     def apply(self, ctx: CompactionContext, units: Sequence[Unit]) -> LayerResult:
         opts = self.options
         drop, n, reason = plan_drop(
-            ctx.count,
+            ctx,
             units,
             keep_recent_rounds=opts.keep_recent_rounds,
             min_keep_tokens=opts.min_keep_tokens,

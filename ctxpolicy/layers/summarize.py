@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, ClassVar
 
 from pydantic import Field
 
@@ -35,7 +35,7 @@ from ctxpolicy.components import (
     Summarizer,
     SummaryRequest,
 )
-from ctxpolicy.conversation import Message, Unit, render
+from ctxpolicy.conversation import Message, Unit
 from ctxpolicy.layers._util import (
     approx_tokens,
     head_tail,
@@ -45,7 +45,7 @@ from ctxpolicy.layers._util import (
     with_text,
 )
 from ctxpolicy.plugins import hookimpl
-from ctxpolicy.policy.models import Amount, resolve_amount
+from ctxpolicy.policy.models import Amount, TuneRange, resolve_amount
 from ctxpolicy.summarizers.prompt import SUMMARY_INSTRUCTIONS
 
 MAX_META_REFS = 100
@@ -118,15 +118,25 @@ def chunk_units(
 ) -> list[list[Message]]:
     """Messages of ``units`` in chunks of at most ~``budget`` tokens, split at unit
     boundaries; a unit larger than the budget has its messages shortened."""
+    return _chunk(units, budget, ct)[0]
+
+
+def _chunk(
+    units: Sequence[Unit], budget: int, ct: Callable[[str], int]
+) -> tuple[list[list[Message]], int]:
+    """:func:`chunk_units`, and the tokens of the messages before shortening (each
+    message counted once)."""
     chunks: list[list[Message]] = []
     cur: list[Message] = []
-    cur_t = 0
+    cur_t = total = 0
     for u in units:
         msgs = list(u.messages)
-        t = sum(_msg_tokens(m, ct) for m in msgs)
+        sizes = [_msg_tokens(m, ct) for m in msgs]
+        t = sum(sizes)
+        total += t
         if t > budget:
             per = max(32, budget // max(1, len(msgs)))
-            msgs = [_shrink(m, per, ct) if _msg_tokens(m, ct) > per else m for m in msgs]
+            msgs = [_shrink(m, per, ct) if n > per else m for m, n in zip(msgs, sizes, strict=True)]
             t = sum(_msg_tokens(m, ct) for m in msgs)
         if cur and cur_t + t > budget:
             chunks.append(cur)
@@ -135,13 +145,17 @@ def chunk_units(
         cur_t += t
     if cur:
         chunks.append(cur)
-    return chunks
+    return chunks, total
 
 
 class Summarize(Layer):
     name = "summarize"
     description = "Fold older units into one merged summary (own budget, chunked, circuit breaker)."
     Options = SummarizeOptions
+    tune_space: ClassVar[dict[str, TuneRange]] = {
+        "keep_recent_rounds": TuneRange(low=1, high=8),
+        "max_summary_tokens": TuneRange(low=256, high=4000, log=True),
+    }
     options: SummarizeOptions
 
     # ------------------------------------------------------------------ breaker
@@ -183,24 +197,28 @@ class Summarize(Layer):
             ctx.emit("breaker.closed", summarizer=self.options.summarizer)
 
     # ------------------------------------------------------------------ call
-    def _call(self, summarizer: Summarizer, req: SummaryRequest) -> Any:
+    def _call(self, summarizer: Summarizer, req: SummaryRequest, ctx: CompactionContext) -> Any:
+        """One summarizer call, bounded by ``timeout_s`` (:func:`ctxpolicy.bounded.call_bounded`:
+        a hung call keeps one daemon thread per summarizer; later calls fail fast)."""
         timeout = self.options.timeout_s
         if timeout is None:
             return summarizer.summarize(req)
-        import concurrent.futures  # only with a timeout (keeps `validate` imports light)
+        from ctxpolicy.bounded import CallBusy, CallTimeout, call_bounded
 
-        pool = concurrent.futures.ThreadPoolExecutor(
-            max_workers=1, thread_name_prefix="ctxpolicy-summary"
-        )
         try:
-            fut = pool.submit(summarizer.summarize, req)
-            try:
-                return fut.result(timeout=timeout)
-            except concurrent.futures.TimeoutError:
-                fut.cancel()
-                raise SummaryFailure(f"timeout after {timeout:g}s") from None
-        finally:
-            pool.shutdown(wait=False, cancel_futures=True)
+            return call_bounded(
+                summarizer, lambda: summarizer.summarize(req), timeout, name="summary"
+            )
+        except CallTimeout as exc:
+            ctx.emit("summarizer.hung", summarizer=self.options.summarizer, timeout_s=timeout)
+            raise SummaryFailure(str(exc)) from None
+        except CallBusy as exc:
+            ctx.emit(
+                "summarizer.busy",
+                summarizer=self.options.summarizer,
+                hung_for_s=round(exc.hung_for, 3),
+            )
+            raise SummaryFailure(str(exc)) from None
 
     # ------------------------------------------------------------------ apply
     def apply(self, ctx: CompactionContext, units: Sequence[Unit]) -> LayerResult:
@@ -239,10 +257,9 @@ class Summarize(Layer):
         )
         fixed = ct(instructions) + sum(ct(c) for c in ctx.constraints) + max_summary + 64
         chunk_budget = max(256, opts.max_input_tokens - fixed)
-        chunks = chunk_units(fold, chunk_budget, ct)
-        input_tokens = sum(_msg_tokens(m, ct) for m in render(fold)) + (
-            ct(previous) if previous else 0
-        )
+        chunks, input_tokens = _chunk(fold, chunk_budget, ct)
+        if previous:
+            input_tokens += ct(previous)
 
         try:
             summarizer = ctx.summarizer(opts.summarizer, opts.summarizer_options)
@@ -263,7 +280,7 @@ class Summarize(Layer):
                 count_text=ct,
             )
             try:
-                out = self._call(summarizer, req)
+                out = self._call(summarizer, req, ctx)
             except SummaryFailure as exc:
                 return self._failed(ctx, units, str(exc))
             except Exception as exc:
@@ -283,11 +300,11 @@ class Summarize(Layer):
         missing = [c for c in ctx.constraints if c not in summary]
         if missing:
             summary += "\nConstraints (verbatim):\n" + "\n".join(f"- {c}" for c in missing)
-        refs: list[str] = []
+        seen_refs: dict[str, None] = {}  # first occurrence of each, in order
         for u in [*old_summaries, *fold]:
             for r in u.meta.get("refs", []) if u.kind == "summary" else unit_refs(u):
-                if r not in refs:
-                    refs.append(str(r))
+                seen_refs.setdefault(str(r))
+        refs = list(seen_refs)
         replaced = [units[i] for i in region]
         new = Unit.summary(
             summary,

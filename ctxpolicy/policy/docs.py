@@ -38,6 +38,9 @@ _WHERE: dict[str, str] = {
     "Ledger": "`policies.<agent>.ledger`",
     "CacheSpec": "`policies.<agent>.cache`",
     "StateSpec": "`policies.<agent>.state`",
+    "TuneSpec": "`policies.<agent>.tune`",
+    "TuneObjectives": "`policies.<agent>.tune.objectives`",
+    "TuneRange": "`policies.<agent>.tune.space.<path>`",
 }
 _KINDS: tuple[tuple[str, str, str], ...] = (
     ("layer", "Layers", "`pipeline[].layer` / `on_overflow.layer`"),

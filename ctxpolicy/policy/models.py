@@ -191,6 +191,107 @@ class Thresholds(StrictModel):
     )
 
 
+# --------------------------------------------------------------------------- tuning
+
+
+class TuneRange(StrictModel):
+    """A searched value of ``ctxpolicy tune``: an int or float range, or choices.
+
+    Also what components declare in their ``tune_space`` class variable.
+    """
+
+    low: int | float | None = Field(default=None, description="Smallest value tried.")
+    high: int | float | None = Field(default=None, description="Largest value tried.")
+    step: int | float | None = Field(
+        default=None, gt=0, description="Grid step (unset: any int, or any float)."
+    )
+    log: bool = Field(default=False, description="Sample on a log scale (`low` must be > 0).")
+    percent: bool = Field(
+        default=False,
+        description="Search a share of the window in percent, so the range scales with "
+        'the window: budget amounts are written as "N%", a component option in tokens '
+        "as the tokens of that share.",
+    )
+    choices: list[str | int | float | bool] | None = Field(
+        default=None, min_length=1, description="Values tried instead of a range."
+    )
+
+    @property
+    def is_int(self) -> bool:
+        """An integer range (both bounds and the step are ints)."""
+        return (
+            self.choices is None
+            and all(isinstance(v, int) for v in (self.low, self.high))
+            and (self.step is None or isinstance(self.step, int))
+        )
+
+    @model_validator(mode="after")
+    def _shape(self) -> TuneRange:
+        if self.choices is not None:
+            if self.low is not None or self.high is not None or self.log or self.step:
+                raise ValueError("give either `choices` or `low`/`high`, not both")
+            return self
+        if self.low is None or self.high is None:
+            raise ValueError("a range needs both `low` and `high` (or `choices`)")
+        if self.low >= self.high:
+            raise ValueError(f"`low` ({self.low}) must be below `high` ({self.high})")
+        if self.log and (self.low <= 0 or self.step not in (None, 1)):
+            raise ValueError("a log range needs `low` > 0 and no `step` other than 1")
+        return self
+
+
+class TuneObjectives(StrictModel):
+    """What ``ctxpolicy tune`` trades off, measured exactly as ``simulate`` does."""
+
+    cost: Literal["tokens", "usd"] = Field(
+        default="tokens",
+        description="Minimised: prompt tokens summed over every call, or the estimated "
+        "cost in USD with prompt caching (simulate's price table).",
+    )
+    retention: Literal["in_context", "retained"] = Field(
+        default="in_context",
+        description="Maximised: share of the facts the agent reused that were still in "
+        "its context (`in_context`), or in context or recoverable from a snapshot "
+        "referenced there (`retained`).",
+    )
+
+
+class TuneSpec(StrictModel):
+    """How ``ctxpolicy tune`` searches this agent's numbers (docs/tune.md).
+
+    The search space starts from the defaults each component declares; ``only`` and
+    ``exclude`` (globs over parameter paths such as ``pipeline[drop_rounds].*``) narrow
+    it, ``space`` overrides or adds ranges. Command-line options win over these.
+    """
+
+    trials: int | None = Field(default=None, ge=1, description="Trials (default 50).")
+    holdout: float | None = Field(
+        default=None, ge=0, lt=1, description="Share of traces held out (default 0.3)."
+    )
+    objectives: TuneObjectives = Field(
+        default_factory=TuneObjectives, description="Cost and retention measures."
+    )
+    retention_floor: float | None = Field(
+        default=None,
+        ge=0,
+        le=1,
+        description="Least retention a candidate may have (default: the base policy's "
+        "on the tuning traces).",
+    )
+    only: list[str] = Field(
+        default_factory=list, description="Search only parameters matching these globs."
+    )
+    exclude: list[str] = Field(
+        default_factory=list, description="Never search parameters matching these globs."
+    )
+    space: dict[str, TuneRange] = Field(
+        default_factory=dict,
+        description="Ranges by parameter path (`budget.target`, `thresholds.warning`, "
+        "`pipeline[observation_mask].max_age_rounds`, `tools[*].max_chars`), "
+        "replacing the default range or adding a parameter.",
+    )
+
+
 # --------------------------------------------------------------------------- components
 
 
@@ -359,6 +460,9 @@ class AgentPolicy(StrictModel):
     state: StateSpec = Field(
         default_factory=StateSpec, description="Durable session state (resume, fleets)."
     )
+    tune: TuneSpec = Field(
+        default_factory=TuneSpec, description="Search space of `ctxpolicy tune`."
+    )
 
     @field_validator("tools")
     @classmethod
@@ -439,3 +543,4 @@ class Policy(StrictModel):
     constraints: list[str]
     cache: CacheSpec
     state: StateSpec = Field(default_factory=StateSpec)
+    tune: TuneSpec = Field(default_factory=TuneSpec)

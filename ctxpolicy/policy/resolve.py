@@ -466,6 +466,7 @@ class _Resolver:
             constraints=list(ap.constraints),
             cache=ap.cache,
             state=st.model_copy(update={"options": stopts}),
+            tune=ap.tune,
         )
         for finding in check_policy(policy):
             path = finding.path

@@ -6,6 +6,8 @@ preprocessor module to read its options model.
 
 from __future__ import annotations
 
+import itertools
+import operator
 import re
 import unicodedata
 from collections.abc import Iterable, Sequence
@@ -112,23 +114,28 @@ def clean_terminal(text: str) -> str:
     last ``\\r`` is what a terminal finally shows (``\\r\\n`` is a plain newline).
     Backspaces delete the previous character. Other C0 controls but tab are dropped.
     """
-    text = ANSI_RE.sub("", text).replace("\r\n", "\n")
-    out: list[str] = []
-    for line in text.split("\n"):
-        if "\r" in line:
-            parts = [p for p in line.split("\r") if p]
-            line = parts[-1] if parts else ""
-        if "\b" in line:
-            buf: list[str] = []
-            for ch in line:
-                if ch == "\b":
-                    if buf:
-                        buf.pop()
-                else:
-                    buf.append(ch)
-            line = "".join(buf)
-        out.append(_CONTROL_RE.sub("", line))
-    return "\n".join(out)
+    if "\x1b" in text:  # every escape sequence starts with ESC
+        text = ANSI_RE.sub("", text)
+    text = text.replace("\r\n", "\n")
+    if "\r" in text or "\b" in text:  # redraws and backspaces: line by line
+        out: list[str] = []
+        for line in text.split("\n"):
+            if "\r" in line:
+                parts = [p for p in line.split("\r") if p]
+                line = parts[-1] if parts else ""
+            if "\b" in line:
+                buf: list[str] = []
+                for ch in line:
+                    if ch == "\b":
+                        if buf:
+                            buf.pop()
+                    else:
+                        buf.append(ch)
+                line = "".join(buf)
+            out.append(line)
+        text = "\n".join(out)
+    # the other controls go in one pass (none of them is a newline)
+    return _CONTROL_RE.sub("", text)
 
 
 _CONTROL_RE = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
@@ -140,26 +147,17 @@ def collapse_repeats(lines: Iterable[str], *, min_repeats: int = 3) -> list[str]
     ``N`` is how many times the line occurred in a row. Runs shorter than
     ``min_repeats`` are kept as they are.
     """
+    lines = list(lines)
+    if min_repeats >= 2 and not any(map(operator.eq, lines, itertools.islice(lines, 1, None))):
+        return lines  # no line repeats the one before it (a C-speed scan)
     out: list[str] = []
-    prev: str | None = None
-    run = 0
-
-    def flush() -> None:
-        if prev is None:
-            return
+    for line, group in itertools.groupby(lines):
+        run = len(list(group))
         if run >= min_repeats:
-            out.append(prev)
+            out.append(line)
             out.append(f"… line repeated {run} times")
         else:
-            out.extend([prev] * run)
-
-    for line in lines:
-        if line == prev:
-            run += 1
-            continue
-        flush()
-        prev, run = line, 1
-    flush()
+            out.extend([line] * run)
     return out
 
 

@@ -19,13 +19,13 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Any
+from typing import Any, ClassVar
 
 from pydantic import Field
 
 from ctxpolicy.components import Preprocessor, ToolCall
 from ctxpolicy.plugins import hookimpl
-from ctxpolicy.policy.models import ComponentOptions
+from ctxpolicy.policy.models import ComponentOptions, TuneRange
 from ctxpolicy.preprocessors._text import (
     OUTLINE_DESCRIPTION,
     clean_terminal,
@@ -73,6 +73,10 @@ class CommandOutput(Preprocessor):
     name = "command_output"
     description = "Exit code, stderr first, cleaned head/tail of stdout, repeated lines collapsed."
     Options = CommandOutputOptions
+    tune_space: ClassVar[dict[str, TuneRange]] = {
+        "head_lines": TuneRange(low=5, high=80, step=5),
+        "tail_lines": TuneRange(low=10, high=120, step=5),
+    }
 
     options: CommandOutputOptions
 

@@ -9,11 +9,13 @@ after the marker, so an agent reading a long source file still sees what is in i
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 from pydantic import Field
 
 from ctxpolicy.components import Preprocessor, ToolCall
 from ctxpolicy.plugins import hookimpl
-from ctxpolicy.policy.models import ComponentOptions
+from ctxpolicy.policy.models import ComponentOptions, TuneRange
 from ctxpolicy.preprocessors._text import (
     OUTLINE_DESCRIPTION,
     cut_middle,
@@ -42,6 +44,9 @@ class HeadTail(Preprocessor):
     name = "head_tail"
     description = "First and last part of the result, by characters (max_chars) or tokens."
     Options = HeadTailOptions
+    tune_space: ClassVar[dict[str, TuneRange]] = {
+        "max_chars": TuneRange(low=500, high=12000, log=True),
+    }
 
     options: HeadTailOptions
 

@@ -16,11 +16,13 @@ after the marker.
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 from pydantic import Field
 
 from ctxpolicy.components import Preprocessor, ToolCall
 from ctxpolicy.plugins import hookimpl
-from ctxpolicy.policy.models import ComponentOptions
+from ctxpolicy.policy.models import ComponentOptions, TuneRange
 from ctxpolicy.preprocessors._text import (
     OUTLINE_DESCRIPTION,
     already_numbered,
@@ -54,6 +56,9 @@ class HeadTailLines(Preprocessor):
         "Files over min_lines keep first/last `lines` lines, numbered, with the omitted range."
     )
     Options = HeadTailLinesOptions
+    tune_space: ClassVar[dict[str, TuneRange]] = {
+        "lines": TuneRange(low=10, high=120, step=5),
+    }
 
     options: HeadTailLinesOptions
 

@@ -11,13 +11,13 @@ structure). Output is compact JSON (``ensure_ascii=False``). Text that is not JS
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Any, ClassVar
 
 from pydantic import Field
 
 from ctxpolicy.components import Preprocessor, ToolCall
 from ctxpolicy.plugins import hookimpl
-from ctxpolicy.policy.models import ComponentOptions
+from ctxpolicy.policy.models import ComponentOptions, TuneRange
 from ctxpolicy.preprocessors._text import head_tail_chars, never_longer
 
 
@@ -59,6 +59,10 @@ class JsonPrune(Preprocessor):
     name = "json_prune"
     description = "Structure-preserving prune of large JSON (arrays and strings cut with counts)."
     Options = JsonPruneOptions
+    tune_space: ClassVar[dict[str, TuneRange]] = {
+        "max_array_items": TuneRange(low=2, high=50),
+        "max_string_chars": TuneRange(low=50, high=1000, step=50),
+    }
 
     options: JsonPruneOptions
 

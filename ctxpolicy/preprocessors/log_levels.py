@@ -14,12 +14,13 @@ from __future__ import annotations
 
 import re
 from collections import Counter
+from typing import ClassVar
 
 from pydantic import Field, field_validator
 
 from ctxpolicy.components import Preprocessor, ToolCall
 from ctxpolicy.plugins import hookimpl
-from ctxpolicy.policy.models import ComponentOptions
+from ctxpolicy.policy.models import ComponentOptions, TuneRange
 from ctxpolicy.preprocessors._text import head_tail_chars, never_longer
 
 DEFAULT_PATTERN = (
@@ -71,6 +72,9 @@ class LogLevels(Preprocessor):
         "Only ERROR/WARN/... lines (configurable), the last `last` of them, with counts per level."
     )
     Options = LogLevelsOptions
+    tune_space: ClassVar[dict[str, TuneRange]] = {
+        "last": TuneRange(low=10, high=200, step=10),
+    }
 
     options: LogLevelsOptions
 

@@ -21,13 +21,13 @@ import json
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 from pydantic import Field
 
 from ctxpolicy.components import Preprocessor, ToolCall
 from ctxpolicy.plugins import hookimpl
-from ctxpolicy.policy.models import ComponentOptions
+from ctxpolicy.policy.models import ComponentOptions, TuneRange
 from ctxpolicy.preprocessors._text import cut_chars, head_tail_chars, never_longer
 
 _PSQL_SEP = re.compile(r"^\s*-+(\+-+)*\s*$")
@@ -240,6 +240,9 @@ class TableRows(Preprocessor):
         "Tables (JSON/CSV/markdown/psql) → header, first max_rows rows, row count, column summary."
     )
     Options = TableRowsOptions
+    tune_space: ClassVar[dict[str, TuneRange]] = {
+        "max_rows": TuneRange(low=5, high=100, step=5),
+    }
 
     options: TableRowsOptions
 

@@ -22,12 +22,13 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 from pydantic import Field
 
 from ctxpolicy.components import Preprocessor, ToolCall
 from ctxpolicy.plugins import hookimpl
-from ctxpolicy.policy.models import ComponentOptions
+from ctxpolicy.policy.models import ComponentOptions, TuneRange
 from ctxpolicy.preprocessors._text import ANSI_RE, cut_chars, head_tail_chars, never_longer
 
 
@@ -383,6 +384,10 @@ class TestFailures(Preprocessor):
     name = "test_failures"
     description = "Test runs (pytest, unittest, jest, vitest, go, cargo) → summary + each failure."
     Options = TestFailuresOptions
+    tune_space: ClassVar[dict[str, TuneRange]] = {
+        "max_failures": TuneRange(low=1, high=30),
+        "max_detail_lines": TuneRange(low=5, high=80, step=5),
+    }
 
     options: TestFailuresOptions
 

@@ -682,8 +682,9 @@ def simulate(
 ) -> dict[str, Any]:
     """Replay every trace under every run and baseline; the ``simulate --json`` document.
 
-    ``jobs > 1`` replays traces in worker processes; the result is identical to
-    a sequential run (traces keep their order). ``progress(done, total, name)`` is
+    ``jobs > 1`` replays traces in worker processes
+    (:func:`ctxpolicy.sim.parallel.map_ordered`); the result is identical to a
+    sequential run (traces keep their order). ``progress(done, total, name)`` is
     called after each trace.
     """
     from ctxpolicy.sim.metrics import load_prices, summarize_results
@@ -701,21 +702,11 @@ def simulate(
         (p, list(runs), list(baselines), window, s, prices, alert_ratio, alert_repeats)
         for p, s in zip(strs, snaps, strict=True)
     ]
-    traces: list[dict[str, Any]] = []
-    if jobs > 1 and len(strs) > 1:
-        from concurrent.futures import ProcessPoolExecutor
+    from ctxpolicy.sim.parallel import map_ordered
 
-        with ProcessPoolExecutor(max_workers=min(jobs, len(strs))) as pool:
-            futures = [pool.submit(_replay_all, *a) for a in args]
-            for i, fut in enumerate(futures):
-                traces.append(fut.result())
-                if progress is not None:
-                    progress(i + 1, len(strs), Path(strs[i]).name)
-    else:
-        for i, a in enumerate(args):
-            traces.append(_replay_all(*a))
-            if progress is not None:
-                progress(i + 1, len(strs), Path(strs[i]).name)
+    traces: list[dict[str, Any]] = map_ordered(
+        _replay_all, args, workers=jobs, progress=progress, names=[Path(p).name for p in strs]
+    )
     all_runs = [r for t in traces for r in t["runs"]]
     problems: list[dict[str, Any]] = []
     for t in traces:

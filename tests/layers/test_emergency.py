@@ -1,6 +1,8 @@
 import httpx
 import openai
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from ctxpolicy.conversation import Unit, check_units
 from ctxpolicy.layers import emergency
@@ -226,3 +228,77 @@ def test_register_pattern():
     finally:
         unregister_overflow_pattern(pat)
     assert not is_context_overflow("ctx full, max 999")
+
+
+# --------------------------------------------------------------------------- plan by sums
+
+
+def recount_emergency(opts: EmergencyOptions, count, target: int, units):
+    """The layer as defined: every candidate (rounds kept, truncated or not) counted
+    exactly, one round fewer while above the target."""
+    from ctxpolicy.layers._util import round_groups
+    from ctxpolicy.layers.emergency import _truncate_unit
+
+    groups = round_groups(units)
+    last = groups[-1][-1] if groups else -1
+    newest = max((i for i, u in enumerate(units) if u.kind == "summary"), default=None)
+    always = {
+        i
+        for i, u in enumerate(units)
+        if u.pinned
+        or u.kind in ("system", "ledger")
+        or i > last
+        or (opts.keep_summary and i == newest)
+    }
+    fewest = opts.keep_recent_rounds
+    if opts.min_recent_rounds is not None:
+        fewest = min(opts.min_recent_rounds, fewest)
+    for rounds in range(opts.keep_recent_rounds, fewest - 1, -1):
+        keep_groups = groups[max(0, len(groups) - rounds) :] if rounds else []
+        keep = always | {i for g in keep_groups for i in g}
+        kept = [u for i, u in enumerate(units) if i in keep]
+        truncated = None
+        if opts.max_result_chars is not None and count(kept) > target:
+            kept = [
+                _truncate_unit(u, opts.max_result_chars)[0]
+                if u.kind == "step" and not u.pinned
+                else u
+                for u in kept
+            ]
+            truncated = True
+        if rounds == fewest or count(kept) <= target:
+            break
+    return kept, truncated
+
+
+@settings(max_examples=120, deadline=None)
+@given(
+    n=st.integers(0, 12),
+    size=st.integers(1, 60),
+    keep=st.integers(0, 6),
+    fewest=st.one_of(st.none(), st.integers(0, 6)),
+    max_chars=st.one_of(st.none(), st.integers(0, 300)),
+    share=st.floats(0.0, 1.1),
+)
+def test_plan_by_sums_is_the_recount_plan(n, size, keep, fewest, max_chars, share) -> None:
+    c = Conv().system("sys").user("task")
+    for k in range(n):
+        c.step(("bash", {"cmd": f"ls {k}"}, f"out{k} " * size * (1 + k % 3)))
+    units = c.user("continue").units()
+    target = int(approx_count(units) * share)
+    opts = EmergencyOptions(
+        keep_recent_rounds=keep, min_recent_rounds=fewest, max_result_chars=max_chars
+    )
+    res = Emergency(opts).apply(make_ctx(units, target=target), units)
+    kept, truncated = recount_emergency(opts, approx_count, target, units)
+    assert res.units == kept
+    assert ("truncated_results" in res.report) == bool(truncated)
+    assert check_units(units, res.units) == []
+    # a count whose framing the per-unit sums miss (estimates low): the exact
+    # recounts that follow still find the recount plan's result
+    res = Emergency(opts).apply(make_ctx(units, target=target, count=framed), units)
+    assert res.units == recount_emergency(opts, framed, target, units)[0]
+
+
+def framed(units):
+    return approx_count(units) + 3 + len(units) * len(units) // 4

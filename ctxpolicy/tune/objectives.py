@@ -1,0 +1,92 @@
+"""What ``ctxpolicy tune`` optimises, computed from ``simulate``'s own metrics.
+
+Every number comes from :func:`ctxpolicy.sim.metrics.summarize_results` over the
+per-trace metrics of :func:`ctxpolicy.sim.metrics.trace_metrics`, so a tuned policy
+scores exactly what ``ctxpolicy simulate`` would print for it:
+
+* cost — prompt tokens summed over every call, or the estimated USD with prompt
+  caching (``simulate``'s price table);
+* retention — facts reused by the agent that were in its context (``in_context``),
+  or in context or recoverable from a referenced snapshot (``retained``);
+* hard constraints — no avoidable overflow (an overflow the task and the newest
+  message alone would not cause), no tool-call pairing violation, retention not
+  below the floor.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from ctxpolicy.policy.models import TuneObjectives
+
+__all__ = ["Score", "constraint_values", "score"]
+
+
+@dataclass(frozen=True)
+class Score:
+    """A policy's totals over a set of traces."""
+
+    traces: int
+    steps: int
+    tokens: int
+    tokens_none: int
+    usd: float
+    facts: int
+    in_context: float
+    retained: float
+    overflows: int
+    unavoidable: int
+    pairing: int
+    compactions: int
+
+    @property
+    def avoidable(self) -> int:
+        """Overflows some policy keeping the task could have avoided."""
+        return self.overflows - self.unavoidable
+
+    def cost(self, obj: TuneObjectives) -> float:
+        """The minimised objective."""
+        return float(self.tokens) if obj.cost == "tokens" else self.usd
+
+    def retention(self, obj: TuneObjectives) -> float:
+        """The maximised objective."""
+        return self.in_context if obj.retention == "in_context" else self.retained
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "avoidable_overflows": self.avoidable}
+
+
+def score(metrics: Sequence[Mapping[str, Any]]) -> Score:
+    """Totals of one policy's per-trace metrics (``simulate``'s summary)."""
+    from ctxpolicy.sim.metrics import summarize_results
+
+    if not metrics:
+        return Score(0, 0, 0, 0, 0.0, 0, 1.0, 1.0, 0, 0, 0, 0)
+    labels = {str(m["run"]) for m in metrics}
+    if len(labels) != 1:
+        raise ValueError(f"metrics of several runs: {sorted(labels)}")
+    s = next(iter(summarize_results(metrics).values()))
+    ret = s["retention"]
+    return Score(
+        traces=s["traces"],
+        steps=s["steps"],
+        tokens=s["prompt_tokens"],
+        tokens_none=s["prompt_tokens_none"],
+        usd=float(s["cost"]["usd"]),
+        facts=ret["facts"],
+        # no fact reused: nothing could be lost
+        in_context=1.0 if ret["in_context_rate"] is None else float(ret["in_context_rate"]),
+        retained=1.0 if ret["retained_rate"] is None else float(ret["retained_rate"]),
+        overflows=s["overflows"],
+        unavoidable=s["overflows_unavoidable"],
+        pairing=s["pairing_violations"],
+        compactions=s["compactions_total"],
+    )
+
+
+def constraint_values(s: Score, obj: TuneObjectives, floor: float) -> list[float]:
+    """Optuna constraints (feasible when every value ≤ 0): avoidable overflows,
+    pairing violations, retention below the floor."""
+    return [float(s.avoidable), float(s.pairing), round(floor - s.retention(obj), 6)]
