@@ -314,6 +314,7 @@ class SnapshotStore(Component):
         """Size in bytes of the log ``<folder>/<name>`` (0 when it does not exist)."""
         raise NotImplementedError
 
+
 # --------------------------------------------------------------------------- state
 
 
