@@ -74,6 +74,13 @@ class Timed:
         self.store.close()
 
 
+def _totals(run: dict[str, Any]) -> dict[str, Any]:
+    """One replay in the results file: sums and counts, not every call's timing."""
+    return {
+        key: {"sum": sum(v), "n": len(v)} if isinstance(v, list) else v for key, v in run.items()
+    }
+
+
 def longest_trace() -> Path:
     files = sorted((SHARED / "traces").glob("*.jsonl"))
     if not files:
@@ -203,7 +210,7 @@ def main(argv: list[str] | None = None) -> int:
         "state_bytes_final": first["state_bytes"],
         "entries_final": first["entries"],
         "compactions": first["compactions"],
-        "runs": results,
+        "runs": {k: [_totals(r) for r in runs] for k, runs in results.items()},
     }
     rows = []
     for k in kinds:
