@@ -6,7 +6,7 @@ PIP    := $(VENV)/bin/pip
 BIN    := $(VENV)/bin
 EXAMPLE_PLUGIN := examples/ctxpolicy-plugin-example
 
-.PHONY: demo test lint fuzz bench schema docs clean
+.PHONY: demo test lint fuzz bench schema docs clean postgres
 
 $(VENV)/.base: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -30,8 +30,17 @@ demo: $(VENV)/.plot
 	@if [ -f scripts/demo.sh ]; then bash scripts/demo.sh; fi
 
 # The full suite, after the lint gate (CI runs exactly this target).
-test: lint
+test: lint postgres
 	$(BIN)/pytest -q -p no:cacheprovider
+
+# The state tests start a real PostgreSQL server (tests/conftest.py): install the
+# server on a clean Debian machine when it is missing (CI runs as root).
+postgres:
+	@if ! command -v pg_config >/dev/null 2>&1 || ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; then \
+		echo "installing PostgreSQL (apt-get)"; \
+		SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+		$$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq postgresql >/dev/null; \
+	fi
 
 lint: $(VENV)/.dev
 	$(BIN)/ruff check ctxpolicy tests benchmarks examples

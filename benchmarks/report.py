@@ -35,6 +35,7 @@ ORDER = (
     "bench_tokens",
     "bench_tokens_verify",
     "bench_preprocessors",
+    "bench_state",
     "bench_tune",
 )
 SCRIPT = {name: f"benchmarks/{name}.py" for name in ORDER}

@@ -16,7 +16,7 @@ This module is light on purpose (no tiktoken, no engine): the validator imports 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -34,6 +34,10 @@ __all__ = [
     "Preprocessor",
     "SnapshotRef",
     "SnapshotStore",
+    "StateConflict",
+    "StateStore",
+    "StateStoreError",
+    "StoredState",
     "Summarizer",
     "SummaryRequest",
     "Tokenizer",
@@ -309,3 +313,96 @@ class SnapshotStore(Component):
     def size(self, folder: str, name: str) -> int:
         """Size in bytes of the log ``<folder>/<name>`` (0 when it does not exist)."""
         raise NotImplementedError
+
+
+# --------------------------------------------------------------------------- state
+
+
+class StateConflict(RuntimeError):
+    """Another writer committed first: the stored version is not the expected one.
+
+    The caller reloads (:meth:`StateStore.load`), redoes its work on the fresh
+    state and commits again (bounded by ``state.max_conflict_retries``).
+    """
+
+    def __init__(self, conv_id: str, expected: int, found: int | None = None) -> None:
+        self.conv_id = conv_id
+        self.expected = expected
+        self.found = found
+        seen = "" if found is None else f", found {found}"
+        super().__init__(
+            f"state of conversation {conv_id!r} changed since version {expected}{seen}"
+        )
+
+
+class StateStoreError(RuntimeError):
+    """The store cannot be opened or used (unreachable server, bad file, bad value).
+
+    Messages name the store and its location but never a password or secret.
+    """
+
+
+@dataclass(frozen=True)
+class StoredState:
+    """What :meth:`StateStore.load` returns: a version and the entries at that version.
+
+    ``version`` is 0 when nothing is stored for the conversation (``entries`` empty).
+    """
+
+    version: int
+    entries: dict[str, Any] = field(default_factory=dict)
+
+
+class StateStore(Component):
+    """Durable session state: small JSON entries per conversation, versioned.
+
+    Contract (tested for every store by ``tests/state/test_contract.py``):
+
+    * ``load(conv_id)`` — the entries and their version, ``StoredState(0, {})`` if
+      nothing is stored; one consistent snapshot (never half of a commit);
+    * ``commit(conv_id, expected_version=, put=, delete=)`` — atomically applies the
+      puts and deletes iff the stored version equals ``expected_version``
+      (compare-and-set) and returns the new version, ``expected_version + 1``;
+      otherwise raises :class:`StateConflict` and changes nothing. Only the given
+      keys are written. Values must be JSON (no NaN/Infinity) and round-trip
+      exactly; a value that is not is a :class:`StateStoreError` before anything
+      is written;
+    * ``close()`` — release connections; idempotent.
+
+    ``home`` is the directory for embedded stores (the snapshot root when it is a
+    local path); ``env`` the environment that ``${NAME}`` in options is
+    interpolated from when the store is opened.
+    """
+
+    def __init__(
+        self,
+        options: ComponentOptions | None = None,
+        *,
+        home: str = "",
+        env: Mapping[str, str] | None = None,
+    ) -> None:
+        super().__init__(options)
+        self.home = home
+        self.env = env
+
+    def load(self, conv_id: str) -> StoredState:
+        raise NotImplementedError
+
+    def commit(
+        self,
+        conv_id: str,
+        *,
+        expected_version: int,
+        put: Mapping[str, Any],
+        delete: Iterable[str] = (),
+    ) -> int:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        """Release resources (connections, file handles). Safe to call twice."""
+
+    def __enter__(self) -> StateStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

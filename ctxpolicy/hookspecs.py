@@ -67,6 +67,17 @@ def ctxpolicy_register_snapshot_stores(register: Callable[[type], None]) -> None
 
 
 @hookspec
+def ctxpolicy_register_state_stores(register: Callable[[type], None]) -> None:
+    """Register durable session-state stores.
+
+    Called once when the registry is built. Call ``register(StoreClass)`` for each
+    :class:`ctxpolicy.StateStore` subclass; named by ``state.store``. A store keeps
+    small JSON entries per conversation and commits them with a compare-and-set
+    on a version (see docs/state.md). Returns nothing. Not ``firstresult``.
+    """
+
+
+@hookspec
 def ctxpolicy_event(event: dict[str, Any]) -> None:
     """Observe an engine event (logs, metrics, tracing).
 

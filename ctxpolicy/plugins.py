@@ -29,6 +29,7 @@ from ctxpolicy.components import (
     Layer,
     Preprocessor,
     SnapshotStore,
+    StateStore,
     Summarizer,
     Tokenizer,
 )
@@ -58,15 +59,19 @@ DEFAULT_PLUGINS: tuple[str, ...] = (
     "ctxpolicy.summarizers.callable",
     "ctxpolicy.tokens",
     "ctxpolicy.snapshots",
+    "ctxpolicy.state.memory",
+    "ctxpolicy.state.sqlite",
+    "ctxpolicy.state.postgres",
 )
 
-Kind = Literal["layer", "preprocessor", "summarizer", "tokenizer", "snapshot_store"]
+Kind = Literal["layer", "preprocessor", "summarizer", "tokenizer", "snapshot_store", "state_store"]
 KIND_BASES: dict[Kind, type[Component]] = {
     "layer": Layer,
     "preprocessor": Preprocessor,
     "summarizer": Summarizer,
     "tokenizer": Tokenizer,
     "snapshot_store": SnapshotStore,
+    "state_store": StateStore,
 }
 KIND_HOOKS: dict[Kind, str] = {
     "layer": "ctxpolicy_register_layers",
@@ -74,6 +79,7 @@ KIND_HOOKS: dict[Kind, str] = {
     "summarizer": "ctxpolicy_register_summarizers",
     "tokenizer": "ctxpolicy_register_tokenizers",
     "snapshot_store": "ctxpolicy_register_snapshot_stores",
+    "state_store": "ctxpolicy_register_state_stores",
 }
 
 
@@ -142,6 +148,10 @@ class Registry:
     @property
     def snapshot_stores(self) -> dict[str, type[Component]]:
         return self.components["snapshot_store"]
+
+    @property
+    def state_stores(self) -> dict[str, type[Component]]:
+        return self.components["state_store"]
 
     def plugin_of(self, kind: Kind, name: str) -> str | None:
         return self.provider.get((kind, name))

@@ -662,7 +662,18 @@ def _freeze(v: Any) -> Any:
     return (t, repr(v))
 
 
-_CONTAINER = object()
+class _Container:
+    """Marks a JSON-encoded container inside a value key. Its repr is the same in every
+    process: unit keys hashed from ``repr`` of value keys are persisted
+    (:func:`ctxpolicy.engine.caches.content_key`), so no memory address may leak in."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "<json>"
+
+
+_CONTAINER = _Container()
 
 
 def _value_key(msg: dict[str, Any]) -> Any:

@@ -142,8 +142,9 @@ def main(argv: list[str] | None = None) -> int:
 
     policy = ctxpolicy.load_policy(args.policy, agent=args.agent)
     home = tempfile.mkdtemp(prefix="ctxpolicy-example-")
+    # a new conversation each run: the same conv_id would resume the stored state
     session = ctxpolicy.Session(
-        policy, conv_id="agent-loop", env={**os.environ, "CTXPOLICY_HOME": home}
+        policy, conv_id=f"agent-loop-{os.getpid()}", env={**os.environ, "CTXPOLICY_HOME": home}
     )
     server = None
     base_url = args.base_url

@@ -14,6 +14,15 @@ DATA = REPO / "tests" / "data"
 POLICY_ENV = {"HOME": "/home/test", "CTXPOLICY_HOME": "/srv/ctx"}
 
 
+@pytest.fixture(autouse=True)
+def _private_ctxpolicy_home(
+    tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every test gets its own ``CTXPOLICY_HOME``: snapshots and the default sqlite
+    session state of one test never leak into another (or into ``~/.ctxpolicy``)."""
+    monkeypatch.setenv("CTXPOLICY_HOME", str(tmp_path_factory.mktemp("ctxpolicy-home")))
+
+
 @pytest.fixture
 def policy_env() -> dict[str, str]:
     return dict(POLICY_ENV)
@@ -33,3 +42,27 @@ def register_plugin() -> Iterator[Callable[[object, str], str]]:
     yield _register
     for name in reversed(names):
         plugins.unregister_plugin(name)
+
+
+@pytest.fixture(scope="session")
+def postgres_server() -> Iterator[object]:
+    """A real PostgreSQL server for the whole run (ctxpolicy.testing.postgres).
+
+    Skips with the reason when PostgreSQL cannot start here, but fails under CI
+    (``CI`` set), where ``make test`` installs it.
+    """
+    import os
+
+    from ctxpolicy.testing.postgres import PostgresServer, PostgresUnavailable
+
+    server = PostgresServer()
+    try:
+        server.start()
+    except PostgresUnavailable as exc:
+        if os.environ.get("CI"):
+            pytest.fail(f"{exc} (CI must run the PostgreSQL tests)")
+        pytest.skip(str(exc))
+    try:
+        yield server
+    finally:
+        server.stop()

@@ -68,6 +68,7 @@ def test_builtins_come_through_the_hooks(fresh: None) -> None:
         "summarizer": {"extractive", "openai", "callable"},
         "tokenizer": {"tiktoken", "quicktok", "heuristic"},
         "snapshot_store": {"local", "fsspec"},
+        "state_store": {"sqlite", "postgres", "memory"},
     }
     for kind, names in expected.items():
         for cname in names:

@@ -22,11 +22,11 @@ import time
 import uuid
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 from ctxpolicy import plugins
 from ctxpolicy.budget import BudgetState, ToolGrowthEstimator, compute_budget, effective_window
-from ctxpolicy.components import Layer, SnapshotStore, Summarizer
+from ctxpolicy.components import Layer, SnapshotStore, StateStore, Summarizer
 from ctxpolicy.conversation import Message, Unit, check_messages, content_text, render
 from ctxpolicy.engine.caches import Caches, remember
 from ctxpolicy.engine.own import (
@@ -37,6 +37,7 @@ from ctxpolicy.engine.own import (
     special_unit,
     tool_call_info,
 )
+from ctxpolicy.engine.persist import Persistence, open_persistence
 from ctxpolicy.engine.runner import run_pipeline
 from ctxpolicy.engine.squeeze import squeeze
 from ctxpolicy.engine.state import PreparedStats, SessionState
@@ -44,6 +45,8 @@ from ctxpolicy.policy.models import Policy, resolve_amount
 from ctxpolicy.tokens import TokenCounter, get_counter
 
 __all__ = ["ContextOverflowError", "PreparedStats", "Session", "prepare"]
+
+T = TypeVar("T")
 
 #: A provider-stated limit below this fraction of the configured window is ignored
 #: (``context.window_ignored``): a garbled error must not cripple the session.
@@ -83,6 +86,7 @@ class Session:
         handover: Any = None,
         counter: TokenCounter | None = None,
         env: Mapping[str, str] | None = None,
+        state_store: StateStore | None = None,
     ) -> None:
         self.policy = policy
         self.conv_id = conv_id or uuid.uuid4().hex[:12]
@@ -115,6 +119,13 @@ class Session:
         self._budgets: dict[tuple[int, int | None], BudgetState] = {}
         self._last_units: list[Unit] = []
         self._history: Any = None  # the HistoryArchive, opened on the first compaction
+        # the stored state of conv_id (policy's `state:` store, or state_store); a
+        # session without a conv_id is a new conversation nobody can resume: memory only
+        self._persist: Persistence | None = (
+            open_persistence(self, state_store, env)
+            if conv_id is not None or state_store is not None
+            else None
+        )
 
     # ------------------------------------------------------------------ public API
     @property
@@ -148,11 +159,15 @@ class Session:
         tools: Sequence[Mapping[str, Any]] | None = None,
     ) -> list[Message]:
         """The message list to send now: fits the budget, pairs intact, pinned kept."""
-        with self._lock:
+
+        def run() -> list[Message]:
             if self.state.overflow_attempts:
                 self.state.overflow_attempts = 0
                 self.state.touch("meta")
             return self._prepare(messages, tools, forced=False)
+
+        with self._lock:
+            return self._persisted("prepare", run)
 
     def on_error(
         self,
@@ -168,7 +183,7 @@ class Session:
         """
         from ctxpolicy.layers.emergency import is_context_overflow, parse_limit
 
-        with self._lock:
+        def run() -> list[Message] | None:
             if not is_context_overflow(error):
                 return None
             limit = parse_limit(error)
@@ -195,6 +210,9 @@ class Session:
                 )
             return self._prepare(messages, tools, forced=True)
 
+        with self._lock:
+            return self._persisted("on_error", run)
+
     def record_usage(self, prompt_tokens: int, counted: int | None = None) -> float:
         """Tell the session the provider's own prompt count for the last call.
 
@@ -202,7 +220,8 @@ class Session:
         with an approximate tokenizer it scales every count from then on, so
         estimates converge to the provider's real numbers. Returns the ratio.
         """
-        with self._lock:
+
+        def run() -> float:
             st = self.state
             ours = counted if counted is not None else (st.status or {}).get("used_raw")
             if not ours or prompt_tokens <= 0:
@@ -221,6 +240,9 @@ class Session:
             )
             return st.calibration
 
+        with self._lock:
+            return self._persisted("record_usage", run)
+
     def add_tool_result(
         self,
         tool_call: Any,
@@ -233,7 +255,11 @@ class Session:
         from ctxpolicy.toolresults import ToolResultProcessor
 
         call = tool_call_info(tool_call)
-        with self._lock:
+        # the result is processed (preprocessed, snapshotted, counted) once; a redo after
+        # a lost state race only re-applies what it changes in the session state
+        done: dict[str, Any] = {}
+
+        def run() -> str:
             st = self.state
             if self._tool_processor is None:
                 self._tool_processor = ToolResultProcessor(
@@ -241,37 +267,53 @@ class Session:
                 )
             if step is None:
                 st.step += 1
-                step = st.step
+                at = st.step
             else:
+                at = step
                 st.step = max(st.step, step)
-            outcome = self._tool_processor.process(
-                call, output, conv_id=self.conv_id, step=step, meta=meta
-            )
-            for ev in outcome.events:
-                ev = dict(ev)
-                self._emit(str(ev.pop("type", "tool.event")), **ev)
+            if not done:
+                outcome = self._tool_processor.process(
+                    call, output, conv_id=self.conv_id, step=at, meta=meta
+                )
+                for ev in outcome.events:
+                    ev = dict(ev)
+                    self._emit(str(ev.pop("type", "tool.event")), **ev)
+                before = self.counter.count_text(outcome.raw_text)
+                same = outcome.text is outcome.raw_text or outcome.text == outcome.raw_text
+                after = before if same else self.counter.count_text(outcome.text)
+                self._emit(
+                    "tool.preprocessed",
+                    tool=call.name,
+                    preprocessor=outcome.preprocessor,
+                    chars_before=outcome.chars_before,
+                    chars_after=outcome.chars_after,
+                    tokens_before=before,
+                    tokens_after=after,
+                    snapshot=outcome.ref.uri if outcome.ref is not None else None,
+                    step=at,
+                )
+                done.update(outcome=outcome, before=before, after=after)
+            outcome, before, after = done["outcome"], done["before"], done["after"]
             if outcome.ref is not None and call.id:
                 st.add_ref(str(call.id), outcome.ref.uri)
-            before = self.counter.count_text(outcome.raw_text)
-            same = outcome.text is outcome.raw_text or outcome.text == outcome.raw_text
-            after = before if same else self.counter.count_text(outcome.text)
             self._growth.observe(call.name, after)
             st.stats.tool_results += 1
             st.stats.tool_tokens_before += before
             st.stats.tool_tokens_after += after
             st.touch("meta", "growth")
-            self._emit(
-                "tool.preprocessed",
-                tool=call.name,
-                preprocessor=outcome.preprocessor,
-                chars_before=outcome.chars_before,
-                chars_after=outcome.chars_after,
-                tokens_before=before,
-                tokens_after=after,
-                snapshot=outcome.ref.uri if outcome.ref is not None else None,
-                step=step,
-            )
             return str(outcome.text)
+
+        with self._lock:
+            return self._persisted("add_tool_result", run)
+
+    def close(self) -> None:
+        """Release the state store this session opened (a store passed in stays open)."""
+        if self._persist is not None:
+            self._persist.close()
+
+    def _persisted(self, what: str, call: Callable[[], T]) -> T:
+        """Run a state-changing call; save what it changed (docs/state.md)."""
+        return call() if self._persist is None else self._persist.run(what, call)
 
     def recall(self, ref: str, *, lines: Any = None, grep: str | None = None) -> str:
         """The exact original of a snapshot (or a slice of it)."""

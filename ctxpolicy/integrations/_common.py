@@ -35,13 +35,27 @@ def is_given(value: T | None) -> TypeGuard[T]:
 
 
 def as_session(
-    session: Session | Policy | str, *, agent: str = "default", **options: Any
+    session: Session | Policy | str,
+    *,
+    agent: str = "default",
+    conv_id: str | None = None,
+    **options: Any,
 ) -> Session:
-    """A :class:`~ctxpolicy.Session` from a session, a resolved policy or a policy file."""
+    """A :class:`~ctxpolicy.Session` from a session, a resolved policy or a policy file.
+
+    ``conv_id`` names the conversation whose stored state the new session resumes
+    (docs/state.md); a given session must already have that id.
+    """
     from ctxpolicy.engine import Session
     from ctxpolicy.policy.models import Policy
 
+    if conv_id is not None:
+        options["conv_id"] = conv_id
     if isinstance(session, Session):
+        if conv_id is not None and session.conv_id != conv_id:
+            raise ValueError(
+                f"the session is conversation {session.conv_id!r}, not conv_id={conv_id!r}"
+            )
         return session
     if isinstance(session, Policy):
         return Session(session, **options)

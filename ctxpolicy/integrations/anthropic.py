@@ -515,6 +515,7 @@ def wrap(
     session: Session | Any,
     *,
     agent: str = "default",
+    conv_id: str | None = None,
     cache_control: bool = True,
     cache_tail: bool = False,
     record_usage: bool = True,
@@ -522,13 +523,16 @@ def wrap(
     """A proxy of an ``anthropic.Anthropic`` / ``AsyncAnthropic`` client whose
     ``messages.create`` goes through ``session``.
 
+    ``session`` is a :class:`ctxpolicy.Session`, or a policy (object or file path +
+    ``agent``) from which a new session is made for ``conv_id`` (with a durable
+    ``state:`` store it resumes that conversation in any process, docs/state.md).
     ``cache_control`` places the stable-prefix breakpoint; ``cache_tail`` also marks
     the last message.
     """
     _anthropic()
     return AnthropicWrapper(
         client,
-        as_session(session, agent=agent),
+        as_session(session, agent=agent, conv_id=conv_id),
         cache_control=cache_control,
         cache_tail=cache_tail,
         record_usage=record_usage,

@@ -33,6 +33,10 @@ tool result is the original ``ToolMessage`` with new content; a summary is a
 
 One session per conversation: the middleware keys sessions by the LangGraph
 ``thread_id`` (``config["configurable"]["thread_id"]``; ``"default"`` without one).
+The session state of a thread lives in the policy's state store (``state:``; by
+default a sqlite file beside the snapshots, ``postgres`` for a fleet), so the
+in-process LRU of sessions is only a cache: an evicted thread, a restarted worker or
+another worker resumes it exactly (docs/state.md).
 """
 
 from __future__ import annotations
@@ -46,6 +50,7 @@ from ctxpolicy.conversation import content_text, message_fingerprint
 from ctxpolicy.integrations._common import Message, json_args, parse_args, require
 
 if TYPE_CHECKING:  # pragma: no cover
+    from ctxpolicy.components import StateStore
     from ctxpolicy.engine import Session
     from ctxpolicy.policy.models import Policy
 
@@ -235,7 +240,12 @@ class LangChainConversation:
 
 
 class SessionPool:
-    """Sessions by conversation id (LRU-bounded), all under one policy."""
+    """Sessions by conversation id, all under one policy, sharing one state store.
+
+    The pool keeps at most ``max_sessions`` sessions in memory (LRU); the state of
+    every conversation is in the store, so a session evicted here is resumed from it
+    when its conversation comes back. ``state_store=`` overrides the policy's store.
+    """
 
     def __init__(
         self,
@@ -260,6 +270,28 @@ class SessionPool:
         self._options = session_options
         self._sessions: OrderedDict[str, Session] = OrderedDict()
         self._max = max_sessions
+        self._store: StateStore | None = session_options.pop("state_store", None)
+        self._owns_store = False
+
+    @property
+    def state_store(self) -> StateStore | None:
+        """The store the pool's sessions load from and save to (opened on first use)."""
+        if self._store is None and not self._owns_store:
+            from ctxpolicy.components import StateStoreError
+            from ctxpolicy.state import open_state_store
+
+            self._owns_store = True
+            try:
+                self._store = open_state_store(self.policy, env=self._options.get("env"))
+            except (StateStoreError, ValueError):
+                self._store = None  # each session reports `state.unavailable` itself
+        return self._store
+
+    def close(self) -> None:
+        """Close the state store the pool opened."""
+        if self._owns_store and self._store is not None:
+            self._store.close()
+        self._store = None
 
     def get(self, conv_id: str | None = None) -> Session:
         if self._fixed is not None:
@@ -269,7 +301,7 @@ class SessionPool:
         key = conv_id or "default"
         s = self._sessions.get(key)
         if s is None:
-            s = Session(self.policy, conv_id=key, **self._options)
+            s = Session(self.policy, conv_id=key, state_store=self.state_store, **self._options)
             self._sessions[key] = s
             while len(self._sessions) > self._max:
                 self._sessions.popitem(last=False)

@@ -69,15 +69,24 @@ def _is_async(client: Any) -> bool:
 
 
 def wrap(
-    client: Any, session: Session | Any, *, agent: str = "default", record_usage: bool = True
+    client: Any,
+    session: Session | Any,
+    *,
+    agent: str = "default",
+    conv_id: str | None = None,
+    record_usage: bool = True,
 ) -> OpenAIWrapper:
     """A proxy of ``client`` (sync or async) whose model calls go through ``session``.
 
     ``session`` is a :class:`ctxpolicy.Session` (one per conversation), or a policy
-    (object or file path + ``agent``) from which a new session is made.
+    (object or file path + ``agent``) from which a new session is made for
+    ``conv_id``: with a durable ``state:`` store it resumes that conversation's
+    state in any process (docs/state.md).
     """
     _openai()
-    return OpenAIWrapper(client, as_session(session, agent=agent), record_usage=record_usage)
+    return OpenAIWrapper(
+        client, as_session(session, agent=agent, conv_id=conv_id), record_usage=record_usage
+    )
 
 
 def prepare_chat(

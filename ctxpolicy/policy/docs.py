@@ -37,6 +37,7 @@ _WHERE: dict[str, str] = {
     "Pinned": "`policies.<agent>.pinned`",
     "Ledger": "`policies.<agent>.ledger`",
     "CacheSpec": "`policies.<agent>.cache`",
+    "StateSpec": "`policies.<agent>.state`",
     "TuneSpec": "`policies.<agent>.tune`",
     "TuneObjectives": "`policies.<agent>.tune.objectives`",
     "TuneRange": "`policies.<agent>.tune.space.<path>`",
@@ -47,6 +48,7 @@ _KINDS: tuple[tuple[str, str, str], ...] = (
     ("summarizer", "Summarizers", "`options.summarizer` of the `summarize` layer"),
     ("tokenizer", "Tokenizers", "entries of `model.tokenizer`"),
     ("snapshot_store", "Snapshot stores", "`snapshots.store`"),
+    ("state_store", "State stores", "`state.store`"),
 )
 _PERCENT_PATTERN = r"^\s*\d+(\.\d+)?\s*%\s*$"
 _CONSTRAINTS: tuple[tuple[str, str], ...] = (

@@ -53,7 +53,7 @@ def check_component(
     """The completed options of component ``cname`` of ``kind`` named at ``base``/``key``,
     or None after emitting why not (unknown name, invalid options)."""
     cls = registry.get(kind, cname)
-    word = {"snapshot_store": "snapshot store"}.get(kind, kind)
+    word = {"snapshot_store": "snapshot store", "state_store": "state store"}.get(kind, kind)
     if cls is None:
         names = registry.names(kind)
         emit(

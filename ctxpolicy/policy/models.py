@@ -399,6 +399,33 @@ class CacheSpec(StrictModel):
     )
 
 
+class StateSpec(StrictModel):
+    """Durable session state: where a conversation's decisions, summaries and ledger live.
+
+    With the default (`sqlite`, a file beside the snapshots) an agent that restarts
+    with the same `conv_id` resumes where it stopped; `postgres` lets a fleet of
+    workers share conversations; `memory` keeps nothing after the process (see
+    docs/state.md).
+    """
+
+    store: str = Field(
+        default="sqlite",
+        description="Name of a registered state store: `sqlite`, `postgres`, `memory` "
+        "or a plugin's.",
+    )
+    options: dict[str, Any] = Field(
+        default_factory=dict, description="Options of the state store, validated by its model."
+    )
+    max_conflict_retries: int = Field(
+        default=3,
+        ge=0,
+        le=100,
+        description="How often a call whose save lost a compare-and-set race against "
+        "another worker reloads the state and redoes its work before it fails (each "
+        "conflict is a `state.conflict` event).",
+    )
+
+
 class AgentPolicy(StrictModel):
     """Policy of one agent type. Every field may be inherited through `extends`."""
 
@@ -430,6 +457,9 @@ class AgentPolicy(StrictModel):
         "of a `CompressionConfig`).",
     )
     cache: CacheSpec = Field(default_factory=CacheSpec, description="Prompt-cache awareness.")
+    state: StateSpec = Field(
+        default_factory=StateSpec, description="Durable session state (resume, fleets)."
+    )
     tune: TuneSpec = Field(
         default_factory=TuneSpec, description="Search space of `ctxpolicy tune`."
     )
@@ -512,4 +542,5 @@ class Policy(StrictModel):
     ledger: Ledger
     constraints: list[str]
     cache: CacheSpec
+    state: StateSpec = Field(default_factory=StateSpec)
     tune: TuneSpec = Field(default_factory=TuneSpec)

@@ -437,6 +437,11 @@ class _Resolver:
         if sopts is None:
             ok = False
             sopts = {}
+        st = ap.state
+        stopts = self._component("state_store", st.store, st.options, ("state",), emit, "store")
+        if stopts is None:
+            ok = False
+            stopts = {}
 
         reserve = ap.budget.reserve_output
         if reserve is None:
@@ -460,6 +465,7 @@ class _Resolver:
             ledger=ap.ledger,
             constraints=list(ap.constraints),
             cache=ap.cache,
+            state=st.model_copy(update={"options": stopts}),
             tune=ap.tune,
         )
         for finding in check_policy(policy):
@@ -548,8 +554,10 @@ class _Resolver:
 
 
 def _keep_store_paths(raw: Any, interpolated: Any) -> None:
-    """``snapshots.path`` stays as written: the session interpolates it with its own
-    ``env=`` when it opens the store (problems are still reported at load time)."""
+    """``snapshots.path`` and ``state.options.path``/``dsn`` stay as written: the
+    session interpolates them with its own ``env=`` when it opens the store (problems
+    are still reported at load time), so no secret from the environment ends up in
+    the resolved policy."""
     policies = raw.get("policies") if isinstance(raw, dict) else None
     if not isinstance(policies, dict) or not isinstance(interpolated.get("policies"), dict):
         return
@@ -563,6 +571,15 @@ def _keep_store_paths(raw: Any, interpolated: Any) -> None:
             and isinstance(target.get("snapshots"), dict)
         ):
             target["snapshots"]["path"] = snaps["path"]
+        # the state store's path and dsn too (a dsn may carry a password from ${...})
+        state = agent.get("state") if isinstance(agent, dict) else None
+        options = state.get("options") if isinstance(state, dict) else None
+        tstate = target.get("state") if isinstance(target, dict) else None
+        toptions = tstate.get("options") if isinstance(tstate, dict) else None
+        if isinstance(options, dict) and isinstance(toptions, dict):
+            for key in ("path", "dsn"):
+                if isinstance(options.get(key), str):
+                    toptions[key] = options[key]
 
 
 def _run(

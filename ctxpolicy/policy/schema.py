@@ -3,7 +3,7 @@
 The schema is generated from :class:`ctxpolicy.policy.models.PolicyFile` (the single
 source of truth) and extended with the ``Options`` schema of every registered
 component: each slot that names a component (``PipelineStep.layer``,
-``OverflowStep.layer``, ``ToolRule.preprocess``, ``Snapshots.store``) gets an
+``OverflowStep.layer``, ``ToolRule.preprocess``, ``Snapshots.store``, ``StateSpec.store``) gets an
 ``allOf`` of ``if {<field>: {const: name}} then {options: <Options schema>}``, the
 way tox 4 folds plugin configuration into ``tox schema``.
 
@@ -63,6 +63,7 @@ COMPONENT_SLOTS: tuple[tuple[str, str, Kind, str], ...] = (
     ("OverflowStep", "layer", "layer", "options"),
     ("ToolRule", "preprocess", "preprocessor", "options"),
     ("Snapshots", "store", "snapshot_store", "options"),
+    ("StateSpec", "store", "state_store", "options"),
 )
 
 _KIND_PREFIX: dict[str, str] = {
@@ -71,6 +72,7 @@ _KIND_PREFIX: dict[str, str] = {
     "summarizer": "Summarizer",
     "tokenizer": "Tokenizer",
     "snapshot_store": "SnapshotStore",
+    "state_store": "StateStore",
 }
 
 #: Diagnostic codes of schema errors, by JSON Schema keyword. They are the codes

@@ -203,8 +203,15 @@ class PolicyStrategy:
         self._events: list[dict[str, Any]] = []
         if store is None and policy.snapshots.enabled:
             raise ValueError("a policy replay needs a snapshot store (see replay_trace)")
+        from ctxpolicy.state.memory import MemoryStateStore
+
+        # a replay is one-shot: it must never resume (nor leave) durable session state
         self.session = Session(
-            policy, conv_id=conv_id, on_event=self._events.append, snapshot_store=store
+            policy,
+            conv_id=conv_id,
+            on_event=self._events.append,
+            snapshot_store=store,
+            state_store=MemoryStateStore(),
         )
         self.counter = self.session.counter
         self.above_target = False

@@ -27,6 +27,7 @@ EXPECTED = {
     "bench_validate.py": {"machine", "cold", "warm", "ctxpolicy_over_check_jsonschema_cold"},
     "bench_incidents.py": {"machine", "scenarios", "window"},
     "bench_cache.py": {"machine", "results", "windows"},
+    "bench_state.py": {"machine", "total_s", "commit_s", "prepare_per_call_s", "saves"},
     "bench_scaling.py": {"machine", "sizes", "runs", "timeout"},
 }
 

@@ -277,3 +277,9 @@ def test_async_client(policy_factory):
     with ScriptedLLMServer(window=6000, script=script) as srv:
         asyncio.run(main(srv))
         assert len(srv.accepted) == 12 and srv.rejections == 1
+
+
+def test_wrap_makes_the_session_of_a_conversation(policy_factory) -> None:
+    policy = policy_factory()
+    client = anthropic.Anthropic(base_url="http://127.0.0.1:9", api_key="test", max_retries=0)
+    assert wrap(client, policy, conv_id="thread-7").session.conv_id == "thread-7"

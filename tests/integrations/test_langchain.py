@@ -20,6 +20,7 @@ from pydantic import Field
 from ctxpolicy.integrations.langchain import (
     CtxPolicyMiddleware,
     LangChainConversation,
+    SessionPool,
     pre_model_hook,
     to_openai,
 )
@@ -137,3 +138,30 @@ def test_conversation_round_trip_and_rewrites():
     assert (
         isinstance(msgs[2], ToolMessage) and msgs[2].id == "tm-1" and msgs[2].content == "long[...]"
     )
+
+
+@pytest.mark.parametrize("store", ["sqlite", "memory"])
+def test_the_session_pool_is_a_cache_of_the_state_store(policy_factory, store: str) -> None:
+    """An evicted thread's session is resumed from the store, not started afresh
+    (with ``memory`` too: the pool's sessions share one store)."""
+    policy = policy_factory()
+    policy = policy.model_copy(update={"state": policy.state.model_copy(update={"store": store})})
+    pool = SessionPool(policy, max_sessions=1)
+    history: list[dict[str, Any]] = [
+        {"role": "system", "content": "You are a coding agent."},
+        {"role": "user", "content": "Fix BUG-1234."},
+    ]
+    for i in range(12):
+        call = {"id": f"c{i}", "type": "function", "function": {"name": "read", "arguments": "{}"}}
+        history.append({"role": "assistant", "content": f"step {i}", "tool_calls": [call]})
+        text = pool.get("thread-a").add_tool_result(call, big_output(i))
+        history.append({"role": "tool", "tool_call_id": f"c{i}", "content": text})
+    first = pool.get("thread-a")
+    out = first.prepare(history)
+    assert first.stats.compactions, "the history must compact"
+    pool.get("thread-b").prepare(history[:2])  # evicts thread-a from the LRU
+    again = pool.get("thread-a")
+    assert again is not first  # a new session object ...
+    assert again.state.decisions == first.state.decisions  # ... with the stored state
+    assert again.prepare(history) == out
+    pool.close()

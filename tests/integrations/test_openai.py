@@ -304,3 +304,13 @@ def test_prepare_responses_input_helper(policy_factory):
     items = [{"role": "user", "content": "hi"}]
     assert prepare_responses_input(session, items) == items
     assert json.dumps(items)
+
+
+def test_wrap_makes_the_session_of_a_conversation(policy_factory) -> None:
+    policy = policy_factory()
+    client = openai.OpenAI(base_url="http://127.0.0.1:9/v1", api_key="test", max_retries=0)
+    assert wrap(client, policy, conv_id="thread-7").session.conv_id == "thread-7"
+    own = Session(policy, conv_id="mine")
+    assert wrap(client, own, conv_id="mine").session is own
+    with pytest.raises(ValueError, match="conversation 'mine', not conv_id='other'"):
+        wrap(client, own, conv_id="other")

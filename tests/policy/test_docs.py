@@ -36,6 +36,7 @@ def test_every_model_field_is_documented() -> None:
         models.Pinned,
         models.Ledger,
         models.CacheSpec,
+        models.StateSpec,
     ):
         assert f"## {model.__name__}\n" in text, model.__name__
         for name, info in model.model_fields.items():
@@ -47,7 +48,7 @@ def test_builtin_components_have_option_tables() -> None:
 
     text = render_reference()
     reg = get_registry()
-    for kind in ("layer", "preprocessor", "snapshot_store"):
+    for kind in ("layer", "preprocessor", "snapshot_store", "state_store"):
         for name in reg.names(kind):  # type: ignore[arg-type]
             info = reg.plugins[reg.plugin_of(kind, name) or ""]  # type: ignore[arg-type]
             if info.builtin:

@@ -1,0 +1,121 @@
+"""What every state store shares: checking ids and keys, and the JSON encoding.
+
+Values are stored as canonical JSON text (sorted keys, no spaces, no NaN), so a
+value reads back equal to what was written, whatever the store, and two equal
+values are the same bytes. A value that would not round-trip exactly (a tuple, a
+non-string dict key, NaN, an object) is refused before anything is written.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from ctxpolicy.components import StateStoreError
+from ctxpolicy.policy.interp import interpolate
+
+__all__ = [
+    "IDENTIFIER_PATTERN",
+    "MAX_ID_CHARS",
+    "check_expected",
+    "decode",
+    "encode",
+    "encode_changes",
+    "interpolate_option",
+    "valid_conv_id",
+]
+
+#: Table names are written into SQL, so they are plain identifiers.
+IDENTIFIER_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]{0,39}$"
+MAX_ID_CHARS = 1024
+
+
+def valid_conv_id(conv_id: object) -> str:
+    """``conv_id`` if it is a usable id (non-empty text, bounded, no NUL), else ValueError."""
+    if not isinstance(conv_id, str) or not conv_id:
+        raise ValueError(f"conv_id must be a non-empty string, not {conv_id!r}")
+    _check_text("conv_id", conv_id)
+    return conv_id
+
+
+def _check_text(what: str, text: str) -> None:
+    if len(text) > MAX_ID_CHARS:
+        raise ValueError(f"{what} is longer than {MAX_ID_CHARS} characters")
+    if "\x00" in text:
+        raise ValueError(f"{what} must not contain NUL characters")
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise ValueError(f"{what} is not valid Unicode text: {exc.reason}") from None
+
+
+def encode(key: str, value: Any) -> str:
+    """Canonical JSON of one value; StateStoreError if it would not round-trip exactly."""
+    try:
+        text = json.dumps(
+            value, ensure_ascii=False, allow_nan=False, sort_keys=True, separators=(",", ":")
+        )
+    except ValueError as exc:
+        reason = "it holds NaN or Infinity" if "float" in str(exc) else str(exc)
+        raise StateStoreError(f"state entry {key!r} is not storable as JSON: {reason}") from None
+    except TypeError as exc:
+        raise StateStoreError(f"state entry {key!r} is not storable as JSON: {exc}") from None
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:  # lone surrogates: escaped, so they round-trip
+        text = json.dumps(value, ensure_ascii=True, sort_keys=True, separators=(",", ":"))
+    if json.loads(text) != value:
+        raise StateStoreError(
+            f"state entry {key!r} would not read back equal (tuples, non-string keys "
+            "or subclasses of JSON types are not storable; use lists, string keys)"
+        )
+    return text
+
+
+def decode(text: str) -> Any:
+    return json.loads(text)
+
+
+def encode_changes(
+    put: Mapping[str, Any], delete: Iterable[str]
+) -> tuple[list[tuple[str, str]], list[str]]:
+    """Check and encode one commit's changes: ``([(key, json)], [deleted keys])``."""
+    rows = []
+    for key, value in put.items():
+        if not isinstance(key, str) or not key:
+            raise ValueError(f"state keys must be non-empty strings, not {key!r}")
+        _check_text("state key", key)
+        rows.append((key, encode(key, value)))
+    dropped = list(dict.fromkeys(delete))
+    for key in dropped:
+        if not isinstance(key, str) or not key:
+            raise ValueError(f"state keys must be non-empty strings, not {key!r}")
+        if key in put:
+            raise ValueError(f"state key {key!r} is both put and deleted in one commit")
+    return rows, dropped
+
+
+def check_expected(expected_version: object) -> int:
+    if isinstance(expected_version, bool) or not isinstance(expected_version, int):
+        raise ValueError(f"expected_version must be an int, not {expected_version!r}")
+    if expected_version < 0:
+        raise ValueError(f"expected_version must be >= 0, not {expected_version}")
+    return expected_version
+
+
+def interpolate_option(value: str, env: Mapping[str, str] | None, what: str) -> str:
+    """``${NAME}``/``${NAME:-default}``/``${env:NAME}`` of a store option, at open time.
+
+    A missing variable is a StateStoreError naming the variable and the option,
+    never the option's (possibly secret) value.
+    """
+    text, problems = interpolate(value, os.environ if env is None else env)
+    for problem in problems:
+        if problem.kind == "missing":
+            raise StateStoreError(
+                f"environment variable {problem.text} is not set (used in state.options.{what})"
+            )
+        raise StateStoreError(f"invalid ${{...}} interpolation in state.options.{what}")
+    return text

@@ -1,0 +1,53 @@
+"""The ``memory`` state store: nothing outlives the process (tests, one-shot scripts).
+
+Same contract as the durable stores (compare-and-set, canonical JSON values that
+read back as fresh copies), so code tested against it behaves the same on
+``sqlite`` or ``postgres``. Thread-safe; one instance is one private store.
+"""
+
+from __future__ import annotations
+
+import threading
+
+from ctxpolicy.components import StateConflict
+from ctxpolicy.plugins import hookimpl
+from ctxpolicy.policy.models import ComponentOptions
+from ctxpolicy.state._base import JsonStateStore, Rows
+
+__all__ = ["MemoryOptions", "MemoryStateStore"]
+
+
+class MemoryOptions(ComponentOptions):
+    """The ``memory`` state store has no options."""
+
+
+class MemoryStateStore(JsonStateStore):
+    """State in a dict of this process: an explicit opt-out of durable state."""
+
+    name = "memory"
+    description = "In-process only: state is lost when the process ends (tests, scripts)."
+    Options = MemoryOptions
+
+    def _open_store(self) -> None:
+        self._lock = threading.Lock()
+        self._data: dict[str, tuple[int, dict[str, str]]] = {}
+
+    def _read(self, conv_id: str) -> tuple[int, Rows]:
+        with self._lock:
+            version, entries = self._data.get(conv_id, (0, {}))
+            return version, list(entries.items())
+
+    def _write(self, conv_id: str, expected: int, rows: Rows, dropped: list[str]) -> None:
+        with self._lock:
+            version, entries = self._data.get(conv_id, (0, {}))
+            if version != expected:
+                raise StateConflict(conv_id, expected, version)
+            entries = {**entries, **dict(rows)}
+            for key in dropped:
+                entries.pop(key, None)
+            self._data[conv_id] = (version + 1, entries)
+
+
+@hookimpl
+def ctxpolicy_register_state_stores(register):  # type: ignore[no-untyped-def]
+    register(MemoryStateStore)

@@ -1,0 +1,222 @@
+"""The ``postgres`` state store: one PostgreSQL database shared by a fleet of workers.
+
+Needs ``pip install ctxpolicy[postgres]`` (psycopg 3). Two tables,
+``<table>_versions(conv_id, version, updated_at)`` and
+``<table>_entries(conv_id, key, value)``, created on first open (under an advisory
+lock, so workers starting together do not race). A commit is one statement (one round trip, one transaction):
+
+* ``UPDATE … SET version = version + 1 WHERE conv_id = $1 AND version = $expected``
+  (or an ``INSERT … ON CONFLICT DO NOTHING`` for the first commit) — the row lock
+  serialises concurrent committers, and the loser's ``WHERE`` no longer matches,
+  so it gets :class:`StateConflict` and nothing of it is written;
+* in the same statement, only if the version moved: upserts of the given keys and
+  deletes of the deleted ones.
+
+A load is one statement (one snapshot). The DSN is interpolated from the
+environment when the store opens (default ``${CTXPOLICY_STATE_DSN}``), so a
+password never has to be in a policy file; error messages name host, port,
+database and user only. A store object belongs to the process that opened it:
+after ``fork()`` the child opens its own connection and never touches the
+parent's.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING, Any
+
+from pydantic import Field
+
+from ctxpolicy.components import StateConflict, StateStoreError
+from ctxpolicy.plugins import hookimpl
+from ctxpolicy.state._base import Rows, SqlOptions, SqlStateStore, joined_rows
+from ctxpolicy.state._codec import interpolate_option
+
+if TYPE_CHECKING:  # pragma: no cover
+    import psycopg
+
+__all__ = ["PostgresOptions", "PostgresStateStore", "describe_dsn"]
+
+
+class PostgresOptions(SqlOptions):
+    """Options of the ``postgres`` state store."""
+
+    dsn: str = Field(
+        default="${CTXPOLICY_STATE_DSN}",
+        description="libpq connection string or URL. `${NAME}` is interpolated from the "
+        "environment when the store opens; keep passwords there (or in `~/.pgpass`, "
+        "`PGPASSWORD`), never in the policy file.",
+    )
+    connect_timeout_s: float = Field(
+        default=10.0, gt=0, le=600, description="Give up connecting after this long."
+    )
+    statement_timeout_s: float = Field(
+        default=30.0,
+        gt=0,
+        le=3600,
+        description="Server-side limit of one statement (a commit waiting on a lock too).",
+    )
+
+
+def describe_dsn(dsn: str) -> str:
+    """``host:port/dbname as user`` of a DSN: enough to find it, never a password."""
+    try:
+        from psycopg.conninfo import conninfo_to_dict
+
+        info = conninfo_to_dict(dsn)
+    except Exception:
+        return "the configured PostgreSQL server"
+    host = str(info.get("host") or info.get("hostaddr") or "localhost")
+    port = str(info.get("port") or "5432")
+    where = f"postgresql://{host}:{port}/{info.get('dbname') or ''}"
+    user = info.get("user")
+    return f"{where} as {user}" if user else where
+
+
+class PostgresStateStore(SqlStateStore["psycopg.Connection[Any]"]):
+    """State in PostgreSQL: compare-and-set commits for workers on many machines."""
+
+    name = "postgres"
+    description = "PostgreSQL via psycopg 3, for a fleet of workers (compare-and-set commits)."
+    Options = PostgresOptions
+
+    options: PostgresOptions
+
+    def _open_store(self) -> None:
+        try:
+            import psycopg  # noqa: F401
+        except ImportError:  # pragma: no cover - extra not installed
+            raise StateStoreError(
+                "the `postgres` state store needs `pip install ctxpolicy[postgres]`"
+            ) from None
+        self._dsn = interpolate_option(self.options.dsn, self.env, "dsn")
+        if not self._dsn.strip():
+            raise StateStoreError(
+                "state.options.dsn is empty: set CTXPOLICY_STATE_DSN or state.options.dsn"
+            )
+        self.where = describe_dsn(self._dsn)
+        self._start(self.options.table)
+
+    def __repr__(self) -> str:
+        return f"PostgresStateStore({self.where!r}, table={self.options.table!r})"
+
+    # -- connection
+    def _connect(self) -> psycopg.Connection[Any]:
+        import psycopg
+
+        try:
+            conn = psycopg.connect(
+                self._dsn,
+                autocommit=True,
+                connect_timeout=max(1, math.ceil(self.options.connect_timeout_s)),
+                application_name="ctxpolicy",
+            )
+        except psycopg.Error as exc:
+            raise StateStoreError(
+                f"cannot connect to the state database {self.where}: {_reason(exc)}"
+            ) from None
+        try:
+            ms = int(self.options.statement_timeout_s * 1000)
+            conn.execute(f"SET statement_timeout = {ms}")
+            self._setup(conn)
+        except psycopg.Error as exc:
+            conn.close()
+            raise StateStoreError(
+                f"cannot prepare the state tables in {self.where}: {_reason(exc)}"
+            ) from None
+        return conn
+
+    def _usable(self, conn: psycopg.Connection[Any]) -> bool:
+        return not conn.closed
+
+    def _close_connection(self, conn: psycopg.Connection[Any]) -> None:
+        conn.close()
+
+    def _setup(self, conn: psycopg.Connection[Any]) -> None:
+        with conn.transaction():
+            conn.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (self._versions,))
+            conn.execute(
+                f"CREATE TABLE IF NOT EXISTS {self._versions} ("
+                "conv_id text PRIMARY KEY, version bigint NOT NULL, "
+                "updated_at timestamptz NOT NULL DEFAULT now())"
+            )
+            conn.execute(
+                f"CREATE TABLE IF NOT EXISTS {self._entries} ("
+                "conv_id text NOT NULL, key text NOT NULL, value text NOT NULL, "
+                "PRIMARY KEY (conv_id, key))"
+            )
+
+    def _fail(self, action: str, exc: Exception) -> StateStoreError:
+        """A database error: drop a broken connection (the next call reconnects)."""
+        conn = self._conn
+        if conn is not None and (conn.closed or conn.broken):
+            self._conn = None
+        return StateStoreError(f"cannot {action} the state database {self.where}: {_reason(exc)}")
+
+    # -- raw reads and writes
+    def _read(self, conv_id: str) -> tuple[int, Rows]:
+        import psycopg
+
+        with self._lock:
+            conn = self._connection()
+            try:
+                return joined_rows(conn.execute(self._select_sql("%s"), (conv_id,)).fetchall())
+            except psycopg.Error as exc:
+                raise self._fail("read", exc) from None
+
+    def _write(self, conv_id: str, expected: int, rows: Rows, dropped: list[str]) -> None:
+        import psycopg
+
+        with self._lock:
+            conn = self._connection()
+            try:
+                row = conn.execute(
+                    self._commit_sql(expected),
+                    {
+                        "conv": conv_id,
+                        "expected": expected,
+                        "keys": [k for k, _ in rows],
+                        "values": [v for _, v in rows],
+                        "dropped": dropped,
+                    },
+                ).fetchone()
+            except psycopg.Error as exc:
+                raise self._fail("write", exc) from None
+        if row is None:
+            raise StateConflict(conv_id, expected)  # nothing of it was written
+
+    def _commit_sql(self, expected: int) -> str:
+        """One statement, so one round trip and one implicit transaction: bump the
+        version iff it is ``expected`` (the row lock serialises committers; a loser's
+        ``WHERE`` no longer matches), and only then upsert and delete entries."""
+        if expected == 0:
+            bump = (
+                f"INSERT INTO {self._versions} (conv_id, version) VALUES (%(conv)s, 1) "
+                "ON CONFLICT (conv_id) DO NOTHING RETURNING version"
+            )
+        else:
+            bump = (
+                f"UPDATE {self._versions} SET version = version + 1, updated_at = now() "
+                "WHERE conv_id = %(conv)s AND version = %(expected)s RETURNING version"
+            )
+        return (
+            f"WITH v AS ({bump}), "
+            f"d AS (DELETE FROM {self._entries} WHERE conv_id = %(conv)s "
+            "AND key = ANY(%(dropped)s::text[]) AND EXISTS (SELECT 1 FROM v)), "
+            f"p AS (INSERT INTO {self._entries} (conv_id, key, value) "
+            "SELECT %(conv)s, k, val FROM unnest(%(keys)s::text[], %(values)s::text[]) "
+            "AS t(k, val) WHERE EXISTS (SELECT 1 FROM v) "
+            "ON CONFLICT (conv_id, key) DO UPDATE SET value = EXCLUDED.value) "
+            "SELECT version FROM v"
+        )
+
+
+def _reason(exc: Exception) -> str:
+    """The server's message, first line only (libpq messages never echo a password)."""
+    text = str(exc).strip().splitlines()
+    return text[0] if text else type(exc).__name__
+
+
+@hookimpl
+def ctxpolicy_register_state_stores(register):  # type: ignore[no-untyped-def]
+    register(PostgresStateStore)

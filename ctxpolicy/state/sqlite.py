@@ -1,0 +1,181 @@
+"""The ``sqlite`` state store: the embedded default, one file beside the snapshots.
+
+Stdlib :mod:`sqlite3` in WAL mode (readers never block the writer). Two tables:
+``<table>_versions(conv_id, version, updated_at)`` and
+``<table>_entries(conv_id, key, value)``; a commit is one ``BEGIN IMMEDIATE``
+transaction that checks the version, bumps it and writes only the given keys, so
+any number of processes on one machine can share the file safely. A load is one
+statement (one consistent snapshot). The file is created 0600 in a 0700
+directory. Not for network filesystems (SQLite's locking is unreliable there):
+use ``postgres`` for workers on several machines.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sqlite3
+import time
+from typing import Literal
+
+from pydantic import Field
+
+from ctxpolicy.components import StateConflict, StateStoreError
+from ctxpolicy.plugins import hookimpl
+from ctxpolicy.state._base import Rows, SqlOptions, SqlStateStore, joined_rows
+from ctxpolicy.state._codec import interpolate_option
+
+__all__ = ["DEFAULT_FILE", "SqliteOptions", "SqliteStateStore"]
+
+#: File name under the state home (the snapshot root). The leading dot keeps it
+#: apart from conversation directories, whose names never start with a dot.
+DEFAULT_FILE = ".ctxpolicy-state.sqlite3"
+#: Where the file goes when the snapshot root is not a local directory.
+FALLBACK_PATH = "${CTXPOLICY_HOME:-~/.ctxpolicy}/state.sqlite3"
+
+
+class SqliteOptions(SqlOptions):
+    """Options of the ``sqlite`` state store."""
+
+    path: str | None = Field(
+        default=None,
+        description="Database file; `${NAME}`, `${NAME:-default}` and `~` are expanded "
+        "when the store opens. Unset: `.ctxpolicy-state.sqlite3` in the snapshot root "
+        "(or `${CTXPOLICY_HOME:-~/.ctxpolicy}/state.sqlite3` when snapshots are not local).",
+    )
+    timeout_s: float = Field(
+        default=30.0,
+        gt=0,
+        le=3600,
+        description="How long a commit waits for another process's write lock.",
+    )
+    synchronous: Literal["normal", "full"] = Field(
+        default="normal",
+        description="SQLite `synchronous` pragma: `normal` survives any process crash "
+        "(SIGKILL) and in WAL mode may lose only the last commits on power loss; `full` "
+        "also survives power loss, at an fsync per commit.",
+    )
+
+
+class SqliteStateStore(SqlStateStore[sqlite3.Connection]):
+    """State in one SQLite file (WAL), shared safely by the processes of one machine."""
+
+    name = "sqlite"
+    description = "Embedded SQLite file beside the snapshots (WAL, compare-and-set commits)."
+    Options = SqliteOptions
+
+    options: SqliteOptions
+
+    def _open_store(self) -> None:
+        self.path = self.where = self._resolve_path()
+        self._start(self.options.table)
+
+    def _resolve_path(self) -> str:
+        if self.options.path is not None:
+            raw = interpolate_option(self.options.path, self.env, "path")
+        elif self.home:
+            raw = os.path.join(self.home, DEFAULT_FILE)
+        else:
+            raw = interpolate_option(FALLBACK_PATH, self.env, "path")
+        if raw == ":memory:":
+            raise StateStoreError("state.options.path ':memory:' is not durable: use store: memory")
+        return os.path.abspath(os.path.expanduser(raw))
+
+    # -- connection
+    def _connect(self) -> sqlite3.Connection:
+        try:
+            return self._open()
+        except (sqlite3.Error, OSError) as exc:
+            raise StateStoreError(f"cannot open state database {self.path}: {exc}") from None
+
+    def _close_connection(self, conn: sqlite3.Connection) -> None:
+        conn.close()
+
+    def _open(self) -> sqlite3.Connection:
+        os.makedirs(os.path.dirname(self.path), mode=0o700, exist_ok=True)
+        if not os.path.exists(self.path):
+            with contextlib.suppress(FileExistsError):
+                os.close(os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+        timeout = self.options.timeout_s
+        conn = sqlite3.connect(
+            self.path, timeout=timeout, isolation_level=None, check_same_thread=False
+        )
+        try:
+            conn.execute(f"PRAGMA busy_timeout = {int(timeout * 1000)}")
+            mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+            if str(mode).lower() != "wal":
+                raise StateStoreError(
+                    f"state database {self.path} cannot use WAL mode (journal_mode={mode})"
+                )
+            conn.execute(f"PRAGMA synchronous = {self.options.synchronous.upper()}")
+            conn.execute("BEGIN IMMEDIATE")
+            conn.execute(
+                f"CREATE TABLE IF NOT EXISTS {self._versions} ("
+                "conv_id TEXT PRIMARY KEY, version INTEGER NOT NULL, updated_at REAL NOT NULL)"
+            )
+            conn.execute(
+                f"CREATE TABLE IF NOT EXISTS {self._entries} ("
+                "conv_id TEXT NOT NULL, key TEXT NOT NULL, value TEXT NOT NULL, "
+                "PRIMARY KEY (conv_id, key)) WITHOUT ROWID"
+            )
+            conn.execute("COMMIT")
+        except BaseException:
+            conn.close()
+            raise
+        return conn
+
+    # -- raw reads and writes
+    def _read(self, conv_id: str) -> tuple[int, Rows]:
+        with self._lock:
+            conn = self._connection()
+            try:
+                return joined_rows(conn.execute(self._select_sql("?"), (conv_id,)))
+            except sqlite3.Error as exc:
+                raise StateStoreError(f"cannot read state from {self.path}: {exc}") from None
+
+    def _write(self, conv_id: str, expected: int, rows: Rows, dropped: list[str]) -> None:
+        with self._lock:
+            conn = self._connection()
+            try:
+                conn.execute("BEGIN IMMEDIATE")
+                try:
+                    self._apply(conn, conv_id, expected, rows, dropped)
+                    conn.execute("COMMIT")
+                except BaseException:
+                    with contextlib.suppress(sqlite3.Error):
+                        conn.execute("ROLLBACK")
+                    raise
+            except sqlite3.Error as exc:
+                raise StateStoreError(f"cannot write state to {self.path}: {exc}") from None
+
+    def _apply(
+        self, conn: sqlite3.Connection, conv_id: str, expected: int, rows: Rows, dropped: list[str]
+    ) -> None:
+        row = conn.execute(
+            f"SELECT version FROM {self._versions} WHERE conv_id = ?", (conv_id,)
+        ).fetchone()
+        found = 0 if row is None else int(row[0])
+        if found != expected:
+            raise StateConflict(conv_id, expected, found)
+        conn.execute(
+            f"INSERT INTO {self._versions} (conv_id, version, updated_at) VALUES (?, ?, ?) "
+            "ON CONFLICT (conv_id) DO UPDATE SET version = excluded.version, "
+            "updated_at = excluded.updated_at",
+            (conv_id, expected + 1, time.time()),
+        )
+        if rows:
+            conn.executemany(
+                f"INSERT INTO {self._entries} (conv_id, key, value) VALUES (?, ?, ?) "
+                "ON CONFLICT (conv_id, key) DO UPDATE SET value = excluded.value",
+                [(conv_id, k, v) for k, v in rows],
+            )
+        if dropped:
+            conn.executemany(
+                f"DELETE FROM {self._entries} WHERE conv_id = ? AND key = ?",
+                [(conv_id, k) for k in dropped],
+            )
+
+
+@hookimpl
+def ctxpolicy_register_state_stores(register):  # type: ignore[no-untyped-def]
+    register(SqliteStateStore)

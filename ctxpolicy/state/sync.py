@@ -1,0 +1,138 @@
+"""Keep one conversation's state in step with its store: incremental saves, CAS, redo.
+
+:class:`StateSync` is what a :class:`ctxpolicy.Session` uses (the engine calls it at
+a few points and knows nothing of SQL). The session says what changed since the last
+save (``put`` and ``delete``: its state tracks dirty entries), and every save is one
+compare-and-set commit of exactly those entries on the version last seen — a call
+writes what it changed, never the whole history.
+
+:meth:`StateSync.run` wraps one state-changing call (``prepare``, ``add_tool_result``,
+``on_error``, ``record_usage``): it runs the call and saves its changes; when another
+worker committed first (:class:`StateConflict`) it emits ``state.conflict``, waits a
+few random milliseconds (growing with each attempt, so racing workers spread out),
+reloads the stored state into the session and runs the call again — at most
+``max_retries`` times, then the conflict is raised. A store that fails (server
+down) is a ``state.save_failed`` event, not a failed call: the changes stay pending
+and go out with the next successful save.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any, TypeVar
+
+from ctxpolicy.components import StateConflict, StateStore, StateStoreError
+
+__all__ = ["Changes", "StateSync"]
+
+T = TypeVar("T")
+#: What changed since the last save: entries to write, keys to delete.
+Changes = tuple[Mapping[str, Any], Iterable[str]]
+
+
+def _noop(type_: str, **fields: Any) -> None:
+    return None
+
+
+class StateSync:
+    """The link between one conversation's in-memory state and its :class:`StateStore`."""
+
+    def __init__(
+        self,
+        store: StateStore,
+        conv_id: str,
+        *,
+        max_retries: int = 3,
+        emit: Callable[..., Any] = _noop,
+    ) -> None:
+        self.store = store
+        self.conv_id = conv_id
+        self.max_retries = max_retries
+        self.emit = emit
+        #: the stored version this session's state corresponds to
+        self.version = 0
+        self.saves = 0
+        self.conflicts = 0
+        self._put: dict[str, Any] = {}
+        self._delete: set[str] = set()
+        self._rng = random.Random()
+
+    @property
+    def pending(self) -> bool:
+        """Changes that a failed save could not write yet."""
+        return bool(self._put or self._delete)
+
+    def load(self) -> dict[str, Any]:
+        """The stored entries (``{}`` for a new conversation); remembers their version.
+
+        Pending changes are dropped: the loaded state replaces them.
+        """
+        stored = self.store.load(self.conv_id)
+        self.version = stored.version
+        self._put.clear()
+        self._delete.clear()
+        return stored.entries
+
+    def save(self, put: Mapping[str, Any], delete: Iterable[str] = ()) -> bool:
+        """Commit these changes (and any pending ones); False when there is nothing to write.
+
+        Raises :class:`StateConflict` when another writer committed since the last
+        load or save (reload and redo), and :class:`StateStoreError` when the store
+        fails (the changes stay pending for the next save).
+        """
+        for key in delete:
+            self._put.pop(key, None)
+            self._delete.add(key)
+        for key, value in put.items():
+            self._delete.discard(key)
+            self._put[key] = value
+        if not self.pending:
+            return False
+        self.version = self.store.commit(
+            self.conv_id, expected_version=self.version, put=self._put, delete=self._delete
+        )
+        self.saves += 1
+        self._put.clear()
+        self._delete.clear()
+        return True
+
+    def run(
+        self,
+        call: Callable[[], T],
+        changes: Callable[[], Changes],
+        restore: Callable[[Mapping[str, Any]], None],
+        *,
+        what: str = "call",
+    ) -> T:
+        """Run ``call`` and save ``changes()``; on a lost race reload, ``restore``, redo.
+
+        ``restore(entries)`` must put the session exactly into the stored state, so
+        that running ``call`` again gives what one sequential run would have.
+        """
+        for attempt in range(self.max_retries + 1):
+            result = call()
+            put, delete = changes()
+            try:
+                self.save(put, delete)
+                return result
+            except StateConflict as exc:
+                self.conflicts += 1
+                last = attempt == self.max_retries
+                self.emit(
+                    "state.conflict",
+                    call=what,
+                    attempt=attempt + 1,
+                    expected_version=exc.expected,
+                    gave_up=last,
+                )
+                if last:
+                    raise
+                # a short random pause so racing workers do not collide again at once
+                time.sleep(self._rng.uniform(0, min(0.05, 0.002 * 2**attempt)))
+                restore(self.load())
+            except StateStoreError as exc:
+                self.emit("state.save_failed", call=what, error=str(exc))
+                return result
+        raise AssertionError("unreachable")  # pragma: no cover
