@@ -31,7 +31,7 @@ def test_resumed_session_prepares_byte_identical_messages() -> None:
 
 def test_incremental_changes_cover_the_full_state() -> None:
     msgs = conversation(30, 400)
-    s = Session(_policy(), conv_id="inc")
+    s = Session(_policy())  # no conv_id: nothing else takes the changes
     stored: dict[str, object] = {}
     for n in range(4, len(msgs) + 1, 3):
         s.prepare(msgs[:n])

@@ -105,6 +105,7 @@ class SharedSummaryPolicy(PolicyStrategy):
         summarizer: Callable[..., str],
     ) -> None:
         from ctxpolicy import Session
+        from ctxpolicy.state.memory import MemoryStateStore
 
         super().__init__(policy, conv_id=conv_id, label=label, store=store)
         self.session = Session(
@@ -113,6 +114,7 @@ class SharedSummaryPolicy(PolicyStrategy):
             on_event=self._events.append,
             snapshot_store=store,
             summarizer=summarizer,
+            state_store=MemoryStateStore(),  # each run starts fresh, like simulate's
         )
         self.counter = self.session.counter
 

@@ -57,6 +57,7 @@ def replay_ctxpolicy(
     """Seconds of ``prepare`` per call and of ``add_tool_result`` booked per call."""
     from ctxpolicy import Session
     from ctxpolicy.sim.replay import _sim_store
+    from ctxpolicy.state.memory import MemoryStateStore
     from ctxpolicy.tokens import get_counter
 
     tmp = Path(tempfile.mkdtemp(prefix="ctxpolicy-percall-"))
@@ -67,6 +68,8 @@ def replay_ctxpolicy(
             conv_id="percall",
             snapshot_store=_sim_store(policy, tmp),
             summarizer=ctxpolicy_summary(counter.count_text),
+            # every repeat starts fresh; the cost of durable state is bench_state's
+            state_store=MemoryStateStore(),
         )
         clock = time.perf_counter
         on = profiler.enable if profiler else (lambda: None)

@@ -58,6 +58,8 @@ class StateSync:
         self._put: dict[str, Any] = {}
         self._delete: set[str] = set()
         self._rng = random.Random()
+        #: the last call gave up on a lost race: reload before the next one
+        self._stale = False
 
     @property
     def pending(self) -> bool:
@@ -111,6 +113,9 @@ class StateSync:
         ``restore(entries)`` must put the session exactly into the stored state, so
         that running ``call`` again gives what one sequential run would have.
         """
+        if self._stale:
+            self._stale = False
+            restore(self.load())
         for attempt in range(self.max_retries + 1):
             result = call()
             put, delete = changes()
@@ -128,7 +133,11 @@ class StateSync:
                     gave_up=last,
                 )
                 if last:
-                    raise
+                    # the agent's call succeeds as computed here; its state changes are
+                    # not written (the store keeps a state some sequential run had) and
+                    # the next call starts from the stored state
+                    self._stale = True
+                    return result
                 # a short random pause so racing workers do not collide again at once
                 time.sleep(self._rng.uniform(0, min(0.05, 0.002 * 2**attempt)))
                 restore(self.load())

@@ -84,7 +84,7 @@ def test_a_lost_race_reloads_and_redoes_the_call() -> None:
     ]
 
 
-def test_retries_are_bounded_then_the_conflict_is_raised() -> None:
+def test_retries_are_bounded_then_the_call_returns_unsaved_and_the_next_reloads() -> None:
     store = MemoryStateStore()
     a = Counter()
     gave_up: list[bool] = []
@@ -96,9 +96,12 @@ def test_retries_are_bounded_then_the_conflict_is_raised() -> None:
         store.commit("c", expected_version=other.version, put={"other": other.version})
         return a.step("a")
 
-    with pytest.raises(StateConflict):
-        sync.run(racing_call, a.changes, a.restore)
+    sync.run(racing_call, a.changes, a.restore)  # the agent's call is not failed
     assert a.calls == 3 and gave_up == [False, False, True]
+    assert "a" not in store.load("c").entries  # nothing half-written
+    restored: list[dict[str, object]] = []
+    sync.run(lambda: 0, lambda: ({}, []), restored.append)  # starts from the store
+    assert restored and restored[0] == store.load("c").entries
 
 
 def test_a_failing_store_keeps_changes_pending_until_the_next_save(tmp_path: Path) -> None:
