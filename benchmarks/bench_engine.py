@@ -62,6 +62,7 @@ from benchmarks._common import (
 )
 from benchmarks._profile import profile_rows
 from benchmarks.peers.timing import per_call_markdown, per_call_section
+from ctxpolicy.state.memory import MemoryStateStore  # each run starts fresh
 
 ROOT = Path(__file__).resolve().parents[1]
 POLICY_FILE = ROOT / "policies" / "agents.yaml"
@@ -191,7 +192,9 @@ def run_variant(
     convo: list[Message] = []
     pos = 0
     if name == "ctxpolicy":
-        session = ctxpolicy.Session(policy, conv_id="bench", counter=counter)
+        session = ctxpolicy.Session(
+            policy, conv_id="bench", counter=counter, state_store=MemoryStateStore()
+        )
     gc.collect()
     for k, i in enumerate(steps):
         new = msgs[pos:i]
@@ -343,7 +346,9 @@ def replay_prepare(policy: Any, msgs: list[Message]) -> Any:
     from ctxpolicy.tokens import TokenCounter
 
     counter = TokenCounter(policy.model, model_name=policy.model_name)
-    session = ctxpolicy.Session(policy, conv_id="mem", counter=counter)
+    session = ctxpolicy.Session(
+        policy, conv_id="mem", counter=counter, state_store=MemoryStateStore()
+    )
     convo: list[Message] = []
     for m in msgs:
         if m.get("role") == "assistant" and convo:
@@ -409,7 +414,9 @@ def profile_prepare(policy: Any, msgs: list[Message], top: int = 15) -> list[dic
     from ctxpolicy.tokens import TokenCounter
 
     counter = TokenCounter(policy.model, model_name=policy.model_name)
-    session = ctxpolicy.Session(policy, conv_id="prof", counter=counter)
+    session = ctxpolicy.Session(
+        policy, conv_id="prof", counter=counter, state_store=MemoryStateStore()
+    )
     prof = cProfile.Profile()
     convo: list[Message] = []
     for m in msgs:

@@ -41,6 +41,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks._common import eprint, header_markdown, machine, markdown_table, write_results
+from ctxpolicy.state.memory import MemoryStateStore  # each run starts fresh
 
 WINDOW = 32000
 OUTPUT = 4000  # max_tokens the agent requests on every call (design B's output reserve)
@@ -236,7 +237,9 @@ def run_loop(
     kwargs: dict[str, Any] = {}
     if summarizer is not None:
         kwargs["summarizer"] = summarizer
-    session = ctxpolicy.Session(policy, conv_id="incident", **kwargs)
+    session = ctxpolicy.Session(
+        policy, conv_id="incident", **kwargs, state_store=MemoryStateStore()
+    )
     if summarizer is not None:
         summarizer.count_text = session.counter.count_text
     provider = Provider(session.counter)

@@ -40,6 +40,7 @@ from typing import Any
 sys.path.append(str(Path(__file__).resolve().parents[1]))
 
 from benchmarks._common import eprint, header_markdown, machine, markdown_table, write_results
+from ctxpolicy.state.memory import MemoryStateStore  # each run starts fresh
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -126,7 +127,9 @@ def prepare_once(policy: Any, msgs: list[dict[str, Any]]) -> tuple[float, int, i
         return real(msg)
 
     counter._lookup = lookup  # type: ignore[method-assign]
-    session = ctxpolicy.Session(policy, conv_id="scaling", counter=counter)
+    session = ctxpolicy.Session(
+        policy, conv_id="scaling", counter=counter, state_store=MemoryStateStore()
+    )
     gc.collect()
     gc.disable()
     try:

@@ -41,6 +41,7 @@ from ctxpolicy.archive import HistoryArchive, render_transcript
 from ctxpolicy.engine import Session
 from ctxpolicy.policy.models import AgentPolicy, Policy
 from ctxpolicy.snapshots import LocalOptions, LocalStore
+from ctxpolicy.state.memory import MemoryStateStore
 
 
 def _policy(root: str | None, durability: str = "flush") -> Policy:
@@ -81,7 +82,7 @@ def bench_durability(calls: int, repeats: int) -> dict[str, Any]:
             tmp = tempfile.mkdtemp(prefix="bench-store-")
             try:
                 policy = _policy(None if v == "none" else tmp, v if v != "none" else "flush")
-                s = Session(policy, conv_id=f"d{r}")
+                s = Session(policy, conv_id=f"d{r}", state_store=MemoryStateStore())
                 s.add_tool_result({"name": "warm", "id": "w"}, outputs[0])
                 t0 = time.perf_counter()
                 for i, out in enumerate(outputs):
