@@ -148,6 +148,26 @@ def _is_log_name(name: str) -> bool:
     return name == INDEX_NAME or SEGMENT_RE.match(name) is not None
 
 
+#: Next names tried after a collision before the time-based jump of :class:`_Names`.
+_PROBES = 1
+
+
+def _same_document(existing: Path, tmp: str) -> bool:
+    """Whether two snapshot files hold the same document but for its write time."""
+    try:
+        if abs(existing.stat().st_size - os.stat(tmp).st_size) > 64:
+            return False
+        a = json.loads(existing.read_bytes())
+        b = json.loads(Path(tmp).read_bytes())
+    except (OSError, ValueError):
+        return False
+    if not (isinstance(a, dict) and isinstance(b, dict)):
+        return False
+    a.pop("timestamp", None)
+    b.pop("timestamp", None)
+    return a == b
+
+
 class _Names:
     """O(1) snapshot names: a per-(folder, base) counter, and after a collision with
     a name this process did not write, a time-based suffix (microseconds since the
@@ -318,13 +338,23 @@ class LocalStore(SnapshotStore):
         """Give the complete temp file its final, unused name in O(1) attempts."""
         folder = conv_dir.name
         n = self._names.first(folder, base)
+        probes = 0
         for _ in range(16):
             name = _Names.name(base, n)
             final = conv_dir / f"{name}.json"
             try:
                 os.link(tmp, final)  # atomic, and fails if the name is taken
             except FileExistsError:
-                n = self._names.collided(n)
+                if _same_document(final, tmp):
+                    # the same document written again (a call redone after a crash
+                    # between the write and the state commit): same name, same ref
+                    os.unlink(tmp)
+                    self._names.taken(folder, base, n)
+                    return self.ref_for(folder, name)
+                # a few next names first (a resumed process meets its predecessor's
+                # files in order), then a time-based jump: O(1) attempts either way
+                probes += 1
+                n = n + 1 if probes <= _PROBES else self._names.collided(n)
                 continue
             except OSError as exc:
                 if exc.errno not in _LINK_ERRNOS:

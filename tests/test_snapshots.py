@@ -358,7 +358,20 @@ def test_longest_names_stay_readable(tmp_path: Path) -> None:
     an absurd step number still give a name that `read` and `list` accept."""
     first = LocalStore(root=str(tmp_path)).write("c", 10**30, "x" * 200, doc("1"))
     second = LocalStore(root=str(tmp_path)).write("c", 10**30, "x" * 200, doc("2"))
-    assert second.name.startswith(first.name + "_") and len(second.name) > 80
+    assert second.name == first.name + "_2"  # one next name is tried first
+    third = LocalStore(root=str(tmp_path)).write("c", 10**30, "x" * 200, doc("3"))
+    assert third.name.startswith(first.name + "_") and len(third.name) > 80
     store = LocalStore(root=str(tmp_path))
-    assert [store.read(r.uri)["observation"] for r in store.list("c")] == ["1", "2"]
-    assert store.read(second.path)["observation"] == "2"
+    assert [store.read(r.uri)["observation"] for r in store.list("c")] == ["1", "2", "3"]
+    assert store.read(third.path)["observation"] == "3"
+
+
+def test_the_same_document_written_again_keeps_its_name(tmp_path: Path) -> None:
+    """A call redone after a crash between the snapshot write and the state commit
+    writes the same document again (only its time differs): same name, one file."""
+    first = LocalStore(root=str(tmp_path)).write("c", 7, "bash", {**doc("out"), "timestamp": 1})
+    again = LocalStore(root=str(tmp_path)).write("c", 7, "bash", {**doc("out"), "timestamp": 2})
+    other = LocalStore(root=str(tmp_path)).write("c", 7, "bash", {**doc("new"), "timestamp": 3})
+    assert again.uri == first.uri and other.uri != first.uri
+    assert len(list((tmp_path / "c").glob("*.json"))) == 2
+    assert not list((tmp_path / "c").glob("*.tmp*"))
