@@ -71,8 +71,7 @@ def run_pipeline(
     changed_by: str | None = None
     steps = eligible_steps(session, used, budget, forced=forced, entry_used=entry)
     if steps:
-        session._ensure_snapshots(view)
-        view = [session._caches._with_refs(u) for u in view]
+        view = _referenced(session, view)
     for index, step in steps:
         if used <= budget.target:
             break
@@ -81,12 +80,18 @@ def run_pipeline(
             view, used, changed_by = new_view, new_used, step.layer
     if pol.on_overflow.layer and (forced or used > budget.trigger):
         if not steps:
-            session._ensure_snapshots(view)
-            view = [session._caches._with_refs(u) for u in view]
+            view = _referenced(session, view)
         new_view, new_used = run_layer(session, pol.on_overflow, -1, view, used, budget, count)
         if new_view is not None:
             view, used, changed_by = new_view, new_used, pol.on_overflow.layer
     return view, used, changed_by
+
+
+def _referenced(session: Session, view: list[Unit]) -> list[Unit]:
+    """``view`` with every long tool result snapshotted and its reference in the unit's
+    ``meta["refs"]``, so the layers about to run can point at originals."""
+    session._ensure_snapshots(view)
+    return [session._caches._with_refs(u) for u in view]
 
 
 def _layer(session: Session, step: ResolvedStep, index: int) -> Layer:

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -238,9 +238,6 @@ class SessionState:
             elif section == "archived":
                 st.archived.add(name)
         return st
-
-    def changed_keys(self) -> Iterable[str]:
-        return (*self._dirty, *self._deleted)
 
 
 def _jsonable(value: Any) -> Any:
