@@ -20,10 +20,13 @@ Ctrl-C stops the search: the trials finished so far are kept and steps 4–5 run
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import random
+import signal
 import tempfile
-from collections.abc import Callable, Mapping, Sequence
+import threading
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -290,7 +293,8 @@ def run_tune(
             while done < cfg.trials and not (stop is not None and stop()):
                 batch = []
                 for _ in range(min(BATCH, cfg.trials - done)):
-                    batch.append(study.ask())  # one by one: an interrupt knows each
+                    with _storage_write():
+                        batch.append(study.ask())  # one by one: an interrupt knows each
                 pending: list[tuple[Any, Policy]] = []
                 for trial in batch:
                     values = {p.path: p.suggest(trial) for p in params}
@@ -301,24 +305,26 @@ def run_tune(
                         )
                     except PolicyError as exc:
                         error = "; ".join(d.message for d in exc.diagnostics[:3])
-                        trial.set_user_attr("error", error)
-                        study.tell(trial, state=optuna.trial.TrialState.FAIL)
+                        with _storage_write():
+                            trial.set_user_attr("error", error)
+                            study.tell(trial, state=optuna.trial.TrialState.FAIL)
                         continue
                     pending.append((trial, pol))
                 scores = evaluate([p for _, p in pending], tuning)
                 for (trial, _), s in zip(pending, scores, strict=True):
                     cons = constraint_values(s, obj, floor)
-                    trial.set_user_attr("constraints", cons)
-                    if per_trial:
-                        for key, v in zip(CONSTRAINTS, cons, strict=True):
-                            trial.set_constraint(key, v)
-                    trial.set_user_attr("score", s.to_dict())
-                    study.tell(trial, [s.cost(obj), s.retention(obj)])
+                    with _storage_write():
+                        trial.set_user_attr("constraints", cons)
+                        if per_trial:
+                            for key, v in zip(CONSTRAINTS, cons, strict=True):
+                                trial.set_constraint(key, v)
+                        trial.set_user_attr("score", s.to_dict())
+                        study.tell(trial, [s.cost(obj), s.retention(obj)])
                 done += len(batch)
                 hooks.trials(done, cfg.trials)
         except KeyboardInterrupt:
             interrupted = True
-            # ours still running (the interrupt may land inside a tell: ask the storage)
+            # ours still running (asked, not yet told: ask the storage)
             running = {
                 t.number
                 for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,))
@@ -370,6 +376,29 @@ def run_tune(
                 result.recommended = False
                 result.reasons.append("interrupted before the held-out comparison")
         return result
+
+
+@contextlib.contextmanager
+def _storage_write() -> Iterator[None]:
+    """Hold a Ctrl-C back while optuna writes to its storage.
+
+    An interrupt inside a database commit surfaces as optuna's
+    ``StorageInternalError`` (the driver's rollback fails), not as
+    ``KeyboardInterrupt``, and can leave a trial half-written. The write finishes,
+    then the interrupt is raised. Signals reach only the main thread, so elsewhere
+    this does nothing.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    caught: list[int] = []
+    previous = signal.signal(signal.SIGINT, lambda signum, frame: caught.append(signum))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous if previous is not None else signal.SIG_DFL)
+    if caught and callable(previous):
+        previous(signal.SIGINT, None)  # the default handler raises KeyboardInterrupt
 
 
 @dataclass
