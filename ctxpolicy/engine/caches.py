@@ -27,6 +27,7 @@ from ctxpolicy.conversation import (
     message_fingerprint,
     render,
 )
+from ctxpolicy.engine.archiving import archive_messages
 from ctxpolicy.engine.own import insert_specials, own_kind, own_text
 from ctxpolicy.jsontext import to_json
 from ctxpolicy.repair import flatten_deep
@@ -262,7 +263,7 @@ class Caches:
                     "role": f"ctxpolicy.removed ({kind}, message {index})",
                     "content": text if text is not None else to_json(removed)[0],
                 }
-                if s._archive_messages([doc], s._emit) is not None:
+                if archive_messages(s, [doc], s._emit) is not None:
                     assert s._history is not None
                     archived = s._history.last_ref
             s._emit(

@@ -3,7 +3,7 @@
 Checked on the output of every layer (built-in or third-party) before it is taken: a
 message (above all a tool result) whose content a layer changed must carry a
 reference *the engine produced* — the result's snapshot (``add_tool_result`` or
-:meth:`Session._ensure_snapshots`) or, when it has none (a short result that entered
+:func:`~ctxpolicy.engine.archiving.ensure_snapshots`) or, when it has none (a short result that entered
 through ``messages``), the history-archive entry of its original written now. A
 reference line copied from the tool output itself does not count: a hostile output
 could otherwise carry a fake one and leave the real original unreachable.
@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from ctxpolicy.conversation import Message, Unit, content_text
+from ctxpolicy.engine.archiving import ref_for_message
 from ctxpolicy.layers._util import with_text
 
 if TYPE_CHECKING:
@@ -62,7 +63,7 @@ def ensure_refs(
             known = session.state.refs.get(str(m.get("tool_call_id"))) if results else None
             if known and known in text:
                 continue
-            ref = session._ref_for_message(b, original)
+            ref = ref_for_message(session, original)
             if ref is None:
                 if required and u.key not in unarchived:
                     unarchived.append(u.key)

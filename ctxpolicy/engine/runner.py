@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 from ctxpolicy.budget import BudgetState
 from ctxpolicy.components import CompactionContext, Layer, LayerResult
 from ctxpolicy.conversation import Unit, check_units, content_text
+from ctxpolicy.engine.archiving import archive_units, ensure_snapshots
 from ctxpolicy.engine.refs import ensure_refs
 from ctxpolicy.policy.models import ResolvedStep, State
 
@@ -90,7 +91,7 @@ def run_pipeline(
 def _referenced(session: Session, view: list[Unit]) -> list[Unit]:
     """``view`` with every long tool result snapshotted and its reference in the unit's
     ``meta["refs"]``, so the layers about to run can point at originals."""
-    session._ensure_snapshots(view)
+    ensure_snapshots(session, view)
     return [session._caches._with_refs(u) for u in view]
 
 
@@ -203,7 +204,7 @@ def run_layer(
         # wait until a layer can free a whole batch (or the context is critical)
         emit("layer.deferred", gain=gain, min_gain_tokens=cache.min_gain_tokens)
         return None, used
-    if result.dropped and not s._archive_units(result.dropped, emit):
+    if result.dropped and not archive_units(s, result.dropped, emit):
         unarchived = [*(u.key for u in result.dropped), *unarchived]
     if unarchived:
         unarchived_keys = set(unarchived)

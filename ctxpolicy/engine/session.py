@@ -27,7 +27,7 @@ from typing import Any, TypeVar
 from ctxpolicy import plugins
 from ctxpolicy.budget import BudgetState, ToolGrowthEstimator, compute_budget, effective_window
 from ctxpolicy.components import Layer, SnapshotStore, StateStore, Summarizer
-from ctxpolicy.conversation import Message, Unit, check_messages, content_text, render
+from ctxpolicy.conversation import Message, Unit, check_messages, render
 from ctxpolicy.engine.caches import Caches, remember
 from ctxpolicy.engine.own import (
     HANDOVER_MARK,
@@ -41,6 +41,7 @@ from ctxpolicy.engine.persist import Persistence, open_persistence
 from ctxpolicy.engine.runner import run_pipeline
 from ctxpolicy.engine.squeeze import squeeze
 from ctxpolicy.engine.state import PreparedStats, SessionState
+from ctxpolicy.engine.window import learn_window, policy_with_window
 from ctxpolicy.policy.models import Policy, resolve_amount
 from ctxpolicy.tokens import TokenCounter, get_counter
 
@@ -48,11 +49,6 @@ __all__ = ["ContextOverflowError", "PreparedStats", "Session", "prepare"]
 
 T = TypeVar("T")
 
-#: A provider-stated limit below this fraction of the configured window is ignored
-#: (``context.window_ignored``): a garbled error must not cripple the session.
-MIN_LEARNED_FRACTION = 0.125
-#: Tool results longer than this are snapshotted before a layer may shorten them.
-_SNAPSHOT_MIN_CHARS = 400
 #: Pipeline passes per call at most (see ``_prepare``).
 _PASSES = 3
 
@@ -147,7 +143,7 @@ class Session:
         if b is None:
             b = compute_budget(self.policy, tool_growth=growth)
             if learned is not None and learned < b.window:
-                b = compute_budget(self._policy_with_window(learned, b), tool_growth=growth)
+                b = compute_budget(policy_with_window(self.policy, learned, b), tool_growth=growth)
             if len(self._budgets) > 64:
                 self._budgets.clear()
             self._budgets[key] = b
@@ -188,7 +184,7 @@ class Session:
                 return None
             limit = parse_limit(error)
             if limit is not None:
-                self._learn_window(limit)
+                learn_window(self, limit)
             retries = int(self.policy.on_overflow.options.get("retries", 1))
             st = self.state
             st.overflow_attempts += 1
@@ -453,40 +449,6 @@ class Session:
             self._emit("snapshot.unavailable", error=repr(exc))
             return None
 
-    def _policy_with_window(self, window: int, full: BudgetState) -> Policy:
-        """The policy with a learned (smaller) window.
-
-        The policy's reserve and margin are kept when they fit; when the learned window
-        is too small for them they are scaled down (reserve ≤ 25 %, margin ≤ 5 % of the
-        window) so the agent keeps working instead of failing on its own budget.
-        """
-        reserve, margin = full.reserve_output, full.safety_margin
-        if window - reserve - margin < window // 4:
-            reserve = min(reserve, window // 4)
-            margin = min(margin, window // 20)
-        budget = self.policy.budget.model_copy(
-            update={"window": window, "reserve_output": reserve, "safety_margin": margin}
-        )
-        return self.policy.model_copy(update={"budget": budget})
-
-    def _learn_window(self, limit: int) -> None:
-        """Adopt a provider-stated limit below the window in force, unless it is not
-        credible: below :data:`MIN_LEARNED_FRACTION` of the configured window, or
-        below the pinned content of the last request (then ``context.window_ignored``)."""
-        current = self.budget().window
-        configured = compute_budget(self.policy, tool_growth=0).window
-        pinned = sum(
-            self.counter.count_messages(list(u.messages)) for u in self._last_units if u.pinned
-        )
-        floor = max(int(configured * MIN_LEARNED_FRACTION), pinned)
-        if limit < floor:
-            self._emit("context.window_ignored", stated=limit, floor=floor, window=current)
-            return
-        if limit < current:
-            self.state.learned_window = limit
-            self.state.touch("meta")
-            self._emit("context.window_learned", window=limit, previous=current)
-
     def _get_summarizer(self, name: str, options: Mapping[str, Any]) -> Summarizer:
         if self._summarizer_override is not None:
             return self._summarizer_override
@@ -510,98 +472,6 @@ class Session:
             ("ledger", LEDGER_MARK, ledger),
         )
         return [special_unit(key, mark, text) for key, mark, text in parts if text]
-
-    # ------------------------------------------------------------------ snapshots, archive
-    def _ensure_snapshots(self, view: Sequence[Unit]) -> None:
-        """Snapshot every long tool result that entered through ``messages`` (not
-        ``add_tool_result``) before a layer may shorten it: every shortened result
-        has a reference to its verbatim original."""
-        if self.snapshots is None:
-            return
-        st = self.state
-        for u in view:
-            if u.pinned or u.kind != "step":
-                continue
-            names = _call_names(u)
-            for m in u.tool_messages:
-                cid = str(m.get("tool_call_id") or "")
-                text = content_text(m.get("content"))
-                if not cid or cid in st.refs or len(text) <= _SNAPSHOT_MIN_CHARS:
-                    continue
-                try:
-                    ref = self.snapshots.write(
-                        self.conv_id,
-                        st.step,
-                        names.get(cid, "tool"),
-                        {
-                            "step": st.step,
-                            "action": names.get(cid, "tool"),
-                            "phase": "context",
-                            "observation": text,
-                            "message": dict(m),
-                            "timestamp": time.time(),
-                            "conv_id": self.conv_id,
-                        },
-                    )
-                except Exception as exc:
-                    self._emit("snapshot.failed", error=f"{type(exc).__name__}: {exc}"[:300])
-                    return
-                st.add_ref(cid, ref.uri)
-
-    def _archive_units(self, dropped: Sequence[Unit], emit: Callable[..., None]) -> bool:
-        """Keep every dropped message verbatim in the history archive; False when it
-        could not be written (the caller then keeps the units)."""
-        msgs: list[Message] = []
-        keys: list[str] = []
-        for u in dropped:
-            # a dropped summary or pointer stands for units archived when it was made
-            if u.kind in ("summary", "ledger") or u.key in self.state.archived:
-                continue
-            keys.append(u.key)
-            msgs.extend(u.messages)
-        if not msgs:
-            return True
-        if self.snapshots is None:
-            return not self.policy.snapshots.enabled
-        ref = self._archive_messages(msgs, emit)
-        if ref is None:
-            return False
-        for k in keys:
-            self.state.mark_archived(k)
-        if self.ledger is not None and self.ledger.archive != ref:
-            self.ledger.archive = ref
-            self._ledger_changed()
-        return True
-
-    def _archive_messages(self, msgs: Sequence[Message], emit: Callable[..., Any]) -> str | None:
-        """Append ``msgs`` to the conversation's history archive; its stable reference,
-        or None when the write failed (the caller then keeps what it would drop)."""
-        if self._history is None:
-            from ctxpolicy.archive import HistoryArchive
-
-            assert self.snapshots is not None
-            self._history = HistoryArchive(
-                self.snapshots, self.conv_id, max_bytes=self.policy.snapshots.max_snapshot_bytes
-            )
-        try:
-            ref = self._history.append(msgs, step=self.state.step)
-        except Exception as exc:
-            emit("snapshot.failed", error=f"{type(exc).__name__}: {exc}"[:300], action="history")
-            return None
-        for t in self._history.last_truncated:
-            emit("snapshot.too_large", action="history", **t)
-        return str(ref)
-
-    def _ref_for_message(self, unit: Unit, m: Mapping[str, Any]) -> str | None:
-        """The reference of the verbatim original of ``m`` (archived now if needed)."""
-        if m.get("role") == "tool":
-            ref = self.state.refs.get(str(m.get("tool_call_id")))
-            if ref:
-                return ref
-        if self.snapshots is None or self._archive_messages([dict(m)], self._emit) is None:
-            return None
-        assert self._history is not None
-        return self._history.last_ref
 
     # ------------------------------------------------------------------ the call
     def _prepare(
@@ -716,19 +586,6 @@ class Session:
             rest_tokens=used - count(pinned),
             units=len(view),
         )
-
-
-def _call_names(unit: Unit) -> dict[str, str]:
-    """Tool-call id → tool name of a step's assistant message."""
-    names: dict[str, str] = {}
-    for m in unit.messages:
-        calls = m.get("tool_calls")
-        for tc in calls if isinstance(calls, list) else []:
-            if isinstance(tc, Mapping):
-                fn = tc.get("function")
-                name = fn.get("name") if isinstance(fn, Mapping) else tc.get("name")
-                names[str(tc.get("id"))] = str(name or "tool")
-    return names
 
 
 def prepare(

@@ -21,6 +21,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ctxpolicy.conversation import Unit
+from ctxpolicy.engine.archiving import ref_for_message
 from ctxpolicy.engine.own import LEDGER_MARK, special_unit
 
 if TYPE_CHECKING:
@@ -152,7 +153,7 @@ def _shorten(
         keep = max(_MIN_KEEP, size - int((used - limit) * per_token * 1.1) - 200)
         if keep >= size:
             break
-        ref = session._ref_for_message(units[ui], m)
+        ref = ref_for_message(session, m)
         if ref is None and session.policy.snapshots.enabled:
             session._emit(
                 "data.lost",

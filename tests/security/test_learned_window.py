@@ -4,7 +4,7 @@ A garbled or hostile overflow error ("maximum context length is 10 tokens", huge
 non-ASCII numbers, a limit below the pinned content) is ignored with a
 ``context.window_ignored`` event; a credible stated limit is learned; no sequence of
 errors takes the window below the documented floor
-(:data:`ctxpolicy.engine.session.MIN_LEARNED_FRACTION` of the configured window).
+(:data:`ctxpolicy.engine.window.MIN_LEARNED_FRACTION` of the configured window).
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 from ctxpolicy.conversation import check_messages
 from ctxpolicy.engine import Session
-from ctxpolicy.engine.session import MIN_LEARNED_FRACTION
+from ctxpolicy.engine.window import MIN_LEARNED_FRACTION
 from tests.engine_helpers import conversation, make_policy
 
 WINDOW = 8000

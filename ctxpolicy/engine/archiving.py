@@ -1,0 +1,141 @@
+"""What the engine keeps of what it shortens or drops: snapshots and the history archive.
+
+* :func:`ensure_snapshots` — a long tool result that entered through ``messages``
+  (not ``add_tool_result``) is snapshotted before a layer may shorten it;
+* :func:`archive_units` — every message a layer drops is appended verbatim to the
+  conversation's history archive (:class:`ctxpolicy.archive.HistoryArchive`), whose
+  reference the ledger shows;
+* :func:`ref_for_message` — the reference of one message's verbatim original
+  (archived now when it has none), for :mod:`ctxpolicy.engine.refs` and the squeeze.
+
+A write that fails returns None or False: the caller then keeps what it would have
+dropped, so nothing is lost without an event.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from ctxpolicy.conversation import Message, Unit, content_text
+
+if TYPE_CHECKING:
+    from ctxpolicy.engine.session import Session
+
+__all__ = ["archive_messages", "archive_units", "ensure_snapshots", "ref_for_message"]
+
+#: Tool results longer than this are snapshotted before a layer may shorten them.
+SNAPSHOT_MIN_CHARS = 400
+
+
+def ensure_snapshots(session: Session, view: Sequence[Unit]) -> None:
+    """Snapshot every long tool result that entered through ``messages`` (not
+    ``add_tool_result``) before a layer may shorten it: every shortened result
+    has a reference to its verbatim original."""
+    if session.snapshots is None:
+        return
+    st = session.state
+    for u in view:
+        if u.pinned or u.kind != "step":
+            continue
+        names = _call_names(u)
+        for m in u.tool_messages:
+            cid = str(m.get("tool_call_id") or "")
+            text = content_text(m.get("content"))
+            if not cid or cid in st.refs or len(text) <= SNAPSHOT_MIN_CHARS:
+                continue
+            try:
+                ref = session.snapshots.write(
+                    session.conv_id,
+                    st.step,
+                    names.get(cid, "tool"),
+                    {
+                        "step": st.step,
+                        "action": names.get(cid, "tool"),
+                        "phase": "context",
+                        "observation": text,
+                        "message": dict(m),
+                        "timestamp": time.time(),
+                        "conv_id": session.conv_id,
+                    },
+                )
+            except Exception as exc:
+                session._emit("snapshot.failed", error=f"{type(exc).__name__}: {exc}"[:300])
+                return
+            st.add_ref(cid, ref.uri)
+
+
+def archive_units(session: Session, dropped: Sequence[Unit], emit: Callable[..., None]) -> bool:
+    """Keep every dropped message verbatim in the history archive; False when it
+    could not be written (the caller then keeps the units)."""
+    msgs: list[Message] = []
+    keys: list[str] = []
+    for u in dropped:
+        # a dropped summary or pointer stands for units archived when it was made
+        if u.kind in ("summary", "ledger") or u.key in session.state.archived:
+            continue
+        keys.append(u.key)
+        msgs.extend(u.messages)
+    if not msgs:
+        return True
+    if session.snapshots is None:
+        return not session.policy.snapshots.enabled
+    ref = archive_messages(session, msgs, emit)
+    if ref is None:
+        return False
+    for k in keys:
+        session.state.mark_archived(k)
+    if session.ledger is not None and session.ledger.archive != ref:
+        session.ledger.archive = ref
+        session._ledger_changed()
+    return True
+
+
+def archive_messages(
+    session: Session, msgs: Sequence[Message], emit: Callable[..., Any]
+) -> str | None:
+    """Append ``msgs`` to the conversation's history archive; its stable reference,
+    or None when the write failed (the caller then keeps what it would drop)."""
+    if session._history is None:
+        from ctxpolicy.archive import HistoryArchive
+
+        assert session.snapshots is not None
+        session._history = HistoryArchive(
+            session.snapshots,
+            session.conv_id,
+            max_bytes=session.policy.snapshots.max_snapshot_bytes,
+        )
+    try:
+        ref = session._history.append(msgs, step=session.state.step)
+    except Exception as exc:
+        emit("snapshot.failed", error=f"{type(exc).__name__}: {exc}"[:300], action="history")
+        return None
+    for t in session._history.last_truncated:
+        emit("snapshot.too_large", action="history", **t)
+    return str(ref)
+
+
+def ref_for_message(session: Session, m: Mapping[str, Any]) -> str | None:
+    """The reference of the verbatim original of ``m`` (archived now if needed)."""
+    if m.get("role") == "tool":
+        ref = session.state.refs.get(str(m.get("tool_call_id")))
+        if ref:
+            return ref
+    if session.snapshots is None or archive_messages(session, [dict(m)], session._emit) is None:
+        return None
+    assert session._history is not None
+    return session._history.last_ref
+
+
+def _call_names(unit: Unit) -> dict[str, str]:
+    """Tool-call id → tool name of a step's assistant message."""
+    names: dict[str, str] = {}
+    for m in unit.messages:
+        calls = m.get("tool_calls")
+        for tc in calls if isinstance(calls, list) else []:
+            if isinstance(tc, Mapping):
+                fn = tc.get("function")
+                name = fn.get("name") if isinstance(fn, Mapping) else tc.get("name")
+                names[str(tc.get("id"))] = str(name or "tool")
+    return names

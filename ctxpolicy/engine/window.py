@@ -1,0 +1,55 @@
+"""A window learned from the provider: a context-overflow error that states a limit
+below the window in force makes that limit the session's window (persisted in
+``SessionState.learned_window``), unless it is not credible."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from ctxpolicy.budget import BudgetState, compute_budget
+from ctxpolicy.policy.models import Policy
+
+if TYPE_CHECKING:
+    from ctxpolicy.engine.session import Session
+
+__all__ = ["MIN_LEARNED_FRACTION", "learn_window", "policy_with_window"]
+
+#: A provider-stated limit below this fraction of the configured window is ignored
+#: (``context.window_ignored``): a garbled error must not cripple the session.
+MIN_LEARNED_FRACTION = 0.125
+
+
+def policy_with_window(policy: Policy, window: int, full: BudgetState) -> Policy:
+    """``policy`` with a learned (smaller) window.
+
+    The policy's reserve and margin are kept when they fit; when the learned window
+    is too small for them they are scaled down (reserve ≤ 25 %, margin ≤ 5 % of the
+    window) so the agent keeps working instead of failing on its own budget.
+    """
+    reserve, margin = full.reserve_output, full.safety_margin
+    if window - reserve - margin < window // 4:
+        reserve = min(reserve, window // 4)
+        margin = min(margin, window // 20)
+    budget = policy.budget.model_copy(
+        update={"window": window, "reserve_output": reserve, "safety_margin": margin}
+    )
+    return policy.model_copy(update={"budget": budget})
+
+
+def learn_window(session: Session, limit: int) -> None:
+    """Adopt a provider-stated limit below the window in force, unless it is not
+    credible: below :data:`MIN_LEARNED_FRACTION` of the configured window, or
+    below the pinned content of the last request (then ``context.window_ignored``)."""
+    current = session.budget().window
+    configured = compute_budget(session.policy, tool_growth=0).window
+    pinned = sum(
+        session.counter.count_messages(list(u.messages)) for u in session._last_units if u.pinned
+    )
+    floor = max(int(configured * MIN_LEARNED_FRACTION), pinned)
+    if limit < floor:
+        session._emit("context.window_ignored", stated=limit, floor=floor, window=current)
+        return
+    if limit < current:
+        session.state.learned_window = limit
+        session.state.touch("meta")
+        session._emit("context.window_learned", window=limit, previous=current)
