@@ -73,20 +73,32 @@ def canonical_text(value: Any) -> str:
     return text
 
 
+_LEAVES = frozenset({str, int, bool, type(None)})
+
+
 def _native(value: Any) -> bool:
     """Whether ``value`` is made of exact JSON types only (dicts with string keys,
     lists, strings, ints, finite floats, booleans, None): then it reads back from its
     canonical text equal and of the same types."""
-    t = type(value)
-    if t is str or t is int or t is bool or value is None:
-        return True
-    if t is float:
-        return math.isfinite(value)
-    if t is list:
-        return all(map(_native, value))
-    if t is dict:
-        return all(type(k) is str for k in value) and all(map(_native, value.values()))
-    return False
+    stack = [value]
+    while stack:
+        v = stack.pop()
+        t = type(v)
+        if t in _LEAVES:
+            continue
+        if t is float:
+            if not math.isfinite(v):
+                return False
+        elif t is dict:
+            for k in v:
+                if type(k) is not str:
+                    return False
+            stack.extend(v.values())
+        elif t is list:
+            stack.extend(v)
+        else:
+            return False
+    return True
 
 
 def entry_text(key: str, value: Any) -> str:
