@@ -549,6 +549,7 @@ def to_markdown(data: dict[str, Any], quick: bool) -> str:
         "Reproduce: `.venv/bin/python benchmarks/bench_engine.py"
         + (" --quick" if quick else "")
         + (" --per-call-only" if data.get("per_call_only") else "")
+        + (" --baseline <main checkout>" if (data.get("per_call") or {}).get("baseline") else "")
         + "`",
     ]
     return "\n".join(md)
@@ -569,6 +570,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--per-call-agent", default="coding_agent", help="policy of the per-call run")
     ap.add_argument(
         "--per-call-only", action="store_true", help="only the per-call comparison and its profile"
+    )
+    ap.add_argument(
+        "--baseline",
+        metavar="SRC",
+        help="per call: also time the ctxpolicy of this source tree (e.g. main), interleaved",
     )
     args = ap.parse_args(argv)
     if not (SHARED / "traces").is_dir():
@@ -611,6 +617,7 @@ def main(argv: list[str] | None = None) -> int:
         traces=args.per_call_traces,
         repeat=args.repeat,
         policy_file=str(POLICY_FILE.relative_to(ROOT)),
+        baseline=args.baseline,
     )
     eprint("memory ...")
     mem = memory_growth(policy, sizes, file_lines=40 if args.quick else 300) if sizes else None

@@ -25,8 +25,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--baseline", required=True, help="source tree to compare with")
     ap.add_argument("--agent", default="coding_agent")
     ap.add_argument("--windows", default="16384,32768")
+    ap.add_argument("--traces", type=int, default=0, help="only the N smallest traces (0: all)")
     args = ap.parse_args(argv)
     traces = sorted((SHARED / "traces").glob("*.jsonl"))
+    if args.traces:
+        traces = sorted(traces, key=lambda p: p.stat().st_size)[: args.traces]
     if not traces:
         eprint(f"no traces under {SHARED / 'traces'}")
         return 2
