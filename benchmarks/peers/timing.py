@@ -37,6 +37,7 @@ from typing import Any
 
 from benchmarks._common import eprint
 from benchmarks._profile import profile_rows
+from benchmarks.peers.parts import parts_markdown, per_call_parts
 from benchmarks.peers.summary import DigestChatModel, ctxpolicy_summary
 from benchmarks.peers.worker import ROOT, Worker
 
@@ -328,6 +329,8 @@ def per_call_section(
     finally:
         for w in (workers or {}).values():
             w.close()
+    eprint("parts of the per-call path and their floors ...")
+    parts = {"trace": chosen[0][0], **per_call_parts(policy, chosen[0][1])}
     eprint("profiling prepare + add_tool_result ...")
     return {
         "policy": f"{policy_file}:{agent}",
@@ -336,6 +339,7 @@ def per_call_section(
         "baseline": baseline,
         "durability": _durability(policy),
         "traces": rows,
+        "parts": parts,
         "profile": profile_calls(policy, chosen),
     }
 
@@ -443,6 +447,8 @@ def per_call_markdown(data: Mapping[str, Any]) -> list[str]:
             ),
             "",
         ]
+    if data.get("parts"):
+        md += parts_markdown(data["parts"]["trace"].removesuffix(".jsonl")[-40:], data["parts"])
     prof = data.get("profile")
     if prof:
         md += [
