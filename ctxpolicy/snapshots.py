@@ -30,6 +30,7 @@ import errno
 import fcntl
 import itertools
 import json
+import math
 import os
 import re
 import stat
@@ -111,27 +112,44 @@ def dump_document(document: Mapping[str, Any]) -> bytes:
         return _ascii_json(text)
 
 
-_SCALARS = (str, int, float, bool, type(None))
-_dumps_value = json.JSONEncoder(ensure_ascii=False, default=str).encode
+_encode_str = json.encoder.encode_basestring  # the C encoder of ensure_ascii=False
+_CONSTANTS = {None: "null", True: "true", False: "false"}
+
+
+def _scalar(v: Any) -> str | None:
+    """JSON text of an exact scalar, as ``json.dumps`` writes it (None otherwise):
+    without building an encoder per value."""
+    t = type(v)
+    if t is str:
+        return str(_encode_str(v))
+    if t is int:
+        return int.__repr__(v)
+    if t is float:
+        if v != v:
+            return "NaN"
+        if v in (math.inf, -math.inf):
+            return "Infinity" if v > 0 else "-Infinity"
+        return float.__repr__(v)
+    if v is None or t is bool:
+        return _CONSTANTS[v]
+    return None
 
 
 def _dumps_indented(document: Mapping[str, Any]) -> str:
     """``json.dumps(document, ensure_ascii=False, default=str, indent=1)``, the same
-    text, with the top level written here: the C encoder writes each value (Python's
-    indenting encoder is pure Python). A nested container is dumped with ``indent=1``
-    and shifted one level (raw newlines only occur between items: JSON escapes them
-    inside strings)."""
+    text, with the top level written here (Python's indenting encoder is pure Python):
+    scalars directly, a nested container dumped with ``indent=1`` and shifted one
+    level (raw newlines only occur between items: JSON escapes them inside strings)."""
     if not isinstance(document, dict) or not document:
         return json.dumps(document, ensure_ascii=False, default=str, indent=1)
     items = []
     for k, v in document.items():
         if type(k) is not str:
             return json.dumps(document, ensure_ascii=False, default=str, indent=1)
-        if isinstance(v, _SCALARS):
-            value = _dumps_value(v)
-        else:
+        value = _scalar(v)
+        if value is None:
             value = json.dumps(v, ensure_ascii=False, default=str, indent=1).replace("\n", "\n ")
-        items.append(f"{_dumps_value(k)}: {value}")
+        items.append(f"{_encode_str(k)}: {value}")
     return "{\n " + ",\n ".join(items) + "\n}"
 
 
