@@ -48,7 +48,7 @@ VARIANTS = ("prepare", "add_tool_result", "ctxpolicy", "langchain")
 
 
 def _texts(m: Mapping[str, Any]) -> list[str]:
-    from benchmarks.bench_engine import message_texts
+    from benchmarks._inputs import message_texts
 
     return message_texts(m)
 
@@ -312,7 +312,8 @@ def per_call_section(
 
     ``baseline``: another source tree (e.g. a checkout of main) timed in the same
     run; both trees then run in worker processes, in turn."""
-    from benchmarks.bench_engine import SHARED, largest_traces, smallest_trace
+    from benchmarks._common import SHARED
+    from benchmarks._inputs import largest_traces, smallest_trace
     from benchmarks.bench_quality import load_agent
     from ctxpolicy.budget import compute_budget
 
