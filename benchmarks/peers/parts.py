@@ -70,13 +70,10 @@ def _clocked(
                 setattr(owner, name, own)
 
 
-def _floors(docs: Sequence[bytes], texts: Sequence[str], tokenizer: Any) -> dict[str, float]:
-    """Medians (seconds) of the bare operations, on the trace's own data."""
-    out: dict[str, list[float]] = {
-        "atomic file publish": [],
-        "file creation": [],
-        "exact count": [],
-    }
+def _floors(
+    docs: Sequence[bytes], texts: Sequence[str], tokenizer: Any, out: dict[str, list[float]]
+) -> None:
+    """Seconds of the bare operations on the trace's own data, added to ``out``."""
     tmp = Path(tempfile.mkdtemp(prefix="ctxpolicy-floor-"))
     flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL
     clock = time.perf_counter
@@ -101,7 +98,6 @@ def _floors(docs: Sequence[bytes], texts: Sequence[str], tokenizer: Any) -> dict
             out["exact count"].append(clock() - t0)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    return {k: statistics.median(v) if v else 0.0 for k, v in out.items()}
 
 
 def per_call_parts(
@@ -130,17 +126,22 @@ def per_call_parts(
     registry = get_registry()
     preprocessors = {registry.get("preprocessor", n) for n in registry.names("preprocessor")}
     targets += [(cls, "process", "preprocess") for cls in preprocessors if cls is not None]
-    with _clocked([*targets, (StateSync, "save", "commit")], times):
-        for _ in range(repeat):
+    texts = [render_output(m.get("content"))[0] for m in msgs if m.get("role") == "tool"]
+    docs = [dump_document({"observation": t, "step": i}) for i, t in enumerate(texts)]
+    floors: dict[str, list[float]] = {
+        "atomic file publish": [],
+        "file creation": [],
+        "exact count": [],
+    }
+    for _ in range(repeat):  # the floors between the replays: the same load for both
+        with _clocked([*targets, (StateSync, "save", "commit")], times):
             prep, _tools = replay_ctxpolicy(policy, msgs)
+        _floors(docs, texts, counter.tokenizer, floors)
     commits = times.pop("commit", [])
     times["state save"] = [
         a + b for a, b in zip(times.get("state save", []), commits, strict=False)
     ]
     calls = len(prep)
-    texts = [render_output(m.get("content"))[0] for m in msgs if m.get("role") == "tool"]
-    docs = [dump_document({"observation": t, "step": i}) for i, t in enumerate(texts)]
-    floors = _floors(docs, texts, counter.tokenizer)
     rows = {
         label: {
             "median_us": statistics.median(v) * 1e6 if v else 0.0,
@@ -152,7 +153,7 @@ def per_call_parts(
         "calls": calls,
         "tool_results": len(texts),
         "parts": rows,
-        "floors_us": {k: v * 1e6 for k, v in floors.items()},
+        "floors_us": {k: statistics.median(v) * 1e6 if v else 0.0 for k, v in floors.items()},
     }
 
 

@@ -130,3 +130,27 @@ def test_same_output_finds_a_changed_output(tmp_path: Any) -> None:
     assert rendered in text
     module.write_text(text.replace(rendered, rendered.replace("output,", '"~" + output,')))
     assert same_output.main(["--baseline", str(changed), *args]) == 1
+
+
+def test_parts_are_booked_per_call_and_the_clocks_removed(
+    setup: tuple[Any, list[dict[str, Any]]],
+) -> None:
+    from benchmarks.peers.parts import parts_markdown, per_call_parts
+    from ctxpolicy.engine.session import Session
+    from ctxpolicy.snapshots import LocalStore
+
+    policy, msgs = setup
+    prepare, write = Session.prepare, LocalStore.write
+    r = per_call_parts(policy, msgs, repeat=1)
+    assert Session.prepare is prepare and LocalStore.write is write  # clocks taken off
+    parts = r["parts"]
+    assert parts["prepare (whole)"]["per_call"] == 1.0
+    results = sum(1 for m in msgs if m["role"] == "tool")
+    assert r["tool_results"] == results
+    assert parts["add_tool_result (whole)"]["per_call"] == pytest.approx(results / r["calls"])
+    assert parts["snapshot"]["per_call"] == parts["preprocess"]["per_call"]
+    # one save per prepare and per add_tool_result: encoding + commit, paired
+    assert parts["state save"]["per_call"] == pytest.approx(1 + results / r["calls"])
+    assert set(r["floors_us"]) == {"atomic file publish", "file creation", "exact count"}
+    assert all(v > 0 for v in r["floors_us"].values())
+    assert "floor: atomic file publish" in "\n".join(parts_markdown(TRACE, r))
