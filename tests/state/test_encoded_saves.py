@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ctxpolicy import Session
-from ctxpolicy.components import StateStoreError
+from ctxpolicy.components import StateStore, StateStoreError, StoredState
 from ctxpolicy.engine.state import _jsonable
 from ctxpolicy.state._codec import encode, entry_text
 from ctxpolicy.state.memory import MemoryStateStore
@@ -89,3 +89,45 @@ def test_incremental_encoded_saves_store_the_full_state_byte_for_byte(
     assert version == session._persist.version  # type: ignore[union-attr]
     assert store.load("c").entries == json.loads(json.dumps(session.state_entries()))
     store.close()
+
+
+class _ValuesStore(StateStore):
+    """A plugin store with only the public contract: it receives plain values."""
+
+    name = "values_only"
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.version = 0
+        self.entries: dict[str, Any] = {}
+        self.puts: list[dict[str, Any]] = []
+
+    def load(self, conv_id: str) -> StoredState:
+        return StoredState(self.version, json.loads(json.dumps(self.entries)))
+
+    def commit(self, conv_id: str, *, expected_version: int, put: Any, delete: Any = ()) -> int:
+        assert expected_version == self.version
+        self.puts.append(dict(put))
+        self.entries.update(put)
+        for key in delete:
+            self.entries.pop(key, None)
+        self.version += 1
+        return self.version
+
+
+def test_a_store_without_commit_encoded_gets_the_values_as_before(tmp_path: Path) -> None:
+    plugin = _ValuesStore()
+    builtin = MemoryStateStore()
+    a = Session(_policy(tmp_path / "a"), conv_id="c", state_store=plugin)
+    b = Session(_policy(tmp_path / "b"), conv_id="c", state_store=builtin)
+    assert not a._persist.sync.encoded and b._persist.sync.encoded  # type: ignore[union-attr]
+    messages = _messages()
+    for session in (a, b):
+        session.prepare(_feed(session, messages, 30))
+    assert all(isinstance(v, (dict, list, str, bool)) for p in plugin.puts for v in p.values())
+    assert plugin.entries["meta"]["stats"]["tool_results"] > 0
+    stored = builtin.load("c").entries
+    assert stored.keys() == plugin.entries.keys()
+    for key, value in plugin.entries.items():
+        if key != "meta":  # meta holds timings and timestamps of the run
+            assert stored[key] == value, key
