@@ -27,6 +27,8 @@ from __future__ import annotations
 
 import cProfile
 import gc
+import hashlib
+import json
 import shutil
 import statistics
 import tempfile
@@ -54,9 +56,16 @@ def _texts(m: Mapping[str, Any]) -> list[str]:
 
 
 def replay_ctxpolicy(
-    policy: Any, msgs: Sequence[Mapping[str, Any]], profiler: cProfile.Profile | None = None
+    policy: Any,
+    msgs: Sequence[Mapping[str, Any]],
+    profiler: cProfile.Profile | None = None,
+    outputs: list[str] | None = None,
 ) -> tuple[list[float], list[float]]:
-    """Seconds of ``prepare`` per call and of ``add_tool_result`` booked per call."""
+    """Seconds of ``prepare`` per call and of ``add_tool_result`` booked per call.
+
+    ``outputs``: receives, in call order and untimed, a digest of every text
+    ``add_tool_result`` returned (``t…``) and every list ``prepare`` returned (``p…``).
+    """
     from ctxpolicy import Session
     from ctxpolicy.sim.replay import _sim_store
     from ctxpolicy.state.memory import MemoryStateStore
@@ -87,9 +96,11 @@ def replay_ctxpolicy(
             if role == "assistant" and convo:
                 on()
                 t0 = clock()
-                session.prepare(convo)
+                prepared = session.prepare(convo)
                 dt = clock() - t0
                 off()
+                if outputs is not None:
+                    outputs.append("p" + digest(prepared))
                 prep.append(dt)
                 tools.append(booked)
                 booked = 0.0
@@ -105,6 +116,8 @@ def replay_ctxpolicy(
                 text = session.add_tool_result(call, m.get("content"))
                 booked += clock() - t0
                 off()
+                if outputs is not None:
+                    outputs.append("t" + digest(text))
                 convo.append({**m, "content": text})
                 continue
             if role == "assistant":
@@ -113,6 +126,12 @@ def replay_ctxpolicy(
         return prep, tools
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+def digest(value: Any) -> str:
+    """A short SHA-256 of a text, or of a message list's JSON (byte-exact comparisons)."""
+    data = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+    return hashlib.sha256(data.encode("utf-8", "surrogatepass")).hexdigest()[:16]
 
 
 def _lc_steps(msgs: Sequence[Mapping[str, Any]]) -> list[list[Any]]:

@@ -17,7 +17,6 @@ benchmark's do; :class:`Worker` drives it from the parent.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import subprocess
@@ -63,56 +62,6 @@ class Worker:
         self.proc.wait(timeout=60)
 
 
-def _digest(value: Any) -> str:
-    data = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
-    return hashlib.sha256(data.encode("utf-8", "surrogatepass")).hexdigest()[:16]
-
-
-def prepared_digests(policy: Any, msgs: list[dict[str, Any]]) -> list[str]:
-    """Digests of every ``add_tool_result`` text and ``prepare`` list, in order."""
-    import tempfile
-
-    from benchmarks.peers.summary import ctxpolicy_summary
-    from ctxpolicy import Session
-    from ctxpolicy.sim.replay import _sim_store
-    from ctxpolicy.state.memory import MemoryStateStore
-    from ctxpolicy.tokens import get_counter
-
-    out: list[str] = []
-    with tempfile.TemporaryDirectory(prefix="ctxpolicy-prepared-") as tmp:
-        session = Session(
-            policy,
-            conv_id="prepared",
-            snapshot_store=_sim_store(policy, Path(tmp)),
-            summarizer=ctxpolicy_summary(
-                get_counter(policy.model, model_name=policy.model_name).count_text
-            ),
-            state_store=MemoryStateStore(),
-        )
-        convo: list[dict[str, Any]] = []
-        pending: dict[str, Any] = {}
-        for m in msgs:
-            role = m.get("role")
-            if role == "assistant" and convo:
-                out.append("p" + _digest(session.prepare(convo)))
-            if role == "tool":
-                tid = str(m.get("tool_call_id", ""))
-                call = pending.get(tid) or {
-                    "id": tid,
-                    "type": "function",
-                    "function": {"name": "unknown", "arguments": "{}"},
-                }
-                text = session.add_tool_result(call, m.get("content"))
-                out.append("t" + _digest(text))
-                convo.append({**m, "content": text})
-                continue
-            if role == "assistant":
-                pending = {str(tc.get("id", "")): tc for tc in m.get("tool_calls") or []}
-            convo.append(dict(m))
-        out.append("p" + _digest(session.prepare(convo)))
-    return out
-
-
 def _serve(src: str) -> None:
     # ctxpolicy from SRC; the benchmark code (and nothing else) from this tree
     sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != ROOT]
@@ -140,7 +89,9 @@ def _serve(src: str) -> None:
                 prep, tools = replay_ctxpolicy(policy, msgs)
                 answer: dict[str, Any] = {"prepare": prep, "add_tool_result": tools}
             elif req["cmd"] == "prepared":
-                answer = {"digests": prepared_digests(with_window(policy, req["window"]), msgs)}
+                digests: list[str] = []
+                replay_ctxpolicy(with_window(policy, req["window"]), msgs, outputs=digests)
+                answer = {"digests": digests}
             else:
                 answer = {"error": f"unknown command {req['cmd']!r}"}
         except Exception as exc:  # reported to the parent, which raises
