@@ -157,7 +157,11 @@ def per_call_parts(
     }
 
 
-def parts_markdown(label: str, data: Mapping[str, Any]) -> list[str]:
+def parts_markdown(
+    label: str, data: Mapping[str, Any], langchain_ms: float | None = None
+) -> list[str]:
+    """The parts table; with ``langchain_ms`` (LangChain's median per call on the same
+    trace) a line puts the floors beside it."""
     from benchmarks._common import markdown_table
 
     order = [
@@ -175,14 +179,25 @@ def parts_markdown(label: str, data: Mapping[str, Any]) -> list[str]:
         if k in data["parts"]
     ]
     rows += [[f"floor: {k}", f"{v:.1f}", "—"] for k, v in data["floors_us"].items()]
-    return [
+    out = [
         f"#### Parts of the per-call path, unprofiled ({label})",
         "",
         "Median µs per occurrence (wall clock around each part; `count` includes cache "
         "hits, `state save` is encoding + the memory store's commit) and occurrences per "
         "model call; the floors are the bare operations on the trace's own tool results, "
-        "measured alone in the same run (benchmarks/peers/parts.py).",
+        "measured between the replays of the same run (benchmarks/peers/parts.py).",
         "",
         markdown_table(["part", "median µs", "per call"], rows),
         "",
     ]
+    floors = data["floors_us"]
+    if langchain_ms:
+        lc = langchain_ms * 1000
+        out += [
+            f"LangChain's median per call on this trace: {lc:.1f} µs. One atomic snapshot "
+            f"file alone is {floors['atomic file publish'] / lc:.2f}× that, one exact count "
+            f"of a raw result {floors['exact count'] / lc:.2f}×, one `state save` (memory "
+            f"store) {data['parts'].get('state save', {}).get('median_us', 0.0) / lc:.2f}×.",
+            "",
+        ]
+    return out

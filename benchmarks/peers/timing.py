@@ -468,7 +468,12 @@ def per_call_markdown(data: Mapping[str, Any]) -> list[str]:
             "",
         ]
     if data.get("parts"):
-        md += parts_markdown(data["parts"]["trace"].removesuffix(".jsonl")[-40:], data["parts"])
+        parts = data["parts"]
+        lc = next(
+            (r["variants"]["langchain"]["median_ms"] for r in rows if r["trace"] == parts["trace"]),
+            None,
+        )
+        md += parts_markdown(parts["trace"].removesuffix(".jsonl")[-40:], parts, lc)
     prof = data.get("profile")
     if prof:
         md += [
