@@ -278,11 +278,12 @@ _fallback_lock = threading.Lock()
 _NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
 _CLOEXEC = getattr(os, "O_CLOEXEC", 0)
 _TEMP_PREFIX = ""
+_TEMPS = itertools.count()  # next() is atomic: one counter for every store of the process
 
 
 def _new_temp_prefix() -> None:
     """Temp names are ``.tmp-<random>-<counter>``: a random part per process (new
-    after a fork or a collision), a counter per store."""
+    after a fork or a collision), a counter per process."""
     global _TEMP_PREFIX
     _TEMP_PREFIX = f"{os.urandom(6).hex()}-"
 
@@ -307,7 +308,6 @@ class LocalStore(SnapshotStore):
         self.root = str(self.root_path)
         self._names = _Names()
         self._folders: dict[str, str] = {}
-        self._temps = itertools.count()
         self.retention = sweeper_for(
             self.root_path,
             max_total_mb=self.options.max_total_mb,
@@ -408,7 +408,7 @@ class LocalStore(SnapshotStore):
         """A complete temp file (mode ``file_mode``) in ``conv_dir``; its path."""
         flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | _NOFOLLOW | _CLOEXEC
         for _ in range(100):
-            tmp = os.path.join(conv_dir, f".tmp-{_TEMP_PREFIX}{next(self._temps):x}.json")
+            tmp = os.path.join(conv_dir, f".tmp-{_TEMP_PREFIX}{next(_TEMPS):x}.json")
             try:
                 fd = os.open(tmp, flags, 0o600)
             except FileExistsError:  # a fork or a namesake process: another prefix

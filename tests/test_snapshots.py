@@ -465,3 +465,27 @@ def test_file_mode_is_exact_whatever_the_umask(tmp_path: Path) -> None:
     finally:
         os.umask(old)
     assert stat.S_IMODE(os.stat(ref.path).st_mode) == 0o640
+
+
+def test_a_taken_temp_name_is_never_overwritten(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Temp files are created with O_EXCL: a name another writer holds (a forked
+    child with the same counter, a namesake process) is skipped, never truncated."""
+    import itertools
+
+    import ctxpolicy.snapshots as snapshots
+
+    store = LocalStore(root=str(tmp_path))
+    store.write("c", 1, "x", doc("first"))  # the folder exists
+    monkeypatch.setattr(snapshots, "_TEMP_PREFIX", "fixed-")
+    monkeypatch.setattr(snapshots, "_TEMPS", itertools.count())
+    taken = tmp_path / "c" / ".tmp-fixed-0.json"
+    taken.write_text("another writer's partial file")
+    ref = store.write("c", 2, "x", doc("second"))
+    assert store.read(ref.uri)["observation"] == "second"
+    assert taken.read_text() == "another writer's partial file"
+    assert snapshots._TEMP_PREFIX != "fixed-"  # a new random part after the collision
+    assert sorted(p.name for p in (tmp_path / "c").iterdir() if p.name.startswith(".tmp-")) == [
+        taken.name
+    ]
