@@ -88,7 +88,9 @@ class StateSync:
 
         ``encoded``: the values of ``put`` are already their canonical JSON text
         (:func:`ctxpolicy.state._codec.entry_text`); only for a store that takes
-        them (:attr:`encoded`).
+        them (:attr:`encoded`). Plain values given to such a store are encoded here:
+        one that would not read back equal is a :class:`StateStoreError` before any
+        of ``put`` is kept.
 
         Raises :class:`StateConflict` when another writer committed since the last
         load or save (reload and redo), and :class:`StateStoreError` when the store
