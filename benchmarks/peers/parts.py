@@ -30,7 +30,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-__all__ = ["parts_markdown", "per_call_parts"]
+__all__ = ["part_samples", "parts_markdown", "per_call_parts", "summarize"]
 
 
 @contextmanager
@@ -100,10 +100,9 @@ def _floors(
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-def per_call_parts(
-    policy: Any, msgs: Sequence[Mapping[str, Any]], repeat: int = 2
-) -> dict[str, Any]:
-    """Median µs of each part per occurrence and per model call, and the floors."""
+def part_samples(policy: Any, msgs: Sequence[Mapping[str, Any]], repeat: int = 2) -> dict[str, Any]:
+    """Seconds of every occurrence of each part, and of the floors, over ``repeat``
+    replays (JSON-ready: a worker process returns it; :func:`summarize` reduces it)."""
     from benchmarks.peers.timing import replay_ctxpolicy
     from ctxpolicy.engine.persist import Persistence
     from ctxpolicy.engine.session import Session
@@ -133,61 +132,103 @@ def per_call_parts(
         "file creation": [],
         "exact count": [],
     }
+    calls = 0
     for _ in range(repeat):  # the floors between the replays: the same load for both
         with _clocked([*targets, (StateSync, "save", "commit")], times):
             prep, _tools = replay_ctxpolicy(policy, msgs)
         _floors(docs, texts, counter.tokenizer, floors)
+        calls += len(prep)
     commits = times.pop("commit", [])
     times["state save"] = [
         a + b for a, b in zip(times.get("state save", []), commits, strict=False)
     ]
-    calls = len(prep)
-    rows = {
-        label: {
-            "median_us": statistics.median(v) * 1e6 if v else 0.0,
-            "per_call": len(v) / (calls * repeat) if calls else 0.0,
-        }
-        for label, v in times.items()
-    }
+    return {"calls": calls, "tool_results": len(texts), "times": times, "floors": floors}
+
+
+def summarize(samples: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """Median µs of each part per occurrence and occurrences per model call, and the
+    median floors, over the samples of one tree."""
+    calls = sum(s["calls"] for s in samples)
+    times: dict[str, list[float]] = {}
+    floors: dict[str, list[float]] = {}
+    for s in samples:
+        for label, v in s["times"].items():
+            times.setdefault(label, []).extend(v)
+        for label, v in s["floors"].items():
+            floors.setdefault(label, []).extend(v)
     return {
-        "calls": calls,
-        "tool_results": len(texts),
-        "parts": rows,
+        "calls": calls // len(samples) if samples else 0,
+        "tool_results": samples[0]["tool_results"] if samples else 0,
+        "parts": {
+            label: {
+                "median_us": statistics.median(v) * 1e6 if v else 0.0,
+                "per_call": len(v) / calls if calls else 0.0,
+            }
+            for label, v in times.items()
+        },
         "floors_us": {k: statistics.median(v) * 1e6 if v else 0.0 for k, v in floors.items()},
     }
 
 
+def per_call_parts(
+    policy: Any, msgs: Sequence[Mapping[str, Any]], repeat: int = 2
+) -> dict[str, Any]:
+    """Median µs of each part per occurrence and per model call, and the floors."""
+    return summarize([part_samples(policy, msgs, repeat)])
+
+
+_ORDER = (
+    "add_tool_result (whole)",
+    "snapshot",
+    "preprocess",
+    "count",
+    "state save",
+    "events",
+    "prepare (whole)",
+)
+
+
 def parts_markdown(
-    label: str, data: Mapping[str, Any], langchain_ms: float | None = None
+    label: str,
+    data: Mapping[str, Any],
+    langchain_ms: float | None = None,
+    baseline: Mapping[str, Any] | None = None,
 ) -> list[str]:
-    """The parts table; with ``langchain_ms`` (LangChain's median per call on the same
+    """The parts table (with ``baseline``, the baseline tree's medians of the same
+    run beside them); with ``langchain_ms`` (LangChain's median per call on the same
     trace) a line puts the floors beside it."""
     from benchmarks._common import markdown_table
 
-    order = [
-        "add_tool_result (whole)",
-        "snapshot",
-        "preprocess",
-        "count",
-        "state save",
-        "events",
-        "prepare (whole)",
-    ]
+    def cell(now: float, before: float | None) -> str:
+        if before is None:
+            return f"{now:.1f}"
+        return f"{before:.1f} → {now:.1f} ({now / before:.2f}×)" if before else f"{now:.1f}"
+
+    def base(kind: str, key: str) -> float | None:
+        if baseline is None:
+            return None
+        if kind == "parts":
+            return float(baseline["parts"].get(key, {}).get("median_us", 0.0))
+        return float(baseline["floors_us"].get(key, 0.0))
+
+    parts = data["parts"]
     rows = [
-        [k, f"{data['parts'][k]['median_us']:.1f}", f"{data['parts'][k]['per_call']:.2f}"]
-        for k in order
-        if k in data["parts"]
+        [k, cell(parts[k]["median_us"], base("parts", k)), f"{parts[k]['per_call']:.2f}"]
+        for k in _ORDER
+        if k in parts
     ]
-    rows += [[f"floor: {k}", f"{v:.1f}", "—"] for k, v in data["floors_us"].items()]
+    rows += [[f"floor: {k}", cell(v, base("floors", k)), "—"] for k, v in data["floors_us"].items()]
+    head = "median µs" if baseline is None else "median µs, baseline → this tree"
     out = [
         f"#### Parts of the per-call path, unprofiled ({label})",
         "",
         "Median µs per occurrence (wall clock around each part; `count` includes cache "
         "hits, `state save` is encoding + the memory store's commit) and occurrences per "
         "model call; the floors are the bare operations on the trace's own tool results, "
-        "measured between the replays of the same run (benchmarks/peers/parts.py).",
+        "measured between the replays of the same run (benchmarks/peers/parts.py)"
+        + ("; both trees in turn, in their worker processes." if baseline else "."),
         "",
-        markdown_table(["part", "median µs", "per call"], rows),
+        markdown_table(["part", head, "per call"], rows),
         "",
     ]
     floors = data["floors_us"]
@@ -197,7 +238,7 @@ def parts_markdown(
             f"LangChain's median per call on this trace: {lc:.1f} µs. One atomic snapshot "
             f"file alone is {floors['atomic file publish'] / lc:.2f}× that, one exact count "
             f"of a raw result {floors['exact count'] / lc:.2f}×, one `state save` (memory "
-            f"store) {data['parts'].get('state save', {}).get('median_us', 0.0) / lc:.2f}×.",
+            f"store) {parts.get('state save', {}).get('median_us', 0.0) / lc:.2f}×.",
             "",
         ]
     return out

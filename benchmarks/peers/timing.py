@@ -39,7 +39,7 @@ from typing import Any
 
 from benchmarks._common import eprint
 from benchmarks._profile import profile_rows
-from benchmarks.peers.parts import parts_markdown, per_call_parts
+from benchmarks.peers.parts import parts_markdown, per_call_parts, summarize
 from benchmarks.peers.summary import DigestChatModel, ctxpolicy_summary
 from benchmarks.peers.worker import ROOT, Worker
 
@@ -346,11 +346,16 @@ def per_call_section(
             eprint(f"per call vs LangChain: {name} ...")
             request = {"trace": str(SHARED / "traces" / name), "agent": agent}
             rows.append(per_call(name, msgs, policy, repeat, workers=workers, request=request))
+        eprint("parts of the per-call path and their floors ...")
+        name, msgs = chosen[0]
+        if workers:
+            request = {"trace": str(SHARED / "traces" / name), "agent": agent}
+            parts = {"trace": name, **_parts_of_both(workers, request, max(2, repeat // 2))}
+        else:
+            parts = {"trace": name, **per_call_parts(policy, msgs)}
     finally:
         for w in (workers or {}).values():
             w.close()
-    eprint("parts of the per-call path and their floors ...")
-    parts = {"trace": chosen[0][0], **per_call_parts(policy, chosen[0][1])}
     eprint("profiling prepare + add_tool_result ...")
     return {
         "policy": f"{policy_file}:{agent}",
@@ -362,6 +367,17 @@ def per_call_section(
         "parts": parts,
         "profile": profile_calls(policy, chosen),
     }
+
+
+def _parts_of_both(
+    workers: Mapping[str, Worker], request: Mapping[str, Any], turns: int
+) -> dict[str, Any]:
+    """The parts of this tree (``""``) and of the baseline, the trees in turn."""
+    samples: dict[str, list[dict[str, Any]]] = {k: [] for k in workers}
+    for turn in range(turns):
+        for k in list(workers) if turn % 2 == 0 else list(workers)[::-1]:
+            samples[k].append(workers[k].ask(cmd="parts", repeat=1, **request))
+    return {**summarize(samples[""]), "baseline": summarize(samples["baseline"])}
 
 
 def _durability(policy: Any) -> str:
@@ -473,7 +489,9 @@ def per_call_markdown(data: Mapping[str, Any]) -> list[str]:
             (r["variants"]["langchain"]["median_ms"] for r in rows if r["trace"] == parts["trace"]),
             None,
         )
-        md += parts_markdown(parts["trace"].removesuffix(".jsonl")[-40:], parts, lc)
+        md += parts_markdown(
+            parts["trace"].removesuffix(".jsonl")[-40:], parts, lc, parts.get("baseline")
+        )
     prof = data.get("profile")
     if prof:
         md += [

@@ -7,6 +7,8 @@ answers one JSON request per stdin line with one JSON line on stdout:
 * ``{"cmd": "replay", "trace": PATH, "agent": NAME}`` — seconds of ``prepare`` per
   model call and of ``add_tool_result`` booked per call
   (:func:`benchmarks.peers.timing.replay_ctxpolicy`);
+* ``{"cmd": "parts", "trace": PATH, "agent": NAME, "repeat": N}`` — seconds of each
+  part of the per-call path and of the floors (:func:`benchmarks.peers.parts.part_samples`);
 * ``{"cmd": "prepared", "trace": PATH, "agent": NAME, "window": N}`` — SHA-256 of
   every text ``add_tool_result`` returned and of every list ``prepare`` returned
   (``json.dumps``), in call order: two trees agree byte for byte iff these agree.
@@ -73,6 +75,7 @@ def _serve(src: str) -> None:
         raise SystemExit(f"ctxpolicy imported from {where}, not from {src}")
     sys.path[0] = str(ROOT)  # ctxpolicy's own modules now come from ctxpolicy.__path__
     from benchmarks.bench_quality import load_agent
+    from benchmarks.peers.parts import part_samples
     from benchmarks.peers.timing import replay_ctxpolicy
     from ctxpolicy.sim.replay import load_trace, with_window
 
@@ -88,6 +91,8 @@ def _serve(src: str) -> None:
             if req["cmd"] == "replay":
                 prep, tools = replay_ctxpolicy(policy, msgs)
                 answer: dict[str, Any] = {"prepare": prep, "add_tool_result": tools}
+            elif req["cmd"] == "parts":
+                answer = part_samples(policy, msgs, req.get("repeat", 1))
             elif req["cmd"] == "prepared":
                 digests: list[str] = []
                 replay_ctxpolicy(with_window(policy, req["window"]), msgs, outputs=digests)

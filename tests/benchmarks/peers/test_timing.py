@@ -154,3 +154,22 @@ def test_parts_are_booked_per_call_and_the_clocks_removed(
     assert set(r["floors_us"]) == {"atomic file publish", "file creation", "exact count"}
     assert all(v > 0 for v in r["floors_us"].values())
     assert "floor: atomic file publish" in "\n".join(parts_markdown(TRACE, r))
+
+
+def test_parts_of_two_trees_side_by_side() -> None:
+    from benchmarks.peers.parts import parts_markdown
+    from benchmarks.peers.timing import _parts_of_both
+    from benchmarks.peers.worker import ROOT, Worker
+
+    request = {"trace": str(require(TRACES / TRACE)), "agent": "coding_agent_16k"}
+    workers = {"": Worker(ROOT), "baseline": Worker(ROOT)}
+    try:
+        r = _parts_of_both(workers, request, turns=2)
+    finally:
+        for w in workers.values():
+            w.close()
+    assert r["parts"].keys() == r["baseline"]["parts"].keys()
+    assert r["parts"]["prepare (whole)"]["per_call"] == 1.0
+    assert r["calls"] == r["baseline"]["calls"] > 0
+    md = "\n".join(parts_markdown(TRACE, r, 0.1, r["baseline"]))
+    assert "baseline → this tree" in md and "×)" in md
