@@ -2,7 +2,7 @@
 
 Usage::
 
-    python benchmarks/bench_engine.py [--repeat 3] [--quick] [--per-call-only]
+    python benchmarks/bench_engine.py [--repeat 3] [--quick] [--per-call-only] [--baseline SRC]
 
 Replays (1) the largest trace in ../shared/traces (most cl100k tokens) and (2) the
 500k-token synthetic session of :func:`ctxpolicy.sim.synth.large_session`, message by
@@ -30,6 +30,10 @@ LangChain ``SummarizationMiddleware`` (real library, its state updated by LangGr
 reducer) and of ctxpolicy ``prepare`` and ``add_tool_result``, each as a ratio to one
 exact tiktoken pass of the final conversation per call; interleaved repeats; then a
 cProfile of ctxpolicy's per-call path. ``--per-call-only`` runs just that.
+``--baseline SRC`` also times the ctxpolicy of another source tree (a checkout of
+main) in the same run: both trees replay in worker processes, in turn, and the
+report gives before → after per call and per part of the path
+(:mod:`benchmarks.peers.worker`, :mod:`benchmarks.peers.parts`).
 
 Goals (issue 11): ctxpolicy ≤ 1.5 × floor; naive ≥ 20 × ctxpolicy at ≥ 200 steps;
 memory linear (tracemalloc peak of a ctxpolicy replay at several sizes). When the
