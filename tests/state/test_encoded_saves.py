@@ -131,3 +131,24 @@ def test_a_store_without_commit_encoded_gets_the_values_as_before(tmp_path: Path
     for key, value in plugin.entries.items():
         if key != "meta":  # meta holds timings and timestamps of the run
             assert stored[key] == value, key
+
+
+@pytest.mark.parametrize("learned", [True, False])
+def test_growth_is_saved_again_only_when_it_learns(tmp_path: Path, learned: bool) -> None:
+    """A fixed ``tool_growth`` learns nothing from a tool result: its entry is written
+    with the first save and not again; a learned one after every result."""
+    from ctxpolicy.sim.replay import with_snapshots
+    from tests.engine_helpers import make_policy
+
+    budget = {"tool_growth": {"learn": {"quantile": 0.9, "window": 5}}} if learned else {}
+    policy = with_snapshots(make_policy(budget={"tool_growth": 500, **budget}), tmp_path)
+    session = Session(policy, conv_id="c", state_store=MemoryStateStore())
+    saved: list[list[str]] = []
+    sync = session._persist.sync  # type: ignore[union-attr]
+    save = sync.save
+    sync.save = lambda put, delete=(), **kw: (saved.append(sorted(put)), save(put, delete, **kw))[1]  # type: ignore[method-assign]
+    for i in range(3):
+        session.add_tool_result({"id": f"c{i}", "function": {"name": "bash"}}, "x " * 50)
+    assert ["growth" in keys for keys in saved] == ([True] * 3 if learned else [True, False, False])
+    want = {k: encode(k, v) for k, v in session.state_entries().items()}
+    assert dict(session._persist.store._read("c")[1]) == want  # type: ignore[union-attr]
