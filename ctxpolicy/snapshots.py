@@ -30,7 +30,6 @@ import errno
 import fcntl
 import itertools
 import json
-import math
 import os
 import re
 import stat
@@ -44,10 +43,11 @@ from urllib.parse import unquote, urlsplit
 from pydantic import Field
 
 from ctxpolicy.components import SnapshotRef, SnapshotStore
-from ctxpolicy.jsontext import iter_dumps
 from ctxpolicy.plugins import hookimpl
 from ctxpolicy.policy.models import ComponentOptions
 from ctxpolicy.retention import PruneReport, prune, sweeper_for
+from ctxpolicy.snapshot_doc import dump_document
+from ctxpolicy.snapshot_doc import load_document as _load  # the name fsspec_store imports
 from ctxpolicy.store_names import (
     INDEX_NAME,
     MAX_REF_CHARS,
@@ -80,103 +80,6 @@ _LINK_ERRNOS = (errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EXDEV, errno
 def safe_conv_id(conv_id: object) -> str:
     """The folder of a conversation id (kept name; see :func:`store_names.conv_folder`)."""
     return conv_folder(conv_id)
-
-
-def dump_document(document: Mapping[str, Any]) -> bytes:
-    """JSON bytes of a snapshot document, whatever it holds.
-
-    UTF-8; lone surrogates are kept as ``\\udcxx`` escapes (``json.loads`` returns
-    the exact original). A field JSON cannot hold as a value that reads back
-    (nested deeper than the parser's recursion limit, a cycle, a 5,000-digit
-    integer, a ``__str__`` that raises) is stored as its JSON *text* written by the
-    iterative encoder (:mod:`ctxpolicy.jsontext`), and its name is listed under
-    ``"as_text"``: nothing is replaced by a placeholder.
-    """
-    try:
-        text = _dumps_indented(document)
-    except Exception:
-        fixed: dict[str, Any] = {}
-        as_text: list[str] = []
-        for k, v in document.items():
-            try:
-                json.dumps(v, default=str)
-                fixed[str(k)] = v
-            except Exception:
-                fixed[str(k)] = iter_dumps(v)[0]
-                as_text.append(str(k))
-        fixed["as_text"] = as_text
-        text = json.dumps(fixed, ensure_ascii=False, default=str, indent=1)
-    try:
-        return text.encode("utf-8")
-    except UnicodeEncodeError:  # lone surrogates: escape them so they round-trip
-        return _ascii_json(text)
-
-
-_encode_str = json.encoder.encode_basestring  # the C encoder of ensure_ascii=False
-_CONSTANTS = {None: "null", True: "true", False: "false"}
-
-
-def _scalar(v: Any) -> str | None:
-    """JSON text of an exact scalar, as ``json.dumps`` writes it (None otherwise):
-    without building an encoder per value."""
-    t = type(v)
-    if t is str:
-        return str(_encode_str(v))
-    if t is int:
-        return int.__repr__(v)
-    if t is float:
-        if v != v:
-            return "NaN"
-        if v in (math.inf, -math.inf):
-            return "Infinity" if v > 0 else "-Infinity"
-        return float.__repr__(v)
-    if v is None or t is bool:
-        return _CONSTANTS[v]
-    return None
-
-
-def _dumps_indented(document: Mapping[str, Any]) -> str:
-    """``json.dumps(document, ensure_ascii=False, default=str, indent=1)``, the same
-    text, with the top level written here (Python's indenting encoder is pure Python):
-    scalars directly, a nested container dumped with ``indent=1`` and shifted one
-    level (raw newlines only occur between items: JSON escapes them inside strings)."""
-    if not isinstance(document, dict) or not document:
-        return json.dumps(document, ensure_ascii=False, default=str, indent=1)
-    items = []
-    for k, v in document.items():
-        if type(k) is not str:
-            return json.dumps(document, ensure_ascii=False, default=str, indent=1)
-        value = _scalar(v)
-        if value is None:
-            value = json.dumps(v, ensure_ascii=False, default=str, indent=1).replace("\n", "\n ")
-        items.append(f"{_encode_str(k)}: {value}")
-    return "{\n " + ",\n ".join(items) + "\n}"
-
-
-def _ascii_json(text: str) -> bytes:
-    """JSON text with every non-ASCII character as a ``\\uXXXX`` escape (valid JSON:
-    escapes inside strings only, since JSON syntax outside strings is ASCII)."""
-    out: list[str] = []
-    for ch in text:
-        o = ord(ch)
-        if o < 0x80:
-            out.append(ch)
-        elif o < 0x10000:
-            out.append(f"\\u{o:04x}")
-        else:
-            o -= 0x10000
-            out.append(f"\\u{0xD800 + (o >> 10):04x}\\u{0xDC00 + (o & 0x3FF):04x}")
-    return "".join(out).encode("ascii")
-
-
-def _load(data: bytes, where: str) -> dict[str, Any]:
-    try:
-        doc = json.loads(data.decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
-        raise SnapshotError(errno.EIO, f"snapshot {where} is not valid JSON: {exc}") from exc
-    if not isinstance(doc, dict):
-        raise SnapshotError(errno.EIO, f"snapshot {where} is not a JSON object")
-    return doc
 
 
 def _check_ref_text(ref: object) -> str:

@@ -15,12 +15,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from ctxpolicy.snapshot_doc import _ascii_json, dump_document
 from ctxpolicy.snapshots import (
     FsspecStore,
     LocalStore,
     SnapshotError,
-    _ascii_json,
-    dump_document,
     parse_uri,
     prune,
 )
