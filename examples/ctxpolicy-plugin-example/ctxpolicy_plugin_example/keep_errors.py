@@ -74,14 +74,19 @@ class KeepErrors(Layer):
         steps = [i for i, u in enumerate(units) if u.kind == "step" and not u.pinned]
         keep = self.options.keep_recent_rounds
         old = steps[: max(0, len(steps) - keep)]
-        errors = [i for i in old if self.has_error(units[i])]
-        candidates = [i for i in old if i not in set(errors)]
+        errors = {i for i in old if self.has_error(units[i])}
+        candidates = [i for i in old if i not in errors]
+        # plan with per-unit counts (each unit counted once: linear in the
+        # conversation), then check the result with one exact count
+        sizes = ctx.unit_counts(units)
         dropped: set[int] = set()
-        used = ctx.count(units)
+        used = ctx.used
         for i in candidates:  # oldest first
             if used <= ctx.target:
                 break
             dropped.add(i)
+            used -= sizes[i]
+        if dropped:
             used = ctx.count([u for j, u in enumerate(units) if j not in dropped])
         return LayerResult(
             units=[u for j, u in enumerate(units) if j not in dropped],
