@@ -398,6 +398,12 @@ class StateStore(Component):
     ) -> int:
         raise NotImplementedError
 
+    def prune(self, *, before: float) -> int | None:
+        """Delete every conversation whose last commit is older than ``before`` (epoch
+        seconds), atomically per conversation (a conversation committed meanwhile
+        stays); how many were deleted, or None when this store cannot prune."""
+        return None
+
     def close(self) -> None:
         """Release resources (connections, file handles). Safe to call twice."""
 

@@ -101,12 +101,14 @@ def open_persistence(
 ) -> Persistence | None:
     """Open the policy's state store (or use ``store``) and load ``conv_id``'s state."""
     from ctxpolicy.state import open_state_store
+    from ctxpolicy.state.retention import maybe_prune
 
     owns = store is None
     try:
         if store is None:
             store = open_state_store(session.policy, session.registry, env=env)
         persistence = Persistence(session, store, owns_store=owns)
+        maybe_prune(store, session.policy.state.max_age_days, session._emit)
         resumed = persistence.load()
     except (StateStoreError, ValueError) as exc:
         session._emit("state.unavailable", store=session.policy.state.store, error=str(exc))

@@ -424,6 +424,14 @@ class StateSpec(StrictModel):
         "another worker reloads the state and redoes its work before it fails (each "
         "conflict is a `state.conflict` event).",
     )
+    max_age_days: float | None = Field(
+        default=30,
+        gt=0,
+        description="Conversations whose state was last saved longer ago than this are "
+        "deleted from the store, at most once an hour per store and process, when a "
+        "session opens it (a `state.pruned` event); the snapshot store's default age "
+        "limit is the same. null: keep state forever.",
+    )
 
 
 class AgentPolicy(StrictModel):

@@ -8,6 +8,7 @@ read back as fresh copies), so code tested against it behaves the same on
 from __future__ import annotations
 
 import threading
+import time
 
 from ctxpolicy.components import StateConflict
 from ctxpolicy.plugins import hookimpl
@@ -31,6 +32,7 @@ class MemoryStateStore(JsonStateStore):
     def _open_store(self) -> None:
         self._lock = threading.Lock()
         self._data: dict[str, tuple[int, dict[str, str]]] = {}
+        self._saved: dict[str, float] = {}  # conv_id -> time of its last commit
 
     def _read(self, conv_id: str) -> tuple[int, Rows]:
         with self._lock:
@@ -46,6 +48,14 @@ class MemoryStateStore(JsonStateStore):
             for key in dropped:
                 entries.pop(key, None)
             self._data[conv_id] = (version + 1, entries)
+            self._saved[conv_id] = time.time()
+
+    def prune(self, *, before: float) -> int:
+        with self._lock:
+            old = [c for c, t in self._saved.items() if t < before]
+            for c in old:
+                del self._data[c], self._saved[c]
+            return len(old)
 
 
 @hookimpl

@@ -185,6 +185,26 @@ class PostgresStateStore(SqlStateStore["psycopg.Connection[Any]"]):
         if row is None:
             raise StateConflict(conv_id, expected)  # nothing of it was written
 
+    def prune(self, *, before: float) -> int:
+        """One statement: a conversation committed meanwhile holds its row lock, and
+        the delete re-checks its (new) ``updated_at`` once the lock is released."""
+        import psycopg
+
+        with self._lock:
+            conn = self._connection()
+            try:
+                row = conn.execute(
+                    f"WITH v AS (DELETE FROM {self._versions} "
+                    "WHERE updated_at < to_timestamp(%(before)s) RETURNING conv_id), "
+                    f"e AS (DELETE FROM {self._entries} "
+                    "WHERE conv_id IN (SELECT conv_id FROM v)) "
+                    "SELECT count(*) FROM v",
+                    {"before": before},
+                ).fetchone()
+            except psycopg.Error as exc:
+                raise self._fail("prune", exc) from None
+        return int(row[0]) if row else 0
+
     def _commit_sql(self, expected: int) -> str:
         """One statement, so one round trip and one implicit transaction: bump the
         version iff it is ``expected`` (the row lock serialises committers; a loser's

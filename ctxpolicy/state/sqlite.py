@@ -148,6 +148,29 @@ class SqliteStateStore(SqlStateStore[sqlite3.Connection]):
             except sqlite3.Error as exc:
                 raise StateStoreError(f"cannot write state to {self.path}: {exc}") from None
 
+    def prune(self, *, before: float) -> int:
+        with self._lock:
+            conn = self._connection()
+            try:
+                conn.execute("BEGIN IMMEDIATE")
+                try:
+                    conn.execute(
+                        f"DELETE FROM {self._entries} WHERE conv_id IN "
+                        f"(SELECT conv_id FROM {self._versions} WHERE updated_at < ?)",
+                        (before,),
+                    )
+                    n = conn.execute(
+                        f"DELETE FROM {self._versions} WHERE updated_at < ?", (before,)
+                    ).rowcount
+                    conn.execute("COMMIT")
+                except BaseException:
+                    with contextlib.suppress(sqlite3.Error):
+                        conn.execute("ROLLBACK")
+                    raise
+            except sqlite3.Error as exc:
+                raise StateStoreError(f"cannot prune state in {self.path}: {exc}") from None
+        return int(n)
+
     def _apply(
         self, conn: sqlite3.Connection, conv_id: str, expected: int, rows: Rows, dropped: list[str]
     ) -> None:
