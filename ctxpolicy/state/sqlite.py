@@ -16,7 +16,8 @@ import contextlib
 import os
 import sqlite3
 import time
-from typing import Literal
+from collections.abc import Callable
+from typing import Literal, TypeVar
 
 from pydantic import Field
 
@@ -26,6 +27,8 @@ from ctxpolicy.state._base import Rows, SqlOptions, SqlStateStore, joined_rows
 from ctxpolicy.state._codec import interpolate_option
 
 __all__ = ["DEFAULT_FILE", "SqliteOptions", "SqliteStateStore"]
+
+T = TypeVar("T")
 
 #: File name under the state home (the snapshot root). The leading dot keeps it
 #: apart from conversation directories, whose names never start with a dot.
@@ -134,42 +137,39 @@ class SqliteStateStore(SqlStateStore[sqlite3.Connection]):
                 raise StateStoreError(f"cannot read state from {self.path}: {exc}") from None
 
     def _write(self, conv_id: str, expected: int, rows: Rows, dropped: list[str]) -> None:
-        with self._lock:
-            conn = self._connection()
-            try:
-                conn.execute("BEGIN IMMEDIATE")
-                try:
-                    self._apply(conn, conv_id, expected, rows, dropped)
-                    conn.execute("COMMIT")
-                except BaseException:
-                    with contextlib.suppress(sqlite3.Error):
-                        conn.execute("ROLLBACK")
-                    raise
-            except sqlite3.Error as exc:
-                raise StateStoreError(f"cannot write state to {self.path}: {exc}") from None
+        self._transaction(
+            "write state to", lambda conn: self._apply(conn, conv_id, expected, rows, dropped)
+        )
 
     def prune(self, *, before: float) -> int:
+        def delete(conn: sqlite3.Connection) -> int:
+            conn.execute(
+                f"DELETE FROM {self._entries} WHERE conv_id IN "
+                f"(SELECT conv_id FROM {self._versions} WHERE updated_at < ?)",
+                (before,),
+            )
+            sql = f"DELETE FROM {self._versions} WHERE updated_at < ?"
+            return int(conn.execute(sql, (before,)).rowcount)
+
+        return self._transaction("prune state in", delete)
+
+    def _transaction(self, action: str, body: Callable[[sqlite3.Connection], T]) -> T:
+        """``body`` in one ``BEGIN IMMEDIATE`` transaction (the file's write lock),
+        rolled back when it raises; a database error is a StateStoreError."""
         with self._lock:
             conn = self._connection()
             try:
                 conn.execute("BEGIN IMMEDIATE")
                 try:
-                    conn.execute(
-                        f"DELETE FROM {self._entries} WHERE conv_id IN "
-                        f"(SELECT conv_id FROM {self._versions} WHERE updated_at < ?)",
-                        (before,),
-                    )
-                    n = conn.execute(
-                        f"DELETE FROM {self._versions} WHERE updated_at < ?", (before,)
-                    ).rowcount
+                    result = body(conn)
                     conn.execute("COMMIT")
                 except BaseException:
                     with contextlib.suppress(sqlite3.Error):
                         conn.execute("ROLLBACK")
                     raise
             except sqlite3.Error as exc:
-                raise StateStoreError(f"cannot prune state in {self.path}: {exc}") from None
-        return int(n)
+                raise StateStoreError(f"cannot {action} {self.path}: {exc}") from None
+        return result
 
     def _apply(
         self, conn: sqlite3.Connection, conv_id: str, expected: int, rows: Rows, dropped: list[str]
