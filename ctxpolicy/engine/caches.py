@@ -31,7 +31,7 @@ from ctxpolicy.engine.archiving import archive_messages
 from ctxpolicy.engine.own import insert_specials, own_kind, own_text
 from ctxpolicy.jsontext import to_json
 from ctxpolicy.repair import flatten_deep
-from ctxpolicy.tokens import _NO_SNAPSHOT, _snapshot, _value_key
+from ctxpolicy.tokens.msgkeys import _NO_SNAPSHOT, _snapshot, _value_key
 
 if TYPE_CHECKING:
     from ctxpolicy.engine.session import Session
