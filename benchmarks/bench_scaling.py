@@ -121,10 +121,10 @@ def prepare_once(policy: Any, msgs: list[dict[str, Any]]) -> tuple[float, int, i
     real = counter._lookup
     lookups = 0
 
-    def lookup(msg: Any) -> Any:
+    def lookup(msg: Any, *args: Any) -> Any:
         nonlocal lookups
         lookups += 1
-        return real(msg)
+        return real(msg, *args)
 
     counter._lookup = lookup  # type: ignore[method-assign]
     session = ctxpolicy.Session(

@@ -45,9 +45,14 @@ def content_key(m: Any) -> str:
     """Stable content hash of a message for unit keys (the same in every process: keys
     are persisted in the session state)."""
     if type(m) is dict:
-        data = repr(_value_key(m)).encode("utf-8", "surrogatepass")
-        return hashlib.blake2b(data, digest_size=8).hexdigest()
+        return _hash_value_key(_value_key(m))
     return message_fingerprint(m) if isinstance(m, Mapping) else ""
+
+
+def _hash_value_key(key: Any) -> str:
+    """:func:`content_key` of a dict message from its value key."""
+    data = repr(key).encode("utf-8", "surrogatepass")
+    return hashlib.blake2b(data, digest_size=8).hexdigest()
 
 
 @dataclass
@@ -55,6 +60,8 @@ class _InputCache:
     snaps: list[Any]  # snapshot of every input message
     kept: list[int]  # kept[i]: messages of ours dropped -> length of msgs after input[i]
     msgs: list[Mapping[str, Any]]  # the input without messages of ours
+    ckeys: list[str]  # content_key of each of msgs
+    counts: list[int | None]  # tokens of each of msgs (None: not counted yet)
     owns: list[tuple[int, str, str]]  # (input index, kind, text) of messages of ours
 
 
@@ -142,24 +149,41 @@ class Caches:
             if messages[:k] != snaps[:k]:
                 k = next(i for i, (a, b) in enumerate(zip(messages, snaps, strict=False)) if a != b)
             kept = cache.kept[:k]
-            msgs = cache.msgs[: kept[-1] if k else 0]
+            n_kept = kept[-1] if k else 0
+            msgs, ckeys = cache.msgs[:n_kept], cache.ckeys[:n_kept]
+            counts = cache.counts[:n_kept]
             snaps = snaps[:k]
             owns = [o for o in cache.owns if o[0] < k]
         else:
-            snaps, kept, msgs, owns = [], [], [], []
+            snaps, kept, msgs, ckeys, counts, owns = [], [], [], [], [], []
+        # one token-counter lookup per new message gives its snapshot, its count (for
+        # the grouping that follows) and its value key (hashed into the unit keys)
+        counter = self.s.counter
+        counter.reserve(len(messages))
         for i, m in enumerate(messages[k:], k):
+            ckey: str | None = None
+            n: int | None = None
             try:
-                snap = _snapshot(m)
+                if type(m) is dict:
+                    e = counter._lookup(m, True)
+                    snap, ckey, n = e[1], _hash_value_key(e[3]), e[2]
+                else:
+                    snap = _snapshot(m)
             except RecursionError:  # nested too deep: its deep fields as exact JSON text
-                m, snap = self._flatten(m, len(msgs)), _NO_SNAPSHOT
+                try:
+                    snap = _snapshot(m)
+                except RecursionError:
+                    m, snap, n = self._flatten(m, len(msgs)), _NO_SNAPSHOT, None
             snaps.append(_UNEQUAL if snap is _NO_SNAPSHOT else snap)
             kind = own_kind(m)
             if kind is None:
                 msgs.append(m)
+                ckeys.append(ckey if ckey is not None else content_key(m))
+                counts.append(n)
             else:
                 owns.append((i, kind, own_text(m)))
             kept.append(len(msgs))
-        self.inputs = _InputCache(snaps, kept, msgs, owns)
+        self.inputs = _InputCache(snaps, kept, msgs, ckeys, counts, owns)
         return list(msgs), kept[k - 1] if k else 0
 
     def _flatten(self, m: Any, index: int) -> Any:
@@ -216,13 +240,17 @@ class Caches:
             while call_ids and next(reversed(call_ids.values())) >= cut:
                 call_ids.popitem()  # ids of the regrouped messages (the newest entries)
         tail = msgs[cut:]
-        fps = [content_key(m) for m in tail]
+        # ``msgs`` is what :meth:`input` returned: keys and counts are known
+        inputs = self.inputs if self.inputs and len(self.inputs.ckeys) == len(msgs) else None
+        fps = inputs.ckeys[cut:] if inputs is not None else [content_key(m) for m in tail]
+        sources: list[tuple[int, ...] | None] = []
         new_units, new_starts, repairs = group_units(
             tail,
             offset=cut,
             first_round=steps[-1] if steps else 0,
             fingerprints=fps,
             call_ids=call_ids,
+            sources=sources,
         )
         if repairs:
             self._report(repairs)
@@ -232,10 +260,15 @@ class Caches:
         n_steps = steps[-1] if steps else 0
         n_tokens = tokens[-1] if tokens else 0
         count = s.counter.count_message
-        for u in new_units:
+        counts = inputs.counts if inputs is not None else None
+        for u, src in zip(new_units, sources, strict=True):
             n_steps += u.kind == "step"
             steps.append(n_steps)
-            n_tokens += sum(count(m) for m in u.messages)
+            known = [counts[j] for j in src] if counts is not None and src is not None else None
+            if known is not None and None not in known:
+                n_tokens += sum(known)  # type: ignore[arg-type]
+            else:
+                n_tokens += sum(count(m) for m in u.messages)
             tokens.append(n_tokens)
         units.extend(new_units)
         starts.extend(new_starts)

@@ -3,6 +3,7 @@ model, with the caches that make a growing conversation cost O(new messages)."""
 
 from __future__ import annotations
 
+import itertools
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
@@ -26,6 +27,17 @@ from ctxpolicy.tokens.msgkeys import (
 __all__ = ["TokenCounter"]
 
 Event = dict[str, Any]
+#: A message's cache entry: its values (kept alive: their ids key tier 1), the
+#: snapshot it is valid for, its token count, and its value key.
+Entry = tuple[Any, Any, int, Any]
+
+
+def _drop_oldest(d: dict[Any, Any], size: int) -> dict[Any, Any]:
+    """``d`` without its oldest entries, a quarter of ``size`` below ``size``: evicting
+    in batches into a fresh dict costs O(1) per insert (popping the first key one by
+    one rescans the deleted slots at the front of the table each time)."""
+    drop = len(d) - size + size // 4
+    return dict(itertools.islice(d.items(), drop, None))
 
 
 class TokenCounter(ChatFraming):
@@ -61,13 +73,17 @@ class TokenCounter(ChatFraming):
             1, int(hot_size if hot_size is not None else min(self.cache_size, 16384))
         )
         self._lock = threading.Lock()
-        self._by_vals: dict[Any, tuple[Any, Any, int]] = {}  # value ids → (values, snap, count)
+        self._by_vals: dict[Any, Entry] = {}  # value ids → (values, snap, count, value key)
         self._hot: OrderedDict[Any, int] = OrderedDict()  # frozen message → count
         self._seqs: OrderedDict[Any, _Seq] = OrderedDict()  # first message → counted list
         self.seq_slots = 64
         self._by_digest: OrderedDict[bytes, int] = OrderedDict()  # content digest → count
         self._fps: dict[Any, tuple[Any, Any, str]] = {}  # value ids → (values, snap, fp)
         self._short: dict[str, int] = {}
+        self._long: dict[str, int] = {}  # long text → count, bounded by characters
+        self._long_chars = 0
+        #: characters of long texts whose counts are kept (one text at most a quarter)
+        self.text_cache_chars = 4_000_000
         self._hits = self._value_hits = self._digest_hits = self._misses = 0
         self._evictions = self._seq_hits = 0
         chain = resolve_chain(model, self.model_name, on_event)
@@ -95,11 +111,44 @@ class TokenCounter(ChatFraming):
                 if len(self._short) < 8192:
                     self._short[text] = n
             return n
-        return self._count(text)
+        # a long text (a tool result) is often counted twice: by ``add_tool_result``,
+        # then inside its message by ``prepare``; hashing it costs far less than encoding
+        n = self._long.get(text)
+        if n is None:
+            n = self._count(text)
+            if len(text) <= self.text_cache_chars // 4:
+                with self._lock:
+                    self._long[text] = n
+                    self._long_chars += len(text)
+                    if self._long_chars > self.text_cache_chars:
+                        self._evict_texts()
+        return n
+
+    def _evict_texts(self) -> None:
+        """Forget the oldest long texts until half the budget of characters is free."""
+        excess = self._long_chars - self.text_cache_chars // 2
+        freed = drop = 0
+        for text in self._long:  # oldest first
+            if freed >= excess:
+                break
+            freed += len(text)
+            drop += 1
+        self._long = dict(itertools.islice(self._long.items(), drop, None))
+        self._long_chars -= freed
 
     # -- messages ------------------------------------------------------------------
-    def _lookup(self, msg: Mapping[str, Any]) -> tuple[Any, Any, int]:
-        """Cache entry ``(values, snapshot, count)`` of one message.
+    def reserve(self, n: int) -> None:
+        """Keep at least ``n`` messages (and a quarter more) in the identity and value
+        tiers. The engine reserves the size of the conversation it prepares: one
+        ``prepare`` looks up each message more than once, and a tier smaller than
+        the conversation would evict every message before its next lookup (then
+        each is keyed, hashed and demoted again)."""
+        want = n + n // 4
+        if want > self.hot_size:
+            self.hot_size = want
+
+    def _lookup(self, msg: Mapping[str, Any], fresh_key: bool = False) -> Entry:
+        """Cache entry ``(values, snapshot, count, value key)`` of one message.
 
         Tier 1 is keyed by the identities of the message's values, so the message
         itself and its shallow copies (``dict(m)``) hit. The entry holds those values,
@@ -108,6 +157,10 @@ class TokenCounter(ChatFraming):
         strings shared: a C-speed comparison that catches in-place edits of nested
         lists such as ``tool_calls``). Tier 2 is keyed by value (deep copies), tier 3
         by a content hash (entries demoted from tier 2; keeps no text alive).
+
+        The value key of a tier-1 hit is the one of the message first counted (equal,
+        but ``1 == True`` and nested key order may differ); ``fresh_key`` recomputes
+        it from ``msg`` then, for callers that hash it.
         """
         vals: tuple[Any, ...] | None = None
         if type(msg) is dict:
@@ -116,7 +169,7 @@ class TokenCounter(ChatFraming):
             e = self._by_vals.get(ikey)
             if e is not None and msg == e[1]:
                 self._hits += 1
-                return e
+                return (e[0], e[1], e[2], _value_key(msg)) if fresh_key else e
             key: Any = _value_key(msg)
         else:
             key = _freeze(dict(msg))
@@ -144,12 +197,12 @@ class TokenCounter(ChatFraming):
                         self._by_digest.popitem(last=False)
                         self._evictions += 1
         snap = _snapshot(msg) if vals is not None else _NO_SNAPSHOT
-        e = (vals, snap, count)
+        e = (vals, snap, count, key)
         if snap is not _NO_SNAPSHOT:
             with self._lock:
                 self._by_vals[ikey] = e
-                while len(self._by_vals) > self.hot_size:
-                    self._by_vals.pop(next(iter(self._by_vals)))
+                if len(self._by_vals) > self.hot_size:
+                    self._by_vals = _drop_oldest(self._by_vals, self.hot_size)
         return e
 
     def count_message(self, msg: Mapping[str, Any]) -> int:
@@ -222,8 +275,8 @@ class TokenCounter(ChatFraming):
         if snap is not _NO_SNAPSHOT:
             with self._lock:
                 self._fps[ikey] = (vals, snap, fp)
-                while len(self._fps) > self.hot_size:
-                    self._fps.pop(next(iter(self._fps)))
+                if len(self._fps) > self.hot_size:
+                    self._fps = _drop_oldest(self._fps, self.hot_size)
         return fp
 
     # -- introspection -------------------------------------------------------------
@@ -256,6 +309,8 @@ class TokenCounter(ChatFraming):
             self._seqs.clear()
             self._fps.clear()
             self._short.clear()
+            self._long.clear()
+            self._long_chars = 0
 
     def __repr__(self) -> str:
         return f"TokenCounter({self.name!r}, approximate={self.approximate})"

@@ -4,10 +4,33 @@ incremental path): value keys, container snapshots, content digests."""
 from __future__ import annotations
 
 import hashlib
-import json
-from collections.abc import Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
+from json import encoder as json_encoder_module
+from json.encoder import JSONEncoder, encode_basestring
 from typing import Any
+
+
+def _json_encoder() -> Callable[[Any], str]:
+    """``json.dumps(v, ensure_ascii=False, check_circular=False)`` as one reused C
+    encoder: ``json.dumps`` with non-default options builds a ``JSONEncoder`` and a C
+    encoder on every call, which costs more than encoding a message's tool calls."""
+    py = JSONEncoder(ensure_ascii=False, check_circular=False)
+    c_make_encoder = getattr(json_encoder_module, "c_make_encoder", None)
+    if c_make_encoder is None:  # pragma: no cover - CPython always has _json
+        return py.encode
+    c = c_make_encoder(None, py.default, encode_basestring, None, ": ", ", ", False, False, True)
+
+    def encode(v: Any) -> str:
+        if type(v) is str:
+            return py.encode(v)
+        return "".join(c(v, 0))
+
+    return encode
+
+
+#: JSON text of a value, exactly as ``json.dumps(v, ensure_ascii=False, check_circular=False)``.
+json_text = _json_encoder()
 
 
 def _freeze(v: Any) -> Any:
@@ -46,9 +69,7 @@ def _value_key(msg: dict[str, Any]) -> Any:
             items.append((k, v))
         elif t is list or t is dict:
             try:
-                items.append(
-                    (k, _CONTAINER, json.dumps(v, ensure_ascii=False, check_circular=False))
-                )
+                items.append((k, _CONTAINER, json_text(v)))
             except (TypeError, ValueError):
                 items.append((k, _freeze(v)))
         else:
@@ -62,54 +83,43 @@ _LEAVES = (str, int, float, bool, type(None))
 
 def _snapshot(v: Any) -> Any:
     """Copy of the containers of ``v`` sharing its (immutable) leaves; ``_NO_SNAPSHOT``
-    when ``v`` holds anything else (that could change without the copy noticing)."""
+    when ``v`` holds anything else (that could change without the copy noticing).
+
+    Leaves are tested inline (no call per string): a message is mostly leaves."""
     t = type(v)
     if t is dict:
         out = {}
         for k, x in v.items():
+            tx = type(x)
+            if tx is str or x is None or tx is int or tx is bool or tx is float:
+                out[k] = x
+                continue
             c = _snapshot(x)
             if c is _NO_SNAPSHOT:
                 return _NO_SNAPSHOT
             out[k] = c
         return out
     if t is list or t is tuple:
-        items = [_snapshot(x) for x in v]
-        if _NO_SNAPSHOT in items:
-            return _NO_SNAPSHOT
+        items = []
+        for x in v:
+            tx = type(x)
+            if not (tx is str or x is None or tx is int or tx is bool or tx is float):
+                x = _snapshot(x)
+                if x is _NO_SNAPSHOT:
+                    return _NO_SNAPSHOT
+            items.append(x)
         return items if t is list else tuple(items)
     if t in _LEAVES:
         return v
     return _NO_SNAPSHOT
 
 
-def _digest_into(h: Any, v: Any) -> None:
-    t = type(v)
-    if t is str:
-        h.update(b"s%d:" % len(v))
-        h.update(v.encode("utf-8", "surrogatepass"))
-    elif t is dict:
-        h.update(b"d%d:" % len(v))
-        for k in sorted(v, key=str):
-            _digest_into(h, str(k))
-            _digest_into(h, v[k])
-    elif t is list or t is tuple:
-        h.update(b"l%d:" % len(v))
-        for x in v:
-            _digest_into(h, x)
-    elif isinstance(v, Mapping):
-        _digest_into(h, dict(v))
-    else:
-        r = repr(v).encode("utf-8", "surrogatepass")
-        h.update(b"r%d:" % len(r))
-        h.update(r)
-
-
 def _digest(value: Any) -> bytes:
-    """Content hash of a (frozen) message; cheaper than
-    :func:`~ctxpolicy.conversation.message_fingerprint` (no JSON rendering)."""
-    h = hashlib.blake2b(digest_size=16)
-    _digest_into(h, value)
-    return h.digest()
+    """Content hash of a value key (:func:`_value_key`, or :func:`_freeze` of a
+    non-dict message): blake2b of its ``repr``, which is C-speed for the tuples of
+    strings, numbers and JSON texts a key is made of (no memory address in it, see
+    :class:`_Container`)."""
+    return hashlib.blake2b(repr(value).encode("utf-8", "surrogatepass"), digest_size=16).digest()
 
 
 @dataclass
