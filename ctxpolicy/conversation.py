@@ -214,11 +214,9 @@ def group_units(
     seen_ids: dict[str, int] = {} if call_ids is None else call_ids
 
     def key_for(start: int, msgs: Sequence[Message], end: int) -> str:
-        if fps is not None:
-            h = hashlib.blake2b(digest_size=8)
-            for fp in fps[start:end]:
-                h.update(fp.encode())
-            return f"m{start + offset}-{h.hexdigest()}"
+        if fps is not None:  # one update of the joined fingerprints = one per fingerprint
+            data = "".join(fps[start:end]).encode()
+            return f"m{start + offset}-{hashlib.blake2b(data, digest_size=8).hexdigest()}"
         return _key(start + offset, msgs)
 
     def add(unit: Unit, start: int, src: tuple[int, ...] | None) -> None:
@@ -231,7 +229,7 @@ def group_units(
     round_no = first_round
     while i < n:
         raw = messages[i]
-        if not isinstance(raw, dict | Mapping):
+        if type(raw) is not dict and not isinstance(raw, Mapping):
             repairs.append(
                 Repair(
                     "bad_message",
@@ -258,7 +256,7 @@ def group_units(
             extra_orphans: list[tuple[int, Message]] = []
             while (
                 i < n
-                and isinstance(messages[i], dict | Mapping)
+                and (type(messages[i]) is dict or isinstance(messages[i], Mapping))
                 and messages[i].get("role") == "tool"
             ):
                 tm = dict(messages[i])

@@ -195,7 +195,10 @@ class QuicktokTokenizer(Tokenizer):
 
     def count(self, text: str) -> int:
         # encode_ordinary: special-token text counts as plain text, like tiktoken's.
-        return len(self.encode(text))
+        try:
+            return len(self._enc.encode_ordinary(text))
+        except (TypeError, UnicodeError):  # lone surrogates: as tiktoken does
+            return len(self._enc.encode_ordinary(scrub_surrogates(text)))
 
     def encode(self, text: str) -> list[int]:
         try:
