@@ -51,9 +51,12 @@ def child(agent: str) -> dict[str, list[str]]:
         for window in WINDOWS:
             seen.clear()
             with tempfile.TemporaryDirectory(prefix="ctxpolicy-identical-") as tmp:
-                replay.replay_trace(
-                    load_trace(path), policy, window=window, snapshots_dir=tmp, trace=path.stem
-                )
+                try:
+                    replay.replay_trace(
+                        load_trace(path), policy, window=window, snapshots_dir=tmp, trace=path.stem
+                    )
+                except Exception as exc:  # e.g. a budget that does not fit the window
+                    seen.append(f"error: {type(exc).__name__}: {exc}"[:200])
             out[f"{path.stem}@{window}"] = list(seen)
     return out
 
