@@ -41,6 +41,12 @@ if TYPE_CHECKING:
 _UNEQUAL: Any = type("_Unequal", (), {"__eq__": lambda self, other: False, "__hash__": None})()
 
 
+def _is_tool_message(m: Any) -> bool:
+    """Whether ``m`` would join the step before it as a tool result (see
+    :func:`~ctxpolicy.conversation.group_units`)."""
+    return (type(m) is dict or isinstance(m, Mapping)) and m.get("role") == "tool"
+
+
 def content_key(m: Any) -> str:
     """Stable content hash of a message for unit keys (the same in every process: keys
     are persisted in the session state)."""
@@ -146,13 +152,21 @@ class Caches:
         if cache is not None:
             snaps = cache.snaps
             k = min(len(messages), len(snaps))
-            if messages[:k] != snaps[:k]:
+            if messages[:k] != (snaps if k == len(snaps) else snaps[:k]):
                 k = next(i for i, (a, b) in enumerate(zip(messages, snaps, strict=False)) if a != b)
+        if cache is not None and k == len(cache.snaps):
+            # the previous input is a prefix (a growing conversation): extend its lists
+            # in place; until they are complete there is no cache (an exception below
+            # leaves none half-extended)
+            self.inputs = None
+            snaps, kept, msgs, ckeys = cache.snaps, cache.kept, cache.msgs, cache.ckeys
+            counts, owns = cache.counts, cache.owns
+        elif cache is not None:
             kept = cache.kept[:k]
             n_kept = kept[-1] if k else 0
             msgs, ckeys = cache.msgs[:n_kept], cache.ckeys[:n_kept]
             counts = cache.counts[:n_kept]
-            snaps = snaps[:k]
+            snaps = cache.snaps[:k]
             owns = [o for o in cache.owns if o[0] < k]
         else:
             snaps, kept, msgs, ckeys, counts, owns = [], [], [], [], [], []
@@ -222,12 +236,18 @@ class Caches:
         units: list[Unit] = []
         starts: list[int] = []
         steps: list[int] = []
+        tokens: list[int] = []
         cut = keep = 0
         call_ids: dict[str, int] = {}
         if cache is not None and cache.starts:
             same = min(unchanged, cache.length)
-            if same == cache.length and cache.units[-1].kind not in ("step", "orphan"):
-                cut, keep = same, len(cache.units)  # a one-message unit cannot grow
+            if same == cache.length and (
+                cache.units[-1].kind not in ("step", "orphan")
+                or same == len(msgs)
+                or not _is_tool_message(msgs[same])
+            ):
+                # the last group is complete: only tool messages right after it join it
+                cut, keep = same, len(cache.units)
             else:
                 # regroup from the group of the last unchanged message: a group can
                 # take in tool messages that now follow it (results that arrived late,
@@ -235,7 +255,12 @@ class Caches:
                 at = bisect.bisect_right(cache.starts, same - 1) - 1
                 cut = min(cache.starts[-1], cache.starts[at] if at >= 0 else 0)
                 keep = bisect.bisect_left(cache.starts, cut)
-            units, starts, steps = cache.units[:keep], cache.starts[:keep], cache.steps[:keep]
+            # the cached lists are extended in place (the cache is rebuilt below; an
+            # exception in between leaves none)
+            self.groups = None
+            units, starts, steps, tokens = cache.units, cache.starts, cache.steps, cache.tokens
+            for lst in (units, starts, steps, tokens):
+                del lst[keep:]
             call_ids = cache.call_ids
             while call_ids and next(reversed(call_ids.values())) >= cut:
                 call_ids.popitem()  # ids of the regrouped messages (the newest entries)
@@ -256,7 +281,6 @@ class Caches:
             self._report(repairs)
         if s.state.refs:
             new_units = [self._with_refs(u) for u in new_units]
-        tokens = cache.tokens[:keep] if cache is not None and keep else []
         n_steps = steps[-1] if steps else 0
         n_tokens = tokens[-1] if tokens else 0
         count = s.counter.count_message
@@ -334,7 +358,11 @@ class Caches:
             pin = pin or (pol.first_user and i == first_user) or (pol.last_user and i == last_user)
             return u if pin == u.pinned else replace(u, pinned=pin)
 
-        out = prev.units[:keep] if prev is not None else []
+        out: list[Unit] = []
+        if prev is not None:  # extended in place (no cache until it is complete)
+            self.pins = None
+            out = prev.units
+            del out[keep:]
         out.extend(pinned(i) for i in range(keep, n))
         if prev is not None and (prev.first_user, prev.last_user) != (first_user, last_user):
             for i in {prev.first_user, prev.last_user, first_user, last_user}:
