@@ -428,9 +428,9 @@ class Caches:
 
     def _with_refs(self, unit: Unit) -> Unit:
         """Attach the snapshot refs of this session's tool results (``meta["refs"]``)."""
-        if unit.kind != "step":
-            return unit
         refs = self.s.state.refs
+        if unit.kind != "step" or not refs:
+            return unit
         found = {
             str(m.get("tool_call_id")): refs[str(m.get("tool_call_id"))]
             for m in unit.tool_messages
