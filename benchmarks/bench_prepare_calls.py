@@ -3,7 +3,7 @@ baseline tree, interleaved in one run.
 
 Usage::
 
-    python benchmarks/bench_prepare_calls.py --baseline SRC [--traces 3] [--repeat 5]
+    python benchmarks/bench_prepare_calls.py --baseline SRC [--traces 3] [--repeat 5] [--quick]
 
 The replay loop of benchmarks/bench_engine.py's per-call comparison
 (:func:`benchmarks.peers.timing.replay_ctxpolicy`: ``add_tool_result`` for every
@@ -14,7 +14,8 @@ tool result, ``prepare`` before every assistant message, the policy
 median over the repeats, then per trace the median over its calls — the calls that
 compacted (a ``context.compacted`` event) are left out, so the number is what a
 plain call (one or two new messages appended) costs. Writes
-benchmarks/results/bench_prepare_calls.json and .md.
+benchmarks/results/bench_prepare_calls.json and .md. ``--quick``: the smallest trace,
+one repeat.
 """
 
 from __future__ import annotations
@@ -37,10 +38,10 @@ ROOT = Path(__file__).resolve().parents[1]
 AGENT = "coding_agent"
 
 
-def child(traces: int) -> dict[str, Any]:
+def child(traces: int, quick: bool) -> dict[str, Any]:
     """Per trace: seconds of every ``prepare``, and which calls compacted."""
     import ctxpolicy.engine.session as session_mod
-    from benchmarks.bench_engine import largest_traces
+    from benchmarks.bench_engine import largest_traces, smallest_trace
     from benchmarks.bench_quality import load_agent
     from benchmarks.peers import timing
 
@@ -56,7 +57,7 @@ def child(traces: int) -> dict[str, Any]:
 
     session_mod.Session.prepare = prepare  # type: ignore[method-assign]
     try:
-        for name, msgs in largest_traces(traces):
+        for name, msgs in [smallest_trace()] if quick else largest_traces(traces):
             compacted.clear()
             prep, _tools = timing.replay_ctxpolicy(policy, msgs)
             out[name] = {"seconds": prep, "compacted": list(compacted), "messages": len(msgs)}
@@ -65,9 +66,10 @@ def child(traces: int) -> dict[str, Any]:
     return out
 
 
-def run(src: Path, traces: int) -> dict[str, Any]:
+def run(src: Path, traces: int, quick: bool) -> dict[str, Any]:
     env = {**os.environ, "PYTHONPATH": str(src)}
     cmd = [sys.executable, __file__, "--child", "--traces", str(traces)]
+    cmd += ["--quick"] if quick else []
     res = subprocess.run(cmd, env=env, capture_output=True, text=True, check=True)
     data: dict[str, Any] = json.loads(res.stdout.strip().splitlines()[-1])
     return data
@@ -134,11 +136,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--baseline", type=Path, help="source tree measured as the baseline")
     ap.add_argument("--traces", type=int, default=3)
     ap.add_argument("--repeat", type=int, default=5)
+    ap.add_argument("--quick", action="store_true", help="the smallest trace, one repeat")
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.child:
-        print(json.dumps(child(args.traces)))
+        print(json.dumps(child(args.traces, args.quick)))
         return 0
+    if args.quick:
+        args.repeat = 1
     from benchmarks.bench_scaling import git_head
 
     codes: dict[str, Path] = {}
@@ -149,10 +154,11 @@ def main(argv: list[str] | None = None) -> int:
     for i in range(args.repeat):
         for code, src in codes.items():
             eprint(f"repeat {i + 1}/{args.repeat}: {code}")
-            runs[code].append(run(src, args.traces))
+            runs[code].append(run(src, args.traces, args.quick))
     data: dict[str, Any] = {
         "machine": machine(["tiktoken"]),
         "repeat": args.repeat,
+        "quick": args.quick,
         "baseline_src": str(args.baseline) if args.baseline else None,
         "baseline_commit": git_head(args.baseline) if args.baseline else None,
         **{code: summarize(r) for code, r in runs.items()},
