@@ -67,7 +67,7 @@ class _InputCache:
     kept: list[int]  # kept[i]: messages of ours dropped -> length of msgs after input[i]
     msgs: list[Mapping[str, Any]]  # the input without messages of ours
     ckeys: list[str]  # content_key of each of msgs
-    counts: list[int | None]  # tokens of each of msgs (None: not counted yet)
+    counts: list[int]  # tokens of each of msgs (-1: not counted)
     owns: list[tuple[int, str, str]]  # (input index, kind, text) of messages of ours
 
 
@@ -176,7 +176,7 @@ class Caches:
         counter.reserve(len(messages))
         for i, m in enumerate(messages[k:], k):
             ckey: str | None = None
-            n: int | None = None
+            n = -1
             try:
                 if type(m) is dict:
                     e = counter._lookup(m, True)
@@ -187,7 +187,8 @@ class Caches:
                 try:
                     snap = _snapshot(m)
                 except RecursionError:
-                    m, snap, n = self._flatten(m, len(msgs)), _NO_SNAPSHOT, None
+                    m, snap = self._flatten(m, len(msgs)), _NO_SNAPSHOT
+                    n = -1
             snaps.append(_UNEQUAL if snap is _NO_SNAPSHOT else snap)
             kind = own_kind(m)
             if kind is None:
@@ -288,9 +289,9 @@ class Caches:
         for u, src in zip(new_units, sources, strict=True):
             n_steps += u.kind == "step"
             steps.append(n_steps)
-            known = [counts[j] for j in src] if counts is not None and src is not None else None
-            if known is not None and None not in known:
-                n_tokens += sum(known)  # type: ignore[arg-type]
+            known = [counts[j] for j in src] if counts is not None and src is not None else [-1]
+            if min(known) >= 0:  # unchanged copies of input messages: counted there
+                n_tokens += sum(known)
             else:
                 n_tokens += sum(count(m) for m in u.messages)
             tokens.append(n_tokens)

@@ -118,10 +118,11 @@ class TokenCounter(ChatFraming):
             n = self._count(text)
             if len(text) <= self.text_cache_chars // 4:
                 with self._lock:
-                    self._long[text] = n
-                    self._long_chars += len(text)
-                    if self._long_chars > self.text_cache_chars:
-                        self._evict_texts()
+                    if text not in self._long:  # another thread may have added it
+                        self._long[text] = n
+                        self._long_chars += len(text)
+                        if self._long_chars > self.text_cache_chars:
+                            self._evict_texts()
         return n
 
     def _evict_texts(self) -> None:
