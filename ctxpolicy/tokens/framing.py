@@ -163,10 +163,11 @@ class ChatFraming:
         return self.count_text(json.dumps(content, ensure_ascii=False, default=str))
 
     def _tool_call_tokens(self, tc: Any) -> int:
-        if not isinstance(tc, Mapping):
+        # ``type(...) is dict`` first: an ABC ``isinstance`` is a Python-level call
+        if type(tc) is not dict and not isinstance(tc, Mapping):
             return 0
         fn = tc.get("function")
-        if not isinstance(fn, Mapping):
+        if type(fn) is not dict and not isinstance(fn, Mapping):
             fn = tc
         name = fn.get("name") or ""
         args = fn.get("arguments")
