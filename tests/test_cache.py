@@ -60,3 +60,64 @@ def test_preserve_prefix_changes_the_prefix_rarely(tmp_path: Path) -> None:
     # calls on this trace under coding_agent, was 12+ before the entry-state rule);
     # preserve_prefix never adds a change
     assert with_cache <= without and with_cache * 100 <= 6 * calls, (with_cache, without)
+
+
+def _batch_case(min_gain: int | None) -> tuple[Session, list[dict[str, Any]]]:
+    """A context between warning and critical under observation_mask + drop_rounds,
+    prepared once (``min_gain``: None for no cache option)."""
+    from tests.engine_helpers import conversation, make_policy
+
+    cache = {"preserve_prefix": min_gain is not None, "min_gain_tokens": min_gain or 0}
+    pol = make_policy(
+        model={"context_window": 16000, "max_output_tokens": 1000, "tokenizer": "cl100k_base"},
+        budget={"window": 16000, "reserve_output": 1000, "safety_margin": 0, "target": 0.4},
+        pipeline=[
+            {"layer": "observation_mask", "at": "warning", "options": {"max_age_rounds": 8}},
+            {
+                "layer": "drop_rounds",
+                "at": "warning",
+                "options": {"keep_recent_rounds": 2, "min_keep_tokens": 0},
+            },
+        ],
+        cache=cache,
+    )
+    s = Session(pol, snapshot_store=None)
+    budget = s.budget()
+    for rounds in range(4, 200):
+        msgs = conversation(rounds, 1200)
+        used = s.counter.count_messages(msgs)
+        if budget.warning_tokens < used < budget.critical_tokens:
+            return s, msgs
+    raise AssertionError("no conversation between warning and critical")
+
+
+def _layer_gains(s: Session) -> dict[str, int]:
+    return {
+        e["layer"]: e["before"] - e["after"] for e in s.events if e["type"] == "context.compacted"
+    }
+
+
+def test_preserve_prefix_takes_the_whole_call_once_it_frees_enough() -> None:
+    plain, msgs = _batch_case(None)
+    plain.prepare(msgs)
+    gains = _layer_gains(plain)
+    assert set(gains) == {"observation_mask", "drop_rounds"}, gains
+    # masking alone frees too little, masking + dropping enough: both are taken in
+    # the same call (the prefix is rewritten once), not the drop alone
+    s, msgs = _batch_case(gains["observation_mask"] + 1)
+    out = s.prepare(msgs)
+    compacted = [e["layer"] for e in s.events if e["type"] == "context.compacted"]
+    assert compacted == ["observation_mask", "drop_rounds"]
+    assert s.status is not None and s.status["used"] < s.counter.count_messages(msgs)
+    assert check_messages(out) == []
+
+
+def test_preserve_prefix_defers_a_call_that_frees_too_little() -> None:
+    s, msgs = _batch_case(10**6)
+    out = s.prepare(msgs)
+    assert out == msgs  # nothing taken: the cached prefix stays
+    deferred = [e for e in s.events if e["type"] == "layer.deferred"]
+    assert [e["layer"] for e in deferred] == ["observation_mask", "drop_rounds"]
+    call_gain = deferred[0]["call_gain"]
+    assert call_gain == sum(e["gain"] for e in deferred) and 0 < call_gain < 10**6
+    assert not _layer_gains(s)

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ctxpolicy.budget import BudgetState
@@ -67,25 +68,69 @@ def run_pipeline(
     entry: int,
 ) -> tuple[list[Unit], int, str | None]:
     """Run the eligible steps, then ``on_overflow`` if needed; returns the new view,
-    its tokens and the last layer that changed it (None: nothing changed)."""
+    its tokens and the last layer that changed it (None: nothing changed).
+
+    With ``cache.preserve_prefix`` the call is the unit of deferral: the steps' outputs
+    are held until together they free ``min_gain_tokens``, then all are taken (the
+    prompt cache is lost either way, so every eligible step runs in the same call);
+    when they cannot, none is taken (``layer.deferred``) until the context is critical.
+    """
     pol = session.policy
     changed_by: str | None = None
     steps = eligible_steps(session, used, budget, forced=forced, entry_used=entry)
     if steps:
         view = _referenced(session, view)
+    cache = pol.cache
+    batch = cache.preserve_prefix and cache.min_gain_tokens > 0 and not forced
+    batch = batch and budget.state_for(entry) < State.critical
+    floor = used - cache.min_gain_tokens if batch else None
+    start_view, start_used = view, used
+    held: list[_Outcome] = []
     for index, step in steps:
         if used <= budget.target:
             break
-        new_view, new_used = run_layer(session, step, index, view, used, budget, count)
-        if new_view is not None:
-            view, used, changed_by = new_view, new_used, step.layer
+        out = _apply(session, step, index, view, used, budget, count, floor=floor)
+        if out is None:
+            continue
+        if not batch:
+            if _take(session, out, budget):
+                view, used, changed_by = out.units, out.used, step.layer
+            continue
+        held.append(out)
+        view, used = out.units, out.used
+        if start_used - used >= cache.min_gain_tokens:
+            batch, floor = False, None
+            view, used, changed_by = _take_all(session, held, budget)
+            held = []
+    if held:  # together they free too little: wait for a batch worth the cache
+        for out in held:
+            out.emit(
+                "layer.deferred",
+                gain=out.used_before - out.used,
+                call_gain=start_used - used,
+                min_gain_tokens=cache.min_gain_tokens,
+            )
+        view, used = start_view, start_used
     if pol.on_overflow.layer and (forced or used > budget.trigger):
         if not steps:
             view = _referenced(session, view)
-        new_view, new_used = run_layer(session, pol.on_overflow, -1, view, used, budget, count)
-        if new_view is not None:
-            view, used, changed_by = new_view, new_used, pol.on_overflow.layer
+        out = _apply(session, pol.on_overflow, -1, view, used, budget, count)
+        if out is not None and _take(session, out, budget):
+            view, used, changed_by = out.units, out.used, pol.on_overflow.layer
     return view, used, changed_by
+
+
+def _take_all(
+    session: Session, held: Sequence[_Outcome], budget: BudgetState
+) -> tuple[list[Unit], int, str | None]:
+    """Take held outputs in order; one that cannot be taken (its archive write failed)
+    ends the batch there: the later ones were computed from it."""
+    view, used, by = held[0].before, held[0].used_before, None
+    for out in held:
+        if not _take(session, out, budget):
+            break
+        view, used, by = out.units, out.used, out.step.layer
+    return view, used, by
 
 
 def _referenced(session: Session, view: list[Unit]) -> list[Unit]:
@@ -124,7 +169,22 @@ def _unit_counter(s: Session) -> Callable[[Unit], int]:
     return count_unit
 
 
-def run_layer(
+@dataclass
+class _Outcome:
+    """A layer's validated output, not yet taken (nothing archived or recorded)."""
+
+    step: ResolvedStep
+    before: list[Unit]
+    used_before: int
+    units: list[Unit]
+    used: int
+    result: LayerResult
+    unarchived: list[str]
+    emit: Callable[..., None]
+    started: float
+
+
+def _apply(
     session: Session,
     step: ResolvedStep,
     index: int,
@@ -132,14 +192,15 @@ def run_layer(
     used: int,
     budget: BudgetState,
     count: Count,
-) -> tuple[list[Unit] | None, int]:
-    """Run one layer isolated; ``(None, used)`` when its output is not taken."""
+    *,
+    floor: int | None = None,
+) -> _Outcome | None:
+    """Run one layer isolated and validate its output; None when it changed nothing
+    or its output is rejected (reported). ``floor`` lowers the layer's target."""
     s = session
     state = budget.state_for(used)
     plugin = s.registry.plugin_of("layer", step.layer) or "?"
-    target = budget.target
-    if s.policy.cache.preserve_prefix and s.policy.cache.min_gain_tokens:
-        target = min(target, used - s.policy.cache.min_gain_tokens)
+    target = budget.target if floor is None else min(budget.target, floor)
     memory = s.state.memory.setdefault(f"{step.layer}#{index}", {})
     layer_name = step.layer
 
@@ -176,12 +237,12 @@ def run_layer(
         s.state.stats.layer_failures[step.layer] += 1
         s.state.touch("memory", "meta")
         emit("layer.failed", error=f"{type(exc).__name__}: {exc}"[:500])
-        return None, used
+        return None
     s.state.touch("memory")
     if [u.key for u in new_units] == [u.key for u in before] and all(
         a is b for a, b in zip(new_units, before, strict=True)
     ):
-        return None, used
+        return None
     # a shortened result keeps a reference to its original (unarchived: the store failed)
     new_units, unarchived = ensure_refs(s, before, new_units)
     problems = [v.detail for v in check_units(before, new_units)]
@@ -191,19 +252,15 @@ def run_layer(
     if problems:
         s.state.stats.layer_failures[step.layer] += 1
         emit("layer.rejected", problems=problems[:10])
-        return None, used
-    gain = used - new_used
-    cache = s.policy.cache
-    if (
-        cache.preserve_prefix
-        and gain < cache.min_gain_tokens
-        and state < State.critical
-        and index >= 0
-    ):
-        # a small change would throw the provider's prompt cache away for little:
-        # wait until a layer can free a whole batch (or the context is critical)
-        emit("layer.deferred", gain=gain, min_gain_tokens=cache.min_gain_tokens)
-        return None, used
+        return None
+    return _Outcome(step, before, used, new_units, new_used, result, unarchived, emit, started)
+
+
+def _take(session: Session, out: _Outcome, budget: BudgetState) -> bool:
+    """Archive what ``out`` dropped, update the ledger and the key facts, record it;
+    False when it cannot be taken (the archive failed and the request fits without it)."""
+    s, result, before, emit = session, out.result, out.before, out.emit
+    used, new_units, new_used, unarchived = out.used_before, out.units, out.used, out.unarchived
     if result.dropped and not archive_units(s, result.dropped, emit):
         unarchived = [*(u.key for u in result.dropped), *unarchived]
     if unarchived:
@@ -213,7 +270,7 @@ def run_layer(
             emit(
                 "layer.rejected", problems=["the dropped or shortened units could not be archived"]
             )
-            return None, used
+            return False
         emit(
             "data.lost",
             units=unarchived[:100],
@@ -240,7 +297,7 @@ def run_layer(
     except Exception as exc:  # pragma: no cover - facts are best effort
         emit("ledger.failed", error=repr(exc))
         lost = []
-    s.state.stats.compactions[step.layer] += 1
+    s.state.stats.compactions[out.step.layer] += 1
     s.state.touch("meta")
     emit(
         "context.compacted",
@@ -249,11 +306,11 @@ def run_layer(
         units_before=len(before),
         units_after=len(new_units),
         units_removed=len(result.dropped),
-        duration_ms=round((time.perf_counter() - started) * 1000, 3),
+        duration_ms=round((time.perf_counter() - out.started) * 1000, 3),
         report=result.report,
         lost_facts=lost[:50],
     )
-    return new_units, new_used
+    return True
 
 
 def lost_facts(session: Session, before: Sequence[Unit], after: Sequence[Unit]) -> list[str]:

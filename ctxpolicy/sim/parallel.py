@@ -45,15 +45,26 @@ def default_workers() -> int:
         return max(1, os.cpu_count() or 1)
 
 
-def _ignore_sigint() -> None:
+def _init_worker(environ: dict[str, str]) -> None:
+    """A worker ignores Ctrl-C (the parent stops the pool) and sees the parent's
+    environment as it is now: forkserver workers inherit the environment of the
+    forkserver, started once per process, and ``${VAR}`` in a policy (a snapshot path
+    shown in references, so counted in the context) must resolve as it does inline."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    os.environ.clear()
+    os.environ.update(environ)
 
 
 def _local_executor(workers: int) -> ProcessPoolExecutor:
     # forkserver/spawn: the parent may run threads (rich's refresh, optuna), fork is unsafe
     methods = multiprocessing.get_all_start_methods()
     ctx = multiprocessing.get_context("forkserver" if "forkserver" in methods else "spawn")
-    return ProcessPoolExecutor(max_workers=workers, mp_context=ctx, initializer=_ignore_sigint)
+    return ProcessPoolExecutor(
+        max_workers=workers,
+        mp_context=ctx,
+        initializer=_init_worker,
+        initargs=(dict(os.environ),),
+    )
 
 
 def map_ordered(

@@ -52,3 +52,19 @@ def test_simulate_workers_option_gives_the_same_output():
 
     assert out("--workers", "2") == out("--workers", "1") == out("--jobs", "1")
     assert Path(DEMO[0]).exists()
+
+
+def _env(name: str) -> str | None:
+    import os
+
+    return os.environ.get(name)
+
+
+def test_workers_see_the_environment_of_the_call(monkeypatch):
+    # the forkserver is started once per process, with the environment of that moment;
+    # a policy's ${VAR} (shown in snapshot references, so counted) must resolve in a
+    # worker as it does inline
+    monkeypatch.setenv("CTXPOLICY_TEST_VAR", "first")
+    assert map_ordered(_env, [("CTXPOLICY_TEST_VAR",)] * 2, workers=2) == ["first"] * 2
+    monkeypatch.setenv("CTXPOLICY_TEST_VAR", "second, longer")
+    assert map_ordered(_env, [("CTXPOLICY_TEST_VAR",)] * 2, workers=2) == ["second, longer"] * 2

@@ -23,7 +23,7 @@ def test_default_space_of_coding_agent_comes_from_its_components():
     assert "pipeline[observation_mask].max_age_rounds" in params
     keep = params["pipeline[drop_rounds].min_keep_tokens"]  # searched as % of the window
     assert keep.range.percent and keep.tokens_of == 32768
-    assert keep.render(keep.base) == 3000 and keep.describe_base() == "3000"
+    assert keep.render(keep.base) == 1500 and keep.describe_base() == "1500"
     # only the tool rules the traces use: bash → command_output, not read_file
     assert "tools[bash].head_lines" in params
     assert not any(p.startswith("tools[read_file]") for p in params)
@@ -50,7 +50,7 @@ def test_tune_section_narrows_widens_and_adds(tmp_path: Path):
     )
     params = {p.path: p for p in build_space(pol, registry=get_registry())}
     assert params["budget.target"].range.high == 0.6
-    assert params["pipeline[summarize].at"].base == "error"
+    assert params["pipeline[summarize].at"].base == "warning"
     assert not any(p.startswith(("thresholds.", "budget.tool_growth", "tools[")) for p in params)
     bad = pol.model_copy(
         update={
