@@ -34,7 +34,9 @@ def test_prepare_looks_up_each_message_a_bounded_number_of_times(tmp_path) -> No
     large = prepare_once(policy, tiny_session(LARGE))[1]
     assert small >= SMALL  # every message is counted (and compaction ran at both sizes)
     assert large / small < SIZE * 1.25, (small, large)
-    assert large < 3 * LARGE
+    # each message: its input lookup, the count of the prepared list, and a layer's count
+    # of the region it folds (summarize); per-round recounting would be rounds × this
+    assert large < 4 * LARGE
 
 
 def test_prepare_time_grows_linearly(tmp_path) -> None:
