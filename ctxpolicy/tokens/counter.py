@@ -30,6 +30,10 @@ Event = dict[str, Any]
 #: A message's cache entry: its values (kept alive: their ids key tier 1), the
 #: snapshot it is valid for, its token count, and its value key.
 Entry = tuple[Any, Any, int, Any]
+#: Texts from this length on have their counts kept (:meth:`TokenCounter.count_text`);
+#: shorter ones encode in a few microseconds and would only churn the cache (a
+#: summarizer's JSON rendering of every message it folds).
+LONG_TEXT = 512
 
 
 def _drop_oldest(d: dict[Any, Any], size: int) -> dict[Any, Any]:
@@ -111,6 +115,8 @@ class TokenCounter(ChatFraming):
                 if len(self._short) < 8192:
                     self._short[text] = n
             return n
+        if len(text) < LONG_TEXT:
+            return self._count(text)
         # a long text (a tool result) is often counted twice: by ``add_tool_result``,
         # then inside its message by ``prepare``; hashing it costs far less than encoding
         n = self._long.get(text)
