@@ -2,7 +2,7 @@
 
 Usage::
 
-    python benchmarks/bench_engine.py [--repeat 3] [--quick] [--per-call-only]
+    python benchmarks/bench_engine.py [--repeat 3] [--quick] [--per-call-only] [--baseline SRC]
 
 Replays (1) the largest trace in ../shared/traces (most cl100k tokens) and (2) the
 500k-token synthetic session of :func:`ctxpolicy.sim.synth.large_session`, message by
@@ -30,6 +30,10 @@ LangChain ``SummarizationMiddleware`` (real library, its state updated by LangGr
 reducer) and of ctxpolicy ``prepare`` and ``add_tool_result``, each as a ratio to one
 exact tiktoken pass of the final conversation per call; interleaved repeats; then a
 cProfile of ctxpolicy's per-call path. ``--per-call-only`` runs just that.
+``--baseline SRC`` also times the ctxpolicy of another source tree (a checkout of
+main) in the same run: both trees replay in worker processes, in turn, and the
+report gives before → after per call and per part of the path
+(:mod:`benchmarks.peers.worker`, :mod:`benchmarks.peers.parts`).
 
 Goals (issue 11): ctxpolicy ≤ 1.5 × floor; naive ≥ 20 × ctxpolicy at ≥ 200 steps;
 memory linear (tracemalloc peak of a ctxpolicy replay at several sizes). When the
@@ -46,7 +50,7 @@ import statistics
 import sys
 import time
 import tracemalloc
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -60,13 +64,21 @@ from benchmarks._common import (
     markdown_table,
     write_results,
 )
+from benchmarks._inputs import (
+    AGENT,
+    POLICY_FILE,
+    ROOT,
+    coding_parts,
+    engine_policy,
+    largest_trace,
+    message_texts,
+    smallest_trace,
+    step_indices,
+)
 from benchmarks._profile import profile_rows
 from benchmarks.peers.timing import per_call_markdown, per_call_section
 from ctxpolicy.state.memory import MemoryStateStore  # each run starts fresh
 
-ROOT = Path(__file__).resolve().parents[1]
-POLICY_FILE = ROOT / "policies" / "agents.yaml"
-AGENT = "default"
 Message = dict[str, Any]
 VARIANTS = ("floor", "ctxpolicy", "naive", "lc_count", "lc_trim")
 LABELS = {
@@ -76,95 +88,6 @@ LABELS = {
     "lc_count": "LangChain `count_tokens_approximately` every step",
     "lc_trim": "LangChain `trim_messages` (approx. counter) every step",
 }
-
-
-# --------------------------------------------------------------------------- inputs
-
-
-def engine_policy() -> tuple[Any, str | None]:
-    """The default policy; its tokenizer swapped for tiktoken cl100k when the policy's
-    own cannot load offline (returns the note explaining the swap)."""
-    import ctxpolicy
-    from ctxpolicy.tokens import TokenCounter
-
-    pol = ctxpolicy.load_policy(str(POLICY_FILE), agent=AGENT)
-    try:
-        c = TokenCounter(pol.model, model_name=pol.model_name)
-        if c.name.startswith("tiktoken:"):
-            return pol, None
-        why = f"policy tokenizer resolved to {c.name}, not tiktoken"
-    except Exception as exc:
-        why = f"policy tokenizer unavailable offline ({type(exc).__name__}: {str(exc)[:160]})"
-    model = pol.model.model_copy(update={"tokenizer": "cl100k_base"})
-    return pol.model_copy(update={"model": model}), why + "; tiktoken cl100k_base used instead"
-
-
-def message_texts(m: Mapping[str, Any]) -> list[str]:
-    out: list[str] = []
-    c = m.get("content")
-    if isinstance(c, str):
-        if c:
-            out.append(c)
-    elif isinstance(c, list):
-        out += [str(p.get("text", "")) for p in c if isinstance(p, Mapping) and p.get("text")]
-    for tc in m.get("tool_calls") or []:
-        fn = tc.get("function") or {}
-        out.append(str(fn.get("name", "")))
-        out.append(str(fn.get("arguments", "")))
-    return out
-
-
-def largest_traces(n: int) -> list[tuple[str, list[Message]]]:
-    """The ``n`` traces of ../shared/traces with the most cl100k tokens, largest first."""
-    from ctxpolicy.sim.importers import load_trace
-    from ctxpolicy.tokens import TiktokenTokenizer
-
-    enc = TiktokenTokenizer.load("cl100k_base", None)
-    sized: list[tuple[int, str, list[Message]]] = []
-    for p in sorted((SHARED / "traces").glob("*.jsonl")):
-        msgs = load_trace(p)
-        sized.append((sum(enc.count(t) for m in msgs for t in message_texts(m)), p.name, msgs))
-    if not sized:
-        raise FileNotFoundError(f"no traces under {SHARED / 'traces'} (set CTXPOLICY_SHARED)")
-    sized.sort(key=lambda x: -x[0])
-    return [(name, msgs) for _, name, msgs in sized[:n]]
-
-
-def largest_trace() -> tuple[str, list[Message]]:
-    return largest_traces(1)[0]
-
-
-def smallest_trace() -> tuple[str, list[Message]]:
-    from ctxpolicy.sim.importers import load_trace
-
-    files = sorted((SHARED / "traces").glob("*.jsonl"), key=lambda p: p.stat().st_size)
-    return files[0].name, load_trace(files[0])
-
-
-def coding_parts(
-    parts: int, *, steps: int = 40, file_lines: int = 300, seed: int = 101
-) -> list[Message]:
-    """``parts`` synthetic ``coding_session`` runs back to back (one system prompt,
-    tool-call ids kept unique): a long session of ordinary-size steps."""
-    from ctxpolicy.sim.synth import coding_session
-
-    out: list[Message] = []
-    for part_no in range(parts):
-        part = coding_session(seed=seed + part_no, steps=steps, file_lines=file_lines)
-        if out:
-            part = [m for m in part if m["role"] != "system"]
-            for m in part:
-                for tc in m.get("tool_calls") or []:
-                    tc["id"] = f"{tc['id']}_{part_no}"
-                if m["role"] == "tool":
-                    m["tool_call_id"] = f"{m['tool_call_id']}_{part_no}"
-        out.extend(part)
-    return out
-
-
-def step_indices(msgs: Sequence[Mapping[str, Any]]) -> list[int]:
-    """Indices ``i`` of assistant messages with something before them: step = msgs[:i]."""
-    return [i for i, m in enumerate(msgs) if m.get("role") == "assistant" and i > 0]
 
 
 # --------------------------------------------------------------------------- variants
@@ -549,6 +472,7 @@ def to_markdown(data: dict[str, Any], quick: bool) -> str:
         "Reproduce: `.venv/bin/python benchmarks/bench_engine.py"
         + (" --quick" if quick else "")
         + (" --per-call-only" if data.get("per_call_only") else "")
+        + (" --baseline <main checkout>" if (data.get("per_call") or {}).get("baseline") else "")
         + "`",
     ]
     return "\n".join(md)
@@ -569,6 +493,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--per-call-agent", default="coding_agent", help="policy of the per-call run")
     ap.add_argument(
         "--per-call-only", action="store_true", help="only the per-call comparison and its profile"
+    )
+    ap.add_argument(
+        "--baseline",
+        metavar="SRC",
+        help="per call: also time the ctxpolicy of this source tree (e.g. main), interleaved",
     )
     args = ap.parse_args(argv)
     if not (SHARED / "traces").is_dir():
@@ -611,6 +540,7 @@ def main(argv: list[str] | None = None) -> int:
         traces=args.per_call_traces,
         repeat=args.repeat,
         policy_file=str(POLICY_FILE.relative_to(ROOT)),
+        baseline=args.baseline,
     )
     eprint("memory ...")
     mem = memory_growth(policy, sizes, file_lines=40 if args.quick else 300) if sizes else None

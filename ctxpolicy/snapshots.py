@@ -28,10 +28,11 @@ from __future__ import annotations
 import contextlib
 import errno
 import fcntl
+import itertools
 import json
 import os
 import re
-import tempfile
+import stat
 import threading
 import time
 from collections.abc import Mapping
@@ -42,10 +43,11 @@ from urllib.parse import unquote, urlsplit
 from pydantic import Field
 
 from ctxpolicy.components import SnapshotRef, SnapshotStore
-from ctxpolicy.jsontext import iter_dumps
 from ctxpolicy.plugins import hookimpl
 from ctxpolicy.policy.models import ComponentOptions
 from ctxpolicy.retention import PruneReport, prune, sweeper_for
+from ctxpolicy.snapshot_doc import dump_document
+from ctxpolicy.snapshot_doc import load_document as _load  # the name fsspec_store imports
 from ctxpolicy.store_names import (
     INDEX_NAME,
     MAX_REF_CHARS,
@@ -80,62 +82,6 @@ def safe_conv_id(conv_id: object) -> str:
     return conv_folder(conv_id)
 
 
-def dump_document(document: Mapping[str, Any]) -> bytes:
-    """JSON bytes of a snapshot document, whatever it holds.
-
-    UTF-8; lone surrogates are kept as ``\\udcxx`` escapes (``json.loads`` returns
-    the exact original). A field JSON cannot hold as a value that reads back
-    (nested deeper than the parser's recursion limit, a cycle, a 5,000-digit
-    integer, a ``__str__`` that raises) is stored as its JSON *text* written by the
-    iterative encoder (:mod:`ctxpolicy.jsontext`), and its name is listed under
-    ``"as_text"``: nothing is replaced by a placeholder.
-    """
-    try:
-        text = json.dumps(document, ensure_ascii=False, default=str, indent=1)
-    except Exception:
-        fixed: dict[str, Any] = {}
-        as_text: list[str] = []
-        for k, v in document.items():
-            try:
-                json.dumps(v, default=str)
-                fixed[str(k)] = v
-            except Exception:
-                fixed[str(k)] = iter_dumps(v)[0]
-                as_text.append(str(k))
-        fixed["as_text"] = as_text
-        text = json.dumps(fixed, ensure_ascii=False, default=str, indent=1)
-    try:
-        return text.encode("utf-8")
-    except UnicodeEncodeError:  # lone surrogates: escape them so they round-trip
-        return _ascii_json(text)
-
-
-def _ascii_json(text: str) -> bytes:
-    """JSON text with every non-ASCII character as a ``\\uXXXX`` escape (valid JSON:
-    escapes inside strings only, since JSON syntax outside strings is ASCII)."""
-    out: list[str] = []
-    for ch in text:
-        o = ord(ch)
-        if o < 0x80:
-            out.append(ch)
-        elif o < 0x10000:
-            out.append(f"\\u{o:04x}")
-        else:
-            o -= 0x10000
-            out.append(f"\\u{0xD800 + (o >> 10):04x}\\u{0xDC00 + (o & 0x3FF):04x}")
-    return "".join(out).encode("ascii")
-
-
-def _load(data: bytes, where: str) -> dict[str, Any]:
-    try:
-        doc = json.loads(data.decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
-        raise SnapshotError(errno.EIO, f"snapshot {where} is not valid JSON: {exc}") from exc
-    if not isinstance(doc, dict):
-        raise SnapshotError(errno.EIO, f"snapshot {where} is not a JSON object")
-    return doc
-
-
 def _check_ref_text(ref: object) -> str:
     if not isinstance(ref, str) or not ref or len(ref) > MAX_REF_CHARS:
         raise SnapshotError(errno.ENOENT, "not a snapshot reference")
@@ -152,12 +98,12 @@ def _is_log_name(name: str) -> bool:
 _PROBES = 1
 
 
-def _same_document(existing: Path, tmp: str) -> bool:
+def _same_document(existing: str, tmp: str) -> bool:
     """Whether two snapshot files hold the same document but for its write time."""
     try:
-        if abs(existing.stat().st_size - os.stat(tmp).st_size) > 64:
+        if abs(os.stat(existing).st_size - os.stat(tmp).st_size) > 64:
             return False
-        a = json.loads(existing.read_bytes())
+        a = json.loads(Path(existing).read_bytes())
         b = json.loads(Path(tmp).read_bytes())
     except (OSError, ValueError):
         return False
@@ -232,6 +178,22 @@ class LocalOptions(ComponentOptions):
 
 
 _fallback_lock = threading.Lock()
+_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
+_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
+_TEMP_PREFIX = ""
+_TEMPS = itertools.count()  # next() is atomic: one counter for every store of the process
+
+
+def _new_temp_prefix() -> None:
+    """Temp names are ``.tmp-<random>-<counter>``: a random part per process (new
+    after a fork or a collision), a counter per process."""
+    global _TEMP_PREFIX
+    _TEMP_PREFIX = f"{os.urandom(6).hex()}-"
+
+
+_new_temp_prefix()
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_new_temp_prefix)
 
 
 class LocalStore(SnapshotStore):
@@ -248,6 +210,7 @@ class LocalStore(SnapshotStore):
         self.root_path = Path(os.path.abspath(os.path.expanduser(root or ".ctxpolicy/snapshots")))
         self.root = str(self.root_path)
         self._names = _Names()
+        self._folders: dict[str, str] = {}
         self.retention = sweeper_for(
             self.root_path,
             max_total_mb=self.options.max_total_mb,
@@ -285,10 +248,8 @@ class LocalStore(SnapshotStore):
         self._check_inside(d)
 
     def ref_for(self, folder: str, name: str) -> SnapshotRef:
-        path = self.root_path / folder / f"{name}.json"
-        return SnapshotRef(
-            uri=f"{URI_SCHEME}{folder}/{name}", path=str(path), conv_id=folder, name=name
-        )
+        path = os.path.join(self.root, folder, f"{name}.json")
+        return SnapshotRef(uri=f"{URI_SCHEME}{folder}/{name}", path=path, conv_id=folder, name=name)
 
     def folder(self, conv_id: str) -> str:
         return conv_folder(conv_id)
@@ -298,7 +259,7 @@ class LocalStore(SnapshotStore):
         if self.options.durability == "fsync":
             os.fsync(fd)
 
-    def _sync_dir(self, d: Path) -> None:
+    def _sync_dir(self, d: str | Path) -> None:
         if self.options.durability != "fsync":
             return
         fd = os.open(d, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
@@ -310,23 +271,12 @@ class LocalStore(SnapshotStore):
     def write(
         self, conv_id: str, step: int, action: str, document: Mapping[str, Any]
     ) -> SnapshotRef:
-        conv_dir = self._conv_dir(conv_id)
-        self._mkdir(conv_dir)
+        folder, conv_dir = self._ready_dir(conv_id)
         data = dump_document(document)
         base = base_name(step, action)
-        fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".json", dir=conv_dir)
+        tmp = self._write_temp(conv_dir, data)
         try:
-            try:
-                with os.fdopen(fd, "wb") as fh:
-                    fh.write(data)
-                    fh.flush()
-                    self._sync(fh.fileno())
-                os.chmod(tmp, self.options.file_mode)
-            except BaseException:
-                with contextlib.suppress(OSError):
-                    os.unlink(tmp)
-                raise
-            ref = self._publish(conv_dir, base, tmp)
+            ref = self._publish(folder, conv_dir, base, tmp)
             self._sync_dir(conv_dir)
         finally:
             with contextlib.suppress(OSError):
@@ -334,14 +284,64 @@ class LocalStore(SnapshotStore):
         self.retention.note_write(len(data))
         return ref
 
-    def _publish(self, conv_dir: Path, base: str, tmp: str) -> SnapshotRef:
+    def _ready_dir(self, conv_id: str) -> tuple[str, str]:
+        """The conversation's folder and its path, created if needed; never through a
+        symlink.
+
+        A folder that exists as a real directory (``lstat``: its last component is
+        not a symlink, and its name is one component) is the fast path: one syscall
+        instead of resolving every component of the root each time."""
+        folder = self._folders.get(conv_id)
+        if folder is not None:
+            d = os.path.join(self.root, folder)
+            try:
+                if stat.S_ISDIR(os.lstat(d).st_mode):
+                    return folder, d
+            except FileNotFoundError:
+                pass
+        folder = conv_folder(conv_id)
+        path = self._folder_dir(folder)  # the full checks, and their errors
+        self._mkdir(path)
+        if len(self._folders) >= _MAX_NEXT:
+            self._folders.clear()
+        self._folders[conv_id] = folder
+        return folder, str(path)
+
+    def _write_temp(self, conv_dir: str, data: bytes) -> str:
+        """A complete temp file (mode ``file_mode``) in ``conv_dir``; its path."""
+        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | _NOFOLLOW | _CLOEXEC
+        for _ in range(100):
+            tmp = os.path.join(conv_dir, f".tmp-{_TEMP_PREFIX}{next(_TEMPS):x}.json")
+            try:
+                fd = os.open(tmp, flags, 0o600)
+            except FileExistsError:  # a fork or a namesake process: another prefix
+                _new_temp_prefix()
+                continue
+            break
+        else:  # pragma: no cover - 100 collisions
+            raise SnapshotError(errno.EEXIST, f"no free temp file name in {conv_dir}")
+        try:
+            try:
+                view = memoryview(data)
+                while view:
+                    view = view[os.write(fd, view) :]
+                os.fchmod(fd, self.options.file_mode)
+                self._sync(fd)
+            finally:
+                os.close(fd)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            raise
+        return tmp
+
+    def _publish(self, folder: str, conv_dir: str, base: str, tmp: str) -> SnapshotRef:
         """Give the complete temp file its final, unused name in O(1) attempts."""
-        folder = conv_dir.name
         n = self._names.first(folder, base)
         probes = 0
         for _ in range(16):
             name = _Names.name(base, n)
-            final = conv_dir / f"{name}.json"
+            final = os.path.join(conv_dir, f"{name}.json")
             try:
                 os.link(tmp, final)  # atomic, and fails if the name is taken
             except FileExistsError:
@@ -366,7 +366,7 @@ class LocalStore(SnapshotStore):
             return self.ref_for(folder, name)
         raise SnapshotError(errno.EEXIST, f"no free snapshot name for {base}")
 
-    def _publish_without_link(self, tmp: str, final: Path) -> bool:
+    def _publish_without_link(self, tmp: str, final: str) -> bool:
         """Filesystems without hard links: reserve the name with O_EXCL, then replace."""
         with _fallback_lock:
             try:

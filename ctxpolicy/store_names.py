@@ -36,6 +36,7 @@ archive, ``ctxsnap://<folder>/history`` (all of it), ``…/history#<n>`` (messag
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import re
 import unicodedata
@@ -143,7 +144,11 @@ def is_store_folder(name: str) -> bool:
 
 def safe_action(action: object) -> str:
     """An action (tool) name as part of a file name: ``[A-Za-z0-9._-]``, ≤ 48 chars."""
-    raw = action if isinstance(action, str) else str(action or "tool")
+    return _safe_action(action if isinstance(action, str) else str(action or "tool"))
+
+
+@functools.lru_cache(maxsize=1024)  # a session names few tools, once per result
+def _safe_action(raw: str) -> str:
     norm = unicodedata.normalize("NFKC", raw or "tool")
     safe = _SAFE_RE.sub("_", norm).lstrip(".").replace("..", "_")[:MAX_ACTION_CHARS]
     return safe or "tool"

@@ -394,8 +394,10 @@ class ToolResultProcessor:
         if getattr(self.store.options, "redact", False):
             observation = self._redactor.redact(observation)[0]
         extra: dict[str, Any] = {}
-        encoded = observation.encode("utf-8", "surrogatepass")
-        if len(encoded) > self.max_snapshot_bytes:
+        # at most 4 UTF-8 bytes a character: a text short enough is not encoded to check
+        fits = len(observation) * 4 <= self.max_snapshot_bytes
+        encoded = b"" if fits else observation.encode("utf-8", "surrogatepass")
+        if not fits and len(encoded) > self.max_snapshot_bytes:
             cut = encoded[: self.max_snapshot_bytes].decode("utf-8", "ignore")
             extra = {
                 "truncated": True,

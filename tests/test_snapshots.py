@@ -12,7 +12,10 @@ import time
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
+from ctxpolicy.snapshot_doc import _ascii_json, dump_document
 from ctxpolicy.snapshots import (
     FsspecStore,
     LocalStore,
@@ -375,3 +378,113 @@ def test_the_same_document_written_again_keeps_its_name(tmp_path: Path) -> None:
     assert again.uri == first.uri and other.uri != first.uri
     assert len(list((tmp_path / "c").glob("*.json"))) == 2
     assert not list((tmp_path / "c").glob("*.tmp*"))
+
+
+# --------------------------------------------------------------------------- fast write path
+
+_json_leaf = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(),
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.text(),
+)
+_json_value = st.recursive(
+    _json_leaf,
+    lambda inner: (
+        st.lists(inner, max_size=4)
+        | st.tuples(inner, inner)
+        | st.dictionaries(st.text(max_size=5), inner, max_size=4)
+    ),
+    max_leaves=20,
+)
+
+
+@given(st.dictionaries(st.text(max_size=8), _json_value | st.sets(st.integers()), max_size=6))
+@settings(max_examples=300, deadline=None)
+def test_document_bytes_are_those_of_json_dumps_indent_1(document: dict[str, object]) -> None:
+    """The top level is written without Python's indenting encoder: same bytes."""
+    expected = json.dumps(document, ensure_ascii=False, default=str, indent=1)
+    try:
+        want = expected.encode("utf-8")
+    except UnicodeEncodeError:
+        want = _ascii_json(expected)
+    assert dump_document(document) == want
+
+
+def test_document_with_non_string_keys_or_cycles_is_still_written(tmp_path: Path) -> None:
+    cyclic: list[object] = []
+    cyclic.append(cyclic)
+    odd = {1: "one", "n": {2: [3]}}
+    assert dump_document(odd) == json.dumps(odd, ensure_ascii=False, indent=1).encode()
+    doc = json.loads(dump_document({"a": "x", "cycle": cyclic}))
+    assert doc["as_text"] == ["cycle"] and doc["a"] == "x"
+
+
+def test_folder_replaced_by_a_symlink_after_a_write_is_refused(tmp_path: Path) -> None:
+    """The fast path trusts a folder only while it is a real directory (lstat)."""
+    root = tmp_path / "root"
+    store = LocalStore(root=str(root))
+    first = store.write("c", 1, "x", doc("a"))
+    folder = root / "c"
+    for p in folder.iterdir():
+        p.unlink()
+    folder.rmdir()
+    (tmp_path / "elsewhere").mkdir()
+    os.symlink(tmp_path / "elsewhere", folder)
+    with pytest.raises(SnapshotError):
+        store.write("c", 2, "x", doc("b"))
+    assert not list((tmp_path / "elsewhere").iterdir())
+    assert not Path(first.path).exists()
+
+
+def test_folder_removed_after_a_write_is_created_again(tmp_path: Path) -> None:
+    """Retention removes empty folders; the next write recreates the folder (0700) and
+    its reference points at a file that exists."""
+    store = LocalStore(root=str(tmp_path))
+    store.write("c", 1, "x", doc("a"))
+    for p in (tmp_path / "c").iterdir():
+        p.unlink()
+    (tmp_path / "c").rmdir()
+    ref = store.write("c", 2, "x", doc("b"))
+    assert store.read(ref.uri)["observation"] == "b"
+    assert stat.S_IMODE(os.stat(tmp_path / "c").st_mode) == 0o700
+    assert stat.S_IMODE(os.stat(ref.path).st_mode) == 0o600
+    assert [p.name for p in (tmp_path / "c").iterdir()] == [Path(ref.path).name]  # no temp left
+
+
+def test_file_mode_is_exact_whatever_the_umask(tmp_path: Path) -> None:
+    from ctxpolicy.snapshots import LocalOptions
+
+    old = os.umask(0o077)
+    try:
+        ref = LocalStore(LocalOptions(file_mode=0o640), root=str(tmp_path)).write(
+            "c", 1, "x", doc()
+        )
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE(os.stat(ref.path).st_mode) == 0o640
+
+
+def test_a_taken_temp_name_is_never_overwritten(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Temp files are created with O_EXCL: a name another writer holds (a forked
+    child with the same counter, a namesake process) is skipped, never truncated."""
+    import itertools
+
+    import ctxpolicy.snapshots as snapshots
+
+    store = LocalStore(root=str(tmp_path))
+    store.write("c", 1, "x", doc("first"))  # the folder exists
+    monkeypatch.setattr(snapshots, "_TEMP_PREFIX", "fixed-")
+    monkeypatch.setattr(snapshots, "_TEMPS", itertools.count())
+    taken = tmp_path / "c" / ".tmp-fixed-0.json"
+    taken.write_text("another writer's partial file")
+    ref = store.write("c", 2, "x", doc("second"))
+    assert store.read(ref.uri)["observation"] == "second"
+    assert taken.read_text() == "another writer's partial file"
+    assert snapshots._TEMP_PREFIX != "fixed-"  # a new random part after the collision
+    assert sorted(p.name for p in (tmp_path / "c").iterdir() if p.name.startswith(".tmp-")) == [
+        taken.name
+    ]

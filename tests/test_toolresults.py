@@ -327,6 +327,27 @@ def test_too_large_snapshot_is_cut_with_event(tmp_path: Path) -> None:
     )
 
 
+@pytest.mark.parametrize(
+    ("text", "cut"),
+    [
+        ("a" * 1000, False),  # 1000 bytes: at the limit, kept whole
+        ("é" * 500, False),  # 1000 bytes in 500 characters
+        ("é" * 500 + "a", True),  # 1001 bytes
+        ("\U0001f600" * 250, False),  # 4-byte characters: 1000 bytes
+        ("\U0001f600" * 250 + "a", True),
+        ("a" * 250, False),  # short enough not to be measured (≤ 1000 / 4 characters)
+    ],
+)
+def test_snapshot_limit_is_exact_at_the_boundary(tmp_path: Path, text: str, cut: bool) -> None:
+    policy = make_policy(path=str(tmp_path), max_snapshot_bytes=1000)
+    p = ToolResultProcessor(policy, store=open_store(policy))
+    out = p.process(ToolCall("bash"), text, conv_id="c", step=1)
+    d = p.store.read(out.ref.uri)
+    assert bool(d.get("truncated")) is cut
+    assert any(e["type"] == "snapshot.too_large" for e in out.events) is cut
+    assert (d["observation"] == text) is not cut
+
+
 # --------------------------------------------------------------------------- store opening
 
 

@@ -27,6 +27,8 @@ from __future__ import annotations
 
 import cProfile
 import gc
+import hashlib
+import json
 import shutil
 import statistics
 import tempfile
@@ -37,7 +39,9 @@ from typing import Any
 
 from benchmarks._common import eprint
 from benchmarks._profile import profile_rows
+from benchmarks.peers.parts import parts_markdown, per_call_parts, summarize
 from benchmarks.peers.summary import DigestChatModel, ctxpolicy_summary
+from benchmarks.peers.worker import ROOT, Worker
 
 __all__ = ["per_call", "per_call_markdown", "per_call_section", "profile_calls"]
 
@@ -46,15 +50,22 @@ VARIANTS = ("prepare", "add_tool_result", "ctxpolicy", "langchain")
 
 
 def _texts(m: Mapping[str, Any]) -> list[str]:
-    from benchmarks.bench_engine import message_texts
+    from benchmarks._inputs import message_texts
 
     return message_texts(m)
 
 
 def replay_ctxpolicy(
-    policy: Any, msgs: Sequence[Mapping[str, Any]], profiler: cProfile.Profile | None = None
+    policy: Any,
+    msgs: Sequence[Mapping[str, Any]],
+    profiler: cProfile.Profile | None = None,
+    outputs: list[str] | None = None,
 ) -> tuple[list[float], list[float]]:
-    """Seconds of ``prepare`` per call and of ``add_tool_result`` booked per call."""
+    """Seconds of ``prepare`` per call and of ``add_tool_result`` booked per call.
+
+    ``outputs``: receives, in call order and untimed, a digest of every text
+    ``add_tool_result`` returned (``t…``) and every list ``prepare`` returned (``p…``).
+    """
     from ctxpolicy import Session
     from ctxpolicy.sim.replay import _sim_store
     from ctxpolicy.state.memory import MemoryStateStore
@@ -85,9 +96,11 @@ def replay_ctxpolicy(
             if role == "assistant" and convo:
                 on()
                 t0 = clock()
-                session.prepare(convo)
+                prepared = session.prepare(convo)
                 dt = clock() - t0
                 off()
+                if outputs is not None:
+                    outputs.append("p" + digest(prepared))
                 prep.append(dt)
                 tools.append(booked)
                 booked = 0.0
@@ -103,6 +116,8 @@ def replay_ctxpolicy(
                 text = session.add_tool_result(call, m.get("content"))
                 booked += clock() - t0
                 off()
+                if outputs is not None:
+                    outputs.append("t" + digest(text))
                 convo.append({**m, "content": text})
                 continue
             if role == "assistant":
@@ -111,6 +126,12 @@ def replay_ctxpolicy(
         return prep, tools
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+def digest(value: Any) -> str:
+    """A short SHA-256 of a text, or of a message list's JSON (byte-exact comparisons)."""
+    data = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+    return hashlib.sha256(data.encode("utf-8", "surrogatepass")).hexdigest()[:16]
 
 
 def _lc_steps(msgs: Sequence[Mapping[str, Any]]) -> list[list[Any]]:
@@ -170,21 +191,58 @@ def one_pass(msgs: Sequence[Mapping[str, Any]], tokenizer: Any) -> float:
     return time.perf_counter() - t0
 
 
+def _ctxpolicy_runs(
+    policy: Any,
+    msgs: Sequence[Mapping[str, Any]],
+    workers: Mapping[str, Worker] | None,
+    request: Mapping[str, Any],
+    turn: int,
+) -> dict[str, tuple[list[float], list[float]]]:
+    """One replay per tree: in this process, or (``workers``) one per worker process,
+    the order alternating with ``turn`` so that drifting load hits both alike."""
+    if not workers:
+        return {"": replay_ctxpolicy(policy, msgs)}
+    names = list(workers) if turn % 2 == 0 else list(workers)[::-1]
+    runs = {}
+    for name in names:
+        answer = workers[name].ask(cmd="replay", **request)
+        runs[name] = (answer["prepare"], answer["add_tool_result"])
+    return runs
+
+
 def per_call(
-    label: str, msgs: Sequence[Mapping[str, Any]], policy: Any, repeat: int
+    label: str,
+    msgs: Sequence[Mapping[str, Any]],
+    policy: Any,
+    repeat: int,
+    *,
+    workers: Mapping[str, Worker] | None = None,
+    request: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """Interleaved repeats of every variant on one trace; medians and ratios."""
+    """Interleaved repeats of every variant on one trace; medians and ratios.
+
+    With ``workers`` (``{"": this tree, "baseline": another}``, see
+    :mod:`benchmarks.peers.worker`) ctxpolicy runs in those processes, each tree in
+    turn, and the baseline's variants are reported as ``baseline_*``; ``request``
+    names the trace file and the agent for them.
+    """
     from ctxpolicy.tokens import get_counter
 
     counter = get_counter(policy.model, model_name=policy.model_name)
     steps = _lc_steps(msgs)
-    series: dict[str, list[list[float]]] = {v: [] for v in VARIANTS}
+    names = list(workers) if workers else [""]
+    series: dict[str, list[list[float]]] = {
+        f"{n}_{v}" if n else v: [] for n in names for v in VARIANTS if n == "" or v != "langchain"
+    }
     passes: list[float] = []
-    for _ in range(repeat):  # load changes hit every variant alike
-        prep, tools = replay_ctxpolicy(policy, msgs)
-        series["prepare"].append(prep)
-        series["add_tool_result"].append(tools)
-        series["ctxpolicy"].append([a + b for a, b in zip(prep, tools, strict=True)])
+    for turn in range(repeat):  # load changes hit every variant alike
+        for name, (prep, tools) in _ctxpolicy_runs(
+            policy, msgs, workers, request or {}, turn
+        ).items():
+            pre = f"{name}_" if name else ""
+            series[f"{pre}prepare"].append(prep)
+            series[f"{pre}add_tool_result"].append(tools)
+            series[f"{pre}ctxpolicy"].append([a + b for a, b in zip(prep, tools, strict=True)])
         series["langchain"].append(replay_langchain(policy, steps, counter.count_text))
         passes.append(one_pass(msgs, counter.tokenizer))
     calls = len(series["prepare"][0])
@@ -215,7 +273,21 @@ def per_call(
     ours = out["variants"]["ctxpolicy"]["median_ms"]
     out["ctxpolicy_over_langchain"] = ours / lc if lc else None
     out["goal_le_langchain"] = lc > 0 and ours <= lc
+    if "baseline_ctxpolicy" in out["variants"]:
+        out["over_baseline"] = {
+            v: _ratio(
+                out["variants"][v]["median_ms"], out["variants"][f"baseline_{v}"]["median_ms"]
+            )
+            for v in ("prepare", "add_tool_result", "ctxpolicy")
+        }
+        out["baseline_over_langchain"] = _ratio(
+            out["variants"]["baseline_ctxpolicy"]["median_ms"], lc
+        )
     return out
+
+
+def _ratio(a: float, b: float) -> float | None:
+    return a / b if b else None
 
 
 def profile_calls(
@@ -246,29 +318,72 @@ def profile_calls(
 
 
 def per_call_section(
-    agent: str, *, quick: bool, traces: int, repeat: int, policy_file: str
+    agent: str,
+    *,
+    quick: bool,
+    traces: int,
+    repeat: int,
+    policy_file: str,
+    baseline: str | None = None,
 ) -> dict[str, Any]:
     """Per model call vs LangChain on the ``traces`` longest shared traces (the smallest
-    one when ``quick``), then a profile of ctxpolicy's per-call path on them."""
-    from benchmarks.bench_engine import largest_traces, smallest_trace
+    one when ``quick``), then a profile of ctxpolicy's per-call path on them.
+
+    ``baseline``: another source tree (e.g. a checkout of main) timed in the same
+    run; both trees then run in worker processes, in turn."""
+    from benchmarks._common import SHARED
+    from benchmarks._inputs import largest_traces, smallest_trace
     from benchmarks.bench_quality import load_agent
     from ctxpolicy.budget import compute_budget
 
     policy, note = load_agent(agent)
     window = compute_budget(policy).window
     chosen = [smallest_trace()] if quick else largest_traces(traces)
+    workers = {"": Worker(ROOT), "baseline": Worker(baseline)} if baseline else None
     rows = []
-    for name, msgs in chosen:
-        eprint(f"per call vs LangChain: {name} ...")
-        rows.append(per_call(name, msgs, policy, repeat))
+    try:
+        for name, msgs in chosen:
+            eprint(f"per call vs LangChain: {name} ...")
+            request = {"trace": str(SHARED / "traces" / name), "agent": agent}
+            rows.append(per_call(name, msgs, policy, repeat, workers=workers, request=request))
+        eprint("parts of the per-call path and their floors ...")
+        name, msgs = chosen[0]
+        if workers:
+            request = {"trace": str(SHARED / "traces" / name), "agent": agent}
+            parts = {"trace": name, **_parts_of_both(workers, request, max(2, repeat // 2))}
+        else:
+            parts = {"trace": name, **per_call_parts(policy, msgs)}
+    finally:
+        for w in (workers or {}).values():
+            w.close()
     eprint("profiling prepare + add_tool_result ...")
     return {
         "policy": f"{policy_file}:{agent}",
         "policy_note": note,
         "window": window,
+        "baseline": baseline,
+        "durability": _durability(policy),
         "traces": rows,
+        "parts": parts,
         "profile": profile_calls(policy, chosen),
     }
+
+
+def _parts_of_both(
+    workers: Mapping[str, Worker], request: Mapping[str, Any], turns: int
+) -> dict[str, Any]:
+    """The parts of this tree (``""``) and of the baseline, the trees in turn."""
+    samples: dict[str, list[dict[str, Any]]] = {k: [] for k in workers}
+    for turn in range(turns):
+        for k in list(workers) if turn % 2 == 0 else list(workers)[::-1]:
+            samples[k].append(workers[k].ask(cmd="parts", repeat=1, **request))
+    return {**summarize(samples[""]), "baseline": summarize(samples["baseline"])}
+
+
+def _durability(policy: Any) -> str:
+    from ctxpolicy.snapshots import LocalOptions
+
+    return str(LocalOptions.model_validate(dict(policy.snapshots.options)).durability)
 
 
 LABELS = {
@@ -293,7 +408,8 @@ def per_call_markdown(data: Mapping[str, Any]) -> list[str]:
         f"Policy `{data['policy']}` at {data['window']:,} tokens; LangChain's trigger and keep "
         "are its trigger and target; one deterministic summary for both "
         "(benchmarks/peers/timing.py). ctxpolicy counts exactly, writes a snapshot of every "
-        "tool result to a local store (fsync included) and runs the key-facts check and the "
+        f"tool result to a local store (`durability: {data.get('durability', 'flush')}`), "
+        "saves its state after every call (memory store) and runs the key-facts check and the "
         "ledger; LangChain counts approximately. Floor per call: one exact tiktoken pass over "
         f"the final conversation ÷ calls. Medians of {rows[0]['repeat']} interleaved runs.",
         "",
@@ -335,6 +451,47 @@ def per_call_markdown(data: Mapping[str, Any]) -> list[str]:
         ),
         "",
     ]
+    if data.get("baseline"):
+        md += [
+            f"#### This tree vs the baseline `{data['baseline']}` (same run, interleaved)",
+            "",
+            "Both trees run the replay above in their own worker process, in turn "
+            "(benchmarks/peers/worker.py); median ms per call, before → after (after ÷ before).",
+            "",
+            markdown_table(
+                [
+                    "trace",
+                    "`prepare`",
+                    "`add_tool_result` (booked per call)",
+                    "`prepare` + `add_tool_result`",
+                    "LangChain",
+                    "÷ LangChain before → after",
+                ],
+                [
+                    [
+                        r["trace"].removesuffix(".jsonl")[-40:],
+                        *[
+                            f"{r['variants'][f'baseline_{v}']['median_ms']:.3f} → "
+                            f"{r['variants'][v]['median_ms']:.3f} ({r['over_baseline'][v]:.2f}×)"
+                            for v in ("prepare", "add_tool_result", "ctxpolicy")
+                        ],
+                        f"{r['variants']['langchain']['median_ms']:.3f}",
+                        f"{r['baseline_over_langchain']:.1f}× → {r['ctxpolicy_over_langchain']:.1f}×",
+                    ]
+                    for r in rows
+                ],
+            ),
+            "",
+        ]
+    if data.get("parts"):
+        parts = data["parts"]
+        lc = next(
+            (r["variants"]["langchain"]["median_ms"] for r in rows if r["trace"] == parts["trace"]),
+            None,
+        )
+        md += parts_markdown(
+            parts["trace"].removesuffix(".jsonl")[-40:], parts, lc, parts.get("baseline")
+        )
     prof = data.get("profile")
     if prof:
         md += [

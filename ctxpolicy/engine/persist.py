@@ -77,15 +77,19 @@ class Persistence:
         s._history = None
 
     def changes(self) -> Changes:
+        """What the last call changed; the ledger and the growth samples are
+        serialised only when they changed, values are encoded once (as text for the
+        built-in stores, see :attr:`StateSync.encoded`)."""
         s = self.session
-        return s.state.take_changes(
-            ledger=s.ledger.to_dict() if s.ledger is not None else None,
-            growth=s._growth.to_dict(),
+        take = s.state.take_encoded_changes if self.sync.encoded else s.state.take_changes
+        return take(
+            ledger=s.ledger.to_dict if s.ledger is not None else None,
+            growth=s._growth.to_dict,
         )
 
     def run(self, what: str, call: Callable[[], T]) -> T:
         """Run one state-changing call and save what it changed (CAS; redo on conflict)."""
-        return self.sync.run(call, self.changes, self.restore, what=what)
+        return self.sync.run(call, self.changes, self.restore, what=what, encoded=self.sync.encoded)
 
     def close(self) -> None:
         if self.owns_store:

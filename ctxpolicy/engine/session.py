@@ -296,7 +296,8 @@ class Session:
             st.stats.tool_results += 1
             st.stats.tool_tokens_before += before
             st.stats.tool_tokens_after += after
-            st.touch("meta", "growth")
+            # a fixed tool_growth learns nothing: its entry is not encoded again
+            st.touch(*(("meta", "growth") if self._growth.learned else ("meta",)))
             return str(outcome.text)
 
         with self._lock:

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ctxpolicy.conversation import Unit
+from ctxpolicy.state._codec import entry_text
 
 #: Version of the entry format; a store holding another major version is not read.
 STATE_FORMAT = 1
@@ -176,6 +177,8 @@ class SessionState:
 
     # ------------------------------------------------------------------ serialisation
     def _entry(self, key: str, ledger: Any, growth: Any) -> Any:
+        """The value of one entry; ``ledger`` and ``growth`` are the serialised
+        sections, or callables returning them (called only when that entry is asked)."""
         section, _, name = key.partition("/")
         if section == "meta":
             return {
@@ -185,9 +188,9 @@ class SessionState:
                 "stats": self.stats.to_dict(),
             }
         if section == "ledger":
-            return ledger
+            return ledger() if callable(ledger) else ledger
         if section == "growth":
-            return growth
+            return growth() if callable(growth) else growth
         if section == "memory":
             return self.memory
         if section == "decision":
@@ -211,10 +214,22 @@ class SessionState:
     ) -> tuple[dict[str, Any], list[str]]:
         """Entries changed and deleted since the last call (then forgotten)."""
         put = {k: _jsonable(self._entry(k, ledger, growth)) for k in sorted(self._dirty)}
+        return put, self._forget_changes()
+
+    def take_encoded_changes(
+        self, *, ledger: Any = None, growth: Any = None
+    ) -> tuple[dict[str, str], list[str]]:
+        """:meth:`take_changes` with each value as its canonical JSON text (what a
+        JSON state store writes; :func:`ctxpolicy.state._codec.entry_text`): one
+        encoding per changed entry, no round trip through ``json.loads``."""
+        put = {k: entry_text(k, self._entry(k, ledger, growth)) for k in sorted(self._dirty)}
+        return put, self._forget_changes()
+
+    def _forget_changes(self) -> list[str]:
         deleted = sorted(self._deleted)
         self._dirty.clear()
         self._deleted.clear()
-        return put, deleted
+        return deleted
 
     @classmethod
     def from_entries(cls, entries: Mapping[str, Any]) -> SessionState:

@@ -19,6 +19,7 @@ from pydantic import Field
 from ctxpolicy.components import ComponentOptions, StateStore, StateStoreError, StoredState
 from ctxpolicy.state._codec import (
     IDENTIFIER_PATTERN,
+    check_encoded,
     check_expected,
     decode,
     encode_changes,
@@ -71,6 +72,23 @@ class JsonStateStore(StateStore):
         valid_conv_id(conv_id)
         expected = check_expected(expected_version)
         rows, dropped = encode_changes(put, delete)
+        self._write(conv_id, expected, rows, dropped)
+        return expected + 1
+
+    def commit_encoded(
+        self,
+        conv_id: str,
+        *,
+        expected_version: int,
+        put: Mapping[str, str],
+        delete: Iterable[str] = (),
+    ) -> int:
+        """:meth:`commit` of values already encoded by
+        :func:`ctxpolicy.state._codec.entry_text` (the session's saves: each value is
+        encoded once, where it is known, instead of being re-encoded and checked here)."""
+        valid_conv_id(conv_id)
+        expected = check_expected(expected_version)
+        rows, dropped = check_encoded(put, delete)
         self._write(conv_id, expected, rows, dropped)
         return expected + 1
 

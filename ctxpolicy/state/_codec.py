@@ -19,10 +19,14 @@ from ctxpolicy.policy.interp import interpolate
 __all__ = [
     "IDENTIFIER_PATTERN",
     "MAX_ID_CHARS",
+    "canonical_text",
+    "check_encoded",
     "check_expected",
+    "check_key",
     "decode",
     "encode",
     "encode_changes",
+    "entry_text",
     "interpolate_option",
     "valid_conv_id",
 ]
@@ -51,21 +55,70 @@ def _check_text(what: str, text: str) -> None:
         raise ValueError(f"{what} is not valid Unicode text: {exc.reason}") from None
 
 
+_canonical = json.JSONEncoder(
+    ensure_ascii=False, allow_nan=False, sort_keys=True, separators=(",", ":")
+).encode
+_canonical_ascii = json.JSONEncoder(sort_keys=True, separators=(",", ":")).encode
+
+
+def canonical_text(value: Any) -> str:
+    """The canonical JSON text of a value (sorted keys, no spaces, UTF-8 text; lone
+    surrogates escaped). ValueError/TypeError for what JSON cannot hold."""
+    text: str = _canonical(value)
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:  # lone surrogates: escaped, so they round-trip
+        text = _canonical_ascii(value)
+    return text
+
+
+_LEAVES = frozenset({str, int, float, bool, type(None)})
+_STR = frozenset({str})
+
+
+def _native(value: Any) -> bool:
+    """Whether ``value`` is made of exact JSON types only (dicts with string keys,
+    lists, strings, ints, floats, booleans, None): then its canonical text is that of
+    what it reads back as (NaN and Infinity are refused by the encoder). The types
+    of a container's items are collected at C speed; only nested containers are
+    visited one by one."""
+    stack = [value]
+    while stack:
+        v = stack.pop()
+        t = type(v)
+        if t is dict:
+            if not set(map(type, v)) <= _STR:
+                return False
+            items: Any = v.values()
+        elif t is list:
+            items = v
+        else:
+            return t in _LEAVES
+        if not set(map(type, items)) <= _LEAVES:
+            stack.extend(x for x in items if type(x) not in _LEAVES)
+    return True
+
+
+def entry_text(key: str, value: Any) -> str:
+    """The canonical text of ``value`` as a state entry: what :func:`encode` gives for
+    the value ``value`` reads back as from JSON (tuples become lists, other objects
+    their ``str``), in one pass when ``value`` is already plain JSON. Raises
+    ValueError for NaN or Infinity, like ``json.dumps(allow_nan=False)``."""
+    if _native(value):
+        return canonical_text(value)
+    plain = json.loads(json.dumps(value, ensure_ascii=False, default=str, allow_nan=False))
+    return encode(key, plain)
+
+
 def encode(key: str, value: Any) -> str:
     """Canonical JSON of one value; StateStoreError if it would not round-trip exactly."""
     try:
-        text = json.dumps(
-            value, ensure_ascii=False, allow_nan=False, sort_keys=True, separators=(",", ":")
-        )
+        text = canonical_text(value)
     except ValueError as exc:
         reason = "it holds NaN or Infinity" if "float" in str(exc) else str(exc)
         raise StateStoreError(f"state entry {key!r} is not storable as JSON: {reason}") from None
     except TypeError as exc:
         raise StateStoreError(f"state entry {key!r} is not storable as JSON: {exc}") from None
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:  # lone surrogates: escaped, so they round-trip
-        text = json.dumps(value, ensure_ascii=True, sort_keys=True, separators=(",", ":"))
     if json.loads(text) != value:
         raise StateStoreError(
             f"state entry {key!r} would not read back equal (tuples, non-string keys "
@@ -82,19 +135,33 @@ def encode_changes(
     put: Mapping[str, Any], delete: Iterable[str]
 ) -> tuple[list[tuple[str, str]], list[str]]:
     """Check and encode one commit's changes: ``([(key, json)], [deleted keys])``."""
-    rows = []
-    for key, value in put.items():
-        if not isinstance(key, str) or not key:
-            raise ValueError(f"state keys must be non-empty strings, not {key!r}")
-        _check_text("state key", key)
-        rows.append((key, encode(key, value)))
+    rows = [(check_key(key), encode(key, value)) for key, value in put.items()]
+    return rows, _dropped(put, delete)
+
+
+def check_encoded(
+    put: Mapping[str, str], delete: Iterable[str]
+) -> tuple[list[tuple[str, str]], list[str]]:
+    """Check one commit of entries already encoded by :func:`entry_text`."""
+    rows = [(check_key(key), text) for key, text in put.items()]
+    return rows, _dropped(put, delete)
+
+
+def check_key(key: object) -> str:
+    if not isinstance(key, str) or not key:
+        raise ValueError(f"state keys must be non-empty strings, not {key!r}")
+    _check_text("state key", key)
+    return key
+
+
+def _dropped(put: Mapping[str, Any], delete: Iterable[str]) -> list[str]:
     dropped = list(dict.fromkeys(delete))
     for key in dropped:
         if not isinstance(key, str) or not key:
             raise ValueError(f"state keys must be non-empty strings, not {key!r}")
         if key in put:
             raise ValueError(f"state key {key!r} is both put and deleted in one commit")
-    return rows, dropped
+    return dropped
 
 
 def check_expected(expected_version: object) -> int:

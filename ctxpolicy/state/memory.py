@@ -42,7 +42,7 @@ class MemoryStateStore(JsonStateStore):
             version, entries = self._data.get(conv_id, (0, {}))
             if version != expected:
                 raise StateConflict(conv_id, expected, version)
-            entries = {**entries, **dict(rows)}
+            entries.update(rows)  # readers get copies (_read), so in place is safe
             for key in dropped:
                 entries.pop(key, None)
             self._data[conv_id] = (version + 1, entries)

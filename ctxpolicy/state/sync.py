@@ -24,6 +24,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any, TypeVar
 
 from ctxpolicy.components import StateConflict, StateStore, StateStoreError
+from ctxpolicy.state._codec import encode
 
 __all__ = ["Changes", "StateSync"]
 
@@ -60,6 +61,9 @@ class StateSync:
         self._rng = random.Random()
         #: the last call gave up on a lost race: reload before the next one
         self._stale = False
+        #: the store takes values already encoded as canonical JSON text
+        #: (``commit_encoded`` of the built-in stores): changes are then given as text
+        self.encoded = callable(getattr(store, "commit_encoded", None))
 
     @property
     def pending(self) -> bool:
@@ -77,13 +81,25 @@ class StateSync:
         self._delete.clear()
         return stored.entries
 
-    def save(self, put: Mapping[str, Any], delete: Iterable[str] = ()) -> bool:
+    def save(
+        self, put: Mapping[str, Any], delete: Iterable[str] = (), *, encoded: bool = False
+    ) -> bool:
         """Commit these changes (and any pending ones); False when there is nothing to write.
+
+        ``encoded``: the values of ``put`` are already their canonical JSON text
+        (:func:`ctxpolicy.state._codec.entry_text`); only for a store that takes
+        them (:attr:`encoded`). Plain values given to such a store are encoded here:
+        one that would not read back equal is a :class:`StateStoreError` before any
+        of ``put`` is kept.
 
         Raises :class:`StateConflict` when another writer committed since the last
         load or save (reload and redo), and :class:`StateStoreError` when the store
         fails (the changes stay pending for the next save).
         """
+        if self.encoded and not encoded:
+            put = {key: encode(key, value) for key, value in put.items()}
+        elif encoded and not self.encoded:
+            raise ValueError("this state store takes values, not encoded text")
         for key in delete:
             self._put.pop(key, None)
             self._delete.add(key)
@@ -92,7 +108,8 @@ class StateSync:
             self._put[key] = value
         if not self.pending:
             return False
-        self.version = self.store.commit(
+        commit = self.store.commit_encoded if self.encoded else self.store.commit  # type: ignore[attr-defined]
+        self.version = commit(
             self.conv_id, expected_version=self.version, put=self._put, delete=self._delete
         )
         self.saves += 1
@@ -107,6 +124,7 @@ class StateSync:
         restore: Callable[[Mapping[str, Any]], None],
         *,
         what: str = "call",
+        encoded: bool = False,
     ) -> T:
         """Run ``call`` and save ``changes()``; on a lost race reload, ``restore``, redo.
 
@@ -120,7 +138,7 @@ class StateSync:
             result = call()
             put, delete = changes()
             try:
-                self.save(put, delete)
+                self.save(put, delete, encoded=encoded)
                 return result
             except StateConflict as exc:
                 self.conflicts += 1

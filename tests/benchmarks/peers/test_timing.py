@@ -71,3 +71,105 @@ def test_bench_engine_per_call_only(tmp_path: Any, monkeypatch: pytest.MonkeyPat
     md = (tmp_path / "bench_engine.md").read_text(encoding="utf-8")
     assert "### Per model call: ctxpolicy vs LangChain" in md
     assert "bench_engine.py --quick --per-call-only`" in md
+
+
+def test_per_call_against_a_baseline_tree(setup: tuple[Any, list[dict[str, Any]]]) -> None:
+    """``--baseline``: both trees replay in worker processes, in turn; this tree
+    against itself as the baseline gives the same calls and both sets of variants."""
+    from benchmarks.peers.worker import ROOT, Worker
+
+    policy, msgs = setup
+    workers = {"": Worker(ROOT), "baseline": Worker(ROOT)}
+    try:
+        r = per_call(
+            TRACE,
+            msgs,
+            policy,
+            repeat=2,
+            workers=workers,
+            request={"trace": str(TRACES / TRACE), "agent": "coding_agent_16k"},
+        )
+    finally:
+        for w in workers.values():
+            w.close()
+    v = r["variants"]
+    assert set(v) == {
+        "prepare",
+        "add_tool_result",
+        "ctxpolicy",
+        "langchain",
+        "baseline_prepare",
+        "baseline_add_tool_result",
+        "baseline_ctxpolicy",
+    }
+    assert r["calls"] == sum(1 for i, m in enumerate(msgs) if m["role"] == "assistant" and i > 0)
+    assert r["over_baseline"]["ctxpolicy"] == pytest.approx(
+        v["ctxpolicy"]["median_ms"] / v["baseline_ctxpolicy"]["median_ms"]
+    )
+    assert r["baseline_over_langchain"] == pytest.approx(
+        v["baseline_ctxpolicy"]["median_ms"] / v["langchain"]["median_ms"]
+    )
+
+
+def test_same_output_finds_a_changed_output(tmp_path: Any) -> None:
+    """benchmarks/peers/same_output.py: this tree against itself agrees; against a copy
+    that renders tool results one character differently it reports the difference."""
+    import shutil
+
+    from benchmarks.peers import same_output
+    from benchmarks.peers.worker import ROOT
+
+    require(TRACES)
+    args = ["--traces", "2", "--windows", "16384"]
+    assert same_output.main(["--baseline", str(ROOT), *args]) == 0
+    changed = tmp_path / "src"
+    shutil.copytree(ROOT / "ctxpolicy", changed / "ctxpolicy")
+    module = changed / "ctxpolicy" / "toolresults.py"
+    text = module.read_text(encoding="utf-8")
+    rendered = "        if isinstance(output, str):\n            return output, info"
+    assert rendered in text
+    module.write_text(text.replace(rendered, rendered.replace("output,", '"~" + output,')))
+    assert same_output.main(["--baseline", str(changed), *args]) == 1
+
+
+def test_parts_are_booked_per_call_and_the_clocks_removed(
+    setup: tuple[Any, list[dict[str, Any]]],
+) -> None:
+    from benchmarks.peers.parts import parts_markdown, per_call_parts
+    from ctxpolicy.engine.session import Session
+    from ctxpolicy.snapshots import LocalStore
+
+    policy, msgs = setup
+    prepare, write = Session.prepare, LocalStore.write
+    r = per_call_parts(policy, msgs, repeat=1)
+    assert Session.prepare is prepare and LocalStore.write is write  # clocks taken off
+    parts = r["parts"]
+    assert parts["prepare (whole)"]["per_call"] == 1.0
+    results = sum(1 for m in msgs if m["role"] == "tool")
+    assert r["tool_results"] == results
+    assert parts["add_tool_result (whole)"]["per_call"] == pytest.approx(results / r["calls"])
+    assert parts["snapshot"]["per_call"] == parts["preprocess"]["per_call"]
+    # one save per prepare and per add_tool_result: encoding + commit, paired
+    assert parts["state save"]["per_call"] == pytest.approx(1 + results / r["calls"])
+    assert set(r["floors_us"]) == {"atomic file publish", "file creation", "exact count"}
+    assert all(v > 0 for v in r["floors_us"].values())
+    assert "floor: atomic file publish" in "\n".join(parts_markdown(TRACE, r))
+
+
+def test_parts_of_two_trees_side_by_side() -> None:
+    from benchmarks.peers.parts import parts_markdown
+    from benchmarks.peers.timing import _parts_of_both
+    from benchmarks.peers.worker import ROOT, Worker
+
+    request = {"trace": str(require(TRACES / TRACE)), "agent": "coding_agent_16k"}
+    workers = {"": Worker(ROOT), "baseline": Worker(ROOT)}
+    try:
+        r = _parts_of_both(workers, request, turns=2)
+    finally:
+        for w in workers.values():
+            w.close()
+    assert r["parts"].keys() == r["baseline"]["parts"].keys()
+    assert r["parts"]["prepare (whole)"]["per_call"] == 1.0
+    assert r["calls"] == r["baseline"]["calls"] > 0
+    md = "\n".join(parts_markdown(TRACE, r, 0.1, r["baseline"]))
+    assert "baseline → this tree" in md and "×)" in md

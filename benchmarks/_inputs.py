@@ -1,0 +1,114 @@
+"""Inputs of the engine benchmarks: the policy, the shared traces by size, synthetic
+sessions, and the texts of a message (what one exact counting pass encodes)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from benchmarks._common import SHARED
+
+__all__ = [
+    "AGENT",
+    "POLICY_FILE",
+    "ROOT",
+    "coding_parts",
+    "engine_policy",
+    "largest_trace",
+    "largest_traces",
+    "message_texts",
+    "smallest_trace",
+    "step_indices",
+]
+
+ROOT = Path(__file__).resolve().parents[1]
+POLICY_FILE = ROOT / "policies" / "agents.yaml"
+AGENT = "default"
+Message = dict[str, Any]
+
+
+def engine_policy() -> tuple[Any, str | None]:
+    """The default policy; its tokenizer swapped for tiktoken cl100k when the policy's
+    own cannot load offline (returns the note explaining the swap)."""
+    import ctxpolicy
+    from ctxpolicy.tokens import TokenCounter
+
+    pol = ctxpolicy.load_policy(str(POLICY_FILE), agent=AGENT)
+    try:
+        c = TokenCounter(pol.model, model_name=pol.model_name)
+        if c.name.startswith("tiktoken:"):
+            return pol, None
+        why = f"policy tokenizer resolved to {c.name}, not tiktoken"
+    except Exception as exc:
+        why = f"policy tokenizer unavailable offline ({type(exc).__name__}: {str(exc)[:160]})"
+    model = pol.model.model_copy(update={"tokenizer": "cl100k_base"})
+    return pol.model_copy(update={"model": model}), why + "; tiktoken cl100k_base used instead"
+
+
+def message_texts(m: Mapping[str, Any]) -> list[str]:
+    out: list[str] = []
+    c = m.get("content")
+    if isinstance(c, str):
+        if c:
+            out.append(c)
+    elif isinstance(c, list):
+        out += [str(p.get("text", "")) for p in c if isinstance(p, Mapping) and p.get("text")]
+    for tc in m.get("tool_calls") or []:
+        fn = tc.get("function") or {}
+        out.append(str(fn.get("name", "")))
+        out.append(str(fn.get("arguments", "")))
+    return out
+
+
+def largest_traces(n: int) -> list[tuple[str, list[Message]]]:
+    """The ``n`` traces of ../shared/traces with the most cl100k tokens, largest first."""
+    from ctxpolicy.sim.importers import load_trace
+    from ctxpolicy.tokens import TiktokenTokenizer
+
+    enc = TiktokenTokenizer.load("cl100k_base", None)
+    sized: list[tuple[int, str, list[Message]]] = []
+    for p in sorted((SHARED / "traces").glob("*.jsonl")):
+        msgs = load_trace(p)
+        sized.append((sum(enc.count(t) for m in msgs for t in message_texts(m)), p.name, msgs))
+    if not sized:
+        raise FileNotFoundError(f"no traces under {SHARED / 'traces'} (set CTXPOLICY_SHARED)")
+    sized.sort(key=lambda x: -x[0])
+    return [(name, msgs) for _, name, msgs in sized[:n]]
+
+
+def largest_trace() -> tuple[str, list[Message]]:
+    return largest_traces(1)[0]
+
+
+def smallest_trace() -> tuple[str, list[Message]]:
+    from ctxpolicy.sim.importers import load_trace
+
+    files = sorted((SHARED / "traces").glob("*.jsonl"), key=lambda p: p.stat().st_size)
+    return files[0].name, load_trace(files[0])
+
+
+def coding_parts(
+    parts: int, *, steps: int = 40, file_lines: int = 300, seed: int = 101
+) -> list[Message]:
+    """``parts`` synthetic ``coding_session`` runs back to back (one system prompt,
+    tool-call ids kept unique): a long session of ordinary-size steps."""
+    from ctxpolicy.sim.synth import coding_session
+
+    out: list[Message] = []
+    for part_no in range(parts):
+        part = coding_session(seed=seed + part_no, steps=steps, file_lines=file_lines)
+        if out:
+            part = [m for m in part if m["role"] != "system"]
+            for m in part:
+                for tc in m.get("tool_calls") or []:
+                    tc["id"] = f"{tc['id']}_{part_no}"
+                if m["role"] == "tool":
+                    m["tool_call_id"] = f"{m['tool_call_id']}_{part_no}"
+        out.extend(part)
+    return out
+
+
+def step_indices(msgs: Sequence[Mapping[str, Any]]) -> list[int]:
+    """Indices ``i`` of assistant messages with something before them: step = msgs[:i]."""
+    return [i for i, m in enumerate(msgs) if m.get("role") == "assistant" and i > 0]
