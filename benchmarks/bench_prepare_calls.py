@@ -41,7 +41,7 @@ AGENT = "coding_agent"
 def child(traces: int, quick: bool) -> dict[str, Any]:
     """Per trace: seconds of every ``prepare``, and which calls compacted."""
     import ctxpolicy.engine.session as session_mod
-    from benchmarks.bench_engine import largest_traces, smallest_trace
+    from benchmarks._inputs import largest_traces, smallest_trace
     from benchmarks.bench_quality import load_agent
     from benchmarks.peers import timing
 
