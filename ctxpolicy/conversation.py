@@ -192,6 +192,7 @@ def group_units(
     first_round: int = 0,
     fingerprints: Sequence[str] | None = None,
     call_ids: dict[str, int] | None = None,
+    sources: list[tuple[int, ...] | None] | None = None,
 ) -> tuple[list[Unit], list[int], list[Repair]]:
     """The unpinned units of ``messages`` (which start at index ``offset`` of the
     conversation), the index where each unit's group of messages starts, and the
@@ -199,6 +200,11 @@ def group_units(
     on (see :class:`ctxpolicy.engine.Session`) with the same result as from scratch:
     ``call_ids`` then holds the tool-call ids of the messages before ``offset``
     (id -> message index; updated in place, in message order).
+
+    ``sources``, when given, receives one entry per unit: the conversation indices
+    of the messages it holds when each is an unchanged copy of that message (so
+    what is known of the originals, such as token counts, holds for the unit), or
+    None when a repair changed or made up one of them.
     """
     units: list[Unit] = []
     starts: list[int] = []
@@ -208,22 +214,22 @@ def group_units(
     seen_ids: dict[str, int] = {} if call_ids is None else call_ids
 
     def key_for(start: int, msgs: Sequence[Message], end: int) -> str:
-        if fps is not None:
-            h = hashlib.blake2b(digest_size=8)
-            for fp in fps[start:end]:
-                h.update(fp.encode())
-            return f"m{start + offset}-{h.hexdigest()}"
+        if fps is not None:  # one update of the joined fingerprints = one per fingerprint
+            data = "".join(fps[start:end]).encode()
+            return f"m{start + offset}-{hashlib.blake2b(data, digest_size=8).hexdigest()}"
         return _key(start + offset, msgs)
 
-    def add(unit: Unit, start: int) -> None:
+    def add(unit: Unit, start: int, src: tuple[int, ...] | None) -> None:
         units.append(unit)
         starts.append(start + offset)
+        if sources is not None:
+            sources.append(src)
 
     i = 0
     round_no = first_round
     while i < n:
         raw = messages[i]
-        if not isinstance(raw, dict | Mapping):
+        if type(raw) is not dict and not isinstance(raw, Mapping):
             repairs.append(
                 Repair(
                     "bad_message",
@@ -238,6 +244,7 @@ def group_units(
         role = m.get("role")
         if role == "assistant":
             fixed = repair_calls(m, i + offset, seen_ids)
+            verbatim = fixed.message is m
             m, calls = fixed.message, fixed.calls
             for rkind, detail, removed in fixed.repairs:
                 repairs.append(Repair(rkind, i + offset, detail, removed))  # type: ignore[arg-type]
@@ -245,10 +252,11 @@ def group_units(
             i += 1
             wanted = [str(tc["id"]) for tc in calls]
             got: dict[str, Message] = {}
+            got_at: dict[str, int] = {}
             extra_orphans: list[tuple[int, Message]] = []
             while (
                 i < n
-                and isinstance(messages[i], dict | Mapping)
+                and (type(messages[i]) is dict or isinstance(messages[i], Mapping))
                 and messages[i].get("role") == "tool"
             ):
                 tm = dict(messages[i])
@@ -261,7 +269,9 @@ def group_units(
                 else:
                     if tid != written:
                         tm["tool_call_id"] = tid
+                        verbatim = False
                     got[tid] = tm
+                    got_at[tid] = i + offset
                 i += 1
             msgs: list[Message] = [m]
             for tid in wanted:
@@ -272,11 +282,13 @@ def group_units(
                         Repair("missing_result", start + offset, f"tool call {tid!r} has no result")
                     )
                     msgs.append({"role": "tool", "tool_call_id": tid, "content": MISSING_RESULT})
+                    verbatim = False
             add(
                 Unit(
                     kind="step", messages=tuple(msgs), key=key_for(start, msgs, i), round=round_no
                 ),
                 start,
+                (start + offset, *(got_at[tid] for tid in wanted)) if verbatim else None,
             )
             round_no += 1
             for idx, tm in extra_orphans:
@@ -287,7 +299,7 @@ def group_units(
                         f"tool result {tm.get('tool_call_id')!r} has no call",
                     )
                 )
-                add(_orphan_unit(idx + offset, tm, key_for(idx, [tm], idx + 1)), start)
+                add(_orphan_unit(idx + offset, tm, key_for(idx, [tm], idx + 1)), start, None)
             continue
         if role == "tool":
             repairs.append(
@@ -297,13 +309,13 @@ def group_units(
                     f"tool result {m.get('tool_call_id')!r} has no call",
                 )
             )
-            add(_orphan_unit(i + offset, m, key_for(i, [m], i + 1)), i)
+            add(_orphan_unit(i + offset, m, key_for(i, [m], i + 1)), i, None)
             i += 1
             continue
         kind: UnitKind = (
             "system" if role in ("system", "developer") else "user" if role == "user" else "other"
         )
-        add(Unit(kind=kind, messages=(m,), key=key_for(i, [m], i + 1)), i)
+        add(Unit(kind=kind, messages=(m,), key=key_for(i, [m], i + 1)), i, (i + offset,))
         i += 1
     return units, starts, repairs
 

@@ -26,6 +26,7 @@ __all__ = [
     "error_lines",
     "extract",
     "extract_all",
+    "first_facts",
     "is_path",
     "lost_facts",
     "missing_facts",
@@ -212,6 +213,26 @@ def extract_all(texts: Iterable[str]) -> Facts:
     for t in texts:
         out = out.merge(extract(t))
     return out
+
+
+def first_facts(texts: Iterable[str], limit: int) -> list[str]:
+    """``extract("\n".join(texts)).all()[:limit]``, reading only the texts needed.
+
+    :meth:`Facts.all` lists paths first, and the paths of joined texts are those of
+    each text in turn (a path never spans the newline between two texts, nor do the
+    URLs and UUIDs scrubbed before paths are looked for): once the texts read hold
+    ``limit`` distinct paths, the rest cannot change the answer. Otherwise the
+    texts read are extracted whole, as one.
+    """
+    read: list[str] = []
+    paths: dict[str, None] = {}
+    for text in texts:
+        read.append(text)
+        for p in extract(text, only=("paths",)).paths:
+            paths.setdefault(p)
+        if len(paths) >= limit:
+            return list(paths)[:limit]
+    return extract("\n".join(read)).all()[:limit] if read else []
 
 
 def error_lines(text: str, limit: int = 5, max_len: int = 200) -> list[str]:

@@ -12,6 +12,7 @@ from ctxpolicy.conversation import (
     Unit,
     check_messages,
     check_units,
+    group_units,
     render,
     to_units,
 )
@@ -122,3 +123,22 @@ _msg = st.one_of(
 def test_any_input_renders_to_valid_pairs(msgs: list[dict]) -> None:
     units, _ = to_units(msgs)
     assert check_messages(render(units)) == []
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(_msg, max_size=30), st.integers(0, 5))
+def test_sources_name_exactly_the_verbatim_units(msgs: list[dict], offset: int) -> None:
+    """``group_units(sources=...)``: a unit with sources holds copies of exactly those
+    input messages (in its order); a unit a repair changed or made up has none."""
+    sources: list[tuple[int, ...] | None] = []
+    units, _, repairs = group_units(msgs, offset=offset, sources=sources)
+    assert len(sources) == len(units)
+    for u, src in zip(units, sources, strict=True):
+        if src is not None:
+            originals = [msgs[j - offset] for j in src]
+            assert list(u.messages) == originals
+            assert all(a is not b for a, b in zip(u.messages, originals, strict=True))
+        else:  # something in it is not a verbatim copy of an input message
+            assert u.kind == "orphan" or any(m not in msgs for m in u.messages)
+    if not repairs and all(isinstance(m, dict) and m.get("tool_calls") != [] for m in msgs):
+        assert None not in sources

@@ -1,7 +1,7 @@
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ctxpolicy.facts import Facts, error_lines, extract, lost_facts
+from ctxpolicy.facts import Facts, error_lines, extract, first_facts, lost_facts
 from tests.helpers_conv import Conv
 
 TEXT = """Read src/app/config.py and /etc/nginx/nginx.conf; docs at https://example.com/a/b?x=1.
@@ -131,3 +131,48 @@ CATEGORIES = ["paths", "urls", "ids", "numbers", "errors", "symbols", "settings"
 def test_only_the_categories_asked_for(text: str, only: set[str]) -> None:
     full = extract(text)
     assert extract(text, only=only) == Facts(**{c: getattr(full, c) for c in only})
+
+
+_FRAGMENT = st.sampled_from(
+    [
+        "src/a.py",
+        "see ./b/c.txt",
+        "https://x.io/p/q.md",
+        "123e4567-e89b-12d3-a456-426614174000",
+        "ABC123",
+        "250 ms",
+        "ValueError",
+        "`f`",
+        "k=v",
+        "docs/",
+        "=",
+        " ",
+        "\n",
+        "x.",
+        "/",
+        "README.md",
+    ]
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(st.lists(_FRAGMENT, max_size=8).map("".join), max_size=12),
+    st.integers(1, 6),
+)
+def test_first_facts_is_the_head_of_all_facts_of_the_joined_texts(
+    texts: list[str], limit: int
+) -> None:
+    assert first_facts(iter(texts), limit) == extract("\n".join(texts)).all()[:limit]
+
+
+def test_first_facts_stops_reading_once_enough_paths_are_found() -> None:
+    read: list[int] = []
+
+    def texts():  # type: ignore[no-untyped-def]
+        for i in range(1000):
+            read.append(i)
+            yield f"wrote src/module_{i}.py"
+
+    assert first_facts(texts(), 5) == [f"src/module_{i}.py" for i in range(5)]
+    assert len(read) == 5

@@ -17,6 +17,8 @@ import threading
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from ctxpolicy.components import TokenizerUnavailable
 from ctxpolicy.conversation import message_fingerprint
@@ -33,6 +35,7 @@ from ctxpolicy.tokens import (
     parse_chain,
     resolve_tokenizer,
 )
+from ctxpolicy.tokens.msgkeys import json_text
 
 from .tokens_reference import ReferenceUnavailable, o200k_tiktoken, qwen_reference
 
@@ -700,3 +703,56 @@ def test_explicit_vocabulary_for_an_unpublished_tokenizer_is_approximate():
         ModelSpec(context_window=1000, tokenizer="cl100k_base"), model_name="my-model"
     )
     assert not mine.approximate and mine.resolution.exact  # an unknown model: the user knows
+
+
+def _counting(c: TokenCounter) -> list[str]:
+    """Texts the tokenizer of ``c`` encodes from now on."""
+    seen: list[str] = []
+    real = c._count
+
+    def count(text: str) -> int:
+        seen.append(text)
+        return real(text)
+
+    c._count = count  # type: ignore[method-assign]
+    return seen
+
+
+def test_a_long_text_is_encoded_once_and_the_cache_is_bounded_by_characters():
+    c = counter("gpt-4")
+    text = "line of a long tool result\n" * 200
+    encoded = _counting(c)
+    n = c.count_text(text)
+    assert c.count_message({"role": "tool", "tool_call_id": "t", "content": text}) > n
+    assert encoded.count(text) == 1  # the message reused the count of its text
+    c.text_cache_chars = 40_000
+    for i in range(200):
+        c.count_text(f"{i} " + "x" * 1000)
+    assert c._long_chars <= c.text_cache_chars
+    assert c.count_text(text) == n  # evicted or not, the count is the same
+
+
+def test_reserve_keeps_a_whole_conversation_in_the_identity_tier():
+    c = counter("gpt-4", hot_size=8)
+    msgs = [{"role": "user", "content": f"message number {i}"} for i in range(100)]
+    c.reserve(len(msgs))
+    for m in msgs:
+        c.count_message(m)
+    hits, misses = c.stats()["hits"], c.stats()["misses"]
+    assert [c.count_message(dict(m)) for m in msgs] == [c._compute_message(m) for m in msgs]
+    assert c.stats()["hits"] == hits + 100 and c.stats()["misses"] == misses
+
+
+_json = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=8),
+    lambda kids: (
+        st.lists(kids, max_size=4) | st.dictionaries(st.text(max_size=4), kids, max_size=4)
+    ),
+    max_leaves=20,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(_json, max_size=4) | st.dictionaries(st.text(max_size=4), _json, max_size=4))
+def test_json_text_is_json_dumps(value):
+    assert json_text(value) == json.dumps(value, ensure_ascii=False, check_circular=False)

@@ -31,7 +31,7 @@ from ctxpolicy.engine.archiving import archive_messages
 from ctxpolicy.engine.own import insert_specials, own_kind, own_text
 from ctxpolicy.jsontext import to_json
 from ctxpolicy.repair import flatten_deep
-from ctxpolicy.tokens import _NO_SNAPSHOT, _snapshot, _value_key
+from ctxpolicy.tokens.msgkeys import _NO_SNAPSHOT, _snapshot, _value_key
 
 if TYPE_CHECKING:
     from ctxpolicy.engine.session import Session
@@ -41,13 +41,24 @@ if TYPE_CHECKING:
 _UNEQUAL: Any = type("_Unequal", (), {"__eq__": lambda self, other: False, "__hash__": None})()
 
 
+def _is_tool_message(m: Any) -> bool:
+    """Whether ``m`` would join the step before it as a tool result (see
+    :func:`~ctxpolicy.conversation.group_units`)."""
+    return (type(m) is dict or isinstance(m, Mapping)) and m.get("role") == "tool"
+
+
 def content_key(m: Any) -> str:
     """Stable content hash of a message for unit keys (the same in every process: keys
     are persisted in the session state)."""
     if type(m) is dict:
-        data = repr(_value_key(m)).encode("utf-8", "surrogatepass")
-        return hashlib.blake2b(data, digest_size=8).hexdigest()
+        return _hash_value_key(_value_key(m))
     return message_fingerprint(m) if isinstance(m, Mapping) else ""
+
+
+def _hash_value_key(key: Any) -> str:
+    """:func:`content_key` of a dict message from its value key."""
+    data = repr(key).encode("utf-8", "surrogatepass")
+    return hashlib.blake2b(data, digest_size=8).hexdigest()
 
 
 @dataclass
@@ -55,6 +66,8 @@ class _InputCache:
     snaps: list[Any]  # snapshot of every input message
     kept: list[int]  # kept[i]: messages of ours dropped -> length of msgs after input[i]
     msgs: list[Mapping[str, Any]]  # the input without messages of ours
+    ckeys: list[str]  # content_key of each of msgs
+    counts: list[int]  # tokens of each of msgs (-1: not counted)
     owns: list[tuple[int, str, str]]  # (input index, kind, text) of messages of ours
 
 
@@ -139,27 +152,53 @@ class Caches:
         if cache is not None:
             snaps = cache.snaps
             k = min(len(messages), len(snaps))
-            if messages[:k] != snaps[:k]:
+            if messages[:k] != (snaps if k == len(snaps) else snaps[:k]):
                 k = next(i for i, (a, b) in enumerate(zip(messages, snaps, strict=False)) if a != b)
+        if cache is not None and k == len(cache.snaps):
+            # the previous input is a prefix (a growing conversation): extend its lists
+            # in place; until they are complete there is no cache (an exception below
+            # leaves none half-extended)
+            self.inputs = None
+            snaps, kept, msgs, ckeys = cache.snaps, cache.kept, cache.msgs, cache.ckeys
+            counts, owns = cache.counts, cache.owns
+        elif cache is not None:
             kept = cache.kept[:k]
-            msgs = cache.msgs[: kept[-1] if k else 0]
-            snaps = snaps[:k]
+            n_kept = kept[-1] if k else 0
+            msgs, ckeys = cache.msgs[:n_kept], cache.ckeys[:n_kept]
+            counts = cache.counts[:n_kept]
+            snaps = cache.snaps[:k]
             owns = [o for o in cache.owns if o[0] < k]
         else:
-            snaps, kept, msgs, owns = [], [], [], []
+            snaps, kept, msgs, ckeys, counts, owns = [], [], [], [], [], []
+        # one token-counter lookup per new message gives its snapshot, its count (for
+        # the grouping that follows) and its value key (hashed into the unit keys)
+        counter = self.s.counter
+        counter.reserve(len(messages))
         for i, m in enumerate(messages[k:], k):
+            ckey: str | None = None
+            n = -1
             try:
-                snap = _snapshot(m)
+                if type(m) is dict:
+                    e = counter._lookup(m, True)
+                    snap, ckey, n = e[1], _hash_value_key(e[3]), e[2]
+                else:
+                    snap = _snapshot(m)
             except RecursionError:  # nested too deep: its deep fields as exact JSON text
-                m, snap = self._flatten(m, len(msgs)), _NO_SNAPSHOT
+                try:
+                    snap = _snapshot(m)
+                except RecursionError:
+                    m, snap = self._flatten(m, len(msgs)), _NO_SNAPSHOT
+                    n = -1
             snaps.append(_UNEQUAL if snap is _NO_SNAPSHOT else snap)
             kind = own_kind(m)
             if kind is None:
                 msgs.append(m)
+                ckeys.append(ckey if ckey is not None else content_key(m))
+                counts.append(n)
             else:
                 owns.append((i, kind, own_text(m)))
             kept.append(len(msgs))
-        self.inputs = _InputCache(snaps, kept, msgs, owns)
+        self.inputs = _InputCache(snaps, kept, msgs, ckeys, counts, owns)
         return list(msgs), kept[k - 1] if k else 0
 
     def _flatten(self, m: Any, index: int) -> Any:
@@ -198,12 +237,18 @@ class Caches:
         units: list[Unit] = []
         starts: list[int] = []
         steps: list[int] = []
+        tokens: list[int] = []
         cut = keep = 0
         call_ids: dict[str, int] = {}
         if cache is not None and cache.starts:
             same = min(unchanged, cache.length)
-            if same == cache.length and cache.units[-1].kind not in ("step", "orphan"):
-                cut, keep = same, len(cache.units)  # a one-message unit cannot grow
+            if same == cache.length and (
+                cache.units[-1].kind not in ("step", "orphan")
+                or same == len(msgs)
+                or not _is_tool_message(msgs[same])
+            ):
+                # the last group is complete: only tool messages right after it join it
+                cut, keep = same, len(cache.units)
             else:
                 # regroup from the group of the last unchanged message: a group can
                 # take in tool messages that now follow it (results that arrived late,
@@ -211,31 +256,44 @@ class Caches:
                 at = bisect.bisect_right(cache.starts, same - 1) - 1
                 cut = min(cache.starts[-1], cache.starts[at] if at >= 0 else 0)
                 keep = bisect.bisect_left(cache.starts, cut)
-            units, starts, steps = cache.units[:keep], cache.starts[:keep], cache.steps[:keep]
+            # the cached lists are extended in place (the cache is rebuilt below; an
+            # exception in between leaves none)
+            self.groups = None
+            units, starts, steps, tokens = cache.units, cache.starts, cache.steps, cache.tokens
+            for lst in (units, starts, steps, tokens):
+                del lst[keep:]
             call_ids = cache.call_ids
             while call_ids and next(reversed(call_ids.values())) >= cut:
                 call_ids.popitem()  # ids of the regrouped messages (the newest entries)
         tail = msgs[cut:]
-        fps = [content_key(m) for m in tail]
+        # ``msgs`` is what :meth:`input` returned: keys and counts are known
+        inputs = self.inputs if self.inputs and len(self.inputs.ckeys) == len(msgs) else None
+        fps = inputs.ckeys[cut:] if inputs is not None else [content_key(m) for m in tail]
+        sources: list[tuple[int, ...] | None] = []
         new_units, new_starts, repairs = group_units(
             tail,
             offset=cut,
             first_round=steps[-1] if steps else 0,
             fingerprints=fps,
             call_ids=call_ids,
+            sources=sources,
         )
         if repairs:
             self._report(repairs)
         if s.state.refs:
             new_units = [self._with_refs(u) for u in new_units]
-        tokens = cache.tokens[:keep] if cache is not None and keep else []
         n_steps = steps[-1] if steps else 0
         n_tokens = tokens[-1] if tokens else 0
         count = s.counter.count_message
-        for u in new_units:
+        counts = inputs.counts if inputs is not None else None
+        for u, src in zip(new_units, sources, strict=True):
             n_steps += u.kind == "step"
             steps.append(n_steps)
-            n_tokens += sum(count(m) for m in u.messages)
+            known = [counts[j] for j in src] if counts is not None and src is not None else [-1]
+            if min(known) >= 0:  # unchanged copies of input messages: counted there
+                n_tokens += sum(known)
+            else:
+                n_tokens += sum(count(m) for m in u.messages)
             tokens.append(n_tokens)
         units.extend(new_units)
         starts.extend(new_starts)
@@ -301,7 +359,11 @@ class Caches:
             pin = pin or (pol.first_user and i == first_user) or (pol.last_user and i == last_user)
             return u if pin == u.pinned else replace(u, pinned=pin)
 
-        out = prev.units[:keep] if prev is not None else []
+        out: list[Unit] = []
+        if prev is not None:  # extended in place (no cache until it is complete)
+            self.pins = None
+            out = prev.units
+            del out[keep:]
         out.extend(pinned(i) for i in range(keep, n))
         if prev is not None and (prev.first_user, prev.last_user) != (first_user, last_user):
             for i in {prev.first_user, prev.last_user, first_user, last_user}:
@@ -367,9 +429,9 @@ class Caches:
 
     def _with_refs(self, unit: Unit) -> Unit:
         """Attach the snapshot refs of this session's tool results (``meta["refs"]``)."""
-        if unit.kind != "step":
-            return unit
         refs = self.s.state.refs
+        if unit.kind != "step" or not refs:
+            return unit
         found = {
             str(m.get("tool_call_id")): refs[str(m.get("tool_call_id"))]
             for m in unit.tool_messages

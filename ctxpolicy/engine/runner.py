@@ -20,7 +20,7 @@ request would otherwise not fit (then a ``data.lost`` event lists what went).
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -320,21 +320,23 @@ def lost_facts(session: Session, before: Sequence[Unit], after: Sequence[Unit]) 
     Only the messages that differ are read (a masked step's assistant message is
     not), of units where they come to at most ``_FACTS_MAX_CHARS``.
     """
-    from ctxpolicy.facts import extract, missing_facts
+    from ctxpolicy.facts import first_facts, missing_facts
 
     kept = {u.key: u.messages for u in after}
-    texts: list[str] = []
-    for u in before:
-        new = kept.get(u.key)
-        if u.kind == "ledger" or new == u.messages:
-            continue
-        changed = [
-            content_text(m.get("content"))
-            for i, m in enumerate(u.messages)
-            if new is None or i >= len(new) or new[i] != m
-        ]
-        if sum(map(len, changed)) <= _FACTS_MAX_CHARS:
-            texts.extend(changed)
+
+    def texts() -> Iterator[str]:
+        for u in before:
+            new = kept.get(u.key)
+            if u.kind == "ledger" or new == u.messages:
+                continue
+            changed = [
+                content_text(m.get("content"))
+                for i, m in enumerate(u.messages)
+                if new is None or i >= len(new) or new[i] != m
+            ]
+            if sum(map(len, changed)) <= _FACTS_MAX_CHARS:
+                yield from changed
+
     # the first _FACTS_PER_COMPACTION: more would not stay in a bounded ledger
-    facts = extract("\n".join(texts)).all()[:_FACTS_PER_COMPACTION] if texts else []
+    facts = first_facts(texts(), _FACTS_PER_COMPACTION)
     return missing_facts(facts, after, session._ledger_text)

@@ -34,6 +34,7 @@ ELISION = re.compile(r"\[… (\d+) chars elided …\]")
 
 #: Kinds a round group may contain besides its step.
 GROUPABLE = ("user", "other", "orphan")
+_ROUND_KINDS = frozenset(("step", *GROUPABLE))
 
 
 def approx_tokens(text: str) -> int:
@@ -56,7 +57,7 @@ def round_groups(units: Sequence[Unit]) -> list[list[int]]:
     groups: list[list[int]] = []
     pending: list[int] = []
     for i, u in enumerate(units):
-        if u.pinned or u.kind not in ("step", *GROUPABLE):
+        if u.pinned or u.kind not in _ROUND_KINDS:
             continue
         if u.kind == "step":
             groups.append([*pending, i])

@@ -29,6 +29,7 @@ EXPECTED = {
     "bench_cache.py": {"machine", "results", "windows"},
     "bench_state.py": {"machine", "total_s", "commit_s", "prepare_per_call_s", "saves"},
     "bench_scaling.py": {"machine", "sizes", "runs", "timeout"},
+    "bench_prepare_calls.py": {"machine", "repeat", "this tree"},
 }
 
 RUNNER = """

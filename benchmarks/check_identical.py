@@ -1,0 +1,101 @@
+"""Does ``prepare`` return byte-identical lists with two source trees? (issue 21)
+
+Usage::
+
+    python benchmarks/check_identical.py --baseline /work/main [--agent coding_agent]
+
+Replays every trace of ../shared/traces under ``policies/agents.yaml`` (``--agent``,
+default coding_agent) at 16k and 32k windows — the loop of ``ctxpolicy simulate``:
+``add_tool_result`` for every tool result, ``prepare`` before every assistant
+message — once with each tree (a child process with that tree first on the path),
+records the exact JSON text of every prepared list, and compares them call by call.
+Exit status 0 when every list is identical, 1 otherwise (the first differences are
+printed).
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+TRACES = ROOT.parent / "shared" / "traces"
+WINDOWS = (16384, 32768)
+
+
+def child(agent: str) -> dict[str, list[str]]:
+    """Digest of the JSON text of every prepared list, per trace and window."""
+    from ctxpolicy.sim import replay
+    from ctxpolicy.sim.importers import load_trace
+
+    out: dict[str, list[str]] = {}
+    seen: list[str] = []
+    original = replay.PolicyStrategy.prepare
+
+    def prepare(self: Any, convo: list[Any]) -> Any:
+        res = original(self, convo)
+        text = json.dumps(res[0], ensure_ascii=False, sort_keys=False)
+        seen.append(hashlib.blake2b(text.encode("utf-8", "surrogatepass")).hexdigest())
+        return res
+
+    replay.PolicyStrategy.prepare = prepare  # type: ignore[method-assign]
+    policy = replay.load_policy_file(str(ROOT / "policies" / "agents.yaml"), agent)
+    for path in sorted(TRACES.glob("*.jsonl")):
+        for window in WINDOWS:
+            seen.clear()
+            with tempfile.TemporaryDirectory(prefix="ctxpolicy-identical-") as tmp:
+                try:
+                    replay.replay_trace(
+                        load_trace(path), policy, window=window, snapshots_dir=tmp, trace=path.stem
+                    )
+                except Exception as exc:  # e.g. a budget that does not fit the window
+                    seen.append(f"error: {type(exc).__name__}: {exc}"[:200])
+            out[f"{path.stem}@{window}"] = list(seen)
+    return out
+
+
+def run(src: Path, agent: str) -> dict[str, list[str]]:
+    env = {**os.environ, "PYTHONPATH": str(src)}
+    cmd = [sys.executable, __file__, "--child", "--agent", agent]
+    res = subprocess.run(cmd, env=env, capture_output=True, text=True, check=True)
+    data: dict[str, list[str]] = json.loads(res.stdout.strip().splitlines()[-1])
+    return data
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--baseline", type=Path, help="the other source tree")
+    ap.add_argument("--agent", default="coding_agent")
+    ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    args = ap.parse_args(argv)
+    if args.child:
+        print(json.dumps(child(args.agent)))
+        return 0
+    if args.baseline is None:
+        ap.error("--baseline is required")
+    base, mine = run(args.baseline.resolve(), args.agent), run(ROOT, args.agent)
+    calls = sum(map(len, mine.values()))
+    bad = [
+        (k, i)
+        for k in sorted(set(base) | set(mine))
+        for i in range(max(len(base.get(k, [])), len(mine.get(k, []))))
+        if base.get(k, [])[i : i + 1] != mine.get(k, [])[i : i + 1]
+    ]
+    for k, i in bad[:20]:
+        print(f"DIFFERENT: {k} call {i}")
+    print(
+        f"{args.agent}: {len(mine)} replays (traces × windows {WINDOWS}), {calls} prepared "
+        f"lists; {len(bad)} differ from {args.baseline}"
+    )
+    return 1 if bad or not calls else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
