@@ -17,7 +17,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from ctxpolicy.components import StateStore, StateStoreError
+from ctxpolicy.components import StateStore
 
 __all__ = ["PRUNE_INTERVAL_S", "maybe_prune"]
 
@@ -44,7 +44,8 @@ def maybe_prune(
     """Prune ``store`` if due; the number of conversations deleted (None: not due,
     disabled, or the store cannot prune). A failure is a ``state.prune_failed``
     event, never an error of the session."""
-    if max_age_days is None:
+    prune = getattr(store, "prune", None)  # duck-typed stores may not have it
+    if max_age_days is None or prune is None:
         return None
     now = _clock() if now is None else now
     key = _location(store)
@@ -54,10 +55,15 @@ def maybe_prune(
         _last[key] = now
     before = now - max_age_days * 86400
     try:
-        deleted = store.prune(before=before)
-    except (StateStoreError, OSError) as exc:
-        emit("state.prune_failed", store=store.name, error=str(exc)[:300])
+        deleted = prune(before=before)
+    except Exception as exc:  # a store's failure never fails the session
+        emit("state.prune_failed", store=getattr(store, "name", "?"), error=str(exc)[:300])
         return None
     if deleted:
-        emit("state.pruned", store=store.name, conversations=deleted, max_age_days=max_age_days)
+        emit(
+            "state.pruned",
+            store=getattr(store, "name", "?"),
+            conversations=deleted,
+            max_age_days=max_age_days,
+        )
     return deleted

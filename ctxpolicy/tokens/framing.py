@@ -123,7 +123,10 @@ class ChatFraming:
             if key == "content":
                 n += self._content_tokens(value)
             elif key == "tool_calls":
-                for tc in value or ():
+                # malformed shapes (a dict, a number) are counted, never raised on: the
+                # engine repairs them after counting its input
+                calls = value if isinstance(value, (list, tuple)) else [value] if value else []
+                for tc in calls:
                     n += self._tool_call_tokens(tc)
             elif key == "function_call":  # legacy single call
                 if isinstance(value, Mapping):

@@ -98,3 +98,10 @@ def test_a_failed_prune_is_an_event(monkeypatch: pytest.MonkeyPatch) -> None:
     events: list[str] = []
     assert maybe_prune(_Broken(), 30, lambda t, **f: events.append(t)) is None  # type: ignore[arg-type]
     assert events == ["state.prune_failed"]
+
+
+def test_a_store_without_prune_is_left_alone(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(retention, "_last", {})
+    events: list[str] = []
+    assert maybe_prune(object(), 30, lambda t, **f: events.append(t)) is None  # type: ignore[arg-type]
+    assert events == []
