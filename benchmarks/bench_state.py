@@ -52,20 +52,32 @@ STORES = ("memory", "sqlite", "postgres")
 
 
 class Timed:
-    """Wraps a store: time and bytes of every commit, time of every load."""
+    """Wraps a store: time and bytes of every commit, time of every load. It offers
+    what the store offers (``commit_encoded``, ``prune``), so a session takes the same
+    path through it as through the store itself."""
 
     def __init__(self, store: Any) -> None:
         self.store = store
         self.commit_s: list[float] = []
         self.bytes: list[int] = []
+        if callable(getattr(store, "commit_encoded", None)):
+            self.commit_encoded = self._commit_encoded
+        self.prune = store.prune
 
     def load(self, conv_id: str) -> Any:
         return self.store.load(conv_id)
 
     def commit(self, conv_id: str, **kw: Any) -> int:
         size = sum(len(json.dumps(v, ensure_ascii=False)) for v in kw["put"].values())
+        return self._timed(self.store.commit, conv_id, size, kw)
+
+    def _commit_encoded(self, conv_id: str, **kw: Any) -> int:
+        size = sum(len(v) for v in kw["put"].values())  # already canonical JSON text
+        return self._timed(self.store.commit_encoded, conv_id, size, kw)
+
+    def _timed(self, commit: Any, conv_id: str, size: int, kw: dict[str, Any]) -> int:
         t0 = time.perf_counter()
-        v = self.store.commit(conv_id, **kw)
+        v = commit(conv_id, **kw)
         self.commit_s.append(time.perf_counter() - t0)
         self.bytes.append(size)
         return int(v)
