@@ -67,7 +67,7 @@ def replay_ctxpolicy(
     ``add_tool_result`` returned (``t…``) and every list ``prepare`` returned (``p…``).
     """
     from ctxpolicy import Session
-    from ctxpolicy.sim.replay import _sim_store
+    from ctxpolicy.sim.replay import _sim_store, call_for
     from ctxpolicy.state.memory import MemoryStateStore
     from ctxpolicy.tokens import get_counter
 
@@ -106,11 +106,7 @@ def replay_ctxpolicy(
                 booked = 0.0
             if role == "tool":
                 tid = str(m.get("tool_call_id", ""))
-                call = pending.get(tid) or {
-                    "id": tid,
-                    "type": "function",
-                    "function": {"name": "unknown", "arguments": "{}"},
-                }
+                call = call_for(pending, tid)
                 on()
                 t0 = clock()
                 text = session.add_tool_result(call, m.get("content"))

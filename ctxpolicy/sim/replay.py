@@ -41,6 +41,7 @@ __all__ = [
     "StepRecord",
     "Strategy",
     "TraceResult",
+    "call_for",
     "load_policy_file",
     "load_trace",
     "replay_trace",
@@ -409,11 +410,7 @@ def run_strategy(
             convo.append(dict(m))
         elif role == "tool":
             tid = str(m.get("tool_call_id", ""))
-            call = pending.get(tid) or {
-                "id": tid,
-                "type": "function",
-                "function": {"name": "unknown", "arguments": "{}"},
-            }
+            call = call_for(pending, tid)
             tool_step += 1
             text = strategy.tool_result(call, m.get("content"), tool_step)
             added[tid] = text
@@ -575,6 +572,16 @@ def replay_trace(
     finally:
         if tmp is not None:
             shutil.rmtree(tmp, ignore_errors=True)
+
+
+def call_for(pending: Mapping[str, Mapping[str, Any]], tool_call_id: str) -> Mapping[str, Any]:
+    """The assistant's tool call a tool result answers (``pending``: call id → call of
+    the last assistant message); a trace that lost it gets an ``unknown`` call."""
+    return pending.get(tool_call_id) or {
+        "id": tool_call_id,
+        "type": "function",
+        "function": {"name": "unknown", "arguments": "{}"},
+    }
 
 
 def _sim_store(policy: Policy, directory: Path) -> Any:
