@@ -17,7 +17,15 @@ import re
 from enum import StrEnum
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+from pydantic_core import PydanticCustomError
 
 FORMAT_VERSION = 1
 
@@ -150,6 +158,12 @@ class ToolGrowth(StrictModel):
     )
 
 
+_TARGET_EXPECTED = {
+    "expected": "a fraction of the trigger between 0 and 1 (e.g. 0.7), a percentage of the "
+    'trigger between 0% and 100% (e.g. "70%"), or a number of tokens above 1'
+}
+
+
 class Budget(StrictModel):
     """Budget arithmetic: ``trigger = window − reserve_output − tool_growth − safety_margin``."""
 
@@ -172,13 +186,36 @@ class Budget(StrictModel):
     safety_margin: Amount = Field(
         default=0, description="Extra slack for counting error and framing overhead."
     )
-    target: Annotated[float, Field(gt=0, lt=1)] | Annotated[int, Field(gt=1)] = Field(
+    target: Annotated[float, Field(gt=0, lt=1)] | Annotated[int, Field(gt=1)] | Percent = Field(
         default=0.7,
-        description="Where compaction stops: a fraction of the trigger (0–1) or "
-        "absolute tokens. Keep it below the lowest `at` threshold: the gap is the "
-        "hysteresis band one compaction buys (equal to `warning`: stop as soon as the "
-        "context is back under warning, the DB-GPT behaviour).",
+        description="Where compaction stops: a fraction of the trigger (0–1), the same "
+        'as a percentage of the trigger ("70%" is 0.7), or absolute tokens (an integer '
+        "above 1; a small one such as 60 is a warning, CTX209). Keep it below the lowest "
+        "`at` threshold (CTX210 otherwise): the gap is the hysteresis band one compaction "
+        "buys (equal to `warning`: stop as soon as the context is back under warning, the "
+        "DB-GPT behaviour).",
     )
+
+    @field_validator("target", mode="wrap")
+    @classmethod
+    def _target(cls, value: Any, handler: Any) -> float | int:
+        """One message for every wrong target (not one per union branch), and a
+        percentage read as the fraction of the trigger it names."""
+        try:
+            out = handler(value)
+        except ValidationError:
+            raise PydanticCustomError(
+                "ctx_expected", "must be {expected}", _TARGET_EXPECTED
+            ) from None
+        if isinstance(out, str):
+            m = PERCENT_RE.match(out)
+            pct = float(m.group(1)) if m else -1.0
+            if not 0 < pct < 100:
+                raise PydanticCustomError(
+                    "ctx_expected", "must be {expected}", _TARGET_EXPECTED
+                ) from None
+            return pct / 100.0
+        return out
 
 
 class Thresholds(StrictModel):

@@ -145,7 +145,7 @@ def _budget_base(policy: Policy, path: str, window: int) -> Any:
         from ctxpolicy.budget import compute_budget
 
         trig = compute_budget(policy).trigger
-        return t / trig if trig else 0.7
+        return int(t) / trig if trig else 0.7  # a "N%" target is a float once validated
     if path == "budget.safety_margin":
         return _percent_of(b.safety_margin, window)
     if path == "budget.reserve_output":
