@@ -59,6 +59,8 @@ def test_bench_engine_per_call_only(tmp_path: Any, monkeypatch: pytest.MonkeyPat
     """``--per-call-only`` writes the per-call section alone (and its goal)."""
     import json
 
+    require(TRACES)  # the benchmark replays the largest shared trace
+
     import benchmarks._common as common
     from benchmarks import bench_engine
 
