@@ -93,9 +93,7 @@ def _output_text(output: Any) -> str:
     if isinstance(output, str):
         return output
     if isinstance(output, list):  # content parts
-        texts = [
-            str(p.get("text", "")) for p in output if isinstance(p, Mapping) and "text" in p
-        ]
+        texts = [str(p.get("text", "")) for p in output if isinstance(p, Mapping) and "text" in p]
         if len(texts) == len(output):
             return "\n".join(texts)
     return json.dumps(output, ensure_ascii=False, default=str)
@@ -152,7 +150,9 @@ class AgentsContext:
             prepared = self.session.on_error(error, conv.messages, tools)
         if prepared is None:
             prepared = self.session.prepare(conv.messages, tools=tools)
-        return run_config_module().ModelInputData(input=conv.to_items(prepared), instructions=instructions)
+        return run_config_module().ModelInputData(
+            input=conv.to_items(prepared), instructions=instructions
+        )
 
     def _with_processed_results(self, items: list[Any]) -> list[Any]:
         calls: dict[str, Mapping[str, Any]] = {}

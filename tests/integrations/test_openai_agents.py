@@ -101,9 +101,9 @@ def test_overflow_error_compacts_and_retries_once(tmp_path: Path) -> None:
 
 def test_overflow_every_time_raises_context_overflow(tmp_path: Path) -> None:
     ctx = AgentsContext(make_policy(tmp_path))
-    with ScriptedLLMServer(window=6000, script=lambda body: {"overflow": True}) as srv:
-        with pytest.raises(ContextOverflowError):
-            asyncio.run(ctx.run(make_agent(srv, ctx), "Fix BUG-1234"))
+    server = ScriptedLLMServer(window=6000, script=lambda body: {"overflow": True})
+    with server as srv, pytest.raises(ContextOverflowError):
+        asyncio.run(ctx.run(make_agent(srv, ctx), "Fix BUG-1234"))
     assert len(srv.records) == 2  # the call and one retry (on_overflow.retries: 1)
 
 
