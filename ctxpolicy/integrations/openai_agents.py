@@ -221,7 +221,7 @@ class AgentsContext:
         agents = _agents()
         owner = self
 
-        class _Hooks(agents.RunHooks):  # type: ignore[misc,name-defined]
+        class _Hooks(agents.RunHooks):  # type: ignore[name-defined]
             async def on_llm_end(self, context: Any, agent: Any, response: Any) -> None:
                 tokens = getattr(getattr(response, "usage", None), "input_tokens", None)
                 if owner.record_usage and isinstance(tokens, int) and tokens > 0:
