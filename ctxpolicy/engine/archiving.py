@@ -3,7 +3,7 @@
 * :func:`ensure_snapshots` — a long tool result that entered through ``messages``
   (not ``add_tool_result``) is snapshotted before a layer may shorten it;
 * :func:`archive_units` — every message a layer drops is appended verbatim to the
-  conversation's history archive (:class:`ctxpolicy.archive.HistoryArchive`), whose
+  conversation's history archive (:class:`ctxpolicy.snapshots.archive.HistoryArchive`), whose
   reference the ledger shows;
 * :func:`ref_for_message` — the reference of one message's verbatim original
   (archived now when it has none), for :mod:`ctxpolicy.engine.refs` and the squeeze.
@@ -98,7 +98,7 @@ def archive_messages(
     """Append ``msgs`` to the conversation's history archive; its stable reference,
     or None when the write failed (the caller then keeps what it would drop)."""
     if session._history is None:
-        from ctxpolicy.archive import HistoryArchive
+        from ctxpolicy.snapshots.archive import HistoryArchive
 
         assert session.snapshots is not None
         session._history = HistoryArchive(

@@ -2,7 +2,7 @@
 
 ``prepare(messages)`` groups messages into units, re-applies the compaction
 decisions taken earlier (so summaries are not recomputed and the prefix stays
-stable), counts, and runs the policy's pipeline (:mod:`ctxpolicy.engine.runner`);
+stable), counts, and runs the policy's pipeline (:mod:`ctxpolicy.engine.pipeline`);
 when the request still exceeds ``window − reserve_output`` the last-resort squeeze
 (:mod:`ctxpolicy.engine.squeeze`) makes it fit.
 
@@ -12,7 +12,7 @@ messages to retry with, at most ``retries`` times in a row.
 
 What a session decided is its :class:`~ctxpolicy.engine.state.SessionState`
 (``session.state``); everything else it keeps is derived
-(:mod:`ctxpolicy.engine.caches`).
+(:mod:`ctxpolicy.engine.derived`).
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from ctxpolicy import plugins
 from ctxpolicy.budget import BudgetState, ToolGrowthEstimator, compute_budget, effective_window
 from ctxpolicy.components import Layer, SnapshotStore, StateStore, Summarizer
 from ctxpolicy.conversation import Message, Unit, check_messages, render
-from ctxpolicy.engine.caches import Caches, remember
+from ctxpolicy.engine.derived import Caches, remember
 from ctxpolicy.engine.own import (
     HANDOVER_MARK,
     LEDGER_MARK,
@@ -37,8 +37,8 @@ from ctxpolicy.engine.own import (
     special_unit,
     tool_call_info,
 )
-from ctxpolicy.engine.persist import Persistence, open_persistence
-from ctxpolicy.engine.runner import run_pipeline
+from ctxpolicy.engine.persistence import Persistence, open_persistence
+from ctxpolicy.engine.pipeline import run_pipeline
 from ctxpolicy.engine.squeeze import squeeze
 from ctxpolicy.engine.state import PreparedStats, SessionState
 from ctxpolicy.engine.window import learn_window, policy_with_window
@@ -248,7 +248,7 @@ class Session:
         meta: Mapping[str, Any] | None = None,
     ) -> str:
         """Preprocess and snapshot one tool result; returns the text for the context."""
-        from ctxpolicy.toolresults import ToolResultProcessor
+        from ctxpolicy.engine.tool_results import ToolResultProcessor
 
         call = tool_call_info(tool_call)
         # the result is processed (preprocessed, snapshotted, counted) once; a redo after
@@ -314,7 +314,7 @@ class Session:
 
     def recall(self, ref: str, *, lines: Any = None, grep: str | None = None) -> str:
         """The exact original of a snapshot (or a slice of it)."""
-        from ctxpolicy.recall import recall
+        from ctxpolicy.snapshots.recall import recall
 
         if self.snapshots is None:
             raise LookupError("this session has no snapshot store (snapshots.enabled is false)")
@@ -322,7 +322,7 @@ class Session:
 
     def recall_tool(self) -> tuple[list[dict[str, Any]], Callable[[str, Any], str]]:
         """OpenAI tool schemas (``ctx_recall``, ``ctx_search``) and their handler."""
-        from ctxpolicy.recall import handle_tool_call, recall_tools
+        from ctxpolicy.snapshots.recall import handle_tool_call, recall_tools
 
         store = self.snapshots
 
@@ -334,8 +334,8 @@ class Session:
         return recall_tools(), handler
 
     def handover(self) -> Any:
-        """A :class:`ctxpolicy.handover.Handover` built from the ledger and context."""
-        from ctxpolicy.handover import build_handover
+        """A :class:`ctxpolicy.engine.handover.Handover` built from the ledger and context."""
+        from ctxpolicy.engine.handover import build_handover
 
         return build_handover(self)
 
@@ -353,7 +353,7 @@ class Session:
     def load_state(self, entries: Mapping[str, Any]) -> None:
         """Resume from saved entries: the decided state is replaced, the derived caches
         are dropped (the next ``prepare`` rebuilds them from the messages)."""
-        from ctxpolicy.ledger import Ledger
+        from ctxpolicy.engine.ledger import Ledger
 
         with self._lock:
             self.state = SessionState.from_entries(entries)
@@ -394,7 +394,7 @@ class Session:
     def _make_ledger(self) -> Any:
         if not self.policy.ledger.enabled:
             return None
-        from ctxpolicy.ledger import Ledger
+        from ctxpolicy.engine.ledger import Ledger
 
         return Ledger(
             max_tokens=max(
@@ -410,7 +410,7 @@ class Session:
             self.state.touch("ledger")
 
     def _load_handover(self, handover: Any) -> None:
-        from ctxpolicy.handover import Handover
+        from ctxpolicy.engine.handover import Handover
 
         if isinstance(handover, Mapping):
             handover = Handover.model_validate(handover)
@@ -442,7 +442,7 @@ class Session:
     def _open_store(self, env: Mapping[str, str] | None) -> SnapshotStore | None:
         if not self.policy.snapshots.enabled:
             return None
-        from ctxpolicy.toolresults import open_store
+        from ctxpolicy.engine.tool_results import open_store
 
         try:
             return open_store(self.policy, self.registry, env=env)

@@ -5,7 +5,7 @@ and the summaries they hold, the progress ledger, the archive index, learned too
 growth, a learned window, tokenizer calibration, layer memory such as a summarizer's
 circuit breaker, counters). Everything else a session keeps — grouped units, pinning,
 the rendered view, budgets, layer and summarizer instances — is derived
-(:mod:`ctxpolicy.engine.caches`) and rebuilt from the messages after a restart.
+(:mod:`ctxpolicy.engine.derived`) and rebuilt from the messages after a restart.
 
 :meth:`SessionState.to_entries` turns the state into small JSON documents keyed by
 string (``meta``, ``ledger``, ``memory``, ``growth``, ``decision/<unit key>``,
@@ -152,7 +152,7 @@ class SessionState:
     def add_ref(self, call_id: str, uri: str) -> None:
         """The snapshot of the result of ``call_id``. A reused id keeps the first: in
         the conversation the first use keeps the id and later uses are renamed
-        (:mod:`ctxpolicy.repair`), and get their own snapshot when first shortened."""
+        (:mod:`ctxpolicy.conversation.repair`), and get their own snapshot when first shortened."""
         if call_id in self.refs:
             return
         self.refs[call_id] = uri

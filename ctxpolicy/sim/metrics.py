@@ -17,7 +17,7 @@ Definitions (also in docs/simulate.md):
   earlier result was not intact in the context the agent saw; alert when repeats
   exceed ``alert_repeats`` (0.3) × the number of compactions (design B: compaction
   came too early or lost what the agent needed);
-* **fact retention** — identifiers (``ctxpolicy.facts.extract``) in each assistant
+* **fact retention** — identifiers (``ctxpolicy.conversation.facts.extract``) in each assistant
   message that appeared earlier in the conversation: *in context* when present in
   the prepared list, *recoverable* when a snapshot referenced from the prepared list
   contains it, else *lost*;

@@ -32,10 +32,10 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from ctxpolicy.conversation import check_messages, content_text
-from ctxpolicy.facts import extract
+from ctxpolicy.conversation.facts import extract
+from ctxpolicy.engine.tool_results import parse_reference
 from ctxpolicy.policy.models import Policy
 from ctxpolicy.sim.importers import load_trace
-from ctxpolicy.toolresults import parse_reference
 
 __all__ = [
     "StepRecord",
@@ -591,8 +591,8 @@ def _sim_store(policy: Policy, directory: Path) -> Any:
     if not policy.snapshots.enabled:
         return None
     from ctxpolicy.components import SnapshotRef
+    from ctxpolicy.policy.paths import interpolate_path
     from ctxpolicy.snapshots import LocalOptions, LocalStore
-    from ctxpolicy.toolresults import interpolate_path
 
     try:
         shown = interpolate_path(policy.snapshots.path)

@@ -2,7 +2,7 @@
 
 Nothing here is persisted: after a restart every cache starts empty and the first
 ``prepare`` rebuilds it from the messages (same result as the cached path; the
-property test ``tests/test_engine_incremental.py`` checks cached == uncached).
+property test ``tests/engine/test_incremental.py`` checks cached == uncached).
 
 * :class:`_InputCache` — snapshots of the previous call's input, to find the first
   changed message in one C-level list comparison;
@@ -27,10 +27,10 @@ from ctxpolicy.conversation import (
     message_fingerprint,
     render,
 )
+from ctxpolicy.conversation.jsontext import to_json
+from ctxpolicy.conversation.repair import flatten_deep
 from ctxpolicy.engine.archiving import archive_messages
 from ctxpolicy.engine.own import insert_specials, own_kind, own_text
-from ctxpolicy.jsontext import to_json
-from ctxpolicy.repair import flatten_deep
 from ctxpolicy.tokens.msgkeys import _NO_SNAPSHOT, _snapshot, _value_key
 
 if TYPE_CHECKING:
@@ -203,7 +203,7 @@ class Caches:
 
     def _flatten(self, m: Any, index: int) -> Any:
         """A message too deep for the engine's recursive steps, with its deep fields
-        as their exact JSON text (:func:`ctxpolicy.repair.flatten_deep`); reported
+        as their exact JSON text (:func:`ctxpolicy.conversation.repair.flatten_deep`); reported
         once as a ``deep_value`` repair."""
         if not isinstance(m, Mapping):
             return m

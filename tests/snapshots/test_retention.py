@@ -1,4 +1,4 @@
-"""Retention applied while sessions write (ctxpolicy/retention.py)."""
+"""Retention applied while sessions write (ctxpolicy/snapshots/retention.py)."""
 
 from __future__ import annotations
 
@@ -6,10 +6,9 @@ import os
 import time
 from pathlib import Path
 
-from ctxpolicy import retention
-from ctxpolicy.archive import HistoryArchive
-from ctxpolicy.retention import MARKER, prune
-from ctxpolicy.snapshots import LocalOptions, LocalStore
+from ctxpolicy.snapshots import LocalOptions, LocalStore, retention
+from ctxpolicy.snapshots.archive import HistoryArchive
+from ctxpolicy.snapshots.retention import MARKER, prune
 
 
 def _new_process() -> None:

@@ -314,13 +314,13 @@ def _take(session: Session, out: _Outcome, budget: BudgetState) -> bool:
 
 
 def lost_facts(session: Session, before: Sequence[Unit], after: Sequence[Unit]) -> list[str]:
-    """Facts (:mod:`ctxpolicy.facts`) of the messages a layer changed or removed
+    """Facts (:mod:`ctxpolicy.conversation.facts`) of the messages a layer changed or removed
     that are found nowhere in the new context or the ledger.
 
     Only the messages that differ are read (a masked step's assistant message is
     not), of units where they come to at most ``_FACTS_MAX_CHARS``.
     """
-    from ctxpolicy.facts import first_facts, missing_facts
+    from ctxpolicy.conversation.facts import first_facts, missing_facts
 
     kept = {u.key: u.messages for u in after}
 

@@ -4,14 +4,14 @@ Two stores are built in (registered as plugins like any other):
 
 * ``local`` (default) — a directory: ``<root>/<folder>/step_003_<action>.json``
   (design A's layout; ``<folder>`` is the injective encoding of the conversation id,
-  :func:`ctxpolicy.store_names.conv_folder`). Writes are atomic (temp file in the
+  :func:`ctxpolicy.snapshots.names.conv_folder`). Writes are atomic (temp file in the
   same directory, then a hard link to the final name, which fails if the name
   exists — so concurrent writers never overwrite each other and never expose a
   partial file); files are 0600 and directories 0700. Names are found in O(1)
   (a per-store counter, a time-based suffix after a collision with another
   process). ``durability`` chooses ``fsync`` (file and directory) or ``flush``.
   Retention (``max_total_mb``, ``max_age_days``) is applied incrementally while
-  the session writes (:class:`ctxpolicy.retention.Sweeper`).
+  the session writes (:class:`ctxpolicy.snapshots.retention.Sweeper`).
 * ``fsspec`` — any fsspec URL (``s3://bucket/prefix``, ``memory://x``, ``file:///…``)
   so many workers share one store. Needs the ``[fsspec]`` extra.
 
@@ -20,7 +20,7 @@ document's path is kept beside it for design A's ``[Full detail available at: �
 Every store resolves a reference (``..``, symlinks, URL forms) to its canonical
 ``(folder, name)`` in :meth:`locate` before anything is read, so the recall tools
 check ownership on what will actually be opened. Both stores also implement the
-append-only logs of the history archive (:mod:`ctxpolicy.archive`).
+append-only logs of the history archive (:mod:`ctxpolicy.snapshots.archive`).
 """
 
 from __future__ import annotations
@@ -29,12 +29,9 @@ import contextlib
 import errno
 import fcntl
 import itertools
-import json
 import os
-import re
 import stat
 import threading
-import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
@@ -43,16 +40,20 @@ from urllib.parse import unquote, urlsplit
 from pydantic import Field
 
 from ctxpolicy.components import SnapshotRef, SnapshotStore
-from ctxpolicy.plugins import hookimpl
 from ctxpolicy.policy.models import ComponentOptions
-from ctxpolicy.retention import PruneReport, prune, sweeper_for
-from ctxpolicy.snapshot_doc import dump_document
-from ctxpolicy.snapshot_doc import load_document as _load  # the name fsspec_store imports
-from ctxpolicy.store_names import (
-    INDEX_NAME,
-    MAX_REF_CHARS,
+from ctxpolicy.snapshots._common import (
+    MAX_NEXT,
+    PROBES,
+    Names,
+    check_ref_text,
+    is_log_name,
+    same_document,
+    sort_key,
+)
+from ctxpolicy.snapshots.document import dump_document
+from ctxpolicy.snapshots.document import load_document as _load
+from ctxpolicy.snapshots.names import (
     NAME_RE,
-    SEGMENT_RE,
     URI_SCHEME,
     SnapshotError,
     base_name,
@@ -61,84 +62,11 @@ from ctxpolicy.store_names import (
     is_store_folder,
     parse_uri,
 )
+from ctxpolicy.snapshots.retention import sweeper_for
 
-__all__ = [
-    "FsspecStore",
-    "LocalStore",
-    "PruneReport",
-    "SnapshotError",
-    "dump_document",
-    "parse_uri",
-    "prune",
-    "safe_conv_id",
-]
+__all__ = ["LocalOptions", "LocalStore"]
 
-_MAX_NEXT = 4096
 _LINK_ERRNOS = (errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EXDEV, errno.EMLINK)
-
-
-def safe_conv_id(conv_id: object) -> str:
-    """The folder of a conversation id (kept name; see :func:`store_names.conv_folder`)."""
-    return conv_folder(conv_id)
-
-
-def _check_ref_text(ref: object) -> str:
-    if not isinstance(ref, str) or not ref or len(ref) > MAX_REF_CHARS:
-        raise SnapshotError(errno.ENOENT, "not a snapshot reference")
-    if any(ord(c) < 0x20 or c == "\x7f" for c in ref):
-        raise SnapshotError(errno.ENOENT, "not a snapshot reference (control characters)")
-    return ref
-
-
-def _is_log_name(name: str) -> bool:
-    return name == INDEX_NAME or SEGMENT_RE.match(name) is not None
-
-
-#: Next names tried after a collision before the time-based jump of :class:`_Names`.
-_PROBES = 1
-
-
-def _same_document(existing: str, tmp: str) -> bool:
-    """Whether two snapshot files hold the same document but for its write time."""
-    try:
-        if abs(os.stat(existing).st_size - os.stat(tmp).st_size) > 64:
-            return False
-        a = json.loads(Path(existing).read_bytes())
-        b = json.loads(Path(tmp).read_bytes())
-    except (OSError, ValueError):
-        return False
-    if not (isinstance(a, dict) and isinstance(b, dict)):
-        return False
-    a.pop("timestamp", None)
-    b.pop("timestamp", None)
-    return a == b
-
-
-class _Names:
-    """O(1) snapshot names: a per-(folder, base) counter, and after a collision with
-    a name this process did not write, a time-based suffix (microseconds since the
-    epoch, larger than any counter) so the next attempt is free in practice."""
-
-    def __init__(self) -> None:
-        self._next: dict[tuple[str, str], int] = {}
-        self._lock = threading.Lock()
-
-    def first(self, folder: str, base: str) -> int:
-        with self._lock:
-            return self._next.get((folder, base), 1)
-
-    def collided(self, n: int) -> int:
-        return max(n + 1, time.time_ns() // 1000 + int.from_bytes(os.urandom(2), "big"))
-
-    def taken(self, folder: str, base: str, n: int) -> None:
-        with self._lock:
-            if len(self._next) >= _MAX_NEXT:
-                self._next.clear()
-            self._next[(folder, base)] = n + 1
-
-    @staticmethod
-    def name(base: str, n: int) -> str:
-        return base if n == 1 else f"{base}_{n}"
 
 
 # --------------------------------------------------------------------------- local
@@ -209,7 +137,7 @@ class LocalStore(SnapshotStore):
         super().__init__(options, root=root)
         self.root_path = Path(os.path.abspath(os.path.expanduser(root or ".ctxpolicy/snapshots")))
         self.root = str(self.root_path)
-        self._names = _Names()
+        self._names = Names()
         self._folders: dict[str, str] = {}
         self.retention = sweeper_for(
             self.root_path,
@@ -302,7 +230,7 @@ class LocalStore(SnapshotStore):
         folder = conv_folder(conv_id)
         path = self._folder_dir(folder)  # the full checks, and their errors
         self._mkdir(path)
-        if len(self._folders) >= _MAX_NEXT:
+        if len(self._folders) >= MAX_NEXT:
             self._folders.clear()
         self._folders[conv_id] = folder
         return folder, str(path)
@@ -340,12 +268,12 @@ class LocalStore(SnapshotStore):
         n = self._names.first(folder, base)
         probes = 0
         for _ in range(16):
-            name = _Names.name(base, n)
+            name = Names.name(base, n)
             final = os.path.join(conv_dir, f"{name}.json")
             try:
                 os.link(tmp, final)  # atomic, and fails if the name is taken
             except FileExistsError:
-                if _same_document(final, tmp):
+                if same_document(final, tmp):
                     # the same document written again (a call redone after a crash
                     # between the write and the state commit): same name, same ref
                     os.unlink(tmp)
@@ -354,7 +282,7 @@ class LocalStore(SnapshotStore):
                 # a few next names first (a resumed process meets its predecessor's
                 # files in order), then a time-based jump: O(1) attempts either way
                 probes += 1
-                n = n + 1 if probes <= _PROBES else self._names.collided(n)
+                n = n + 1 if probes <= PROBES else self._names.collided(n)
                 continue
             except OSError as exc:
                 if exc.errno not in _LINK_ERRNOS:
@@ -384,7 +312,7 @@ class LocalStore(SnapshotStore):
         canonical snapshot it names: ``..`` collapsed and symlinks followed *first*;
         then the result must be ``<root>/<folder>/<name>.json`` with well-formed
         names, and the canonical path must itself be free of symlinks."""
-        ref = _check_ref_text(ref)
+        ref = check_ref_text(ref)
         parsed = parse_uri(ref)
         root = self._real_root()
         if parsed is None:
@@ -441,11 +369,11 @@ class LocalStore(SnapshotStore):
                     and e.is_file(follow_symlinks=False)
                 ):
                     refs.append(self.ref_for(d.name, stem))
-        return sorted(refs, key=lambda r: _sort_key(r.name))
+        return sorted(refs, key=lambda r: sort_key(r.name))
 
     # -- append-only logs (history archive)
     def _log_path(self, folder: str, name: str) -> Path:
-        if not is_folder(folder) or not _is_log_name(name):
+        if not is_folder(folder) or not is_log_name(name):
             raise SnapshotError(errno.EACCES, "not a log of this store")
         return self._folder_dir(folder) / name
 
@@ -501,22 +429,3 @@ def _read_nofollow(path: str) -> bytes:
         return b"".join(chunks)
     finally:
         os.close(fd)
-
-
-_SORT_RE = re.compile(r"^step_(\d+)_(.*?)(?:_(\d+))?$")
-
-
-def _sort_key(name: str) -> tuple[int, str, int]:
-    m = _SORT_RE.match(name)
-    if not m:
-        return (0, name, 0)
-    return (int(m.group(1)), m.group(2), int(m.group(3) or 1))
-
-
-from ctxpolicy.fsspec_store import FsspecStore  # noqa: E402  (re-exported, registered here)
-
-
-@hookimpl
-def ctxpolicy_register_snapshot_stores(register):  # type: ignore[no-untyped-def]
-    register(LocalStore)
-    register(FsspecStore)

@@ -1,4 +1,4 @@
-"""The append-only history archive (ctxpolicy/archive.py)."""
+"""The append-only history archive (ctxpolicy/snapshots/archive.py)."""
 
 from __future__ import annotations
 
@@ -13,13 +13,13 @@ from typing import Any
 
 import pytest
 
-from ctxpolicy.archive import HistoryArchive
 from ctxpolicy.components import SnapshotRef, SnapshotStore
-from ctxpolicy.recall import handle_tool_call, recall, search
 from ctxpolicy.snapshots import FsspecStore, LocalStore
-from ctxpolicy.store_names import SnapshotError, conv_folder
+from ctxpolicy.snapshots.archive import HistoryArchive
+from ctxpolicy.snapshots.names import SnapshotError, conv_folder
+from ctxpolicy.snapshots.recall import handle_tool_call, recall, search
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 
 
 def _msgs(k: int, size: int = 400, tag: str = "") -> list[dict[str, Any]]:
@@ -104,7 +104,7 @@ def test_state_is_recovered_by_a_new_process(tmp_path: Path) -> None:
     HistoryArchive(store, "c").append(_msgs(3, tag="a"), step=1)
     code = (
         "import sys; from ctxpolicy.snapshots import LocalStore;"
-        "from ctxpolicy.archive import HistoryArchive;"
+        "from ctxpolicy.snapshots.archive import HistoryArchive;"
         "a = HistoryArchive(LocalStore(root=sys.argv[1]), 'c');"
         "assert len(a) == 3, len(a);"
         "a.append([{'role': 'user', 'content': 'from the child'}], step=7);"

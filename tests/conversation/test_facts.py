@@ -1,7 +1,7 @@
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ctxpolicy.facts import Facts, error_lines, extract, first_facts, lost_facts
+from ctxpolicy.conversation.facts import Facts, error_lines, extract, first_facts, lost_facts
 from tests.helpers_conv import Conv
 
 TEXT = """Read src/app/config.py and /etc/nginx/nginx.conf; docs at https://example.com/a/b?x=1.
@@ -59,7 +59,7 @@ def test_lost_facts():
 
 def _extract_every_pattern(text: str) -> Facts:
     """:func:`extract` as defined: every pattern over the whole text, no prefilter."""
-    from ctxpolicy import facts as f
+    from ctxpolicy.conversation import facts as f
 
     if not text:
         return Facts()

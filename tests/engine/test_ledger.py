@@ -1,7 +1,7 @@
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ctxpolicy.ledger import Ledger
+from ctxpolicy.engine.ledger import Ledger
 from tests.helpers_conv import Conv, approx_text, ref_line
 
 
@@ -86,7 +86,7 @@ def _forward_update(led: Ledger, dropped_units) -> None:
     """The plain definition of :meth:`Ledger.update`: every entry of every unit added
     in conversation order (an entry seen again moves to the end; a list keeps its
     newest ``_MAX_PER_LIST``)."""
-    from ctxpolicy import ledger as mod
+    from ctxpolicy.engine import ledger as mod
 
     def add(name: str, item: str) -> None:
         lst = getattr(led, name)
@@ -157,7 +157,7 @@ def test_update_newest_first_is_the_plain_definition(n, seed, vocabulary, split,
 
 
 def test_update_reads_only_the_newest_part_of_a_large_drop(monkeypatch) -> None:
-    from ctxpolicy import ledger as mod
+    from ctxpolicy.engine import ledger as mod
 
     calls = []
     real = mod._entries
@@ -179,7 +179,7 @@ def test_a_loaded_ledger_keeps_the_newest_entries_of_each_list() -> None:
 
 
 def test_a_huge_drop_is_read_up_to_max_read_units() -> None:
-    from ctxpolicy import ledger as mod
+    from ctxpolicy.engine import ledger as mod
 
     # ids that never fill the list (one every 40 units): only the newest MAX_READ count
     c = Conv()

@@ -5,7 +5,7 @@ Layout in the conversation's folder of the snapshot store:
 * ``history_000001.jsonl``, ``history_000002.jsonl``, … — segments; each archived
   message is one line, its compact JSON (the message exactly as it was, lone
   surrogates as ``\\udcxx`` escapes; anything JSON cannot hold as JSON text of the
-  iterative encoder, :mod:`ctxpolicy.jsontext`). A segment holds at most
+  iterative encoder, :mod:`ctxpolicy.conversation.jsontext`). A segment holds at most
   ``max_bytes`` (the policy's ``snapshots.max_snapshot_bytes``); the record that
   would pass the limit starts the next segment (O(1) naming: the number after the
   current one).
@@ -49,8 +49,8 @@ from typing import Any
 
 from ctxpolicy.components import SnapshotStore
 from ctxpolicy.conversation import content_text
-from ctxpolicy.jsontext import dumps_bytes
-from ctxpolicy.store_names import (
+from ctxpolicy.conversation.jsontext import dumps_bytes
+from ctxpolicy.snapshots.names import (
     INDEX_NAME,
     HistoryRef,
     SnapshotError,

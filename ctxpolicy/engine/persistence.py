@@ -19,7 +19,7 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from ctxpolicy.components import StateStore, StateStoreError
-from ctxpolicy.engine.caches import Caches
+from ctxpolicy.engine.derived import Caches
 from ctxpolicy.engine.state import SessionState
 from ctxpolicy.state.sync import Changes, StateSync
 
@@ -60,7 +60,7 @@ class Persistence:
 
     def restore(self, entries: Mapping[str, Any]) -> None:
         """Put the session exactly into a stored state; every derived cache is dropped."""
-        from ctxpolicy.ledger import Ledger
+        from ctxpolicy.engine.ledger import Ledger
 
         s = self.session
         s.state = SessionState.from_entries(entries)

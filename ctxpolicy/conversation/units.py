@@ -14,7 +14,7 @@ Repairs of malformed input (documented in docs/engine.md):
   ``[no result recorded for this tool call]`` so the pair is complete;
 * malformed ``tool_calls`` (one object, a string, non-object entries, missing or
   duplicate ids — also across messages — non-string arguments) are repaired or
-  removed by :mod:`ctxpolicy.repair`;
+  removed by :mod:`ctxpolicy.conversation.repair`;
 * a message that is not an object is left out of the context;
 * an empty ``tool_calls`` list is removed (providers reject it).
 
@@ -26,24 +26,16 @@ Each repair is reported by :func:`to_units` so the engine can emit an event.
 from __future__ import annotations
 
 import hashlib
-import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
-from ctxpolicy.jsontext import to_json
-from ctxpolicy.repair import call_key, repair_calls
+from ctxpolicy.conversation.messages import Message, content_text, message_fingerprint
+from ctxpolicy.conversation.repair import call_key, repair_calls
 
-Message = dict[str, Any]
 UnitKind = Literal["system", "user", "step", "summary", "ledger", "orphan", "other"]
 
 MISSING_RESULT = "[no result recorded for this tool call]"
-
-
-def message_fingerprint(msg: Mapping[str, Any]) -> str:
-    """Stable content hash of one message (all fields, key order independent)."""
-    data = json.dumps(msg, sort_keys=True, ensure_ascii=False, default=str)
-    return hashlib.blake2b(data.encode("utf-8", "surrogatepass"), digest_size=12).hexdigest()
 
 
 @dataclass(frozen=True)
@@ -118,24 +110,6 @@ class Unit:
                 parts.append(str(fn.get("name", "")))
                 parts.append(str(fn.get("arguments", "")))
         return "\n".join(p for p in parts if p)
-
-
-def content_text(content: Any) -> str:
-    """Text of a message ``content`` (string, list of parts, or None)."""
-    if content is None:
-        return ""
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        out = []
-        for part in content:
-            if isinstance(part, Mapping):
-                if isinstance(part.get("text"), str):
-                    out.append(part["text"])
-            elif isinstance(part, str):
-                out.append(part)
-        return "\n".join(out)
-    return to_json(content)[0]  # a malformed content (an object): its exact JSON text
 
 
 @dataclass

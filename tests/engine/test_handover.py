@@ -6,7 +6,7 @@ import json
 
 from ctxpolicy.conversation import check_messages
 from ctxpolicy.engine import HANDOVER_MARK, Session
-from ctxpolicy.handover import Handover
+from ctxpolicy.engine.handover import Handover
 from tests.engine_helpers import conversation, make_policy
 
 CONSTRAINTS = ["Never modify files under tests/", "Keep Python 3.9 compatibility"]

@@ -13,11 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from ctxpolicy.components import Preprocessor, SnapshotStore, ToolCall
-from ctxpolicy.plugins import get_registry, hookimpl, register_plugin, unregister_plugin
-from ctxpolicy.policy.models import Policy, ToolRule
-from ctxpolicy.recall import recall
-from ctxpolicy.snapshots import LocalStore
-from ctxpolicy.toolresults import (
+from ctxpolicy.engine.tool_results import (
     ToolResultProcessor,
     format_reference,
     interpolate_path,
@@ -26,6 +22,10 @@ from ctxpolicy.toolresults import (
     render_output,
     select_rule,
 )
+from ctxpolicy.plugins import get_registry, hookimpl, register_plugin, unregister_plugin
+from ctxpolicy.policy.models import Policy, ToolRule
+from ctxpolicy.snapshots import LocalStore
+from ctxpolicy.snapshots.recall import recall
 
 CODING_TOOLS = {
     "run_tests": {"preprocess": "test_failures", "options": {"keep_failed_only": True}},

@@ -29,7 +29,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 from ctxpolicy.components import SnapshotStore
-from ctxpolicy.store_names import (
+from ctxpolicy.snapshots.names import (
     MAX_REF_CHARS,
     SnapshotError,
     history_uri,
@@ -68,14 +68,14 @@ class _ToolError(Exception):
 
 def _observation(doc: Mapping[str, Any]) -> str:
     if "observation" not in doc and isinstance(doc.get("messages"), list):
-        from ctxpolicy.archive import render_transcript
+        from ctxpolicy.snapshots.archive import render_transcript
 
         step = doc["step"] if isinstance(doc.get("step"), int) else 0
         return render_transcript([(i, step, m) for i, m in enumerate(doc["messages"], 1)])
     obs = doc.get("observation", "")
     if isinstance(obs, str):
         return obs
-    from ctxpolicy.jsontext import to_json
+    from ctxpolicy.conversation.jsontext import to_json
 
     return to_json(obs)[0]
 
@@ -104,7 +104,7 @@ def _parse_lines(lines: Sequence[int] | str | int) -> tuple[int, int]:
 def _text_of(store: SnapshotStore, ref: str) -> str:
     hist = parse_history_ref(ref)
     if hist is not None:
-        from ctxpolicy.archive import HistoryArchive
+        from ctxpolicy.snapshots.archive import HistoryArchive
 
         archive = HistoryArchive.from_folder(store, hist.folder)
         if hist.last is None and len(archive) == 0:
@@ -188,7 +188,7 @@ def _sources(store: SnapshotStore, conv_id: str) -> Iterator[tuple[str, Any, Any
         except Exception:
             continue
         yield ref.uri, doc.get("action"), doc.get("step"), _observation(doc)
-    from ctxpolicy.archive import HistoryArchive, render_transcript
+    from ctxpolicy.snapshots.archive import HistoryArchive, render_transcript
 
     try:
         archive = HistoryArchive(store, conv_id)

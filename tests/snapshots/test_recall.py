@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ctxpolicy.recall import handle_tool_call, recall, recall_tools, search
 from ctxpolicy.snapshots import FsspecStore, LocalStore, SnapshotError
+from ctxpolicy.snapshots.recall import handle_tool_call, recall, recall_tools, search
 
 LOG = "\n".join(f"line {i} {'ERROR disk full' if i % 10 == 0 else 'ok'}" for i in range(1, 101))
 
@@ -106,8 +106,8 @@ def test_recall_round_trip_property(tmp_path_factory: pytest.TempPathFactory, te
 
 
 def test_model_cannot_recall_another_conversation(tmp_path) -> None:  # type: ignore[no-untyped-def]
-    from ctxpolicy.recall import handle_tool_call
     from ctxpolicy.snapshots import LocalStore
+    from ctxpolicy.snapshots.recall import handle_tool_call
 
     store = LocalStore(root=str(tmp_path))
     mine = store.write("conv-a", 1, "read_file", {"observation": "mine"})

@@ -342,7 +342,7 @@ def test_untouched_results_carry_refs_for_layers(tmp_path: Any) -> None:
     out = s.prepare(msgs)
     masked = [m for m in out if m.get("role") == "tool" and "Full detail available" in m["content"]]
     assert masked, "masking an old result must add its snapshot reference"
-    from ctxpolicy.toolresults import parse_reference
+    from ctxpolicy.engine.tool_results import parse_reference
 
     (ref,) = parse_reference(masked[0]["content"])
     assert s.recall(ref).startswith("short result 0")

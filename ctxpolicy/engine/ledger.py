@@ -9,7 +9,7 @@ layer shortened away (the engine's key-facts check after every compaction), and 
 * the goal (first user message seen, shortened),
 * constraints (verbatim, never dropped),
 * done steps (tool calls with outcome and snapshot refs),
-* files, identifiers and errors (:mod:`ctxpolicy.facts`),
+* files, identifiers and errors (:mod:`ctxpolicy.conversation.facts`),
 * the next step (last assistant text of the dropped region).
 
 :meth:`render` is bounded by ``max_tokens`` (oldest entries go first, never
@@ -24,7 +24,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from ctxpolicy.conversation import Unit, content_text
-from ctxpolicy.facts import error_lines, extract, is_path
+from ctxpolicy.conversation.facts import error_lines, extract, is_path
 from ctxpolicy.layers._util import (
     REF_LINE,
     REF_MARK,

@@ -15,7 +15,6 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ctxpolicy.snapshot_doc import _ascii_json, dump_document
 from ctxpolicy.snapshots import (
     FsspecStore,
     LocalStore,
@@ -23,7 +22,8 @@ from ctxpolicy.snapshots import (
     parse_uri,
     prune,
 )
-from ctxpolicy.store_names import conv_folder
+from ctxpolicy.snapshots.document import _ascii_json, dump_document
+from ctxpolicy.snapshots.names import conv_folder
 
 HOSTILE = [
     "../../etc",
@@ -473,7 +473,7 @@ def test_a_taken_temp_name_is_never_overwritten(
     child with the same counter, a namesake process) is skipped, never truncated."""
     import itertools
 
-    import ctxpolicy.snapshots as snapshots
+    import ctxpolicy.snapshots.local as snapshots
 
     store = LocalStore(root=str(tmp_path))
     store.write("c", 1, "x", doc("first"))  # the folder exists

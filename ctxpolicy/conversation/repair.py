@@ -36,7 +36,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ctxpolicy.jsontext import to_json
+from ctxpolicy.conversation.jsontext import to_json
 
 __all__ = ["MAX_DEPTH", "CallRepair", "call_key", "flatten_deep", "repair_calls"]
 

@@ -3,7 +3,7 @@
 :func:`dump_document` writes design A's document (``indent=1``, UTF-8) for any
 content, :func:`load_document` reads one back (a :class:`SnapshotError` for a file
 that is not a JSON object). Shared by every snapshot store (:mod:`ctxpolicy.snapshots`,
-:mod:`ctxpolicy.fsspec_store`).
+:mod:`ctxpolicy.snapshots.fsspec_store`).
 """
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-from ctxpolicy.jsontext import iter_dumps
-from ctxpolicy.store_names import SnapshotError
+from ctxpolicy.conversation.jsontext import iter_dumps
+from ctxpolicy.snapshots.names import SnapshotError
 
 __all__ = ["dump_document", "load_document"]
 
@@ -27,7 +27,7 @@ def dump_document(document: Mapping[str, Any]) -> bytes:
     the exact original). A field JSON cannot hold as a value that reads back
     (nested deeper than the parser's recursion limit, a cycle, a 5,000-digit
     integer, a ``__str__`` that raises) is stored as its JSON *text* written by the
-    iterative encoder (:mod:`ctxpolicy.jsontext`), and its name is listed under
+    iterative encoder (:mod:`ctxpolicy.conversation.jsontext`), and its name is listed under
     ``"as_text"``: nothing is replaced by a placeholder.
     """
     try:

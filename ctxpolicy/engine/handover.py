@@ -87,8 +87,8 @@ def _dedupe(items: list[str]) -> list[str]:
 
 def build_handover(session: Session, *, limit: int = 40) -> Handover:
     """A handover from the session's ledger and its last prepared context."""
-    from ctxpolicy.facts import error_lines, extract
-    from ctxpolicy.toolresults import parse_reference
+    from ctxpolicy.conversation.facts import error_lines, extract
+    from ctxpolicy.engine.tool_results import parse_reference
 
     led = session.ledger
     data = led.to_dict() if led is not None else {}

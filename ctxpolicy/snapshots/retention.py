@@ -28,7 +28,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ctxpolicy.store_names import INDEX_NAME, NAME_RE, SEGMENT_RE
+from ctxpolicy.snapshots.names import INDEX_NAME, NAME_RE, SEGMENT_RE
 
 __all__ = ["MARKER", "PruneReport", "Sweeper", "prune", "sweeper_for"]
 

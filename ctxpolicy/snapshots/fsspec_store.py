@@ -18,9 +18,10 @@ from pydantic import Field
 
 from ctxpolicy.components import SnapshotRef, SnapshotStore
 from ctxpolicy.policy.models import ComponentOptions
-from ctxpolicy.snapshots import _check_ref_text, _is_log_name, _load, _Names, _sort_key
-from ctxpolicy.snapshots import dump_document as _dump
-from ctxpolicy.store_names import (
+from ctxpolicy.snapshots._common import Names, check_ref_text, is_log_name, sort_key
+from ctxpolicy.snapshots.document import dump_document as _dump
+from ctxpolicy.snapshots.document import load_document as _load
+from ctxpolicy.snapshots.names import (
     NAME_RE,
     URI_SCHEME,
     SnapshotError,
@@ -82,7 +83,7 @@ class FsspecStore(SnapshotStore):
         self.base = base.rstrip("/")
         self.protocol = self.protocols[0]
         self._lock = threading.Lock()
-        self._names = _Names()
+        self._names = Names()
 
     def _url(self, path: str) -> str:
         return str(self.fs.unstrip_protocol(path))
@@ -113,7 +114,7 @@ class FsspecStore(SnapshotStore):
             with self._lock:
                 n = self._names.first(folder, base)
                 for _ in range(16):
-                    name = _Names.name(base, n)
+                    name = Names.name(base, n)
                     final = f"{d}/{name}.json"
                     if self.fs.exists(final):
                         n = self._names.collided(n)
@@ -131,7 +132,7 @@ class FsspecStore(SnapshotStore):
         """Resolve a ``ctxsnap://`` URI or a URL/path of this store to its canonical
         ``(folder, name)``: protocol checked, ``..`` collapsed *before* the prefix
         check; nothing is percent-decoded (names that need it are not ours)."""
-        ref = _check_ref_text(ref)
+        ref = check_ref_text(ref)
         parsed = parse_uri(ref)
         if parsed is None:
             if ref.startswith(URI_SCHEME):
@@ -173,11 +174,11 @@ class FsspecStore(SnapshotStore):
             stem = str(p).rstrip("/").rsplit("/", 1)[-1]
             if stem.endswith(".json") and NAME_RE.match(stem[:-5]):
                 refs.append(self.ref_for(folder, stem[:-5]))
-        return sorted(refs, key=lambda r: _sort_key(r.name))
+        return sorted(refs, key=lambda r: sort_key(r.name))
 
     # -- append-only logs (history archive)
     def _log(self, folder: str, name: str) -> str:
-        if not is_folder(folder) or not _is_log_name(name):
+        if not is_folder(folder) or not is_log_name(name):
             raise SnapshotError(errno.EACCES, "not a log of this store")
         return f"{self._dir(folder)}/{name}"
 
