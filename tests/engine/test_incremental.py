@@ -32,7 +32,8 @@ def _text(draw: Any, lo: int, hi: int) -> str:
 
 
 def _uncached(s: Session) -> None:
-    s._ctx.derived.caches.inputs = s._ctx.derived.caches.groups = s._ctx.derived.caches.pins = s._ctx.derived.caches.views = None
+    caches = s._ctx.derived.caches
+    caches.inputs = caches.groups = caches.pins = caches.views = None
     s._ctx.derived.budgets.clear()
 
 
@@ -177,7 +178,10 @@ def test_removing_a_call_makes_its_results_orphans_of_the_step_before() -> None:
     del msgs[4]  # the call of c1: its result now follows step 0's result
     fresh = Session(pol)
     assert cached.prepare(msgs) == fresh.prepare(copy.deepcopy(msgs))
-    assert cached._ctx.derived.caches.groups is not None and fresh._ctx.derived.caches.groups is not None
+    assert (
+        cached._ctx.derived.caches.groups is not None
+        and fresh._ctx.derived.caches.groups is not None
+    )
     assert [u.key for u in cached._ctx.derived.caches.groups.units] == [
         u.key for u in fresh._ctx.derived.caches.groups.units
     ]
