@@ -484,10 +484,10 @@ def _state_schema() -> type:
     types = require("langchain.agents.middleware.types", "langchain")
     _PRIVATE = types.PrivateStateAttr  # the annotation below is resolved in this module
 
-    class CtxPolicyState(types.AgentState):  # type: ignore[misc, name-defined]
+    class CtxPolicyState(types.AgentState):  # type: ignore[name-defined]
         """The agent state plus the private token of a run without a thread_id."""
 
-        ctxpolicy_run: NotRequired[Annotated[str, _PRIVATE]]
+        ctxpolicy_run: NotRequired[Annotated[str, _PRIVATE]]  # type: ignore[valid-type]
 
     return CtxPolicyState
 
