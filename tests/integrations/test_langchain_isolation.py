@@ -110,7 +110,7 @@ def _agent(policy: Any, checkpointer: Any, who: str) -> tuple[Any, Any, Any]:
 
 def test_two_agents_on_one_thread_do_not_share_state(tmp_path: Path) -> None:
     saver = InMemorySaver()
-    coder, coder_model, coder_mw = _agent(_policy(tmp_path, "coder"), saver, "coder")
+    coder, _coder_model, coder_mw = _agent(_policy(tmp_path, "coder"), saver, "coder")
     analyst, analyst_model, analyst_mw = _agent(_policy(tmp_path, "analyst"), None, "analyst")
     config = {"configurable": {"thread_id": "thread-1"}}
     coder.invoke({"messages": [HumanMessage("Goal: coder task")]}, config=config)
