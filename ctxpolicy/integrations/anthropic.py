@@ -666,7 +666,7 @@ def recall_tools() -> list[dict[str, Any]]:
     Add them to ``tools=``; answer the model's ``tool_use`` blocks for them with
     :func:`answer_recall`.
     """
-    from ctxpolicy.recall import recall_tools as openai_tools
+    from ctxpolicy.snapshots.recall import recall_tools as openai_tools
 
     return [
         {
@@ -680,7 +680,7 @@ def recall_tools() -> list[dict[str, Any]]:
 
 def is_recall_call(block: Any) -> bool:
     """True for a ``tool_use`` block (dict or SDK object) calling a recall tool."""
-    from ctxpolicy.recall import RECALL_TOOL, SEARCH_TOOL
+    from ctxpolicy.snapshots.recall import RECALL_TOOL, SEARCH_TOOL
 
     b = to_plain(block)
     return (

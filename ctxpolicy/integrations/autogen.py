@@ -265,7 +265,7 @@ def _make_context_class() -> type:
             """``ctx_recall`` and ``ctx_search`` as AutoGen ``FunctionTool``\\ s."""
             from autogen_core.tools import FunctionTool
 
-            from ctxpolicy.recall import recall_tools as schemas
+            from ctxpolicy.snapshots.recall import recall_tools as schemas
 
             handler = self.session.recall_tool()[1]
 

@@ -404,7 +404,7 @@ def recall_tools(session_of: Callable[[Any], Session | None]) -> list[Any]:
     from langchain.tools import ToolRuntime
     from langchain_core.tools import StructuredTool
 
-    from ctxpolicy.recall import recall_tools as schemas
+    from ctxpolicy.snapshots.recall import recall_tools as schemas
 
     def run(name: str, runtime: Any, args: dict[str, Any]) -> str:
         session = session_of(runtime)
