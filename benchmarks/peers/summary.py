@@ -1,7 +1,7 @@
 """One deterministic summary for every contestant, so summaries cost and keep the same.
 
 :func:`digest` turns the text of the messages being folded into a bounded list of
-the facts in it (``ctxpolicy.facts.extract``: paths, identifiers, numbers with
+the facts in it (``ctxpolicy.conversation.facts.extract``: paths, identifiers, numbers with
 units, error names, settings …), newest facts first when the budget is short.
 Both sides call it:
 
@@ -30,7 +30,7 @@ from langchain_core.outputs import ChatGeneration, ChatResult
 from pydantic import ConfigDict, Field
 
 from ctxpolicy.components import SummaryRequest
-from ctxpolicy.facts import extract
+from ctxpolicy.conversation.facts import extract
 from ctxpolicy.sim.replay import message_text
 
 __all__ = [

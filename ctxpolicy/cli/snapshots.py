@@ -58,8 +58,8 @@ def prune_cmd(
 
     Exit 0 on success, 1 when the policy does not resolve, 2 on usage errors.
     """
+    from ctxpolicy.policy.paths import interpolate_path
     from ctxpolicy.snapshots import prune
-    from ctxpolicy.toolresults import interpolate_path
 
     if policy_path is None and root is None:
         raise click.UsageError("give --policy (and --agent) or --root")

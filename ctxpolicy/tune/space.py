@@ -244,8 +244,8 @@ def build_space(
     ``tune.space`` path that does not exist in the policy.
     """
     from ctxpolicy.budget import compute_budget
+    from ctxpolicy.engine.tool_results import select_rule
     from ctxpolicy.sim.replay import with_window
-    from ctxpolicy.toolresults import select_rule
 
     spec = spec if spec is not None else policy.tune
     win = compute_budget(with_window(policy, window)).window

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ctxpolicy.facts import extract
+from ctxpolicy.conversation.facts import extract
 from ctxpolicy.sim.replay import run_strategy
 
 from .conftest import Scripted, WordCounter, call
