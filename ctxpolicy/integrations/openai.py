@@ -459,7 +459,7 @@ def prepare_responses_input(
 
 def recall_tools() -> list[dict[str, Any]]:
     """The ``ctx_recall`` / ``ctx_search`` function-tool schemas (chat completions format)."""
-    from ctxpolicy.recall import recall_tools as schemas
+    from ctxpolicy.snapshots.recall import recall_tools as schemas
 
     return schemas()
 
@@ -478,7 +478,7 @@ def _call_parts(tool_call: Any) -> tuple[str, str, Any]:
 
 def is_recall_call(tool_call: Any) -> bool:
     """True when ``tool_call`` calls ``ctx_recall`` or ``ctx_search``."""
-    from ctxpolicy.recall import RECALL_TOOL, SEARCH_TOOL
+    from ctxpolicy.snapshots.recall import RECALL_TOOL, SEARCH_TOOL
 
     return _call_parts(tool_call)[1] in (RECALL_TOOL, SEARCH_TOOL)
 

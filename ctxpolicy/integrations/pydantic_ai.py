@@ -332,7 +332,7 @@ def _make_capability() -> type:
         async def after_tool_execute(
             self, ctx: Any, *, call: Any, tool_def: Any, args: Any, result: Any
         ) -> Any:
-            from ctxpolicy.recall import RECALL_TOOL, SEARCH_TOOL
+            from ctxpolicy.snapshots.recall import RECALL_TOOL, SEARCH_TOOL
 
             if call.tool_name in (RECALL_TOOL, SEARCH_TOOL):
                 return result  # a recall answer is bounded already, never snapshotted again
@@ -368,7 +368,7 @@ def _result_text(result: Any) -> Any:
 def recall_toolset(session_of: Callable[[str], Session]) -> Any:
     """A ``FunctionToolset`` of ``ctx_recall`` and ``ctx_search`` for the run's conversation."""
     pai = _pai()
-    from ctxpolicy.recall import recall_tools
+    from ctxpolicy.snapshots.recall import recall_tools
 
     tools = []
     for schema in recall_tools():
