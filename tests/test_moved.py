@@ -47,3 +47,24 @@ def test_no_code_of_ours_uses_an_old_path() -> None:
         for m in pattern.finditer(path.read_text(encoding="utf-8"))
     ]
     assert not found, found
+
+
+def test_no_code_of_ours_uses_a_moved_name() -> None:
+    """Names that left a module (layers.emergency's overflow detector) are imported from
+    their new home too."""
+    import re
+    from pathlib import Path
+
+    from ctxpolicy.layers import emergency
+
+    root = Path(__file__).resolve().parents[1]
+    names = "|".join(re.escape(name) for name in emergency._MOVED)
+    pattern = re.compile(rf"from\s+ctxpolicy\.layers\.emergency\s+import\s+[^\n]*\b({names})\b")
+    found = [
+        f"{path.relative_to(root)}: {m.group(1)}"
+        for part in ("ctxpolicy", "tests", "benchmarks", "examples", "docs")
+        for path in (root / part).rglob("*.py")
+        if path.name != "test_moved.py"
+        for m in pattern.finditer(path.read_text(encoding="utf-8"))
+    ]
+    assert not found, found

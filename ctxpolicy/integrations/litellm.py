@@ -181,7 +181,7 @@ def _make_hook() -> type:
             traceback_str: str | None = None,
         ) -> Any:
             from ctxpolicy.engine import ContextOverflowError
-            from ctxpolicy.layers.emergency import is_context_overflow
+            from ctxpolicy.engine.overflow import is_context_overflow
 
             conv = conversation_id(request_data)
             if conv is None or conv not in self.sessions:

@@ -238,7 +238,7 @@ class AgentsContext:
         already stored the input (and the turns that succeeded), the retry continues
         from the stored items with an empty input, so nothing is added twice.
         """
-        from ctxpolicy.layers.emergency import is_context_overflow
+        from ctxpolicy.engine.overflow import is_context_overflow
 
         agents = _agents()
         if self.sdk_session is not None:

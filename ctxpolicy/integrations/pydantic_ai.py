@@ -322,7 +322,7 @@ def _make_capability() -> type:
         async def on_model_request_error(
             self, ctx: Any, *, request_context: Any, error: Exception
         ) -> Any:
-            from ctxpolicy.layers.emergency import is_context_overflow
+            from ctxpolicy.engine.overflow import is_context_overflow
 
             if not is_context_overflow(error):
                 raise error
