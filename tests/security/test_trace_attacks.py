@@ -18,6 +18,8 @@ from typing import Any
 
 import pytest
 from click.testing import CliRunner
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from ctxpolicy.cli import main as cli
 from ctxpolicy.sim.importers import TraceError, load_trace, parse_trace_text
@@ -104,3 +106,30 @@ def test_deep_string_content_is_not_depth(tmp_path: Path) -> None:
     """Brackets inside strings do not count as nesting."""
     text = '[{"role": "user", "content": "' + "[" * 100_000 + '"}]'
     assert parse_trace_text(text, name="s.json")[0]["content"] == "[" * 100_000
+
+
+_deep_shape = st.tuples(
+    st.integers(600, 20_000), st.sampled_from(["[", '{"a":']), st.sampled_from([".json", ".jsonl"])
+)
+
+
+@settings(max_examples=15, deadline=None)
+@given(_deep_shape, st.integers(0, 5))
+def test_fuzz_deep_traces(shape: tuple[int, str, str], before: int) -> None:
+    """Deep arrays or objects at any depth, after any number of ordinary lines: a
+    ``TraceError`` at the deep message's line, never another exception."""
+    depth, opener, suffix = shape
+    closer = "]" if opener == "[" else "}"
+    deep = opener * depth + "1" + closer * depth
+    ok = ['{"role": "user", "content": "hi"}'] * before
+    if suffix == ".jsonl":
+        text, line = "\n".join([*ok, '{"role": "user", "content": ' + deep + "}"]), before + 1
+    else:
+        text = (
+            "[\n" + "".join(m + ",\n" for m in ok) + '{"role": "user", "content": ' + deep + "}\n]"
+        )
+        line = before + 2
+    try:
+        parse_trace_text(text, name=f"f{suffix}")
+    except TraceError as exc:
+        assert exc.line == line, (exc.line, line)
