@@ -191,8 +191,8 @@ def simulate(
     from ctxpolicy.sim.importers import TraceError
     from ctxpolicy.sim.metrics import load_prices
     from ctxpolicy.sim.parallel import default_workers
-    from ctxpolicy.sim.replay import RunSpec
-    from ctxpolicy.sim.replay import simulate as run_simulation
+    from ctxpolicy.sim.run import RunSpec
+    from ctxpolicy.sim.run import simulate as run_simulation
 
     if as_json:
         fmt = "json"

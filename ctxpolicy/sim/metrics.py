@@ -33,14 +33,96 @@ import functools
 import json
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-if TYPE_CHECKING:
-    from ctxpolicy.sim.replay import TraceResult
+__all__ = [
+    "STATES",
+    "StepRecord",
+    "TraceResult",
+    "load_prices",
+    "price_for",
+    "summarize_results",
+    "trace_metrics",
+]
 
-__all__ = ["STATES", "load_prices", "price_for", "summarize_results", "trace_metrics"]
+# --------------------------------------------------------------------------- records
+
+
+@dataclass
+class StepRecord:
+    """One model call of a replay: what was sent and what happened while preparing it."""
+
+    index: int
+    used: int
+    none: int
+    trigger: int
+    target: int
+    warning: int
+    error: int
+    hard_limit: int
+    state: str
+    layers: list[str] = field(default_factory=list)
+    cached: int = 0
+    output: int = 0
+    violations: int = 0
+    #: Tokens of what no strategy can leave out: the leading system messages, the
+    #: first user message (the task) and the newest message.
+    floor: int = 0
+    #: The request is not an extension of the previous one (the provider's prompt
+    #: cache of the previous request is lost).
+    prefix_changed: bool = False
+    #: A compaction ended above the target (pinned content and kept rounds alone
+    #: exceed it; the engine's ``context.above_target`` event).
+    above_target: bool = False
+
+    @property
+    def ratio(self) -> float:
+        return self.used / self.trigger if self.trigger else 0.0
+
+    @property
+    def overflow(self) -> bool:
+        return self.used > self.hard_limit
+
+    @property
+    def unavoidable(self) -> bool:
+        """An overflow no strategy keeping the task could avoid (the floor alone is above)."""
+        return self.overflow and self.floor > self.hard_limit
+
+
+@dataclass
+class TraceResult:
+    """Everything measured while replaying one trace under one strategy."""
+
+    trace: str
+    strategy: str
+    label: str
+    kind: str  # "policy" or "baseline"
+    model: str | None
+    window: int
+    reserve_output: int
+    steps: list[StepRecord] = field(default_factory=list)
+    events: list[dict[str, Any]] = field(default_factory=list)
+    repeated_reads: int = 0
+    repeated_examples: list[str] = field(default_factory=list)
+    retention: dict[str, int] = field(
+        default_factory=lambda: {"facts": 0, "in_context": 0, "recoverable": 0, "lost": 0}
+    )
+    lost_examples: list[str] = field(default_factory=list)
+    tool_tokens_before: int = 0
+    tool_tokens_after: int = 0
+    messages: int = 0
+    prices: Mapping[str, Any] | None = None
+    none_cached: int = 0
+    alert_ratio: float = 0.9
+    alert_repeats: float = 0.3
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready metrics (schema: schemas/simulate-output.schema.json, ``run``)."""
+        return trace_metrics(self)
+
 
 STATES = ("normal", "warning", "error", "critical", "overflow")
 _FAIL_EVENTS = ("layer.failed", "layer.rejected", "summarizer.failed")

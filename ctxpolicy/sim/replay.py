@@ -14,9 +14,11 @@ Public API (used by ``ctxpolicy simulate`` and the benchmarks)::
     result = replay_trace(load_trace(path), policy, window=16384)
     result.to_dict()
 
-Metrics are computed in :mod:`ctxpolicy.sim.metrics`; baselines (no compaction,
-last N messages, observation masking, summary at a fraction of the window) run
-through the same loop in :mod:`ctxpolicy.sim.baselines`.
+Metrics (and the records they are computed from) are in :mod:`ctxpolicy.sim.metrics`;
+baselines (no compaction, last N messages, observation masking, summary at a fraction
+of the window) run through the same loop in :mod:`ctxpolicy.sim.baselines`; many
+traces under many policies and baselines (``ctxpolicy simulate``) in
+:mod:`ctxpolicy.sim.run`.
 """
 
 from __future__ import annotations
@@ -27,7 +29,6 @@ import re
 import shutil
 import tempfile
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -36,14 +37,17 @@ from ctxpolicy.conversation.facts import extract
 from ctxpolicy.engine.tool_results import parse_reference
 from ctxpolicy.policy.models import Policy
 from ctxpolicy.sim.importers import load_trace
+from ctxpolicy.sim.metrics import StepRecord, TraceResult
 
 __all__ = [
+    "PolicyStrategy",
     "StepRecord",
     "Strategy",
     "TraceResult",
     "call_for",
     "load_policy_file",
     "load_trace",
+    "message_text",
     "replay_trace",
     "run_strategy",
     "with_snapshots",
@@ -85,84 +89,6 @@ def with_snapshots(policy: Policy, directory: str | Path) -> Policy:
     """``policy`` writing its snapshots under ``directory`` (a local store)."""
     snaps = policy.snapshots.model_copy(update={"path": str(directory), "store": "local"})
     return policy.model_copy(update={"snapshots": snaps})
-
-
-# --------------------------------------------------------------------------- records
-
-
-@dataclass
-class StepRecord:
-    """One model call of a replay: what was sent and what happened while preparing it."""
-
-    index: int
-    used: int
-    none: int
-    trigger: int
-    target: int
-    warning: int
-    error: int
-    hard_limit: int
-    state: str
-    layers: list[str] = field(default_factory=list)
-    cached: int = 0
-    output: int = 0
-    violations: int = 0
-    #: Tokens of what no strategy can leave out: the leading system messages, the
-    #: first user message (the task) and the newest message.
-    floor: int = 0
-    #: The request is not an extension of the previous one (the provider's prompt
-    #: cache of the previous request is lost).
-    prefix_changed: bool = False
-    #: A compaction ended above the target (pinned content and kept rounds alone
-    #: exceed it; the engine's ``context.above_target`` event).
-    above_target: bool = False
-
-    @property
-    def ratio(self) -> float:
-        return self.used / self.trigger if self.trigger else 0.0
-
-    @property
-    def overflow(self) -> bool:
-        return self.used > self.hard_limit
-
-    @property
-    def unavoidable(self) -> bool:
-        """An overflow no strategy keeping the task could avoid (the floor alone is above)."""
-        return self.overflow and self.floor > self.hard_limit
-
-
-@dataclass
-class TraceResult:
-    """Everything measured while replaying one trace under one strategy."""
-
-    trace: str
-    strategy: str
-    label: str
-    kind: str  # "policy" or "baseline"
-    model: str | None
-    window: int
-    reserve_output: int
-    steps: list[StepRecord] = field(default_factory=list)
-    events: list[dict[str, Any]] = field(default_factory=list)
-    repeated_reads: int = 0
-    repeated_examples: list[str] = field(default_factory=list)
-    retention: dict[str, int] = field(
-        default_factory=lambda: {"facts": 0, "in_context": 0, "recoverable": 0, "lost": 0}
-    )
-    lost_examples: list[str] = field(default_factory=list)
-    tool_tokens_before: int = 0
-    tool_tokens_after: int = 0
-    messages: int = 0
-    prices: Mapping[str, Any] | None = None
-    none_cached: int = 0
-    alert_ratio: float = 0.9
-    alert_repeats: float = 0.3
-
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-ready metrics (schema: schemas/simulate-output.schema.json, ``run``)."""
-        from ctxpolicy.sim.metrics import trace_metrics
-
-        return trace_metrics(self)
 
 
 class Strategy(Protocol):
@@ -626,178 +552,3 @@ def _sim_store(policy: Policy, directory: Path) -> Any:
 def _safe(name: str) -> str:
     s = re.sub(r"[^A-Za-z0-9_.-]+", "_", Path(name).name)[:80]
     return s or "trace"
-
-
-# --------------------------------------------------------------------------- many traces
-
-
-@dataclass
-class RunSpec:
-    """A policy to replay: its label, the resolved policy, and where it came from."""
-
-    label: str
-    policy: Policy
-    file: str | None = None
-    agent: str | None = None
-
-
-def _replay_all(
-    path: str,
-    runs: Sequence[RunSpec],
-    baselines: Sequence[str],
-    window: int | None,
-    snapshots_dir: str | None,
-    prices: Mapping[str, Any] | None,
-    alert_ratio: float,
-    alert_repeats: float,
-) -> dict[str, Any]:
-    """Every run and baseline on one trace file (a process-pool work item)."""
-    from ctxpolicy.sim.baselines import run_baseline
-
-    messages = load_trace(path)
-    name = Path(path).name
-    results: list[TraceResult] = []
-    for i, spec in enumerate(runs):
-        snap = None if snapshots_dir is None else str(Path(snapshots_dir) / f"run{i}")
-        results.append(
-            replay_trace(
-                messages,
-                spec.policy,
-                window=window,
-                snapshots_dir=snap,
-                trace=name,
-                label=spec.label,
-            )
-        )
-    for b in baselines:
-        results.append(run_baseline(b, messages, runs[0].policy, window=window, trace=name))
-    out_runs = []
-    for r in results:
-        r.prices = prices
-        r.alert_ratio = alert_ratio
-        r.alert_repeats = alert_repeats
-        out_runs.append(r.to_dict())
-    return {"trace": name, "path": str(path), "messages": len(messages), "runs": out_runs}
-
-
-def simulate(
-    paths: Sequence[str | Path],
-    runs: Sequence[RunSpec],
-    *,
-    baselines: Sequence[str] = (),
-    window: int | None = None,
-    jobs: int = 1,
-    snapshots_dir: str | Path | None = None,
-    prices: Mapping[str, Any] | None = None,
-    prices_source: str = "builtin",
-    alert_ratio: float = 0.9,
-    alert_repeats: float = 0.3,
-    progress: Any = None,
-) -> dict[str, Any]:
-    """Replay every trace under every run and baseline; the ``simulate --json`` document.
-
-    ``jobs > 1`` replays traces in worker processes
-    (:func:`ctxpolicy.sim.parallel.map_ordered`); the result is identical to a
-    sequential run (traces keep their order). ``progress(done, total, name)`` is
-    called after each trace.
-    """
-    from ctxpolicy.sim.metrics import load_prices, summarize_results
-
-    if not runs:
-        raise ValueError("at least one policy run is needed")
-    if prices is None:
-        prices = load_prices()
-    strs = [str(p) for p in paths]
-    snaps = [
-        None if snapshots_dir is None else str(Path(snapshots_dir) / f"t{i:04d}_{_safe(p)}")
-        for i, p in enumerate(strs)
-    ]
-    args = [
-        (p, list(runs), list(baselines), window, s, prices, alert_ratio, alert_repeats)
-        for p, s in zip(strs, snaps, strict=True)
-    ]
-    from ctxpolicy.sim.parallel import map_ordered
-
-    traces: list[dict[str, Any]] = map_ordered(
-        _replay_all, args, workers=jobs, progress=progress, names=[Path(p).name for p in strs]
-    )
-    all_runs = [r for t in traces for r in t["runs"]]
-    problems: list[dict[str, Any]] = []
-    for t in traces:
-        for r in t["runs"]:
-            if r["kind"] != "policy":
-                continue
-            if r["overflows"]:
-                problems.append(
-                    {
-                        "trace": t["trace"],
-                        "run": r["run"],
-                        "code": "overflow",
-                        "message": f"{r['overflows']} calls above window − reserve_output (max {r['max_used']} tokens)"
-                        + (
-                            f"; {n} of them unavoidable: system messages, task and newest message alone exceed it"
-                            if (n := r["overflows_unavoidable"])
-                            else ""
-                        ),
-                    }
-                )
-            if r["pairing_violations"]:
-                problems.append(
-                    {
-                        "trace": t["trace"],
-                        "run": r["run"],
-                        "code": "pairing",
-                        "message": f"{r['pairing_violations']} tool-call pairing violations",
-                    }
-                )
-            for a in r["alerts"]:
-                problems.append(
-                    {
-                        "trace": t["trace"],
-                        "run": r["run"],
-                        "code": a["code"],
-                        "message": a["message"],
-                    }
-                )
-    first = runs[0]
-    return {
-        "schema": "ctxpolicy-simulate/1",
-        "policy": _spec_dict(first, window),
-        "compare": [_spec_dict(s, window) for s in runs[1:]],
-        "baselines": list(baselines),
-        "window_override": window,
-        "prices": prices_source,
-        "alert_thresholds": {"ratio": alert_ratio, "repeats": alert_repeats},
-        "traces": traces,
-        "summary": summarize_results(all_runs),
-        "check": {"passed": not problems, "problems": problems},
-    }
-
-
-def _spec_dict(spec: RunSpec, window: int | None) -> dict[str, Any]:
-    from ctxpolicy.budget import compute_budget
-
-    pol = with_window(spec.policy, window)
-    b = compute_budget(pol)
-    return {
-        "run": spec.label,
-        "file": spec.file,
-        "agent": spec.agent or pol.agent,
-        "model": pol.model_name,
-        "window": b.window,
-        "reserve_output": b.reserve_output,
-        "trigger": b.trigger,
-        "target": b.target,
-        "tokenizer": _tokenizer_dict(pol),
-    }
-
-
-def _tokenizer_dict(pol: Policy) -> dict[str, Any]:
-    """What counts this policy's tokens: name, exact, wanted, fallback."""
-    from ctxpolicy.components import TokenizerUnavailable
-    from ctxpolicy.tokens import resolve_tokenizer
-
-    try:
-        return resolve_tokenizer(pol.model, pol.model_name).to_dict()
-    except TokenizerUnavailable as exc:
-        return {"name": None, "exact": False, "wanted": None, "fallback": str(exc)}

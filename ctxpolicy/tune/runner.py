@@ -222,7 +222,7 @@ def check_storage(url: str) -> None:
             "such dialect)"
         ) from None
     try:
-        loader = getattr(dialect, "import_dbapi", None) or dialect.dbapi
+        loader: Any = getattr(dialect, "import_dbapi", None) or dialect.dbapi
         loader()
     except ImportError as exc:
         module = (exc.name or "").split(".")[0] or "its driver"
