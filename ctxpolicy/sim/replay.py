@@ -273,7 +273,14 @@ def run_strategy(
         messages=len(messages),
     )
     convo: list[Message] = []
-    raw: list[Message] = []
+    # the uncompacted conversation only grows: its tokens are a running sum (counting
+    # the whole list at every step made simulate quadratic, issue 29 item 8)
+    priming = counter.count_messages([])
+    count_one = getattr(counter, "count_message", None) or (
+        lambda msg: counter.count_messages([msg]) - priming
+    )
+    raw_tokens = 0
+    prev_raw_tokens = 0
     pending: dict[str, Mapping[str, Any]] = {}
     issued: dict[str, str] = {}  # call key -> tool_call_id of its latest result
     added: dict[str, str] = {}  # tool_call_id -> text that entered the conversation
@@ -285,13 +292,13 @@ def run_strategy(
     previous: list[Message] = []
     prev_raw_len = 0
     tool_step = 0
-    for m in messages:
+    for index, m in enumerate(messages):
         role = m.get("role")
         if role == "assistant" and convo:
             prepared, layers = strategy.prepare(convo)
             nums = strategy.budget_numbers()
             used = counter.count_messages(prepared)
-            none = counter.count_messages(raw)
+            none = raw_tokens + priming
             k = 0
             for a, b in zip(prepared, previous, strict=False):
                 if a != b:
@@ -299,8 +306,8 @@ def run_strategy(
                 k += 1
             cached = counter.count_messages(prepared[:k]) if k else 0
             # the uncompacted conversation only ever grows: its cached prefix is the last call
-            result.none_cached += counter.count_messages(raw[:prev_raw_len]) if prev_raw_len else 0
-            prev_raw_len = len(raw)
+            result.none_cached += prev_raw_tokens + priming if prev_raw_len else 0
+            prev_raw_len, prev_raw_tokens = index, raw_tokens
             state = strategy.state() if hasattr(strategy, "state") else _state(used, nums)
             rec = StepRecord(
                 index=len(result.steps),
@@ -355,7 +362,7 @@ def run_strategy(
             task_open = role in ("system", "developer")
             if task_open or role == "user":
                 task.append(convo[-1])
-        raw.append(dict(m))
+        raw_tokens += count_one(dict(m))
         seen.add(message_text(m))
     result.events = list(strategy.events())
     if hasattr(strategy, "session"):
