@@ -315,7 +315,7 @@ def _make_class() -> type:
             """``ctx_recall`` and ``ctx_search`` as Strands tools (this conversation only)."""
             from strands import tool
 
-            from ctxpolicy.recall import recall_tools as schemas
+            from ctxpolicy.snapshots.recall import recall_tools as schemas
 
             docs = {s["function"]["name"]: s["function"]["description"] for s in schemas()}
             owner = self
