@@ -494,6 +494,12 @@ def main(argv: list[str] | None = None) -> int:
         "--peer-reference", default=REFERENCE, help="policy the peers are configured to"
     )
     ap.add_argument(
+        "--results-name",
+        default="bench_quality",
+        help="name of the results files under benchmarks/results (bench_peers_ruler: the "
+        "ruler's peer table of docs/benchmarks.md)",
+    )
+    ap.add_argument(
         "--peer-policies",
         default="",
         help="comma-separated shipped policies (file:agent) run beside the peers (default: all)",
@@ -579,7 +585,7 @@ def main(argv: list[str] | None = None) -> int:
     data["elapsed_s"] = time.perf_counter() - t0
     text = to_markdown(data)
     print(text)
-    j, m = write_results("bench_quality", data, text)
+    j, m = write_results(args.results_name, data, text)
     eprint(f"wrote {j} and {m}")
     return 0
 
