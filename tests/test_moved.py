@@ -28,3 +28,22 @@ def test_old_module_names_of_the_packages_still_export() -> None:
 
     assert callable(content_text) and callable(to_units) and callable(prune)
     assert Unit and LocalStore.name == "local" and FsspecStore.name == "fsspec"
+
+
+def test_no_code_of_ours_uses_an_old_path() -> None:
+    """The package, its tests, benchmarks and examples import moved modules by their new
+    path (the aliases are for users' code)."""
+    import re
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    old = "|".join(re.escape(name) for name in MOVED)
+    pattern = re.compile(rf"(?:from|import)\s+({old})\b(?!\.)")
+    found = [
+        f"{path.relative_to(root)}: {m.group(1)}"
+        for part in ("ctxpolicy", "tests", "benchmarks", "examples")
+        for path in (root / part).rglob("*.py")
+        if path.name not in ("_moved.py", "test_moved.py")
+        for m in pattern.finditer(path.read_text(encoding="utf-8"))
+    ]
+    assert not found, found

@@ -33,18 +33,29 @@ __all__ = [
     "units_text",
 ]
 
+# Linear time on any input (issue 29 item 4). ``re`` backtracks, so a pattern that
+# may scan an unbounded run before failing costs O(run) at each of the run's start
+# positions: O(n²) on ``'1,' * n``. Every quantifier that a failing attempt can
+# expand is therefore bounded (a number part ≤ 32 digits and ≤ 16 parts, a path
+# segment ≤ 64 characters and ≤ 32 directories, a ticket part ≤ 32): an attempt
+# reads a bounded window, so a text costs O(len). The unbounded ones left either
+# start at most once per run (``\b`` word starts, ``_PATH_TOKEN``'s token starts,
+# alternative 3 of ``_PATH``) or cannot fail once started (URLs, absolute paths).
+# tests/security/test_fact_redos.py attacks each of them.
 _URL = re.compile(r"\bhttps?://[^\s<>\"'`)\]]+", re.IGNORECASE)
 _UUID = re.compile(
     r"\b[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\b", re.IGNORECASE
 )
 # hex digests / commit ids: 7+ hex chars with at least one digit and one letter a-f
-_HEX = re.compile(r"\b(?=[0-9a-f]*[0-9])(?=[0-9a-f]*[a-f])[0-9a-f]{7,64}\b")
+_HEX = re.compile(r"\b(?=[0-9a-f]{0,63}[0-9])(?=[0-9a-f]{0,63}[a-f])[0-9a-f]{7,64}\b")
 # ticket / booking / order ids: ABC123, JIRA-1234, ORD_2024_001, INC0012345
-_TICKET = re.compile(r"\b[A-Z][A-Z0-9]{1,9}(?:[-_][A-Z0-9]+)*[-_]?\d{2,}[A-Z0-9]*\b")
+_TICKET = re.compile(
+    r"\b[A-Z][A-Z0-9]{1,9}(?:[-_][A-Z0-9]{1,32}){0,8}[-_]?\d{2,32}[A-Z0-9]{0,32}\b"
+)
 # paths: absolute, ~/, ./, ../ or relative with a directory and an extension
 _PATH = re.compile(
     r"(?<![\w/:.])(?:~|\.{1,2})?/(?:[\w.@+-]+/)*[\w.@+-]+"  # /abs, ~/x, ./x, ../x
-    r"|(?<![\w/:.-])(?:[\w@+-][\w.@+-]*/)+[\w@+-][\w.@+-]*\.[A-Za-z0-9]{1,8}\b"  # a/b.py
+    r"|(?<![\w/:.-])(?:[\w@+-][\w.@+-]{0,254}/){1,32}[\w@+-][\w.@+-]{0,254}\.[A-Za-z0-9]{1,8}\b"
     r"|(?<![\w/:.-])[\w-]+\.(?:py|js|ts|tsx|jsx|go|rs|java|kt|rb|php|c|h|cc|cpp|hpp|cs|"
     r"json|ya?ml|toml|ini|cfg|md|rst|txt|csv|sql|sh|html|css|lock|log)\b"
 )
@@ -53,7 +64,7 @@ _UNITS = (
     r"[KMGTP]i?B|[kKMGT]b|bytes?|B|%|tokens?|lines?|rows?|files?|requests?|req/s|rps|qps|"
     r"MHz|GHz|kHz|Hz|°C|°F|px|kg|g|mb|gb|kb|x|×|USD|EUR|CNY|\$"
 )
-_NUMBER = re.compile(r"(?<![\w.])\$?\d+(?:[.,]\d+)*\s?(?:" + _UNITS + r")(?![\w/])")
+_NUMBER = re.compile(r"(?<![\w.])\$?\d{1,32}(?:[.,]\d{1,32}){0,16}\s?(?:" + _UNITS + r")(?![\w/])")
 _EXCEPTION = re.compile(r"\b[A-Z][A-Za-z0-9]*(?:Error|Exception|Exceeded|Timeout|Failure|Fault)\b")
 _ERRNO = re.compile(
     r"\b(?:E[A-Z]{3,}|HTTP [45]\d\d|[45]\d\d (?:Bad Request|Unauthorized|Forbidden|Not Found|Internal Server Error|Service Unavailable|Gateway Timeout))\b"

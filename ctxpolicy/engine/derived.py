@@ -1,8 +1,11 @@
-"""Derived, rebuildable caches of a session: the incremental per-call path.
+"""Everything a session rebuilds: the incremental per-call path and its caches.
 
-Nothing here is persisted: after a restart every cache starts empty and the first
-``prepare`` rebuilds it from the messages (same result as the cached path; the
-property test ``tests/engine/test_incremental.py`` checks cached == uncached).
+Nothing here is persisted: after a restart (or :meth:`Derived.reset`) every cache
+starts empty and the first ``prepare`` rebuilds it from the messages (same result as
+the cached path; the property test ``tests/engine/test_incremental.py`` checks
+cached == uncached).
+
+* :class:`Derived` — the one derived object of a conversation, with one ``reset``;
 
 * :class:`_InputCache` — snapshots of the previous call's input, to find the first
   changed message in one C-level list comparison;
@@ -34,7 +37,10 @@ from ctxpolicy.engine.own import insert_specials, own_kind, own_text
 from ctxpolicy.tokens.msgkeys import _NO_SNAPSHOT, _snapshot, _value_key
 
 if TYPE_CHECKING:
-    from ctxpolicy.engine.session import Session
+    from ctxpolicy.budget import BudgetState
+    from ctxpolicy.components import Layer, Summarizer
+    from ctxpolicy.engine.context import EngineContext
+    from ctxpolicy.snapshots.archive import HistoryArchive
 
 #: Stands for a message that cannot be snapshotted: equal to nothing, so it is
 #: always looked at again.
@@ -97,11 +103,40 @@ class _ViewCache:
     out: list[Message]
 
 
-class Caches:
-    """The incremental per-call path of one session (derived state only)."""
+class Derived:
+    """What a conversation rebuilds from its messages and its policy.
 
-    def __init__(self, session: Session) -> None:
-        self.s = session
+    :meth:`reset` (a resume, a lost compare-and-set) empties what was derived from
+    the conversation; the component instances built from the policy (layers,
+    summarizers, the tool-result processor) are kept: they hold no conversation
+    state (a layer's memory is in ``SessionState.memory``).
+    """
+
+    def __init__(self, ctx: EngineContext) -> None:
+        self.ctx = ctx
+        self.layers: dict[tuple[str, int], Layer] = {}
+        self.summarizers: dict[tuple[str, str], Summarizer] = {}
+        self.tool_processor: Any = None
+        self.reset()
+
+    def reset(self) -> None:
+        """Drop every conversation-derived cache (the next ``prepare`` rebuilds them)."""
+        ledger = self.ctx.state.ledger
+        self.caches = Caches(self.ctx)
+        self.budgets: dict[tuple[int, int | None], BudgetState] = {}
+        #: the units of the last prepared view
+        self.last_units: list[Unit] = []
+        #: the conversation's history archive, opened on the first compaction
+        self.history: HistoryArchive | None = None
+        #: the ledger as rendered into the context (None: no ledger or empty)
+        self.ledger_text: str | None = ledger.render() if ledger is not None else None
+
+
+class Caches:
+    """The incremental per-call path of one conversation (derived state only)."""
+
+    def __init__(self, ctx: EngineContext) -> None:
+        self.s = ctx
         self.inputs: _InputCache | None = None
         self.groups: _GroupCache | None = None
         self.pins: _PinCache | None = None
@@ -212,7 +247,7 @@ class Caches:
         if fields and ("deep_value", index) not in st.seen_repairs:
             st.seen_repairs.add(("deep_value", index))
             st.touch("meta")
-            self.s._emit(
+            self.s.emit(
                 "conversation.repaired",
                 repair="deep_value",
                 index=index,
@@ -281,7 +316,7 @@ class Caches:
         if repairs:
             self._report(repairs)
         if s.state.refs:
-            new_units = [self._with_refs(u) for u in new_units]
+            new_units = [self.with_refs(u) for u in new_units]
         n_steps = steps[-1] if steps else 0
         n_tokens = tokens[-1] if tokens else 0
         count = s.counter.count_message
@@ -321,10 +356,10 @@ class Caches:
                     "role": f"ctxpolicy.removed ({kind}, message {index})",
                     "content": text if text is not None else to_json(removed)[0],
                 }
-                if archive_messages(s, [doc], s._emit) is not None:
-                    assert s._history is not None
-                    archived = s._history.last_ref
-            s._emit(
+                if archive_messages(s, [doc], s.emit) is not None:
+                    assert s.derived.history is not None
+                    archived = s.derived.history.last_ref
+            s.emit(
                 "conversation.repaired",
                 repair=kind,
                 index=index,
@@ -382,7 +417,7 @@ class Caches:
         """
         s = self.s
         st = s.state
-        specials = s._special_units()
+        specials = s.special_units()
         key = (st.decisions_version, tuple(u.messages[0]["content"] for u in specials))
         c = self.views
         if c is not None and c.key == key and keep >= c.upto and originals[: c.upto] == c.originals:
@@ -396,7 +431,7 @@ class Caches:
             return units, out
         keys = {u.key for u in originals}
         if st.decisions and any(k not in keys for k in st.decisions):
-            s._emit(
+            s.emit(
                 "context.reset", reason="history changed: earlier messages were edited or removed"
             )
             st.set_decisions({})
@@ -427,7 +462,7 @@ class Caches:
         )
         return view, render(view)
 
-    def _with_refs(self, unit: Unit) -> Unit:
+    def with_refs(self, unit: Unit) -> Unit:
         """Attach the snapshot refs of this session's tool results (``meta["refs"]``)."""
         refs = self.s.state.refs
         if unit.kind != "step" or not refs:

@@ -16,7 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from ctxpolicy.conversation import content_text
 
 if TYPE_CHECKING:
-    from ctxpolicy.engine import Session
+    from ctxpolicy.engine.context import EngineContext
 
 
 class Decision(BaseModel):
@@ -85,14 +85,14 @@ def _dedupe(items: list[str]) -> list[str]:
     return [x for x in items if not (x in seen or seen.add(x))]  # type: ignore[func-returns-value]
 
 
-def build_handover(session: Session, *, limit: int = 40) -> Handover:
+def build_handover(ctx: EngineContext, *, limit: int = 40) -> Handover:
     """A handover from the session's ledger and its last prepared context."""
     from ctxpolicy.conversation.facts import error_lines, extract
     from ctxpolicy.engine.tool_results import parse_reference
 
-    led = session.ledger
+    led = ctx.ledger
     data = led.to_dict() if led is not None else {}
-    units = list(session._last_units)
+    units = list(ctx.derived.last_units)
     texts = [u.text() for u in units if u.kind not in ("system", "ledger")]
     facts = extract("\n".join(texts))
     refs: list[str] = []
@@ -121,10 +121,10 @@ def build_handover(session: Session, *, limit: int = 40) -> Handover:
         next_steps.append(content_text(last_assistant.get("content")).strip()[:500])
     elif data.get("next_step"):
         next_steps.append(str(data["next_step"]))
-    constraints = _dedupe([*session.policy.constraints, *data.get("constraints", [])])
+    constraints = _dedupe([*ctx.policy.constraints, *data.get("constraints", [])])
     return Handover(
-        agent=session.policy.agent,
-        conv_id=session.conv_id,
+        agent=ctx.policy.agent,
+        conv_id=ctx.conv_id,
         goal=goal,
         constraints=constraints,
         progress=list(data.get("done", []))[-limit:],

@@ -25,14 +25,14 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ctxpolicy.budget import BudgetState
-from ctxpolicy.components import CompactionContext, Layer, LayerResult
+from ctxpolicy.components import CompactionContext, LayerResult
 from ctxpolicy.conversation import Unit, check_units, content_text
 from ctxpolicy.engine.archiving import archive_units, ensure_snapshots
 from ctxpolicy.engine.refs import ensure_refs
 from ctxpolicy.policy.models import ResolvedStep, State
 
 if TYPE_CHECKING:
-    from ctxpolicy.engine.session import Session
+    from ctxpolicy.engine.context import EngineContext
 
 #: The key-facts check after a compaction reads a unit's changed messages up to this size: a
 #: bigger one (a file dump, a long log) holds too many "facts" to list, costs more to
@@ -44,7 +44,7 @@ Count = Callable[[Sequence[Unit]], int]
 
 
 def eligible_steps(
-    session: Session, used: int, budget: BudgetState, *, forced: bool, entry_used: int
+    ctx: EngineContext, used: int, budget: BudgetState, *, forced: bool, entry_used: int
 ) -> list[tuple[int, ResolvedStep]]:
     """The pipeline steps allowed to run on this call, by the entry state (the state
     of ``entry_used``, the tokens when the call started).
@@ -54,11 +54,11 @@ def eligible_steps(
     if forced or used <= budget.target:
         return []
     entry = budget.state_for(entry_used)
-    return [(i, st) for i, st in enumerate(session.policy.pipeline) if entry >= State(st.at)]
+    return [(i, st) for i, st in enumerate(ctx.policy.pipeline) if entry >= State(st.at)]
 
 
 def run_pipeline(
-    session: Session,
+    ctx: EngineContext,
     view: list[Unit],
     used: int,
     budget: BudgetState,
@@ -75,11 +75,11 @@ def run_pipeline(
     prompt cache is lost either way, so every eligible step runs in the same call);
     when they cannot, none is taken (``layer.deferred``) until the context is critical.
     """
-    pol = session.policy
+    pol = ctx.policy
     changed_by: str | None = None
-    steps = eligible_steps(session, used, budget, forced=forced, entry_used=entry)
+    steps = eligible_steps(ctx, used, budget, forced=forced, entry_used=entry)
     if steps:
-        view = _referenced(session, view)
+        view = _referenced(ctx, view)
     cache = pol.cache
     batch = cache.preserve_prefix and cache.min_gain_tokens > 0 and not forced
     batch = batch and budget.state_for(entry) < State.critical
@@ -89,18 +89,18 @@ def run_pipeline(
     for index, step in steps:
         if used <= budget.target:
             break
-        out = _apply(session, step, index, view, used, budget, count, floor=floor)
+        out = _apply(ctx, step, index, view, used, budget, count, floor=floor)
         if out is None:
             continue
         if not batch:
-            if _take(session, out, budget):
+            if _take(ctx, out, budget):
                 view, used, changed_by = out.units, out.used, step.layer
             continue
         held.append(out)
         view, used = out.units, out.used
         if start_used - used >= cache.min_gain_tokens:
             batch, floor = False, None
-            view, used, changed_by = _take_all(session, held, budget)
+            view, used, changed_by = _take_all(ctx, held, budget)
             held = []
     if held:  # together they free too little: wait for a batch worth the cache
         for out in held:
@@ -113,47 +113,34 @@ def run_pipeline(
         view, used = start_view, start_used
     if pol.on_overflow.layer and (forced or used > budget.trigger):
         if not steps:
-            view = _referenced(session, view)
-        out = _apply(session, pol.on_overflow, -1, view, used, budget, count)
-        if out is not None and _take(session, out, budget):
+            view = _referenced(ctx, view)
+        out = _apply(ctx, pol.on_overflow, -1, view, used, budget, count)
+        if out is not None and _take(ctx, out, budget):
             view, used, changed_by = out.units, out.used, pol.on_overflow.layer
     return view, used, changed_by
 
 
 def _take_all(
-    session: Session, held: Sequence[_Outcome], budget: BudgetState
+    ctx: EngineContext, held: Sequence[_Outcome], budget: BudgetState
 ) -> tuple[list[Unit], int, str | None]:
     """Take held outputs in order; one that cannot be taken (its archive write failed)
     ends the batch there: the later ones were computed from it."""
     view, used, by = held[0].before, held[0].used_before, None
     for out in held:
-        if not _take(session, out, budget):
+        if not _take(ctx, out, budget):
             break
         view, used, by = out.units, out.used, out.step.layer
     return view, used, by
 
 
-def _referenced(session: Session, view: list[Unit]) -> list[Unit]:
+def _referenced(ctx: EngineContext, view: list[Unit]) -> list[Unit]:
     """``view`` with every long tool result snapshotted and its reference in the unit's
     ``meta["refs"]``, so the layers about to run can point at originals."""
-    ensure_snapshots(session, view)
-    return [session._caches._with_refs(u) for u in view]
+    ensure_snapshots(ctx, view)
+    return [ctx.derived.caches.with_refs(u) for u in view]
 
 
-def _layer(session: Session, step: ResolvedStep, index: int) -> Layer:
-    key = (step.layer, index)
-    layer = session._layers.get(key)
-    if layer is None:
-        cls = session.registry.get("layer", step.layer)
-        if cls is None:
-            raise LookupError(f"no plugin provides layer {step.layer!r}")
-        layer = cls(cls.Options.model_validate(step.options))  # type: ignore[assignment]
-        assert isinstance(layer, Layer)
-        session._layers[key] = layer
-    return layer
-
-
-def _unit_counter(s: Session) -> Callable[[Unit], int]:
+def _unit_counter(s: EngineContext) -> Callable[[Unit], int]:
     """``CompactionContext.count_unit``: a grouped unit's tokens as counted when it was
     grouped, any other unit's from the counter's message cache; calibrated like
     ``count``."""
@@ -161,7 +148,7 @@ def _unit_counter(s: Session) -> Callable[[Unit], int]:
     count_message = s.counter.count_message
 
     def count_unit(u: Unit) -> int:
-        n = s._caches.unit_tokens(u)
+        n = s.derived.caches.unit_tokens(u)
         if n is None:
             n = sum(count_message(m) for m in u.messages)
         return n if scale == 1.0 else round(n * scale)
@@ -185,7 +172,7 @@ class _Outcome:
 
 
 def _apply(
-    session: Session,
+    ctx: EngineContext,
     step: ResolvedStep,
     index: int,
     view: list[Unit],
@@ -197,7 +184,7 @@ def _apply(
 ) -> _Outcome | None:
     """Run one layer isolated and validate its output; None when it changed nothing
     or its output is rejected (reported). ``floor`` lowers the layer's target."""
-    s = session
+    s = ctx
     state = budget.state_for(used)
     plugin = s.registry.plugin_of("layer", step.layer) or "?"
     target = budget.target if floor is None else min(budget.target, floor)
@@ -205,9 +192,9 @@ def _apply(
     layer_name = step.layer
 
     def emit(type_: str, **fields: Any) -> None:
-        s._emit(type_, layer=layer_name, plugin=plugin, **fields)
+        s.emit(type_, layer=layer_name, plugin=plugin, **fields)
 
-    ctx = CompactionContext(
+    cctx = CompactionContext(
         count=count,
         used=used,
         window=budget.window,
@@ -215,7 +202,7 @@ def _apply(
         target=max(0, target),
         state=state,
         conv_id=s.conv_id,
-        summarizer=s._get_summarizer,
+        summarizer=s.summarizer,
         emit=emit,
         memory=memory,
         snapshots=s.snapshots,
@@ -227,7 +214,7 @@ def _apply(
     started = time.perf_counter()
     before = list(view)
     try:
-        result = _layer(s, step, index).apply(ctx, tuple(before))
+        result = s.layer(step, index).apply(cctx, tuple(before))
         if not isinstance(result, LayerResult):
             raise TypeError(f"apply() returned {type(result).__name__}, not LayerResult")
         new_units = list(result.units)
@@ -256,10 +243,10 @@ def _apply(
     return _Outcome(step, before, used, new_units, new_used, result, unarchived, emit, started)
 
 
-def _take(session: Session, out: _Outcome, budget: BudgetState) -> bool:
+def _take(ctx: EngineContext, out: _Outcome, budget: BudgetState) -> bool:
     """Archive what ``out`` dropped, update the ledger and the key facts, record it;
     False when it cannot be taken (the archive failed and the request fits without it)."""
-    s, result, before, emit = session, out.result, out.before, out.emit
+    s, result, before, emit = ctx, out.result, out.before, out.emit
     used, new_units, new_used, unarchived = out.used_before, out.units, out.used, out.unarchived
     if result.dropped and not archive_units(s, result.dropped, emit):
         unarchived = [*(u.key for u in result.dropped), *unarchived]
@@ -284,7 +271,7 @@ def _take(session: Session, out: _Outcome, budget: BudgetState) -> bool:
                 if first_user is not None:
                     s.ledger.set_goal(content_text(first_user.messages[0].get("content")))
             s.ledger.update(result.dropped)
-            s._ledger_changed()
+            s.ledger_changed()
         except Exception as exc:  # pragma: no cover - ledger is ours
             emit("ledger.failed", error=repr(exc))
     lost: list[str] = []
@@ -293,7 +280,7 @@ def _take(session: Session, out: _Outcome, budget: BudgetState) -> bool:
         if lost and s.ledger is not None:
             # what a layer shortened away stays in context through the ledger
             s.ledger.record_facts(lost)
-            s._ledger_changed()
+            s.ledger_changed()
     except Exception as exc:  # pragma: no cover - facts are best effort
         emit("ledger.failed", error=repr(exc))
         lost = []
@@ -313,7 +300,7 @@ def _take(session: Session, out: _Outcome, budget: BudgetState) -> bool:
     return True
 
 
-def lost_facts(session: Session, before: Sequence[Unit], after: Sequence[Unit]) -> list[str]:
+def lost_facts(ctx: EngineContext, before: Sequence[Unit], after: Sequence[Unit]) -> list[str]:
     """Facts (:mod:`ctxpolicy.conversation.facts`) of the messages a layer changed or removed
     that are found nowhere in the new context or the ledger.
 
@@ -339,4 +326,4 @@ def lost_facts(session: Session, before: Sequence[Unit], after: Sequence[Unit]) 
 
     # the first _FACTS_PER_COMPACTION: more would not stay in a bounded ledger
     facts = first_facts(texts(), _FACTS_PER_COMPACTION)
-    return missing_facts(facts, after, session._ledger_text)
+    return missing_facts(facts, after, ctx.derived.ledger_text)

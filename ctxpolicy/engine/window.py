@@ -10,12 +10,12 @@ from ctxpolicy.budget import BudgetState, compute_budget
 from ctxpolicy.policy.models import Policy
 
 if TYPE_CHECKING:
-    from ctxpolicy.engine.session import Session
+    from ctxpolicy.engine.context import EngineContext
 
 __all__ = ["MIN_LEARNED_FRACTION", "learn_window", "policy_with_window"]
 
 #: A provider-stated limit below this fraction of the configured window is ignored
-#: (``context.window_ignored``): a garbled error must not cripple the session.
+#: (``context.window_ignored``): a garbled error must not cripple the ctx.
 MIN_LEARNED_FRACTION = 0.125
 
 
@@ -36,20 +36,20 @@ def policy_with_window(policy: Policy, window: int, full: BudgetState) -> Policy
     return policy.model_copy(update={"budget": budget})
 
 
-def learn_window(session: Session, limit: int) -> None:
+def learn_window(ctx: EngineContext, limit: int) -> None:
     """Adopt a provider-stated limit below the window in force, unless it is not
     credible: below :data:`MIN_LEARNED_FRACTION` of the configured window, or
     below the pinned content of the last request (then ``context.window_ignored``)."""
-    current = session.budget().window
-    configured = compute_budget(session.policy, tool_growth=0).window
+    current = ctx.budget().window
+    configured = compute_budget(ctx.policy, tool_growth=0).window
     pinned = sum(
-        session.counter.count_messages(list(u.messages)) for u in session._last_units if u.pinned
+        ctx.counter.count_messages(list(u.messages)) for u in ctx.derived.last_units if u.pinned
     )
     floor = max(int(configured * MIN_LEARNED_FRACTION), pinned)
     if limit < floor:
-        session._emit("context.window_ignored", stated=limit, floor=floor, window=current)
+        ctx.emit("context.window_ignored", stated=limit, floor=floor, window=current)
         return
     if limit < current:
-        session.state.learned_window = limit
-        session.state.touch("meta")
-        session._emit("context.window_learned", window=limit, previous=current)
+        ctx.state.learned_window = limit
+        ctx.state.touch("meta")
+        ctx.emit("context.window_learned", window=limit, previous=current)

@@ -14,7 +14,7 @@
 tools)`` instead of ``messages`` (the tool schemas are counted), records the
 provider's ``usage.prompt_tokens``, and on an API error that is a context overflow
 (``context_length_exceeded``, "maximum context length", vLLM/Ollama/LiteLLM
-wordings — see :func:`ctxpolicy.layers.emergency.is_context_overflow`) runs the
+wordings — see :func:`ctxpolicy.engine.overflow.is_context_overflow`) runs the
 policy's ``on_overflow`` layer and retries; the session bounds the retries and then
 raises :class:`ctxpolicy.ContextOverflowError`. ``responses.create(input=[...])``
 does the same for Responses API item lists (see :class:`ResponsesInput`).

@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import fcntl
 import itertools
 import os
 import stat
@@ -38,6 +37,11 @@ from typing import Any, Literal
 from urllib.parse import unquote, urlsplit
 
 from pydantic import Field
+
+try:  # POSIX: appends of several processes are serialised by an advisory lock
+    import fcntl
+except ImportError:  # pragma: no cover - not POSIX (Windows): one process per store
+    fcntl = None  # type: ignore[assignment]
 
 from ctxpolicy.components import SnapshotRef, SnapshotStore
 from ctxpolicy.policy.models import ComponentOptions
@@ -106,6 +110,8 @@ class LocalOptions(ComponentOptions):
 
 
 _fallback_lock = threading.Lock()
+#: Off POSIX (no ``fcntl``) appends are serialised within this process only.
+_APPEND_LOCK = threading.Lock()
 _NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
 _CLOEXEC = getattr(os, "O_CLOEXEC", 0)
 _TEMP_PREFIX = ""
@@ -382,16 +388,19 @@ class LocalStore(SnapshotStore):
         self._mkdir(path.parent)
         flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | getattr(os, "O_NOFOLLOW", 0)
         fd = os.open(path, flags | getattr(os, "O_CLOEXEC", 0), self.options.file_mode)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX)
-            offset = os.fstat(fd).st_size
-            view = memoryview(data)
-            while view:
-                n = os.write(fd, view)
-                view = view[n:]
-            self._sync(fd)
-        finally:
-            os.close(fd)  # releases the lock
+        guard = _APPEND_LOCK if fcntl is None else contextlib.nullcontext()
+        with guard:
+            try:
+                if fcntl is not None:
+                    fcntl.flock(fd, fcntl.LOCK_EX)
+                offset = os.fstat(fd).st_size
+                view = memoryview(data)
+                while view:
+                    n = os.write(fd, view)
+                    view = view[n:]
+                self._sync(fd)
+            finally:
+                os.close(fd)  # releases the lock
         if offset == 0:
             self._sync_dir(path.parent)
         self.retention.note_write(len(data))

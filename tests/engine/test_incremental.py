@@ -32,8 +32,9 @@ def _text(draw: Any, lo: int, hi: int) -> str:
 
 
 def _uncached(s: Session) -> None:
-    s._caches.inputs = s._caches.groups = s._caches.pins = s._caches.views = None
-    s._budgets.clear()
+    caches = s._ctx.derived.caches
+    caches.inputs = caches.groups = caches.pins = caches.views = None
+    s._ctx.derived.budgets.clear()
 
 
 @st.composite
@@ -147,10 +148,10 @@ def test_repeated_call_on_a_long_conversation_reuses_its_units() -> None:
         msgs.append({"role": "assistant", "content": f"step {i}"})
         msgs.append({"role": "user", "content": f"observation {i}"})
     s.prepare(msgs)
-    assert s._caches.groups is not None
-    before = list(s._caches.groups.units)
+    assert s._ctx.derived.caches.groups is not None
+    before = list(s._ctx.derived.caches.groups.units)
     s.prepare(msgs)
-    after = s._caches.groups.units
+    after = s._ctx.derived.caches.groups.units
     assert all(a is b for a, b in zip(before, after, strict=True))
 
 
@@ -177,7 +178,10 @@ def test_removing_a_call_makes_its_results_orphans_of_the_step_before() -> None:
     del msgs[4]  # the call of c1: its result now follows step 0's result
     fresh = Session(pol)
     assert cached.prepare(msgs) == fresh.prepare(copy.deepcopy(msgs))
-    assert cached._caches.groups is not None and fresh._caches.groups is not None
-    assert [u.key for u in cached._caches.groups.units] == [
-        u.key for u in fresh._caches.groups.units
+    assert (
+        cached._ctx.derived.caches.groups is not None
+        and fresh._ctx.derived.caches.groups is not None
+    )
+    assert [u.key for u in cached._ctx.derived.caches.groups.units] == [
+        u.key for u in fresh._ctx.derived.caches.groups.units
     ]
