@@ -277,16 +277,19 @@ class TuneRange(StrictModel):
 class TuneObjectives(StrictModel):
     """What ``ctxpolicy tune`` trades off, measured exactly as ``simulate`` does."""
 
-    cost: Literal["tokens", "usd"] = Field(
-        default="tokens",
-        description="Minimised: prompt tokens summed over every call, or the estimated "
-        "cost in USD with prompt caching (simulate's price table).",
+    cost: Literal["total", "billed", "tokens", "usd"] = Field(
+        default="total",
+        description="Minimised: `total` — billed input under prompt caching plus the "
+        "summarizer's LLM calls (simulate's price model, docs/simulate.md); `billed` — "
+        "the billed input alone; `tokens` — prompt tokens summed over every call; `usd` "
+        "— the estimated cost in USD (simulate's price table).",
     )
-    retention: Literal["in_context", "retained"] = Field(
+    retention: Literal["in_context", "far", "retained"] = Field(
         default="in_context",
-        description="Maximised: share of the facts the agent reused that were still in "
-        "its context (`in_context`), or in context or recoverable from a snapshot "
-        "referenced there (`retained`).",
+        description="Maximised: share of the facts the agent reused that were in the "
+        "text sent (`in_context`, the ruler), of those absent from the 6 messages before "
+        "(`far`), or in context or recoverable from a snapshot referenced there "
+        "(`retained`).",
     )
 
 

@@ -33,11 +33,10 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from ctxpolicy.conversation import check_messages, content_text
-from ctxpolicy.conversation.facts import extract
 from ctxpolicy.engine.tool_results import parse_reference
 from ctxpolicy.policy.models import Policy
 from ctxpolicy.sim.importers import load_trace
-from ctxpolicy.sim.metrics import StepRecord, TraceResult
+from ctxpolicy.sim.metrics import RetentionRuler, StepRecord, SummaryMeter, TraceResult
 
 __all__ = [
     "PolicyStrategy",
@@ -120,9 +119,17 @@ class PolicyStrategy:
     kind = "policy"
 
     def __init__(
-        self, policy: Policy, *, conv_id: str, label: str | None = None, store: Any = None
+        self,
+        policy: Policy,
+        *,
+        conv_id: str,
+        label: str | None = None,
+        store: Any = None,
+        meter: SummaryMeter | None = None,
     ) -> None:
         from ctxpolicy.engine import Session
+
+        self.meter = meter
 
         self.policy = policy
         self.name = "policy"
@@ -146,6 +153,11 @@ class PolicyStrategy:
 
     def tool_result(self, call: Mapping[str, Any], content: Any, step: int) -> str:
         return self.session.add_tool_result(call, content)
+
+    def summarizer_tokens(self) -> tuple[int, int, int]:
+        """LLM summarizer calls and their input/output tokens so far (``meter``; none
+        without one: the built-in extractive summarizer makes no LLM call)."""
+        return self.meter.totals() if self.meter is not None else (0, 0, 0)
 
     def prepare(self, convo: list[Message]) -> tuple[list[Message], list[str]]:
         start = len(self._events)
@@ -227,30 +239,6 @@ def message_text(m: Mapping[str, Any]) -> str:
     return "\n".join(p for p in parts if p)
 
 
-class _Seen:
-    """Substring search over every earlier message, incremental per fact."""
-
-    def __init__(self) -> None:
-        self.texts: list[str] = []
-        self._found: set[str] = set()
-        self._checked: dict[str, int] = {}
-
-    def add(self, text: str) -> None:
-        if text:
-            self.texts.append(text)
-
-    def __contains__(self, fact: str) -> bool:
-        if fact in self._found:
-            return True
-        start = self._checked.get(fact, 0)
-        for t in self.texts[start:]:
-            if fact in t:
-                self._found.add(fact)
-                return True
-        self._checked[fact] = len(self.texts)
-        return False
-
-
 def run_strategy(
     messages: Sequence[Mapping[str, Any]],
     strategy: Strategy,
@@ -286,7 +274,8 @@ def run_strategy(
     added: dict[str, str] = {}  # tool_call_id -> text that entered the conversation
     raw_by_id: dict[str, str] = {}  # tool_call_id -> raw result text
     candidates: dict[str, str] = {}  # new tool_call_id -> earlier id whose result was compacted
-    seen = _Seen()
+    ruler = RetentionRuler()
+    summary_seen = (0, 0, 0)
     task: list[Message] = []  # leading system messages and the first user message
     task_open = True
     previous: list[Message] = []
@@ -306,8 +295,13 @@ def run_strategy(
                 k += 1
             cached = counter.count_messages(prepared[:k]) if k else 0
             # the uncompacted conversation only ever grows: its cached prefix is the last call
-            result.none_cached += prev_raw_tokens + priming if prev_raw_len else 0
+            none_cached = prev_raw_tokens + priming if prev_raw_len else 0
+            result.none_cached += none_cached
             prev_raw_len, prev_raw_tokens = index, raw_tokens
+            meter = getattr(strategy, "summarizer_tokens", None)
+            summary_now = tuple(meter()) if callable(meter) else (0, 0, 0)
+            s_calls, s_in, s_out = (a - b for a, b in zip(summary_now, summary_seen, strict=True))
+            summary_seen = summary_now
             state = strategy.state() if hasattr(strategy, "state") else _state(used, nums)
             rec = StepRecord(
                 index=len(result.steps),
@@ -328,9 +322,13 @@ def run_strategy(
                 ),
                 prefix_changed=bool(previous) and k < len(previous),
                 above_target=bool(getattr(strategy, "above_target", False)),
+                none_cached=none_cached,
+                summary_calls=s_calls,
+                summary_in=s_in,
+                summary_out=s_out,
             )
             result.steps.append(rec)
-            _retention(m, prepared, seen, strategy, result, example_limit)
+            _retention(m, prepared, ruler, strategy, result, example_limit)
             _repeats(m, prepared, issued, added, candidates)
             previous = prepared
         if role == "assistant":
@@ -363,7 +361,7 @@ def run_strategy(
             if task_open or role == "user":
                 task.append(convo[-1])
         raw_tokens += count_one(dict(m))
-        seen.add(message_text(m))
+        ruler.add(m)
     result.events = list(strategy.events())
     if hasattr(strategy, "session"):
         st = strategy.session.stats
@@ -385,35 +383,33 @@ def _state(used: int, nums: Mapping[str, int]) -> str:
     return "normal"
 
 
-def _context_text(prepared: Sequence[Mapping[str, Any]]) -> str:
-    return "\n".join(message_text(m) for m in prepared)
-
-
 def _retention(
     m: Mapping[str, Any],
     prepared: Sequence[Mapping[str, Any]],
-    seen: _Seen,
+    ruler: RetentionRuler,
     strategy: Strategy,
     result: TraceResult,
     limit: int,
 ) -> None:
-    facts = [f for f in extract(message_text(m)).all() if len(f) >= 3]
-    facts = [f for f in facts if f in seen]
-    if not facts:
-        return
-    ctx = _context_text(prepared)
+    """The ruler's retention of assistant message ``m`` (:class:`RetentionRuler`); a fact
+    not sent is also looked up behind the references sent (``recoverable``, reported
+    beside the ruler, never counted as retained by it)."""
+    measured, ctx = ruler.measure(m, prepared)
     recovered: str | None = None
-    for f in facts:
-        result.retention["facts"] += 1
-        if f in ctx:
-            result.retention["in_context"] += 1
+    ret = result.retention
+    for f, kept, far in measured:
+        ret["facts"] += 1
+        ret["far_facts"] += far
+        if kept:
+            ret["in_context"] += 1
+            ret["far_in_context"] += far
             continue
         if recovered is None:
             recovered = _recoverable_text(ctx, strategy)
         if f in recovered:
-            result.retention["recoverable"] += 1
+            ret["recoverable"] += 1
             continue
-        result.retention["lost"] += 1
+        ret["lost"] += 1
         if len(result.lost_examples) < limit:
             result.lost_examples.append(f"step {len(result.steps) - 1}: {f}"[:200])
 

@@ -17,7 +17,7 @@ from typing import Any
 from ctxpolicy.policy.models import Policy
 from ctxpolicy.sim.baselines import run_baseline
 from ctxpolicy.sim.importers import load_trace
-from ctxpolicy.sim.metrics import TraceResult, load_prices, summarize_results
+from ctxpolicy.sim.metrics import PriceModel, TraceResult, load_prices, summarize_results
 from ctxpolicy.sim.parallel import map_ordered
 from ctxpolicy.sim.replay import _safe, replay_trace, with_window
 
@@ -43,6 +43,7 @@ def _replay_all(
     prices: Mapping[str, Any] | None,
     alert_ratio: float,
     alert_repeats: float,
+    price_model: PriceModel | None = None,
 ) -> dict[str, Any]:
     """Every run and baseline on one trace file (a process-pool work item)."""
     messages = load_trace(path)
@@ -65,6 +66,7 @@ def _replay_all(
     out_runs = []
     for r in results:
         r.prices = prices
+        r.price_model = price_model
         r.alert_ratio = alert_ratio
         r.alert_repeats = alert_repeats
         out_runs.append(r.to_dict())
@@ -84,13 +86,15 @@ def simulate(
     alert_ratio: float = 0.9,
     alert_repeats: float = 0.3,
     progress: Any = None,
+    price_model: PriceModel | None = None,
 ) -> dict[str, Any]:
     """Replay every trace under every run and baseline; the ``simulate --json`` document.
 
     ``jobs > 1`` replays traces in worker processes
     (:func:`ctxpolicy.sim.parallel.map_ordered`); the result is identical to a
     sequential run (traces keep their order). ``progress(done, total, name)`` is
-    called after each trace.
+    called after each trace. ``price_model`` bills every run (default: each run's
+    model's in the model catalogue, :func:`ctxpolicy.sim.metrics.price_model`).
     """
     if not runs:
         raise ValueError("at least one policy run is needed")
@@ -102,7 +106,7 @@ def simulate(
         for i, p in enumerate(strs)
     ]
     args = [
-        (p, list(runs), list(baselines), window, s, prices, alert_ratio, alert_repeats)
+        (p, list(runs), list(baselines), window, s, prices, alert_ratio, alert_repeats, price_model)
         for p, s in zip(strs, snaps, strict=True)
     ]
     traces: list[dict[str, Any]] = map_ordered(
@@ -154,6 +158,7 @@ def simulate(
         "baselines": list(baselines),
         "window_override": window,
         "prices": prices_source,
+        "price_model": None if price_model is None else price_model.to_dict(),
         "alert_thresholds": {"ratio": alert_ratio, "repeats": alert_repeats},
         "traces": traces,
         "summary": summarize_results(all_runs),
