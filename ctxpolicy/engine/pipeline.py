@@ -70,6 +70,8 @@ def eligible_steps(
     if forced or used <= budget.target:
         return []
     entry = budget.state_for(entry_used)
+    if ctx.state.unfit is not None and entry_used <= budget.window - budget.reserve_output:
+        return []  # the learned window cannot hold the policy: compact only to fit
     hold = ctx.state.hold_until
     if hold is not None and entry_used < hold and entry < State.critical:
         return []  # the target was out of reach: wait for the trigger − target gap

@@ -499,7 +499,8 @@ class Session:
             self._report_short_of_target(view, used, budget, count)
         elif (changed or used <= budget.target) and st.hold_until is not None:
             st.hold_until = None  # the target was reached (or the context shrank)
-        if used > budget.trigger and st.learned_window is not None and st.unfit is None:
+        unfit = used > budget.trigger or (changed and used >= budget.critical_tokens)
+        if unfit and st.learned_window is not None and st.unfit is None:
             self._report_unfit(view, used, budget, count)
         if used > hard_limit or used > budget.trigger:
             st.stats.overflows += 1
@@ -562,9 +563,11 @@ class Session:
     def _report_unfit(
         self, view: Sequence[Unit], used: int, budget: BudgetState, count: Callable[..., int]
     ) -> None:
-        """The learned window cannot hold what this policy keeps: said once
+        """The learned window cannot hold what this policy keeps (the context ends above
+        the trigger, or a compaction ends in ``critical``): said once
         (``context.window_unfit``, ``unfit`` in every later ``context.status``); from
-        then on ``on_overflow`` runs only when the request would not fit."""
+        then on the layers and ``on_overflow`` run only when the request would not fit
+        (``window − reserve_output``), not on every call."""
         pinned = count([u for u in view if u.pinned])
         st = self.state
         st.unfit = (
