@@ -22,7 +22,7 @@ from ctxpolicy.engine.derived import Derived
 from ctxpolicy.engine.ledger import Ledger
 from ctxpolicy.engine.own import HANDOVER_MARK, LEDGER_MARK, special_unit
 from ctxpolicy.engine.state import SessionState
-from ctxpolicy.engine.window import policy_with_window
+from ctxpolicy.engine.window import policy_with_window, scaled_growth
 from ctxpolicy.plugins import Registry
 from ctxpolicy.policy.models import Policy, ResolvedStep, resolve_amount
 from ctxpolicy.tokens import TokenCounter
@@ -102,7 +102,8 @@ class EngineContext:
         if b is None:
             b = compute_budget(self.policy, tool_growth=growth)
             if learned is not None and learned < b.window:
-                b = compute_budget(policy_with_window(self.policy, learned, b), tool_growth=growth)
+                g = scaled_growth(growth, learned, b.window)
+                b = compute_budget(policy_with_window(self.policy, learned, b), tool_growth=g)
             if len(budgets) > 64:
                 budgets.clear()
             budgets[key] = b

@@ -42,6 +42,22 @@ _FACTS_PER_COMPACTION = 100
 
 Count = Callable[[Sequence[Unit]], int]
 
+#: ``SessionState.memory`` entry: per pipeline step (``layer#index``), the keys of the
+#: units on which its result was larger than its input. A result that changes only
+#: those units again is not counted nor offered (nothing changed for it to gain on).
+NO_GAIN = "~no_gain"
+_NO_GAIN_KEYS = 2000
+
+
+def _changed_keys(before: Sequence[Unit], after: Sequence[Unit]) -> set[str]:
+    """Keys of the units of ``before`` that ``after`` changed or removed."""
+    new = {u.key: u for u in after}
+    return {
+        u.key
+        for u in before
+        if (n := new.get(u.key)) is None or (n is not u and n.messages != u.messages)
+    }
+
 
 def eligible_steps(
     ctx: EngineContext, used: int, budget: BudgetState, *, forced: bool, entry_used: int
@@ -54,6 +70,11 @@ def eligible_steps(
     if forced or used <= budget.target:
         return []
     entry = budget.state_for(entry_used)
+    if ctx.state.unfit is not None and entry_used <= budget.window - budget.reserve_output:
+        return []  # the learned window cannot hold the policy: compact only to fit
+    hold = ctx.state.hold_until
+    if hold is not None and entry_used < hold and entry < State.critical:
+        return []  # the target was out of reach: wait for the trigger − target gap
     return [(i, st) for i, st in enumerate(ctx.policy.pipeline) if entry >= State(st.at)]
 
 
@@ -70,10 +91,11 @@ def run_pipeline(
     """Run the eligible steps, then ``on_overflow`` if needed; returns the new view,
     its tokens and the last layer that changed it (None: nothing changed).
 
-    With ``cache.preserve_prefix`` the call is the unit of deferral: the steps' outputs
-    are held until together they free ``min_gain_tokens``, then all are taken (the
-    prompt cache is lost either way, so every eligible step runs in the same call);
-    when they cannot, none is taken (``layer.deferred``) until the context is critical.
+    The call is the unit of deferral: the steps' outputs are held until together they
+    free the minimum gain (``budget.min_gain``, or ``cache.min_gain_tokens`` with
+    ``cache.preserve_prefix`` when larger), then all are taken (the prompt cache is
+    lost either way, so every eligible step runs in the same call); when they cannot,
+    none is taken (``layer.deferred``) until the context is critical.
     """
     pol = ctx.policy
     changed_by: str | None = None
@@ -81,9 +103,9 @@ def run_pipeline(
     if steps:
         view = _referenced(ctx, view)
     cache = pol.cache
-    batch = cache.preserve_prefix and cache.min_gain_tokens > 0 and not forced
-    batch = batch and budget.state_for(entry) < State.critical
-    floor = used - cache.min_gain_tokens if batch else None
+    min_gain = max(budget.min_gain, cache.min_gain_tokens if cache.preserve_prefix else 0)
+    batch = min_gain > 0 and not forced and budget.state_for(entry) < State.critical
+    floor = used - min_gain if batch else None
     start_view, start_used = view, used
     held: list[_Outcome] = []
     for index, step in steps:
@@ -98,7 +120,7 @@ def run_pipeline(
             continue
         held.append(out)
         view, used = out.units, out.used
-        if start_used - used >= cache.min_gain_tokens:
+        if start_used - used >= min_gain:
             batch, floor = False, None
             view, used, changed_by = _take_all(ctx, held, budget)
             held = []
@@ -108,10 +130,15 @@ def run_pipeline(
                 "layer.deferred",
                 gain=out.used_before - out.used,
                 call_gain=start_used - used,
-                min_gain_tokens=cache.min_gain_tokens,
+                min_gain_tokens=min_gain,
             )
         view, used = start_view, start_used
-    if pol.on_overflow.layer and (forced or used > budget.trigger):
+    # a policy that cannot fit its learned window (``SessionState.unfit``, reported once)
+    # runs ``on_overflow`` only when the request would not fit, not on every call
+    over = used > budget.trigger and (
+        ctx.state.unfit is None or used > budget.window - budget.reserve_output
+    )
+    if pol.on_overflow.layer and (forced or over):
         if not steps:
             view = _referenced(ctx, view)
         out = _apply(ctx, pol.on_overflow, -1, view, used, budget, count)
@@ -230,12 +257,21 @@ def _apply(
         a is b for a, b in zip(new_units, before, strict=True)
     ):
         return None
+    # a result that was not smaller is not offered again for the same units
+    slot = f"{step.layer}#{index}"
+    no_gain = s.state.memory.setdefault(NO_GAIN, {})
+    changed = _changed_keys(before, new_units)
+    if changed and slot in no_gain and changed <= set(no_gain[slot]):
+        return None
     # a shortened result keeps a reference to its original (unarchived: the store failed)
     new_units, unarchived = ensure_refs(s, before, new_units)
     problems = [v.detail for v in check_units(before, new_units)]
     new_used = count(new_units)
     if new_used > used:
         problems.append(f"returned {new_used} tokens from {used}")
+        no_gain[slot] = sorted(changed | set(no_gain.get(slot, ())))[-_NO_GAIN_KEYS:]
+    else:  # smaller on other units: offered again from now on
+        no_gain.pop(slot, None)
     if problems:
         s.state.stats.layer_failures[step.layer] += 1
         emit("layer.rejected", problems=problems[:10])

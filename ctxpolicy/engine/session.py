@@ -497,6 +497,11 @@ class Session:
             state = budget.state_for(used)
         if changed and used > budget.target:
             self._report_short_of_target(view, used, budget, count)
+        elif (changed or used <= budget.target) and st.hold_until is not None:
+            st.hold_until = None  # the target was reached (or the context shrank)
+        unfit = used > budget.trigger or (changed and used >= budget.critical_tokens)
+        if unfit and st.learned_window is not None and st.unfit is None:
+            self._report_unfit(view, used, budget, count)
         if used > hard_limit or used > budget.trigger:
             st.stats.overflows += 1
             self._emit(
@@ -529,6 +534,7 @@ class Session:
             messages_in=len(msgs),
             tokens_in=tokens_in,
             duration_ms=round((time.perf_counter() - started) * 1000, 3),
+            **({"unfit": st.unfit} if st.unfit is not None else {}),
         )
         st.touch("meta")
         return out
@@ -536,8 +542,14 @@ class Session:
     def _report_short_of_target(
         self, view: Sequence[Unit], used: int, budget: BudgetState, count: Callable[..., int]
     ) -> None:
-        """A compaction that ends above the target: say why, with the numbers."""
+        """A compaction that ends above the target (pinned content and the rounds the
+        layers keep exceed it): say why, with the numbers, and hold further compaction
+        until the context has grown by the trigger − target gap
+        (``SessionState.hold_until``), so the next calls do not compact again for a few
+        tokens each."""
         pinned = [u for u in view if u.pinned]
+        resume_at = used + max(0, budget.trigger - budget.target)
+        self.state.hold_until = resume_at
         self._emit(
             "context.above_target",
             used=used,
@@ -545,6 +557,30 @@ class Session:
             pinned_tokens=count(pinned),
             rest_tokens=used - count(pinned),
             units=len(view),
+            resume_at=resume_at,
+        )
+
+    def _report_unfit(
+        self, view: Sequence[Unit], used: int, budget: BudgetState, count: Callable[..., int]
+    ) -> None:
+        """The learned window cannot hold what this policy keeps (the context ends above
+        the trigger, or a compaction ends in ``critical``): said once
+        (``context.window_unfit``, ``unfit`` in every later ``context.status``); from
+        then on the layers and ``on_overflow`` run only when the request would not fit
+        (``window − reserve_output``), not on every call."""
+        pinned = count([u for u in view if u.pinned])
+        st = self.state
+        st.unfit = (
+            f"the learned window {budget.window} leaves a trigger of {budget.trigger} "
+            f"tokens; this policy's pinned content ({pinned}) and kept rounds need {used}"
+        )
+        self._emit(
+            "context.window_unfit",
+            window=budget.window,
+            trigger=budget.trigger,
+            used=used,
+            pinned_tokens=pinned,
+            reason=st.unfit,
         )
 
 

@@ -107,6 +107,8 @@ _META_FIELDS = (
     "overflow_attempts",
     "handover_text",
     "status",
+    "hold_until",
+    "unfit",
 )
 
 
@@ -133,6 +135,12 @@ class SessionState:
     overflow_attempts: int = 0
     handover_text: str | None = None
     status: dict[str, Any] | None = None
+    #: after a compaction that could not reach the target: no pipeline step runs
+    #: before the context reaches this many tokens (or ``critical``)
+    hold_until: int | None = None
+    #: the learned window cannot hold the policy's pinned content and newest round
+    #: (reported once with ``context.window_unfit``); the reason
+    unfit: str | None = None
     seen_repairs: set[tuple[str, int]] = field(default_factory=set)
     stats: PreparedStats = field(default_factory=PreparedStats)
     #: the progress ledger (None when the policy disables it)

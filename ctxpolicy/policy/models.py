@@ -180,6 +180,14 @@ class Budget(StrictModel):
         "hysteresis band one compaction buys (equal to `warning`: stop as soon as the "
         "context is back under warning, the DB-GPT behaviour).",
     )
+    min_gain: Amount = Field(
+        default="3%",
+        description="Smallest gain (tokens or a share of the window) for which a "
+        "compaction rewrites the already-sent prefix (losing the prompt cache of "
+        "everything after the first changed message): the layers of one call that "
+        "together free less are not taken until the context is `critical` or would not "
+        "fit. 0: any gain is taken.",
+    )
 
 
 class Thresholds(StrictModel):
