@@ -60,8 +60,8 @@ def prune_cmd(
 
     Exit 0 on success, 1 when the policy does not resolve, 2 on usage errors.
     """
+    from ctxpolicy.policy.paths import interpolate_path
     from ctxpolicy.snapshots import prune
-    from ctxpolicy.toolresults import interpolate_path
 
     if policy_path is None and root is None:
         raise click.UsageError("give --policy (and --agent) or --root")
@@ -132,9 +132,9 @@ def _store_root(ctx: click.Context, policy_path: Path | None, agent: str, root: 
         return root
     if policy_path is None:
         raise click.UsageError("give --policy (and --agent) or --root")
+    from ctxpolicy.engine.tool_results import interpolate_path
     from ctxpolicy.policy.diagnostics import PolicyError
     from ctxpolicy.policy.resolve import load_policy
-    from ctxpolicy.toolresults import interpolate_path
 
     try:
         policy = load_policy(str(policy_path), agent)
@@ -193,7 +193,7 @@ def list_cmd(
     unknown, 2 on usage errors.
     """
     from ctxpolicy.snapshots import LocalStore, SnapshotError
-    from ctxpolicy.store_names import is_store_folder
+    from ctxpolicy.snapshots.names import is_store_folder
 
     base = _store_root(ctx, policy_path, agent, root)
     store = LocalStore(root=base)

@@ -14,8 +14,8 @@ from ctxpolicy.plugins import get_registry, hookimpl
 from ctxpolicy.policy import resolve as resolve_mod
 from ctxpolicy.policy.checks import budget_numbers
 from ctxpolicy.policy.diagnostics import PolicyError
+from ctxpolicy.policy.paths import interpolate_path
 from ctxpolicy.policy.resolve import list_agents, load_policy, resolve_all, validate_file
-from ctxpolicy.toolresults import interpolate_path
 from tests.conftest import DATA, POLICY_ENV
 
 DESIGN = DATA / "valid" / "design_example.yaml"

@@ -126,7 +126,7 @@ def test_same_output_finds_a_changed_output(tmp_path: Any) -> None:
     assert same_output.main(["--baseline", str(ROOT), *args]) == 0
     changed = tmp_path / "src"
     shutil.copytree(ROOT / "ctxpolicy", changed / "ctxpolicy")
-    module = changed / "ctxpolicy" / "toolresults.py"
+    module = changed / "ctxpolicy" / "engine" / "tool_results.py"
     text = module.read_text(encoding="utf-8")
     rendered = "        if isinstance(output, str):\n            return output, info"
     assert rendered in text
