@@ -32,8 +32,12 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from benchmarks._common import SHARED, eprint, header_markdown, machine, write_results
+
 ROOT = Path(__file__).resolve().parents[1]
-TRACES = Path(os.environ.get("CTXPOLICY_SHARED", ROOT.parent / "shared")) / "traces"
+TRACES = SHARED / "traces"
 RUNS = (("coding_agent", 32768), ("coding_agent_16k", 16384))
 
 
@@ -88,7 +92,7 @@ def rates(t: dict[str, int]) -> dict[str, float]:
 def table(mine: dict[str, Any], base: dict[str, Any] | None) -> list[str]:
     cols = ["compactions/100", "prefix changes/100", "tokens ÷ none", "overflows"]
     head = "| run | tree | calls | " + " | ".join(cols) + " |"
-    lines = [head, "|" + "---|" * (3 + len(cols))]
+    lines = [head, "| " + " | ".join(["---"] * (3 + len(cols))) + " |"]
     for key, t in mine.items():
         rows: list[tuple[str, dict[str, int]]] = []
         if base is not None and key in base:
@@ -120,8 +124,26 @@ def main(argv: list[str] | None = None) -> int:
     base = run(args.baseline.resolve(), args.quick) if args.baseline is not None else None
     mine = run(ROOT, args.quick)
     traces = next(iter(mine.values()))["traces"]
-    print(f"shared traces: {traces}; baseline: {args.baseline or '—'}")
-    print("\n".join(table(mine, base)))
+    info = machine()
+    text = "\n".join(
+        [
+            "## Compaction economics (issue 27 item 2)",
+            "",
+            header_markdown(info),
+            "",
+            f"Shared traces: {traces}; baseline tree: {args.baseline or '—'}. Summed over the"
+            " traces; the ratios are this tree ÷ the baseline in the same run.",
+            "",
+            *table(mine, base),
+            "",
+            "Reproduce: `python benchmarks/bench_economics.py --baseline DIR"
+            + (" --quick`" if args.quick else "`"),
+        ]
+    )
+    print(text)
+    data = {"machine": info, "quick": args.quick, "this": mine, "baseline": base}
+    j, m = write_results("bench_economics", data, text)
+    eprint(f"wrote {j} and {m}")
     return 0
 
 
