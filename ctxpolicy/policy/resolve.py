@@ -326,7 +326,13 @@ class _Resolver:
         chain, degraded = found
         merged = self._merge(name, chain)
         step = _AgentStep(self, name, merged)
-        validated = self._validate_agent(step, report_all=not degraded)
+        lost = {
+            p[2:]
+            for doc, agent, _ in chain
+            for p in doc.loaded.dropped
+            if len(p) > 2 and p[:2] == ("policies", agent)
+        }
+        validated = self._validate_agent(step, report_all=not degraded, lost=lost)
         if validated is None:
             return None
         ap, removed = validated
@@ -353,12 +359,14 @@ class _Resolver:
         return merged
 
     def _validate_agent(
-        self, step: _AgentStep, *, report_all: bool
+        self, step: _AgentStep, *, report_all: bool, lost: set[PathT] | None = None
     ) -> tuple[AgentPolicy, list[PathT]] | None:
         """The merged policy as an :class:`AgentPolicy`, and the paths left out to get
         there. Each finding is reported (when the file-level pass already reported the
         chain's own errors, only those it did not); the values they are about are then
-        removed and the rest validated again, a few rounds at most."""
+        removed and the rest validated again, a few rounds at most. ``lost``: the paths
+        the loader left out (already reported at their line:col), never reported again
+        as missing."""
         data = step.merged.data
         removed: list[PathT] = []
         reported = {(d.file, d.line, d.col, d.code) for d, _ in self.diags}
@@ -366,7 +374,9 @@ class _Resolver:
             try:
                 return AgentPolicy.model_validate(data, strict=True), removed
             except ValidationError as exc:
-                errors = exc.errors()
+                errors = _not_dropped(exc.errors(), data, lost or set())
+                if not errors:
+                    return None  # only what the loader left out is missing: reported
                 for f in validation_findings(
                     errors, data, AgentPolicy, redact=self.redactor.redact
                 ):
