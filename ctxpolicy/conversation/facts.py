@@ -54,7 +54,7 @@ _TICKET = re.compile(
 )
 # paths: absolute, ~/, ./, ../ or relative with a directory and an extension
 _PATH = re.compile(
-    r"(?<![\w/:.])(?:~|\.{1,2})?/(?:[\w.@+-]+/)*[\w.@+-]+"  # /abs, ~/x, ./x, ../x
+    r"(?<![\w/:.<])(?:~|\.{1,2})?/(?:[\w.@+-]+/)*[\w.@+-]+"  # /abs, ~/x, ./x, ../x (not </tag)
     r"|(?<![\w/:.-])(?:[\w@+-][\w.@+-]{0,254}/){1,32}[\w@+-][\w.@+-]{0,254}\.[A-Za-z0-9]{1,8}\b"
     r"|(?<![\w/:.-])[\w-]+\.(?:py|js|ts|tsx|jsx|go|rs|java|kt|rb|php|c|h|cc|cpp|hpp|cs|"
     r"json|ya?ml|toml|ini|cfg|md|rst|txt|csv|sql|sh|html|css|lock|log)\b"

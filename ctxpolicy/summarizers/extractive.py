@@ -13,6 +13,7 @@ Deterministic: same request, same text.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -109,17 +110,22 @@ class ExtractiveSummarizer(Summarizer):
         for m in request.messages:
             if m.get("role") == "tool":
                 results[str(m.get("tool_call_id", ""))] = content_text(m.get("content"))
+        answered = False  # an assistant turn came before: later user text is feedback
         for m in request.messages:
             role = m.get("role")
             text = content_text(m.get("content"))
+            if role == "tool":
+                text = whole_lines(text)
             if (
                 role == "user"
                 and not d.goal
+                and not answered
                 and text.strip()
                 and not text.startswith("[tool result")
             ):
                 d.goal = short(text, opts.goal_chars)
             if role == "assistant":
+                answered = True
                 for tc in m.get("tool_calls") or []:
                     if not isinstance(tc, Mapping):
                         continue
@@ -147,6 +153,35 @@ class ExtractiveSummarizer(Summarizer):
             if len(items) > opts.max_items:
                 d.sections[s] = items[-opts.max_items :]
         return _bound(d, request.max_tokens, request.count_text or approx_tokens)
+
+
+#: what the head/tail cuts put where they cut a text (preprocessors/_text.py and
+#: layers/_util.py): the partial lines on either side are fragments, not facts
+_CUT_MARKERS = (
+    re.compile(r"\n\.\.\. \[\d+ chars omitted\] \.\.\.\n"),
+    re.compile(r"\n\[… \d+ chars elided …\]\n"),
+)
+
+
+def whole_lines(text: str) -> str:
+    """``text`` without the partial lines a character cut leaves beside its marker
+    (``pt SympifyError:`` from ``except SympifyError:``): one pass, linear."""
+    cuts = sorted(m.span() for rx in _CUT_MARKERS for m in rx.finditer(text))
+    if not cuts:
+        return text
+    out: list[str] = []
+    pos = 0
+    for start, end in cuts:
+        if start >= pos:
+            line_start = text.rfind("\n", pos, start) + 1 if start > pos else pos
+            out.append(text[pos:line_start])
+            out.append("\n")
+        elif end <= pos:
+            continue
+        nl = text.find("\n", end)
+        pos = len(text) if nl < 0 else nl + 1
+    out.append(text[pos:])
+    return "".join(out)
 
 
 def _args_text(m: Mapping[str, Any]) -> str:

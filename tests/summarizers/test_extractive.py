@@ -116,3 +116,63 @@ def test_options_cap_items():
     assert d.sections["Commands"] == [
         "run_tests(path=tests/test_login.py) → FAILED tests/test_login.py::test_ok - AssertionError: 401 != 200"
     ]
+
+
+# --- what a summary keeps (issue 27 item 3): no cut fragments, no markup, a real goal
+
+
+def _summary(messages: list[dict]) -> str:  # type: ignore[type-arg]
+    req = SummaryRequest(messages=messages, previous_summary=None, max_tokens=2000, instructions="")
+    return ExtractiveSummarizer(ExtractiveOptions()).summarize(req)
+
+
+def test_no_fragments_beside_a_character_cut() -> None:
+    from ctxpolicy.preprocessors._text import head_tail_chars
+    from ctxpolicy.summarizers.extractive import whole_lines
+
+    text = "\n".join(f"line {i}: except SympifyError: raise" for i in range(200))
+    cut = head_tail_chars(text, 400)
+    kept = whole_lines(cut)
+    assert "omitted" not in kept
+    assert all(line.startswith("line ") for line in kept.splitlines() if line)
+    conv = [
+        {"role": "assistant", "content": "", "tool_calls": [_call("c1", "bash")]},
+        {"role": "tool", "tool_call_id": "c1", "content": cut},
+    ]
+    out = _summary(conv)
+    for line in out.splitlines():
+        if "SympifyError" in line:
+            assert "except SympifyError" in line, line
+
+
+def test_whole_lines_is_linear_and_total() -> None:
+    from ctxpolicy.summarizers.extractive import whole_lines
+
+    assert whole_lines("") == ""
+    assert whole_lines("no marker") == "no marker"
+    marker = "\n... [5 chars omitted] ...\n"
+    assert whole_lines("a" + marker + marker + "b") == "\n"
+    big = ("x" * 1000 + marker) * 2000  # many markers on long lines: one pass
+    assert len(whole_lines(big)) < len(big)
+
+
+def test_closing_tags_are_not_paths() -> None:
+    from ctxpolicy.conversation.facts import extract
+
+    facts = extract("<output>ok</output> edited /testbed/sympy/core/basic.py </response_example>")
+    assert facts.paths == ["/testbed/sympy/core/basic.py"]
+
+
+def test_feedback_after_an_answer_is_not_the_goal() -> None:
+    conv = [
+        {"role": "assistant", "content": "Let me look.", "tool_calls": [_call("c1", "bash")]},
+        {"role": "tool", "tool_call_id": "c1", "content": "ok"},
+        {"role": "user", "content": "Please always provide EXACTLY ONE action."},
+    ]
+    assert "Goal:" not in _summary(conv)
+    task = [{"role": "user", "content": "Fix BUG-1234 in the parser."}, *conv]
+    assert "Goal: Fix BUG-1234" in _summary(task)
+
+
+def _call(cid: str, name: str) -> dict:  # type: ignore[type-arg]
+    return {"id": cid, "type": "function", "function": {"name": name, "arguments": "{}"}}
