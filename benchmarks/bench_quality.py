@@ -59,6 +59,7 @@ from benchmarks._common import (
     markdown_table,
     write_results,
 )
+from benchmarks.peers.catalog import available_peers
 from benchmarks.peers.table import (
     PEER_WINDOWS,
     REFERENCE,
@@ -535,6 +536,9 @@ def main(argv: list[str] | None = None) -> int:
     tasks.sort(key=lambda x: -Path(x[0]).stat().st_size)
     peer_tasks = [(t, w) for t in peer_traces for w in peer_windows]
     peer_tasks.sort(key=lambda x: -Path(x[0]).stat().st_size)
+    if peer_tasks:
+        for reason in available_peers()[1]:
+            eprint(reason)
     eprint(
         f"{len(tasks)} (trace, policy, window) jobs and {len(peer_tasks)} peer (trace, window) "
         f"jobs on {args.jobs} processes ..."

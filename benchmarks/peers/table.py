@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks._common import markdown_table
-from benchmarks.peers.langchain import LABELS, PEERS
+from benchmarks.peers.catalog import LABELS, PEERS, available_peers
 
 __all__ = [
     "PEER_WINDOWS",
@@ -142,7 +142,9 @@ def peer_job(
         Contestant(f"ctxpolicy {label}", "ctxpolicy", p) for label, p in policies.items()
     ]
     if reference in policies:
-        contestants += [Contestant(LABELS[k], k, policies[reference]) for k in PEERS]
+        installed, missing = available_peers()
+        notes += missing
+        contestants += [Contestant(LABELS[k], k, policies[reference]) for k in installed]
     for c in contestants:
         d = run_contestant(msgs, c, window, trace=name, counter=counter)
         slim = {k: d[k] for k in SLIM if k in d}
