@@ -112,7 +112,7 @@ def _prompt_text(m: BaseMessage) -> str:
     (tool calls included); langmem passes the folded messages themselves, so their
     tool calls are read here (as ``ctxpolicy.sim.replay.message_text`` reads them).
     """
-    parts = [m.text]
+    parts: list[str] = [str(m.text)]
     for tc in getattr(m, "tool_calls", None) or []:
         parts += [str(tc.get("name", "")), json.dumps(tc.get("args", {}), ensure_ascii=False)]
     return "\n".join(p for p in parts if p)
