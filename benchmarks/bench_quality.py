@@ -67,6 +67,7 @@ from benchmarks.peers.table import (
     peer_job,
     peer_markdown,
     ruler_markdown,
+    ruler_section,
     shipped_policies,
 )
 
@@ -587,7 +588,11 @@ def main(argv: list[str] | None = None) -> int:
     data["goals"] = goals(results)
     data["peer_goals"] = peer_goals(peer_results, args.peer_reference)
     data["elapsed_s"] = time.perf_counter() - t0
-    text = to_markdown(data)
+    if args.results_name == "bench_quality":
+        text = to_markdown(data)
+    else:  # the ruler's peer table of docs/benchmarks.md (its own section)
+        command = " ".join(["python benchmarks/bench_quality.py", *(argv or sys.argv[1:])])
+        text = ruler_section(data, command)
     print(text)
     j, m = write_results(args.results_name, data, text)
     eprint(f"wrote {j} and {m}")
