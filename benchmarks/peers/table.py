@@ -325,8 +325,11 @@ PEER_NOTES = {
     "`RunningSummary`, `max_tokens_before_summary` = the policy's trigger, `max_tokens` = "
     "window − reserve_output (langmem has no keep setting).",
     "openhands": "OpenHands' `LLMSummarizingCondenser` is not measured: `openhands-sdk` "
-    "(Python ≥ 3.12) installs into a Python 3.12 venv, but a driver turning the traces into "
-    "OpenHands events and bridging its LLM to the shared summary is not built yet.",
+    "1.58.2 (Python ≥ 3.12) installs into a Python 3.12 venv, but the condenser works on "
+    "OpenHands event objects (typed actions and observations the traces must be turned "
+    "into), summarizes through litellm and counts tokens with litellm's tokenizers; the "
+    "driver (trace → events, a loopback endpoint serving the shared summary, the condensed "
+    "view back as messages) is not built yet.",
 }
 
 
