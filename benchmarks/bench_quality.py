@@ -59,6 +59,7 @@ from benchmarks._common import (
     markdown_table,
     write_results,
 )
+from benchmarks.peers.catalog import available_peers
 from benchmarks.peers.table import (
     PEER_WINDOWS,
     REFERENCE,
@@ -66,6 +67,7 @@ from benchmarks.peers.table import (
     peer_job,
     peer_markdown,
     ruler_markdown,
+    ruler_section,
     shipped_policies,
 )
 
@@ -535,6 +537,9 @@ def main(argv: list[str] | None = None) -> int:
     tasks.sort(key=lambda x: -Path(x[0]).stat().st_size)
     peer_tasks = [(t, w) for t in peer_traces for w in peer_windows]
     peer_tasks.sort(key=lambda x: -Path(x[0]).stat().st_size)
+    if peer_tasks:
+        for reason in available_peers()[1]:
+            eprint(reason)
     eprint(
         f"{len(tasks)} (trace, policy, window) jobs and {len(peer_tasks)} peer (trace, window) "
         f"jobs on {args.jobs} processes ..."
@@ -583,7 +588,11 @@ def main(argv: list[str] | None = None) -> int:
     data["goals"] = goals(results)
     data["peer_goals"] = peer_goals(peer_results, args.peer_reference)
     data["elapsed_s"] = time.perf_counter() - t0
-    text = to_markdown(data)
+    if args.results_name == "bench_quality":
+        text = to_markdown(data)
+    else:  # the ruler's peer table of docs/benchmarks.md (its own section)
+        command = " ".join(["python benchmarks/bench_quality.py", *(argv or sys.argv[1:])])
+        text = ruler_section(data, command)
     print(text)
     j, m = write_results(args.results_name, data, text)
     eprint(f"wrote {j} and {m}")

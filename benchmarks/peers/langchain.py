@@ -53,6 +53,7 @@ from langchain_core.messages import (
 )
 from langgraph.graph.message import add_messages
 
+from benchmarks.peers.catalog import LABELS
 from benchmarks.peers.summary import SUMMARY_TOKENS, DigestChatModel
 from ctxpolicy.budget import compute_budget
 from ctxpolicy.conversation import content_text
@@ -60,25 +61,76 @@ from ctxpolicy.policy.models import Policy
 from ctxpolicy.sim.baselines import BaselineStrategy
 from ctxpolicy.sim.metrics import SummaryMeter
 
-__all__ = ["PEERS", "LangChainStrategy", "langchain_peer"]
+__all__ = ["LABELS", "PEERS", "LangChainStrategy", "MessageStateStrategy", "langchain_peer"]
 
 Message = dict[str, Any]
 #: Peer name -> whether ContextEditingMiddleware(ClearToolUsesEdit) runs too.
 PEERS = {"langchain_summarize": False, "langchain_summarize_edit": True}
-LABELS = {
-    "langchain_summarize": "LangChain SummarizationMiddleware",
-    "langchain_summarize_edit": "LangChain Summarization + ContextEditing(ClearToolUsesEdit)",
-}
 
 
-class LangChainStrategy(BaselineStrategy):
-    """A ``ctxpolicy.sim.replay.Strategy`` backed by LangChain's middleware.
+class MessageStateStrategy(BaselineStrategy):
+    """Common part of the LangChain-family peers: the agent state's ``messages``.
 
-    Budget numbers (the ruler's hard limit), raw tool results and "nothing is
-    recoverable" come from ``ctxpolicy.sim.baselines.BaselineStrategy``.
+    The trace's new messages are converted once (``convert_to_messages``) and given
+    ids ``trace-N``; the leading system messages stay outside the state (joined in
+    one ``SystemMessage``). :meth:`_to_dict` maps a message a peer sends back to the
+    trace's exact dict when it is unchanged. Budget numbers (the ruler's hard limit),
+    raw tool results and "nothing is recoverable" come from
+    ``ctxpolicy.sim.baselines.BaselineStrategy``.
     """
 
     kind = "peer"
+
+    def __init__(self, name: str, policy: Policy, *, model: DigestChatModel, label: str) -> None:
+        super().__init__(name, policy)
+        self.label = label
+        self.model = model
+        self.agent_state: dict[str, Any] = {"messages": []}
+        self.system: list[Message] = []
+        self._system_lc: SystemMessage | None = None
+        self._seen = 0  # trace messages already in the state
+        self._leading = True
+        self._by_id: dict[str, tuple[Message, BaseMessage]] = {}
+        self.summaries: list[str] = []
+
+    def summarizer_tokens(self) -> tuple[int, int, int]:
+        """The summary model's calls and tokens so far (billed by the ruler)."""
+        meter = self.model.meter
+        return meter.totals() if meter is not None else (0, 0, 0)
+
+    def _ingest(self, convo: list[Message]) -> None:
+        new = convo[self._seen :]
+        self._seen = len(convo)
+        for d in new:
+            if self._leading and d.get("role") in ("system", "developer"):
+                self.system.append(d)
+                continue
+            self._leading = False
+            (lc,) = convert_to_messages([d])
+            lc.id = f"trace-{len(self._by_id)}"
+            self._by_id[lc.id] = (d, lc)
+            self.agent_state["messages"].append(lc)
+        if self.system and self._system_lc is None:
+            self._system_lc = SystemMessage(
+                content="\n\n".join(content_text(d.get("content")) for d in self.system)
+            )
+
+    def _to_dict(self, m: BaseMessage) -> Message:
+        known = self._by_id.get(str(m.id))
+        if known is not None:
+            original, ingested = known
+            if m.content == ingested.content and getattr(m, "tool_calls", None) == getattr(
+                ingested, "tool_calls", None
+            ):
+                return original
+            if isinstance(m, ToolMessage):
+                return {**original, "content": m.text}
+        (out,) = convert_to_openai_messages([m])
+        return dict(out)
+
+
+class LangChainStrategy(MessageStateStrategy):
+    """A ``ctxpolicy.sim.replay.Strategy`` backed by LangChain's middleware."""
 
     def __init__(
         self,
@@ -89,25 +141,11 @@ class LangChainStrategy(BaselineStrategy):
         editing: ContextEditingMiddleware | None = None,
         model: DigestChatModel,
     ) -> None:
-        super().__init__(name, policy)
-        self.label = LABELS.get(name, name)
+        super().__init__(name, policy, model=model, label=LABELS.get(name, name))
         self.summarization = summarization
         self.editing = editing
-        self.model = model
-        self.agent_state: dict[str, Any] = {"messages": []}
-        self.system: list[Message] = []
-        self._system_lc: SystemMessage | None = None
-        self._seen = 0  # trace messages already in the state
-        self._leading = True
-        self._by_id: dict[str, tuple[Message, BaseMessage]] = {}
         self._cleared: set[str] = set()
-        self.summaries: list[str] = []
         self.last_request: list[AnyMessage] = []
-
-    def summarizer_tokens(self) -> tuple[int, int, int]:
-        """The summary model's calls and tokens so far (billed by the ruler)."""
-        meter = self.model.meter
-        return meter.totals() if meter is not None else (0, 0, 0)
 
     def prepare(self, convo: list[Message]) -> tuple[list[Message], list[str]]:
         self._ingest(convo)
@@ -140,23 +178,6 @@ class LangChainStrategy(BaselineStrategy):
         return [*self.system, *(self._to_dict(m) for m in sent)], layers
 
     # ------------------------------------------------------------- internals
-    def _ingest(self, convo: list[Message]) -> None:
-        new = convo[self._seen :]
-        self._seen = len(convo)
-        for d in new:
-            if self._leading and d.get("role") in ("system", "developer"):
-                self.system.append(d)
-                continue
-            self._leading = False
-            (lc,) = convert_to_messages([d])
-            lc.id = f"trace-{len(self._by_id)}"
-            self._by_id[lc.id] = (d, lc)
-            self.agent_state["messages"].append(lc)
-        if self.system and self._system_lc is None:
-            self._system_lc = SystemMessage(
-                content="\n\n".join(content_text(d.get("content")) for d in self.system)
-            )
-
     def _model_call(self) -> list[AnyMessage]:
         """What the model receives: the state, through the editing middleware if any."""
         received: list[AnyMessage] = []
@@ -177,19 +198,6 @@ class LangChainStrategy(BaselineStrategy):
         else:
             self.editing.wrap_model_call(request, handler)
         return received
-
-    def _to_dict(self, m: BaseMessage) -> Message:
-        known = self._by_id.get(str(m.id))
-        if known is not None:
-            original, ingested = known
-            if m.content == ingested.content and getattr(m, "tool_calls", None) == getattr(
-                ingested, "tool_calls", None
-            ):
-                return original
-            if isinstance(m, ToolMessage):
-                return {**original, "content": m.text}
-        (out,) = convert_to_openai_messages([m])
-        return dict(out)
 
 
 def langchain_peer(

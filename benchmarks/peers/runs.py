@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from benchmarks.peers.langchain import PEERS, langchain_peer
+from benchmarks.peers.catalog import PEERS, build_peer
 from benchmarks.peers.summary import ctxpolicy_summary
 from ctxpolicy.policy.models import ModelSpec, Policy
 from ctxpolicy.sim.metrics import SummaryMeter
@@ -145,7 +145,7 @@ def _strategy(c: Contestant, window: int, snap_dir: Path, counter: TokenCounter,
             meter=meter,
         )
     if c.kind in PEERS:
-        strat = langchain_peer(c.kind, pol, count=counter.count_text)
+        strat = build_peer(c.kind, pol, count=counter.count_text)
         strat.label = c.label
         return strat
     raise ValueError(f"unknown contestant kind {c.kind!r}")

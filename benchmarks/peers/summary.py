@@ -9,7 +9,7 @@ Both sides call it:
   summarizer=ctxpolicy_summary)`` (:func:`ctxpolicy_summary` flattens the
   ``SummaryRequest``: previous summary plus every message's content, tool-call
   names and arguments);
-* LangChain through :class:`DigestChatModel`, a real ``langchain_core``
+* LangChain, deepagents and langmem through :class:`DigestChatModel`, a real ``langchain_core``
   ``BaseChatModel`` whose answer to the summary prompt is the digest of the
   ``<messages>`` section of that prompt (the XML LangChain renders, tags stripped
   and entities unescaped). The middleware is the real library; only the model
@@ -19,6 +19,7 @@ Both sides call it:
 from __future__ import annotations
 
 import html
+import json
 import re
 from collections.abc import Callable
 from typing import Any
@@ -104,6 +105,19 @@ def prompt_messages_text(prompt: str) -> str:
     return html.unescape(_XML_TAG.sub(" ", body))
 
 
+def _prompt_text(m: BaseMessage) -> str:
+    """One prompt message's text plus its tool calls' names and arguments.
+
+    LangChain and deepagents render the folded conversation into one prompt string
+    (tool calls included); langmem passes the folded messages themselves, so their
+    tool calls are read here (as ``ctxpolicy.sim.replay.message_text`` reads them).
+    """
+    parts: list[str] = [str(m.text)]
+    for tc in getattr(m, "tool_calls", None) or []:
+        parts += [str(tc.get("name", "")), json.dumps(tc.get("args", {}), ensure_ascii=False)]
+    return "\n".join(p for p in parts if p)
+
+
 class DigestChatModel(BaseChatModel):
     """A chat model that answers every prompt with :func:`digest` of its messages.
 
@@ -130,7 +144,7 @@ class DigestChatModel(BaseChatModel):
         run_manager: CallbackManagerForLLMRun | None = None,
         **kwargs: Any,
     ) -> ChatResult:
-        prompt = "\n".join(m.text for m in messages)
+        prompt = "\n".join(_prompt_text(m) for m in messages)
         self.calls.append(len(prompt))
         text = digest(prompt_messages_text(prompt), self.max_tokens, self.count)
         if self.meter is not None:

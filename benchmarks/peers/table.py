@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks._common import markdown_table
-from benchmarks.peers.langchain import LABELS, PEERS
+from benchmarks.peers.catalog import LABELS, PEERS, available_peers
 
 __all__ = [
     "PEER_WINDOWS",
@@ -29,6 +29,7 @@ __all__ = [
     "peer_markdown",
     "peer_totals",
     "ruler_markdown",
+    "ruler_section",
     "shipped_policies",
     "trace_halves",
 ]
@@ -142,7 +143,9 @@ def peer_job(
         Contestant(f"ctxpolicy {label}", "ctxpolicy", p) for label, p in policies.items()
     ]
     if reference in policies:
-        contestants += [Contestant(LABELS[k], k, policies[reference]) for k in PEERS]
+        installed, missing = available_peers()
+        notes += missing
+        contestants += [Contestant(LABELS[k], k, policies[reference]) for k in installed]
     for c in contestants:
         d = run_contestant(msgs, c, window, trace=name, counter=counter)
         slim = {k: d[k] for k in SLIM if k in d}
@@ -309,6 +312,49 @@ def ruler_markdown(results: Sequence[Mapping[str, Any]]) -> list[str]:
     return md
 
 
+#: how each peer is configured, for the ruler section (one sentence each)
+PEER_NOTES = {
+    "langchain": "LangChain 1.x (benchmarks/peers/langchain.py): `SummarizationMiddleware` "
+    "(trigger and keep = the policy's trigger and target) alone and with "
+    "`ContextEditingMiddleware(ClearToolUsesEdit)` at its warning level.",
+    "deepagents": "deepagents (benchmarks/peers/deepagents.py): the `SummarizationMiddleware` "
+    "`create_deep_agent` builds (history offloaded to a backend, old tool-call arguments "
+    "truncated, no summary-input trim) with its fractions replaced by the policy's trigger "
+    "and target, plus `FilesystemMiddleware`'s eviction of tool results over 20,000 tokens.",
+    "langmem": "langmem (benchmarks/peers/langmem.py): `summarize_messages` with its "
+    "`RunningSummary`, `max_tokens_before_summary` = the policy's trigger, `max_tokens` = "
+    "window − reserve_output (langmem has no keep setting).",
+    "openhands": "OpenHands' `LLMSummarizingCondenser` is not measured: `openhands-sdk` "
+    "1.58.2 (Python ≥ 3.12) installs into a Python 3.12 venv, but the condenser works on "
+    "OpenHands event objects (typed actions and observations the traces must be turned "
+    "into), summarizes through litellm and counts tokens with litellm's tokenizers; the "
+    "driver (trace → events, a loopback endpoint serving the shared summary, the condensed "
+    "view back as messages) is not built yet.",
+}
+
+
+def ruler_section(data: Mapping[str, Any], command: str) -> str:
+    """The ruler's peer table as its own page section (``--results-name`` other than
+    ``bench_quality``): heading, how to reproduce, how each peer is configured, tables."""
+    results = data.get("peer_results") or []
+    ref = data.get("peer_reference", REFERENCE)
+    md = [
+        "## Peers by the ruler users pay (issue 27)",
+        "",
+        f"Reproduce: `{command}` ({data['elapsed_s']:.0f} s with {data['jobs']} jobs). Every "
+        f"peer is configured to `{ref}`'s budget at the window, decides with its library's "
+        "default approximate counter and gets the same deterministic summary as ctxpolicy; "
+        "every request is measured with exact cl100k_base.",
+        "",
+        *[f"- {note}" for note in PEER_NOTES.values()],
+        *[f"- Note: {n}" for n in sorted(set(data.get("notes") or ()))],
+        "",
+    ]
+    body = ruler_markdown(results)
+    md += body[2:] if body[:1] and body[0].startswith("### ") else body
+    return "\n".join(md).rstrip() + "\n"
+
+
 def _dominated(mine: Mapping[str, Any], totals: Mapping[str, Mapping[str, Any]]) -> list[str]:
     """Peers that send fewer tokens AND keep more facts in context than ``mine``."""
     return [
@@ -381,7 +427,7 @@ def peer_markdown(data: Mapping[str, Any]) -> list[str]:
     ok = {True: "✓", False: "✗"}
     ref = data.get("peer_reference", REFERENCE)
     md = [
-        "### Peers: LangChain 1.x on the same traces",
+        "### Peers: LangChain 1.x, deepagents and langmem on the same traces",
         "",
         "The real `langchain.agents.middleware` classes, driven call by call as "
         "`create_agent` runs them (benchmarks/peers/langchain.py), beside ctxpolicy under "
@@ -395,7 +441,9 @@ def peer_markdown(data: Mapping[str, Any]) -> list[str]:
         "Overflows: requests over window − reserve_output (avoidable / unavoidable: the "
         "system prompt, task and newest message alone exceed it). A compaction is a call at "
         "which anything was compacted; a prefix change is a request that does not extend "
-        "the previous one.",
+        "the previous one. deepagents (benchmarks/peers/deepagents.py) and langmem "
+        "(benchmarks/peers/langmem.py) are driven the same way, configured to the same "
+        "budget; a peer whose package is not installed is skipped with a note.",
         "",
     ]
     goals = data.get("peer_goals") or peer_goals(results, ref)

@@ -1,0 +1,209 @@
+"""deepagents' context middleware driven call by call over a recorded trace.
+
+Not a re-implementation: :class:`DeepAgentsStrategy` holds a Deep Agent's state and
+runs the two middleware of ``deepagents.create_deep_agent`` that manage its context:
+
+* ``FilesystemMiddleware.wrap_tool_call`` on every tool result of the trace (the
+  handler returns the recorded result): a result over its
+  ``tool_token_limit_before_evict`` (default 20,000 tokens) is written to the
+  backend and replaced by a preview with the file's path;
+* the deepagents ``SummarizationMiddleware.wrap_model_call`` before every model
+  call: it reads the summary event kept in the private state key
+  ``_summarization_event`` (the messages themselves stay intact), truncates large
+  tool-call arguments of old messages, summarizes and offloads the folded history
+  to the backend (``/conversation_history/<session>.md``), clips an oversized tail
+  against the model profile's input budget. Its ``ExtendedModelResponse`` command
+  is applied to the state (the event, the session id, replaced messages through
+  LangGraph's ``add_messages``); the ``handler`` — the model call — records the
+  messages it receives.
+
+Configuration (:func:`deepagents_peer`): what ``create_summarization_middleware``
+(the factory ``create_deep_agent`` calls) sets for a model whose profile has
+``max_input_tokens`` — the deepagents summary prompt, no ``trim_tokens_to_summarize``,
+argument truncation at the same thresholds as the summary — with the fractions
+(0.85 / 0.10 of the window) replaced by the compared policy's ``trigger`` and
+``target`` in tokens, so the budget is the same as every other contestant's. The
+model behind it is the shared deterministic :class:`DigestChatModel` with profile
+``max_input_tokens`` = the window and ``max_tokens`` = the policy's
+``reserve_output`` (the request's ``model_settings``). deepagents counts with its
+default ``count_tokens_approximately``. The backend is a ``FilesystemBackend`` in a
+temporary directory (removed at the end of the run); the session id in the state is
+fixed per run so the history path (and its tokens) is deterministic.
+
+Not driven: ``FilesystemMiddleware.wrap_model_call`` (it adds the file tools'
+instructions to the system prompt and evicts an oversized *user* message, which the
+traces do not have), sub-agents, the todo list and prompt caching middleware (no
+effect on which messages are sent).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from deepagents.backends import FilesystemBackend
+from deepagents.middleware.filesystem import FilesystemMiddleware
+from deepagents.middleware.summarization import (
+    DEEPAGENTS_DEFAULT_SUMMARY_PROMPT,
+    SummarizationMiddleware,
+)
+from langchain.agents.middleware import ModelRequest, ModelResponse
+from langchain.agents.middleware.types import ExtendedModelResponse
+from langchain_core.messages import AIMessage, AnyMessage, ToolMessage
+from langgraph.graph.message import add_messages
+from langgraph.prebuilt.tool_node import ToolCallRequest
+
+from benchmarks.peers.catalog import LABELS
+from benchmarks.peers.langchain import MessageStateStrategy
+from benchmarks.peers.summary import SUMMARY_TOKENS, DigestChatModel
+from ctxpolicy.budget import compute_budget
+from ctxpolicy.conversation import content_text
+from ctxpolicy.policy.models import Policy
+from ctxpolicy.sim.metrics import SummaryMeter
+
+__all__ = ["LABELS", "PEERS", "DeepAgentsStrategy", "deepagents_peer"]
+
+Message = dict[str, Any]
+PEERS = ("deepagents",)
+EVENT = "_summarization_event"
+SESSION = "_summarization_session_id"
+
+
+class DeepAgentsStrategy(MessageStateStrategy):
+    """A ``ctxpolicy.sim.replay.Strategy`` backed by deepagents' middleware."""
+
+    def __init__(
+        self,
+        name: str,
+        policy: Policy,
+        *,
+        summarization: SummarizationMiddleware,
+        filesystem: FilesystemMiddleware,
+        model: DigestChatModel,
+        root: Path,
+    ) -> None:
+        super().__init__(name, policy, model=model, label=LABELS.get(name, name))
+        self.summarization = summarization
+        self.filesystem = filesystem
+        self.root = root
+        self.reserve_output = compute_budget(policy).reserve_output
+        session = hashlib.blake2b(name.encode("utf-8"), digest_size=16).hexdigest()
+        self.agent_state[SESSION] = f"session_{session}"
+        self.evicted = 0
+        self.last_request: list[AnyMessage] = []
+
+    def tool_result(self, call: Any, content: Any, step: int) -> str:
+        """The recorded result through ``FilesystemMiddleware.wrap_tool_call``."""
+        text = content if isinstance(content, str) else content_text(content)
+        fn = (call or {}).get("function") or {}
+        tool_call_id = str((call or {}).get("id") or f"call-{step}")
+        request = ToolCallRequest(
+            tool_call={"name": str(fn.get("name", "")), "args": {}, "id": tool_call_id},
+            tool=None,
+            state=self.agent_state,
+            runtime=None,  # type: ignore[arg-type]
+        )
+
+        def handler(_: ToolCallRequest) -> ToolMessage:
+            return ToolMessage(content=text, tool_call_id=tool_call_id)
+
+        out = self.filesystem.wrap_tool_call(request, handler)
+        if isinstance(out, ToolMessage):
+            if out.text != text:
+                self.evicted += 1
+            return out.text
+        return text
+
+    def prepare(self, convo: list[Message]) -> tuple[list[Message], list[str]]:
+        self._ingest(convo)
+        received: list[AnyMessage] = []
+
+        def handler(request: ModelRequest[Any]) -> ModelResponse[Any]:
+            received.extend(request.messages)
+            return ModelResponse(result=[AIMessage(content="")])
+
+        request = ModelRequest(
+            model=self.model,
+            messages=list(self.agent_state["messages"]),
+            system_message=self._system_lc,
+            tools=[],
+            state=self.agent_state,  # type: ignore[arg-type]
+            runtime=None,
+            model_settings={"max_tokens": self.reserve_output},
+        )
+        before = self.agent_state.get(EVENT)
+        response = self.summarization.wrap_model_call(request, handler)
+        layers: list[str] = []
+        if isinstance(response, ExtendedModelResponse) and response.command is not None:
+            update = dict(response.command.update or {})
+            replaced = update.pop("messages", None)
+            if replaced:
+                self.agent_state["messages"] = add_messages(self.agent_state["messages"], replaced)
+                layers.append("offload_tail")
+            self.agent_state.update(update)
+        event = self.agent_state.get(EVENT)
+        if event is not None and event is not before:
+            self.summaries.append(event["summary_message"].text)
+            layers.append("summarization")
+        if any(self._args_truncated(m) for m in received):
+            layers.append("truncate_args")
+        for layer in layers:
+            self._events.append({"type": "context.compacted", "layer": layer})
+        self.last_request = received
+        return [*self.system, *(self._to_dict(m) for m in received)], layers
+
+    def _args_truncated(self, m: AnyMessage) -> bool:
+        known = self._by_id.get(str(m.id))
+        return (
+            known is not None
+            and isinstance(m, AIMessage)
+            and m.tool_calls != getattr(known[1], "tool_calls", None)
+        )
+
+    def close(self) -> None:
+        shutil.rmtree(self.root, ignore_errors=True)
+
+
+def deepagents_peer(
+    name: str, policy: Policy, *, count: Any, summary_tokens: int = SUMMARY_TOKENS
+) -> DeepAgentsStrategy:
+    """Peer ``name`` (in :data:`PEERS`) configured to ``policy``'s budget at its window.
+
+    ``count`` is the exact ``count_text`` of the ruler, used by the deterministic
+    summary only.
+    """
+    if name not in PEERS:
+        raise ValueError(f"unknown peer {name!r}; choose from {', '.join(PEERS)}")
+    b = compute_budget(policy)
+    model = DigestChatModel(
+        count=count,
+        max_tokens=summary_tokens,
+        meter=SummaryMeter(count),
+        profile={"max_input_tokens": b.window},
+    )
+    root = Path(tempfile.mkdtemp(prefix="ctxpolicy-deepagents-"))
+    backend = FilesystemBackend(root_dir=root, virtual_mode=True)
+    summarization = SummarizationMiddleware(
+        model=model,
+        backend=backend,
+        trigger=("tokens", b.trigger),
+        keep=("tokens", b.target),
+        summary_prompt=DEEPAGENTS_DEFAULT_SUMMARY_PROMPT,
+        trim_tokens_to_summarize=None,
+        truncate_args_settings={
+            "trigger": ("tokens", b.trigger),
+            "keep": ("tokens", b.target),
+        },
+    )
+    filesystem = FilesystemMiddleware(backend=backend)
+    return DeepAgentsStrategy(
+        name,
+        policy,
+        summarization=summarization,
+        filesystem=filesystem,
+        model=model,
+        root=root,
+    )
