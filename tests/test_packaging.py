@@ -75,6 +75,9 @@ def fresh(tmp_path_factory: pytest.TempPathFactory, dist: Path) -> tuple[Path, d
             "--python",
             str(py),
             "install",
+            # the test's own environment (on the path through zz_deps.pth) may hold an
+            # editable ctxpolicy: never taken as "already satisfied", never uninstalled
+            "--ignore-installed",
             "--no-deps",
             "--no-index",
             f"{wheel}[openai]",
