@@ -30,6 +30,7 @@ ORDER = (
     "bench_engine",
     "bench_quality",
     "bench_peers_ruler",
+    "bench_peers_ruler_before",
     "bench_incidents",
     "bench_cache",
     "bench_validate",
