@@ -242,6 +242,12 @@ def simulate(
             except ValueError as exc:
                 raise click.BadParameter(f"{r.label}: {exc}", param_hint="--window") from None
 
+    from ctxpolicy.sim.importers import mark_warning
+
+    for trace in traces:
+        warning = mark_warning(trace)
+        if warning is not None:
+            click.echo(f"warning: {warning}", err=True)
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 

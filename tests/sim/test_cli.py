@@ -191,3 +191,23 @@ def test_bad_trace_names_file_and_line(tmp_path: Path) -> None:
 def test_unknown_agent_exits_2() -> None:
     res = CliRunner().invoke(simulate, [DEMO[0], "--policy", POLICY, "--agent", "nope"])
     assert res.exit_code == 2
+
+
+def test_trace_exported_after_compaction_is_warned_about(tmp_path: Path) -> None:
+    """An agent's history holds ctxpolicy's reference lines: simulate says so, with the
+    file and the first line (issue 31 item 4)."""
+    raw = [json.loads(line) for line in Path(DEMO[0]).read_text().splitlines() if line]
+    hist = tmp_path / "history.jsonl"
+    lines = [json.dumps(m) for m in raw]
+    lines[5] = json.dumps(
+        {**raw[5], "content": "x\n[Full detail available at: .ctxpolicy/s/a.json]"}
+    )
+    hist.write_text("\n".join(lines) + "\n")
+    res = CliRunner().invoke(
+        simulate, [str(hist), DEMO[1], "--policy", POLICY, "--agent", "coding_agent_16k"]
+    )
+    assert res.exit_code == 0
+    assert f"warning: {hist}:6: this trace already holds a snapshot reference" in res.output
+    assert "record=PATH" in res.output
+    assert DEMO[1] not in res.output.split("warning:", 1)[1].split("\n", 1)[0]
+    assert res.output.count("warning:") == 1
