@@ -73,6 +73,12 @@ def _autogen(policy: Policy, d: str) -> Session:
     return CtxPolicyContext(policy, conv_id="c", record=d).session
 
 
+def _google_adk(policy: Policy, d: str) -> Session:
+    from ctxpolicy.integrations.google_adk import ContextPolicyPlugin
+
+    return ContextPolicyPlugin(policy, record=d).session_for("app", "user", "c")
+
+
 ADAPTERS: dict[str, tuple[str, Callable[[Policy, str], Session]]] = {
     "openai": ("openai", _openai),
     "anthropic": ("anthropic", _anthropic),
@@ -82,6 +88,7 @@ ADAPTERS: dict[str, tuple[str, Callable[[Policy, str], Session]]] = {
     "litellm": ("litellm", _litellm),
     "strands": ("strands", _strands),
     "autogen": ("autogen_core", _autogen),
+    "google_adk": ("google.adk", _google_adk),
 }
 
 
