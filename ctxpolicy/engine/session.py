@@ -34,7 +34,7 @@ from ctxpolicy.engine.context import EngineContext
 from ctxpolicy.engine.derived import remember
 from ctxpolicy.engine.ledger import Ledger
 from ctxpolicy.engine.overflow import is_context_overflow, parse_limit
-from ctxpolicy.engine.own import as_summarizer, insert_specials, tool_call_info
+from ctxpolicy.engine.own import as_summarizer, check_tool_name, insert_specials, tool_call_info
 from ctxpolicy.engine.persistence import Persistence, open_persistence
 from ctxpolicy.engine.pipeline import run_pipeline
 from ctxpolicy.engine.recorder import TraceRecorder
@@ -289,6 +289,8 @@ class Session:
         """Preprocess and snapshot one tool result; returns the text for the context."""
         # the result is processed (preprocessed, snapshotted, counted) once; a redo after
         # a lost state race only re-applies what it changes in the session state
+        if isinstance(tool_call, str):
+            check_tool_name(tool_call, self.policy)
         call = tool_call_info(tool_call)
         text = self._tool_result_call(call, output, step, meta, {})
         if self.recorder is not None:
@@ -366,15 +368,17 @@ class Session:
         return recall(self.snapshots, ref, lines=lines, grep=grep)
 
     def recall_tool(self) -> tuple[list[dict[str, Any]], Callable[[str, Any], str]]:
-        """OpenAI tool schemas (``ctx_recall``, ``ctx_search``) and their handler."""
-        from ctxpolicy.snapshots.recall import handle_tool_call, recall_tools
+        """OpenAI tool schemas (``ctx_recall``, ``ctx_search``) and their handler; an
+        answer is capped by the budget in force (``answer_chars(budget.tool_growth)``)."""
+        from ctxpolicy.snapshots.recall import answer_chars, handle_tool_call, recall_tools
 
         store = self.snapshots
 
         def handler(name: str, arguments: Any) -> str:
             if store is None:
                 return "Error: no snapshot store is configured for this session."
-            return handle_tool_call(store, self.conv_id, name, arguments)
+            cap = answer_chars(self.budget().tool_growth)
+            return handle_tool_call(store, self.conv_id, name, arguments, max_chars=cap)
 
         return recall_tools(), handler
 

@@ -211,3 +211,19 @@ def test_trace_exported_after_compaction_is_warned_about(tmp_path: Path) -> None
     assert "record=PATH" in res.output
     assert DEMO[1] not in res.output.split("warning:", 1)[1].split("\n", 1)[0]
     assert res.output.count("warning:") == 1
+
+
+def test_steps_show_the_state_reached_before_compaction() -> None:
+    """``--steps`` said only where compaction left the context; a reader never saw the
+    warning crossed (issue 31 item 7)."""
+    code, out = invoke(DEMO[0], "--policy", POLICY, "--agent", "coding_agent_16k", "--steps")
+    assert code == 0
+    assert "before  reached      used" in out
+    rows = [line.split() for line in out.splitlines() if "observation_mask" in line]
+    row = next(r for r in rows if r[0].isdigit())
+    before, reached, used = int(row[1].replace(",", "")), row[2], int(row[3].replace(",", ""))
+    assert reached in ("warning", "error", "critical") and before > used
+    code, js = invoke(DEMO[0], "--policy", POLICY, "--agent", "coding_agent_16k", "--json")
+    run = json.loads(js)["traces"][0]["runs"][0]
+    i = int(row[0]) - 1
+    assert run["series"]["before"][i] == before and run["series"]["state_before"][i] == reached
