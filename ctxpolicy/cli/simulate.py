@@ -242,6 +242,12 @@ def simulate(
             except ValueError as exc:
                 raise click.BadParameter(f"{r.label}: {exc}", param_hint="--window") from None
 
+    from ctxpolicy.sim.importers import mark_warning
+
+    for trace in traces:
+        warning = mark_warning(trace)
+        if warning is not None:
+            click.echo(f"warning: {warning}", err=True)
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
@@ -333,13 +339,23 @@ def _print_steps(output: dict[str, Any], labels: set[str], width: int) -> None:
                 continue
             series = run["series"]
             click.echo(f"== {trace['trace']} · {run['run']}"[:width])
-            click.echo("  call      used   trigger  ratio  state     compacted by")
+            click.echo(
+                "  call    before  reached      used   trigger  ratio  state     compacted by"
+            )
+            before = series.get("before") or series["used"]
+            reached = series.get("state_before") or series["state"]
             for i, used in enumerate(series["used"]):
                 trigger = series["trigger"][i]
                 ratio = used / trigger if trigger else 0.0
                 layers = ", ".join(series["layers"][i]) or "-"
+                # before compaction: the tokens and the state that made it fire
+                was = (
+                    f"{before[i]:9,d}  {reached[i]:9s}"
+                    if before[i] != used or reached[i] != series["state"][i]
+                    else f"{'':9s}  {'':9s}"
+                )
                 line = (
-                    f"  {i + 1:4d} {used:9,d} {trigger:9,d}  {ratio:5.2f}  "
+                    f"  {i + 1:4d} {was} {used:9,d} {trigger:9,d}  {ratio:5.2f}  "
                     f"{series['state'][i]:9s} {layers}"
                 )
                 click.echo(line if len(line) <= width else line[: width - 1] + "…")

@@ -94,11 +94,15 @@ def tune(
     except ImportError:
         click.echo("ctxpolicy tune needs optuna: pip install 'ctxpolicy[tune]'", err=True)
         ctx.exit(2)
-    from ctxpolicy.sim.importers import TraceError
+    from ctxpolicy.sim.importers import TraceError, mark_warning
     from ctxpolicy.tune.runner import TuneConfig, run_tune
     from ctxpolicy.tune.space import SpaceError
 
     base = _load(ctx, policy_file, agent)
+    for trace in traces:
+        warning = mark_warning(trace)
+        if warning is not None:
+            click.echo(f"warning: {warning}", err=True)
     spec = base.tune
     cfg = TuneConfig(
         traces=list(traces),

@@ -7,6 +7,8 @@ not duplicated); dropped messages are archived as plain text transcripts.
 
 from __future__ import annotations
 
+import fnmatch
+import re
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -60,6 +62,30 @@ def insert_specials(view: list[Unit], specials: list[Unit]) -> list[Unit]:
         i += 1
     return pin_units(
         [*view[:i], *specials, *view[i:]], system=False, first_user=False, last_user=False
+    )
+
+
+#: What providers' and frameworks' tool call ids look like (OpenAI ``call_…``, Anthropic
+#: ``toolu_…``, Bedrock ``tooluse_…``, Responses ``fc_…``, ADK ``adk-…``): a digit in it.
+_CALL_ID_RE = re.compile(r"(?:call|toolu|tooluse|fc|adk|tool)[_-][A-Za-z0-9_-]{0,200}")
+
+
+def check_tool_name(name: str, policy: Any) -> None:
+    """Refuse a tool call *id* given where a tool call or a tool name goes
+    (``add_tool_result("call_1", out)``): it would silently get the ``"*"`` rule.
+    A name some rule of the policy names explicitly is always accepted."""
+    if not _CALL_ID_RE.fullmatch(name) or not any(ch.isdigit() for ch in name):
+        return
+    tools = getattr(policy, "tools", {}) or {}
+    if any(p != "*" and fnmatch.fnmatchcase(name, p) for p in tools):
+        return
+    shown = name if len(name) <= 80 else name[:77] + "..."
+    raise ValueError(
+        f"add_tool_result got {shown!r}, which looks like a tool call id, not a tool name: "
+        "pass the tool call itself (the entry of the assistant message's tool_calls, an "
+        "Anthropic tool_use block, or {'id': ..., 'name': ..., 'arguments': ...}) so the "
+        "tool's rule applies and the snapshot is linked to the call; a bare tool name "
+        "such as 'read_file' also works"
     )
 
 

@@ -18,6 +18,7 @@ What a session decided is its :class:`~ctxpolicy.engine.state.SessionState`
 from __future__ import annotations
 
 import functools
+import os
 import threading
 import time
 import uuid
@@ -33,9 +34,10 @@ from ctxpolicy.engine.context import EngineContext
 from ctxpolicy.engine.derived import remember
 from ctxpolicy.engine.ledger import Ledger
 from ctxpolicy.engine.overflow import is_context_overflow, parse_limit
-from ctxpolicy.engine.own import as_summarizer, insert_specials, tool_call_info
+from ctxpolicy.engine.own import as_summarizer, check_tool_name, insert_specials, tool_call_info
 from ctxpolicy.engine.persistence import Persistence, open_persistence
 from ctxpolicy.engine.pipeline import run_pipeline
+from ctxpolicy.engine.recorder import TraceRecorder
 from ctxpolicy.engine.squeeze import squeeze
 from ctxpolicy.engine.state import PreparedStats, SessionState
 from ctxpolicy.engine.window import learn_window
@@ -103,6 +105,7 @@ class Session:
         counter: TokenCounter | None = None,
         env: Mapping[str, str] | None = None,
         state_store: StateStore | None = None,
+        record: str | os.PathLike[str] | None = None,
     ) -> None:
         self.policy = policy
         self.conv_id = conv_id or uuid.uuid4().hex[:12]
@@ -134,6 +137,10 @@ class Session:
             open_persistence(ctx, state_store, env)
             if conv_id is not None or state_store is not None
             else None
+        )
+        #: the trace this conversation records to (``record=``; engine/recorder.py)
+        self.recorder: TraceRecorder | None = (
+            TraceRecorder.open(record, self.conv_id, self._emit) if record is not None else None
         )
 
     # ------------------------------------------------------------------ public API
@@ -182,7 +189,10 @@ class Session:
         tools: Sequence[Mapping[str, Any]] | None = None,
     ) -> list[Message]:
         """The message list to send now: fits the budget, pairs intact, pinned kept."""
-        return self._prepare_call(messages, tools)
+        out = self._prepare_call(messages, tools)
+        if self.recorder is not None:
+            self.recorder.record(messages, sent=out)
+        return out
 
     @_transaction("prepare")
     def _prepare_call(
@@ -279,7 +289,13 @@ class Session:
         """Preprocess and snapshot one tool result; returns the text for the context."""
         # the result is processed (preprocessed, snapshotted, counted) once; a redo after
         # a lost state race only re-applies what it changes in the session state
-        return self._tool_result_call(tool_call_info(tool_call), output, step, meta, {})
+        if isinstance(tool_call, str):
+            check_tool_name(tool_call, self.policy)
+        call = tool_call_info(tool_call)
+        text = self._tool_result_call(call, output, step, meta, {})
+        if self.recorder is not None:
+            self.recorder.tool_result(call, output)
+        return text
 
     @_transaction("add_tool_result")
     def _tool_result_call(
@@ -352,15 +368,17 @@ class Session:
         return recall(self.snapshots, ref, lines=lines, grep=grep)
 
     def recall_tool(self) -> tuple[list[dict[str, Any]], Callable[[str, Any], str]]:
-        """OpenAI tool schemas (``ctx_recall``, ``ctx_search``) and their handler."""
-        from ctxpolicy.snapshots.recall import handle_tool_call, recall_tools
+        """OpenAI tool schemas (``ctx_recall``, ``ctx_search``) and their handler; an
+        answer is capped by the budget in force (``answer_chars(budget.tool_growth)``)."""
+        from ctxpolicy.snapshots.recall import answer_chars, handle_tool_call, recall_tools
 
         store = self.snapshots
 
         def handler(name: str, arguments: Any) -> str:
             if store is None:
                 return "Error: no snapshot store is configured for this session."
-            return handle_tool_call(store, self.conv_id, name, arguments)
+            cap = answer_chars(self.budget().tool_growth)
+            return handle_tool_call(store, self.conv_id, name, arguments, max_chars=cap)
 
         return recall_tools(), handler
 

@@ -60,17 +60,26 @@ def as_session(
     """A :class:`~ctxpolicy.Session` from a session, a resolved policy or a policy file.
 
     ``conv_id`` names the conversation whose stored state the new session resumes
-    (docs/state.md); a given session must already have that id.
+    (docs/state.md); a given session must already have that id. ``record=PATH`` (a
+    file, or a directory for one file per conversation) records the new session's
+    trace (:mod:`ctxpolicy.engine.recorder`).
     """
     from ctxpolicy.engine import Session
     from ctxpolicy.policy.models import Policy
 
     if conv_id is not None:
         options["conv_id"] = conv_id
+    if options.get("record") is None:
+        options.pop("record", None)
     if isinstance(session, Session):
         if conv_id is not None and session.conv_id != conv_id:
             raise ValueError(
                 f"the session is conversation {session.conv_id!r}, not conv_id={conv_id!r}"
+            )
+        if "record" in options:
+            raise ValueError(
+                "record= makes a new session record its trace; pass it to "
+                "ctxpolicy.Session(..., record=PATH) when the session is made here"
             )
         return session
     if isinstance(session, Policy):

@@ -41,6 +41,7 @@ and retries; the session learns the stated limit and bounds the retries.
 from __future__ import annotations
 
 import copy
+import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -522,6 +523,7 @@ def wrap(
     cache_control: bool = True,
     cache_tail: bool = False,
     record_usage: bool = True,
+    record: str | os.PathLike[str] | None = None,
 ) -> AnthropicWrapper:
     """A proxy of an ``anthropic.Anthropic`` / ``AsyncAnthropic`` client whose
     ``messages.create`` goes through ``session``.
@@ -530,12 +532,13 @@ def wrap(
     ``agent``) from which a new session is made for ``conv_id`` (with a durable
     ``state:`` store it resumes that conversation in any process, docs/state.md).
     ``cache_control`` places the stable-prefix breakpoint; ``cache_tail`` also marks
-    the last message.
+    the last message. ``record=PATH`` records the new session's trace for
+    ``ctxpolicy simulate`` (docs/simulate.md, "Record your own traces").
     """
     _anthropic()
     return AnthropicWrapper(
         client,
-        as_session(session, agent=agent, conv_id=conv_id),
+        as_session(session, agent=agent, conv_id=conv_id, record=record),
         cache_control=cache_control,
         cache_tail=cache_tail,
         record_usage=record_usage,

@@ -39,6 +39,7 @@ Your history is never modified: keep appending to it; each call prepares it anew
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -89,17 +90,21 @@ def wrap(
     agent: str = "default",
     conv_id: str | None = None,
     record_usage: bool = True,
+    record: str | os.PathLike[str] | None = None,
 ) -> OpenAIWrapper:
     """A proxy of ``client`` (sync or async) whose model calls go through ``session``.
 
     ``session`` is a :class:`ctxpolicy.Session` (one per conversation), or a policy
     (object or file path + ``agent``) from which a new session is made for
     ``conv_id``: with a durable ``state:`` store it resumes that conversation's
-    state in any process (docs/state.md).
+    state in any process (docs/state.md). ``record=PATH`` records the new session's
+    trace for ``ctxpolicy simulate`` (docs/simulate.md, "Record your own traces").
     """
     _openai()
     return OpenAIWrapper(
-        client, as_session(session, agent=agent, conv_id=conv_id), record_usage=record_usage
+        client,
+        as_session(session, agent=agent, conv_id=conv_id, record=record),
+        record_usage=record_usage,
     )
 
 

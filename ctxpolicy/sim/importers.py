@@ -19,11 +19,12 @@ Every problem raises :class:`TraceError` naming the file and the line.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-__all__ = ["TraceError", "load_trace", "parse_trace_text"]
+__all__ = ["TraceError", "compaction_mark", "load_trace", "mark_warning", "parse_trace_text"]
 
 Message = dict[str, Any]
 _ROLES = {"system", "user", "assistant", "tool", "developer"}
@@ -41,6 +42,50 @@ class TraceError(ValueError):
         self.file = file
         self.line = line
         self.message = message
+
+
+#: Text only ctxpolicy writes into a context (reference lines, cut markers, its own
+#: messages): a trace holding it was exported after compaction (the agent's history).
+_MARKS: tuple[tuple[str, str], ...] = (
+    ("a snapshot reference", r"\[Full detail available at: |ctxsnap://"),
+    ("a truncation marker", r"\.\.\. \[\d{1,12} chars omitted\] \.\.\."),
+    ("a truncation marker", r"\.\.\. \[lines \d{1,12}-\d{1,12} omitted \("),
+    ("a truncation marker", r"\[ctxpolicy: \d{1,12} characters of this \w{1,20} removed"),
+    ("a ctxpolicy message", r"\[ctxpolicy (?:progress ledger|handover)\]"),
+    ("a masked observation", r"\[same output as step \d{1,12} below\]"),
+    ("a ctxpolicy summary", r"\[Summary of earlier conversation \(extractive digest\)\]"),
+)
+_MARK_RE = re.compile("|".join(f"(?P<m{i}>{rx})" for i, (_, rx) in enumerate(_MARKS)))
+
+
+def compaction_mark(path: str | Path) -> tuple[int, str, str] | None:
+    """The first line of ``path`` holding text ctxpolicy writes when it compacts
+    (:data:`_MARKS`): ``(line, what, the text found)``, or None. One streaming pass."""
+    try:
+        with Path(path).open("r", encoding="utf-8-sig", errors="replace") as fh:
+            for lineno, line in enumerate(fh, 1):
+                m = _MARK_RE.search(line)
+                if m is not None:
+                    what = _MARKS[int(str(m.lastgroup)[1:])][0]
+                    return lineno, what, m.group(0)
+    except OSError:
+        return None
+    return None
+
+
+def mark_warning(path: str | Path) -> str | None:
+    """The warning ``simulate`` and ``tune`` print for a trace that already holds
+    ctxpolicy's references or truncation markers (None for a raw trace)."""
+    found = compaction_mark(path)
+    if found is None:
+        return None
+    line, what, text = found
+    return (
+        f"{path}:{line}: this trace already holds {what} ({text.strip()!r}): it was "
+        "exported after ctxpolicy compacted it (an agent's history), so its numbers are "
+        "not those of the real run; record raw traces with Session(..., record=PATH) "
+        "(docs/simulate.md, 'Record your own traces')"
+    )
 
 
 def load_trace(path: str | Path) -> list[Message]:
@@ -121,7 +166,8 @@ def _looks_like_jsonl(text: str) -> bool:
 
 def _from_jsonl(text: str, name: str) -> list[Message]:
     out: list[Message] = []
-    for lineno, line in enumerate(text.splitlines(), 1):
+    # "\n" only: str.splitlines() also breaks at U+2028, U+0085, ... inside a string
+    for lineno, line in enumerate(text.split("\n"), 1):
         if not line.strip():
             continue
         try:

@@ -91,6 +91,14 @@ class StepRecord:
     summary_calls: int = 0
     summary_in: int = 0
     summary_out: int = 0
+    #: Tokens and state of the context before this call's compaction (None: nothing
+    #: compacted; ``used``/``state`` are then both), so a reader sees the threshold
+    #: that was crossed, not only where compaction left the context.
+    before: int | None = None
+    state_before: str | None = None
+    #: Tokens at which the policy's pipeline fires (its lowest ``at`` state; None for
+    #: a baseline).
+    fires: int | None = None
 
     @property
     def ratio(self) -> float:
@@ -611,6 +619,13 @@ def trace_metrics(r: TraceResult) -> dict[str, Any]:
             "layers": [list(s.layers) for s in steps],
             "prefix_changed": [s.prefix_changed for s in steps],
             "above_target": [s.above_target for s in steps],
+            "before": [s.used if s.before is None else s.before for s in steps],
+            "state_before": [s.state_before or s.state for s in steps],
+            **(
+                {"fires": [s.fires if s.fires is not None else s.trigger for s in steps]}
+                if any(s.fires is not None for s in steps)
+                else {}
+            ),
         },
     }
 

@@ -4,7 +4,8 @@ One panel per trace, x = call number (1-based, the numbering of ``--steps``),
 y = tokens sent. Every run of the output is drawn and named in the legend: the policy
 and each ``--compare`` policy (solid, one colour each), each baseline (dotted; ``none``,
 the uncompacted conversation, in grey). Each policy's own limits are drawn in its colour:
-``window − reserve_output`` (thin solid), trigger (dashed) and target (dash-dot).
+``window − reserve_output`` (thin solid), trigger (dashed), target (dash-dot) and the
+line where compaction fires (dotted: the tokens of the pipeline's lowest ``at`` state).
 Markers show where a layer fired (shape per layer). The y-axis is scaled to the policy
 runs and their limits; a baseline that rises above it is clipped and its peak written
 in the panel. The legend sits right of the panels, outside the data.
@@ -184,6 +185,9 @@ def _panel(
         keep(f"{name}: trigger", h)
         (h,) = ax.step(x, s["target"], where="post", color=c, lw=1.0, ls="-.", alpha=0.6)
         keep(f"{name}: target", h)
+        if s.get("fires") and s["fires"] != s["trigger"]:
+            (h,) = ax.step(x, s["fires"], where="post", color=c, lw=1.0, ls=":", alpha=0.9)
+            keep(f"{name}: compaction fires", h)
         (h,) = ax.plot(x, s["used"], color=c, lw=1.8)
         keep(f"{name}: tokens sent", h)
         fired: dict[str, list[int]] = {}

@@ -149,6 +149,8 @@ class PolicyStrategy:
         )
         self.counter = self.session.counter
         self.above_target = False
+        self.before: int | None = None
+        self.state_before: str | None = None
         self._recalled: dict[str, str | None] = {}
 
     def tool_result(self, call: Mapping[str, Any], content: Any, step: int) -> str:
@@ -173,6 +175,11 @@ class PolicyStrategy:
             if e.get("type") == "context.compacted"
         ]
         status = self.session.status or {}
+        entry = status.get("compacted_from")
+        self.before = int(entry) if isinstance(entry, int) else None
+        self.state_before = (
+            self.session.budget().state_for(self.before).value if self.before is not None else None
+        )
         if status.get("compact_layer") == "squeeze" and "squeeze" not in layers:
             layers.append("squeeze")
             self._events.append(
@@ -182,7 +189,11 @@ class PolicyStrategy:
 
     def budget_numbers(self) -> dict[str, int]:
         b = self.session.budget()
+        at = {"normal": 0, "warning": b.warning_tokens, "error": b.error_tokens}
+        at["critical"] = b.critical_tokens
+        lowest = [at.get(str(step.at), b.trigger) for step in self.policy.pipeline]
         return {
+            "fires": min(lowest) if lowest else b.trigger,
             "trigger": b.trigger,
             "target": b.target,
             "warning": b.warning_tokens,
@@ -326,6 +337,9 @@ def run_strategy(
                 summary_calls=s_calls,
                 summary_in=s_in,
                 summary_out=s_out,
+                before=getattr(strategy, "before", None),
+                state_before=getattr(strategy, "state_before", None),
+                fires=nums.get("fires"),
             )
             result.steps.append(rec)
             _retention(m, prepared, ruler, strategy, result, example_limit)

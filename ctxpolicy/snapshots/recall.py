@@ -36,11 +36,15 @@ from ctxpolicy.snapshots.names import (
     parse_history_ref,
 )
 
-__all__ = ["handle_tool_call", "recall", "recall_tools", "search"]
+__all__ = ["answer_chars", "handle_tool_call", "recall", "recall_tools", "search"]
 
 RECALL_TOOL = "ctx_recall"
 SEARCH_TOOL = "ctx_search"
 MAX_TOOL_CHARS = 20_000
+#: The smallest answer a budget sizes (:func:`answer_chars`): a few dozen lines.
+MIN_TOOL_CHARS = 2_000
+#: Characters per token assumed when a token allowance becomes a character cap.
+CHARS_PER_TOKEN = 4
 MAX_ARGUMENT_CHARS = 65_536
 MAX_PATTERN_CHARS = 1_000
 MAX_SCAN_BYTES = 32 * 1024 * 1024
@@ -311,6 +315,14 @@ def recall_tools() -> list[dict[str, Any]]:
             },
         },
     ]
+
+
+def answer_chars(tool_growth_tokens: int) -> int:
+    """The character cap of one recall answer under a budget: what the budget reserves
+    for the tool results of one round (``tool_growth``, learned or fixed), at
+    :data:`CHARS_PER_TOKEN`, never below :data:`MIN_TOOL_CHARS`. A small window gets
+    short answers (ask for a line range or grep for more), a large one long answers."""
+    return max(MIN_TOOL_CHARS, CHARS_PER_TOKEN * max(0, int(tool_growth_tokens)))
 
 
 def _bounded(text: str, max_chars: int) -> str:

@@ -421,3 +421,41 @@ def test_entry_state_decides_which_layers_run() -> None:
         # at the target, or the kept round and pinned content alone are above it
         assert s.status["used"] <= b.target or _events(s, "context.above_target")
         assert s.status["used"] < b.warning_tokens
+
+
+def test_a_tool_call_id_for_the_call_is_a_clear_error(tmp_path) -> None:
+    """``add_tool_result("call_1", out)`` silently got the ``*`` rule (issue 31 item 7)."""
+    s = Session(make_policy())
+    for cid in ("call_1", "toolu_01A2b3", "call_abc123XYZ", "fc_68a1", "adk-4f2a-11"):
+        with pytest.raises(ValueError, match=r"looks like a tool call id.*pass the tool call"):
+            s.add_tool_result(cid, "out")
+    assert s.add_tool_result("read_file", "out") == "out"  # a tool name is fine
+    assert s.add_tool_result("call_api", "out") == "out"  # a name without a digit too
+    named = make_policy(
+        tools={"call_v2": {"preprocess": "head_tail"}, "*": {"preprocess": "head_tail"}}
+    )
+    assert Session(named).add_tool_result("call_v2", "out") == "out"  # a rule names it
+
+
+def test_recall_answers_are_sized_from_the_budget(tmp_path) -> None:
+    """A recall answer is capped by the budget's tool growth, not a fixed 20,000
+    characters (issue 31 item 7: one grep took a context from 6,778 to 15,479 tokens)."""
+    from ctxpolicy.snapshots.recall import answer_chars
+
+    big = "\n".join(f"line {i}: value_{i} = compute({i})" for i in range(6000))
+    sizes = {}
+    for growth in (600, 12000):
+        pol = make_policy(
+            tmp_path / str(growth),
+            budget={"tool_growth": growth},
+            model={"context_window": 200_000},
+        )
+        s = Session(pol)
+        text = s.add_tool_result({"id": "c1", "name": "read_file"}, big)
+        ref = re.findall(r"ctxsnap://[^\s)\]]+", text)[-1]
+        answer = s.recall_tool()[1]("ctx_recall", {"ref": ref})
+        cap = answer_chars(s.budget().tool_growth)
+        assert len(answer) <= cap + 100 < len(big)  # + the omission marker
+        sizes[growth] = len(answer)
+    assert answer_chars(600) == 2400 and answer_chars(12000) == 48000
+    assert sizes[600] < 2600 and sizes[12000] > 40000

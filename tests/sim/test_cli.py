@@ -191,3 +191,39 @@ def test_bad_trace_names_file_and_line(tmp_path: Path) -> None:
 def test_unknown_agent_exits_2() -> None:
     res = CliRunner().invoke(simulate, [DEMO[0], "--policy", POLICY, "--agent", "nope"])
     assert res.exit_code == 2
+
+
+def test_trace_exported_after_compaction_is_warned_about(tmp_path: Path) -> None:
+    """An agent's history holds ctxpolicy's reference lines: simulate says so, with the
+    file and the first line (issue 31 item 4)."""
+    raw = [json.loads(line) for line in Path(DEMO[0]).read_text().splitlines() if line]
+    hist = tmp_path / "history.jsonl"
+    lines = [json.dumps(m) for m in raw]
+    lines[5] = json.dumps(
+        {**raw[5], "content": "x\n[Full detail available at: .ctxpolicy/s/a.json]"}
+    )
+    hist.write_text("\n".join(lines) + "\n")
+    res = CliRunner().invoke(
+        simulate, [str(hist), DEMO[1], "--policy", POLICY, "--agent", "coding_agent_16k"]
+    )
+    assert res.exit_code == 0
+    assert f"warning: {hist}:6: this trace already holds a snapshot reference" in res.output
+    assert "record=PATH" in res.output
+    assert DEMO[1] not in res.output.split("warning:", 1)[1].split("\n", 1)[0]
+    assert res.output.count("warning:") == 1
+
+
+def test_steps_show_the_state_reached_before_compaction() -> None:
+    """``--steps`` said only where compaction left the context; a reader never saw the
+    warning crossed (issue 31 item 7)."""
+    code, out = invoke(DEMO[0], "--policy", POLICY, "--agent", "coding_agent_16k", "--steps")
+    assert code == 0
+    assert "before  reached      used" in out
+    rows = [line.split() for line in out.splitlines() if "observation_mask" in line]
+    row = next(r for r in rows if r[0].isdigit())
+    before, reached, used = int(row[1].replace(",", "")), row[2], int(row[3].replace(",", ""))
+    assert reached in ("warning", "error", "critical") and before > used
+    code, js = invoke(DEMO[0], "--policy", POLICY, "--agent", "coding_agent_16k", "--json")
+    run = json.loads(js)["traces"][0]["runs"][0]
+    i = int(row[0]) - 1
+    assert run["series"]["before"][i] == before and run["series"]["state_before"][i] == reached

@@ -112,3 +112,22 @@ def test_png_has_the_documented_size(output, tmp_path):
     data = plot_output(output, tmp_path / "p.png")
     assert data[:8] == b"\x89PNG\r\n\x1a\n"
     assert struct.unpack(">II", data[16:24]) == figure_size(len(output["traces"]))
+
+
+def test_the_line_where_compaction_fires_is_drawn(figure, output):
+    """Each policy's firing line (its pipeline's lowest ``at``: warning here), dotted,
+    at the tokens of ``series.fires`` (issue 31 item 7)."""
+    labels = _labels(figure)
+    for run in ("coding_agent_16k", "coding_agent"):
+        assert f"{run}: compaction fires" in labels
+    runs = [r for r in output["traces"][0]["runs"] if r["kind"] == "policy"]
+    fires = {v for r in runs for v in r["series"]["fires"]}
+    dotted = [
+        line
+        for line in figure.axes[0].get_lines()
+        if line.get_linestyle() == ":" and len(line.get_ydata())
+    ]
+    assert fires & {int(y) for line in dotted for y in line.get_ydata()}
+    for r in runs:
+        s = r["series"]
+        assert all(f == w for f, w in zip(s["fires"], s["warning"], strict=True))

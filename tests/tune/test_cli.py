@@ -153,3 +153,19 @@ def test_ctrl_c_keeps_the_best_so_far_and_writes_the_report(traces3: list[str], 
     assert 3 <= len(doc["trials_table"]) < 400
     assert doc["chosen"] is not None and doc["base"]["held_out"] is not None
     assert (out / "report.html").exists()
+
+
+def test_trace_with_truncation_markers_is_warned_about(traces3: list[str], tmp_path: Path):
+    hist = tmp_path / "history.jsonl"
+    hist.write_text(
+        '{"role": "user", "content": "go"}\n'
+        '{"role": "tool", "tool_call_id": "c", "content": "a\\n... [1200 chars omitted] ...\\nb"}\n'
+    )
+    pol = tmp_path / "p.yaml"
+    pol.write_text(
+        f"ctxpolicy: 1\ninclude: [{json.dumps(str(WASTEFUL))}]\npolicies:\n"
+        "  mine:\n    extends: wasteful\n"
+        "    tune: {space: {'pipeline[summarize].keep_recent_rounds': {low: 1, high: 4}}}\n"
+    )
+    res = CliRunner().invoke(tune, [str(hist), *traces3, "--policy", str(pol), "--agent", "mine"])
+    assert f"warning: {hist}:2: this trace already holds a truncation marker" in res.output
