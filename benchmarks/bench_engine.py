@@ -520,7 +520,7 @@ def main(argv: list[str] | None = None) -> int:
         help="install the `peers` extra (deepagents, langmem) when missing (pip, this venv)",
     )
     args = ap.parse_args(argv)
-    if args.install_peers:
+    if args.install_peers and not args.quick:  # a smoke run measures what is installed
         install_peers()
     if not (SHARED / "traces").is_dir():
         eprint(f"shared traces not found under {SHARED} (set CTXPOLICY_SHARED)")
