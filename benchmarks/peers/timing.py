@@ -475,8 +475,9 @@ def per_call_markdown(data: Mapping[str, Any]) -> list[str]:
             "",
             "Median ms per call of each peer's own work (deepagents and langmem replayed "
             "like LangChain, benchmarks/peers/others.py: the policy's trigger and target, "
-            "the same deterministic summary model, each library's default token counter), "
-            "and ctxpolicy's `prepare` + `add_tool_result` (and `prepare` alone) ÷ that "
+            "the same deterministic summary model, each library's default token counter; "
+            "the packages are the `peers` extra, installed by `bench_engine.py` unless "
+            "`--no-install-peers`), and ctxpolicy's `prepare` + `add_tool_result` (and `prepare` alone) ÷ that "
             "median.",
             "",
             markdown_table(

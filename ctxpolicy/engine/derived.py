@@ -11,7 +11,9 @@ cached == uncached).
   changed message in one C-level list comparison;
 * :class:`_GroupCache` — units, their start indices, step and token prefix sums;
 * :class:`_PinCache` — pinned units and where the first/last user turns are;
-* :class:`_ViewCache` — the rendered view of all but the last unit.
+* :class:`_ViewCache` — the rendered view of all but the last unit and its tokens, so
+  the prepared list's count is the cached part's plus the grouping's prefix sums of
+  the units after it (no second pass over the messages).
 """
 
 from __future__ import annotations
