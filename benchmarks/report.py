@@ -39,6 +39,9 @@ ORDER = (
     "bench_preprocessors",
     "bench_state",
     "bench_tune",
+    "bench_prepare_calls",
+    "bench_call_profile",
+    "bench_scaling",
 )
 SCRIPT = {name: f"benchmarks/{name}.py" for name in ORDER}
 SCRIPT["bench_tokens_verify"] = "benchmarks/bench_tokens.py --verify"
@@ -273,6 +276,29 @@ def headline(results: Path) -> list[str]:
                     ok[c["goal_le_langchain"]],
                 ]
             )
+            lc = v["langchain"]["median_ms"]
+            if lc:
+                ratio = v["prepare"]["median_ms"] / lc
+                rows.append(
+                    [
+                        "engine (issue 32): prepare ≤ 0.6× LangChain per call",
+                        _short(c["trace"]),
+                        f"{v['prepare']['median_ms']:.3f} vs {lc:.3f} ms ({ratio:.2f}×)",
+                        ok[ratio <= 0.6],
+                    ]
+                )
+            for peer in ("deepagents", "langmem"):
+                if peer in v and v[peer]["median_ms"]:
+                    ratio = v["ctxpolicy"]["median_ms"] / v[peer]["median_ms"]
+                    rows.append(
+                        [
+                            f"engine (issue 32): prepare + add_tool_result ≤ {peer} per call",
+                            _short(c["trace"]),
+                            f"{v['ctxpolicy']['median_ms']:.3f} vs "
+                            f"{v[peer]['median_ms']:.3f} ms ({ratio:.1f}×)",
+                            ok[ratio <= 1.0],
+                        ]
+                    )
     q = _load(results, "bench_quality")
     if q:
         rows += peer_headline(q, ok)

@@ -222,14 +222,19 @@ def per_call(
     turn, and the baseline's variants are reported as ``baseline_*``; ``request``
     names the trace file and the agent for them.
     """
+    from benchmarks.peers import others
     from ctxpolicy.tokens import get_counter
 
     counter = get_counter(policy.model, model_name=policy.model_name)
     steps = _lc_steps(msgs)
     names = list(workers) if workers else [""]
+    peers = others.available()
     series: dict[str, list[list[float]]] = {
         f"{n}_{v}" if n else v: [] for n in names for v in VARIANTS if n == "" or v != "langchain"
     }
+    for peer in peers:
+        series[peer] = []
+    replays = {"deepagents": others.replay_deepagents, "langmem": others.replay_langmem}
     passes: list[float] = []
     for turn in range(repeat):  # load changes hit every variant alike
         for name, (prep, tools) in _ctxpolicy_runs(
@@ -240,6 +245,8 @@ def per_call(
             series[f"{pre}add_tool_result"].append(tools)
             series[f"{pre}ctxpolicy"].append([a + b for a, b in zip(prep, tools, strict=True)])
         series["langchain"].append(replay_langchain(policy, steps, counter.count_text))
+        for peer in peers:
+            series[peer].append(replays[peer](policy, steps, counter.count_text))
         passes.append(one_pass(msgs, counter.tokenizer))
     calls = len(series["prepare"][0])
     floor = statistics.median(passes)
@@ -269,6 +276,14 @@ def per_call(
     ours = out["variants"]["ctxpolicy"]["median_ms"]
     out["ctxpolicy_over_langchain"] = ours / lc if lc else None
     out["goal_le_langchain"] = lc > 0 and ours <= lc
+    out["peers"] = ["langchain", *peers]
+    out["over_peer"] = {
+        p: {
+            v: _ratio(out["variants"][v]["median_ms"], out["variants"][p]["median_ms"])
+            for v in ("prepare", "add_tool_result", "ctxpolicy")
+        }
+        for p in out["peers"]
+    }
     if "baseline_ctxpolicy" in out["variants"]:
         out["over_baseline"] = {
             v: _ratio(
@@ -382,6 +397,12 @@ def _durability(policy: Any) -> str:
     return str(LocalOptions.model_validate(dict(policy.snapshots.options)).durability)
 
 
+PEER_LABELS = {
+    "langchain": "LangChain `SummarizationMiddleware`",
+    "deepagents": "deepagents `SummarizationMiddleware`",
+    "langmem": "langmem `summarize_messages`",
+}
+
 LABELS = {
     "langchain": "LangChain `SummarizationMiddleware.before_model`",
     "prepare": "ctxpolicy `prepare`",
@@ -447,6 +468,46 @@ def per_call_markdown(data: Mapping[str, Any]) -> list[str]:
         ),
         "",
     ]
+    peers = [p for p in PEER_LABELS if all(p in r["variants"] for r in rows)]
+    if len(peers) > 1:
+        md += [
+            "#### Per call against each peer (same run)",
+            "",
+            "Median ms per call of each peer's own work (deepagents and langmem replayed "
+            "like LangChain, benchmarks/peers/others.py: the policy's trigger and target, "
+            "the same deterministic summary model, each library's default token counter; "
+            "the packages are the `peers` extra, installed by `bench_engine.py` unless "
+            "`--no-install-peers`), and ctxpolicy's `prepare` + `add_tool_result` (and `prepare` alone) ÷ that "
+            "median.",
+            "",
+            markdown_table(
+                [
+                    "trace",
+                    *[f"{PEER_LABELS[p]} ms" for p in peers],
+                    "ctxpolicy ms (`prepare` ms)",
+                    *[f"÷ {p}" for p in peers],
+                    *[f"`prepare` ÷ {p}" for p in peers],
+                ],
+                [
+                    [
+                        r["trace"].removesuffix(".jsonl")[-40:],
+                        *[f"{r['variants'][p]['median_ms']:.3f}" for p in peers],
+                        f"{r['variants']['ctxpolicy']['median_ms']:.3f} "
+                        f"({r['variants']['prepare']['median_ms']:.3f})",
+                        *[
+                            f"{r['variants']['ctxpolicy']['median_ms'] / r['variants'][p]['median_ms']:.2f}×"
+                            for p in peers
+                        ],
+                        *[
+                            f"{r['variants']['prepare']['median_ms'] / r['variants'][p]['median_ms']:.2f}×"
+                            for p in peers
+                        ],
+                    ]
+                    for r in rows
+                ],
+            ),
+            "",
+        ]
     if data.get("baseline"):
         md += [
             f"#### This tree vs the baseline `{data['baseline']}` (same run, interleaved)",

@@ -11,14 +11,16 @@ cached == uncached).
   changed message in one C-level list comparison;
 * :class:`_GroupCache` — units, their start indices, step and token prefix sums;
 * :class:`_PinCache` — pinned units and where the first/last user turns are;
-* :class:`_ViewCache` — the rendered view of all but the last unit.
+* :class:`_ViewCache` — the rendered view of all but the last unit and its tokens, so
+  the prepared list's count is the cached part's plus the grouping's prefix sums of
+  the units after it (no second pass over the messages).
 """
 
 from __future__ import annotations
 
 import bisect
 import hashlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
@@ -101,6 +103,7 @@ class _ViewCache:
     originals: list[Unit]
     view: list[Unit]
     out: list[Message]
+    tokens: int  # tokens of out (framing included, reply priming not)
 
 
 class Derived:
@@ -141,6 +144,9 @@ class Caches:
         self.groups: _GroupCache | None = None
         self.pins: _PinCache | None = None
         self.views: _ViewCache | None = None
+        #: tokens of the messages :meth:`view` last returned, as
+        #: ``TokenCounter.count_messages`` counts them (reply priming included)
+        self.out_tokens = 0
         self._by_messages: tuple[_GroupCache, dict[int, int]] | None = None
 
     @property
@@ -420,13 +426,31 @@ class Caches:
         specials = s.special_units()
         key = (st.decisions_version, tuple(u.messages[0]["content"] for u in specials))
         c = self.views
+        span = self._span(originals)
         if c is not None and c.key == key and keep >= c.upto and originals[: c.upto] == c.originals:
             tail = originals[c.upto :]
             units, out = [*c.view, *tail], [*c.out, *render(tail)]
+            n = len(originals)
+            # the count from the cached part's and the grouping's prefix sums: no
+            # second pass over the messages (same number as count_messages(out))
+            self.out_tokens = (
+                c.tokens + span(c.upto, n) + s.counter.count_messages([])
+                if span is not None
+                else s.counter.count_messages(out)
+            )
             if len(tail) > 1:  # the next call regroups at most the last unit
                 last = len(tail[-1].messages)
-                self.views = _ViewCache(
-                    key, len(originals) - 1, originals[:-1], units[:-1], out[: len(out) - last]
+                self.views = (
+                    _ViewCache(
+                        key,
+                        n - 1,
+                        originals[:-1],
+                        units[:-1],
+                        out[: len(out) - last],
+                        c.tokens + span(c.upto, n - 1),
+                    )
+                    if span is not None
+                    else None
                 )
             return units, out
         keys = {u.key for u in originals}
@@ -455,12 +479,35 @@ class Caches:
             p, q = p - 1, q - 1
         if q and view[q - 1].kind == "ledger" and p < len(originals):
             p, q = p + 1, q + 1
+        out = render(view)
+        priming = s.counter.count_messages([])
+        self.out_tokens = total = s.counter.count_messages(out)
         self.views = (
             None
-            if q and view[q - 1].kind == "ledger"
-            else _ViewCache(key, p, originals[:p], view[:q], render(view[:q]))
+            if (q and view[q - 1].kind == "ledger") or span is None
+            else _ViewCache(
+                key,
+                p,
+                originals[:p],
+                view[:q],
+                out[: len(out) - sum(len(u.messages) for u in view[q:])],
+                total - priming - span(p, len(originals)),
+            )
         )
-        return view, render(view)
+        return view, out
+
+    def _span(self, originals: Sequence[Unit]) -> Callable[[int, int], int] | None:
+        """Tokens of ``originals[a:b]`` from the grouping's prefix sums (None when the
+        grouping is not the one of ``originals``)."""
+        g = self.groups
+        if g is None or len(g.tokens) != len(originals):
+            return None
+        t = g.tokens
+
+        def span(a: int, b: int) -> int:
+            return (t[b - 1] if b else 0) - (t[a - 1] if a else 0)
+
+        return span
 
     def with_refs(self, unit: Unit) -> Unit:
         """Attach the snapshot refs of this session's tool results (``meta["refs"]``)."""

@@ -476,7 +476,9 @@ class Session:
         def count(units: Sequence[Unit]) -> int:
             return scaled(self.counter.count_messages(render(units)) + tools_tokens)
 
-        used = scaled(self.counter.count_messages(out) + tools_tokens)
+        # counted by the view from the grouping's prefix sums (no pass over ``out``)
+        out_tokens = caches.out_tokens
+        used = scaled(out_tokens + tools_tokens)
         tokens_in = caches.tokens_in + tools_tokens + self.counter.count_messages([])
         budget = self.budget()
         entry_used = used
@@ -547,7 +549,9 @@ class Session:
             tokenizer=self.counter.name,
             approximate=self.counter.approximate,
             calibration=st.calibration,
-            used_raw=used if scale == 1.0 else self.counter.count_messages(out) + tools_tokens,
+            used_raw=used
+            if scale == 1.0
+            else (out_tokens if not changed else self.counter.count_messages(out)) + tools_tokens,
             messages=len(out),
             messages_in=len(msgs),
             tokens_in=tokens_in,

@@ -185,3 +185,31 @@ def test_removing_a_call_makes_its_results_orphans_of_the_step_before() -> None:
     assert [u.key for u in cached._ctx.derived.caches.groups.units] == [
         u.key for u in fresh._ctx.derived.caches.groups.units
     ]
+
+
+def test_a_plain_call_counts_the_prepared_list_from_the_prefix_sums() -> None:
+    """A call that compacts nothing takes its count from the grouping's and the cached
+    view's prefix sums: the token counter never walks the prepared list again, and
+    the count is the one ``count_messages`` gives (issue 32)."""
+    pol = make_policy(
+        model={"context_window": 200_000, "max_output_tokens": 1000, "tokenizer": "cl100k_base"}
+    )
+    s = Session(pol)
+    msgs: list[Message] = [{"role": "system", "content": "sys"}, {"role": "user", "content": "go"}]
+    walked: list[int] = []
+    real = s.counter.count_messages
+
+    def count_messages(ms: Any) -> int:
+        walked.append(len(ms))
+        return real(ms)
+
+    s.counter.count_messages = count_messages  # type: ignore[method-assign]
+    for i in range(40):
+        msgs.append({"role": "assistant", "content": f"step {i}"})
+        msgs.append({"role": "user", "content": f"observation {i} of src/app.py"})
+        walked.clear()
+        out = s.prepare(msgs)
+        assert s.status is not None
+        assert s.status["used"] == real(out)
+        if i:  # the first call builds the caches
+            assert max(walked, default=0) <= 2, walked

@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from benchmarks.bench_quality import load_agent
+from benchmarks.peers.others import available
 from benchmarks.peers.timing import per_call, profile_calls
 from ctxpolicy.sim.importers import load_trace
 from tests.shared_data import TRACES, require
@@ -32,7 +33,8 @@ def test_per_call_measures_every_model_call(setup: tuple[Any, list[dict[str, Any
     assert r["counter"] == "quicktok:qwen3"  # the exact counter of the shipped Qwen model
     assert r["floor_per_call_ms"] == pytest.approx(r["one_pass_ms"] / calls)
     v = r["variants"]
-    assert set(v) == {"prepare", "add_tool_result", "ctxpolicy", "langchain"}
+    assert set(v) == {"prepare", "add_tool_result", "ctxpolicy", "langchain", *available()}
+    assert r["peers"] == ["langchain", *available()]
     for name, x in v.items():
         assert x["median_ms"] > 0, name
         assert x["median_over_floor_per_call"] == pytest.approx(
@@ -103,6 +105,7 @@ def test_per_call_against_a_baseline_tree(setup: tuple[Any, list[dict[str, Any]]
         "baseline_prepare",
         "baseline_add_tool_result",
         "baseline_ctxpolicy",
+        *available(),
     }
     assert r["calls"] == sum(1 for i, m in enumerate(msgs) if m["role"] == "assistant" and i > 0)
     assert r["over_baseline"]["ctxpolicy"] == pytest.approx(
