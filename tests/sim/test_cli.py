@@ -222,7 +222,7 @@ def test_steps_show_the_state_reached_before_compaction() -> None:
     rows = [line.split() for line in out.splitlines() if "observation_mask" in line]
     row = next(r for r in rows if r[0].isdigit())
     before, reached, used = int(row[1].replace(",", "")), row[2], int(row[3].replace(",", ""))
-    assert reached in ("warning", "error", "critical") and before > used
+    assert reached in ("warning", "error", "critical", "overflow") and before > used
     code, js = invoke(DEMO[0], "--policy", POLICY, "--agent", "coding_agent_16k", "--json")
     run = json.loads(js)["traces"][0]["runs"][0]
     i = int(row[0]) - 1
