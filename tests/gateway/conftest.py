@@ -46,7 +46,13 @@ class RunningGateway:
 
 @contextmanager
 def run_gateway(config: GatewayConfig) -> Iterator[RunningGateway]:
-    app = create_app(config)
+    with run_asgi(create_app(config)) as gw:
+        yield gw
+
+
+@contextmanager
+def run_asgi(app: Any) -> Iterator[RunningGateway]:
+    """Any ASGI app on a real uvicorn on a free loopback port, stopped afterwards."""
     port = free_port()
     server = uvicorn.Server(
         uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="on")
