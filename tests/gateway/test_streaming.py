@@ -52,7 +52,9 @@ class StreamingUpstream:
                 yield ev({"role": "assistant", "content": "Hel"})
                 await anyio.to_thread.run_sync(self.release.wait, 10)
                 yield ev({"content": "lo"})
-                yield ev({}, {"prompt_tokens": 42, "completion_tokens": 2, "total_tokens": 44}, "stop")
+                yield ev(
+                    {}, {"prompt_tokens": 42, "completion_tokens": 2, "total_tokens": 44}, "stop"
+                )
                 yield b"data: [DONE]\n\n"
 
             return StreamingResponse(gen(), media_type="text/event-stream")
@@ -70,12 +72,27 @@ class StreamingUpstream:
                     "usage": {"input_tokens": 37, "output_tokens": 1},
                 }  # fmt: skip
                 yield ev("message_start", {"message": msg})
-                yield ev("content_block_start", {"index": 0, "content_block": {"type": "text", "text": ""}})
-                yield ev("content_block_delta", {"index": 0, "delta": {"type": "text_delta", "text": "Hel"}})
+                yield ev(
+                    "content_block_start",
+                    {"index": 0, "content_block": {"type": "text", "text": ""}},
+                )
+                yield ev(
+                    "content_block_delta",
+                    {"index": 0, "delta": {"type": "text_delta", "text": "Hel"}},
+                )
                 await anyio.to_thread.run_sync(self.release.wait, 10)
-                yield ev("content_block_delta", {"index": 0, "delta": {"type": "text_delta", "text": "lo"}})
+                yield ev(
+                    "content_block_delta",
+                    {"index": 0, "delta": {"type": "text_delta", "text": "lo"}},
+                )
                 yield ev("content_block_stop", {"index": 0})
-                yield ev("message_delta", {"delta": {"stop_reason": "end_turn", "stop_sequence": None}, "usage": {"output_tokens": 2}})
+                yield ev(
+                    "message_delta",
+                    {
+                        "delta": {"stop_reason": "end_turn", "stop_sequence": None},
+                        "usage": {"output_tokens": 2},
+                    },
+                )
                 yield ev("message_stop", {})
 
             return StreamingResponse(gen(), media_type="text/event-stream")
