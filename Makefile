@@ -46,6 +46,7 @@ lint: $(VENV)/.dev
 	$(BIN)/ruff check ctxpolicy tests benchmarks examples
 	$(BIN)/ruff format --check ctxpolicy tests benchmarks examples
 	$(BIN)/mypy
+	$(BIN)/lint-imports
 	$(PY) -m ctxpolicy.testing.hookdocs --check
 
 fuzz: $(VENV)/.dev

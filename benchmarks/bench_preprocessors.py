@@ -112,7 +112,7 @@ def counter() -> tuple[Any, str]:
 
 def run(traces: Path = DEFAULT_TRACES) -> dict[str, Any]:
     from ctxpolicy.components import ToolCall
-    from ctxpolicy.toolresults import ToolResultProcessor
+    from ctxpolicy.engine.tool_results import ToolResultProcessor
 
     proc = ToolResultProcessor(make_policy(), store=None)
     count, how = counter()

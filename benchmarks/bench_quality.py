@@ -65,6 +65,7 @@ from benchmarks.peers.table import (
     peer_goals,
     peer_job,
     peer_markdown,
+    ruler_markdown,
     shipped_policies,
 )
 
@@ -338,6 +339,7 @@ def to_markdown(data: dict[str, Any]) -> str:
     if data["notes"]:
         md += [""]
     md += peer_markdown(data)
+    md += ruler_markdown(data.get("peer_results") or [])
     if not results:
         md += [reproduce(data)]
         return "\n".join(md)
@@ -492,6 +494,17 @@ def main(argv: list[str] | None = None) -> int:
         "--peer-reference", default=REFERENCE, help="policy the peers are configured to"
     )
     ap.add_argument(
+        "--results-name",
+        default="bench_quality",
+        help="name of the results files under benchmarks/results (bench_peers_ruler: the "
+        "ruler's peer table of docs/benchmarks.md)",
+    )
+    ap.add_argument(
+        "--peer-policies",
+        default="",
+        help="comma-separated shipped policies (file:agent) run beside the peers (default: all)",
+    )
+    ap.add_argument(
         "--peers-only", action="store_true", help="only the peer comparison (no baseline matrix)"
     )
     args = ap.parse_args(argv)
@@ -513,6 +526,9 @@ def main(argv: list[str] | None = None) -> int:
         agents, windows = agents[:1] if not args.agents else agents, [32768]
         peer_windows = peer_windows[:1]
     specs = shipped_policies()
+    if args.peer_policies:
+        wanted = [s for s in args.peer_policies.split(",") if s]
+        specs = [s for s in specs if s[0] in wanted]
     t0 = time.perf_counter()
     tasks = [] if args.peers_only else [(t, a, w) for t in traces for a in agents for w in windows]
     # largest traces first so the pool stays busy at the end
@@ -569,7 +585,7 @@ def main(argv: list[str] | None = None) -> int:
     data["elapsed_s"] = time.perf_counter() - t0
     text = to_markdown(data)
     print(text)
-    j, m = write_results("bench_quality", data, text)
+    j, m = write_results(args.results_name, data, text)
     eprint(f"wrote {j} and {m}")
     return 0
 

@@ -121,10 +121,7 @@ def replay(policy: Any, messages: list[dict[str, Any]], store: Any) -> dict[str,
             m = {**m, "content": session.add_tool_result(call, m["content"])}
             tool_s.append(time.perf_counter() - t0)
         convo.append(m)
-    state = session.state.to_entries(
-        ledger=session.ledger.to_dict() if session.ledger is not None else None,
-        growth=session._growth.to_dict(),
-    )
+    state = session.state_entries()
     return {
         "prepare_s": prepare_s,
         "tool_s": tool_s,

@@ -37,10 +37,10 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks._common import eprint, header_markdown, machine, markdown_table, write_results
-from ctxpolicy.archive import HistoryArchive, render_transcript
 from ctxpolicy.engine import Session
 from ctxpolicy.policy.models import AgentPolicy, Policy
 from ctxpolicy.snapshots import LocalOptions, LocalStore
+from ctxpolicy.snapshots.archive import HistoryArchive, render_transcript
 from ctxpolicy.state.memory import MemoryStateStore
 
 

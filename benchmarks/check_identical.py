@@ -2,10 +2,12 @@
 
 Usage::
 
-    python benchmarks/check_identical.py --baseline /work/main [--agent coding_agent]
+    python benchmarks/check_identical.py --baseline /work/main [--agent coding_agent|all]
+    python benchmarks/check_identical.py --baseline /work/main --agent all --save base.json
+    python benchmarks/check_identical.py --against base.json --agent all
 
 Replays every trace of ../shared/traces under ``policies/agents.yaml`` (``--agent``,
-default coding_agent) at 16k and 32k windows — the loop of ``ctxpolicy simulate``:
+default coding_agent; ``all`` for every agent the file defines) at 16k and 32k windows — the loop of ``ctxpolicy simulate``:
 ``add_tool_result`` for every tool result, ``prepare`` before every assistant
 message — once with each tree (a child process with that tree first on the path),
 records the exact JSON text of every prepared list, and compares them call by call.
@@ -30,7 +32,26 @@ TRACES = ROOT.parent / "shared" / "traces"
 WINDOWS = (16384, 32768)
 
 
+def agents_of(name: str) -> list[str]:
+    """``name``, or every agent of the shipped policy file for ``all``."""
+    if name != "all":
+        return [name]
+    import yaml
+
+    doc = yaml.safe_load((ROOT / "policies" / "agents.yaml").read_text(encoding="utf-8"))
+    return sorted(doc["policies"])
+
+
 def child(agent: str) -> dict[str, list[str]]:
+    """Digest of the JSON text of every prepared list, per agent, trace and window."""
+    out: dict[str, list[str]] = {}
+    for name in agents_of(agent):
+        for key, digests in child_one(name).items():
+            out[f"{name}:{key}"] = digests
+    return out
+
+
+def child_one(agent: str) -> dict[str, list[str]]:
     """Digest of the JSON text of every prepared list, per trace and window."""
     from ctxpolicy.sim import replay
     from ctxpolicy.sim.importers import load_trace
@@ -73,14 +94,25 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--baseline", type=Path, help="the other source tree")
     ap.add_argument("--agent", default="coding_agent")
+    ap.add_argument("--save", type=Path, help="write the baseline's digests here and stop")
+    ap.add_argument("--against", type=Path, help="digests saved by --save, instead of a tree")
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.child:
         print(json.dumps(child(args.agent)))
         return 0
-    if args.baseline is None:
-        ap.error("--baseline is required")
-    base, mine = run(args.baseline.resolve(), args.agent), run(ROOT, args.agent)
+    if args.against is not None:
+        base = json.loads(args.against.read_text())
+        args.baseline = args.against
+    elif args.baseline is None:
+        ap.error("--baseline or --against is required")
+    else:
+        base = run(args.baseline.resolve(), args.agent)
+    if args.save is not None:
+        args.save.write_text(json.dumps(base))
+        print(f"{sum(map(len, base.values()))} prepared lists saved to {args.save}")
+        return 0
+    mine = run(ROOT, args.agent)
     calls = sum(map(len, mine.values()))
     bad = [
         (k, i)

@@ -29,6 +29,7 @@ ROOT = Path(__file__).resolve().parents[1]
 ORDER = (
     "bench_engine",
     "bench_quality",
+    "bench_peers_ruler",
     "bench_incidents",
     "bench_cache",
     "bench_validate",
@@ -40,6 +41,11 @@ ORDER = (
 )
 SCRIPT = {name: f"benchmarks/{name}.py" for name in ORDER}
 SCRIPT["bench_tokens_verify"] = "benchmarks/bench_tokens.py --verify"
+SCRIPT["bench_peers_ruler"] = (
+    "benchmarks/bench_quality.py --peers-only"
+    " --peer-policies agents.yaml:coding_agent,agents.yaml:coding_agent_16k"
+    " --results-name bench_peers_ruler"
+)
 #: (trace file, agent, window, baselines) of the simulate plots.
 SIMULATIONS = (
     (

@@ -6,6 +6,7 @@
     reserve = budget.reserve_output | model.max_output_tokens | 4096
     trigger = window − reserve − tool_growth − safety_margin
     target  = budget.target × trigger   (fraction)   or   min(budget.target, trigger)   (tokens)
+    min_gain = budget.min_gain  (tokens, or a share of the window; at most the trigger)
     ratio   = used / trigger
     state   = normal < warning ≤ ratio < error ≤ … < critical ≤ ratio < 1.0 ≤ overflow
 
@@ -62,6 +63,8 @@ class BudgetState:
     error_tokens: int
     critical_tokens: int
     thresholds: Thresholds
+    #: ``budget.min_gain`` in tokens: the smallest gain worth a prefix rewrite
+    min_gain: int = 0
 
     @property
     def budget(self) -> int:
@@ -189,6 +192,7 @@ def compute_budget(policy: Policy, *, tool_growth: int | None = None) -> BudgetS
         error_tokens=_first_at_least(th.error, trigger),
         critical_tokens=_first_at_least(th.critical, trigger),
         thresholds=th,
+        min_gain=min(resolve_amount(policy.budget.min_gain, window), trigger),
     )
 
 
@@ -336,6 +340,10 @@ def explain_lines(policy: Policy) -> list[str]:
         lines.append(f"target         = {b.target:g} × {bs.trigger} = {bs.target}")
     else:
         lines.append(f"target         = {bs.target} tokens")
+    lines.append(
+        f"min_gain       = {bs.min_gain}  (a prefix rewrite frees at least this, "
+        "unless the context is critical)"
+    )
     th = bs.thresholds
     lines.append(
         "states (ratio = used / trigger): "

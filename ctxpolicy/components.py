@@ -251,11 +251,11 @@ class SnapshotStore(Component):
     Implementations must write atomically and keep every name inside their root.
 
     A conversation's documents live in one *folder* (:meth:`folder`, an injective
-    encoding of the conversation id; see :mod:`ctxpolicy.store_names`). The recall
+    encoding of the conversation id; see :mod:`ctxpolicy.snapshots.names`). The recall
     tools call :meth:`locate` to turn whatever reference the model passed into the
     canonical ``(folder, name)`` *before* checking that the folder is the caller's.
 
-    The history archive (:class:`ctxpolicy.archive.HistoryArchive`) appends to
+    The history archive (:class:`ctxpolicy.snapshots.archive.HistoryArchive`) appends to
     per-conversation logs through :meth:`append`, :meth:`read_range` and
     :meth:`size`. A store that does not override them (they raise
     ``NotImplementedError``) still works: the archive then writes one document per
@@ -280,7 +280,7 @@ class SnapshotStore(Component):
 
     def folder(self, conv_id: str) -> str:
         """The folder name of a conversation (default: :func:`store_names.conv_folder`)."""
-        from ctxpolicy.store_names import conv_folder
+        from ctxpolicy.snapshots.names import conv_folder
 
         return conv_folder(conv_id)
 
@@ -292,7 +292,7 @@ class SnapshotStore(Component):
         parsed, no decoding); stores that also accept paths override it and resolve
         ``..``, symlinks and URL forms to the same canonical pair.
         """
-        from ctxpolicy.store_names import URI_SCHEME, SnapshotError, parse_uri
+        from ctxpolicy.snapshots.names import URI_SCHEME, SnapshotError, parse_uri
 
         parsed = parse_uri(ref)
         if parsed is None:

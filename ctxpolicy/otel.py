@@ -34,7 +34,7 @@ import threading
 from collections.abc import Mapping
 from typing import Any
 
-from ctxpolicy.events import STATUS_FIELDS
+from ctxpolicy.events import STATUS_FIELDS, export_event
 from ctxpolicy.plugins import hookimpl
 
 try:
@@ -45,7 +45,7 @@ except ImportError as exc:  # pragma: no cover - depends on the install
         "the OpenTelemetry sink needs the opentelemetry SDK: pip install 'ctxpolicy[otel]'"
     ) from exc
 
-__all__ = ["FAILURE_EVENTS", "SCOPE", "OtelEventSink"]
+__all__ = ["FAILURE_EVENTS", "MAX_PENDING_CONVERSATIONS", "SCOPE", "OtelEventSink"]
 
 SCOPE = "ctxpolicy"
 #: Events counted in ``ctxpolicy.failures`` and shown as span events.
@@ -73,6 +73,9 @@ _STATUS_ATTRS = (
     "duration_ms",
 )
 _MAX_PENDING = 256  # span events kept per conversation between two statuses
+#: Conversations with pending span events at most; the oldest one is flushed (as a
+#: span of its own) when one more arrives, so finished conversations cannot pile up.
+MAX_PENDING_CONVERSATIONS = 1024
 
 
 def _ns(ts: float) -> int:
@@ -107,9 +110,13 @@ class OtelEventSink:
         meter_provider: Any = None,
         model: str | None = None,
         agent: str | None = None,
+        content: bool = False,
+        max_pending_conversations: int = MAX_PENDING_CONVERSATIONS,
     ) -> None:
         from ctxpolicy import __version__
 
+        self.content = content
+        self.max_pending_conversations = max(1, int(max_pending_conversations))
         self.model = model
         self.agent = agent
         self.tracer = trace.get_tracer(SCOPE, __version__, tracer_provider=tracer_provider)
@@ -172,10 +179,54 @@ class OtelEventSink:
         if kind in FAILURE_EVENTS:
             self.failures.add(1, {**common, "error.type": kind})
         if kind in _SPAN_EVENTS:
+            evicted: list[tuple[str, list[dict[str, Any]]]] = []
             with self._lock:
-                pending = self._pending.setdefault(str(event.get("conv_id")), [])
+                conv = str(event.get("conv_id"))
+                pending = self._pending.get(conv)
+                if pending is None:
+                    while len(self._pending) >= self.max_pending_conversations:
+                        oldest = next(iter(self._pending))
+                        evicted.append((oldest, self._pending.pop(oldest)))
+                    pending = self._pending[conv] = []
                 if len(pending) < _MAX_PENDING:
-                    pending.append(event)
+                    pending.append(export_event(event, content=self.content))
+            for conv_id, events in evicted:
+                self._flush(conv_id, events, common)
+
+    def close(self) -> None:
+        """Flush every pending span event (a span per conversation); call at exit."""
+        with self._lock:
+            pending, self._pending = self._pending, {}
+        common = self._common()
+        for conv_id, events in pending.items():
+            self._flush(conv_id, events, common)
+
+    def pending_conversations(self) -> int:
+        """Conversations whose span events wait for their next ``context.status``."""
+        with self._lock:
+            return len(self._pending)
+
+    def _flush(self, conv: str, events: list[dict[str, Any]], common: dict[str, Any]) -> None:
+        """Events of a ``prepare`` that will not get its status: a span of their own."""
+        if not events:
+            return
+        name = f"ctxpolicy.events {self.agent}" if self.agent else "ctxpolicy.events"
+        first = events[0].get("ts")
+        span = self.tracer.start_span(
+            name,
+            attributes={**common, "gen_ai.conversation.id": conv},
+            start_time=_ns(float(first)) if first is not None else None,
+        )
+        try:
+            for ev in events:
+                ts = ev.get("ts")
+                span.add_event(
+                    str(ev.get("type")),
+                    _attrs("ctxpolicy.", ev),
+                    timestamp=_ns(float(ts)) if ts is not None else None,
+                )
+        finally:
+            span.end()
 
     @hookimpl
     def ctxpolicy_event(self, event: dict[str, Any]) -> None:

@@ -15,7 +15,7 @@ from __future__ import annotations
 import importlib
 import os
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from importlib import metadata
 from types import ModuleType
@@ -125,6 +125,16 @@ class Registry:
 
     def get(self, kind: Kind, name: str) -> type[Component] | None:
         return self.components[kind].get(name)
+
+    def create(self, kind: Kind, name: str, options: Mapping[str, Any] | None = None) -> Component:
+        """An instance of component ``name`` of ``kind``: look it up, validate
+        ``options`` with its own ``Options`` model, instantiate (the one way every
+        component is built). ``LookupError`` when no plugin provides it; pydantic's
+        ``ValidationError`` for bad options."""
+        cls = self.get(kind, name)
+        if cls is None:
+            raise LookupError(f"no plugin provides {kind} {name!r}")
+        return cls(cls.Options.model_validate(dict(options or {})))
 
     def names(self, kind: Kind) -> list[str]:
         return sorted(self.components[kind])

@@ -133,7 +133,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--agent", default="coding_agent")
     ap.add_argument("--steps", type=int, default=25, help="tool calls the scripted model makes")
     ap.add_argument(
-        "--window", type=int, default=12000, help="context window of the scripted server"
+        "--window", type=int, default=8000, help="context window of the scripted server"
     )
     ap.add_argument(
         "--task", default="Read the engine and explain how a tool result enters the context."
@@ -169,6 +169,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     if server is not None:
         print(f"server: {len(server.requests)} requests, {server.rejections} rejected as too long")
+    print(f"window learned: {session.budget().window} tokens")
     print(f"snapshots under {home}")
     return 0
 

@@ -231,6 +231,27 @@ def hostile_messages(text: str, pick: int, n: int, msgs: list[Any]) -> list[Any]
         [{"role": "tool", "tool_call_id": dup, "content": {"deep": deep_value(5_000)}}],
         [{"role": "assistant", "content": "deep", "tool_calls": [deep_value(5_000)]}],
         [{"role": "user", "content": f"{BAD} name{BAD}.txt {text}"}],
+        # issue 29 item 4: huge numeric tool-call arguments (quadratic fact patterns)
+        [
+            {
+                "role": "assistant",
+                "content": "nums",
+                "tool_calls": [
+                    {
+                        "id": f"n{n}",
+                        "type": "function",
+                        "function": {"name": "plot", "arguments": json.dumps({"v": "1," * 6_000})},
+                    },
+                    {
+                        "id": f"m{n}",
+                        "type": "function",
+                        "function": {"name": "plot", "arguments": "1." * 4_000 + "AB-" * 1_000},
+                    },
+                ],
+            },
+            {"role": "tool", "tool_call_id": f"n{n}", "content": "9" * 5_000},
+            {"role": "tool", "tool_call_id": f"m{n}", "content": "x/@" * 2_000},
+        ],
         [
             {
                 "role": "assistant",

@@ -11,9 +11,24 @@ from pathlib import Path
 
 import pytest
 
-SHARED = Path(__file__).resolve().parents[1].parent / "shared"
+#: ``../shared`` beside the clone; ``CTXPOLICY_SHARED`` points elsewhere (the
+#: benchmarks read the same variable, benchmarks/_common.py)
+SHARED = Path(
+    os.environ.get("CTXPOLICY_SHARED", Path(__file__).resolve().parents[1].parent / "shared")
+)
 TRACES = SHARED / "traces"
 SEEDS = SHARED / "seeds"
+SEED_CONFIGS = SHARED / "seed-configs"
+
+
+def available(path: Path) -> bool:
+    """Whether ``path`` exists; under ``CI`` a missing path is a failure, not a skip
+    (for ``skipif``-style checks at collection time)."""
+    if path.exists():
+        return True
+    if os.environ.get("CI"):
+        pytest.fail(f"{path} not found (third-party data in ../shared); CI must provide it")
+    return False
 
 
 def _missing(what: Path) -> None:

@@ -36,21 +36,16 @@ from ctxpolicy.tokens import (
     resolve_tokenizer,
 )
 from ctxpolicy.tokens.msgkeys import json_text
+from tests.shared_data import SHARED, require
 
 from .tokens_reference import ReferenceUnavailable, o200k_tiktoken, qwen_reference
 
 DATA = Path(__file__).parent / "data" / "tokens"
-SHARED = Path(os.environ.get("CTXPOLICY_SHARED", Path(__file__).resolve().parents[2] / "shared"))
 SPEC = ModelSpec(context_window=128000)
 
 
 def shared_or_skip(sub: str) -> Path:
-    p = SHARED / sub
-    if not p.exists():
-        if os.environ.get("CI"):
-            pytest.fail(f"{p} is required in CI")
-        pytest.skip(f"{p} not present (shared data lives outside the repo)")
-    return p
+    return require(SHARED / sub)
 
 
 @pytest.fixture(scope="module")

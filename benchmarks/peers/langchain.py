@@ -58,6 +58,7 @@ from ctxpolicy.budget import compute_budget
 from ctxpolicy.conversation import content_text
 from ctxpolicy.policy.models import Policy
 from ctxpolicy.sim.baselines import BaselineStrategy
+from ctxpolicy.sim.metrics import SummaryMeter
 
 __all__ = ["PEERS", "LangChainStrategy", "langchain_peer"]
 
@@ -102,6 +103,11 @@ class LangChainStrategy(BaselineStrategy):
         self._cleared: set[str] = set()
         self.summaries: list[str] = []
         self.last_request: list[AnyMessage] = []
+
+    def summarizer_tokens(self) -> tuple[int, int, int]:
+        """The summary model's calls and tokens so far (billed by the ruler)."""
+        meter = self.model.meter
+        return meter.totals() if meter is not None else (0, 0, 0)
 
     def prepare(self, convo: list[Message]) -> tuple[list[Message], list[str]]:
         self._ingest(convo)
@@ -197,7 +203,7 @@ def langchain_peer(
     if name not in PEERS:
         raise ValueError(f"unknown peer {name!r}; choose from {', '.join(PEERS)}")
     b = compute_budget(policy)
-    model = DigestChatModel(count=count, max_tokens=summary_tokens)
+    model = DigestChatModel(count=count, max_tokens=summary_tokens, meter=SummaryMeter(count))
     summarization = SummarizationMiddleware(
         model, trigger=("tokens", b.trigger), keep=("tokens", b.target)
     )

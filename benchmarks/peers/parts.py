@@ -104,13 +104,13 @@ def part_samples(policy: Any, msgs: Sequence[Mapping[str, Any]], repeat: int = 2
     """Seconds of every occurrence of each part, and of the floors, over ``repeat``
     replays (JSON-ready: a worker process returns it; :func:`summarize` reduces it)."""
     from benchmarks.peers.timing import replay_ctxpolicy
-    from ctxpolicy.engine.persist import Persistence
+    from ctxpolicy.engine.persistence import Persistence
     from ctxpolicy.engine.session import Session
+    from ctxpolicy.engine.tool_results import render_output
     from ctxpolicy.plugins import get_registry
     from ctxpolicy.snapshots import LocalStore, dump_document
     from ctxpolicy.state.sync import StateSync
     from ctxpolicy.tokens import get_counter
-    from ctxpolicy.toolresults import render_output
 
     counter = get_counter(policy.model, model_name=policy.model_name)
     times: dict[str, list[float]] = {}

@@ -28,6 +28,7 @@ from typing import Any
 from benchmarks.peers.langchain import PEERS, langchain_peer
 from benchmarks.peers.summary import ctxpolicy_summary
 from ctxpolicy.policy.models import ModelSpec, Policy
+from ctxpolicy.sim.metrics import SummaryMeter
 from ctxpolicy.sim.replay import PolicyStrategy, run_strategy, with_window
 from ctxpolicy.tokens import TokenCounter, get_counter
 
@@ -103,11 +104,12 @@ class SharedSummaryPolicy(PolicyStrategy):
         label: str,
         store: Any,
         summarizer: Callable[..., str],
+        meter: SummaryMeter | None = None,
     ) -> None:
         from ctxpolicy import Session
         from ctxpolicy.state.memory import MemoryStateStore
 
-        super().__init__(policy, conv_id=conv_id, label=label, store=store)
+        super().__init__(policy, conv_id=conv_id, label=label, store=store, meter=meter)
         self.session = Session(
             policy,
             conv_id=conv_id,
@@ -133,12 +135,14 @@ def _strategy(c: Contestant, window: int, snap_dir: Path, counter: TokenCounter,
         # the conversation id shows in snapshot references, so it is the trace's for
         # every contestant (as in ``replay_trace``): no run pays for a longer label
         store = _sim_store(pol, snap_dir / _safe(trace))
+        meter = SummaryMeter(counter.count_text)
         return SharedSummaryPolicy(
             pol,
             conv_id=_safe(trace),
             label=c.label,
             store=store,
-            summarizer=ctxpolicy_summary(counter.count_text),
+            summarizer=ctxpolicy_summary(counter.count_text, meter),
+            meter=meter,
         )
     if c.kind in PEERS:
         strat = langchain_peer(c.kind, pol, count=counter.count_text)

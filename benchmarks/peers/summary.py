@@ -1,7 +1,7 @@
 """One deterministic summary for every contestant, so summaries cost and keep the same.
 
 :func:`digest` turns the text of the messages being folded into a bounded list of
-the facts in it (``ctxpolicy.facts.extract``: paths, identifiers, numbers with
+the facts in it (``ctxpolicy.conversation.facts.extract``: paths, identifiers, numbers with
 units, error names, settings …), newest facts first when the budget is short.
 Both sides call it:
 
@@ -30,7 +30,8 @@ from langchain_core.outputs import ChatGeneration, ChatResult
 from pydantic import ConfigDict, Field
 
 from ctxpolicy.components import SummaryRequest
-from ctxpolicy.facts import extract
+from ctxpolicy.conversation.facts import extract
+from ctxpolicy.sim.metrics import SummaryMeter
 from ctxpolicy.sim.replay import message_text
 
 __all__ = [
@@ -77,14 +78,21 @@ def digest(text: str, max_tokens: int, count: Callable[[str], int]) -> str:
     return out
 
 
-def ctxpolicy_summary(count: Callable[[str], int]) -> Callable[[SummaryRequest], str]:
-    """The summary function for ``Session(policy, summarizer=...)``."""
+def ctxpolicy_summary(
+    count: Callable[[str], int], meter: SummaryMeter | None = None
+) -> Callable[[SummaryRequest], str]:
+    """The summary function for ``Session(policy, summarizer=...)``; each call is an
+    LLM call the ruler bills (``meter``: the text to summarize in, the summary out)."""
 
     def summarize(request: SummaryRequest) -> str:
         parts = [request.previous_summary or ""]
         parts += [message_text(m) for m in request.messages]
         ct = request.count_text or count
-        return digest("\n".join(p for p in parts if p), request.max_tokens, ct)
+        text = "\n".join(p for p in parts if p)
+        out = digest(text, request.max_tokens, ct)
+        if meter is not None:
+            meter.record(text, out)
+        return out
 
     return summarize
 
@@ -108,6 +116,8 @@ class DigestChatModel(BaseChatModel):
     count: Callable[[str], int]
     max_tokens: int = SUMMARY_TOKENS
     calls: list[int] = Field(default_factory=list)
+    #: bills each call (the prompt in, the digest out) when set
+    meter: SummaryMeter | None = None
 
     @property
     def _llm_type(self) -> str:
@@ -123,4 +133,6 @@ class DigestChatModel(BaseChatModel):
         prompt = "\n".join(m.text for m in messages)
         self.calls.append(len(prompt))
         text = digest(prompt_messages_text(prompt), self.max_tokens, self.count)
+        if self.meter is not None:
+            self.meter.record(prompt, text)
         return ChatResult(generations=[ChatGeneration(message=AIMessage(content=text))])

@@ -28,7 +28,9 @@ __all__ = [
     "peer_job",
     "peer_markdown",
     "peer_totals",
+    "ruler_markdown",
     "shipped_policies",
+    "trace_halves",
 ]
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -56,7 +58,40 @@ SLIM = (
     "compactions_total",
     "counter",
     "summaries_written",
+    "billing",
 )
+
+
+def _name_hash(name: str) -> bytes:
+    import hashlib
+
+    return hashlib.blake2b(name.encode("utf-8"), digest_size=8).digest()
+
+
+def trace_halves(sizes: Mapping[str, int]) -> dict[str, str]:
+    """``{trace: "tune" | "held_out"}``: two fixed halves of the shared traces.
+
+    The rule (docs/benchmarks.md): traces sorted by size (model calls), then name;
+    consecutive pairs; in each pair the trace whose file name has the smaller
+    BLAKE2b-64 digest is ``tune``, the other ``held_out`` (an odd last one: ``tune``).
+    Deterministic, balanced in size, blind to the traces' contents.
+    """
+    order = sorted(sizes, key=lambda n: (sizes[n], n))
+    out: dict[str, str] = {}
+    for i in range(0, len(order), 2):
+        pair = sorted(order[i : i + 2], key=_name_hash)
+        out[pair[0]] = "tune"
+        if len(pair) > 1:
+            out[pair[1]] = "held_out"
+    return out
+
+
+def _halves_of(results: Sequence[Mapping[str, Any]]) -> dict[str, str]:
+    sizes: dict[str, int] = {}
+    for j in results:
+        calls = max((int(r.get("calls", 0)) for r in j["runs"]), default=0)
+        sizes[str(j["trace"])] = max(sizes.get(str(j["trace"]), 0), calls)
+    return trace_halves(sizes)
 
 
 def shipped_policies(root: Path = ROOT) -> list[tuple[str, str, str]]:
@@ -144,6 +179,12 @@ def peer_totals(runs: Iterable[Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
                 "calls": 0,
                 "compaction_calls": 0,
                 "prefix_changes": 0,
+                "far_facts": 0,
+                "far_in_context": 0,
+                "billed": 0.0,
+                "billed_none": 0.0,
+                "total": 0.0,
+                "summary_calls": 0,
             },
         )
         a["traces"] += 1
@@ -158,7 +199,17 @@ def peer_totals(runs: Iterable[Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
         a["calls"] += r["calls"]
         a["compaction_calls"] += r["compaction_calls"]
         a["prefix_changes"] += r["prefix_changes"]
+        a["far_facts"] += r["retention"].get("far_facts", 0)
+        a["far_in_context"] += r["retention"].get("far_in_context", 0)
+        b = r.get("billing") or {}
+        a["billed"] += b.get("billed_input", 0.0)
+        a["billed_none"] += b.get("billed_input_none", 0.0)
+        a["total"] += b.get("total_cost", 0.0)
+        a["summary_calls"] += (b.get("summarizer") or {}).get("llm_calls", 0)
     for a in acc.values():
+        a["billed_over_none"] = a["billed"] / a["billed_none"] if a["billed_none"] else 1.0
+        a["total_over_none"] = a["total"] / a["billed_none"] if a["billed_none"] else 1.0
+        a["far_rate"] = a["far_in_context"] / a["far_facts"] if a["far_facts"] else 1.0
         a["tokens_over_none"] = a["prompt"] / a["none"] if a["none"] else 1.0
         a["in_context_rate"] = a["in_context"] / a["facts"] if a["facts"] else 1.0
         a["retained_rate"] = (
@@ -170,12 +221,92 @@ def peer_totals(runs: Iterable[Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
     return acc
 
 
-def _by_window(results: Sequence[Mapping[str, Any]]) -> dict[int, dict[str, dict[str, Any]]]:
+def _by_window(
+    results: Sequence[Mapping[str, Any]], half: str | None = None
+) -> dict[int, dict[str, dict[str, Any]]]:
     windows = sorted({int(j["window"]) for j in results})
+    halves = _halves_of(results) if half is not None else {}
     return {
-        w: peer_totals(r for j in results if int(j["window"]) == w for r in j["runs"])
+        w: peer_totals(
+            r
+            for j in results
+            if int(j["window"]) == w and (half is None or halves.get(str(j["trace"])) == half)
+            for r in j["runs"]
+        )
         for w in windows
     }
+
+
+def _ruler_row(name: str, a: Mapping[str, Any]) -> list[Any]:
+    return [
+        name,
+        a["traces"],
+        f"{a['total_over_none']:.3f}",
+        f"{a['billed_over_none']:.3f}",
+        f"{a['tokens_over_none']:.3f}",
+        f"{a['in_context_rate']:.1%}",
+        f"{a['far_rate']:.1%}",
+        f"{a['compactions_per_100']:.1f}",
+        f"{a['prefix_changes_per_100']:.1f}",
+        a["avoidable"],
+        a["summary_calls"],
+    ]
+
+
+def ruler_markdown(results: Sequence[Mapping[str, Any]]) -> list[str]:
+    """The peer table by the ruler users pay (issue 27), per window and trace half."""
+    if not results:
+        return []
+    md = [
+        "### Peers by the ruler users pay: both halves of the shared traces",
+        "",
+        "Billed input under prompt caching (Anthropic price model: cached prefix — the "
+        "longest run of whole messages equal to the same system's previous request — at "
+        "0.1×, every other input token at 1.25×), the summarizer's LLM calls (input × 1 + "
+        "output × 5; every summary is the same deterministic fake, benchmarks/peers/"
+        "summary.py), retention and far retention as `ctxpolicy simulate` defines them "
+        "(docs/simulate.md: references and recall are not followed). The traces are split "
+        "into two fixed halves (`trace_halves`): sorted by size (model calls), consecutive "
+        "pairs, in each pair the file name with the smaller BLAKE2b-64 digest is `tune` "
+        "(the half shipped policies may be tuned on), the other `held_out` (the half they "
+        "are judged on).",
+        "",
+        "Halves: "
+        + "; ".join(
+            f"{h}: "
+            + ", ".join(
+                sorted(
+                    n.removesuffix(".jsonl")[-40:] for n, x in _halves_of(results).items() if x == h
+                )
+            )
+            for h in ("tune", "held_out")
+        ),
+        "",
+    ]
+    head = [
+        "run",
+        "traces",
+        "total cost ÷ none",
+        "billed ÷ none",
+        "tokens ÷ none",
+        "retention",
+        "far retention",
+        "compactions / 100",
+        "prefix changes / 100",
+        "avoidable overflows",
+        "summarizer calls",
+    ]
+    for half in ("tune", "held_out"):
+        for w, totals in _by_window(results, half).items():
+            if not totals:
+                continue
+            md += [
+                f"#### {half} half, window {w:,}",
+                "",
+                markdown_table(head, [_ruler_row(n, a) for n, a in totals.items()]),
+                "",
+            ]
+    return md
 
 
 def _dominated(mine: Mapping[str, Any], totals: Mapping[str, Mapping[str, Any]]) -> list[str]:

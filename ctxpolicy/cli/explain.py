@@ -130,7 +130,10 @@ def token_counter_line(policy: Policy) -> tuple[str, dict[str, Any]]:
     if exact and not tried:
         line = f"tokens: {counter.name} (exact)"
     elif exact:  # the same vocabulary from another backend: still exact
-        line = f"tokens: {counter.name} (exact; not available: {', '.join(tried)})"
+        line = (
+            f"tokens: {counter.name} (exact: the same vocabulary as {', '.join(tried)}, "
+            "which is not installed or cannot load its files here; the counts are identical)"
+        )
     else:
         line = f"tokens: {counter.name} (APPROXIMATE fallback: {reason})"
     info = {"using": counter.name, "exact": exact, "reason": reason or None}
@@ -260,7 +263,7 @@ def explain(
         click.echo(line)
     click.echo(_masked(counter_line, mask))
     if not full:
-        click.echo("# the resolved policy: --full")
+        click.echo("# (add --full to print the resolved policy)")
         return
     click.echo("")
     click.echo("# resolved policy (extends merged, environment interpolated, model catalogue")

@@ -79,6 +79,8 @@ version = "0.1.0"
 description = "A ctxpolicy plugin providing the $layer compaction layer."
 readme = "README.md"
 requires-python = ">=3.11"
+# ctxpolicy is not on a package index yet: install it first (see README.md,
+# "Develop"), then this requirement is met by the ctxpolicy already installed.
 dependencies = ["ctxpolicy>=0.1"]
 
 [project.optional-dependencies]
@@ -226,8 +228,11 @@ A [ctxpolicy](https://github.com/) plugin providing the `$layer` compaction laye
 ## Use
 
 ```console
-pip install $dist
+pip install '$ctxpolicy_source'   # ctxpolicy first: it is not on a package index yet
+pip install .                       # then this plugin, beside it
 ```
+
+Once ctxpolicy and this plugin are published, `pip install $dist` alone will do.
 
 ```yaml
 ctxpolicy: 1
@@ -243,9 +248,13 @@ policies:
 ## Develop
 
 ```console
+pip install '$ctxpolicy_source'
 pip install -e '.[test]'
 python -m pytest
 ```
+
+The plugin's `ctxpolicy>=0.1` requirement is met by the ctxpolicy installed first
+(`$ctxpolicy_source` is where the ctxpolicy that generated this skeleton came from).
 
 The tests include ctxpolicy's conformance suite
 (`conformance.layer_suite("$layer")`). Publish with `python -m build` and
@@ -253,12 +262,41 @@ The tests include ctxpolicy's conformance suite
 """)
 
 
+def ctxpolicy_source() -> str:
+    """What to ``pip install`` to get the ctxpolicy running now: its clone (a local
+    path) or git URL when it was installed from one (PEP 610 ``direct_url.json``),
+    else the distribution name."""
+    import json
+    from importlib import metadata
+
+    try:
+        raw = metadata.distribution("ctxpolicy").read_text("direct_url.json")
+    except metadata.PackageNotFoundError:
+        raw = None
+    try:
+        info = json.loads(raw) if raw else {}
+    except ValueError:
+        info = {}
+    url = info.get("url") if isinstance(info, dict) else None
+    if not isinstance(url, str):
+        return "ctxpolicy"
+    vcs = info.get("vcs_info")
+    if isinstance(vcs, dict) and isinstance(vcs.get("vcs"), str):
+        ref = vcs.get("commit_id")
+        return f"ctxpolicy @ {vcs['vcs']}+{url}" + (f"@{ref}" if isinstance(ref, str) else "")
+    if url.startswith("file://"):
+        from urllib.parse import unquote, urlparse
+
+        return unquote(urlparse(url).path)  # a clone (editable or not) or a wheel file
+    return f"ctxpolicy @ {url}"
+
+
 def render_files(names: dict[str, str]) -> dict[str, str]:
     """Relative path -> content of every file of the skeleton."""
     pkg = names["package"]
     return {
         "pyproject.toml": PYPROJECT.substitute(names),
-        "README.md": README.substitute(names),
+        "README.md": README.substitute(names, ctxpolicy_source=ctxpolicy_source()),
         f"{pkg}/__init__.py": INIT.substitute(names),
         f"{pkg}/layer.py": LAYER.substitute(names),
         "tests/test_layer.py": TEST.substitute(names),
@@ -303,4 +341,5 @@ def init_plugin(name: str, directory: Path, layer: str | None, force: bool) -> N
     for rel in files:
         click.echo(f"  {rel}")
     click.echo(f"layer {names['layer']!r} in package {names['package']!r}; next:")
+    click.echo(f"  pip install '{ctxpolicy_source()}'   # ctxpolicy first (not on an index yet)")
     click.echo(f"  cd {root} && pip install -e '.[test]' && python -m pytest")

@@ -135,6 +135,15 @@ def _parse_compare(spec: str, policy: str, agent: str) -> tuple[str, str]:
     help="Price table JSON (default: packaged).",
 )
 @click.option(
+    "--price-model",
+    "price_model_text",
+    default=None,
+    metavar="NAME[,KEY=VALUE...]",
+    help="Cache price model billing input (anthropic, openai, google, deepseek, no_cache; "
+    "default: the policy model's in the model catalogue), optionally overriding "
+    "cache_read, cache_write, summarizer_input, summarizer_output.",
+)
+@click.option(
     "--alert-ratio",
     type=click.FloatRange(0, 1),
     default=0.9,
@@ -178,6 +187,7 @@ def simulate(
     check: bool,
     jobs: int | None,
     prices_file: str | None,
+    price_model_text: str | None,
     alert_ratio: float,
     alert_repeats: float,
     snapshots_dir: str | None,
@@ -191,8 +201,8 @@ def simulate(
     from ctxpolicy.sim.importers import TraceError
     from ctxpolicy.sim.metrics import load_prices
     from ctxpolicy.sim.parallel import default_workers
-    from ctxpolicy.sim.replay import RunSpec
-    from ctxpolicy.sim.replay import simulate as run_simulation
+    from ctxpolicy.sim.run import RunSpec
+    from ctxpolicy.sim.run import simulate as run_simulation
 
     if as_json:
         fmt = "json"
@@ -212,6 +222,15 @@ def simulate(
         prices = load_prices(prices_file)
     except (OSError, ValueError) as exc:
         raise click.BadParameter(str(exc), param_hint="--prices") from None
+    pm = None
+    if price_model_text is not None:
+        from ctxpolicy.sim.metrics import parse_price_model, price_model
+
+        try:
+            name, overrides = parse_price_model(price_model_text)
+            pm = price_model(name, policy.model_name, overrides)
+        except ValueError as exc:
+            raise click.BadParameter(str(exc), param_hint="--price-model") from None
     baselines = tuple(dict.fromkeys(baselines))
     if window is not None:
         from ctxpolicy.budget import compute_budget
@@ -261,6 +280,7 @@ def simulate(
                     alert_ratio=alert_ratio,
                     alert_repeats=alert_repeats,
                     progress=progress,
+                    price_model=pm,
                 )
             except TraceError as exc:
                 click.echo(f"error: {exc}", err=True)

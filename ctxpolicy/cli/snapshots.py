@@ -1,10 +1,12 @@
-"""``ctxpolicy snapshots``: manage the snapshot store (retention)."""
+"""``ctxpolicy snapshots``: list, show and prune the stored full tool results."""
 
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -58,8 +60,8 @@ def prune_cmd(
 
     Exit 0 on success, 1 when the policy does not resolve, 2 on usage errors.
     """
+    from ctxpolicy.policy.paths import interpolate_path
     from ctxpolicy.snapshots import prune
-    from ctxpolicy.toolresults import interpolate_path
 
     if policy_path is None and root is None:
         raise click.UsageError("give --policy (and --agent) or --root")
@@ -122,3 +124,159 @@ def prune_cmd(
         f"{root}: {verb} {len(report.removed)} snapshots ({report.removed_bytes / 1e6:.1f} MB); "
         f"kept {report.kept_files} ({report.kept_bytes / 1e6:.1f} MB)"
     )
+
+
+def _store_root(ctx: click.Context, policy_path: Path | None, agent: str, root: str | None) -> str:
+    """The local store's root: ``--root``, else the policy's ``snapshots.path``."""
+    if root is not None:
+        return root
+    if policy_path is None:
+        raise click.UsageError("give --policy (and --agent) or --root")
+    from ctxpolicy.engine.tool_results import interpolate_path
+    from ctxpolicy.policy.diagnostics import PolicyError
+    from ctxpolicy.policy.resolve import load_policy
+
+    try:
+        policy = load_policy(str(policy_path), agent)
+    except PolicyError as exc:
+        for d in exc.diagnostics:
+            click.echo(d.format(), err=True)
+        ctx.exit(1)
+        raise AssertionError from None  # pragma: no cover - ctx.exit raises
+    if policy.snapshots.store != "local":
+        raise click.UsageError(
+            f"list and show read the `local` store; this agent uses {policy.snapshots.store!r}"
+        )
+    try:
+        return interpolate_path(policy.snapshots.path)
+    except ValueError as exc:
+        raise click.UsageError(str(exc)) from exc
+
+
+_where = [
+    click.option(
+        "--policy",
+        "policy_path",
+        type=click.Path(exists=True, dir_okay=False, path_type=Path),
+        help="Policy file whose agent's `snapshots.path` is the store.",
+    ),
+    click.option(
+        "--agent", default="default", show_default=True, help="Agent type in the policy file."
+    ),
+    click.option("--root", "root", default=None, help="Store root (instead of the policy's)."),
+    click.option("--json", "as_json", is_flag=True, help="Print JSON."),
+]
+
+
+def _with_where(f: Any) -> Any:
+    for opt in reversed(_where):
+        f = opt(f)
+    return f
+
+
+@snapshots.command("list")
+@click.argument("conversation", required=False)
+@_with_where
+@click.pass_context
+def list_cmd(
+    ctx: click.Context,
+    conversation: str | None,
+    policy_path: Path | None,
+    agent: str,
+    root: str | None,
+    as_json: bool,
+) -> None:
+    """List the conversations of a local store (snapshots and bytes of each), or with
+    CONVERSATION (its conv_id or folder name) its snapshots, in step order.
+
+    Exit 0 on success, 1 when the policy does not resolve or the conversation is
+    unknown, 2 on usage errors.
+    """
+    from ctxpolicy.snapshots import LocalStore, SnapshotError
+    from ctxpolicy.snapshots.names import is_store_folder
+
+    base = _store_root(ctx, policy_path, agent, root)
+    store = LocalStore(root=base)
+    if conversation is None:
+        rows: list[dict[str, Any]] = []
+        if store.root_path.is_dir():
+            for entry in sorted(os.scandir(store.root_path), key=lambda e: e.name):
+                if not entry.is_dir(follow_symlinks=False) or not is_store_folder(entry.name):
+                    continue
+                files = [f for f in os.scandir(entry.path) if f.name.endswith(".json")]
+                size = sum(f.stat(follow_symlinks=False).st_size for f in files)
+                rows.append({"folder": entry.name, "snapshots": len(files), "bytes": size})
+        if as_json:
+            click.echo(json.dumps({"root": store.root, "conversations": rows}, indent=2))
+            return
+        for row in rows:
+            click.echo(
+                f"{row['folder']}  {row['snapshots']} snapshot(s)  {row['bytes'] / 1e3:.1f} kB"
+            )
+        click.echo(f"{store.root}: {len(rows)} conversation(s)")
+        return
+    try:
+        refs = store.list(conversation)
+        folder = store.root_path / conversation
+        if not refs and is_store_folder(conversation) and folder.is_dir():
+            # a folder name as `list` prints it (a conv_id may map to another folder)
+            names = sorted(f.name[:-5] for f in os.scandir(folder) if f.name.endswith(".json"))
+            refs = [store.locate(f"ctxsnap://{conversation}/{n}") for n in names]
+    except SnapshotError as exc:
+        click.echo(f"ctxpolicy snapshots list: {exc.strerror or exc}", err=True)
+        ctx.exit(1)
+        return
+    if not refs:
+        click.echo(
+            f"ctxpolicy snapshots list: no snapshots for {conversation!r} under {base}", err=True
+        )
+        ctx.exit(1)
+        return
+    if as_json:
+        click.echo(
+            json.dumps([{"uri": r.uri, "path": r.path, "name": r.name} for r in refs], indent=2)
+        )
+        return
+    for r in refs:
+        click.echo(f"{r.uri}  {r.path}")
+
+
+@snapshots.command("show")
+@click.argument("ref")
+@_with_where
+@click.pass_context
+def show_cmd(
+    ctx: click.Context,
+    ref: str,
+    policy_path: Path | None,
+    agent: str,
+    root: str | None,
+    as_json: bool,
+) -> None:
+    """Print one snapshot: REF is its ``ctxsnap://<conversation>/<name>`` reference or
+    its path (as in ``[Full detail available at: ...]``). Text: the fields, then the
+    full observation; --json: the document as stored.
+
+    Exit 0 on success, 1 when there is no such snapshot in the store, 2 on usage errors.
+    """
+    from ctxpolicy.snapshots import LocalStore, SnapshotError
+
+    store = LocalStore(root=_store_root(ctx, policy_path, agent, root))
+    try:
+        doc = store.read(ref)
+    except SnapshotError as exc:
+        click.echo(f"ctxpolicy snapshots show: {exc.strerror or exc}", err=True)
+        ctx.exit(1)
+        return
+    if as_json:
+        click.echo(json.dumps(doc, indent=2, ensure_ascii=False))
+        return
+    for key, value in doc.items():
+        if key != "observation":
+            shown = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+            click.echo(f"{key}: {shown}")
+    observation = doc.get("observation")
+    if observation is not None:
+        click.echo("observation:")
+        text = observation if isinstance(observation, str) else json.dumps(observation, indent=2)
+        click.echo(text)

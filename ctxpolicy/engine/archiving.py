@@ -3,7 +3,7 @@
 * :func:`ensure_snapshots` — a long tool result that entered through ``messages``
   (not ``add_tool_result``) is snapshotted before a layer may shorten it;
 * :func:`archive_units` — every message a layer drops is appended verbatim to the
-  conversation's history archive (:class:`ctxpolicy.archive.HistoryArchive`), whose
+  conversation's history archive (:class:`ctxpolicy.snapshots.archive.HistoryArchive`), whose
   reference the ledger shows;
 * :func:`ref_for_message` — the reference of one message's verbatim original
   (archived now when it has none), for :mod:`ctxpolicy.engine.refs` and the squeeze.
@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 from ctxpolicy.conversation import Message, Unit, content_text
 
 if TYPE_CHECKING:
-    from ctxpolicy.engine.session import Session
+    from ctxpolicy.engine.context import EngineContext
 
 __all__ = ["archive_messages", "archive_units", "ensure_snapshots", "ref_for_message"]
 
@@ -29,13 +29,13 @@ __all__ = ["archive_messages", "archive_units", "ensure_snapshots", "ref_for_mes
 SNAPSHOT_MIN_CHARS = 400
 
 
-def ensure_snapshots(session: Session, view: Sequence[Unit]) -> None:
+def ensure_snapshots(ctx: EngineContext, view: Sequence[Unit]) -> None:
     """Snapshot every long tool result that entered through ``messages`` (not
     ``add_tool_result``) before a layer may shorten it: every shortened result
     has a reference to its verbatim original."""
-    if session.snapshots is None:
+    if ctx.snapshots is None:
         return
-    st = session.state
+    st = ctx.state
     for u in view:
         if u.pinned or u.kind != "step":
             continue
@@ -46,8 +46,8 @@ def ensure_snapshots(session: Session, view: Sequence[Unit]) -> None:
             if not cid or cid in st.refs or len(text) <= SNAPSHOT_MIN_CHARS:
                 continue
             try:
-                ref = session.snapshots.write(
-                    session.conv_id,
+                ref = ctx.snapshots.write(
+                    ctx.conv_id,
                     st.step,
                     names.get(cid, "tool"),
                     {
@@ -57,75 +57,75 @@ def ensure_snapshots(session: Session, view: Sequence[Unit]) -> None:
                         "observation": text,
                         "message": dict(m),
                         "timestamp": time.time(),
-                        "conv_id": session.conv_id,
+                        "conv_id": ctx.conv_id,
                     },
                 )
             except Exception as exc:
-                session._emit("snapshot.failed", error=f"{type(exc).__name__}: {exc}"[:300])
+                ctx.emit("snapshot.failed", error=f"{type(exc).__name__}: {exc}"[:300])
                 return
             st.add_ref(cid, ref.uri)
 
 
-def archive_units(session: Session, dropped: Sequence[Unit], emit: Callable[..., None]) -> bool:
+def archive_units(ctx: EngineContext, dropped: Sequence[Unit], emit: Callable[..., None]) -> bool:
     """Keep every dropped message verbatim in the history archive; False when it
     could not be written (the caller then keeps the units)."""
     msgs: list[Message] = []
     keys: list[str] = []
     for u in dropped:
         # a dropped summary or pointer stands for units archived when it was made
-        if u.kind in ("summary", "ledger") or u.key in session.state.archived:
+        if u.kind in ("summary", "ledger") or u.key in ctx.state.archived:
             continue
         keys.append(u.key)
         msgs.extend(u.messages)
     if not msgs:
         return True
-    if session.snapshots is None:
-        return not session.policy.snapshots.enabled
-    ref = archive_messages(session, msgs, emit)
+    if ctx.snapshots is None:
+        return not ctx.policy.snapshots.enabled
+    ref = archive_messages(ctx, msgs, emit)
     if ref is None:
         return False
     for k in keys:
-        session.state.mark_archived(k)
-    if session.ledger is not None and session.ledger.archive != ref:
-        session.ledger.archive = ref
-        session._ledger_changed()
+        ctx.state.mark_archived(k)
+    if ctx.ledger is not None and ctx.ledger.archive != ref:
+        ctx.ledger.archive = ref
+        ctx.ledger_changed()
     return True
 
 
 def archive_messages(
-    session: Session, msgs: Sequence[Message], emit: Callable[..., Any]
+    ctx: EngineContext, msgs: Sequence[Message], emit: Callable[..., Any]
 ) -> str | None:
     """Append ``msgs`` to the conversation's history archive; its stable reference,
     or None when the write failed (the caller then keeps what it would drop)."""
-    if session._history is None:
-        from ctxpolicy.archive import HistoryArchive
+    if ctx.derived.history is None:
+        from ctxpolicy.snapshots.archive import HistoryArchive
 
-        assert session.snapshots is not None
-        session._history = HistoryArchive(
-            session.snapshots,
-            session.conv_id,
-            max_bytes=session.policy.snapshots.max_snapshot_bytes,
+        assert ctx.snapshots is not None
+        ctx.derived.history = HistoryArchive(
+            ctx.snapshots,
+            ctx.conv_id,
+            max_bytes=ctx.policy.snapshots.max_snapshot_bytes,
         )
     try:
-        ref = session._history.append(msgs, step=session.state.step)
+        ref = ctx.derived.history.append(msgs, step=ctx.state.step)
     except Exception as exc:
         emit("snapshot.failed", error=f"{type(exc).__name__}: {exc}"[:300], action="history")
         return None
-    for t in session._history.last_truncated:
+    for t in ctx.derived.history.last_truncated:
         emit("snapshot.too_large", action="history", **t)
     return str(ref)
 
 
-def ref_for_message(session: Session, m: Mapping[str, Any]) -> str | None:
+def ref_for_message(ctx: EngineContext, m: Mapping[str, Any]) -> str | None:
     """The reference of the verbatim original of ``m`` (archived now if needed)."""
     if m.get("role") == "tool":
-        ref = session.state.refs.get(str(m.get("tool_call_id")))
+        ref = ctx.state.refs.get(str(m.get("tool_call_id")))
         if ref:
             return ref
-    if session.snapshots is None or archive_messages(session, [dict(m)], session._emit) is None:
+    if ctx.snapshots is None or archive_messages(ctx, [dict(m)], ctx.emit) is None:
         return None
-    assert session._history is not None
-    return session._history.last_ref
+    assert ctx.derived.history is not None
+    return ctx.derived.history.last_ref
 
 
 def _call_names(unit: Unit) -> dict[str, str]:

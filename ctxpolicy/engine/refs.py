@@ -19,7 +19,7 @@ from ctxpolicy.engine.archiving import ref_for_message
 from ctxpolicy.layers._util import with_text
 
 if TYPE_CHECKING:
-    from ctxpolicy.engine.session import Session
+    from ctxpolicy.engine.context import EngineContext
 
 
 #: Units of the engine's own making (their originals are archived when they are made).
@@ -37,7 +37,7 @@ def _original(b: Unit, results: dict[str, Message], j: int, m: Message) -> Messa
 
 
 def ensure_refs(
-    session: Session, before: Sequence[Unit], after: list[Unit]
+    ctx: EngineContext, before: Sequence[Unit], after: list[Unit]
 ) -> tuple[list[Unit], list[str]]:
     """``after`` with a reference line added to every message a layer changed (a tool
     result, also a user or assistant message a third-party layer shortened) that does
@@ -48,7 +48,7 @@ def ensure_refs(
     out = after
     unarchived: list[str] = []
     # snapshots disabled by the policy: nothing can (or is meant to) be referenced
-    required = session.policy.snapshots.enabled
+    required = ctx.policy.snapshots.enabled
     for ui, u in enumerate(after):
         b = old.get(u.key)
         if b is None or b is u or u.kind in _OURS or b.messages == u.messages:
@@ -60,10 +60,10 @@ def ensure_refs(
             if original is None or original is m or original == m:
                 continue
             text = content_text(m.get("content"))
-            known = session.state.refs.get(str(m.get("tool_call_id"))) if results else None
+            known = ctx.state.refs.get(str(m.get("tool_call_id"))) if results else None
             if known and known in text:
                 continue
-            ref = ref_for_message(session, original)
+            ref = ref_for_message(ctx, original)
             if ref is None:
                 if required and u.key not in unarchived:
                     unarchived.append(u.key)

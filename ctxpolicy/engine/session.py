@@ -2,7 +2,7 @@
 
 ``prepare(messages)`` groups messages into units, re-applies the compaction
 decisions taken earlier (so summaries are not recomputed and the prefix stays
-stable), counts, and runs the policy's pipeline (:mod:`ctxpolicy.engine.runner`);
+stable), counts, and runs the policy's pipeline (:mod:`ctxpolicy.engine.pipeline`);
 when the request still exceeds ``window − reserve_output`` the last-resort squeeze
 (:mod:`ctxpolicy.engine.squeeze`) makes it fit.
 
@@ -12,42 +12,41 @@ messages to retry with, at most ``retries`` times in a row.
 
 What a session decided is its :class:`~ctxpolicy.engine.state.SessionState`
 (``session.state``); everything else it keeps is derived
-(:mod:`ctxpolicy.engine.caches`).
+(:mod:`ctxpolicy.engine.derived`).
 """
 
 from __future__ import annotations
 
+import functools
 import threading
 import time
 import uuid
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, TypeVar
+from typing import Any, ParamSpec, TypeVar
 
 from ctxpolicy import plugins
-from ctxpolicy.budget import BudgetState, ToolGrowthEstimator, compute_budget, effective_window
-from ctxpolicy.components import Layer, SnapshotStore, StateStore, Summarizer
+from ctxpolicy.budget import BudgetState
+from ctxpolicy.components import SnapshotStore, StateStore, Summarizer, ToolCall
 from ctxpolicy.conversation import Message, Unit, check_messages, render
-from ctxpolicy.engine.caches import Caches, remember
-from ctxpolicy.engine.own import (
-    HANDOVER_MARK,
-    LEDGER_MARK,
-    as_summarizer,
-    insert_specials,
-    special_unit,
-    tool_call_info,
-)
-from ctxpolicy.engine.persist import Persistence, open_persistence
-from ctxpolicy.engine.runner import run_pipeline
+from ctxpolicy.engine.context import EngineContext
+from ctxpolicy.engine.derived import remember
+from ctxpolicy.engine.ledger import Ledger
+from ctxpolicy.engine.overflow import is_context_overflow, parse_limit
+from ctxpolicy.engine.own import as_summarizer, insert_specials, tool_call_info
+from ctxpolicy.engine.persistence import Persistence, open_persistence
+from ctxpolicy.engine.pipeline import run_pipeline
 from ctxpolicy.engine.squeeze import squeeze
 from ctxpolicy.engine.state import PreparedStats, SessionState
-from ctxpolicy.engine.window import learn_window, policy_with_window
-from ctxpolicy.policy.models import Policy, resolve_amount
+from ctxpolicy.engine.window import learn_window
+from ctxpolicy.plugins import Registry
+from ctxpolicy.policy.models import Policy
 from ctxpolicy.tokens import TokenCounter, get_counter
 
 __all__ = ["ContextOverflowError", "PreparedStats", "Session", "prepare"]
 
 T = TypeVar("T")
+P = ParamSpec("P")
 
 #: Pipeline passes per call at most (see ``_prepare``).
 _PASSES = 3
@@ -63,6 +62,27 @@ class ContextOverflowError(RuntimeError):
         self.attempts = attempts
         self.used = used
         self.limit = limit
+
+
+def _transaction(what: str) -> Callable[[Callable[P, T]], Callable[P, T]]:
+    """A state-changing call of :class:`Session`: serialised on the session's lock and,
+    with a state store, run by :meth:`Persistence.run` (what it changed is committed
+    with a compare-and-set; after a lost race the state is reloaded and the call runs
+    again, so its body must take everything it decides from the state)."""
+
+    def wrap(method: Callable[P, T]) -> Callable[P, T]:
+        @functools.wraps(method)
+        def call(*args: P.args, **kwargs: P.kwargs) -> T:
+            self = args[0]
+            assert isinstance(self, Session)
+            with self._lock:
+                if self._persist is None:
+                    return method(*args, **kwargs)
+                return self._persist.run(what, lambda: method(*args, **kwargs))
+
+        return call
+
+    return wrap
 
 
 class Session:
@@ -88,42 +108,60 @@ class Session:
         self.conv_id = conv_id or uuid.uuid4().hex[:12]
         self._on_event = on_event
         self._lock = threading.RLock()
-        self.registry = plugins.get_registry()
         self.events: deque[dict[str, Any]] = deque(maxlen=1000)
-        #: what this session decided (persisted); see :mod:`ctxpolicy.engine.state`
-        self.state = SessionState()
-        self.counter = counter or get_counter(
-            policy.model, model_name=policy.model_name, on_event=None
-        )
-        for fb in getattr(self.counter, "fallbacks", []) or []:
+        registry = plugins.get_registry()
+        counter = counter or get_counter(policy.model, model_name=policy.model_name, on_event=None)
+        for fb in getattr(counter, "fallbacks", []) or []:
             self._emit(
                 str(fb.get("type", "tokenizer.fallback")),
                 **{k: v for k, v in fb.items() if k != "type"},
             )
-        self._growth = ToolGrowthEstimator(policy)
-        self._summarizer_override = as_summarizer(summarizer)
-        self.ledger = self._make_ledger()
-        self._ledger_text: str | None = self.ledger.render() if self.ledger is not None else None
+        #: the engine of this conversation (what engine modules get; see its module)
+        self._ctx = ctx = EngineContext(
+            policy,
+            self.conv_id,
+            registry,
+            counter,
+            self._emit,
+            summarizer_override=as_summarizer(summarizer),
+        )
         if handover is not None:
             self._load_handover(handover)
-        self.snapshots = snapshot_store if snapshot_store is not None else self._open_store(env)
-        # derived, rebuilt after a restart
-        self._caches = Caches(self)
-        self._layers: dict[tuple[str, int], Layer] = {}
-        self._summarizers: dict[tuple[str, str], Summarizer] = {}
-        self._tool_processor: Any = None
-        self._budgets: dict[tuple[int, int | None], BudgetState] = {}
-        self._last_units: list[Unit] = []
-        self._history: Any = None  # the HistoryArchive, opened on the first compaction
+        ctx.snapshots = snapshot_store if snapshot_store is not None else self._open_store(env)
         # the stored state of conv_id (policy's `state:` store, or state_store); a
         # session without a conv_id is a new conversation nobody can resume: memory only
         self._persist: Persistence | None = (
-            open_persistence(self, state_store, env)
+            open_persistence(ctx, state_store, env)
             if conv_id is not None or state_store is not None
             else None
         )
 
     # ------------------------------------------------------------------ public API
+    @property
+    def state(self) -> SessionState:
+        """What this conversation decided (persisted; see :mod:`ctxpolicy.engine.state`)."""
+        return self._ctx.state
+
+    @property
+    def ledger(self) -> Ledger | None:
+        """The progress ledger (None when the policy disables it)."""
+        return self._ctx.state.ledger
+
+    @property
+    def snapshots(self) -> SnapshotStore | None:
+        """The snapshot store (None: disabled or unavailable)."""
+        return self._ctx.snapshots
+
+    @property
+    def counter(self) -> TokenCounter:
+        """The token counter of the policy's model."""
+        return self._ctx.counter
+
+    @property
+    def registry(self) -> Registry:
+        """The plugin registry the session's components come from."""
+        return self._ctx.registry
+
     @property
     def stats(self) -> PreparedStats:
         """Running numbers of this session."""
@@ -136,18 +174,7 @@ class Session:
 
     def budget(self) -> BudgetState:
         """The budget in force now (learned tool growth and learned window included)."""
-        growth = self._growth.estimate()
-        learned = self.state.learned_window
-        key = (growth, learned)
-        b = self._budgets.get(key)
-        if b is None:
-            b = compute_budget(self.policy, tool_growth=growth)
-            if learned is not None and learned < b.window:
-                b = compute_budget(policy_with_window(self.policy, learned, b), tool_growth=growth)
-            if len(self._budgets) > 64:
-                self._budgets.clear()
-            self._budgets[key] = b
-        return b
+        return self._ctx.budget()
 
     def prepare(
         self,
@@ -155,15 +182,17 @@ class Session:
         tools: Sequence[Mapping[str, Any]] | None = None,
     ) -> list[Message]:
         """The message list to send now: fits the budget, pairs intact, pinned kept."""
+        return self._prepare_call(messages, tools)
 
-        def run() -> list[Message]:
-            if self.state.overflow_attempts:
-                self.state.overflow_attempts = 0
-                self.state.touch("meta")
-            return self._prepare(messages, tools, forced=False)
-
-        with self._lock:
-            return self._persisted("prepare", run)
+    @_transaction("prepare")
+    def _prepare_call(
+        self, messages: Sequence[Mapping[str, Any]], tools: Sequence[Mapping[str, Any]] | None
+    ) -> list[Message]:
+        st = self.state
+        if st.overflow_attempts:
+            st.overflow_attempts = 0
+            st.touch("meta")
+        return self._prepare(messages, tools, forced=False)
 
     def on_error(
         self,
@@ -177,37 +206,40 @@ class Session:
         context overflow. Raises :class:`ContextOverflowError` once the
         ``on_overflow`` layer's ``retries`` are used up without a successful call.
         """
-        from ctxpolicy.layers.emergency import is_context_overflow, parse_limit
+        return self._on_error_call(error, messages, tools)
 
-        def run() -> list[Message] | None:
-            if not is_context_overflow(error):
-                return None
-            limit = parse_limit(error)
-            if limit is not None:
-                learn_window(self, limit)
-            retries = int(self.policy.on_overflow.options.get("retries", 1))
-            st = self.state
-            st.overflow_attempts += 1
-            st.stats.reactive += 1
-            st.touch("meta")
-            self._emit(
-                "context.overflow_error",
-                attempt=st.overflow_attempts,
-                retries=retries,
+    @_transaction("on_error")
+    def _on_error_call(
+        self,
+        error: BaseException | str | Mapping[str, Any],
+        messages: Sequence[Mapping[str, Any]],
+        tools: Sequence[Mapping[str, Any]] | None,
+    ) -> list[Message] | None:
+        if not is_context_overflow(error):
+            return None
+        limit = parse_limit(error)
+        if limit is not None:
+            learn_window(self._ctx, limit)
+        retries = int(self.policy.on_overflow.options.get("retries", 1))
+        st = self.state
+        st.overflow_attempts += 1
+        st.stats.reactive += 1
+        st.touch("meta")
+        self._emit(
+            "context.overflow_error",
+            attempt=st.overflow_attempts,
+            retries=retries,
+            limit=limit,
+            error=str(error)[:500],
+        )
+        if st.overflow_attempts > retries:
+            raise ContextOverflowError(
+                f"provider rejected the prompt {st.overflow_attempts} times in a row "
+                f"(retries allowed: {retries}): {str(error)[:300]}",
+                attempts=st.overflow_attempts,
                 limit=limit,
-                error=str(error)[:500],
             )
-            if st.overflow_attempts > retries:
-                raise ContextOverflowError(
-                    f"provider rejected the prompt {st.overflow_attempts} times in a row "
-                    f"(retries allowed: {retries}): {str(error)[:300]}",
-                    attempts=st.overflow_attempts,
-                    limit=limit,
-                )
-            return self._prepare(messages, tools, forced=True)
-
-        with self._lock:
-            return self._persisted("on_error", run)
+        return self._prepare(messages, tools, forced=True)
 
     def record_usage(self, prompt_tokens: int, counted: int | None = None) -> float:
         """Tell the session the provider's own prompt count for the last call.
@@ -216,28 +248,25 @@ class Session:
         with an approximate tokenizer it scales every count from then on, so
         estimates converge to the provider's real numbers. Returns the ratio.
         """
+        return self._record_usage_call(prompt_tokens, counted)
 
-        def run() -> float:
-            st = self.state
-            ours = counted if counted is not None else (st.status or {}).get("used_raw")
-            if not ours or prompt_tokens <= 0:
-                return st.calibration
-            sample = min(2.0, max(0.5, prompt_tokens / ours))
-            st.calibration = round(
-                0.7 * st.calibration + 0.3 * sample if st.usage_seen else sample, 4
-            )
-            st.usage_seen = True
-            st.touch("meta")
-            self._emit(
-                "context.usage",
-                prompt_tokens=int(prompt_tokens),
-                counted=ours,
-                calibration=st.calibration,
-            )
+    @_transaction("record_usage")
+    def _record_usage_call(self, prompt_tokens: int, counted: int | None) -> float:
+        st = self.state
+        ours = counted if counted is not None else (st.status or {}).get("used_raw")
+        if not ours or prompt_tokens <= 0:
             return st.calibration
-
-        with self._lock:
-            return self._persisted("record_usage", run)
+        sample = min(2.0, max(0.5, prompt_tokens / ours))
+        st.calibration = round(0.7 * st.calibration + 0.3 * sample if st.usage_seen else sample, 4)
+        st.usage_seen = True
+        st.touch("meta")
+        self._emit(
+            "context.usage",
+            prompt_tokens=int(prompt_tokens),
+            counted=ours,
+            calibration=st.calibration,
+        )
+        return st.calibration
 
     def add_tool_result(
         self,
@@ -248,73 +277,75 @@ class Session:
         meta: Mapping[str, Any] | None = None,
     ) -> str:
         """Preprocess and snapshot one tool result; returns the text for the context."""
-        from ctxpolicy.toolresults import ToolResultProcessor
-
-        call = tool_call_info(tool_call)
         # the result is processed (preprocessed, snapshotted, counted) once; a redo after
         # a lost state race only re-applies what it changes in the session state
-        done: dict[str, Any] = {}
+        return self._tool_result_call(tool_call_info(tool_call), output, step, meta, {})
 
-        def run() -> str:
-            st = self.state
-            if self._tool_processor is None:
-                self._tool_processor = ToolResultProcessor(
-                    self.policy, store=self.snapshots, registry=self.registry
-                )
-            if step is None:
-                st.step += 1
-                at = st.step
-            else:
-                at = step
-                st.step = max(st.step, step)
-            if not done:
-                outcome = self._tool_processor.process(
-                    call, output, conv_id=self.conv_id, step=at, meta=meta
-                )
-                for ev in outcome.events:
-                    ev = dict(ev)
-                    self._emit(str(ev.pop("type", "tool.event")), **ev)
-                before = self.counter.count_text(outcome.raw_text)
-                same = outcome.text is outcome.raw_text or outcome.text == outcome.raw_text
-                after = before if same else self.counter.count_text(outcome.text)
-                self._emit(
-                    "tool.preprocessed",
-                    tool=call.name,
-                    preprocessor=outcome.preprocessor,
-                    chars_before=outcome.chars_before,
-                    chars_after=outcome.chars_after,
-                    tokens_before=before,
-                    tokens_after=after,
-                    snapshot=outcome.ref.uri if outcome.ref is not None else None,
-                    step=at,
-                )
-                done.update(outcome=outcome, before=before, after=after)
-            outcome, before, after = done["outcome"], done["before"], done["after"]
-            if outcome.ref is not None and call.id:
-                st.add_ref(str(call.id), outcome.ref.uri)
-            self._growth.observe(call.name, after)
-            st.stats.tool_results += 1
-            st.stats.tool_tokens_before += before
-            st.stats.tool_tokens_after += after
-            # a fixed tool_growth learns nothing: its entry is not encoded again
-            st.touch(*(("meta", "growth") if self._growth.learned else ("meta",)))
-            return str(outcome.text)
+    @_transaction("add_tool_result")
+    def _tool_result_call(
+        self,
+        call: ToolCall,
+        output: Any,
+        step: int | None,
+        meta: Mapping[str, Any] | None,
+        done: dict[str, Any],
+    ) -> str:
+        from ctxpolicy.engine.tool_results import ToolResultProcessor
 
-        with self._lock:
-            return self._persisted("add_tool_result", run)
+        st, derived = self.state, self._ctx.derived
+        if derived.tool_processor is None:
+            derived.tool_processor = ToolResultProcessor(
+                self.policy, store=self.snapshots, registry=self.registry
+            )
+        if step is None:
+            st.step += 1
+            at = st.step
+        else:
+            at = step
+            st.step = max(st.step, step)
+        if not done:
+            outcome = derived.tool_processor.process(
+                call, output, conv_id=self.conv_id, step=at, meta=meta
+            )
+            for ev in outcome.events:
+                ev = dict(ev)
+                self._emit(str(ev.pop("type", "tool.event")), **ev)
+            before = self.counter.count_text(outcome.raw_text)
+            same = outcome.text is outcome.raw_text or outcome.text == outcome.raw_text
+            after = before if same else self.counter.count_text(outcome.text)
+            self._emit(
+                "tool.preprocessed",
+                tool=call.name,
+                preprocessor=outcome.preprocessor,
+                chars_before=outcome.chars_before,
+                chars_after=outcome.chars_after,
+                tokens_before=before,
+                tokens_after=after,
+                snapshot=outcome.ref.uri if outcome.ref is not None else None,
+                step=at,
+            )
+            done.update(outcome=outcome, before=before, after=after)
+        outcome, before, after = done["outcome"], done["before"], done["after"]
+        if outcome.ref is not None and call.id:
+            st.add_ref(str(call.id), outcome.ref.uri)
+        growth = st.growth
+        if growth is not None:
+            growth.observe(call.name, after)
+        st.stats.tool_results += 1
+        st.stats.tool_tokens_before += before
+        st.stats.tool_tokens_after += after
+        # a fixed tool_growth learns nothing: its entry is not encoded again
+        st.touch(*(("meta", "growth") if growth is not None and growth.learned else ("meta",)))
+        return str(outcome.text)
 
     def close(self) -> None:
         """Release the state store this session opened (a store passed in stays open)."""
         if self._persist is not None:
             self._persist.close()
 
-    def _persisted(self, what: str, call: Callable[[], T]) -> T:
-        """Run a state-changing call; save what it changed (docs/state.md)."""
-        return call() if self._persist is None else self._persist.run(what, call)
-
     def recall(self, ref: str, *, lines: Any = None, grep: str | None = None) -> str:
         """The exact original of a snapshot (or a slice of it)."""
-        from ctxpolicy.recall import recall
+        from ctxpolicy.snapshots.recall import recall
 
         if self.snapshots is None:
             raise LookupError("this session has no snapshot store (snapshots.enabled is false)")
@@ -322,7 +353,7 @@ class Session:
 
     def recall_tool(self) -> tuple[list[dict[str, Any]], Callable[[str, Any], str]]:
         """OpenAI tool schemas (``ctx_recall``, ``ctx_search``) and their handler."""
-        from ctxpolicy.recall import handle_tool_call, recall_tools
+        from ctxpolicy.snapshots.recall import handle_tool_call, recall_tools
 
         store = self.snapshots
 
@@ -334,45 +365,27 @@ class Session:
         return recall_tools(), handler
 
     def handover(self) -> Any:
-        """A :class:`ctxpolicy.handover.Handover` built from the ledger and context."""
-        from ctxpolicy.handover import build_handover
+        """A :class:`ctxpolicy.engine.handover.Handover` built from the ledger and context."""
+        from ctxpolicy.engine.handover import build_handover
 
-        return build_handover(self)
+        return build_handover(self._ctx)
 
     # ------------------------------------------------------------------ state
     def state_entries(self) -> dict[str, Any]:
         """Every entry of this session's state (a full save; see SessionState)."""
         with self._lock:
-            return self.state.to_entries(**self._owned_sections())
+            return self.state.to_entries()
 
     def take_state_changes(self) -> tuple[dict[str, Any], list[str]]:
         """Entries changed and deleted since the last call (an incremental save)."""
         with self._lock:
-            return self.state.take_changes(**self._owned_sections())
+            return self.state.take_changes()
 
     def load_state(self, entries: Mapping[str, Any]) -> None:
         """Resume from saved entries: the decided state is replaced, the derived caches
         are dropped (the next ``prepare`` rebuilds them from the messages)."""
-        from ctxpolicy.ledger import Ledger
-
         with self._lock:
-            self.state = SessionState.from_entries(entries)
-            if self.ledger is not None and entries.get("ledger"):
-                self.ledger = Ledger.from_dict(
-                    entries["ledger"], count_text=self.counter.count_text
-                )
-                self._ledger_text = self.ledger.render()
-            if entries.get("growth"):
-                self._growth.load_dict(entries["growth"])
-            self._caches = Caches(self)
-            self._budgets.clear()
-            self._last_units = []
-
-    def _owned_sections(self) -> dict[str, Any]:
-        return {
-            "ledger": self.ledger.to_dict() if self.ledger is not None else None,
-            "growth": self._growth.to_dict(),
-        }
+            self._ctx.restore(entries)
 
     # ------------------------------------------------------------------ internals
     def _emit(self, type_: str, **fields: Any) -> dict[str, Any]:
@@ -391,26 +404,8 @@ class Session:
             )
         return event
 
-    def _make_ledger(self) -> Any:
-        if not self.policy.ledger.enabled:
-            return None
-        from ctxpolicy.ledger import Ledger
-
-        return Ledger(
-            max_tokens=max(
-                64, resolve_amount(self.policy.ledger.max_tokens, effective_window(self.policy))
-            ),
-            constraints=tuple(self.policy.constraints),
-            count_text=self.counter.count_text,
-        )
-
-    def _ledger_changed(self) -> None:
-        if self.ledger is not None:
-            self._ledger_text = self.ledger.render()
-            self.state.touch("ledger")
-
     def _load_handover(self, handover: Any) -> None:
-        from ctxpolicy.handover import Handover
+        from ctxpolicy.engine.handover import Handover
 
         if isinstance(handover, Mapping):
             handover = Handover.model_validate(handover)
@@ -424,55 +419,18 @@ class Session:
                     self.ledger.constraints.append(c)
             if handover.goal and self.ledger.goal is None:
                 self.ledger.goal = handover.goal
-            self._ledger_changed()
-
-    def _adopted(self) -> tuple[str | None, str | None]:
-        """Ledger and handover texts of ours found in the input that this session does
-        not hold (the agent restarted with the prepared list as its history and no
-        state to resume): re-adopted verbatim, so their facts and archive reference
-        stay in the context instead of being stripped."""
-        ledger = handover = None
-        for kind, text in self._caches.own_messages:
-            if kind == "ledger" and not self.ledger and text != self._ledger_text:
-                ledger = text
-            elif kind == "handover" and self.state.handover_text is None:
-                handover = text
-        return ledger, handover
+            self._ctx.ledger_changed()
 
     def _open_store(self, env: Mapping[str, str] | None) -> SnapshotStore | None:
         if not self.policy.snapshots.enabled:
             return None
-        from ctxpolicy.toolresults import open_store
+        from ctxpolicy.engine.tool_results import open_store
 
         try:
             return open_store(self.policy, self.registry, env=env)
         except Exception as exc:
             self._emit("snapshot.unavailable", error=repr(exc))
             return None
-
-    def _get_summarizer(self, name: str, options: Mapping[str, Any]) -> Summarizer:
-        if self._summarizer_override is not None:
-            return self._summarizer_override
-        okey = (name, repr(sorted(options.items())))
-        s = self._summarizers.get(okey)
-        if s is None:
-            cls = self.registry.get("summarizer", name)
-            if cls is None:
-                raise LookupError(f"no plugin provides summarizer {name!r}")
-            s = cls(cls.Options.model_validate(dict(options)))  # type: ignore[assignment]
-            assert isinstance(s, Summarizer)
-            self._summarizers[okey] = s
-        return s
-
-    def _special_units(self) -> list[Unit]:
-        """The pinned handover and ledger messages (system role, marked)."""
-        adopted, handover = self._adopted()
-        ledger = adopted or self._ledger_text
-        parts = (
-            ("handover", HANDOVER_MARK, self.state.handover_text or handover),
-            ("ledger", LEDGER_MARK, ledger),
-        )
-        return [special_unit(key, mark, text) for key, mark, text in parts if text]
 
     # ------------------------------------------------------------------ the call
     def _prepare(
@@ -486,7 +444,8 @@ class Session:
         st = self.state
         if isinstance(messages, (str, bytes)) or not isinstance(messages, Sequence):
             raise TypeError("messages must be a list of OpenAI chat messages (dicts)")
-        caches = self._caches
+        ctx = self._ctx
+        caches = ctx.derived.caches
         msgs, unchanged = caches.input(messages)
         originals, keep = caches.units(msgs, unchanged)
         view, out = caches.view(originals, keep)
@@ -508,19 +467,19 @@ class Session:
             # a pass can grow the ledger (facts of what it dropped) back above the
             # target: the eligible layers then run again over the new ledger
             view, used, by = run_pipeline(
-                self, view, used, budget, count, forced=forced, entry=entry_used
+                ctx, view, used, budget, count, forced=forced, entry=entry_used
             )
             if by is None:
                 break
             compact_layer = by
-            view = insert_specials([u for u in view if u.kind != "ledger"], self._special_units())
+            view = insert_specials([u for u in view if u.kind != "ledger"], ctx.special_units())
             used = count(view)
             if used <= budget.target or forced:
                 break
         changed = compact_layer is not None
         hard_limit = budget.window - budget.reserve_output
         if used > hard_limit:
-            squeezed, new_used = squeeze(self, view, used, hard_limit, count)
+            squeezed, new_used = squeeze(ctx, view, used, hard_limit, count)
             if new_used < used:
                 view, used, changed = squeezed, new_used, True
                 compact_layer = compact_layer or "squeeze"
@@ -528,7 +487,7 @@ class Session:
             st.set_decisions(remember(view, originals))
             out = render(view)
         state = budget.state_for(used)
-        self._last_units = view
+        ctx.derived.last_units = view
         # grouping guarantees pairs; a changed view is re-checked as a whole as well
         violations = check_messages(out) if changed else []
         if violations:  # pragma: no cover - layers are checked one by one
@@ -538,6 +497,11 @@ class Session:
             state = budget.state_for(used)
         if changed and used > budget.target:
             self._report_short_of_target(view, used, budget, count)
+        elif (changed or used <= budget.target) and st.hold_until is not None:
+            st.hold_until = None  # the target was reached (or the context shrank)
+        unfit = used > budget.trigger or (changed and used >= budget.critical_tokens)
+        if unfit and st.learned_window is not None and st.unfit is None:
+            self._report_unfit(view, used, budget, count)
         if used > hard_limit or used > budget.trigger:
             st.stats.overflows += 1
             self._emit(
@@ -570,6 +534,7 @@ class Session:
             messages_in=len(msgs),
             tokens_in=tokens_in,
             duration_ms=round((time.perf_counter() - started) * 1000, 3),
+            **({"unfit": st.unfit} if st.unfit is not None else {}),
         )
         st.touch("meta")
         return out
@@ -577,8 +542,14 @@ class Session:
     def _report_short_of_target(
         self, view: Sequence[Unit], used: int, budget: BudgetState, count: Callable[..., int]
     ) -> None:
-        """A compaction that ends above the target: say why, with the numbers."""
+        """A compaction that ends above the target (pinned content and the rounds the
+        layers keep exceed it): say why, with the numbers, and hold further compaction
+        until the context has grown by the trigger − target gap
+        (``SessionState.hold_until``), so the next calls do not compact again for a few
+        tokens each."""
         pinned = [u for u in view if u.pinned]
+        resume_at = used + max(0, budget.trigger - budget.target)
+        self.state.hold_until = resume_at
         self._emit(
             "context.above_target",
             used=used,
@@ -586,6 +557,30 @@ class Session:
             pinned_tokens=count(pinned),
             rest_tokens=used - count(pinned),
             units=len(view),
+            resume_at=resume_at,
+        )
+
+    def _report_unfit(
+        self, view: Sequence[Unit], used: int, budget: BudgetState, count: Callable[..., int]
+    ) -> None:
+        """The learned window cannot hold what this policy keeps (the context ends above
+        the trigger, or a compaction ends in ``critical``): said once
+        (``context.window_unfit``, ``unfit`` in every later ``context.status``); from
+        then on the layers and ``on_overflow`` run only when the request would not fit
+        (``window − reserve_output``), not on every call."""
+        pinned = count([u for u in view if u.pinned])
+        st = self.state
+        st.unfit = (
+            f"the learned window {budget.window} leaves a trigger of {budget.trigger} "
+            f"tokens; this policy's pinned content ({pinned}) and kept rounds need {used}"
+        )
+        self._emit(
+            "context.window_unfit",
+            window=budget.window,
+            trigger=budget.trigger,
+            used=used,
+            pinned_tokens=pinned,
+            reason=st.unfit,
         )
 
 

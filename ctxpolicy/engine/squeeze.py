@@ -25,7 +25,7 @@ from ctxpolicy.engine.archiving import ref_for_message
 from ctxpolicy.engine.own import LEDGER_MARK, special_unit
 
 if TYPE_CHECKING:
-    from ctxpolicy.engine.session import Session
+    from ctxpolicy.engine.context import EngineContext
 
 SQUEEZE_MARK = "[ctxpolicy: {n} characters of this {what} removed to fit the window]"
 _MIN_KEEP = 200  # characters kept of any shortened text (head + tail)
@@ -99,7 +99,7 @@ def _what(m: Mapping[str, Any], slot: Slot) -> str:
 
 
 def squeeze(
-    session: Session,
+    ctx: EngineContext,
     view: list[Unit],
     used: int,
     limit: int,
@@ -107,19 +107,19 @@ def squeeze(
 ) -> tuple[list[Unit], int]:
     """Shorten messages until ``count(view) <= limit`` (see the module docstring)."""
     units = list(view)
-    units, used = _shorten(session, units, used, limit, count, pinned=False)
+    units, used = _shorten(ctx, units, used, limit, count, pinned=False)
     if used > limit:
-        units, used = _trim_ledger(session, units, used, limit, count)
+        units, used = _trim_ledger(ctx, units, used, limit, count)
     if used > limit:
         before = used
-        units, used = _shorten(session, units, used, limit, count, pinned=True)
+        units, used = _shorten(ctx, units, used, limit, count, pinned=True)
         if used < before:
-            session._emit("context.truncated_pinned", before=before, after=used, limit=limit)
+            ctx.emit("context.truncated_pinned", before=before, after=used, limit=limit)
     return units, used
 
 
 def _shorten(
-    session: Session,
+    ctx: EngineContext,
     units: list[Unit],
     used: int,
     limit: int,
@@ -149,13 +149,13 @@ def _shorten(
         m = msgs[slot[0]]
         text = _get(m, slot)
         # chars per token of this text, to turn the excess into characters to cut
-        per_token = max(1.0, size / max(1, session.counter.count_text(text)))
+        per_token = max(1.0, size / max(1, ctx.counter.count_text(text)))
         keep = max(_MIN_KEEP, size - int((used - limit) * per_token * 1.1) - 200)
         if keep >= size:
             break
-        ref = ref_for_message(session, m)
-        if ref is None and session.policy.snapshots.enabled:
-            session._emit(
+        ref = ref_for_message(ctx, m)
+        if ref is None and ctx.policy.snapshots.enabled:
+            ctx.emit(
                 "data.lost",
                 units=[units[ui].key],
                 messages=1,
@@ -169,7 +169,7 @@ def _shorten(
 
 
 def _trim_ledger(
-    session: Session,
+    ctx: EngineContext,
     units: list[Unit],
     used: int,
     limit: int,
@@ -178,12 +178,12 @@ def _trim_ledger(
     """The ledger, our own text: its oldest entries go (the archive reference stays,
     so every fact remains recoverable)."""
     at = next((i for i, u in enumerate(units) if u.key == "ledger"), None)
-    if session.ledger is None or at is None:
+    if ctx.ledger is None or at is None:
         return units, used
-    bound = session.counter.count_messages(units[at].messages)
+    bound = ctx.counter.count_messages(units[at].messages)
     for _ in range(3):  # framing makes a bound inexact
         bound -= used - limit
-        text = session.ledger.render(max_tokens=max(0, bound))
+        text = ctx.ledger.render(max_tokens=max(0, bound))
         if text is None:
             break
         shrunk = [*units[:at], special_unit("ledger", LEDGER_MARK, text), *units[at + 1 :]]

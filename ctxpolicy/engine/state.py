@@ -5,7 +5,7 @@ and the summaries they hold, the progress ledger, the archive index, learned too
 growth, a learned window, tokenizer calibration, layer memory such as a summarizer's
 circuit breaker, counters). Everything else a session keeps — grouped units, pinning,
 the rendered view, budgets, layer and summarizer instances — is derived
-(:mod:`ctxpolicy.engine.caches`) and rebuilt from the messages after a restart.
+(:mod:`ctxpolicy.engine.derived`) and rebuilt from the messages after a restart.
 
 :meth:`SessionState.to_entries` turns the state into small JSON documents keyed by
 string (``meta``, ``ledger``, ``memory``, ``growth``, ``decision/<unit key>``,
@@ -18,12 +18,16 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ctxpolicy.conversation import Unit
 from ctxpolicy.state._codec import entry_text
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ctxpolicy.budget import ToolGrowthEstimator
+    from ctxpolicy.engine.ledger import Ledger
 
 #: Version of the entry format; a store holding another major version is not read.
 STATE_FORMAT = 1
@@ -103,6 +107,8 @@ _META_FIELDS = (
     "overflow_attempts",
     "handover_text",
     "status",
+    "hold_until",
+    "unfit",
 )
 
 
@@ -112,9 +118,10 @@ class SessionState:
 
     Mutate through the methods that name what changed (``set_decisions``,
     ``add_ref``, ``mark_archived``, ``touch``) so :meth:`take_changes` stays exact.
-    The ledger and the growth samples are owned by their objects in the session;
-    their serialised forms are read through the callables given to
-    :meth:`to_entries` / :meth:`take_changes`.
+    The progress ledger and the learned tool-growth samples are objects of their
+    own (:class:`~ctxpolicy.engine.ledger.Ledger`,
+    :class:`~ctxpolicy.budget.ToolGrowthEstimator`) held here; a change to them is
+    marked with ``touch("ledger")`` / ``touch("growth")``.
     """
 
     step: int = 0
@@ -128,8 +135,18 @@ class SessionState:
     overflow_attempts: int = 0
     handover_text: str | None = None
     status: dict[str, Any] | None = None
+    #: after a compaction that could not reach the target: no pipeline step runs
+    #: before the context reaches this many tokens (or ``critical``)
+    hold_until: int | None = None
+    #: the learned window cannot hold the policy's pinned content and newest round
+    #: (reported once with ``context.window_unfit``); the reason
+    unfit: str | None = None
     seen_repairs: set[tuple[str, int]] = field(default_factory=set)
     stats: PreparedStats = field(default_factory=PreparedStats)
+    #: the progress ledger (None when the policy disables it)
+    ledger: Ledger | None = field(default=None, repr=False, compare=False)
+    #: the learned tool-growth samples (None: a state without a policy, as in tests)
+    growth: ToolGrowthEstimator | None = field(default=None, repr=False, compare=False)
     #: bumped by every change of ``decisions`` (a cache key of the rendered view)
     decisions_version: int = 0
     _dirty: set[str] = field(
@@ -152,7 +169,7 @@ class SessionState:
     def add_ref(self, call_id: str, uri: str) -> None:
         """The snapshot of the result of ``call_id``. A reused id keeps the first: in
         the conversation the first use keeps the id and later uses are renamed
-        (:mod:`ctxpolicy.repair`), and get their own snapshot when first shortened."""
+        (:mod:`ctxpolicy.conversation.repair`), and get their own snapshot when first shortened."""
         if call_id in self.refs:
             return
         self.refs[call_id] = uri
@@ -176,9 +193,8 @@ class SessionState:
         self._dirty.discard(key)
 
     # ------------------------------------------------------------------ serialisation
-    def _entry(self, key: str, ledger: Any, growth: Any) -> Any:
-        """The value of one entry; ``ledger`` and ``growth`` are the serialised
-        sections, or callables returning them (called only when that entry is asked)."""
+    def _entry(self, key: str) -> Any:
+        """The value of one entry."""
         section, _, name = key.partition("/")
         if section == "meta":
             return {
@@ -188,9 +204,9 @@ class SessionState:
                 "stats": self.stats.to_dict(),
             }
         if section == "ledger":
-            return ledger() if callable(ledger) else ledger
+            return self.ledger.to_dict() if self.ledger is not None else None
         if section == "growth":
-            return growth() if callable(growth) else growth
+            return self.growth.to_dict() if self.growth is not None else None
         if section == "memory":
             return self.memory
         if section == "decision":
@@ -201,28 +217,24 @@ class SessionState:
             return True
         raise KeyError(key)
 
-    def to_entries(self, *, ledger: Any = None, growth: Any = None) -> dict[str, Any]:
+    def to_entries(self) -> dict[str, Any]:
         """Every entry (a full save)."""
         keys = ["meta", "ledger", "growth", "memory"]
         keys += [f"decision/{k}" for k in self.decisions]
         keys += [f"ref/{k}" for k in self.refs]
         keys += [f"archived/{k}" for k in self.archived]
-        return {k: _jsonable(self._entry(k, ledger, growth)) for k in keys}
+        return {k: _jsonable(self._entry(k)) for k in keys}
 
-    def take_changes(
-        self, *, ledger: Any = None, growth: Any = None
-    ) -> tuple[dict[str, Any], list[str]]:
+    def take_changes(self) -> tuple[dict[str, Any], list[str]]:
         """Entries changed and deleted since the last call (then forgotten)."""
-        put = {k: _jsonable(self._entry(k, ledger, growth)) for k in sorted(self._dirty)}
+        put = {k: _jsonable(self._entry(k)) for k in sorted(self._dirty)}
         return put, self._forget_changes()
 
-    def take_encoded_changes(
-        self, *, ledger: Any = None, growth: Any = None
-    ) -> tuple[dict[str, str], list[str]]:
+    def take_encoded_changes(self) -> tuple[dict[str, str], list[str]]:
         """:meth:`take_changes` with each value as its canonical JSON text (what a
         JSON state store writes; :func:`ctxpolicy.state._codec.entry_text`): one
         encoding per changed entry, no round trip through ``json.loads``."""
-        put = {k: entry_text(k, self._entry(k, ledger, growth)) for k in sorted(self._dirty)}
+        put = {k: entry_text(k, self._entry(k)) for k in sorted(self._dirty)}
         return put, self._forget_changes()
 
     def _forget_changes(self) -> list[str]:
@@ -232,8 +244,20 @@ class SessionState:
         return deleted
 
     @classmethod
-    def from_entries(cls, entries: Mapping[str, Any]) -> SessionState:
-        """The state saved by :meth:`to_entries` (ledger and growth: see ``entries``)."""
+    def from_entries(
+        cls,
+        entries: Mapping[str, Any],
+        *,
+        ledger: Ledger | None = None,
+        growth: ToolGrowthEstimator | None = None,
+        count_text: Callable[[str], int] | None = None,
+    ) -> SessionState:
+        """The state saved by :meth:`to_entries`.
+
+        ``ledger`` and ``growth`` are fresh objects of the policy (what a new
+        conversation starts with): a stored ledger replaces ``ledger`` (when the
+        policy has one), stored growth samples are loaded into ``growth``.
+        """
         meta = dict(entries.get("meta") or {})
         fmt = meta.pop("format", STATE_FORMAT)
         if fmt != STATE_FORMAT:
@@ -244,6 +268,14 @@ class SessionState:
         if "stats" in meta:
             st.stats = PreparedStats.from_dict(meta["stats"])
         st.memory = dict(entries.get("memory") or {})
+        stored_ledger, stored_growth = entries.get("ledger"), entries.get("growth")
+        if ledger is not None and isinstance(stored_ledger, Mapping):
+            from ctxpolicy.engine.ledger import Ledger
+
+            ledger = Ledger.from_dict(stored_ledger, count_text=count_text)
+        if growth is not None and isinstance(stored_growth, Mapping):
+            growth.load_dict(stored_growth)
+        st.ledger, st.growth = ledger, growth
         for key, value in entries.items():
             section, _, name = key.partition("/")
             if section == "decision":

@@ -10,23 +10,38 @@ from ctxpolicy.budget import BudgetState, compute_budget
 from ctxpolicy.policy.models import Policy
 
 if TYPE_CHECKING:
-    from ctxpolicy.engine.session import Session
+    from ctxpolicy.engine.context import EngineContext
 
-__all__ = ["MIN_LEARNED_FRACTION", "learn_window", "policy_with_window"]
+__all__ = [
+    "FAR_BELOW",
+    "MIN_LEARNED_FRACTION",
+    "learn_window",
+    "policy_with_window",
+    "scaled_growth",
+]
+
+#: A learned window at or below this fraction of the configured one scales the fixed
+#: budget terms (reserve_output, safety_margin, and the tool-growth reserve) with it.
+FAR_BELOW = 0.5
 
 #: A provider-stated limit below this fraction of the configured window is ignored
-#: (``context.window_ignored``): a garbled error must not cripple the session.
+#: (``context.window_ignored``): a garbled error must not cripple the ctx.
 MIN_LEARNED_FRACTION = 0.125
 
 
 def policy_with_window(policy: Policy, window: int, full: BudgetState) -> Policy:
     """``policy`` with a learned (smaller) window.
 
-    The policy's reserve and margin are kept when they fit; when the learned window
-    is too small for them they are scaled down (reserve ≤ 25 %, margin ≤ 5 % of the
-    window) so the agent keeps working instead of failing on its own budget.
+    A learned window at or below :data:`FAR_BELOW` of the configured one scales the
+    fixed terms (reserve, margin) by learned ÷ configured; above it they are kept when
+    they fit. When the learned window is still too small for them they are cut further
+    (reserve ≤ 25 %, margin ≤ 5 % of the window) so the agent keeps working instead of
+    failing on its own budget.
     """
     reserve, margin = full.reserve_output, full.safety_margin
+    if window <= full.window * FAR_BELOW:  # the fixed terms shrink with the window
+        reserve = max(1, reserve * window // full.window)
+        margin = margin * window // full.window
     if window - reserve - margin < window // 4:
         reserve = min(reserve, window // 4)
         margin = min(margin, window // 20)
@@ -36,20 +51,29 @@ def policy_with_window(policy: Policy, window: int, full: BudgetState) -> Policy
     return policy.model_copy(update={"budget": budget})
 
 
-def learn_window(session: Session, limit: int) -> None:
+def scaled_growth(growth: int, window: int, configured: int) -> int:
+    """The tool-growth reserve under a learned ``window``: scaled like the fixed terms
+    when the window is far below the ``configured`` one (its bounds are shares of it)."""
+    if window <= configured * FAR_BELOW:
+        return growth * window // configured
+    return growth
+
+
+def learn_window(ctx: EngineContext, limit: int) -> None:
     """Adopt a provider-stated limit below the window in force, unless it is not
     credible: below :data:`MIN_LEARNED_FRACTION` of the configured window, or
     below the pinned content of the last request (then ``context.window_ignored``)."""
-    current = session.budget().window
-    configured = compute_budget(session.policy, tool_growth=0).window
+    current = ctx.budget().window
+    configured = compute_budget(ctx.policy, tool_growth=0).window
     pinned = sum(
-        session.counter.count_messages(list(u.messages)) for u in session._last_units if u.pinned
+        ctx.counter.count_messages(list(u.messages)) for u in ctx.derived.last_units if u.pinned
     )
     floor = max(int(configured * MIN_LEARNED_FRACTION), pinned)
     if limit < floor:
-        session._emit("context.window_ignored", stated=limit, floor=floor, window=current)
+        ctx.emit("context.window_ignored", stated=limit, floor=floor, window=current)
         return
     if limit < current:
-        session.state.learned_window = limit
-        session.state.touch("meta")
-        session._emit("context.window_learned", window=limit, previous=current)
+        ctx.state.learned_window = limit
+        ctx.state.unfit = None  # a new window: judged again
+        ctx.state.touch("meta")
+        ctx.emit("context.window_learned", window=limit, previous=current)

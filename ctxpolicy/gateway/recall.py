@@ -18,7 +18,7 @@ RECALL_NAMES = frozenset({"ctx_recall", "ctx_search"})
 
 
 def openai_tools() -> list[dict[str, Any]]:
-    from ctxpolicy.recall import recall_tools
+    from ctxpolicy.snapshots.recall import recall_tools
 
     return recall_tools()
 

@@ -34,6 +34,22 @@ def is_given(value: T | None) -> TypeGuard[T]:
     return type(value).__name__ not in ("NotGiven", "Omit")
 
 
+def conversation_key(agent: str, conv_id: str) -> str:
+    """The id under which an adapter stores the conversation ``conv_id`` of ``agent``.
+
+    Every adapter keys a framework's thread or session id by the agent (the policy's
+    ``agent`` name) too, so two agents on one thread never share a state or a
+    snapshot folder (docs/state.md). Agent names never contain ``/``, so the key is
+    injective: ``conversation_key(a, c) == conversation_key(a2, c2)`` only when both
+    parts are equal.
+    """
+    if not isinstance(conv_id, str) or not conv_id:
+        raise ValueError(f"a conversation id must be a non-empty string, not {conv_id!r}")
+    if "/" in agent:
+        raise ValueError(f"agent name {agent!r} must not contain '/'")
+    return f"{agent}/{conv_id}"
+
+
 def as_session(
     session: Session | Policy | str,
     *,

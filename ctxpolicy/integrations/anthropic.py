@@ -68,8 +68,11 @@ __all__ = [
     "AnthropicRequest",
     "AnthropicWrapper",
     "CacheBreakpoints",
+    "answer_recall",
     "from_openai",
+    "is_recall_call",
     "prepare_request",
+    "recall_tools",
     "to_openai",
     "wrap",
 ]
@@ -652,3 +655,63 @@ class _Messages(Proxy):
     def create(self, **kwargs: Any) -> Any:
         """``messages.create`` with ``system``/``messages`` prepared by the session."""
         return self._owner._create(self._inner.create, kwargs)
+
+
+# --------------------------------------------------------------------------- recall
+
+
+def recall_tools() -> list[dict[str, Any]]:
+    """``ctx_recall`` and ``ctx_search`` as Messages API tool definitions.
+
+    Add them to ``tools=``; answer the model's ``tool_use`` blocks for them with
+    :func:`answer_recall`.
+    """
+    from ctxpolicy.snapshots.recall import recall_tools as openai_tools
+
+    return [
+        {
+            "name": t["function"]["name"],
+            "description": t["function"]["description"],
+            "input_schema": copy.deepcopy(t["function"]["parameters"]),
+        }
+        for t in openai_tools()
+    ]
+
+
+def is_recall_call(block: Any) -> bool:
+    """True for a ``tool_use`` block (dict or SDK object) calling a recall tool."""
+    from ctxpolicy.snapshots.recall import RECALL_TOOL, SEARCH_TOOL
+
+    b = to_plain(block)
+    return (
+        isinstance(b, Mapping)
+        and b.get("type") == "tool_use"
+        and b.get("name") in (RECALL_TOOL, SEARCH_TOOL)
+    )
+
+
+def answer_recall(session: Session, content: Any) -> list[dict[str, Any]]:
+    """The ``tool_result`` blocks answering the recall ``tool_use`` blocks of a response.
+
+    ``content`` is an assistant response (or its ``content`` list); blocks that are
+    not recall calls are skipped, so the caller answers its own tools beside these.
+    The answers come from ``session``'s conversation only, bounded, and never raise
+    (:func:`ctxpolicy.recall.handle_tool_call`).
+    """
+    blocks = getattr(content, "content", content)
+    handler = session.recall_tool()[1]
+    out: list[dict[str, Any]] = []
+    for block in blocks or []:
+        if not is_recall_call(block):
+            continue
+        b = to_plain(block)
+        text = handler(str(b["name"]), b.get("input"))
+        out.append(
+            {
+                "type": "tool_result",
+                "tool_use_id": str(b.get("id", "")),
+                "content": text,
+                **({"is_error": True} if text.startswith("Error:") else {}),
+            }
+        )
+    return out

@@ -31,23 +31,42 @@ the original objects (ids, ``response_metadata``, ``additional_kwargs``); a rewr
 tool result is the original ``ToolMessage`` with new content; a summary is a
 ``HumanMessage``; the ledger is appended to the system message.
 
-One session per conversation: the middleware keys sessions by the LangGraph
-``thread_id`` (``config["configurable"]["thread_id"]``; ``"default"`` without one).
+One session per agent and conversation: the middleware keys sessions by the
+policy's agent name and the LangGraph ``thread_id``
+(``config["configurable"]["thread_id"]``); the stored conversation is
+``"<agent>/<thread_id>"`` (:func:`~ctxpolicy.integrations._common.conversation_key`),
+so a coder and an analyst on one thread never share a state or a snapshot folder.
 The session state of a thread lives in the policy's state store (``state:``; by
 default a sqlite file beside the snapshots, ``postgres`` for a fleet), so the
 in-process LRU of sessions is only a cache: an evicted thread, a restarted worker or
 another worker resumes it exactly (docs/state.md).
+
+**No ``thread_id``: a fresh, private conversation.** An invocation without a
+``thread_id`` gets a session of its own (random id, state in memory only, its own
+snapshot folder) for the model and tool calls of that invocation, and nothing of it
+is stored for anyone else to resume. Pass a ``thread_id`` to resume a conversation.
+
+Recall: ``CtxPolicyMiddleware(..., recall=True)`` adds the ``ctx_recall`` and
+``ctx_search`` tools to the agent (LangChain tools answered from the current
+conversation's snapshots only); :func:`recall_tools` builds them for other graphs.
 """
 
 from __future__ import annotations
 
 import json
+import uuid
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Annotated, Any, NotRequired
 
 from ctxpolicy.conversation import content_text, message_fingerprint
-from ctxpolicy.integrations._common import Message, json_args, parse_args, require
+from ctxpolicy.integrations._common import (
+    Message,
+    conversation_key,
+    json_args,
+    parse_args,
+    require,
+)
 
 if TYPE_CHECKING:  # pragma: no cover
     from ctxpolicy.components import StateStore
@@ -59,10 +78,15 @@ __all__ = [
     "LangChainConversation",
     "SessionPool",
     "pre_model_hook",
+    "recall_tools",
     "to_openai",
 ]
 
 _MAX_SESSIONS = 256
+#: the graph-state key (private: never read from the input) holding an invocation's
+#: private conversation token when it has no ``thread_id``
+RUN_KEY = "ctxpolicy_run"
+_RECALL_NAMES = frozenset({"ctx_recall", "ctx_search"})
 
 
 def _lc_messages() -> Any:
@@ -293,32 +317,128 @@ class SessionPool:
             self._store.close()
         self._store = None
 
+    def key(self, conv_id: str) -> str:
+        """The stored conversation id of thread ``conv_id`` under this pool's agent."""
+        return conversation_key(self.policy.agent, conv_id)
+
     def get(self, conv_id: str | None = None) -> Session:
+        """The session of thread ``conv_id`` (stored as ``"<agent>/<conv_id>"``).
+
+        ``None`` is a new private conversation on every call (never a shared default);
+        use :meth:`private` to keep one private conversation across calls.
+        """
+        if self._fixed is not None:
+            return self._fixed
+        if conv_id is None or conv_id == "":
+            return self.private(uuid.uuid4().hex)
+        from ctxpolicy.engine import Session
+
+        key = self.key(str(conv_id))
+        s = self._cached(key)
+        if s is None:
+            s = Session(self.policy, conv_id=key, state_store=self.state_store, **self._options)
+            self._cache(key, s)
+        return s
+
+    def private(self, token: str) -> Session:
+        """The private conversation of one invocation without a thread id.
+
+        Its state is in memory only (no store, random conversation id, its own
+        snapshot folder), so no other invocation, process or worker resumes it.
+        """
         if self._fixed is not None:
             return self._fixed
         from ctxpolicy.engine import Session
 
-        key = conv_id or "default"
-        s = self._sessions.get(key)
+        key = "\x00private:" + str(token)  # never the key of a thread (keys have no NUL)
+        s = self._cached(key)
         if s is None:
-            s = Session(self.policy, conv_id=key, state_store=self.state_store, **self._options)
-            self._sessions[key] = s
-            while len(self._sessions) > self._max:
-                self._sessions.popitem(last=False)
-        else:
+            s = Session(self.policy, **self._options)
+            self._cache(key, s)
+        return s
+
+    def _cached(self, key: str) -> Session | None:
+        s = self._sessions.get(key)
+        if s is not None:
             self._sessions.move_to_end(key)
         return s
 
+    def _cache(self, key: str, s: Session) -> None:
+        self._sessions[key] = s
+        while len(self._sessions) > self._max:
+            self._sessions.popitem(last=False)
 
-def _thread_id() -> str | None:
-    try:
-        from langgraph.config import get_config
 
-        cfg = get_config()
-    except Exception:
-        return None
-    tid = (cfg.get("configurable") or {}).get("thread_id")
-    return str(tid) if tid is not None else None
+def _thread_id(config: Mapping[str, Any] | None = None) -> str | None:
+    """The LangGraph ``thread_id`` of ``config`` (the current run's by default)."""
+    if config is None:
+        try:
+            from langgraph.config import get_config
+
+            config = get_config()
+        except Exception:
+            return None
+    tid = (config.get("configurable") or {}).get("thread_id")
+    return str(tid) if tid not in (None, "") else None
+
+
+def _session_for(
+    pool: SessionPool, state: Any, config: Mapping[str, Any] | None = None
+) -> Session | None:
+    """The session of the current call: its thread's, else its invocation's private one."""
+    tid = _thread_id(config)
+    if tid is not None:
+        return pool.get(tid)
+    token = state.get(RUN_KEY) if isinstance(state, Mapping) else None
+    return pool.private(token) if isinstance(token, str) and token else None
+
+
+def recall_tools(session_of: Callable[[Any], Session | None]) -> list[Any]:
+    """``ctx_recall`` and ``ctx_search`` as LangChain tools.
+
+    ``session_of(runtime)`` returns the session of the call (``runtime`` is the
+    ``ToolRuntime`` LangChain injects: ``state``, ``config``); the answer comes from
+    that conversation's snapshots only (:func:`ctxpolicy.recall.handle_tool_call`:
+    bounded, never raises, never another conversation's data).
+    """
+    from langchain.tools import ToolRuntime
+    from langchain_core.tools import StructuredTool
+
+    from ctxpolicy.snapshots.recall import recall_tools as schemas
+
+    def run(name: str, runtime: Any, args: dict[str, Any]) -> str:
+        session = session_of(runtime)
+        if session is None:
+            return "Error: no conversation is active for this call; nothing to recall."
+        return session.recall_tool()[1](name, {k: v for k, v in args.items() if v is not None})
+
+    def ctx_recall(
+        ref: str, runtime: ToolRuntime, lines: str | None = None, grep: str | None = None
+    ) -> str:
+        return run("ctx_recall", runtime, {"ref": ref, "lines": lines, "grep": grep})
+
+    def ctx_search(pattern: str, runtime: ToolRuntime, regex: bool = False) -> str:
+        return run("ctx_search", runtime, {"pattern": pattern, "regex": regex})
+
+    # the real objects, not the strings ``from __future__ import annotations`` leaves
+    ctx_recall.__annotations__ = {
+        "ref": str,
+        "runtime": ToolRuntime,
+        "lines": str | None,
+        "grep": str | None,
+        "return": str,
+    }
+    ctx_search.__annotations__ = {
+        "pattern": str,
+        "runtime": ToolRuntime,
+        "regex": bool,
+        "return": str,
+    }
+    docs = {s["function"]["name"]: s["function"]["description"] for s in schemas()}
+    return [
+        StructuredTool.from_function(fn, name=fn.__name__, description=docs[fn.__name__])
+        for fn in (ctx_recall, ctx_search)
+    ]
 
 
 def _tool_schemas(tools: Sequence[Any]) -> list[dict[str, Any]] | None:
@@ -356,15 +476,33 @@ def _middleware_base() -> type:
     return mod.AgentMiddleware
 
 
+_PRIVATE: Any = None  # langchain's PrivateStateAttr, set by _state_schema
+
+
+def _state_schema() -> type:
+    global _PRIVATE
+    types = require("langchain.agents.middleware.types", "langchain")
+    _PRIVATE = types.PrivateStateAttr  # the annotation below is resolved in this module
+
+    class CtxPolicyState(types.AgentState):  # type: ignore[name-defined]
+        """The agent state plus the private token of a run without a thread_id."""
+
+        ctxpolicy_run: NotRequired[Annotated[str, _PRIVATE]]  # type: ignore[valid-type]
+
+    return CtxPolicyState
+
+
 def _make_middleware_class() -> type:
     base = _middleware_base()
+    schema = _state_schema()
 
     class CtxPolicyMiddleware(base):  # type: ignore[misc, valid-type]
         """Applies a ctxpolicy policy to every model call of a ``create_agent`` agent.
 
         ``policy`` is a policy file path (with ``agent``), a resolved ``Policy`` or a
         ``Session`` (then every conversation shares it). ``preprocess_tools=False``
-        leaves tool results untouched.
+        leaves tool results untouched. ``recall=True`` adds the ``ctx_recall`` and
+        ``ctx_search`` tools to the agent.
         """
 
         def __init__(
@@ -374,24 +512,59 @@ def _make_middleware_class() -> type:
             agent: str = "default",
             preprocess_tools: bool = True,
             record_usage: bool = True,
+            recall: bool = False,
             **session_options: Any,
         ) -> None:
             super().__init__()
             self.sessions = SessionPool(policy, agent=agent, **session_options)
             self.preprocess_tools = preprocess_tools
             self.record_usage = record_usage
+            self.last_session: Session | None = None
+            self.tools = recall_tools(self._runtime_session) if recall else []
+
+        state_schema = schema  # the class attribute langchain reads
 
         @property
         def name(self) -> str:
-            return "CtxPolicyMiddleware"
+            # unique per agent, so two policies' middlewares can sit in one agent
+            return f"CtxPolicyMiddleware[{self.sessions.policy.agent}]"
+
+        def before_agent(self, state: Any, runtime: Any) -> dict[str, Any] | None:
+            """A run without a ``thread_id`` gets a private conversation token."""
+            if _thread_id() is None and not state.get(RUN_KEY):
+                return {RUN_KEY: uuid.uuid4().hex}
+            return None
+
+        async def abefore_agent(self, state: Any, runtime: Any) -> dict[str, Any] | None:
+            return self.before_agent(state, runtime)
 
         def session(self, conv_id: str | None = None) -> Session:
-            """The session of a conversation (the current thread's by default)."""
-            return self.sessions.get(conv_id or _thread_id())
+            """The session of thread ``conv_id``; without one, of the current call
+            (inside a run) or the last session this middleware used (outside)."""
+            if conv_id is not None:
+                return self.sessions.get(conv_id)
+            tid = _thread_id()
+            if tid is not None:
+                return self.sessions.get(tid)
+            if self.last_session is None:
+                raise LookupError("no thread_id and no call yet: pass the conversation's thread id")
+            return self.last_session
+
+        def _current(self, state: Any) -> Session:
+            s = _session_for(self.sessions, state)
+            if s is None:  # called outside create_agent's graph: a call of its own
+                s = self.sessions.get(None)
+            self.last_session = s
+            return s
+
+        def _runtime_session(self, runtime: Any) -> Session | None:
+            return _session_for(
+                self.sessions, getattr(runtime, "state", None), getattr(runtime, "config", None)
+            )
 
         # -- model calls ------------------------------------------------------------
         def _prepare(self, request: Any) -> tuple[Session, LangChainConversation, Any]:
-            session = self.session()
+            session = self._current(getattr(request, "state", None))
             conv = LangChainConversation(request.messages, request.system_message)
             return session, conv, _tool_schemas(request.tools)
 
@@ -441,6 +614,8 @@ def _make_middleware_class() -> type:
         def _post_tool(self, request: Any, result: Any) -> Any:
             if not self.preprocess_tools or getattr(result, "type", None) != "tool":
                 return result  # a Command, or preprocessing off
+            if request.tool_call.get("name") in _RECALL_NAMES and self.tools:
+                return result  # a recall answer is already bounded: never re-snapshotted
             # errors are preprocessed too: a long traceback is a tool result like any other
             tc = request.tool_call
             call = {"id": tc.get("id"), "name": tc.get("name", ""), "arguments": tc.get("args")}
@@ -450,7 +625,8 @@ def _make_middleware_class() -> type:
                 if isinstance(content, str)
                 else content_text(content) or json.dumps(content, default=str)
             )
-            text = self.session().add_tool_result(call, raw)
+            session = self._current(getattr(request, "state", None))
+            text = session.add_tool_result(call, raw)
             if text == content:
                 return result
             return result.model_copy(update={"content": text})
@@ -490,14 +666,21 @@ def pre_model_hook(
     """A LangGraph ``pre_model_hook``: ``state -> {"llm_input_messages": prepared}``.
 
     The graph state is not modified (the full history stays in ``messages``); the
-    model sees the prepared list. Sessions are kept per ``thread_id``.
+    model sees the prepared list. Sessions are kept per agent and ``thread_id``;
+    without a ``thread_id``, per run (keyed by the random id LangGraph gives the first
+    message), in memory only.
     """
     _lc_messages()
     pool = SessionPool(policy, agent=agent, **session_options)
 
     def hook(state: Mapping[str, Any]) -> dict[str, Any]:
         messages = state["messages"] if isinstance(state, Mapping) else state.messages
-        session = pool.get(_thread_id())
+        tid = _thread_id()
+        if tid is not None:
+            session = pool.get(tid)
+        else:  # private to the run: LangGraph gives each new message a random id
+            first = getattr(messages[0], "id", None) if messages else None
+            session = pool.private(f"msg:{first}") if first else pool.get(None)
         conv = LangChainConversation(messages)
         system, msgs = conv.back(session.prepare(conv.messages))
         return {"llm_input_messages": ([system] if system is not None else []) + msgs}

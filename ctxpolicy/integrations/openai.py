@@ -14,13 +14,24 @@
 tools)`` instead of ``messages`` (the tool schemas are counted), records the
 provider's ``usage.prompt_tokens``, and on an API error that is a context overflow
 (``context_length_exceeded``, "maximum context length", vLLM/Ollama/LiteLLM
-wordings — see :func:`ctxpolicy.layers.emergency.is_context_overflow`) runs the
+wordings — see :func:`ctxpolicy.engine.overflow.is_context_overflow`) runs the
 policy's ``on_overflow`` layer and retries; the session bounds the retries and then
 raises :class:`ctxpolicy.ContextOverflowError`. ``responses.create(input=[...])``
 does the same for Responses API item lists (see :class:`ResponsesInput`).
 Everything else (``models``, ``embeddings``, ``with_raw_response`` …) is the
 client's own. Works with ``openai.OpenAI``, ``openai.AsyncOpenAI``, Azure clients
 and any OpenAI-compatible server through ``base_url``.
+
+Recall: add :func:`recall_tools` to ``tools`` and answer the model's ``ctx_recall`` /
+``ctx_search`` calls with :func:`answer_recall` (a ``tool`` message, or None for a
+call that is not a recall call — run your own tool then)::
+
+    for call in msg.tool_calls or []:
+        reply = answer_recall(session, call)
+        if reply is None:
+            reply = {"role": "tool", "tool_call_id": call.id,
+                     "content": session.add_tool_result(call, run_tool(call))}
+        history.append(reply)
 
 Your history is never modified: keep appending to it; each call prepares it anew
 (sticky decisions inside the session keep the prefix stable between calls).
@@ -51,8 +62,11 @@ if TYPE_CHECKING:  # pragma: no cover
 __all__ = [
     "OpenAIWrapper",
     "ResponsesInput",
+    "answer_recall",
+    "is_recall_call",
     "prepare_chat",
     "prepare_responses_input",
+    "recall_tools",
     "wrap",
 ]
 
@@ -438,3 +452,47 @@ def prepare_responses_input(
     conv = ResponsesInput(items, instructions=instructions)
     prepared = session.prepare(conv.messages, tools=to_plain(list(tools)) if tools else None)
     return conv.to_items(prepared)
+
+
+# --------------------------------------------------------------------------- recall
+
+
+def recall_tools() -> list[dict[str, Any]]:
+    """The ``ctx_recall`` / ``ctx_search`` function-tool schemas (chat completions format)."""
+    from ctxpolicy.snapshots.recall import recall_tools as schemas
+
+    return schemas()
+
+
+def _call_parts(tool_call: Any) -> tuple[str, str, Any]:
+    """(id, name, arguments) of a chat tool call (SDK object or dict) or a Responses item."""
+    plain = to_plain(tool_call)
+    if not isinstance(plain, Mapping):
+        return "", "", None
+    fn = plain.get("function")
+    if isinstance(fn, Mapping):
+        return str(plain.get("id") or ""), str(fn.get("name") or ""), fn.get("arguments")
+    call_id = plain.get("call_id") or plain.get("id") or ""
+    return str(call_id), str(plain.get("name") or ""), plain.get("arguments")
+
+
+def is_recall_call(tool_call: Any) -> bool:
+    """True when ``tool_call`` calls ``ctx_recall`` or ``ctx_search``."""
+    from ctxpolicy.snapshots.recall import RECALL_TOOL, SEARCH_TOOL
+
+    return _call_parts(tool_call)[1] in (RECALL_TOOL, SEARCH_TOOL)
+
+
+def answer_recall(session: Session, tool_call: Any) -> Message | None:
+    """The ``tool`` message answering a ``ctx_recall``/``ctx_search`` call, else None.
+
+    The answer comes from the session's own snapshots of this conversation only
+    (:meth:`ctxpolicy.Session.recall_tool`): bounded, redacted, never an error
+    raised — a bad reference or argument comes back as text for the model. It is
+    not passed through ``add_tool_result`` (a recall is not snapshotted again).
+    """
+    call_id, name, arguments = _call_parts(tool_call)
+    if not is_recall_call(tool_call):
+        return None
+    _, handler = session.recall_tool()
+    return {"role": "tool", "tool_call_id": call_id, "content": handler(name, arguments)}

@@ -20,7 +20,7 @@ from pydantic import Field
 
 from ctxpolicy.components import CompactionContext, ComponentOptions, Layer, LayerResult
 from ctxpolicy.conversation import Unit
-from ctxpolicy.facts import extract
+from ctxpolicy.conversation.facts import extract
 from ctxpolicy.layers._util import describe_call, plan_drop, round_groups, short, unit_refs
 from ctxpolicy.plugins import hookimpl
 from ctxpolicy.policy.models import TuneRange

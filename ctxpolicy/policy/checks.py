@@ -103,6 +103,7 @@ def check_policy(policy: Policy) -> list[Finding]:
                 "use a fraction like 0.7 (of the trigger), or fewer tokens",
             )
         )
+    out.extend(_target_findings(policy, nums))
     if nums.trigger > 0:
         for i, step in enumerate(policy.pipeline):
             keep = step.options.get("min_keep_tokens")
@@ -143,4 +144,59 @@ def check_policy(policy: Policy) -> list[Finding]:
                     )
                 )
                 break
+    return out
+
+
+#: An absolute target at or below this many tokens is almost surely a percentage
+#: written without its ``%`` (``target: 60``): a warning, CTX209.
+SMALL_TARGET_TOKENS = 100
+
+
+def _target_findings(policy: Policy, nums: BudgetNumbers) -> list[Finding]:
+    """CTX209 (``target: 60`` is 60 tokens) and CTX210 (a target above the lowest
+    threshold a layer starts at: compaction stops where it starts again, and fires on
+    every call — the thrashing design B warns about)."""
+    out: list[Finding] = []
+    t = policy.budget.target
+    if isinstance(t, int) and not isinstance(t, bool) and t <= SMALL_TARGET_TOKENS:
+        out.append(
+            Finding(
+                "CTX209",
+                ("budget", "target"),
+                f"target {t} is read as {t} tokens (an integer is tokens), which leaves "
+                "almost nothing after compaction",
+                f'for {t}% of the trigger write {t / 100:g} or "{t}%"; for tokens, '
+                f"use more than {SMALL_TARGET_TOKENS}",
+            )
+        )
+        return out
+    if nums.trigger <= 0 or nums.target >= nums.trigger:
+        return out  # CTX201 / CTX203 say it already
+    thresholds = policy.thresholds
+    ratios = {
+        "warning": thresholds.warning,
+        "error": thresholds.error,
+        "critical": thresholds.critical,
+    }
+    starts = [
+        (ratios[str(step.at)], str(step.at)) for step in policy.pipeline if str(step.at) in ratios
+    ]
+    if not starts:
+        return out
+    ratio, state = min(starts)
+    start_tokens = math.floor(ratio * nums.trigger + 1e-9)
+    if nums.target > start_tokens:
+        shown = f"{t:g} × {nums.trigger} = {nums.target}" if isinstance(t, float) else str(t)
+        out.append(
+            Finding(
+                "CTX210",
+                ("budget", "target"),
+                f"target ({shown} tokens) is above {state} ({ratio:g} × {nums.trigger} = "
+                f"{start_tokens} tokens), where the first layer starts: compaction stops in "
+                "the state it starts in, so it runs again on every call (thrashing)",
+                f"lower target to {ratio:g} or below (ideally 20–30 % below it), or raise "
+                f"thresholds.{state}",
+                related=(("thresholds", state),),
+            )
+        )
     return out

@@ -42,6 +42,8 @@ CODES: dict[str, tuple[Severity, str]] = {
     "CTX206": ("warning", "tool rule shadowed by an earlier glob"),
     "CTX207": ("error", "policy has no model"),
     "CTX208": ("error", "unknown model"),
+    "CTX209": ("warning", "target in tokens so small it is likely meant as a fraction"),
+    "CTX210": ("warning", "target above the threshold compaction starts at (thrashing)"),
     "CTX301": ("error", "extends an unknown agent"),
     "CTX302": ("error", "extends cycle"),
     "CTX303": ("error", "included file not found"),
@@ -301,6 +303,8 @@ def _num(value: Any) -> Any:
 def _constraint_message(err: Mapping[str, Any]) -> str | None:
     ctx = {k: _num(v) for k, v in (err.get("ctx") or {}).items()}
     kind = err["type"]
+    if kind == "ctx_expected":  # a field's own one-message check (budget.target)
+        return f"must be {ctx.get('expected')}"
     if kind == "greater_than":
         return f"must be greater than {ctx.get('gt')}"
     if kind == "greater_than_equal":

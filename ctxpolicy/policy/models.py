@@ -13,11 +13,20 @@ must start fast.
 
 from __future__ import annotations
 
+import math
 import re
 from enum import StrEnum
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+from pydantic_core import PydanticCustomError
 
 FORMAT_VERSION = 1
 
@@ -150,6 +159,12 @@ class ToolGrowth(StrictModel):
     )
 
 
+_TARGET_EXPECTED = {
+    "expected": "a fraction of the trigger between 0 and 1 (e.g. 0.7), a percentage of the "
+    'trigger between 0% and 100% (e.g. "70%"), or a number of tokens above 1'
+}
+
+
 class Budget(StrictModel):
     """Budget arithmetic: ``trigger = window − reserve_output − tool_growth − safety_margin``."""
 
@@ -172,13 +187,44 @@ class Budget(StrictModel):
     safety_margin: Amount = Field(
         default=0, description="Extra slack for counting error and framing overhead."
     )
-    target: Annotated[float, Field(gt=0, lt=1)] | Annotated[int, Field(gt=1)] = Field(
+    target: Annotated[float, Field(gt=0, lt=1)] | Annotated[int, Field(gt=1)] | Percent = Field(
         default=0.7,
-        description="Where compaction stops: a fraction of the trigger (0–1) or "
-        "absolute tokens. Keep it below the lowest `at` threshold: the gap is the "
-        "hysteresis band one compaction buys (equal to `warning`: stop as soon as the "
-        "context is back under warning, the DB-GPT behaviour).",
+        description="Where compaction stops: a fraction of the trigger (0–1), the same "
+        'as a percentage of the trigger ("70%" is 0.7), or absolute tokens (an integer '
+        "above 1; a small one such as 60 is a warning, CTX209). Keep it below the lowest "
+        "`at` threshold (CTX210 otherwise): the gap is the hysteresis band one compaction "
+        "buys (equal to `warning`: stop as soon as the context is back under warning, the "
+        "DB-GPT behaviour).",
     )
+    min_gain: Amount = Field(
+        default="3%",
+        description="Smallest gain (tokens or a share of the window) for which a "
+        "compaction rewrites the already-sent prefix (losing the prompt cache of "
+        "everything after the first changed message): the layers of one call that "
+        "together free less are not taken until the context is `critical` or would not "
+        "fit. 0: any gain is taken.",
+    )
+
+    @field_validator("target", mode="wrap")
+    @classmethod
+    def _target(cls, value: Any, handler: Any) -> float | int:
+        """One message for every wrong target (not one per union branch), and a
+        percentage read as the fraction of the trigger it names."""
+        try:
+            out = handler(value)
+        except ValidationError:
+            raise PydanticCustomError(
+                "ctx_expected", "must be {expected}", _TARGET_EXPECTED
+            ) from None
+        if isinstance(out, str):
+            m = PERCENT_RE.match(out)
+            pct = float(m.group(1)) if m else -1.0
+            if not 0 < pct < 100:
+                raise PydanticCustomError(
+                    "ctx_expected", "must be {expected}", _TARGET_EXPECTED
+                ) from None
+            return pct / 100.0
+        return out
 
 
 class Thresholds(StrictModel):
@@ -192,6 +238,29 @@ class Thresholds(StrictModel):
 
 
 # --------------------------------------------------------------------------- tuning
+
+
+#: Bounds of a searched value, and grid points of a stepped range at most.
+MAX_TUNE_VALUE = 1e15
+MAX_TUNE_POINTS = 1_000_000
+#: Paths of the budget and thresholds that ``ctxpolicy tune`` can search.
+TUNABLE_POLICY_PATHS = frozenset(
+    {
+        "budget.target",
+        "budget.safety_margin",
+        "budget.reserve_output",
+        "budget.tool_growth",
+        "budget.tool_growth.initial",
+        "budget.tool_growth.learn.quantile",
+        "budget.tool_growth.learn.window",
+        "thresholds.warning",
+        "thresholds.error",
+        "thresholds.critical",
+    }
+)
+TUNE_COMPONENT_PATH = re.compile(
+    r"^(pipeline|tools)\[(?P<key>[^\]]{1,200})\]\.(?P<opt>[A-Za-z][A-Za-z0-9_]{0,63})$"
+)
 
 
 class TuneRange(StrictModel):
@@ -233,8 +302,18 @@ class TuneRange(StrictModel):
             return self
         if self.low is None or self.high is None:
             raise ValueError("a range needs both `low` and `high` (or `choices`)")
+        for name, v in (("low", self.low), ("high", self.high), ("step", self.step)):
+            if v is not None and not (math.isfinite(v) and abs(v) <= MAX_TUNE_VALUE):
+                raise ValueError(f"`{name}` must be a finite number within ±{MAX_TUNE_VALUE:g}")
         if self.low >= self.high:
             raise ValueError(f"`low` ({self.low}) must be below `high` ({self.high})")
+        if self.step is not None:
+            points = (self.high - self.low) / self.step
+            if points > MAX_TUNE_POINTS:
+                raise ValueError(
+                    f"`step` {self.step:g} makes {points:.3g} grid points from {self.low:g} "
+                    f"to {self.high:g}; at most {MAX_TUNE_POINTS:,} (use a larger step)"
+                )
         if self.log and (self.low <= 0 or self.step not in (None, 1)):
             raise ValueError("a log range needs `low` > 0 and no `step` other than 1")
         return self
@@ -243,16 +322,19 @@ class TuneRange(StrictModel):
 class TuneObjectives(StrictModel):
     """What ``ctxpolicy tune`` trades off, measured exactly as ``simulate`` does."""
 
-    cost: Literal["tokens", "usd"] = Field(
-        default="tokens",
-        description="Minimised: prompt tokens summed over every call, or the estimated "
-        "cost in USD with prompt caching (simulate's price table).",
+    cost: Literal["total", "billed", "tokens", "usd"] = Field(
+        default="total",
+        description="Minimised: `total` — billed input under prompt caching plus the "
+        "summarizer's LLM calls (simulate's price model, docs/simulate.md); `billed` — "
+        "the billed input alone; `tokens` — prompt tokens summed over every call; `usd` "
+        "— the estimated cost in USD (simulate's price table).",
     )
-    retention: Literal["in_context", "retained"] = Field(
+    retention: Literal["in_context", "far", "retained"] = Field(
         default="in_context",
-        description="Maximised: share of the facts the agent reused that were still in "
-        "its context (`in_context`), or in context or recoverable from a snapshot "
-        "referenced there (`retained`).",
+        description="Maximised: share of the facts the agent reused that were in the "
+        "text sent (`in_context`, the ruler), of those absent from the 6 messages before "
+        "(`far`), or in context or recoverable from a snapshot referenced there "
+        "(`retained`).",
     )
 
 
@@ -290,6 +372,18 @@ class TuneSpec(StrictModel):
         "`pipeline[observation_mask].max_age_rounds`, `tools[*].max_chars`), "
         "replacing the default range or adding a parameter.",
     )
+
+    @field_validator("space")
+    @classmethod
+    def _real_paths(cls, v: dict[str, TuneRange]) -> dict[str, TuneRange]:
+        for path in v:
+            if path not in TUNABLE_POLICY_PATHS and not TUNE_COMPONENT_PATH.match(path):
+                raise ValueError(
+                    f"{path!r} is not a tunable parameter path: one of "
+                    + ", ".join(sorted(TUNABLE_POLICY_PATHS))
+                    + ", pipeline[LAYER].OPTION or tools[GLOB].OPTION"
+                )
+        return v
 
 
 # --------------------------------------------------------------------------- components

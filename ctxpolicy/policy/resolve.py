@@ -19,6 +19,7 @@ for values inherited through ``extends`` from another file. Nothing raises but
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import os
 import re
@@ -267,22 +268,25 @@ class _Resolver:
             )
             return None
 
-    def _chain(self, name: str) -> list[tuple[Doc, str, dict[str, Any]]] | None:
+    def _chain(self, name: str) -> tuple[list[tuple[Doc, str, dict[str, Any]]], bool] | None:
+        """The ``extends`` chain of ``name``, root first, and whether an agent of it has
+        errors of its own (then the chain is still resolved, to find the problems those
+        errors do not touch, but yields no policy). None when there is no chain to
+        resolve (an unknown parent, a cycle, an agent that is not a mapping)."""
         chain: list[tuple[Doc, str, dict[str, Any]]] = []
         names: list[str] = []
+        degraded = False
         cur = name
         while True:
             doc, raw = self.agents[cur]
             if not isinstance(raw, dict):
                 return None
-            # an agent with errors of its own is not resolved, but its `extends` is still
-            # checked: one error must not hide another (a typo in the parent's name)
-            bad = (doc.key, cur) in self.bad_agents
+            degraded = degraded or (doc.key, cur) in self.bad_agents
             chain.append((doc, cur, raw))
             names.append(cur)
             parent = raw.get("extends")
             if parent is None:
-                return None if bad else list(reversed(chain))
+                return list(reversed(chain)), degraded
             if not isinstance(parent, str):
                 return None
             if parent not in self.agents:
@@ -309,14 +313,36 @@ class _Resolver:
                         name,
                     )
                 return None
-            if bad:
-                return None
             cur = parent
 
     def _resolve(self, name: str) -> Policy | None:
-        chain = self._chain(name)
-        if chain is None:
+        """The steps of one agent: chain → merge → schema → model → components →
+        policy → semantic checks. A schema error does not stop the steps after it: the
+        values it is about are left out (their defaults apply) and every later finding
+        that depends on one of them is dropped, so a type error hides nothing else."""
+        found = self._chain(name)
+        if found is None:
             return None
+        chain, degraded = found
+        merged = self._merge(name, chain)
+        step = _AgentStep(self, name, merged)
+        validated = self._validate_agent(step, report_all=not degraded)
+        if validated is None:
+            return None
+        ap, removed = validated
+        step.removed = removed
+        ok = not degraded and not removed
+        model = self._model(step, ap)
+        if model is None:
+            return None
+        spec, model_name = model
+        parts = self._components(step, ap)
+        policy = self._policy(name, ap, spec, model_name, parts)
+        self._semantic_checks(step, chain, policy, parts.index_map)
+        return policy if ok and parts.ok else None
+
+    def _merge(self, name: str, chain: list[tuple[Doc, str, dict[str, Any]]]) -> Merged:
+        """Deep merge of the chain, root first, remembering where each value came from."""
         own_doc = chain[-1][0]
         merged = Merged({}, {(): (own_doc, ("policies", name))})
         data: dict[str, Any] = {}
@@ -324,31 +350,54 @@ class _Resolver:
             layer = {k: v for k, v in raw.items() if k != "extends"}
             data = deep_merge(data, layer, (), doc, ("policies", agent), merged)
         merged.data = data
+        return merged
 
-        def emit(path: PathT, code: str, message: str, hint: str | None = None) -> None:
-            d, raw_path = merged.locate(path)
-            self.emit(d, d.pos(raw_path), code, message, hint, name)
+    def _validate_agent(
+        self, step: _AgentStep, *, report_all: bool
+    ) -> tuple[AgentPolicy, list[PathT]] | None:
+        """The merged policy as an :class:`AgentPolicy`, and the paths left out to get
+        there. Each finding is reported (when the file-level pass already reported the
+        chain's own errors, only those it did not); the values they are about are then
+        removed and the rest validated again, a few rounds at most."""
+        data = step.merged.data
+        removed: list[PathT] = []
+        reported = {(d.file, d.line, d.col, d.code) for d, _ in self.diags}
+        for _ in range(_MAX_ROUNDS):
+            try:
+                return AgentPolicy.model_validate(data, strict=True), removed
+            except ValidationError as exc:
+                errors = exc.errors()
+                for f in validation_findings(
+                    errors, data, AgentPolicy, redact=self.redactor.redact
+                ):
+                    d, raw_path = step.merged.locate(f.path)
+                    line, col = d.pos(raw_path)
+                    if report_all or (d.name, max(1, line), max(1, col), f.code) not in reported:
+                        step.emit(f.path, f.code, f.message, f.hint)
+                paths = [_removable(e, data) for e in errors]
+                cut = [p for p in paths if p]
+                if len(cut) < len(paths):
+                    return None  # an error about the whole agent: nothing left to check
+                data = _without(data, cut)
+                removed.extend(cut)
+        return None  # pragma: no cover - every round removes at least one key
 
-        try:
-            ap = AgentPolicy.model_validate(data, strict=True)
-        except ValidationError as exc:
-            for f in validation_findings(
-                exc.errors(), data, AgentPolicy, redact=self.redactor.redact
-            ):
-                emit(f.path, f.code, f.message, f.hint)
-            return None
-
-        # ---- model
-        spec: ModelSpec | None
+    def _model(self, step: _AgentStep, ap: AgentPolicy) -> tuple[ModelSpec, str | None] | None:
+        """The agent's model (inline, from ``models:`` or the built-in catalogue), its
+        catalogue name, and the check of its tokenizers."""
+        name = step.name
+        merged = step.merged
+        spec: ModelSpec
         model_name: str | None = None
         tok_where: tuple[Doc, PathT]
         if ap.model is None:
-            emit(
-                (),
-                "CTX207",
-                f"agent {name!r} has no model",
-                "set `model:` to a key of `models:` or to an inline {context_window: ...}",
-            )
+            if not step.touches([("model",)]):
+                step.emit(
+                    (),
+                    "CTX207",
+                    f"agent {name!r} has no model",
+                    "set `model:` to a key of `models:` or to an inline {context_window: ...}",
+                )
             return None
         if isinstance(ap.model, str):
             model_name = ap.model
@@ -359,7 +408,7 @@ class _Resolver:
                 tok_where = merged.locate(("model",))
             elif entry is None:
                 known = [*self.models, *builtin]
-                emit(
+                step.emit(
                     ("model",),
                     "CTX208",
                     f"unknown model {ap.model!r}{suggestion(ap.model, known)}",
@@ -379,8 +428,7 @@ class _Resolver:
                 tok_where = (mdoc, ("models", ap.model, "tokenizer"))
         else:
             spec = ap.model
-            d, rp = merged.locate(("model", "tokenizer"))
-            tok_where = (d, rp)
+            tok_where = merged.locate(("model", "tokenizer"))
         tdoc, tbase = tok_where
         check_tokenizers(
             self.registry,
@@ -388,24 +436,25 @@ class _Resolver:
             tbase,
             lambda p, code, msg, hint: self.emit(tdoc, tdoc.pos(p), code, msg, hint, name),
         )
+        return spec, model_name
 
-        # ---- components
+    def _components(self, step: _AgentStep, ap: AgentPolicy) -> _Components:
+        """Every component the agent names, looked up and its options validated by the
+        component's own model (pipeline layers and their summarizers, the overflow
+        layer, tool preprocessors, the snapshot and state stores)."""
         reg = self.registry
-        ok = True
-        steps: list[ResolvedStep] = []
-        index_map: list[int] = []
-        for i, step in enumerate(ap.pipeline):
-            opts = self._component(
-                "layer", step.layer, step.options, ("pipeline", i), emit, "layer"
-            )
+        emit = step.emit
+        parts = _Components()
+        for i, s in enumerate(ap.pipeline):
+            opts = self._component("layer", s.layer, s.options, ("pipeline", i), emit, "layer")
             if opts is None:
-                ok = False
+                parts.ok = False
                 continue
-            cls = reg.get("layer", step.layer)
+            cls = reg.get("layer", s.layer)
             if "summarizer" in getattr(cls.Options, "model_fields", {}):
                 sname = opts.get("summarizer")
                 if isinstance(sname, str) and reg.get("summarizer", sname) is None:
-                    ok = False
+                    parts.ok = False
                     emit(
                         ("pipeline", i, "options", "summarizer"),
                         "CTX102",
@@ -413,43 +462,43 @@ class _Resolver:
                         + failed_plugins(reg),
                         "known summarizers: " + (", ".join(reg.names("summarizer")) or "(none)"),
                     )
-            if step.enabled:
-                steps.append(ResolvedStep(layer=step.layer, at=step.at, options=opts))
-                index_map.append(i)
+            if s.enabled:
+                parts.steps.append(ResolvedStep(layer=s.layer, at=s.at, options=opts))
+                parts.index_map.append(i)
         ov = ap.on_overflow
         ov_opts = self._component("layer", ov.layer, ov.options, ("on_overflow",), emit, "layer")
-        if ov_opts is None:
-            ok = False
-            ov_opts = {}
-        tools = {}
+        parts.on_overflow = ResolvedStep(layer=ov.layer, options=parts.checked(ov_opts))
         for glob, rule in ap.tools.items():
             topts = self._component(
                 "preprocessor", rule.preprocess, rule.options, ("tools", glob), emit, "preprocess"
             )
-            if topts is None:
-                ok = False
-                topts = {}
-            tools[glob] = rule.model_copy(update={"options": topts})
+            parts.tools[glob] = rule.model_copy(update={"options": parts.checked(topts)})
         snap = ap.snapshots
         sopts = self._component(
             "snapshot_store", snap.store, snap.options, ("snapshots",), emit, "store"
         )
-        if sopts is None:
-            ok = False
-            sopts = {}
+        parts.snapshots = snap.model_copy(update={"options": parts.checked(sopts)})
         st = ap.state
         stopts = self._component("state_store", st.store, st.options, ("state",), emit, "store")
-        if stopts is None:
-            ok = False
-            stopts = {}
+        parts.state = st.model_copy(update={"options": parts.checked(stopts)})
+        return parts
 
+    def _policy(
+        self,
+        name: str,
+        ap: AgentPolicy,
+        spec: ModelSpec,
+        model_name: str | None,
+        parts: _Components,
+    ) -> Policy:
+        """The resolved policy: the reply reserve completed from the model."""
         reserve = ap.budget.reserve_output
         if reserve is None:
             reserve = spec.max_output_tokens or 4096
         # budget.window stays as written: the engine and `explain` take the smaller of it
         # and the model's window (ctxpolicy.budget.effective_window)
         budget = ap.budget.model_copy(update={"reserve_output": reserve})
-        policy = Policy(
+        return Policy(
             agent=name,
             source=self.path,
             description=ap.description,
@@ -457,26 +506,39 @@ class _Resolver:
             model=spec,
             budget=budget,
             thresholds=ap.thresholds,
-            pipeline=steps,
-            on_overflow=ResolvedStep(layer=ov.layer, options=ov_opts),
-            tools=tools,
-            snapshots=snap.model_copy(update={"options": sopts}),
+            pipeline=parts.steps,
+            on_overflow=parts.on_overflow,
+            tools=parts.tools,
+            snapshots=parts.snapshots,
             pinned=ap.pinned,
             ledger=ap.ledger,
             constraints=list(ap.constraints),
             cache=ap.cache,
-            state=st.model_copy(update={"options": stopts}),
+            state=parts.state,
             tune=ap.tune,
         )
+
+    def _semantic_checks(
+        self,
+        step: _AgentStep,
+        chain: list[tuple[Doc, str, dict[str, Any]]],
+        policy: Policy,
+        index_map: list[int],
+    ) -> None:
+        """The findings of :func:`~ctxpolicy.policy.checks.check_policy`, positioned;
+        those that depend on a value left out for a schema error are dropped (the
+        default that replaced it is not what the user wrote)."""
         for finding in check_policy(policy):
             path = finding.path
             if len(path) > 1 and path[0] == "pipeline" and isinstance(path[1], int):
                 path = ("pipeline", index_map[path[1]], *path[2:])
+                finding = dataclasses.replace(finding, path=path)
+            if step.touches(_depends_on(finding)):
+                continue
             if finding.related:
-                self._emit_related(name, chain, merged, finding)
+                self._emit_related(step.name, chain, step.merged, finding)
             else:
-                emit(path, finding.code, finding.message, finding.hint)
-        return policy if ok else None
+                step.emit(path, finding.code, finding.message, finding.hint)
 
     def _emit_related(
         self,
@@ -551,6 +613,112 @@ class _Resolver:
             names.add(parent)
             cur = parent
         return names
+
+
+#: schema rounds of one agent: each removes the values the previous one found wrong
+_MAX_ROUNDS = 8
+
+#: the values the trigger (window − reserve − growth − margin) is computed from
+_TRIGGER_INPUTS: tuple[PathT, ...] = (
+    ("model",),
+    ("budget", "window"),
+    ("budget", "reserve_output"),
+    ("budget", "tool_growth"),
+    ("budget", "safety_margin"),
+)
+
+
+def _depends_on(finding: Any) -> list[PathT]:
+    """The values a semantic finding is computed from (beyond its own path)."""
+    own: list[PathT] = [finding.path, *finding.related]
+    target: list[PathT] = [("budget", "target")]
+    extra: dict[str, list[PathT]] = {
+        "CTX201": [*_TRIGGER_INPUTS],
+        "CTX202": [finding.path, ("thresholds",)],
+        "CTX203": [*_TRIGGER_INPUTS, *target],
+        "CTX204": [finding.path, *_TRIGGER_INPUTS],
+        "CTX209": target,
+        "CTX210": [*_TRIGGER_INPUTS, *target, ("thresholds",), ("pipeline",)],
+    }
+    if finding.code in extra:  # its own path may be a whole section (CTX201: `budget`)
+        return [*finding.related, *extra[finding.code]]
+    return own
+
+
+def _removable(err: Mapping[str, Any], data: Any) -> PathT:
+    """The data path to leave out so that ``err`` goes away: the key the error is
+    about (for a missing key, the mapping that lacks it); () when that is the whole
+    agent policy."""
+    missing = err["type"] == "missing"
+    path, _ = data_path(err.get("loc", ()), data, missing)
+    if missing:
+        path = path[:-1]
+    # cut at the last mapping key: removing a list item would renumber its siblings
+    while path and not isinstance(path[-1], str):
+        path = path[:-1]
+    return path
+
+
+def _without(data: dict[str, Any], paths: list[PathT]) -> dict[str, Any]:
+    """A copy of ``data`` without the values at ``paths``."""
+    out = copy.deepcopy(data)
+    for path in paths:
+        node: Any = out
+        for el in path[:-1]:
+            try:
+                node = node[el]
+            except (KeyError, IndexError, TypeError):
+                node = None
+                break
+        if isinstance(node, dict):
+            node.pop(path[-1], None)
+    return out
+
+
+def _overlaps(a: PathT, b: PathT) -> bool:
+    n = min(len(a), len(b))
+    return a[:n] == b[:n]
+
+
+@dataclasses.dataclass
+class _AgentStep:
+    """What the steps of one agent's resolution share: its name, its merged data, the
+    values left out for schema errors, and an ``emit`` positioned through the merge."""
+
+    resolver: _Resolver
+    name: str
+    merged: Merged
+    removed: list[PathT] = dataclasses.field(default_factory=list)
+
+    def emit(self, path: PathT, code: str, message: str, hint: str | None = None) -> None:
+        d, raw_path = self.merged.locate(path)
+        self.resolver.emit(d, d.pos(raw_path), code, message, hint, self.name)
+
+    def touches(self, paths: list[PathT]) -> bool:
+        """Whether one of ``paths`` was left out (or lies inside what was)."""
+        return any(_overlaps(p, r) for p in paths for r in self.removed)
+
+
+@dataclasses.dataclass
+class _Components:
+    """The agent's components, their options validated (``ok`` false when one failed)."""
+
+    ok: bool = True
+    steps: list[ResolvedStep] = dataclasses.field(default_factory=list)
+    #: pipeline index of each resolved step (disabled steps are not resolved)
+    index_map: list[int] = dataclasses.field(default_factory=list)
+    on_overflow: ResolvedStep = dataclasses.field(
+        default_factory=lambda: ResolvedStep(layer="emergency")
+    )
+    tools: dict[str, Any] = dataclasses.field(default_factory=dict)
+    snapshots: Any = None
+    state: Any = None
+
+    def checked(self, options: dict[str, Any] | None) -> dict[str, Any]:
+        if options is None:
+            self.ok = False
+            return {}
+        return options
 
 
 def _keep_store_paths(raw: Any, interpolated: Any) -> None:
@@ -686,13 +854,18 @@ def resolve_agent(
 
 def load_policy(
     path: str | os.PathLike[str],
-    agent: str = "default",
+    agent: str | None = None,
     *,
     env: Mapping[str, str] | None = None,
 ) -> Policy:
-    """The resolved, frozen policy of ``agent``; raises :class:`PolicyError` carrying
-    every diagnostic when any of them is an error (file-level or of this agent's chain)."""
-    pol, diags, _ = resolve_agent(path, agent, env=env)
+    """The resolved, frozen policy of ``agent`` (unset: the agent ``default``); raises
+    :class:`PolicyError` carrying every diagnostic when any of them is an error
+    (file-level or of this agent's chain). Without ``agent`` in a file that has no
+    ``default``, the error lists the agents it has."""
+    pol, diags, _ = resolve_agent(path, agent or "default", env=env)
+    if agent is None and pol is None:
+        diags = [_no_default(path, d) if d.code == "CTX308" else d for d in diags]
+    agent = agent or "default"
     if pol is None or any(d.severity == "error" for d in diags):
         if not diags:  # pragma: no cover - defensive
             diags = [
@@ -700,6 +873,17 @@ def load_policy(
             ]
         raise PolicyError(diags)
     return pol
+
+
+def _no_default(path: str | os.PathLike[str], diag: Diagnostic) -> Diagnostic:
+    agents = list_agents(path)
+    names = ", ".join(repr(a) for a in agents) or "(none)"
+    example = f"load_policy({os.fspath(path)!r}, agent={agents[0]!r})" if agents else None
+    return dataclasses.replace(
+        diag,
+        message=f"no agent given and this file has no agent 'default'; its agents: {names}",
+        hint=f"pass the agent: {example}" if example else "define an agent under `policies:`",
+    )
 
 
 def list_agents(path: str | os.PathLike[str]) -> list[str]:

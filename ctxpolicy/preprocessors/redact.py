@@ -4,7 +4,7 @@ Used two ways:
 
 * as a preprocessor of its own (``tools: {fetch_env: {preprocess: redact}}``),
   with every built-in pattern or a chosen subset, plus your own regexes;
-* by :class:`ctxpolicy.toolresults.ToolResultProcessor`, which applies the
+* by :class:`ctxpolicy.engine.tool_results.ToolResultProcessor`, which applies the
   :data:`DEFAULT_KEYS` patterns (``sk-…``, ``AKIA…``, ``ghp_…`` and friends) to
   every tool result before it enters the context, whatever its preprocessor.
 

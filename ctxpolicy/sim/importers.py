@@ -29,6 +29,10 @@ Message = dict[str, Any]
 _ROLES = {"system", "user", "assistant", "tool", "developer"}
 
 
+#: The nesting depth reported when a trace is nested deeper than JSON can be read.
+MAX_TRACE_DEPTH = 500
+
+
 class TraceError(ValueError):
     """A trace that cannot be read; ``str()`` is ``file:line: message``."""
 
@@ -51,7 +55,10 @@ def load_trace(path: str | Path) -> list[Message]:
     except UnicodeDecodeError as exc:
         line = raw[: exc.start].count(b"\n") + 1
         raise TraceError(str(p), line, "not UTF-8 text") from None
-    return parse_trace_text(text, name=str(p))
+    try:
+        return parse_trace_text(text, name=str(p))
+    except RecursionError:  # a structure too deep for a later step: still an ordinary error
+        raise TraceError(str(p), 1, "trace nested too deeply to read") from None
 
 
 def parse_trace_text(text: str, *, name: str = "<trace>") -> list[Message]:
@@ -68,15 +75,46 @@ def parse_trace_text(text: str, *, name: str = "<trace>") -> list[Message]:
         raise TraceError(
             name, exc.lineno, f"invalid JSON: {exc.msg} (column {exc.colno})"
         ) from None
+    except RecursionError:
+        raise _too_deep(name, text, 1) from None
     lines = _element_lines(text) if isinstance(data, list) else []
     return _from_json(data, name, lines)
+
+
+def _too_deep(name: str, text: str, first_line: int) -> TraceError:
+    """The error for JSON nested deeper than the parser recurses: at the line where
+    the nesting passes :data:`MAX_TRACE_DEPTH` (one pass, strings skipped)."""
+    depth, line, in_str, esc = 0, first_line, False, False
+    for ch in text:
+        if in_str:
+            if esc:
+                esc = False
+            elif ch == "\\":
+                esc = True
+            elif ch == '"':
+                in_str = False
+            elif ch == "\n":
+                line += 1
+        elif ch == '"':
+            in_str = True
+        elif ch in "[{":
+            depth += 1
+            if depth > MAX_TRACE_DEPTH:
+                break
+        elif ch in "]}":
+            depth -= 1
+        elif ch == "\n":
+            line += 1
+    return TraceError(
+        name, line, f"JSON nested too deeply (more than {MAX_TRACE_DEPTH} levels) to read"
+    )
 
 
 def _looks_like_jsonl(text: str) -> bool:
     first = text.lstrip().split("\n", 1)[0]
     try:
         obj = json.loads(first)
-    except json.JSONDecodeError:
+    except (json.JSONDecodeError, RecursionError):
         return False
     return isinstance(obj, dict) and "role" in obj and "\n" in text.strip()
 
@@ -92,6 +130,8 @@ def _from_jsonl(text: str, name: str) -> list[Message]:
             raise TraceError(
                 name, lineno, f"invalid JSON: {exc.msg} (column {exc.colno})"
             ) from None
+        except RecursionError:
+            raise _too_deep(name, line, lineno) from None
         out.extend(_check_message(obj, name, lineno))
     if not out:
         raise TraceError(name, 1, "no messages")
@@ -104,12 +144,15 @@ def _element_lines(text: str) -> list[int]:
     lines: list[int] = []
     i = text.index("[") + 1
     n = len(text)
+    line, counted = 1, 0  # newlines before `counted`: one pass over the text, not one per element
     while i < n:
         while i < n and text[i] in " \t\r\n,":
             i += 1
         if i >= n or text[i] == "]":
             break
-        lines.append(text.count("\n", 0, i) + 1)
+        line += text.count("\n", counted, i)
+        counted = i
+        lines.append(line)
         try:
             _, i = dec.raw_decode(text, i)
         except json.JSONDecodeError:

@@ -17,7 +17,7 @@ Definitions (also in docs/simulate.md):
   earlier result was not intact in the context the agent saw; alert when repeats
   exceed ``alert_repeats`` (0.3) × the number of compactions (design B: compaction
   came too early or lost what the agent needed);
-* **fact retention** — identifiers (``ctxpolicy.facts.extract``) in each assistant
+* **fact retention** — identifiers (``ctxpolicy.conversation.facts.extract``) in each assistant
   message that appeared earlier in the conversation: *in context* when present in
   the prepared list, *recoverable* when a snapshot referenced from the prepared list
   contains it, else *lost*;
@@ -31,16 +31,387 @@ from __future__ import annotations
 
 import functools
 import json
+import re
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-if TYPE_CHECKING:
-    from ctxpolicy.sim.replay import TraceResult
+__all__ = [
+    "STATES",
+    "PriceModel",
+    "RetentionRuler",
+    "StepRecord",
+    "SummaryMeter",
+    "TraceResult",
+    "load_prices",
+    "parse_price_model",
+    "price_for",
+    "price_model",
+    "price_model_names",
+    "ruler_facts",
+    "summarize_results",
+    "trace_metrics",
+]
 
-__all__ = ["STATES", "load_prices", "price_for", "summarize_results", "trace_metrics"]
+# --------------------------------------------------------------------------- records
+
+
+@dataclass
+class StepRecord:
+    """One model call of a replay: what was sent and what happened while preparing it."""
+
+    index: int
+    used: int
+    none: int
+    trigger: int
+    target: int
+    warning: int
+    error: int
+    hard_limit: int
+    state: str
+    layers: list[str] = field(default_factory=list)
+    cached: int = 0
+    output: int = 0
+    violations: int = 0
+    #: Tokens of what no strategy can leave out: the leading system messages, the
+    #: first user message (the task) and the newest message.
+    floor: int = 0
+    #: The request is not an extension of the previous one (the provider's prompt
+    #: cache of the previous request is lost).
+    prefix_changed: bool = False
+    #: A compaction ended above the target (pinned content and kept rounds alone
+    #: exceed it; the engine's ``context.above_target`` event).
+    above_target: bool = False
+    #: Cached prefix of the uncompacted conversation (``none``) at this call.
+    none_cached: int = 0
+    #: Summarizer LLM calls made while preparing this call, and their tokens.
+    summary_calls: int = 0
+    summary_in: int = 0
+    summary_out: int = 0
+
+    @property
+    def ratio(self) -> float:
+        return self.used / self.trigger if self.trigger else 0.0
+
+    @property
+    def overflow(self) -> bool:
+        return self.used > self.hard_limit
+
+    @property
+    def unavoidable(self) -> bool:
+        """An overflow no strategy keeping the task could avoid (the floor alone is above)."""
+        return self.overflow and self.floor > self.hard_limit
+
+
+@dataclass
+class TraceResult:
+    """Everything measured while replaying one trace under one strategy."""
+
+    trace: str
+    strategy: str
+    label: str
+    kind: str  # "policy" or "baseline"
+    model: str | None
+    window: int
+    reserve_output: int
+    steps: list[StepRecord] = field(default_factory=list)
+    events: list[dict[str, Any]] = field(default_factory=list)
+    repeated_reads: int = 0
+    repeated_examples: list[str] = field(default_factory=list)
+    retention: dict[str, int] = field(
+        default_factory=lambda: {
+            "facts": 0,
+            "in_context": 0,
+            "recoverable": 0,
+            "lost": 0,
+            "far_facts": 0,
+            "far_in_context": 0,
+        }
+    )
+    lost_examples: list[str] = field(default_factory=list)
+    tool_tokens_before: int = 0
+    tool_tokens_after: int = 0
+    messages: int = 0
+    prices: Mapping[str, Any] | None = None
+    #: The cache price model billing this replay (:func:`price_model`); ``None``: the
+    #: model catalogue's for :attr:`model`.
+    price_model: PriceModel | None = None
+    none_cached: int = 0
+    alert_ratio: float = 0.9
+    alert_repeats: float = 0.3
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready metrics (schema: schemas/simulate-output.schema.json, ``run``)."""
+        return trace_metrics(self)
+
+
+# --------------------------------------------------------------------------- the ruler
+
+
+@dataclass(frozen=True)
+class PriceModel:
+    """How a provider bills input under prompt caching, per token as a multiple of the
+    model's uncached input price (``ctxpolicy/data/models.json``, ``price_models``)."""
+
+    name: str
+    cache_read: float
+    cache_write: float
+    summarizer_input: float = 1.0
+    summarizer_output: float = 5.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "cache_read": self.cache_read,
+            "cache_write": self.cache_write,
+            "summarizer_input": self.summarizer_input,
+            "summarizer_output": self.summarizer_output,
+        }
+
+
+_PRICE_KEYS = ("cache_read", "cache_write", "summarizer_input", "summarizer_output")
+
+
+@functools.lru_cache(maxsize=1)
+def _catalogue_prices() -> tuple[dict[str, Any], dict[str, Any]]:
+    text = resources.files("ctxpolicy").joinpath("data/models.json").read_text("utf-8")
+    data = json.loads(text)
+    return dict(data.get("price_models") or {}), dict(data.get("model_price_models") or {})
+
+
+def price_model_names() -> list[str]:
+    """Names of the catalogue's price models (``--price-model``)."""
+    models, _ = _catalogue_prices()
+    return sorted(k for k, v in models.items() if isinstance(v, Mapping))
+
+
+def price_model(
+    spec: str | None = None,
+    model: str | None = None,
+    overrides: Mapping[str, float] | None = None,
+) -> PriceModel:
+    """The price model billing a replay.
+
+    ``spec`` names a catalogue price model (``anthropic``, ``openai``, …); ``None``:
+    the model catalogue's entry for ``model`` (with its per-model overrides, e.g.
+    OpenAI's cached-input discount), else the catalogue's ``default``. ``overrides``
+    (``cache_read``, ``cache_write``, ``summarizer_input``, ``summarizer_output``)
+    win over both. Raises :class:`ValueError` naming what is unknown or invalid.
+    """
+    models, by_model = _catalogue_prices()
+    per_model: dict[str, Any] = {}
+    if spec is None:
+        entry = by_model.get(model or "")
+        if isinstance(entry, Mapping):
+            per_model = {k: v for k, v in entry.items() if k in _PRICE_KEYS}
+            spec = str(entry.get("price_model"))
+        else:
+            spec = str(models.get("default", "anthropic"))
+    base = models.get(spec)
+    if not isinstance(base, Mapping):
+        raise ValueError(
+            f"unknown price model {spec!r}; choose from {', '.join(price_model_names())}"
+        )
+    values: dict[str, float] = {}
+    for key in _PRICE_KEYS:
+        raw = {**base, **per_model, **dict(overrides or {})}.get(key)
+        if raw is None:
+            raw = 1.0 if key != "summarizer_output" else 5.0
+        if isinstance(raw, bool) or not isinstance(raw, (int, float)) or not 0 <= raw < 1000:
+            raise ValueError(f"price model {spec!r}: {key} must be a number in [0, 1000)")
+        values[key] = float(raw)
+    unknown = set(overrides or {}) - set(_PRICE_KEYS)
+    if unknown:
+        raise ValueError(
+            f"unknown price model key(s) {', '.join(sorted(unknown))}; use {', '.join(_PRICE_KEYS)}"
+        )
+    return PriceModel(name=spec, **values)
+
+
+def parse_price_model(text: str) -> tuple[str | None, dict[str, float]]:
+    """``NAME[,key=value...]`` or ``key=value,...`` (the ``--price-model`` option)."""
+    name: str | None = None
+    overrides: dict[str, float] = {}
+    for i, part in enumerate(p.strip() for p in text.split(",")[:16]):
+        if not part:
+            continue
+        if "=" not in part:
+            if i:
+                raise ValueError(f"{part!r}: expected key=value after the price model name")
+            name = part[:64]
+            continue
+        key, _, value = part.partition("=")
+        try:
+            overrides[key.strip()[:64]] = float(value)
+        except ValueError:
+            raise ValueError(f"{key.strip()[:64]}: {value[:32]!r} is not a number") from None
+    return name, overrides
+
+
+#: What the ruler calls a fact (docs/simulate.md, "Retention"): paths, file names and
+#: dotted identifiers, snake_case, CamelCase and camelCase identifiers, numbers of
+#: three or more digits or with decimals, ``*Error``/``*Exception``/``*Warning``
+#: names, and quoted spans (backticks or double quotes, 6-120 characters). Every
+#: pattern is linear (no nested ambiguous repetition).
+_FACT_RES = (
+    re.compile(r"(?<![\w/.-])/?(?:[\w.-]{1,200}/){1,40}[\w.-]{0,200}\w"),
+    re.compile(r"\b[A-Za-z_][\w-]{0,200}(?:\.[A-Za-z0-9_][\w-]{0,200}){1,20}\b"),
+    re.compile(r"\b[A-Za-z][A-Za-z0-9]{0,200}_[A-Za-z0-9_]{1,200}\b"),
+    re.compile(r"\b[A-Z][a-z0-9]{1,100}(?:[A-Z][a-z0-9]{0,100}){1,20}\b"),
+    re.compile(r"\b[a-z][a-z0-9]{0,100}(?:[A-Z][a-z0-9]{0,100}){1,20}\b"),
+    re.compile(r"(?<![\w.])\d{1,30}\.\d{1,30}(?![\w.])|(?<![\w.])\d{3,30}(?![\w.])"),
+    re.compile(r"\b\w{0,200}(?:Error|Exception|Warning)\b"),
+)
+_QUOTED_RES = (re.compile(r"`([^`\n]{6,120})`"), re.compile(r'"([^"\n]{6,120})"'))
+_FACT_TEXT_LIMIT = 200_000
+_FAR_WINDOW = 6
+
+
+def ruler_facts(text: str) -> list[str]:
+    """The facts a text mentions, in order of first mention (the retention ruler)."""
+    text = text[:_FACT_TEXT_LIMIT]
+    found: dict[str, None] = {}
+    for rx in _FACT_RES:
+        for m in rx.finditer(text):
+            f = m.group(0)
+            if len(f) >= 3:
+                found[f] = None
+    for rx in _QUOTED_RES:
+        for m in rx.finditer(text):
+            found[m.group(1)] = None
+    return list(found)
+
+
+def _decoded_args(arguments: Any) -> list[str]:
+    """String values (and keys) of tool-call arguments, JSON-decoded when a string."""
+    value = arguments
+    if isinstance(arguments, str):
+        try:
+            value = json.loads(arguments)
+        except ValueError:
+            return [arguments]
+    out: list[str] = []
+    stack = [value]
+    while stack and len(out) < 10_000:
+        v = stack.pop()
+        if isinstance(v, str):
+            out.append(v)
+        elif isinstance(v, Mapping):
+            stack.extend(v.values())
+        elif isinstance(v, (list, tuple)):
+            stack.extend(v)
+        elif v is not None:
+            out.append(json.dumps(v))
+    out.reverse()
+    return out
+
+
+def sent_text(m: Mapping[str, Any]) -> str:
+    """What a message carries for the ruler: content, tool-call names, raw and decoded
+    arguments (a fact in a JSON string argument is sent, escaped or not)."""
+    from ctxpolicy.conversation import content_text
+
+    parts = [content_text(m.get("content"))]
+    for tc in m.get("tool_calls") or []:
+        if isinstance(tc, Mapping):
+            fn = tc.get("function") or {}
+            if isinstance(fn, Mapping):
+                parts.append(str(fn.get("name", "")))
+                args = fn.get("arguments", "")
+                parts.append(args if isinstance(args, str) else json.dumps(args))
+                parts.extend(_decoded_args(args))
+    return "\n".join(p for p in parts if p)
+
+
+def mentioned_text(m: Mapping[str, Any]) -> str:
+    """What an assistant message mentions: content and decoded tool-call arguments."""
+    from ctxpolicy.conversation import content_text
+
+    parts = [content_text(m.get("content"))]
+    for tc in m.get("tool_calls") or []:
+        if isinstance(tc, Mapping):
+            fn = tc.get("function") or {}
+            if isinstance(fn, Mapping):
+                parts.extend(_decoded_args(fn.get("arguments", "")))
+    return "\n".join(p for p in parts if p)
+
+
+class RetentionRuler:
+    """Retention and far retention of one replay, call by call.
+
+    Facts of assistant message *i* (:func:`ruler_facts` of its content and decoded
+    tool-call arguments) that occur in an earlier non-system message and not in a
+    system message; *retained* when the fact occurs in the text sent for call *i*
+    (references and recall tools are not followed); *far* facts are those absent from
+    the 6 messages before call *i*.
+    """
+
+    def __init__(self) -> None:
+        self._texts: list[str] = []
+        self._system: list[str] = []
+        self._found: set[str] = set()
+        self._checked: dict[str, int] = {}
+
+    def add(self, m: Mapping[str, Any]) -> None:
+        """A message entered the conversation (as the trace has it)."""
+        text = sent_text(m)
+        if m.get("role") in ("system", "developer"):
+            self._system.append(text)
+        elif text:
+            self._texts.append(text)
+
+    def _seen(self, fact: str) -> bool:
+        if fact in self._found:
+            return True
+        start = self._checked.get(fact, 0)
+        for t in self._texts[start:]:
+            if fact in t:
+                self._found.add(fact)
+                return True
+        self._checked[fact] = len(self._texts)
+        return False
+
+    def measure(
+        self, m: Mapping[str, Any], prepared: Sequence[Mapping[str, Any]]
+    ) -> tuple[list[tuple[str, bool, bool]], str]:
+        """``[(fact, retained, far)]`` for assistant message ``m`` sent after ``prepared``,
+        and the text sent."""
+        facts = [
+            f
+            for f in ruler_facts(mentioned_text(m))
+            if self._seen(f) and not any(f in s for s in self._system)
+        ]
+        if not facts:
+            return [], ""
+        ctx = "\n".join(sent_text(x) for x in prepared)
+        near = "\n".join(self._texts[-_FAR_WINDOW:])
+        return [(f, f in ctx, f not in near) for f in facts], ctx
+
+
+class SummaryMeter:
+    """Counts a summarizer's LLM calls and their tokens (the ruler bills them).
+
+    Wrap the function an LLM summarizer calls (``meter.record(prompt, reply)``) and
+    give the meter to the strategy; :meth:`totals` is what the replay loop reads.
+    """
+
+    def __init__(self, count_text: Any) -> None:
+        self._count = count_text
+        self.calls = 0
+        self.input_tokens = 0
+        self.output_tokens = 0
+
+    def record(self, prompt: str, reply: str) -> None:
+        self.calls += 1
+        self.input_tokens += int(self._count(prompt))
+        self.output_tokens += int(self._count(reply))
+
+    def totals(self) -> tuple[int, int, int]:
+        return self.calls, self.input_tokens, self.output_tokens
+
 
 STATES = ("normal", "warning", "error", "critical", "overflow")
 _FAIL_EVENTS = ("layer.failed", "layer.rejected", "summarizer.failed")
@@ -158,6 +529,7 @@ def trace_metrics(r: TraceResult) -> dict[str, Any]:
     overflows = sum(1 for s in steps if s.overflow)
     unavoidable = sum(1 for s in steps if s.unavoidable)
     violations = sum(s.violations for s in steps)
+    pm = r.price_model if r.price_model is not None else price_model(None, r.model)
     return {
         "trace": r.trace,
         "run": r.label,
@@ -209,8 +581,12 @@ def trace_metrics(r: TraceResult) -> dict[str, Any]:
             "lost": ret["lost"],
             "in_context_rate": _rate(ret["in_context"], ret["facts"]),
             "retained_rate": _rate(ret["in_context"] + ret["recoverable"], ret["facts"]),
+            "far_facts": ret.get("far_facts", 0),
+            "far_in_context": ret.get("far_in_context", 0),
+            "far_rate": _rate(ret.get("far_in_context", 0), ret.get("far_facts", 0)),
             "lost_examples": list(r.lost_examples),
         },
+        "billing": billing(steps, pm),
         "cache": {"cached_tokens": cached, "cached_fraction": _rate(cached, prompt)},
         "cost": {
             "price_model": pname,
@@ -236,6 +612,62 @@ def trace_metrics(r: TraceResult) -> dict[str, Any]:
             "prefix_changed": [s.prefix_changed for s in steps],
             "above_target": [s.above_target for s in steps],
         },
+    }
+
+
+def billing(steps: Sequence[StepRecord], pm: PriceModel) -> dict[str, Any]:
+    """What the provider bills for ``steps`` under ``pm``, in uncached-input tokens.
+
+    Per call: the cached prefix (whole messages identical to the previous request's,
+    :attr:`StepRecord.cached`) at ``cache_read``, every other input token at
+    ``cache_write``; ``none`` (send everything) the same way. Total cost adds the
+    summarizer's LLM calls: input × ``summarizer_input`` + output × ``summarizer_output``.
+    """
+    billed = sum(pm.cache_read * s.cached + pm.cache_write * (s.used - s.cached) for s in steps)
+    billed_none = sum(
+        pm.cache_read * s.none_cached + pm.cache_write * (s.none - s.none_cached) for s in steps
+    )
+    s_in = sum(s.summary_in for s in steps)
+    s_out = sum(s.summary_out for s in steps)
+    total = billed + pm.summarizer_input * s_in + pm.summarizer_output * s_out
+    return {
+        "price_model": pm.to_dict(),
+        "billed_input": round(billed, 2),
+        "billed_input_none": round(billed_none, 2),
+        "summarizer": {
+            "llm_calls": sum(s.summary_calls for s in steps),
+            "input_tokens": s_in,
+            "output_tokens": s_out,
+        },
+        "total_cost": round(total, 2),
+        "total_cost_none": round(billed_none, 2),
+        "billed_ratio": _rate(billed, billed_none),
+        "total_ratio": _rate(total, billed_none),
+        "tokens_ratio": _rate(sum(s.used for s in steps), sum(s.none for s in steps)),
+    }
+
+
+def _sum_billing(ds: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    bs = [d["billing"] for d in ds if "billing" in d]
+    billed = sum(b["billed_input"] for b in bs)
+    none = sum(b["billed_input_none"] for b in bs)
+    total = sum(b["total_cost"] for b in bs)
+    prompt = sum(d["prompt_tokens"] for d in ds)
+    prompt_none = sum(d["prompt_tokens_none"] for d in ds)
+    names = sorted({b["price_model"]["name"] for b in bs})
+    return {
+        "price_model": names[0] if len(names) == 1 else names,
+        "billed_input": round(billed, 2),
+        "billed_input_none": round(none, 2),
+        "summarizer": {
+            k: sum(b["summarizer"][k] for b in bs)
+            for k in ("llm_calls", "input_tokens", "output_tokens")
+        },
+        "total_cost": round(total, 2),
+        "total_cost_none": round(none, 2),
+        "billed_ratio": _rate(billed, none),
+        "total_ratio": _rate(total, none),
+        "tokens_ratio": _rate(prompt, prompt_none),
     }
 
 
@@ -270,6 +702,8 @@ def summarize_results(results: Iterable[TraceResult | Mapping[str, Any]]) -> dic
         facts = sum(d["retention"]["facts"] for d in ds)
         inc = sum(d["retention"]["in_context"] for d in ds)
         rec = sum(d["retention"]["recoverable"] for d in ds)
+        far = sum(d["retention"].get("far_facts", 0) for d in ds)
+        far_inc = sum(d["retention"].get("far_in_context", 0) for d in ds)
         total_comp = sum(comp.values())
         repeats = sum(d["repeated_reads"] for d in ds)
         usd = sum(d["cost"]["usd"] for d in ds)
@@ -324,7 +758,12 @@ def summarize_results(results: Iterable[TraceResult | Mapping[str, Any]]) -> dic
                 "lost": facts - inc - rec,
                 "in_context_rate": _rate(inc, facts),
                 "retained_rate": _rate(inc + rec, facts),
+                "far_facts": far,
+                "far_in_context": far_inc,
+                "far_rate": _rate(far_inc, far),
             },
+            "billing": _sum_billing(ds),
+            "avoidable_overflows": sum(d["overflows"] - d["overflows_unavoidable"] for d in ds),
             "cache": {"cached_tokens": cached, "cached_fraction": _rate(cached, prompt)},
             "cost": {
                 "usd": round(usd, 6),

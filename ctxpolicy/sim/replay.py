@@ -14,9 +14,11 @@ Public API (used by ``ctxpolicy simulate`` and the benchmarks)::
     result = replay_trace(load_trace(path), policy, window=16384)
     result.to_dict()
 
-Metrics are computed in :mod:`ctxpolicy.sim.metrics`; baselines (no compaction,
-last N messages, observation masking, summary at a fraction of the window) run
-through the same loop in :mod:`ctxpolicy.sim.baselines`.
+Metrics (and the records they are computed from) are in :mod:`ctxpolicy.sim.metrics`;
+baselines (no compaction, last N messages, observation masking, summary at a fraction
+of the window) run through the same loop in :mod:`ctxpolicy.sim.baselines`; many
+traces under many policies and baselines (``ctxpolicy simulate``) in
+:mod:`ctxpolicy.sim.run`.
 """
 
 from __future__ import annotations
@@ -27,23 +29,24 @@ import re
 import shutil
 import tempfile
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
 from ctxpolicy.conversation import check_messages, content_text
-from ctxpolicy.facts import extract
+from ctxpolicy.engine.tool_results import parse_reference
 from ctxpolicy.policy.models import Policy
 from ctxpolicy.sim.importers import load_trace
-from ctxpolicy.toolresults import parse_reference
+from ctxpolicy.sim.metrics import RetentionRuler, StepRecord, SummaryMeter, TraceResult
 
 __all__ = [
+    "PolicyStrategy",
     "StepRecord",
     "Strategy",
     "TraceResult",
     "call_for",
     "load_policy_file",
     "load_trace",
+    "message_text",
     "replay_trace",
     "run_strategy",
     "with_snapshots",
@@ -87,84 +90,6 @@ def with_snapshots(policy: Policy, directory: str | Path) -> Policy:
     return policy.model_copy(update={"snapshots": snaps})
 
 
-# --------------------------------------------------------------------------- records
-
-
-@dataclass
-class StepRecord:
-    """One model call of a replay: what was sent and what happened while preparing it."""
-
-    index: int
-    used: int
-    none: int
-    trigger: int
-    target: int
-    warning: int
-    error: int
-    hard_limit: int
-    state: str
-    layers: list[str] = field(default_factory=list)
-    cached: int = 0
-    output: int = 0
-    violations: int = 0
-    #: Tokens of what no strategy can leave out: the leading system messages, the
-    #: first user message (the task) and the newest message.
-    floor: int = 0
-    #: The request is not an extension of the previous one (the provider's prompt
-    #: cache of the previous request is lost).
-    prefix_changed: bool = False
-    #: A compaction ended above the target (pinned content and kept rounds alone
-    #: exceed it; the engine's ``context.above_target`` event).
-    above_target: bool = False
-
-    @property
-    def ratio(self) -> float:
-        return self.used / self.trigger if self.trigger else 0.0
-
-    @property
-    def overflow(self) -> bool:
-        return self.used > self.hard_limit
-
-    @property
-    def unavoidable(self) -> bool:
-        """An overflow no strategy keeping the task could avoid (the floor alone is above)."""
-        return self.overflow and self.floor > self.hard_limit
-
-
-@dataclass
-class TraceResult:
-    """Everything measured while replaying one trace under one strategy."""
-
-    trace: str
-    strategy: str
-    label: str
-    kind: str  # "policy" or "baseline"
-    model: str | None
-    window: int
-    reserve_output: int
-    steps: list[StepRecord] = field(default_factory=list)
-    events: list[dict[str, Any]] = field(default_factory=list)
-    repeated_reads: int = 0
-    repeated_examples: list[str] = field(default_factory=list)
-    retention: dict[str, int] = field(
-        default_factory=lambda: {"facts": 0, "in_context": 0, "recoverable": 0, "lost": 0}
-    )
-    lost_examples: list[str] = field(default_factory=list)
-    tool_tokens_before: int = 0
-    tool_tokens_after: int = 0
-    messages: int = 0
-    prices: Mapping[str, Any] | None = None
-    none_cached: int = 0
-    alert_ratio: float = 0.9
-    alert_repeats: float = 0.3
-
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-ready metrics (schema: schemas/simulate-output.schema.json, ``run``)."""
-        from ctxpolicy.sim.metrics import trace_metrics
-
-        return trace_metrics(self)
-
-
 class Strategy(Protocol):
     """What the replay loop needs from a policy session or a baseline."""
 
@@ -194,9 +119,17 @@ class PolicyStrategy:
     kind = "policy"
 
     def __init__(
-        self, policy: Policy, *, conv_id: str, label: str | None = None, store: Any = None
+        self,
+        policy: Policy,
+        *,
+        conv_id: str,
+        label: str | None = None,
+        store: Any = None,
+        meter: SummaryMeter | None = None,
     ) -> None:
         from ctxpolicy.engine import Session
+
+        self.meter = meter
 
         self.policy = policy
         self.name = "policy"
@@ -220,6 +153,11 @@ class PolicyStrategy:
 
     def tool_result(self, call: Mapping[str, Any], content: Any, step: int) -> str:
         return self.session.add_tool_result(call, content)
+
+    def summarizer_tokens(self) -> tuple[int, int, int]:
+        """LLM summarizer calls and their input/output tokens so far (``meter``; none
+        without one: the built-in extractive summarizer makes no LLM call)."""
+        return self.meter.totals() if self.meter is not None else (0, 0, 0)
 
     def prepare(self, convo: list[Message]) -> tuple[list[Message], list[str]]:
         start = len(self._events)
@@ -301,30 +239,6 @@ def message_text(m: Mapping[str, Any]) -> str:
     return "\n".join(p for p in parts if p)
 
 
-class _Seen:
-    """Substring search over every earlier message, incremental per fact."""
-
-    def __init__(self) -> None:
-        self.texts: list[str] = []
-        self._found: set[str] = set()
-        self._checked: dict[str, int] = {}
-
-    def add(self, text: str) -> None:
-        if text:
-            self.texts.append(text)
-
-    def __contains__(self, fact: str) -> bool:
-        if fact in self._found:
-            return True
-        start = self._checked.get(fact, 0)
-        for t in self.texts[start:]:
-            if fact in t:
-                self._found.add(fact)
-                return True
-        self._checked[fact] = len(self.texts)
-        return False
-
-
 def run_strategy(
     messages: Sequence[Mapping[str, Any]],
     strategy: Strategy,
@@ -347,25 +261,33 @@ def run_strategy(
         messages=len(messages),
     )
     convo: list[Message] = []
-    raw: list[Message] = []
+    # the uncompacted conversation only grows: its tokens are a running sum (counting
+    # the whole list at every step made simulate quadratic, issue 29 item 8)
+    priming = counter.count_messages([])
+    count_one = getattr(counter, "count_message", None) or (
+        lambda msg: counter.count_messages([msg]) - priming
+    )
+    raw_tokens = 0
+    prev_raw_tokens = 0
     pending: dict[str, Mapping[str, Any]] = {}
     issued: dict[str, str] = {}  # call key -> tool_call_id of its latest result
     added: dict[str, str] = {}  # tool_call_id -> text that entered the conversation
     raw_by_id: dict[str, str] = {}  # tool_call_id -> raw result text
     candidates: dict[str, str] = {}  # new tool_call_id -> earlier id whose result was compacted
-    seen = _Seen()
+    ruler = RetentionRuler()
+    summary_seen = (0, 0, 0)
     task: list[Message] = []  # leading system messages and the first user message
     task_open = True
     previous: list[Message] = []
     prev_raw_len = 0
     tool_step = 0
-    for m in messages:
+    for index, m in enumerate(messages):
         role = m.get("role")
         if role == "assistant" and convo:
             prepared, layers = strategy.prepare(convo)
             nums = strategy.budget_numbers()
             used = counter.count_messages(prepared)
-            none = counter.count_messages(raw)
+            none = raw_tokens + priming
             k = 0
             for a, b in zip(prepared, previous, strict=False):
                 if a != b:
@@ -373,8 +295,13 @@ def run_strategy(
                 k += 1
             cached = counter.count_messages(prepared[:k]) if k else 0
             # the uncompacted conversation only ever grows: its cached prefix is the last call
-            result.none_cached += counter.count_messages(raw[:prev_raw_len]) if prev_raw_len else 0
-            prev_raw_len = len(raw)
+            none_cached = prev_raw_tokens + priming if prev_raw_len else 0
+            result.none_cached += none_cached
+            prev_raw_len, prev_raw_tokens = index, raw_tokens
+            meter = getattr(strategy, "summarizer_tokens", None)
+            summary_now = tuple(meter()) if callable(meter) else (0, 0, 0)
+            s_calls, s_in, s_out = (a - b for a, b in zip(summary_now, summary_seen, strict=True))
+            summary_seen = summary_now
             state = strategy.state() if hasattr(strategy, "state") else _state(used, nums)
             rec = StepRecord(
                 index=len(result.steps),
@@ -395,9 +322,13 @@ def run_strategy(
                 ),
                 prefix_changed=bool(previous) and k < len(previous),
                 above_target=bool(getattr(strategy, "above_target", False)),
+                none_cached=none_cached,
+                summary_calls=s_calls,
+                summary_in=s_in,
+                summary_out=s_out,
             )
             result.steps.append(rec)
-            _retention(m, prepared, seen, strategy, result, example_limit)
+            _retention(m, prepared, ruler, strategy, result, example_limit)
             _repeats(m, prepared, issued, added, candidates)
             previous = prepared
         if role == "assistant":
@@ -429,8 +360,8 @@ def run_strategy(
             task_open = role in ("system", "developer")
             if task_open or role == "user":
                 task.append(convo[-1])
-        raw.append(dict(m))
-        seen.add(message_text(m))
+        raw_tokens += count_one(dict(m))
+        ruler.add(m)
     result.events = list(strategy.events())
     if hasattr(strategy, "session"):
         st = strategy.session.stats
@@ -452,35 +383,33 @@ def _state(used: int, nums: Mapping[str, int]) -> str:
     return "normal"
 
 
-def _context_text(prepared: Sequence[Mapping[str, Any]]) -> str:
-    return "\n".join(message_text(m) for m in prepared)
-
-
 def _retention(
     m: Mapping[str, Any],
     prepared: Sequence[Mapping[str, Any]],
-    seen: _Seen,
+    ruler: RetentionRuler,
     strategy: Strategy,
     result: TraceResult,
     limit: int,
 ) -> None:
-    facts = [f for f in extract(message_text(m)).all() if len(f) >= 3]
-    facts = [f for f in facts if f in seen]
-    if not facts:
-        return
-    ctx = _context_text(prepared)
+    """The ruler's retention of assistant message ``m`` (:class:`RetentionRuler`); a fact
+    not sent is also looked up behind the references sent (``recoverable``, reported
+    beside the ruler, never counted as retained by it)."""
+    measured, ctx = ruler.measure(m, prepared)
     recovered: str | None = None
-    for f in facts:
-        result.retention["facts"] += 1
-        if f in ctx:
-            result.retention["in_context"] += 1
+    ret = result.retention
+    for f, kept, far in measured:
+        ret["facts"] += 1
+        ret["far_facts"] += far
+        if kept:
+            ret["in_context"] += 1
+            ret["far_in_context"] += far
             continue
         if recovered is None:
             recovered = _recoverable_text(ctx, strategy)
         if f in recovered:
-            result.retention["recoverable"] += 1
+            ret["recoverable"] += 1
             continue
-        result.retention["lost"] += 1
+        ret["lost"] += 1
         if len(result.lost_examples) < limit:
             result.lost_examples.append(f"step {len(result.steps) - 1}: {f}"[:200])
 
@@ -591,8 +520,8 @@ def _sim_store(policy: Policy, directory: Path) -> Any:
     if not policy.snapshots.enabled:
         return None
     from ctxpolicy.components import SnapshotRef
+    from ctxpolicy.policy.paths import interpolate_path
     from ctxpolicy.snapshots import LocalOptions, LocalStore
-    from ctxpolicy.toolresults import interpolate_path
 
     try:
         shown = interpolate_path(policy.snapshots.path)
@@ -619,178 +548,3 @@ def _sim_store(policy: Policy, directory: Path) -> Any:
 def _safe(name: str) -> str:
     s = re.sub(r"[^A-Za-z0-9_.-]+", "_", Path(name).name)[:80]
     return s or "trace"
-
-
-# --------------------------------------------------------------------------- many traces
-
-
-@dataclass
-class RunSpec:
-    """A policy to replay: its label, the resolved policy, and where it came from."""
-
-    label: str
-    policy: Policy
-    file: str | None = None
-    agent: str | None = None
-
-
-def _replay_all(
-    path: str,
-    runs: Sequence[RunSpec],
-    baselines: Sequence[str],
-    window: int | None,
-    snapshots_dir: str | None,
-    prices: Mapping[str, Any] | None,
-    alert_ratio: float,
-    alert_repeats: float,
-) -> dict[str, Any]:
-    """Every run and baseline on one trace file (a process-pool work item)."""
-    from ctxpolicy.sim.baselines import run_baseline
-
-    messages = load_trace(path)
-    name = Path(path).name
-    results: list[TraceResult] = []
-    for i, spec in enumerate(runs):
-        snap = None if snapshots_dir is None else str(Path(snapshots_dir) / f"run{i}")
-        results.append(
-            replay_trace(
-                messages,
-                spec.policy,
-                window=window,
-                snapshots_dir=snap,
-                trace=name,
-                label=spec.label,
-            )
-        )
-    for b in baselines:
-        results.append(run_baseline(b, messages, runs[0].policy, window=window, trace=name))
-    out_runs = []
-    for r in results:
-        r.prices = prices
-        r.alert_ratio = alert_ratio
-        r.alert_repeats = alert_repeats
-        out_runs.append(r.to_dict())
-    return {"trace": name, "path": str(path), "messages": len(messages), "runs": out_runs}
-
-
-def simulate(
-    paths: Sequence[str | Path],
-    runs: Sequence[RunSpec],
-    *,
-    baselines: Sequence[str] = (),
-    window: int | None = None,
-    jobs: int = 1,
-    snapshots_dir: str | Path | None = None,
-    prices: Mapping[str, Any] | None = None,
-    prices_source: str = "builtin",
-    alert_ratio: float = 0.9,
-    alert_repeats: float = 0.3,
-    progress: Any = None,
-) -> dict[str, Any]:
-    """Replay every trace under every run and baseline; the ``simulate --json`` document.
-
-    ``jobs > 1`` replays traces in worker processes
-    (:func:`ctxpolicy.sim.parallel.map_ordered`); the result is identical to a
-    sequential run (traces keep their order). ``progress(done, total, name)`` is
-    called after each trace.
-    """
-    from ctxpolicy.sim.metrics import load_prices, summarize_results
-
-    if not runs:
-        raise ValueError("at least one policy run is needed")
-    if prices is None:
-        prices = load_prices()
-    strs = [str(p) for p in paths]
-    snaps = [
-        None if snapshots_dir is None else str(Path(snapshots_dir) / f"t{i:04d}_{_safe(p)}")
-        for i, p in enumerate(strs)
-    ]
-    args = [
-        (p, list(runs), list(baselines), window, s, prices, alert_ratio, alert_repeats)
-        for p, s in zip(strs, snaps, strict=True)
-    ]
-    from ctxpolicy.sim.parallel import map_ordered
-
-    traces: list[dict[str, Any]] = map_ordered(
-        _replay_all, args, workers=jobs, progress=progress, names=[Path(p).name for p in strs]
-    )
-    all_runs = [r for t in traces for r in t["runs"]]
-    problems: list[dict[str, Any]] = []
-    for t in traces:
-        for r in t["runs"]:
-            if r["kind"] != "policy":
-                continue
-            if r["overflows"]:
-                problems.append(
-                    {
-                        "trace": t["trace"],
-                        "run": r["run"],
-                        "code": "overflow",
-                        "message": f"{r['overflows']} calls above window − reserve_output (max {r['max_used']} tokens)"
-                        + (
-                            f"; {n} of them unavoidable: system messages, task and newest message alone exceed it"
-                            if (n := r["overflows_unavoidable"])
-                            else ""
-                        ),
-                    }
-                )
-            if r["pairing_violations"]:
-                problems.append(
-                    {
-                        "trace": t["trace"],
-                        "run": r["run"],
-                        "code": "pairing",
-                        "message": f"{r['pairing_violations']} tool-call pairing violations",
-                    }
-                )
-            for a in r["alerts"]:
-                problems.append(
-                    {
-                        "trace": t["trace"],
-                        "run": r["run"],
-                        "code": a["code"],
-                        "message": a["message"],
-                    }
-                )
-    first = runs[0]
-    return {
-        "schema": "ctxpolicy-simulate/1",
-        "policy": _spec_dict(first, window),
-        "compare": [_spec_dict(s, window) for s in runs[1:]],
-        "baselines": list(baselines),
-        "window_override": window,
-        "prices": prices_source,
-        "alert_thresholds": {"ratio": alert_ratio, "repeats": alert_repeats},
-        "traces": traces,
-        "summary": summarize_results(all_runs),
-        "check": {"passed": not problems, "problems": problems},
-    }
-
-
-def _spec_dict(spec: RunSpec, window: int | None) -> dict[str, Any]:
-    from ctxpolicy.budget import compute_budget
-
-    pol = with_window(spec.policy, window)
-    b = compute_budget(pol)
-    return {
-        "run": spec.label,
-        "file": spec.file,
-        "agent": spec.agent or pol.agent,
-        "model": pol.model_name,
-        "window": b.window,
-        "reserve_output": b.reserve_output,
-        "trigger": b.trigger,
-        "target": b.target,
-        "tokenizer": _tokenizer_dict(pol),
-    }
-
-
-def _tokenizer_dict(pol: Policy) -> dict[str, Any]:
-    """What counts this policy's tokens: name, exact, wanted, fallback."""
-    from ctxpolicy.components import TokenizerUnavailable
-    from ctxpolicy.tokens import resolve_tokenizer
-
-    try:
-        return resolve_tokenizer(pol.model, pol.model_name).to_dict()
-    except TokenizerUnavailable as exc:
-        return {"name": None, "exact": False, "wanted": None, "fallback": str(exc)}

@@ -67,6 +67,10 @@ def _pct(v: float | None) -> str:
     return "–" if v is None else f"{v * 100:.1f}%"
 
 
+def _ratio(v: float | None) -> str:
+    return "–" if v is None else f"{v:.3f}"
+
+
 def _layers(comp: Mapping[str, int]) -> str:
     return ", ".join(f"{k}:{v}" for k, v in comp.items()) or "–"
 
@@ -87,13 +91,17 @@ TRACE_COLUMNS: tuple[Column, ...] = (
     Column("max ratio", lambda r: f"{r['ratio']['max']:.2f}"),
     Column("compactions", _n("compactions_total")),
     Column("saving", lambda r: _pct(r["saving"])),
+    Column("cost÷none", lambda r: _ratio(r["billing"]["total_ratio"]), wide=True),
+    Column("billed÷none", lambda r: _ratio(r["billing"]["billed_ratio"]), wide=True),
+    Column("ret.", lambda r: _pct(r["retention"]["in_context_rate"]), wide=True),
+    Column("far ret.", lambda r: _pct(r["retention"]["far_rate"]), wide=True),
+    Column("prefix chg/100", lambda r: f"{r['per_100_calls']['prefix_changes']:.1f}", wide=True),
     Column("overflows", _n("overflows")),
     Column("states", lambda r: _states_text(r["states"]), wide=True, left=True),
     Column("by layer", lambda r: _layers(r["compactions"]), wide=True, left=True),
     Column("tool tok saved", lambda r: f"{r['tool_tokens']['saved']:,}", wide=True),
     Column("viol.", _n("pairing_violations"), wide=True),
     Column("repeats", _n("repeated_reads"), wide=True),
-    Column("in ctx %", lambda r: _pct(r["retention"]["in_context_rate"]), wide=True),
     Column("in ctx+ref %", lambda r: _pct(r["retention"]["retained_rate"]), wide=True),
     Column("alerts", lambda r: str(len(r["alerts"])), wide=True),
 )
@@ -105,13 +113,17 @@ SUMMARY_COLUMNS: tuple[Column, ...] = (
     Column("max ratio", lambda r: f"{r['ratio']['max']:.2f}"),
     Column("prompt tokens", _n("prompt_tokens")),
     Column("saving", lambda r: _pct(r["saving"])),
-    Column("est. $", lambda r: f"{r['cost']['usd']:.4f}"),
+    Column("cost÷none", lambda r: _ratio(r["billing"]["total_ratio"]), wide=True),
+    Column("billed÷none", lambda r: _ratio(r["billing"]["billed_ratio"]), wide=True),
+    Column("ret.", lambda r: _pct(r["retention"]["in_context_rate"]), wide=True),
+    Column("far ret.", lambda r: _pct(r["retention"]["far_rate"]), wide=True),
+    Column("prefix chg/100", lambda r: f"{r['per_100_calls']['prefix_changes']:.1f}", wide=True),
+    Column("est. $", lambda r: f"{r['cost']['usd']:.4f}", wide=True),
     Column("cached %", lambda r: _pct(r["cache"]["cached_fraction"]), wide=True),
     Column("overflows", _n("overflows")),
     Column("pairing viol.", _n("pairing_violations"), wide=True),
     Column("by layer", lambda r: _layers(r["compactions"]), wide=True, left=True),
     Column("repeated reads", _n("repeated_reads"), wide=True),
-    Column("in ctx %", lambda r: _pct(r["retention"]["in_context_rate"]), wide=True),
     Column("in ctx+ref %", lambda r: _pct(r["retention"]["retained_rate"]), wide=True),
     Column("alerts", lambda r: str(r["alerts"]), wide=True),
 )
@@ -255,6 +267,25 @@ def _trace_label(name: str) -> str:
     return name
 
 
+def ruler_lines(output: Mapping[str, Any]) -> list[str]:
+    """One line per run: the ruler users pay (docs/simulate.md, Billing and Retention)."""
+    out: list[str] = []
+    for r in _summary_runs(output):
+        b, ret = r["billing"], r["retention"]
+        s = b["summarizer"]
+        out.append(
+            f"{r['run']}: total cost ÷ none {_ratio(b['total_ratio'])} "
+            f"(billed {_ratio(b['billed_ratio'])}, tokens {_ratio(b['tokens_ratio'])}; "
+            f"{_price_name(b['price_model'])}; summarizer {s['llm_calls']:,} calls, "
+            f"{s['input_tokens']:,} in / {s['output_tokens']:,} out) · retention "
+            f"{_pct(ret['in_context_rate'])}, far {_pct(ret['far_rate'])} · per 100 calls: "
+            f"{r['per_100_calls']['compactions']:.1f} compactions, "
+            f"{r['per_100_calls']['prefix_changes']:.1f} prefix changes · "
+            f"{r['avoidable_overflows']:,} avoidable overflows"
+        )
+    return out
+
+
 def print_report(output: Mapping[str, Any], console: Any = None, *, wide: bool = False) -> None:
     """Header, tokenizer, per-trace table, summary table (runs side by side), check.
 
@@ -292,6 +323,8 @@ def print_report(output: Mapping[str, Any], console: Any = None, *, wide: bool =
     )
     for t in tables:
         wide_console.print(t)
+    for line in ruler_lines(output):
+        console.print(Text(line))
     chk = output["check"]
     if chk["problems"]:
         console.print(f"[bold red]check: {len(chk['problems'])} problem(s)[/]")
@@ -337,6 +370,14 @@ _CSV_FIELDS = (
     "alerts",
     "tokenizer",
     "tokenizer_exact",
+    "price_model",
+    "billed_ratio",
+    "total_ratio",
+    "summarizer_llm_calls",
+    "summarizer_input_tokens",
+    "summarizer_output_tokens",
+    "far_rate",
+    "prefix_changes_per_100",
 )
 
 
@@ -371,7 +412,21 @@ def _csv_record(trace: str, r: Row, tokenizers: Mapping[str, Mapping[str, Any]])
         alerts,
         tok.get("name", ""),
         "" if "exact" not in tok else str(bool(tok["exact"])).lower(),
+        _price_name(r["billing"]["price_model"]),
+        r["billing"]["billed_ratio"],
+        r["billing"]["total_ratio"],
+        r["billing"]["summarizer"]["llm_calls"],
+        r["billing"]["summarizer"]["input_tokens"],
+        r["billing"]["summarizer"]["output_tokens"],
+        r["retention"]["far_rate"],
+        r["per_100_calls"]["prefix_changes"],
     ]
+
+
+def _price_name(pm: Any) -> str:
+    if isinstance(pm, Mapping):
+        return str(pm.get("name", ""))
+    return pm if isinstance(pm, str) else ";".join(map(str, pm))
 
 
 def to_csv(output: Mapping[str, Any]) -> str:

@@ -40,7 +40,7 @@ def state_home(policy: Policy, env: Mapping[str, str] | None = None) -> str:
     A snapshot root that is a URL (``s3://…``) cannot hold a database file; then
     the home is ``${CTXPOLICY_HOME:-~/.ctxpolicy}``.
     """
-    from ctxpolicy.toolresults import interpolate_path
+    from ctxpolicy.policy.paths import interpolate_path
 
     env = os.environ if env is None else env
     try:

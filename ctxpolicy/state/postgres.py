@@ -15,7 +15,9 @@ lock, so workers starting together do not race). A commit is one statement (one 
 A load is one statement (one snapshot). The DSN is interpolated from the
 environment when the store opens (default ``${CTXPOLICY_STATE_DSN}``), so a
 password never has to be in a policy file; error messages name host, port,
-database and user only. A store object belongs to the process that opened it:
+database and user only. A DSN that does not parse is reported without libpq's
+message (it quotes the bad token, which may be the password), and every other
+message is scrubbed of the password in each form it may take (issue 29 item 2). A store object belongs to the process that opened it:
 after ``fork()`` the child opens its own connection and never touches the
 parent's.
 """
@@ -23,7 +25,9 @@ parent's.
 from __future__ import annotations
 
 import math
+import re
 from typing import TYPE_CHECKING, Any
+from urllib.parse import quote, unquote
 
 from pydantic import Field
 
@@ -35,7 +39,7 @@ from ctxpolicy.state._codec import interpolate_option
 if TYPE_CHECKING:  # pragma: no cover
     import psycopg
 
-__all__ = ["PostgresOptions", "PostgresStateStore", "describe_dsn"]
+__all__ = ["PostgresOptions", "PostgresStateStore", "describe_dsn", "dsn_secrets", "scrub"]
 
 
 class PostgresOptions(SqlOptions):
@@ -94,7 +98,17 @@ class PostgresStateStore(SqlStateStore["psycopg.Connection[Any]"]):
             raise StateStoreError(
                 "state.options.dsn is empty: set CTXPOLICY_STATE_DSN or state.options.dsn"
             )
-        self.where = describe_dsn(self._dsn)
+        self._secrets = dsn_secrets(self._dsn)
+        from psycopg.conninfo import conninfo_to_dict
+
+        try:
+            conninfo_to_dict(self._dsn)
+        except Exception as exc:  # libpq quotes the bad token: never echo it
+            raise StateStoreError(
+                f"state.options.dsn is not a valid libpq connection string or URL "
+                f"({_parse_problem(exc)}); the value is not shown, it may hold a password"
+            ) from None
+        self.where = scrub(describe_dsn(self._dsn), self._secrets)
         self._start(self.options.table)
 
     def __repr__(self) -> str:
@@ -113,7 +127,7 @@ class PostgresStateStore(SqlStateStore["psycopg.Connection[Any]"]):
             )
         except psycopg.Error as exc:
             raise StateStoreError(
-                f"cannot connect to the state database {self.where}: {_reason(exc)}"
+                self._scrub(f"cannot connect to the state database {self.where}: {_reason(exc)}")
             ) from None
         try:
             ms = int(self.options.statement_timeout_s * 1000)
@@ -122,7 +136,7 @@ class PostgresStateStore(SqlStateStore["psycopg.Connection[Any]"]):
         except psycopg.Error as exc:
             conn.close()
             raise StateStoreError(
-                f"cannot prepare the state tables in {self.where}: {_reason(exc)}"
+                self._scrub(f"cannot prepare the state tables in {self.where}: {_reason(exc)}")
             ) from None
         return conn
 
@@ -151,7 +165,12 @@ class PostgresStateStore(SqlStateStore["psycopg.Connection[Any]"]):
         conn = self._conn
         if conn is not None and (conn.closed or conn.broken):
             self._conn = None
-        return StateStoreError(f"cannot {action} the state database {self.where}: {_reason(exc)}")
+        return StateStoreError(
+            self._scrub(f"cannot {action} the state database {self.where}: {_reason(exc)}")
+        )
+
+    def _scrub(self, text: str) -> str:
+        return scrub(text, getattr(self, "_secrets", ()))
 
     # -- raw reads and writes
     def _read(self, conv_id: str) -> tuple[int, Rows]:
@@ -232,9 +251,55 @@ class PostgresStateStore(SqlStateStore["psycopg.Connection[Any]"]):
 
 
 def _reason(exc: Exception) -> str:
-    """The server's message, first line only (libpq messages never echo a password)."""
+    """The server's message, first line only (scrubbed by the caller)."""
     text = str(exc).strip().splitlines()
-    return text[0] if text else type(exc).__name__
+    return text[0][:500] if text else type(exc).__name__
+
+
+#: the userinfo's password of a URL, up to its last ``@`` (also when it holds ``/``)
+_URL_PASSWORD = re.compile(r"^\s*[A-Za-z][\w+.-]*://[^:@]*:(.*)@", re.DOTALL)
+_KW_PASSWORD = re.compile(r"(?:^|\s)password\s*=\s*('(?:[^'\\]|\\.)*'?|\S*)", re.IGNORECASE)
+
+
+def dsn_secrets(dsn: str) -> tuple[str, ...]:
+    """Every form in which the password of ``dsn`` could appear in a message: as
+    parsed by libpq, as written (percent-encoded, quoted), decoded; also when the DSN
+    does not parse (found by the URL and ``password=`` syntax)."""
+    found: set[str] = set()
+    try:
+        from psycopg.conninfo import conninfo_to_dict
+
+        pw = conninfo_to_dict(dsn).get("password")
+        if pw:
+            found.add(str(pw))
+    except Exception:
+        pass
+    for rx in (_URL_PASSWORD, _KW_PASSWORD):
+        for m in rx.finditer(dsn):
+            raw = m.group(1)
+            if raw:
+                found.update({raw, raw.strip("'"), unquote(raw)})
+    out: set[str] = set()
+    for f in found:
+        if f:
+            out.update({f, quote(f, safe=""), repr(f)[1:-1], f.replace("'", "\\'")})
+    return tuple(sorted((f for f in out if f), key=len, reverse=True))
+
+
+def scrub(text: str, secrets: tuple[str, ...] | list[str]) -> str:
+    """``text`` with every one of ``secrets`` (longest first) replaced by ``***``."""
+    for secret in secrets:
+        if secret in text:
+            text = text.replace(secret, "***")
+    return text
+
+
+def _parse_problem(exc: Exception) -> str:
+    """libpq's parse error without anything it quotes (its words before a quote or
+    a colon: "invalid percent-encoded token", "unterminated quoted string ...")."""
+    first = (str(exc).strip().splitlines() or [""])[0]
+    words = re.split(r"[\"':]", first, maxsplit=1)[0].strip()
+    return words if re.fullmatch(r"[A-Za-z /=-]{3,120}", words) else "malformed"
 
 
 @hookimpl

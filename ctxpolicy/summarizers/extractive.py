@@ -20,7 +20,7 @@ from pydantic import Field
 
 from ctxpolicy.components import ComponentOptions, Summarizer, SummaryRequest
 from ctxpolicy.conversation import content_text
-from ctxpolicy.facts import error_lines, extract
+from ctxpolicy.conversation.facts import error_lines, extract
 from ctxpolicy.layers._util import (
     REF_LINE,
     approx_tokens,

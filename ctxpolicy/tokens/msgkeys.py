@@ -47,7 +47,7 @@ def _freeze(v: Any) -> Any:
 class _Container:
     """Marks a JSON-encoded container inside a value key. Its repr is the same in every
     process: unit keys hashed from ``repr`` of value keys are persisted
-    (:func:`ctxpolicy.engine.caches.content_key`), so no memory address may leak in."""
+    (:func:`ctxpolicy.engine.derived.content_key`), so no memory address may leak in."""
 
     __slots__ = ()
 

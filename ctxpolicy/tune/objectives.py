@@ -4,10 +4,13 @@ Every number comes from :func:`ctxpolicy.sim.metrics.summarize_results` over the
 per-trace metrics of :func:`ctxpolicy.sim.metrics.trace_metrics`, so a tuned policy
 scores exactly what ``ctxpolicy simulate`` would print for it:
 
-* cost — prompt tokens summed over every call, or the estimated USD with prompt
-  caching (``simulate``'s price table);
-* retention — facts reused by the agent that were in its context (``in_context``),
-  or in context or recoverable from a referenced snapshot (``retained``);
+* cost — by default the **total cost**: billed input under prompt caching plus the
+  summarizer's LLM calls (``simulate``'s price model, ``billing.total_cost``); or the
+  billed input alone (``billed``), prompt tokens summed over every call (``tokens``),
+  or the estimated USD (``usd``, the price table);
+* retention — by default the ruler's retention: facts reused by the agent that were
+  in the text sent (``in_context``); far retention (``far``); or in context or
+  recoverable from a referenced snapshot (``retained``);
 * hard constraints — no avoidable overflow (an overflow the task and the newest
   message alone would not cause), no tool-call pairing violation, retention not
   below the floor.
@@ -40,6 +43,11 @@ class Score:
     unavoidable: int
     pairing: int
     compactions: int
+    #: The ruler (``billing`` and ``retention.far_rate`` of simulate's summary).
+    total: float = 0.0
+    total_none: float = 0.0
+    billed: float = 0.0
+    far: float = 1.0
 
     @property
     def avoidable(self) -> int:
@@ -48,10 +56,16 @@ class Score:
 
     def cost(self, obj: TuneObjectives) -> float:
         """The minimised objective."""
-        return float(self.tokens) if obj.cost == "tokens" else self.usd
+        if obj.cost == "tokens":
+            return float(self.tokens)
+        if obj.cost == "usd":
+            return self.usd
+        return self.billed if obj.cost == "billed" else self.total
 
     def retention(self, obj: TuneObjectives) -> float:
         """The maximised objective."""
+        if obj.retention == "far":
+            return self.far
         return self.in_context if obj.retention == "in_context" else self.retained
 
     def to_dict(self) -> dict[str, Any]:
@@ -79,6 +93,10 @@ def score(metrics: Sequence[Mapping[str, Any]]) -> Score:
         # no fact reused: nothing could be lost
         in_context=1.0 if ret["in_context_rate"] is None else float(ret["in_context_rate"]),
         retained=1.0 if ret["retained_rate"] is None else float(ret["retained_rate"]),
+        total=float(s["billing"]["total_cost"]),
+        total_none=float(s["billing"]["total_cost_none"]),
+        billed=float(s["billing"]["billed_input"]),
+        far=1.0 if ret["far_rate"] is None else float(ret["far_rate"]),
         overflows=s["overflows"],
         unavoidable=s["overflows_unavoidable"],
         pairing=s["pairing_violations"],

@@ -173,7 +173,13 @@ def pareto_png(r: TuneResult) -> bytes:
             [c.cost(obj)], [c.retention(obj)], marker="*", s=160, c="#228833", label="chosen"
         )
     ax.axhline(r.floor, color="#cc6677", lw=0.8, ls=":", label="retention floor")
-    ax.set_xlabel("prompt tokens (tuning traces)" if obj.cost == "tokens" else "est. USD")
+    ax.set_xlabel(
+        {
+            "tokens": "prompt tokens (tuning traces)",
+            "usd": "est. USD",
+            "billed": "billed input (tuning traces)",
+        }.get(obj.cost, "total cost: billed input + summarizer (tuning traces)")
+    )
     ax.set_ylabel(f"retention ({obj.retention})")
     ax.set_title(f"ctxpolicy tune: {r.config.agent}")
     ax.legend(fontsize=8, loc="lower right")

@@ -181,10 +181,66 @@ def _from_study(
     return out
 
 
+#: Python module of a database driver → the package that provides it.
+DRIVER_PACKAGES = {
+    "MySQLdb": "mysqlclient",
+    "pymysql": "PyMySQL",
+    "mysql": "mysql-connector-python",
+    "psycopg2": "psycopg2-binary",
+    "psycopg": "psycopg[binary]",
+    "pg8000": "pg8000",
+    "asyncpg": "asyncpg",
+    "cx_Oracle": "cx_Oracle",
+    "oracledb": "oracledb",
+    "pyodbc": "pyodbc",
+    "pymssql": "pymssql",
+}
+
+
+def check_storage(url: str) -> None:
+    """A clear ``RuntimeError`` when optuna could not open the storage ``url``: an
+    unknown database or a driver that is not installed (named with its package).
+    The URL is shown without its password."""
+    try:
+        from sqlalchemy.engine import make_url
+        from sqlalchemy.exc import ArgumentError, NoSuchModuleError
+    except ImportError:  # pragma: no cover - optuna depends on sqlalchemy
+        return
+    try:
+        parsed = make_url(url)
+    except ArgumentError:
+        raise RuntimeError(
+            "--storage is not a database URL (e.g. sqlite:///tune.db, "
+            "postgresql://user@host/db, mysql+pymysql://user@host/db)"
+        ) from None
+    shown = parsed.render_as_string(hide_password=True)
+    try:
+        dialect = parsed.get_dialect()
+    except NoSuchModuleError:
+        raise RuntimeError(
+            f"--storage {shown}: unknown database {parsed.drivername!r} (SQLAlchemy has no "
+            "such dialect)"
+        ) from None
+    try:
+        loader: Any = getattr(dialect, "import_dbapi", None) or dialect.dbapi
+        loader()
+    except ImportError as exc:
+        module = (exc.name or "").split(".")[0] or "its driver"
+        package = DRIVER_PACKAGES.get(module, module)
+        raise RuntimeError(
+            f"--storage {shown}: the {parsed.get_backend_name()} driver is not installed "
+            f"(module {module!r}): pip install {package}"
+        ) from None
+
+
 def _storage(url: str | None) -> Any:
     """Optuna storage for ``url``; SQLite waits for a lock instead of failing, so
-    several tuners (and readers) can share one file."""
-    if url is None or not url.startswith("sqlite"):
+    several tuners (and readers) can share one file. A missing driver is a clear
+    error (:func:`check_storage`)."""
+    if url is None:
+        return url
+    check_storage(url)
+    if not url.startswith("sqlite"):
         return url
     import optuna
 

@@ -24,16 +24,23 @@ from __future__ import annotations
 import fnmatch
 import json
 import math
-import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ctxpolicy.policy.models import Policy, ToolGrowth, TuneRange, TuneSpec, resolve_amount
+from ctxpolicy.policy.models import (
+    TUNABLE_POLICY_PATHS,
+    TUNE_COMPONENT_PATH,
+    Policy,
+    ToolGrowth,
+    TuneRange,
+    TuneSpec,
+    resolve_amount,
+)
 
 __all__ = ["Param", "SpaceError", "build_space", "matches", "overlay"]
 
-_PATH_RE = re.compile(r"^(pipeline|tools)\[(?P<key>[^\]]+)\]\.(?P<opt>[A-Za-z_][A-Za-z0-9_]*)$")
+_PATH_RE = TUNE_COMPONENT_PATH
 
 #: Budget amounts: searched (and written) as a share of the window in percent.
 PERCENT_PATHS = frozenset(
@@ -145,7 +152,7 @@ def _budget_base(policy: Policy, path: str, window: int) -> Any:
         from ctxpolicy.budget import compute_budget
 
         trig = compute_budget(policy).trigger
-        return t / trig if trig else 0.7
+        return int(t) / trig if trig else 0.7  # a "N%" target is a float once validated
     if path == "budget.safety_margin":
         return _percent_of(b.safety_margin, window)
     if path == "budget.reserve_output":
@@ -162,8 +169,8 @@ def _budget_base(policy: Policy, path: str, window: int) -> Any:
         if path == "budget.tool_growth.learn.window":
             return g.learn.window
         return None
-    if path.startswith("thresholds."):
-        return getattr(policy.thresholds, path.split(".", 1)[1], None)
+    if path in ("thresholds.warning", "thresholds.error", "thresholds.critical"):
+        return getattr(policy.thresholds, path.split(".", 1)[1])
     return None
 
 
@@ -176,13 +183,25 @@ def _searchable(r: TuneRange, base: Any) -> bool:
     return base in r.choices if r.choices is not None else _is_number(base)
 
 
+_STATES = ("normal", "warning", "error", "critical")
+
+
+def _fits(path: str, r: TuneRange, base: Any) -> bool:
+    """A ``tune.space`` range can be searched for a value like ``base``."""
+    if path.endswith("].at") and path.startswith("pipeline["):
+        return r.choices is not None and all(c in _STATES for c in r.choices)
+    if r.choices is not None:
+        return all(type(c) is type(base) or (_is_number(c) and _is_number(base)) for c in r.choices)
+    return _is_number(base)
+
+
 def _step(policy: Policy, layer: str) -> Any:
     return next((s for s in policy.pipeline if s.layer == layer), None)
 
 
 def _base_value(policy: Policy, path: str, window: int) -> tuple[bool, Any]:
     """``(exists, value)`` of a parameter path in the base policy."""
-    if path.startswith(("budget.", "thresholds.")):
+    if path in TUNABLE_POLICY_PATHS:
         v = _budget_base(policy, path, window)
         return v is not None, v
     m = _PATH_RE.match(path)
@@ -244,8 +263,8 @@ def build_space(
     ``tune.space`` path that does not exist in the policy.
     """
     from ctxpolicy.budget import compute_budget
+    from ctxpolicy.engine.tool_results import select_rule
     from ctxpolicy.sim.replay import with_window
-    from ctxpolicy.toolresults import select_rule
 
     spec = spec if spec is not None else policy.tune
     win = compute_budget(with_window(policy, window)).window
@@ -279,6 +298,16 @@ def build_space(
                 f"tune.space: {path!r} is not a parameter of agent {policy.agent!r} "
                 "(paths: budget.target, thresholds.warning, pipeline[LAYER].OPTION, "
                 "tools[GLOB].OPTION; the layer or tool rule must exist)",
+                path,
+            )
+        if not _fits(path, r, base):
+            raise SpaceError(
+                f"tune.space: {path!r} of agent {policy.agent!r} is {base!r}: "
+                + (
+                    "`at` takes `choices` of the states normal, warning, error, critical"
+                    if path.endswith("].at")
+                    else "a numeric range needs a numeric value (or give `choices`)"
+                ),
                 path,
             )
         if path in PERCENT_PATHS:

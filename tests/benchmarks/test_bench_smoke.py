@@ -8,16 +8,16 @@ wall-clock thresholds.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+from tests.shared_data import SHARED, available
+
 ROOT = Path(__file__).resolve().parents[2]
 BENCH = ROOT / "benchmarks"
-SHARED = Path(os.environ.get("CTXPOLICY_SHARED", ROOT.parent / "shared"))
 SCRIPTS = sorted(p.name for p in BENCH.glob("bench_*.py"))
 
 #: top-level keys each results JSON must have (scripts not listed: just valid JSON)
@@ -51,7 +51,7 @@ def run_quick(script: Path, out: Path) -> subprocess.CompletedProcess[str]:
 
 
 needs_traces = pytest.mark.skipif(
-    not (SHARED / "traces").is_dir(), reason="shared traces not available"
+    not available(SHARED / "traces"), reason="shared traces not available"
 )
 
 

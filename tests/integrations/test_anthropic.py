@@ -283,3 +283,54 @@ def test_wrap_makes_the_session_of_a_conversation(policy_factory) -> None:
     policy = policy_factory()
     client = anthropic.Anthropic(base_url="http://127.0.0.1:9", api_key="test", max_retries=0)
     assert wrap(client, policy, conv_id="thread-7").session.conv_id == "thread-7"
+
+
+def test_recall_tools_round_trip_through_the_sdk(policy_factory) -> None:
+    """The model calls ctx_search then ctx_recall; answer_recall answers from the
+    session's own snapshots, as tool_result blocks the real SDK sends back."""
+    from ctxpolicy.integrations.anthropic import answer_recall, is_recall_call, recall_tools
+
+    session = Session(policy_factory(window=6000, max_chars=400))
+    replies = iter(
+        [
+            {"content": "", "tool_calls": [{"name": "read_file", "arguments": {"path": "a.py"}}]},
+            {
+                "content": "",
+                "tool_calls": [{"name": "ctx_search", "arguments": {"pattern": "_77"}}],
+            },
+            {"content": "done"},
+        ]
+    )
+    tools = [*TOOLS, *recall_tools()]
+    assert {t["name"] for t in recall_tools()} == {"ctx_recall", "ctx_search"}
+    with ScriptedLLMServer(window=6000, script=lambda body: next(replies)) as srv:
+        client = wrap(
+            anthropic.Anthropic(base_url=srv.anthropic_base_url, api_key="test", max_retries=0),
+            session,
+        )
+        history: list[Any] = [{"role": "user", "content": "Task: fix BUG-1234"}]
+        for _ in range(3):
+            resp = client.messages.create(
+                model="m", max_tokens=64, system=SYSTEM, messages=history, tools=tools
+            )
+            history.append({"role": "assistant", "content": resp.content})
+            uses = [b for b in resp.content if b.type == "tool_use"]
+            if not uses:
+                break
+            answers = answer_recall(session, resp)
+            for b in uses:
+                if not is_recall_call(b):
+                    call = {"id": b.id, "name": b.name, "arguments": b.input}
+                    text = session.add_tool_result(call, big_output(7, 200))
+                    answers.append({"type": "tool_result", "tool_use_id": b.id, "content": text})
+            history.append({"role": "user", "content": answers})
+        sent = srv.requests[-1]
+        assert any(t["name"] == "ctx_recall" for t in sent["tools"])
+        result = sent["messages"][-1]["content"][0]
+        assert result["type"] == "tool_result" and "value_7_77" in result["content"]
+        assert "ctxsnap://" in result["content"]
+    bad = answer_recall(
+        session,
+        [{"type": "tool_use", "id": "x", "name": "ctx_recall", "input": {"ref": "/etc/passwd"}}],
+    )
+    assert bad[0]["is_error"] and "/etc" not in bad[0]["content"]

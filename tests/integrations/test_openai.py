@@ -314,3 +314,44 @@ def test_wrap_makes_the_session_of_a_conversation(policy_factory) -> None:
     assert wrap(client, own, conv_id="mine").session is own
     with pytest.raises(ValueError, match="conversation 'mine', not conv_id='other'"):
         wrap(client, own, conv_id="other")
+
+
+def test_recall_tools_and_answer_recall(tmp_path) -> None:
+    from ctxpolicy.integrations.openai import answer_recall, is_recall_call, recall_tools
+
+    from .conftest import make_policy
+
+    session = Session(make_policy(tmp_path, max_chars=800), conv_id="recall")
+    assert [t["function"]["name"] for t in recall_tools()] == ["ctx_recall", "ctx_search"]
+    script = [
+        {"tool_calls": [{"name": "read_file", "arguments": {"path": "a.py"}}]},
+        {"tool_calls": [{"name": "ctx_search", "arguments": {"pattern": "value_0_7 "}}]},
+        {"tool_calls": [{"name": "ctx_recall", "arguments": {"ref": "ctxsnap://other/x"}}]},
+    ]
+    with ScriptedLLMServer(window=60000, script=script) as srv:
+        client = client_for(srv, session)
+        chat: list[Any] = [{"role": "user", "content": "go"}]
+        for _ in range(3):
+            resp = client.chat.completions.create(
+                model="m", messages=chat, tools=[*TOOLS, *recall_tools()]
+            )
+            msg = resp.choices[0].message
+            chat.append(msg)
+            for call in msg.tool_calls or []:
+                reply = answer_recall(session, call)
+                if reply is None:
+                    assert not is_recall_call(call)
+                    text = session.add_tool_result(call, big_output(0))
+                    reply = {"role": "tool", "tool_call_id": call.id, "content": text}
+                chat.append(reply)
+    assert "ctxsnap://" in chat[4]["content"] and "value_0_7 " in chat[4]["content"]
+    assert chat[-1]["content"].startswith("Error: no earlier tool result")  # not ours
+    assert answer_recall(session, {"id": "x", "function": {"name": "read_file"}}) is None
+    # a Responses API function_call item works too
+    item = {
+        "type": "function_call",
+        "call_id": "r1",
+        "name": "ctx_search",
+        "arguments": json.dumps({"pattern": "value_0_7 "}),
+    }
+    assert "value_0_7 " in answer_recall(session, item)["content"]

@@ -5,15 +5,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ctxpolicy.conversation import Unit, check_units
-from ctxpolicy.layers import emergency
-from ctxpolicy.layers.emergency import (
-    Emergency,
-    EmergencyOptions,
+from ctxpolicy.engine import overflow
+from ctxpolicy.engine.overflow import (
     is_context_overflow,
     parse_limit,
     register_overflow_pattern,
     unregister_overflow_pattern,
 )
+from ctxpolicy.layers.emergency import Emergency, EmergencyOptions
 from tests.helpers_conv import Conv, approx_count, make_ctx
 
 
@@ -224,7 +223,7 @@ def test_register_pattern():
     try:
         assert is_context_overflow("ctx full, max 999")
         assert parse_limit("ctx full, max 999") == 999
-        assert emergency.overflow_patterns()[0] is pat
+        assert overflow.overflow_patterns()[0] is pat
     finally:
         unregister_overflow_pattern(pat)
     assert not is_context_overflow("ctx full, max 999")

@@ -6,12 +6,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from ctxpolicy.conversation import check_units, to_units
+from ctxpolicy.engine.ledger import Ledger
 from ctxpolicy.layers.drop_rounds import DropRounds, DropRoundsOptions
 from ctxpolicy.layers.emergency import Emergency, EmergencyOptions
 from ctxpolicy.layers.observation_mask import ObservationMask, ObservationMaskOptions
 from ctxpolicy.layers.offload import Offload, OffloadOptions
 from ctxpolicy.layers.summarize import Summarize, SummarizeOptions
-from ctxpolicy.ledger import Ledger
 from tests.helpers_conv import approx_count, conversations, make_ctx
 from tests.layers.test_offload import MemStore
 

@@ -13,16 +13,16 @@ from ctxpolicy.policy.load import load_document
 from ctxpolicy.policy.models import PolicyFile
 from ctxpolicy.policy.resolve import list_agents, load_policy, resolve_all, validate_file
 from tests.conftest import DATA
+from tests.shared_data import SEED_CONFIGS, require
 
 DBGPT = DATA / "compat" / "dbgpt_agent_context.toml"
 COMPRESSION = DATA / "compat" / "context_compression.yaml"
-SEEDS = Path("/work/shared/seed-configs")
 
 
-@pytest.mark.skipif(not SEEDS.is_dir(), reason="shared seed configs not available")
 @pytest.mark.parametrize("name", ["dbgpt_agent_context.toml", "context_compression.yaml"])
 def test_copies_are_unchanged(name: str) -> None:
-    assert (DATA / "compat" / name).read_bytes() == (SEEDS / name).read_bytes()
+    seed = require(SEED_CONFIGS / name)
+    assert (DATA / "compat" / name).read_bytes() == seed.read_bytes()
 
 
 def _data(path: Path) -> dict:

@@ -14,8 +14,8 @@ from ctxpolicy.plugins import get_registry, hookimpl
 from ctxpolicy.policy import resolve as resolve_mod
 from ctxpolicy.policy.checks import budget_numbers
 from ctxpolicy.policy.diagnostics import PolicyError
+from ctxpolicy.policy.paths import interpolate_path
 from ctxpolicy.policy.resolve import list_agents, load_policy, resolve_all, validate_file
-from ctxpolicy.toolresults import interpolate_path
 from tests.conftest import DATA, POLICY_ENV
 
 DESIGN = DATA / "valid" / "design_example.yaml"
@@ -213,3 +213,42 @@ def test_registered_components_are_validated(
     bad.write_text(bad.read_text().replace("depth: 0, ", "").replace(", dpeth: 1", ""))
     got = [d.format() for d in validate_file(bad, env={})]
     assert len(got) == 1 and "CTX102 unknown summarizer 'abstractive'" in got[0]
+
+
+def test_load_policy_without_agent_lists_the_agents(tmp_path: Path) -> None:
+    """A file without `default` and no agent given: the error names the agents."""
+    from ctxpolicy.policy.diagnostics import PolicyError
+    from ctxpolicy.policy.resolve import load_policy
+
+    path = tmp_path / "multi.yaml"
+    path.write_text(
+        "ctxpolicy: 1\npolicies:\n  coder:\n    model: gpt-4o\n  reviewer:\n    model: gpt-4o\n"
+    )
+    with pytest.raises(PolicyError) as info:
+        load_policy(path)
+    text = str(info.value)
+    assert "its agents: 'coder', 'reviewer'" in text
+    assert "agent='coder'" in text
+    assert load_policy(path, agent="reviewer").agent == "reviewer"
+    # an explicit unknown agent keeps its did-you-mean message
+    with pytest.raises(PolicyError, match="no agent 'codr' in this file"):
+        load_policy(path, agent="codr")
+
+
+def test_target_percent_is_the_fraction_it_names(tmp_path: Path) -> None:
+    from ctxpolicy.policy.resolve import load_policy
+
+    path = tmp_path / "p.yaml"
+    body = "ctxpolicy: 1\npolicies:\n  default:\n    model: {{context_window: 32000}}\n    budget: {{target: {}}}\n"
+    path.write_text(body.format('"60%"'))
+    pct = load_policy(path)
+    path.write_text(body.format("0.6"))
+    assert pct.budget.target == load_policy(path).budget.target == 0.6
+
+
+def test_a_type_error_hides_no_other_problem() -> None:
+    """The six-problem file of issue 31: every problem on the first pass."""
+    from tests.conftest import DATA
+
+    diags = validate_file(DATA / "invalid" / "one_pass_many_problems.yaml")
+    assert {d.code for d in diags} >= {"CTX103", "CTX201", "CTX202", "CTX102", "CTX206"}

@@ -40,6 +40,8 @@ def _policy(tmp_path: Path, **mask: Any) -> Any:
                 "options": {"max_age_rounds": 1, "max_chars": 60, "dedupe": False, **mask},
             }
         ],
+        # what is tested is the masking itself, also of a gain below budget.min_gain
+        budget={"min_gain": 0},
     )
 
 

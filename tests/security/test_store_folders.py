@@ -15,9 +15,9 @@ from pathlib import Path
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ctxpolicy.recall import handle_tool_call
 from ctxpolicy.snapshots import LocalStore
-from ctxpolicy.store_names import conv_folder, folder_to_conv, is_folder
+from ctxpolicy.snapshots.names import conv_folder, folder_to_conv, is_folder
+from ctxpolicy.snapshots.recall import handle_tool_call
 
 ids = st.text(alphabet=st.characters(codec=None, exclude_categories=()), max_size=300)
 ascii_ids = st.text(alphabet="aAbB-_.~=/\\%0123456789", max_size=130)

@@ -20,10 +20,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ctxpolicy.archive import HistoryArchive
 from ctxpolicy.engine import Session
-from ctxpolicy.recall import recall
 from ctxpolicy.snapshots import LocalStore
+from ctxpolicy.snapshots.archive import HistoryArchive
+from ctxpolicy.snapshots.recall import recall
 from tests.engine_helpers import make_policy
 
 BAD = os.fsdecode(b"\xff")  # '\udcff'
@@ -196,8 +196,8 @@ def test_fuzz_tool_outputs_are_kept_exactly(
     snapshot holds exactly the rendered text (bytes: exactly the bytes)."""
     import base64
 
-    from ctxpolicy.jsontext import to_json
-    from ctxpolicy.toolresults import render_output
+    from ctxpolicy.conversation.jsontext import to_json
+    from ctxpolicy.engine.tool_results import render_output
 
     s = _session(tmp_path_factory.mktemp("fuzz"), tokenizer)
     text = s.add_tool_result({"name": "fuzz", "id": "f1", "arguments": {"x": output}}, output)

@@ -17,10 +17,10 @@ from typing import Any
 
 import pytest
 
-from ctxpolicy.archive import HistoryArchive
-from ctxpolicy.recall import handle_tool_call
 from ctxpolicy.snapshots import FsspecStore, LocalStore
-from ctxpolicy.store_names import conv_folder
+from ctxpolicy.snapshots.archive import HistoryArchive
+from ctxpolicy.snapshots.names import conv_folder
+from ctxpolicy.snapshots.recall import handle_tool_call
 
 NOT_FOUND = "Error: no earlier tool result of this conversation has that reference"
 SECRET = "VICTIM-SECRET-7f3a"

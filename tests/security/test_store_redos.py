@@ -14,9 +14,9 @@ from typing import Any
 
 import pytest
 
-from ctxpolicy import recall as recall_mod
-from ctxpolicy.recall import MAX_PATTERN_CHARS, SearchLimit, handle_tool_call, search
 from ctxpolicy.snapshots import LocalStore
+from ctxpolicy.snapshots import recall as recall_mod
+from ctxpolicy.snapshots.recall import MAX_PATTERN_CHARS, SearchLimit, handle_tool_call, search
 
 CATASTROPHIC = [
     r"(a+)+$",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ctxpolicy.facts import extract
+from ctxpolicy.sim.metrics import PriceModel, billing, parse_price_model, price_model, ruler_facts
 from ctxpolicy.sim.replay import run_strategy
 
 from .conftest import Scripted, WordCounter, call
@@ -61,10 +61,10 @@ def run(hard_limit: int = 20, fn: Any = script) -> dict[str, Any]:
 
 
 def test_facts_the_expectations_rely_on() -> None:
-    assert extract('read_file\n{"path": "src/app.py"}').all() == ["src/app.py"]
-    assert extract("KEY-9876 matters").all() == ["KEY-9876"]
-    assert extract("LOST-4242 and KEY-9876").all() == ["LOST-4242", "KEY-9876"]
-    assert extract('checking\nbash\n{"cmd": "ls"}').all() == []
+    assert ruler_facts("src/app.py") == ["src/app.py", "app.py"]
+    assert ruler_facts("KEY-9876 matters") == ["9876"]
+    assert ruler_facts("LOST-4242 and KEY-9876") == ["4242", "9876"]
+    assert ruler_facts("checking\nls") == []
 
 
 def test_tokens_cost_and_cached_prefix() -> None:
@@ -115,18 +115,18 @@ def test_repeat_with_changed_output_is_not_a_repeated_read() -> None:
 
 def test_fact_retention_in_context_recoverable_lost() -> None:
     r = run()["retention"]
-    # call 0: src/app.py (in the task) → in context
-    # call 2: KEY-9876 only in the masked c1 result, its snapshot referenced → recoverable;
-    #         src/app.py → in context
-    # call 3: LOST-4242 only in the dropped c2 round, no ref → lost; KEY-9876 (c3) and
-    #         src/app.py → in context
-    assert r["facts"] == 6
-    assert r["in_context"] == 4
+    # call 0: src/app.py, app.py (in the task) → in context
+    # call 2: 9876 only in the masked c1 result, its snapshot referenced → recoverable
+    #         (beside the ruler: not retained); src/app.py, app.py → in context
+    # call 3: 4242 only in the dropped c2 round, no ref → lost; 9876 (c3), src/app.py
+    #         and app.py → in context
+    assert r["facts"] == 9
+    assert r["in_context"] == 7
     assert r["recoverable"] == 1
     assert r["lost"] == 1
-    assert r["lost_examples"] == ["step 3: LOST-4242"]
-    assert r["in_context_rate"] == round(4 / 6, 4)
-    assert r["retained_rate"] == round(5 / 6, 4)
+    assert r["lost_examples"] == ["step 3: 4242"]
+    assert r["in_context_rate"] == round(7 / 9, 4)
+    assert r["retained_rate"] == round(8 / 9, 4)
 
 
 def test_identifier_in_dropped_round_recoverable_by_ref_is_not_present() -> None:
@@ -139,7 +139,7 @@ def test_identifier_in_dropped_round_recoverable_by_ref_is_not_present() -> None
     strat = Scripted(drop_c1, snapshots={REF: "alpha KEY-9876 beta"})
     d = run_strategy(trace()[:7], strat, counter=WordCounter()).to_dict()
     assert d["retention"]["recoverable"] == 1
-    assert d["retention"]["in_context"] == 2  # src/app.py twice
+    assert d["retention"]["in_context"] == 4  # src/app.py and app.py, twice
 
 
 def test_pairing_violations_counted_per_prepared_list() -> None:
@@ -203,3 +203,122 @@ def test_states_and_alerts_from_events() -> None:
     assert [a["code"] for a in d["alerts"]] == ["compression_ratio", "repeated_reads"]
     r.alert_ratio, r.alert_repeats = 0.96, 0.5
     assert r.to_dict()["alerts"] == []
+
+
+def test_ruler_facts_are_the_issue_kinds() -> None:
+    text = (
+        "see pkg/mod/file.py and setup.cfg: parse_args, ConfigParser, getValue, os.path.join; "
+        "12 items, 1234 rows, 0.25 s, 3.1.4 ok; ValueError, DeprecationWarning; "
+        '`run --fast` "quoted span here" "short"'
+    )
+    facts = ruler_facts(text)
+    for f in (
+        "pkg/mod/file.py",
+        "setup.cfg",
+        "parse_args",
+        "ConfigParser",
+        "getValue",
+        "os.path.join",
+        "1234",
+        "0.25",
+        "ValueError",
+        "DeprecationWarning",
+        "run --fast",
+        "quoted span here",
+    ):
+        assert f in facts, f
+    assert "12" not in facts and "short" not in facts
+
+
+def test_far_retention_counts_facts_absent_from_the_six_messages_before() -> None:
+    msgs: list[dict[str, Any]] = [
+        {"role": "system", "content": "You are helpful. sys_only_name"},
+        {"role": "user", "content": "fix old_function in lib/core.py"},
+    ]
+    for i in range(4):
+        msgs.append({"role": "assistant", "content": None, "tool_calls": [call(f"c{i}", "ls")]})
+        msgs.append({"role": "tool", "tool_call_id": f"c{i}", "content": f"out {i}"})
+    msgs.append({"role": "assistant", "content": "old_function and sys_only_name and lib/core.py"})
+
+    def keep_all(step: int, convo: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        return [dict(m) for m in convo]
+
+    def drop_task(step: int, convo: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        return [dict(m) for m in convo if m.get("role") != "user"]
+
+    r = run_strategy(msgs, Scripted(keep_all), counter=WordCounter()).to_dict()["retention"]
+    # old_function, lib/core.py, core.py: in the task (9 messages back) → far; the
+    # system prompt's name is not a fact
+    assert (r["facts"], r["in_context"], r["far_facts"], r["far_in_context"]) == (3, 3, 3, 3)
+    r = run_strategy(msgs, Scripted(drop_task), counter=WordCounter()).to_dict()["retention"]
+    assert (r["facts"], r["in_context"], r["far_facts"], r["far_in_context"]) == (3, 0, 3, 0)
+    assert r["far_rate"] == 0.0
+
+
+def test_billing_under_a_cache_price_model() -> None:
+    d = run()
+    b = d["billing"]
+    assert b["price_model"]["name"] == "anthropic"  # model None: the catalogue default
+    # used [3, 9, 19, 27], cached [0, 3, 6, 13]: read 0.1, write 1.25
+    billed = 0.1 * 22 + 1.25 * (58 - 22)
+    # none [3, 9, 15, 29], its cached prefix the previous call's whole list: [0, 3, 9, 15]
+    none = 0.1 * 27 + 1.25 * (56 - 27)
+    assert b["billed_input"] == round(billed, 2)
+    assert b["billed_input_none"] == round(none, 2)
+    assert b["total_cost"] == b["billed_input"]  # no summarizer LLM call
+    assert b["billed_ratio"] == round(billed / none, 4)
+    assert b["tokens_ratio"] == round(58 / 56, 4)
+
+
+def test_summarizer_calls_are_billed_from_the_price_model() -> None:
+    from ctxpolicy.sim.metrics import StepRecord
+
+    steps = [
+        StepRecord(0, 100, 100, 1, 1, 1, 1, 1, "normal", cached=0),
+        StepRecord(
+            1,
+            50,
+            200,
+            1,
+            1,
+            1,
+            1,
+            1,
+            "normal",
+            cached=10,
+            none_cached=100,
+            summary_calls=1,
+            summary_in=80,
+            summary_out=20,
+        ),
+    ]
+    pm = PriceModel("x", cache_read=0.1, cache_write=1.25, summarizer_input=1, summarizer_output=5)
+    b = billing(steps, pm)
+    assert b["billed_input"] == round(1.25 * 100 + 0.1 * 10 + 1.25 * 40, 2)
+    assert b["summarizer"] == {"llm_calls": 1, "input_tokens": 80, "output_tokens": 20}
+    assert b["total_cost"] == round(b["billed_input"] + 80 + 100, 2)
+    assert b["billed_input_none"] == round(1.25 * 100 + 0.1 * 100 + 1.25 * 100, 2)
+
+
+def test_price_models_from_the_catalogue_and_overrides() -> None:
+    assert price_model("anthropic").to_dict() == {
+        "name": "anthropic",
+        "cache_read": 0.1,
+        "cache_write": 1.25,
+        "summarizer_input": 1.0,
+        "summarizer_output": 5.0,
+    }
+    gpt41 = price_model(None, "gpt-4.1")
+    assert (gpt41.name, gpt41.cache_read, gpt41.cache_write) == ("openai", 0.25, 1.0)
+    assert price_model(None, "claude-sonnet-4").name == "anthropic"
+    assert price_model(None, "no-such-model").name == "anthropic"
+    name, over = parse_price_model("openai,cache_read=0.2")
+    assert price_model(name, "gpt-4o", over).cache_read == 0.2
+    for bad in ("nope", "openai,cache_read=x", "openai,bogus=1", "cache_read=-1"):
+        try:
+            n, o = parse_price_model(bad)
+            price_model(n, None, o)
+        except ValueError as exc:
+            assert "Traceback" not in str(exc)
+        else:
+            raise AssertionError(bad)

@@ -45,7 +45,7 @@ def _feed(session: Session, messages: list[dict[str, Any]], upto: int) -> list[d
 def test_unit_keys_are_the_same_in_every_process() -> None:
     """Unit keys are persisted: they must not depend on the process (hash seed, addresses)."""
     code = (
-        "from ctxpolicy.engine.caches import content_key;"
+        "from ctxpolicy.engine.derived import content_key;"
         "print(content_key({'role': 'assistant', 'content': 'x',"
         " 'tool_calls': [{'id': 'a', 'function': {'name': 'f', 'arguments': '{}'}}]}))"
     )

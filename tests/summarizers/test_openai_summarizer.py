@@ -7,7 +7,7 @@ import pytest
 from pydantic import ValidationError
 
 from ctxpolicy.components import SummaryRequest
-from ctxpolicy.layers.emergency import is_context_overflow, parse_limit
+from ctxpolicy.engine.overflow import is_context_overflow, parse_limit
 from ctxpolicy.layers.summarize import Summarize, SummarizeOptions
 from ctxpolicy.summarizers.openai import OpenAISummarizer, OpenAISummarizerOptions
 from tests.helpers_conv import Conv, make_ctx

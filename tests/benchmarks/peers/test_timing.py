@@ -59,6 +59,8 @@ def test_bench_engine_per_call_only(tmp_path: Any, monkeypatch: pytest.MonkeyPat
     """``--per-call-only`` writes the per-call section alone (and its goal)."""
     import json
 
+    require(TRACES)  # the benchmark replays the largest shared trace
+
     import benchmarks._common as common
     from benchmarks import bench_engine
 
@@ -124,7 +126,7 @@ def test_same_output_finds_a_changed_output(tmp_path: Any) -> None:
     assert same_output.main(["--baseline", str(ROOT), *args]) == 0
     changed = tmp_path / "src"
     shutil.copytree(ROOT / "ctxpolicy", changed / "ctxpolicy")
-    module = changed / "ctxpolicy" / "toolresults.py"
+    module = changed / "ctxpolicy" / "engine" / "tool_results.py"
     text = module.read_text(encoding="utf-8")
     rendered = "        if isinstance(output, str):\n            return output, info"
     assert rendered in text

@@ -1,0 +1,129 @@
+"""Compaction economics (issue 27, item 2): how often the engine rewrites what it sent.
+
+Usage::
+
+    python benchmarks/bench_economics.py --baseline DIR [--quick] [--agent NAME ...]
+
+Replays the shared traces (../shared/traces) under ``policies/agents.yaml``
+``coding_agent`` at 32k and ``coding_agent_16k`` at 16k — the loop of
+``ctxpolicy simulate`` — once with this tree and, with ``--baseline``, once with
+another source tree (a child process with that tree first on the path), and prints
+per agent and window, summed over the traces:
+
+* compactions per 100 calls: calls on which a layer (or the squeeze) changed the context;
+* prefix changes per 100 calls: calls whose already-sent messages changed (the
+  request does not extend the previous one: the provider's prompt cache is lost);
+* tokens sent ÷ none: tokens of the prepared requests over those of the uncompacted
+  conversation;
+* overflows: requests above ``window − reserve_output``;
+
+and, with a baseline, this tree's numbers as ratios of the baseline's from the same
+run. ``--quick``: the first 6 traces only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+TRACES = Path(os.environ.get("CTXPOLICY_SHARED", ROOT.parent / "shared")) / "traces"
+RUNS = (("coding_agent", 32768), ("coding_agent_16k", 16384))
+
+
+def child(quick: bool) -> dict[str, dict[str, int]]:
+    """Summed counts per ``agent@window``."""
+    from ctxpolicy.sim import replay
+    from ctxpolicy.sim.importers import load_trace
+
+    paths = sorted(TRACES.glob("*.jsonl"))[: 6 if quick else None]
+    out: dict[str, dict[str, int]] = {}
+    for agent, window in RUNS:
+        policy = replay.load_policy_file(str(ROOT / "policies" / "agents.yaml"), agent)
+        tot = {"calls": 0, "compactions": 0, "prefix_changes": 0, "sent": 0, "none": 0}
+        tot["overflows"] = tot["traces"] = 0
+        for path in paths:
+            with tempfile.TemporaryDirectory(prefix="ctxpolicy-econ-") as tmp:
+                res = replay.replay_trace(
+                    load_trace(path), policy, window=window, snapshots_dir=tmp, trace=path.stem
+                )
+            tot["traces"] += 1
+            for s in res.steps:
+                tot["calls"] += 1
+                tot["compactions"] += bool(s.layers)
+                tot["prefix_changes"] += s.prefix_changed
+                tot["sent"] += s.used
+                tot["none"] += s.none
+                tot["overflows"] += s.overflow
+        out[f"{agent}@{window}"] = tot
+    return out
+
+
+def run(src: Path, quick: bool) -> dict[str, dict[str, int]]:
+    env = {**os.environ, "PYTHONPATH": str(src)}
+    cmd = [sys.executable, __file__, "--child", *(["--quick"] if quick else [])]
+    res = subprocess.run(cmd, env=env, capture_output=True, text=True, check=False)
+    if res.returncode != 0:
+        raise SystemExit(f"replay with {src} failed:\n{res.stderr[-2000:]}")
+    data: dict[str, dict[str, int]] = json.loads(res.stdout.strip().splitlines()[-1])
+    return data
+
+
+def rates(t: dict[str, int]) -> dict[str, float]:
+    calls = max(1, t["calls"])
+    return {
+        "compactions/100": 100 * t["compactions"] / calls,
+        "prefix changes/100": 100 * t["prefix_changes"] / calls,
+        "tokens ÷ none": t["sent"] / max(1, t["none"]),
+        "overflows": float(t["overflows"]),
+    }
+
+
+def table(mine: dict[str, Any], base: dict[str, Any] | None) -> list[str]:
+    cols = ["compactions/100", "prefix changes/100", "tokens ÷ none", "overflows"]
+    head = "| run | tree | calls | " + " | ".join(cols) + " |"
+    lines = [head, "|" + "---|" * (3 + len(cols))]
+    for key, t in mine.items():
+        rows: list[tuple[str, dict[str, int]]] = []
+        if base is not None and key in base:
+            rows.append(("baseline", base[key]))
+        rows.append(("this", t))
+        for tree, tt in rows:
+            r = rates(tt)
+            vals = [f"{r[c]:.3f}" if c == "tokens ÷ none" else f"{r[c]:.1f}" for c in cols]
+            lines.append(f"| {key} | {tree} | {tt['calls']} | " + " | ".join(vals) + " |")
+        if base is not None and key in base:
+            rb, rm = rates(base[key]), rates(t)
+            ratio = [f"{rm[c] / rb[c]:.3f}" if rb[c] else "—" for c in cols]
+            lines.append(f"| {key} | this ÷ baseline | | " + " | ".join(ratio) + " |")
+    return lines
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--baseline", type=Path, help="the source tree to compare with")
+    ap.add_argument("--quick", action="store_true", help="the first 6 traces only")
+    ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    args = ap.parse_args(argv)
+    if not TRACES.is_dir():
+        print(f"skipped: no shared traces at {TRACES}")
+        return 0
+    if args.child:
+        print(json.dumps(child(args.quick)))
+        return 0
+    base = run(args.baseline.resolve(), args.quick) if args.baseline is not None else None
+    mine = run(ROOT, args.quick)
+    traces = next(iter(mine.values()))["traces"]
+    print(f"shared traces: {traces}; baseline: {args.baseline or '—'}")
+    print("\n".join(table(mine, base)))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

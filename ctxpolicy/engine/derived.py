@@ -1,0 +1,508 @@
+"""Everything a session rebuilds: the incremental per-call path and its caches.
+
+Nothing here is persisted: after a restart (or :meth:`Derived.reset`) every cache
+starts empty and the first ``prepare`` rebuilds it from the messages (same result as
+the cached path; the property test ``tests/engine/test_incremental.py`` checks
+cached == uncached).
+
+* :class:`Derived` — the one derived object of a conversation, with one ``reset``;
+
+* :class:`_InputCache` — snapshots of the previous call's input, to find the first
+  changed message in one C-level list comparison;
+* :class:`_GroupCache` — units, their start indices, step and token prefix sums;
+* :class:`_PinCache` — pinned units and where the first/last user turns are;
+* :class:`_ViewCache` — the rendered view of all but the last unit.
+"""
+
+from __future__ import annotations
+
+import bisect
+import hashlib
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any
+
+from ctxpolicy.conversation import (
+    Message,
+    Repair,
+    Unit,
+    group_units,
+    message_fingerprint,
+    render,
+)
+from ctxpolicy.conversation.jsontext import to_json
+from ctxpolicy.conversation.repair import flatten_deep
+from ctxpolicy.engine.archiving import archive_messages
+from ctxpolicy.engine.own import insert_specials, own_kind, own_text
+from ctxpolicy.tokens.msgkeys import _NO_SNAPSHOT, _snapshot, _value_key
+
+if TYPE_CHECKING:
+    from ctxpolicy.budget import BudgetState
+    from ctxpolicy.components import Layer, Summarizer
+    from ctxpolicy.engine.context import EngineContext
+    from ctxpolicy.snapshots.archive import HistoryArchive
+
+#: Stands for a message that cannot be snapshotted: equal to nothing, so it is
+#: always looked at again.
+_UNEQUAL: Any = type("_Unequal", (), {"__eq__": lambda self, other: False, "__hash__": None})()
+
+
+def _is_tool_message(m: Any) -> bool:
+    """Whether ``m`` would join the step before it as a tool result (see
+    :func:`~ctxpolicy.conversation.group_units`)."""
+    return (type(m) is dict or isinstance(m, Mapping)) and m.get("role") == "tool"
+
+
+def content_key(m: Any) -> str:
+    """Stable content hash of a message for unit keys (the same in every process: keys
+    are persisted in the session state)."""
+    if type(m) is dict:
+        return _hash_value_key(_value_key(m))
+    return message_fingerprint(m) if isinstance(m, Mapping) else ""
+
+
+def _hash_value_key(key: Any) -> str:
+    """:func:`content_key` of a dict message from its value key."""
+    data = repr(key).encode("utf-8", "surrogatepass")
+    return hashlib.blake2b(data, digest_size=8).hexdigest()
+
+
+@dataclass
+class _InputCache:
+    snaps: list[Any]  # snapshot of every input message
+    kept: list[int]  # kept[i]: messages of ours dropped -> length of msgs after input[i]
+    msgs: list[Mapping[str, Any]]  # the input without messages of ours
+    ckeys: list[str]  # content_key of each of msgs
+    counts: list[int]  # tokens of each of msgs (-1: not counted)
+    owns: list[tuple[int, str, str]]  # (input index, kind, text) of messages of ours
+
+
+@dataclass
+class _GroupCache:
+    length: int  # messages grouped
+    units: list[Unit]
+    starts: list[int]  # message index where each unit's group starts
+    steps: list[int]  # step units among units[: i + 1]
+    tokens: list[int]  # tokens of the messages of units[: i + 1] (framing included)
+    call_ids: dict[str, int]  # tool-call id -> message index, in message order
+
+
+@dataclass
+class _PinCache:
+    units: list[Unit]
+    first_user: int | None
+    last_user: int | None
+
+
+@dataclass
+class _ViewCache:
+    key: tuple[int, tuple[Any, ...]]
+    upto: int  # originals[:upto] are rendered by view/out
+    originals: list[Unit]
+    view: list[Unit]
+    out: list[Message]
+
+
+class Derived:
+    """What a conversation rebuilds from its messages and its policy.
+
+    :meth:`reset` (a resume, a lost compare-and-set) empties what was derived from
+    the conversation; the component instances built from the policy (layers,
+    summarizers, the tool-result processor) are kept: they hold no conversation
+    state (a layer's memory is in ``SessionState.memory``).
+    """
+
+    def __init__(self, ctx: EngineContext) -> None:
+        self.ctx = ctx
+        self.layers: dict[tuple[str, int], Layer] = {}
+        self.summarizers: dict[tuple[str, str], Summarizer] = {}
+        self.tool_processor: Any = None
+        self.reset()
+
+    def reset(self) -> None:
+        """Drop every conversation-derived cache (the next ``prepare`` rebuilds them)."""
+        ledger = self.ctx.state.ledger
+        self.caches = Caches(self.ctx)
+        self.budgets: dict[tuple[int, int | None], BudgetState] = {}
+        #: the units of the last prepared view
+        self.last_units: list[Unit] = []
+        #: the conversation's history archive, opened on the first compaction
+        self.history: HistoryArchive | None = None
+        #: the ledger as rendered into the context (None: no ledger or empty)
+        self.ledger_text: str | None = ledger.render() if ledger is not None else None
+
+
+class Caches:
+    """The incremental per-call path of one conversation (derived state only)."""
+
+    def __init__(self, ctx: EngineContext) -> None:
+        self.s = ctx
+        self.inputs: _InputCache | None = None
+        self.groups: _GroupCache | None = None
+        self.pins: _PinCache | None = None
+        self.views: _ViewCache | None = None
+        self._by_messages: tuple[_GroupCache, dict[int, int]] | None = None
+
+    @property
+    def tokens_in(self) -> int:
+        """Tokens of every grouped message (framing included) as last grouped."""
+        g = self.groups
+        return g.tokens[-1] if g and g.tokens else 0
+
+    def unit_tokens(self, unit: Unit) -> int | None:
+        """Tokens of ``unit``'s messages (framing included) when they are those of a
+        grouped unit, counted when it was grouped; None for any other unit.
+
+        Serves ``CompactionContext.count_unit``: a layer counts each unit once
+        without a second pass over the token counter's caches.
+        """
+        g = self.groups
+        if g is None:
+            return None
+        if self._by_messages is None or self._by_messages[0] is not g:
+            self._by_messages = (g, {id(u.messages): i for i, u in enumerate(g.units)})
+        i = self._by_messages[1].get(id(unit.messages))
+        if i is None or g.units[i].messages is not unit.messages:
+            return None
+        return g.tokens[i] - (g.tokens[i - 1] if i else 0)
+
+    @property
+    def own_messages(self) -> list[tuple[str, str]]:
+        """``(kind, text)`` of the ledger/handover messages of ours in the last input."""
+        return [(kind, text) for _, kind, text in self.inputs.owns] if self.inputs else []
+
+    def input(self, messages: Sequence[Mapping[str, Any]]) -> tuple[list[Mapping[str, Any]], int]:
+        """The conversation without ledger/handover messages of ours that an agent fed
+        back in, and how many of its messages are unchanged since the previous call.
+
+        Incremental: the input is compared with snapshots of the previous call's input
+        in one C-level list comparison (equal snapshots = same content, even when a
+        message was edited in place), so only new messages are looked at. The
+        messages of ours are kept aside (:attr:`own_messages`).
+        """
+        if type(messages) is not list:
+            messages = list(messages)
+        cache = self.inputs
+        k = 0
+        if cache is not None:
+            snaps = cache.snaps
+            k = min(len(messages), len(snaps))
+            if messages[:k] != (snaps if k == len(snaps) else snaps[:k]):
+                k = next(i for i, (a, b) in enumerate(zip(messages, snaps, strict=False)) if a != b)
+        if cache is not None and k == len(cache.snaps):
+            # the previous input is a prefix (a growing conversation): extend its lists
+            # in place; until they are complete there is no cache (an exception below
+            # leaves none half-extended)
+            self.inputs = None
+            snaps, kept, msgs, ckeys = cache.snaps, cache.kept, cache.msgs, cache.ckeys
+            counts, owns = cache.counts, cache.owns
+        elif cache is not None:
+            kept = cache.kept[:k]
+            n_kept = kept[-1] if k else 0
+            msgs, ckeys = cache.msgs[:n_kept], cache.ckeys[:n_kept]
+            counts = cache.counts[:n_kept]
+            snaps = cache.snaps[:k]
+            owns = [o for o in cache.owns if o[0] < k]
+        else:
+            snaps, kept, msgs, ckeys, counts, owns = [], [], [], [], [], []
+        # one token-counter lookup per new message gives its snapshot, its count (for
+        # the grouping that follows) and its value key (hashed into the unit keys)
+        counter = self.s.counter
+        counter.reserve(len(messages))
+        for i, m in enumerate(messages[k:], k):
+            ckey: str | None = None
+            n = -1
+            try:
+                if type(m) is dict:
+                    e = counter._lookup(m, True)
+                    snap, ckey, n = e[1], _hash_value_key(e[3]), e[2]
+                else:
+                    snap = _snapshot(m)
+            except RecursionError:  # nested too deep: its deep fields as exact JSON text
+                try:
+                    snap = _snapshot(m)
+                except RecursionError:
+                    m, snap = self._flatten(m, len(msgs)), _NO_SNAPSHOT
+                    n = -1
+            snaps.append(_UNEQUAL if snap is _NO_SNAPSHOT else snap)
+            kind = own_kind(m)
+            if kind is None:
+                msgs.append(m)
+                ckeys.append(ckey if ckey is not None else content_key(m))
+                counts.append(n)
+            else:
+                owns.append((i, kind, own_text(m)))
+            kept.append(len(msgs))
+        self.inputs = _InputCache(snaps, kept, msgs, ckeys, counts, owns)
+        return list(msgs), kept[k - 1] if k else 0
+
+    def _flatten(self, m: Any, index: int) -> Any:
+        """A message too deep for the engine's recursive steps, with its deep fields
+        as their exact JSON text (:func:`ctxpolicy.conversation.repair.flatten_deep`); reported
+        once as a ``deep_value`` repair."""
+        if not isinstance(m, Mapping):
+            return m
+        flat, fields = flatten_deep(m)
+        st = self.s.state
+        if fields and ("deep_value", index) not in st.seen_repairs:
+            st.seen_repairs.add(("deep_value", index))
+            st.touch("meta")
+            self.s.emit(
+                "conversation.repaired",
+                repair="deep_value",
+                index=index,
+                detail=f"fields {fields} nested too deep; sent as their JSON text",
+                removed=0,
+                archived=None,
+            )
+        return flat
+
+    def units(self, msgs: list[Mapping[str, Any]], unchanged: int) -> tuple[list[Unit], int]:
+        """Units of ``msgs`` (the first ``unchanged`` messages as in the previous call),
+        pinned per policy, snapshot refs attached; and how many leading units are the
+        previous call's unit objects.
+
+        A growing conversation is grouped incrementally: units of the unchanged prefix
+        are reused up to the group of the last unchanged message (which may take in
+        tool messages that follow it now); the rest is grouped afresh. Same result as
+        grouping from scratch, O(new messages).
+        """
+        s = self.s
+        cache = self.groups
+        units: list[Unit] = []
+        starts: list[int] = []
+        steps: list[int] = []
+        tokens: list[int] = []
+        cut = keep = 0
+        call_ids: dict[str, int] = {}
+        if cache is not None and cache.starts:
+            same = min(unchanged, cache.length)
+            if same == cache.length and (
+                cache.units[-1].kind not in ("step", "orphan")
+                or same == len(msgs)
+                or not _is_tool_message(msgs[same])
+            ):
+                # the last group is complete: only tool messages right after it join it
+                cut, keep = same, len(cache.units)
+            else:
+                # regroup from the group of the last unchanged message: a group can
+                # take in tool messages that now follow it (results that arrived late,
+                # or orphans moved up when a message before them was removed)
+                at = bisect.bisect_right(cache.starts, same - 1) - 1
+                cut = min(cache.starts[-1], cache.starts[at] if at >= 0 else 0)
+                keep = bisect.bisect_left(cache.starts, cut)
+            # the cached lists are extended in place (the cache is rebuilt below; an
+            # exception in between leaves none)
+            self.groups = None
+            units, starts, steps, tokens = cache.units, cache.starts, cache.steps, cache.tokens
+            for lst in (units, starts, steps, tokens):
+                del lst[keep:]
+            call_ids = cache.call_ids
+            while call_ids and next(reversed(call_ids.values())) >= cut:
+                call_ids.popitem()  # ids of the regrouped messages (the newest entries)
+        tail = msgs[cut:]
+        # ``msgs`` is what :meth:`input` returned: keys and counts are known
+        inputs = self.inputs if self.inputs and len(self.inputs.ckeys) == len(msgs) else None
+        fps = inputs.ckeys[cut:] if inputs is not None else [content_key(m) for m in tail]
+        sources: list[tuple[int, ...] | None] = []
+        new_units, new_starts, repairs = group_units(
+            tail,
+            offset=cut,
+            first_round=steps[-1] if steps else 0,
+            fingerprints=fps,
+            call_ids=call_ids,
+            sources=sources,
+        )
+        if repairs:
+            self._report(repairs)
+        if s.state.refs:
+            new_units = [self.with_refs(u) for u in new_units]
+        n_steps = steps[-1] if steps else 0
+        n_tokens = tokens[-1] if tokens else 0
+        count = s.counter.count_message
+        counts = inputs.counts if inputs is not None else None
+        for u, src in zip(new_units, sources, strict=True):
+            n_steps += u.kind == "step"
+            steps.append(n_steps)
+            known = [counts[j] for j in src] if counts is not None and src is not None else [-1]
+            if min(known) >= 0:  # unchanged copies of input messages: counted there
+                n_tokens += sum(known)
+            else:
+                n_tokens += sum(count(m) for m in u.messages)
+            tokens.append(n_tokens)
+        units.extend(new_units)
+        starts.extend(new_starts)
+        self.groups = _GroupCache(len(msgs), units, starts, steps, tokens, call_ids)
+        return self._pin(units, keep), keep
+
+    def _report(self, repairs: list[Repair]) -> None:
+        """One ``conversation.repaired`` event per new (kind, message index); what a
+        repair left out of the context is archived verbatim first (``archived``: its
+        reference, None without a store or when the write failed)."""
+        s = self.s
+        fresh: dict[tuple[str, int], list[Repair]] = {}
+        for r in repairs:
+            if (r.kind, r.index) not in s.state.seen_repairs:
+                fresh.setdefault((r.kind, r.index), []).append(r)
+        for (kind, index), found in fresh.items():
+            s.state.seen_repairs.add((kind, index))
+            s.state.touch("meta")
+            removed = [x for r in found for x in r.removed]
+            archived = None
+            if removed and s.snapshots is not None:
+                # a string verbatim, anything else as its exact JSON text
+                text = removed[0] if len(removed) == 1 and isinstance(removed[0], str) else None
+                doc = {
+                    "role": f"ctxpolicy.removed ({kind}, message {index})",
+                    "content": text if text is not None else to_json(removed)[0],
+                }
+                if archive_messages(s, [doc], s.emit) is not None:
+                    assert s.derived.history is not None
+                    archived = s.derived.history.last_ref
+            s.emit(
+                "conversation.repaired",
+                repair=kind,
+                index=index,
+                detail="; ".join(r.detail for r in found)[:1000],
+                removed=len(removed),
+                archived=archived,
+            )
+
+    def _pin(self, units: list[Unit], keep: int) -> list[Unit]:
+        """:func:`~ctxpolicy.conversation.pin_units` of ``units``, incrementally: the
+        first ``keep`` are the previous call's units, so only the new ones and the
+        units whose first/last-user status moved are looked at."""
+        pol = self.s.policy.pinned
+        prev = self.pins
+        n = len(units)
+        if prev is None:
+            keep = 0
+        first_user = prev.first_user if prev is not None else None
+        if first_user is None or first_user >= keep:
+            first_user = next((i for i in range(keep, n) if units[i].kind == "user"), None)
+        last_user = next((i for i in range(n - 1, keep - 1, -1) if units[i].kind == "user"), None)
+        if last_user is None:
+            last_user = prev.last_user if prev is not None else None
+            if last_user is None or last_user >= keep:
+                last_user = next(
+                    (i for i in range(keep - 1, -1, -1) if units[i].kind == "user"), None
+                )
+
+        def pinned(i: int) -> Unit:
+            u = units[i]
+            pin = u.pinned or (pol.system and u.kind == "system") or u.kind == "ledger"
+            pin = pin or (pol.first_user and i == first_user) or (pol.last_user and i == last_user)
+            return u if pin == u.pinned else replace(u, pinned=pin)
+
+        out: list[Unit] = []
+        if prev is not None:  # extended in place (no cache until it is complete)
+            self.pins = None
+            out = prev.units
+            del out[keep:]
+        out.extend(pinned(i) for i in range(keep, n))
+        if prev is not None and (prev.first_user, prev.last_user) != (first_user, last_user):
+            for i in {prev.first_user, prev.last_user, first_user, last_user}:
+                if i is not None and i < keep:
+                    out[i] = pinned(i)
+        self.pins = _PinCache(out, first_user, last_user)
+        return list(out)
+
+    def view(self, originals: list[Unit], keep: int) -> tuple[list[Unit], list[Message]]:
+        """The units to send (sticky decisions applied, ledger/handover inserted) and
+        their messages.
+
+        The view of all units but the last (and at least up to the last decided unit)
+        is cached: while those units and the decisions are the same, a call only
+        renders the units after them.
+        """
+        s = self.s
+        st = s.state
+        specials = s.special_units()
+        key = (st.decisions_version, tuple(u.messages[0]["content"] for u in specials))
+        c = self.views
+        if c is not None and c.key == key and keep >= c.upto and originals[: c.upto] == c.originals:
+            tail = originals[c.upto :]
+            units, out = [*c.view, *tail], [*c.out, *render(tail)]
+            if len(tail) > 1:  # the next call regroups at most the last unit
+                last = len(tail[-1].messages)
+                self.views = _ViewCache(
+                    key, len(originals) - 1, originals[:-1], units[:-1], out[: len(out) - last]
+                )
+            return units, out
+        keys = {u.key for u in originals}
+        if st.decisions and any(k not in keys for k in st.decisions):
+            s.emit(
+                "context.reset", reason="history changed: earlier messages were edited or removed"
+            )
+            st.set_decisions({})
+            key = (st.decisions_version, key[1])
+        view: list[Unit] = []
+        decided_upto = 0
+        for i, u in enumerate(originals):
+            if u.key in st.decisions:
+                decided_upto = i + 1
+                if not u.pinned:
+                    view.extend(st.decisions[u.key])
+                    continue
+            view.append(u)
+        view = insert_specials(view, specials)
+        # cache all but the last unit (which the next call may regroup) and the decided
+        # ones; a cached part ending with the ledger takes one unit more (the ledger's
+        # place depends on the unit after it)
+        p, q = len(originals), len(view)
+        floor = max(decided_upto, p - 1)
+        while p > floor and q > 0 and view[q - 1] is originals[p - 1]:
+            p, q = p - 1, q - 1
+        if q and view[q - 1].kind == "ledger" and p < len(originals):
+            p, q = p + 1, q + 1
+        self.views = (
+            None
+            if q and view[q - 1].kind == "ledger"
+            else _ViewCache(key, p, originals[:p], view[:q], render(view[:q]))
+        )
+        return view, render(view)
+
+    def with_refs(self, unit: Unit) -> Unit:
+        """Attach the snapshot refs of this session's tool results (``meta["refs"]``)."""
+        refs = self.s.state.refs
+        if unit.kind != "step" or not refs:
+            return unit
+        found = {
+            str(m.get("tool_call_id")): refs[str(m.get("tool_call_id"))]
+            for m in unit.tool_messages
+            if str(m.get("tool_call_id")) in refs
+        }
+        if not found or unit.meta.get("refs") == found:
+            return unit
+        return unit.replace(meta={**unit.meta, "refs": found})
+
+
+def remember(view: Sequence[Unit], originals: Sequence[Unit]) -> dict[str, tuple[Unit, ...]]:
+    """The sticky decisions that reproduce ``view`` from ``originals``."""
+    by_key = {u.key: u for u in originals}
+    decisions: dict[str, list[Unit]] = {}
+    covered: set[str] = set()
+    anchor: str | None = None
+    for u in view:
+        if u.kind == "ledger":
+            continue
+        covered.update(u.origin)
+        first = u.origin[0]
+        if first in by_key:
+            anchor = first
+            if by_key.get(u.key) is u or (u.key == first and by_key[first].messages == u.messages):
+                if first in decisions:
+                    decisions[first].append(u)
+                continue
+            decisions.setdefault(first, []).append(u)
+        elif anchor is not None:  # a new unit replacing nothing: keep it after its predecessor
+            if anchor not in decisions:
+                decisions[anchor] = [by_key[anchor]]
+            decisions[anchor].append(u)
+    # originals folded into a unit placed at another original (a summary of many
+    # rounds sits at the first of them) are gone, like those no unit covers
+    placed = {u.origin[0] for u in view if u.kind != "ledger"}
+    for k in by_key:
+        if k not in decisions and (k not in covered or k not in placed):
+            decisions[k] = []
+    return {k: tuple(v) for k, v in decisions.items()}

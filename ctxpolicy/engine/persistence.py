@@ -1,0 +1,99 @@
+"""Durable state of a :class:`~ctxpolicy.engine.Session`: load when it opens, save after each call.
+
+The session calls this module at two points: :func:`open_persistence` at the end
+of ``__init__`` (load the stored state of ``conv_id``, if any), and
+:meth:`Persistence.run` around each state-changing call (``prepare``, ``on_error``,
+``record_usage``, ``add_tool_result``): the call runs, then only the entries its
+:class:`~ctxpolicy.engine.state.SessionState` marked changed are committed with a
+compare-and-set (:class:`ctxpolicy.state.sync.StateSync`). When another worker
+committed first, the conversation is reset to the stored state
+(:meth:`~ctxpolicy.engine.context.EngineContext.restore`) and the call is redone
+(``state.conflict``, bounded by ``state.max_conflict_retries``).
+
+A store that cannot be opened or read is a ``state.unavailable`` event; the session
+then works in memory only (like ``snapshot.unavailable``). See docs/state.md.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, TypeVar
+
+from ctxpolicy.components import StateStore, StateStoreError
+from ctxpolicy.state.sync import Changes, StateSync
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ctxpolicy.engine.context import EngineContext
+
+__all__ = ["Persistence", "open_persistence"]
+
+T = TypeVar("T")
+
+
+class Persistence:
+    """One conversation's link to its state store."""
+
+    def __init__(self, ctx: EngineContext, store: StateStore, *, owns_store: bool) -> None:
+        self.ctx = ctx
+        self.store = store
+        self.owns_store = owns_store
+        self.sync = StateSync(
+            store,
+            ctx.conv_id,
+            max_retries=ctx.policy.state.max_conflict_retries,
+            emit=ctx.emit,
+        )
+
+    @property
+    def version(self) -> int:
+        """The stored version the conversation's state corresponds to."""
+        return self.sync.version
+
+    def load(self) -> bool:
+        """Load the stored state; False for a new conversation."""
+        entries = self.sync.load()
+        if not entries:
+            return False
+        self.ctx.restore(entries)
+        return True
+
+    def changes(self) -> Changes:
+        """What the last call changed; the ledger and the growth samples are
+        serialised only when they changed, values are encoded once (as text for the
+        built-in stores, see :attr:`StateSync.encoded`)."""
+        st = self.ctx.state
+        return st.take_encoded_changes() if self.sync.encoded else st.take_changes()
+
+    def run(self, what: str, call: Callable[[], T]) -> T:
+        """Run one state-changing call and save what it changed (CAS; redo on conflict)."""
+        return self.sync.run(
+            call, self.changes, self.ctx.restore, what=what, encoded=self.sync.encoded
+        )
+
+    def close(self) -> None:
+        if self.owns_store:
+            self.store.close()
+
+
+def open_persistence(
+    ctx: EngineContext, store: StateStore | None, env: Mapping[str, str] | None
+) -> Persistence | None:
+    """Open the policy's state store (or use ``store``) and load ``conv_id``'s state."""
+    from ctxpolicy.state import open_state_store
+    from ctxpolicy.state.retention import maybe_prune
+
+    owns = store is None
+    try:
+        if store is None:
+            store = open_state_store(ctx.policy, ctx.registry, env=env)
+        persistence = Persistence(ctx, store, owns_store=owns)
+        maybe_prune(store, ctx.policy.state.max_age_days, ctx.emit)
+        resumed = persistence.load()
+    except (StateStoreError, ValueError) as exc:
+        ctx.emit("state.unavailable", store=ctx.policy.state.store, error=str(exc))
+        if owns and store is not None:
+            store.close()
+        return None
+    if resumed:
+        ctx.emit("state.resumed", version=persistence.version)
+    return persistence

@@ -1,0 +1,365 @@
+"""The layer pipeline of one ``prepare`` call.
+
+Escalation rule (docs/engine.md, "When layers run"): compaction starts when the
+context is above the target and its state at that moment — the *entry state* — is at
+or above the ``at`` of some pipeline step. Every step whose ``at`` is at or below the
+entry state may run, in pipeline order, recounting after each, until the context is
+at or below the target; a step whose ``at`` is above the entry state does not run.
+So a compaction that starts at ``warning`` goes all the way down to the target with
+the cheap layers instead of stopping just under ``warning`` and firing again on the
+next call. The ``on_overflow`` layer runs when forced (the reactive path) or when the
+context is still above the trigger after the pipeline.
+
+Every layer runs isolated: an exception, broken pairing, a removed pinned unit or a
+layer that grows the context discards that layer's output and is reported with the
+plugin's name; history is never lost. Units a layer drops are archived verbatim
+first; when the archive cannot be written the layer's output is discarded, unless the
+request would otherwise not fit (then a ``data.lost`` event lists what went).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from ctxpolicy.budget import BudgetState
+from ctxpolicy.components import CompactionContext, LayerResult
+from ctxpolicy.conversation import Unit, check_units, content_text
+from ctxpolicy.engine.archiving import archive_units, ensure_snapshots
+from ctxpolicy.engine.refs import ensure_refs
+from ctxpolicy.policy.models import ResolvedStep, State
+
+if TYPE_CHECKING:
+    from ctxpolicy.engine.context import EngineContext
+
+#: The key-facts check after a compaction reads a unit's changed messages up to this size: a
+#: bigger one (a file dump, a long log) holds too many "facts" to list, costs more to
+#: scan than to tokenize, and stays one recall away through its snapshot.
+_FACTS_MAX_CHARS = 20_000
+_FACTS_PER_COMPACTION = 100
+
+Count = Callable[[Sequence[Unit]], int]
+
+#: ``SessionState.memory`` entry: per pipeline step (``layer#index``), the keys of the
+#: units on which its result was larger than its input. A result that changes only
+#: those units again is not counted nor offered (nothing changed for it to gain on).
+NO_GAIN = "~no_gain"
+_NO_GAIN_KEYS = 2000
+
+
+def _changed_keys(before: Sequence[Unit], after: Sequence[Unit]) -> set[str]:
+    """Keys of the units of ``before`` that ``after`` changed or removed."""
+    new = {u.key: u for u in after}
+    return {
+        u.key
+        for u in before
+        if (n := new.get(u.key)) is None or (n is not u and n.messages != u.messages)
+    }
+
+
+def eligible_steps(
+    ctx: EngineContext, used: int, budget: BudgetState, *, forced: bool, entry_used: int
+) -> list[tuple[int, ResolvedStep]]:
+    """The pipeline steps allowed to run on this call, by the entry state (the state
+    of ``entry_used``, the tokens when the call started).
+
+    ``(index, step)``; the ``on_overflow`` layer is handled by :func:`run_pipeline`.
+    """
+    if forced or used <= budget.target:
+        return []
+    entry = budget.state_for(entry_used)
+    if ctx.state.unfit is not None and entry_used <= budget.window - budget.reserve_output:
+        return []  # the learned window cannot hold the policy: compact only to fit
+    hold = ctx.state.hold_until
+    if hold is not None and entry_used < hold and entry < State.critical:
+        return []  # the target was out of reach: wait for the trigger − target gap
+    return [(i, st) for i, st in enumerate(ctx.policy.pipeline) if entry >= State(st.at)]
+
+
+def run_pipeline(
+    ctx: EngineContext,
+    view: list[Unit],
+    used: int,
+    budget: BudgetState,
+    count: Count,
+    *,
+    forced: bool,
+    entry: int,
+) -> tuple[list[Unit], int, str | None]:
+    """Run the eligible steps, then ``on_overflow`` if needed; returns the new view,
+    its tokens and the last layer that changed it (None: nothing changed).
+
+    The call is the unit of deferral: the steps' outputs are held until together they
+    free the minimum gain (``budget.min_gain``, or ``cache.min_gain_tokens`` with
+    ``cache.preserve_prefix`` when larger), then all are taken (the prompt cache is
+    lost either way, so every eligible step runs in the same call); when they cannot,
+    none is taken (``layer.deferred``) until the context is critical.
+    """
+    pol = ctx.policy
+    changed_by: str | None = None
+    steps = eligible_steps(ctx, used, budget, forced=forced, entry_used=entry)
+    if steps:
+        view = _referenced(ctx, view)
+    cache = pol.cache
+    min_gain = max(budget.min_gain, cache.min_gain_tokens if cache.preserve_prefix else 0)
+    batch = min_gain > 0 and not forced and budget.state_for(entry) < State.critical
+    floor = used - min_gain if batch else None
+    start_view, start_used = view, used
+    held: list[_Outcome] = []
+    for index, step in steps:
+        if used <= budget.target:
+            break
+        out = _apply(ctx, step, index, view, used, budget, count, floor=floor)
+        if out is None:
+            continue
+        if not batch:
+            if _take(ctx, out, budget):
+                view, used, changed_by = out.units, out.used, step.layer
+            continue
+        held.append(out)
+        view, used = out.units, out.used
+        if start_used - used >= min_gain:
+            batch, floor = False, None
+            view, used, changed_by = _take_all(ctx, held, budget)
+            held = []
+    if held:  # together they free too little: wait for a batch worth the cache
+        for out in held:
+            out.emit(
+                "layer.deferred",
+                gain=out.used_before - out.used,
+                call_gain=start_used - used,
+                min_gain_tokens=min_gain,
+            )
+        view, used = start_view, start_used
+    # a policy that cannot fit its learned window (``SessionState.unfit``, reported once)
+    # runs ``on_overflow`` only when the request would not fit, not on every call
+    over = used > budget.trigger and (
+        ctx.state.unfit is None or used > budget.window - budget.reserve_output
+    )
+    if pol.on_overflow.layer and (forced or over):
+        if not steps:
+            view = _referenced(ctx, view)
+        out = _apply(ctx, pol.on_overflow, -1, view, used, budget, count)
+        if out is not None and _take(ctx, out, budget):
+            view, used, changed_by = out.units, out.used, pol.on_overflow.layer
+    return view, used, changed_by
+
+
+def _take_all(
+    ctx: EngineContext, held: Sequence[_Outcome], budget: BudgetState
+) -> tuple[list[Unit], int, str | None]:
+    """Take held outputs in order; one that cannot be taken (its archive write failed)
+    ends the batch there: the later ones were computed from it."""
+    view, used, by = held[0].before, held[0].used_before, None
+    for out in held:
+        if not _take(ctx, out, budget):
+            break
+        view, used, by = out.units, out.used, out.step.layer
+    return view, used, by
+
+
+def _referenced(ctx: EngineContext, view: list[Unit]) -> list[Unit]:
+    """``view`` with every long tool result snapshotted and its reference in the unit's
+    ``meta["refs"]``, so the layers about to run can point at originals."""
+    ensure_snapshots(ctx, view)
+    return [ctx.derived.caches.with_refs(u) for u in view]
+
+
+def _unit_counter(s: EngineContext) -> Callable[[Unit], int]:
+    """``CompactionContext.count_unit``: a grouped unit's tokens as counted when it was
+    grouped, any other unit's from the counter's message cache; calibrated like
+    ``count``."""
+    scale = s.state.calibration if s.counter.approximate else 1.0
+    count_message = s.counter.count_message
+
+    def count_unit(u: Unit) -> int:
+        n = s.derived.caches.unit_tokens(u)
+        if n is None:
+            n = sum(count_message(m) for m in u.messages)
+        return n if scale == 1.0 else round(n * scale)
+
+    return count_unit
+
+
+@dataclass
+class _Outcome:
+    """A layer's validated output, not yet taken (nothing archived or recorded)."""
+
+    step: ResolvedStep
+    before: list[Unit]
+    used_before: int
+    units: list[Unit]
+    used: int
+    result: LayerResult
+    unarchived: list[str]
+    emit: Callable[..., None]
+    started: float
+
+
+def _apply(
+    ctx: EngineContext,
+    step: ResolvedStep,
+    index: int,
+    view: list[Unit],
+    used: int,
+    budget: BudgetState,
+    count: Count,
+    *,
+    floor: int | None = None,
+) -> _Outcome | None:
+    """Run one layer isolated and validate its output; None when it changed nothing
+    or its output is rejected (reported). ``floor`` lowers the layer's target."""
+    s = ctx
+    state = budget.state_for(used)
+    plugin = s.registry.plugin_of("layer", step.layer) or "?"
+    target = budget.target if floor is None else min(budget.target, floor)
+    memory = s.state.memory.setdefault(f"{step.layer}#{index}", {})
+    layer_name = step.layer
+
+    def emit(type_: str, **fields: Any) -> None:
+        s.emit(type_, layer=layer_name, plugin=plugin, **fields)
+
+    cctx = CompactionContext(
+        count=count,
+        used=used,
+        window=budget.window,
+        trigger=budget.trigger,
+        target=max(0, target),
+        state=state,
+        conv_id=s.conv_id,
+        summarizer=s.summarizer,
+        emit=emit,
+        memory=memory,
+        snapshots=s.snapshots,
+        ledger=s.ledger,
+        constraints=tuple(s.policy.constraints),
+        count_text=s.counter.count_text,
+        count_unit=_unit_counter(s),
+    )
+    started = time.perf_counter()
+    before = list(view)
+    try:
+        result = s.layer(step, index).apply(cctx, tuple(before))
+        if not isinstance(result, LayerResult):
+            raise TypeError(f"apply() returned {type(result).__name__}, not LayerResult")
+        new_units = list(result.units)
+        if not all(isinstance(u, Unit) for u in new_units):
+            raise TypeError("apply() returned something that is not a Unit")
+    except Exception as exc:
+        s.state.stats.layer_failures[step.layer] += 1
+        s.state.touch("memory", "meta")
+        emit("layer.failed", error=f"{type(exc).__name__}: {exc}"[:500])
+        return None
+    s.state.touch("memory")
+    if [u.key for u in new_units] == [u.key for u in before] and all(
+        a is b for a, b in zip(new_units, before, strict=True)
+    ):
+        return None
+    # a result that was not smaller is not offered again for the same units
+    slot = f"{step.layer}#{index}"
+    no_gain = s.state.memory.setdefault(NO_GAIN, {})
+    changed = _changed_keys(before, new_units)
+    if changed and slot in no_gain and changed <= set(no_gain[slot]):
+        return None
+    # a shortened result keeps a reference to its original (unarchived: the store failed)
+    new_units, unarchived = ensure_refs(s, before, new_units)
+    problems = [v.detail for v in check_units(before, new_units)]
+    new_used = count(new_units)
+    if new_used > used:
+        problems.append(f"returned {new_used} tokens from {used}")
+        no_gain[slot] = sorted(changed | set(no_gain.get(slot, ())))[-_NO_GAIN_KEYS:]
+    else:  # smaller on other units: offered again from now on
+        no_gain.pop(slot, None)
+    if problems:
+        s.state.stats.layer_failures[step.layer] += 1
+        emit("layer.rejected", problems=problems[:10])
+        return None
+    return _Outcome(step, before, used, new_units, new_used, result, unarchived, emit, started)
+
+
+def _take(ctx: EngineContext, out: _Outcome, budget: BudgetState) -> bool:
+    """Archive what ``out`` dropped, update the ledger and the key facts, record it;
+    False when it cannot be taken (the archive failed and the request fits without it)."""
+    s, result, before, emit = ctx, out.result, out.before, out.emit
+    used, new_units, new_used, unarchived = out.used_before, out.units, out.used, out.unarchived
+    if result.dropped and not archive_units(s, result.dropped, emit):
+        unarchived = [*(u.key for u in result.dropped), *unarchived]
+    if unarchived:
+        unarchived_keys = set(unarchived)
+        hard_limit = budget.window - budget.reserve_output
+        if used <= hard_limit:
+            emit(
+                "layer.rejected", problems=["the dropped or shortened units could not be archived"]
+            )
+            return False
+        emit(
+            "data.lost",
+            units=unarchived[:100],
+            messages=sum(len(u.messages) for u in before if u.key in unarchived_keys),
+            reason="archive write failed and the request would not fit otherwise",
+        )
+    if s.ledger is not None and result.dropped:
+        try:
+            if s.ledger.goal is None:
+                first_user = next((u for u in before if u.kind == "user"), None)
+                if first_user is not None:
+                    s.ledger.set_goal(content_text(first_user.messages[0].get("content")))
+            s.ledger.update(result.dropped)
+            s.ledger_changed()
+        except Exception as exc:  # pragma: no cover - ledger is ours
+            emit("ledger.failed", error=repr(exc))
+    lost: list[str] = []
+    try:
+        lost = lost_facts(s, before, new_units)
+        if lost and s.ledger is not None:
+            # what a layer shortened away stays in context through the ledger
+            s.ledger.record_facts(lost)
+            s.ledger_changed()
+    except Exception as exc:  # pragma: no cover - facts are best effort
+        emit("ledger.failed", error=repr(exc))
+        lost = []
+    s.state.stats.compactions[out.step.layer] += 1
+    s.state.touch("meta")
+    emit(
+        "context.compacted",
+        before=used,
+        after=new_used,
+        units_before=len(before),
+        units_after=len(new_units),
+        units_removed=len(result.dropped),
+        duration_ms=round((time.perf_counter() - out.started) * 1000, 3),
+        report=result.report,
+        lost_facts=lost[:50],
+    )
+    return True
+
+
+def lost_facts(ctx: EngineContext, before: Sequence[Unit], after: Sequence[Unit]) -> list[str]:
+    """Facts (:mod:`ctxpolicy.conversation.facts`) of the messages a layer changed or removed
+    that are found nowhere in the new context or the ledger.
+
+    Only the messages that differ are read (a masked step's assistant message is
+    not), of units where they come to at most ``_FACTS_MAX_CHARS``.
+    """
+    from ctxpolicy.conversation.facts import first_facts, missing_facts
+
+    kept = {u.key: u.messages for u in after}
+
+    def texts() -> Iterator[str]:
+        for u in before:
+            new = kept.get(u.key)
+            if u.kind == "ledger" or new == u.messages:
+                continue
+            changed = [
+                content_text(m.get("content"))
+                for i, m in enumerate(u.messages)
+                if new is None or i >= len(new) or new[i] != m
+            ]
+            if sum(map(len, changed)) <= _FACTS_MAX_CHARS:
+                yield from changed
+
+    # the first _FACTS_PER_COMPACTION: more would not stay in a bounded ledger
+    facts = first_facts(texts(), _FACTS_PER_COMPACTION)
+    return missing_facts(facts, after, ctx.derived.ledger_text)

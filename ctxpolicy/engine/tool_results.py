@@ -1,0 +1,419 @@
+"""From a raw tool result to the text that enters the context.
+
+:class:`ToolResultProcessor` is what ``Session.add_tool_result`` runs:
+
+1. **render** the output to text (:func:`render_output`);
+2. **snapshot** the full rendered text (design A's JSON document) to the store;
+3. **redact** secrets that look like API keys (``sk-…``, ``AKIA…``, ``ghp_…``) —
+   always in the context text; in the snapshot only when the store's ``redact``
+   option is set (so that recall stays exact; see docs/snapshots.md);
+4. **preprocess** with the rule picked by :func:`select_rule` (an exception falls
+   back to ``head_tail`` and is reported as a ``tool.preprocess_failed`` event);
+5. **reference**: append ``[Full detail available at: <path> (<ctxsnap uri>)]``.
+
+Nothing here raises because of the tool result or the store: failures become
+events in :attr:`ToolResultOutcome.events` and the agent keeps working.
+"""
+
+from __future__ import annotations
+
+import base64
+import codecs
+import datetime as _dt
+import fnmatch
+import re
+import threading
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from ctxpolicy.components import Preprocessor, SnapshotRef, SnapshotStore, ToolCall
+from ctxpolicy.conversation.jsontext import to_json
+from ctxpolicy.policy.models import Policy, ToolRule
+from ctxpolicy.policy.paths import interpolate_path
+
+__all__ = [
+    "DEFAULT_RULE",
+    "REFERENCE_PREFIX",
+    "ToolResultOutcome",
+    "ToolResultProcessor",
+    "format_reference",
+    "interpolate_path",
+    "open_store",
+    "parse_reference",
+    "render_output",
+    "select_rule",
+]
+
+REFERENCE_PREFIX = "[Full detail available at: "
+DEFAULT_RULE = ToolRule()
+_REF_RE = re.compile(
+    r"\[Full detail available at: (?P<path>[^\n\]]*?)(?: \((?P<uri>ctxsnap://[^\s()\]]+)\))?\]"
+)
+
+# --------------------------------------------------------------------------- render
+
+_counter = threading.local()
+
+
+def _count_replace(exc: UnicodeError) -> tuple[str, int]:
+    if not isinstance(exc, UnicodeDecodeError):  # pragma: no cover
+        raise exc
+    _counter.n = getattr(_counter, "n", 0) + (exc.end - exc.start)
+    return "\ufffd", exc.end
+
+
+codecs.register_error("ctxpolicy-count-replace", _count_replace)
+
+
+def render_output(output: Any) -> tuple[str, dict[str, Any]]:
+    """Text of a tool result, and notes about the rendering.
+
+    * ``str`` — as is;
+    * ``bytes``/``bytearray``/``memoryview`` — UTF-8, invalid bytes replaced by
+      U+FFFD; ``info["replaced_bytes"]`` counts the bytes replaced;
+    * ``dict``/``list``/``tuple`` — compact JSON (``ensure_ascii=False``, no indent:
+      fewer tokens; ``json_prune``/``table_rows`` parse it back), values JSON cannot
+      represent rendered with ``str``; ``info["format"] = "json"``;
+    * an exception — ``Error: <Type>: <message>``, ``info["error"] = True``;
+    * ``None`` — empty text; anything else — ``str(output)``.
+    """
+    info: dict[str, Any] = {}
+    try:
+        if isinstance(output, str):
+            return output, info
+        if isinstance(output, (bytes, bytearray, memoryview)):
+            _counter.n = 0
+            text = bytes(output).decode("utf-8", errors="ctxpolicy-count-replace")
+            info["replaced_bytes"] = _counter.n
+            return text, info
+        if isinstance(output, BaseException):
+            info["error"] = True
+            msg = str(output)
+            return (
+                f"Error: {type(output).__name__}: {msg}"
+                if msg
+                else f"Error: {type(output).__name__}"
+            ), info
+        if output is None:
+            return "", info
+        if isinstance(output, (dict, list, tuple)):
+            info["format"] = "json"
+            text, exact = to_json(output)  # any depth; cycles cut (and said so)
+            if not exact:
+                info["render_error"] = "cyclic structure: repeated parts written as '<cycle>'"
+            return text, info
+        return str(output), info
+    except Exception as exc:  # a __str__ that raises, a cyclic structure, ...
+        info["render_error"] = f"{type(exc).__name__}: {exc}"
+        try:
+            return repr(output), info
+        except Exception:
+            return f"<unrenderable {type(output).__name__}>", info
+
+
+# --------------------------------------------------------------------------- rules
+
+
+def select_rule(tools: Mapping[str, ToolRule], tool_name: str) -> tuple[str, ToolRule] | None:
+    """The rule for a tool: an exact key wins; else the first matching glob in
+    declaration order (``fnmatchcase``), ``"*"`` only after every other pattern."""
+    if tool_name in tools:
+        return tool_name, tools[tool_name]
+    star: tuple[str, ToolRule] | None = None
+    for pattern, rule in tools.items():
+        if pattern == "*":
+            star = (pattern, rule)
+            continue
+        if fnmatch.fnmatchcase(tool_name, pattern):
+            return pattern, rule
+    return star
+
+
+# --------------------------------------------------------------------------- refs
+
+
+def format_reference(ref: SnapshotRef) -> str:
+    """Design A's reference line, with the stable URI: ``[Full detail available at: <path> (<uri>)]``."""
+    path = ref.path.replace("\n", " ").replace("]", "%5D")
+    return f"{REFERENCE_PREFIX}{path} ({ref.uri})]"
+
+
+def parse_reference(text: str) -> list[str]:
+    """References in a context text: the ``ctxsnap://`` URI when present, else the
+    path (design A's plain ``[Full detail available at: <path>]``), in order, unique."""
+    out: list[str] = []
+    if not isinstance(text, str):
+        return out
+    for m in _REF_RE.finditer(text):
+        ref = m.group("uri") or m.group("path").strip()
+        if ref and ref not in out:
+            out.append(ref)
+    return out
+
+
+# --------------------------------------------------------------------------- store
+
+_RETENTION_FIELDS = ("max_total_mb", "max_age_days")
+
+
+def open_store(
+    policy: Policy, registry: Any = None, *, env: Mapping[str, str] | None = None
+) -> SnapshotStore | None:
+    """The snapshot store of a policy (``None`` when ``snapshots.enabled`` is false).
+
+    ``snapshots.path`` is interpolated *here*, with ``env`` (the ``env=`` given to
+    ``Session``; ``os.environ`` when None): the loader keeps it as written. The
+    policy's ``snapshots.max_total_mb`` / ``max_age_days``, when set, override the
+    store's own retention options of the same name.
+    """
+    snaps = policy.snapshots
+    if not snaps.enabled:
+        return None
+    if registry is None:
+        from ctxpolicy.plugins import get_registry
+
+        registry = get_registry()
+    cls = registry.get("snapshot_store", snaps.store)
+    if cls is None:
+        raise ValueError(
+            f"unknown snapshot store {snaps.store!r}; registered: {registry.names('snapshot_store')}"
+        )
+    raw = dict(snaps.options)
+    for key in _RETENTION_FIELDS:
+        value = getattr(snaps, key, None)
+        if value is not None and key in cls.Options.model_fields:
+            raw[key] = value
+    options = cls.Options.model_validate(raw)
+    root = interpolate_path(snaps.path, env)
+    store: SnapshotStore = cls(options, root=root)
+    return store
+
+
+# --------------------------------------------------------------------------- processor
+
+
+@dataclass
+class ToolResultOutcome:
+    """What :meth:`ToolResultProcessor.process` produced.
+
+    ``text`` goes into the context (reference line included); ``raw_text`` is the
+    rendered original (what the snapshot's ``observation`` holds, unless truncated
+    or redacted there); ``events`` are dicts with a ``type`` for the engine to emit
+    (``tool.preprocess_failed``, ``snapshot.failed``, ``snapshot.too_large``,
+    ``tool.redacted``, ``tool.render_notes``).
+    """
+
+    text: str
+    raw_text: str
+    ref: SnapshotRef | None
+    preprocessor: str | None
+    chars_before: int
+    chars_after: int
+    events: list[dict[str, Any]] = field(default_factory=list)
+    rule: str | None = None
+    info: dict[str, Any] = field(default_factory=dict)
+    redactions: dict[str, int] = field(default_factory=dict)
+
+
+_DOC_FIELDS = ("phase", "action_intention", "action_reason", "thought")
+
+
+class ToolResultProcessor:
+    """Preprocess + snapshot + reference, for one policy.
+
+    Preprocessors are instantiated once from the registry with options validated
+    by their own model (``cls.Options.model_validate(rule.options)``); an unknown
+    preprocessor or invalid options raise ``ValueError`` here, at construction —
+    never a silent fallback at run time.
+    """
+
+    def __init__(
+        self,
+        policy: Policy,
+        *,
+        store: SnapshotStore | None,
+        registry: Any = None,
+        redact_secrets: bool = True,
+    ) -> None:
+        if registry is None:
+            from ctxpolicy.plugins import get_registry
+
+            registry = get_registry()
+        self.policy = policy
+        self.store = store
+        self.registry = registry
+        self.max_snapshot_bytes = policy.snapshots.max_snapshot_bytes
+        self.redact_secrets = redact_secrets
+        self._pre: dict[str, Preprocessor] = {}
+        for pattern, rule in policy.tools.items():
+            self._pre[pattern] = self._make(rule, where=f"tools.{pattern}")
+        self._fallback = self._make(DEFAULT_RULE, where="fallback head_tail")
+        from ctxpolicy.preprocessors.redact import default_redactor
+
+        self._redactor = default_redactor()
+
+    def _make(self, rule: ToolRule, *, where: str) -> Preprocessor:
+        cls = self.registry.get("preprocessor", rule.preprocess)
+        if cls is None:
+            raise ValueError(
+                f"{where}: unknown preprocessor {rule.preprocess!r}; "
+                f"registered: {self.registry.names('preprocessor')}"
+            )
+        try:
+            options = cls.Options.model_validate(rule.options)
+        except Exception as exc:
+            raise ValueError(f"{where}: invalid options for {rule.preprocess!r}: {exc}") from exc
+        pre: Preprocessor = cls(options)
+        return pre
+
+    def rule_for(self, tool_name: str) -> tuple[str | None, ToolRule, Preprocessor]:
+        found = select_rule(self.policy.tools, tool_name)
+        if found is None:
+            return None, DEFAULT_RULE, self._fallback
+        return found[0], found[1], self._pre[found[0]]
+
+    def process(
+        self,
+        call: ToolCall,
+        output: Any,
+        *,
+        conv_id: str,
+        step: int,
+        meta: Mapping[str, Any] | None = None,
+    ) -> ToolResultOutcome:
+        events: list[dict[str, Any]] = []
+        tool = call.name if isinstance(call.name, str) else str(call.name)
+        raw, info = render_output(output)
+        pattern, rule, pre = self.rule_for(tool)
+
+        # 2 snapshot (the original, before any redaction unless the store asks for it)
+        ref: SnapshotRef | None = None
+        if self.store is not None and rule.snapshot:
+            if info.get("replaced_bytes") and len(output) <= self.max_snapshot_bytes:
+                # not UTF-8: the text has U+FFFD where those bytes were; keep them all
+                original = base64.b64encode(bytes(output)).decode("ascii")
+                meta = {**(meta or {}), "original_base64": original}
+            ref = self._snapshot(
+                call, raw, info, conv_id=conv_id, step=step, meta=meta, events=events
+            )
+
+        # 3 redact in the context text
+        text = raw
+        redactions: dict[str, int] = {}
+        if self.redact_secrets:
+            text, redactions = self._redactor.redact(text)
+            if redactions:
+                events.append({"type": "tool.redacted", "tool": tool, "counts": dict(redactions)})
+
+        # 4 preprocess
+        used: str | None = rule.preprocess
+        try:
+            out = pre.process(text, call)
+            if not isinstance(out, str):
+                raise TypeError(f"preprocessor returned {type(out).__name__}, not str")
+        except Exception as exc:
+            events.append(
+                {
+                    "type": "tool.preprocess_failed",
+                    "tool": tool,
+                    "preprocessor": rule.preprocess,
+                    "plugin": self.registry.plugin_of("preprocessor", rule.preprocess),
+                    "error": f"{type(exc).__name__}: {exc}",
+                }
+            )
+            used = self._fallback.name
+            try:
+                out = self._fallback.process(text, call)
+            except Exception:  # pragma: no cover - head_tail does not raise
+                out = text[:3000]
+
+        # 5 reference (the engine passes refs of untouched results to layers via unit meta)
+        shortened = out != raw
+        if ref is not None and (shortened or self.policy.snapshots.reference == "always"):
+            out = f"{out}\n{format_reference(ref)}" if out else format_reference(ref)
+        return ToolResultOutcome(
+            text=out,
+            raw_text=raw,
+            ref=ref,
+            preprocessor=used,
+            chars_before=len(raw),
+            chars_after=len(out),
+            events=events,
+            rule=pattern,
+            info=info,
+            redactions=redactions,
+        )
+
+    def _snapshot(
+        self,
+        call: ToolCall,
+        raw: str,
+        info: Mapping[str, Any],
+        *,
+        conv_id: str,
+        step: int,
+        meta: Mapping[str, Any] | None,
+        events: list[dict[str, Any]],
+    ) -> SnapshotRef | None:
+        assert self.store is not None
+        meta = dict(meta or {})
+        observation = raw
+        if getattr(self.store.options, "redact", False):
+            observation = self._redactor.redact(observation)[0]
+        extra: dict[str, Any] = {}
+        # at most 4 UTF-8 bytes a character: a text short enough is not encoded to check
+        fits = len(observation) * 4 <= self.max_snapshot_bytes
+        encoded = b"" if fits else observation.encode("utf-8", "surrogatepass")
+        if not fits and len(encoded) > self.max_snapshot_bytes:
+            cut = encoded[: self.max_snapshot_bytes].decode("utf-8", "ignore")
+            extra = {
+                "truncated": True,
+                "observation_chars": len(observation),
+                "observation_bytes": len(encoded),
+            }
+            observation = cut
+            events.append(
+                {
+                    "type": "snapshot.too_large",
+                    "tool": call.name,
+                    "bytes": len(encoded),
+                    "max_snapshot_bytes": self.max_snapshot_bytes,
+                    "kept_bytes": len(cut.encode("utf-8", "surrogatepass")),
+                }
+            )
+        doc: dict[str, Any] = {
+            "step": step,
+            "action": call.name,
+            "phase": meta.pop("phase", None),
+            "action_intention": meta.pop("action_intention", None),
+            "action_reason": meta.pop("action_reason", None),
+            "thought": meta.pop("thought", None),
+            "action_input": call.arguments,
+            "observation": observation,
+            "timestamp": _dt.datetime.now(_dt.UTC).isoformat(timespec="milliseconds"),
+            "conv_id": conv_id,
+        }
+        if call.id is not None:
+            doc["tool_call_id"] = call.id
+        for k, v in info.items():
+            doc[k] = v
+        doc.update(extra)
+        for k, v in meta.items():
+            if k not in doc:
+                doc[k] = v
+        try:
+            return self.store.write(conv_id, step, call.name, doc)
+        except Exception as exc:
+            err = getattr(exc, "errno", None)
+            events.append(
+                {
+                    "type": "snapshot.failed",
+                    "tool": call.name,
+                    "store": self.store.name,
+                    "root": self.store.root,
+                    "errno": err,
+                    "error": f"{type(exc).__name__}: {exc}",
+                }
+            )
+            return None

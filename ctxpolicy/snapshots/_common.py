@@ -1,0 +1,85 @@
+"""What the snapshot stores share: reference checks, name allocation, sort order."""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import re
+import threading
+import time
+from pathlib import Path
+
+from ctxpolicy.snapshots.names import INDEX_NAME, MAX_REF_CHARS, SEGMENT_RE, SnapshotError
+
+#: Most (folder, base) counters a store keeps before it starts over.
+MAX_NEXT = 4096
+
+
+def check_ref_text(ref: object) -> str:
+    if not isinstance(ref, str) or not ref or len(ref) > MAX_REF_CHARS:
+        raise SnapshotError(errno.ENOENT, "not a snapshot reference")
+    if any(ord(c) < 0x20 or c == "\x7f" for c in ref):
+        raise SnapshotError(errno.ENOENT, "not a snapshot reference (control characters)")
+    return ref
+
+
+def is_log_name(name: str) -> bool:
+    return name == INDEX_NAME or SEGMENT_RE.match(name) is not None
+
+
+#: Next names tried after a collision before the time-based jump of :class:`Names`.
+PROBES = 1
+
+
+def same_document(existing: str, tmp: str) -> bool:
+    """Whether two snapshot files hold the same document but for its write time."""
+    try:
+        if abs(os.stat(existing).st_size - os.stat(tmp).st_size) > 64:
+            return False
+        a = json.loads(Path(existing).read_bytes())
+        b = json.loads(Path(tmp).read_bytes())
+    except (OSError, ValueError):
+        return False
+    if not (isinstance(a, dict) and isinstance(b, dict)):
+        return False
+    a.pop("timestamp", None)
+    b.pop("timestamp", None)
+    return a == b
+
+
+class Names:
+    """O(1) snapshot names: a per-(folder, base) counter, and after a collision with
+    a name this process did not write, a time-based suffix (microseconds since the
+    epoch, larger than any counter) so the next attempt is free in practice."""
+
+    def __init__(self) -> None:
+        self._next: dict[tuple[str, str], int] = {}
+        self._lock = threading.Lock()
+
+    def first(self, folder: str, base: str) -> int:
+        with self._lock:
+            return self._next.get((folder, base), 1)
+
+    def collided(self, n: int) -> int:
+        return max(n + 1, time.time_ns() // 1000 + int.from_bytes(os.urandom(2), "big"))
+
+    def taken(self, folder: str, base: str, n: int) -> None:
+        with self._lock:
+            if len(self._next) >= MAX_NEXT:
+                self._next.clear()
+            self._next[(folder, base)] = n + 1
+
+    @staticmethod
+    def name(base: str, n: int) -> str:
+        return base if n == 1 else f"{base}_{n}"
+
+
+_SORT_RE = re.compile(r"^step_(\d+)_(.*?)(?:_(\d+))?$")
+
+
+def sort_key(name: str) -> tuple[int, str, int]:
+    m = _SORT_RE.match(name)
+    if not m:
+        return (0, name, 0)
+    return (int(m.group(1)), m.group(2), int(m.group(3) or 1))

@@ -1,0 +1,440 @@
+"""Snapshot stores: the full tool results, so compaction loses nothing recoverable.
+
+Two stores are built in (registered as plugins like any other):
+
+* ``local`` (default) — a directory: ``<root>/<folder>/step_003_<action>.json``
+  (design A's layout; ``<folder>`` is the injective encoding of the conversation id,
+  :func:`ctxpolicy.snapshots.names.conv_folder`). Writes are atomic (temp file in the
+  same directory, then a hard link to the final name, which fails if the name
+  exists — so concurrent writers never overwrite each other and never expose a
+  partial file); files are 0600 and directories 0700. Names are found in O(1)
+  (a per-store counter, a time-based suffix after a collision with another
+  process). ``durability`` chooses ``fsync`` (file and directory) or ``flush``.
+  Retention (``max_total_mb``, ``max_age_days``) is applied incrementally while
+  the session writes (:class:`ctxpolicy.snapshots.retention.Sweeper`).
+* ``fsspec`` — any fsspec URL (``s3://bucket/prefix``, ``memory://x``, ``file:///…``)
+  so many workers share one store. Needs the ``[fsspec]`` extra.
+
+References are ``ctxsnap://<folder>/<name>`` (``name`` without ``.json``); the
+document's path is kept beside it for design A's ``[Full detail available at: …]``.
+Every store resolves a reference (``..``, symlinks, URL forms) to its canonical
+``(folder, name)`` in :meth:`locate` before anything is read, so the recall tools
+check ownership on what will actually be opened. Both stores also implement the
+append-only logs of the history archive (:mod:`ctxpolicy.snapshots.archive`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import itertools
+import os
+import stat
+import threading
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Literal
+from urllib.parse import unquote, urlsplit
+
+from pydantic import Field
+
+try:  # POSIX: appends of several processes are serialised by an advisory lock
+    import fcntl
+except ImportError:  # pragma: no cover - not POSIX (Windows): one process per store
+    fcntl = None  # type: ignore[assignment]
+
+from ctxpolicy.components import SnapshotRef, SnapshotStore
+from ctxpolicy.policy.models import ComponentOptions
+from ctxpolicy.snapshots._common import (
+    MAX_NEXT,
+    PROBES,
+    Names,
+    check_ref_text,
+    is_log_name,
+    same_document,
+    sort_key,
+)
+from ctxpolicy.snapshots.document import dump_document
+from ctxpolicy.snapshots.document import load_document as _load
+from ctxpolicy.snapshots.names import (
+    NAME_RE,
+    URI_SCHEME,
+    SnapshotError,
+    base_name,
+    conv_folder,
+    is_folder,
+    is_store_folder,
+    parse_uri,
+)
+from ctxpolicy.snapshots.retention import sweeper_for
+
+__all__ = ["LocalOptions", "LocalStore"]
+
+_LINK_ERRNOS = (errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EXDEV, errno.EMLINK)
+
+
+# --------------------------------------------------------------------------- local
+
+
+class LocalOptions(ComponentOptions):
+    """Options of the ``local`` snapshot store."""
+
+    redact: bool = Field(
+        default=False,
+        description="Redact secrets (API keys, tokens) in the stored observation too. "
+        "Off by default so that recall returns the exact original; files are 0600.",
+    )
+    file_mode: int = Field(default=0o600, ge=0, le=0o777, description="Mode of snapshot files.")
+    dir_mode: int = Field(default=0o700, ge=0, le=0o777, description="Mode of directories.")
+    durability: Literal["fsync", "flush"] = Field(
+        default="flush",
+        description="`flush`: a write is complete when the OS has the data (survives a "
+        "crash of the process, not of the machine). `fsync`: also fsync the file and "
+        "its directory before the reference is returned (survives power loss; costs "
+        "a disk flush per tool result, see docs/benchmarks.md).",
+    )
+    max_total_mb: float | None = Field(
+        default=1024,
+        gt=0,
+        description="Keep the whole store (every conversation under the root) below "
+        "this size; the oldest files go first. Applied incrementally while sessions "
+        "write; `null` = no size limit. `snapshots.max_total_mb` overrides it.",
+    )
+    max_age_days: float | None = Field(
+        default=30,
+        gt=0,
+        description="Remove snapshot and archive files older than this, incrementally "
+        "while sessions write; `null` = keep forever. `snapshots.max_age_days` "
+        "overrides it.",
+    )
+
+
+_fallback_lock = threading.Lock()
+#: Off POSIX (no ``fcntl``) appends are serialised within this process only.
+_APPEND_LOCK = threading.Lock()
+_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
+_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
+_TEMP_PREFIX = ""
+_TEMPS = itertools.count()  # next() is atomic: one counter for every store of the process
+
+
+def _new_temp_prefix() -> None:
+    """Temp names are ``.tmp-<random>-<counter>``: a random part per process (new
+    after a fork or a collision), a counter per process."""
+    global _TEMP_PREFIX
+    _TEMP_PREFIX = f"{os.urandom(6).hex()}-"
+
+
+_new_temp_prefix()
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_new_temp_prefix)
+
+
+class LocalStore(SnapshotStore):
+    """Snapshots in a local directory tree, one JSON document per tool result."""
+
+    name = "local"
+    description = "JSON documents under <root>/<folder>/step_003_<action>.json (atomic, 0600)."
+    Options = LocalOptions
+
+    options: LocalOptions
+
+    def __init__(self, options: ComponentOptions | None = None, *, root: str = "") -> None:
+        super().__init__(options, root=root)
+        self.root_path = Path(os.path.abspath(os.path.expanduser(root or ".ctxpolicy/snapshots")))
+        self.root = str(self.root_path)
+        self._names = Names()
+        self._folders: dict[str, str] = {}
+        self.retention = sweeper_for(
+            self.root_path,
+            max_total_mb=self.options.max_total_mb,
+            max_age_days=self.options.max_age_days,
+        )
+
+    # -- paths
+    def _real_root(self) -> str:
+        return os.path.realpath(self.root_path)
+
+    def _conv_dir(self, conv_id: str) -> Path:
+        return self._folder_dir(conv_folder(conv_id))
+
+    def _folder_dir(self, folder: str) -> Path:
+        if not is_store_folder(folder):
+            raise SnapshotError(errno.EACCES, "not a conversation folder of this store")
+        d = self.root_path / folder
+        if os.path.realpath(d) != os.path.join(self._real_root(), folder):
+            raise SnapshotError(errno.EACCES, "a conversation folder may not be a symlink")
+        return d
+
+    def _check_inside(self, p: Path) -> None:
+        root = self._real_root()
+        real = os.path.realpath(p)
+        if os.path.commonpath([root, real]) != root or real == root:
+            raise SnapshotError(errno.EACCES, f"snapshot path {p} escapes the store root")
+
+    def _mkdir(self, d: Path) -> None:
+        mode = self.options.dir_mode
+        for p in (self.root_path, d):
+            try:
+                p.mkdir(mode=mode, parents=True, exist_ok=True)
+            except FileExistsError as exc:
+                raise SnapshotError(errno.ENOTDIR, f"{p} exists and is not a directory") from exc
+        self._check_inside(d)
+
+    def ref_for(self, folder: str, name: str) -> SnapshotRef:
+        path = os.path.join(self.root, folder, f"{name}.json")
+        return SnapshotRef(uri=f"{URI_SCHEME}{folder}/{name}", path=path, conv_id=folder, name=name)
+
+    def folder(self, conv_id: str) -> str:
+        return conv_folder(conv_id)
+
+    # -- write
+    def _sync(self, fd: int) -> None:
+        if self.options.durability == "fsync":
+            os.fsync(fd)
+
+    def _sync_dir(self, d: str | Path) -> None:
+        if self.options.durability != "fsync":
+            return
+        fd = os.open(d, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+    def write(
+        self, conv_id: str, step: int, action: str, document: Mapping[str, Any]
+    ) -> SnapshotRef:
+        folder, conv_dir = self._ready_dir(conv_id)
+        data = dump_document(document)
+        base = base_name(step, action)
+        tmp = self._write_temp(conv_dir, data)
+        try:
+            ref = self._publish(folder, conv_dir, base, tmp)
+            self._sync_dir(conv_dir)
+        finally:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+        self.retention.note_write(len(data))
+        return ref
+
+    def _ready_dir(self, conv_id: str) -> tuple[str, str]:
+        """The conversation's folder and its path, created if needed; never through a
+        symlink.
+
+        A folder that exists as a real directory (``lstat``: its last component is
+        not a symlink, and its name is one component) is the fast path: one syscall
+        instead of resolving every component of the root each time."""
+        folder = self._folders.get(conv_id)
+        if folder is not None:
+            d = os.path.join(self.root, folder)
+            try:
+                if stat.S_ISDIR(os.lstat(d).st_mode):
+                    return folder, d
+            except FileNotFoundError:
+                pass
+        folder = conv_folder(conv_id)
+        path = self._folder_dir(folder)  # the full checks, and their errors
+        self._mkdir(path)
+        if len(self._folders) >= MAX_NEXT:
+            self._folders.clear()
+        self._folders[conv_id] = folder
+        return folder, str(path)
+
+    def _write_temp(self, conv_dir: str, data: bytes) -> str:
+        """A complete temp file (mode ``file_mode``) in ``conv_dir``; its path."""
+        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | _NOFOLLOW | _CLOEXEC
+        for _ in range(100):
+            tmp = os.path.join(conv_dir, f".tmp-{_TEMP_PREFIX}{next(_TEMPS):x}.json")
+            try:
+                fd = os.open(tmp, flags, 0o600)
+            except FileExistsError:  # a fork or a namesake process: another prefix
+                _new_temp_prefix()
+                continue
+            break
+        else:  # pragma: no cover - 100 collisions
+            raise SnapshotError(errno.EEXIST, f"no free temp file name in {conv_dir}")
+        try:
+            try:
+                view = memoryview(data)
+                while view:
+                    view = view[os.write(fd, view) :]
+                os.fchmod(fd, self.options.file_mode)
+                self._sync(fd)
+            finally:
+                os.close(fd)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            raise
+        return tmp
+
+    def _publish(self, folder: str, conv_dir: str, base: str, tmp: str) -> SnapshotRef:
+        """Give the complete temp file its final, unused name in O(1) attempts."""
+        n = self._names.first(folder, base)
+        probes = 0
+        for _ in range(16):
+            name = Names.name(base, n)
+            final = os.path.join(conv_dir, f"{name}.json")
+            try:
+                os.link(tmp, final)  # atomic, and fails if the name is taken
+            except FileExistsError:
+                if same_document(final, tmp):
+                    # the same document written again (a call redone after a crash
+                    # between the write and the state commit): same name, same ref
+                    os.unlink(tmp)
+                    self._names.taken(folder, base, n)
+                    return self.ref_for(folder, name)
+                # a few next names first (a resumed process meets its predecessor's
+                # files in order), then a time-based jump: O(1) attempts either way
+                probes += 1
+                n = n + 1 if probes <= PROBES else self._names.collided(n)
+                continue
+            except OSError as exc:
+                if exc.errno not in _LINK_ERRNOS:
+                    raise
+                if not self._publish_without_link(tmp, final):
+                    n = self._names.collided(n)
+                    continue
+            self._names.taken(folder, base, n)
+            return self.ref_for(folder, name)
+        raise SnapshotError(errno.EEXIST, f"no free snapshot name for {base}")
+
+    def _publish_without_link(self, tmp: str, final: str) -> bool:
+        """Filesystems without hard links: reserve the name with O_EXCL, then replace."""
+        with _fallback_lock:
+            try:
+                fd = os.open(final, os.O_WRONLY | os.O_CREAT | os.O_EXCL, self.options.file_mode)
+            except FileExistsError:
+                return False
+            os.close(fd)
+            # the empty placeholder is replaced atomically by the complete file
+            os.replace(tmp, final)
+            return True
+
+    # -- read
+    def locate(self, ref: str) -> SnapshotRef:
+        """Resolve ``ref`` (``ctxsnap://`` URI, absolute path, ``file://`` URL) to the
+        canonical snapshot it names: ``..`` collapsed and symlinks followed *first*;
+        then the result must be ``<root>/<folder>/<name>.json`` with well-formed
+        names, and the canonical path must itself be free of symlinks."""
+        ref = check_ref_text(ref)
+        parsed = parse_uri(ref)
+        root = self._real_root()
+        if parsed is None:
+            if ref.startswith(URI_SCHEME):
+                raise SnapshotError(errno.ENOENT, "not a snapshot reference")
+            text = ref
+            if text.lower().startswith("file:"):
+                parts = urlsplit(text)
+                if parts.netloc not in ("", "localhost"):
+                    raise SnapshotError(errno.ENOENT, "not a snapshot reference")
+                text = unquote(parts.path)
+                if "\x00" in text:
+                    raise SnapshotError(errno.ENOENT, "not a snapshot reference")
+            if not os.path.isabs(text):
+                raise SnapshotError(errno.ENOENT, "not a snapshot reference")
+            real = os.path.realpath(text)
+            rel = os.path.relpath(real, root) if os.path.commonpath([root, real]) == root else ""
+            pieces = rel.split(os.sep) if rel and rel != "." else []
+            if len(pieces) != 2 or not pieces[1].endswith(".json"):
+                raise SnapshotError(errno.EACCES, "not a snapshot of this store")
+            parsed = (pieces[0], pieces[1][:-5])
+            if not is_store_folder(parsed[0]) or not NAME_RE.match(parsed[1]):
+                raise SnapshotError(errno.EACCES, "not a snapshot of this store")
+        folder, name = parsed
+        canonical = os.path.join(root, folder, f"{name}.json")
+        if os.path.realpath(canonical) != canonical:
+            raise SnapshotError(errno.EACCES, "snapshot path goes through a symlink")
+        return SnapshotRef(
+            uri=f"{URI_SCHEME}{folder}/{name}", path=canonical, conv_id=folder, name=name
+        )
+
+    def resolve(self, ref: str) -> Path:
+        return Path(self.locate(ref).path)
+
+    def read(self, ref: str) -> dict[str, Any]:
+        loc = self.locate(ref)
+        try:
+            data = _read_nofollow(loc.path)
+        except FileNotFoundError as exc:
+            raise SnapshotError(errno.ENOENT, f"no snapshot {loc.uri}") from exc
+        return _load(data, loc.uri)
+
+    def list(self, conv_id: str) -> list[SnapshotRef]:
+        d = self._conv_dir(conv_id)
+        if not d.is_dir() or d.is_symlink():
+            return []
+        refs = []
+        with os.scandir(d) as it:
+            for e in it:
+                stem = e.name[:-5]
+                if (
+                    e.name.endswith(".json")
+                    and NAME_RE.match(stem)
+                    and e.is_file(follow_symlinks=False)
+                ):
+                    refs.append(self.ref_for(d.name, stem))
+        return sorted(refs, key=lambda r: sort_key(r.name))
+
+    # -- append-only logs (history archive)
+    def _log_path(self, folder: str, name: str) -> Path:
+        if not is_folder(folder) or not is_log_name(name):
+            raise SnapshotError(errno.EACCES, "not a log of this store")
+        return self._folder_dir(folder) / name
+
+    def append(self, folder: str, name: str, data: bytes) -> int:
+        path = self._log_path(folder, name)
+        self._mkdir(path.parent)
+        flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | getattr(os, "O_NOFOLLOW", 0)
+        fd = os.open(path, flags | getattr(os, "O_CLOEXEC", 0), self.options.file_mode)
+        guard = _APPEND_LOCK if fcntl is None else contextlib.nullcontext()
+        with guard:
+            try:
+                if fcntl is not None:
+                    fcntl.flock(fd, fcntl.LOCK_EX)
+                offset = os.fstat(fd).st_size
+                view = memoryview(data)
+                while view:
+                    n = os.write(fd, view)
+                    view = view[n:]
+                self._sync(fd)
+            finally:
+                os.close(fd)  # releases the lock
+        if offset == 0:
+            self._sync_dir(path.parent)
+        self.retention.note_write(len(data))
+        return offset
+
+    def read_range(self, folder: str, name: str, offset: int, length: int) -> bytes:
+        path = self._log_path(folder, name)
+        try:
+            fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+        except FileNotFoundError as exc:
+            raise SnapshotError(errno.ENOENT, f"{name} is no longer in the store") from exc
+        try:
+            return os.pread(fd, max(int(length), 0), max(int(offset), 0))
+        finally:
+            os.close(fd)
+
+    def size(self, folder: str, name: str) -> int:
+        path = self._log_path(folder, name)
+        try:
+            st = os.lstat(path)
+        except FileNotFoundError:
+            return 0
+        return st.st_size
+
+
+def _read_nofollow(path: str) -> bytes:
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+    try:
+        chunks = []
+        while True:
+            b = os.read(fd, 1 << 20)
+            if not b:
+                break
+            chunks.append(b)
+        return b"".join(chunks)
+    finally:
+        os.close(fd)

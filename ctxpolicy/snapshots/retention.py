@@ -1,0 +1,199 @@
+"""Retention of a local snapshot store: :func:`prune`, and :class:`Sweeper`, which
+applies it incrementally while a session writes.
+
+What is removed: snapshot documents (``step_NNN_*.json``), history segments
+(``history_NNNNNN.jsonl``), a ``history.idx`` only when it is older than the age
+limit, and stale temp files (``.tmp-*`` older than an hour), directly under
+``<root>/<folder>/``. Symlinks are never followed; folders left empty are removed.
+The oldest files (by mtime) go first.
+
+:class:`Sweeper` runs a full :func:`prune` of the root from the write path when
+
+* the bytes this process wrote since the last sweep exceed 5 % of ``max_total_mb``
+  (so the store overshoots its size limit by at most that much per writer), or
+* the writes since the last sweep reach half the number of files the last sweep
+  saw (at least 64): a sweep costs O(files), so this keeps the cost amortised O(1)
+  per write, or
+* on the first write of a process, when the marker file ``<root>/.ctxpolicy-retention``
+  says no process swept in the last hour (so short sessions prune too, and the age
+  limit applies at least hourly while anything writes).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ctxpolicy.snapshots.names import INDEX_NAME, NAME_RE, SEGMENT_RE
+
+__all__ = ["MARKER", "PruneReport", "Sweeper", "prune", "sweeper_for"]
+
+MARKER = ".ctxpolicy-retention"
+SWEEP_INTERVAL_S = 3600.0
+STALE_TMP_S = 3600.0
+
+
+@dataclass
+class PruneReport:
+    """What :func:`prune` removed (or would remove, with ``dry_run``)."""
+
+    removed: list[str] = field(default_factory=list)
+    removed_bytes: int = 0
+    kept_files: int = 0
+    kept_bytes: int = 0
+    dry_run: bool = False
+
+
+def _candidates(root: Path, now: float) -> tuple[list[tuple[float, int, Path]], list[Path]]:
+    """(mtime, size, path) of every prunable file, and the stale temp files."""
+    files: list[tuple[float, int, Path]] = []
+    stale: list[Path] = []
+    with os.scandir(root) as top:
+        convs = [e for e in top if e.is_dir(follow_symlinks=False)]
+    for conv in convs:
+        try:
+            entries = list(os.scandir(conv.path))
+        except OSError:
+            continue
+        for e in entries:
+            if not e.is_file(follow_symlinks=False):
+                continue
+            name = e.name
+            try:
+                st = e.stat(follow_symlinks=False)
+            except OSError:
+                continue
+            if name.startswith(".tmp-"):
+                if now - st.st_mtime >= STALE_TMP_S:
+                    stale.append(Path(e.path))
+                continue
+            snap = name.endswith(".json") and NAME_RE.match(name[:-5])
+            if snap or SEGMENT_RE.match(name) or name == INDEX_NAME:
+                files.append((st.st_mtime, st.st_size, Path(e.path)))
+    return files, stale
+
+
+def prune(
+    store_root: str | os.PathLike[str],
+    max_age_days: float | None = None,
+    max_total_mb: float | None = None,
+    dry_run: bool = False,
+    *,
+    now: float | None = None,
+) -> PruneReport:
+    """Apply retention to a local store root (see the module docstring)."""
+    report = PruneReport(dry_run=dry_run)
+    root = Path(os.path.abspath(os.path.expanduser(store_root)))
+    if not root.is_dir():
+        return report
+    now = time.time() if now is None else now
+    files, stale = _candidates(root, now)
+    files.sort()
+    doomed: list[tuple[int, Path]] = []
+    keep: list[tuple[float, int, Path]] = []
+    for item in files:
+        mtime, size, p = item
+        if max_age_days is not None and now - mtime > max_age_days * 86400:
+            doomed.append((size, p))
+        else:
+            keep.append(item)
+    if max_total_mb is not None:
+        limit = int(max_total_mb * 1024 * 1024)
+        total = sum(s for _, s, _ in keep)
+        survivors: list[tuple[float, int, Path]] = []
+        for item in keep:  # oldest first; an index goes only with its age
+            if total > limit and item[2].name != INDEX_NAME:
+                total -= item[1]
+                doomed.append((item[1], item[2]))
+            else:
+                survivors.append(item)
+        keep = survivors
+    for p in stale:
+        with contextlib.suppress(OSError):
+            doomed.append((p.stat().st_size, p))
+    for size, p in doomed:
+        report.removed.append(str(p))
+        report.removed_bytes += size
+        if not dry_run:
+            with contextlib.suppress(FileNotFoundError):
+                p.unlink()
+    report.kept_files = len(keep)
+    report.kept_bytes = sum(s for _, s, _ in keep)
+    if not dry_run:
+        for conv in {p.parent for _, p in doomed}:
+            with contextlib.suppress(OSError):
+                conv.rmdir()  # only succeeds when empty
+    return report
+
+
+class Sweeper:
+    """Incremental retention for one store instance (thread-safe)."""
+
+    def __init__(
+        self, root: Path, *, max_total_mb: float | None, max_age_days: float | None
+    ) -> None:
+        self.root = root
+        self.max_total_mb = max_total_mb
+        self.max_age_days = max_age_days
+        self.enabled = max_total_mb is not None or max_age_days is not None
+        self._lock = threading.Lock()
+        self._bytes = 0
+        self._writes = 0
+        self._files_seen = 0
+        self._first = True
+        self.sweeps = 0
+
+    def note_write(self, nbytes: int) -> PruneReport | None:
+        """Count one write; run a sweep when one is due (see the module docstring)."""
+        if not self.enabled:
+            return None
+        with self._lock:
+            self._bytes += nbytes
+            self._writes += 1
+            due = self._writes >= max(64, self._files_seen // 2)
+            if self.max_total_mb is not None:
+                due = due or self._bytes >= self.max_total_mb * 1024 * 1024 * 0.05
+            if self._first:
+                self._first = False
+                due = due or self._marker_stale()
+            if not due:
+                return None
+            self._bytes = 0
+            self._writes = 0
+        report = prune(self.root, self.max_age_days, self.max_total_mb)
+        with self._lock:
+            self._files_seen = report.kept_files
+            self.sweeps += 1
+        marker = self.root / MARKER
+        with contextlib.suppress(OSError):
+            marker.touch(mode=0o600)
+            os.utime(marker)
+        return report
+
+    def _marker_stale(self) -> bool:
+        try:
+            return time.time() - (self.root / MARKER).stat().st_mtime > SWEEP_INTERVAL_S
+        except OSError:
+            return True
+
+
+_sweepers: dict[tuple[str, float | None, float | None], Sweeper] = {}
+_sweepers_lock = threading.Lock()
+
+
+def sweeper_for(root: Path, *, max_total_mb: float | None, max_age_days: float | None) -> Sweeper:
+    """The process-wide :class:`Sweeper` of a root and limits: the many sessions of
+    one process (each opens its own store) share the counters, so their writes
+    together trigger the sweeps."""
+    key = (str(root), max_total_mb, max_age_days)
+    with _sweepers_lock:
+        sw = _sweepers.get(key)
+        if sw is None:
+            sw = _sweepers[key] = Sweeper(
+                root, max_total_mb=max_total_mb, max_age_days=max_age_days
+            )
+        return sw

@@ -1,0 +1,178 @@
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from ctxpolicy.conversation.facts import Facts, error_lines, extract, first_facts, lost_facts
+from tests.helpers_conv import Conv
+
+TEXT = """Read src/app/config.py and /etc/nginx/nginx.conf; docs at https://example.com/a/b?x=1.
+Booking ABC123, ticket JIRA-4521, commit 3f2a9c1d, id 123e4567-e89b-12d3-a456-426614174000.
+Took 250 ms with 16GB RAM over 3 files. ValueError: bad; ConnectionTimeout.
+Use `parse_config` and max_connections=10. See README.md.
+Traceback (most recent call last):
+E   AssertionError: 1 != 2"""
+
+
+def test_extract_exact():
+    assert extract(TEXT) == Facts(
+        paths=["src/app/config.py", "/etc/nginx/nginx.conf", "README.md"],
+        urls=["https://example.com/a/b?x=1"],
+        ids=["123e4567-e89b-12d3-a456-426614174000", "3f2a9c1d", "ABC123", "JIRA-4521"],
+        numbers=["250 ms", "16GB", "3 files"],
+        errors=["ValueError", "ConnectionTimeout", "AssertionError"],
+        symbols=["parse_config"],
+        settings=["max_connections=10"],
+    )
+    assert extract(TEXT) == extract(TEXT)
+    assert extract("") == Facts() and not Facts()
+
+
+def test_no_false_ids():
+    f = extract("the year 2024 and version 1.2.3 with deadbeef words like HTTP and GPT")
+    assert f.ids == []
+    assert extract("订单号 ORD2024001 已取消，用户 张三").ids == ["ORD2024001"]
+
+
+def test_error_lines():
+    assert error_lines(TEXT) == [
+        "Took 250 ms with 16GB RAM over 3 files. ValueError: bad; ConnectionTimeout.",
+        "Traceback (most recent call last):",
+        "E   AssertionError: 1 != 2",
+    ]
+    assert error_lines("ok\nFAILED a\nFAILED b\nFAILED c", limit=2) == ["FAILED b", "FAILED c"]
+
+
+def test_lost_facts():
+    before = (
+        Conv()
+        .user("fix ABC123 in src/a.py")
+        .step(("read_file", {"path": "src/b.py"}, "KeyError"))
+        .units()
+    )
+    after = before[:1]
+    assert lost_facts(before, after, None) == ["src/b.py", "KeyError"]
+    assert lost_facts(before, after, "ledger: src/b.py KeyError") == []
+    assert lost_facts(before, before, None) == []
+
+
+# --------------------------------------------------------------------------- prefilters
+
+
+def _extract_every_pattern(text: str) -> Facts:
+    """:func:`extract` as defined: every pattern over the whole text, no prefilter."""
+    from ctxpolicy.conversation import facts as f
+
+    if not text:
+        return Facts()
+    urls = f._dedupe(u.rstrip(".,;:") for u in f._URL.findall(text))
+    scrubbed = f._URL.sub(" ", text)
+    uuids = f._UUID.findall(scrubbed)
+    scrub2 = f._UUID.sub(" ", scrubbed)
+    paths = f._dedupe(
+        p
+        for p in (f._clean_path(m) for m in f._PATH.findall(scrub2))
+        if len(p) > 1 and p not in ("/", "./", "../") and not p.startswith("//")
+    )
+    hexes = [h for h in f._HEX.findall(scrub2) if not h.isdigit()]
+    tickets = [
+        t
+        for t in f._TICKET.findall(scrub2)
+        if any(c.isalpha() for c in t) and not f._is_unit_number(t)
+    ]
+    return Facts(
+        paths=paths,
+        urls=urls,
+        ids=f._dedupe([*uuids, *hexes, *tickets]),
+        numbers=f._dedupe(n.strip() for n in f._NUMBER.findall(scrub2)),
+        errors=f._dedupe([*f._EXCEPTION.findall(scrub2), *f._ERRNO.findall(scrub2)]),
+        symbols=f._dedupe(
+            s.strip() for s in f._BACKTICK.findall(text) if s.strip() and not s.strip().isdigit()
+        ),
+        settings=f._dedupe(
+            f"{k}={v.rstrip('.,;:')}" for k, v in f._ASSIGN.findall(scrub2) if v.rstrip(".,;:")
+        ),
+    )
+
+
+FRAGMENTS = [
+    " ", "\n", "\t", "/", "./", "../", "~/", ".", "src", "a_b", "py", ".py", ".json", "x.y",
+    "http://", "HTTPS://h.io/p", "://", "-", "3f2a9c1e", "0123abcd-0123-abcd-abcd-0123456789ab",
+    "abcdefab-abcd-abcd-abcd-abcdefabcdef", "ORD_2024_001", "JIRA-42", "250 ms", "16GB", "12",
+    "٣٤", "ValueError", "TimeoutError", "HTTP 404", "ENOENT", "`sym`", "`", "k=v", "a := 3",
+    "max_connections=10", "'q'", '"', "é", "@", "+", ":",
+]  # fmt: skip
+
+
+@settings(max_examples=500, deadline=None)
+@given(
+    text=st.one_of(
+        st.text(max_size=120), st.lists(st.sampled_from(FRAGMENTS), max_size=40).map("".join)
+    )
+)
+def test_prefilters_change_nothing(text: str) -> None:
+    assert extract(text) == _extract_every_pattern(text)
+
+
+def test_prefilters_on_real_traces() -> None:
+    from tests.shared_data import shared_traces
+
+    for path in shared_traces()[:6]:
+        text = path.read_text(encoding="utf-8")[:30_000]
+        assert extract(text) == _extract_every_pattern(text), path.name
+
+
+CATEGORIES = ["paths", "urls", "ids", "numbers", "errors", "symbols", "settings"]
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    text=st.lists(st.sampled_from(FRAGMENTS), max_size=40).map("".join),
+    only=st.sets(st.sampled_from(CATEGORIES)),
+)
+def test_only_the_categories_asked_for(text: str, only: set[str]) -> None:
+    full = extract(text)
+    assert extract(text, only=only) == Facts(**{c: getattr(full, c) for c in only})
+
+
+_FRAGMENT = st.sampled_from(
+    [
+        "src/a.py",
+        "see ./b/c.txt",
+        "https://x.io/p/q.md",
+        "123e4567-e89b-12d3-a456-426614174000",
+        "ABC123",
+        "250 ms",
+        "ValueError",
+        "`f`",
+        "k=v",
+        "docs/",
+        "=",
+        " ",
+        "\n",
+        "x.",
+        "/",
+        "README.md",
+    ]
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(st.lists(_FRAGMENT, max_size=8).map("".join), max_size=12),
+    st.integers(1, 6),
+)
+def test_first_facts_is_the_head_of_all_facts_of_the_joined_texts(
+    texts: list[str], limit: int
+) -> None:
+    assert first_facts(iter(texts), limit) == extract("\n".join(texts)).all()[:limit]
+
+
+def test_first_facts_stops_reading_once_enough_paths_are_found() -> None:
+    read: list[int] = []
+
+    def texts():  # type: ignore[no-untyped-def]
+        for i in range(1000):
+            read.append(i)
+            yield f"wrote src/module_{i}.py"
+
+    assert first_facts(texts(), 5) == [f"src/module_{i}.py" for i in range(5)]
+    assert len(read) == 5
