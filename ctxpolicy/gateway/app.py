@@ -13,7 +13,6 @@ import contextlib
 import json
 import logging
 import os
-import re
 import secrets
 import time
 from collections.abc import AsyncIterator, Mapping
@@ -33,6 +32,7 @@ from ctxpolicy.gateway.identity import conversation_id
 from ctxpolicy.gateway.metrics import Metrics
 from ctxpolicy.gateway.routing import UnknownAgent, resolve_agent
 from ctxpolicy.gateway.sessions import SessionPool
+from ctxpolicy.gateway.sse import StreamScanner
 from ctxpolicy.gateway.wire_openai import WireError
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -62,10 +62,6 @@ _HOP = frozenset(
 _RESP_DROP = frozenset(
     {"content-length", "connection", "keep-alive", "transfer-encoding", "content-encoding"}
 )
-_USAGE_RE = {
-    "chat": re.compile(rb'"prompt_tokens"\s*:\s*(\d{1,12})'),
-    "anthropic": re.compile(rb'"input_tokens"\s*:\s*(\d{1,12})'),
-}
 
 
 @dataclass
@@ -78,6 +74,7 @@ class GatewayConfig:
     default_agent: str | None = None
     recall: bool = False
     recall_rounds: int = 4
+    stream_usage: bool = True  # ask OpenAI-style upstreams for the usage chunk
     api_key: str | None = field(default=None, repr=False)  # server-side credential
     max_body_bytes: int = 32 * 1024 * 1024
     max_sessions: int = 4096
@@ -254,33 +251,33 @@ class Gateway:
             )
         except httpx.HTTPError as exc:
             return _error(502, f"upstream unreachable: {type(exc).__name__}")
-        return self._stream_back(resp, None, None)
+        return self._stream_back(resp)
 
     def _stream_back(
         self,
         resp: httpx.Response,
-        on_done: Any,
-        usage_re: re.Pattern[bytes] | None,
+        on_done: Any = None,
+        scanner: StreamScanner | None = None,
         release: Any = None,
     ) -> StreamingResponse:
+        """The upstream's answer to the client chunk by chunk as it arrives (never whole)."""
         headers = {k: v for k, v in resp.headers.items() if k.lower() not in _RESP_DROP}
 
         async def body() -> AsyncIterator[bytes]:
-            tail = b""
-            found: int | None = None
             try:
                 async for chunk in resp.aiter_raw():
-                    if usage_re is not None:
-                        scan = tail + chunk
-                        for m in usage_re.finditer(scan):
-                            found = int(m.group(1))
-                        tail = scan[-64:]
-                    yield chunk
+                    out = scanner.feed(chunk) if scanner is not None else chunk
+                    if out:
+                        yield out
+                if scanner is not None:
+                    rest = scanner.flush()
+                    if rest:
+                        yield rest
             finally:
                 await resp.aclose()
                 try:
-                    if on_done is not None and found:
-                        await on_done(found)
+                    if on_done is not None and scanner is not None and scanner.usage:
+                        await on_done(scanner.usage)
                 finally:
                     if release is not None:
                         release()
@@ -299,7 +296,21 @@ class Gateway:
         else:
             messages, count_tools = wire_openai.extract(data)
             client_tools = data.get("tools")
-        stream = bool(data.get("stream"))
+        stream = data.get("stream") is True
+        injected_usage = False
+        if stream and api == "chat" and self.config.stream_usage:
+            opts = data.get("stream_options")
+            if not (isinstance(opts, dict) and opts.get("include_usage")):
+                # the usage chunk feeds record_usage; the client that did not ask for it
+                # never sees it (StreamScanner drops it)
+                injected_usage = True
+                data = {
+                    **data,
+                    "stream_options": {
+                        **(opts if isinstance(opts, dict) else {}),
+                        "include_usage": True,
+                    },
+                }
         use_recall = self.config.recall and not stream
         send_tools = None
         if use_recall:
@@ -370,7 +381,8 @@ class Gateway:
                     async def done(tokens: int, s: Session = session) -> None:
                         await anyio.to_thread.run_sync(s.record_usage, tokens)
 
-                    out = self._stream_back(resp, done, _USAGE_RE[api], release)
+                    scanner = StreamScanner(api, drop_usage_chunk=injected_usage)
+                    out = self._stream_back(resp, done, scanner, release)
                     handed_off = True
                     return out
                 raw = await resp.aread()

@@ -137,3 +137,39 @@ def test_openai_and_anthropic_streams_pass_through(tmp_path: Path) -> None:
                 up.release.set()
                 assert "".join(texts) == "lo"
     assert up.bodies[0]["stream"] is True and up.bodies[0]["messages"][0]["content"] == "hi"
+
+
+def test_sdk_streams_replay_like_prepare_and_record_usage(tmp_path: Path) -> None:
+    from ctxpolicy.engine import Session
+    from ctxpolicy.testing.server import ScriptedLLMServer
+
+    from .conftest import config_for
+    from .test_app import RESERVE, WINDOW, history
+
+    with ScriptedLLMServer(window=WINDOW) as srv:
+        with run_gateway(config_for(tmp_path, srv)) as gw:
+            client = openai.OpenAI(base_url=gw.url + "/v1", api_key="k", max_retries=0)
+            sent = []
+            for steps in range(1, 10):
+                msgs = history(steps)
+                chunks = list(
+                    client.chat.completions.create(model="m", messages=msgs, stream=True)  # type: ignore[call-overload]
+                )
+                assert "".join(c.choices[0].delta.content or "" for c in chunks) == "done"
+                assert all(c.choices and c.usage is None for c in chunks)  # not asked for
+                sent.append(msgs)
+            ((key, session),) = list(gw.gateway.pool._sessions.items())
+            assert session.state.usage_seen  # record_usage got the streamed prompt tokens
+            ac = anthropic.Anthropic(base_url=gw.url, api_key="k", max_retries=0)
+            with ac.messages.stream(
+                model="m", max_tokens=10, messages=[{"role": "user", "content": "hi"}]
+            ) as s:
+                assert s.get_final_text() == "done"
+            anth = [v for k, v in gw.gateway.pool._sessions.items() if k != key]
+            assert anth and anth[0].state.usage_seen
+        chat = [r for r in srv.accepted if r.api == "chat"]
+        assert all(r.body["stream_options"] == {"include_usage": True} for r in chat)
+        ref = Session(make_policy(tmp_path / "ref"), conv_id=key[1])
+        for msgs, got in zip(sent, chat, strict=True):
+            assert got.body["messages"] == ref.prepare(msgs)
+        assert all(r.tokens <= WINDOW - RESERVE for r in srv.accepted)
