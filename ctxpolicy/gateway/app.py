@@ -238,6 +238,13 @@ class Gateway:
             except (ValueError, WireError) as exc:
                 self.metrics.request(api, agent, 400)
                 return _error(400, f"invalid request body: {str(exc)[:300]}", api)
+            except RecursionError:
+                self.metrics.request(api, agent, 400)
+                return _error(400, "invalid request body: nested too deeply", api)
+            except Exception as exc:  # never a traceback (it could quote the request)
+                log.error("agent=%s internal error %s", agent, type(exc).__name__)
+                self.metrics.request(api, agent, 500)
+                return _error(500, f"gateway internal error ({type(exc).__name__})", api)
         return await self.forward(request, api if agent else "other", rest, body)
 
     async def forward(self, request: Request, api: str, path: str, body: bytes) -> Response:
