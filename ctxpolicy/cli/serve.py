@@ -69,6 +69,14 @@ _EXTRA = (
     help="Most recall-only rounds answered inside the gateway per request.",
 )
 @click.option(
+    "--stream-usage/--no-stream-usage",
+    default=True,
+    show_default=True,
+    help="Ask OpenAI-style upstreams for the usage chunk of a stream "
+    "(stream_options.include_usage) so record_usage gets the provider's prompt tokens; "
+    "the chunk is kept from clients that did not ask for it.",
+)
+@click.option(
     "--api-key-env",
     default=None,
     metavar="NAME",
@@ -107,6 +115,7 @@ def serve(
     workers: int,
     recall: bool,
     recall_rounds: int,
+    stream_usage: bool,
     api_key_env: str | None,
     max_body_bytes: int,
     max_sessions: int,
@@ -154,6 +163,7 @@ def serve(
             "default_agent": agent,
             "recall": recall,
             "recall_rounds": recall_rounds,
+            "stream_usage": stream_usage,
             "api_key_env": api_key_env,
             "max_body_bytes": max_body_bytes,
             "max_sessions": max_sessions,
