@@ -33,6 +33,7 @@ LAZY_COMMANDS: dict[str, str] = {
     "snapshots": "ctxpolicy.cli.snapshots:snapshots",
     "tune": "ctxpolicy.cli.tune:tune",
     "init-plugin": "ctxpolicy.cli.init_plugin:init_plugin",
+    "serve": "ctxpolicy.cli.serve:serve",
 }
 
 

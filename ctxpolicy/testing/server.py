@@ -19,8 +19,11 @@ with the OpenAI chat framing, tool schemas included — the same count a policy
 using ``tokenizer: cl100k_base`` computes, so tests can reason about it exactly.
 
 Endpoints: ``POST /v1/chat/completions``, ``POST /v1/responses`` (OpenAI),
-``POST /v1/messages`` (Anthropic), ``GET /v1/models``. Streaming is not supported
-(a request with ``stream: true`` gets a 400).
+``POST /v1/messages`` (Anthropic), ``GET /v1/models``. Chat Completions and Messages
+stream too (``stream: true``): the same reply as server-sent events, in the providers'
+event shapes (chat chunks with a usage chunk when ``stream_options.include_usage`` is
+set, then ``[DONE]``; Anthropic ``message_start`` ... ``message_stop``). A streaming
+Responses request gets a 400.
 
 Scripted replies (``script``) are dicts, the same for every API:
 
@@ -270,6 +273,79 @@ def _anthropic_reply(
     }
 
 
+def _sse(data: Mapping[str, Any], event: str | None = None) -> bytes:
+    head = f"event: {event}\n" if event else ""
+    return (head + "data: " + json.dumps(data, separators=(",", ":")) + "\n\n").encode()
+
+
+def sse_events(api: str, reply: Mapping[str, Any], body: Mapping[str, Any]) -> list[bytes]:
+    """A complete (non-streaming) reply as the server-sent events a provider streams."""
+    if api == "anthropic":
+        return _anthropic_events(reply)
+    return _chat_events(reply, bool((body.get("stream_options") or {}).get("include_usage")))
+
+
+def _chat_events(reply: Mapping[str, Any], include_usage: bool) -> list[bytes]:
+    base = {k: reply.get(k) for k in ("id", "created", "model")}
+    base["object"] = "chat.completion.chunk"
+    choice = (reply.get("choices") or [{}])[0]
+    msg = choice.get("message") or {}
+
+    def chunk(delta: dict[str, Any], finish: str | None = None) -> bytes:
+        c = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}
+        return _sse({**base, "choices": [c]})
+
+    out = [chunk({"role": "assistant", "content": ""})]
+    text = msg.get("content") or ""
+    for i in range(0, len(text), 16):
+        out.append(chunk({"content": text[i : i + 16]}))
+    for n, call in enumerate(msg.get("tool_calls") or []):
+        fn = call.get("function") or {}
+        head = {"index": n, "id": call.get("id"), "type": "function"}
+        out.append(
+            chunk({"tool_calls": [{**head, "function": {"name": fn.get("name"), "arguments": ""}}]})
+        )
+        out.append(
+            chunk(
+                {"tool_calls": [{"index": n, "function": {"arguments": fn.get("arguments", "")}}]}
+            )
+        )
+    out.append(chunk({}, choice.get("finish_reason") or "stop"))
+    if include_usage:
+        out.append(_sse({**base, "choices": [], "usage": reply.get("usage")}))
+    out.append(b"data: [DONE]\n\n")
+    return out
+
+
+def _anthropic_events(reply: Mapping[str, Any]) -> list[bytes]:
+    usage = dict(reply.get("usage") or {})
+    start = {k: v for k, v in reply.items() if k not in ("content", "stop_reason", "usage")}
+    start.update(content=[], stop_reason=None, usage={**usage, "output_tokens": 1})
+    out = [_sse({"type": "message_start", "message": start}, "message_start")]
+    for i, block in enumerate(reply.get("content") or []):
+        if block.get("type") == "tool_use":
+            first = {**block, "input": {}}
+            delta = {"type": "input_json_delta", "partial_json": json.dumps(block.get("input"))}
+        else:
+            first = {"type": "text", "text": ""}
+            delta = {"type": "text_delta", "text": str(block.get("text", ""))}
+        ev = {"type": "content_block_start", "index": i, "content_block": first}
+        out.append(_sse(ev, "content_block_start"))
+        out.append(
+            _sse({"type": "content_block_delta", "index": i, "delta": delta}, "content_block_delta")
+        )
+        out.append(_sse({"type": "content_block_stop", "index": i}, "content_block_stop"))
+    end: dict[str, Any] = {"stop_reason": reply.get("stop_reason"), "stop_sequence": None}
+    ev = {
+        "type": "message_delta",
+        "delta": end,
+        "usage": {"output_tokens": usage.get("output_tokens", 1)},
+    }
+    out.append(_sse(ev, "message_delta"))
+    out.append(_sse({"type": "message_stop"}, "message_stop"))
+    return out
+
+
 def _responses_reply(
     reply: Mapping[str, Any], model: str, prompt_tokens: int, ids: Callable[[], str]
 ) -> dict[str, Any]:
@@ -487,9 +563,9 @@ class ScriptedLLMServer:
 
     def handle(self, api: Api, path: str, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
         """Answer one request: ``(status, JSON body)``. Public for direct unit tests."""
-        if body.get("stream"):
+        if body.get("stream") and api == "responses":
             self._record(api, path, body, -1, 400)
-            return 400, _error_body(api, 400, "ScriptedLLMServer does not support streaming")
+            return 400, _error_body(api, 400, "ScriptedLLMServer does not stream Responses")
         try:
             if api == "chat":
                 tokens = count_openai_tokens(body.get("messages") or [], body.get("tools"))
@@ -620,4 +696,18 @@ class _Handler(BaseHTTPRequestHandler):
                 500,
                 _error_body(api, 500, f"script failed: {type(exc).__name__}: {exc}"),
             )
+        if status == 200 and body.get("stream") is True:
+            self._send_events(sse_events(api, payload, body))
+            return
         self._send(status, payload)
+
+    def _send_events(self, events: list[bytes]) -> None:
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.send_header("Cache-Control", "no-cache")
+        self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
+        for ev in events:  # one HTTP chunk per event, flushed as it is written
+            self.wfile.write(f"{len(ev):x}\r\n".encode() + ev + b"\r\n")
+            self.wfile.flush()
+        self.wfile.write(b"0\r\n\r\n")

@@ -1,0 +1,180 @@
+"""The gateway end to end: real uvicorn, the real openai/anthropic SDKs, the scripted
+server as upstream over real HTTP."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from ctxpolicy.engine import Session
+from ctxpolicy.testing.server import ScriptedLLMServer
+from tests.integrations.conftest import big_output, make_policy
+
+from .conftest import config_for, run_gateway
+
+openai = pytest.importorskip("openai", reason="the 'openai' extra is not installed")
+anthropic = pytest.importorskip("anthropic", reason="the 'anthropic' extra is not installed")
+
+WINDOW = 6000
+RESERVE = 512
+
+
+def history(steps: int) -> list[dict[str, Any]]:
+    msgs: list[dict[str, Any]] = [
+        {"role": "system", "content": "You are a coding agent."},
+        {"role": "user", "content": "Fix the failing test in the repository."},
+    ]
+    for i in range(steps):
+        cid = f"call_{i}"
+        msgs.append(
+            {
+                "role": "assistant",
+                "content": None,
+                "tool_calls": [
+                    {
+                        "id": cid,
+                        "type": "function",
+                        "function": {
+                            "name": "read_file",
+                            "arguments": json.dumps({"path": f"f{i}.py"}),
+                        },
+                    }
+                ],
+            }
+        )
+        msgs.append({"role": "tool", "tool_call_id": cid, "content": big_output(i, 60)})
+    return msgs
+
+
+def test_openai_sdk_upstream_gets_what_prepare_sends(
+    tmp_path: Path, upstream: ScriptedLLMServer
+) -> None:
+    with run_gateway(config_for(tmp_path, upstream)) as gw:
+        client = openai.OpenAI(base_url=gw.url + "/v1", api_key="key-a", max_retries=0)
+        sent: list[list[dict[str, Any]]] = []
+        for steps in range(1, 12):
+            msgs = history(steps)
+            resp = client.chat.completions.create(model="m", messages=msgs)  # type: ignore[arg-type]
+            assert resp.choices[0].message.content == "done"
+            sent.append(msgs)
+        (key,) = list(gw.gateway.pool._sessions)
+    received = [r.body["messages"] for r in upstream.accepted]
+    assert len(received) == len(sent)
+    ref = Session(make_policy(tmp_path / "ref"), conv_id=key[1])
+    for msgs, got in zip(sent, received, strict=True):
+        assert got == ref.prepare(msgs)
+    assert all(r.tokens <= WINDOW - RESERVE for r in upstream.accepted)
+    assert max(len(m) for m in received) < len(sent[-1])  # it did compact
+
+
+def test_anthropic_sdk(tmp_path: Path, upstream: ScriptedLLMServer) -> None:
+    with run_gateway(config_for(tmp_path, upstream)) as gw:
+        client = anthropic.Anthropic(base_url=gw.url, api_key="key-a", max_retries=0)
+        for i in range(6):
+            msgs: list[dict[str, Any]] = [{"role": "user", "content": "Summarise the logs."}]
+            for j in range(i):
+                msgs.append(
+                    {
+                        "role": "assistant",
+                        "content": [
+                            {
+                                "type": "tool_use",
+                                "id": f"t{j}",
+                                "name": "read_file",
+                                "input": {"p": j},
+                            }
+                        ],
+                    }
+                )
+                msgs.append(
+                    {
+                        "role": "user",
+                        "content": [
+                            {
+                                "type": "tool_result",
+                                "tool_use_id": f"t{j}",
+                                "content": big_output(j, 60),
+                            }
+                        ],
+                    }
+                )
+            resp = client.messages.create(
+                model="m", max_tokens=100, system="Be brief.", messages=msgs
+            )  # type: ignore[arg-type]
+            assert resp.content[0].text == "done"  # type: ignore[union-attr]
+    assert upstream.accepted and all(r.api == "anthropic" for r in upstream.accepted)
+    assert all(r.tokens <= WINDOW - RESERVE for r in upstream.accepted)
+    assert (
+        upstream.accepted[-1].body["system"] == "Be brief." or upstream.accepted[-1].body["system"]
+    )
+
+
+def test_overflow_is_retried_through_the_reactive_layer(tmp_path: Path) -> None:
+    with ScriptedLLMServer(window=WINDOW, script=[{"overflow": True}, {"content": "ok"}]) as srv:
+        with run_gateway(config_for(tmp_path, srv)) as gw:
+            client = openai.OpenAI(base_url=gw.url + "/v1", api_key="k", max_retries=0)
+            resp = client.chat.completions.create(model="m", messages=history(3))  # type: ignore[arg-type]
+            assert resp.choices[0].message.content == "ok"
+            assert "ctxpolicy_gateway_overflow_retries_total" in httpx.get(gw.url + "/metrics").text
+        assert srv.rejections == 1 and len(srv.accepted) == 1
+
+
+def test_tenants_get_separate_conversations(tmp_path: Path, upstream: ScriptedLLMServer) -> None:
+    with run_gateway(config_for(tmp_path, upstream)) as gw:
+        for key in ("tenant-one-secret", "tenant-two-secret"):
+            client = openai.OpenAI(base_url=gw.url + "/v1", api_key=key, max_retries=0)
+            client.chat.completions.create(model="m", messages=history(2))  # type: ignore[arg-type]
+        keys = list(gw.gateway.pool._sessions)
+        assert len(keys) == 2 and keys[0][1] != keys[1][1]
+        assert not any("tenant" in k[1] for k in keys)  # credentials never in ids
+    for p in (tmp_path / "gw").rglob("*"):
+        if p.is_file():
+            assert b"tenant-one-secret" not in p.read_bytes()
+
+
+def test_routing_limits_health_and_forwarding(tmp_path: Path, upstream: ScriptedLLMServer) -> None:
+    with run_gateway(config_for(tmp_path, upstream, default_agent=None, max_body_bytes=4096)) as gw:
+        body = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
+        r = httpx.post(gw.url + "/v1/chat/completions", json=body)
+        assert r.status_code == 404 and "other_agent" in r.text and "test_agent" in r.text
+        r = httpx.post(gw.url + "/agents/nope/v1/chat/completions", json=body)
+        assert r.status_code == 404 and "'nope'" in r.text
+        r = httpx.post(gw.url + "/agents/other_agent/v1/chat/completions", json=body)
+        assert r.status_code == 200, r.text
+        r = httpx.post(
+            gw.url + "/v1/chat/completions", json=body, headers={"X-Ctxpolicy-Agent": "test_agent"}
+        )
+        assert r.status_code == 200
+        big = {"model": "m", "messages": [{"role": "user", "content": "x" * 5000}]}
+        r = httpx.post(gw.url + "/agents/test_agent/v1/chat/completions", json=big)
+        assert r.status_code == 413 and "--max-body-bytes" in r.text
+        r = httpx.post(gw.url + "/agents/test_agent/v1/chat/completions", content=b"{nope")
+        assert r.status_code == 400
+        assert httpx.get(gw.url + "/healthz").json()["status"] == "ok"
+        r = httpx.get(gw.url + "/v1/models")
+        assert r.status_code == 200 and r.json()["data"]
+        m = httpx.get(gw.url + "/metrics").text
+        assert (
+            'ctxpolicy_gateway_requests_total{api="chat",agent="other_agent",status="200"} 1' in m
+        )
+
+
+def test_recall_answered_inside_the_gateway(tmp_path: Path) -> None:
+    script = [
+        {"tool_calls": [{"name": "ctx_search", "arguments": {"query": "value_0_5"}}]},
+        {"content": "found it"},
+    ]
+    with ScriptedLLMServer(window=WINDOW, script=script) as srv:
+        with run_gateway(config_for(tmp_path, srv, recall=True)) as gw:
+            client = openai.OpenAI(base_url=gw.url + "/v1", api_key="k", max_retries=0)
+            resp = client.chat.completions.create(model="m", messages=history(2))  # type: ignore[arg-type]
+            assert resp.choices[0].message.content == "found it"
+        first, second = srv.accepted
+        names = {t["function"]["name"] for t in first.body["tools"]}
+        assert {"ctx_recall", "ctx_search"} <= names
+        assert second.body["messages"][-1]["role"] == "tool"
+        assert all(r.tokens <= WINDOW - RESERVE for r in srv.accepted)
