@@ -6,7 +6,10 @@ pasted task). In order:
 
 1. shorten the largest *unpinned* message content or tool-call argument, head and tail
    kept, with a reference to the verbatim original (its snapshot, or the history
-   archive), until the request fits;
+   archive), until the request fits. A tool call's ``arguments`` stays JSON that
+   servers parse (:func:`ctxpolicy.conversation.jsoncut.cut_json`: shortened inside
+   a string, containers closed and reopened); arguments that were not JSON to
+   begin with become ``{"_raw": "<head … tail>"}``;
 2. trim the progress ledger (oldest entries first; the archive reference stays);
 3. shorten pinned user messages (the task) the same way, with a
    ``context.truncated_pinned`` event.
@@ -17,10 +20,12 @@ request goes out over it and the session reports ``context.overflow`` (unavoidab
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ctxpolicy.conversation import Unit
+from ctxpolicy.conversation.jsoncut import cut_json
 from ctxpolicy.engine.archiving import ref_for_message
 from ctxpolicy.engine.own import LEDGER_MARK, special_unit
 
@@ -90,6 +95,25 @@ def _cut(text: str, keep: int, what: str, ref: str | None) -> str:
     return out
 
 
+def _cut_arguments(text: str, keep: int, ref: str | None) -> str:
+    """``arguments`` shortened to about ``keep`` characters, still JSON."""
+    what = "tool-call argument"
+    see = f" [Full detail available at: {ref}]" if ref and ref not in text else ""
+    out = cut_json(text, keep, lambda n: SQUEEZE_MARK.format(n=n, what=what) + see)
+    if out is not None:
+        return out
+    # not JSON to begin with (cut off, NaN, a raw newline): a JSON object servers
+    # accept, the model's text in it (what adapters make of such arguments too)
+    out = text
+    for _ in range(3):
+        out = json.dumps({"_raw": _cut(text, keep, what, ref)}, ensure_ascii=False)
+        over = len(out) - (keep + len(SQUEEZE_MARK) + len(see) + 40)
+        if over <= 0 or keep <= 2:
+            break
+        keep = max(2, keep - over)  # escapes made it longer: keep less
+    return out
+
+
 def _what(m: Mapping[str, Any], slot: Slot) -> str:
     if slot[1] == "arguments":
         return "tool-call argument"
@@ -127,6 +151,7 @@ def _shorten(
     *,
     pinned: bool,
 ) -> tuple[list[Unit], int]:
+    stuck: set[tuple[int, Slot]] = set()  # arguments that cannot get shorter
     for _ in range(64):
         if used <= limit:
             break
@@ -140,6 +165,8 @@ def _shorten(
                 if m.get("role") == "system":
                     continue
                 for size, slot in _slots(m, mi):
+                    if (ui, slot) in stuck:
+                        continue
                     if size > _MIN_SIZE and (best is None or size > best[0]):
                         best = (size, ui, slot)
         if best is None:
@@ -162,7 +189,14 @@ def _shorten(
                 chars=size - keep,
                 reason="archive write failed and the request would not fit otherwise",
             )
-        msgs[slot[0]] = _set(m, slot, _cut(text, keep, _what(m, slot), ref))
+        if slot[1] == "arguments":
+            new = _cut_arguments(text, keep, ref)
+            if len(new) >= size:  # the marker costs more than the cut saves
+                stuck.add((ui, slot))
+                continue
+        else:
+            new = _cut(text, keep, _what(m, slot), ref)
+        msgs[slot[0]] = _set(m, slot, new)
         units[ui] = units[ui].replace(messages=msgs)
         used = count(units)
     return units, used

@@ -129,6 +129,11 @@ class PostgresStateStore(SqlStateStore["psycopg.Connection[Any]"]):
             raise StateStoreError(
                 self._scrub(f"cannot connect to the state database {self.where}: {_reason(exc)}")
             ) from None
+        except (OSError, ValueError) as exc:  # a host name the resolver refuses (idna)
+            raise StateStoreError(
+                f"cannot connect to the state database {self.where}: the host could not be "
+                f"resolved ({type(exc).__name__})"
+            ) from None
         try:
             ms = int(self.options.statement_timeout_s * 1000)
             conn.execute(f"SET statement_timeout = {ms}")
