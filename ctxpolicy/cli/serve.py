@@ -64,7 +64,8 @@ _EXTRA = (
     default=False,
     show_default=True,
     help="Offer ctx_recall/ctx_search to the model and answer those calls inside the "
-    "gateway (non-streaming requests).",
+    "gateway, streamed or not (a streamed answer reaches the client once it is not a "
+    "recall-only call).",
 )
 @click.option(
     "--recall-rounds",

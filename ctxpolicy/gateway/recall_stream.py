@@ -36,7 +36,8 @@ class RecallProbe:
         self.api = api
         self.decided = False
         self.held = bytearray()
-        self._pending = b""
+        self._pending = bytearray()
+        self._scanned = 0
         self._calls: dict[int, dict[str, Any]] = {}  # index -> {id, name, args}
         self._head: dict[str, Any] = {}  # chat: id/model; anthropic: message_start.message
         self._text: list[str] = []
@@ -51,13 +52,16 @@ class RecallProbe:
             return True
         self._pending += chunk
         pos = 0
-        for m in _END.finditer(self._pending):
-            event = self._pending[pos : m.end()]
+        # search only the new bytes (and 3 before them: a separator cut in two), so a
+        # long event arriving in small chunks costs linear time
+        for m in _END.finditer(self._pending, max(0, self._scanned - 3)):
+            event = bytes(self._pending[pos : m.end()])
             pos = m.end()
             if self._event(event):
                 self.decided = True
                 return True
-        self._pending = self._pending[pos:]
+        del self._pending[:pos]
+        self._scanned = len(self._pending)
         return False
 
     def answer(self) -> dict[str, Any] | None:
