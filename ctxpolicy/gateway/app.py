@@ -20,6 +20,7 @@ from collections.abc import AsyncIterator, Callable, Coroutine, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+import anyio
 import anyio.to_thread
 import httpx
 from starlette.applications import Starlette
@@ -280,7 +281,35 @@ class Gateway:
                     if release is not None:
                         release()
 
-        return StreamingResponse(body(), status_code=resp.status_code, headers=headers)
+        return _Relay(body(), resp, release, status_code=resp.status_code, headers=headers)
+
+
+class _Relay(StreamingResponse):
+    """A streamed answer that releases the conversation's lock however it ends: the body's
+    own cleanup may never run (a client gone before the first chunk) or be cut short by
+    the cancellation of a client disconnect."""
+
+    def __init__(
+        self,
+        content: AsyncIterator[bytes],
+        upstream: httpx.Response,
+        release: Callable[[], None] | None,
+        **kw: Any,
+    ) -> None:
+        super().__init__(content, **kw)
+        self._upstream = upstream
+        self._release = release
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            try:
+                with anyio.CancelScope(shield=True):
+                    await self._upstream.aclose()
+            finally:
+                if self._release is not None:
+                    self._release()
 
 
 def _volatile() -> bytes:

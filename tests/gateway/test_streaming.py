@@ -273,3 +273,30 @@ def test_recall_inside_the_gateway_with_openai_and_anthropic_streams(tmp_path: P
     assert all(r.body["stream"] is True for r in (first, second, third, fourth))
     assert second.body["messages"][-1]["role"] == "tool"  # answered inside the gateway
     assert fourth.body["messages"][-1]["content"][0]["type"] == "tool_result"
+
+
+def test_a_client_gone_mid_stream_releases_its_conversation(tmp_path: Path) -> None:
+    """The next call of the conversation is served, not left waiting on its lock."""
+    import httpx
+
+    up = StreamingUpstream()
+    body = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "stream": True}
+    with run_asgi(up.app()) as upstream:
+        cfg = GatewayConfig(
+            policies={"a": make_policy(tmp_path)},
+            upstream=upstream.url,
+            default_agent="a",
+            secret=b"s",
+        )
+        with run_gateway(cfg) as gw:
+            with (
+                httpx.Client(timeout=10) as c,
+                c.stream("POST", gw.url + "/v1/chat/completions", json=body) as r,
+            ):
+                assert b"Hel" in next(r.iter_raw())
+            # the client hung up while the upstream still holds the rest
+            up.release.set()
+            with httpx.Client(timeout=10) as c:
+                r = c.post(gw.url + "/v1/chat/completions", json=body)
+                assert r.status_code == 200 and b"lo" in r.content
+            assert len(gw.gateway.pool._sessions) == 1
