@@ -10,7 +10,12 @@ import sys
 
 import click
 
-__all__ = ["serve"]
+__all__ = ["KEEP_ALIVE_S", "serve"]
+
+#: Seconds an idle client connection is kept open. Longer than the clients' own pool
+#: expiry (httpx and the OpenAI/Anthropic SDKs: 5 s), so a client never reuses a
+#: connection the gateway is closing at that moment (a lost request).
+KEEP_ALIVE_S = 75
 
 _EXTRA = (
     "ctxpolicy serve needs the gateway extra (starlette, uvicorn, httpx): "
@@ -59,7 +64,8 @@ _EXTRA = (
     default=False,
     show_default=True,
     help="Offer ctx_recall/ctx_search to the model and answer those calls inside the "
-    "gateway (non-streaming requests).",
+    "gateway, streamed or not (a streamed answer reaches the client once it is not a "
+    "recall-only call).",
 )
 @click.option(
     "--recall-rounds",
@@ -99,6 +105,15 @@ _EXTRA = (
     "from the state store).",
 )
 @click.option(
+    "--keep-alive",
+    default=KEEP_ALIVE_S,
+    show_default=True,
+    type=click.IntRange(1, 3600),
+    help="Seconds an idle client connection stays open. Keep it above the clients' own "
+    "keep-alive expiry (5 s in httpx and the OpenAI/Anthropic SDKs), else a request sent "
+    "on a connection the gateway is closing fails.",
+)
+@click.option(
     "--log-level",
     default="warning",
     show_default=True,
@@ -119,6 +134,7 @@ def serve(
     api_key_env: str | None,
     max_body_bytes: int,
     max_sessions: int,
+    keep_alive: int,
     log_level: str,
 ) -> None:
     """Run the policy-driven gateway: point any OpenAI- or Anthropic-compatible client's
@@ -184,4 +200,5 @@ def serve(
         workers=workers,
         log_level=log_level,
         access_log=False,
+        timeout_keep_alive=keep_alive,
     )

@@ -51,6 +51,15 @@ class SessionPool:
             lk = self._locks[key] = asyncio.Lock()
         return lk
 
+    def peek(self, agent: str, conv: str) -> Session | None:
+        """The open session of the conversation, or None (then :meth:`get` opens it)."""
+        key = (agent, conv)
+        with self._guard:
+            s = self._sessions.get(key)
+            if s is not None:
+                self._sessions.move_to_end(key)
+            return s
+
     def get(self, agent: str, conv: str) -> Session:
         """The open session of the conversation, or a new one resuming its stored state."""
         from ctxpolicy.engine import Session
