@@ -17,10 +17,11 @@ __all__ = ["KEEP_ALIVE_S", "serve"]
 #: connection the gateway is closing at that moment (a lost request).
 KEEP_ALIVE_S = 75
 
-_EXTRA = (
-    "ctxpolicy serve needs the gateway extra (starlette, uvicorn, httpx): "
-    "pip install 'ctxpolicy[gateway]' (from a clone: pip install -e '.[gateway]')"
-)
+
+def _extra() -> str:
+    from ctxpolicy._install import extra_hint
+
+    return f"ctxpolicy serve needs the gateway extra (starlette, uvicorn, httpx): {extra_hint('gateway')}"
 
 
 @click.command("serve")
@@ -114,6 +115,15 @@ _EXTRA = (
     "on a connection the gateway is closing fails.",
 )
 @click.option(
+    "--record",
+    "record",
+    default=None,
+    type=click.Path(file_okay=False, writable=True),
+    help="Record every conversation as a trace `ctxpolicy simulate` and `tune` replay: "
+    "DIR gets one <conversation>.jsonl per conversation (append-only, 0600), the messages "
+    "as the client sent them, tool results raw. Created if missing.",
+)
+@click.option(
     "--log-level",
     default="warning",
     show_default=True,
@@ -135,6 +145,7 @@ def serve(
     max_body_bytes: int,
     max_sessions: int,
     keep_alive: int,
+    record: str | None,
     log_level: str,
 ) -> None:
     """Run the policy-driven gateway: point any OpenAI- or Anthropic-compatible client's
@@ -146,7 +157,7 @@ def serve(
     """
     for mod in ("starlette", "uvicorn", "httpx"):
         if importlib.util.find_spec(mod) is None:
-            click.echo(f"ctxpolicy serve: {_EXTRA}", err=True)
+            click.echo(f"ctxpolicy serve: {_extra()}", err=True)
             sys.exit(2)
     for url in (upstream, anthropic_upstream):
         if url is not None and not url.startswith(("http://", "https://")):
@@ -170,6 +181,14 @@ def serve(
             f"unknown agent {agent!r}; agents: {', '.join(sorted(policies))}",
             param_hint="--agent",
         )
+    if record:
+        try:
+            os.makedirs(record, mode=0o700, exist_ok=True)
+        except OSError as exc:
+            raise click.BadParameter(
+                f"cannot create the directory {record!r}: {exc.strerror or exc}",
+                param_hint="--record",
+            ) from None
     os.environ.setdefault("CTXPOLICY_GATEWAY_SECRET", secrets.token_hex(32))
     os.environ["CTXPOLICY_GATEWAY_CONFIG"] = json.dumps(
         {
@@ -183,6 +202,7 @@ def serve(
             "api_key_env": api_key_env,
             "max_body_bytes": max_body_bytes,
             "max_sessions": max_sessions,
+            "record": os.path.abspath(record) if record else None,
         }
     )
     import uvicorn

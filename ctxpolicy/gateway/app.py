@@ -75,6 +75,8 @@ class GatewayConfig:
     api_key: str | None = field(default=None, repr=False)  # server-side credential
     max_body_bytes: int = 32 * 1024 * 1024
     max_sessions: int = 4096
+    #: a directory: each conversation's requests recorded as a trace (``record=``)
+    record: str | None = None
     timeout: float = 600.0
     secret: bytes = field(default=b"", repr=False)
 
@@ -109,7 +111,9 @@ class Gateway:
         self.config = config
         self.secret = config.secret or os.environ.get(SECRET_ENV, "").encode() or _volatile()
         self.metrics = Metrics()
-        self.pool = SessionPool(config.policies, max_sessions=config.max_sessions)
+        self.pool = SessionPool(
+            config.policies, max_sessions=config.max_sessions, record=config.record
+        )
         self.client: httpx.AsyncClient | None = None
         self.upstream = _origin(config.upstream)
         self.anthropic_upstream = _origin(config.anthropic_upstream or config.upstream)
