@@ -1,7 +1,8 @@
 """What the engine keeps of what it shortens or drops: snapshots and the history archive.
 
 * :func:`ensure_snapshots` — a long tool result that entered through ``messages``
-  (not ``add_tool_result``) is snapshotted before a layer may shorten it;
+  (not ``add_tool_result``) is snapshotted before a layer may shorten it, under the
+  next step of the persisted step counter (so its name is the same after a restart);
 * :func:`archive_units` — every message a layer drops is appended verbatim to the
   conversation's history archive (:class:`ctxpolicy.snapshots.archive.HistoryArchive`), whose
   reference the ledger shows;
@@ -45,13 +46,17 @@ def ensure_snapshots(ctx: EngineContext, view: Sequence[Unit]) -> None:
             text = content_text(m.get("content"))
             if not cid or cid in st.refs or len(text) <= SNAPSHOT_MIN_CHARS:
                 continue
+            # each snapshot takes the next step of the persisted counter: its name
+            # (step_<NNN>_<tool>) is a function of the stored state, the same after a
+            # restart, and a call redone after a crash writes the same document there
+            step = st.step + 1
             try:
                 ref = ctx.snapshots.write(
                     ctx.conv_id,
-                    st.step,
+                    step,
                     names.get(cid, "tool"),
                     {
-                        "step": st.step,
+                        "step": step,
                         "action": names.get(cid, "tool"),
                         "phase": "context",
                         "observation": text,
@@ -63,6 +68,8 @@ def ensure_snapshots(ctx: EngineContext, view: Sequence[Unit]) -> None:
             except Exception as exc:
                 ctx.emit("snapshot.failed", error=f"{type(exc).__name__}: {exc}"[:300])
                 return
+            st.step = step
+            st.touch("meta")
             st.add_ref(cid, ref.uri)
 
 

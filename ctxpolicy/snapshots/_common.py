@@ -32,20 +32,35 @@ def is_log_name(name: str) -> bool:
 PROBES = 1
 
 
+#: Most a document's size may differ from another's and still be the same document
+#: but for its write time (``timestamp``).
+SAME_SIZE_SLACK = 64
+
+
 def same_document(existing: str, tmp: str) -> bool:
     """Whether two snapshot files hold the same document but for its write time."""
     try:
-        if abs(os.stat(existing).st_size - os.stat(tmp).st_size) > 64:
+        if abs(os.stat(existing).st_size - os.stat(tmp).st_size) > SAME_SIZE_SLACK:
             return False
-        a = json.loads(Path(existing).read_bytes())
-        b = json.loads(Path(tmp).read_bytes())
-    except (OSError, ValueError):
+        return same_document_data(Path(existing).read_bytes(), Path(tmp).read_bytes())
+    except OSError:
+        return False
+
+
+def same_document_data(existing: bytes, new: bytes) -> bool:
+    """:func:`same_document` for two documents' bytes (any store)."""
+    if abs(len(existing) - len(new)) > SAME_SIZE_SLACK:
+        return False
+    try:
+        a = json.loads(existing)
+        b = json.loads(new)
+    except ValueError:
         return False
     if not (isinstance(a, dict) and isinstance(b, dict)):
         return False
     a.pop("timestamp", None)
     b.pop("timestamp", None)
-    return a == b
+    return bool(a == b)
 
 
 class Names:
