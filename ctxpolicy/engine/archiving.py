@@ -5,7 +5,9 @@
   next step of the persisted step counter (so its name is the same after a restart);
 * :func:`archive_units` — every message a layer drops is appended verbatim to the
   conversation's history archive (:class:`ctxpolicy.snapshots.archive.HistoryArchive`), whose
-  reference the ledger shows;
+  reference the ledger shows; the archive's length is kept in the state, so a call
+  redone after a crash reuses its first attempt's uncommitted append (same
+  ``history#n`` numbers) instead of appending the messages twice;
 * :func:`ref_for_message` — the reference of one message's verbatim original
   (archived now when it has none), for :mod:`ctxpolicy.engine.refs` and the squeeze.
 
@@ -28,6 +30,8 @@ __all__ = ["archive_messages", "archive_units", "ensure_snapshots", "ref_for_mes
 
 #: Tool results longer than this are snapshotted before a layer may shorten them.
 SNAPSHOT_MIN_CHARS = 400
+#: Engine memory entry: the history archive's message count as of this state.
+ARCHIVE_MEMORY = "~history"
 
 
 def ensure_snapshots(ctx: EngineContext, view: Sequence[Unit]) -> None:
@@ -113,13 +117,27 @@ def archive_messages(
             ctx.conv_id,
             max_bytes=ctx.policy.snapshots.max_snapshot_bytes,
         )
+    history, st = ctx.derived.history, ctx.state
+    # how many messages the archive held when this state was committed: messages past
+    # that were appended by an attempt that never committed (killed, or redone after a
+    # lost race); when they are the very messages archived now they are reused, so
+    # the numbering (history#n) is the one an uninterrupted run gives
+    mem = st.memory.get(ARCHIVE_MEMORY)
+    count = mem.get("count") if isinstance(mem, Mapping) else None
+    expected = count if isinstance(count, int) and not isinstance(count, bool) else 0
     try:
-        ref = ctx.derived.history.append(msgs, step=ctx.state.step)
+        if len(history) > expected >= 0 and history.holds(expected + 1, msgs, step=st.step):
+            ref = history.ref
+        else:
+            ref = history.append(msgs, step=st.step)
     except Exception as exc:
         emit("snapshot.failed", error=f"{type(exc).__name__}: {exc}"[:300], action="history")
         return None
-    for t in ctx.derived.history.last_truncated:
+    for t in history.last_truncated:
         emit("snapshot.too_large", action="history", **t)
+    if history.last_range is not None:
+        st.memory[ARCHIVE_MEMORY] = {"count": history.last_range[1]}
+        st.touch("memory")
     return str(ref)
 
 
