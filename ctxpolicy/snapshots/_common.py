@@ -66,7 +66,13 @@ def same_document_data(existing: bytes, new: bytes) -> bool:
 class Names:
     """O(1) snapshot names: a per-(folder, base) counter, and after a collision with
     a name this process did not write, a time-based suffix (microseconds since the
-    epoch, larger than any counter) so the next attempt is free in practice."""
+    epoch, larger than any counter) so the next attempt is free in practice.
+
+    A name the engine derives from the persisted state is unique per conversation,
+    so the counter is 1 in every process and the name is the same after a restart.
+    A call redone in the same process (after a lost state race) writes its document
+    again under the same base: the store first checks the name it took last for that
+    base (:meth:`first` − 1) and reuses it when it holds the same document."""
 
     def __init__(self) -> None:
         self._next: dict[tuple[str, str], int] = {}
@@ -83,7 +89,8 @@ class Names:
         with self._lock:
             if len(self._next) >= MAX_NEXT:
                 self._next.clear()
-            self._next[(folder, base)] = n + 1
+            key = (folder, base)
+            self._next[key] = max(self._next.get(key, 1), n + 1)
 
     @staticmethod
     def name(base: str, n: int) -> str:

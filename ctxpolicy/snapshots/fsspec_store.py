@@ -121,6 +121,10 @@ class FsspecStore(SnapshotStore):
         try:
             with self._lock:
                 n = self._names.first(folder, base)
+                if n > 1:  # a redo in this process: its first attempt's name if the same
+                    name = Names.name(base, n - 1)
+                    if self._same(f"{d}/{name}.json", data):
+                        return self.ref_for(folder, name)
                 probes = 0
                 for _ in range(16):
                     name = Names.name(base, n)
