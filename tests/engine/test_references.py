@@ -9,15 +9,21 @@ prepared list is byte-identical and no path of either machine is in it; design A
 from __future__ import annotations
 
 import json
+import tempfile
 from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from ctxpolicy import Session, load_policy
+from ctxpolicy.components import ToolCall
+from ctxpolicy.engine.tool_results import ToolResultProcessor, format_reference, parse_reference
 from ctxpolicy.policy.models import Policy
 from ctxpolicy.sim.importers import load_trace
 from ctxpolicy.sim.replay import with_snapshots, with_window
+from ctxpolicy.snapshots import LocalStore
 from tests.shared_data import TRACES, require
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -66,3 +72,41 @@ def test_the_path_form_is_machine_specific(tmp_path: Path) -> None:
     assert str(tmp_path / "home-a") not in "".join(b)
     differ = sum(x != y for x, y in zip(a, b, strict=True))
     assert differ > len(a) // 2, differ
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    conv=st.text(min_size=0, max_size=40),
+    tool=st.text(min_size=0, max_size=60),
+    step=st.integers(min_value=0, max_value=10**6),
+)
+def test_the_reference_line_is_the_same_for_any_root(conv: str, tool: str, step: int) -> None:
+    """Any conversation id and tool name: the line two stores with different roots
+    write is the same, names no root, and parses back to the URI."""
+    policy = Policy.model_validate(
+        {
+            "agent": "a",
+            "model": {"context_window": 32000},
+            "budget": {},
+            "thresholds": {},
+            "pipeline": [],
+            "on_overflow": {"layer": "emergency"},
+            "tools": {},
+            "snapshots": {"reference": "always"},
+            "pinned": {},
+            "ledger": {},
+            "constraints": [],
+            "cache": {},
+        }
+    )
+    lines = []
+    with tempfile.TemporaryDirectory() as one, tempfile.TemporaryDirectory() as two:
+        for root in (one, two):
+            proc = ToolResultProcessor(policy, store=LocalStore(root=root))
+            out = proc.process(ToolCall(tool, {}), "output", conv_id=conv, step=step)
+            assert out.ref is not None
+            line = out.text.rsplit("\n", 1)[1]
+            assert root not in line and line == format_reference(out.ref)
+            assert parse_reference(out.text) == [out.ref.uri]
+            lines.append(line)
+    assert lines[0] == lines[1]
