@@ -6,6 +6,9 @@ import json
 from pathlib import Path
 from typing import Any
 
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from ctxpolicy import Session, load_policy
 from ctxpolicy.conversation import check_messages
 from tests.shared_data import TRACES, require
@@ -262,3 +265,26 @@ def test_predicted_calls_follow_the_learned_growth() -> None:
     assert predicted_calls(b, pol, b.target + 1, 100) == min(
         MAX_PREDICTED_CALLS, -(-(b.trigger - b.target) // 100)
     )
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    freed=st.integers(0, 10**6),
+    more=st.integers(0, 10**6),
+    old_suffix=st.integers(0, 10**6),
+    calls=st.integers(1, 50),
+    read=st.floats(0, 2),
+    premium=st.floats(0, 2),
+)
+def test_a_rewrite_that_pays_pays_more_when_it_frees_more_or_lasts_longer(
+    freed: int, more: int, old_suffix: int, calls: int, read: float, premium: float
+) -> None:
+    from ctxpolicy.engine.economics import MAX_PREDICTED_CALLS, CachePrices, Rewrite
+
+    prices = CachePrices("p", read=read, write=read + premium)
+    r = Rewrite(freed, old_suffix, calls, prices)
+    if r.pays:
+        assert Rewrite(freed + more, old_suffix, calls, prices).pays
+        assert Rewrite(freed, old_suffix, min(MAX_PREDICTED_CALLS, calls + 1), prices).pays
+    # no write premium over the read price: every rewrite pays
+    assert Rewrite(freed, old_suffix, calls, CachePrices("q", read=read, write=read)).pays
