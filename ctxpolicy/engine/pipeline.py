@@ -167,11 +167,15 @@ def _weigher(
     growth = ctx.state.growth
     per_call = growth.typical() if growth is not None else budget.tool_growth
 
+    # a taken compaction updates the ledger (what it dropped, the facts it shortened
+    # away), which sits right after the pinned head: the rewrite starts there at the latest
+    ledger_at = _ledger_index(start) if ctx.ledger is not None else len(start)
+
     def weigh(view: Sequence[Unit], used: int) -> Rewrite:
         if not isinstance(prev, int) or prev <= 0:
             old_suffix = 0  # no request was sent before: nothing cached to lose
         else:
-            i = first_changed(start, view)
+            i = min(first_changed(start, view), ledger_at)
             suffix = start_used - sum(count_unit(u) for u in start[:i])
             appended = max(0, start_used - prev)  # written either way
             old_suffix = max(0, suffix - appended)
@@ -179,6 +183,15 @@ def _weigher(
         return Rewrite(start_used - used, old_suffix, calls, prices)
 
     return weigh
+
+
+def _ledger_index(view: Sequence[Unit]) -> int:
+    """Index of the ledger unit of ``view``, or where a first one goes (after the
+    leading pinned units: the system prompt and the task)."""
+    for i, u in enumerate(view):
+        if u.kind == "ledger" or not u.pinned:
+            return i
+    return len(view)
 
 
 def _take_all(
