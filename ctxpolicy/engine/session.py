@@ -500,7 +500,14 @@ class Session:
             # a pass can grow the ledger (facts of what it dropped) back above the
             # target: the eligible layers then run again over the new ledger
             view, used, by = run_pipeline(
-                ctx, view, used, budget, count, forced=forced, entry=entry_used
+                ctx,
+                view,
+                used,
+                budget,
+                count,
+                forced=forced,
+                entry=entry_used,
+                cache_lost=compact_layer is not None,
             )
             if by is None:
                 break
