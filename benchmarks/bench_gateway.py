@@ -14,7 +14,7 @@ paths, so direct and gateway calls are measured the same way). Scenarios:
 
     python benchmarks/bench_gateway.py [--quick] [--upstream-ms 100]
 
-Writes benchmarks/results/bench_gateway.md.
+Writes benchmarks/results/bench_gateway.{json,md}.
 """
 
 from __future__ import annotations
@@ -34,6 +34,8 @@ from typing import Any
 import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from benchmarks._common import header_markdown, machine, write_results
 
 CONVERSATIONS = 50
 BODY = {
@@ -185,6 +187,7 @@ def main() -> None:
     seq_calls = 200 if args.quick else 400
     conc_calls = 8 if args.quick else 40
     rows: list[str] = []
+    results: dict[str, Any] = {}
     with tempfile.TemporaryDirectory() as tmp:
         for delay, scenarios in (
             (0.0, ("sequential", "stream", "concurrent")),
@@ -209,15 +212,18 @@ def main() -> None:
                         name = f"{CONVERSATIONS} concurrent conversations, upstream " + (
                             f"{args.upstream_ms:g} ms" if delay else "0 ms (saturation)"
                         )
-                    line, _ = _row(name, d, t, cpu)
+                    line, results[name] = _row(name, d, t, cpu)
                     rows.append(line)
                     print(line, flush=True)
             finally:
                 for p in procs:
                     p.terminate()
                     p.join(10)
+    info = machine(["ctxpolicy", "uvicorn", "httpx"])
     lines = [
-        "# bench_gateway: overhead per non-compacting call (loopback)",
+        "## bench_gateway: overhead per non-compacting call (loopback)",
+        "",
+        header_markdown(info),
         "",
         "Gateway and scripted upstream in their own processes; direct and gateway calls "
         "interleaved per conversation, one pooled httpx client. ms; overhead = gateway − "
@@ -226,13 +232,16 @@ def main() -> None:
         "",
         "| scenario | calls | direct p50 | gateway p50 | overhead p50 | direct p99 | "
         "gateway p99 | overhead p99 | gateway/direct p50 | gateway CPU per call |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
         *rows,
         "",
-        f"Machine: {os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f} at the end.",
+        "Reproduce: `.venv/bin/python benchmarks/bench_gateway.py` (`--quick`: "
+        f"{seq_calls} sequential calls, {conc_calls} per concurrent conversation).",
     ]
     text = "\n".join(lines) + "\n"
-    (Path(__file__).resolve().parent / "results" / "bench_gateway.md").write_text(text)
+    data = {"machine": info, "quick": args.quick, "upstream_ms": args.upstream_ms}
+    data["scenarios"] = results
+    write_results("bench_gateway", data, text)
     print(text)
 
 
