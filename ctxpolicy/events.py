@@ -123,7 +123,7 @@ def redact_text(text: str) -> str:
     ``NAME=value`` settings of secret-looking names replaced by ``[REDACTED:…]``."""
     global _redactor
     if _redactor is None:
-        from ctxpolicy.preprocessors.redact import BUILTIN_PATTERNS, Redactor
+        from ctxpolicy.conversation.redact import BUILTIN_PATTERNS, Redactor
 
         _redactor = Redactor({**BUILTIN_PATTERNS, "secret_setting": _SECRET_ASSIGN})
     return str(_redactor.redact(text)[0])
