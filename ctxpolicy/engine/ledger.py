@@ -24,17 +24,9 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from ctxpolicy.conversation import Unit, content_text
+from ctxpolicy.conversation.cut import approx_tokens, describe_call, first_meaningful_line, short
 from ctxpolicy.conversation.facts import error_lines, extract, is_path
-from ctxpolicy.layers._util import (
-    REF_LINE,
-    REF_MARK,
-    approx_tokens,
-    describe_call,
-    first_meaningful_line,
-    meta_ref_for,
-    short,
-    unit_refs,
-)
+from ctxpolicy.conversation.refs import REF_LINE, REF_MARK, meta_ref_for, unit_refs
 
 HEADER = "[Progress ledger: facts from compacted history — full details in snapshots]"
 _LISTS = ("done", "files", "ids", "errors")

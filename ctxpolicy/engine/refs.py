@@ -15,8 +15,8 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from ctxpolicy.conversation import Message, Unit, content_text
+from ctxpolicy.conversation.messages import with_text
 from ctxpolicy.engine.archiving import ref_for_message
-from ctxpolicy.layers._util import with_text
 
 if TYPE_CHECKING:
     from ctxpolicy.engine.context import EngineContext
