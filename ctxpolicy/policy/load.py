@@ -12,7 +12,8 @@ read by :mod:`ctxpolicy.policy.load_toml`; the bytes (regular files only) by
 Limits (each a diagnostic): :data:`MAX_BYTES`, :data:`MAX_DEPTH`,
 :data:`MAX_NODES` (alias expansions included), 64-bit integers.
 
-Public surface: :class:`SourceMap`, :class:`LoadedDocument`, :func:`load_document`.
+Public surface: :class:`LoadedDocument`, :func:`load_document` (:class:`SourceMap` and the
+number checks both readers share live in :mod:`ctxpolicy.policy.source`).
 """
 
 from __future__ import annotations
@@ -29,52 +30,38 @@ from typing import Any, Literal
 from ctxpolicy.policy.diagnostics import Diagnostic, make
 from ctxpolicy.policy.readfile import MAX_BYTES, decode, read_regular, too_large
 from ctxpolicy.policy.readfile import Abort as _Abort
+from ctxpolicy.policy.source import (  # shared by both readers; re-exported for one release
+    INT_MAX,
+    MAX_DEPTH,
+    ODD_HINT,
+    OddNumber,
+    PathT,
+    Pos,
+    SourceMap,
+    odd_message,
+    odd_number,
+)
 
 __all__ = [
+    "INT_MAX",
     "MAX_BYTES",
     "MAX_DEPTH",
     "MAX_NODES",
+    "ODD_HINT",
     "LoadedDocument",
+    "OddNumber",
+    "PathT",
+    "Pos",
     "SourceMap",
     "load_document",
+    "odd_message",
+    "odd_number",
 ]
 
-MAX_DEPTH = 64
 MAX_NODES = 5_000
 
 #: Read YAML with libyaml's C parser first when PyYAML has it (see _load_yaml_fast).
 FAST_YAML = True
-
-PathT = tuple[str | int, ...]
-Pos = tuple[int, int]
-
-
-@dataclass
-class SourceMap:
-    """1-based positions of keys and values of a loaded document, by data path."""
-
-    keys: dict[PathT, Pos] = field(default_factory=dict)
-    values: dict[PathT, Pos] = field(default_factory=dict)
-
-    def position(self, path: tuple[str | int, ...] | list[str | int]) -> tuple[int, int]:
-        """Where the entry at ``path`` starts: its key for mapping entries, the item for
-        list items. Unknown paths give the nearest known ancestor; ``(1, 1)`` last."""
-        p = tuple(path)
-        while True:
-            if p in self.keys:
-                return self.keys[p]
-            if p in self.values:
-                return self.values[p]
-            if not p:
-                return (1, 1)
-            p = p[:-1]
-
-    def value_position(self, path: tuple[str | int, ...] | list[str | int]) -> tuple[int, int]:
-        """Where the value at ``path`` starts (falls back like :meth:`position`)."""
-        p = tuple(path)
-        if p in self.values:
-            return self.values[p]
-        return self.position(p)
 
 
 @dataclass
@@ -101,22 +88,6 @@ _INF_RE = re.compile(r"^[-+]?\.(?:inf|Inf|INF)$")
 _NAN_RE = re.compile(r"^\.(?:nan|NaN|NAN)$")
 
 
-#: Integers are 64-bit signed (as in TOML); no policy number comes near.
-INT_MAX = 2**63 - 1
-
-
-@dataclass(frozen=True)
-class OddNumber:
-    """A number no field can take: an integer beyond 64 bits, infinity or NaN.
-
-    The loaders report it (CTX103 at its line:col) and leave the key out, so it is
-    one ordinary diagnostic, never an exception or a 5,000-digit message.
-    """
-
-    text: str
-    problem: str
-
-
 def _int_literal(value: str, digits: str, base: int) -> int | OddNumber:
     # the length test comes first: int() of thousands of digits is refused by CPython
     # (and quadratic); nothing near 20 decimal digits is a policy value
@@ -126,18 +97,6 @@ def _int_literal(value: str, digits: str, base: int) -> int | OddNumber:
     if abs(number) > INT_MAX:
         return OddNumber(value, f"{value} is out of range (integers are 64-bit)")
     return number
-
-
-def odd_number(value: Any) -> OddNumber | None:
-    """An :class:`OddNumber` for a parsed value out of range (TOML), else None."""
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, int) and abs(value) > INT_MAX:
-        digits = len(str(abs(value)))
-        return OddNumber(str(digits), f"an integer of {digits} digits is out of range")
-    if isinstance(value, float) and (value != value or value in (float("inf"), float("-inf"))):
-        return OddNumber(repr(value), f"{value!r} is not a finite number")
-    return None
 
 
 def _plain_scalar(value: str) -> Any:
@@ -530,15 +489,6 @@ def _load_yaml(name: str, text: str) -> tuple[Any, SourceMap, list[Diagnostic], 
         diag = make(name, pos, code, f"invalid YAML: {msg}")
         return None, builder.smap, [*builder.diags, diag], set()
     return builder.root, builder.smap, builder.diags, builder.dropped
-
-
-ODD_HINT = "use a number in the field's range (see docs/policy-reference.md)"
-
-
-def odd_message(path: PathT, odd: OddNumber) -> str:
-    from ctxpolicy.policy.diagnostics import dotted
-
-    return f"{dotted(path)}: {odd.problem}"
 
 
 # --------------------------------------------------------------------------- public
