@@ -140,28 +140,12 @@ class Registry:
         return sorted(self.components[kind])
 
     @property
-    def layers(self) -> dict[str, type[Component]]:
-        return self.components["layer"]
-
-    @property
-    def preprocessors(self) -> dict[str, type[Component]]:
-        return self.components["preprocessor"]
-
-    @property
     def summarizers(self) -> dict[str, type[Component]]:
         return self.components["summarizer"]
 
     @property
     def tokenizers(self) -> dict[str, type[Component]]:
         return self.components["tokenizer"]
-
-    @property
-    def snapshot_stores(self) -> dict[str, type[Component]]:
-        return self.components["snapshot_store"]
-
-    @property
-    def state_stores(self) -> dict[str, type[Component]]:
-        return self.components["state_store"]
 
     def plugin_of(self, kind: Kind, name: str) -> str | None:
         return self.provider.get((kind, name))

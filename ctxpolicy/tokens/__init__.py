@@ -125,12 +125,6 @@ def resolve_tokenizer(model: ModelSpec, model_name: str | None = None) -> Tokeni
     return get_counter(model, model_name).resolution
 
 
-def reset_counters() -> None:
-    """Forget shared counters (tests; after installing an encoding)."""
-    with _counters_lock:
-        _counters.clear()
-
-
 @hookimpl
 def ctxpolicy_register_tokenizers(register: Callable[[type[Tokenizer]], None]) -> None:
     register(TiktokenTokenizer)
