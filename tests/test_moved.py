@@ -114,3 +114,9 @@ def test_moved_names_are_the_host_objects(old: str) -> None:
     old_mod, new_mod = importlib.import_module(old.strip()), importlib.import_module(new)
     for name in names:
         assert getattr(old_mod, name) is getattr(new_mod, name), name
+
+
+def test_renamed_names_keep_their_old_name_for_one_release() -> None:
+    from ctxpolicy.engine import ledger
+
+    assert ledger.Ledger is ledger.ProgressLedger
