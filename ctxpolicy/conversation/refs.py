@@ -15,7 +15,7 @@ from typing import Any
 from ctxpolicy.conversation.messages import content_text
 from ctxpolicy.conversation.units import Unit
 
-__all__ = ["REF_LINE", "REF_MARK", "meta_ref_for", "split_refs", "unit_refs"]
+__all__ = ["REF_LINE", "REF_MARK", "meta_ref_for", "ref_line", "split_refs", "unit_refs"]
 
 #: How every reference line starts (a substring test before any regex pass).
 REF_MARK = "[Full detail available at: "
@@ -24,6 +24,11 @@ REF_LINE = re.compile(
     r"^\[Full detail available at: (?P<path>.+?)(?: \((?P<uri>ctxsnap://[^)\s]+)\))?\]\s*$",
     re.MULTILINE,
 )
+
+
+def ref_line(ref: str) -> str:
+    """The reference line naming ``ref`` (a ``ctxsnap://`` URI or a path)."""
+    return f"{REF_MARK}{ref}]"
 
 
 def split_refs(text: str) -> tuple[str, list[str]]:
