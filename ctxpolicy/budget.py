@@ -32,7 +32,6 @@ __all__ = [
     "ToolGrowthEstimator",
     "compute_budget",
     "effective_window",
-    "explain_lines",
     "quantile",
 ]
 
@@ -307,65 +306,3 @@ class ToolGrowthEstimator:
             f"learned: q{self.q:g} of the last {self.n} tool results (and of a pending "
             f"tool's own), initial {self.initial}, clamped to [{self.min}, {self.max}]"
         )
-
-
-# --------------------------------------------------------------------------- explain
-
-
-def explain_lines(policy: Policy) -> list[str]:
-    """The budget arithmetic, line by line (``ctxpolicy explain``)."""
-    window = effective_window(policy)
-    b = policy.budget
-    lines: list[str] = []
-    parts = [f"model.context_window={policy.model.context_window}"]
-    if b.window is not None:
-        parts.insert(0, f"budget.window={b.window}")
-        lines.append(f"window         = min({', '.join(parts)}) = {window}")
-    else:
-        lines.append(f"window         = {parts[0]} = {window}")
-    reserve, src = _reserve(policy, window)
-    lines.append(f"reserve_output = {reserve}  ({src})")
-    est = ToolGrowthEstimator(policy)
-    growth = est.initial
-    if isinstance(b.tool_growth, str):
-        lines.append(f"tool_growth    = {b.tool_growth} of {window} = {growth}")
-    else:
-        lines.append(f"tool_growth    = {growth}  ({est.describe()})")
-    margin = resolve_amount(b.safety_margin, window)
-    sm = (
-        f"{b.safety_margin} of {window} = {margin}"
-        if isinstance(b.safety_margin, str)
-        else str(margin)
-    )
-    lines.append(f"safety_margin  = {sm}")
-    try:
-        bs = compute_budget(policy)
-    except ValueError as exc:
-        lines.append(f"trigger        = {window} − {reserve} − {growth} − {margin} ≤ 0: {exc}")
-        return lines
-    lines.append(
-        f"trigger        = {bs.window} − {bs.reserve_output} − {bs.tool_growth} − "
-        f"{bs.safety_margin} = {bs.trigger}  (the `budget` of context.status)"
-    )
-    if isinstance(b.target, float):
-        lines.append(f"target         = {b.target:g} × {bs.trigger} = {bs.target}")
-    else:
-        lines.append(f"target         = {bs.target} tokens")
-    lines.append(
-        f"min_gain       = {bs.min_gain}  (a prefix rewrite frees at least this, "
-        "unless the context is critical)"
-    )
-    th = bs.thresholds
-    lines.append(
-        "states (ratio = used / trigger): "
-        f"normal < {th.warning:.2f} ({bs.warning_tokens}) ≤ warning < "
-        f"{th.error:.2f} ({bs.error_tokens}) ≤ error < "
-        f"{th.critical:.2f} ({bs.critical_tokens}) ≤ critical < "
-        f"1.00 ({bs.trigger}) ≤ overflow"
-    )
-    if est.learned:
-        lines.append(
-            f"tool_growth is re-estimated after each tool result; the trigger moves between "
-            f"{max(1, window - reserve - est.max - margin)} and {window - reserve - est.min - margin}"
-        )
-    return lines

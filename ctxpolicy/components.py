@@ -16,9 +16,12 @@ This module is light on purpose (no tiktoken, no engine): the validator imports 
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
+
+from pydantic import Field
 
 from ctxpolicy.policy.models import ComponentOptions, State, TuneRange
 
@@ -26,6 +29,8 @@ if TYPE_CHECKING:
     from ctxpolicy.conversation import Unit
 
 __all__ = [
+    "CallableOptions",
+    "CallableSummarizer",
     "CompactionContext",
     "Component",
     "ComponentOptions",
@@ -39,10 +44,14 @@ __all__ = [
     "StateStoreError",
     "StoredState",
     "Summarizer",
+    "SummaryFn",
     "SummaryRequest",
     "Tokenizer",
     "TokenizerUnavailable",
     "ToolCall",
+    "register_callable",
+    "registered_callables",
+    "unregister_callable",
 ]
 
 
@@ -195,6 +204,79 @@ class Summarizer(Component):
 
     def summarize(self, request: SummaryRequest) -> str:
         raise NotImplementedError
+
+
+# --------------------------------------------------------------- summaries written in code
+# The host adapts a plain function given in code (``Session(summarizer=fn)``) with
+# :class:`CallableSummarizer`; the ``callable`` plugin (:mod:`ctxpolicy.summarizers.callable`)
+# registers the same class so that a policy can name a function registered in code.
+
+SummaryFn = Callable[[SummaryRequest], str]
+
+_lock = threading.Lock()
+_functions: dict[str, SummaryFn] = {}
+
+
+def register_callable(name: str, fn: SummaryFn) -> None:
+    """Make ``fn`` available to policies as ``summarizer_options: {ref: <name>}``."""
+    if not callable(fn):
+        raise TypeError(f"{fn!r} is not callable")
+    with _lock:
+        _functions[name] = fn
+
+
+def unregister_callable(name: str) -> None:
+    with _lock:
+        _functions.pop(name, None)
+
+
+def registered_callables() -> list[str]:
+    with _lock:
+        return sorted(_functions)
+
+
+class CallableOptions(ComponentOptions):
+    """Options of the ``callable`` summarizer."""
+
+    ref: str | None = Field(
+        default=None,
+        pattern=r"^[A-Za-z_][\w.-]*$",
+        description="Name given to `ctxpolicy.summarizers.callable.register_callable` in code.",
+    )
+
+
+class CallableSummarizer(Summarizer):
+    name = "callable"
+    description = "Summary by a Python function registered in code (never an import path)."
+    Options = CallableOptions
+    options: CallableOptions
+
+    def __init__(
+        self, options: ComponentOptions | None = None, *, fn: SummaryFn | None = None
+    ) -> None:
+        super().__init__(options)
+        self._fn = fn
+
+    @classmethod
+    def from_function(cls, fn: SummaryFn) -> CallableSummarizer:
+        if not callable(fn):
+            raise TypeError(f"{fn!r} is not callable")
+        return cls(fn=fn)
+
+    def summarize(self, request: SummaryRequest) -> str:
+        fn = self._fn
+        if fn is None:
+            ref = self.options.ref
+            if ref is None:
+                raise LookupError("callable summarizer: no function given and no `ref` option")
+            with _lock:
+                fn = _functions.get(ref)
+            if fn is None:
+                raise LookupError(
+                    f"callable summarizer: no function registered as {ref!r} "
+                    f"(known: {', '.join(registered_callables()) or 'none'})"
+                )
+        return fn(request)
 
 
 # --------------------------------------------------------------------------- tokens

@@ -20,18 +20,13 @@ from pathlib import Path
 from types import TracebackType
 from typing import IO, Any
 
-from ctxpolicy.budget import BudgetState
-from ctxpolicy.policy.models import State
-
 __all__ = [
     "CONTENT_FIELDS",
     "STATUS_FIELDS",
     "TEXT_FIELDS",
     "JsonlEventSink",
     "export_event",
-    "fallback_event",
     "redact_text",
-    "status_event",
 ]
 
 #: Keys of a ``context.status`` event, in order (design A's first).
@@ -48,54 +43,6 @@ STATUS_FIELDS: tuple[str, ...] = (
     "tokenizer",
     "approximate",
 )
-
-
-def status_event(
-    *,
-    used: int,
-    budget: BudgetState,
-    tokenizer: str,
-    approximate: bool,
-    compact_layer: str | None = None,
-    state: State | str | None = None,
-    **extra: Any,
-) -> dict[str, Any]:
-    """A ``context.status`` event for a context of ``used`` tokens.
-
-    ``compact_layer`` is the last layer that ran in this ``prepare`` (None if none);
-    ``state`` defaults to ``budget.state_for(used)``. ``extra`` keys (e.g. ``conv_id``)
-    are appended after the standard ones and may not overwrite them.
-    """
-    st = State(state) if state is not None else budget.state_for(used)
-    event: dict[str, Any] = {
-        "type": "context.status",
-        "used": int(used),
-        "budget": budget.trigger,
-        "ratio": budget.ratio(used),
-        "state": st.value,
-        "compact_layer": compact_layer,
-        "window": budget.window,
-        "trigger": budget.trigger,
-        "target": budget.target,
-        "tokenizer": tokenizer,
-        "approximate": bool(approximate),
-    }
-    clash = set(extra) & set(event)
-    if clash:
-        raise ValueError(f"extra fields may not replace standard ones: {sorted(clash)}")
-    event.update(extra)
-    return event
-
-
-def fallback_event(wanted: str, using: str, reason: str, **extra: Any) -> dict[str, Any]:
-    """A ``tokenizer.fallback`` event (see :mod:`ctxpolicy.tokens`)."""
-    return {
-        "type": "tokenizer.fallback",
-        "wanted": wanted,
-        "using": using,
-        "reason": reason,
-        **extra,
-    }
 
 
 #: Fields that carry text of the conversation (facts of compacted messages). An
@@ -123,7 +70,7 @@ def redact_text(text: str) -> str:
     ``NAME=value`` settings of secret-looking names replaced by ``[REDACTED:…]``."""
     global _redactor
     if _redactor is None:
-        from ctxpolicy.preprocessors.redact import BUILTIN_PATTERNS, Redactor
+        from ctxpolicy.conversation.redact import BUILTIN_PATTERNS, Redactor
 
         _redactor = Redactor({**BUILTIN_PATTERNS, "secret_setting": _SECRET_ASSIGN})
     return str(_redactor.redact(text)[0])

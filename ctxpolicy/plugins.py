@@ -140,28 +140,12 @@ class Registry:
         return sorted(self.components[kind])
 
     @property
-    def layers(self) -> dict[str, type[Component]]:
-        return self.components["layer"]
-
-    @property
-    def preprocessors(self) -> dict[str, type[Component]]:
-        return self.components["preprocessor"]
-
-    @property
     def summarizers(self) -> dict[str, type[Component]]:
         return self.components["summarizer"]
 
     @property
     def tokenizers(self) -> dict[str, type[Component]]:
         return self.components["tokenizer"]
-
-    @property
-    def snapshot_stores(self) -> dict[str, type[Component]]:
-        return self.components["snapshot_store"]
-
-    @property
-    def state_stores(self) -> dict[str, type[Component]]:
-        return self.components["state_store"]
 
     def plugin_of(self, kind: Kind, name: str) -> str | None:
         return self.provider.get((kind, name))
@@ -282,13 +266,21 @@ def get_registry() -> Registry:
             if plugin_name not in reg.plugins:  # registered by hand (tests, apps)
                 mod = getattr(plugin, "__name__", repr(plugin))
                 reg.plugins[plugin_name] = PluginInfo(plugin_name, mod)
-            for kind, hook_name in KIND_HOOKS.items():
-                impl = getattr(plugin, hook_name, None)
-                if impl is None:
-                    continue
-                _call_one(reg, kind, plugin_name, impl)
+        for kind, hook_name in KIND_HOOKS.items():
+            for impl in _in_order(getattr(pm.hook, hook_name).get_hookimpls()):
+                _call_one(reg, kind, impl.plugin_name, impl.function)
         _registry = reg
         return reg
+
+
+def _in_order(impls: list[pluggy.HookImpl]) -> list[pluggy.HookImpl]:
+    """Component hooks go through pluggy as events do (only ``@hookimpl`` functions,
+    signatures checked): ``tryfirst`` implementations first, ``trylast`` ones last, and
+    registration order otherwise, so a built-in keeps its name when a later plugin
+    registers the same one (the first registration of a name wins)."""
+    first = [i for i in impls if i.tryfirst]
+    last = [i for i in impls if i.trylast][::-1]  # pluggy stores them newest first
+    return first + [i for i in impls if not (i.tryfirst or i.trylast)] + last
 
 
 def _call_one(reg: Registry, kind: Kind, plugin_name: str, impl: Callable[..., Any]) -> None:

@@ -12,7 +12,6 @@ from ctxpolicy.budget import (
     BudgetState,
     ToolGrowthEstimator,
     compute_budget,
-    explain_lines,
     quantile,
 )
 from ctxpolicy.policy.models import Policy, State
@@ -283,33 +282,6 @@ def test_one_big_result_moves_the_top_quantile_immediately(window: int, big: int
 
 
 # --------------------------------------------------------------------------- explain
-
-
-def test_explain_lines_design_b():
-    p = make_policy(
-        {"context_window": 32000},
-        budget={"reserve_output": 4000, "tool_growth": 6000, "safety_margin": 2000, "target": 0.7},
-    )
-    text = "\n".join(explain_lines(p))
-    assert "32000 − 4000 − 6000 − 2000 = 20000" in text
-    assert "0.7 × 20000 = 14000" in text
-    assert "normal < 0.70 (14000) ≤ warning" in text
-
-
-def test_explain_lines_window_min_and_learned():
-    p = make_policy(
-        {"context_window": 32768},
-        budget={"window": 120000, "tool_growth": {"learn": {"quantile": 0.9, "window": 5}}},
-    )
-    text = "\n".join(explain_lines(p))
-    assert "min(budget.window=120000, model.context_window=32768) = 32768" in text
-    assert "learned: q0.9 of the last 5" in text
-    assert "reserve_output = 4096  (default)" in text
-
-
-def test_explain_lines_reports_no_room():
-    p = make_policy({"context_window": 8000}, budget={"reserve_output": 4000, "tool_growth": 5000})
-    assert "≤ 0" in explain_lines(p)[-1]
 
 
 @given(obs=sizes, q=st.floats(min_value=0.01, max_value=1.0), window=st.integers(1, 30))

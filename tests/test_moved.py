@@ -68,3 +68,55 @@ def test_no_code_of_ours_uses_a_moved_name() -> None:
         for m in pattern.finditer(path.read_text(encoding="utf-8"))
     ]
     assert not found, found
+
+
+#: names that left a built-in plugin module for a host module (issue 26 change 4), still
+#: importable from the plugin module for one release: old module -> (new module, names)
+MOVED_NAMES: dict[str, tuple[str, tuple[str, ...]]] = {
+    "ctxpolicy.preprocessors.redact": (
+        "ctxpolicy.conversation.redact",
+        ("BUILTIN_PATTERNS", "DEFAULT_KEYS", "HINTS", "Redactor", "default_redactor"),
+    ),
+    "ctxpolicy.summarizers.callable": (
+        "ctxpolicy.components",
+        (
+            "CallableOptions",
+            "CallableSummarizer",
+            "SummaryFn",
+            "register_callable",
+            "registered_callables",
+            "unregister_callable",
+        ),
+    ),
+    "ctxpolicy.layers._util": (
+        "ctxpolicy.conversation.refs",
+        ("REF_LINE", "REF_MARK", "meta_ref_for", "split_refs", "unit_refs"),
+    ),
+    "ctxpolicy.layers._util ": (  # a second new home of the same old module
+        "ctxpolicy.conversation.cut",
+        (
+            "ELISION",
+            "approx_tokens",
+            "describe_call",
+            "first_meaningful_line",
+            "head_tail",
+            "short",
+            "truncate_keep_refs",
+        ),
+    ),
+    "ctxpolicy.layers._util  ": ("ctxpolicy.conversation.messages", ("with_text",)),
+}
+
+
+@pytest.mark.parametrize("old", sorted(MOVED_NAMES))
+def test_moved_names_are_the_host_objects(old: str) -> None:
+    new, names = MOVED_NAMES[old]
+    old_mod, new_mod = importlib.import_module(old.strip()), importlib.import_module(new)
+    for name in names:
+        assert getattr(old_mod, name) is getattr(new_mod, name), name
+
+
+def test_renamed_names_keep_their_old_name_for_one_release() -> None:
+    from ctxpolicy.engine import ledger
+
+    assert ledger.Ledger is ledger.ProgressLedger

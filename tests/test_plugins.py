@@ -96,6 +96,42 @@ def test_duplicate_names_are_a_problem_naming_both(fresh: None) -> None:
     assert reg.get("layer", "test_plugins_layer") is _Layer  # the first one stays
 
 
+def test_component_hooks_are_called_through_pluggy(fresh: None) -> None:
+    """The registry calls the component hooks as events are called (``get_hookimpls``):
+    a function pluggy does not know as an implementation (no ``@hookimpl``) provides
+    nothing; ``tryfirst`` wins a name over an earlier plugin, ``trylast`` loses it to a
+    later one; otherwise the first registration wins."""
+
+    class Low(_Layer):
+        pass
+
+    class High(_Layer):
+        pass
+
+    def hook_of(name: str, cls: type, **opts: bool) -> types.ModuleType:
+        mod = types.ModuleType(name)
+
+        def hook(register):  # type: ignore[no-untyped-def]
+            register(cls)
+
+        mod.ctxpolicy_register_layers = hookimpl(**opts)(hook)  # type: ignore[attr-defined]
+        return mod
+
+    bare = types.ModuleType("bare")
+    bare.ctxpolicy_register_layers = lambda register: register(_Layer)  # type: ignore[attr-defined]
+    plugins.register_plugin(bare, name="bare")
+    assert plugins.get_registry().get("layer", "test_plugins_layer") is None
+
+    plugins.register_plugin(hook_of("low", Low, trylast=True), name="low")
+    plugins.register_plugin(_plugin("p1", _Layer), name="p1")
+    assert plugins.get_registry().plugin_of("layer", "test_plugins_layer") == "p1"
+
+    plugins.register_plugin(hook_of("high", High, tryfirst=True), name="high")
+    reg = plugins.get_registry()
+    assert reg.plugin_of("layer", "test_plugins_layer") == "high"
+    assert sum("test_plugins_layer" in str(p) for p in reg.problems) == 2
+
+
 def test_wrong_kind_is_reported_not_raised(fresh: None) -> None:
     plugins.register_plugin(_plugin("bad", _Pre), name="bad")  # a preprocessor given as a layer
     reg = plugins.get_registry()

@@ -30,10 +30,10 @@ import click
 
 from ctxpolicy.policy.models import Policy, ToolGrowth
 
-__all__ = ["budget_lines", "budget_numbers", "explain", "policy_yaml", "token_counter_line"]
+__all__ = ["budget_lines", "budget_table", "explain", "policy_yaml", "token_counter_line"]
 
 
-def budget_numbers(policy: Policy) -> dict[str, int]:
+def budget_table(policy: Policy) -> dict[str, int]:
     """The budget in tokens (:func:`ctxpolicy.budget.compute_budget`, initial growth)."""
     from ctxpolicy.budget import compute_budget
 
@@ -59,7 +59,7 @@ def budget_lines(policy: Policy) -> list[str]:
     b = policy.budget
     model_window = policy.model.context_window
     try:
-        n = budget_numbers(policy)
+        n = budget_table(policy)
     except ValueError as exc:
         return [f"budget does not work out: {exc}"]
     lines = []
@@ -241,7 +241,7 @@ def explain(
         return
     mask = None if show_env else redactor.redact
     try:
-        numbers: dict[str, int] | None = budget_numbers(policy)
+        numbers: dict[str, int] | None = budget_table(policy)
     except ValueError:
         numbers = None
     lines = _masked(budget_lines(policy), mask)

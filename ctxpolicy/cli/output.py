@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -242,7 +242,3 @@ FORMATS: dict[str, Callable[[Report], str]] = {
 
 def render(report: Report, fmt: str) -> str:
     return FORMATS[fmt](report)
-
-
-def sort_diagnostics(diags: Iterable[Diagnostic]) -> list[Diagnostic]:
-    return sorted(diags, key=lambda d: (d.file, d.line, d.col, d.code, d.message))

@@ -1,7 +1,12 @@
 """The message vocabulary every package speaks.
 
-* :mod:`.messages` — accessors of one OpenAI Chat message (content text, fingerprint);
+* :mod:`.messages` — accessors of one OpenAI Chat message (content text, fingerprint,
+  a copy with another text);
 * :mod:`.units` — grouping into atomic units, pinning, the invariants of a context;
+* :mod:`.refs` — the reference line ``[Full detail available at: …]``, one home;
+* :mod:`.cut` — head/tail cutting with its elision marker, one-line shortening, the
+  no-tokenizer estimate;
+* :mod:`.redact` — the secret redaction the host applies to every tool result;
 * :mod:`.repair` — repair of malformed tool calls; :mod:`.jsontext` — exact JSON text;
 * :mod:`.facts` — the facts (paths, identifiers, errors, numbers) a text mentions.
 

@@ -26,10 +26,8 @@ __all__ = [
     "Facts",
     "error_lines",
     "extract",
-    "extract_all",
     "first_facts",
     "is_path",
-    "lost_facts",
     "missing_facts",
     "units_text",
     "without_derived",
@@ -246,14 +244,6 @@ def _is_unit_number(token: str) -> bool:
     return bool(re.fullmatch(r"\d+[A-Z]{1,3}", token))
 
 
-def extract_all(texts: Iterable[str]) -> Facts:
-    """Facts of several texts, merged in order."""
-    out = Facts()
-    for t in texts:
-        out = out.merge(extract(t))
-    return out
-
-
 def first_facts(texts: Iterable[str], limit: int) -> list[str]:
     """``extract("\n".join(texts)).all()[:limit]``, reading only the texts needed.
 
@@ -290,18 +280,6 @@ def is_path(fact: str) -> bool:
 def units_text(units: Sequence[Unit]) -> str:
     """All text of a unit list (contents, tool-call names and arguments)."""
     return "\n".join(u.text() for u in units)
-
-
-def lost_facts(
-    before_units: Sequence[Unit], after_units: Sequence[Unit], ledger_text: str | None = None
-) -> list[str]:
-    """Facts present in ``before_units`` and absent from ``after_units`` and the ledger.
-
-    A fact counts as kept when its exact string occurs anywhere in the text of the
-    surviving units or in ``ledger_text``. The result keeps the order of
-    :meth:`Facts.all` of the text before compaction.
-    """
-    return missing_facts(extract(units_text(before_units)).all(), after_units, ledger_text)
 
 
 def missing_facts(

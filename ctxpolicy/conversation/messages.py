@@ -1,4 +1,5 @@
-"""Accessors of one OpenAI Chat message: its content as text and its fingerprint."""
+"""Accessors of one OpenAI Chat message: its content as text, its fingerprint, and a copy
+with another text (:func:`with_text`)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from typing import Any
 
 from ctxpolicy.conversation.jsontext import to_json
 
-__all__ = ["Message", "content_text", "message_fingerprint"]
+__all__ = ["Message", "content_text", "message_fingerprint", "with_text"]
 
 Message = dict[str, Any]
 
@@ -36,3 +37,31 @@ def content_text(content: Any) -> str:
                 out.append(part)
         return "\n".join(out)
     return to_json(content)[0]  # a malformed content (an object): its exact JSON text
+
+
+def with_text(msg: Message, text: str) -> Message:
+    """A copy of ``msg`` whose text is ``text``.
+
+    A list content keeps every non-text part (images, audio, files) in place: the
+    text parts are replaced by one text part where the first of them was.
+    """
+    new = dict(msg)
+    content = msg.get("content")
+    if not isinstance(content, list):
+        new["content"] = text
+        return new
+    parts: list[Any] = []
+    placed = False
+    for part in content:
+        is_text = isinstance(part, str) or (
+            isinstance(part, Mapping) and isinstance(part.get("text"), str)
+        )
+        if not is_text:
+            parts.append(part)
+        elif not placed:
+            parts.append({"type": "text", "text": text})
+            placed = True
+    if not placed:
+        parts.insert(0, {"type": "text", "text": text})
+    new["content"] = parts
+    return new

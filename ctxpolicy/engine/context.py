@@ -19,7 +19,7 @@ from ctxpolicy.budget import BudgetState, ToolGrowthEstimator, compute_budget, e
 from ctxpolicy.components import Layer, SnapshotStore, Summarizer
 from ctxpolicy.conversation import Unit
 from ctxpolicy.engine.derived import Derived
-from ctxpolicy.engine.ledger import Ledger
+from ctxpolicy.engine.ledger import ProgressLedger
 from ctxpolicy.engine.own import HANDOVER_MARK, LEDGER_MARK, special_unit
 from ctxpolicy.engine.state import SessionState
 from ctxpolicy.engine.window import policy_with_window, scaled_growth
@@ -55,16 +55,16 @@ class EngineContext:
 
     # ------------------------------------------------------------------ state
     @property
-    def ledger(self) -> Ledger | None:
+    def ledger(self) -> ProgressLedger | None:
         """The progress ledger (persisted in :attr:`state`)."""
         return self.state.ledger
 
-    def new_ledger(self) -> Ledger | None:
+    def new_ledger(self) -> ProgressLedger | None:
         """The empty ledger a new conversation of this policy starts with."""
         if not self.policy.ledger.enabled:
             return None
         window = effective_window(self.policy)
-        return Ledger(
+        return ProgressLedger(
             max_tokens=max(64, resolve_amount(self.policy.ledger.max_tokens, window)),
             constraints=tuple(self.policy.constraints),
             count_text=self.counter.count_text,

@@ -36,7 +36,7 @@ from ctxpolicy.conversation.jsontext import to_json
 from ctxpolicy.conversation.repair import flatten_deep
 from ctxpolicy.engine.archiving import archive_messages
 from ctxpolicy.engine.own import insert_specials, own_kind, own_text
-from ctxpolicy.tokens.msgkeys import _NO_SNAPSHOT, _snapshot, _value_key
+from ctxpolicy.tokens.msgkeys import NO_SNAPSHOT, snapshot, value_key
 
 if TYPE_CHECKING:
     from ctxpolicy.budget import BudgetState
@@ -59,7 +59,7 @@ def content_key(m: Any) -> str:
     """Stable content hash of a message for unit keys (the same in every process: keys
     are persisted in the session state)."""
     if type(m) is dict:
-        return _hash_value_key(_value_key(m))
+        return _hash_value_key(value_key(m))
     return message_fingerprint(m) if isinstance(m, Mapping) else ""
 
 
@@ -220,17 +220,17 @@ class Caches:
             n = -1
             try:
                 if type(m) is dict:
-                    e = counter._lookup(m, True)
+                    e = counter.lookup(m, True)
                     snap, ckey, n = e[1], _hash_value_key(e[3]), e[2]
                 else:
-                    snap = _snapshot(m)
+                    snap = snapshot(m)
             except RecursionError:  # nested too deep: its deep fields as exact JSON text
                 try:
-                    snap = _snapshot(m)
+                    snap = snapshot(m)
                 except RecursionError:
-                    m, snap = self._flatten(m, len(msgs)), _NO_SNAPSHOT
+                    m, snap = self._flatten(m, len(msgs)), NO_SNAPSHOT
                     n = -1
-            snaps.append(_UNEQUAL if snap is _NO_SNAPSHOT else snap)
+            snaps.append(_UNEQUAL if snap is NO_SNAPSHOT else snap)
             kind = own_kind(m)
             if kind is None:
                 msgs.append(m)

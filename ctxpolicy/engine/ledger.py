@@ -2,8 +2,8 @@
 
 Design A keeps a task-progress summary in the system prompt so dropping old rounds
 loses no state; design B stores IDs and files in structured fields instead of
-relying on a summary. The ledger does both: :meth:`Ledger.update` is fed the units
-a layer dropped (``LayerResult.dropped``), :meth:`Ledger.record_facts` the facts a
+relying on a summary. The ledger does both: :meth:`ProgressLedger.update` is fed the units
+a layer dropped (``LayerResult.dropped``), :meth:`ProgressLedger.record_facts` the facts a
 layer shortened away (the engine's key-facts check after every compaction), and it records
 
 * the goal (first user message seen, shortened),
@@ -24,28 +24,20 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from ctxpolicy.conversation import Unit, content_text
+from ctxpolicy.conversation.cut import approx_tokens, describe_call, first_meaningful_line, short
 from ctxpolicy.conversation.facts import error_lines, extract, is_path
-from ctxpolicy.layers._util import (
-    REF_LINE,
-    REF_MARK,
-    approx_tokens,
-    describe_call,
-    first_meaningful_line,
-    meta_ref_for,
-    short,
-    unit_refs,
-)
+from ctxpolicy.conversation.refs import REF_LINE, REF_MARK, meta_ref_for, unit_refs
 
 HEADER = "[Progress ledger: facts from compacted history — full details in snapshots]"
 _LISTS = ("done", "files", "ids", "errors")
 #: Trimmed first when over budget (oldest entry of the first non-empty list).
 _TRIM_ORDER = ("done", "ids", "files", "errors")
 _MAX_PER_LIST = 200
-#: Units of one drop :meth:`Ledger.update` reads at most (newest first).
+#: Units of one drop :meth:`ProgressLedger.update` reads at most (newest first).
 MAX_READ = 2000
 
 
-class Ledger:
+class ProgressLedger:
     """Goal, constraints, done steps, files, IDs, errors, next step."""
 
     def __init__(
@@ -251,7 +243,7 @@ class Ledger:
     @classmethod
     def from_dict(
         cls, data: Mapping[str, Any], *, count_text: Callable[[str], int] | None = None
-    ) -> Ledger:
+    ) -> ProgressLedger:
         led = cls(
             int(data.get("max_tokens", 1500)), data.get("constraints", ()), count_text=count_text
         )
@@ -322,3 +314,8 @@ def _done_entry(u: Unit, tc: Mapping[str, Any], out: str) -> str:
     elif meta_ref:
         entry += f" [{meta_ref}]"
     return entry
+
+
+#: The old name of :class:`ProgressLedger` (it collided with the policy model
+#: :class:`ctxpolicy.policy.models.Ledger`), kept for one release.
+Ledger = ProgressLedger

@@ -12,7 +12,7 @@ import re
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from ctxpolicy.components import Summarizer, ToolCall
+from ctxpolicy.components import CallableSummarizer, Summarizer, ToolCall
 from ctxpolicy.conversation import Unit, pin_units
 
 #: First line of the ledger message; lets a re-ingested ledger be recognised.
@@ -121,7 +121,5 @@ def as_summarizer(obj: Summarizer | Callable[..., str] | None) -> Summarizer | N
     if obj is None or isinstance(obj, Summarizer):
         return obj
     if callable(obj):
-        from ctxpolicy.summarizers.callable import CallableSummarizer
-
         return CallableSummarizer.from_function(obj)
     raise TypeError("summarizer must be a ctxpolicy.Summarizer or a function")

@@ -15,8 +15,9 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from ctxpolicy.conversation import Message, Unit, content_text
+from ctxpolicy.conversation.messages import with_text
+from ctxpolicy.conversation.refs import ref_line
 from ctxpolicy.engine.archiving import ref_for_message
-from ctxpolicy.layers._util import with_text
 
 if TYPE_CHECKING:
     from ctxpolicy.engine.context import EngineContext
@@ -72,7 +73,7 @@ def ensure_refs(
                 continue
             if msgs is None:
                 msgs = list(u.messages)
-            msgs[j] = with_text(m, f"{text}\n[Full detail available at: {ref}]")
+            msgs[j] = with_text(m, f"{text}\n{ref_line(ref)}")
         if msgs is not None:
             if out is after:
                 out = list(after)

@@ -32,7 +32,7 @@ from ctxpolicy.components import SnapshotStore, StateStore, Summarizer, ToolCall
 from ctxpolicy.conversation import Message, Unit, check_messages, render
 from ctxpolicy.engine.context import EngineContext
 from ctxpolicy.engine.derived import remember
-from ctxpolicy.engine.ledger import Ledger
+from ctxpolicy.engine.ledger import ProgressLedger
 from ctxpolicy.engine.overflow import is_context_overflow, parse_limit
 from ctxpolicy.engine.own import as_summarizer, check_tool_name, insert_specials, tool_call_info
 from ctxpolicy.engine.persistence import Persistence, open_persistence
@@ -150,7 +150,7 @@ class Session:
         return self._ctx.state
 
     @property
-    def ledger(self) -> Ledger | None:
+    def ledger(self) -> ProgressLedger | None:
         """The progress ledger (None when the policy disables it)."""
         return self._ctx.state.ledger
 

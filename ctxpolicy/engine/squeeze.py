@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 from ctxpolicy.conversation import Unit
 from ctxpolicy.conversation.jsoncut import cut_json
+from ctxpolicy.conversation.refs import ref_line
 from ctxpolicy.engine.archiving import ref_for_message
 from ctxpolicy.engine.own import LEDGER_MARK, special_unit
 
@@ -91,14 +92,14 @@ def _cut(text: str, keep: int, what: str, ref: str | None) -> str:
     mark = SQUEEZE_MARK.format(n=len(text) - len(head) - len(tail), what=what)
     out = f"{head}\n{mark}\n{tail}"
     if ref and ref not in out:
-        out += f"\n[Full detail available at: {ref}]"
+        out += "\n" + ref_line(ref)
     return out
 
 
 def _cut_arguments(text: str, keep: int, ref: str | None) -> str:
     """``arguments`` shortened to about ``keep`` characters, still JSON."""
     what = "tool-call argument"
-    see = f" [Full detail available at: {ref}]" if ref and ref not in text else ""
+    see = " " + ref_line(ref) if ref and ref not in text else ""
     out = cut_json(text, keep, lambda n: SQUEEZE_MARK.format(n=n, what=what) + see)
     if out is not None:
         return out

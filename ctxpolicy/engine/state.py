@@ -27,7 +27,7 @@ from ctxpolicy.state._codec import entry_text
 
 if TYPE_CHECKING:  # pragma: no cover
     from ctxpolicy.budget import ToolGrowthEstimator
-    from ctxpolicy.engine.ledger import Ledger
+    from ctxpolicy.engine.ledger import ProgressLedger
 
 #: Version of the entry format; a store holding another major version is not read.
 STATE_FORMAT = 1
@@ -119,7 +119,7 @@ class SessionState:
     Mutate through the methods that name what changed (``set_decisions``,
     ``add_ref``, ``mark_archived``, ``touch``) so :meth:`take_changes` stays exact.
     The progress ledger and the learned tool-growth samples are objects of their
-    own (:class:`~ctxpolicy.engine.ledger.Ledger`,
+    own (:class:`~ctxpolicy.engine.ledger.ProgressLedger`,
     :class:`~ctxpolicy.budget.ToolGrowthEstimator`) held here; a change to them is
     marked with ``touch("ledger")`` / ``touch("growth")``.
     """
@@ -144,7 +144,7 @@ class SessionState:
     seen_repairs: set[tuple[str, int]] = field(default_factory=set)
     stats: PreparedStats = field(default_factory=PreparedStats)
     #: the progress ledger (None when the policy disables it)
-    ledger: Ledger | None = field(default=None, repr=False, compare=False)
+    ledger: ProgressLedger | None = field(default=None, repr=False, compare=False)
     #: the learned tool-growth samples (None: a state without a policy, as in tests)
     growth: ToolGrowthEstimator | None = field(default=None, repr=False, compare=False)
     #: bumped by every change of ``decisions`` (a cache key of the rendered view)
@@ -248,7 +248,7 @@ class SessionState:
         cls,
         entries: Mapping[str, Any],
         *,
-        ledger: Ledger | None = None,
+        ledger: ProgressLedger | None = None,
         growth: ToolGrowthEstimator | None = None,
         count_text: Callable[[str], int] | None = None,
     ) -> SessionState:
@@ -270,9 +270,9 @@ class SessionState:
         st.memory = dict(entries.get("memory") or {})
         stored_ledger, stored_growth = entries.get("ledger"), entries.get("growth")
         if ledger is not None and isinstance(stored_ledger, Mapping):
-            from ctxpolicy.engine.ledger import Ledger
+            from ctxpolicy.engine.ledger import ProgressLedger
 
-            ledger = Ledger.from_dict(stored_ledger, count_text=count_text)
+            ledger = ProgressLedger.from_dict(stored_ledger, count_text=count_text)
         if growth is not None and isinstance(stored_growth, Mapping):
             growth.load_dict(stored_growth)
         st.ledger, st.growth = ledger, growth

@@ -270,7 +270,7 @@ class ToolResultProcessor:
         for pattern, rule in policy.tools.items():
             self._pre[pattern] = self._make(rule, where=f"tools.{pattern}")
         self._fallback = self._make(DEFAULT_RULE, where="fallback head_tail")
-        from ctxpolicy.preprocessors.redact import default_redactor
+        from ctxpolicy.conversation.redact import default_redactor
 
         self._redactor = default_redactor()
 

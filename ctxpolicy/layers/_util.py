@@ -1,49 +1,63 @@
 """Helpers shared by the built-in layers (no third-party imports).
 
 * rounds as droppable groups (:func:`round_groups`);
-* head/tail truncation that keeps snapshot reference lines (:func:`truncate_keep_refs`);
-* rewriting a message's text without mutating it (:func:`with_text`);
-* snapshot refs carried by a unit (:func:`unit_refs`);
 * token counts with each unit counted once (:class:`Tally`) and the drop plan built
   on them (:func:`plan_drop`).
+
+The reference line, the cutters and :func:`with_text` are host vocabulary now
+(:mod:`ctxpolicy.conversation.refs`, :mod:`~ctxpolicy.conversation.cut`,
+:mod:`~ctxpolicy.conversation.messages`); their names are importable from here for
+one release.
 """
 
 from __future__ import annotations
 
 import itertools
-import json
-import math
-import re
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from ctxpolicy.conversation import Message, Unit, content_text
+from ctxpolicy.conversation import Unit, content_text
+from ctxpolicy.conversation.cut import (
+    ELISION,
+    approx_tokens,
+    describe_call,
+    first_meaningful_line,
+    head_tail,
+    short,
+    truncate_keep_refs,
+)
+from ctxpolicy.conversation.messages import with_text
+from ctxpolicy.conversation.refs import REF_LINE, REF_MARK, meta_ref_for, split_refs, unit_refs
 
 if TYPE_CHECKING:
     from ctxpolicy.components import CompactionContext
 
-#: How every reference line starts (a substring test before any regex pass).
-REF_MARK = "[Full detail available at: "
-#: ``[Full detail available at: <path>]`` or ``[Full detail available at: <path> (<uri>)]``
-REF_LINE = re.compile(
-    r"^\[Full detail available at: (?P<path>.+?)(?: \((?P<uri>ctxsnap://[^)\s]+)\))?\]\s*$",
-    re.MULTILINE,
-)
-#: The marker :func:`head_tail` puts where it removed text.
-ELISION = re.compile(r"\[… (\d+) chars elided …\]")
+__all__ = [  # the moved names are re-exported for one release
+    "ELISION",
+    "GROUPABLE",
+    "MAX_RECOUNTS",
+    "REF_LINE",
+    "REF_MARK",
+    "Tally",
+    "approx_tokens",
+    "describe_call",
+    "first_meaningful_line",
+    "head_tail",
+    "message_text",
+    "meta_ref_for",
+    "plan_drop",
+    "round_groups",
+    "short",
+    "split_refs",
+    "step_label",
+    "truncate_keep_refs",
+    "unit_refs",
+    "with_text",
+]
 
 #: Kinds a round group may contain besides its step.
 GROUPABLE = ("user", "other", "orphan")
 _ROUND_KINDS = frozenset(("step", *GROUPABLE))
-
-
-def approx_tokens(text: str) -> int:
-    """Fallback token estimate (len/4, rounded up)."""
-    return math.ceil(len(text) / 4)
-
-
-def text_counter(count_text: Callable[[str], int] | None) -> Callable[[str], int]:
-    return count_text if count_text is not None else approx_tokens
 
 
 def round_groups(units: Sequence[Unit]) -> list[list[int]]:
@@ -67,149 +81,12 @@ def round_groups(units: Sequence[Unit]) -> list[list[int]]:
     return groups
 
 
-def split_refs(text: str) -> tuple[str, list[str]]:
-    """``text`` without its reference lines, and those lines (in order)."""
-    if REF_MARK not in text:  # a C substring scan, not a regex pass
-        return text, []
-    refs = [m.group(0).strip() for m in REF_LINE.finditer(text)]
-    if not refs:
-        return text, []
-    body = REF_LINE.sub("", text).rstrip("\n")
-    return body, refs
-
-
-def head_tail(text: str, max_chars: int) -> str:
-    """Keep the head and tail of ``text`` (≈ 2/3 head), with an elision marker."""
-    if len(text) <= max_chars:
-        return text
-    head = max(0, (max_chars * 2) // 3)
-    tail = max(0, max_chars - head)
-    removed = len(text) - head - tail
-    tail_s = text[len(text) - tail :] if tail else ""
-    return f"{text[:head]}\n[… {removed} chars elided …]\n{tail_s}"
-
-
-def truncate_keep_refs(text: str, max_chars: int) -> str | None:
-    """Head/tail-truncate ``text`` to ``max_chars`` keeping reference lines.
-
-    Returns None when nothing would be saved (already short, already truncated, or
-    the result would not be shorter).
-    """
-    body, refs = split_refs(text)
-    if len(body) <= max_chars or ELISION.search(body):
-        return None
-    out = head_tail(body, max_chars)
-    if refs:
-        out = out + "\n" + "\n".join(refs)
-    return out if len(out) < len(text) else None
-
-
-def with_text(msg: Message, text: str) -> Message:
-    """A copy of ``msg`` whose text is ``text``.
-
-    A list content keeps every non-text part (images, audio, files) in place: the
-    text parts are replaced by one text part where the first of them was.
-    """
-    new = dict(msg)
-    content = msg.get("content")
-    if not isinstance(content, list):
-        new["content"] = text
-        return new
-    parts: list[Any] = []
-    placed = False
-    for part in content:
-        is_text = isinstance(part, str) or (
-            isinstance(part, Mapping) and isinstance(part.get("text"), str)
-        )
-        if not is_text:
-            parts.append(part)
-        elif not placed:
-            parts.append({"type": "text", "text": text})
-            placed = True
-    if not placed:
-        parts.insert(0, {"type": "text", "text": text})
-    new["content"] = parts
-    return new
-
-
 def message_text(msg: Mapping[str, Any]) -> str:
     return content_text(msg.get("content"))
 
 
-def _ref_str(ref: Any) -> str | None:
-    if isinstance(ref, str):
-        return ref
-    if isinstance(ref, Mapping):
-        v = ref.get("uri") or ref.get("path")
-        return str(v) if v else None
-    uri = getattr(ref, "uri", None) or getattr(ref, "path", None)
-    return str(uri) if uri else None
-
-
-def unit_refs(unit: Unit) -> list[str]:
-    """Snapshot refs of a unit: ``ctxsnap://`` URIs (or paths) from reference lines
-    and from ``meta["refs"]`` (a list, or a mapping tool_call_id → ref)."""
-    out: list[str] = []
-    for m in unit.messages:
-        for match in REF_LINE.finditer(message_text(m)):
-            out.append(match.group("uri") or match.group("path"))
-    raw = unit.meta.get("refs") if isinstance(unit.meta, Mapping) else None
-    items: list[Any] = []
-    if isinstance(raw, Mapping):
-        items = list(raw.values())
-    elif isinstance(raw, list | tuple):
-        items = list(raw)
-    elif raw is not None:
-        items = [raw]
-    for r in items:
-        s = _ref_str(r)
-        if s:
-            out.append(s)
-    return list(dict.fromkeys(out))  # first occurrence of each, in order
-
-
-def meta_ref_for(unit: Unit, tool_call_id: str) -> str | None:
-    """The ref ``meta["refs"]`` records for one tool result, when it says so."""
-    raw = unit.meta.get("refs") if isinstance(unit.meta, Mapping) else None
-    if isinstance(raw, Mapping) and tool_call_id in raw:
-        return _ref_str(raw[tool_call_id])
-    if isinstance(raw, list | tuple) and len(raw) == 1 and len(unit.tool_messages) == 1:
-        return _ref_str(raw[0])
-    return None
-
-
-def short(text: str, n: int) -> str:
-    """One line, at most ``n`` characters (with an ellipsis)."""
-    line = " ".join(text.split())
-    return line if len(line) <= n else line[: max(0, n - 1)] + "…"
-
-
 def step_label(unit: Unit, fallback: int) -> int:
     return unit.round if unit.round is not None else fallback
-
-
-def describe_call(tc: Mapping[str, Any], n: int = 120) -> str:
-    """``name(arguments)`` of a tool call, shortened."""
-    fn = tc.get("function") or {}
-    name = str(fn.get("name", "?"))
-    args = fn.get("arguments", "")
-    if not isinstance(args, str):
-        args = json.dumps(args, ensure_ascii=False, sort_keys=True)
-    try:
-        parsed = json.loads(args) if args else {}
-        if isinstance(parsed, dict):
-            args = ", ".join(f"{k}={v}" for k, v in parsed.items())
-    except ValueError:
-        pass
-    return short(f"{name}({args})", n)
-
-
-def first_meaningful_line(text: str, n: int = 120) -> str:
-    body, _ = split_refs(text)
-    for line in body.splitlines():
-        if line.strip():
-            return short(line, n)
-    return ""
 
 
 class Tally:

@@ -22,13 +22,9 @@ from pydantic import Field
 
 from ctxpolicy.components import CompactionContext, ComponentOptions, Layer, LayerResult
 from ctxpolicy.conversation import Message, Unit
-from ctxpolicy.layers._util import (
-    Tally,
-    message_text,
-    round_groups,
-    truncate_keep_refs,
-    with_text,
-)
+from ctxpolicy.conversation.cut import truncate_keep_refs
+from ctxpolicy.conversation.messages import with_text
+from ctxpolicy.layers._util import Tally, message_text, round_groups
 from ctxpolicy.plugins import hookimpl
 
 __all__ = ["Emergency", "EmergencyOptions"]

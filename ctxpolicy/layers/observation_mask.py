@@ -22,15 +22,10 @@ from pydantic import Field
 
 from ctxpolicy.components import CompactionContext, ComponentOptions, Layer, LayerResult
 from ctxpolicy.conversation import Message, Unit
-from ctxpolicy.layers._util import (
-    ELISION,
-    message_text,
-    meta_ref_for,
-    split_refs,
-    step_label,
-    truncate_keep_refs,
-    with_text,
-)
+from ctxpolicy.conversation.cut import ELISION, truncate_keep_refs
+from ctxpolicy.conversation.messages import with_text
+from ctxpolicy.conversation.refs import meta_ref_for, ref_line, split_refs
+from ctxpolicy.layers._util import message_text, step_label
 from ctxpolicy.plugins import hookimpl
 from ctxpolicy.policy.models import TuneRange
 
@@ -132,7 +127,7 @@ class ObservationMask(Layer):
                         if not refs:
                             ref = meta_ref_for(u, str(m.get("tool_call_id", "")))
                             if ref:
-                                new_text += f"\n[Full detail available at: {ref}]"
+                                new_text += "\n" + ref_line(ref)
                         masked += 1
                 if new_text is None or new_text == text:
                     new_msgs.append(m)

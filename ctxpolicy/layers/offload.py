@@ -20,8 +20,10 @@ from pydantic import Field
 
 from ctxpolicy.components import CompactionContext, ComponentOptions, Layer, LayerResult
 from ctxpolicy.conversation import Unit
+from ctxpolicy.conversation.cut import describe_call, short
 from ctxpolicy.conversation.facts import extract
-from ctxpolicy.layers._util import describe_call, plan_drop, round_groups, short, unit_refs
+from ctxpolicy.conversation.refs import unit_refs
+from ctxpolicy.layers._util import plan_drop, round_groups
 from ctxpolicy.plugins import hookimpl
 from ctxpolicy.policy.models import TuneRange
 

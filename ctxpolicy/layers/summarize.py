@@ -36,14 +36,10 @@ from ctxpolicy.components import (
     SummaryRequest,
 )
 from ctxpolicy.conversation import Message, Unit
-from ctxpolicy.layers._util import (
-    approx_tokens,
-    head_tail,
-    message_text,
-    round_groups,
-    unit_refs,
-    with_text,
-)
+from ctxpolicy.conversation.cut import approx_tokens, head_tail
+from ctxpolicy.conversation.messages import with_text
+from ctxpolicy.conversation.refs import unit_refs
+from ctxpolicy.layers._util import message_text, round_groups
 from ctxpolicy.plugins import hookimpl
 from ctxpolicy.policy.models import Amount, TuneRange, resolve_amount
 from ctxpolicy.summarizers.prompt import SUMMARY_INSTRUCTIONS

@@ -10,7 +10,7 @@ import re
 from typing import Any
 
 from ctxpolicy.policy.diagnostics import Diagnostic, make
-from ctxpolicy.policy.load import (
+from ctxpolicy.policy.source import (
     MAX_DEPTH,
     ODD_HINT,
     OddNumber,

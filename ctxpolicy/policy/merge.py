@@ -15,11 +15,9 @@ from typing import Any
 
 from ctxpolicy.policy.compat import CompatFormat
 from ctxpolicy.policy.load import LoadedDocument
+from ctxpolicy.policy.source import PathT, Pos
 
 __all__ = ["Doc", "Merged", "deep_merge", "strip_nulls"]
-
-PathT = tuple[str | int, ...]
-Pos = tuple[int, int]
 
 
 @dataclass

@@ -110,7 +110,7 @@ class LastN(BaselineStrategy):
         return out, layers
 
 
-class ObservationMask(BaselineStrategy):
+class ObservationMaskBaseline(BaselineStrategy):
     def __init__(self, policy: Policy, m: int = 10) -> None:
         super().__init__("observation_mask", policy)
         self.m = m
@@ -202,7 +202,7 @@ def make_baseline(name: str, policy: Policy) -> BaselineStrategy:
     if name == "last_n":
         return LastN(policy)
     if name == "observation_mask":
-        return ObservationMask(policy)
+        return ObservationMaskBaseline(policy)
     if name == "summary_at_fraction":
         return SummaryAtFraction(policy)
     raise ValueError(f"unknown baseline {name!r}; choose from {', '.join(BASELINES)}")

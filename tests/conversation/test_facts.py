@@ -1,7 +1,14 @@
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ctxpolicy.conversation.facts import Facts, error_lines, extract, first_facts, lost_facts
+from ctxpolicy.conversation.facts import (
+    Facts,
+    error_lines,
+    extract,
+    first_facts,
+    missing_facts,
+    units_text,
+)
 from tests.helpers_conv import Conv
 
 TEXT = """Read src/app/config.py and /etc/nginx/nginx.conf; docs at https://example.com/a/b?x=1.
@@ -39,19 +46,6 @@ def test_error_lines():
         "E   AssertionError: 1 != 2",
     ]
     assert error_lines("ok\nFAILED a\nFAILED b\nFAILED c", limit=2) == ["FAILED b", "FAILED c"]
-
-
-def test_lost_facts():
-    before = (
-        Conv()
-        .user("fix ABC123 in src/a.py")
-        .step(("read_file", {"path": "src/b.py"}, "KeyError"))
-        .units()
-    )
-    after = before[:1]
-    assert lost_facts(before, after, None) == ["src/b.py", "KeyError"]
-    assert lost_facts(before, after, "ledger: src/b.py KeyError") == []
-    assert lost_facts(before, before, None) == []
 
 
 # --------------------------------------------------------------------------- prefilters
@@ -202,3 +196,17 @@ def test_without_derived_is_linear_and_keeps_the_rest() -> None:
     text = "before /src/app.py\n" + block + "after ValueError\n"
     assert without_derived(text) == "before /src/app.py\n\nafter ValueError\n"
     assert without_derived(block * 20_000).count("distinct") == 0
+
+
+def test_missing_facts():
+    before = (
+        Conv()
+        .user("fix ABC123 in src/a.py")
+        .step(("read_file", {"path": "src/b.py"}, "KeyError"))
+        .units()
+    )
+    after = before[:1]
+    facts = extract(units_text(before)).all()
+    assert missing_facts(facts, after, None) == ["src/b.py", "KeyError"]
+    assert missing_facts(facts, after, "ledger: src/b.py KeyError") == []
+    assert missing_facts(facts, before, None) == []

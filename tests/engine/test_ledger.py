@@ -1,7 +1,7 @@
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ctxpolicy.engine.ledger import Ledger
+from ctxpolicy.engine.ledger import ProgressLedger
 from tests.helpers_conv import Conv, approx_text, ref_line
 
 
@@ -26,8 +26,8 @@ def dropped():
 
 
 def test_exact_render_and_unit():
-    assert Ledger().render() is None and Ledger().unit() is None
-    led = Ledger(constraints=["Never restart prod"])
+    assert ProgressLedger().render() is None and ProgressLedger().unit() is None
+    led = ProgressLedger(constraints=["Never restart prod"])
     assert led.render().endswith("Constraints (verbatim):\n- Never restart prod")
     led.set_goal("Fix the connection pool")
     led.update(dropped())
@@ -53,7 +53,7 @@ def test_exact_render_and_unit():
 
 
 def test_bounded_never_drops_constraints_and_round_trip():
-    led = Ledger(
+    led = ProgressLedger(
         max_tokens=80, constraints=["C1 keep me", "C2 keep me too"], count_text=approx_text
     )
     for k in range(50):
@@ -62,12 +62,12 @@ def test_bounded_never_drops_constraints_and_round_trip():
     assert approx_text(text) <= 80
     assert "C1 keep me" in text and "C2 keep me too" in text
     assert "make t49" in text and "make t0" not in text
-    again = Ledger.from_dict(led.to_dict(), count_text=approx_text)
+    again = ProgressLedger.from_dict(led.to_dict(), count_text=approx_text)
     assert again.render() == text and again.to_dict() == led.to_dict()
 
 
 def test_record_facts_files_and_ids_and_a_smaller_bound_on_render() -> None:
-    led = Ledger(max_tokens=2000)
+    led = ProgressLedger(max_tokens=2000)
     led.record_facts(["src/app.py", "HAT028", "max_connections=10", "src/app.py"])
     assert led.files == ["src/app.py"]
     assert led.ids == ["HAT028", "max_connections=10"]
@@ -82,8 +82,8 @@ def test_record_facts_files_and_ids_and_a_smaller_bound_on_render() -> None:
 # --------------------------------------------------------------------------- newest-first update
 
 
-def _forward_update(led: Ledger, dropped_units) -> None:
-    """The plain definition of :meth:`Ledger.update`: every entry of every unit added
+def _forward_update(led: ProgressLedger, dropped_units) -> None:
+    """The plain definition of :meth:`ProgressLedger.update`: every entry of every unit added
     in conversation order (an entry seen again moves to the end; a list keeps its
     newest ``_MAX_PER_LIST``)."""
     from ctxpolicy.engine import ledger as mod
@@ -144,7 +144,7 @@ def _many_units(n: int, seed: int, vocabulary: int):
 )
 def test_update_newest_first_is_the_plain_definition(n, seed, vocabulary, split, preload) -> None:
     units = _many_units(n, seed, vocabulary)
-    fast, plain = Ledger(), Ledger()
+    fast, plain = ProgressLedger(), ProgressLedger()
     for led in (fast, plain):  # a ledger with entries already, up to full lists
         led.files = [f"old/{i}.py" for i in range(preload)]
         led.ids = ["ORD_0001", *(f"X{i}" for i in range(preload // 2))]
@@ -163,18 +163,18 @@ def test_update_reads_only_the_newest_part_of_a_large_drop(monkeypatch) -> None:
     real = mod._entries
     monkeypatch.setattr(mod, "_entries", lambda u, need: calls.append(u) or real(u, need))
     units = _many_units(3000, 1, 100_000)  # distinct files, ids, errors: every list fills up
-    led = Ledger()
+    led = ProgressLedger()
     led.update(units)
     read = len(calls)
-    plain = Ledger()
+    plain = ProgressLedger()
     _forward_update(plain, units)
     assert led.to_dict() == plain.to_dict()
     assert read < len(units) / 2
 
 
 def test_a_loaded_ledger_keeps_the_newest_entries_of_each_list() -> None:
-    data = Ledger().to_dict() | {"files": [f"f{i}.py" for i in range(260)]}
-    led = Ledger.from_dict(data)
+    data = ProgressLedger().to_dict() | {"files": [f"f{i}.py" for i in range(260)]}
+    led = ProgressLedger.from_dict(data)
     assert led.files == [f"f{i}.py" for i in range(60, 260)]
 
 
@@ -186,9 +186,9 @@ def test_a_huge_drop_is_read_up_to_max_read_units() -> None:
     for k in range(mod.MAX_READ + 400):
         c.step(("bash", {"cmd": "true"}, f"ticket ORD_{k:05d}" if k % 40 == 0 else "ok"))
     units = c.units(pin_first_user=False, pin_last_user=False)
-    led = Ledger()
+    led = ProgressLedger()
     led.update(units)
-    plain = Ledger()
+    plain = ProgressLedger()
     _forward_update(plain, units[-mod.MAX_READ :])
     assert led.ids == plain.ids and "ORD_00000" not in led.ids
     assert led.next_step == plain.next_step and led.done == plain.done
@@ -210,7 +210,7 @@ def test_render_fits_the_bound_with_one_exact_check(n, limit, width, constraints
         counted.append(text)
         return approx_text(text) + text.count("/")  # not len/4: the estimate is off
 
-    led = Ledger(limit, constraints, count_text=count)
+    led = ProgressLedger(limit, constraints, count_text=count)
     led.archive = "ctxsnap://c/history"
     for i in range(n):
         led.done.append(f"step {i}: " + "x/" * width)

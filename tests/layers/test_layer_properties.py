@@ -6,7 +6,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from ctxpolicy.conversation import check_units, to_units
-from ctxpolicy.engine.ledger import Ledger
+from ctxpolicy.engine.ledger import ProgressLedger
 from ctxpolicy.layers.drop_rounds import DropRounds, DropRoundsOptions
 from ctxpolicy.layers.emergency import Emergency, EmergencyOptions
 from ctxpolicy.layers.observation_mask import ObservationMask, ObservationMaskOptions
@@ -81,7 +81,7 @@ def test_layer_invariants(messages, layer, target, store):
     again = run(layer, units, target, MemStore() if store else None)
     assert again.units == res.units and again.report == res.report
     # the ledger accepts whatever was dropped
-    led = Ledger(max_tokens=200)
+    led = ProgressLedger(max_tokens=200)
     led.update(res.dropped)
     led.render()
     # idempotent where meaningful

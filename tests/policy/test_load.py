@@ -156,7 +156,7 @@ def test_fast_yaml_path_agrees_with_round_trip_parser(
 ) -> None:
     """libyaml reads a clean file into exactly what the round-trip parser reads; any file
     it is not sure about goes to the round-trip parser (so the diagnostics are its)."""
-    from ctxpolicy.policy import load as load_mod
+    from ctxpolicy.policy import load_yaml as load_mod
 
     try:
         text = path.read_text(encoding="utf-8")
@@ -179,7 +179,7 @@ def test_fast_yaml_path_agrees_with_round_trip_parser(
 
 
 def test_fast_yaml_path_is_used_for_clean_files() -> None:
-    from ctxpolicy.policy import load as load_mod
+    from ctxpolicy.policy import load_yaml as load_mod
 
     text = Path(__file__).resolve().parents[2].joinpath("policies/agents.yaml").read_text()
     assert load_mod._load_yaml_fast("agents.yaml", text) is not None

@@ -19,8 +19,8 @@ import pytest
 
 from ctxpolicy.components import CompactionContext, Layer, LayerResult
 from ctxpolicy.conversation import Unit, check_messages, content_text
+from ctxpolicy.conversation.messages import with_text
 from ctxpolicy.engine import Session
-from ctxpolicy.layers._util import with_text
 from ctxpolicy.plugins import hookimpl
 from tests.engine_helpers import call, make_policy
 

@@ -7,7 +7,7 @@ import re
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ctxpolicy.preprocessors.redact import BUILTIN_PATTERNS, HINTS, Redactor
+from ctxpolicy.conversation.redact import BUILTIN_PATTERNS, HINTS, Redactor
 
 SECRETS = [
     "sk-" + "a" * 30,

@@ -1,0 +1,91 @@
+"""Cutting text to a size: head/tail with the elision marker, one-line shortening,
+and the no-tokenizer token estimate.
+
+:func:`head_tail` keeps about two thirds head and one third tail with
+``[… N chars elided …]`` (:data:`ELISION`) between; :func:`truncate_keep_refs` does
+so keeping the reference lines (:mod:`ctxpolicy.conversation.refs`).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections.abc import Mapping
+from typing import Any
+
+from ctxpolicy.conversation.refs import split_refs
+
+__all__ = [
+    "ELISION",
+    "approx_tokens",
+    "describe_call",
+    "first_meaningful_line",
+    "head_tail",
+    "short",
+    "truncate_keep_refs",
+]
+
+#: The marker :func:`head_tail` puts where it removed text.
+ELISION = re.compile(r"\[… (\d+) chars elided …\]")
+
+
+def approx_tokens(text: str) -> int:
+    """Fallback token estimate (len/4, rounded up)."""
+    return math.ceil(len(text) / 4)
+
+
+def head_tail(text: str, max_chars: int) -> str:
+    """Keep the head and tail of ``text`` (≈ 2/3 head), with an elision marker."""
+    if len(text) <= max_chars:
+        return text
+    head = max(0, (max_chars * 2) // 3)
+    tail = max(0, max_chars - head)
+    removed = len(text) - head - tail
+    tail_s = text[len(text) - tail :] if tail else ""
+    return f"{text[:head]}\n[… {removed} chars elided …]\n{tail_s}"
+
+
+def truncate_keep_refs(text: str, max_chars: int) -> str | None:
+    """Head/tail-truncate ``text`` to ``max_chars`` keeping reference lines.
+
+    Returns None when nothing would be saved (already short, already truncated, or
+    the result would not be shorter).
+    """
+    body, refs = split_refs(text)
+    if len(body) <= max_chars or ELISION.search(body):
+        return None
+    out = head_tail(body, max_chars)
+    if refs:
+        out = out + "\n" + "\n".join(refs)
+    return out if len(out) < len(text) else None
+
+
+def short(text: str, n: int) -> str:
+    """One line, at most ``n`` characters (with an ellipsis)."""
+    line = " ".join(text.split())
+    return line if len(line) <= n else line[: max(0, n - 1)] + "…"
+
+
+def describe_call(tc: Mapping[str, Any], n: int = 120) -> str:
+    """``name(arguments)`` of a tool call, shortened."""
+    fn = tc.get("function") or {}
+    name = str(fn.get("name", "?"))
+    args = fn.get("arguments", "")
+    if not isinstance(args, str):
+        args = json.dumps(args, ensure_ascii=False, sort_keys=True)
+    try:
+        parsed = json.loads(args) if args else {}
+        if isinstance(parsed, dict):
+            args = ", ".join(f"{k}={v}" for k, v in parsed.items())
+    except ValueError:
+        pass
+    return short(f"{name}({args})", n)
+
+
+def first_meaningful_line(text: str, n: int = 120) -> str:
+    body, _ = split_refs(text)
+    for line in body.splitlines():
+        if line.strip():
+            return short(line, n)
+    return ""

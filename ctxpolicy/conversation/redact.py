@@ -1,0 +1,93 @@
+"""Secret redaction the host applies whatever the policy says.
+
+Every tool result passes through :func:`default_redactor` (the :data:`DEFAULT_KEYS`
+patterns: ``sk-…``, ``AKIA…``, ``ghp_…`` and friends) before it enters the context
+(:class:`ctxpolicy.engine.tool_results.ToolResultProcessor`), and so does every
+answer of the recall tool; the event export (:func:`ctxpolicy.events.redact_text`)
+applies every built-in pattern. The ``redact`` preprocessor
+(:mod:`ctxpolicy.preprocessors.redact`) is built on the same :class:`Redactor`.
+
+Each match becomes ``[REDACTED:<pattern name>]``. The patterns are regexes from
+the policy or from here; they are compiled, never executed as code.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Mapping
+
+__all__ = ["BUILTIN_PATTERNS", "DEFAULT_KEYS", "HINTS", "Redactor", "default_redactor"]
+
+#: name → regex. Bounded quantifiers only (no catastrophic backtracking).
+BUILTIN_PATTERNS: dict[str, str] = {
+    "openai_key": r"\bsk-(?:proj-|ant-)?[A-Za-z0-9_-]{20,200}",
+    "aws_access_key": r"\b(?:AKIA|ASIA)[0-9A-Z]{16}\b",
+    "github_token": r"\b(?:ghp|gho|ghu|ghs|ghr)_[A-Za-z0-9]{36,255}\b|\bgithub_pat_[A-Za-z0-9_]{22,255}\b",
+    "slack_token": r"\bxox[abposr]-[A-Za-z0-9-]{10,200}",
+    "google_api_key": r"\bAIza[0-9A-Za-z_-]{35}\b",
+    "bearer_token": r"\b[Bb](?:earer|EARER)\s+[A-Za-z0-9._~+/=-]{20,500}",
+    "private_key": r"-----BEGIN [A-Z ]{0,40}PRIVATE KEY-----[\s\S]{0,10000}?-----END [A-Z ]{0,40}PRIVATE KEY-----",
+    "email": r"\b[A-Za-z0-9._%+-]{1,64}@[A-Za-z0-9-]{1,63}(?:\.[A-Za-z0-9-]{1,63}){0,8}\.[A-Za-z]{2,24}\b",
+}
+
+#: Substrings one of which every match of a built-in pattern contains: a text holding
+#: none of them is skipped with a C-speed substring scan instead of a regex pass
+#: (every tool result goes through :data:`DEFAULT_KEYS`).
+HINTS: dict[str, tuple[str, ...]] = {
+    "openai_key": ("sk-",),
+    "aws_access_key": ("AKIA", "ASIA"),
+    "github_token": ("ghp_", "gho_", "ghu_", "ghs_", "ghr_", "github_pat_"),
+    "slack_token": ("xox",),
+    "google_api_key": ("AIza",),
+    "bearer_token": ("earer", "EARER"),
+    "private_key": ("PRIVATE KEY-----",),
+    "email": ("@",),
+}
+
+#: Applied to every tool result by default (keys only: e-mails are often wanted).
+DEFAULT_KEYS: tuple[str, ...] = ("openai_key", "aws_access_key", "github_token")
+
+
+def _verbatim(text: str) -> Callable[[re.Match[str]], str]:
+    """A ``re.sub`` replacement inserting ``text`` as is (no ``\\1`` group expansion)."""
+    return lambda _m: text
+
+
+class Redactor:
+    """Compiled patterns applied one after another; :meth:`redact` returns text and counts.
+
+    A built-in pattern (its regex unchanged) runs only on a text containing one of
+    its :data:`HINTS`; other patterns always run.
+    """
+
+    def __init__(self, patterns: Mapping[str, str], replacement: str = "[REDACTED:{name}]") -> None:
+        self.patterns = [(name, re.compile(rx)) for name, rx in patterns.items()]
+        self.hints = [
+            HINTS.get(name, ()) if BUILTIN_PATTERNS.get(name) == rx else ()
+            for name, rx in patterns.items()
+        ]
+        self.replacement = replacement
+
+    def redact(self, text: str) -> tuple[str, dict[str, int]]:
+        counts: dict[str, int] = {}
+        if not text:
+            return text, counts
+        for (name, rx), hints in zip(self.patterns, self.hints, strict=True):
+            if hints and not any(h in text for h in hints):
+                continue
+            repl = self.replacement.replace("{name}", name)
+            text, n = rx.subn(_verbatim(repl), text)
+            if n:
+                counts[name] = n
+        return text, counts
+
+
+_default: Redactor | None = None
+
+
+def default_redactor() -> Redactor:
+    """The redactor applied to every tool result (:data:`DEFAULT_KEYS`)."""
+    global _default
+    if _default is None:
+        _default = Redactor({k: BUILTIN_PATTERNS[k] for k in DEFAULT_KEYS})
+    return _default
