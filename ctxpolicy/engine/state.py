@@ -16,6 +16,7 @@ what changed, not the whole history.
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections import Counter
 from collections.abc import Callable, Mapping
@@ -23,7 +24,20 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ctxpolicy.conversation import Unit
-from ctxpolicy.state._codec import entry_text
+from ctxpolicy.engine.stored import (
+    Invalid,
+    Problem,
+    WindowBounds,
+    check_decision,
+    check_growth,
+    check_ledger,
+    check_memory,
+    check_meta_field,
+    check_ref,
+    check_seen_repairs,
+    check_stats,
+)
+from ctxpolicy.state._codec import check_key, entry_text
 
 if TYPE_CHECKING:  # pragma: no cover
     from ctxpolicy.budget import ToolGrowthEstimator
@@ -72,6 +86,26 @@ class PreparedStats:
                 "layer_failures": Counter(data.get("layer_failures", {})),
             }
         )
+
+
+#: Prefix of the entry of a tool call id that cannot be a key itself (too long, a NUL,
+#: a lone surrogate): ``refh/<digest of the id>``, the value ``{"id": …, "uri": …}``.
+HASHED_REF = "refh/"
+
+
+def ref_key(call_id: str) -> str:
+    """The state key of the snapshot reference of ``call_id``: ``ref/<id>`` for every id
+    that makes a valid key (what 0.1 stored, so its state resumes), else
+    ``refh/<blake2b of the id>`` — a tool-call id is chosen by the model, any text."""
+    key = f"ref/{call_id}"
+    try:
+        return check_key(key)
+    except ValueError:
+        return HASHED_REF + _digest(call_id)
+
+
+def _digest(call_id: str) -> str:
+    return hashlib.blake2b(call_id.encode("utf-8", "surrogatepass"), digest_size=16).hexdigest()
 
 
 def unit_to_json(u: Unit) -> dict[str, Any]:
@@ -149,10 +183,15 @@ class SessionState:
     growth: ToolGrowthEstimator | None = field(default=None, repr=False, compare=False)
     #: bumped by every change of ``decisions`` (a cache key of the rendered view)
     decisions_version: int = 0
+    #: stored entries that were invalid when this state was loaded (not obeyed; each
+    #: replaced by what a new conversation starts with and rewritten with the next save)
+    problems: list[Problem] = field(default_factory=list, repr=False, compare=False)
     _dirty: set[str] = field(
         default_factory=lambda: {"meta", "ledger", "growth", "memory"}, repr=False
     )
     _deleted: set[str] = field(default_factory=set, repr=False)
+    #: ``refh/<digest>`` key → its call id
+    _hashed: dict[str, str] = field(default_factory=dict, repr=False)
 
     # ------------------------------------------------------------------ mutation
     def set_decisions(self, decisions: dict[str, tuple[Unit, ...]]) -> None:
@@ -173,7 +212,10 @@ class SessionState:
         if call_id in self.refs:
             return
         self.refs[call_id] = uri
-        self._put(f"ref/{call_id}")
+        key = ref_key(call_id)
+        if key.startswith(HASHED_REF):
+            self._hashed[key] = call_id
+        self._put(key)
 
     def mark_archived(self, key: str) -> None:
         self.archived.add(key)
@@ -213,6 +255,9 @@ class SessionState:
             return [unit_to_json(u) for u in self.decisions[name]]
         if section == "ref":
             return self.refs[name]
+        if section + "/" == HASHED_REF:
+            call_id = self._hashed[key]
+            return {"id": call_id, "uri": self.refs[call_id]}
         if section == "archived":
             return True
         raise KeyError(key)
@@ -221,7 +266,7 @@ class SessionState:
         """Every entry (a full save)."""
         keys = ["meta", "ledger", "growth", "memory"]
         keys += [f"decision/{k}" for k in self.decisions]
-        keys += [f"ref/{k}" for k in self.refs]
+        keys += [ref_key(k) for k in self.refs]
         keys += [f"archived/{k}" for k in self.archived]
         return {k: _jsonable(self._entry(k)) for k in keys}
 
@@ -251,40 +296,113 @@ class SessionState:
         ledger: Ledger | None = None,
         growth: ToolGrowthEstimator | None = None,
         count_text: Callable[[str], int] | None = None,
+        bounds: WindowBounds | None = None,
     ) -> SessionState:
-        """The state saved by :meth:`to_entries`.
+        """The state saved by :meth:`to_entries`, each entry checked against the model
+        (:mod:`ctxpolicy.engine.stored`).
 
         ``ledger`` and ``growth`` are fresh objects of the policy (what a new
         conversation starts with): a stored ledger replaces ``ledger`` (when the
-        policy has one), stored growth samples are loaded into ``growth``.
+        policy has one; its size limit and constraints stay the policy's), stored
+        growth samples are loaded into ``growth``. ``bounds``: what a learned window
+        may be under the policy. An invalid entry (or ``meta`` field) is not obeyed:
+        it is listed in :attr:`problems`, replaced by a new conversation's value and
+        rewritten (or deleted) with the next save. Only a stored format other than
+        :data:`STATE_FORMAT` refuses the whole state (ValueError).
         """
-        meta = dict(entries.get("meta") or {})
-        fmt = meta.pop("format", STATE_FORMAT)
+        problems: list[Problem] = []
+        raw_meta = entries.get("meta")
+        meta: Mapping[str, Any] = {}
+        if isinstance(raw_meta, dict):
+            meta = raw_meta
+        elif raw_meta is not None:
+            problems.append(Problem("meta", "not an object"))
+        fmt = meta.get("format", STATE_FORMAT)
         if fmt != STATE_FORMAT:
-            raise ValueError(f"session state format {fmt} is not supported ({STATE_FORMAT})")
-        st = cls(**{f: meta[f] for f in _META_FIELDS if f in meta})
+            raise ValueError(f"session state format {fmt!r:.40} is not supported ({STATE_FORMAT})")
+        st = cls()
         st._dirty.clear()  # as stored
-        st.seen_repairs = {(str(k), int(i)) for k, i in meta.get("seen_repairs", [])}
-        if "stats" in meta:
-            st.stats = PreparedStats.from_dict(meta["stats"])
-        st.memory = dict(entries.get("memory") or {})
-        stored_ledger, stored_growth = entries.get("ledger"), entries.get("growth")
-        if ledger is not None and isinstance(stored_ledger, Mapping):
-            from ctxpolicy.engine.ledger import Ledger
 
-            ledger = Ledger.from_dict(stored_ledger, count_text=count_text)
-        if growth is not None and isinstance(stored_growth, Mapping):
-            growth.load_dict(stored_growth)
+        def check(key: str, fn: Callable[[], Any]) -> Any:
+            try:
+                return fn()
+            except Invalid as exc:
+                problems.append(Problem(key, str(exc)[:200]))
+                return None
+
+        for f in _META_FIELDS:
+            if f in meta:
+                try:
+                    setattr(st, f, check_meta_field(f, meta[f], bounds))
+                except Invalid as exc:
+                    problems.append(Problem(f"meta.{f}", str(exc)[:200]))
+        if st.unfit is not None and st.learned_window is None:
+            st.unfit = None  # judged against a learned window only
+        if "seen_repairs" in meta:
+            seen = check("meta.seen_repairs", lambda: check_seen_repairs(meta["seen_repairs"]))
+            st.seen_repairs = seen if seen is not None else set()
+        if "stats" in meta:
+            stats = check("meta.stats", lambda: check_stats(meta["stats"]))
+            if stats is not None:
+                st.stats = PreparedStats.from_dict(stats)
+        if problems:
+            st._put("meta")
+        raw_memory = entries.get("memory")
+        if raw_memory is not None:
+            memory = check("memory", lambda: check_memory(raw_memory))
+            st.memory = dict(memory) if memory is not None else {}
+            if memory is None:
+                st._put("memory")
+        stored_ledger, stored_growth = entries.get("ledger"), entries.get("growth")
+        if ledger is not None and stored_ledger is not None:
+            fields = check("ledger", lambda: check_ledger(stored_ledger))
+            if fields is None:
+                st._put("ledger")
+            else:
+                from ctxpolicy.engine.ledger import Ledger
+
+                fields.update(max_tokens=ledger.max_tokens, constraints=ledger.constraints)
+                ledger = Ledger.from_dict(fields, count_text=count_text)
+        if growth is not None and stored_growth is not None:
+            samples = check("growth", lambda: check_growth(stored_growth))
+            if samples is None:
+                st._put("growth")
+            else:
+                growth.load_dict(samples)
         st.ledger, st.growth = ledger, growth
         for key, value in entries.items():
             section, _, name = key.partition("/")
-            if section == "decision":
-                st.decisions[name] = tuple(unit_from_json(u) for u in value)
-            elif section == "ref":
-                st.refs[name] = str(value)
-            elif section == "archived":
-                st.archived.add(name)
+            if section not in ("decision", "ref", "refh", "archived"):
+                continue
+            if not name or not st._load_entry(key, section, name, value):
+                problems.append(Problem(key[:120], f"invalid {section} entry"))
+                st._drop(key)
+        st.problems = problems
         return st
+
+    def _load_entry(self, key: str, section: str, name: str, value: Any) -> bool:
+        """Load one ``decision``/``ref``/``refh``/``archived`` entry; False if invalid."""
+        try:
+            if section == "decision":
+                self.decisions[name] = tuple(unit_from_json(u) for u in check_decision(value))
+            elif section == "archived":
+                if value is not True:
+                    return False
+                self.archived.add(name)
+            else:
+                call_id, uri = check_ref(value)
+                if section == "ref":
+                    if call_id is not None:
+                        return False
+                    self.refs[name] = uri
+                elif call_id is None or ref_key(call_id) != key:
+                    return False
+                else:
+                    self.refs[call_id] = uri
+                    self._hashed[key] = call_id
+        except Invalid:
+            return False
+        return True
 
 
 def _jsonable(value: Any) -> Any:

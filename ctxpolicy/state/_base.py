@@ -23,14 +23,29 @@ from ctxpolicy.state._codec import (
     check_expected,
     decode,
     encode_changes,
+    stored_version,
     valid_conv_id,
 )
 
-__all__ = ["JsonStateStore", "Rows", "SqlOptions", "SqlStateStore"]
+__all__ = ["JsonStateStore", "Rows", "SqlOptions", "SqlStateStore", "Unreadable"]
 
 #: Encoded entries: ``(key, canonical JSON)``.
 Rows = list[tuple[str, str]]
 C = TypeVar("C")
+
+
+class Unreadable:
+    """What a stored value that is not JSON (a damaged row) loads as: no entry of the
+    session state's model accepts it, so the engine reports it (``state.invalid``)
+    and starts that entry afresh instead of refusing the whole conversation."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "<unreadable state entry>"
+
+
+_UNREADABLE = Unreadable()
 
 #: Connections inherited through fork(): kept referenced so that garbage collection
 #: in the child never closes (and so never disturbs) the parent's connection.
@@ -59,7 +74,16 @@ class JsonStateStore(StateStore):
 
     def load(self, conv_id: str) -> StoredState:
         version, rows = self._read(valid_conv_id(conv_id))
-        return StoredState(version, {key: decode(value) for key, value in rows})
+        if version == 0 and not rows:
+            return StoredState(0, {})
+        version = stored_version(version)
+        entries: dict[str, Any] = {}  # Unreadable for a value that is not JSON
+        for key, value in rows:
+            try:
+                entries[key] = decode(value)
+            except (ValueError, TypeError):  # a damaged value: the engine's checks drop it
+                entries[key] = _UNREADABLE
+        return StoredState(version, entries)
 
     def commit(
         self,
@@ -106,7 +130,7 @@ def joined_rows(rows: Iterable[tuple[Any, Any, Any]]) -> tuple[int, Rows]:
     rows = list(rows)
     if not rows:
         return 0, []
-    return int(rows[0][0]), [(k, v) for _, k, v in rows if k is not None]
+    return rows[0][0], [(k, v) for _, k, v in rows if k is not None]
 
 
 class SqlOptions(ComponentOptions):

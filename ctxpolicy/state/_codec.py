@@ -19,6 +19,7 @@ from ctxpolicy.policy.interp import interpolate
 __all__ = [
     "IDENTIFIER_PATTERN",
     "MAX_ID_CHARS",
+    "MAX_VERSION",
     "canonical_text",
     "check_encoded",
     "check_expected",
@@ -28,12 +29,16 @@ __all__ = [
     "encode_changes",
     "entry_text",
     "interpolate_option",
+    "stored_version",
     "valid_conv_id",
 ]
 
 #: Table names are written into SQL, so they are plain identifiers.
 IDENTIFIER_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]{0,39}$"
 MAX_ID_CHARS = 1024
+#: Largest version a commit may expect: its successor still fits a signed 64-bit
+#: integer (PostgreSQL ``bigint``, SQLite ``INTEGER``).
+MAX_VERSION = 2**63 - 2
 
 
 def valid_conv_id(conv_id: object) -> str:
@@ -167,9 +172,21 @@ def _dropped(put: Mapping[str, Any], delete: Iterable[str]) -> list[str]:
 def check_expected(expected_version: object) -> int:
     if isinstance(expected_version, bool) or not isinstance(expected_version, int):
         raise ValueError(f"expected_version must be an int, not {expected_version!r}")
-    if expected_version < 0:
-        raise ValueError(f"expected_version must be >= 0, not {expected_version}")
+    if not 0 <= expected_version <= MAX_VERSION:
+        raise ValueError(f"expected_version must be in [0, 2**63-2], not {expected_version}")
     return expected_version
+
+
+def stored_version(value: object) -> int:
+    """A version as read from a store: an int in ``[1, MAX_VERSION]`` (a stored row
+    always has a committed version), else StateStoreError — a damaged or crafted row
+    is never compared against or incremented."""
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_VERSION:
+        shown = repr(value)[:40] if isinstance(value, (int, str, float)) else type(value).__name__
+        raise StateStoreError(
+            f"the stored version of this conversation is invalid ({shown}); not loaded"
+        )
+    return value
 
 
 def interpolate_option(value: str, env: Mapping[str, str] | None, what: str) -> str:

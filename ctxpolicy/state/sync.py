@@ -131,9 +131,8 @@ class StateSync:
         ``restore(entries)`` must put the session exactly into the stored state, so
         that running ``call`` again gives what one sequential run would have.
         """
-        if self._stale:
-            self._stale = False
-            restore(self.load())
+        if self._stale and not self._reload(restore, what):
+            return call()  # in memory only until the store can be read again
         for attempt in range(self.max_retries + 1):
             result = call()
             put, delete = changes()
@@ -158,8 +157,22 @@ class StateSync:
                     return result
                 # a short random pause so racing workers do not collide again at once
                 time.sleep(self._rng.uniform(0, min(0.05, 0.002 * 2**attempt)))
-                restore(self.load())
+                if not self._reload(restore, what):
+                    return result
             except StateStoreError as exc:
                 self.emit("state.save_failed", call=what, error=str(exc))
                 return result
         raise AssertionError("unreachable")  # pragma: no cover
+
+    def _reload(self, restore: Callable[[Mapping[str, Any]], None], what: str) -> bool:
+        """Put the session into the stored state; False (``state.reload_failed``, and
+        the next call tries again first) when the store cannot be read. A store outage
+        during the reload after a lost race is an event, never an error of the call."""
+        self._stale = False
+        try:
+            restore(self.load())
+        except (StateStoreError, ValueError) as exc:
+            self._stale = True
+            self.emit("state.reload_failed", call=what, error=str(exc)[:500])
+            return False
+        return True
