@@ -24,13 +24,21 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any, TypeVar
 
 from ctxpolicy.components import StateConflict, StateStore, StateStoreError
-from ctxpolicy.state._codec import encode
+from ctxpolicy.state._codec import check_key, encode
 
 __all__ = ["Changes", "StateSync"]
 
 T = TypeVar("T")
 #: What changed since the last save: entries to write, keys to delete.
 Changes = tuple[Mapping[str, Any], Iterable[str]]
+
+
+def _storable(key: object) -> bool:
+    try:
+        check_key(key)
+    except ValueError:
+        return False
+    return True
 
 
 def _noop(type_: str, **fields: Any) -> None:
@@ -96,6 +104,7 @@ class StateSync:
         load or save (reload and redo), and :class:`StateStoreError` when the store
         fails (the changes stay pending for the next save).
         """
+        put, delete = self._valid_keys(put, delete)
         if self.encoded and not encoded:
             put = {key: encode(key, value) for key, value in put.items()}
         elif encoded and not self.encoded:
@@ -116,6 +125,19 @@ class StateSync:
         self._put.clear()
         self._delete.clear()
         return True
+
+    def _valid_keys(
+        self, put: Mapping[str, Any], delete: Iterable[str]
+    ) -> tuple[Mapping[str, Any], list[str]]:
+        """``put`` and ``delete`` without keys no store could hold (``state.entry_refused``):
+        such a key never becomes a pending change that every later save would fail on."""
+        bad = [k for k in [*put, *delete] if not _storable(k)]
+        delete = [k for k in delete if _storable(k)]
+        if bad:
+            for key in bad[:10]:
+                self.emit("state.entry_refused", key=repr(key)[:120], reason="not a valid key")
+            put = {k: v for k, v in put.items() if _storable(k)}
+        return put, delete
 
     def run(
         self,
