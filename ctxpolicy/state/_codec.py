@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -24,11 +25,13 @@ __all__ = [
     "check_encoded",
     "check_expected",
     "check_key",
+    "check_table",
     "decode",
     "encode",
     "encode_changes",
     "entry_text",
     "interpolate_option",
+    "sql_table",
     "stored_version",
     "valid_conv_id",
 ]
@@ -36,9 +39,33 @@ __all__ = [
 #: Table names are written into SQL, so they are plain identifiers.
 IDENTIFIER_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]{0,39}$"
 MAX_ID_CHARS = 1024
+#: The suffix :func:`sql_table` gives a name with capitals (reserved: refused in a name).
+_CASE_SUFFIX = re.compile(r"_c[0-9a-f]{10}\Z")
 #: Largest version a commit may expect: its successor still fits a signed 64-bit
 #: integer (PostgreSQL ``bigint``, SQLite ``INTEGER``).
 MAX_VERSION = 2**63 - 2
+
+
+def check_table(name: str) -> str:
+    """``name`` if it may be a ``table`` option: a lower-case name ending like the
+    suffix :func:`sql_table` adds to a name with capitals is reserved (ValueError)."""
+    if name == name.lower() and _CASE_SUFFIX.search(name):
+        raise ValueError("a table name ending in `_c` and ten hex digits is reserved")
+    return name
+
+
+def sql_table(name: str) -> str:
+    """The prefix of a store's SQL tables for the ``table`` option, injective after SQL
+    case folding (PostgreSQL and SQLite fold unquoted names; SQLite compares even
+    quoted ones without case): a lower-case name is itself (so existing tables keep
+    their names), a name with capitals is its lower-case form plus ``_c`` and the
+    positions of its capitals as ten hex digits (``tenantA`` → ``tenanta_c0000000040``),
+    so ``tenantA`` and ``tenanta`` are two stores. At most 52 characters."""
+    lower = name.lower()
+    if lower == name:
+        return name
+    mask = sum(1 << i for i, c in enumerate(name) if c.isupper())
+    return f"{lower}_c{mask:010x}"
 
 
 def valid_conv_id(conv_id: object) -> str:
