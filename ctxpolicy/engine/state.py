@@ -34,6 +34,7 @@ from ctxpolicy.engine.stored import (
     check_memory,
     check_meta_field,
     check_ref,
+    check_repairs,
     check_seen_repairs,
     check_stats,
 )
@@ -132,6 +133,10 @@ def unit_from_json(d: Mapping[str, Any]) -> Unit:
     )
 
 
+#: Repairs remembered one by one in the ``repairs`` entry; past this many, the oldest
+#: message indices are kept as one floor per kind (the entry stays bounded).
+MAX_SEEN_REPAIRS = 256
+
 #: Scalar fields kept in the ``meta`` entry.
 _META_FIELDS = (
     "step",
@@ -175,7 +180,11 @@ class SessionState:
     #: the learned window cannot hold the policy's pinned content and newest round
     #: (reported once with ``context.window_unfit``); the reason
     unfit: str | None = None
+    #: repairs reported (kind, message index): the newest ones one by one, older ones
+    #: by :attr:`repair_floor` (bounded: :data:`MAX_SEEN_REPAIRS`); entry ``repairs``
     seen_repairs: set[tuple[str, int]] = field(default_factory=set)
+    #: per kind, every message index up to this one was reported
+    repair_floor: dict[str, int] = field(default_factory=dict)
     stats: PreparedStats = field(default_factory=PreparedStats)
     #: the progress ledger (None when the policy disables it)
     ledger: Ledger | None = field(default=None, repr=False, compare=False)
@@ -217,6 +226,27 @@ class SessionState:
             self._hashed[key] = call_id
         self._put(key)
 
+    def repair_seen(self, kind: str, index: int) -> bool:
+        """Whether the repair ``kind`` of message ``index`` was reported already."""
+        return index <= self.repair_floor.get(kind, -1) or (kind, index) in self.seen_repairs
+
+    def see_repair(self, kind: str, index: int) -> None:
+        """Remember that the repair ``kind`` of message ``index`` was reported (the
+        ``repairs`` entry: rewritten only when a new repair is reported, and bounded —
+        past :data:`MAX_SEEN_REPAIRS` the oldest indices become a floor per kind)."""
+        self.seen_repairs.add((kind, index))
+        if len(self.seen_repairs) > MAX_SEEN_REPAIRS:
+            self._bound_repairs()
+        self._put("repairs")
+
+    def _bound_repairs(self) -> None:
+        ordered = sorted(self.seen_repairs, key=lambda r: (r[1], r[0]))
+        cut = len(ordered) - MAX_SEEN_REPAIRS // 2
+        floor = self.repair_floor
+        for kind, index in ordered[:cut]:
+            floor[kind] = max(floor.get(kind, -1), index)
+        self.seen_repairs = {(k, i) for k, i in ordered[cut:] if i > floor.get(k, -1)}
+
     def mark_archived(self, key: str) -> None:
         self.archived.add(key)
         self._put(f"archived/{key}")
@@ -242,8 +272,12 @@ class SessionState:
             return {
                 "format": STATE_FORMAT,
                 **{f: getattr(self, f) for f in _META_FIELDS},
-                "seen_repairs": sorted([k, i] for k, i in self.seen_repairs),
                 "stats": self.stats.to_dict(),
+            }
+        if section == "repairs":
+            return {
+                "seen": sorted([k, i] for k, i in self.seen_repairs),
+                "floor": dict(sorted(self.repair_floor.items())),
             }
         if section == "ledger":
             return self.ledger.to_dict() if self.ledger is not None else None
@@ -265,6 +299,7 @@ class SessionState:
     def to_entries(self) -> dict[str, Any]:
         """Every entry (a full save)."""
         keys = ["meta", "ledger", "growth", "memory"]
+        keys += ["repairs"] if self.seen_repairs or self.repair_floor else []
         keys += [f"decision/{k}" for k in self.decisions]
         keys += [ref_key(k) for k in self.refs]
         keys += [f"archived/{k}" for k in self.archived]
@@ -338,9 +373,19 @@ class SessionState:
                     problems.append(Problem(f"meta.{f}", str(exc)[:200]))
         if st.unfit is not None and st.learned_window is None:
             st.unfit = None  # judged against a learned window only
-        if "seen_repairs" in meta:
+        repairs = entries.get("repairs")
+        if repairs is not None:
+            checked = check("repairs", lambda: check_repairs(repairs))
+            if checked is None:
+                st._put("repairs")
+            else:
+                st.seen_repairs, st.repair_floor = checked
+        elif "seen_repairs" in meta:  # the layout of 0.1: in meta (rewritten on its own)
             seen = check("meta.seen_repairs", lambda: check_seen_repairs(meta["seen_repairs"]))
             st.seen_repairs = seen if seen is not None else set()
+            st._put("repairs")
+        if len(st.seen_repairs) > MAX_SEEN_REPAIRS:
+            st._bound_repairs()
         if "stats" in meta:
             stats = check("meta.stats", lambda: check_stats(meta["stats"]))
             if stats is not None:

@@ -32,6 +32,7 @@ __all__ = [
     "check_memory",
     "check_meta_field",
     "check_ref",
+    "check_repairs",
     "check_seen_repairs",
     "check_stats",
     "window_bounds",
@@ -162,6 +163,15 @@ def check_seen_repairs(value: Any) -> set[tuple[str, int]]:
             raise Invalid("seen_repairs holds an item that is not [kind, index]")
         out.add((_text(item[0], "seen_repairs kind"), _count(item[1], "seen_repairs index")))
     return out
+
+
+def check_repairs(value: Any) -> tuple[set[tuple[str, int]], dict[str, int]]:
+    """The ``repairs`` entry: ``{"seen": [[kind, index]], "floor": {kind: index}}``."""
+    repairs = _mapping(value, "repairs")
+    floor = _mapping(repairs.get("floor", {}), "repairs.floor")
+    return check_seen_repairs(repairs.get("seen", [])), {
+        _text(k, "repair kind"): _count(v, "repairs.floor") for k, v in floor.items()
+    }
 
 
 def check_stats(value: Any) -> dict[str, Any]:
