@@ -51,7 +51,7 @@ def _run(tmp: Path, n: int, *, every: int = 25) -> tuple[_Measured, Session, lis
 
 
 def test_meta_does_not_grow_with_the_conversation(tmp_path: Path) -> None:
-    small, s_small, _ = _run(tmp_path, 200)
+    small, _, _ = _run(tmp_path, 200)
     large, _, types = _run(tmp_path, 2000, every=100)
     reported = types.count("conversation.repaired")
     assert reported == 2000, "every id-less call was repaired, each reported once"
