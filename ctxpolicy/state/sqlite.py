@@ -96,17 +96,13 @@ class SqliteStateStore(SqlStateStore[sqlite3.Connection]):
         conn.close()
 
     def _open(self) -> sqlite3.Connection:
-        fd = secure_file(self.path)
+        checked = secure_file(self.path)
         timeout = self.options.timeout_s
+        conn = sqlite3.connect(
+            self.path, timeout=timeout, isolation_level=None, check_same_thread=False
+        )
         try:
-            conn = sqlite3.connect(
-                self.path, timeout=timeout, isolation_level=None, check_same_thread=False
-            )
-        except BaseException:
-            os.close(fd)
-            raise
-        try:
-            _same_file(fd, self.path)  # nothing was swapped in between
+            _same_file(checked, self.path)  # nothing was swapped in between
             conn.execute(f"PRAGMA busy_timeout = {int(timeout * 1000)}")
             mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
             if str(mode).lower() != "wal":
@@ -130,12 +126,10 @@ class SqliteStateStore(SqlStateStore[sqlite3.Connection]):
             )
             conn.execute("COMMIT")
             for side in _SIDE_FILES:  # created by SQLite with the database's mode
-                _check_file(self.path + side, missing_ok=True)
+                _check_file(self.path + side)
         except BaseException:
             conn.close()
             raise
-        finally:
-            os.close(fd)
         return conn
 
     # -- raw reads and writes
@@ -225,73 +219,74 @@ class SqliteStateStore(SqlStateStore[sqlite3.Connection]):
 #: Files SQLite keeps beside the database.
 _SIDE_FILES = ("-wal", "-shm", "-journal")
 _NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
-_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
 
 
-def secure_file(path: str) -> int:
-    """Create or open the database file safely, like snapshot files: its folder is
-    created 0700 and must not be writable by another user; the file and SQLite's files
-    beside it are never symlinks (``O_NOFOLLOW``), must be regular files owned by this
-    user, and are made 0600. An open descriptor of the file (to check that SQLite opened
-    the same one); StateStoreError for anything else."""
+def secure_file(path: str) -> tuple[int, int]:
+    """Create or check the database file safely, like snapshot files: its folder is
+    created 0700 and must not be writable by another user (so nothing can be swapped
+    in it after these checks); the file and SQLite's files beside it are never
+    symlinks, must be regular files owned by this user, and are made 0600. A new file
+    is created with ``O_CREAT | O_EXCL | O_NOFOLLOW``. Returns the file's
+    ``(st_dev, st_ino)``; StateStoreError for anything else.
+
+    Existing files are checked with ``lstat`` and ``chmod``, never opened: closing any
+    descriptor of a file releases every POSIX lock this process holds on it, which
+    would break the locks of a SQLite connection already open on it."""
     folder = os.path.dirname(path)
     try:
         os.makedirs(folder, mode=0o700, exist_ok=True)
         st = os.stat(folder)
     except OSError as exc:
         raise StateStoreError(f"cannot open state database {path}: {exc}") from None
-    if st.st_uid not in (os.geteuid(), 0) or (st.st_mode & 0o022 and not st.st_mode & stat.S_ISVTX):
+    if st.st_uid not in (os.geteuid(), 0) or st.st_mode & 0o022:
         raise StateStoreError(
             f"state database folder {folder} is writable by other users: a link planted "
             "there could redirect the database; use a private folder"
         )
     for side in _SIDE_FILES:
-        _check_file(path + side, missing_ok=True)
+        _check_file(path + side)
+    found = _check_file(path)
+    if found is None:
+        try:
+            os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _NOFOLLOW, 0o600))
+        except FileExistsError:
+            pass  # another process created it meanwhile: checked below
+        except OSError as exc:
+            raise StateStoreError(f"cannot create state database {path}: {exc}") from None
+        found = _check_file(path)
+        if found is None:
+            raise StateStoreError(f"state database file {path} vanished while it was created")
+    return found.st_dev, found.st_ino
+
+
+def _check_file(path: str) -> os.stat_result | None:
+    """A file of the store: None if absent; else no symlink, a regular file of this
+    user, made 0600 (StateStoreError otherwise)."""
     try:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | _NOFOLLOW | _CLOEXEC, 0o600)
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return None
     except OSError as exc:
-        why = "it is a symlink" if os.path.islink(path) else str(exc)
-        raise StateStoreError(f"cannot open state database {path}: {why}") from None
-    try:
-        _check_stat(path, os.fstat(fd))
-        if stat.S_IMODE(os.fstat(fd).st_mode) & 0o077:
-            os.fchmod(fd, 0o600)
-    except BaseException:
-        os.close(fd)
-        raise
-    return fd
-
-
-def _check_stat(path: str, st: os.stat_result) -> None:
+        raise StateStoreError(f"cannot use state database file {path}: {exc}") from None
+    if stat.S_ISLNK(st.st_mode):
+        raise StateStoreError(f"state database file {path} is a symlink: not followed")
     if not stat.S_ISREG(st.st_mode):
         raise StateStoreError(f"state database file {path} is not a regular file")
     if st.st_uid != os.geteuid():
         raise StateStoreError(f"state database file {path} belongs to another user")
+    if stat.S_IMODE(st.st_mode) & 0o077:
+        try:
+            os.chmod(path, 0o600)
+        except OSError as exc:
+            raise StateStoreError(
+                f"cannot make state database file {path} private: {exc}"
+            ) from None
+    return st
 
 
-def _check_file(path: str, *, missing_ok: bool) -> None:
-    """A file beside the database: no symlink, a regular file of ours, made 0600."""
-    try:
-        fd = os.open(path, os.O_RDONLY | _NOFOLLOW | _CLOEXEC)
-    except FileNotFoundError:
-        if missing_ok:
-            return
-        raise StateStoreError(f"state database file {path} is missing") from None
-    except OSError as exc:
-        why = "it is a symlink" if os.path.islink(path) else str(exc)
-        raise StateStoreError(f"cannot use state database file {path}: {why}") from None
-    try:
-        st = os.fstat(fd)
-        _check_stat(path, st)
-        if stat.S_IMODE(st.st_mode) & 0o077:
-            os.fchmod(fd, 0o600)
-    finally:
-        os.close(fd)
-
-
-def _same_file(fd: int, path: str) -> None:
-    mine, now = os.fstat(fd), os.lstat(path)
-    if (mine.st_dev, mine.st_ino) != (now.st_dev, now.st_ino):
+def _same_file(checked: tuple[int, int], path: str) -> None:
+    now = os.lstat(path)
+    if checked != (now.st_dev, now.st_ino) or stat.S_ISLNK(now.st_mode):
         raise StateStoreError(f"state database file {path} was replaced while it was opened")
 
 

@@ -3,7 +3,8 @@
 * Table names: PostgreSQL and SQLite fold unquoted identifiers (SQLite compares even
   quoted ones without case), so ``tenantA`` used to resume ``tenanta``. A name with
   capitals now gets its own tables (:func:`ctxpolicy.state._codec.sql_table`).
-* The sqlite state file: never followed through a symlink planted at its path (or at
+* The sqlite state file (ctxpolicy.state.sqlite.secure_file): never followed through a
+  symlink planted at its path (or at
   SQLite's ``-wal``/``-shm`` beside it), made 0600 when it exists with a wider mode,
   refused when it belongs to another user or its folder is writable by others — like
   snapshot files.
