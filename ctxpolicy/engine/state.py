@@ -195,6 +195,9 @@ class SessionState:
     #: stored entries that were invalid when this state was loaded (not obeyed; each
     #: replaced by what a new conversation starts with and rewritten with the next save)
     problems: list[Problem] = field(default_factory=list, repr=False, compare=False)
+    #: a learned window loaded from the store, not yet held against the pinned content
+    #: of a request (:func:`ctxpolicy.engine.stored.verify_learned_window`)
+    window_unverified: bool = field(default=False, repr=False, compare=False)
     _dirty: set[str] = field(
         default_factory=lambda: {"meta", "ledger", "growth", "memory"}, repr=False
     )
@@ -373,6 +376,7 @@ class SessionState:
                     problems.append(Problem(f"meta.{f}", str(exc)[:200]))
         if st.unfit is not None and st.learned_window is None:
             st.unfit = None  # judged against a learned window only
+        st.window_unverified = st.learned_window is not None
         repairs = entries.get("repairs")
         if repairs is not None:
             checked = check("repairs", lambda: check_repairs(repairs))

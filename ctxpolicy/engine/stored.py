@@ -15,10 +15,13 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any, get_args
+from typing import TYPE_CHECKING, Any, get_args
 
 from ctxpolicy.conversation.units import UnitKind
 from ctxpolicy.policy.models import Policy
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ctxpolicy.engine.context import EngineContext
 
 __all__ = [
     "MAX_COUNT",
@@ -35,6 +38,7 @@ __all__ = [
     "check_repairs",
     "check_seen_repairs",
     "check_stats",
+    "verify_learned_window",
     "window_bounds",
 ]
 
@@ -83,6 +87,32 @@ def window_bounds(policy: Policy) -> WindowBounds:
 
     configured = compute_budget(policy, tool_growth=0).window
     return WindowBounds(max(1, int(configured * MIN_LEARNED_FRACTION)), configured)
+
+
+def verify_learned_window(ctx: EngineContext) -> None:
+    """Hold a learned window loaded from the store to the other half of
+    :func:`~ctxpolicy.engine.window.learn_window`'s rule once the first request's units
+    are known: a window below that request's pinned content is dropped
+    (``state.invalid``), never obeyed by truncating the pinned task."""
+    pins = ctx.derived.caches.pins
+    st = ctx.state
+    if pins is None:  # no request grouped since the load yet
+        return
+    st.window_unverified = False
+    learned = st.learned_window
+    if learned is None:
+        return
+    count = ctx.counter.count_messages
+    pinned = sum(count(list(u.messages)) for u in pins.units if u.pinned)
+    if learned < pinned:
+        st.learned_window = None
+        st.unfit = None
+        st.touch("meta")
+        ctx.emit(
+            "state.invalid",
+            key="meta.learned_window",
+            reason=f"learned_window {learned} is below the pinned content ({pinned} tokens)",
+        )
 
 
 def _count(value: Any, what: str, *, low: int = 0) -> int:

@@ -266,3 +266,25 @@ def test_any_stored_entries_resume_or_fail_safe(
     assert learned is None or 1000 <= learned < 8000
     if meta.get("format", 1) != 1 and isinstance(crafted.get("meta"), dict):
         assert _types(events, "state.unavailable")
+
+
+@pytest.mark.parametrize("learned", [1000, 2000])
+def test_a_stored_window_below_the_pinned_task_is_not_obeyed(learned: int) -> None:
+    """Within the fraction floor but below the pinned content of the first request
+    after the load: the other half of learn_window's rule, so the task stays whole."""
+    big = "Task: " + "keep every requirement of this long task in mind. " * 300  # ~3k tokens
+    msgs = _messages()
+    msgs[1] = {"role": "user", "content": big}
+    store = MemoryStateStore()
+    good = _stored(store)
+    meta = {**good["meta"], "learned_window": learned}
+    crafted = MemoryStateStore()
+    crafted.commit("c", expected_version=0, put={**good, "meta": meta})
+    events: list[dict[str, Any]] = []
+    s = Session(_policy(), conv_id="c", state_store=crafted, on_event=events.append)
+    out = s.prepare(msgs)
+    assert big in json.dumps(out) and not _types(events, "context.truncated_pinned")
+    [bad] = _types(events, "state.invalid")
+    assert bad["key"] == "meta.learned_window" and "pinned" in bad["reason"]
+    assert s.state.learned_window is None
+    assert crafted.load("c").entries["meta"]["learned_window"] is None
