@@ -5,7 +5,8 @@ Usage::
     python benchmarks/bench_economics.py --baseline DIR [--quick] [--agent NAME ...]
 
 Replays the shared traces (../shared/traces) under ``policies/agents.yaml``
-``coding_agent`` at 32k and ``coding_agent_16k`` at 16k — the loop of
+``coding_agent`` at 32k and ``coding_agent_16k`` at 16k, as shipped and with the
+thresholds coding_agent had before it compacted late (warning 0.60) — the loop of
 ``ctxpolicy simulate`` — once with this tree and, with ``--baseline``, once with
 another source tree (a child process with that tree first on the path), and prints
 per agent and window, summed over the traces:
@@ -16,6 +17,11 @@ per agent and window, summed over the traces:
 * tokens sent ÷ none: tokens of the prepared requests over those of the uncompacted
   conversation;
 * overflows: requests above ``window − reserve_output``;
+* billed ÷ none under Anthropic prompt caching (read 0.1×, write 1.25×), split into
+  its parts, each ÷ none's bill: cached reads, writes of the appended messages (what
+  a call adds), writes of rewritten prefixes (what compactions cost); and none's own
+  writes (what the conversation adds, before any preprocessing: the floor no
+  compaction can lower);
 
 and, with a baseline, this tree's numbers as ratios of the baseline's from the same
 run. ``--quick``: the first 6 traces only.
@@ -38,20 +44,40 @@ from benchmarks._common import SHARED, eprint, header_markdown, machine, write_r
 
 ROOT = Path(__file__).resolve().parents[1]
 TRACES = SHARED / "traces"
-RUNS = (("coding_agent", 32768), ("coding_agent_16k", 16384))
+#: (agent, window, thresholds or None): the shipped policies, and both with the
+#: thresholds coding_agent had before it learned to compact late (warning at 60 % of
+#: the trigger): the small early rewrites the economics rule is about
+EARLY = {"warning": 0.60, "error": 0.85, "critical": 0.95}
+RUNS: tuple[tuple[str, int, dict[str, float] | None], ...] = (
+    ("coding_agent", 32768, None),
+    ("coding_agent_16k", 16384, None),
+    ("coding_agent", 32768, EARLY),
+    ("coding_agent_16k", 16384, EARLY),
+)
 
 
-def child(quick: bool) -> dict[str, dict[str, int]]:
+def child(quick: bool) -> dict[str, dict[str, float]]:
     """Summed counts per ``agent@window``."""
     from ctxpolicy.sim import replay
     from ctxpolicy.sim.importers import load_trace
+    from ctxpolicy.sim.metrics import price_model
 
+    pm = price_model("anthropic")
     paths = sorted(TRACES.glob("*.jsonl"))[: 6 if quick else None]
-    out: dict[str, dict[str, int]] = {}
-    for agent, window in RUNS:
+    out: dict[str, dict[str, float]] = {}
+    for agent, window, thresholds in RUNS:
         policy = replay.load_policy_file(str(ROOT / "policies" / "agents.yaml"), agent)
-        tot = {"calls": 0, "compactions": 0, "prefix_changes": 0, "sent": 0, "none": 0}
-        tot["overflows"] = tot["traces"] = 0
+        key = f"{agent}@{window}"
+        if thresholds is not None:
+            th = policy.thresholds.model_copy(update=thresholds)
+            policy = policy.model_copy(update={"thresholds": th})
+            key += f" warning {thresholds['warning']:.2f}"
+        tot: dict[str, float] = {"calls": 0, "compactions": 0, "prefix_changes": 0, "sent": 0}
+        tot["none"] = tot["overflows"] = tot["traces"] = 0
+        # the bill under Anthropic prompt caching, split: cached reads, writes of the
+        # appended messages, writes of rewritten prefixes; and none's bill
+        tot["read"] = tot["append"] = tot["rewrite"] = tot["none_bill"] = 0.0
+        tot["none_write"] = 0.0
         for path in paths:
             with tempfile.TemporaryDirectory(prefix="ctxpolicy-econ-") as tmp:
                 res = replay.replay_trace(
@@ -65,43 +91,59 @@ def child(quick: bool) -> dict[str, dict[str, int]]:
                 tot["sent"] += s.used
                 tot["none"] += s.none
                 tot["overflows"] += s.overflow
-        out[f"{agent}@{window}"] = tot
+                tot["read"] += s.cached * pm.cache_read
+                write = (s.used - s.cached) * pm.cache_write
+                tot["rewrite" if s.prefix_changed else "append"] += write
+                none_write = (s.none - s.none_cached) * pm.cache_write
+                tot["none_bill"] += s.none_cached * pm.cache_read + none_write
+                tot["none_write"] += none_write
+        out[key] = tot
     return out
 
 
-def run(src: Path, quick: bool) -> dict[str, dict[str, int]]:
+def run(src: Path, quick: bool) -> dict[str, dict[str, float]]:
     env = {**os.environ, "PYTHONPATH": str(src)}
     cmd = [sys.executable, __file__, "--child", *(["--quick"] if quick else [])]
     res = subprocess.run(cmd, env=env, capture_output=True, text=True, check=False)
     if res.returncode != 0:
         raise SystemExit(f"replay with {src} failed:\n{res.stderr[-2000:]}")
-    data: dict[str, dict[str, int]] = json.loads(res.stdout.strip().splitlines()[-1])
+    data: dict[str, dict[str, float]] = json.loads(res.stdout.strip().splitlines()[-1])
     return data
 
 
-def rates(t: dict[str, int]) -> dict[str, float]:
+def rates(t: dict[str, float]) -> dict[str, float]:
     calls = max(1, t["calls"])
+    bill = max(1.0, t.get("none_bill", 0.0))
     return {
         "compactions/100": 100 * t["compactions"] / calls,
         "prefix changes/100": 100 * t["prefix_changes"] / calls,
         "tokens ÷ none": t["sent"] / max(1, t["none"]),
         "overflows": float(t["overflows"]),
+        "billed ÷ none": sum(t.get(k, 0.0) for k in ("read", "append", "rewrite")) / bill,
+        "reads": t.get("read", 0.0) / bill,
+        "appended writes": t.get("append", 0.0) / bill,
+        "rewrites": t.get("rewrite", 0.0) / bill,
+        "none's writes": t.get("none_write", 0.0) / bill,
     }
 
 
+#: the bill columns (÷ none's bill under Anthropic prompt caching)
+BILL = ("billed ÷ none", "reads", "appended writes", "rewrites", "none's writes")
+
+
 def table(mine: dict[str, Any], base: dict[str, Any] | None) -> list[str]:
-    cols = ["compactions/100", "prefix changes/100", "tokens ÷ none", "overflows"]
+    cols = ["compactions/100", "prefix changes/100", "tokens ÷ none", "overflows", *BILL]
     head = "| run | tree | calls | " + " | ".join(cols) + " |"
     lines = [head, "| " + " | ".join(["---"] * (3 + len(cols))) + " |"]
     for key, t in mine.items():
-        rows: list[tuple[str, dict[str, int]]] = []
+        rows: list[tuple[str, dict[str, float]]] = []
         if base is not None and key in base:
             rows.append(("baseline", base[key]))
         rows.append(("this", t))
         for tree, tt in rows:
             r = rates(tt)
-            vals = [f"{r[c]:.3f}" if c == "tokens ÷ none" else f"{r[c]:.1f}" for c in cols]
-            lines.append(f"| {key} | {tree} | {tt['calls']} | " + " | ".join(vals) + " |")
+            vals = [f"{r[c]:.3f}" if c in ("tokens ÷ none", *BILL) else f"{r[c]:.1f}" for c in cols]
+            lines.append(f"| {key} | {tree} | {int(tt['calls'])} | " + " | ".join(vals) + " |")
         if base is not None and key in base:
             rb, rm = rates(base[key]), rates(t)
             ratio = [f"{rm[c] / rb[c]:.3f}" if rb[c] else "—" for c in cols]

@@ -546,8 +546,10 @@ def main(argv: list[str] | None = None) -> int:
     )
     results: list[dict[str, Any]] = []
     peer_results: list[dict[str, Any]] = []
+    # the ruler's table (any results name but bench_quality's) adds extractive rows
+    ruler = args.results_name != "bench_quality"
     calls = [(results, job, (*t, BASELINES)) for t in tasks] + [
-        (peer_results, peer_job, (*t, specs, args.peer_reference)) for t in peer_tasks
+        (peer_results, peer_job, (*t, specs, args.peer_reference, ruler)) for t in peer_tasks
     ]
     if args.jobs <= 1:
         for i, (out, fn, a) in enumerate(calls):

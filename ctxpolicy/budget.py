@@ -267,6 +267,17 @@ class ToolGrowthEstimator:
                     est = max(est, quantile(d, self.q))
         return min(max(est, self.min), self.max)
 
+    def typical(self) -> int:
+        """The typical size of one tool result: the median of the learned samples
+        (``initial`` until the first; the fixed amount when not learned). The
+        compaction economics predict the calls until the next compaction with it."""
+        if not self.learned:
+            return self.initial
+        with self._lock:
+            if not self._recent:
+                return self.initial
+            return quantile(self._recent, 0.5)
+
     def to_dict(self) -> dict[str, Any]:
         """The learned samples (persisted with the session state)."""
         with self._lock:

@@ -34,6 +34,7 @@ import threading
 from collections.abc import Mapping
 from typing import Any
 
+from ctxpolicy._install import extra_hint
 from ctxpolicy.events import STATUS_FIELDS, export_event
 from ctxpolicy.plugins import hookimpl
 
@@ -42,7 +43,7 @@ try:
     from opentelemetry.trace import Status, StatusCode
 except ImportError as exc:  # pragma: no cover - depends on the install
     raise ImportError(
-        "the OpenTelemetry sink needs the opentelemetry SDK: pip install 'ctxpolicy[otel]'"
+        f"the OpenTelemetry sink needs the opentelemetry SDK: {extra_hint('otel')}"
     ) from exc
 
 __all__ = ["FAILURE_EVENTS", "MAX_PENDING_CONVERSATIONS", "SCOPE", "OtelEventSink"]

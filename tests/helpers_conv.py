@@ -28,7 +28,8 @@ Call = tuple[str, Mapping[str, Any], str]
 
 
 def ref_line(conv_id: str, step: int, action: str) -> str:
-    """The reference line toolresults.py writes under a snapshotted result."""
+    """Design A's reference line (``snapshots.reference_form: path``) under a snapshotted
+    result; the default form is the URI alone, and layers parse both."""
     path = f"/tmp/snap/{conv_id}/step_{step:03d}_{action}.json"
     return f"[Full detail available at: {path} (ctxsnap://{conv_id}/step_{step:03d}_{action})]"
 

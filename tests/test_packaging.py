@@ -122,6 +122,13 @@ def test_wheel_in_a_fresh_virtualenv_validates_and_runs(
         env,
     )
     assert "trigger" in out
+    # a missing extra's hint names what installs it here: the same wheel, not the index
+    hint = _run(
+        [py, "-c", "from ctxpolicy._install import extra_hint; print(extra_hint('otel'))"],
+        tmp_path,
+        env,
+    )
+    assert hint.strip().startswith("pip install '") and ".whl[otel]'" in hint, hint
     # an example of the docs, run by the installed package
     out = _run([py, str(REPO / "examples" / "agent_loop.py")], tmp_path, env)
     assert "rejected as too long" in out

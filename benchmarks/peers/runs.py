@@ -33,6 +33,7 @@ from ctxpolicy.sim.replay import PolicyStrategy, run_strategy, with_window
 from ctxpolicy.tokens import TokenCounter, get_counter
 
 __all__ = [
+    "EXTRACTIVE",
     "Contestant",
     "PrefixWatch",
     "SharedSummaryPolicy",
@@ -41,6 +42,9 @@ __all__ = [
 ]
 
 Message = dict[str, Any]
+#: contestant kind: ctxpolicy under a policy with its own summarizer (the extractive
+#: one of the shipped policies), not the shared deterministic LLM summary
+EXTRACTIVE = "ctxpolicy_extractive"
 RULER_SPEC = ModelSpec(context_window=1_000_000, tokenizer=["cl100k_base", "quicktok:cl100k_base"])
 
 
@@ -144,6 +148,12 @@ def _strategy(c: Contestant, window: int, snap_dir: Path, counter: TokenCounter,
             summarizer=ctxpolicy_summary(counter.count_text, meter),
             meter=meter,
         )
+    if c.kind == EXTRACTIVE:
+        from ctxpolicy.sim.replay import PolicyStrategy
+
+        store = _sim_store(pol, snap_dir / _safe(trace))
+        meter = SummaryMeter(counter.count_text)
+        return PolicyStrategy(pol, conv_id=_safe(trace), label=c.label, store=store, meter=meter)
     if c.kind in PEERS:
         strat = build_peer(c.kind, pol, count=counter.count_text)
         strat.label = c.label

@@ -113,17 +113,23 @@ def shipped_policies(root: Path = ROOT) -> list[tuple[str, str, str]]:
 
 
 def peer_job(
-    trace_path: str, window: int, specs: Sequence[tuple[str, str, str]], reference: str = REFERENCE
+    trace_path: str,
+    window: int,
+    specs: Sequence[tuple[str, str, str]],
+    reference: str = REFERENCE,
+    ruler: bool = False,
 ) -> dict[str, Any]:
-    """Every contestant on one trace at one window (a process-pool work item)."""
+    """Every contestant on one trace at one window (a process-pool work item);
+    ``ruler``: each policy also with its own extractive summarizer."""
     from benchmarks.bench_quality import load_agent
-    from benchmarks.peers.runs import Contestant, ruler, run_contestant
+    from benchmarks.peers.runs import EXTRACTIVE, Contestant, run_contestant
+    from benchmarks.peers.runs import ruler as ruler_counter
     from ctxpolicy.budget import compute_budget
     from ctxpolicy.sim.replay import load_trace, with_window
 
     name = Path(trace_path).name
     msgs = load_trace(trace_path)
-    counter = ruler()
+    counter = ruler_counter()
     t0 = time.perf_counter()
     runs: list[dict[str, Any]] = []
     skipped: list[str] = []
@@ -142,6 +148,12 @@ def peer_job(
     contestants = [
         Contestant(f"ctxpolicy {label}", "ctxpolicy", p) for label, p in policies.items()
     ]
+    # the ruler's table also shows each policy with its own (extractive) summarizer
+    contestants += [
+        Contestant(f"ctxpolicy {label} (extractive)", EXTRACTIVE, p)
+        for label, p in policies.items()
+        if ruler
+    ]
     if reference in policies:
         installed, missing = available_peers()
         notes += missing
@@ -150,7 +162,9 @@ def peer_job(
         d = run_contestant(msgs, c, window, trace=name, counter=counter)
         slim = {k: d[k] for k in SLIM if k in d}
         slim["retention"] = {k: v for k, v in d["retention"].items() if k != "lost_examples"}
-        slim["policy"] = c.label.removeprefix("ctxpolicy ") if c.kind == "ctxpolicy" else reference
+        own = c.kind in ("ctxpolicy", EXTRACTIVE)
+        label = c.label.removeprefix("ctxpolicy ").removesuffix(" (extractive)")
+        slim["policy"] = label if own else reference
         runs.append(slim)
     return {
         "trace": name,
@@ -405,7 +419,7 @@ def peer_goals(results: Sequence[Mapping[str, Any]], reference: str = REFERENCE)
 
 
 def _row(name: str, a: Mapping[str, Any]) -> list[Any]:
-    ctx = a["kind"] == "ctxpolicy"
+    ctx = a["kind"] in ("ctxpolicy", "ctxpolicy_extractive")
     return [
         name,
         a["traces"],

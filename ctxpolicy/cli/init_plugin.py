@@ -263,32 +263,11 @@ The tests include ctxpolicy's conformance suite
 
 
 def ctxpolicy_source() -> str:
-    """What to ``pip install`` to get the ctxpolicy running now: its clone (a local
-    path) or git URL when it was installed from one (PEP 610 ``direct_url.json``),
-    else the distribution name."""
-    import json
-    from importlib import metadata
+    """What to ``pip install`` to get the ctxpolicy running now (see
+    :func:`ctxpolicy._install.source`)."""
+    from ctxpolicy._install import source
 
-    try:
-        raw = metadata.distribution("ctxpolicy").read_text("direct_url.json")
-    except metadata.PackageNotFoundError:
-        raw = None
-    try:
-        info = json.loads(raw) if raw else {}
-    except ValueError:
-        info = {}
-    url = info.get("url") if isinstance(info, dict) else None
-    if not isinstance(url, str):
-        return "ctxpolicy"
-    vcs = info.get("vcs_info")
-    if isinstance(vcs, dict) and isinstance(vcs.get("vcs"), str):
-        ref = vcs.get("commit_id")
-        return f"ctxpolicy @ {vcs['vcs']}+{url}" + (f"@{ref}" if isinstance(ref, str) else "")
-    if url.startswith("file://"):
-        from urllib.parse import unquote, urlparse
-
-        return unquote(urlparse(url).path)  # a clone (editable or not) or a wheel file
-    return f"ctxpolicy @ {url}"
+    return source()
 
 
 def render_files(names: dict[str, str]) -> dict[str, str]:

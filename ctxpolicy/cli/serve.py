@@ -10,12 +10,18 @@ import sys
 
 import click
 
-__all__ = ["serve"]
+__all__ = ["KEEP_ALIVE_S", "serve"]
 
-_EXTRA = (
-    "ctxpolicy serve needs the gateway extra (starlette, uvicorn, httpx): "
-    "pip install 'ctxpolicy[gateway]' (from a clone: pip install -e '.[gateway]')"
-)
+#: Seconds an idle client connection is kept open. Longer than the clients' own pool
+#: expiry (httpx and the OpenAI/Anthropic SDKs: 5 s), so a client never reuses a
+#: connection the gateway is closing at that moment (a lost request).
+KEEP_ALIVE_S = 75
+
+
+def _extra() -> str:
+    from ctxpolicy._install import extra_hint
+
+    return f"ctxpolicy serve needs the gateway extra (starlette, uvicorn, httpx): {extra_hint('gateway')}"
 
 
 @click.command("serve")
@@ -59,7 +65,8 @@ _EXTRA = (
     default=False,
     show_default=True,
     help="Offer ctx_recall/ctx_search to the model and answer those calls inside the "
-    "gateway (non-streaming requests).",
+    "gateway, streamed or not (a streamed answer reaches the client once it is not a "
+    "recall-only call).",
 )
 @click.option(
     "--recall-rounds",
@@ -99,6 +106,24 @@ _EXTRA = (
     "from the state store).",
 )
 @click.option(
+    "--keep-alive",
+    default=KEEP_ALIVE_S,
+    show_default=True,
+    type=click.IntRange(1, 3600),
+    help="Seconds an idle client connection stays open. Keep it above the clients' own "
+    "keep-alive expiry (5 s in httpx and the OpenAI/Anthropic SDKs), else a request sent "
+    "on a connection the gateway is closing fails.",
+)
+@click.option(
+    "--record",
+    "record",
+    default=None,
+    type=click.Path(file_okay=False, writable=True),
+    help="Record every conversation as a trace `ctxpolicy simulate` and `tune` replay: "
+    "DIR gets one <conversation>.jsonl per conversation (append-only, 0600), the messages "
+    "as the client sent them, tool results raw. Created if missing.",
+)
+@click.option(
     "--log-level",
     default="warning",
     show_default=True,
@@ -119,6 +144,8 @@ def serve(
     api_key_env: str | None,
     max_body_bytes: int,
     max_sessions: int,
+    keep_alive: int,
+    record: str | None,
     log_level: str,
 ) -> None:
     """Run the policy-driven gateway: point any OpenAI- or Anthropic-compatible client's
@@ -130,7 +157,7 @@ def serve(
     """
     for mod in ("starlette", "uvicorn", "httpx"):
         if importlib.util.find_spec(mod) is None:
-            click.echo(f"ctxpolicy serve: {_EXTRA}", err=True)
+            click.echo(f"ctxpolicy serve: {_extra()}", err=True)
             sys.exit(2)
     for url in (upstream, anthropic_upstream):
         if url is not None and not url.startswith(("http://", "https://")):
@@ -154,6 +181,14 @@ def serve(
             f"unknown agent {agent!r}; agents: {', '.join(sorted(policies))}",
             param_hint="--agent",
         )
+    if record:
+        try:
+            os.makedirs(record, mode=0o700, exist_ok=True)
+        except OSError as exc:
+            raise click.BadParameter(
+                f"cannot create the directory {record!r}: {exc.strerror or exc}",
+                param_hint="--record",
+            ) from None
     os.environ.setdefault("CTXPOLICY_GATEWAY_SECRET", secrets.token_hex(32))
     os.environ["CTXPOLICY_GATEWAY_CONFIG"] = json.dumps(
         {
@@ -167,6 +202,7 @@ def serve(
             "api_key_env": api_key_env,
             "max_body_bytes": max_body_bytes,
             "max_sessions": max_sessions,
+            "record": os.path.abspath(record) if record else None,
         }
     )
     import uvicorn
@@ -184,4 +220,5 @@ def serve(
         workers=workers,
         log_level=log_level,
         access_log=False,
+        timeout_keep_alive=keep_alive,
     )

@@ -14,6 +14,7 @@ from typing import Any
 
 import click
 
+from ctxpolicy._install import extra_hint
 from ctxpolicy.cli.simulate import _load
 
 
@@ -92,7 +93,7 @@ def tune(
     try:
         import optuna  # noqa: F401
     except ImportError:
-        click.echo("ctxpolicy tune needs optuna: pip install 'ctxpolicy[tune]'", err=True)
+        click.echo(f"ctxpolicy tune needs optuna: {extra_hint('tune')}", err=True)
         ctx.exit(2)
     from ctxpolicy.sim.importers import TraceError, mark_warning
     from ctxpolicy.tune.runner import TuneConfig, run_tune

@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from ctxpolicy.conversation import Unit
 
 __all__ = [
+    "DERIVED_HEADING",
     "Facts",
     "error_lines",
     "extract",
@@ -31,6 +32,7 @@ __all__ = [
     "lost_facts",
     "missing_facts",
     "units_text",
+    "without_derived",
 ]
 
 # Linear time on any input (issue 29 item 4). ``re`` backtracks, so a pattern that
@@ -138,6 +140,31 @@ _DIGIT = re.compile(r"\d")
 _EXCEPTION_ENDS = ("Error", "Exception", "Exceeded", "Timeout", "Failure", "Fault")
 
 
+#: A preprocessor's own statistics over a tool's output (``table_rows``' per-column
+#: ``distinct=… min=… max=…``): the line that is this heading and the indented lines
+#: after it are not what the tool printed, and are not mined for facts.
+DERIVED_HEADING = "column summary (all rows):"
+
+
+def without_derived(text: str) -> str:
+    """``text`` without the blocks a preprocessor derived (:data:`DERIVED_HEADING` and
+    its indented lines). One pass: O(len(text))."""
+    i = text.find(DERIVED_HEADING)
+    if i < 0:
+        return text
+    out: list[str] = []
+    pos = 0
+    while i >= 0:
+        out.append(text[pos:i])
+        j = text.find("\n", i)
+        while j >= 0 and text.startswith("  ", j + 1):
+            j = text.find("\n", j + 1)
+        pos = len(text) if j < 0 else j
+        i = text.find(DERIVED_HEADING, pos)
+    out.append(text[pos:])
+    return "".join(out)
+
+
 def _find_paths(text: str) -> list[str]:
     """``_PATH.findall(text)``, scanning only the tokens that can hold a path."""
     return [p for tok in _PATH_TOKEN.findall(text) for p in _PATH.findall(tok)]
@@ -150,6 +177,7 @@ def extract(text: str, only: Collection[str] | None = None) -> Facts:
     Each pattern runs only when the text holds what every match of it needs (a
     ``://``, a digit, a ``=``, ...): a C-speed substring test instead of a regex pass.
     """
+    text = without_derived(text)
     if not text:
         return Facts()
     want = _ALL if only is None else frozenset(only)

@@ -1,10 +1,13 @@
 """What the engine keeps of what it shortens or drops: snapshots and the history archive.
 
 * :func:`ensure_snapshots` — a long tool result that entered through ``messages``
-  (not ``add_tool_result``) is snapshotted before a layer may shorten it;
+  (not ``add_tool_result``) is snapshotted before a layer may shorten it, under the
+  next step of the persisted step counter (so its name is the same after a restart);
 * :func:`archive_units` — every message a layer drops is appended verbatim to the
   conversation's history archive (:class:`ctxpolicy.snapshots.archive.HistoryArchive`), whose
-  reference the ledger shows;
+  reference the ledger shows; the archive's length is kept in the state, so a call
+  redone after a crash reuses its first attempt's uncommitted append (same
+  ``history#n`` numbers) instead of appending the messages twice;
 * :func:`ref_for_message` — the reference of one message's verbatim original
   (archived now when it has none), for :mod:`ctxpolicy.engine.refs` and the squeeze.
 
@@ -27,6 +30,8 @@ __all__ = ["archive_messages", "archive_units", "ensure_snapshots", "ref_for_mes
 
 #: Tool results longer than this are snapshotted before a layer may shorten them.
 SNAPSHOT_MIN_CHARS = 400
+#: Engine memory entry: the history archive's message count as of this state.
+ARCHIVE_MEMORY = "~history"
 
 
 def ensure_snapshots(ctx: EngineContext, view: Sequence[Unit]) -> None:
@@ -45,13 +50,17 @@ def ensure_snapshots(ctx: EngineContext, view: Sequence[Unit]) -> None:
             text = content_text(m.get("content"))
             if not cid or cid in st.refs or len(text) <= SNAPSHOT_MIN_CHARS:
                 continue
+            # each snapshot takes the next step of the persisted counter: its name
+            # (step_<NNN>_<tool>) is a function of the stored state, the same after a
+            # restart, and a call redone after a crash writes the same document there
+            step = st.step + 1
             try:
                 ref = ctx.snapshots.write(
                     ctx.conv_id,
-                    st.step,
+                    step,
                     names.get(cid, "tool"),
                     {
-                        "step": st.step,
+                        "step": step,
                         "action": names.get(cid, "tool"),
                         "phase": "context",
                         "observation": text,
@@ -63,6 +72,8 @@ def ensure_snapshots(ctx: EngineContext, view: Sequence[Unit]) -> None:
             except Exception as exc:
                 ctx.emit("snapshot.failed", error=f"{type(exc).__name__}: {exc}"[:300])
                 return
+            st.step = step
+            st.touch("meta")
             st.add_ref(cid, ref.uri)
 
 
@@ -106,13 +117,27 @@ def archive_messages(
             ctx.conv_id,
             max_bytes=ctx.policy.snapshots.max_snapshot_bytes,
         )
+    history, st = ctx.derived.history, ctx.state
+    # how many messages the archive held when this state was committed: messages past
+    # that were appended by an attempt that never committed (killed, or redone after a
+    # lost race); when they are the very messages archived now they are reused, so
+    # the numbering (history#n) is the one an uninterrupted run gives
+    mem = st.memory.get(ARCHIVE_MEMORY)
+    count = mem.get("count") if isinstance(mem, Mapping) else None
+    expected = count if isinstance(count, int) and not isinstance(count, bool) else 0
     try:
-        ref = ctx.derived.history.append(msgs, step=ctx.state.step)
+        if len(history) > expected >= 0 and history.holds(expected + 1, msgs, step=st.step):
+            ref = history.ref
+        else:
+            ref = history.append(msgs, step=st.step)
     except Exception as exc:
         emit("snapshot.failed", error=f"{type(exc).__name__}: {exc}"[:300], action="history")
         return None
-    for t in ctx.derived.history.last_truncated:
+    for t in history.last_truncated:
         emit("snapshot.too_large", action="history", **t)
+    if history.last_range is not None:
+        st.memory[ARCHIVE_MEMORY] = {"count": history.last_range[1]}
+        st.touch("memory")
     return str(ref)
 
 

@@ -457,7 +457,13 @@ class Caches:
                 "context.reset", reason="history changed: earlier messages were edited or removed"
             )
             st.set_decisions({})
-            key = (st.decisions_version, key[1])
+            if s.ledger is not None:
+                # the ledger holds facts of the history that was compacted: that history
+                # is gone, so the ledger starts again from what the new history holds
+                st.ledger = s.new_ledger()
+                s.ledger_changed()
+                specials = s.special_units()
+            key = (st.decisions_version, tuple(u.messages[0]["content"] for u in specials))
         view: list[Unit] = []
         decided_upto = 0
         for i, u in enumerate(originals):

@@ -28,6 +28,7 @@ from ctxpolicy.budget import BudgetState
 from ctxpolicy.components import CompactionContext, LayerResult
 from ctxpolicy.conversation import Unit, check_units, content_text
 from ctxpolicy.engine.archiving import archive_units, ensure_snapshots
+from ctxpolicy.engine.economics import Rewrite, cache_prices, first_changed, predicted_calls
 from ctxpolicy.engine.refs import ensure_refs
 from ctxpolicy.policy.models import ResolvedStep, State
 
@@ -87,15 +88,20 @@ def run_pipeline(
     *,
     forced: bool,
     entry: int,
+    cache_lost: bool = False,
 ) -> tuple[list[Unit], int, str | None]:
     """Run the eligible steps, then ``on_overflow`` if needed; returns the new view,
     its tokens and the last layer that changed it (None: nothing changed).
 
     The call is the unit of deferral: the steps' outputs are held until together they
     free the minimum gain (``budget.min_gain``, or ``cache.min_gain_tokens`` with
-    ``cache.preserve_prefix`` when larger), then all are taken (the prompt cache is
-    lost either way, so every eligible step runs in the same call); when they cannot,
-    none is taken (``layer.deferred``) until the context is critical.
+    ``cache.preserve_prefix`` when larger) *and* the rewrite pays
+    (:mod:`ctxpolicy.engine.economics`: the cache write of the old suffix against the
+    saving until the next predicted compaction), then all are taken (the prompt cache
+    is lost either way, so every eligible step runs in the same call); when they
+    cannot, none is taken (``layer.deferred``) until the context is critical.
+    ``cache_lost``: an earlier pass of this call already rewrote the prefix (a rewrite
+    costs nothing more: only the minimum gain applies).
     """
     pol = ctx.policy
     changed_by: str | None = None
@@ -107,6 +113,8 @@ def run_pipeline(
     batch = min_gain > 0 and not forced and budget.state_for(entry) < State.critical
     floor = used - min_gain if batch else None
     start_view, start_used = view, used
+    weigh = _weigher(ctx, budget, start_view, start_used) if batch and not cache_lost else None
+    rewrite: Rewrite | None = None
     held: list[_Outcome] = []
     for index, step in steps:
         if used <= budget.target:
@@ -120,7 +128,7 @@ def run_pipeline(
             continue
         held.append(out)
         view, used = out.units, out.used
-        if start_used - used >= min_gain:
+        if start_used - used >= min_gain and (weigh is None or (rewrite := weigh(view, used)).pays):
             batch, floor = False, None
             view, used, changed_by = _take_all(ctx, held, budget)
             held = []
@@ -131,6 +139,7 @@ def run_pipeline(
                 gain=out.used_before - out.used,
                 call_gain=start_used - used,
                 min_gain_tokens=min_gain,
+                **(rewrite.to_fields() if rewrite is not None else {}),
             )
         view, used = start_view, start_used
     # a policy that cannot fit its learned window (``SessionState.unfit``, reported once)
@@ -145,6 +154,44 @@ def run_pipeline(
         if out is not None and _take(ctx, out, budget):
             view, used, changed_by = out.units, out.used, pol.on_overflow.layer
     return view, used, changed_by
+
+
+def _weigher(
+    ctx: EngineContext, budget: BudgetState, start: Sequence[Unit], start_used: int
+) -> Callable[[Sequence[Unit], int], Rewrite]:
+    """Weighs a candidate view of this call against ``start`` (the view the call began
+    with) by the compaction economics (docs/engine.md)."""
+    prices = cache_prices(ctx.policy)
+    count_unit = _unit_counter(ctx)
+    prev = ctx.state.status.get("used") if ctx.state.status else None
+    growth = ctx.state.growth
+    per_call = growth.typical() if growth is not None else budget.tool_growth
+
+    # a taken compaction updates the ledger (what it dropped, the facts it shortened
+    # away), which sits right after the pinned head: the rewrite starts there at the latest
+    ledger_at = _ledger_index(start) if ctx.ledger is not None else len(start)
+
+    def weigh(view: Sequence[Unit], used: int) -> Rewrite:
+        if not isinstance(prev, int) or prev <= 0:
+            old_suffix = 0  # no request was sent before: nothing cached to lose
+        else:
+            i = min(first_changed(start, view), ledger_at)
+            suffix = start_used - sum(count_unit(u) for u in start[:i])
+            appended = max(0, start_used - prev)  # written either way
+            old_suffix = max(0, suffix - appended)
+        calls = predicted_calls(budget, ctx.policy, used, per_call)
+        return Rewrite(start_used - used, old_suffix, calls, prices)
+
+    return weigh
+
+
+def _ledger_index(view: Sequence[Unit]) -> int:
+    """Index of the ledger unit of ``view``, or where a first one goes (after the
+    leading pinned units: the system prompt and the task)."""
+    for i, u in enumerate(view):
+        if u.kind == "ledger" or not u.pinned:
+            return i
+    return len(view)
 
 
 def _take_all(

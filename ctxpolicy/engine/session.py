@@ -340,7 +340,20 @@ class Session:
                 snapshot=outcome.ref.uri if outcome.ref is not None else None,
                 step=at,
             )
-            done.update(outcome=outcome, before=before, after=after)
+            done.update(outcome=outcome, before=before, after=after, at=at)
+        elif done["at"] != at:
+            # redone after a lost state race: the first attempt's step came from the
+            # stale counter; the snapshot takes the name a sequential run gives it
+            outcome = derived.tool_processor.restep(
+                done["outcome"], call, conv_id=self.conv_id, step=at
+            )
+            for ev in outcome.events:
+                ev = dict(ev)
+                self._emit(str(ev.pop("type", "tool.event")), **ev)
+            after = done["after"]
+            if outcome.text != done["outcome"].text:
+                after = self.counter.count_text(outcome.text)
+            done.update(outcome=outcome, after=after, at=at)
         outcome, before, after = done["outcome"], done["before"], done["after"]
         if outcome.ref is not None and call.id:
             st.add_ref(str(call.id), outcome.ref.uri)
@@ -487,7 +500,14 @@ class Session:
             # a pass can grow the ledger (facts of what it dropped) back above the
             # target: the eligible layers then run again over the new ledger
             view, used, by = run_pipeline(
-                ctx, view, used, budget, count, forced=forced, entry=entry_used
+                ctx,
+                view,
+                used,
+                budget,
+                count,
+                forced=forced,
+                entry=entry_used,
+                cache_lost=compact_layer is not None,
             )
             if by is None:
                 break

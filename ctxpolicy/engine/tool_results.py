@@ -9,7 +9,10 @@
    option is set (so that recall stays exact; see docs/snapshots.md);
 4. **preprocess** with the rule picked by :func:`select_rule` (an exception falls
    back to ``head_tail`` and is reported as a ``tool.preprocess_failed`` event);
-5. **reference**: append ``[Full detail available at: <path> (<ctxsnap uri>)]``.
+5. **reference**: append ``[Full detail available at: <ctxsnap uri>]`` (the portable
+   form, the default: no machine path enters a prompt) or, with
+   ``snapshots.reference_form: path``, design A's ``[Full detail available at: <path>
+   (<ctxsnap uri>)]`` (the path is machine-specific: see :func:`format_reference`).
 
 Nothing here raises because of the tool result or the store: failures become
 events in :attr:`ToolResultOutcome.events` and the agent keeps working.
@@ -19,6 +22,7 @@ from __future__ import annotations
 
 import base64
 import codecs
+import dataclasses
 import datetime as _dt
 import fnmatch
 import re
@@ -133,8 +137,22 @@ def select_rule(tools: Mapping[str, ToolRule], tool_name: str) -> tuple[str, Too
 # --------------------------------------------------------------------------- refs
 
 
-def format_reference(ref: SnapshotRef) -> str:
-    """Design A's reference line, with the stable URI: ``[Full detail available at: <path> (<uri>)]``."""
+def format_reference(ref: SnapshotRef, form: str = "uri") -> str:
+    """The reference line of a snapshot.
+
+    * ``"uri"`` (default): ``[Full detail available at: ctxsnap://<folder>/<name>]``.
+      Portable: the same bytes on every worker and machine whatever the store's root
+      (its home directory never reaches the provider), and resolved by ``ctx_recall``
+      and ``Session.recall``;
+    * ``"path"``: design A's ``[Full detail available at: <path> (<uri>)]``, for an
+      agent that opens snapshots with its own file tools. The path is where *this*
+      machine keeps the store: two workers with different roots send different bytes
+      (no shared prompt cache, a resume elsewhere is not byte-identical).
+
+    A store without paths (``ref.path`` empty) always gets the URI form.
+    """
+    if form != "path" or not ref.path:
+        return f"{REFERENCE_PREFIX}{ref.uri}]"
     path = ref.path.replace("\n", " ").replace("]", "%5D")
     return f"{REFERENCE_PREFIX}{path} ({ref.uri})]"
 
@@ -214,6 +232,8 @@ class ToolResultOutcome:
     rule: str | None = None
     info: dict[str, Any] = field(default_factory=dict)
     redactions: dict[str, int] = field(default_factory=dict)
+    #: the caller's ``meta`` as the snapshot got it (for :meth:`ToolResultProcessor.restep`)
+    snapshot_meta: dict[str, Any] | None = field(default=None, repr=False)
 
 
 _DOC_FIELDS = ("phase", "action_intention", "action_reason", "thought")
@@ -244,6 +264,7 @@ class ToolResultProcessor:
         self.store = store
         self.registry = registry
         self.max_snapshot_bytes = policy.snapshots.max_snapshot_bytes
+        self.reference_form = policy.snapshots.reference_form
         self.redact_secrets = redact_secrets
         self._pre: dict[str, Preprocessor] = {}
         for pattern, rule in policy.tools.items():
@@ -331,7 +352,8 @@ class ToolResultProcessor:
         # 5 reference (the engine passes refs of untouched results to layers via unit meta)
         shortened = out != raw
         if ref is not None and (shortened or self.policy.snapshots.reference == "always"):
-            out = f"{out}\n{format_reference(ref)}" if out else format_reference(ref)
+            line = format_reference(ref, self.reference_form)
+            out = f"{out}\n{line}" if out else line
         return ToolResultOutcome(
             text=out,
             raw_text=raw,
@@ -343,6 +365,37 @@ class ToolResultProcessor:
             rule=pattern,
             info=info,
             redactions=redactions,
+            snapshot_meta=dict(meta) if meta is not None else None,
+        )
+
+    def restep(
+        self, outcome: ToolResultOutcome, call: ToolCall, *, conv_id: str, step: int
+    ) -> ToolResultOutcome:
+        """``outcome`` with its snapshot written again at ``step`` (a call redone after a
+        lost state race, whose first attempt took its step from a stale counter): the
+        sequential run's name, and the reference line in the text renamed to match.
+        The text is not preprocessed again. When the new write fails the first
+        snapshot (it holds the same observation) stays the reference, with the event."""
+        if outcome.ref is None or self.store is None:
+            return outcome
+        events: list[dict[str, Any]] = []
+        ref = self._snapshot(
+            call,
+            outcome.raw_text,
+            outcome.info,
+            conv_id=conv_id,
+            step=step,
+            meta=outcome.snapshot_meta,
+            events=events,
+        )
+        if ref is None or ref.uri == outcome.ref.uri:
+            return dataclasses.replace(outcome, events=events)
+        text = outcome.text
+        old_line = format_reference(outcome.ref, self.reference_form)
+        if text.endswith(old_line):
+            text = text[: len(text) - len(old_line)] + format_reference(ref, self.reference_form)
+        return dataclasses.replace(
+            outcome, text=text, ref=ref, chars_after=len(text), events=events
         )
 
     def _snapshot(

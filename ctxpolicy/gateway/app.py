@@ -9,16 +9,18 @@ through chunk by chunk as they arrive. Every other path is forwarded unchanged.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import logging
 import os
 import secrets
 import time
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Coroutine, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+import anyio
 import anyio.to_thread
 import httpx
 from starlette.applications import Starlette
@@ -26,9 +28,8 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from ctxpolicy.gateway import recall as recall_mod
-from ctxpolicy.gateway import wire_anthropic, wire_openai
-from ctxpolicy.gateway.identity import conversation_id
+from ctxpolicy.gateway.calls import Prepared, completion
+from ctxpolicy.gateway.errors import RESP_DROP, UpstreamError, error_response
 from ctxpolicy.gateway.metrics import Metrics
 from ctxpolicy.gateway.routing import UnknownAgent, resolve_agent
 from ctxpolicy.gateway.sessions import SessionPool
@@ -36,7 +37,6 @@ from ctxpolicy.gateway.sse import StreamScanner
 from ctxpolicy.gateway.wire_openai import WireError
 
 if TYPE_CHECKING:  # pragma: no cover
-    from ctxpolicy.engine import Session
     from ctxpolicy.policy.models import Policy
 
 __all__ = ["GatewayConfig", "UpstreamError", "create_app"]
@@ -59,9 +59,6 @@ _HOP = frozenset(
         "accept-encoding",
     }
 )
-_RESP_DROP = frozenset(
-    {"content-length", "connection", "keep-alive", "transfer-encoding", "content-encoding"}
-)
 
 
 @dataclass
@@ -78,45 +75,15 @@ class GatewayConfig:
     api_key: str | None = field(default=None, repr=False)  # server-side credential
     max_body_bytes: int = 32 * 1024 * 1024
     max_sessions: int = 4096
+    #: a directory: each conversation's requests recorded as a trace (``record=``)
+    record: str | None = None
     timeout: float = 600.0
     secret: bytes = field(default=b"", repr=False)
-
-
-class UpstreamError(Exception):
-    """An upstream HTTP error, shaped so :func:`is_context_overflow` can read it."""
-
-    def __init__(self, status_code: int, text: str) -> None:
-        self.status_code = status_code
-        self.body: Any
-        try:
-            self.body = json.loads(text)
-        except ValueError:
-            self.body = text
-        err = self.body.get("error") if isinstance(self.body, dict) else None
-        self.message = str(err.get("message", text)) if isinstance(err, dict) else text
-        self.code = err.get("code") if isinstance(err, dict) else None
-        super().__init__(f"upstream HTTP {status_code}: {text[:2000]}")
 
 
 def _origin(url: str) -> str:
     url = url.rstrip("/")
     return url[:-3] if url.endswith("/v1") else url
-
-
-def _error(status: int, message: str, api: str = "chat") -> JSONResponse:
-    if api == "anthropic":
-        kind = {
-            400: "invalid_request_error",
-            404: "not_found_error",
-            413: "request_too_large",
-        }.get(status, "api_error")
-        return JSONResponse(
-            {"type": "error", "error": {"type": kind, "message": message}}, status_code=status
-        )
-    return JSONResponse(
-        {"error": {"message": message, "type": "invalid_request_error", "code": None}},
-        status_code=status,
-    )
 
 
 class _TooLarge(Exception):
@@ -144,10 +111,13 @@ class Gateway:
         self.config = config
         self.secret = config.secret or os.environ.get(SECRET_ENV, "").encode() or _volatile()
         self.metrics = Metrics()
-        self.pool = SessionPool(config.policies, max_sessions=config.max_sessions)
+        self.pool = SessionPool(
+            config.policies, max_sessions=config.max_sessions, record=config.record
+        )
         self.client: httpx.AsyncClient | None = None
         self.upstream = _origin(config.upstream)
         self.anthropic_upstream = _origin(config.anthropic_upstream or config.upstream)
+        self._tasks: set[asyncio.Task[None]] = set()
 
     async def startup(self) -> None:
         self.client = httpx.AsyncClient(
@@ -156,12 +126,14 @@ class Gateway:
         )
 
     async def shutdown(self) -> None:
+        if self._tasks:  # usage still being recorded: let it finish before closing
+            await asyncio.gather(*self._tasks, return_exceptions=True)
         if self.client is not None:
             await self.client.aclose()
         await anyio.to_thread.run_sync(self.pool.close)
 
     # -- helpers -------------------------------------------------------------------
-    def _headers(self, request: Request, api: str) -> dict[str, str]:
+    def upstream_headers(self, request: Request, api: str) -> dict[str, str]:
         out = {
             k: v
             for k, v in request.headers.items()
@@ -176,11 +148,11 @@ class Gateway:
                 out["authorization"] = f"Bearer {self.config.api_key}"
         return out
 
-    def _url(self, api: str, path: str, query: str) -> str:
+    def upstream_url(self, api: str, path: str, query: str) -> str:
         base = self.anthropic_upstream if api == "anthropic" else self.upstream
         return base + path + (("?" + query) if query else "")
 
-    async def _send(
+    async def send(
         self, method: str, url: str, headers: dict[str, str], body: bytes
     ) -> httpx.Response:
         assert self.client is not None
@@ -189,6 +161,27 @@ class Gateway:
         resp = await self.client.send(req, stream=True)
         self.metrics.upstream(time.perf_counter() - t0)
         return resp
+
+    def prepared(self, agent: str, done: Prepared) -> list[dict[str, Any]]:
+        """Count one ``prepare`` in the metrics; its messages."""
+        self.metrics.prepared(agent, done.compactions, done.saved)
+        return done.messages
+
+    def after(self, work: Coroutine[Any, Any, None], release: Callable[[], None]) -> None:
+        """Run ``work`` now, concurrently with the answer going out; ``release`` after it
+        (the conversation's lock), whatever happens to the answer or the client."""
+
+        async def run() -> None:
+            try:
+                await work
+            except Exception as exc:  # recorded nowhere else: log the kind only
+                log.warning("usage not recorded: %s", type(exc).__name__)
+            finally:
+                release()
+
+        task = asyncio.get_running_loop().create_task(run())
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
 
     # -- routes --------------------------------------------------------------------
     async def healthz(self, request: Request) -> Response:
@@ -216,11 +209,11 @@ class Gateway:
                     path, request.headers, self.config.default_agent, self.pool.agents
                 )
             except UnknownAgent as exc:
-                return _error(404, str(exc), api)
+                return error_response(404, str(exc), api)
         try:
             body = await _read_body(request, self.config.max_body_bytes)
         except _TooLarge:
-            return _error(
+            return error_response(
                 413,
                 f"request body larger than the gateway's limit of {self.config.max_body_bytes} "
                 "bytes (ctxpolicy serve --max-body-bytes)",
@@ -234,45 +227,48 @@ class Gateway:
                 data = json.loads(body)
                 if not isinstance(data, dict):
                     raise WireError("the request body must be a JSON object")
-                return await self.completion(request, api, agent, rest, data)
+                return await completion(self, request, api, agent, rest, data)
             except (ValueError, WireError) as exc:
                 self.metrics.request(api, agent, 400)
-                return _error(400, f"invalid request body: {str(exc)[:300]}", api)
+                return error_response(400, f"invalid request body: {str(exc)[:300]}", api)
             except RecursionError:
                 self.metrics.request(api, agent, 400)
-                return _error(400, "invalid request body: nested too deeply", api)
+                return error_response(400, "invalid request body: nested too deeply", api)
             except Exception as exc:  # never a traceback (it could quote the request)
                 log.error("agent=%s internal error %s", agent, type(exc).__name__)
                 self.metrics.request(api, agent, 500)
-                return _error(500, f"gateway internal error ({type(exc).__name__})", api)
+                return error_response(500, f"gateway internal error ({type(exc).__name__})", api)
         return await self.forward(request, api if agent else "other", rest, body)
 
     async def forward(self, request: Request, api: str, path: str, body: bytes) -> Response:
         """An unknown path: forwarded unchanged, the answer streamed back."""
         try:
-            resp = await self._send(
+            resp = await self.send(
                 request.method,
-                self._url(api, path, request.url.query),
-                self._headers(request, api),
+                self.upstream_url(api, path, request.url.query),
+                self.upstream_headers(request, api),
                 body,
             )
         except httpx.HTTPError as exc:
-            return _error(502, f"upstream unreachable: {type(exc).__name__}")
-        return self._stream_back(resp)
+            return error_response(502, f"upstream unreachable: {type(exc).__name__}")
+        return self.stream_back(resp)
 
-    def _stream_back(
+    def stream_back(
         self,
         resp: httpx.Response,
         on_done: Any = None,
         scanner: StreamScanner | None = None,
         release: Any = None,
+        chunks: AsyncIterator[bytes] | None = None,
     ) -> StreamingResponse:
-        """The upstream's answer to the client chunk by chunk as it arrives (never whole)."""
-        headers = {k: v for k, v in resp.headers.items() if k.lower() not in _RESP_DROP}
+        """The upstream's answer to the client chunk by chunk as it arrives (never whole);
+        ``chunks`` when part of it was read already (held by the recall probe)."""
+        headers = {k: v for k, v in resp.headers.items() if k.lower() not in RESP_DROP}
+        source = chunks if chunks is not None else resp.aiter_raw()
 
         async def body() -> AsyncIterator[bytes]:
             try:
-                async for chunk in resp.aiter_raw():
+                async for chunk in source:
                     out = scanner.feed(chunk) if scanner is not None else chunk
                     if out:
                         yield out
@@ -289,165 +285,35 @@ class Gateway:
                     if release is not None:
                         release()
 
-        return StreamingResponse(body(), status_code=resp.status_code, headers=headers)
+        return _Relay(body(), resp, release, status_code=resp.status_code, headers=headers)
 
-    async def completion(
-        self, request: Request, api: str, agent: str, path: str, data: dict[str, Any]
-    ) -> Response:
-        wire = wire_anthropic if api == "anthropic" else wire_openai
-        conv_anth = wire_anthropic.extract(data) if api == "anthropic" else None
-        if conv_anth is not None:
-            messages = conv_anth.messages
-            client_tools = data.get("tools")
-            count_tools = wire_anthropic.tools_for_count(client_tools)
-        else:
-            messages, count_tools = wire_openai.extract(data)
-            client_tools = data.get("tools")
-        stream = data.get("stream") is True
-        injected_usage = False
-        if stream and api == "chat" and self.config.stream_usage:
-            opts = data.get("stream_options")
-            if not (isinstance(opts, dict) and opts.get("include_usage")):
-                # the usage chunk feeds record_usage; the client that did not ask for it
-                # never sees it (StreamScanner drops it)
-                injected_usage = True
-                data = {
-                    **data,
-                    "stream_options": {
-                        **(opts if isinstance(opts, dict) else {}),
-                        "include_usage": True,
-                    },
-                }
-        use_recall = self.config.recall and not stream
-        send_tools = None
-        if use_recall:
-            extra = (
-                recall_mod.anthropic_tools() if api == "anthropic" else recall_mod.openai_tools()
-            )
-            send_tools = recall_mod.with_tools(client_tools, extra)
-            count_tools = (count_tools or []) + [
-                t
-                for t in recall_mod.openai_tools()
-                if t["function"]["name"]
-                not in {(c.get("function") or {}).get("name") for c in (count_tools or [])}
-            ]
-        conv = conversation_id(request.headers, agent, messages, self.secret)
-        headers = self._headers(request, api)
-        url = self._url(api, path, request.url.query)
-        lock = self.pool.lock(agent, conv)
-        await lock.acquire()
-        released = False
-        handed_off = False  # the stream releases the lock once it is done
 
-        def release() -> None:
-            nonlocal released
-            if not released:
-                released = True
-                lock.release()
+class _Relay(StreamingResponse):
+    """A streamed answer that releases the conversation's lock however it ends: the body's
+    own cleanup may never run (a client gone before the first chunk) or be cut short by
+    the cancellation of a client disconnect."""
 
-        try:
-            session = await anyio.to_thread.run_sync(self.pool.get, agent, conv)
-            prepared = await self._prepare(session, agent, messages, count_tools)
-            raw_anth = list(data["messages"]) if conv_anth is not None else None
-            rounds = 0
-            while True:
-                up = (
-                    wire_anthropic.build(data, conv_anth, prepared, send_tools)
-                    if conv_anth is not None
-                    else wire_openai.build(data, prepared, send_tools)
-                )
-                try:
-                    resp = await self._send("POST", url, headers, up)
-                except httpx.HTTPError as exc:
-                    self.metrics.request(api, agent, 502)
-                    return _error(502, f"upstream unreachable: {type(exc).__name__}", api)
-                if resp.status_code >= 400:
-                    text = (await resp.aread())[:1_000_000].decode("utf-8", "replace")
-                    await resp.aclose()
-                    failure = UpstreamError(resp.status_code, text)
-                    try:
-                        retry = await anyio.to_thread.run_sync(
-                            session.on_error, failure, messages, count_tools
-                        )
-                    except Exception:  # ContextOverflowError: the retries are used up
-                        log.info("agent=%s conv=%s overflow retries exhausted", agent, conv)
-                        retry = None
-                    if retry is None:
-                        self.metrics.request(api, agent, resp.status_code)
-                        return Response(
-                            text.encode(),
-                            status_code=resp.status_code,
-                            media_type=resp.headers.get("content-type", "application/json"),
-                        )
-                    self.metrics.retry(agent)
-                    prepared = retry
-                    continue
-                if stream:
-                    self.metrics.request(api, agent, resp.status_code)
-
-                    async def done(tokens: int, s: Session = session) -> None:
-                        await anyio.to_thread.run_sync(s.record_usage, tokens)
-
-                    scanner = StreamScanner(api, drop_usage_chunk=injected_usage)
-                    out = self._stream_back(resp, done, scanner, release)
-                    handed_off = True
-                    return out
-                raw = await resp.aread()
-                await resp.aclose()
-                try:
-                    answer = json.loads(raw)
-                except ValueError:
-                    answer = None
-                tokens = wire.usage(answer)
-                if tokens:
-                    await anyio.to_thread.run_sync(session.record_usage, tokens)
-                if use_recall and rounds < self.config.recall_rounds:
-                    msg, calls = wire.assistant_and_calls(answer)
-                    if msg is not None and recall_mod.is_recall_only([c[1] for c in calls]):
-                        rounds += 1
-                        self.metrics.recall(agent)
-                        _, handler = session.recall_tool()
-                        results = [
-                            (cid, await anyio.to_thread.run_sync(handler, name, args))
-                            for cid, name, args in calls
-                        ]
-                        if conv_anth is not None and raw_anth is not None:
-                            raw_anth = [*raw_anth, msg, wire_anthropic.tool_results_turn(results)]
-                            conv_anth = wire_anthropic.AnthropicConversation(
-                                raw_anth, data.get("system")
-                            )
-                            messages = conv_anth.messages
-                        else:
-                            messages = [
-                                *messages,
-                                msg,
-                                *(wire_openai.tool_message(cid, text) for cid, text in results),
-                            ]
-                        prepared = await self._prepare(session, agent, messages, count_tools)
-                        continue
-                self.metrics.request(api, agent, resp.status_code)
-                rh = {k: v for k, v in resp.headers.items() if k.lower() not in _RESP_DROP}
-                return Response(raw, status_code=resp.status_code, headers=rh)
-        finally:
-            if not handed_off:
-                release()
-
-    async def _prepare(
+    def __init__(
         self,
-        session: Session,
-        agent: str,
-        messages: list[dict[str, Any]],
-        tools: list[dict[str, Any]] | None,
-    ) -> list[dict[str, Any]]:
-        before = sum(session.stats.compactions.values())
-        prepared: list[dict[str, Any]] = await anyio.to_thread.run_sync(
-            session.prepare, messages, tools
-        )
-        status = session.status or {}
-        after = sum(session.stats.compactions.values())
-        saved = int(status.get("tokens_in", 0) or 0) - int(status.get("used", 0) or 0)
-        self.metrics.prepared(agent, after - before, saved)
-        return prepared
+        content: AsyncIterator[bytes],
+        upstream: httpx.Response,
+        release: Callable[[], None] | None,
+        **kw: Any,
+    ) -> None:
+        super().__init__(content, **kw)
+        self._upstream = upstream
+        self._release = release
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            try:
+                with anyio.CancelScope(shield=True):
+                    await self._upstream.aclose()
+            finally:
+                if self._release is not None:
+                    self._release()
 
 
 def _volatile() -> bytes:

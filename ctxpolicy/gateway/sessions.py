@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
@@ -32,8 +33,11 @@ class SessionPool:
         *,
         max_sessions: int = 4096,
         on_event: Callable[[dict[str, Any]], None] | None = None,
+        record: str | None = None,
     ) -> None:
         self.policies = dict(policies)
+        # a directory (always: never one file for every conversation), a trace each
+        self.record = record if not record or record.endswith(("/", os.sep)) else record + os.sep
         self.max_sessions = max(1, max_sessions)
         self._on_event = on_event
         self._sessions: OrderedDict[tuple[str, str], Session] = OrderedDict()
@@ -51,6 +55,15 @@ class SessionPool:
             lk = self._locks[key] = asyncio.Lock()
         return lk
 
+    def peek(self, agent: str, conv: str) -> Session | None:
+        """The open session of the conversation, or None (then :meth:`get` opens it)."""
+        key = (agent, conv)
+        with self._guard:
+            s = self._sessions.get(key)
+            if s is not None:
+                self._sessions.move_to_end(key)
+            return s
+
     def get(self, agent: str, conv: str) -> Session:
         """The open session of the conversation, or a new one resuming its stored state."""
         from ctxpolicy.engine import Session
@@ -61,7 +74,7 @@ class SessionPool:
             if s is not None:
                 self._sessions.move_to_end(key)
                 return s
-        s = Session(self.policies[agent], conv_id=conv, on_event=self._on_event)
+        s = Session(self.policies[agent], conv_id=conv, on_event=self._on_event, record=self.record)
         evicted: list[Session] = []
         with self._guard:
             other = self._sessions.get(key)

@@ -33,7 +33,8 @@ class StreamScanner:
         self.api = api
         self.drop = drop_usage_chunk and api == "chat"
         self.usage: int | None = None
-        self._buf = b""
+        self._buf = bytearray()
+        self._scanned = 0
         self._scanning = True
 
     def feed(self, chunk: bytes) -> bytes:
@@ -43,22 +44,27 @@ class StreamScanner:
         self._buf += chunk
         out: list[bytes] = [] if self.drop else [chunk]
         pos = 0
-        for m in _END.finditer(self._buf):
-            event = self._buf[pos : m.end()]
+        # only the new bytes (and 3 before them: a separator cut in two) are searched,
+        # so a long event arriving in small chunks costs linear time
+        for m in _END.finditer(self._buf, max(0, self._scanned - 3)):
+            event = bytes(self._buf[pos : m.end()])
             pos = m.end()
             if self._event(event) and self.drop:
                 out.append(event)
-        self._buf = self._buf[pos:]
+        del self._buf[:pos]
+        self._scanned = len(self._buf)
         if len(self._buf) > MAX_EVENT_BYTES:  # hostile or broken stream: stop scanning
             self._scanning = False
             if self.drop:
-                out.append(self._buf)
-            self._buf = b""
+                out.append(bytes(self._buf))
+            self._buf = bytearray()
         return b"".join(out)
 
     def flush(self) -> bytes:
         """What is left at the end of the stream (an unterminated last event)."""
-        rest, self._buf = self._buf, b""
+        rest = bytes(self._buf)
+        self._buf = bytearray()
+        self._scanned = 0
         if rest and self._scanning:
             self._event(rest)
         return rest if self.drop else b""

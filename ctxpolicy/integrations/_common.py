@@ -8,6 +8,8 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from types import ModuleType
 from typing import TYPE_CHECKING, Any, TypeGuard, TypeVar
 
+from ctxpolicy._install import extra_hint
+
 if TYPE_CHECKING:  # pragma: no cover
     from ctxpolicy.engine import Session
     from ctxpolicy.policy.models import Policy
@@ -23,7 +25,7 @@ def require(module: str, extra: str) -> ModuleType:
     except ImportError as exc:
         raise ImportError(
             f"ctxpolicy.integrations.{extra} needs the {module!r} package, which is not "
-            f"installed: pip install 'ctxpolicy[{extra}]'"
+            f"installed: {extra_hint(extra)}"
         ) from exc
 
 

@@ -225,6 +225,8 @@ def _from_dbgpt(data: dict[str, Any]) -> tuple[dict[str, Any], Origins, Warnings
         "store": "local",
         "path": "${CTXPOLICY_HOME:-~/.ctxpolicy}/workspace/op_snapshots",
         "reference": "always",
+        # design A's agents open snapshots by path with their own file tools
+        "reference_form": "path",
     }
     native: dict[str, Any] = {"ctxpolicy": 1}
     if catalogue:

@@ -439,6 +439,15 @@ class Snapshots(StrictModel):
         "preprocessor shortened it (saves ~40 tokens per untouched result; layers add "
         "the line when they cut the result later).",
     )
+    reference_form: Literal["uri", "path"] = Field(
+        default="uri",
+        description="What the reference line names: `uri` "
+        "(`[Full detail available at: ctxsnap://<conv>/<name>]`, portable: the same "
+        "bytes on every worker and machine, no local path in a prompt), or `path` "
+        "(design A's `[Full detail available at: <path> (<uri>)]`, for agents that "
+        "open snapshots with their own file tools; the path is machine-specific, so "
+        "workers with different store roots send different prompts).",
+    )
     max_snapshot_bytes: int = Field(
         default=16 * 1024 * 1024, gt=0, description="Largest observation written per snapshot."
     )

@@ -26,6 +26,7 @@ from typing import Any, ClassVar
 from pydantic import Field
 
 from ctxpolicy.components import Preprocessor, ToolCall
+from ctxpolicy.conversation.facts import DERIVED_HEADING
 from ctxpolicy.plugins import hookimpl
 from ctxpolicy.policy.models import ComponentOptions, TuneRange
 from ctxpolicy.preprocessors._text import cut_chars, head_tail_chars, never_longer
@@ -266,7 +267,7 @@ class TableRows(Preprocessor):
         parts.append(f"... [{n - shown} more rows] ...")
         parts.extend(table.footer)
         if opts.summarize_large_result:
-            parts.append("column summary (all rows):")
+            parts.append(DERIVED_HEADING)  # not mined for facts (conversation/facts)
             parts.extend(summarize(table.columns, table.rows, opts.max_columns_summarized))
         return never_longer(text, "\n".join(parts))
 

@@ -36,7 +36,13 @@ from ctxpolicy.conversation import check_messages, content_text
 from ctxpolicy.engine.tool_results import parse_reference
 from ctxpolicy.policy.models import Policy
 from ctxpolicy.sim.importers import load_trace
-from ctxpolicy.sim.metrics import RetentionRuler, StepRecord, SummaryMeter, TraceResult
+from ctxpolicy.sim.metrics import (
+    RetentionRuler,
+    StepRecord,
+    SummaryMeter,
+    TraceResult,
+    ruler_facts,
+)
 
 __all__ = [
     "PolicyStrategy",
@@ -55,6 +61,9 @@ __all__ = [
 
 Message = dict[str, Any]
 _URI_RE = re.compile(r"ctxsnap://[^\s)\]\"']+")
+
+#: a repeated call's result is searched for a fact in its first this many characters
+_REPEAT_FACTS_CHARS = 4000
 
 
 # --------------------------------------------------------------------------- policies
@@ -361,7 +370,14 @@ def run_strategy(
             added[tid] = text
             raw_by_id[tid] = content_text(m.get("content"))
             prev = candidates.pop(tid, None)
-            if prev is not None and raw_by_id.get(prev) == raw_by_id[tid]:
+            # a result without a single fact of the ruler (an edit such as ``sed -i``:
+            # ``<returncode>0</returncode><output></output>``) held nothing compaction
+            # could take away: running the same call again is not a repeated read
+            if (
+                prev is not None
+                and raw_by_id.get(prev) == raw_by_id[tid]
+                and ruler_facts(raw_by_id[tid][:_REPEAT_FACTS_CHARS])
+            ):
                 result.repeated_reads += 1
                 if len(result.repeated_examples) < example_limit:
                     result.repeated_examples.append(
@@ -465,7 +481,9 @@ def _repeats(
 
     The repeat is counted when its result arrives and equals the earlier one: the
     agent fetched again what compaction took away. A re-run whose output changed
-    (tests after an edit) is a new observation, not a repeated read.
+    (tests after an edit) is a new observation, not a repeated read; nor is one whose
+    result holds no fact of the retention ruler (an edit command's empty output:
+    compaction took nothing from it).
     """
     calls = [tc for tc in m.get("tool_calls") or [] if isinstance(tc, Mapping)]
     if not calls:

@@ -32,26 +32,47 @@ def is_log_name(name: str) -> bool:
 PROBES = 1
 
 
+#: Most a document's size may differ from another's and still be the same document
+#: but for its write time (``timestamp``).
+SAME_SIZE_SLACK = 64
+
+
 def same_document(existing: str, tmp: str) -> bool:
     """Whether two snapshot files hold the same document but for its write time."""
     try:
-        if abs(os.stat(existing).st_size - os.stat(tmp).st_size) > 64:
+        if abs(os.stat(existing).st_size - os.stat(tmp).st_size) > SAME_SIZE_SLACK:
             return False
-        a = json.loads(Path(existing).read_bytes())
-        b = json.loads(Path(tmp).read_bytes())
-    except (OSError, ValueError):
+        return same_document_data(Path(existing).read_bytes(), Path(tmp).read_bytes())
+    except OSError:
+        return False
+
+
+def same_document_data(existing: bytes, new: bytes) -> bool:
+    """:func:`same_document` for two documents' bytes (any store)."""
+    if abs(len(existing) - len(new)) > SAME_SIZE_SLACK:
+        return False
+    try:
+        a = json.loads(existing)
+        b = json.loads(new)
+    except ValueError:
         return False
     if not (isinstance(a, dict) and isinstance(b, dict)):
         return False
     a.pop("timestamp", None)
     b.pop("timestamp", None)
-    return a == b
+    return bool(a == b)
 
 
 class Names:
     """O(1) snapshot names: a per-(folder, base) counter, and after a collision with
     a name this process did not write, a time-based suffix (microseconds since the
-    epoch, larger than any counter) so the next attempt is free in practice."""
+    epoch, larger than any counter) so the next attempt is free in practice.
+
+    A name the engine derives from the persisted state is unique per conversation,
+    so the counter is 1 in every process and the name is the same after a restart.
+    A call redone in the same process (after a lost state race) writes its document
+    again under the same base: the store first checks the name it took last for that
+    base (:meth:`first` − 1) and reuses it when it holds the same document."""
 
     def __init__(self) -> None:
         self._next: dict[tuple[str, str], int] = {}
@@ -68,7 +89,8 @@ class Names:
         with self._lock:
             if len(self._next) >= MAX_NEXT:
                 self._next.clear()
-            self._next[(folder, base)] = n + 1
+            key = (folder, base)
+            self._next[key] = max(self._next.get(key, 1), n + 1)
 
     @staticmethod
     def name(base: str, n: int) -> str:

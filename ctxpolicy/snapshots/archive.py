@@ -246,6 +246,35 @@ class HistoryArchive:
             self.last_range = (first, self._count)
         return self.ref
 
+    def holds(self, first: int, messages: Sequence[Mapping[str, Any]], *, step: int) -> bool:
+        """Whether messages ``first``… of the archive are exactly ``messages`` archived
+        at ``step``, byte for byte: what a call redone after a crash or a lost state
+        race finds (its first attempt's append, never committed). When they are,
+        :attr:`last_range` names them as :meth:`append` would have. O(their size)."""
+        msgs = list(messages)
+        if not self.native or first < 1 or not msgs:
+            return False
+        st = min(max(int(step), 0), _MAX_U32)
+        with self._lock:
+            self._load()
+            assert self._count is not None
+            if first + len(msgs) - 1 > self._count:
+                return False
+            self.last_truncated = []
+            for i, m in enumerate(msgs):
+                entry = self._entry(first + i)
+                line = self._line(m)
+                if entry is None or entry[2] != len(line) or entry[3] != st:
+                    return False
+                data = self.store.read_range(
+                    self.folder, segment_name(entry[0]), entry[1], entry[2]
+                )
+                if data != line:
+                    return False
+        self.last_range = (first, first + len(msgs) - 1)
+        self._last_doc_ref = None
+        return True
+
     def _append_document(self, msgs: list[Mapping[str, Any]], step: int) -> str:
         doc = {"step": step, "action": "history", "phase": "compaction", "messages": msgs}
         ref = self.store.write(self.conv_id or self.folder, step, "history", doc)

@@ -18,7 +18,15 @@ from pydantic import Field
 
 from ctxpolicy.components import SnapshotRef, SnapshotStore
 from ctxpolicy.policy.models import ComponentOptions
-from ctxpolicy.snapshots._common import Names, check_ref_text, is_log_name, sort_key
+from ctxpolicy.snapshots._common import (
+    PROBES,
+    SAME_SIZE_SLACK,
+    Names,
+    check_ref_text,
+    is_log_name,
+    same_document_data,
+    sort_key,
+)
 from ctxpolicy.snapshots.document import dump_document as _dump
 from ctxpolicy.snapshots.document import load_document as _load
 from ctxpolicy.snapshots.names import (
@@ -113,11 +121,24 @@ class FsspecStore(SnapshotStore):
         try:
             with self._lock:
                 n = self._names.first(folder, base)
+                if n > 1:  # a redo in this process: its first attempt's name if the same
+                    name = Names.name(base, n - 1)
+                    if self._same(f"{d}/{name}.json", data):
+                        return self.ref_for(folder, name)
+                probes = 0
                 for _ in range(16):
                     name = Names.name(base, n)
                     final = f"{d}/{name}.json"
                     if self.fs.exists(final):
-                        n = self._names.collided(n)
+                        if self._same(final, data):
+                            # the same document written again (a call redone after a
+                            # crash between the write and the state commit): same ref
+                            self._names.taken(folder, base, n)
+                            return self.ref_for(folder, name)
+                        # one next name (a resumed process meets its predecessor's
+                        # files in order), then a time-based jump: O(1) attempts
+                        probes += 1
+                        n = n + 1 if probes <= PROBES else self._names.collided(n)
                         continue
                     self.fs.mv(tmp, final)
                     self._names.taken(folder, base, n)
@@ -127,6 +148,17 @@ class FsspecStore(SnapshotStore):
                 if self.fs.exists(tmp):
                     self.fs.rm(tmp)
         raise SnapshotError(errno.EEXIST, f"no free snapshot name for {base}")
+
+    def _same(self, final: str, data: bytes) -> bool:
+        """Whether ``final`` holds the document ``data`` but for its write time (sizes
+        compared first: a different document is rarely read)."""
+        try:
+            size = self.fs.size(final)
+            if size is None or abs(int(size) - len(data)) > SAME_SIZE_SLACK:
+                return False
+            return same_document_data(self.fs.cat_file(final), data)
+        except (OSError, ValueError, TypeError):
+            return False
 
     def locate(self, ref: str) -> SnapshotRef:
         """Resolve a ``ctxsnap://`` URI or a URL/path of this store to its canonical

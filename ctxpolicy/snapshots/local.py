@@ -272,6 +272,11 @@ class LocalStore(SnapshotStore):
     def _publish(self, folder: str, conv_dir: str, base: str, tmp: str) -> SnapshotRef:
         """Give the complete temp file its final, unused name in O(1) attempts."""
         n = self._names.first(folder, base)
+        if n > 1:  # a redo in this process: its first attempt's name, if it is the same
+            name = Names.name(base, n - 1)
+            if same_document(os.path.join(conv_dir, f"{name}.json"), tmp):
+                os.unlink(tmp)
+                return self.ref_for(folder, name)
         probes = 0
         for _ in range(16):
             name = Names.name(base, n)

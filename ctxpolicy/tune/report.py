@@ -10,6 +10,7 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
+from ctxpolicy._install import extra_hint
 from ctxpolicy.tune.objectives import Score
 from ctxpolicy.tune.runner import Candidate, TuneResult
 from ctxpolicy.tune.space import changed, overlay
@@ -143,9 +144,7 @@ def pareto_png(r: TuneResult) -> bytes:
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError as exc:
-        raise RuntimeError(
-            "the Pareto plot needs matplotlib: pip install 'ctxpolicy[plot]'"
-        ) from exc
+        raise RuntimeError(f"the Pareto plot needs matplotlib: {extra_hint('plot')}") from exc
     obj = r.config.objectives
     scored = [c for c in r.candidates if c.score is not None]
     fig, ax = plt.subplots(figsize=(7, 4.5), dpi=100)

@@ -176,3 +176,29 @@ def test_first_facts_stops_reading_once_enough_paths_are_found() -> None:
 
     assert first_facts(texts(), 5) == [f"src/module_{i}.py" for i in range(5)]
     assert len(read) == 5
+
+
+def test_a_preprocessors_own_column_summary_is_not_mined() -> None:
+    """Issue 27.3: table_rows' ``distinct=… min=… max=…`` lines are statistics of its
+    own, not what the tool printed: no ``1487 min``/``min=0.2`` facts from them, while
+    the rows it shows still give theirs."""
+    import json as _json
+
+    from ctxpolicy.preprocessors.table_rows import TableRows, TableRowsOptions
+
+    rows = [{"order_id": f"ORD-{i:05d}", "minutes": 1000 + i, "rate": i / 7} for i in range(500)]
+    pre = TableRows(TableRowsOptions(max_rows=3))
+    text = pre.process(_json.dumps(rows))
+    assert "distinct=" in text  # the summary is there for the model
+    facts = extract(text).all()
+    assert "ORD-00000" in facts  # a shown row
+    assert not [f for f in facts if "min" in f or "max" in f or "distinct" in f], facts
+
+
+def test_without_derived_is_linear_and_keeps_the_rest() -> None:
+    from ctxpolicy.conversation.facts import DERIVED_HEADING, without_derived
+
+    block = f"{DERIVED_HEADING}\n  a: distinct=3 min=1 max=9\n  b: distinct=2\n"
+    text = "before /src/app.py\n" + block + "after ValueError\n"
+    assert without_derived(text) == "before /src/app.py\n\nafter ValueError\n"
+    assert without_derived(block * 20_000).count("distinct") == 0

@@ -120,8 +120,16 @@ def test_reference_format_and_parse(proc: ToolResultProcessor) -> None:
     out = proc.process(ToolCall("lookup", {"q": 1}), "x" * 5000, conv_id="run-42", step=3)
     assert out.ref is not None
     line = out.text.rsplit("\n", 1)[1]
-    assert line == f"[Full detail available at: {out.ref.path} (ctxsnap://run-42/step_003_lookup)]"
+    # the portable form by default: no path of this machine in the text
+    assert line == "[Full detail available at: ctxsnap://run-42/step_003_lookup]"
+    assert out.ref.path and out.ref.path not in out.text
     assert parse_reference(out.text) == ["ctxsnap://run-42/step_003_lookup"]
+    # design A's path form (an option): path and URI
+    with_path = format_reference(out.ref, "path")
+    assert with_path == (
+        f"[Full detail available at: {out.ref.path} (ctxsnap://run-42/step_003_lookup)]"
+    )
+    assert parse_reference(with_path) == ["ctxsnap://run-42/step_003_lookup"]
     # design A's plain form parses too
     assert parse_reference(
         "Observation: x\n[Full detail available at: /p/step_003_sql_query.json]"

@@ -18,6 +18,7 @@ pytest.importorskip("uvicorn", reason="the 'gateway' extra is not installed")
 
 import uvicorn
 
+from ctxpolicy.cli.serve import KEEP_ALIVE_S
 from ctxpolicy.gateway.app import GatewayConfig, create_app
 from ctxpolicy.testing.server import ScriptedLLMServer
 from tests.integrations.conftest import make_policy
@@ -55,7 +56,14 @@ def run_asgi(app: Any) -> Iterator[RunningGateway]:
     """Any ASGI app on a real uvicorn on a free loopback port, stopped afterwards."""
     port = free_port()
     server = uvicorn.Server(
-        uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="on")
+        uvicorn.Config(
+            app,
+            host="127.0.0.1",
+            port=port,
+            log_level="warning",
+            lifespan="on",
+            timeout_keep_alive=KEEP_ALIVE_S,
+        )
     )
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()

@@ -178,3 +178,28 @@ def test_recall_answered_inside_the_gateway(tmp_path: Path) -> None:
         assert {"ctx_recall", "ctx_search"} <= names
         assert second.body["messages"][-1]["role"] == "tool"
         assert all(r.tokens <= WINDOW - RESERVE for r in srv.accepted)
+
+
+def test_record_writes_each_conversation_as_a_replayable_trace(
+    tmp_path: Path, upstream: ScriptedLLMServer
+) -> None:
+    """``--record DIR`` (issue 31.4): one trace per conversation, the messages as the
+    client sent them (tool results raw), replayed by simulate's importer."""
+    from ctxpolicy.sim.importers import load_trace
+
+    rec = tmp_path / "traces"
+    with run_gateway(config_for(tmp_path, upstream, record=str(rec))) as gw:
+        for conv in ("alice", "bob"):
+            client = openai.OpenAI(
+                base_url=gw.url + "/v1",
+                api_key="key-a",
+                max_retries=0,
+                default_headers={"X-Ctxpolicy-Conversation": conv},
+            )
+            for steps in (1, 2, 3):
+                client.chat.completions.create(model="gpt-4o", messages=history(steps))  # type: ignore[arg-type]
+    files = sorted(rec.glob("*.jsonl"))
+    assert len(files) == 2  # never one file for two conversations
+    for f in files:
+        assert f.stat().st_mode & 0o777 == 0o600
+        assert load_trace(f) == history(3)  # raw, once each, in order

@@ -173,3 +173,130 @@ def test_sdk_streams_replay_like_prepare_and_record_usage(tmp_path: Path) -> Non
         for msgs, got in zip(sent, chat, strict=True):
             assert got.body["messages"] == ref.prepare(msgs)
         assert all(r.tokens <= WINDOW - RESERVE for r in srv.accepted)
+
+
+def test_streamed_text_starts_at_once_with_recall(tmp_path: Path) -> None:
+    """With --recall, a streamed answer that is not a recall call reaches the client
+    while the upstream still holds the rest (the probe decides on the first text)."""
+    up = StreamingUpstream()
+    with run_asgi(up.app()) as upstream:
+        cfg = GatewayConfig(
+            policies={"a": make_policy(tmp_path)},
+            upstream=upstream.url,
+            default_agent="a",
+            secret=b"s",
+            recall=True,
+        )
+        with run_gateway(cfg) as gw:
+            client = openai.OpenAI(base_url=gw.url + "/v1", api_key="k", max_retries=0)
+            stream = client.chat.completions.create(
+                model="m", messages=[{"role": "user", "content": "hi"}], stream=True
+            )
+            it = iter(stream)
+            assert next(it).choices[0].delta.content == "Hel"
+            up.release.set()
+            assert "".join(c.choices[0].delta.content or "" for c in it if c.choices) == "lo"
+    names = {t["function"]["name"] for t in up.bodies[0]["tools"]}
+    assert names == {"ctx_recall", "ctx_search"}
+
+
+def _recall_script() -> Any:
+    """The model recalls the truncated output's original line, then says what it got."""
+    import re
+
+    want = "value_0_350 = compute(350, step=0)"
+
+    def texts(msg: dict[str, Any]) -> str:
+        return json.dumps(msg.get("content"))
+
+    def script(body: dict[str, Any]) -> dict[str, Any]:
+        msgs = body["messages"]
+        last = json.dumps(msgs[-1])
+        if "ctx_recall_1" in last:  # the gateway's answer to the recall call
+            return {"content": "recalled: " + ("yes" if want in last else "no")}
+        refs = re.findall(r"ctxsnap://[^\s)\]\"\\]+", "".join(texts(m) for m in msgs))
+        if not refs:
+            return {"content": "no ref"}
+        args = {"ref": refs[-1], "grep": "value_0_350"}
+        return {"tool_calls": [{"id": "ctx_recall_1", "name": "ctx_recall", "arguments": args}]}
+
+    return script
+
+
+def test_recall_inside_the_gateway_with_openai_and_anthropic_streams(tmp_path: Path) -> None:
+    from ctxpolicy.testing.server import ScriptedLLMServer
+    from tests.integrations.conftest import big_output
+
+    from .conftest import config_for
+
+    call = {"name": "read_file", "arguments": '{"path": "f0.py"}'}
+    chat = [
+        {"role": "system", "content": "You are a coding agent."},
+        {"role": "user", "content": "Fix the failing test."},
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [{"id": "c0", "type": "function", "function": call}],
+        },
+        {"role": "tool", "tool_call_id": "c0", "content": big_output(0, 400)},
+    ]
+    anth = [
+        {"role": "user", "content": "Fix the failing test."},
+        {
+            "role": "assistant",
+            "content": [
+                {"type": "tool_use", "id": "c0", "name": "read_file", "input": {"path": "f0.py"}}
+            ],
+        },
+        {
+            "role": "user",
+            "content": [
+                {"type": "tool_result", "tool_use_id": "c0", "content": big_output(0, 400)}
+            ],
+        },
+    ]
+    with ScriptedLLMServer(window=20_000, script=_recall_script()) as srv:
+        cfg = config_for(tmp_path, srv, recall=True)
+        with run_gateway(cfg) as gw:
+            client = openai.OpenAI(base_url=gw.url + "/v1", api_key="k", max_retries=0)
+            chunks = list(client.chat.completions.create(model="m", messages=chat, stream=True))  # type: ignore[call-overload]
+            text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+            assert text == "recalled: yes"
+            assert not any(c.choices and c.choices[0].delta.tool_calls for c in chunks)
+            ac = anthropic.Anthropic(base_url=gw.url, api_key="k", max_retries=0)
+            with ac.messages.stream(
+                model="m", max_tokens=10, system="You are a coding agent.", messages=anth
+            ) as s:
+                assert s.get_final_text() == "recalled: yes"
+                assert [b.type for b in s.get_final_message().content] == ["text"]
+        first, second, third, fourth = srv.accepted
+    assert all(r.body["stream"] is True for r in (first, second, third, fourth))
+    assert second.body["messages"][-1]["role"] == "tool"  # answered inside the gateway
+    assert fourth.body["messages"][-1]["content"][0]["type"] == "tool_result"
+
+
+def test_a_client_gone_mid_stream_releases_its_conversation(tmp_path: Path) -> None:
+    """The next call of the conversation is served, not left waiting on its lock."""
+    import httpx
+
+    up = StreamingUpstream()
+    body = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "stream": True}
+    with run_asgi(up.app()) as upstream:
+        cfg = GatewayConfig(
+            policies={"a": make_policy(tmp_path)},
+            upstream=upstream.url,
+            default_agent="a",
+            secret=b"s",
+        )
+        with run_gateway(cfg) as gw:
+            with (
+                httpx.Client(timeout=10) as c,
+                c.stream("POST", gw.url + "/v1/chat/completions", json=body) as r,
+            ):
+                assert b"Hel" in next(r.iter_raw())
+            # the client hung up while the upstream still holds the rest
+            up.release.set()
+            with httpx.Client(timeout=10) as c:
+                r = c.post(gw.url + "/v1/chat/completions", json=body)
+                assert r.status_code == 200 and b"lo" in r.content
+            assert len(gw.gateway.pool._sessions) == 1

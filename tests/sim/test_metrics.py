@@ -113,6 +113,18 @@ def test_repeat_with_changed_output_is_not_a_repeated_read() -> None:
     assert d["repeated_reads"] == 0
 
 
+def test_repeat_of_a_result_without_facts_is_not_a_repeated_read() -> None:
+    """An edit command's empty output (``<returncode>0</returncode>``) held nothing
+    compaction could take away: running it again is not a repeated read."""
+    empty = "<returncode>0</returncode>\n<output>\n</output>"
+    msgs = trace()
+    msgs[3] = {**msgs[3], "content": empty}
+    msgs[7] = {**msgs[7], "content": empty}
+    msgs[8] = {**msgs[8], "content": empty}
+    strat = Scripted(script, snapshots={REF: empty})
+    assert run_strategy(msgs, strat, counter=WordCounter()).to_dict()["repeated_reads"] == 0
+
+
 def test_fact_retention_in_context_recoverable_lost() -> None:
     r = run()["retention"]
     # call 0: src/app.py, app.py (in the task) → in context

@@ -327,8 +327,8 @@ def test_naming_is_linear_in_the_number_of_snapshots(
     for n in (100, 1000):
         store = LocalStore(root=str(tmp_path / str(n)))
         before = sum(counts.values())
-        for _ in range(n):
-            store.write("c", 3, "bash", {"observation": "x"})
+        for i in range(n):  # distinct documents (the same one written again is reused)
+            store.write("c", 3, "bash", {"observation": f"x{i:04d}"})
         ops[n] = sum(counts.values()) - before
     assert ops[1000] / ops[100] < 12, ops  # O(n); the old linear probing was ~100×
     assert counts["link"] <= 1100 + 110

@@ -15,6 +15,10 @@ checkpoint. The journal lines are::
 
 The summarizer is deterministic (the extractive one) but slow (``summary_sleep``)
 so that kills land inside it.
+
+``"via": "messages"`` feeds tool results through ``messages`` only (no
+``add_tool_result``: the LangChain middleware's and the OpenAI wrapper's path);
+``"snapshots": null`` keeps the policy's own snapshot path (under ``$HOME``).
 """
 
 from __future__ import annotations
@@ -75,7 +79,9 @@ def run(config: dict[str, Any]) -> None:
 
     journal = Journal(Path(config["journal"]))
     policy = with_window(load_policy(config["policy"], agent=config["agent"]), config["window"])
-    policy = with_snapshots(policy, config["snapshots"])
+    if config.get("snapshots") is not None:
+        policy = with_snapshots(policy, config["snapshots"])
+    via_messages = config.get("via") == "messages"
     policy = policy.model_copy(update={"state": StateSpec.model_validate(config["state"])})
     extractive_cls = get_registry().get("summarizer", "extractive")
     assert extractive_cls is not None
@@ -118,6 +124,8 @@ def run(config: dict[str, Any]) -> None:
                     os.kill(os.getpid(), signal.SIGKILL)
             pending = {str(tc.get("id", "")): tc for tc in m.get("tool_calls") or []}
             convo.append(dict(m))
+        elif role == "tool" and via_messages:
+            convo.append(dict(m))  # the engine snapshots it when it is long
         elif role == "tool":
             tool_step += 1
             if ("tool", i) in done:

@@ -1,0 +1,194 @@
+"""The shipped coding policies against small changes of their knobs, on the tune half only.
+
+Usage::
+
+    python benchmarks/bench_peers_ruler_sweep.py [--jobs 2] [--quick]
+
+Issue 27 item 4: a shipped policy may be tuned on the ``tune`` half of the shared
+traces (``benchmarks.peers.table.trace_halves``, the split of the ruler's peer table)
+and is judged on the other. This replays ``coding_agent`` at 32k and
+``coding_agent_16k`` at 16k — each with its own extractive summarizer, measured by the
+ruler users pay (:mod:`benchmarks.peers.runs`: exact cl100k, Anthropic prompt-caching
+prices) — as shipped and with one knob changed (target, warning threshold, the ``*``
+tool cap, read_file's lines), on the tune half only, and prints total cost ÷ none,
+retention, far retention, prefix changes per 100 calls and avoidable overflows per
+variant. A variant replaces the shipped one only when it is no worse on cost and
+retention and better on one of them by a margin that is not noise on ten traces (0.01
+of total cost ÷ none, or 0.5 points of retention). ``--quick``: two traces, two
+variants.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from collections.abc import Mapping
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from benchmarks._common import SHARED, eprint, header_markdown, machine, write_results
+
+ROOT = Path(__file__).resolve().parents[1]
+POLICIES = ROOT / "policies" / "agents.yaml"
+#: (agent, window) → the knob changes tried (``{}``: as shipped)
+GRID: dict[tuple[str, int], list[dict[str, float]]] = {
+    ("coding_agent", 32768): [
+        {},
+        {"target": 0.3},
+        {"target": 0.5},
+        {"warning": 0.9},
+        {"cap": 3000},
+        {"cap": 6000},
+    ],
+    ("coding_agent_16k", 16384): [
+        {},
+        {"target": 0.3},
+        {"target": 0.5},
+        {"cap": 1500},
+        {"cap": 3000},
+        {"lines": 20},
+    ],
+}
+
+
+def variant(agent: str, knobs: Mapping[str, float]) -> Any:
+    """The shipped policy ``agent`` with ``knobs`` changed."""
+    from benchmarks.bench_quality import load_agent
+
+    pol, _ = load_agent(agent, str(POLICIES))
+    upd: dict[str, Any] = {}
+    if "warning" in knobs:
+        w = knobs["warning"]
+        th = pol.thresholds
+        upd["thresholds"] = th.model_copy(
+            update={"warning": w, "error": max(w, th.error), "critical": max(w, th.critical)}
+        )
+    if "target" in knobs:
+        upd["budget"] = pol.budget.model_copy(update={"target": knobs["target"]})
+    tools = dict(pol.tools)
+    for knob, glob, option in (("cap", "*", "max_chars"), ("lines", "read_file", "lines")):
+        if knob in knobs:
+            rule = tools[glob]
+            tools[glob] = rule.model_copy(
+                update={"options": {**rule.options, option: int(knobs[knob])}}
+            )
+            upd["tools"] = tools
+    return pol.model_copy(update=upd)
+
+
+def one(agent: str, window: int, knobs: dict[str, float], trace: str) -> dict[str, Any]:
+    """One variant on one trace (a process-pool work item)."""
+    from benchmarks.peers.runs import EXTRACTIVE, Contestant, ruler, run_contestant
+    from ctxpolicy.sim.replay import load_trace
+
+    c = Contestant("sweep", EXTRACTIVE, variant(agent, knobs))
+    d = run_contestant(load_trace(trace), c, window, trace=Path(trace).name, counter=ruler())
+    b, r = d["billing"], d["retention"]
+    return {
+        "agent": agent,
+        "window": window,
+        "knobs": json.dumps(knobs, sort_keys=True),
+        "cost": b["total_cost"],
+        "none": b["total_cost_none"],
+        "facts": r["facts"],
+        "kept": r["in_context"],
+        "far": r["far_facts"],
+        "far_kept": r["far_in_context"],
+        "prefix_changes": d["prefix_changes"],
+        "calls": d["calls"],
+        "avoidable": d["overflows"] - d["overflows_unavoidable"],
+    }
+
+
+def tune_half(traces: list[str]) -> list[str]:
+    """The ``tune`` half of ``traces`` (the split of the ruler's peer table)."""
+    from benchmarks.peers.table import trace_halves
+    from ctxpolicy.sim.replay import load_trace
+
+    sizes = {
+        Path(t).name: sum(1 for m in load_trace(t) if m.get("role") == "assistant") for t in traces
+    }
+    split = trace_halves(sizes)
+    return [t for t in traces if split.get(Path(t).name) == "tune"]
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1))
+    ap.add_argument("--quick", action="store_true", help="two traces, two variants")
+    args = ap.parse_args(argv)
+    traces = sorted(str(p) for p in (SHARED / "traces").glob("*.jsonl"))
+    if not traces:
+        print(f"skipped: no shared traces under {SHARED / 'traces'}")
+        return 0
+    tune = tune_half(traces)
+    grid = GRID
+    if args.quick:
+        tune = sorted(tune, key=lambda t: Path(t).stat().st_size)[:2]
+        grid = {k: v[:2] for k, v in list(GRID.items())[1:]}
+    jobs = [(a, w, k, t) for (a, w), ks in grid.items() for k in ks for t in tune]
+    t0 = time.perf_counter()
+    acc: dict[tuple[str, int, str], dict[str, float]] = {}
+    with ProcessPoolExecutor(max_workers=max(1, args.jobs)) as pool:
+        for d in pool.map(one, *zip(*jobs, strict=True)):
+            a = acc.setdefault((d["agent"], d["window"], d["knobs"]), {})
+            for k in ("cost", "none", "facts", "kept", "far", "far_kept", "prefix_changes"):
+                a[k] = a.get(k, 0) + d[k]
+            a["calls"] = a.get("calls", 0) + d["calls"]
+            a["avoidable"] = a.get("avoidable", 0) + d["avoidable"]
+    rows = []
+    for (agent, window, knobs), a in acc.items():
+        rows.append(
+            {
+                "agent": agent,
+                "window": window,
+                "knobs": json.loads(knobs),
+                "total_over_none": round(a["cost"] / max(1.0, a["none"]), 4),
+                "retention": round(a["kept"] / max(1, a["facts"]), 4),
+                "far_retention": round(a["far_kept"] / max(1, a["far"]), 4),
+                "prefix_changes_per_100": round(100 * a["prefix_changes"] / max(1, a["calls"]), 2),
+                "avoidable_overflows": int(a["avoidable"]),
+            }
+        )
+    elapsed = time.perf_counter() - t0
+    info = machine()
+    lines = [
+        "## The shipped coding policies against one-knob changes, tune half (issue 27)",
+        "",
+        header_markdown(info),
+        "",
+        f"{len(tune)} traces of the tune half; extractive summaries; the ruler users pay "
+        "(Anthropic prompt caching). `{}`: as shipped.",
+        "",
+        "| policy @ window | change | total cost ÷ none | retention | far retention "
+        "| prefix changes / 100 | avoidable overflows |",
+        "| --- | --- | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    for r in rows:
+        lines.append(
+            f"| {r['agent']} @ {r['window']:,} | `{json.dumps(r['knobs'])}` | "
+            f"{r['total_over_none']:.3f} | {r['retention']:.1%} | {r['far_retention']:.1%} | "
+            f"{r['prefix_changes_per_100']:.1f} | {r['avoidable_overflows']} |"
+        )
+    lines += [
+        "",
+        "Reproduce: `python benchmarks/bench_peers_ruler_sweep.py"
+        + (" --quick`" if args.quick else "`")
+        + f" ({elapsed:.0f} s with {args.jobs} jobs)",
+    ]
+    text = "\n".join(lines)
+    print(text)
+    data = {"machine": info, "quick": args.quick, "traces": tune, "rows": rows}
+    j, m = write_results("bench_peers_ruler_sweep", data, text)
+    eprint(f"wrote {j} and {m}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,151 @@
+"""Does a prefix rewrite pay? (docs/engine.md, "Compaction economics").
+
+A compaction rewrites the request from its first changed message on: under prompt
+caching those tokens, which the previous request had written to the provider's cache,
+are billed again at the cache-write price instead of the cache-read price. What it
+buys is the freed tokens, not sent (billed at the write price) on this call and not
+read from the cache on every later call until the next compaction::
+
+    cost  = old_suffix × (write − read)
+    gain  = freed × (write + read × calls_until_next)
+
+where ``old_suffix`` is the tokens of the previous request from the first changed
+message on (the appended messages are written either way), ``read`` / ``write`` the
+model's cache prices as multiples of its uncached input price (the model catalogue's
+price models, the ones ``ctxpolicy simulate`` bills with), and ``calls_until_next``
+the calls until the next compaction the engine predicts: the room the compaction
+leaves before the pipeline fires again, divided by the context's typical growth per
+call (the median of the session's learned tool-result sizes). The rewrite is taken
+when ``gain ≥ cost`` and it frees at least ``budget.min_gain``.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from importlib import resources
+from typing import Any
+
+from ctxpolicy.budget import BudgetState
+from ctxpolicy.policy.models import Policy, State
+
+__all__ = [
+    "MAX_PREDICTED_CALLS",
+    "CachePrices",
+    "Rewrite",
+    "cache_prices",
+    "catalogue_price_models",
+    "first_changed",
+    "predicted_calls",
+]
+
+#: The calls until the next compaction are predicted at most this far ahead (a
+#: conversation may end: a saving further away is not counted on).
+MAX_PREDICTED_CALLS = 50
+
+
+@dataclass(frozen=True)
+class CachePrices:
+    """A model's prompt-cache prices per input token, as multiples of its uncached
+    input price (``ctxpolicy/data/models.json``, ``price_models``)."""
+
+    name: str
+    read: float
+    write: float
+
+
+@functools.lru_cache(maxsize=1)
+def catalogue_price_models() -> tuple[dict[str, Any], dict[str, Any]]:
+    """``(price_models, model_price_models)`` of the packaged model catalogue."""
+    text = resources.files("ctxpolicy").joinpath("data/models.json").read_text("utf-8")
+    data = json.loads(text)
+    return dict(data.get("price_models") or {}), dict(data.get("model_price_models") or {})
+
+
+def _price(entry: Mapping[str, Any], key: str, default: float) -> float:
+    v = entry.get(key)
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v < 1000:
+        return default
+    return float(v)
+
+
+@functools.lru_cache(maxsize=64)
+def _prices_for(names: tuple[str, ...]) -> CachePrices:
+    models, by_model = catalogue_price_models()
+    per_model: Mapping[str, Any] = {}
+    spec = str(models.get("default", "anthropic"))
+    for name in names:
+        entry = by_model.get(name)
+        if isinstance(entry, Mapping):
+            per_model, spec = entry, str(entry.get("price_model"))
+            break
+    base = models.get(spec)
+    if not isinstance(base, Mapping):
+        spec, base = "anthropic", {"cache_read": 0.1, "cache_write": 1.25}
+    merged = {**base, **per_model}
+    return CachePrices(spec, _price(merged, "cache_read", 1.0), _price(merged, "cache_write", 1.0))
+
+
+def cache_prices(policy: Policy) -> CachePrices:
+    """The cache prices of ``policy``'s model: the catalogue entry of its catalogue key
+    or provider id, else the catalogue's ``default`` price model (as ``simulate``)."""
+    names = tuple(n for n in (policy.model_name, policy.model.name) if n)
+    return _prices_for(names)
+
+
+def first_changed(before: Sequence[Any], after: Sequence[Any]) -> int:
+    """Index of the first unit of ``before`` that ``after`` does not keep unchanged at the
+    same place (``len(before)`` when ``after`` only appends)."""
+    for i, (a, b) in enumerate(zip(before, after, strict=False)):
+        if a is not b and (a.key != b.key or a.messages != b.messages):
+            return i
+    return min(len(before), len(after))
+
+
+def predicted_calls(budget: BudgetState, policy: Policy, used_after: int, per_call: int) -> int:
+    """Calls until the next compaction: from ``used_after``, growing ``per_call`` tokens a
+    call, until the lowest state a pipeline step runs at (above the target: until the
+    trigger − target gap the engine holds for); 1 to :data:`MAX_PREDICTED_CALLS`."""
+    ats = [budget.tokens_for(State(s.at)) for s in policy.pipeline]
+    fire = max(budget.target, min(ats, default=budget.trigger))
+    if used_after > budget.target:
+        room = max(0, budget.trigger - budget.target)
+    else:
+        room = max(0, fire - used_after)
+    return max(1, min(MAX_PREDICTED_CALLS, math.ceil(room / max(1, per_call))))
+
+
+@dataclass(frozen=True)
+class Rewrite:
+    """One call's candidate prefix rewrite, weighed (the fields of ``layer.deferred``)."""
+
+    freed: int
+    old_suffix: int
+    calls: int
+    prices: CachePrices
+
+    @property
+    def cost(self) -> float:
+        """Extra input billed for writing the old suffix again instead of reading it."""
+        return self.old_suffix * max(0.0, self.prices.write - self.prices.read)
+
+    @property
+    def saving(self) -> float:
+        """Input not billed: the freed tokens on this call and on the predicted calls."""
+        return self.freed * (self.prices.write + self.prices.read * self.calls)
+
+    @property
+    def pays(self) -> bool:
+        return self.saving >= self.cost
+
+    def to_fields(self) -> dict[str, Any]:
+        return {
+            "rewrite_tokens": self.old_suffix,
+            "predicted_calls": self.calls,
+            "rewrite_cost": round(self.cost, 1),
+            "rewrite_saving": round(self.saving, 1),
+            "price_model": self.prices.name,
+        }

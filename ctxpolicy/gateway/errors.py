@@ -1,0 +1,48 @@
+"""Errors the gateway answers with, and the upstream's errors as the engine reads them."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from starlette.responses import JSONResponse
+
+__all__ = ["RESP_DROP", "UpstreamError", "error_response"]
+
+#: Upstream response headers not passed on (the gateway's server sets its own).
+RESP_DROP = frozenset(
+    {"content-length", "connection", "keep-alive", "transfer-encoding", "content-encoding"}
+)
+
+
+class UpstreamError(Exception):
+    """An upstream HTTP error, shaped so :func:`is_context_overflow` can read it."""
+
+    def __init__(self, status_code: int, text: str) -> None:
+        self.status_code = status_code
+        self.body: Any
+        try:
+            self.body = json.loads(text)
+        except ValueError:
+            self.body = text
+        err = self.body.get("error") if isinstance(self.body, dict) else None
+        self.message = str(err.get("message", text)) if isinstance(err, dict) else text
+        self.code = err.get("code") if isinstance(err, dict) else None
+        super().__init__(f"upstream HTTP {status_code}: {text[:2000]}")
+
+
+def error_response(status: int, message: str, api: str = "chat") -> JSONResponse:
+    """The gateway's own error, in the wire format of the request's API."""
+    if api == "anthropic":
+        kind = {
+            400: "invalid_request_error",
+            404: "not_found_error",
+            413: "request_too_large",
+        }.get(status, "api_error")
+        return JSONResponse(
+            {"type": "error", "error": {"type": kind, "message": message}}, status_code=status
+        )
+    return JSONResponse(
+        {"error": {"message": message, "type": "invalid_request_error", "code": None}},
+        status_code=status,
+    )

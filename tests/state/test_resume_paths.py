@@ -1,0 +1,123 @@
+"""The resume contract on both ways tool results arrive, in two home directories (issue 28, items 5 and 7).
+
+A shared trace runs under ``coding_agent`` (policies/agents.yaml, 16k window) once
+without interruption in one home directory, and once in another home directory in
+real child processes that stop cleanly twice, are killed (SIGKILL) after a call,
+inside a summary (so inside ``prepare``, after the call's snapshots were written and
+before its state commit) and at a random moment, each followed by a fresh process
+(tests/state/_resume.py). Snapshots and the sqlite state live where the policy puts
+them, under the run's ``$CTXPOLICY_HOME`` (and ``$HOME``, its working directory);
+the two runs share nothing.
+
+Tool results arrive either through ``add_tool_result`` or through ``messages`` only
+(the engine snapshots the long ones itself). Asserted: every prepared list, re-done
+calls included, is byte-identical to the uninterrupted run's. That needs snapshot
+names that are a function of the persisted state (not of a per-process counter)
+and references without the machine's path (the two homes differ).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.shared_data import TRACES, require
+from tests.state.test_resume import AGENT, TRACE, WINDOW, _check, _journal
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _config(tmp: Path, home: str, via: str, state: dict[str, Any], **extra: Any) -> dict[str, Any]:
+    return {
+        "journal": str(tmp / f"{home}.journal.jsonl"),
+        "home": str(tmp / home),
+        "policy": str(ROOT / "policies" / "agents.yaml"),
+        "agent": AGENT,
+        "window": WINDOW,
+        "snapshots": None,  # the policy's own path: $CTXPOLICY_HOME/snapshots
+        "state": state,
+        "trace": str(require(TRACES / TRACE)),
+        "conv_id": "resume",
+        "via": via,
+        **extra,
+    }
+
+
+def _state(kind: str, home: str, request: pytest.FixtureRequest) -> dict[str, Any]:
+    if kind == "sqlite":
+        return {"store": "sqlite"}  # the default file, in the snapshot root under $HOME
+    server = request.getfixturevalue("postgres_server")
+    return {"store": "postgres", "options": {"dsn": server.dsn, "table": f"paths_{home}"}}
+
+
+def _run(config: dict[str, Any], kill_after: float | None = None) -> int:
+    home = Path(config["home"])
+    home.mkdir(exist_ok=True)
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "HOME": str(home)}
+    env["CTXPOLICY_HOME"] = str(home / ".ctxpolicy")  # the policy's snapshots go there
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "tests.state._resume", json.dumps(config)], cwd=home, env=env
+    )
+    try:
+        return proc.wait(timeout=kill_after)
+    except subprocess.TimeoutExpired:
+        proc.kill()  # SIGKILL
+        return proc.wait(timeout=60)
+    finally:
+        if proc.poll() is None:  # pragma: no cover - never leave a child behind
+            proc.kill()
+
+
+def _prepared(events: list[dict[str, Any]]) -> dict[int, str]:
+    return {e["i"]: e["digest"] for e in events if e["ev"] == "prepare"}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("via", ["add_tool_result", "messages"])
+@pytest.mark.parametrize("kind", ["sqlite", "postgres"])
+def test_resume_in_another_home_is_byte_identical(
+    kind: str, via: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    base = _config(tmp_path, "home-a", via, _state(kind, f"a_{via[:3]}", request), full=True)
+    start = time.monotonic()
+    assert _run(base) == 0
+    took = time.monotonic() - start
+    events = _journal(base)
+    expected = _prepared(events)
+    summaries = sum(e["ev"] == "summary.done" for e in events)
+    assert len(expected) > 50 and summaries >= 5, (len(expected), summaries)
+    snaps = list((tmp_path / "home-a" / ".ctxpolicy" / "snapshots").glob("*/step_*.json"))
+    assert len(snaps) > 20  # the engine snapshotted results on this path too
+    calls = sorted(expected)
+    cut = _config(tmp_path, "home-b", via, _state(kind, f"b_{via[:3]}", request), full=True)
+    rng = random.Random(f"paths-{kind}-{via}")
+    plan: list[dict[str, Any]] = [
+        {"stop_after": 12},  # a clean exit
+        {"die_after_call": [calls[30]]},  # SIGKILL after a committed call
+        {"stop_after": 9},  # a clean exit
+        {"die_in_summary": 2, "summary_sleep": 0.05},  # SIGKILL inside prepare
+        {"kill_after": rng.uniform(0.5, took), "summary_sleep": 0.05},  # at random
+    ]
+    kills = 0
+    for step in [*plan, {}]:
+        step = dict(step)
+        rc = _run({**cut, **step}, kill_after=step.pop("kill_after", None))
+        assert rc in (0, -9), rc  # finished or killed, never crashed
+        kills += rc == -9
+        done = _journal(cut)
+        if done and done[-1]["ev"] == "finished":
+            break
+    else:  # pragma: no cover
+        raise AssertionError("the run never finished")
+    assert kills >= 2 and sum(e["ev"] == "start" for e in done) >= 5
+    _check(f"{kind}/{via}", done, expected, summaries, kills)
+    # no machine path in any prepared list: the homes differ, the bytes do not
+    assert str(tmp_path) not in json.dumps([e for e in done if e["ev"] == "prepare"])
