@@ -22,6 +22,7 @@ from ctxpolicy.engine.derived import Derived
 from ctxpolicy.engine.ledger import ProgressLedger
 from ctxpolicy.engine.own import HANDOVER_MARK, LEDGER_MARK, special_unit
 from ctxpolicy.engine.state import SessionState
+from ctxpolicy.engine.stored import bounded_problems, verify_learned_window, window_bounds
 from ctxpolicy.engine.window import policy_with_window, scaled_growth
 from ctxpolicy.plugins import Registry
 from ctxpolicy.policy.models import Policy, ResolvedStep, resolve_amount
@@ -82,8 +83,11 @@ class EngineContext:
             ledger=self.new_ledger(),
             growth=ToolGrowthEstimator(self.policy),
             count_text=self.counter.count_text,
+            bounds=window_bounds(self.policy),
         )
         self.derived.reset()
+        for problem in bounded_problems(self.state.problems):
+            self.emit("state.invalid", key=problem.key, reason=problem.reason)
 
     def ledger_changed(self) -> None:
         """Record a change of the ledger (re-rendered, saved with the next commit)."""
@@ -94,6 +98,8 @@ class EngineContext:
     # ------------------------------------------------------------------ budget
     def budget(self) -> BudgetState:
         """The budget in force now (learned tool growth and learned window included)."""
+        if self.state.window_unverified:
+            verify_learned_window(self)
         growth = self.state.growth.estimate() if self.state.growth is not None else 0
         learned = self.state.learned_window
         key = (growth, learned)

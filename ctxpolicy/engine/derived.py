@@ -250,9 +250,8 @@ class Caches:
             return m
         flat, fields = flatten_deep(m)
         st = self.s.state
-        if fields and ("deep_value", index) not in st.seen_repairs:
-            st.seen_repairs.add(("deep_value", index))
-            st.touch("meta")
+        if fields and not st.repair_seen("deep_value", index):
+            st.see_repair("deep_value", index)
             self.s.emit(
                 "conversation.repaired",
                 repair="deep_value",
@@ -348,11 +347,10 @@ class Caches:
         s = self.s
         fresh: dict[tuple[str, int], list[Repair]] = {}
         for r in repairs:
-            if (r.kind, r.index) not in s.state.seen_repairs:
+            if not s.state.repair_seen(r.kind, r.index):
                 fresh.setdefault((r.kind, r.index), []).append(r)
         for (kind, index), found in fresh.items():
-            s.state.seen_repairs.add((kind, index))
-            s.state.touch("meta")
+            s.state.see_repair(kind, index)
             removed = [x for r in found for x in r.removed]
             archived = None
             if removed and s.snapshots is not None:

@@ -16,6 +16,7 @@ what changed, not the whole history.
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections import Counter
 from collections.abc import Callable, Mapping
@@ -23,7 +24,21 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ctxpolicy.conversation import Unit
-from ctxpolicy.state._codec import entry_text
+from ctxpolicy.engine.stored import (
+    Invalid,
+    Problem,
+    WindowBounds,
+    check_decision,
+    check_growth,
+    check_ledger,
+    check_memory,
+    check_meta_field,
+    check_ref,
+    check_repairs,
+    check_seen_repairs,
+    check_stats,
+)
+from ctxpolicy.state._codec import check_key, entry_text
 
 if TYPE_CHECKING:  # pragma: no cover
     from ctxpolicy.budget import ToolGrowthEstimator
@@ -74,6 +89,26 @@ class PreparedStats:
         )
 
 
+#: Prefix of the entry of a tool call id that cannot be a key itself (too long, a NUL,
+#: a lone surrogate): ``refh/<digest of the id>``, the value ``{"id": …, "uri": …}``.
+HASHED_REF = "refh/"
+
+
+def ref_key(call_id: str) -> str:
+    """The state key of the snapshot reference of ``call_id``: ``ref/<id>`` for every id
+    that makes a valid key (what 0.1 stored, so its state resumes), else
+    ``refh/<blake2b of the id>`` — a tool-call id is chosen by the model, any text."""
+    key = f"ref/{call_id}"
+    try:
+        return check_key(key)
+    except ValueError:
+        return HASHED_REF + _digest(call_id)
+
+
+def _digest(call_id: str) -> str:
+    return hashlib.blake2b(call_id.encode("utf-8", "surrogatepass"), digest_size=16).hexdigest()
+
+
 def unit_to_json(u: Unit) -> dict[str, Any]:
     return {
         "kind": u.kind,
@@ -97,6 +132,10 @@ def unit_from_json(d: Mapping[str, Any]) -> Unit:
         meta=dict(d.get("meta") or {}),
     )
 
+
+#: Repairs remembered one by one in the ``repairs`` entry; past this many, the oldest
+#: message indices are kept as one floor per kind (the entry stays bounded).
+MAX_SEEN_REPAIRS = 256
 
 #: Scalar fields kept in the ``meta`` entry.
 _META_FIELDS = (
@@ -141,7 +180,11 @@ class SessionState:
     #: the learned window cannot hold the policy's pinned content and newest round
     #: (reported once with ``context.window_unfit``); the reason
     unfit: str | None = None
+    #: repairs reported (kind, message index): the newest ones one by one, older ones
+    #: by :attr:`repair_floor` (bounded: :data:`MAX_SEEN_REPAIRS`); entry ``repairs``
     seen_repairs: set[tuple[str, int]] = field(default_factory=set)
+    #: per kind, every message index up to this one was reported
+    repair_floor: dict[str, int] = field(default_factory=dict)
     stats: PreparedStats = field(default_factory=PreparedStats)
     #: the progress ledger (None when the policy disables it)
     ledger: ProgressLedger | None = field(default=None, repr=False, compare=False)
@@ -149,10 +192,18 @@ class SessionState:
     growth: ToolGrowthEstimator | None = field(default=None, repr=False, compare=False)
     #: bumped by every change of ``decisions`` (a cache key of the rendered view)
     decisions_version: int = 0
+    #: stored entries that were invalid when this state was loaded (not obeyed; each
+    #: replaced by what a new conversation starts with and rewritten with the next save)
+    problems: list[Problem] = field(default_factory=list, repr=False, compare=False)
+    #: a learned window loaded from the store, not yet held against the pinned content
+    #: of a request (:func:`ctxpolicy.engine.stored.verify_learned_window`)
+    window_unverified: bool = field(default=False, repr=False, compare=False)
     _dirty: set[str] = field(
         default_factory=lambda: {"meta", "ledger", "growth", "memory"}, repr=False
     )
     _deleted: set[str] = field(default_factory=set, repr=False)
+    #: ``refh/<digest>`` key → its call id
+    _hashed: dict[str, str] = field(default_factory=dict, repr=False)
 
     # ------------------------------------------------------------------ mutation
     def set_decisions(self, decisions: dict[str, tuple[Unit, ...]]) -> None:
@@ -173,7 +224,31 @@ class SessionState:
         if call_id in self.refs:
             return
         self.refs[call_id] = uri
-        self._put(f"ref/{call_id}")
+        key = ref_key(call_id)
+        if key.startswith(HASHED_REF):
+            self._hashed[key] = call_id
+        self._put(key)
+
+    def repair_seen(self, kind: str, index: int) -> bool:
+        """Whether the repair ``kind`` of message ``index`` was reported already."""
+        return index <= self.repair_floor.get(kind, -1) or (kind, index) in self.seen_repairs
+
+    def see_repair(self, kind: str, index: int) -> None:
+        """Remember that the repair ``kind`` of message ``index`` was reported (the
+        ``repairs`` entry: rewritten only when a new repair is reported, and bounded —
+        past :data:`MAX_SEEN_REPAIRS` the oldest indices become a floor per kind)."""
+        self.seen_repairs.add((kind, index))
+        if len(self.seen_repairs) > MAX_SEEN_REPAIRS:
+            self._bound_repairs()
+        self._put("repairs")
+
+    def _bound_repairs(self) -> None:
+        ordered = sorted(self.seen_repairs, key=lambda r: (r[1], r[0]))
+        cut = len(ordered) - MAX_SEEN_REPAIRS // 2
+        floor = self.repair_floor
+        for kind, index in ordered[:cut]:
+            floor[kind] = max(floor.get(kind, -1), index)
+        self.seen_repairs = {(k, i) for k, i in ordered[cut:] if i > floor.get(k, -1)}
 
     def mark_archived(self, key: str) -> None:
         self.archived.add(key)
@@ -200,8 +275,12 @@ class SessionState:
             return {
                 "format": STATE_FORMAT,
                 **{f: getattr(self, f) for f in _META_FIELDS},
-                "seen_repairs": sorted([k, i] for k, i in self.seen_repairs),
                 "stats": self.stats.to_dict(),
+            }
+        if section == "repairs":
+            return {
+                "seen": sorted([k, i] for k, i in self.seen_repairs),
+                "floor": dict(sorted(self.repair_floor.items())),
             }
         if section == "ledger":
             return self.ledger.to_dict() if self.ledger is not None else None
@@ -213,6 +292,9 @@ class SessionState:
             return [unit_to_json(u) for u in self.decisions[name]]
         if section == "ref":
             return self.refs[name]
+        if section + "/" == HASHED_REF:
+            call_id = self._hashed[key]
+            return {"id": call_id, "uri": self.refs[call_id]}
         if section == "archived":
             return True
         raise KeyError(key)
@@ -220,8 +302,9 @@ class SessionState:
     def to_entries(self) -> dict[str, Any]:
         """Every entry (a full save)."""
         keys = ["meta", "ledger", "growth", "memory"]
+        keys += ["repairs"] if self.seen_repairs or self.repair_floor else []
         keys += [f"decision/{k}" for k in self.decisions]
-        keys += [f"ref/{k}" for k in self.refs]
+        keys += [ref_key(k) for k in self.refs]
         keys += [f"archived/{k}" for k in self.archived]
         return {k: _jsonable(self._entry(k)) for k in keys}
 
@@ -251,40 +334,124 @@ class SessionState:
         ledger: ProgressLedger | None = None,
         growth: ToolGrowthEstimator | None = None,
         count_text: Callable[[str], int] | None = None,
+        bounds: WindowBounds | None = None,
     ) -> SessionState:
-        """The state saved by :meth:`to_entries`.
+        """The state saved by :meth:`to_entries`, each entry checked against the model
+        (:mod:`ctxpolicy.engine.stored`).
 
         ``ledger`` and ``growth`` are fresh objects of the policy (what a new
         conversation starts with): a stored ledger replaces ``ledger`` (when the
-        policy has one), stored growth samples are loaded into ``growth``.
+        policy has one; its size limit and constraints stay the policy's), stored
+        growth samples are loaded into ``growth``. ``bounds``: what a learned window
+        may be under the policy. An invalid entry (or ``meta`` field) is not obeyed:
+        it is listed in :attr:`problems`, replaced by a new conversation's value and
+        rewritten (or deleted) with the next save. Only a stored format other than
+        :data:`STATE_FORMAT` refuses the whole state (ValueError).
         """
-        meta = dict(entries.get("meta") or {})
-        fmt = meta.pop("format", STATE_FORMAT)
+        problems: list[Problem] = []
+        raw_meta = entries.get("meta")
+        meta: Mapping[str, Any] = {}
+        if isinstance(raw_meta, dict):
+            meta = raw_meta
+        elif raw_meta is not None:
+            problems.append(Problem("meta", "not an object"))
+        fmt = meta.get("format", STATE_FORMAT)
         if fmt != STATE_FORMAT:
-            raise ValueError(f"session state format {fmt} is not supported ({STATE_FORMAT})")
-        st = cls(**{f: meta[f] for f in _META_FIELDS if f in meta})
+            raise ValueError(f"session state format {fmt!r:.40} is not supported ({STATE_FORMAT})")
+        st = cls()
         st._dirty.clear()  # as stored
-        st.seen_repairs = {(str(k), int(i)) for k, i in meta.get("seen_repairs", [])}
-        if "stats" in meta:
-            st.stats = PreparedStats.from_dict(meta["stats"])
-        st.memory = dict(entries.get("memory") or {})
-        stored_ledger, stored_growth = entries.get("ledger"), entries.get("growth")
-        if ledger is not None and isinstance(stored_ledger, Mapping):
-            from ctxpolicy.engine.ledger import ProgressLedger
 
-            ledger = ProgressLedger.from_dict(stored_ledger, count_text=count_text)
-        if growth is not None and isinstance(stored_growth, Mapping):
-            growth.load_dict(stored_growth)
+        def check(key: str, fn: Callable[[], Any]) -> Any:
+            try:
+                return fn()
+            except Invalid as exc:
+                problems.append(Problem(key, str(exc)[:200]))
+                return None
+
+        for f in _META_FIELDS:
+            if f in meta:
+                try:
+                    setattr(st, f, check_meta_field(f, meta[f], bounds))
+                except Invalid as exc:
+                    problems.append(Problem(f"meta.{f}", str(exc)[:200]))
+        if st.unfit is not None and st.learned_window is None:
+            st.unfit = None  # judged against a learned window only
+        st.window_unverified = st.learned_window is not None
+        repairs = entries.get("repairs")
+        if repairs is not None:
+            checked = check("repairs", lambda: check_repairs(repairs))
+            if checked is None:
+                st._put("repairs")
+            else:
+                st.seen_repairs, st.repair_floor = checked
+        elif "seen_repairs" in meta:  # the layout of 0.1: in meta (rewritten on its own)
+            seen = check("meta.seen_repairs", lambda: check_seen_repairs(meta["seen_repairs"]))
+            st.seen_repairs = seen if seen is not None else set()
+            st._put("repairs")
+        if len(st.seen_repairs) > MAX_SEEN_REPAIRS:
+            st._bound_repairs()
+        if "stats" in meta:
+            stats = check("meta.stats", lambda: check_stats(meta["stats"]))
+            if stats is not None:
+                st.stats = PreparedStats.from_dict(stats)
+        if problems:
+            st._put("meta")
+        raw_memory = entries.get("memory")
+        if raw_memory is not None:
+            memory = check("memory", lambda: check_memory(raw_memory))
+            st.memory = dict(memory) if memory is not None else {}
+            if memory is None:
+                st._put("memory")
+        stored_ledger, stored_growth = entries.get("ledger"), entries.get("growth")
+        if ledger is not None and stored_ledger is not None:
+            fields = check("ledger", lambda: check_ledger(stored_ledger))
+            if fields is None:
+                st._put("ledger")
+            else:
+                from ctxpolicy.engine.ledger import ProgressLedger
+
+                fields.update(max_tokens=ledger.max_tokens, constraints=ledger.constraints)
+                ledger = ProgressLedger.from_dict(fields, count_text=count_text)
+        if growth is not None and stored_growth is not None:
+            samples = check("growth", lambda: check_growth(stored_growth))
+            if samples is None:
+                st._put("growth")
+            else:
+                growth.load_dict(samples)
         st.ledger, st.growth = ledger, growth
         for key, value in entries.items():
             section, _, name = key.partition("/")
-            if section == "decision":
-                st.decisions[name] = tuple(unit_from_json(u) for u in value)
-            elif section == "ref":
-                st.refs[name] = str(value)
-            elif section == "archived":
-                st.archived.add(name)
+            if section not in ("decision", "ref", "refh", "archived"):
+                continue
+            if not name or not st._load_entry(key, section, name, value):
+                problems.append(Problem(key[:120], f"invalid {section} entry"))
+                st._drop(key)
+        st.problems = problems
         return st
+
+    def _load_entry(self, key: str, section: str, name: str, value: Any) -> bool:
+        """Load one ``decision``/``ref``/``refh``/``archived`` entry; False if invalid."""
+        try:
+            if section == "decision":
+                self.decisions[name] = tuple(unit_from_json(u) for u in check_decision(value))
+            elif section == "archived":
+                if value is not True:
+                    return False
+                self.archived.add(name)
+            else:
+                call_id, uri = check_ref(value)
+                if section == "ref":
+                    if call_id is not None:
+                        return False
+                    self.refs[name] = uri
+                elif call_id is None or ref_key(call_id) != key:
+                    return False
+                else:
+                    self.refs[call_id] = uri
+                    self._hashed[key] = call_id
+        except Invalid:
+            return False
+        return True
 
 
 def _jsonable(value: Any) -> Any:

@@ -14,23 +14,40 @@ import threading
 from collections.abc import Iterable, Mapping
 from typing import Any, Generic, TypeVar
 
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from ctxpolicy.components import ComponentOptions, StateStore, StateStoreError, StoredState
 from ctxpolicy.state._codec import (
     IDENTIFIER_PATTERN,
     check_encoded,
     check_expected,
+    check_table,
     decode,
     encode_changes,
+    sql_table,
+    stored_version,
     valid_conv_id,
 )
 
-__all__ = ["JsonStateStore", "Rows", "SqlOptions", "SqlStateStore"]
+__all__ = ["JsonStateStore", "Rows", "SqlOptions", "SqlStateStore", "Unreadable"]
 
 #: Encoded entries: ``(key, canonical JSON)``.
 Rows = list[tuple[str, str]]
 C = TypeVar("C")
+
+
+class Unreadable:
+    """What a stored value that is not JSON (a damaged row) loads as: no entry of the
+    session state's model accepts it, so the engine reports it (``state.invalid``)
+    and starts that entry afresh instead of refusing the whole conversation."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "<unreadable state entry>"
+
+
+_UNREADABLE = Unreadable()
 
 #: Connections inherited through fork(): kept referenced so that garbage collection
 #: in the child never closes (and so never disturbs) the parent's connection.
@@ -59,7 +76,16 @@ class JsonStateStore(StateStore):
 
     def load(self, conv_id: str) -> StoredState:
         version, rows = self._read(valid_conv_id(conv_id))
-        return StoredState(version, {key: decode(value) for key, value in rows})
+        if version == 0 and not rows:
+            return StoredState(0, {})
+        version = stored_version(version)
+        entries: dict[str, Any] = {}  # Unreadable for a value that is not JSON
+        for key, value in rows:
+            try:
+                entries[key] = decode(value)
+            except (ValueError, TypeError):  # a damaged value: the engine's checks drop it
+                entries[key] = _UNREADABLE
+        return StoredState(version, entries)
 
     def commit(
         self,
@@ -72,8 +98,7 @@ class JsonStateStore(StateStore):
         valid_conv_id(conv_id)
         expected = check_expected(expected_version)
         rows, dropped = encode_changes(put, delete)
-        self._write(conv_id, expected, rows, dropped)
-        return expected + 1
+        return self._write(conv_id, expected, rows, dropped)
 
     def commit_encoded(
         self,
@@ -89,15 +114,17 @@ class JsonStateStore(StateStore):
         valid_conv_id(conv_id)
         expected = check_expected(expected_version)
         rows, dropped = check_encoded(put, delete)
-        self._write(conv_id, expected, rows, dropped)
-        return expected + 1
+        return self._write(conv_id, expected, rows, dropped)
 
     def _read(self, conv_id: str) -> tuple[int, Rows]:
         """The stored version (0 if none) and the encoded entries, in one snapshot."""
         raise NotImplementedError
 
-    def _write(self, conv_id: str, expected: int, rows: Rows, dropped: list[str]) -> None:
-        """Apply ``rows``/``dropped`` iff the version is ``expected``, else StateConflict."""
+    def _write(self, conv_id: str, expected: int, rows: Rows, dropped: list[str]) -> int:
+        """Apply ``rows``/``dropped`` iff the version is ``expected``, else StateConflict;
+        the new version: ``expected + 1``, or for a conversation's first commit one
+        above every version a pruned conversation had (versions never repeat for a
+        conversation id, even after retention deleted it: a stale worker conflicts)."""
         raise NotImplementedError
 
 
@@ -106,7 +133,7 @@ def joined_rows(rows: Iterable[tuple[Any, Any, Any]]) -> tuple[int, Rows]:
     rows = list(rows)
     if not rows:
         return 0, []
-    return int(rows[0][0]), [(k, v) for _, k, v in rows if k is not None]
+    return rows[0][0], [(k, v) for _, k, v in rows if k is not None]
 
 
 class SqlOptions(ComponentOptions):
@@ -115,8 +142,15 @@ class SqlOptions(ComponentOptions):
     table: str = Field(
         default="ctxpolicy_state",
         pattern=IDENTIFIER_PATTERN,
-        description="Prefix of the two tables (`<table>_versions`, `<table>_entries`).",
+        description="Prefix of the tables (`<table>_versions`, `<table>_entries`, "
+        "`<table>_floor`). A name with capitals gets its own tables (SQL folds case: "
+        "`tenantA` is stored as `tenanta_c0000000040`, never in `tenanta`'s).",
     )
+
+    @field_validator("table")
+    @classmethod
+    def _not_reserved(cls, value: str) -> str:
+        return check_table(value)
 
 
 class SqlStateStore(JsonStateStore, Generic[C]):
@@ -129,8 +163,11 @@ class SqlStateStore(JsonStateStore, Generic[C]):
     where: str = ""
 
     def _start(self, table: str) -> None:
+        table = sql_table(table)
         self._versions = f"{table}_versions"
         self._entries = f"{table}_entries"
+        #: one row: the highest version of any conversation retention deleted
+        self._floor = f"{table}_floor"
         self._lock = threading.Lock()
         self._conn: C | None = None
         self._pid = 0

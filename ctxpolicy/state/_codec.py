@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -19,21 +20,52 @@ from ctxpolicy.policy.interp import interpolate
 __all__ = [
     "IDENTIFIER_PATTERN",
     "MAX_ID_CHARS",
+    "MAX_VERSION",
     "canonical_text",
     "check_encoded",
     "check_expected",
     "check_key",
+    "check_table",
     "decode",
     "encode",
     "encode_changes",
     "entry_text",
     "interpolate_option",
+    "sql_table",
+    "stored_version",
     "valid_conv_id",
 ]
 
 #: Table names are written into SQL, so they are plain identifiers.
 IDENTIFIER_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]{0,39}$"
 MAX_ID_CHARS = 1024
+#: The suffix :func:`sql_table` gives a name with capitals (reserved: refused in a name).
+_CASE_SUFFIX = re.compile(r"_c[0-9a-f]{10}\Z")
+#: Largest version a commit may expect: its successor still fits a signed 64-bit
+#: integer (PostgreSQL ``bigint``, SQLite ``INTEGER``).
+MAX_VERSION = 2**63 - 2
+
+
+def check_table(name: str) -> str:
+    """``name`` if it may be a ``table`` option: a lower-case name ending like the
+    suffix :func:`sql_table` adds to a name with capitals is reserved (ValueError)."""
+    if name == name.lower() and _CASE_SUFFIX.search(name):
+        raise ValueError("a table name ending in `_c` and ten hex digits is reserved")
+    return name
+
+
+def sql_table(name: str) -> str:
+    """The prefix of a store's SQL tables for the ``table`` option, injective after SQL
+    case folding (PostgreSQL and SQLite fold unquoted names; SQLite compares even
+    quoted ones without case): a lower-case name is itself (so existing tables keep
+    their names), a name with capitals is its lower-case form plus ``_c`` and the
+    positions of its capitals as ten hex digits (``tenantA`` → ``tenanta_c0000000040``),
+    so ``tenantA`` and ``tenanta`` are two stores. At most 52 characters."""
+    lower = name.lower()
+    if lower == name:
+        return name
+    mask = sum(1 << i for i, c in enumerate(name) if c.isupper())
+    return f"{lower}_c{mask:010x}"
 
 
 def valid_conv_id(conv_id: object) -> str:
@@ -167,9 +199,21 @@ def _dropped(put: Mapping[str, Any], delete: Iterable[str]) -> list[str]:
 def check_expected(expected_version: object) -> int:
     if isinstance(expected_version, bool) or not isinstance(expected_version, int):
         raise ValueError(f"expected_version must be an int, not {expected_version!r}")
-    if expected_version < 0:
-        raise ValueError(f"expected_version must be >= 0, not {expected_version}")
+    if not 0 <= expected_version <= MAX_VERSION:
+        raise ValueError(f"expected_version must be in [0, 2**63-2], not {expected_version}")
     return expected_version
+
+
+def stored_version(value: object) -> int:
+    """A version as read from a store: an int in ``[1, MAX_VERSION]`` (a stored row
+    always has a committed version), else StateStoreError — a damaged or crafted row
+    is never compared against or incremented."""
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_VERSION:
+        shown = repr(value)[:40] if isinstance(value, (int, str, float)) else type(value).__name__
+        raise StateStoreError(
+            f"the stored version of this conversation is invalid ({shown}); not loaded"
+        )
+    return value
 
 
 def interpolate_option(value: str, env: Mapping[str, str] | None, what: str) -> str:

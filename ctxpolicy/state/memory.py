@@ -33,13 +33,14 @@ class MemoryStateStore(JsonStateStore):
         self._lock = threading.Lock()
         self._data: dict[str, tuple[int, dict[str, str]]] = {}
         self._saved: dict[str, float] = {}  # conv_id -> time of its last commit
+        self._floor = 0  # the highest version of a pruned conversation
 
     def _read(self, conv_id: str) -> tuple[int, Rows]:
         with self._lock:
             version, entries = self._data.get(conv_id, (0, {}))
             return version, list(entries.items())
 
-    def _write(self, conv_id: str, expected: int, rows: Rows, dropped: list[str]) -> None:
+    def _write(self, conv_id: str, expected: int, rows: Rows, dropped: list[str]) -> int:
         with self._lock:
             version, entries = self._data.get(conv_id, (0, {}))
             if version != expected:
@@ -47,13 +48,16 @@ class MemoryStateStore(JsonStateStore):
             entries.update(rows)  # readers get copies (_read), so in place is safe
             for key in dropped:
                 entries.pop(key, None)
-            self._data[conv_id] = (version + 1, entries)
+            new = version + 1 if version else self._floor + 1
+            self._data[conv_id] = (new, entries)
             self._saved[conv_id] = time.time()
+            return new
 
     def prune(self, *, before: float) -> int:
         with self._lock:
             old = [c for c, t in self._saved.items() if t < before]
             for c in old:
+                self._floor = max(self._floor, self._data[c][0])
                 del self._data[c], self._saved[c]
             return len(old)
 

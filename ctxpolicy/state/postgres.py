@@ -164,6 +164,10 @@ class PostgresStateStore(SqlStateStore["psycopg.Connection[Any]"]):
                 "conv_id text NOT NULL, key text NOT NULL, value text NOT NULL, "
                 "PRIMARY KEY (conv_id, key))"
             )
+            conn.execute(
+                f"CREATE TABLE IF NOT EXISTS {self._floor} ("
+                "id integer PRIMARY KEY, version bigint NOT NULL)"
+            )
 
     def _fail(self, action: str, exc: Exception) -> StateStoreError:
         """A database error: drop a broken connection (the next call reconnects)."""
@@ -188,7 +192,7 @@ class PostgresStateStore(SqlStateStore["psycopg.Connection[Any]"]):
             except psycopg.Error as exc:
                 raise self._fail("read", exc) from None
 
-    def _write(self, conv_id: str, expected: int, rows: Rows, dropped: list[str]) -> None:
+    def _write(self, conv_id: str, expected: int, rows: Rows, dropped: list[str]) -> int:
         import psycopg
 
         with self._lock:
@@ -208,6 +212,7 @@ class PostgresStateStore(SqlStateStore["psycopg.Connection[Any]"]):
                 raise self._fail("write", exc) from None
         if row is None:
             raise StateConflict(conv_id, expected)  # nothing of it was written
+        return int(row[0])
 
     def prune(self, *, before: float) -> int:
         """One statement: a conversation committed meanwhile holds its row lock, and
@@ -219,9 +224,13 @@ class PostgresStateStore(SqlStateStore["psycopg.Connection[Any]"]):
             try:
                 row = conn.execute(
                     f"WITH v AS (DELETE FROM {self._versions} "
-                    "WHERE updated_at < to_timestamp(%(before)s) RETURNING conv_id), "
+                    "WHERE updated_at < to_timestamp(%(before)s) RETURNING conv_id, version), "
                     f"e AS (DELETE FROM {self._entries} "
-                    "WHERE conv_id IN (SELECT conv_id FROM v)) "
+                    "WHERE conv_id IN (SELECT conv_id FROM v)), "
+                    # versions never repeat: remember the highest one deleted
+                    f"f AS (INSERT INTO {self._floor} AS f (id, version) "
+                    "SELECT 1, max(version) FROM v HAVING count(*) > 0 "
+                    "ON CONFLICT (id) DO UPDATE SET version = GREATEST(f.version, EXCLUDED.version)) "
                     "SELECT count(*) FROM v",
                     {"before": before},
                 ).fetchone()
@@ -235,7 +244,8 @@ class PostgresStateStore(SqlStateStore["psycopg.Connection[Any]"]):
         ``WHERE`` no longer matches), and only then upsert and delete entries."""
         if expected == 0:
             bump = (
-                f"INSERT INTO {self._versions} (conv_id, version) VALUES (%(conv)s, 1) "
+                f"INSERT INTO {self._versions} (conv_id, version) VALUES (%(conv)s, "
+                f"COALESCE((SELECT version FROM {self._floor} WHERE id = 1), 0) + 1) "
                 "ON CONFLICT (conv_id) DO NOTHING RETURNING version"
             )
         else:

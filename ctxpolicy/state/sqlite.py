@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import os
 import sqlite3
+import stat
 import time
 from collections.abc import Callable
 from typing import Literal, TypeVar
@@ -95,15 +96,13 @@ class SqliteStateStore(SqlStateStore[sqlite3.Connection]):
         conn.close()
 
     def _open(self) -> sqlite3.Connection:
-        os.makedirs(os.path.dirname(self.path), mode=0o700, exist_ok=True)
-        if not os.path.exists(self.path):
-            with contextlib.suppress(FileExistsError):
-                os.close(os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+        checked = secure_file(self.path)
         timeout = self.options.timeout_s
         conn = sqlite3.connect(
             self.path, timeout=timeout, isolation_level=None, check_same_thread=False
         )
         try:
+            _same_file(checked, self.path)  # nothing was swapped in between
             conn.execute(f"PRAGMA busy_timeout = {int(timeout * 1000)}")
             mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
             if str(mode).lower() != "wal":
@@ -121,7 +120,13 @@ class SqliteStateStore(SqlStateStore[sqlite3.Connection]):
                 "conv_id TEXT NOT NULL, key TEXT NOT NULL, value TEXT NOT NULL, "
                 "PRIMARY KEY (conv_id, key)) WITHOUT ROWID"
             )
+            conn.execute(
+                f"CREATE TABLE IF NOT EXISTS {self._floor} ("
+                "id INTEGER PRIMARY KEY, version INTEGER NOT NULL)"
+            )
             conn.execute("COMMIT")
+            for side in _SIDE_FILES:  # created by SQLite with the database's mode
+                _check_file(self.path + side)
         except BaseException:
             conn.close()
             raise
@@ -136,13 +141,20 @@ class SqliteStateStore(SqlStateStore[sqlite3.Connection]):
             except sqlite3.Error as exc:
                 raise StateStoreError(f"cannot read state from {self.path}: {exc}") from None
 
-    def _write(self, conv_id: str, expected: int, rows: Rows, dropped: list[str]) -> None:
-        self._transaction(
+    def _write(self, conv_id: str, expected: int, rows: Rows, dropped: list[str]) -> int:
+        return self._transaction(
             "write state to", lambda conn: self._apply(conn, conv_id, expected, rows, dropped)
         )
 
     def prune(self, *, before: float) -> int:
         def delete(conn: sqlite3.Connection) -> int:
+            conn.execute(  # versions never repeat: remember the highest one deleted
+                f"INSERT INTO {self._floor} (id, version) "
+                f"SELECT 1, max(version) FROM {self._versions} WHERE updated_at < ? "
+                "GROUP BY 1 HAVING count(*) > 0 "
+                "ON CONFLICT (id) DO UPDATE SET version = max(version, excluded.version)",
+                (before,),
+            )
             conn.execute(
                 f"DELETE FROM {self._entries} WHERE conv_id IN "
                 f"(SELECT conv_id FROM {self._versions} WHERE updated_at < ?)",
@@ -173,18 +185,22 @@ class SqliteStateStore(SqlStateStore[sqlite3.Connection]):
 
     def _apply(
         self, conn: sqlite3.Connection, conv_id: str, expected: int, rows: Rows, dropped: list[str]
-    ) -> None:
+    ) -> int:
         row = conn.execute(
             f"SELECT version FROM {self._versions} WHERE conv_id = ?", (conv_id,)
         ).fetchone()
-        found = 0 if row is None else int(row[0])
+        found = 0 if row is None else row[0]
         if found != expected:
-            raise StateConflict(conv_id, expected, found)
+            raise StateConflict(conv_id, expected, found if isinstance(found, int) else None)
+        new = expected + 1
+        if not expected:  # above every version a pruned conversation had
+            floor = conn.execute(f"SELECT version FROM {self._floor} WHERE id = 1").fetchone()
+            new = (floor[0] if floor and isinstance(floor[0], int) else 0) + 1
         conn.execute(
             f"INSERT INTO {self._versions} (conv_id, version, updated_at) VALUES (?, ?, ?) "
             "ON CONFLICT (conv_id) DO UPDATE SET version = excluded.version, "
             "updated_at = excluded.updated_at",
-            (conv_id, expected + 1, time.time()),
+            (conv_id, new, time.time()),
         )
         if rows:
             conn.executemany(
@@ -197,6 +213,81 @@ class SqliteStateStore(SqlStateStore[sqlite3.Connection]):
                 f"DELETE FROM {self._entries} WHERE conv_id = ? AND key = ?",
                 [(conv_id, k) for k in dropped],
             )
+        return new
+
+
+#: Files SQLite keeps beside the database.
+_SIDE_FILES = ("-wal", "-shm", "-journal")
+_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
+
+
+def secure_file(path: str) -> tuple[int, int]:
+    """Create or check the database file safely, like snapshot files: its folder is
+    created 0700 and must not be writable by another user (so nothing can be swapped
+    in it after these checks); the file and SQLite's files beside it are never
+    symlinks, must be regular files owned by this user, and are made 0600. A new file
+    is created with ``O_CREAT | O_EXCL | O_NOFOLLOW``. Returns the file's
+    ``(st_dev, st_ino)``; StateStoreError for anything else.
+
+    Existing files are checked with ``lstat`` and ``chmod``, never opened: closing any
+    descriptor of a file releases every POSIX lock this process holds on it, which
+    would break the locks of a SQLite connection already open on it."""
+    folder = os.path.dirname(path)
+    try:
+        os.makedirs(folder, mode=0o700, exist_ok=True)
+        st = os.stat(folder)
+    except OSError as exc:
+        raise StateStoreError(f"cannot open state database {path}: {exc}") from None
+    if st.st_uid not in (os.geteuid(), 0) or st.st_mode & 0o022:
+        raise StateStoreError(
+            f"state database folder {folder} is writable by other users: a link planted "
+            "there could redirect the database; use a private folder"
+        )
+    for side in _SIDE_FILES:
+        _check_file(path + side)
+    found = _check_file(path)
+    if found is None:
+        try:
+            os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _NOFOLLOW, 0o600))
+        except FileExistsError:
+            pass  # another process created it meanwhile: checked below
+        except OSError as exc:
+            raise StateStoreError(f"cannot create state database {path}: {exc}") from None
+        found = _check_file(path)
+        if found is None:
+            raise StateStoreError(f"state database file {path} vanished while it was created")
+    return found.st_dev, found.st_ino
+
+
+def _check_file(path: str) -> os.stat_result | None:
+    """A file of the store: None if absent; else no symlink, a regular file of this
+    user, made 0600 (StateStoreError otherwise)."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise StateStoreError(f"cannot use state database file {path}: {exc}") from None
+    if stat.S_ISLNK(st.st_mode):
+        raise StateStoreError(f"state database file {path} is a symlink: not followed")
+    if not stat.S_ISREG(st.st_mode):
+        raise StateStoreError(f"state database file {path} is not a regular file")
+    if st.st_uid != os.geteuid():
+        raise StateStoreError(f"state database file {path} belongs to another user")
+    if stat.S_IMODE(st.st_mode) & 0o077:
+        try:
+            os.chmod(path, 0o600)
+        except OSError as exc:
+            raise StateStoreError(
+                f"cannot make state database file {path} private: {exc}"
+            ) from None
+    return st
+
+
+def _same_file(checked: tuple[int, int], path: str) -> None:
+    now = os.lstat(path)
+    if checked != (now.st_dev, now.st_ino) or stat.S_ISLNK(now.st_mode):
+        raise StateStoreError(f"state database file {path} was replaced while it was opened")
 
 
 @hookimpl

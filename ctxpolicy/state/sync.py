@@ -24,13 +24,21 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any, TypeVar
 
 from ctxpolicy.components import StateConflict, StateStore, StateStoreError
-from ctxpolicy.state._codec import encode
+from ctxpolicy.state._codec import check_key, encode
 
 __all__ = ["Changes", "StateSync"]
 
 T = TypeVar("T")
 #: What changed since the last save: entries to write, keys to delete.
 Changes = tuple[Mapping[str, Any], Iterable[str]]
+
+
+def _storable(key: object) -> bool:
+    try:
+        check_key(key)
+    except ValueError:
+        return False
+    return True
 
 
 def _noop(type_: str, **fields: Any) -> None:
@@ -96,6 +104,7 @@ class StateSync:
         load or save (reload and redo), and :class:`StateStoreError` when the store
         fails (the changes stay pending for the next save).
         """
+        put, delete = self._valid_keys(put, delete)
         if self.encoded and not encoded:
             put = {key: encode(key, value) for key, value in put.items()}
         elif encoded and not self.encoded:
@@ -117,6 +126,19 @@ class StateSync:
         self._delete.clear()
         return True
 
+    def _valid_keys(
+        self, put: Mapping[str, Any], delete: Iterable[str]
+    ) -> tuple[Mapping[str, Any], list[str]]:
+        """``put`` and ``delete`` without keys no store could hold (``state.entry_refused``):
+        such a key never becomes a pending change that every later save would fail on."""
+        bad = [k for k in [*put, *delete] if not _storable(k)]
+        delete = [k for k in delete if _storable(k)]
+        if bad:
+            for key in bad[:10]:
+                self.emit("state.entry_refused", key=repr(key)[:120], reason="not a valid key")
+            put = {k: v for k, v in put.items() if _storable(k)}
+        return put, delete
+
     def run(
         self,
         call: Callable[[], T],
@@ -131,9 +153,8 @@ class StateSync:
         ``restore(entries)`` must put the session exactly into the stored state, so
         that running ``call`` again gives what one sequential run would have.
         """
-        if self._stale:
-            self._stale = False
-            restore(self.load())
+        if self._stale and not self._reload(restore, what):
+            return call()  # in memory only until the store can be read again
         for attempt in range(self.max_retries + 1):
             result = call()
             put, delete = changes()
@@ -158,8 +179,22 @@ class StateSync:
                     return result
                 # a short random pause so racing workers do not collide again at once
                 time.sleep(self._rng.uniform(0, min(0.05, 0.002 * 2**attempt)))
-                restore(self.load())
+                if not self._reload(restore, what):
+                    return result
             except StateStoreError as exc:
                 self.emit("state.save_failed", call=what, error=str(exc))
                 return result
         raise AssertionError("unreachable")  # pragma: no cover
+
+    def _reload(self, restore: Callable[[Mapping[str, Any]], None], what: str) -> bool:
+        """Put the session into the stored state; False (``state.reload_failed``, and
+        the next call tries again first) when the store cannot be read. A store outage
+        during the reload after a lost race is an event, never an error of the call."""
+        self._stale = False
+        try:
+            restore(self.load())
+        except (StateStoreError, ValueError) as exc:
+            self._stale = True
+            self.emit("state.reload_failed", call=what, error=str(exc)[:500])
+            return False
+        return True

@@ -61,7 +61,7 @@ def test_maybe_prune_runs_once_an_interval_per_location(
     ]
     _commit(store, "idle")
     assert maybe_prune(store, 30, emit, now=later + 60) is None  # not due yet
-    assert store.load("idle").version == 1
+    assert store.load("idle").version == 2  # never a pruned version again (issue 28 item 8)
     assert maybe_prune(store, 30, emit, now=later + PRUNE_INTERVAL_S + 1) == 1
     assert maybe_prune(store, None, emit, now=later + 10 * PRUNE_INTERVAL_S) is None
 
