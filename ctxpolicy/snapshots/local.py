@@ -66,7 +66,7 @@ from ctxpolicy.snapshots.names import (
     is_store_folder,
     parse_uri,
 )
-from ctxpolicy.snapshots.retention import sweeper_for
+from ctxpolicy.snapshots.retention import TOMBSTONE, sweeper_for
 
 __all__ = ["LocalOptions", "LocalStore"]
 
@@ -97,8 +97,11 @@ class LocalOptions(ComponentOptions):
         default=1024,
         gt=0,
         description="Keep the whole store (every conversation under the root) below "
-        "this size; the oldest files go first. Applied incrementally while sessions "
-        "write; `null` = no size limit. `snapshots.max_total_mb` overrides it.",
+        "this size: conversations idle for an hour go first, whole, least recently "
+        "written first; then the oldest files. A folder that lost files is marked and "
+        "the engine stops citing what went (a `data.lost` event). Applied "
+        "incrementally while sessions write; `null` = no size limit. "
+        "`snapshots.max_total_mb` overrides it.",
     )
     max_age_days: float | None = Field(
         default=30,
@@ -405,6 +408,29 @@ class LocalStore(SnapshotStore):
             self._sync_dir(path.parent)
         self.retention.note_write(len(data))
         return offset
+
+    # -- losses (retention)
+    def evicted(self, folder: str) -> int:
+        """When retention last removed files of ``folder`` (the tombstone's mtime in
+        ns; 0 when it never did). One ``lstat``: cheap enough for every call."""
+        if not is_store_folder(folder):
+            return 0
+        try:
+            st = os.lstat(os.path.join(self.root, folder, TOMBSTONE))
+        except OSError:
+            return 0
+        return st.st_mtime_ns if stat.S_ISREG(st.st_mode) else 0
+
+    def exists(self, ref: str) -> bool:
+        """Whether the snapshot a reference names is in the store (no read)."""
+        try:
+            path = self.locate(ref).path
+        except SnapshotError:
+            return False
+        try:
+            return stat.S_ISREG(os.lstat(path).st_mode)
+        except OSError:
+            return False
 
     def read_range(self, folder: str, name: str, offset: int, length: int) -> bytes:
         path = self._log_path(folder, name)
