@@ -569,19 +569,22 @@ class Session:
         """``out`` without references retention took: each is a ``data.lost`` event
         once, and its reference line says it is gone (ctxpolicy/snapshots/lost.py).
         One ``lstat`` per call while nothing of this conversation was lost."""
+        lost = self._lost
         store = self._ctx.snapshots
-        if store is None:
-            return out
-        from ctxpolicy.snapshots.lost import LostRefs, lost_event_fields
+        if lost is None or lost.store is not store:
+            if store is None:
+                return out
+            from ctxpolicy.snapshots.lost import LostRefs
 
-        if self._lost is None or self._lost.store is not store:
-            self._lost = LostRefs(store, self.conv_id)
+            lost = self._lost = LostRefs(store, self.conv_id)
         try:
-            out, new = self._lost.apply(out)
+            out, new = lost.apply(out)
         except Exception as exc:  # a third-party store's odd error: nothing un-cited
             self._emit("snapshot.unavailable", error=repr(exc))
             return out
         if new:
+            from ctxpolicy.snapshots.lost import lost_event_fields
+
             self._emit("data.lost", **lost_event_fields(new))
         return out
 

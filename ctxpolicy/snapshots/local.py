@@ -413,13 +413,19 @@ class LocalStore(SnapshotStore):
     def evicted(self, folder: str) -> int:
         """When retention last removed files of ``folder`` (the tombstone's mtime in
         ns; 0 when it never did). One ``lstat``: cheap enough for every call."""
-        if not is_store_folder(folder):
+        path = self.tombstone_path(folder)
+        if path is None:
             return 0
         try:
-            st = os.lstat(os.path.join(self.root, folder, TOMBSTONE))
+            st = os.lstat(path)
         except OSError:
             return 0
         return st.st_mtime_ns if stat.S_ISREG(st.st_mode) else 0
+
+    def tombstone_path(self, folder: str) -> str | None:
+        """Where retention marks ``folder``'s losses (None for a name that is not a
+        folder of this store)."""
+        return os.path.join(self.root, folder, TOMBSTONE) if is_store_folder(folder) else None
 
     def exists(self, ref: str) -> bool:
         """Whether the snapshot a reference names is in the store (no read)."""

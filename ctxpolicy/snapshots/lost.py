@@ -18,7 +18,9 @@ text of the messages that mention the folder.
 
 from __future__ import annotations
 
+import os
 import re
+import stat
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -42,6 +44,8 @@ class LostRefs:
         self.folder = store.folder(conv_id)
         evicted = getattr(store, "evicted", None)
         self._evicted: Callable[[str], int] | None = evicted if callable(evicted) else None
+        where = getattr(store, "tombstone_path", None)
+        self._path: str | None = where(self.folder) if callable(where) else None
         self._mark = 0
         self._ok: set[str] = set()  # resolved at the current mark
         self.lost: set[str] = set()
@@ -49,9 +53,16 @@ class LostRefs:
 
     def apply(self, messages: list[Any]) -> tuple[list[Any], list[str]]:
         """``messages`` with lost references un-cited, and the ones newly found lost."""
-        if self._evicted is None:
+        if self._path is not None:  # the local store: one lstat, nothing else
+            try:
+                st = os.lstat(self._path)
+                mark = st.st_mtime_ns if stat.S_ISREG(st.st_mode) else 0
+            except OSError:
+                mark = 0
+        elif self._evicted is not None:
+            mark = self._evicted(self.folder)
+        else:
             return messages, []
-        mark = self._evicted(self.folder)
         if mark == 0 and not self.lost:
             return messages, []
         if mark != self._mark:
