@@ -54,7 +54,7 @@ def test_live_conversations_over_the_limit_lose_oldest_files_with_a_mark(tmp_pat
     refs = []
     for i in range(10):
         refs.append(store.write(f"c{i % 2}", i, "read", {"observation": "x" * 20_000}))
-        time.sleep(0.002)  # distinct mtimes: oldest first
+        time.sleep(0.02)  # distinct mtimes (coarser than 1 ms on ext4): oldest first
     rep = prune(tmp_path, max_total_mb=0.12)
     # the least recently written conversation loses its oldest files first
     assert rep.partly_evicted == [str(tmp_path / "c0")] and not rep.evicted_conversations
