@@ -24,7 +24,7 @@ import time
 import uuid
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, ParamSpec, TypeVar
+from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
 from ctxpolicy import plugins
 from ctxpolicy.budget import BudgetState
@@ -44,6 +44,9 @@ from ctxpolicy.engine.window import learn_window
 from ctxpolicy.plugins import Registry
 from ctxpolicy.policy.models import Policy
 from ctxpolicy.tokens import TokenCounter, get_counter
+
+if TYPE_CHECKING:
+    from ctxpolicy.snapshots.lost import LostRefs
 
 __all__ = ["ContextOverflowError", "PreparedStats", "Session", "prepare"]
 
@@ -110,6 +113,7 @@ class Session:
         self.policy = policy
         self.conv_id = conv_id or uuid.uuid4().hex[:12]
         self._on_event = on_event
+        self._lost: LostRefs | None = None  # references retention took (lazily)
         self._lock = threading.RLock()
         self.events: deque[dict[str, Any]] = deque(maxlen=1000)
         registry = plugins.get_registry()
@@ -579,6 +583,29 @@ class Session:
             **({"unfit": st.unfit} if st.unfit is not None else {}),
         )
         st.touch("meta")
+        return self._uncite_lost(out)
+
+    def _uncite_lost(self, out: list[Message]) -> list[Message]:
+        """``out`` without references retention took: each is a ``data.lost`` event
+        once, and its reference line says it is gone (ctxpolicy/snapshots/lost.py).
+        One ``lstat`` per call while nothing of this conversation was lost."""
+        lost = self._lost
+        store = self._ctx.snapshots
+        if lost is None or lost.store is not store:
+            if store is None:
+                return out
+            from ctxpolicy.snapshots.lost import LostRefs
+
+            lost = self._lost = LostRefs(store, self.conv_id)
+        try:
+            out, new = lost.apply(out)
+        except Exception as exc:  # a third-party store's odd error: nothing un-cited
+            self._emit("snapshot.unavailable", error=repr(exc))
+            return out
+        if new:
+            from ctxpolicy.snapshots.lost import lost_event_fields
+
+            self._emit("data.lost", **lost_event_fields(new))
         return out
 
     def _report_short_of_target(

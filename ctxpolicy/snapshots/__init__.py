@@ -6,8 +6,10 @@
 * :mod:`.names` — the store's naming rules: conversation folders, snapshot names, URIs;
 * :mod:`.document` — the snapshot document (design A's JSON) written and read;
 * :mod:`.retention` — size and age limits of a local store, swept incrementally;
+* :mod:`.lost` — references retention took: a ``data.lost`` event, then uncited;
 * :mod:`.archive` — the append-only history archive of dropped messages;
-* :mod:`.recall` — ``ctx_recall`` / ``ctx_search``: the model reads snapshots back.
+* :mod:`.recall` — ``ctx_recall`` / ``ctx_search``: the model reads snapshots back;
+* :mod:`.streaming` — the ``ctx_recall`` answer read as a stream (bounded memory).
 
 This module registers the two stores through ``ctxpolicy_register_snapshot_stores``
 like any third-party plugin, and re-exports the names ``ctxpolicy.snapshots`` had

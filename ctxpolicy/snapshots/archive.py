@@ -63,6 +63,11 @@ __all__ = ["HistoryArchive", "render_transcript"]
 _ENTRY = struct.Struct("<IIII")  # segment, offset, length (incl. newline), step
 _MAX_U32 = 2**32 - 1
 DEFAULT_MAX_BYTES = 16 * 1024 * 1024
+#: Index entries read at once by :meth:`HistoryArchive.iter_messages` (16 KiB).
+INDEX_CHUNK = 1024
+#: Most bytes of a segment read at once for consecutive messages (one longer
+#: message is read alone).
+READ_CHUNK = 256 * 1024
 
 
 def _supports_append(store: SnapshotStore) -> bool:
@@ -312,45 +317,62 @@ class HistoryArchive:
         return out
 
     def iter_messages(
-        self, first: int = 1, last: int | None = None
+        self, first: int = 1, last: int | None = None, *, reverse: bool = False
     ) -> Iterator[tuple[int, int, Any]]:
-        """Archived messages in order, reading each segment's run with one read."""
+        """Archived messages ``first``..``last`` in order (``reverse``: last first).
+
+        Memory is bounded whatever the archive's size: the index is read
+        :data:`INDEX_CHUNK` entries at a time, and a segment's consecutive messages
+        with one read of at most :data:`READ_CHUNK` bytes (a single longer message,
+        at most ``max_bytes``, with its own read). A caller that stops early reads
+        nothing more."""
         total = len(self)
         last = total if last is None else min(last, total)
         first = max(first, 1)
         if first > last:
             return
-        idx = self.store.read_range(
-            self.folder, INDEX_NAME, (first - 1) * _ENTRY.size, (last - first + 1) * _ENTRY.size
-        )
-        entries = [
-            (first + i, *_ENTRY.unpack_from(idx, i * _ENTRY.size))
-            for i in range(len(idx) // _ENTRY.size)
-        ]
-        i = 0
-        while i < len(entries):  # group consecutive entries of one segment
-            j = i
-            seg = entries[i][1]
-            while j + 1 < len(entries) and entries[j + 1][1] == seg:
-                j += 1
-            run = [e for e in entries[i : j + 1] if e[1] != 0 and e[3] != 0]
-            if run:
-                lo = min(e[2] for e in run)
-                hi = max(e[2] + e[3] for e in run)
-                try:
-                    blob = self.store.read_range(self.folder, segment_name(seg), lo, hi - lo)
-                except SnapshotError:
-                    blob = b""
-            for n, s_, off, ln, step in entries[i : j + 1]:
-                if s_ == 0 or ln == 0 or not run:
-                    yield n, step, {"ctxpolicy_damaged": True}
-                    continue
-                piece = blob[off - lo : off - lo + ln]
-                try:
-                    yield n, step, _parse_line(piece, n)
-                except SnapshotError as exc:
-                    yield n, step, {"ctxpolicy_damaged": str(exc)}
-            i = j + 1
+        starts = range(first, last + 1, INDEX_CHUNK)
+        for lo_n in reversed(starts) if reverse else starts:
+            hi_n = min(lo_n + INDEX_CHUNK - 1, last)
+            idx = self.store.read_range(
+                self.folder, INDEX_NAME, (lo_n - 1) * _ENTRY.size, (hi_n - lo_n + 1) * _ENTRY.size
+            )
+            entries = [
+                (lo_n + i, *_ENTRY.unpack_from(idx, i * _ENTRY.size))
+                for i in range(len(idx) // _ENTRY.size)
+            ]
+            del idx
+            groups = list(_read_groups(entries))
+            del entries
+            for group in reversed(groups) if reverse else groups:
+                got = self._read_group(group)
+                yield from reversed(got) if reverse else got
+                del got  # before the next read: one group in memory at a time
+
+    def _read_group(
+        self, group: list[tuple[int, int, int, int, int]]
+    ) -> list[tuple[int, int, Any]]:
+        """The messages of one group of :func:`_read_groups` (one read)."""
+        run = [e for e in group if e[1] != 0 and e[3] != 0]
+        blob, lo = b"", 0
+        if run:
+            lo = min(e[2] for e in run)
+            hi = max(e[2] + e[3] for e in run)
+            try:
+                blob = self.store.read_range(self.folder, segment_name(run[0][1]), lo, hi - lo)
+            except SnapshotError:
+                run = []
+        out: list[tuple[int, int, Any]] = []
+        for n, s_, off, ln, step in group:
+            if s_ == 0 or ln == 0 or not run:
+                out.append((n, step, {"ctxpolicy_damaged": True}))
+                continue
+            piece = blob[off - lo : off - lo + ln]
+            try:
+                out.append((n, step, _parse_line(piece, n)))
+            except SnapshotError as exc:
+                out.append((n, step, {"ctxpolicy_damaged": str(exc)}))
+        return out
 
     def transcript(self, ref: HistoryRef | None = None) -> str:
         """Readable text of the archive, or of the messages a ref names."""
@@ -359,6 +381,31 @@ class HistoryArchive:
             step, m = self.message(first)
             return render_transcript([(first, step, m)])
         return render_transcript(self.messages(first, last))
+
+
+def _read_groups(
+    entries: list[tuple[int, int, int, int, int]],
+) -> Iterator[list[tuple[int, int, int, int, int]]]:
+    """Split ``(n, segment, offset, length, step)`` entries into runs read with one
+    read each: consecutive entries of one segment spanning at most :data:`READ_CHUNK`
+    bytes (damaged entries ride along with their neighbours)."""
+    group: list[tuple[int, int, int, int, int]] = []
+    seg = lo = hi = -1
+    for e in entries:
+        _, s_, off, ln, _ = e
+        if s_ == 0 or ln == 0:
+            group.append(e)
+            continue
+        if group and seg != -1 and (s_ != seg or max(hi, off + ln) - min(lo, off) > READ_CHUNK):
+            yield group
+            group, seg = [], -1
+        if seg == -1:
+            seg, lo, hi = s_, off, off + ln
+        else:
+            lo, hi = min(lo, off), max(hi, off + ln)
+        group.append(e)
+    if group:
+        yield group
 
 
 def _parse_line(data: bytes, n: int) -> dict[str, Any]:

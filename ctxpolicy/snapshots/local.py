@@ -66,7 +66,7 @@ from ctxpolicy.snapshots.names import (
     is_store_folder,
     parse_uri,
 )
-from ctxpolicy.snapshots.retention import sweeper_for
+from ctxpolicy.snapshots.retention import TOMBSTONE, sweeper_for
 
 __all__ = ["LocalOptions", "LocalStore"]
 
@@ -97,8 +97,11 @@ class LocalOptions(ComponentOptions):
         default=1024,
         gt=0,
         description="Keep the whole store (every conversation under the root) below "
-        "this size; the oldest files go first. Applied incrementally while sessions "
-        "write; `null` = no size limit. `snapshots.max_total_mb` overrides it.",
+        "this size: conversations idle for an hour go first, whole, least recently "
+        "written first; then the oldest files. A folder that lost files is marked and "
+        "the engine stops citing what went (a `data.lost` event). Applied "
+        "incrementally while sessions write; `null` = no size limit. "
+        "`snapshots.max_total_mb` overrides it.",
     )
     max_age_days: float | None = Field(
         default=30,
@@ -410,6 +413,35 @@ class LocalStore(SnapshotStore):
             self._sync_dir(path.parent)
         self.retention.note_write(len(data))
         return offset
+
+    # -- losses (retention)
+    def evicted(self, folder: str) -> int:
+        """When retention last removed files of ``folder`` (the tombstone's mtime in
+        ns; 0 when it never did). One ``lstat``: cheap enough for every call."""
+        path = self.tombstone_path(folder)
+        if path is None:
+            return 0
+        try:
+            st = os.lstat(path)
+        except OSError:
+            return 0
+        return st.st_mtime_ns if stat.S_ISREG(st.st_mode) else 0
+
+    def tombstone_path(self, folder: str) -> str | None:
+        """Where retention marks ``folder``'s losses (None for a name that is not a
+        folder of this store)."""
+        return os.path.join(self.root, folder, TOMBSTONE) if is_store_folder(folder) else None
+
+    def exists(self, ref: str) -> bool:
+        """Whether the snapshot a reference names is in the store (no read)."""
+        try:
+            path = self.locate(ref).path
+        except SnapshotError:
+            return False
+        try:
+            return stat.S_ISREG(os.lstat(path).st_mode)
+        except OSError:
+            return False
 
     def read_range(self, folder: str, name: str, offset: int, length: int) -> bytes:
         path = self._log_path(folder, name)

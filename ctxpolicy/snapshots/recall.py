@@ -35,6 +35,12 @@ from ctxpolicy.snapshots.names import (
     history_uri,
     parse_history_ref,
 )
+from ctxpolicy.snapshots.streaming import (
+    MAX_SCAN_BYTES,
+    bounded,
+    bounded_recall,
+    observation_text,
+)
 
 __all__ = ["answer_chars", "handle_tool_call", "recall", "recall_tools", "search"]
 
@@ -47,7 +53,6 @@ MIN_TOOL_CHARS = 2_000
 CHARS_PER_TOKEN = 4
 MAX_ARGUMENT_CHARS = 65_536
 MAX_PATTERN_CHARS = 1_000
-MAX_SCAN_BYTES = 32 * 1024 * 1024
 REGEX_FALLBACK_TIMEOUT_S = 2.0
 _RANGE_RE = re.compile(r"^\s*([0-9]{1,12})\s*(?:[-:,]\s*([0-9]{1,12})\s*)?$")
 _RECALL_KEYS = frozenset({"ref", "lines", "grep"})
@@ -66,22 +71,12 @@ class SearchLimit(RuntimeError):
         self.hits = hits
 
 
+def _same(text: str) -> str:
+    return text
+
+
 class _ToolError(Exception):
     """An error whose text is safe to show the model."""
-
-
-def _observation(doc: Mapping[str, Any]) -> str:
-    if "observation" not in doc and isinstance(doc.get("messages"), list):
-        from ctxpolicy.snapshots.archive import render_transcript
-
-        step = doc["step"] if isinstance(doc.get("step"), int) else 0
-        return render_transcript([(i, step, m) for i, m in enumerate(doc["messages"], 1)])
-    obs = doc.get("observation", "")
-    if isinstance(obs, str):
-        return obs
-    from ctxpolicy.conversation.jsontext import to_json
-
-    return to_json(obs)[0]
 
 
 def _parse_lines(lines: Sequence[int] | str | int) -> tuple[int, int]:
@@ -114,7 +109,7 @@ def _text_of(store: SnapshotStore, ref: str) -> str:
         if hist.last is None and len(archive) == 0:
             raise SnapshotError(2, "nothing has been archived in this conversation yet")
         return archive.transcript(hist)
-    return _observation(store.read(ref))
+    return observation_text(store.read(ref))
 
 
 def recall(
@@ -191,7 +186,7 @@ def _sources(store: SnapshotStore, conv_id: str) -> Iterator[tuple[str, Any, Any
             doc = store.read(ref.uri)
         except Exception:
             continue
-        yield ref.uri, doc.get("action"), doc.get("step"), _observation(doc)
+        yield ref.uri, doc.get("action"), doc.get("step"), observation_text(doc)
     from ctxpolicy.snapshots.archive import HistoryArchive, render_transcript
 
     try:
@@ -325,17 +320,6 @@ def answer_chars(tool_growth_tokens: int) -> int:
     return max(MIN_TOOL_CHARS, CHARS_PER_TOKEN * max(0, int(tool_growth_tokens)))
 
 
-def _bounded(text: str, max_chars: int) -> str:
-    if len(text) <= max_chars:
-        return text
-    half = max_chars // 2
-    omitted = len(text) - 2 * half
-    return (
-        f"{text[:half]}\n... [{omitted} chars omitted; ask for a line range or grep] ...\n"
-        f"{text[-half:]}"
-    )
-
-
 def _clean_str(value: Any, what: str, max_chars: int) -> str:
     if not isinstance(value, str):
         raise _ToolError(f"`{what}` must be a string")
@@ -370,7 +354,14 @@ def owned_ref(store: SnapshotStore, conv_id: str, ref: str) -> str:
     return loc.uri
 
 
-def _tool_recall(store: SnapshotStore, conv_id: str, args: Mapping[str, Any]) -> str:
+def _tool_recall(
+    store: SnapshotStore,
+    conv_id: str,
+    args: Mapping[str, Any],
+    *,
+    max_chars: int,
+    clean: Callable[[str], str],
+) -> str:
     extra = set(args) - _RECALL_KEYS
     if extra:
         raise _ToolError(f"unknown argument(s) {sorted(map(str, extra))[:5]}; use ref, lines, grep")
@@ -391,7 +382,11 @@ def _tool_recall(store: SnapshotStore, conv_id: str, args: Mapping[str, Any]) ->
     except SnapshotError:
         return _NOT_FOUND
     try:
-        text = recall(store, canonical, lines=lines, grep=grep)
+        if lines is not None:
+            lines = _parse_lines(lines)
+        text = bounded_recall(
+            store, canonical, lines=lines, grep=grep, max_chars=max_chars, clean=clean
+        )
     except ValueError as exc:
         raise _ToolError(str(exc)) from None
     except SnapshotError as exc:
@@ -465,18 +460,25 @@ def handle_tool_call(
             return "Error: arguments must be a JSON object"
         if not isinstance(args, dict):
             return "Error: arguments must be a JSON object"
-        if name == RECALL_TOOL:
-            text = _tool_recall(store, conv_id, args)
-        elif name == SEARCH_TOOL:
-            text = _tool_search(store, conv_id, args)
-        else:
-            shown = name if isinstance(name, str) and len(name) <= 64 else "?"
-            return f"Error: unknown tool {shown!r} (expected {RECALL_TOOL} or {SEARCH_TOOL})"
+        clean: Callable[[str], str] = _same
         if redact:
             from ctxpolicy.conversation.redact import default_redactor
 
-            text = default_redactor().redact(text)[0]
-        return _bounded(text, max_chars)
+            redactor = default_redactor()
+
+            def clean(text: str) -> str:
+                return redactor.redact(text)[0]
+
+        if name == RECALL_TOOL:
+            # redacted piece by piece while it streams (a whole message or result
+            # at a time, so a secret is never cut before it is redacted)
+            text = _tool_recall(store, conv_id, args, max_chars=max_chars, clean=clean)
+        elif name == SEARCH_TOOL:
+            text = clean(_tool_search(store, conv_id, args))
+        else:
+            shown = name if isinstance(name, str) and len(name) <= 64 else "?"
+            return f"Error: unknown tool {shown!r} (expected {RECALL_TOOL} or {SEARCH_TOOL})"
+        return bounded(text, max_chars)
     except _ToolError as exc:
         return f"Error: {exc}"
     except Exception as exc:  # never a path, a root or another conversation's name

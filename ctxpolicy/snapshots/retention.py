@@ -2,10 +2,26 @@
 applies it incrementally while a session writes.
 
 What is removed: snapshot documents (``step_NNN_*.json``), history segments
-(``history_NNNNNN.jsonl``), a ``history.idx`` only when it is older than the age
-limit, and stale temp files (``.tmp-*`` older than an hour), directly under
-``<root>/<folder>/``. Symlinks are never followed; folders left empty are removed.
-The oldest files (by mtime) go first.
+(``history_NNNNNN.jsonl``), a ``history.idx`` only with its whole conversation or
+when it is older than the age limit, and stale temp files (``.tmp-*`` older than an
+hour), directly under ``<root>/<folder>/``. Symlinks are never followed; folders
+left empty are removed.
+
+**Order: idle conversations first.** The size limit takes files by conversation:
+every conversation not written for :data:`IDLE_S` (an hour) before any live one,
+the least recently written conversation first, its oldest files first. A live
+conversation loses files only when the conversations written in the last hour
+alone exceed the limit. A ``history.idx`` (16 bytes a message) goes only with its
+age, so archive numbers never restart. The age limit removes files older than it,
+wherever they are.
+
+**Every loss is marked.** A folder that lost any file other than a stale temp file
+gets the tombstone :data:`TOMBSTONE` (``.evicted``: when, how many files, why); it
+is what :meth:`LocalStore.evicted` reports, and the engine then checks the
+references its context cites (:mod:`ctxpolicy.snapshots.lost`): a reference that no
+longer resolves is a ``data.lost`` event and stops being cited. Tombstones are
+removed :data:`TOMBSTONE_KEEP_S` (90 days) after the last loss, with the folder
+when nothing else is left in it.
 
 :class:`Sweeper` runs a full :func:`prune` of the root from the write path when
 
@@ -22,19 +38,27 @@ The oldest files (by mtime) go first.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import threading
 import time
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from ctxpolicy.snapshots.names import INDEX_NAME, NAME_RE, SEGMENT_RE
 
-__all__ = ["MARKER", "PruneReport", "Sweeper", "prune", "sweeper_for"]
+__all__ = ["MARKER", "TOMBSTONE", "PruneReport", "Sweeper", "prune", "sweeper_for"]
 
 MARKER = ".ctxpolicy-retention"
 SWEEP_INTERVAL_S = 3600.0
 STALE_TMP_S = 3600.0
+#: A conversation not written for this long is idle: the size limit takes it whole first.
+IDLE_S = 3600.0
+#: The mark a folder gets when retention removed any of its files.
+TOMBSTONE = ".evicted"
+TOMBSTONE_KEEP_S = 90 * 86400.0
+_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
 
 
 @dataclass
@@ -46,10 +70,15 @@ class PruneReport:
     kept_files: int = 0
     kept_bytes: int = 0
     dry_run: bool = False
+    #: Folders that lost every snapshot and segment (an index may stay).
+    evicted_conversations: list[str] = field(default_factory=list)
+    #: Folders that lost some of them.
+    partly_evicted: list[str] = field(default_factory=list)
 
 
 def _candidates(root: Path, now: float) -> tuple[list[tuple[float, int, Path]], list[Path]]:
-    """(mtime, size, path) of every prunable file, and the stale temp files."""
+    """(mtime, size, path) of every prunable file, and the stale temp files and
+    expired tombstones."""
     files: list[tuple[float, int, Path]] = []
     stale: list[Path] = []
     with os.scandir(root) as top:
@@ -69,6 +98,10 @@ def _candidates(root: Path, now: float) -> tuple[list[tuple[float, int, Path]], 
                 continue
             if name.startswith(".tmp-"):
                 if now - st.st_mtime >= STALE_TMP_S:
+                    stale.append(Path(e.path))
+                continue
+            if name == TOMBSTONE:
+                if now - st.st_mtime >= TOMBSTONE_KEEP_S:
                     stale.append(Path(e.path))
                 continue
             snap = name.endswith(".json") and NAME_RE.match(name[:-5])
@@ -102,16 +135,7 @@ def prune(
         else:
             keep.append(item)
     if max_total_mb is not None:
-        limit = int(max_total_mb * 1024 * 1024)
-        total = sum(s for _, s, _ in keep)
-        survivors: list[tuple[float, int, Path]] = []
-        for item in keep:  # oldest first; an index goes only with its age
-            if total > limit and item[2].name != INDEX_NAME:
-                total -= item[1]
-                doomed.append((item[1], item[2]))
-            else:
-                survivors.append(item)
-        keep = survivors
+        keep = _size_limit(keep, int(max_total_mb * 1024 * 1024), now, doomed)
     for p in stale:
         with contextlib.suppress(OSError):
             doomed.append((p.stat().st_size, p))
@@ -123,11 +147,64 @@ def prune(
                 p.unlink()
     report.kept_files = len(keep)
     report.kept_bytes = sum(s for _, s, _ in keep)
+    kept_in = {p.parent for _, _, p in keep if p.name != INDEX_NAME}
+    lost_in = {
+        p.parent for _, p in doomed if p.name != TOMBSTONE and not p.name.startswith(".tmp-")
+    }
+    report.evicted_conversations = sorted(str(d) for d in lost_in if d not in kept_in)
+    report.partly_evicted = sorted(str(d) for d in lost_in if d in kept_in)
     if not dry_run:
+        per_folder = Counter(p.parent for _, p in doomed)
+        for d in lost_in:
+            _mark(d, now, per_folder[d])
         for conv in {p.parent for _, p in doomed}:
             with contextlib.suppress(OSError):
                 conv.rmdir()  # only succeeds when empty
     return report
+
+
+def _size_limit(
+    keep: list[tuple[float, int, Path]],
+    limit: int,
+    now: float,
+    doomed: list[tuple[int, Path]],
+) -> list[tuple[float, int, Path]]:
+    """What stays under the size limit. Files go by conversation: idle ones (not
+    written for :data:`IDLE_S`) before any live one, the least recently written
+    conversation first, its oldest files first (an index only with its age)."""
+    total = sum(s for _, s, _ in keep)
+    if total <= limit:
+        return keep
+    last_write: dict[Path, float] = {}
+    for m, _, p in keep:
+        d = p.parent
+        last_write[d] = max(m, last_write.get(d, m))
+
+    def order(item: tuple[float, int, Path]) -> tuple[bool, float, float]:
+        lw = last_write[item[2].parent]
+        return (now - lw < IDLE_S, lw, item[0])
+
+    gone: set[Path] = set()
+    for item in sorted(keep, key=order):
+        if total <= limit:
+            break
+        if item[2].name != INDEX_NAME:
+            total -= item[1]
+            doomed.append((item[1], item[2]))
+            gone.add(item[2])
+    return [item for item in keep if item[2] not in gone]
+
+
+def _mark(folder: Path, now: float, files: int) -> None:
+    """Write the tombstone of a folder that lost files (never through a symlink)."""
+    data = json.dumps({"evicted_at": round(now, 3), "files": files, "by": "retention"})
+    with contextlib.suppress(OSError):
+        folder.mkdir(mode=0o700, exist_ok=True)
+        fd = os.open(folder / TOMBSTONE, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | _NOFOLLOW, 0o600)
+        try:
+            os.write(fd, data.encode())
+        finally:
+            os.close(fd)
 
 
 class Sweeper:

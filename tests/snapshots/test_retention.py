@@ -8,7 +8,7 @@ from pathlib import Path
 
 from ctxpolicy.snapshots import LocalOptions, LocalStore, retention
 from ctxpolicy.snapshots.archive import HistoryArchive
-from ctxpolicy.snapshots.retention import MARKER, prune
+from ctxpolicy.snapshots.retention import MARKER, TOMBSTONE, TOMBSTONE_KEEP_S, prune
 
 
 def _new_process() -> None:
@@ -55,7 +55,10 @@ def test_age_limit_applies_on_the_first_write_of_a_process(tmp_path: Path) -> No
     _new_process()
     new = LocalStore(root=str(tmp_path)).write("d", 1, "x", {"observation": "new"})
     assert not Path(old.path).exists() and Path(new.path).exists()
-    assert not Path(old.path).parent.exists()  # the emptied folder went too
+    # the emptied folder keeps only the mark of its loss (for the engine's data.lost)
+    assert os.listdir(Path(old.path).parent) == [TOMBSTONE]
+    assert prune(tmp_path, max_age_days=30, now=time.time() + TOMBSTONE_KEEP_S).removed != []
+    assert not Path(old.path).parent.exists()  # the mark expires, then the folder goes
     # within the hour after a sweep, another process does not sweep again
     _new_process()
     again = LocalStore(root=str(tmp_path))

@@ -263,10 +263,12 @@ def test_prune_by_age_and_size(tmp_path: Path) -> None:
     rep = prune(tmp_path, max_age_days=5.5, now=now)
     assert sorted(rep.removed) == sorted(r.path for r in refs[:5])
     assert rep.kept_files == 5
-    rep = prune(tmp_path, max_total_mb=0.25, now=now)  # ~100 KB each → keep 2 newest
+    # ~100 KB each → keep 2: the least recently written conversation (c0: 6, 8) goes
+    # first, then the oldest of c1 (5)
+    rep = prune(tmp_path, max_total_mb=0.25, now=now)
     assert rep.kept_files == 2
     assert {Path(p).name for p in (tmp_path).rglob("step_*.json")} == {
-        Path(refs[8].path).name,
+        Path(refs[7].path).name,
         Path(refs[9].path).name,
     }
     assert (tmp_path / "c0" / "notes.txt").exists()
