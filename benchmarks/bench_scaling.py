@@ -118,7 +118,9 @@ def prepare_once(policy: Any, msgs: list[dict[str, Any]]) -> tuple[float, int, i
     from ctxpolicy.tokens import TokenCounter
 
     counter = TokenCounter(policy.model, model_name=policy.model_name)
-    real = counter._lookup
+    # public since the redesign (issue 26); a baseline checkout may still have _lookup
+    attr = "lookup" if hasattr(counter, "lookup") else "_lookup"
+    real = getattr(counter, attr)
     lookups = 0
 
     def lookup(msg: Any, *args: Any) -> Any:
@@ -126,7 +128,7 @@ def prepare_once(policy: Any, msgs: list[dict[str, Any]]) -> tuple[float, int, i
         lookups += 1
         return real(msg, *args)
 
-    counter._lookup = lookup  # type: ignore[method-assign]
+    setattr(counter, attr, lookup)
     session = ctxpolicy.Session(
         policy, conv_id="scaling", counter=counter, state_store=MemoryStateStore()
     )
