@@ -27,6 +27,8 @@ from concurrent.futures import Executor, Future, ProcessPoolExecutor, as_complet
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ctxpolicy._install import extra_hint
+
 if TYPE_CHECKING:
     from ctxpolicy.policy.models import Policy
 
@@ -178,7 +180,7 @@ class Replayer:
                 from distributed import Client
             except ImportError as exc:
                 raise RuntimeError(
-                    "--cluster needs dask.distributed: pip install 'ctxpolicy[dask]'"
+                    f"--cluster needs dask.distributed: {extra_hint('dask')}"
                 ) from exc
             self._client = Client(cluster, set_as_default=False)
             self._sources = self._client.scatter(self._messages, broadcast=False)

@@ -18,6 +18,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from ctxpolicy._install import extra_hint
+
 __all__ = ["DPI", "MAX_PANELS", "build_figure", "figure_size", "plot_output"]
 
 DPI = 100
@@ -55,7 +57,7 @@ def _require_matplotlib() -> Any:
         matplotlib.use("Agg", force=True)
         import matplotlib.pyplot as plt
     except ImportError as exc:
-        raise RuntimeError("matplotlib is not installed (pip install 'ctxpolicy[plot]')") from exc
+        raise RuntimeError(f"matplotlib is not installed: {extra_hint('plot')}") from exc
     return plt
 
 

@@ -31,6 +31,7 @@ from urllib.parse import quote, unquote
 
 from pydantic import Field
 
+from ctxpolicy._install import extra_hint
 from ctxpolicy.components import StateConflict, StateStoreError
 from ctxpolicy.plugins import hookimpl
 from ctxpolicy.state._base import Rows, SqlOptions, SqlStateStore, joined_rows
@@ -91,7 +92,7 @@ class PostgresStateStore(SqlStateStore["psycopg.Connection[Any]"]):
             import psycopg  # noqa: F401
         except ImportError:  # pragma: no cover - extra not installed
             raise StateStoreError(
-                "the `postgres` state store needs `pip install ctxpolicy[postgres]`"
+                f"the `postgres` state store needs psycopg 3: {extra_hint('postgres')}"
             ) from None
         self._dsn = interpolate_option(self.options.dsn, self.env, "dsn")
         if not self._dsn.strip():
