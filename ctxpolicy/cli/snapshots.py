@@ -111,6 +111,8 @@ def prune_cmd(
                 "removed_bytes": report.removed_bytes,
                 "kept_files": report.kept_files,
                 "kept_bytes": report.kept_bytes,
+                "evicted_conversations": report.evicted_conversations,
+                "partly_evicted": report.partly_evicted,
             },
             sys.stdout,
             indent=2,
@@ -124,6 +126,12 @@ def prune_cmd(
         f"{root}: {verb} {len(report.removed)} snapshots ({report.removed_bytes / 1e6:.1f} MB); "
         f"kept {report.kept_files} ({report.kept_bytes / 1e6:.1f} MB)"
     )
+    if report.evicted_conversations or report.partly_evicted:
+        click.echo(
+            f"conversations emptied: {len(report.evicted_conversations)}; "
+            f"partly pruned (marked, their sessions report data.lost): "
+            f"{len(report.partly_evicted)}"
+        )
 
 
 def _store_root(ctx: click.Context, policy_path: Path | None, agent: str, root: str | None) -> str:

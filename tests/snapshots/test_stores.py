@@ -294,8 +294,14 @@ def test_cli_prune(tmp_path: Path) -> None:
     res = runner.invoke(
         snapshots, ["prune", "--root", str(tmp_path), "--max-age-days", "7", "--json"]
     )
-    assert res.exit_code == 0 and json.loads(res.output)["removed"] == [old.path]
+    out = json.loads(res.output)
+    assert res.exit_code == 0 and out["removed"] == [old.path]
+    assert out["partly_evicted"] == [str(tmp_path / "c")] and out["evicted_conversations"] == []
     assert not Path(old.path).exists() and Path(new.path).exists()
+    gone = store.write("d", 1, "x", doc())
+    os.utime(gone.path, (time.time() - 30 * 86400,) * 2)
+    res = runner.invoke(snapshots, ["prune", "--root", str(tmp_path), "--max-age-days", "7"])
+    assert res.exit_code == 0 and "conversations emptied: 1; partly pruned" in res.output
     res = runner.invoke(snapshots, ["prune", "--root", str(tmp_path)])
     assert res.exit_code == 2 and "no retention set" in res.output
     assert runner.invoke(snapshots, ["prune"]).exit_code == 2
