@@ -22,6 +22,7 @@ __all__ = [
     "describe_call",
     "first_meaningful_line",
     "head_tail",
+    "result_outcome",
     "short",
     "truncate_keep_refs",
 ]
@@ -89,3 +90,30 @@ def first_meaningful_line(text: str, n: int = 120) -> str:
         if line.strip():
             return short(line, n)
     return ""
+
+
+#: characters of a table rule or underline (``----+----``, ``===``): not an outcome
+_RULE_CHARS = frozenset("-+=|_:~*#─━│┃┼╋┬┴├┤╪═ \t")
+
+
+def result_outcome(text: str, n: int = 120, first_n: int = 60) -> str:
+    """What a tool result says: all its meaningful lines joined with ``; `` when they
+    fit in ``n`` characters (a computed table such as ``region; APAC 0.47; EU 0.57``
+    stays whole), else its first meaningful line in at most ``first_n``. Reference
+    lines and table rules are skipped; one pass over the text."""
+    body, _ = split_refs(text)
+    parts: list[str] = []
+    size = -2
+    for raw in body.splitlines():
+        line = " ".join(raw.split())
+        if not line or _RULE_CHARS.issuperset(line):
+            continue
+        size += len(line) + 2
+        if size > n:
+            return short(parts[0] if parts else line, first_n)
+        if parts and not parts[-1].endswith((":", ";")):
+            parts.append("; ")
+        elif parts:
+            parts.append(" ")
+        parts.append(line)
+    return "".join(parts)

@@ -21,7 +21,7 @@ from pydantic import Field
 
 from ctxpolicy.components import ComponentOptions, Summarizer, SummaryRequest
 from ctxpolicy.conversation import content_text
-from ctxpolicy.conversation.cut import approx_tokens, describe_call, first_meaningful_line, short
+from ctxpolicy.conversation.cut import approx_tokens, describe_call, result_outcome, short
 from ctxpolicy.conversation.facts import error_lines, extract
 from ctxpolicy.conversation.refs import REF_LINE
 from ctxpolicy.plugins import hookimpl
@@ -126,7 +126,7 @@ class ExtractiveSummarizer(Summarizer):
                         continue
                     out = results.get(str(tc.get("id", "")), "")
                     item = describe_call(tc, n)
-                    outcome = first_meaningful_line(out, n // 2)
+                    outcome = result_outcome(whole_lines(out), n, n // 2)
                     if outcome:
                         item += f" → {outcome}"
                     ref = REF_LINE.search(out)
