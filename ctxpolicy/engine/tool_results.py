@@ -33,6 +33,12 @@ from typing import Any
 
 from ctxpolicy.components import Preprocessor, SnapshotRef, SnapshotStore, ToolCall
 from ctxpolicy.conversation.jsontext import to_json
+from ctxpolicy.event_types import (
+    SnapshotFailed,
+    SnapshotTooLarge,
+    ToolPreprocessFailed,
+    ToolRedacted,
+)
 from ctxpolicy.policy.models import Policy, ToolRule
 from ctxpolicy.policy.paths import interpolate_path
 
@@ -325,7 +331,7 @@ class ToolResultProcessor:
         if self.redact_secrets:
             text, redactions = self._redactor.redact(text)
             if redactions:
-                events.append({"type": "tool.redacted", "tool": tool, "counts": dict(redactions)})
+                events.append(ToolRedacted(tool=tool, counts=dict(redactions)).as_dict())
 
         # 4 preprocess
         used: str | None = rule.preprocess
@@ -335,13 +341,12 @@ class ToolResultProcessor:
                 raise TypeError(f"preprocessor returned {type(out).__name__}, not str")
         except Exception as exc:
             events.append(
-                {
-                    "type": "tool.preprocess_failed",
-                    "tool": tool,
-                    "preprocessor": rule.preprocess,
-                    "plugin": self.registry.plugin_of("preprocessor", rule.preprocess),
-                    "error": f"{type(exc).__name__}: {exc}",
-                }
+                ToolPreprocessFailed(
+                    tool=tool,
+                    preprocessor=rule.preprocess,
+                    plugin=self.registry.plugin_of("preprocessor", rule.preprocess),
+                    error=f"{type(exc).__name__}: {exc}",
+                ).as_dict()
             )
             used = self._fallback.name
             try:
@@ -427,13 +432,12 @@ class ToolResultProcessor:
             }
             observation = cut
             events.append(
-                {
-                    "type": "snapshot.too_large",
-                    "tool": call.name,
-                    "bytes": len(encoded),
-                    "max_snapshot_bytes": self.max_snapshot_bytes,
-                    "kept_bytes": len(cut.encode("utf-8", "surrogatepass")),
-                }
+                SnapshotTooLarge(
+                    tool=call.name,
+                    bytes=len(encoded),
+                    max_snapshot_bytes=self.max_snapshot_bytes,
+                    kept_bytes=len(cut.encode("utf-8", "surrogatepass")),
+                ).as_dict()
             )
         doc: dict[str, Any] = {
             "step": step,
@@ -460,13 +464,12 @@ class ToolResultProcessor:
         except Exception as exc:
             err = getattr(exc, "errno", None)
             events.append(
-                {
-                    "type": "snapshot.failed",
-                    "tool": call.name,
-                    "store": self.store.name,
-                    "root": self.store.root,
-                    "errno": err,
-                    "error": f"{type(exc).__name__}: {exc}",
-                }
+                SnapshotFailed(
+                    tool=call.name,
+                    store=self.store.name,
+                    root=self.store.root,
+                    errno=err,
+                    error=f"{type(exc).__name__}: {exc}",
+                ).as_dict()
             )
             return None
