@@ -198,19 +198,15 @@ def open_store(
         from ctxpolicy.plugins import get_registry
 
         registry = get_registry()
-    cls = registry.get("snapshot_store", snaps.store)
-    if cls is None:
-        raise ValueError(
-            f"unknown snapshot store {snaps.store!r}; registered: {registry.names('snapshot_store')}"
-        )
-    raw = dict(snaps.options)
-    for key in _RETENTION_FIELDS:
-        value = getattr(snaps, key, None)
-        if value is not None and key in cls.Options.model_fields:
-            raw[key] = value
-    options = cls.Options.model_validate(raw)
-    root = interpolate_path(snaps.path, env)
-    store: SnapshotStore = cls(options, root=root)
+    retention = {k: v for k in _RETENTION_FIELDS if (v := getattr(snaps, k, None)) is not None}
+    store = registry.create(
+        "snapshot_store",
+        snaps.store,
+        snaps.options,
+        if_known=retention,
+        root=interpolate_path(snaps.path, env),
+    )
+    assert isinstance(store, SnapshotStore)
     return store
 
 
@@ -281,17 +277,8 @@ class ToolResultProcessor:
         self._redactor = default_redactor()
 
     def _make(self, rule: ToolRule, *, where: str) -> Preprocessor:
-        cls = self.registry.get("preprocessor", rule.preprocess)
-        if cls is None:
-            raise ValueError(
-                f"{where}: unknown preprocessor {rule.preprocess!r}; "
-                f"registered: {self.registry.names('preprocessor')}"
-            )
-        try:
-            options = cls.Options.model_validate(rule.options)
-        except Exception as exc:
-            raise ValueError(f"{where}: invalid options for {rule.preprocess!r}: {exc}") from exc
-        pre: Preprocessor = cls(options)
+        pre = self.registry.create("preprocessor", rule.preprocess, rule.options, where=where)
+        assert isinstance(pre, Preprocessor)
         return pre
 
     def rule_for(self, tool_name: str) -> tuple[str | None, ToolRule, Preprocessor]:
