@@ -48,6 +48,7 @@ lint: $(VENV)/.dev
 	$(BIN)/mypy
 	$(BIN)/lint-imports
 	$(PY) -m ctxpolicy.testing.hookdocs --check
+	$(PY) -m ctxpolicy.testing.eventdocs --check
 
 fuzz: $(VENV)/.dev
 	HYPOTHESIS_PROFILE=fuzz $(BIN)/pytest -q tests -k fuzz

@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import argparse
 import itertools
-import json
 import sys
 import tempfile
 from collections.abc import Mapping
@@ -42,6 +41,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks._common import eprint, header_markdown, machine, markdown_table, write_results
 from ctxpolicy.state.memory import MemoryStateStore  # each run starts fresh
+from ctxpolicy.testing.conversations import tool_call
 
 WINDOW = 32000
 OUTPUT = 4000  # max_tokens the agent requests on every call (design B's output reserve)
@@ -159,11 +159,7 @@ def big_log(tokens: int) -> str:
 
 
 def call(i: int, name: str, **args: Any) -> dict[str, Any]:
-    return {
-        "id": f"call_{i:03d}",
-        "type": "function",
-        "function": {"name": name, "arguments": json.dumps(args)},
-    }
+    return tool_call(f"call_{i:03d}", name, args, sort_keys=False)
 
 
 class Provider:

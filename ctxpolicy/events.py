@@ -1,13 +1,10 @@
-"""Event builders and sinks.
+"""Event sinks and the export form of events.
 
 Every event is a JSON-serialisable dict with a ``type``. The engine sends them to the
 pluggy ``ctxpolicy_event`` observers and to an optional callback; :class:`JsonlEventSink`
-is such a callback that appends them to a file, one JSON object per line.
-
-``context.status`` (one per ``prepare``) has exactly design A's fields
-``{type, used, budget, ratio, state, compact_layer}`` plus ``window``, ``trigger``,
-``target``, ``tokenizer`` and ``approximate``. ``budget`` is design A's
-``effective_budget``, which is our ``trigger``.
+is such a callback that appends them to a file, one JSON object per line. What each
+event type carries is defined once, in :mod:`ctxpolicy.event_types` (re-exported
+here as :data:`EVENTS`); docs/engine.md's table is generated from it.
 """
 
 from __future__ import annotations
@@ -20,29 +17,23 @@ from pathlib import Path
 from types import TracebackType
 from typing import IO, Any
 
+from ctxpolicy.event_types import EVENTS, Event, status_fields
+
 __all__ = [
     "CONTENT_FIELDS",
+    "EVENTS",
     "STATUS_FIELDS",
     "TEXT_FIELDS",
+    "Event",
     "JsonlEventSink",
     "export_event",
     "redact_text",
 ]
 
-#: Keys of a ``context.status`` event, in order (design A's first).
-STATUS_FIELDS: tuple[str, ...] = (
-    "type",
-    "used",
-    "budget",
-    "ratio",
-    "state",
-    "compact_layer",
-    "window",
-    "trigger",
-    "target",
-    "tokenizer",
-    "approximate",
-)
+#: Keys every ``context.status`` event has, in order (design A's
+#: ``{type, used, budget, ratio, state, compact_layer}`` first; ``budget`` is design A's
+#: effective budget, our trigger): :class:`ctxpolicy.event_types.ContextStatus`.
+STATUS_FIELDS: tuple[str, ...] = status_fields()
 
 
 #: Fields that carry text of the conversation (facts of compacted messages). An

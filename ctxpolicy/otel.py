@@ -35,7 +35,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from ctxpolicy._install import extra_hint
-from ctxpolicy.events import STATUS_FIELDS, export_event
+from ctxpolicy.event_types import ContextStatus, span_fields
+from ctxpolicy.events import export_event
 from ctxpolicy.plugins import hookimpl
 
 try:
@@ -65,14 +66,8 @@ FAILURE_EVENTS = frozenset(
 )
 #: Events of one ``prepare`` that become events of its span (kept until its status).
 _SPAN_EVENTS = FAILURE_EVENTS | {"context.compacted", "layer.deferred", "tokenizer.fallback"}
-#: ``context.status`` fields that become span attributes (the engine adds the last four).
-_STATUS_ATTRS = (
-    *(f for f in STATUS_FIELDS if f != "type"),
-    "messages",
-    "messages_in",
-    "tokens_in",
-    "duration_ms",
-)
+#: ``context.status`` fields that become span attributes (``span=True`` in its definition).
+_STATUS_ATTRS = span_fields(ContextStatus)
 _MAX_PENDING = 256  # span events kept per conversation between two statuses
 #: Conversations with pending span events at most; the oldest one is flushed (as a
 #: span of its own) when one more arrives, so finished conversations cannot pile up.

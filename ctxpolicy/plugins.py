@@ -112,6 +112,12 @@ class DuplicateComponentError(ValueError):
     """Two plugins registered a component of the same kind under one name."""
 
 
+class ComponentError(LookupError, ValueError):
+    """A component :meth:`Registry.create` cannot build: no plugin provides it, or its
+    options do not fit its ``Options`` model (the cause is chained). A ``LookupError``
+    and a ``ValueError``, so callers written for either still catch it."""
+
+
 @dataclass
 class Registry:
     """Components by kind and name, with the plugin that provided each."""
@@ -126,15 +132,41 @@ class Registry:
     def get(self, kind: Kind, name: str) -> type[Component] | None:
         return self.components[kind].get(name)
 
-    def create(self, kind: Kind, name: str, options: Mapping[str, Any] | None = None) -> Component:
+    def create(
+        self,
+        kind: Kind,
+        name: str,
+        options: Mapping[str, Any] | None = None,
+        *,
+        where: str = "",
+        if_known: Mapping[str, Any] | None = None,
+        **init: Any,
+    ) -> Component:
         """An instance of component ``name`` of ``kind``: look it up, validate
-        ``options`` with its own ``Options`` model, instantiate (the one way every
-        component is built). ``LookupError`` when no plugin provides it; pydantic's
-        ``ValidationError`` for bad options."""
+        ``options`` with its own ``Options`` model, instantiate with ``**init`` (a
+        store's ``root``/``home``): the one way every component is built by name.
+
+        ``if_known`` adds options only where the component's model has the field (the
+        policy's retention settings for a snapshot store). :class:`ComponentError`
+        (prefixed with ``where``) when no plugin provides it or the options are invalid.
+        """
         cls = self.get(kind, name)
+        label = kind.replace("_", " ")
+        prefix = f"{where}: " if where else ""
         if cls is None:
-            raise LookupError(f"no plugin provides {kind} {name!r}")
-        return cls(cls.Options.model_validate(dict(options or {})))
+            raise ComponentError(
+                f"{prefix}unknown {label} {name!r}; registered: "
+                + (", ".join(self.names(kind)) or "none")
+            )
+        raw = dict(options or {})
+        if if_known:
+            fields = cls.Options.model_fields
+            raw.update((k, v) for k, v in if_known.items() if k in fields)
+        try:
+            validated = cls.Options.model_validate(raw)
+        except ValueError as exc:  # pydantic's ValidationError
+            raise ComponentError(f"{prefix}invalid options for {label} {name!r}: {exc}") from exc
+        return cls(validated, **init)
 
     def names(self, kind: Kind) -> list[str]:
         return sorted(self.components[kind])

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from ctxpolicy.policy.models import AgentPolicy, Policy
+from ctxpolicy.testing.conversations import tool_call
 
 
 def make_policy(tmp_path: Any = None, **overrides: Any) -> Policy:
@@ -33,13 +34,7 @@ def make_policy(tmp_path: Any = None, **overrides: Any) -> Policy:
 
 
 def call(cid: str, name: str = "read_file", **args: Any) -> dict[str, Any]:
-    import json
-
-    return {
-        "id": cid,
-        "type": "function",
-        "function": {"name": name, "arguments": json.dumps(args)},
-    }
+    return tool_call(cid, name, args, sort_keys=False)
 
 
 def conversation(

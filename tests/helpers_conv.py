@@ -23,6 +23,7 @@ from typing import Any
 from ctxpolicy.components import CompactionContext, Summarizer
 from ctxpolicy.conversation import Unit, render, to_units
 from ctxpolicy.policy.models import State
+from ctxpolicy.testing.conversations import tool_call
 
 Call = tuple[str, Mapping[str, Any], str]
 
@@ -60,13 +61,7 @@ class Conv:
         for name, args, output in calls:
             self._calls += 1
             cid = f"call_{self._calls}"
-            tcs.append(
-                {
-                    "id": cid,
-                    "type": "function",
-                    "function": {"name": name, "arguments": json.dumps(dict(args), sort_keys=True)},
-                }
-            )
+            tcs.append(tool_call(cid, name, args))
             results.append({"role": "tool", "tool_call_id": cid, "content": output})
         self.messages.append({"role": "assistant", "content": text, "tool_calls": tcs})
         self.messages.extend(results)

@@ -34,9 +34,9 @@ def budget(window: int = 120000, reserve: int = 4096):
 
 
 def test_the_engines_status_event_has_the_fields_in_order():
-    """The ``context.status`` the engine emits has every field of STATUS_FIELDS, in that
-    order (design A's six, then window, trigger, target, tokenizer, approximate), with
-    ``conv_id`` and the engine's own numbers in between and after."""
+    """The ``context.status`` the engine emits has every field of STATUS_FIELDS (its
+    definition, ctxpolicy/event_types.py), in that order (design A's six first), with
+    ``conv_id`` and ``ts`` after ``type``."""
     from ctxpolicy import Session
 
     b = budget()
@@ -45,6 +45,7 @@ def test_the_engines_status_event_has_the_fields_in_order():
     ev = s.status
     assert ev is not None
     assert [k for k in ev if k in STATUS_FIELDS] == list(STATUS_FIELDS)
+    assert [k for k in ev if k not in STATUS_FIELDS] == ["conv_id", "ts"]
     assert set(STATUS_FIELDS[:6]) == {"type", "used", "budget", "ratio", "state", "compact_layer"}
     assert ev["type"] == "context.status" and ev["budget"] == ev["trigger"] == b.trigger
     assert ev["state"] == "normal" and ev["compact_layer"] is None

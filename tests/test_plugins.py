@@ -176,3 +176,45 @@ def test_observer_failure_is_contained(fresh: None) -> None:
     problems = plugins.emit_event({"type": "x"})
     assert seen == [{"type": "x"}]
     assert len(problems) == 1 and "badobs" in problems[0]
+
+
+def test_create_is_the_one_way_to_build_a_component_by_name(tmp_path) -> None:
+    """Look up → validate → instantiate, one error type (issue 26): the snapshot
+    store, the state store, the preprocessors, layers and summarizers all go through
+    ``Registry.create``; unknown names and invalid options are a ``ComponentError``
+    (a LookupError and a ValueError) that names what failed."""
+    from ctxpolicy.components import StateStoreError
+    from ctxpolicy.engine.tool_results import ToolResultProcessor, open_store
+    from ctxpolicy.plugins import ComponentError
+    from ctxpolicy.snapshots import LocalStore
+    from ctxpolicy.state import open_state_store
+    from tests.engine_helpers import make_policy
+
+    reg = plugins.get_registry()
+    with pytest.raises(ComponentError, match=r"^unknown layer 'nope'; registered: .*drop_rounds"):
+        reg.create("layer", "nope")
+    with pytest.raises(LookupError):
+        reg.create("summarizer", "nope")
+    with pytest.raises(ValueError, match=r"^here: invalid options for preprocessor 'head_tail'"):
+        reg.create("preprocessor", "head_tail", {"max_chars": "many"}, where="here")
+    # if_known: only the fields the model has; init: the constructor's own arguments
+    store = reg.create(
+        "snapshot_store",
+        "local",
+        {},
+        if_known={"max_age_days": 3, "not_a_field": 1},
+        root=str(tmp_path / "s"),
+    )
+    assert isinstance(store, LocalStore) and store.options.max_age_days == 3
+
+    policy = make_policy(tmp_path, snapshots={"store": "nope"})
+    with pytest.raises(ComponentError, match="unknown snapshot store 'nope'"):
+        open_store(policy, reg)
+    policy = make_policy(tmp_path, state={"store": "nope"})
+    with pytest.raises(StateStoreError, match="unknown state store 'nope'; registered: memory"):
+        open_state_store(policy, reg)
+    bad = make_policy(tools={"grep": {"preprocess": "head_tail", "options": {"max_chars": "x"}}})
+    with pytest.raises(
+        ComponentError, match=r"tools\.grep: invalid options for preprocessor 'head_tail'"
+    ):
+        ToolResultProcessor(bad, store=None, registry=reg)

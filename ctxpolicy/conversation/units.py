@@ -33,6 +33,11 @@ from typing import Any, Literal
 from ctxpolicy.conversation.messages import Message, content_text, message_fingerprint
 from ctxpolicy.conversation.repair import call_key, repair_calls
 
+#: ``"ledger"`` is every pinned message of ours: the progress ledger (key ``"ledger"``)
+#: and a handover (key ``"handover"``); the key, not the kind, tells them apart. Kept
+#: one kind on purpose: the kind is stored with decided units (checked on load by
+#: ``engine/stored.py``), and layers see it (``emergency`` keeps ``"ledger"`` units; a
+#: third-party layer may do the same), so a new kind would change both (issue 26).
 UnitKind = Literal["system", "user", "step", "summary", "ledger", "orphan", "other"]
 
 MISSING_RESULT = "[no result recorded for this tool call]"

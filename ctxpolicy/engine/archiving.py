@@ -22,6 +22,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ctxpolicy.conversation import Message, Unit, content_text
+from ctxpolicy.event_types import SnapshotFailed, SnapshotTooLarge
 
 if TYPE_CHECKING:
     from ctxpolicy.engine.context import EngineContext
@@ -70,7 +71,7 @@ def ensure_snapshots(ctx: EngineContext, view: Sequence[Unit]) -> None:
                     },
                 )
             except Exception as exc:
-                ctx.emit("snapshot.failed", error=f"{type(exc).__name__}: {exc}"[:300])
+                ctx.emit(SnapshotFailed(error=f"{type(exc).__name__}: {exc}"[:300]))
                 return
             st.step = step
             st.touch("meta")
@@ -131,10 +132,14 @@ def archive_messages(
         else:
             ref = history.append(msgs, step=st.step)
     except Exception as exc:
-        emit("snapshot.failed", error=f"{type(exc).__name__}: {exc}"[:300], action="history")
+        emit(SnapshotFailed(error=f"{type(exc).__name__}: {exc}"[:300], action="history"))
         return None
     for t in history.last_truncated:
-        emit("snapshot.too_large", action="history", **t)
+        emit(
+            SnapshotTooLarge(
+                action="history", role=t["role"], bytes=t["bytes"], kept_bytes=t["kept_bytes"]
+            )
+        )
     if history.last_range is not None:
         st.memory[ARCHIVE_MEMORY] = {"count": history.last_range[1]}
         st.touch("memory")

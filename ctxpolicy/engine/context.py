@@ -24,13 +24,15 @@ from ctxpolicy.engine.own import HANDOVER_MARK, LEDGER_MARK, special_unit
 from ctxpolicy.engine.state import SessionState
 from ctxpolicy.engine.stored import bounded_problems, verify_learned_window, window_bounds
 from ctxpolicy.engine.window import policy_with_window, scaled_growth
+from ctxpolicy.event_types import StateInvalid
 from ctxpolicy.plugins import Registry
 from ctxpolicy.policy.models import Policy, ResolvedStep, resolve_amount
 from ctxpolicy.tokens import TokenCounter
 
 __all__ = ["Emit", "EngineContext"]
 
-#: ``emit(type, **fields)`` → the event as sent (``conv_id`` and ``ts`` added).
+#: ``emit(event)`` (an :class:`ctxpolicy.event_types.Event`) or ``emit(type, **fields)``
+#: → the event as sent (``conv_id`` and ``ts`` added).
 Emit = Callable[..., dict[str, Any]]
 
 
@@ -87,7 +89,7 @@ class EngineContext:
         )
         self.derived.reset()
         for problem in bounded_problems(self.state.problems):
-            self.emit("state.invalid", key=problem.key, reason=problem.reason)
+            self.emit(StateInvalid(key=problem.key, reason=problem.reason))
 
     def ledger_changed(self) -> None:
         """Record a change of the ledger (re-rendered, saved with the next commit)."""

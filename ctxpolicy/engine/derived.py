@@ -36,6 +36,7 @@ from ctxpolicy.conversation.jsontext import to_json
 from ctxpolicy.conversation.repair import flatten_deep
 from ctxpolicy.engine.archiving import archive_messages
 from ctxpolicy.engine.own import insert_specials, own_kind, own_text
+from ctxpolicy.event_types import ContextReset, ConversationRepaired
 from ctxpolicy.tokens.msgkeys import NO_SNAPSHOT, snapshot, value_key
 
 if TYPE_CHECKING:
@@ -253,12 +254,13 @@ class Caches:
         if fields and not st.repair_seen("deep_value", index):
             st.see_repair("deep_value", index)
             self.s.emit(
-                "conversation.repaired",
-                repair="deep_value",
-                index=index,
-                detail=f"fields {fields} nested too deep; sent as their JSON text",
-                removed=0,
-                archived=None,
+                ConversationRepaired(
+                    repair="deep_value",
+                    index=index,
+                    detail=f"fields {fields} nested too deep; sent as their JSON text",
+                    removed=0,
+                    archived=None,
+                )
             )
         return flat
 
@@ -364,12 +366,13 @@ class Caches:
                     assert s.derived.history is not None
                     archived = s.derived.history.last_ref
             s.emit(
-                "conversation.repaired",
-                repair=kind,
-                index=index,
-                detail="; ".join(r.detail for r in found)[:1000],
-                removed=len(removed),
-                archived=archived,
+                ConversationRepaired(
+                    repair=kind,
+                    index=index,
+                    detail="; ".join(r.detail for r in found)[:1000],
+                    removed=len(removed),
+                    archived=archived,
+                )
             )
 
     def _pin(self, units: list[Unit], keep: int) -> list[Unit]:
@@ -453,9 +456,7 @@ class Caches:
             return units, out
         keys = {u.key for u in originals}
         if st.decisions and any(k not in keys for k in st.decisions):
-            s.emit(
-                "context.reset", reason="history changed: earlier messages were edited or removed"
-            )
+            s.emit(ContextReset(reason="history changed: earlier messages were edited or removed"))
             st.set_decisions({})
             if s.ledger is not None:
                 # the ledger holds facts of the history that was compacted: that history

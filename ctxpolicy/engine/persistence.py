@@ -20,6 +20,7 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, TypeVar
 
 from ctxpolicy.components import StateStore, StateStoreError
+from ctxpolicy.event_types import StateResumed, StateUnavailable
 from ctxpolicy.state.sync import Changes, StateSync
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -90,10 +91,10 @@ def open_persistence(
         maybe_prune(store, ctx.policy.state.max_age_days, ctx.emit)
         resumed = persistence.load()
     except (StateStoreError, ValueError) as exc:
-        ctx.emit("state.unavailable", store=ctx.policy.state.store, error=str(exc))
+        ctx.emit(StateUnavailable(store=ctx.policy.state.store, error=str(exc)))
         if owns and store is not None:
             store.close()
         return None
     if resumed:
-        ctx.emit("state.resumed", version=persistence.version)
+        ctx.emit(StateResumed(version=persistence.version))
     return persistence

@@ -30,6 +30,15 @@ from ctxpolicy.conversation import Unit, check_units, content_text
 from ctxpolicy.engine.archiving import archive_units, ensure_snapshots
 from ctxpolicy.engine.economics import Rewrite, cache_prices, first_changed, predicted_calls
 from ctxpolicy.engine.refs import ensure_refs
+from ctxpolicy.event_types import (
+    ContextCompacted,
+    DataLost,
+    Event,
+    LayerDeferred,
+    LayerFailed,
+    LayerRejected,
+    LedgerFailed,
+)
 from ctxpolicy.policy.models import ResolvedStep, State
 
 if TYPE_CHECKING:
@@ -135,11 +144,12 @@ def run_pipeline(
     if held:  # together they free too little: wait for a batch worth the cache
         for out in held:
             out.emit(
-                "layer.deferred",
-                gain=out.used_before - out.used,
-                call_gain=start_used - used,
-                min_gain_tokens=min_gain,
-                **(rewrite.to_fields() if rewrite is not None else {}),
+                LayerDeferred(
+                    gain=out.used_before - out.used,
+                    call_gain=start_used - used,
+                    min_gain_tokens=min_gain,
+                    **(rewrite.to_fields() if rewrite is not None else {}),
+                )
             )
         view, used = start_view, start_used
     # a policy that cannot fit its learned window (``SessionState.unfit``, reported once)
@@ -265,7 +275,7 @@ def _apply(
     memory = s.state.memory.setdefault(f"{step.layer}#{index}", {})
     layer_name = step.layer
 
-    def emit(type_: str, **fields: Any) -> None:
+    def emit(type_: str | Event, **fields: Any) -> None:
         s.emit(type_, layer=layer_name, plugin=plugin, **fields)
 
     cctx = CompactionContext(
@@ -297,7 +307,7 @@ def _apply(
     except Exception as exc:
         s.state.stats.layer_failures[step.layer] += 1
         s.state.touch("memory", "meta")
-        emit("layer.failed", error=f"{type(exc).__name__}: {exc}"[:500])
+        emit(LayerFailed(error=f"{type(exc).__name__}: {exc}"[:500]))
         return None
     s.state.touch("memory")
     if [u.key for u in new_units] == [u.key for u in before] and all(
@@ -321,7 +331,7 @@ def _apply(
         no_gain.pop(slot, None)
     if problems:
         s.state.stats.layer_failures[step.layer] += 1
-        emit("layer.rejected", problems=problems[:10])
+        emit(LayerRejected(problems=problems[:10]))
         return None
     return _Outcome(step, before, used, new_units, new_used, result, unarchived, emit, started)
 
@@ -337,15 +347,14 @@ def _take(ctx: EngineContext, out: _Outcome, budget: BudgetState) -> bool:
         unarchived_keys = set(unarchived)
         hard_limit = budget.window - budget.reserve_output
         if used <= hard_limit:
-            emit(
-                "layer.rejected", problems=["the dropped or shortened units could not be archived"]
-            )
+            emit(LayerRejected(problems=["the dropped or shortened units could not be archived"]))
             return False
         emit(
-            "data.lost",
-            units=unarchived[:100],
-            messages=sum(len(u.messages) for u in before if u.key in unarchived_keys),
-            reason="archive write failed and the request would not fit otherwise",
+            DataLost(
+                units=unarchived[:100],
+                messages=sum(len(u.messages) for u in before if u.key in unarchived_keys),
+                reason="archive write failed and the request would not fit otherwise",
+            )
         )
     if s.ledger is not None and result.dropped:
         try:
@@ -356,7 +365,7 @@ def _take(ctx: EngineContext, out: _Outcome, budget: BudgetState) -> bool:
             s.ledger.update(result.dropped)
             s.ledger_changed()
         except Exception as exc:  # pragma: no cover - ledger is ours
-            emit("ledger.failed", error=repr(exc))
+            emit(LedgerFailed(error=repr(exc)))
     lost: list[str] = []
     try:
         lost = lost_facts(s, before, new_units)
@@ -365,20 +374,21 @@ def _take(ctx: EngineContext, out: _Outcome, budget: BudgetState) -> bool:
             s.ledger.record_facts(lost)
             s.ledger_changed()
     except Exception as exc:  # pragma: no cover - facts are best effort
-        emit("ledger.failed", error=repr(exc))
+        emit(LedgerFailed(error=repr(exc)))
         lost = []
     s.state.stats.compactions[out.step.layer] += 1
     s.state.touch("meta")
     emit(
-        "context.compacted",
-        before=used,
-        after=new_used,
-        units_before=len(before),
-        units_after=len(new_units),
-        units_removed=len(result.dropped),
-        duration_ms=round((time.perf_counter() - out.started) * 1000, 3),
-        report=result.report,
-        lost_facts=lost[:50],
+        ContextCompacted(
+            before=used,
+            after=new_used,
+            units_before=len(before),
+            units_after=len(new_units),
+            units_removed=len(result.dropped),
+            duration_ms=round((time.perf_counter() - out.started) * 1000, 3),
+            report=result.report,
+            lost_facts=lost[:50],
+        )
     )
     return True
 

@@ -45,6 +45,7 @@ from typing import Any
 
 from ctxpolicy.components import ToolCall
 from ctxpolicy.engine.own import own_kind
+from ctxpolicy.event_types import RecordFailed
 
 __all__ = ["MAX_PENDING", "MAX_PENDING_CHARS", "RecordError", "TraceRecorder", "record_path"]
 
@@ -219,7 +220,7 @@ class TraceRecorder:
         except OSError as exc:
             self.failed = f"{type(exc).__name__}: {exc.strerror or exc}"
             if self._emit is not None:
-                self._emit("record.failed", path=str(self.path), error=self.failed)
+                self._emit(RecordFailed(path=str(self.path), error=self.failed))
             return
         self.written += len(lines)
 

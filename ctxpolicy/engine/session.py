@@ -41,6 +41,20 @@ from ctxpolicy.engine.recorder import TraceRecorder
 from ctxpolicy.engine.squeeze import squeeze
 from ctxpolicy.engine.state import PreparedStats, SessionState
 from ctxpolicy.engine.window import learn_window
+from ctxpolicy.event_types import (
+    ABSENT,
+    ContextAboveTarget,
+    ContextOverflow,
+    ContextOverflowErrorEvent,
+    ContextStatus,
+    ContextUsage,
+    ContextWindowUnfit,
+    EngineInvariantFailed,
+    Event,
+    ObserverFailed,
+    SnapshotUnavailable,
+    ToolPreprocessed,
+)
 from ctxpolicy.plugins import Registry
 from ctxpolicy.policy.models import Policy
 from ctxpolicy.tokens import TokenCounter, get_counter
@@ -240,11 +254,9 @@ class Session:
         st.stats.reactive += 1
         st.touch("meta")
         self._emit(
-            "context.overflow_error",
-            attempt=st.overflow_attempts,
-            retries=retries,
-            limit=limit,
-            error=str(error)[:500],
+            ContextOverflowErrorEvent(
+                attempt=st.overflow_attempts, retries=retries, limit=limit, error=str(error)[:500]
+            )
         )
         if st.overflow_attempts > retries:
             raise ContextOverflowError(
@@ -275,10 +287,7 @@ class Session:
         st.usage_seen = True
         st.touch("meta")
         self._emit(
-            "context.usage",
-            prompt_tokens=int(prompt_tokens),
-            counted=ours,
-            calibration=st.calibration,
+            ContextUsage(prompt_tokens=int(prompt_tokens), counted=ours, calibration=st.calibration)
         )
         return st.calibration
 
@@ -334,15 +343,16 @@ class Session:
             same = outcome.text is outcome.raw_text or outcome.text == outcome.raw_text
             after = before if same else self.counter.count_text(outcome.text)
             self._emit(
-                "tool.preprocessed",
-                tool=call.name,
-                preprocessor=outcome.preprocessor,
-                chars_before=outcome.chars_before,
-                chars_after=outcome.chars_after,
-                tokens_before=before,
-                tokens_after=after,
-                snapshot=outcome.ref.uri if outcome.ref is not None else None,
-                step=at,
+                ToolPreprocessed(
+                    tool=call.name,
+                    preprocessor=outcome.preprocessor,
+                    chars_before=outcome.chars_before,
+                    chars_after=outcome.chars_after,
+                    tokens_before=before,
+                    tokens_after=after,
+                    snapshot=outcome.ref.uri if outcome.ref is not None else None,
+                    step=at,
+                )
             )
             done.update(outcome=outcome, before=before, after=after, at=at)
         elif done["at"] != at:
@@ -423,20 +433,23 @@ class Session:
             self._ctx.restore(entries)
 
     # ------------------------------------------------------------------ internals
-    def _emit(self, type_: str, **fields: Any) -> dict[str, Any]:
+    def _emit(self, type_: str | Event, **fields: Any) -> dict[str, Any]:
+        if isinstance(type_, Event):  # a typed event (ctxpolicy/event_types.py)
+            fields = {**fields, **type_.fields()}
+            type_ = type_.TYPE
         event = {"type": type_, "conv_id": self.conv_id, "ts": round(time.time(), 6), **fields}
         self.events.append(event)
         if self._on_event is not None:
             try:
                 self._on_event(event)
             except Exception as exc:  # an observer must not break the agent
+                failed = ObserverFailed(error=repr(exc))
                 self.events.append(
-                    {"type": "observer.failed", "conv_id": self.conv_id, "error": repr(exc)}
+                    {"type": failed.TYPE, "conv_id": self.conv_id, **failed.fields()}
                 )
         for problem in plugins.emit_event(event):
-            self.events.append(
-                {"type": "observer.failed", "conv_id": self.conv_id, "error": problem}
-            )
+            failed = ObserverFailed(error=problem)
+            self.events.append({"type": failed.TYPE, "conv_id": self.conv_id, **failed.fields()})
         return event
 
     def _load_handover(self, handover: Any) -> None:
@@ -464,7 +477,7 @@ class Session:
         try:
             return open_store(self.policy, self.registry, env=env)
         except Exception as exc:
-            self._emit("snapshot.unavailable", error=repr(exc))
+            self._emit(SnapshotUnavailable(error=repr(exc)))
             return None
 
     # ------------------------------------------------------------------ the call
@@ -535,7 +548,7 @@ class Session:
         # grouping guarantees pairs; a changed view is re-checked as a whole as well
         violations = check_messages(out) if changed else []
         if violations:  # pragma: no cover - layers are checked one by one
-            self._emit("engine.invariant_failed", violations=[v.detail for v in violations])
+            self._emit(EngineInvariantFailed(violations=[v.detail for v in violations]))
             out = render(originals)
             used = count(originals)
             state = budget.state_for(used)
@@ -549,38 +562,41 @@ class Session:
         if used > hard_limit or used > budget.trigger:
             st.stats.overflows += 1
             self._emit(
-                "context.overflow",
-                used=used,
-                trigger=budget.trigger,
-                hard_limit=hard_limit,
-                unavoidable=used > hard_limit,
-                reason="pinned content and the most recent rounds alone exceed the budget",
+                ContextOverflow(
+                    used=used,
+                    trigger=budget.trigger,
+                    hard_limit=hard_limit,
+                    unavoidable=used > hard_limit,
+                    reason="pinned content and the most recent rounds alone exceed the budget",
+                )
             )
         st.stats.prepares += 1
         st.stats.tokens_in += tokens_in
         st.stats.tokens_sent += used
         st.status = self._emit(
-            "context.status",
-            used=used,
-            budget=budget.trigger,
-            ratio=round(budget.ratio(used), 4),
-            state=state.value,
-            compact_layer=compact_layer,
-            compacted_from=entry_used if changed else None,
-            window=budget.window,
-            trigger=budget.trigger,
-            target=budget.target,
-            tokenizer=self.counter.name,
-            approximate=self.counter.approximate,
-            calibration=st.calibration,
-            used_raw=used
-            if scale == 1.0
-            else (out_tokens if not changed else self.counter.count_messages(out)) + tools_tokens,
-            messages=len(out),
-            messages_in=len(msgs),
-            tokens_in=tokens_in,
-            duration_ms=round((time.perf_counter() - started) * 1000, 3),
-            **({"unfit": st.unfit} if st.unfit is not None else {}),
+            ContextStatus(
+                used=used,
+                budget=budget.trigger,
+                ratio=round(budget.ratio(used), 4),
+                state=state.value,
+                compact_layer=compact_layer,
+                compacted_from=entry_used if changed else None,
+                window=budget.window,
+                trigger=budget.trigger,
+                target=budget.target,
+                tokenizer=self.counter.name,
+                approximate=self.counter.approximate,
+                calibration=st.calibration,
+                used_raw=used
+                if scale == 1.0
+                else (out_tokens if not changed else self.counter.count_messages(out))
+                + tools_tokens,
+                messages=len(out),
+                messages_in=len(msgs),
+                tokens_in=tokens_in,
+                duration_ms=round((time.perf_counter() - started) * 1000, 3),
+                unfit=st.unfit if st.unfit is not None else ABSENT,
+            )
         )
         st.touch("meta")
         return self._uncite_lost(out)
@@ -600,12 +616,12 @@ class Session:
         try:
             out, new = lost.apply(out)
         except Exception as exc:  # a third-party store's odd error: nothing un-cited
-            self._emit("snapshot.unavailable", error=repr(exc))
+            self._emit(SnapshotUnavailable(error=repr(exc)))
             return out
         if new:
-            from ctxpolicy.snapshots.lost import lost_event_fields
+            from ctxpolicy.snapshots.lost import lost_event
 
-            self._emit("data.lost", **lost_event_fields(new))
+            self._emit(lost_event(new))
         return out
 
     def _report_short_of_target(
@@ -620,13 +636,14 @@ class Session:
         resume_at = used + max(0, budget.trigger - budget.target)
         self.state.hold_until = resume_at
         self._emit(
-            "context.above_target",
-            used=used,
-            target=budget.target,
-            pinned_tokens=count(pinned),
-            rest_tokens=used - count(pinned),
-            units=len(view),
-            resume_at=resume_at,
+            ContextAboveTarget(
+                used=used,
+                target=budget.target,
+                pinned_tokens=count(pinned),
+                rest_tokens=used - count(pinned),
+                units=len(view),
+                resume_at=resume_at,
+            )
         )
 
     def _report_unfit(
@@ -644,12 +661,13 @@ class Session:
             f"tokens; this policy's pinned content ({pinned}) and kept rounds need {used}"
         )
         self._emit(
-            "context.window_unfit",
-            window=budget.window,
-            trigger=budget.trigger,
-            used=used,
-            pinned_tokens=pinned,
-            reason=st.unfit,
+            ContextWindowUnfit(
+                window=budget.window,
+                trigger=budget.trigger,
+                used=used,
+                pinned_tokens=pinned,
+                reason=st.unfit,
+            )
         )
 
 

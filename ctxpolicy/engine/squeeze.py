@@ -29,6 +29,7 @@ from ctxpolicy.conversation.jsoncut import cut_json
 from ctxpolicy.conversation.refs import ref_line
 from ctxpolicy.engine.archiving import ref_for_message
 from ctxpolicy.engine.own import LEDGER_MARK, special_unit
+from ctxpolicy.event_types import ContextTruncatedPinned, DataLost
 
 if TYPE_CHECKING:
     from ctxpolicy.engine.context import EngineContext
@@ -139,7 +140,7 @@ def squeeze(
         before = used
         units, used = _shorten(ctx, units, used, limit, count, pinned=True)
         if used < before:
-            ctx.emit("context.truncated_pinned", before=before, after=used, limit=limit)
+            ctx.emit(ContextTruncatedPinned(before=before, after=used, limit=limit))
     return units, used
 
 
@@ -184,11 +185,12 @@ def _shorten(
         ref = ref_for_message(ctx, m)
         if ref is None and ctx.policy.snapshots.enabled:
             ctx.emit(
-                "data.lost",
-                units=[units[ui].key],
-                messages=1,
-                chars=size - keep,
-                reason="archive write failed and the request would not fit otherwise",
+                DataLost(
+                    units=[units[ui].key],
+                    messages=1,
+                    chars=size - keep,
+                    reason="archive write failed and the request would not fit otherwise",
+                )
             )
         if slot[1] == "arguments":
             new = _cut_arguments(text, keep, ref)

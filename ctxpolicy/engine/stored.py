@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, get_args
 
 from ctxpolicy.conversation.units import UnitKind
+from ctxpolicy.event_types import StateInvalid
 from ctxpolicy.policy.models import Policy
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -109,9 +110,10 @@ def verify_learned_window(ctx: EngineContext) -> None:
         st.unfit = None
         st.touch("meta")
         ctx.emit(
-            "state.invalid",
-            key="meta.learned_window",
-            reason=f"learned_window {learned} is below the pinned content ({pinned} tokens)",
+            StateInvalid(
+                key="meta.learned_window",
+                reason=f"learned_window {learned} is below the pinned content ({pinned} tokens)",
+            )
         )
 
 

@@ -33,6 +33,12 @@ from typing import Any
 
 from ctxpolicy.components import Preprocessor, SnapshotRef, SnapshotStore, ToolCall
 from ctxpolicy.conversation.jsontext import to_json
+from ctxpolicy.event_types import (
+    SnapshotFailed,
+    SnapshotTooLarge,
+    ToolPreprocessFailed,
+    ToolRedacted,
+)
 from ctxpolicy.policy.models import Policy, ToolRule
 from ctxpolicy.policy.paths import interpolate_path
 
@@ -192,19 +198,15 @@ def open_store(
         from ctxpolicy.plugins import get_registry
 
         registry = get_registry()
-    cls = registry.get("snapshot_store", snaps.store)
-    if cls is None:
-        raise ValueError(
-            f"unknown snapshot store {snaps.store!r}; registered: {registry.names('snapshot_store')}"
-        )
-    raw = dict(snaps.options)
-    for key in _RETENTION_FIELDS:
-        value = getattr(snaps, key, None)
-        if value is not None and key in cls.Options.model_fields:
-            raw[key] = value
-    options = cls.Options.model_validate(raw)
-    root = interpolate_path(snaps.path, env)
-    store: SnapshotStore = cls(options, root=root)
+    retention = {k: v for k in _RETENTION_FIELDS if (v := getattr(snaps, k, None)) is not None}
+    store = registry.create(
+        "snapshot_store",
+        snaps.store,
+        snaps.options,
+        if_known=retention,
+        root=interpolate_path(snaps.path, env),
+    )
+    assert isinstance(store, SnapshotStore)
     return store
 
 
@@ -275,17 +277,8 @@ class ToolResultProcessor:
         self._redactor = default_redactor()
 
     def _make(self, rule: ToolRule, *, where: str) -> Preprocessor:
-        cls = self.registry.get("preprocessor", rule.preprocess)
-        if cls is None:
-            raise ValueError(
-                f"{where}: unknown preprocessor {rule.preprocess!r}; "
-                f"registered: {self.registry.names('preprocessor')}"
-            )
-        try:
-            options = cls.Options.model_validate(rule.options)
-        except Exception as exc:
-            raise ValueError(f"{where}: invalid options for {rule.preprocess!r}: {exc}") from exc
-        pre: Preprocessor = cls(options)
+        pre = self.registry.create("preprocessor", rule.preprocess, rule.options, where=where)
+        assert isinstance(pre, Preprocessor)
         return pre
 
     def rule_for(self, tool_name: str) -> tuple[str | None, ToolRule, Preprocessor]:
@@ -325,7 +318,7 @@ class ToolResultProcessor:
         if self.redact_secrets:
             text, redactions = self._redactor.redact(text)
             if redactions:
-                events.append({"type": "tool.redacted", "tool": tool, "counts": dict(redactions)})
+                events.append(ToolRedacted(tool=tool, counts=dict(redactions)).as_dict())
 
         # 4 preprocess
         used: str | None = rule.preprocess
@@ -335,13 +328,12 @@ class ToolResultProcessor:
                 raise TypeError(f"preprocessor returned {type(out).__name__}, not str")
         except Exception as exc:
             events.append(
-                {
-                    "type": "tool.preprocess_failed",
-                    "tool": tool,
-                    "preprocessor": rule.preprocess,
-                    "plugin": self.registry.plugin_of("preprocessor", rule.preprocess),
-                    "error": f"{type(exc).__name__}: {exc}",
-                }
+                ToolPreprocessFailed(
+                    tool=tool,
+                    preprocessor=rule.preprocess,
+                    plugin=self.registry.plugin_of("preprocessor", rule.preprocess),
+                    error=f"{type(exc).__name__}: {exc}",
+                ).as_dict()
             )
             used = self._fallback.name
             try:
@@ -427,13 +419,12 @@ class ToolResultProcessor:
             }
             observation = cut
             events.append(
-                {
-                    "type": "snapshot.too_large",
-                    "tool": call.name,
-                    "bytes": len(encoded),
-                    "max_snapshot_bytes": self.max_snapshot_bytes,
-                    "kept_bytes": len(cut.encode("utf-8", "surrogatepass")),
-                }
+                SnapshotTooLarge(
+                    tool=call.name,
+                    bytes=len(encoded),
+                    max_snapshot_bytes=self.max_snapshot_bytes,
+                    kept_bytes=len(cut.encode("utf-8", "surrogatepass")),
+                ).as_dict()
             )
         doc: dict[str, Any] = {
             "step": step,
@@ -460,13 +451,12 @@ class ToolResultProcessor:
         except Exception as exc:
             err = getattr(exc, "errno", None)
             events.append(
-                {
-                    "type": "snapshot.failed",
-                    "tool": call.name,
-                    "store": self.store.name,
-                    "root": self.store.root,
-                    "errno": err,
-                    "error": f"{type(exc).__name__}: {exc}",
-                }
+                SnapshotFailed(
+                    tool=call.name,
+                    store=self.store.name,
+                    root=self.store.root,
+                    errno=err,
+                    error=f"{type(exc).__name__}: {exc}",
+                ).as_dict()
             )
             return None

@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from ctxpolicy.budget import BudgetState, compute_budget
+from ctxpolicy.event_types import ContextWindowIgnored, ContextWindowLearned
 from ctxpolicy.policy.models import Policy
 
 if TYPE_CHECKING:
@@ -70,10 +71,10 @@ def learn_window(ctx: EngineContext, limit: int) -> None:
     )
     floor = max(int(configured * MIN_LEARNED_FRACTION), pinned)
     if limit < floor:
-        ctx.emit("context.window_ignored", stated=limit, floor=floor, window=current)
+        ctx.emit(ContextWindowIgnored(stated=limit, floor=floor, window=current))
         return
     if limit < current:
         ctx.state.learned_window = limit
         ctx.state.unfit = None  # a new window: judged again
         ctx.state.touch("meta")
-        ctx.emit("context.window_learned", window=limit, previous=current)
+        ctx.emit(ContextWindowLearned(window=limit, previous=current))

@@ -39,6 +39,13 @@ from ctxpolicy.conversation import Message, Unit
 from ctxpolicy.conversation.cut import approx_tokens, head_tail
 from ctxpolicy.conversation.messages import with_text
 from ctxpolicy.conversation.refs import unit_refs
+from ctxpolicy.event_types import (
+    BreakerClosed,
+    BreakerOpen,
+    SummarizerBusy,
+    SummarizerFailed,
+    SummarizerHung,
+)
 from ctxpolicy.layers._util import message_text, round_groups
 from ctxpolicy.plugins import hookimpl
 from ctxpolicy.policy.models import Amount, TuneRange, resolve_amount
@@ -169,16 +176,13 @@ class Summarize(Layer):
     def _failed(self, ctx: CompactionContext, units: Sequence[Unit], reason: str) -> LayerResult:
         mem = ctx.memory
         mem["failures"] = int(mem.get("failures", 0)) + 1
-        ctx.emit(
-            "summarizer.failed",
-            summarizer=self.options.summarizer,
-            reason=reason,
-            failures=mem["failures"],
-        )
+        SummarizerFailed(
+            summarizer=self.options.summarizer, reason=reason, failures=mem["failures"]
+        ).send(ctx.emit)
         if mem["failures"] >= self.options.max_failures and not mem.get("open"):
             mem["open"] = True
             mem["skipped"] = 0
-            ctx.emit("breaker.open", summarizer=self.options.summarizer, failures=mem["failures"])
+            BreakerOpen(summarizer=self.options.summarizer, failures=mem["failures"]).send(ctx.emit)
         return LayerResult(
             units=list(units), report={"failed": reason, "failures": mem["failures"]}
         )
@@ -190,7 +194,7 @@ class Summarize(Layer):
         mem["open"] = False
         mem["skipped"] = 0
         if was_open:
-            ctx.emit("breaker.closed", summarizer=self.options.summarizer)
+            BreakerClosed(summarizer=self.options.summarizer).send(ctx.emit)
 
     # ------------------------------------------------------------------ call
     def _call(self, summarizer: Summarizer, req: SummaryRequest, ctx: CompactionContext) -> Any:
@@ -206,14 +210,12 @@ class Summarize(Layer):
                 summarizer, lambda: summarizer.summarize(req), timeout, name="summary"
             )
         except CallTimeout as exc:
-            ctx.emit("summarizer.hung", summarizer=self.options.summarizer, timeout_s=timeout)
+            SummarizerHung(summarizer=self.options.summarizer, timeout_s=timeout).send(ctx.emit)
             raise SummaryFailure(str(exc)) from None
         except CallBusy as exc:
-            ctx.emit(
-                "summarizer.busy",
-                summarizer=self.options.summarizer,
-                hung_for_s=round(exc.hung_for, 3),
-            )
+            SummarizerBusy(
+                summarizer=self.options.summarizer, hung_for_s=round(exc.hung_for, 3)
+            ).send(ctx.emit)
             raise SummaryFailure(str(exc)) from None
 
     # ------------------------------------------------------------------ apply

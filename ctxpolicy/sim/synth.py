@@ -7,7 +7,8 @@ Two families, both OpenAI Chat messages with real tool-call pairing:
 * ``data_session`` — a data-analysis agent: SQL queries returning large psql
   tables and JSON, CSV exports.
 
-``python -m ctxpolicy.sim.synth OUT_DIR`` writes ``examples/traces``-style JSONL files.
+Built from :mod:`ctxpolicy.testing.conversations` (the vocabulary, tool calls and
+call ids of every synthetic conversation). ``python -m ctxpolicy.sim.synth OUT_DIR`` writes ``examples/traces``-style JSONL files.
 """
 
 from __future__ import annotations
@@ -19,61 +20,15 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from ctxpolicy.testing.conversations import WORDS, CallIds, tool_call
+
 Message = dict[str, Any]
 
-_WORDS = [
-    "cache",
-    "config",
-    "parser",
-    "token",
-    "window",
-    "budget",
-    "layer",
-    "policy",
-    "session",
-    "result",
-    "value",
-    "index",
-    "record",
-    "buffer",
-    "stream",
-    "handler",
-    "request",
-    "response",
-    "client",
-    "server",
-    "queue",
-    "worker",
-    "batch",
-    "schema",
-    "field",
-    "option",
-    "default",
-    "limit",
-    "retry",
-    "timeout",
-    "error",
-    "state",
-    "event",
-    "metric",
-]
+_WORDS = list(WORDS)
 
 
-class _Ids:
-    def __init__(self) -> None:
-        self.n = 0
-
-    def next(self) -> str:
-        self.n += 1
-        return f"call_{self.n:04d}"
-
-
-def _call(ids: _Ids, name: str, **args: Any) -> dict[str, Any]:
-    return {
-        "id": ids.next(),
-        "type": "function",
-        "function": {"name": name, "arguments": json.dumps(args, sort_keys=True)},
-    }
+def _call(ids: CallIds, name: str, **args: Any) -> dict[str, Any]:
+    return tool_call(ids.next(), name, args)
 
 
 def _python_file(rng: random.Random, module: str, n_lines: int) -> str:
@@ -144,7 +99,7 @@ def _pytest_output(rng: random.Random, n_tests: int, failing: list[str], path: s
 def coding_session(seed: int = 7, steps: int = 32, file_lines: int = 500) -> list[Message]:
     """A SWE-style session: reads, greps, failing then passing test runs."""
     rng = random.Random(seed)
-    ids = _Ids()
+    ids = CallIds()
     pkg = f"pkg{seed}"
     files = [f"src/{pkg}/{rng.choice(_WORDS)}_{i}.py" for i in range(8)]
     bug_file = files[3]
@@ -236,7 +191,7 @@ def _psql_table(rng: random.Random, n_rows: int) -> str:
 def data_session(seed: int = 11, steps: int = 24) -> list[Message]:
     """A data-analysis session with large SQL results and JSON exports."""
     rng = random.Random(seed)
-    ids = _Ids()
+    ids = CallIds()
     msgs: list[Message] = [
         {
             "role": "system",

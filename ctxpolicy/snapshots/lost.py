@@ -25,6 +25,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from ctxpolicy.components import SnapshotStore
+from ctxpolicy.event_types import DataLost
 from ctxpolicy.snapshots.names import INDEX_NAME, URI_SCHEME, parse_history_ref, segment_name
 
 __all__ = ["GONE_LINE", "GONE_TOKEN", "LostRefs"]
@@ -172,10 +173,10 @@ class LostRefs:
             return False
 
 
-def lost_event_fields(refs: Sequence[str]) -> dict[str, Any]:
-    """The fields of the ``data.lost`` event for references retention took."""
-    return {
-        "refs": list(refs[:100]),
-        "count": len(refs),
-        "reason": "snapshot retention removed them; the context no longer cites them",
-    }
+def lost_event(refs: Sequence[str]) -> DataLost:
+    """The ``data.lost`` event for references retention took."""
+    return DataLost(
+        refs=list(refs[:100]),
+        count=len(refs),
+        reason="snapshot retention removed them; the context no longer cites them",
+    )

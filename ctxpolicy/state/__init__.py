@@ -22,6 +22,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ctxpolicy.components import StateConflict, StateStore, StateStoreError, StoredState
+from ctxpolicy.plugins import ComponentError, get_registry
 from ctxpolicy.policy.models import Policy
 
 __all__ = [
@@ -66,15 +67,12 @@ def open_state_store(
     """
     spec = policy.state
     if registry is None:
-        from ctxpolicy.plugins import get_registry
-
         registry = get_registry()
-    cls = registry.get("state_store", spec.store)
-    if cls is None:
-        raise StateStoreError(
-            f"unknown state store {spec.store!r}; registered: "
-            + ", ".join(registry.names("state_store"))
+    try:
+        store = registry.create(
+            "state_store", spec.store, spec.options, home=state_home(policy, env), env=env
         )
-    options = cls.Options.model_validate(spec.options)
-    store: StateStore = cls(options, home=state_home(policy, env), env=env)
+    except ComponentError as exc:
+        raise StateStoreError(str(exc)) from None
+    assert isinstance(store, StateStore)
     return store

@@ -18,6 +18,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ctxpolicy.components import StateStore
+from ctxpolicy.event_types import StatePruned, StatePruneFailed
 
 __all__ = ["PRUNE_INTERVAL_S", "maybe_prune"]
 
@@ -57,13 +58,10 @@ def maybe_prune(
     try:
         deleted = prune(before=before)
     except Exception as exc:  # a store's failure never fails the session
-        emit("state.prune_failed", store=getattr(store, "name", "?"), error=str(exc)[:300])
+        StatePruneFailed(store=getattr(store, "name", "?"), error=str(exc)[:300]).send(emit)
         return None
     if deleted:
-        emit(
-            "state.pruned",
-            store=getattr(store, "name", "?"),
-            conversations=deleted,
-            max_age_days=max_age_days,
-        )
+        StatePruned(
+            store=getattr(store, "name", "?"), conversations=deleted, max_age_days=max_age_days
+        ).send(emit)
     return deleted

@@ -24,6 +24,12 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any, TypeVar
 
 from ctxpolicy.components import StateConflict, StateStore, StateStoreError
+from ctxpolicy.event_types import (
+    StateConflictEvent,
+    StateEntryRefused,
+    StateReloadFailed,
+    StateSaveFailed,
+)
 from ctxpolicy.state._codec import check_key, encode
 
 __all__ = ["Changes", "StateSync"]
@@ -135,7 +141,7 @@ class StateSync:
         delete = [k for k in delete if _storable(k)]
         if bad:
             for key in bad[:10]:
-                self.emit("state.entry_refused", key=repr(key)[:120], reason="not a valid key")
+                StateEntryRefused(key=repr(key)[:120], reason="not a valid key").send(self.emit)
             put = {k: v for k, v in put.items() if _storable(k)}
         return put, delete
 
@@ -164,13 +170,9 @@ class StateSync:
             except StateConflict as exc:
                 self.conflicts += 1
                 last = attempt == self.max_retries
-                self.emit(
-                    "state.conflict",
-                    call=what,
-                    attempt=attempt + 1,
-                    expected_version=exc.expected,
-                    gave_up=last,
-                )
+                StateConflictEvent(
+                    call=what, attempt=attempt + 1, expected_version=exc.expected, gave_up=last
+                ).send(self.emit)
                 if last:
                     # the agent's call succeeds as computed here; its state changes are
                     # not written (the store keeps a state some sequential run had) and
@@ -182,7 +184,7 @@ class StateSync:
                 if not self._reload(restore, what):
                     return result
             except StateStoreError as exc:
-                self.emit("state.save_failed", call=what, error=str(exc))
+                StateSaveFailed(call=what, error=str(exc)).send(self.emit)
                 return result
         raise AssertionError("unreachable")  # pragma: no cover
 
@@ -195,6 +197,6 @@ class StateSync:
             restore(self.load())
         except (StateStoreError, ValueError) as exc:
             self._stale = True
-            self.emit("state.reload_failed", call=what, error=str(exc)[:500])
+            StateReloadFailed(call=what, error=str(exc)[:500]).send(self.emit)
             return False
         return True

@@ -115,10 +115,7 @@ def _counter(window: int) -> Any:
 def _summarizer(name: str, options: Mapping[str, Any]) -> Summarizer:
     from ctxpolicy.plugins import get_registry
 
-    cls = get_registry().get("summarizer", name)
-    if cls is None:
-        raise LookupError(f"no plugin provides summarizer {name!r}")
-    inst = cls(cls.Options.model_validate(dict(options)))
+    inst = get_registry().create("summarizer", name, options)
     assert isinstance(inst, Summarizer)
     return inst
 

@@ -7,18 +7,33 @@ final user turn. The same arguments always give the same messages.
 
 :func:`conversation_strategy` is a hypothesis strategy of arbitrary (but well
 paired) conversations, used by :mod:`ctxpolicy.testing.conformance`.
+
+This module is the one source of synthetic conversations: :data:`WORDS`,
+:func:`tool_call` and :class:`CallIds` are what the scripted domain sessions of
+:mod:`ctxpolicy.sim.synth` (coding, data analysis; demo traces and benchmarks) and
+the tests' builders (``tests/helpers_conv.Conv``, ``tests/engine_helpers``) are
+made of.
 """
 
 from __future__ import annotations
 
 import json
 import random
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # pragma: no cover
     from hypothesis.strategies import SearchStrategy
 
-__all__ = ["ERROR_OUTPUTS", "UNICODE_SAMPLES", "conversation_strategy", "make_conversation"]
+__all__ = [
+    "ERROR_OUTPUTS",
+    "UNICODE_SAMPLES",
+    "WORDS",
+    "CallIds",
+    "conversation_strategy",
+    "make_conversation",
+    "tool_call",
+]
 
 Message = dict[str, Any]
 
@@ -44,7 +59,9 @@ ERROR_OUTPUTS: tuple[str, ...] = (
     "npm ERR! code ERESOLVE\nnpm ERR! unable to resolve dependency tree",
 )
 
-_WORDS = [
+#: The vocabulary of every synthetic conversation (:mod:`ctxpolicy.sim.synth` draws
+#: from all of it).
+WORDS: tuple[str, ...] = (
     "cache",
     "config",
     "parser",
@@ -54,6 +71,7 @@ _WORDS = [
     "layer",
     "policy",
     "session",
+    "result",
     "value",
     "index",
     "record",
@@ -74,10 +92,13 @@ _WORDS = [
     "limit",
     "retry",
     "timeout",
+    "error",
     "state",
     "event",
     "metric",
-]
+)
+#: What :func:`make_conversation` draws from (its seeded output predates two words).
+_WORDS = [w for w in WORDS if w not in ("result", "error")]
 
 _TOOLS = (
     "read_file",
@@ -126,6 +147,30 @@ def _ok_output(rng: random.Random, tool: str, big: bool, unicode: bool) -> str:
     return text
 
 
+def tool_call(
+    call_id: str, name: str, arguments: Mapping[str, Any], *, sort_keys: bool = True
+) -> Message:
+    """One OpenAI tool call: ``{"id", "type": "function", "function": {name, arguments}}``
+    with the arguments as JSON text (keys sorted unless ``sort_keys=False``)."""
+    return {
+        "id": call_id,
+        "type": "function",
+        "function": {"name": name, "arguments": json.dumps(dict(arguments), sort_keys=sort_keys)},
+    }
+
+
+class CallIds:
+    """Unique tool-call ids ``<prefix>0001``, ``<prefix>0002``, …"""
+
+    def __init__(self, prefix: str = "call_") -> None:
+        self.prefix = prefix
+        self.n = 0
+
+    def next(self) -> str:
+        self.n += 1
+        return f"{self.prefix}{self.n:04d}"
+
+
 def _call(call_id: str, tool: str, rng: random.Random) -> Message:
     args: dict[str, Any]
     if tool == "read_file":
@@ -138,11 +183,7 @@ def _call(call_id: str, tool: str, rng: random.Random) -> Message:
         args = {"sql": f"SELECT * FROM {rng.choice(_WORDS)} LIMIT 200"}
     else:
         args = {}
-    return {
-        "id": call_id,
-        "type": "function",
-        "function": {"name": tool, "arguments": json.dumps(args, sort_keys=True)},
-    }
+    return tool_call(call_id, tool, args)
 
 
 def make_conversation(

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ctxpolicy.components import Tokenizer, TokenizerUnavailable
+from ctxpolicy.event_types import TokenizerFallback
 from ctxpolicy.policy.models import ModelSpec
 from ctxpolicy.tokens.backends import (
     HeuristicTokenizer,
@@ -265,15 +266,14 @@ def resolve_chain(
             reason_parts.append(note)
         if approx_why and (not choice.exact or family_approx):
             reason_parts.append(approx_why)
-        event: Event = {
-            "type": "tokenizer.fallback",
-            "wanted": chain[0].label,
-            "using": using,
-            "reason": "; ".join(reason_parts),
-            "approximate": approximate,
-            "model": model_name,
-            "tried": tried,
-        }
+        event: Event = TokenizerFallback(
+            wanted=chain[0].label,
+            using=using,
+            reason="; ".join(reason_parts),
+            approximate=approximate,
+            model=model_name,
+            tried=tried,
+        ).as_dict()
         fallbacks.append(event)
         _log_fallback(event)
         if on_event is not None:

@@ -55,3 +55,32 @@ def test_strategy_is_well_paired(msgs: list[dict]) -> None:
     assert check_messages(msgs) == []
     _, repairs = to_units(msgs)
     assert repairs == []
+
+
+def test_one_source_builds_every_synthetic_conversation() -> None:
+    """sim.synth's sessions and the tests' builders are made of this module's
+    vocabulary, tool calls and ids; their seeded bytes are pinned (issue 26: moving
+    them here changed none)."""
+    import hashlib
+
+    from ctxpolicy.sim import synth
+    from ctxpolicy.testing.conversations import WORDS, CallIds, tool_call
+
+    def digest(msgs: object) -> str:
+        text = json.dumps(msgs, ensure_ascii=False).encode("utf-8", "surrogatepass")
+        return hashlib.sha256(text).hexdigest()[:16]
+
+    assert digest(make_conversation(12, seed=5)) == "00580b3139ec4b59"
+    assert digest(synth.coding_session(seed=7, steps=12)) == "1951e76206404dae"
+    assert digest(synth.data_session(seed=11, steps=8)) == "b8f034584daa569c"
+    assert list(WORDS) == synth._WORDS
+    ids = CallIds()
+    assert [ids.next(), ids.next()] == ["call_0001", "call_0002"]
+    assert tool_call("c", "grep", {"b": 1, "a": 2}) == {
+        "id": "c",
+        "type": "function",
+        "function": {"name": "grep", "arguments": '{"a": 2, "b": 1}'},
+    }
+    assert tool_call("c", "grep", {"b": 1, "a": 2}, sort_keys=False)["function"]["arguments"] == (
+        '{"b": 1, "a": 2}'
+    )
