@@ -55,23 +55,37 @@ def _texts(m: Mapping[str, Any]) -> list[str]:
     return message_texts(m)
 
 
+#: The state store of the timed replays: the shipped policies' default (``sqlite``, a
+#: file in the snapshot root), what the per-call goal is stated for (issue 32).
+STATE = "sqlite"
+
+
 def replay_ctxpolicy(
     policy: Any,
     msgs: Sequence[Mapping[str, Any]],
     profiler: cProfile.Profile | None = None,
     outputs: list[str] | None = None,
+    state: str = STATE,
 ) -> tuple[list[float], list[float]]:
     """Seconds of ``prepare`` per call and of ``add_tool_result`` booked per call.
 
     ``outputs``: receives, in call order and untimed, a digest of every text
     ``add_tool_result`` returned (``t…``) and every list ``prepare`` returned (``p…``).
+    ``state``: ``sqlite`` (a fresh file per replay, the policy's default store) or
+    ``memory``.
     """
     from ctxpolicy import Session
     from ctxpolicy.sim.replay import _sim_store, call_for
     from ctxpolicy.state.memory import MemoryStateStore
+    from ctxpolicy.state.sqlite import SqliteOptions, SqliteStateStore
     from ctxpolicy.tokens import get_counter
 
     tmp = Path(tempfile.mkdtemp(prefix="ctxpolicy-percall-"))
+    store = (
+        SqliteStateStore(SqliteOptions(path=str(tmp / "state.sqlite3")))
+        if state == "sqlite"
+        else MemoryStateStore()
+    )
     try:
         counter = get_counter(policy.model, model_name=policy.model_name)
         session = Session(
@@ -79,8 +93,7 @@ def replay_ctxpolicy(
             conv_id="percall",
             snapshot_store=_sim_store(policy, tmp),
             summarizer=ctxpolicy_summary(counter.count_text),
-            # every repeat starts fresh; the cost of durable state is bench_state's
-            state_store=MemoryStateStore(),
+            state_store=store,  # every repeat starts fresh
         )
         clock = time.perf_counter
         on = profiler.enable if profiler else (lambda: None)
@@ -121,6 +134,7 @@ def replay_ctxpolicy(
             convo.append(dict(m))
         return prep, tools
     finally:
+        store.close()
         shutil.rmtree(tmp, ignore_errors=True)
 
 
@@ -426,7 +440,7 @@ def per_call_markdown(data: Mapping[str, Any]) -> list[str]:
         "are its trigger and target; one deterministic summary for both "
         "(benchmarks/peers/timing.py). ctxpolicy counts exactly, writes a snapshot of every "
         f"tool result to a local store (`durability: {data.get('durability', 'flush')}`), "
-        "saves its state after every call (memory store) and runs the key-facts check and the "
+        f"saves its state after every call ({STATE} store, the shipped default) and runs the key-facts check and the "
         "ledger; LangChain counts approximately. Floor per call: one exact tiktoken pass over "
         f"the final conversation ÷ calls. Medians of {rows[0]['repeat']} interleaved runs.",
         "",
