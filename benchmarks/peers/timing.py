@@ -522,6 +522,16 @@ def per_call_markdown(data: Mapping[str, Any]) -> list[str]:
             ),
             "",
         ]
+    missing = [p for p in PEER_LABELS if not all(p in r["variants"] for r in rows)]
+    if missing:
+        md += [
+            "Not measured in this run: "
+            + ", ".join(PEER_LABELS[p] for p in missing)
+            + " (not installed: the `peers` extra; `bench_engine.py --install-peers` installs it).",
+            "",
+        ]
+    md += _goals_markdown(rows)
+    md += _why_missed(data, rows)
     if data.get("baseline"):
         md += [
             f"#### This tree vs the baseline `{data['baseline']}` (same run, interleaved)",
@@ -587,3 +597,58 @@ def per_call_markdown(data: Mapping[str, Any]) -> list[str]:
             "",
         ]
     return md
+
+
+def _goals_markdown(rows: Sequence[Mapping[str, Any]]) -> list[str]:
+    """Issue 32's per-call goals against LangChain, each trace: by how much they are
+    missed (a ratio above the goal) in this run."""
+    out = []
+    for r in rows:
+        v = r["variants"]
+        lc = v["langchain"]["median_ms"]
+        if not lc:
+            continue
+        prep, both = v["prepare"]["median_ms"] / lc, v["ctxpolicy"]["median_ms"] / lc
+        out.append(
+            [
+                r["trace"].removesuffix(".jsonl")[-40:],
+                f"{prep:.2f}× ({'met' if prep <= 0.6 else f'missed by {prep / 0.6:.1f}×'})",
+                f"{both:.2f}× ({'met' if both <= 1.0 else f'missed by {both:.1f}×'})",
+            ]
+        )
+    if not out:
+        return []
+    from benchmarks._common import markdown_table
+
+    return [
+        "Issue 32's goals per call, ÷ LangChain in this run (`prepare` ≤ 0.6×, `prepare` + "
+        "`add_tool_result` ≤ 1.0×):",
+        "",
+        markdown_table(["trace", "`prepare`", "`prepare` + `add_tool_result`"], out),
+        "",
+    ]
+
+
+def _why_missed(data: Mapping[str, Any], rows: Sequence[Mapping[str, Any]]) -> list[str]:
+    """What of a model call alone exceeds LangChain's whole call (the parts of the
+    first trace, memory store): the state saves (1 + k compare-and-set commits, one
+    per state-changing call, docs/state.md) and the rest of ``prepare``."""
+    parts = (data.get("parts") or {}).get("parts") or {}
+    trace = (data.get("parts") or {}).get("trace")
+    lc = next((r["variants"]["langchain"]["median_ms"] for r in rows if r["trace"] == trace), 0)
+    save, prep = parts.get("state save"), parts.get("prepare (whole)")
+    if not (lc and save and prep):
+        return []
+    saves_us = save["median_us"] * save["per_call"]
+    return [
+        f"Where it goes on {trace.removesuffix('.jsonl')[-40:]} (parts below, memory store): "
+        f"the state saves alone, {save['per_call']:.2f} per model call (one per "
+        "state-changing call: `prepare` and each `add_tool_result` commit their own "
+        f"changes, docs/state.md), take {saves_us:.0f} µs per call, "
+        f"{saves_us / (lc * 1000):.2f}× LangChain's whole call, before a sqlite commit adds "
+        f"its own time; `prepare` without its save is about {prep['median_us'] - save['median_us']:.0f} µs "
+        "(exact counts and content keys of the new messages, the comparison of the input "
+        "with the previous call's, the grouping and the view): "
+        f"{(prep['median_us'] - save['median_us']) / (lc * 1000):.2f}× LangChain's call.",
+        "",
+    ]
