@@ -40,7 +40,13 @@ AGENT = "coding_agent"
 
 def child(traces: int, quick: bool) -> dict[str, Any]:
     """Per trace: seconds of every ``prepare``, and which calls compacted."""
-    import ctxpolicy.engine.session as session_mod
+    import ctxpolicy.engine.session as session_mod  # the measured tree's (PYTHONPATH)
+
+    # the benchmark code of this tree for both trees (as benchmarks/peers/worker.py):
+    # a baseline's own replay loop may differ (its state store, its traces folder)
+    sys.path.insert(0, str(ROOT))
+    for mod in [m for m in sys.modules if m == "benchmarks" or m.startswith("benchmarks.")]:
+        del sys.modules[mod]
     from benchmarks._inputs import largest_traces, smallest_trace
     from benchmarks.bench_quality import load_agent
     from benchmarks.peers import timing

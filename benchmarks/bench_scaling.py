@@ -19,7 +19,7 @@ SRC`` (a source tree such as a checkout of main) every size is measured with tha
 code too, in the same run and interleaved (baseline then this tree), and the
 ratios are reported: this tree ÷ baseline per size, and the growth from the
 smallest size per code (linear: the size ratio). Also reported: messages the
-token counter looked up (calls to ``TokenCounter._lookup``), a deterministic
+token counter looked up (calls to ``TokenCounter.lookup``), a deterministic
 measure of the work. Writes benchmarks/results/bench_scaling.json and .md.
 """
 
@@ -118,9 +118,9 @@ def prepare_once(policy: Any, msgs: list[dict[str, Any]]) -> tuple[float, int, i
     from ctxpolicy.tokens import TokenCounter
 
     counter = TokenCounter(policy.model, model_name=policy.model_name)
-    # public since the redesign (issue 26); a baseline checkout may still have _lookup
-    attr = "lookup" if hasattr(counter, "lookup") else "_lookup"
-    real = getattr(counter, attr)
+    # ``lookup`` since issue 26 (``_lookup`` before: a baseline tree may be older)
+    name = "lookup" if hasattr(counter, "lookup") else "_lookup"
+    real = getattr(counter, name)
     lookups = 0
 
     def lookup(msg: Any, *args: Any) -> Any:
@@ -128,7 +128,7 @@ def prepare_once(policy: Any, msgs: list[dict[str, Any]]) -> tuple[float, int, i
         lookups += 1
         return real(msg, *args)
 
-    setattr(counter, attr, lookup)
+    setattr(counter, name, lookup)
     session = ctxpolicy.Session(
         policy, conv_id="scaling", counter=counter, state_store=MemoryStateStore()
     )

@@ -299,6 +299,7 @@ def headline(results: Path) -> list[str]:
                             ok[ratio <= 1.0],
                         ]
                     )
+    rows += scaling_headline(_load(results, "bench_scaling"), ok)
     q = _load(results, "bench_quality")
     if q:
         rows += peer_headline(q, ok)
@@ -437,6 +438,33 @@ def headline(results: Path) -> list[str]:
         *["| " + " | ".join(r) + " |" for r in rows],
         "",
     ]
+
+
+def scaling_headline(sc: dict[str, Any] | None, ok: dict[bool | None, str]) -> list[list[str]]:
+    """Issue 32's scaling goals, from bench_scaling: 100k tiny messages in ≤ 3 s, and
+    growth from 8k to 100k ≤ 13× (linear: 12.5×)."""
+    runs = {r["n"]: r["seconds"] for r in (sc or {}).get("runs", {}).get("this tree", [])}
+    big, mid = runs.get(100_000), runs.get(8_000)
+    if big is None:
+        return []
+    rows = [
+        [
+            "engine (issue 32): prepare of 100k tiny messages ≤ 3 s",
+            "bench_scaling",
+            f"{big:.2f} s",
+            ok[big <= 3.0],
+        ]
+    ]
+    if mid:
+        rows.append(
+            [
+                "engine (issue 32): growth 8k → 100k messages ≤ 13×",
+                "bench_scaling",
+                f"{big / mid:.1f}× (linear 12.5×)",
+                ok[big / mid <= 13.0],
+            ]
+        )
+    return rows
 
 
 def peer_headline(q: dict[str, Any], ok: dict[bool | None, str]) -> list[list[str]]:

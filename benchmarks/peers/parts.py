@@ -135,7 +135,7 @@ def part_samples(policy: Any, msgs: Sequence[Mapping[str, Any]], repeat: int = 2
     calls = 0
     for _ in range(repeat):  # the floors between the replays: the same load for both
         with _clocked([*targets, (StateSync, "save", "commit")], times):
-            prep, _tools = replay_ctxpolicy(policy, msgs)
+            prep, _tools = replay_ctxpolicy(policy, msgs, state="memory")
         _floors(docs, texts, counter.tokenizer, floors)
         calls += len(prep)
     commits = times.pop("commit", [])

@@ -122,7 +122,12 @@ def run_pipeline(
     batch = min_gain > 0 and not forced and budget.state_for(entry) < State.critical
     floor = used - min_gain if batch else None
     start_view, start_used = view, used
-    weigh = _weigher(ctx, budget, start_view, start_used) if batch and not cache_lost else None
+    # the economics weigh candidate views of the steps: none without a step to run
+    weigh = (
+        _weigher(ctx, budget, start_view, start_used)
+        if steps and batch and not cache_lost
+        else None
+    )
     rewrite: Rewrite | None = None
     held: list[_Outcome] = []
     for index, step in steps:

@@ -137,18 +137,23 @@ def unit_from_json(d: Mapping[str, Any]) -> Unit:
 #: message indices are kept as one floor per kind (the entry stays bounded).
 MAX_SEEN_REPAIRS = 256
 
-#: Scalar fields kept in the ``meta`` entry.
+#: Scalar fields kept in the ``meta`` entry (counters and small scalars: every call
+#: rewrites it, so it holds nothing whose size a conversation controls).
 _META_FIELDS = (
     "step",
     "learned_window",
     "calibration",
     "usage_seen",
     "overflow_attempts",
-    "handover_text",
     "status",
     "hold_until",
-    "unfit",
 )
+#: Texts that rarely change, kept in the ``texts`` entry: written on the save after
+#: they changed, never by a call that did not change them (a handover text can be
+#: many KB). Before 0.2 they were fields of ``meta`` (still read from there).
+_TEXT_FIELDS = ("handover_text", "unfit")
+#: The ``texts`` entry must be written (or deleted) with the next save.
+_UNSAVED: Any = object()
 
 
 @dataclass
@@ -202,6 +207,8 @@ class SessionState:
         default_factory=lambda: {"meta", "ledger", "growth", "memory"}, repr=False
     )
     _deleted: set[str] = field(default_factory=set, repr=False)
+    #: ``(handover_text, unfit)`` as last written to the ``texts`` entry
+    _texts_saved: Any = field(default=(None, None), repr=False)
     #: ``refh/<digest>`` key → its call id
     _hashed: dict[str, str] = field(default_factory=dict, repr=False)
 
@@ -277,6 +284,8 @@ class SessionState:
                 **{f: getattr(self, f) for f in _META_FIELDS},
                 "stats": self.stats.to_dict(),
             }
+        if section == "texts":
+            return {f: getattr(self, f) for f in _TEXT_FIELDS}
         if section == "repairs":
             return {
                 "seen": sorted([k, i] for k, i in self.seen_repairs),
@@ -302,6 +311,7 @@ class SessionState:
     def to_entries(self) -> dict[str, Any]:
         """Every entry (a full save)."""
         keys = ["meta", "ledger", "growth", "memory"]
+        keys += ["texts"] if self.handover_text is not None or self.unfit is not None else []
         keys += ["repairs"] if self.seen_repairs or self.repair_floor else []
         keys += [f"decision/{k}" for k in self.decisions]
         keys += [ref_key(k) for k in self.refs]
@@ -310,6 +320,7 @@ class SessionState:
 
     def take_changes(self) -> tuple[dict[str, Any], list[str]]:
         """Entries changed and deleted since the last call (then forgotten)."""
+        self._note_texts()
         put = {k: _jsonable(self._entry(k)) for k in sorted(self._dirty)}
         return put, self._forget_changes()
 
@@ -317,8 +328,22 @@ class SessionState:
         """:meth:`take_changes` with each value as its canonical JSON text (what a
         JSON state store writes; :func:`ctxpolicy.state._codec.entry_text`): one
         encoding per changed entry, no round trip through ``json.loads``."""
+        self._note_texts()
         put = {k: entry_text(k, self._entry(k)) for k in sorted(self._dirty)}
         return put, self._forget_changes()
+
+    def _note_texts(self) -> None:
+        """Mark the ``texts`` entry changed (or deleted: both texts unset) when the texts
+        differ from what was last written: one tuple comparison per save, and no
+        mutation site has to remember to say so."""
+        now = (self.handover_text, self.unfit)
+        if now == self._texts_saved:
+            return
+        if now == (None, None):
+            self._drop("texts")
+        else:
+            self._put("texts")
+        self._texts_saved = now
 
     def _forget_changes(self) -> list[str]:
         deleted = sorted(self._deleted)
@@ -374,6 +399,7 @@ class SessionState:
                     setattr(st, f, check_meta_field(f, meta[f], bounds))
                 except Invalid as exc:
                     problems.append(Problem(f"meta.{f}", str(exc)[:200]))
+        st._load_texts(entries.get("texts"), meta, problems, bounds)
         if st.unfit is not None and st.learned_window is None:
             st.unfit = None  # judged against a learned window only
         st.window_unverified = st.learned_window is not None
@@ -428,6 +454,35 @@ class SessionState:
                 st._drop(key)
         st.problems = problems
         return st
+
+    def _load_texts(
+        self,
+        texts: Any,
+        meta: Mapping[str, Any],
+        problems: list[Problem],
+        bounds: WindowBounds | None,
+    ) -> None:
+        """The ``texts`` entry, or (a state written before it existed) the same fields
+        of ``meta``: then ``texts`` is written and ``meta`` rewritten without them with
+        the next save."""
+        where, source = "texts", texts
+        if texts is None:
+            where, source = "meta", meta
+            if any(f in meta for f in _TEXT_FIELDS):
+                self._texts_saved = _UNSAVED
+                self._put("meta")
+        elif type(texts) is not dict:
+            problems.append(Problem("texts", "not an object"))
+            self._texts_saved, source = _UNSAVED, {}
+        for f in _TEXT_FIELDS:
+            if f in source:
+                try:
+                    setattr(self, f, check_meta_field(f, source[f], bounds))
+                except Invalid as exc:
+                    problems.append(Problem(f"{where}.{f}", str(exc)[:200]))
+                    self._texts_saved = _UNSAVED
+        if where == "texts" and self._texts_saved is not _UNSAVED:
+            self._texts_saved = (self.handover_text, self.unfit)
 
     def _load_entry(self, key: str, section: str, name: str, value: Any) -> bool:
         """Load one ``decision``/``ref``/``refh``/``archived`` entry; False if invalid."""
