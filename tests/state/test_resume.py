@@ -49,10 +49,17 @@ def _config(tmp: Path, name: str, state: dict[str, Any], **extra: Any) -> dict[s
     }
 
 
-def _run(config: dict[str, Any], kill_after: float | None = None) -> int:
+def _run(config: dict[str, Any], kill_after: float | None = None, home: Path | None = None) -> int:
+    """Run the child on ``config``; SIGKILL it after ``kill_after`` s. ``home``: the
+    child's HOME, CTXPOLICY_HOME (``home/.ctxpolicy``) and working directory."""
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    cwd = ROOT
+    if home is not None:
+        home.mkdir(exist_ok=True)
+        env["HOME"], env["CTXPOLICY_HOME"] = str(home), str(home / ".ctxpolicy")
+        cwd = home
     proc = subprocess.Popen(
-        [sys.executable, "-m", "tests.state._resume", json.dumps(config)], cwd=ROOT, env=env
+        [sys.executable, "-m", "tests.state._resume", json.dumps(config)], cwd=cwd, env=env
     )
     try:
         return proc.wait(timeout=kill_after)

@@ -19,10 +19,7 @@ and references without the machine's path (the two homes differ).
 from __future__ import annotations
 
 import json
-import os
 import random
-import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -31,6 +28,7 @@ import pytest
 
 from tests.shared_data import TRACES, require
 from tests.state.test_resume import AGENT, TRACE, WINDOW, _check, _journal
+from tests.state.test_resume import _run as _run_child
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -59,21 +57,8 @@ def _state(kind: str, home: str, request: pytest.FixtureRequest) -> dict[str, An
 
 
 def _run(config: dict[str, Any], kill_after: float | None = None) -> int:
-    home = Path(config["home"])
-    home.mkdir(exist_ok=True)
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "HOME": str(home)}
-    env["CTXPOLICY_HOME"] = str(home / ".ctxpolicy")  # the policy's snapshots go there
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "tests.state._resume", json.dumps(config)], cwd=home, env=env
-    )
-    try:
-        return proc.wait(timeout=kill_after)
-    except subprocess.TimeoutExpired:
-        proc.kill()  # SIGKILL
-        return proc.wait(timeout=60)
-    finally:
-        if proc.poll() is None:  # pragma: no cover - never leave a child behind
-            proc.kill()
+    """The child of test_resume, in the config's own home directory."""
+    return _run_child(config, kill_after, home=Path(config["home"]))
 
 
 def _prepared(events: list[dict[str, Any]]) -> dict[int, str]:
