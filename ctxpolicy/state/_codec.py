@@ -82,6 +82,8 @@ def _check_text(what: str, text: str) -> None:
         raise ValueError(f"{what} is longer than {MAX_ID_CHARS} characters")
     if "\x00" in text:
         raise ValueError(f"{what} must not contain NUL characters")
+    if text.isascii():  # a flag of the string: valid UTF-8, nothing to encode
+        return
     try:
         text.encode("utf-8")
     except UnicodeEncodeError as exc:
