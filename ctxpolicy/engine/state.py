@@ -8,10 +8,11 @@ the rendered view, budgets, layer and summarizer instances — is derived
 (:mod:`ctxpolicy.engine.derived`) and rebuilt from the messages after a restart.
 
 :meth:`SessionState.to_entries` turns the state into small JSON documents keyed by
-string (``meta``, ``ledger``, ``memory``, ``growth``, ``decision/<unit key>``,
-``ref/<tool call id>``, ``archived/<unit key>``); :meth:`SessionState.take_changes`
-returns only the entries that changed since the last call, so a state store writes
-what changed, not the whole history.
+string (``meta``, ``status``, ``scalars``, ``texts``, ``repairs``, ``ledger``,
+``memory``, ``growth``, ``decision/<unit key>``, ``ref/<tool call id>``,
+``archived/<unit key>``); :meth:`SessionState.take_changes` returns only the entries
+that changed since the last call, so a state store writes what changed, not the whole
+history.
 """
 
 from __future__ import annotations
