@@ -8,10 +8,11 @@ the rendered view, budgets, layer and summarizer instances — is derived
 (:mod:`ctxpolicy.engine.derived`) and rebuilt from the messages after a restart.
 
 :meth:`SessionState.to_entries` turns the state into small JSON documents keyed by
-string (``meta``, ``ledger``, ``memory``, ``growth``, ``decision/<unit key>``,
-``ref/<tool call id>``, ``archived/<unit key>``); :meth:`SessionState.take_changes`
-returns only the entries that changed since the last call, so a state store writes
-what changed, not the whole history.
+string (``meta``, ``status``, ``scalars``, ``texts``, ``repairs``, ``ledger``,
+``memory``, ``growth``, ``decision/<unit key>``, ``ref/<tool call id>``,
+``archived/<unit key>``); :meth:`SessionState.take_changes` returns only the entries
+that changed since the last call, so a state store writes what changed, not the whole
+history.
 """
 
 from __future__ import annotations
@@ -38,7 +39,7 @@ from ctxpolicy.engine.stored import (
     check_seen_repairs,
     check_stats,
 )
-from ctxpolicy.state._codec import check_key, entry_text
+from ctxpolicy.state._codec import built_text, check_key, entry_text
 
 if TYPE_CHECKING:  # pragma: no cover
     from ctxpolicy.budget import ToolGrowthEstimator
@@ -137,17 +138,26 @@ def unit_from_json(d: Mapping[str, Any]) -> Unit:
 #: message indices are kept as one floor per kind (the entry stays bounded).
 MAX_SEEN_REPAIRS = 256
 
-#: Scalar fields kept in the ``meta`` entry (counters and small scalars: every call
-#: rewrites it, so it holds nothing whose size a conversation controls).
-_META_FIELDS = (
-    "step",
-    "learned_window",
-    "calibration",
-    "usage_seen",
-    "overflow_attempts",
-    "status",
-    "hold_until",
-)
+#: ``touch("meta")`` marks the scalars of the state changed; a save writes each of
+#: the three entries that hold them only when its value differs from what was last
+#: written (or loaded), so a commit is proportional to what changed:
+#:
+#: * ``meta``: the format and the per-call counters (the step counter, ``stats``;
+#:   about 0.25 KB, written by every call — what a 0.1 reader needs most);
+#: * ``status``: the last ``context.status`` (about 0.4 KB, written by ``prepare``,
+#:   never by ``add_tool_result``);
+#: * ``scalars``: the fields that rarely change (a learned window, calibration,
+#:   overflow attempts, a compaction hold), written on the save after one changed.
+#:
+#: Before 0.2 ``meta`` held all of them (:data:`_LEGACY_META`, still read from there).
+SCALAR_ENTRIES = ("meta", "status", "scalars")
+_SCALAR_FIELDS = ("learned_window", "calibration", "usage_seen", "overflow_attempts", "hold_until")
+#: Entries the engine builds from typed fields, every dict keyed by text: encoded
+#: with :func:`ctxpolicy.state._codec.built_text` (no walk over the value first).
+_BUILT = frozenset({*SCALAR_ENTRIES, "growth"})
+#: Fields a ``meta`` entry written before 0.2 holds besides the counters: read from
+#: there over the entries that hold them now, and moved with the next save.
+_LEGACY_META = (*_SCALAR_FIELDS, "status")
 #: Texts that rarely change, kept in the ``texts`` entry: written on the save after
 #: they changed, never by a call that did not change them (a handover text can be
 #: many KB). Before 0.2 they were fields of ``meta`` (still read from there).
@@ -209,6 +219,10 @@ class SessionState:
     _deleted: set[str] = field(default_factory=set, repr=False)
     #: ``(handover_text, unfit)`` as last written to the ``texts`` entry
     _texts_saved: Any = field(default=(None, None), repr=False)
+    #: the value last written to (or loaded from) each of :data:`SCALAR_ENTRIES`
+    _scalars_saved: dict[str, Any] = field(default_factory=dict, repr=False)
+    #: where a loaded learned window came from (the key of its ``state.invalid``)
+    window_key: str = field(default="scalars.learned_window", repr=False, compare=False)
     #: ``refh/<digest>`` key → its call id
     _hashed: dict[str, str] = field(default_factory=dict, repr=False)
 
@@ -279,11 +293,11 @@ class SessionState:
         """The value of one entry."""
         section, _, name = key.partition("/")
         if section == "meta":
-            return {
-                "format": STATE_FORMAT,
-                **{f: getattr(self, f) for f in _META_FIELDS},
-                "stats": self.stats.to_dict(),
-            }
+            return {"format": STATE_FORMAT, "step": self.step, "stats": self.stats.to_dict()}
+        if section == "status":
+            return dict(self.status) if self.status is not None else None
+        if section == "scalars":
+            return {f: getattr(self, f) for f in _SCALAR_FIELDS}
         if section == "texts":
             return {f: getattr(self, f) for f in _TEXT_FIELDS}
         if section == "repairs":
@@ -310,7 +324,8 @@ class SessionState:
 
     def to_entries(self) -> dict[str, Any]:
         """Every entry (a full save)."""
-        keys = ["meta", "ledger", "growth", "memory"]
+        keys = ["meta", "scalars", "ledger", "growth", "memory"]
+        keys += ["status"] if self.status is not None else []
         keys += ["texts"] if self.handover_text is not None or self.unfit is not None else []
         keys += ["repairs"] if self.seen_repairs or self.repair_floor else []
         keys += [f"decision/{k}" for k in self.decisions]
@@ -320,17 +335,40 @@ class SessionState:
 
     def take_changes(self) -> tuple[dict[str, Any], list[str]]:
         """Entries changed and deleted since the last call (then forgotten)."""
-        self._note_texts()
-        put = {k: _jsonable(self._entry(k)) for k in sorted(self._dirty)}
+        put = {k: _jsonable(v) for k, v in self._changed_values()}
         return put, self._forget_changes()
 
     def take_encoded_changes(self) -> tuple[dict[str, str], list[str]]:
         """:meth:`take_changes` with each value as its canonical JSON text (what a
         JSON state store writes; :func:`ctxpolicy.state._codec.entry_text`): one
         encoding per changed entry, no round trip through ``json.loads``."""
-        self._note_texts()
-        put = {k: entry_text(k, self._entry(k)) for k in sorted(self._dirty)}
+        built = _BUILT
+        put = {
+            k: (built_text if k in built else entry_text)(k, v) for k, v in self._changed_values()
+        }
         return put, self._forget_changes()
+
+    def _changed_values(self) -> list[tuple[str, Any]]:
+        """``(key, value)`` of every changed entry, in key order. A ``touch("meta")``
+        yields those of :data:`SCALAR_ENTRIES` whose value differs from the one last
+        written: one comparison each, and an unchanged one is neither encoded nor
+        written (``add_tool_result`` leaves ``status`` and ``scalars`` alone)."""
+        self._note_texts()
+        dirty = self._dirty
+        out: list[tuple[str, Any]] = []
+        if "meta" in dirty:
+            dirty.discard("meta")
+            saved = self._scalars_saved
+            for key in SCALAR_ENTRIES:
+                value = self._entry(key)
+                if value is None or value == saved.get(key, _UNSAVED):
+                    continue
+                saved[key] = value
+                self._deleted.discard(key)
+                out.append((key, value))
+        out += [(k, self._entry(k)) for k in dirty]
+        out.sort(key=lambda kv: kv[0])
+        return out
 
     def _note_texts(self) -> None:
         """Mark the ``texts`` entry changed (or deleted: both texts unset) when the texts
@@ -393,12 +431,12 @@ class SessionState:
                 problems.append(Problem(key, str(exc)[:200]))
                 return None
 
-        for f in _META_FIELDS:
-            if f in meta:
-                try:
-                    setattr(st, f, check_meta_field(f, meta[f], bounds))
-                except Invalid as exc:
-                    problems.append(Problem(f"meta.{f}", str(exc)[:200]))
+        if "step" in meta:
+            try:
+                st.step = check_meta_field("step", meta["step"], bounds)
+            except Invalid as exc:
+                problems.append(Problem("meta.step", str(exc)[:200]))
+        st._load_scalars(entries, meta, problems, bounds)
         st._load_texts(entries.get("texts"), meta, problems, bounds)
         if st.unfit is not None and st.learned_window is None:
             st.unfit = None  # judged against a learned window only
@@ -422,6 +460,8 @@ class SessionState:
                 st.stats = PreparedStats.from_dict(stats)
         if problems:
             st._put("meta")
+        if "meta" not in st._dirty and isinstance(raw_meta, dict):
+            st._scalars_saved["meta"] = st._entry("meta")
         raw_memory = entries.get("memory")
         if raw_memory is not None:
             memory = check("memory", lambda: check_memory(raw_memory))
@@ -454,6 +494,53 @@ class SessionState:
                 st._drop(key)
         st.problems = problems
         return st
+
+    def _load_scalars(
+        self,
+        entries: Mapping[str, Any],
+        meta: Mapping[str, Any],
+        problems: list[Problem],
+        bounds: WindowBounds | None,
+    ) -> None:
+        """The ``scalars`` and ``status`` entries, then any of their fields a ``meta``
+        written before 0.2 holds (over them: a state written since never has both).
+        An entry read as valid is remembered as written; a legacy field makes the next
+        save rewrite ``meta`` without it and write the entry that holds it now."""
+        sources: list[tuple[str, Mapping[str, Any]]] = []
+        raw = entries.get("scalars")
+        if type(raw) is dict:
+            sources.append(("scalars", raw))
+        elif raw is not None:
+            problems.append(Problem("scalars", "not an object"))
+        if "status" in entries:
+            sources.append(("", {"status": entries["status"]}))
+        legacy = {f: meta[f] for f in _LEGACY_META if f in meta}
+        if legacy:
+            sources.append(("meta", legacy))
+            self._put("meta")
+        invalid: set[str] = set()
+        for where, source in sources:
+            for f in (*_SCALAR_FIELDS, "status"):
+                if f not in source:
+                    continue
+                key = f"{where}.{f}" if where else f
+                if f == "learned_window":
+                    self.window_key = f"{where or 'scalars'}.{f}"
+                try:
+                    setattr(self, f, check_meta_field(f, source[f], bounds))
+                    invalid.discard(f)
+                except Invalid as exc:
+                    problems.append(Problem(key, str(exc)[:200]))
+                    setattr(self, f, getattr(_FRESH, f))
+                    invalid.add(f)
+        if "status" in invalid and self.status is None and "status" in entries:
+            self._drop("status")  # unless a prepare writes a new one first
+        if legacy:
+            return  # every entry is written with the next save
+        if type(raw) is dict and not invalid & set(_SCALAR_FIELDS):
+            self._scalars_saved["scalars"] = self._entry("scalars")
+        if "status" in entries and "status" not in invalid:
+            self._scalars_saved["status"] = self._entry("status")
 
     def _load_texts(
         self,
@@ -507,6 +594,10 @@ class SessionState:
         except Invalid:
             return False
         return True
+
+
+#: What a new conversation starts with (a field that was stored invalid starts afresh).
+_FRESH = SessionState()
 
 
 def _jsonable(value: Any) -> Any:

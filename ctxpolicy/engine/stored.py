@@ -111,7 +111,7 @@ def verify_learned_window(ctx: EngineContext) -> None:
         st.touch("meta")
         ctx.emit(
             StateInvalid(
-                key="meta.learned_window",
+                key=st.window_key,
                 reason=f"learned_window {learned} is below the pinned content ({pinned} tokens)",
             )
         )

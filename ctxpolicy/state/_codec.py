@@ -21,6 +21,7 @@ __all__ = [
     "IDENTIFIER_PATTERN",
     "MAX_ID_CHARS",
     "MAX_VERSION",
+    "built_text",
     "canonical_text",
     "check_encoded",
     "check_expected",
@@ -81,6 +82,8 @@ def _check_text(what: str, text: str) -> None:
         raise ValueError(f"{what} is longer than {MAX_ID_CHARS} characters")
     if "\x00" in text:
         raise ValueError(f"{what} must not contain NUL characters")
+    if text.isascii():  # a flag of the string: valid UTF-8, nothing to encode
+        return
     try:
         text.encode("utf-8")
     except UnicodeEncodeError as exc:
@@ -140,6 +143,19 @@ def entry_text(key: str, value: Any) -> str:
         return canonical_text(value)
     plain = json.loads(json.dumps(value, ensure_ascii=False, default=str, allow_nan=False))
     return encode(key, plain)
+
+
+def built_text(key: str, value: Any) -> str:
+    """:func:`entry_text` of a value the engine builds from typed fields, every dict
+    of it keyed by text (the counters, the last status, the growth samples): its
+    canonical text directly, without :func:`entry_text`'s walk over the value (about
+    a third of its time) — for such a value the JSON encoder writes what it writes
+    for the value's read-back (tuples as lists, subclasses of JSON types as their
+    base type). A value JSON cannot hold (a TypeError) takes :func:`entry_text`."""
+    try:
+        return canonical_text(value)
+    except TypeError:
+        return entry_text(key, value)
 
 
 def encode(key: str, value: Any) -> str:

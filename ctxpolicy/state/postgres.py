@@ -110,6 +110,7 @@ class PostgresStateStore(SqlStateStore["psycopg.Connection[Any]"]):
                 f"({_parse_problem(exc)}); the value is not shown, it may hold a password"
             ) from None
         self.where = scrub(describe_dsn(self._dsn), self._secrets)
+        self._commit_texts: dict[bool, str] = {}
         self._start(self.options.table)
 
     def __repr__(self) -> str:
@@ -242,8 +243,17 @@ class PostgresStateStore(SqlStateStore["psycopg.Connection[Any]"]):
     def _commit_sql(self, expected: int) -> str:
         """One statement, so one round trip and one implicit transaction: bump the
         version iff it is ``expected`` (the row lock serialises committers; a loser's
-        ``WHERE`` no longer matches), and only then upsert and delete entries."""
-        if expected == 0:
+        ``WHERE`` no longer matches), and only then upsert and delete entries. Built
+        once per kind (first commit or not): the same text every time, so psycopg
+        prepares it on the server after a few commits."""
+        first = expected == 0
+        cached = self._commit_texts.get(first)
+        if cached is None:
+            cached = self._commit_texts[first] = self._build_commit_sql(first)
+        return cached
+
+    def _build_commit_sql(self, first: bool) -> str:
+        if first:
             bump = (
                 f"INSERT INTO {self._versions} (conv_id, version) VALUES (%(conv)s, "
                 f"COALESCE((SELECT version FROM {self._floor} WHERE id = 1), 0) + 1) "

@@ -73,6 +73,16 @@ class SqliteStateStore(SqlStateStore[sqlite3.Connection]):
     def _open_store(self) -> None:
         self.path = self.where = self._resolve_path()
         self._start(self.options.table)
+        # the statements of a commit, built once (sqlite3 keeps them prepared, keyed by text)
+        self._bump_sql = (
+            f"UPDATE {self._versions} SET version = ?, updated_at = ? "
+            "WHERE conv_id = ? AND version = ?"
+        )
+        self._put_sql = (
+            f"INSERT INTO {self._entries} (conv_id, key, value) VALUES (?, ?, ?) "
+            "ON CONFLICT (conv_id, key) DO UPDATE SET value = excluded.value"
+        )
+        self._drop_sql = f"DELETE FROM {self._entries} WHERE conv_id = ? AND key = ?"
 
     def _resolve_path(self) -> str:
         if self.options.path is not None:
@@ -186,34 +196,42 @@ class SqliteStateStore(SqlStateStore[sqlite3.Connection]):
     def _apply(
         self, conn: sqlite3.Connection, conv_id: str, expected: int, rows: Rows, dropped: list[str]
     ) -> int:
+        """The compare-and-set and the changes, in the caller's transaction: the version
+        check is the ``WHERE`` of the one statement that bumps it (a conversation's
+        first commit inserts its row instead), then one prepared statement per change."""
+        now = time.time()
+        if expected:
+            new = expected + 1
+            if conn.execute(self._bump_sql, (new, now, conv_id, expected)).rowcount != 1:
+                self._conflict(conn, conv_id, expected)
+        else:
+            if conn.execute(
+                f"SELECT 1 FROM {self._versions} WHERE conv_id = ?", (conv_id,)
+            ).fetchone():
+                self._conflict(conn, conv_id, expected)
+            # above every version a pruned conversation had
+            floor = conn.execute(f"SELECT version FROM {self._floor} WHERE id = 1").fetchone()
+            new = (floor[0] if floor and isinstance(floor[0], int) else 0) + 1
+            conn.execute(
+                f"INSERT INTO {self._versions} (conv_id, version, updated_at) VALUES (?, ?, ?)",
+                (conv_id, new, now),
+            )
+        if len(rows) == 1:
+            conn.execute(self._put_sql, (conv_id, *rows[0]))
+        elif rows:
+            conn.executemany(self._put_sql, [(conv_id, k, v) for k, v in rows])
+        if dropped:
+            conn.executemany(self._drop_sql, [(conv_id, k) for k in dropped])
+        return new
+
+    def _conflict(self, conn: sqlite3.Connection, conv_id: str, expected: int) -> None:
+        """Raise the StateConflict of a commit whose version check failed (nothing of it
+        was written: the caller rolls back)."""
         row = conn.execute(
             f"SELECT version FROM {self._versions} WHERE conv_id = ?", (conv_id,)
         ).fetchone()
         found = 0 if row is None else row[0]
-        if found != expected:
-            raise StateConflict(conv_id, expected, found if isinstance(found, int) else None)
-        new = expected + 1
-        if not expected:  # above every version a pruned conversation had
-            floor = conn.execute(f"SELECT version FROM {self._floor} WHERE id = 1").fetchone()
-            new = (floor[0] if floor and isinstance(floor[0], int) else 0) + 1
-        conn.execute(
-            f"INSERT INTO {self._versions} (conv_id, version, updated_at) VALUES (?, ?, ?) "
-            "ON CONFLICT (conv_id) DO UPDATE SET version = excluded.version, "
-            "updated_at = excluded.updated_at",
-            (conv_id, new, time.time()),
-        )
-        if rows:
-            conn.executemany(
-                f"INSERT INTO {self._entries} (conv_id, key, value) VALUES (?, ?, ?) "
-                "ON CONFLICT (conv_id, key) DO UPDATE SET value = excluded.value",
-                [(conv_id, k, v) for k, v in rows],
-            )
-        if dropped:
-            conn.executemany(
-                f"DELETE FROM {self._entries} WHERE conv_id = ? AND key = ?",
-                [(conv_id, k) for k in dropped],
-            )
-        return new
+        raise StateConflict(conv_id, expected, found if isinstance(found, int) else None)
 
 
 #: Files SQLite keeps beside the database.

@@ -108,7 +108,7 @@ def test_hold_is_persisted_so_a_resumed_session_prepares_the_same() -> None:
     expected = [whole.prepare(conversation(r, 1500)) for r in range(4, 20)]
     got = [first.prepare(conversation(r, 1500)) for r in range(4, 12)]
     entries = first.state_entries()
-    assert entries["meta"]["hold_until"] is not None
+    assert entries["scalars"]["hold_until"] is not None
     resumed = Session(pol)
     resumed.load_state(entries)
     got += [resumed.prepare(conversation(r, 1500)) for r in range(12, 20)]

@@ -287,4 +287,5 @@ def test_a_stored_window_below_the_pinned_task_is_not_obeyed(learned: int) -> No
     [bad] = _types(events, "state.invalid")
     assert bad["key"] == "meta.learned_window" and "pinned" in bad["reason"]
     assert s.state.learned_window is None
-    assert crafted.load("c").entries["meta"]["learned_window"] is None
+    stored = crafted.load("c").entries  # moved out of meta (the layout before 0.2)
+    assert "learned_window" not in stored["meta"] and stored["scalars"]["learned_window"] is None
