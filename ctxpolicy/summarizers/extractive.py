@@ -90,6 +90,7 @@ class ExtractiveSummarizer(Summarizer):
     )
     Options = ExtractiveOptions
     options: ExtractiveOptions
+    in_process = True  # no I/O: called without a timeout thread
 
     def summarize(self, request: SummaryRequest) -> str:
         opts = self.options
