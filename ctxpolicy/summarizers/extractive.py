@@ -191,19 +191,35 @@ def _args_text(m: Mapping[str, Any]) -> str:
 
 
 def _bound(d: Digest, max_tokens: int, count: Callable[[str], int]) -> str:
+    """``d`` rendered, its largest trimmable section losing its oldest item (ties:
+    :data:`TRIMMABLE` order), then the goal halved, until it counts ``max_tokens`` at
+    most. Each step recounts the whole text (a tokenizer need not be additive); the
+    section sizes and rendered lines are kept up to date instead of rebuilt."""
     text = d.render()
-    while count(text) > max_tokens:
-        sizes = [(sum(len(i) for i in d.sections[s]), s) for s in TRIMMABLE if d.sections[s]]
-        if sizes:
-            # largest section loses its oldest item (ties: TRIMMABLE order)
-            best = max(sizes, key=lambda t: (t[0], -TRIMMABLE.index(t[1])))[1]
-            d.sections[best].pop(0)
+    if count(text) <= max_tokens:
+        return text
+    sections = d.sections
+    lines = {s: [f"- {i}" for i in sections[s]] for s in SECTIONS}
+    sizes = {s: sum(map(len, sections[s])) for s in TRIMMABLE}
+    rank = {s: -k for k, s in enumerate(TRIMMABLE)}
+    while True:
+        filled = [s for s in TRIMMABLE if sections[s]]
+        if filled:
+            best = max(filled, key=lambda s: (sizes[s], rank[s]))
+            sizes[best] -= len(sections[best].pop(0))
+            del lines[best][0]
         elif len(d.goal) > 40:
             d.goal = short(d.goal, max(40, len(d.goal) // 2))
         else:
-            break
-        text = d.render()
-    return text
+            return text
+        out = [HEADER, f"Goal: {d.goal}"] if d.goal else [HEADER]
+        for s in SECTIONS:
+            if lines[s]:
+                out.append(f"{s}:")
+                out.extend(lines[s])
+        text = "\n".join(out)
+        if count(text) <= max_tokens:
+            return text
 
 
 @hookimpl
