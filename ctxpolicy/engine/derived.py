@@ -132,6 +132,8 @@ class Derived:
         self.last_units: list[Unit] = []
         #: the conversation's history archive, opened on the first compaction
         self.history: HistoryArchive | None = None
+        #: the last special units (handover, ledger) and the texts they were made of
+        self.specials: tuple[tuple[str | None, str | None], list[Unit]] | None = None
         #: the ledger as rendered into the context (None: no ledger or empty)
         self.ledger_text: str | None = ledger.render() if ledger is not None else None
 
