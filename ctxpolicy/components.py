@@ -200,7 +200,13 @@ class Summarizer(Component):
     Raise any exception to signal failure: the engine keeps history unchanged and
     counts the failure for the circuit breaker. Returning an empty string, or a text
     longer than ``max_tokens``, is also a failure.
+
+    ``in_process``: True for a local computation that cannot block on I/O (the
+    built-in ``extractive``): the ``summarize`` layer calls it in the caller's thread,
+    without the thread that bounds a call by ``timeout_s``.
     """
+
+    in_process: ClassVar[bool] = False
 
     def summarize(self, request: SummaryRequest) -> str:
         raise NotImplementedError

@@ -251,7 +251,9 @@ def first_facts(texts: Iterable[str], limit: int) -> list[str]:
     each text in turn (a path never spans the newline between two texts, nor do the
     URLs and UUIDs scrubbed before paths are looked for): once the texts read hold
     ``limit`` distinct paths, the rest cannot change the answer. Otherwise the
-    texts read are extracted whole, as one.
+    texts read are extracted whole, as one, for every category but the paths, which
+    are the ones already found (unless a text holds a block a preprocessor derived:
+    :func:`without_derived` of the joined texts may then cut into the next one).
     """
     read: list[str] = []
     paths: dict[str, None] = {}
@@ -261,7 +263,14 @@ def first_facts(texts: Iterable[str], limit: int) -> list[str]:
             paths.setdefault(p)
         if len(paths) >= limit:
             return list(paths)[:limit]
-    return extract("\n".join(read)).all()[:limit] if read else []
+    if not read:
+        return []
+    joined = "\n".join(read)
+    if DERIVED_HEADING in joined:
+        return extract(joined).all()[:limit]
+    facts = extract(joined, only=_ALL - {"paths"})
+    facts.paths = list(paths)
+    return facts.all()[:limit]
 
 
 def error_lines(text: str, limit: int = 5, max_len: int = 200) -> list[str]:

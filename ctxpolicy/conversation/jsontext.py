@@ -12,12 +12,44 @@ reported by the second return value).
 from __future__ import annotations
 
 import json
-from json.encoder import py_encode_basestring, py_encode_basestring_ascii
+from collections.abc import Callable
+from json import encoder as json_encoder_module
+from json.encoder import encode_basestring, py_encode_basestring, py_encode_basestring_ascii
 from typing import Any
 
-__all__ = ["dumps_bytes", "iter_dumps", "to_json"]
+__all__ = ["dumps_bytes", "fast_dumps", "iter_dumps", "to_json"]
 
 _CHUNK = 10**1000
+
+
+def fast_dumps(
+    *, sort_keys: bool = False, separators: tuple[str, str] = (", ", ": ")
+) -> Callable[[Any], str]:
+    """``json.dumps(v, ensure_ascii=False, default=str, sort_keys=..., separators=...)``
+    as one reused C encoder: ``json.dumps`` with options builds an encoder on every
+    call, which costs more than encoding a small message. Same text for every value
+    ``json.dumps`` encodes; a cycle raises ``RecursionError`` instead of ``ValueError``."""
+    item_sep, key_sep = separators
+    py = json.JSONEncoder(
+        ensure_ascii=False, default=str, sort_keys=sort_keys, separators=separators
+    )
+    c_make_encoder = getattr(json_encoder_module, "c_make_encoder", None)
+    if c_make_encoder is None:  # pragma: no cover - CPython always has _json
+        return py.encode
+    c = c_make_encoder(
+        None, str, encode_basestring, None, key_sep, item_sep, sort_keys, False, True
+    )
+
+    def dumps(v: Any) -> str:
+        if type(v) is str:
+            return py.encode(v)
+        return "".join(c(v, 0))
+
+    return dumps
+
+
+_dumps = fast_dumps()
+_dumps_compact = fast_dumps(separators=(",", ":"))
 
 
 def _int_text(n: int) -> str:
@@ -110,7 +142,7 @@ def to_json(obj: Any) -> tuple[str, bool]:
     """``json.dumps(obj, ensure_ascii=False, default=str)``, or :func:`iter_dumps`
     when that raises (depth, cycles, huge integers)."""
     try:
-        return json.dumps(obj, ensure_ascii=False, default=str), True
+        return _dumps(obj), True
     except Exception:  # depth, cycles, huge integers, a default=str that raises
         return iter_dumps(obj)
 
@@ -120,7 +152,7 @@ def dumps_bytes(obj: Any) -> bytes:
     ``\\udcxx`` escapes (valid JSON that ``json.loads`` returns exactly)."""
     compact = (",", ":")
     try:
-        text = json.dumps(obj, ensure_ascii=False, separators=compact, default=str)
+        text = _dumps_compact(obj)
     except Exception:
         text = iter_dumps(obj, separators=compact)[0]
     try:

@@ -161,9 +161,10 @@ class EngineContext:
     def special_units(self) -> list[Unit]:
         """The pinned handover and ledger messages (system role, marked)."""
         adopted, handover = self.adopted()
-        ledger = adopted or self.derived.ledger_text
-        parts = (
-            ("handover", HANDOVER_MARK, self.state.handover_text or handover),
-            ("ledger", LEDGER_MARK, ledger),
-        )
-        return [special_unit(key, mark, text) for key, mark, text in parts if text]
+        texts = (self.state.handover_text or handover, adopted or self.derived.ledger_text)
+        made = self.derived.specials
+        if made is None or made[0] != texts:  # the same texts: the same (frozen) units
+            parts = (("handover", HANDOVER_MARK, texts[0]), ("ledger", LEDGER_MARK, texts[1]))
+            units = [special_unit(key, mark, text) for key, mark, text in parts if text]
+            made = self.derived.specials = (texts, units)
+        return list(made[1])

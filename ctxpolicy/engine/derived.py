@@ -132,6 +132,8 @@ class Derived:
         self.last_units: list[Unit] = []
         #: the conversation's history archive, opened on the first compaction
         self.history: HistoryArchive | None = None
+        #: the last special units (handover, ledger) and the texts they were made of
+        self.specials: tuple[tuple[str | None, str | None], list[Unit]] | None = None
         #: the ledger as rendered into the context (None: no ledger or empty)
         self.ledger_text: str | None = ledger.render() if ledger is not None else None
 
@@ -467,11 +469,17 @@ class Caches:
             key = (st.decisions_version, tuple(u.messages[0]["content"] for u in specials))
         view: list[Unit] = []
         decided_upto = 0
+        # units of ours in the view (decided, special): counted by the counter; the
+        # originals by the grouping's prefix sums (no pass over every message)
+        added: list[Unit] = list(specials)
+        dropped = 0  # tokens of the originals a decision replaced
         for i, u in enumerate(originals):
             if u.key in st.decisions:
                 decided_upto = i + 1
                 if not u.pinned:
                     view.extend(st.decisions[u.key])
+                    added.extend(st.decisions[u.key])
+                    dropped += span(i, i + 1) if span is not None else 0
                     continue
             view.append(u)
         view = insert_specials(view, specials)
@@ -485,8 +493,14 @@ class Caches:
         if q and view[q - 1].kind == "ledger" and p < len(originals):
             p, q = p + 1, q + 1
         out = render(view)
-        priming = s.counter.count_messages([])
-        self.out_tokens = total = s.counter.count_messages(out)
+        counter = s.counter
+        priming = counter.count_messages([])
+        if span is not None:  # the same number as count_messages(out)
+            total = priming + span(0, len(originals)) - dropped
+            total += sum(counter.count_message(m) for u in added for m in u.messages)
+        else:
+            total = counter.count_messages(out)
+        self.out_tokens = total
         self.views = (
             None
             if (q and view[q - 1].kind == "ledger") or span is None

@@ -21,7 +21,6 @@ untouched (the input units are returned with ``report["failed"]``). After
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, ClassVar
 
@@ -37,6 +36,7 @@ from ctxpolicy.components import (
 )
 from ctxpolicy.conversation import Message, Unit
 from ctxpolicy.conversation.cut import approx_tokens, head_tail
+from ctxpolicy.conversation.jsontext import fast_dumps
 from ctxpolicy.conversation.messages import with_text
 from ctxpolicy.conversation.refs import unit_refs
 from ctxpolicy.event_types import (
@@ -105,8 +105,14 @@ class SummaryFailure(Exception):
     """A summarizer result that cannot be used."""
 
 
+#: ``json.dumps(m, ensure_ascii=False, sort_keys=True, default=str)`` without building
+#: an encoder per message
+_json = fast_dumps(sort_keys=True)
+
+
 def _msg_tokens(m: Mapping[str, Any], ct: Callable[[str], int]) -> int:
-    return ct(json.dumps(m, ensure_ascii=False, sort_keys=True, default=str))
+    """Tokens of ``m`` as the summary request sends it (its JSON text)."""
+    return ct(_json(m))
 
 
 def _shrink(m: Message, budget: int, ct: Callable[[str], int]) -> Message:
@@ -199,9 +205,11 @@ class Summarize(Layer):
     # ------------------------------------------------------------------ call
     def _call(self, summarizer: Summarizer, req: SummaryRequest, ctx: CompactionContext) -> Any:
         """One summarizer call, bounded by ``timeout_s`` (:func:`ctxpolicy.bounded.call_bounded`:
-        a hung call keeps one daemon thread per summarizer; later calls fail fast)."""
+        a hung call keeps one daemon thread per summarizer; later calls fail fast). A
+        summarizer that runs in process (``Summarizer.in_process``) cannot hang on I/O:
+        it is called directly, without a thread per call."""
         timeout = self.options.timeout_s
-        if timeout is None:
+        if timeout is None or summarizer.in_process:
             return summarizer.summarize(req)
         from ctxpolicy.bounded import CallBusy, CallTimeout, call_bounded
 

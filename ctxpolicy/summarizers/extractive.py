@@ -23,7 +23,7 @@ from ctxpolicy.components import ComponentOptions, Summarizer, SummaryRequest
 from ctxpolicy.conversation import content_text
 from ctxpolicy.conversation.cut import approx_tokens, describe_call, result_outcome, short
 from ctxpolicy.conversation.facts import error_lines, extract
-from ctxpolicy.conversation.refs import REF_LINE
+from ctxpolicy.conversation.refs import REF_LINE, REF_MARK
 from ctxpolicy.plugins import hookimpl
 
 HEADER = "[Summary of earlier conversation (extractive digest)]"
@@ -48,11 +48,23 @@ class Digest:
     def __init__(self) -> None:
         self.goal = ""
         self.sections: dict[str, list[str]] = {s: [] for s in SECTIONS}
+        # per section: (its list, its length, its items) as of the last add
+        self._seen: dict[str, tuple[list[str], int, set[str]]] = {}
 
     def add(self, section: str, item: str) -> None:
+        """Append ``item`` (stripped) to ``section`` unless it is empty or already there."""
         item = item.strip()
-        if item and item not in self.sections[section]:
-            self.sections[section].append(item)
+        if not item:
+            return
+        items = self.sections[section]
+        memo = self._seen.get(section)
+        if memo is None or memo[0] is not items or memo[1] != len(items):
+            memo = (items, len(items), set(items))  # changed elsewhere: read it again
+        if item not in memo[2]:
+            items.append(item)
+            memo[2].add(item)
+            memo = (items, len(items), memo[2])
+        self._seen[section] = memo
 
     def render(self) -> str:
         lines = [HEADER]
@@ -90,6 +102,7 @@ class ExtractiveSummarizer(Summarizer):
     )
     Options = ExtractiveOptions
     options: ExtractiveOptions
+    in_process = True  # no I/O: called without a timeout thread
 
     def summarize(self, request: SummaryRequest) -> str:
         opts = self.options
@@ -101,16 +114,19 @@ class ExtractiveSummarizer(Summarizer):
                 d.add("Decisions", "earlier: " + short(request.previous_summary, opts.goal_chars))
         for c in request.constraints:
             d.add("Constraints", c)
-        results: dict[str, str] = {}
-        for m in request.messages:
+        # per call id: the result's text and its whole lines (the last result wins);
+        # per tool message: its whole lines
+        results: dict[str, tuple[str, str]] = {}
+        whole: dict[int, str] = {}
+        for i, m in enumerate(request.messages):
             if m.get("role") == "tool":
-                results[str(m.get("tool_call_id", ""))] = content_text(m.get("content"))
+                raw = content_text(m.get("content"))
+                whole[i] = whole_lines(raw)
+                results[str(m.get("tool_call_id", ""))] = (raw, whole[i])
         answered = False  # an assistant turn came before: later user text is feedback
-        for m in request.messages:
+        for i, m in enumerate(request.messages):
             role = m.get("role")
-            text = content_text(m.get("content"))
-            if role == "tool":
-                text = whole_lines(text)
+            text = whole[i] if role == "tool" else content_text(m.get("content"))
             if (
                 role == "user"
                 and not d.goal
@@ -124,18 +140,19 @@ class ExtractiveSummarizer(Summarizer):
                 for tc in m.get("tool_calls") or []:
                     if not isinstance(tc, Mapping):
                         continue
-                    out = results.get(str(tc.get("id", "")), "")
+                    out, out_lines = results.get(str(tc.get("id", "")), ("", ""))
                     item = describe_call(tc, n)
-                    outcome = result_outcome(whole_lines(out), n, n // 2)
+                    outcome = result_outcome(out_lines, n, n // 2)
                     if outcome:
                         item += f" → {outcome}"
-                    ref = REF_LINE.search(out)
+                    ref = REF_LINE.search(out) if REF_MARK in out else None
                     if ref:
                         item += f" [{ref.group('uri') or ref.group('path')}]"
                     d.add("Commands", item)
                 if text.strip():
                     d.add("Decisions", short(text, n))
-            facts = extract(REF_LINE.sub("", text) + "\n" + _args_text(m))
+            body = REF_LINE.sub("", text) if REF_MARK in text else text
+            facts = extract(body + "\n" + _args_text(m))
             for p in facts.paths:
                 d.add("Files", p)
             for x in [*facts.ids, *facts.urls, *facts.settings, *facts.numbers, *facts.symbols]:
@@ -161,6 +178,8 @@ _CUT_MARKERS = (
 def whole_lines(text: str) -> str:
     """``text`` without the partial lines a character cut leaves beside its marker
     (``pt SympifyError:`` from ``except SympifyError:``): one pass, linear."""
+    if " chars omitted] " not in text and " chars elided " not in text:
+        return text  # no marker (each holds one of these): a substring test, no regex pass
     cuts = sorted(m.span() for rx in _CUT_MARKERS for m in rx.finditer(text))
     if not cuts:
         return text
@@ -190,19 +209,35 @@ def _args_text(m: Mapping[str, Any]) -> str:
 
 
 def _bound(d: Digest, max_tokens: int, count: Callable[[str], int]) -> str:
+    """``d`` rendered, its largest trimmable section losing its oldest item (ties:
+    :data:`TRIMMABLE` order), then the goal halved, until it counts ``max_tokens`` at
+    most. Each step recounts the whole text (a tokenizer need not be additive); the
+    section sizes and rendered lines are kept up to date instead of rebuilt."""
     text = d.render()
-    while count(text) > max_tokens:
-        sizes = [(sum(len(i) for i in d.sections[s]), s) for s in TRIMMABLE if d.sections[s]]
-        if sizes:
-            # largest section loses its oldest item (ties: TRIMMABLE order)
-            best = max(sizes, key=lambda t: (t[0], -TRIMMABLE.index(t[1])))[1]
-            d.sections[best].pop(0)
+    if count(text) <= max_tokens:
+        return text
+    sections = d.sections
+    lines = {s: [f"- {i}" for i in sections[s]] for s in SECTIONS}
+    sizes = {s: sum(map(len, sections[s])) for s in TRIMMABLE}
+    rank = {s: -k for k, s in enumerate(TRIMMABLE)}
+    while True:
+        filled = [s for s in TRIMMABLE if sections[s]]
+        if filled:
+            best = max(filled, key=lambda s: (sizes[s], rank[s]))
+            sizes[best] -= len(sections[best].pop(0))
+            del lines[best][0]
         elif len(d.goal) > 40:
             d.goal = short(d.goal, max(40, len(d.goal) // 2))
         else:
-            break
-        text = d.render()
-    return text
+            return text
+        out = [HEADER, f"Goal: {d.goal}"] if d.goal else [HEADER]
+        for s in SECTIONS:
+            if lines[s]:
+                out.append(f"{s}:")
+                out.extend(lines[s])
+        text = "\n".join(out)
+        if count(text) <= max_tokens:
+            return text
 
 
 @hookimpl

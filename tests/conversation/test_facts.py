@@ -2,6 +2,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ctxpolicy.conversation.facts import (
+    DERIVED_HEADING,
     Facts,
     error_lines,
     extract,
@@ -158,6 +159,12 @@ def test_first_facts_is_the_head_of_all_facts_of_the_joined_texts(
     texts: list[str], limit: int
 ) -> None:
     assert first_facts(iter(texts), limit) == extract("\n".join(texts)).all()[:limit]
+
+
+def test_first_facts_of_a_derived_block_that_a_join_would_extend() -> None:
+    # the joined text's derived block takes in the next text's indented lines
+    texts = [f"wrote a/b.py\n{DERIVED_HEADING}", "  x/y.py v=1 ABC-12", "done c/d.py"]
+    assert first_facts(iter(texts), 10) == extract("\n".join(texts)).all()[:10]
 
 
 def test_first_facts_stops_reading_once_enough_paths_are_found() -> None:

@@ -213,3 +213,34 @@ def test_a_plain_call_counts_the_prepared_list_from_the_prefix_sums() -> None:
         assert s.status["used"] == real(out)
         if i:  # the first call builds the caches
             assert max(walked, default=0) <= 2, walked
+
+
+def test_a_rebuilt_view_counts_its_originals_from_the_prefix_sums() -> None:
+    """A view built afresh (the caches dropped, decisions and a ledger in force) counts
+    the original units kept from the grouping's prefix sums and only the units of ours
+    (decided, ledger) with the counter: the same number as ``count_messages``."""
+    pol = make_policy(
+        model={"context_window": 6000, "max_output_tokens": 200, "tokenizer": "cl100k_base"},
+        budget={"reserve_output": 200, "tool_growth": 0, "safety_margin": 50},
+        pipeline=PIPELINE,
+    )
+    s = Session(pol)
+    msgs: list[Message] = [{"role": "system", "content": "sys"}, {"role": "user", "content": "go"}]
+    for i in range(60):
+        msgs.append({"role": "assistant", "content": f"step {i} " + "src/app.py " * 20})
+        msgs.append({"role": "user", "content": f"observation {i} BUG-{i} " * 20})
+        s.prepare(msgs)
+    assert s.state.decisions and s.ledger is not None
+    real = s.counter.count_messages
+    walked: list[int] = []
+
+    def count_messages(ms: Any) -> int:
+        walked.append(len(ms))
+        return real(ms)
+
+    s.counter.count_messages = count_messages  # type: ignore[method-assign]
+    _uncached(s)
+    out = s.prepare(msgs)
+    assert s.status is not None and s.status["compact_layer"] is None
+    assert s.status["used"] == real(out)
+    assert max(walked, default=0) <= 2, walked

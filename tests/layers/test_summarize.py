@@ -168,3 +168,27 @@ def test_extractive_default_end_to_end():
     assert res.units[2].meta["summarizer"] == "extractive"
     again = Summarize(SummarizeOptions(min_region_tokens=0)).apply(make_ctx(res.units), res.units)
     assert again.report == {"skipped": "no old rounds"} and again.units == res.units
+
+
+def test_an_in_process_summarizer_is_called_without_a_thread():
+    import threading
+
+    from ctxpolicy.summarizers.extractive import ExtractiveSummarizer
+
+    threads: list[threading.Thread] = []
+
+    class Local(CallableSummarizer):
+        in_process = True
+
+    def fn(req):
+        threads.append(threading.current_thread())
+        return "S"
+
+    units = conv().units()
+    for cls, same in ((Local, True), (CallableSummarizer, False)):
+        threads.clear()
+        ctx = make_ctx(units, summarizer=lambda name, options, c=cls: c.from_function(fn))
+        res = layer(summarizer="callable", timeout_s=5).apply(ctx, units)
+        assert res.report.get("summarized_units") and threads
+        assert all((t is threading.current_thread()) == same for t in threads)
+    assert ExtractiveSummarizer.in_process and not CallableSummarizer.in_process

@@ -229,3 +229,16 @@ def test_the_data_analysis_example_keeps_the_rates_it_computed() -> None:
     for t in tables:
         us = next(line for line in t.splitlines() if line.startswith("US"))
         assert " ".join(us.split()) in out
+
+
+def test_digest_add_sees_changes_made_to_a_section_elsewhere() -> None:
+    d = Digest()
+    for item in ["a", " b ", "a", "", "c"]:
+        d.add("Files", item)
+    assert d.sections["Files"] == ["a", "b", "c"]
+    d.sections["Files"].pop(0)  # trimmed: "a" may come back
+    d.add("Files", "a")
+    d.sections["Files"] = d.sections["Files"][-2:]  # replaced: "b" may come back
+    d.add("Files", "b")
+    d.add("Files", "c")
+    assert d.sections["Files"] == ["c", "a", "b"]
