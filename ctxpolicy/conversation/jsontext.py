@@ -23,21 +23,30 @@ _CHUNK = 10**1000
 
 
 def fast_dumps(
-    *, sort_keys: bool = False, separators: tuple[str, str] = (", ", ": ")
+    *,
+    sort_keys: bool = False,
+    separators: tuple[str, str] = (", ", ": "),
+    default: Callable[[Any], Any] | None = str,
 ) -> Callable[[Any], str]:
-    """``json.dumps(v, ensure_ascii=False, default=str, sort_keys=..., separators=...)``
-    as one reused C encoder: ``json.dumps`` with options builds an encoder on every
-    call, which costs more than encoding a small message. Same text for every value
-    ``json.dumps`` encodes; a cycle raises ``RecursionError`` instead of ``ValueError``."""
+    """``json.dumps(v, ensure_ascii=False, check_circular=False, default=...,
+    sort_keys=..., separators=...)`` as one reused C encoder: ``json.dumps`` with
+    options builds an encoder on every call, which costs more than encoding a small
+    message. Same text for every value ``json.dumps`` encodes; a cycle raises
+    ``RecursionError``. ``default=None``: a value JSON has no type for raises
+    ``TypeError``, as plain ``json.dumps``."""
     item_sep, key_sep = separators
     py = json.JSONEncoder(
-        ensure_ascii=False, default=str, sort_keys=sort_keys, separators=separators
+        ensure_ascii=False,
+        check_circular=False,
+        default=default,
+        sort_keys=sort_keys,
+        separators=separators,
     )
     c_make_encoder = getattr(json_encoder_module, "c_make_encoder", None)
     if c_make_encoder is None:  # pragma: no cover - CPython always has _json
         return py.encode
     c = c_make_encoder(
-        None, str, encode_basestring, None, key_sep, item_sep, sort_keys, False, True
+        None, py.default, encode_basestring, None, key_sep, item_sep, sort_keys, False, True
     )
 
     def dumps(v: Any) -> str:

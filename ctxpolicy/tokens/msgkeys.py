@@ -4,33 +4,13 @@ incremental path): value keys, container snapshots, content digests."""
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable
 from dataclasses import dataclass
-from json import encoder as json_encoder_module
-from json.encoder import JSONEncoder, encode_basestring
 from typing import Any
 
-
-def _json_encoder() -> Callable[[Any], str]:
-    """``json.dumps(v, ensure_ascii=False, check_circular=False)`` as one reused C
-    encoder: ``json.dumps`` with non-default options builds a ``JSONEncoder`` and a C
-    encoder on every call, which costs more than encoding a message's tool calls."""
-    py = JSONEncoder(ensure_ascii=False, check_circular=False)
-    c_make_encoder = getattr(json_encoder_module, "c_make_encoder", None)
-    if c_make_encoder is None:  # pragma: no cover - CPython always has _json
-        return py.encode
-    c = c_make_encoder(None, py.default, encode_basestring, None, ": ", ", ", False, False, True)
-
-    def encode(v: Any) -> str:
-        if type(v) is str:
-            return py.encode(v)
-        return "".join(c(v, 0))
-
-    return encode
-
+from ctxpolicy.conversation.jsontext import fast_dumps
 
 #: JSON text of a value, exactly as ``json.dumps(v, ensure_ascii=False, check_circular=False)``.
-json_text = _json_encoder()
+json_text = fast_dumps(default=None)
 
 
 def _freeze(v: Any) -> Any:
