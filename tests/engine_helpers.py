@@ -53,3 +53,12 @@ def conversation(
             msgs.append({"role": "tool", "tool_call_id": c["id"], "content": body})
     msgs.append({"role": "user", "content": "continue"})
     return msgs
+
+
+def apply_changes(state: Any, stored: dict[str, Any]) -> None:
+    """Apply a ``SessionState``'s incremental changes to ``stored``, as a store's commit
+    would (the entries put, the deleted ones removed)."""
+    put, deleted = state.take_changes()
+    stored.update(put)
+    for key in deleted:
+        stored.pop(key, None)

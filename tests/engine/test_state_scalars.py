@@ -18,7 +18,7 @@ from ctxpolicy.engine.state import SessionState
 from ctxpolicy.sim.replay import with_snapshots
 from ctxpolicy.state.memory import MemoryStateStore
 from tests.engine.test_state_texts import _store
-from tests.engine_helpers import conversation, make_policy
+from tests.engine_helpers import apply_changes, conversation, make_policy
 
 _LEGACY = ("learned_window", "calibration", "usage_seen", "overflow_attempts", "hold_until")
 
@@ -101,13 +101,7 @@ def test_incremental_saves_of_the_scalars_equal_the_full_state(
     state = SessionState()
     stored: dict[str, Any] = {}
 
-    def save() -> None:
-        put, deleted = state.take_changes()
-        stored.update(put)
-        for key in deleted:
-            stored.pop(key, None)
-
-    save()
+    apply_changes(state, stored)
     for what, n, then in steps:
         if what == "step":
             state.step += n
@@ -121,12 +115,12 @@ def test_incremental_saves_of_the_scalars_equal_the_full_state(
             state.status = {"type": "context.status", "used": n}
         state.touch("meta")
         if then == "save":
-            save()
+            apply_changes(state, stored)
         elif then == "reload":
-            save()
+            apply_changes(state, stored)
             state = SessionState.from_entries(json.loads(json.dumps(stored)))
             assert not state.problems
-    save()
+    apply_changes(state, stored)
     assert stored == json.loads(json.dumps(state.to_entries()))
 
 

@@ -15,7 +15,7 @@ from ctxpolicy.engine import Session
 from ctxpolicy.engine.handover import Handover
 from ctxpolicy.engine.state import SessionState
 from ctxpolicy.state.sqlite import SqliteOptions, SqliteStateStore
-from tests.engine_helpers import conversation, make_policy
+from tests.engine_helpers import apply_changes, conversation, make_policy
 
 
 class _Recorded(SqliteStateStore):
@@ -91,18 +91,12 @@ def test_incremental_saves_of_the_texts_equal_the_full_state(
     state = SessionState()
     stored: dict[str, Any] = {}
 
-    def save() -> None:
-        put, deleted = state.take_changes()
-        stored.update(put)
-        for key in deleted:
-            stored.pop(key, None)
-
-    save()
+    apply_changes(state, stored)
     for handover, unfit, saved in steps:
         state.handover_text, state.unfit = handover, unfit
         if saved:
-            save()
-    save()
+            apply_changes(state, stored)
+    apply_changes(state, stored)
     assert stored == state.to_entries()
     assert "handover_text" not in stored["meta"] and "unfit" not in stored["meta"]
     back = SessionState.from_entries(stored)
