@@ -41,8 +41,10 @@ from ctxpolicy.sim.metrics import (
     StepRecord,
     SummaryMeter,
     TraceResult,
+    measure_facts,
     ruler_facts,
 )
+from ctxpolicy.sim.prepared import PreparedTrace
 
 __all__ = [
     "PolicyStrategy",
@@ -267,8 +269,14 @@ def run_strategy(
     trace: str = "trace",
     model: str | None = None,
     example_limit: int = 10,
+    plan: Mapping[int, Sequence[tuple[str, bool]]] | None = None,
 ) -> TraceResult:
-    """Replay ``messages`` through ``strategy``; the common loop of policies and baselines."""
+    """Replay ``messages`` through ``strategy``; the common loop of policies and baselines.
+
+    ``plan``: the ruler's facts per assistant message of these very messages
+    (:func:`ctxpolicy.sim.prepared.ruler_plan`), computed once per trace instead of at
+    every replay; without it the loop runs the ruler itself (same numbers).
+    """
     nums = strategy.budget_numbers()
     result = TraceResult(
         trace=trace,
@@ -294,7 +302,7 @@ def run_strategy(
     added: dict[str, str] = {}  # tool_call_id -> text that entered the conversation
     raw_by_id: dict[str, str] = {}  # tool_call_id -> raw result text
     candidates: dict[str, str] = {}  # new tool_call_id -> earlier id whose result was compacted
-    ruler = RetentionRuler()
+    ruler = RetentionRuler() if plan is None else None
     summary_seen = (0, 0, 0)
     task: list[Message] = []  # leading system messages and the first user message
     task_open = True
@@ -351,7 +359,8 @@ def run_strategy(
                 fires=nums.get("fires"),
             )
             result.steps.append(rec)
-            _retention(m, prepared, ruler, strategy, result, example_limit)
+            facts = ruler.facts_of(m) if ruler is not None else (plan or {}).get(index, ())
+            _retention(facts, prepared, strategy, result, example_limit)
             _repeats(m, prepared, issued, added, candidates)
             previous = prepared
         if role == "assistant":
@@ -391,7 +400,8 @@ def run_strategy(
             if task_open or role == "user":
                 task.append(convo[-1])
         raw_tokens += count_one(dict(m))
-        ruler.add(m)
+        if ruler is not None:
+            ruler.add(m)
     result.events = list(strategy.events())
     if hasattr(strategy, "session"):
         st = strategy.session.stats
@@ -414,17 +424,17 @@ def _state(used: int, nums: Mapping[str, int]) -> str:
 
 
 def _retention(
-    m: Mapping[str, Any],
+    facts: Sequence[tuple[str, bool]],
     prepared: Sequence[Mapping[str, Any]],
-    ruler: RetentionRuler,
     strategy: Strategy,
     result: TraceResult,
     limit: int,
 ) -> None:
-    """The ruler's retention of assistant message ``m`` (:class:`RetentionRuler`); a fact
-    not sent is also looked up behind the references sent (``recoverable``, reported
-    beside the ruler, never counted as retained by it)."""
-    measured, ctx = ruler.measure(m, prepared)
+    """The ruler's retention of an assistant message whose reused facts are ``facts``
+    (:meth:`RetentionRuler.facts_of`); a fact not sent is also looked up behind the
+    references sent (``recoverable``, reported beside the ruler, never counted as
+    retained by it)."""
+    measured, ctx = measure_facts(facts, prepared)
     recovered: str | None = None
     ret = result.retention
     for f, kept, far in measured:
@@ -506,7 +516,7 @@ def _repeats(
 
 
 def replay_trace(
-    messages: Sequence[Mapping[str, Any]],
+    messages: Sequence[Mapping[str, Any]] | PreparedTrace,
     policy: Policy,
     *,
     window: int | None = None,
@@ -517,8 +527,14 @@ def replay_trace(
     """Replay one trace under ``policy`` (optionally at another ``window``).
 
     Snapshots go to ``snapshots_dir`` (default: a temporary directory removed
-    afterwards), never to the policy's configured path.
+    afterwards), never to the policy's configured path. ``messages`` may be a
+    :class:`~ctxpolicy.sim.prepared.PreparedTrace` (the ruler's side computed once per
+    trace; same metrics).
     """
+    plan: Mapping[int, Sequence[tuple[str, bool]]] | None = None
+    if isinstance(messages, PreparedTrace):
+        plan = messages.ruler
+        messages = messages.messages
     pol = with_window(policy, window)
     tmp: str | None = None
     if snapshots_dir is None:
@@ -528,7 +544,7 @@ def replay_trace(
     try:
         strat = PolicyStrategy(pol, conv_id=_safe(trace), label=label, store=store)
         return run_strategy(
-            messages, strat, counter=strat.counter, trace=trace, model=pol.model_name
+            messages, strat, counter=strat.counter, trace=trace, model=pol.model_name, plan=plan
         )
     finally:
         if tmp is not None:
