@@ -28,7 +28,7 @@ import json
 import re
 import shutil
 import tempfile
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -435,7 +435,7 @@ def _retention(
     references sent (``recoverable``, reported beside the ruler, never counted as
     retained by it)."""
     measured, ctx = measure_facts(facts, prepared)
-    recovered: str | None = None
+    recovered: _Recoverable | None = None
     ret = result.retention
     for f, kept, far in measured:
         ret["facts"] += 1
@@ -445,7 +445,7 @@ def _retention(
             ret["far_in_context"] += far
             continue
         if recovered is None:
-            recovered = _recoverable_text(ctx, strategy)
+            recovered = _Recoverable(_recoverable_texts(ctx, strategy))
         if f in recovered:
             ret["recoverable"] += 1
             continue
@@ -454,15 +454,15 @@ def _retention(
             result.lost_examples.append(f"step {len(result.steps) - 1}: {f}"[:200])
 
 
-def _recoverable_text(ctx: str, strategy: Strategy, hops: int = 2) -> str:
-    """Everything the agent can read back with ``ctx_recall`` from this context.
+def _recoverable_texts(ctx: str, strategy: Strategy, hops: int = 2) -> Iterator[str]:
+    """Everything the agent can read back with ``ctx_recall`` from this context, text
+    by text, recalled as it is asked for.
 
     References in the context are recalled; references inside what they return (the
     compacted-history archive lists the snapshot of each dropped, shortened result)
     are followed once more — two hops, as an agent with the recall tool can.
     """
     seen: set[str] = set()
-    texts: list[str] = []
     frontier = ctx
     for _ in range(hops):
         refs = [
@@ -473,10 +473,35 @@ def _recoverable_text(ctx: str, strategy: Strategy, hops: int = 2) -> str:
         if not refs:
             break
         seen.update(refs)
-        found = [strategy.recall(r) or "" for r in refs]
-        texts.extend(found)
+        found: list[str] = []
+        for r in refs:
+            found.append(strategy.recall(r) or "")
+            yield found[-1]
         frontier = "\n".join(found)
-    return "\n".join(texts)
+
+
+class _Recoverable:
+    """``fact in`` the text :func:`_recoverable_texts` yields, joined — reading only
+    as far as needed: a fact of the ruler never holds a newline, so it is in the
+    joined text exactly when it is in one of the texts, and the first text holding
+    it settles the answer (the recalls after it are made only for a fact not found
+    yet, in the same order)."""
+
+    def __init__(self, texts: Iterator[str]) -> None:
+        self._pending = texts
+        self._read: list[str] = []
+
+    def __contains__(self, fact: str) -> bool:
+        if "\n" in fact:  # never from the ruler; kept exact all the same
+            self._read.extend(self._pending)
+            return fact in "\n".join(self._read)
+        if any(fact in t for t in self._read):
+            return True
+        for t in self._pending:
+            self._read.append(t)
+            if fact in t:
+                return True
+        return False
 
 
 def _repeats(
