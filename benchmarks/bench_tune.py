@@ -3,6 +3,7 @@
 Usage::
 
     python benchmarks/bench_tune.py [--quick] [--trials N]
+    python benchmarks/bench_tune.py --baseline DIR [--quick] [--trials N]
 
 1. For windows 16,384 and 32,768: a seeded tune of ``coding_agent``
    (policies/agents.yaml) on the shared traces (30 % held out, seed 0), then the
@@ -16,17 +17,32 @@ Usage::
 
 ``--quick``: 12 trials and the 10 smallest traces (a smoke run, minutes not tens of
 minutes). Writes benchmarks/results/bench_tune.json and .md; exits 0.
+
+``--baseline DIR`` (a checkout of the code before, e.g. ``git -C /work/main archive
+HEAD | tar -x -C /tmp/tunecost-base``): the same study — 1 worker, seed 0, every
+shared trace, 50 trials, windows 16,384 and 32,768 — run by the baseline tree and by
+this tree in turn, each in its own process (``PYTHONPATH`` = the tree; the policy
+file and the traces are the same files for both), timed in the same run: the time
+ratio (issue 32: ≥ 2× on 1 worker) and whether the two studies' outputs (the
+``tune --json`` document: every trial's values and numbers, the chosen policy, the
+held-out comparison, the effects) are identical. ``--quick``: 12 trials on the 6
+smallest traces and window 16,384 only. Writes benchmarks/results/bench_tune_speed.json
+and .md.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import os
+import subprocess
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+# appended, not inserted: a child timing a baseline finds that tree's ctxpolicy first
+sys.path.append(str(Path(__file__).resolve().parents[1]))
 
 from benchmarks._common import (
     SHARED,
@@ -76,11 +92,205 @@ def _row(label: str, s: Any) -> list[Any]:
     return [label, s.tokens, f"{s.in_context:.2%}", f"{s.retained:.2%}", s.avoidable]
 
 
+# --------------------------------------------------------------------------- before → after
+
+SPEED_NAME = "bench_tune_speed"
+
+
+def _speed_traces(quick: bool) -> list[str]:
+    files = sorted((SHARED / "traces").glob("*.jsonl"))
+    if quick:
+        files = sorted(sorted(files, key=lambda p: p.stat().st_size)[:6])
+    return [str(p) for p in files]
+
+
+def speed_child(window: int, trials: int, traces: list[str]) -> dict[str, Any]:
+    """One study in this process (the tree on ``PYTHONPATH``): seconds and its output."""
+    import ctxpolicy
+    import ctxpolicy.sim.replay as replay_mod
+    from ctxpolicy.policy.resolve import load_policy
+    from ctxpolicy.tune.report import to_dict
+    from ctxpolicy.tune.runner import TuneConfig, run_tune
+
+    base = load_policy(str(POLICY), AGENT)
+    cfg = TuneConfig(
+        traces=traces,
+        policy_file=str(POLICY),
+        agent=AGENT,
+        window=window,
+        trials=trials,
+        seed=0,
+        workers=1,
+    )
+    # replays run: every tree's Replayer calls ctxpolicy.sim.replay.replay_trace
+    real = replay_mod.replay_trace
+    replays: list[int] = []
+
+    def counted(*a: Any, **k: Any) -> Any:
+        replays.append(1)
+        return real(*a, **k)
+
+    replay_mod.replay_trace = counted  # type: ignore[assignment]
+    t0 = time.perf_counter()
+    result = run_tune(cfg, base)
+    secs = time.perf_counter() - t0
+    replay_mod.replay_trace = real  # type: ignore[assignment]
+    return {
+        "seconds": secs,
+        "replays": len(replays),
+        "ctxpolicy": str(Path(ctxpolicy.__file__).resolve().parents[1]),
+        "output": to_dict(result),
+    }
+
+
+def _speed_run(
+    src: Path, window: int, trials: int, traces: list[str], timeout: float
+) -> dict[str, Any]:
+    env = {**os.environ, "PYTHONPATH": str(src)}
+    cmd = [sys.executable, __file__, "--child", "--window", str(window), "--trials", str(trials)]
+    cmd += ["--trace-files", *traces]  # the same files for both trees
+    res = subprocess.run(cmd, env=env, capture_output=True, text=True, check=True, timeout=timeout)
+    data: dict[str, Any] = json.loads(res.stdout.strip().splitlines()[-1])
+    if Path(data["ctxpolicy"]) != src.resolve():
+        raise RuntimeError(f"child imported ctxpolicy from {data['ctxpolicy']}, not {src}")
+    return data
+
+
+def _first_difference(a: Any, b: Any, path: str = "") -> str | None:
+    """Where two JSON documents first differ (None when equal)."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        for k in sorted(set(a) | set(b)):
+            if k not in a or k not in b:
+                return f"{path}/{k}: only in {'after' if k not in a else 'before'}"
+            d = _first_difference(a[k], b[k], f"{path}/{k}")
+            if d:
+                return d
+        return None
+    if isinstance(a, list) and isinstance(b, list):
+        if len(a) != len(b):
+            return f"{path}: {len(a)} vs {len(b)} items"
+        for i, (x, y) in enumerate(zip(a, b, strict=True)):
+            d = _first_difference(x, y, f"{path}[{i}]")
+            if d:
+                return d
+        return None
+    return None if a == b else f"{path}: {a!r} vs {b!r}"
+
+
+def speed(args: argparse.Namespace) -> int:
+    """``--baseline``: the same study by the baseline tree and this tree, in turn."""
+    from benchmarks.bench_scaling import git_head
+
+    trials = args.trials or (12 if args.quick else 50)
+    windows = WINDOWS[:1] if args.quick else WINDOWS
+    trees = {"baseline": args.baseline.resolve(), "this tree": ROOT}
+    traces = _speed_traces(args.quick)
+    if not traces:
+        eprint(f"no traces in {SHARED / 'traces'}; nothing measured")
+        return 0
+    runs: dict[str, dict[str, Any]] = {}
+    for window in windows:
+        runs[str(window)] = {}
+        for code, src in trees.items():
+            eprint(f"window {window}: {code} ({src}), {trials} trials, 1 worker")
+            runs[str(window)][code] = _speed_run(src, window, trials, traces, args.timeout)
+    data: dict[str, Any] = {
+        "machine": machine(["ctxpolicy", "optuna", "tiktoken"]),
+        "quick": args.quick,
+        "trials": trials,
+        "traces": len(traces),
+        "baseline_src": str(args.baseline),
+        "baseline_commit": args.baseline_commit or git_head(args.baseline),
+        "this_commit": git_head(ROOT),
+        "windows": {},
+    }
+    for window, by in runs.items():
+        before, after = by["baseline"], by["this tree"]
+        diff = _first_difference(before["output"], after["output"])
+        out = after["output"]
+        data["windows"][window] = {
+            "seconds": {"baseline": before["seconds"], "this tree": after["seconds"]},
+            "speedup": before["seconds"] / after["seconds"],
+            "replays": {"baseline": before.get("replays"), "this tree": after.get("replays")},
+            "identical": diff is None,
+            "first_difference": diff,
+            "trials": len(out["trials_table"]),
+            "chosen_trial": (out["chosen"] or {}).get("trial"),
+            "recommended": out["recommended"],
+        }
+    md = speed_markdown(data)
+    write_results(SPEED_NAME, data, md)
+    print(md)
+    return 0
+
+
+def speed_markdown(data: dict[str, Any]) -> str:
+    """The before → after section (issue 32's goal: ≥ 2× on 1 worker)."""
+    rows = []
+    for window, d in data["windows"].items():
+        rows.append(
+            [
+                f"{int(window):,}",
+                round(d["seconds"]["baseline"], 1),
+                round(d["seconds"]["this tree"], 1),
+                f"{d['speedup']:.2f}×",
+                f"{d['replays']['baseline']} → {d['replays']['this tree']}",
+                "identical ✓" if d["identical"] else f"differ ✗ ({d['first_difference']})",
+                d["chosen_trial"] if d["chosen_trial"] is not None else "none",
+            ]
+        )
+    base = data["baseline_src"]
+    commit = data.get("baseline_commit")
+    return "\n".join(
+        [
+            "### Study time, before → after (issue 32)",
+            "",
+            header_markdown(data["machine"]),
+            "",
+            f"The same study — `{AGENT}`, {data['traces']} shared traces, {data['trials']} "
+            "trials, seed 0, 1 worker — run by the baseline tree and by this tree in turn, "
+            "each in its own process, in one run. Output: the `tune --json` document "
+            "(every trial's values and numbers, the chosen policy, the held-out comparison, "
+            "the effects of each change), compared field by field.",
+            "",
+            markdown_table(
+                [
+                    "window",
+                    "baseline (s)",
+                    "this tree (s)",
+                    "speed-up",
+                    "replays run",
+                    "output",
+                    "chosen trial",
+                ],
+                rows,
+            ),
+            "",
+            f"Baseline: `{base}`" + (f" (main at {commit})" if commit else "") + ".",
+            "",
+            "Reproduce: `git -C <main> archive HEAD | tar -x -C /tmp/tunecost-base; "
+            ".venv/bin/python benchmarks/bench_tune.py --baseline /tmp/tunecost-base` "
+            "(`--quick`: 12 trials, 6 traces, 16k only)",
+        ]
+    )
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--trials", type=int, default=None)
+    ap.add_argument("--baseline", type=Path, help="tree timed as the baseline (before → after)")
+    ap.add_argument("--baseline-commit", help="the baseline's commit, for the report")
+    ap.add_argument("--timeout", type=float, default=3600.0, help="seconds per study")
+    ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--window", type=int, default=WINDOWS[0], help=argparse.SUPPRESS)
+    ap.add_argument("--trace-files", nargs="*", default=[], help=argparse.SUPPRESS)
     args = ap.parse_args()
+    if args.child:
+        print(json.dumps(speed_child(args.window, args.trials, args.trace_files)))
+        return 0
+    if args.baseline is not None:
+        return speed(args)
     trials = args.trials or (12 if args.quick else 50)
     traces = _traces(args.quick)
     if not traces:

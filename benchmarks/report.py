@@ -39,12 +39,14 @@ ORDER = (
     "bench_preprocessors",
     "bench_state",
     "bench_tune",
+    "bench_tune_speed",
     "bench_prepare_calls",
     "bench_call_profile",
     "bench_scaling",
 )
 SCRIPT = {name: f"benchmarks/{name}.py" for name in ORDER}
 SCRIPT["bench_tokens_verify"] = "benchmarks/bench_tokens.py --verify"
+SCRIPT["bench_tune_speed"] = "benchmarks/bench_tune.py --baseline <a checkout of main>"
 SCRIPT["bench_peers_ruler"] = (
     "benchmarks/bench_quality.py --peers-only"
     " --peer-policies agents.yaml:coding_agent,agents.yaml:coding_agent_16k"
@@ -426,6 +428,7 @@ def headline(results: Path) -> list[str]:
                     "—",
                 ]
             )
+    rows += tune_speed_headline(_load(results, "bench_tune_speed"), ok)
     if not rows:
         return []
     return [
@@ -438,6 +441,27 @@ def headline(results: Path) -> list[str]:
         *["| " + " | ".join(r) + " |" for r in rows],
         "",
     ]
+
+
+def tune_speed_headline(sp: dict[str, Any] | None, ok: dict[bool | None, str]) -> list[list[str]]:
+    """Issue 32's tune goal, from bench_tune --baseline: the same 50-trial study on 1
+    worker ≥ 2× faster than the baseline tree, with an identical output."""
+    rows = []
+    for w, d in sorted(((sp or {}).get("windows") or {}).items(), key=lambda kv: int(kv[0])):
+        rows.append(
+            [
+                "tune (issue 32): 50-trial tune ≥ 2× faster on 1 worker",
+                f"window {int(w):,}, {sp['trials']} trials" if sp else f"window {int(w):,}",
+                f"{d['speedup']:.2f}×, output " + ("identical" if d["identical"] else "differs"),
+                ok[
+                    d["speedup"] >= 2.0
+                    and d["identical"]
+                    and sp["trials"] >= 50
+                    and not sp.get("quick")
+                ],
+            ]
+        )
+    return rows
 
 
 def scaling_headline(sc: dict[str, Any] | None, ok: dict[bool | None, str]) -> list[list[str]]:

@@ -47,6 +47,7 @@ __all__ = [
     "SummaryMeter",
     "TraceResult",
     "load_prices",
+    "measure_facts",
     "parse_price_model",
     "price_for",
     "price_model",
@@ -382,21 +383,38 @@ class RetentionRuler:
         self._checked[fact] = len(self._texts)
         return False
 
-    def measure(
-        self, m: Mapping[str, Any], prepared: Sequence[Mapping[str, Any]]
-    ) -> tuple[list[tuple[str, bool, bool]], str]:
-        """``[(fact, retained, far)]`` for assistant message ``m`` sent after ``prepared``,
-        and the text sent."""
+    def facts_of(self, m: Mapping[str, Any]) -> tuple[tuple[str, bool], ...]:
+        """``((fact, far), ...)`` that assistant message ``m`` reuses, given the messages
+        added so far: what :meth:`measure` checks against the text sent. It depends on
+        the trace alone (never on what a policy sent), so a replay may take it from a
+        :class:`ctxpolicy.sim.prepared.PreparedTrace` computed once per trace."""
         facts = [
             f
             for f in ruler_facts(mentioned_text(m))
             if self._seen(f) and not any(f in s for s in self._system)
         ]
         if not facts:
-            return [], ""
-        ctx = "\n".join(sent_text(x) for x in prepared)
+            return ()
         near = "\n".join(self._texts[-_FAR_WINDOW:])
-        return [(f, f in ctx, f not in near) for f in facts], ctx
+        return tuple((f, f not in near) for f in facts)
+
+    def measure(
+        self, m: Mapping[str, Any], prepared: Sequence[Mapping[str, Any]]
+    ) -> tuple[list[tuple[str, bool, bool]], str]:
+        """``[(fact, retained, far)]`` for assistant message ``m`` sent after ``prepared``,
+        and the text sent."""
+        return measure_facts(self.facts_of(m), prepared)
+
+
+def measure_facts(
+    facts: Sequence[tuple[str, bool]], prepared: Sequence[Mapping[str, Any]]
+) -> tuple[list[tuple[str, bool, bool]], str]:
+    """``[(fact, retained, far)]`` of the ruler's ``facts`` (:meth:`RetentionRuler.facts_of`)
+    for a call sent with ``prepared``, and the text sent ("" when there is no fact)."""
+    if not facts:
+        return [], ""
+    ctx = "\n".join(sent_text(x) for x in prepared)
+    return [(f, f in ctx, far) for f, far in facts], ctx
 
 
 class SummaryMeter:

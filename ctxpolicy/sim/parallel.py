@@ -8,9 +8,11 @@ deterministic regardless of ``--workers`` or ``--cluster``.
 * :func:`default_workers` — the CPUs this process may use (``--workers`` default);
 * :func:`map_ordered` — ``[fn(*a) for a in args]`` on a local process pool;
 * :class:`Replayer` — replays of a fixed set of traces under many policies, on a
-  persistent local pool (traces loaded once per worker process) or on a
-  ``dask.distributed`` cluster (traces shipped to the workers once with
-  ``Client.scatter``, results gathered).
+  persistent local pool (traces loaded and prepared once per worker process) or on
+  a ``dask.distributed`` cluster (prepared traces shipped to the workers once with
+  ``Client.scatter``, results gathered). A replay's metrics are remembered (bounded)
+  and a replay asked again — same trace, same policy, same window — is not run
+  again (:class:`ReplayMemo`).
 
 Worker processes ignore SIGINT: Ctrl-C reaches the parent only, which decides what
 to keep (``tune`` writes the best so far) and then shuts the pool down.
@@ -18,21 +20,32 @@ to keep (``tune`` writes the best so far) and then shuts the pool down.
 
 from __future__ import annotations
 
+import copy
 import functools
+import hashlib
 import multiprocessing
 import os
 import signal
+from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Executor, Future, ProcessPoolExecutor, as_completed
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ctxpolicy._install import extra_hint
+from ctxpolicy.sim.prepared import PreparedTrace, prepare_trace
 
 if TYPE_CHECKING:
     from ctxpolicy.policy.models import Policy
 
-__all__ = ["Progress", "Replayer", "default_workers", "map_ordered", "replay_metrics"]
+__all__ = [
+    "Progress",
+    "ReplayMemo",
+    "Replayer",
+    "default_workers",
+    "map_ordered",
+    "replay_metrics",
+]
 
 Message = dict[str, Any]
 #: ``progress(done, total, name)`` after each finished item.
@@ -109,14 +122,14 @@ def map_ordered(
 
 
 @functools.lru_cache(maxsize=64)
-def _load_cached(path: str) -> list[Message]:
+def _load_cached(path: str) -> PreparedTrace:
     from ctxpolicy.sim.importers import load_trace
 
-    return list(load_trace(path))
+    return prepare_trace(load_trace(path))
 
 
 def replay_metrics(
-    source: str | Sequence[Mapping[str, Any]],
+    source: str | Sequence[Mapping[str, Any]] | PreparedTrace,
     policy: Policy,
     window: int | None,
     trace: str,
@@ -126,7 +139,8 @@ def replay_metrics(
 ) -> dict[str, Any]:
     """The ``simulate`` metrics of one replay (:func:`ctxpolicy.sim.metrics.trace_metrics`).
 
-    ``source`` is a trace file (loaded once per process) or its messages. Without
+    ``source`` is a trace file (loaded and prepared once per process), its messages,
+    or a :class:`~ctxpolicy.sim.prepared.PreparedTrace`. Without
     ``keep_series`` the per-call series are left out (they are large and ``tune``
     does not need them).
     """
@@ -141,13 +155,64 @@ def replay_metrics(
     return out
 
 
+class ReplayMemo:
+    """Metrics of the replays already run, by trace, policy and window.
+
+    A replay is pure: the same trace under the same policy at the same window gives
+    the same metrics (only the ``run`` label differs, and it is set on the way out),
+    so a :class:`Replayer` asked for one it has run answers from here. The key is the
+    trace's name in its replayer (one file, loaded once), a SHA-256 of the resolved
+    policy's JSON (every field, so two policies share an entry only when they are
+    equal) and the window. Bounded: at most ``maxsize`` entries, the least recently
+    used dropped first. Entries are copies: callers cannot change them.
+    """
+
+    def __init__(self, maxsize: int = 2048) -> None:
+        if maxsize < 0:
+            raise ValueError("maxsize must be >= 0")
+        self.maxsize = maxsize
+        self.hits = 0
+        self.misses = 0
+        self._entries: OrderedDict[tuple[str, str, int | None], dict[str, Any]] = OrderedDict()
+
+    @staticmethod
+    def policy_key(policy: Policy) -> str:
+        """SHA-256 of the policy's JSON (the policy a replay gets, every field)."""
+        return hashlib.sha256(policy.model_dump_json().encode("utf-8")).hexdigest()
+
+    def get(self, key: tuple[str, str, int | None], run: str) -> dict[str, Any] | None:
+        """A copy of the remembered metrics of ``key`` with ``run`` as its label, or None."""
+        found = self._entries.get(key)
+        if found is None:
+            self.misses += 1
+            return None
+        self.hits += 1
+        self._entries.move_to_end(key)
+        return {**copy.deepcopy(found), "run": run}
+
+    def put(self, key: tuple[str, str, int | None], metrics: Mapping[str, Any]) -> None:
+        if self.maxsize == 0:
+            return
+        self._entries[key] = copy.deepcopy(dict(metrics))
+        self._entries.move_to_end(key)
+        while len(self._entries) > self.maxsize:
+            self._entries.popitem(last=False)
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+
 class Replayer:
     """Replays of a fixed set of traces, on local processes or a Dask cluster.
 
     ``Replayer(paths, workers=4)`` keeps a process pool for its lifetime (each
-    worker loads a trace file the first time it replays it); ``Replayer(paths,
-    cluster="tcp://host:8786")`` connects a ``dask.distributed`` client and ships
-    every trace to the cluster once. Use as a context manager.
+    worker loads and prepares a trace file the first time it replays it);
+    ``Replayer(paths, cluster="tcp://host:8786")`` connects a ``dask.distributed``
+    client and ships every prepared trace to the cluster once; with one worker, each
+    trace is prepared (:func:`ctxpolicy.sim.prepared.prepare_trace`) the first time
+    it is replayed. Replays already run are answered from ``memo``
+    (:class:`ReplayMemo`, ``memo_size`` entries; 0 turns it off). Use as a context
+    manager.
     """
 
     def __init__(
@@ -157,6 +222,7 @@ class Replayer:
         workers: int | None = None,
         cluster: str | None = None,
         prices: Mapping[str, Any] | None = None,
+        memo_size: int = 2048,
     ) -> None:
         from ctxpolicy.sim.importers import load_trace
 
@@ -172,6 +238,8 @@ class Replayer:
             n: list(load_trace(p)) for n, p in zip(self.names, self.paths, strict=True)
         }
         self.sizes = {n: len(m) for n, m in self._messages.items()}
+        self.memo = ReplayMemo(memo_size)
+        self._prepared: dict[str, PreparedTrace] = {}
         self._client: Any = None
         self._executor: Executor | None = None
         self._sources: dict[str, Any] = dict(zip(self.names, self.paths, strict=True))
@@ -183,7 +251,8 @@ class Replayer:
                     f"--cluster needs dask.distributed: {extra_hint('dask')}"
                 ) from exc
             self._client = Client(cluster, set_as_default=False)
-            self._sources = self._client.scatter(self._messages, broadcast=False)
+            prepared = {n: self.prepared(n) for n in self.names}
+            self._sources = self._client.scatter(prepared, broadcast=False)
         elif self.workers > 1:
             self._executor = _local_executor(self.workers)
 
@@ -199,12 +268,60 @@ class Replayer:
         """The messages of trace ``name`` (as loaded in this process)."""
         return self._messages[name]
 
+    def prepared(self, name: str) -> PreparedTrace:
+        """Trace ``name`` prepared for replays in this process (once)."""
+        found = self._prepared.get(name)
+        if found is None:
+            found = self._prepared[name] = prepare_trace(self._messages[name])
+        return found
+
     def run(
         self,
         jobs: Sequence[tuple[str, Policy, int | None, str | None]],
         progress: Progress | None = None,
     ) -> list[dict[str, Any]]:
-        """Metrics of each ``(trace name, policy, window, label)`` job, in job order."""
+        """Metrics of each ``(trace name, policy, window, label)`` job, in job order.
+
+        A job equal to one run before (same trace, policy and window; :class:`ReplayMemo`)
+        or to an earlier job of this call is not replayed again: it gets a copy of
+        those metrics under its own label. ``progress`` counts the replays run.
+        """
+        policy_keys: dict[int, str] = {}  # id(policy) -> its key, for this call
+
+        def key(job: tuple[str, Policy, int | None, str | None]) -> tuple[str, str, int | None]:
+            name, policy, window, _ = job
+            pk = policy_keys.get(id(policy))
+            if pk is None:
+                pk = policy_keys[id(policy)] = ReplayMemo.policy_key(policy)
+            return (name, pk, window)
+
+        keys = [key(j) for j in jobs]
+        out: list[dict[str, Any] | None] = [None] * len(jobs)
+        todo: dict[tuple[str, str, int | None], int] = {}  # key -> first job with it
+        for i, (k, job) in enumerate(zip(keys, jobs, strict=True)):
+            if k in todo:
+                continue
+            out[i] = self.memo.get(k, _run_label(job))
+            if out[i] is None:
+                todo[k] = i
+        ran = self._execute([jobs[i] for i in todo.values()], progress)
+        fresh = dict(zip(todo, ran, strict=True))
+        for k, metrics in fresh.items():
+            self.memo.put(k, metrics)
+        for i, (k, job) in enumerate(zip(keys, jobs, strict=True)):
+            if out[i] is None:
+                first = todo[k]
+                out[i] = (
+                    fresh[k] if first == i else {**copy.deepcopy(fresh[k]), "run": _run_label(job)}
+                )
+        return [o for o in out if o is not None]
+
+    def _execute(
+        self,
+        jobs: Sequence[tuple[str, Policy, int | None, str | None]],
+        progress: Progress | None = None,
+    ) -> list[dict[str, Any]]:
+        """Metrics of each job, replayed (in job order)."""
         total = len(jobs)
         out: list[dict[str, Any]] = [{} for _ in jobs]
         order = sorted(range(total), key=lambda i: -self.sizes[jobs[i][0]])
@@ -234,7 +351,7 @@ class Replayer:
             for done, i in enumerate(order, start=1):
                 name, policy, window, label = jobs[i]
                 out[i] = replay_metrics(
-                    self._messages[name], policy, window, name, label, self.prices
+                    self.prepared(name), policy, window, name, label, self.prices
                 )
                 if progress is not None:
                     progress(done, total, name)
@@ -268,3 +385,9 @@ class Replayer:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _run_label(job: tuple[str, Policy, int | None, str | None]) -> str:
+    """The ``run`` label a replay of ``job`` reports (as :class:`PolicyStrategy` sets it)."""
+    _, policy, _, label = job
+    return label or policy.agent

@@ -28,7 +28,7 @@ import json
 import re
 import shutil
 import tempfile
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -41,8 +41,10 @@ from ctxpolicy.sim.metrics import (
     StepRecord,
     SummaryMeter,
     TraceResult,
+    measure_facts,
     ruler_facts,
 )
+from ctxpolicy.sim.prepared import PreparedTrace
 
 __all__ = [
     "PolicyStrategy",
@@ -267,8 +269,14 @@ def run_strategy(
     trace: str = "trace",
     model: str | None = None,
     example_limit: int = 10,
+    plan: Mapping[int, Sequence[tuple[str, bool]]] | None = None,
 ) -> TraceResult:
-    """Replay ``messages`` through ``strategy``; the common loop of policies and baselines."""
+    """Replay ``messages`` through ``strategy``; the common loop of policies and baselines.
+
+    ``plan``: the ruler's facts per assistant message of these very messages
+    (:func:`ctxpolicy.sim.prepared.ruler_plan`), computed once per trace instead of at
+    every replay; without it the loop runs the ruler itself (same numbers).
+    """
     nums = strategy.budget_numbers()
     result = TraceResult(
         trace=trace,
@@ -294,7 +302,7 @@ def run_strategy(
     added: dict[str, str] = {}  # tool_call_id -> text that entered the conversation
     raw_by_id: dict[str, str] = {}  # tool_call_id -> raw result text
     candidates: dict[str, str] = {}  # new tool_call_id -> earlier id whose result was compacted
-    ruler = RetentionRuler()
+    ruler = RetentionRuler() if plan is None else None
     summary_seen = (0, 0, 0)
     task: list[Message] = []  # leading system messages and the first user message
     task_open = True
@@ -351,7 +359,8 @@ def run_strategy(
                 fires=nums.get("fires"),
             )
             result.steps.append(rec)
-            _retention(m, prepared, ruler, strategy, result, example_limit)
+            facts = ruler.facts_of(m) if ruler is not None else (plan or {}).get(index, ())
+            _retention(facts, prepared, strategy, result, example_limit)
             _repeats(m, prepared, issued, added, candidates)
             previous = prepared
         if role == "assistant":
@@ -391,7 +400,8 @@ def run_strategy(
             if task_open or role == "user":
                 task.append(convo[-1])
         raw_tokens += count_one(dict(m))
-        ruler.add(m)
+        if ruler is not None:
+            ruler.add(m)
     result.events = list(strategy.events())
     if hasattr(strategy, "session"):
         st = strategy.session.stats
@@ -414,18 +424,18 @@ def _state(used: int, nums: Mapping[str, int]) -> str:
 
 
 def _retention(
-    m: Mapping[str, Any],
+    facts: Sequence[tuple[str, bool]],
     prepared: Sequence[Mapping[str, Any]],
-    ruler: RetentionRuler,
     strategy: Strategy,
     result: TraceResult,
     limit: int,
 ) -> None:
-    """The ruler's retention of assistant message ``m`` (:class:`RetentionRuler`); a fact
-    not sent is also looked up behind the references sent (``recoverable``, reported
-    beside the ruler, never counted as retained by it)."""
-    measured, ctx = ruler.measure(m, prepared)
-    recovered: str | None = None
+    """The ruler's retention of an assistant message whose reused facts are ``facts``
+    (:meth:`RetentionRuler.facts_of`); a fact not sent is also looked up behind the
+    references sent (``recoverable``, reported beside the ruler, never counted as
+    retained by it)."""
+    measured, ctx = measure_facts(facts, prepared)
+    recovered: _Recoverable | None = None
     ret = result.retention
     for f, kept, far in measured:
         ret["facts"] += 1
@@ -435,7 +445,7 @@ def _retention(
             ret["far_in_context"] += far
             continue
         if recovered is None:
-            recovered = _recoverable_text(ctx, strategy)
+            recovered = _Recoverable(_recoverable_texts(ctx, strategy))
         if f in recovered:
             ret["recoverable"] += 1
             continue
@@ -444,15 +454,15 @@ def _retention(
             result.lost_examples.append(f"step {len(result.steps) - 1}: {f}"[:200])
 
 
-def _recoverable_text(ctx: str, strategy: Strategy, hops: int = 2) -> str:
-    """Everything the agent can read back with ``ctx_recall`` from this context.
+def _recoverable_texts(ctx: str, strategy: Strategy, hops: int = 2) -> Iterator[str]:
+    """Everything the agent can read back with ``ctx_recall`` from this context, text
+    by text, recalled as it is asked for.
 
     References in the context are recalled; references inside what they return (the
     compacted-history archive lists the snapshot of each dropped, shortened result)
     are followed once more — two hops, as an agent with the recall tool can.
     """
     seen: set[str] = set()
-    texts: list[str] = []
     frontier = ctx
     for _ in range(hops):
         refs = [
@@ -463,10 +473,35 @@ def _recoverable_text(ctx: str, strategy: Strategy, hops: int = 2) -> str:
         if not refs:
             break
         seen.update(refs)
-        found = [strategy.recall(r) or "" for r in refs]
-        texts.extend(found)
+        found: list[str] = []
+        for r in refs:
+            found.append(strategy.recall(r) or "")
+            yield found[-1]
         frontier = "\n".join(found)
-    return "\n".join(texts)
+
+
+class _Recoverable:
+    """``fact in`` the text :func:`_recoverable_texts` yields, joined — reading only
+    as far as needed: a fact of the ruler never holds a newline, so it is in the
+    joined text exactly when it is in one of the texts, and the first text holding
+    it settles the answer (the recalls after it are made only for a fact not found
+    yet, in the same order)."""
+
+    def __init__(self, texts: Iterator[str]) -> None:
+        self._pending = texts
+        self._read: list[str] = []
+
+    def __contains__(self, fact: str) -> bool:
+        if "\n" in fact:  # never from the ruler; kept exact all the same
+            self._read.extend(self._pending)
+            return fact in "\n".join(self._read)
+        if any(fact in t for t in self._read):
+            return True
+        for t in self._pending:
+            self._read.append(t)
+            if fact in t:
+                return True
+        return False
 
 
 def _repeats(
@@ -506,7 +541,7 @@ def _repeats(
 
 
 def replay_trace(
-    messages: Sequence[Mapping[str, Any]],
+    messages: Sequence[Mapping[str, Any]] | PreparedTrace,
     policy: Policy,
     *,
     window: int | None = None,
@@ -517,8 +552,14 @@ def replay_trace(
     """Replay one trace under ``policy`` (optionally at another ``window``).
 
     Snapshots go to ``snapshots_dir`` (default: a temporary directory removed
-    afterwards), never to the policy's configured path.
+    afterwards), never to the policy's configured path. ``messages`` may be a
+    :class:`~ctxpolicy.sim.prepared.PreparedTrace` (the ruler's side computed once per
+    trace; same metrics).
     """
+    plan: Mapping[int, Sequence[tuple[str, bool]]] | None = None
+    if isinstance(messages, PreparedTrace):
+        plan = messages.ruler
+        messages = messages.messages
     pol = with_window(policy, window)
     tmp: str | None = None
     if snapshots_dir is None:
@@ -528,7 +569,7 @@ def replay_trace(
     try:
         strat = PolicyStrategy(pol, conv_id=_safe(trace), label=label, store=store)
         return run_strategy(
-            messages, strat, counter=strat.counter, trace=trace, model=pol.model_name
+            messages, strat, counter=strat.counter, trace=trace, model=pol.model_name, plan=plan
         )
     finally:
         if tmp is not None:

@@ -115,3 +115,21 @@ def test_report_assembles_the_page(tmp_path: Path) -> None:
     assert "## X section" in page
     assert "Quick run" in page  # quick results are flagged
     assert "Reproduce: `.venv/bin/python benchmarks/bench_x.py`" in page
+
+
+@needs_traces
+def test_bench_tune_before_after_on_the_same_tree(tmp_path: Path) -> None:
+    """``bench_tune.py --baseline``: both studies run (here: this tree twice) and their
+    outputs compare identical; the section and its table are written."""
+    code = RUNNER.format(root=str(ROOT), out=str(tmp_path), script=str(BENCH / "bench_tune.py"))
+    code = code.replace('"--quick"]', f'"--quick", "--trials", "2", "--baseline", {str(ROOT)!r}]')
+    p = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=900
+    )
+    assert p.returncode == 0, p.stderr[-2000:]
+    data = json.loads((tmp_path / "bench_tune_speed.json").read_text(encoding="utf-8"))
+    (d,) = data["windows"].values()
+    assert d["identical"] and d["first_difference"] is None and d["trials"] == 2
+    assert d["replays"]["baseline"] == d["replays"]["this tree"] > 0
+    text = (tmp_path / "bench_tune_speed.md").read_text(encoding="utf-8")
+    assert "| --- |" in text and "Reproduce" in text and "identical ✓" in text
