@@ -217,3 +217,31 @@ def test_missing_facts():
     assert missing_facts(facts, after, None) == ["src/b.py", "KeyError"]
     assert missing_facts(facts, after, "ledger: src/b.py KeyError") == []
     assert missing_facts(facts, before, None) == []
+
+
+def test_remembered_facts_are_the_facts_and_each_call_gets_its_own() -> None:
+    """extract is a pure function: a remembered text gives what extracting it afresh
+    gives, a caller changing its Facts changes nothing for the next one, and a text
+    over the memo's limit is extracted every time (same answer)."""
+    from ctxpolicy.conversation import facts as facts_module
+
+    text = "see /src/app.py and https://x.org/a, id 9f3ab2c1d4, took 12 ms: ValueError"
+    first = extract(text)
+    first.paths.append("/mutated")
+    again = extract(text)
+    assert "/mutated" not in again.paths
+    assert again == facts_module._extract(text, facts_module._ALL)
+    assert extract(text, only=("paths",)).urls == []  # keyed by the categories too
+    long = text + " x" * facts_module._MEMO_CHARS
+    hits = facts_module._extract_memo.cache_info().hits
+    assert extract(long) == facts_module._extract(long, facts_module._ALL)
+    assert facts_module._extract_memo.cache_info().hits == hits
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.text(alphabet=st.sampled_from("ab/.=-:0 9`\nE_rrorx"), max_size=60))
+def test_extract_remembered_equals_afresh(text: str) -> None:
+    from ctxpolicy.conversation import facts as facts_module
+
+    assert extract(text) == facts_module._extract(text, facts_module._ALL)
+    assert extract(text) == extract(text)
