@@ -72,6 +72,7 @@ from ctxpolicy.snapshots.names import (
     is_folder,
     is_store_folder,
     parse_uri,
+    safe_action,
 )
 from ctxpolicy.snapshots.records import encode as encode_record
 from ctxpolicy.snapshots.retention import TOMBSTONE, sweeper_for
@@ -283,7 +284,11 @@ class LocalStore(SnapshotStore):
             f = self._segments.folder(folder, conv_dir)
         assert folder is not None
         magic, meta, body = encode_record(document)
-        name = self._segments.write(f, folder, base_name(step, action), magic, meta, body)
+        if type(step) is int and 0 <= step <= 10**18:  # base_name's common case, inline
+            base = f"step_{step:03d}_{safe_action(action)}"
+        else:
+            base = base_name(step, action)
+        name = self._segments.write(f, folder, base, magic, meta, body)
         if self.retention.note_write(len(meta) + len(body)) is not None:
             self._segments.forget()  # a sweep may have removed segments
         return SnapshotRef(uri=f"{URI_SCHEME}{folder}/{name}", path="", conv_id=folder, name=name)

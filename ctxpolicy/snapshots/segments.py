@@ -259,14 +259,29 @@ class Segments:
     # ------------------------------------------------------------------ write
     def write(self, f: Folder, key: str, base: str, magic: bytes, meta: bytes, body: bytes) -> str:
         """Append one snapshot to ``f``'s current segment; its name."""
+        size = len(meta) + len(body)
         with f.lock:
             for _ in range(ATTEMPTS):
-                fd = self._writable(f, key, len(meta) + len(body))
-                seg = f.segs[f.cur]
+                fd = f.fd
+                seg = f.segs.get(f.cur)
+                now = time.monotonic()
+                if (  # the fast path: an open segment, used a moment ago, with room
+                    fd is None
+                    or seg is None
+                    or now - f.used >= REVALIDATE_S
+                    or (seg.end > HEADER_LEN and seg.end + size > self.max_bytes)
+                ):
+                    fd = self._writable(f, key, size)
+                    seg = f.segs[f.cur]
+                f.used = now
+                n = f.next.get(base, 1)
+                name = base if n == 1 else f"{base}_{n}"
+                if n > 1 or name in f.names:
+                    n, same = self._choose(f, base, magic, meta, body)
+                    name = _name(base, n)
+                    if same:
+                        return name
                 assert seg.nonce is not None
-                name, same = self._choose(f, base, magic, meta, body)
-                if same:
-                    return name
                 bufs, length = records.parts(seg.nonce, name, magic, meta, body)
                 written = _writev(fd, bufs)  # one system call: the record stays whole
                 if written != length:  # a torn record: readers skip it
@@ -289,22 +304,22 @@ class Segments:
                         if self._same(f, name, magic, meta, body):
                             return name  # the earlier record of the same document
                         continue  # name lost: the next one
-                f.next[base] = int(name.rsplit("_", 1)[1]) + 1 if name != base else 2
+                f.next[base] = n + 1
                 return name
         raise SnapshotError(errno.EEXIST, f"no free snapshot name for {base}")
 
     def _choose(
         self, f: Folder, base: str, magic: bytes, meta: bytes, body: bytes
-    ) -> tuple[str, bool]:
-        """The first free name for ``base``; or ``(name, True)`` when the last name
-        taken for it already holds this document (a call redone)."""
+    ) -> tuple[int, bool]:
+        """The first free number for ``base``; or ``(n, True)`` when name ``n`` (the
+        last taken for it) already holds this document (a call redone)."""
         n = f.next.get(base, 1)
         names = f.names
         while _name(base, n) in names:
             n += 1
         if n > 1 and self._same(f, _name(base, n - 1), magic, meta, body):
-            return _name(base, n - 1), True
-        return _name(base, n), False
+            return n - 1, True
+        return n, False
 
     def _same(self, f: Folder, name: str, magic: bytes, meta: bytes, body: bytes) -> bool:
         """Whether snapshot ``name`` holds this document but for its ``timestamp``."""
