@@ -164,9 +164,12 @@ def bench_archive(steps: int) -> dict[str, Any]:
     run = _synthetic_run(steps)
     content = sum(_content_bytes(msgs) for _, msgs in run)
     results: dict[str, Any] = {"steps": steps, "compactions": len(run), "content_bytes": content}
-    opts = LocalOptions(max_total_mb=None, max_age_days=None)
     for variant in ("before", "after"):
         tmp = Path(tempfile.mkdtemp(prefix="bench-archive-"))
+        # before: one file per document, as the previous engine wrote them
+        opts = LocalOptions(
+            max_total_mb=None, max_age_days=None, layout="files" if variant == "before" else "auto"
+        )
         try:
             store = LocalStore(opts, root=str(tmp))
             archive = HistoryArchive(store, "run")
@@ -239,7 +242,8 @@ def bench_naming() -> dict[str, Any]:
         for n in (100, 1000):
             tmp = tempfile.mkdtemp(prefix="bench-names-")
             try:
-                store = LocalStore(LocalOptions(max_total_mb=None, max_age_days=None), root=tmp)
+                files = LocalOptions(max_total_mb=None, max_age_days=None, layout="files")
+                store = LocalStore(files, root=tmp)  # the layout that names by link
                 before = counts["link"] + counts["open"]
                 for _ in range(n):
                     store.write("c", 3, "bash", {"observation": "x"})
@@ -385,16 +389,34 @@ def bench_append(writes: int, repeats: int) -> dict[str, Any]:
 
 _CHILD = r"""
 import json, random, shutil, sys, tempfile, time
-sys.path.insert(0, sys.argv[1]); sys.path.insert(1, sys.argv[2])
-from bench_store import _output, _policy
+sys.path.insert(0, sys.argv[1])  # the tree measured, and nothing of this one
 from ctxpolicy.engine import Session
+from ctxpolicy.policy.models import AgentPolicy, Policy
 from ctxpolicy.state.memory import MemoryStateStore
-calls = int(sys.argv[3])
+import ctxpolicy
+assert ctxpolicy.__file__.startswith(sys.argv[1]), ctxpolicy.__file__
+calls = int(sys.argv[2])
+
+def output(rng, i):
+    lines = [
+        f"{i:05d} src/mod_{rng.randint(0, 99)}.py:{n}: value = {rng.random():.6f}"
+        for n in range(150)
+    ]
+    return "\n".join(lines)[:8192]
+
 rng = random.Random(1)
-outputs = [_output(rng, i) for i in range(calls)]
+outputs = [output(rng, i) for i in range(calls)]
 tmp = tempfile.mkdtemp(prefix="bench-percall-")
 try:
-    s = Session(_policy(tmp, "flush"), conv_id="p", state_store=MemoryStateStore())
+    base = AgentPolicy().model_dump(mode="json", exclude={"extends", "model"})
+    base.update(
+        agent="bench",
+        model={"context_window": 128000, "max_output_tokens": 4096, "tokenizer": "cl100k_base"},
+        on_overflow={"layer": "emergency", "at": "warning", "options": {}},
+        tools={"*": {"preprocess": "head_tail", "options": {"max_chars": 2000}}},
+    )
+    base["snapshots"] = {**base["snapshots"], "path": tmp, "options": {"durability": "flush"}}
+    s = Session(Policy.model_validate(base), conv_id="p", state_store=MemoryStateStore())
     s.add_tool_result({"name": "warm", "id": "w"}, outputs[0])
     t0 = time.perf_counter()
     for i, out in enumerate(outputs):
@@ -408,17 +430,18 @@ finally:
 def bench_per_call(baseline: str, calls: int, repeats: int) -> dict[str, Any]:
     """``add_tool_result`` per call, the baseline tree and this one in turn."""
     here = str(Path(__file__).resolve().parents[1])
-    bench_dir = str(Path(__file__).resolve().parent)
+    baseline = os.path.abspath(baseline)
     times: dict[str, list[float]] = {"before": [], "after": []}
     for r in range(repeats):
         order = [("before", baseline), ("after", here)]
         for label, tree in order if r % 2 == 0 else order[::-1]:
             res = subprocess.run(
-                [sys.executable, "-c", _CHILD, tree, bench_dir, str(calls)],
+                [sys.executable, "-c", _CHILD, tree, str(calls)],
                 capture_output=True,
                 text=True,
                 check=True,
                 env={**os.environ, "PYTHONPATH": tree},
+                cwd=tree,
             )
             times[label].append(float(res.stdout.strip().splitlines()[-1]))
     med = {k: statistics.median(v) * 1e6 for k, v in times.items()}
@@ -487,7 +510,7 @@ def to_markdown(data: dict[str, Any]) -> str:
             ],
         ),
         "",
-        "### Snapshot naming (one base name, counted `os.link` + `os.open` calls)",
+        "### Snapshot naming, `layout: files` (one base name, counted `os.link` + `os.open` calls)",
         "",
         markdown_table(
             ["", "100 snapshots", "1,000 snapshots", "ratio"],

@@ -199,6 +199,7 @@ class LocalStore(SnapshotStore):
             max_bytes=segment_bytes(self.options.segment_mb, self.options.max_total_mb),
         )
         self._segmented = self.options.layout != "files"  # auto: see open_store
+        self._sweeps_seen = self.retention.sweeps
 
     def close(self) -> None:
         """Close the open segment files (the store stays usable: they reopen)."""
@@ -277,6 +278,9 @@ class LocalStore(SnapshotStore):
         self, conv_id: str, step: int, action: str, document: Mapping[str, Any]
     ) -> SnapshotRef:
         """``layout: segments``: one record appended (:mod:`.segments`)."""
+        if self.retention.sweeps != self._sweeps_seen:  # a sweep of this process ran
+            self._sweeps_seen = self.retention.sweeps
+            self._segments.close_files()
         folder = self._folders.get(conv_id)
         f = None if folder is None else self._segments.folders.get(folder)
         if f is None:
@@ -289,8 +293,7 @@ class LocalStore(SnapshotStore):
         else:
             base = base_name(step, action)
         name = self._segments.write(f, folder, base, magic, meta, body)
-        if self.retention.note_write(len(meta) + len(body)) is not None:
-            self._segments.forget()  # a sweep may have removed segments
+        self.retention.note_write(len(meta) + len(body))  # a sweep: files closed next time
         return SnapshotRef(uri=f"{URI_SCHEME}{folder}/{name}", path="", conv_id=folder, name=name)
 
     def _segment_folder(self, folder: str) -> Folder | None:

@@ -173,6 +173,15 @@ class Segments:
 
     close = forget
 
+    def close_files(self) -> None:
+        """Close every open segment, keep the indexes (after a retention sweep: a
+        writer reopens its segment, or starts a new one when it went)."""
+        with self._lock:
+            folders = list(self.folders.items())
+        for key, f in folders:
+            with f.lock:
+                self._close_fd(key, f)
+
     def _close_fd(self, key: str, f: Folder) -> None:
         if f.fd is not None:
             with contextlib.suppress(OSError):
@@ -384,7 +393,17 @@ class Segments:
                 n += 1
                 continue
             flags = os.O_RDWR | os.O_APPEND | _NOFOLLOW | _CLOEXEC  # read: the gap check
-            fd = os.open(os.path.join(f.dir, segment_file(n)), flags)
+            try:
+                fd = os.open(os.path.join(f.dir, segment_file(n)), flags)
+            except FileNotFoundError:  # retention took it: index the folder again
+                self._rebuild(f)
+                n = f.cur or 1
+                continue
+            if _parse_header(os.pread(fd, HEADER_LEN, 0)) != seg.nonce:  # made anew
+                os.close(fd)
+                self._rebuild(f)
+                n = f.cur or 1
+                continue
             self._scan(f, n, fd)
             if seg.sealed:
                 os.close(fd)

@@ -210,3 +210,16 @@ def test_hostile_references(tmp_path: Path, ref: str) -> None:
     store.write("victim", 1, "read", {"observation": "SECRET"})
     out = handle_tool_call(store, "me", "ctx_recall", {"ref": ref})
     assert out.startswith("Error:") and "SECRET" not in out
+
+
+def test_a_segment_made_anew_is_never_written_with_the_old_nonce(tmp_path: Path) -> None:
+    store = LocalStore(NO_LIMITS, root=str(tmp_path))
+    store.write("c", 1, "r", {"observation": "a"})
+    store._segments.close_files()  # as after a sweep
+    (tmp_path / "c" / "snapshots_000001.seg").unlink()
+    other = LocalStore(NO_LIMITS, root=str(tmp_path))
+    first = other.write("c", 5, "r", {"observation": "by another process"})
+    ref = store.write("c", 2, "r", {"observation": "b"})
+    fresh = LocalStore(NO_LIMITS, root=str(tmp_path))
+    assert fresh.read(ref.uri)["observation"] == "b"
+    assert fresh.read(first.uri)["observation"] == "by another process"
