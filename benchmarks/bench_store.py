@@ -17,17 +17,26 @@ Four measurements, each a ratio against a baseline measured in the same run:
 3. snapshot naming: ``os.link``/``os.open`` calls for 1,000 vs 100 snapshots of one
    base name (O(n) total is a ratio of ~10; the previous linear probing was ~100);
 4. recall of one archived message in an archive of 10× more records (O(its size):
-   a ratio of ~1).
+   a ratio of ~1);
+5. one snapshot write of the local store (``layout: segments``, the default) ÷ a
+   bare append of the same bytes (the record the store writes) to an open file, at
+   ``durability: flush`` (one ``os.write``) and ``fsync`` (``os.write`` +
+   ``os.fsync``): interleaved, same run, median µs per write;
+6. with ``--baseline DIR`` (a checkout of another tree, e.g. main): ``add_tool_result``
+   per call (``durability: flush``, 8 KB outputs) of that tree and this one, each in
+   its own child process, in turn.
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import random
 import shutil
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -155,9 +164,12 @@ def bench_archive(steps: int) -> dict[str, Any]:
     run = _synthetic_run(steps)
     content = sum(_content_bytes(msgs) for _, msgs in run)
     results: dict[str, Any] = {"steps": steps, "compactions": len(run), "content_bytes": content}
-    opts = LocalOptions(max_total_mb=None, max_age_days=None)
     for variant in ("before", "after"):
         tmp = Path(tempfile.mkdtemp(prefix="bench-archive-"))
+        # before: one file per document, as the previous engine wrote them
+        opts = LocalOptions(
+            max_total_mb=None, max_age_days=None, layout="files" if variant == "before" else "auto"
+        )
         try:
             store = LocalStore(opts, root=str(tmp))
             archive = HistoryArchive(store, "run")
@@ -230,7 +242,8 @@ def bench_naming() -> dict[str, Any]:
         for n in (100, 1000):
             tmp = tempfile.mkdtemp(prefix="bench-names-")
             try:
-                store = LocalStore(LocalOptions(max_total_mb=None, max_age_days=None), root=tmp)
+                files = LocalOptions(max_total_mb=None, max_age_days=None, layout="files")
+                store = LocalStore(files, root=tmp)  # the layout that names by link
                 before = counts["link"] + counts["open"]
                 for _ in range(n):
                     store.write("c", 3, "bash", {"observation": "x"})
@@ -279,6 +292,166 @@ def bench_recall(small: int, factor: int) -> dict[str, Any]:
         "records": list(sizes),
         "seconds": {str(sz): t for sz, t in zip(sizes, best, strict=True)},
         "ratio": best[1] / best[0],
+    }
+
+
+# --------------------------------------------------------------------------- 5 append
+
+
+def _tool_document(rng: random.Random, i: int) -> dict[str, Any]:
+    """A document as ``add_tool_result`` builds it (tool_results._snapshot)."""
+    return {
+        "step": i,
+        "action": "read_file",
+        "phase": None,
+        "action_intention": None,
+        "action_reason": None,
+        "thought": None,
+        "action_input": {"path": f"src/m{i}.py"},
+        "observation": _output(rng, i),
+        "timestamp": "2026-12-05T21:00:00.000+00:00",
+        "conv_id": "bench",
+        "tool_call_id": f"call_{i}",
+    }
+
+
+def _bare_appends(fd: int, datas: list[bytes], sync: bool) -> float:
+    """Seconds per bare append (one ``os.write``, + ``os.fsync`` when ``sync``)."""
+    t0 = time.perf_counter()
+    for data in datas:
+        os.write(fd, data)
+        if sync:
+            os.fsync(fd)
+    return (time.perf_counter() - t0) / len(datas)
+
+
+def _snapshot_writes(store: LocalStore, docs: list[dict[str, Any]]) -> float:
+    """Seconds per ``store.write`` of a tool result's document."""
+    write = store.write
+    t0 = time.perf_counter()
+    for i, d in enumerate(docs):
+        write("bench", i + 1, "read_file", d)
+    return (time.perf_counter() - t0) / len(docs)
+
+
+def bench_append(writes: int, repeats: int) -> dict[str, Any]:
+    """Snapshot write ÷ bare append of the same bytes, per durability."""
+    from ctxpolicy.snapshots import records
+
+    rng = random.Random(3)
+    docs = [_tool_document(rng, i) for i in range(writes)]
+    out: dict[str, Any] = {"writes": writes, "repeats": repeats}
+    for durability in ("flush", "fsync"):
+        n = writes if durability == "flush" else max(writes // 8, 20)
+        store_t: list[float] = []
+        bare_t: list[float] = []
+        nbytes = 0
+        for r in range(repeats):
+            tmp = tempfile.mkdtemp(prefix="bench-append-")
+            try:
+                opts = LocalOptions(durability=durability, max_total_mb=None, max_age_days=None)  # type: ignore[arg-type]
+                store = LocalStore(opts, root=os.path.join(tmp, "store"))
+                store.write("bench", 0, "warm", docs[0])
+                # the same bytes: the records this store writes (nonce and names alike)
+                datas = []
+                for i, d in enumerate(docs[:n]):
+                    magic, meta, body = records.encode(d)
+                    datas.append(
+                        records.record(b"\0" * 8, f"step_{i + 1:03d}_read_file", magic, meta, body)
+                    )
+                nbytes = sum(len(x) for x in datas) // n
+                fd = os.open(
+                    os.path.join(tmp, "bare.log"), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600
+                )
+                sync = durability == "fsync"
+                bare = functools.partial(_bare_appends, fd, datas, sync)
+                snap = functools.partial(_snapshot_writes, store, docs[:n])
+                first, second = (bare, snap) if r % 2 == 0 else (snap, bare)
+                a = first()
+                b = second()
+                bt, st_ = (a, b) if first is bare else (b, a)
+                bare_t.append(bt)
+                store_t.append(st_)
+                os.close(fd)
+                store.close()
+            finally:
+                shutil.rmtree(tmp, ignore_errors=True)
+        ratios = [s_ / b_ for s_, b_ in zip(store_t, bare_t, strict=True)]
+        out[durability] = {
+            "writes": n,
+            "record_bytes": nbytes,
+            "bare_us": statistics.median(bare_t) * 1e6,
+            "snapshot_us": statistics.median(store_t) * 1e6,
+            "ratio": statistics.median(ratios),
+        }
+    return out
+
+
+_CHILD = r"""
+import json, random, shutil, sys, tempfile, time
+sys.path.insert(0, sys.argv[1])  # the tree measured, and nothing of this one
+from ctxpolicy.engine import Session
+from ctxpolicy.policy.models import AgentPolicy, Policy
+from ctxpolicy.state.memory import MemoryStateStore
+import ctxpolicy
+assert ctxpolicy.__file__.startswith(sys.argv[1]), ctxpolicy.__file__
+calls = int(sys.argv[2])
+
+def output(rng, i):
+    lines = [
+        f"{i:05d} src/mod_{rng.randint(0, 99)}.py:{n}: value = {rng.random():.6f}"
+        for n in range(150)
+    ]
+    return "\n".join(lines)[:8192]
+
+rng = random.Random(1)
+outputs = [output(rng, i) for i in range(calls)]
+tmp = tempfile.mkdtemp(prefix="bench-percall-")
+try:
+    base = AgentPolicy().model_dump(mode="json", exclude={"extends", "model"})
+    base.update(
+        agent="bench",
+        model={"context_window": 128000, "max_output_tokens": 4096, "tokenizer": "cl100k_base"},
+        on_overflow={"layer": "emergency", "at": "warning", "options": {}},
+        tools={"*": {"preprocess": "head_tail", "options": {"max_chars": 2000}}},
+    )
+    base["snapshots"] = {**base["snapshots"], "path": tmp, "options": {"durability": "flush"}}
+    s = Session(Policy.model_validate(base), conv_id="p", state_store=MemoryStateStore())
+    s.add_tool_result({"name": "warm", "id": "w"}, outputs[0])
+    t0 = time.perf_counter()
+    for i, out in enumerate(outputs):
+        s.add_tool_result({"name": "read_file", "id": f"c{i}"}, out)
+    print(json.dumps((time.perf_counter() - t0) / calls))
+finally:
+    shutil.rmtree(tmp, ignore_errors=True)
+"""
+
+
+def bench_per_call(baseline: str, calls: int, repeats: int) -> dict[str, Any]:
+    """``add_tool_result`` per call, the baseline tree and this one in turn."""
+    here = str(Path(__file__).resolve().parents[1])
+    baseline = os.path.abspath(baseline)
+    times: dict[str, list[float]] = {"before": [], "after": []}
+    for r in range(repeats):
+        order = [("before", baseline), ("after", here)]
+        for label, tree in order if r % 2 == 0 else order[::-1]:
+            res = subprocess.run(
+                [sys.executable, "-c", _CHILD, tree, str(calls)],
+                capture_output=True,
+                text=True,
+                check=True,
+                env={**os.environ, "PYTHONPATH": tree},
+                cwd=tree,
+            )
+            times[label].append(float(res.stdout.strip().splitlines()[-1]))
+    med = {k: statistics.median(v) * 1e6 for k, v in times.items()}
+    return {
+        "baseline": baseline,
+        "calls": calls,
+        "repeats": repeats,
+        "before_us": med["before"],
+        "after_us": med["after"],
+        "ratio": med["after"] / med["before"],
     }
 
 
@@ -337,7 +510,7 @@ def to_markdown(data: dict[str, Any]) -> str:
             ],
         ),
         "",
-        "### Snapshot naming (one base name, counted `os.link` + `os.open` calls)",
+        "### Snapshot naming, `layout: files` (one base name, counted `os.link` + `os.open` calls)",
         "",
         markdown_table(
             ["", "100 snapshots", "1,000 snapshots", "ratio"],
@@ -356,17 +529,87 @@ def to_markdown(data: dict[str, Any]) -> str:
         "",
         f"Time ratio **{r['ratio']:.2f}** (O(message size): independent of the archive's size).",
         "",
-        f"Reproduce: `.venv/bin/python benchmarks/bench_store.py{' --quick' if data['quick'] else ''}`",
+    ]
+    ap_ = data.get("append")
+    if ap_:
+        md += [
+            "",
+            f"### One snapshot write ÷ a bare append of the same bytes ({ap_['repeats']} interleaved repeats, median)",
+            "",
+            markdown_table(
+                [
+                    "durability",
+                    "writes",
+                    "record bytes",
+                    "bare append µs",
+                    "snapshot write µs",
+                    "ratio (median of repeats)",
+                    "goal ≤ 1.5",
+                ],
+                [
+                    [
+                        f"`{k}`",
+                        ap_[k]["writes"],
+                        ap_[k]["record_bytes"],
+                        ap_[k]["bare_us"],
+                        ap_[k]["snapshot_us"],
+                        ap_[k]["ratio"],
+                        "✓" if ap_[k]["ratio"] <= 1.5 else "✗",
+                    ]
+                    for k in ("flush", "fsync")
+                ],
+            ),
+        ]
+    pc = data.get("per_call")
+    if pc:
+        md += [
+            "",
+            f"### `add_tool_result` per call: `{pc['baseline']}` → this tree ({pc['calls']} calls × {pc['repeats']} runs in turn, child processes, `durability: flush`)",
+            "",
+            f"{pc['before_us']:.1f} µs → {pc['after_us']:.1f} µs (**{pc['ratio']:.2f}×**).",
+        ]
+    baseline_arg = f" --baseline {pc['baseline']}" if pc else ""
+    md += [
+        "",
+        f"Reproduce: `.venv/bin/python benchmarks/bench_store.py{' --quick' if data['quick'] else ''}{baseline_arg}`",
     ]
     return "\n".join(md)
+
+
+def _append_only_markdown(append: dict[str, Any], per_call: dict[str, Any] | None) -> str:
+    lines = [
+        f"{k}: bare {append[k]['bare_us']:.2f} us, snapshot {append[k]['snapshot_us']:.2f} us, "
+        f"ratio {append[k]['ratio']:.2f} ({append[k]['record_bytes']} bytes)"
+        for k in ("flush", "fsync")
+    ]
+    if per_call:
+        lines.append(
+            f"add_tool_result {per_call['before_us']:.1f} -> {per_call['after_us']:.1f} us "
+            f"({per_call['ratio']:.2f}x)"
+        )
+    return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true")
+    ap.add_argument(
+        "--baseline", default=None, help="Another tree (e.g. a checkout of main) for 6."
+    )
+    ap.add_argument("--only-append", action="store_true", help="Only 5 and 6.")
     args = ap.parse_args(argv)
     t0 = time.perf_counter()
     calls, repeats, steps = (150, 3, 200) if args.quick else (400, 5, 1000)
+    eprint("append ...")
+    append = bench_append(400 if args.quick else 1000, 5 if args.quick else 9)
+    per_call = None
+    if args.baseline:
+        eprint("per call vs baseline ...")
+        per_call = bench_per_call(args.baseline, calls, 3 if args.quick else 5)
+    if args.only_append:
+        text = _append_only_markdown(append, per_call)
+        print(text)
+        return 0
     eprint("durability ...")
     durability = bench_durability(calls, repeats)
     eprint("archive ...")
@@ -376,6 +619,8 @@ def main(argv: list[str] | None = None) -> int:
     eprint("recall ...")
     rec = bench_recall(100, 10)
     data = {
+        "append": append,
+        "per_call": per_call,
         "machine": machine(["ctxpolicy", "tiktoken"]),
         "quick": args.quick,
         "durability": durability,

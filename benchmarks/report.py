@@ -302,6 +302,7 @@ def headline(results: Path) -> list[str]:
                         ]
                     )
     rows += scaling_headline(_load(results, "bench_scaling"), ok)
+    rows += append_headline(_load(results, "bench_store"), ok)
     q = _load(results, "bench_quality")
     if q:
         rows += peer_headline(q, ok)
@@ -462,6 +463,23 @@ def tune_speed_headline(sp: dict[str, Any] | None, ok: dict[bool | None, str]) -
             ]
         )
     return rows
+
+
+def append_headline(st: dict[str, Any] | None, ok: dict[bool | None, str]) -> list[list[str]]:
+    """Issue 32's snapshot goal, from bench_store: one snapshot write ≤ 1.5× a bare
+    append of the same bytes, at `flush` and at `fsync`."""
+    ap = (st or {}).get("append")
+    if not ap:
+        return []
+    return [
+        [
+            f"snapshots (issue 32): one snapshot write ≤ 1.5× a bare append of the same bytes, `{k}`",
+            f"bench_store, {ap[k]['record_bytes'] / 1000:.1f} KB records",
+            f"{ap[k]['ratio']:.2f}×",
+            ok[ap[k]["ratio"] <= 1.5],
+        ]
+        for k in ("flush", "fsync")
+    ]
 
 
 def scaling_headline(sc: dict[str, Any] | None, ok: dict[bool | None, str]) -> list[list[str]]:

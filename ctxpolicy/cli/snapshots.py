@@ -123,7 +123,8 @@ def prune_cmd(
     for p in report.removed:
         click.echo(f"{verb} {p}")
     click.echo(
-        f"{root}: {verb} {len(report.removed)} snapshots ({report.removed_bytes / 1e6:.1f} MB); "
+        f"{root}: {verb} {len(report.removed)} files (snapshot files and segments, archive "
+        f"segments; {report.removed_bytes / 1e6:.1f} MB); "
         f"kept {report.kept_files} ({report.kept_bytes / 1e6:.1f} MB)"
     )
     if report.evicted_conversations or report.partly_evicted:
@@ -201,7 +202,7 @@ def list_cmd(
     unknown, 2 on usage errors.
     """
     from ctxpolicy.snapshots import LocalStore, SnapshotError
-    from ctxpolicy.snapshots.names import is_store_folder
+    from ctxpolicy.snapshots.names import SNAP_SEGMENT_RE, is_store_folder
 
     base = _store_root(ctx, policy_path, agent, root)
     store = LocalStore(root=base)
@@ -211,9 +212,15 @@ def list_cmd(
             for entry in sorted(os.scandir(store.root_path), key=lambda e: e.name):
                 if not entry.is_dir(follow_symlinks=False) or not is_store_folder(entry.name):
                     continue
-                files = [f for f in os.scandir(entry.path) if f.name.endswith(".json")]
+                # snapshots: files and segment records; bytes: the files that hold them
+                files = [
+                    f
+                    for f in os.scandir(entry.path)
+                    if f.name.endswith(".json") or SNAP_SEGMENT_RE.match(f.name)
+                ]
                 size = sum(f.stat(follow_symlinks=False).st_size for f in files)
-                rows.append({"folder": entry.name, "snapshots": len(files), "bytes": size})
+                count = len(store.list_folder(entry.name))
+                rows.append({"folder": entry.name, "snapshots": count, "bytes": size})
         if as_json:
             click.echo(json.dumps({"root": store.root, "conversations": rows}, indent=2))
             return
@@ -225,11 +232,9 @@ def list_cmd(
         return
     try:
         refs = store.list(conversation)
-        folder = store.root_path / conversation
-        if not refs and is_store_folder(conversation) and folder.is_dir():
+        if not refs and is_store_folder(conversation):
             # a folder name as `list` prints it (a conv_id may map to another folder)
-            names = sorted(f.name[:-5] for f in os.scandir(folder) if f.name.endswith(".json"))
-            refs = [store.locate(f"ctxsnap://{conversation}/{n}") for n in names]
+            refs = store.list_folder(conversation)
     except SnapshotError as exc:
         click.echo(f"ctxpolicy snapshots list: {exc.strerror or exc}", err=True)
         ctx.exit(1)
@@ -245,8 +250,8 @@ def list_cmd(
             json.dumps([{"uri": r.uri, "path": r.path, "name": r.name} for r in refs], indent=2)
         )
         return
-    for r in refs:
-        click.echo(f"{r.uri}  {r.path}")
+    for r in refs:  # a record of a segment has no path of its own
+        click.echo(f"{r.uri}  {r.path}" if r.path else r.uri)
 
 
 @snapshots.command("show")

@@ -189,7 +189,9 @@ def open_store(
     ``snapshots.path`` is interpolated *here*, with ``env`` (the ``env=`` given to
     ``Session``; ``os.environ`` when None): the loader keeps it as written. The
     policy's ``snapshots.max_total_mb`` / ``max_age_days``, when set, override the
-    store's own retention options of the same name.
+    store's own retention options of the same name; ``reference_form: path`` turns
+    a ``layout: auto`` (the ``local`` store's default) into ``layout: files`` (a path
+    reference names a file of its own).
     """
     snaps = policy.snapshots
     if not snaps.enabled:
@@ -199,6 +201,9 @@ def open_store(
 
         registry = get_registry()
     retention = {k: v for k in _RETENTION_FIELDS if (v := getattr(snaps, k, None)) is not None}
+    if snaps.reference_form == "path" and snaps.options.get("layout", "auto") == "auto":
+        # a path reference must name a file of its own: the local store's `files` layout
+        retention["layout"] = "files"
     store = registry.create(
         "snapshot_store",
         snaps.store,

@@ -1,6 +1,8 @@
 """Snapshot stores and what reads them back (a built-in plugin module).
 
-* :mod:`.local` — the ``local`` store (a directory, atomic files, 0600/0700);
+* :mod:`.local` — the ``local`` store (a directory, 0600/0700: segments or files);
+* :mod:`.segments` — the local store's segment files (one append per tool result);
+* :mod:`.records` — one snapshot as a record of a segment (framing, encoding);
 * :mod:`.fsspec_store` — the ``fsspec`` store (object stores, many workers);
 * :mod:`._common` — what both stores share (reference checks, names, sort order);
 * :mod:`.names` — the store's naming rules: conversation folders, snapshot names, URIs;

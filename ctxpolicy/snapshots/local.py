@@ -2,21 +2,26 @@
 
 Two stores are built in (registered as plugins like any other):
 
-* ``local`` (default) — a directory: ``<root>/<folder>/step_003_<action>.json``
-  (design A's layout; ``<folder>`` is the injective encoding of the conversation id,
-  :func:`ctxpolicy.snapshots.names.conv_folder`). Writes are atomic (temp file in the
-  same directory, then a hard link to the final name, which fails if the name
-  exists — so concurrent writers never overwrite each other and never expose a
-  partial file); files are 0600 and directories 0700. Names are found in O(1)
-  (a per-store counter, a time-based suffix after a collision with another
-  process). ``durability`` chooses ``fsync`` (file and directory) or ``flush``.
-  Retention (``max_total_mb``, ``max_age_days``) is applied incrementally while
-  the session writes (:class:`ctxpolicy.snapshots.retention.Sweeper`).
+* ``local`` (default) — a directory, one folder per conversation (``<folder>`` is
+  the injective encoding of the conversation id,
+  :func:`ctxpolicy.snapshots.names.conv_folder`). ``layout: segments`` (what a
+  policy gets by default): each tool result is one record appended to the
+  conversation's segment files ``snapshots_000001.seg``… (:mod:`.segments`, records
+  in :mod:`.records`): one ``writev`` per result on a segment kept open. ``layout:
+  files`` (ctxpolicy 0.1's, and what ``reference_form: path`` gets with ``layout:
+  auto``): ``<root>/<folder>/step_003_<action>.json`` written atomically (temp
+  file, then a hard link to the final name, which fails if the name exists — so
+  concurrent writers never overwrite each other and never expose a partial file).
+  Either layout reads both. Files are 0600 and directories 0700. ``durability``
+  chooses ``fsync`` or ``flush``. Retention (``max_total_mb``, ``max_age_days``) is
+  applied incrementally while the session writes
+  (:class:`ctxpolicy.snapshots.retention.Sweeper`), on whole files.
 * ``fsspec`` — any fsspec URL (``s3://bucket/prefix``, ``memory://x``, ``file:///…``)
   so many workers share one store. Needs the ``[fsspec]`` extra.
 
-References are ``ctxsnap://<folder>/<name>`` (``name`` without ``.json``); the
-document's path is kept beside it for design A's ``[Full detail available at: …]``.
+References are ``ctxsnap://<folder>/<name>`` (``name`` without ``.json``); a file's
+path is kept beside it for design A's ``[Full detail available at: …]`` (a record
+has none: ``SnapshotRef.path`` is empty).
 Every store resolves a reference (``..``, symlinks, URL forms) to its canonical
 ``(folder, name)`` in :meth:`locate` before anything is read, so the recall tools
 check ownership on what will actually be opened. Both stores also implement the
@@ -25,7 +30,9 @@ append-only logs of the history archive (:mod:`ctxpolicy.snapshots.archive`).
 
 from __future__ import annotations
 
+import builtins
 import contextlib
+import dataclasses
 import errno
 import itertools
 import os
@@ -65,8 +72,11 @@ from ctxpolicy.snapshots.names import (
     is_folder,
     is_store_folder,
     parse_uri,
+    safe_action,
 )
+from ctxpolicy.snapshots.records import encode as encode_record
 from ctxpolicy.snapshots.retention import TOMBSTONE, sweeper_for
+from ctxpolicy.snapshots.segments import Folder, Segments
 
 __all__ = ["LocalOptions", "LocalStore"]
 
@@ -103,6 +113,22 @@ class LocalOptions(ComponentOptions):
         "incrementally while sessions write; `null` = no size limit. "
         "`snapshots.max_total_mb` overrides it.",
     )
+    layout: Literal["auto", "segments", "files"] = Field(
+        default="auto",
+        description="`segments`: a conversation's tool results are records appended to "
+        "segment files (`snapshots_000001.seg`, one `write` per result; see "
+        "docs/snapshots.md). `files`: one JSON file per result (ctxpolicy 0.1's layout, "
+        "which `snapshots.reference_form: path` needs: the path names a file of its "
+        "own). `auto` (default): `files` for a policy with `reference_form: path`, "
+        "else `segments`. Either layout reads the other's snapshots.",
+    )
+    segment_mb: float = Field(
+        default=1.0,
+        gt=0,
+        le=1024,
+        description="Size at which a segment is closed and the next one started "
+        "(at most 1/16 of `max_total_mb`: retention removes whole segments).",
+    )
     max_age_days: float | None = Field(
         default=30,
         gt=0,
@@ -110,6 +136,15 @@ class LocalOptions(ComponentOptions):
         "while sessions write; `null` = keep forever. `snapshots.max_age_days` "
         "overrides it.",
     )
+
+
+def segment_bytes(segment_mb: float, max_total_mb: float | None) -> int:
+    """Where a segment is closed: ``segment_mb``, but at most 1/16 of the store's size
+    limit, so that retention (whole segments) stays fine-grained."""
+    size = segment_mb * 1024 * 1024
+    if max_total_mb is not None:
+        size = min(size, max_total_mb * 1024 * 1024 / 16)
+    return int(size)
 
 
 _fallback_lock = threading.Lock()
@@ -134,10 +169,14 @@ if hasattr(os, "register_at_fork"):
 
 
 class LocalStore(SnapshotStore):
-    """Snapshots in a local directory tree, one JSON document per tool result."""
+    """Snapshots in a local directory tree: records appended to segment files (the
+    default), or one JSON document per tool result (``layout: files``)."""
 
     name = "local"
-    description = "JSON documents under <root>/<folder>/step_003_<action>.json (atomic, 0600)."
+    description = (
+        "Tool results appended to <root>/<folder>/snapshots_NNNNNN.seg (or one "
+        "step_003_<action>.json each with layout: files); 0600."
+    )
     Options = LocalOptions
 
     options: LocalOptions
@@ -153,6 +192,18 @@ class LocalStore(SnapshotStore):
             max_total_mb=self.options.max_total_mb,
             max_age_days=self.options.max_age_days,
         )
+        self._segments = Segments(
+            file_mode=self.options.file_mode,
+            dir_mode=self.options.dir_mode,
+            fsync=self.options.durability == "fsync",
+            max_bytes=segment_bytes(self.options.segment_mb, self.options.max_total_mb),
+        )
+        self._segmented = self.options.layout != "files"  # auto: see open_store
+        self._sweeps_seen = self.retention.sweeps
+
+    def close(self) -> None:
+        """Close the open segment files (the store stays usable: they reopen)."""
+        self._segments.close()
 
     # -- paths
     def _real_root(self) -> str:
@@ -208,6 +259,8 @@ class LocalStore(SnapshotStore):
     def write(
         self, conv_id: str, step: int, action: str, document: Mapping[str, Any]
     ) -> SnapshotRef:
+        if self._segmented:
+            return self._append(conv_id, step, action, document)
         folder, conv_dir = self._ready_dir(conv_id)
         data = dump_document(document)
         base = base_name(step, action)
@@ -220,6 +273,35 @@ class LocalStore(SnapshotStore):
                 os.unlink(tmp)
         self.retention.note_write(len(data))
         return ref
+
+    def _append(
+        self, conv_id: str, step: int, action: str, document: Mapping[str, Any]
+    ) -> SnapshotRef:
+        """``layout: segments``: one record appended (:mod:`.segments`)."""
+        if self.retention.sweeps != self._sweeps_seen:  # a sweep of this process ran
+            self._sweeps_seen = self.retention.sweeps
+            self._segments.close_files()
+        folder = self._folders.get(conv_id)
+        f = None if folder is None else self._segments.folders.get(folder)
+        if f is None:
+            folder, conv_dir = self._ready_dir(conv_id)
+            f = self._segments.folder(folder, conv_dir)
+        assert folder is not None
+        magic, meta, body = encode_record(document)
+        if type(step) is int and 0 <= step <= 10**18:  # base_name's common case, inline
+            base = f"step_{step:03d}_{safe_action(action)}"
+        else:
+            base = base_name(step, action)
+        name = self._segments.write(f, folder, base, magic, meta, body)
+        self.retention.note_write(len(meta) + len(body))  # a sweep: files closed next time
+        return SnapshotRef(uri=f"{URI_SCHEME}{folder}/{name}", path="", conv_id=folder, name=name)
+
+    def _segment_folder(self, folder: str) -> Folder | None:
+        """The segment index of an existing folder (None: no such folder)."""
+        d = self._folder_dir(folder)
+        if not d.is_dir():
+            return None
+        return self._segments.folder(folder, str(d))
 
     def _ready_dir(self, conv_id: str) -> tuple[str, str]:
         """The conversation's folder and its path, created if needed; never through a
@@ -362,27 +444,32 @@ class LocalStore(SnapshotStore):
         return Path(self.locate(ref).path)
 
     def read(self, ref: str) -> dict[str, Any]:
+        """The document a reference names: its file (``layout: files``, ctxpolicy
+        0.1) or its record in a segment, whichever the folder holds."""
         loc = self.locate(ref)
         try:
             data = _read_nofollow(loc.path)
-        except FileNotFoundError as exc:
-            raise SnapshotError(errno.ENOENT, f"no snapshot {loc.uri}") from exc
+        except FileNotFoundError:
+            f = self._segment_folder(loc.conv_id)
+            doc = None if f is None else self._segments.read(f, loc.name)
+            if doc is None:
+                raise SnapshotError(errno.ENOENT, f"no snapshot {loc.uri}") from None
+            return doc
         return _load(data, loc.uri)
 
     def list(self, conv_id: str) -> list[SnapshotRef]:
-        d = self._conv_dir(conv_id)
-        if not d.is_dir() or d.is_symlink():
+        return self.list_folder(conv_folder(conv_id))
+
+    def list_folder(self, folder: str) -> builtins.list[SnapshotRef]:
+        """The snapshots of a folder, files and records, in step order (a record's
+        ``path`` is empty: it is no file of its own)."""
+        f = self._segment_folder(folder)
+        if f is None:
             return []
         refs = []
-        with os.scandir(d) as it:
-            for e in it:
-                stem = e.name[:-5]
-                if (
-                    e.name.endswith(".json")
-                    and NAME_RE.match(stem)
-                    and e.is_file(follow_symlinks=False)
-                ):
-                    refs.append(self.ref_for(d.name, stem))
+        for name, is_record in self._segments.names(f):
+            ref = self.ref_for(folder, name)
+            refs.append(dataclasses.replace(ref, path="") if is_record else ref)
         return sorted(refs, key=lambda r: sort_key(r.name))
 
     # -- append-only logs (history archive)
@@ -435,11 +522,17 @@ class LocalStore(SnapshotStore):
     def exists(self, ref: str) -> bool:
         """Whether the snapshot a reference names is in the store (no read)."""
         try:
-            path = self.locate(ref).path
+            loc = self.locate(ref)
         except SnapshotError:
             return False
         try:
-            return stat.S_ISREG(os.lstat(path).st_mode)
+            if stat.S_ISREG(os.lstat(loc.path).st_mode):
+                return True
+        except OSError:
+            pass
+        try:
+            f = self._segment_folder(loc.conv_id)
+            return f is not None and self._segments.has(f, loc.name)
         except OSError:
             return False
 

@@ -72,6 +72,8 @@ _SAFE_RE = re.compile(r"[^A-Za-z0-9._-]+")
 NAME_RE = re.compile(r"^step_\d{3,20}_[A-Za-z0-9._-]{1,96}$")
 SEGMENT_RE = re.compile(r"^history_(\d{6,})\.jsonl$")
 INDEX_NAME = "history.idx"
+#: Snapshot segments of the local store (:mod:`ctxpolicy.snapshots.segments`).
+SNAP_SEGMENT_RE = re.compile(r"^snapshots_(\d{6,9})\.seg$")
 _HIST_RE = re.compile(r"^history(?:#(\d{1,12})(?:-(\d{1,12}))?)?$")
 
 
@@ -211,3 +213,8 @@ def history_uri(folder: str, first: int | None = None, last: int | None = None) 
 
 def segment_name(n: int) -> str:
     return f"history_{n:06d}.jsonl"
+
+
+def segment_file(n: int) -> str:
+    """The file name of snapshot segment ``n``."""
+    return f"snapshots_{n:06d}.seg"

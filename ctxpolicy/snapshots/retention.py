@@ -1,7 +1,8 @@
 """Retention of a local snapshot store: :func:`prune`, and :class:`Sweeper`, which
 applies it incrementally while a session writes.
 
-What is removed: snapshot documents (``step_NNN_*.json``), history segments
+What is removed, always whole files: snapshot documents (``step_NNN_*.json``),
+snapshot segments (``snapshots_NNNNNN.seg``, with every record in them), history segments
 (``history_NNNNNN.jsonl``), a ``history.idx`` only with its whole conversation or
 when it is older than the age limit, and stale temp files (``.tmp-*`` older than an
 hour), directly under ``<root>/<folder>/``. Symlinks are never followed; folders
@@ -12,7 +13,8 @@ every conversation not written for :data:`IDLE_S` (an hour) before any live one,
 the least recently written conversation first, its oldest files first. A live
 conversation loses files only when the conversations written in the last hour
 alone exceed the limit. A ``history.idx`` (16 bytes a message) goes only with its
-age, so archive numbers never restart. The age limit removes files older than it,
+age, so archive numbers never restart. The newest snapshot segment of a live
+conversation (where its writer appends) is never taken by the size limit. The age limit removes files older than it,
 wherever they are.
 
 **Every loss is marked.** A folder that lost any file other than a stale temp file
@@ -46,7 +48,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ctxpolicy.snapshots.names import INDEX_NAME, NAME_RE, SEGMENT_RE
+from ctxpolicy.snapshots.names import INDEX_NAME, NAME_RE, SEGMENT_RE, SNAP_SEGMENT_RE
 
 __all__ = ["MARKER", "TOMBSTONE", "PruneReport", "Sweeper", "prune", "sweeper_for"]
 
@@ -105,7 +107,7 @@ def _candidates(root: Path, now: float) -> tuple[list[tuple[float, int, Path]], 
                     stale.append(Path(e.path))
                 continue
             snap = name.endswith(".json") and NAME_RE.match(name[:-5])
-            if snap or SEGMENT_RE.match(name) or name == INDEX_NAME:
+            if snap or SNAP_SEGMENT_RE.match(name) or SEGMENT_RE.match(name) or name == INDEX_NAME:
                 files.append((st.st_mtime, st.st_size, Path(e.path)))
     return files, stale
 
@@ -184,10 +186,19 @@ def _size_limit(
         lw = last_write[item[2].parent]
         return (now - lw < IDLE_S, lw, item[0])
 
+    # the newest snapshot segment of a live conversation is where its writer appends
+    newest: dict[Path, str] = {}
+    for _, _, p in keep:
+        old = newest.get(p.parent, "")
+        if SNAP_SEGMENT_RE.match(p.name) and (len(p.name), p.name) > (len(old), old):
+            newest[p.parent] = p.name
     gone: set[Path] = set()
     for item in sorted(keep, key=order):
         if total <= limit:
             break
+        p = item[2]
+        if newest.get(p.parent) == p.name and now - last_write[p.parent] < IDLE_S:
+            continue
         if item[2].name != INDEX_NAME:
             total -= item[1]
             doomed.append((item[1], item[2]))

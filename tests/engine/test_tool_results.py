@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import errno
 import json
 from collections.abc import Mapping
@@ -122,12 +123,18 @@ def test_reference_format_and_parse(proc: ToolResultProcessor) -> None:
     line = out.text.rsplit("\n", 1)[1]
     # the portable form by default: no path of this machine in the text
     assert line == "[Full detail available at: ctxsnap://run-42/step_003_lookup]"
-    assert out.ref.path and out.ref.path not in out.text
     assert parse_reference(out.text) == ["ctxsnap://run-42/step_003_lookup"]
-    # design A's path form (an option): path and URI
-    with_path = format_reference(out.ref, "path")
+    # a record of a segment has no path of its own: the path form falls back to the URI
+    assert out.ref.path == "" and format_reference(out.ref, "path") == line
+    # design A's path form (an option, with layout files): path and URI
+    ref = dataclasses.replace(out.ref, path="/p/run-42/step_003_lookup.json")
+    assert format_reference(ref, "path") == (
+        "[Full detail available at: /p/run-42/step_003_lookup.json "
+        "(ctxsnap://run-42/step_003_lookup)]"
+    )
+    with_path = format_reference(ref, "path")
     assert with_path == (
-        f"[Full detail available at: {out.ref.path} (ctxsnap://run-42/step_003_lookup)]"
+        f"[Full detail available at: {ref.path} (ctxsnap://run-42/step_003_lookup)]"
     )
     assert parse_reference(with_path) == ["ctxsnap://run-42/step_003_lookup"]
     # design A's plain form parses too
@@ -147,7 +154,8 @@ def test_snapshot_document(proc: ToolResultProcessor) -> None:
     meta = {"thought": "look", "phase": "explore", "action_reason": "why", "worker": "w1"}
     out = proc.process(call, "print(1)\n", conv_id="run-42", step=3, meta=meta)
     assert out.text == "print(1)\n"  # untouched: no reference line (reference: when_shortened)
-    doc = json.loads(Path(out.ref.path).read_text("utf-8"))
+    assert proc.store is not None
+    doc = proc.store.read(out.ref.uri)
     for key in [
         "step",
         "action",
@@ -406,7 +414,8 @@ def test_session_env_reaches_the_store_path(tmp_path: Path) -> None:
     assert session.snapshots.root == str(home / "snapshots")
     assert session.snapshots.options.max_total_mb == 5  # the policy's value wins
     session.add_tool_result({"name": "ls", "id": "1"}, "x" * 5000)
-    assert list((home / "snapshots").rglob("step_*_ls.json"))
+    assert [r.name for r in session.snapshots.list("e")] == ["step_001_ls"]
+    assert list((home / "snapshots").rglob("snapshots_*.seg"))
 
 
 def test_missing_variable_is_still_a_load_time_diagnostic(tmp_path: Path) -> None:
@@ -429,7 +438,7 @@ def test_pytest_fixture_writes_under_tmp_path(ctxpolicy_session, tmp_path: Path)
     assert session.snapshots is not None
     assert Path(session.snapshots.root).is_relative_to(tmp_path)
     session.add_tool_result({"name": "ls", "id": "1"}, "y" * 5000)
-    assert list(tmp_path.rglob("step_*_ls.json"))
+    assert list(tmp_path.rglob("snapshots_*.seg"))
 
 
 # --------------------------------------------------------------------------- properties

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import multiprocessing as mp
 import os
 import threading
@@ -11,6 +10,7 @@ from typing import Any
 
 from ctxpolicy.conversation import check_messages
 from ctxpolicy.engine import Session
+from ctxpolicy.snapshots import LocalStore
 from tests.engine_helpers import call, make_policy
 
 THREADS = 16
@@ -70,12 +70,11 @@ def test_threads_share_policy_and_store(tmp_path: Path) -> None:
     assert len(results) == THREADS
     for r in results:
         assert r["bad"] == 0
-        conv_dir = tmp_path / "snaps" / r["conv_id"]
-        files = sorted(conv_dir.glob("step_*_run.json"))
-        assert len(files) == STEPS  # one per tool result, none lost or doubled
-        for f in sorted(conv_dir.glob("*.json")):  # tool results and history archives
-            doc = json.loads(f.read_text())
-            assert doc["conv_id"] == r["conv_id"]
+        store = LocalStore(root=str(tmp_path / "snaps"))
+        refs = store.list(r["conv_id"])  # records of its segments, and any files
+        assert len([x for x in refs if x.name.endswith("_run")]) == STEPS  # none lost or doubled
+        for ref in refs:  # tool results and history archives
+            assert store.read(ref.uri)["conv_id"] == r["conv_id"]
         # counts are consistent: a fresh single-threaded session sees the same numbers
         fresh = Session(policy, conv_id=r["conv_id"] + "-check", snapshot_store=None)
         fresh.prepare(r["msgs"])
@@ -101,11 +100,12 @@ def test_processes_writing_one_conv_id(tmp_path: Path) -> None:
     for p in procs:
         p.join(120)
         assert p.exitcode == 0
-    files = list((tmp_path / "shared").glob("*.json"))
-    assert len(files) == 4 * steps  # no name collision lost a snapshot
+    store = LocalStore(root=str(tmp_path))
+    refs = store.list("shared")
+    assert len(refs) == 4 * steps  # no name collision lost a snapshot
     seen = set()
-    for f in files:
-        doc = json.loads(f.read_text())  # never partial
+    for ref in refs:
+        doc = store.read(ref.uri)  # never partial
         obs = doc["observation"]
         first = obs.split(" ")[1]
         assert obs == f"process {first} step {obs.split(' ')[3]} " * 200  # never interleaved

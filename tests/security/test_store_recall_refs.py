@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from ctxpolicy.snapshots import FsspecStore, LocalStore
+from ctxpolicy.snapshots import FsspecStore, LocalOptions, LocalStore
 from ctxpolicy.snapshots.archive import HistoryArchive
 from ctxpolicy.snapshots.names import conv_folder
 from ctxpolicy.snapshots.recall import handle_tool_call
@@ -132,17 +132,23 @@ def test_not_yours_and_missing_read_the_same(store: Any) -> None:
     assert missing == theirs_out  # no oracle for which conversations exist
 
 
-def test_symlinks_in_own_folder_are_not_followed(tmp_path: Path) -> None:
-    store = LocalStore(root=str(tmp_path / "root"))
+@pytest.mark.parametrize("layout", ["files", "segments"])
+def test_symlinks_in_own_folder_are_not_followed(tmp_path: Path, layout: str) -> None:
+    store = LocalStore(LocalOptions(layout=layout), root=str(tmp_path / "root"))  # type: ignore[arg-type]
     mine, theirs = _setup(store)
-    own = Path(mine.path).parent
+    own = store.root_path / mine.conv_id
+    victim = store.root_path / theirs.conv_id
     link = own / "step_009_read_file.json"
-    os.symlink(theirs.path, link)
+    if layout == "files":
+        os.symlink(theirs.path, link)
+    else:  # a segment of mine that is the victim's segment
+        os.symlink(victim / "snapshots_000001.seg", own / "snapshots_000009.seg")
     for ref in (f"ctxsnap://{own.name}/step_009_read_file", str(link)):
         _assert_refused(store, handle_tool_call(store, ME, "ctx_recall", {"ref": ref}))
+    assert SECRET not in handle_tool_call(store, ME, "ctx_search", {"pattern": "VICTIM"})
     # nor is a whole own folder that is a symlink to the victim's
     other = "attacker-2"
-    os.symlink(Path(theirs.path).parent, store.root_path / conv_folder(other))
+    os.symlink(victim, store.root_path / conv_folder(other))
     ref = f"ctxsnap://{conv_folder(other)}/{theirs.name}"
     _assert_refused(store, handle_tool_call(store, other, "ctx_recall", {"ref": ref}))
     assert SECRET not in handle_tool_call(store, other, "ctx_search", {"pattern": "VICTIM"})

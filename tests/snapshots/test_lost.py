@@ -50,7 +50,8 @@ def test_idle_conversations_go_whole_before_a_live_one_loses_anything(tmp_path: 
 
 
 def test_live_conversations_over_the_limit_lose_oldest_files_with_a_mark(tmp_path: Path) -> None:
-    store = LocalStore(NO_LIMITS, root=str(tmp_path))
+    # one file per result (segments: tests/snapshots/test_segment_retention.py)
+    store = LocalStore(NO_LIMITS.model_copy(update={"layout": "files"}), root=str(tmp_path))
     refs = []
     for i in range(10):
         refs.append(store.write(f"c{i % 2}", i, "read", {"observation": "x" * 20_000}))
@@ -122,7 +123,8 @@ _TEXTS = st.lists(
 @given(texts=st.lists(_TEXTS, min_size=1, max_size=4))
 def test_lost_refs_are_never_cited_and_text_never_grows(tmp_path: Path, texts: list[str]) -> None:
     root = tmp_path / "s"
-    store = LocalStore(NO_LIMITS, root=str(root))
+    # one file per result: the test removes one (segments lose whole segments)
+    store = LocalStore(NO_LIMITS.model_copy(update={"layout": "files"}), root=str(root))
     if not root.exists():
         store.write("c", 1, "read", {"observation": "a"})  # step_001_read
         store.write("c", 2, "read", {"observation": "b"})  # step_002_read

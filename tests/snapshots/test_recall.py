@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -100,7 +101,9 @@ def test_handler_without_store() -> None:
 def test_recall_round_trip_property(tmp_path_factory: pytest.TempPathFactory, text: str) -> None:
     store = LocalStore(root=str(tmp_path_factory.mktemp("rt")))
     ref = store.write("c", 1, "x", {"observation": text})
-    assert recall(store, ref.uri) == text == recall(store, ref.path)
+    # a record's path form: where layout files would keep it (resolved to the same name)
+    path = ref.path or os.path.join(store.root, ref.conv_id, f"{ref.name}.json")
+    assert recall(store, ref.uri) == text == recall(store, path)
     n = len(text.split("\n"))
     assert recall(store, ref.uri, lines=(1, n)) == text
 
@@ -113,7 +116,7 @@ def test_model_cannot_recall_another_conversation(tmp_path) -> None:  # type: ig
     mine = store.write("conv-a", 1, "read_file", {"observation": "mine"})
     other = store.write("conv-b", 1, "read_file", {"observation": "secret of b"})
     assert "mine" in handle_tool_call(store, "conv-a", "ctx_recall", {"ref": mine.uri})
-    for ref in (other.uri, other.path):
+    for ref in (other.uri, str(tmp_path / other.conv_id / f"{other.name}.json")):
         out = handle_tool_call(store, "conv-a", "ctx_recall", {"ref": ref})
         assert out.startswith("Error: no earlier tool result of this conversation")
         assert "secret" not in out and "conv-b" not in out and str(tmp_path) not in out

@@ -49,16 +49,18 @@ def test_age_limit_applies_on_the_first_write_of_a_process(tmp_path: Path) -> No
     old = old_store.write("c", 1, "x", {"observation": "old"})
     HistoryArchive(old_store, "c").append([{"role": "user", "content": "old"}], step=1)
     past = time.time() - 40 * 86400
-    for p in Path(old.path).parent.iterdir():
+    folder = tmp_path / old.conv_id
+    for p in folder.iterdir():
         os.utime(p, (past, past))
     (tmp_path / MARKER).unlink(missing_ok=True)
     _new_process()
-    new = LocalStore(root=str(tmp_path)).write("d", 1, "x", {"observation": "new"})
-    assert not Path(old.path).exists() and Path(new.path).exists()
+    fresh = LocalStore(root=str(tmp_path))
+    new = fresh.write("d", 1, "x", {"observation": "new"})
+    assert not fresh.exists(old.uri) and fresh.exists(new.uri)
     # the emptied folder keeps only the mark of its loss (for the engine's data.lost)
-    assert os.listdir(Path(old.path).parent) == [TOMBSTONE]
+    assert os.listdir(folder) == [TOMBSTONE]
     assert prune(tmp_path, max_age_days=30, now=time.time() + TOMBSTONE_KEEP_S).removed != []
-    assert not Path(old.path).parent.exists()  # the mark expires, then the folder goes
+    assert not folder.exists()  # the mark expires, then the folder goes
     # within the hour after a sweep, another process does not sweep again
     _new_process()
     again = LocalStore(root=str(tmp_path))

@@ -1,4 +1,8 @@
-"""Snapshot stores: layout, containment of hostile names, modes, atomicity, retention."""
+"""Snapshot stores: layout, containment of hostile names, modes, atomicity, retention.
+
+The local store's tests here run with ``layout: files`` (one JSON file per result,
+ctxpolicy 0.1's layout, which they inspect on disk); the default ``segments``
+layout has its own in tests/snapshots/test_segments.py."""
 
 from __future__ import annotations
 
@@ -17,6 +21,7 @@ from hypothesis import strategies as st
 
 from ctxpolicy.snapshots import (
     FsspecStore,
+    LocalOptions,
     LocalStore,
     SnapshotError,
     parse_uri,
@@ -50,12 +55,16 @@ HOSTILE = [
 ]
 
 
+def Files(root: str) -> LocalStore:
+    return LocalStore(LocalOptions(layout="files"), root=root)
+
+
 def doc(obs: str = "hello") -> dict:
     return {"step": 3, "action": "read_file", "observation": obs}
 
 
 def test_layout_and_reference(tmp_path: Path) -> None:
-    store = LocalStore(root=str(tmp_path))
+    store = Files(root=str(tmp_path))
     ref = store.write("run-42", 3, "sql_query", doc())
     assert ref.uri == "ctxsnap://run-42/step_003_sql_query"
     assert ref.path == str(tmp_path / "run-42" / "step_003_sql_query.json")
@@ -65,7 +74,7 @@ def test_layout_and_reference(tmp_path: Path) -> None:
 
 
 def test_collision_adds_suffix(tmp_path: Path) -> None:
-    store = LocalStore(root=str(tmp_path))
+    store = Files(root=str(tmp_path))
     names = [store.write("c", 3, "bash", doc(str(i))).name for i in range(3)]
     assert names == ["step_003_bash", "step_003_bash_2", "step_003_bash_3"]
     assert [r.name for r in store.list("c")] == names
@@ -74,7 +83,7 @@ def test_collision_adds_suffix(tmp_path: Path) -> None:
 
 def test_modes(tmp_path: Path) -> None:
     root = tmp_path / "root"
-    store = LocalStore(root=str(root))
+    store = Files(root=str(root))
     ref = store.write("c", 1, "x", doc())
     assert stat.S_IMODE(os.stat(ref.path).st_mode) == 0o600
     assert stat.S_IMODE(os.stat(Path(ref.path).parent).st_mode) == 0o700
@@ -86,7 +95,7 @@ def test_modes(tmp_path: Path) -> None:
 @pytest.mark.parametrize("action", ["read_file", "../../etc/passwd", "/abs", "a\x00b", "．．／x"])
 def test_hostile_names_stay_under_root(tmp_path: Path, conv_id: str, action: str) -> None:
     root = tmp_path / "root"
-    store = LocalStore(root=str(root))
+    store = Files(root=str(root))
     ref = store.write(conv_id, 7, action, doc())
     real = Path(os.path.realpath(ref.path))
     assert real.parent.parent == Path(os.path.realpath(root))
@@ -104,7 +113,7 @@ def test_distinct_hostile_ids_do_not_share_a_directory() -> None:
 
 
 def test_read_refuses_paths_outside_root(tmp_path: Path) -> None:
-    store = LocalStore(root=str(tmp_path / "root"))
+    store = Files(root=str(tmp_path / "root"))
     store.write("c", 1, "x", doc())
     outside = tmp_path / "secret.json"
     outside.write_text('{"observation": "secret"}')
@@ -120,14 +129,14 @@ def test_symlinked_conv_dir_is_refused(tmp_path: Path) -> None:
     root.mkdir()
     (tmp_path / "elsewhere").mkdir()
     os.symlink(tmp_path / "elsewhere", root / "evil")
-    store = LocalStore(root=str(root))
+    store = Files(root=str(root))
     with pytest.raises(SnapshotError):
         store.write("evil", 1, "x", doc())
     assert not list((tmp_path / "elsewhere").iterdir())
 
 
 def test_unicode_and_surrogates_round_trip(tmp_path: Path) -> None:
-    store = LocalStore(root=str(tmp_path))
+    store = Files(root=str(tmp_path))
     for obs in ["中文 ✓ é", "lone \ud800 surrogate", "\x00\x01 nul"]:
         ref = store.write("c", 1, "x", doc(obs))
         assert store.read(ref.uri)["observation"] == obs
@@ -140,7 +149,7 @@ def test_read_only_root_raises_oserror(tmp_path: Path) -> None:
     root.chmod(0o500)
     try:
         with pytest.raises(OSError):
-            LocalStore(root=str(root)).write("c", 1, "x", doc())
+            Files(root=str(root)).write("c", 1, "x", doc())
     finally:
         root.chmod(0o700)
 
@@ -148,7 +157,7 @@ def test_read_only_root_raises_oserror(tmp_path: Path) -> None:
 def test_root_is_a_file(tmp_path: Path) -> None:
     (tmp_path / "f").write_text("x")
     with pytest.raises(OSError):
-        LocalStore(root=str(tmp_path / "f")).write("c", 1, "x", doc())
+        Files(root=str(tmp_path / "f")).write("c", 1, "x", doc())
 
 
 # --------------------------------------------------------------------------- concurrency
@@ -167,7 +176,7 @@ def _check_all_complete(root: Path, expected: int) -> None:
 
 
 def test_threads_same_conv_id(tmp_path: Path) -> None:
-    store = LocalStore(root=str(tmp_path))
+    store = Files(root=str(tmp_path))
     errors: list[BaseException] = []
 
     def worker(t: int) -> None:
@@ -188,7 +197,7 @@ def test_threads_same_conv_id(tmp_path: Path) -> None:
 
 
 def _proc_worker(root: str, p: int, n: int) -> None:
-    store = LocalStore(root=root)
+    store = Files(root=root)
     for i in range(n):
         m = f"<p{p}:{i}>"
         store.write("shared", 1, "bash", {"marker": m, "observation": m * 5000})
@@ -210,7 +219,7 @@ def test_no_hard_links_fallback(tmp_path: Path, monkeypatch: pytest.MonkeyPatch)
         raise OSError(1, "Operation not permitted")  # EPERM, like some FUSE/SMB mounts
 
     monkeypatch.setattr(os, "link", no_link)
-    store = LocalStore(root=str(tmp_path))
+    store = Files(root=str(tmp_path))
     refs = [store.write("c", 1, "x", doc(str(i))) for i in range(3)]
     assert [store.read(r.uri)["observation"] for r in refs] == ["0", "1", "2"]
     assert stat.S_IMODE(os.stat(refs[0].path).st_mode) == 0o600
@@ -249,7 +258,7 @@ def test_fsspec_store(tmp_path: Path, kind: str) -> None:
 
 
 def test_prune_by_age_and_size(tmp_path: Path) -> None:
-    store = LocalStore(root=str(tmp_path))
+    store = Files(root=str(tmp_path))
     now = time.time()
     refs = []
     for i in range(10):
@@ -280,7 +289,7 @@ def test_cli_prune(tmp_path: Path) -> None:
 
     from ctxpolicy.cli.snapshots import snapshots
 
-    store = LocalStore(root=str(tmp_path))
+    store = Files(root=str(tmp_path))
     old = store.write("c", 1, "x", doc())
     new = store.write("c", 2, "x", doc())
     os.utime(old.path, (time.time() - 30 * 86400,) * 2)
@@ -333,7 +342,7 @@ def test_naming_is_linear_in_the_number_of_snapshots(
     counts = _count_fs_ops(monkeypatch)
     ops = {}
     for n in (100, 1000):
-        store = LocalStore(root=str(tmp_path / str(n)))
+        store = Files(root=str(tmp_path / str(n)))
         before = sum(counts.values())
         for i in range(n):  # distinct documents (the same one written again is reused)
             store.write("c", 3, "bash", {"observation": f"x{i:04d}"})
@@ -341,7 +350,7 @@ def test_naming_is_linear_in_the_number_of_snapshots(
     assert ops[1000] / ops[100] < 12, ops  # O(n); the old linear probing was ~100×
     assert counts["link"] <= 1100 + 110
     # a new process (fresh store object) in a directory with 1,000 of them: O(1) too
-    fresh = LocalStore(root=str(tmp_path / "1000"))
+    fresh = Files(root=str(tmp_path / "1000"))
     before = counts["link"]
     ref = fresh.write("c", 3, "bash", {"observation": "late"})
     assert counts["link"] - before <= 3
@@ -358,7 +367,7 @@ def test_durability_option(
     calls: list[int] = []
     real = os.fsync
     monkeypatch.setattr(os, "fsync", lambda fd: (calls.append(fd), real(fd))[1])
-    store = LocalStore(LocalOptions(durability=durability), root=str(tmp_path))  # type: ignore[arg-type]
+    store = LocalStore(LocalOptions(layout="files", durability=durability), root=str(tmp_path))  # type: ignore[arg-type]
     store.write("c", 1, "x", doc())
     assert len(calls) == expected  # the file, then its directory
     assert LocalOptions().durability == "flush"
@@ -367,12 +376,12 @@ def test_durability_option(
 def test_longest_names_stay_readable(tmp_path: Path) -> None:
     """A 48-char action plus a time-based suffix (another process took the name) and
     an absurd step number still give a name that `read` and `list` accept."""
-    first = LocalStore(root=str(tmp_path)).write("c", 10**30, "x" * 200, doc("1"))
-    second = LocalStore(root=str(tmp_path)).write("c", 10**30, "x" * 200, doc("2"))
+    first = Files(root=str(tmp_path)).write("c", 10**30, "x" * 200, doc("1"))
+    second = Files(root=str(tmp_path)).write("c", 10**30, "x" * 200, doc("2"))
     assert second.name == first.name + "_2"  # one next name is tried first
-    third = LocalStore(root=str(tmp_path)).write("c", 10**30, "x" * 200, doc("3"))
+    third = Files(root=str(tmp_path)).write("c", 10**30, "x" * 200, doc("3"))
     assert third.name.startswith(first.name + "_") and len(third.name) > 80
-    store = LocalStore(root=str(tmp_path))
+    store = Files(root=str(tmp_path))
     assert [store.read(r.uri)["observation"] for r in store.list("c")] == ["1", "2", "3"]
     assert store.read(third.path)["observation"] == "3"
 
@@ -380,9 +389,9 @@ def test_longest_names_stay_readable(tmp_path: Path) -> None:
 def test_the_same_document_written_again_keeps_its_name(tmp_path: Path) -> None:
     """A call redone after a crash between the snapshot write and the state commit
     writes the same document again (only its time differs): same name, one file."""
-    first = LocalStore(root=str(tmp_path)).write("c", 7, "bash", {**doc("out"), "timestamp": 1})
-    again = LocalStore(root=str(tmp_path)).write("c", 7, "bash", {**doc("out"), "timestamp": 2})
-    other = LocalStore(root=str(tmp_path)).write("c", 7, "bash", {**doc("new"), "timestamp": 3})
+    first = Files(root=str(tmp_path)).write("c", 7, "bash", {**doc("out"), "timestamp": 1})
+    again = Files(root=str(tmp_path)).write("c", 7, "bash", {**doc("out"), "timestamp": 2})
+    other = Files(root=str(tmp_path)).write("c", 7, "bash", {**doc("new"), "timestamp": 3})
     assert again.uri == first.uri and other.uri != first.uri
     assert len(list((tmp_path / "c").glob("*.json"))) == 2
     assert not list((tmp_path / "c").glob("*.tmp*"))
@@ -432,7 +441,7 @@ def test_document_with_non_string_keys_or_cycles_is_still_written(tmp_path: Path
 def test_folder_replaced_by_a_symlink_after_a_write_is_refused(tmp_path: Path) -> None:
     """The fast path trusts a folder only while it is a real directory (lstat)."""
     root = tmp_path / "root"
-    store = LocalStore(root=str(root))
+    store = Files(root=str(root))
     first = store.write("c", 1, "x", doc("a"))
     folder = root / "c"
     for p in folder.iterdir():
@@ -449,7 +458,7 @@ def test_folder_replaced_by_a_symlink_after_a_write_is_refused(tmp_path: Path) -
 def test_folder_removed_after_a_write_is_created_again(tmp_path: Path) -> None:
     """Retention removes empty folders; the next write recreates the folder (0700) and
     its reference points at a file that exists."""
-    store = LocalStore(root=str(tmp_path))
+    store = Files(root=str(tmp_path))
     store.write("c", 1, "x", doc("a"))
     for p in (tmp_path / "c").iterdir():
         p.unlink()
@@ -466,7 +475,7 @@ def test_file_mode_is_exact_whatever_the_umask(tmp_path: Path) -> None:
 
     old = os.umask(0o077)
     try:
-        ref = LocalStore(LocalOptions(file_mode=0o640), root=str(tmp_path)).write(
+        ref = LocalStore(LocalOptions(layout="files", file_mode=0o640), root=str(tmp_path)).write(
             "c", 1, "x", doc()
         )
     finally:
@@ -483,7 +492,7 @@ def test_a_taken_temp_name_is_never_overwritten(
 
     import ctxpolicy.snapshots.local as snapshots
 
-    store = LocalStore(root=str(tmp_path))
+    store = Files(root=str(tmp_path))
     store.write("c", 1, "x", doc("first"))  # the folder exists
     monkeypatch.setattr(snapshots, "_TEMP_PREFIX", "fixed-")
     monkeypatch.setattr(snapshots, "_TEMPS", itertools.count())

@@ -26,6 +26,7 @@ from typing import Any
 
 import pytest
 
+from ctxpolicy.snapshots import LocalStore
 from tests.shared_data import TRACES, require
 from tests.state.test_resume import AGENT, TRACE, WINDOW, _check, _journal
 from tests.state.test_resume import _run as _run_child
@@ -79,7 +80,8 @@ def test_resume_in_another_home_is_byte_identical(
     expected = _prepared(events)
     summaries = sum(e["ev"] == "summary.done" for e in events)
     assert len(expected) > 50 and summaries >= 5, (len(expected), summaries)
-    snaps = list((tmp_path / "home-a" / ".ctxpolicy" / "snapshots").glob("*/step_*.json"))
+    store = LocalStore(root=str(tmp_path / "home-a" / ".ctxpolicy" / "snapshots"))
+    snaps = [r for d in store.root_path.iterdir() if d.is_dir() for r in store.list_folder(d.name)]
     assert len(snaps) > 20  # the engine snapshotted results on this path too
     calls = sorted(expected)
     cut = _config(tmp_path, "home-b", via, _state(kind, f"b_{via[:3]}", request), full=True)
