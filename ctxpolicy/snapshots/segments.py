@@ -333,7 +333,8 @@ class Segments:
     def _same(self, f: Folder, name: str, magic: bytes, meta: bytes, body: bytes) -> bool:
         """Whether snapshot ``name`` holds this document but for its ``timestamp``."""
         try:
-            old = self._read_locked(f, name)
+            data = self._record(f, name, head_only=False)
+            old = None if data is None else records.decode(data, name)
             new = records.decode(
                 records.record(b"\0" * 8, "x", magic, meta, body), "the new snapshot"
             )
@@ -470,47 +471,40 @@ class Segments:
     def lookup(self, f: Folder, name: str) -> Loc | Any | None:
         """Where ``name`` is: a location, None (a 0.1 file), or :data:`_NO_NAME`."""
         with f.lock:
+            return self._locate(f, name)
+
+    def _locate(self, f: Folder, name: str) -> Loc | Any | None:
+        loc = f.names.get(name, _NO_NAME)
+        if loc is _NO_NAME:
+            self._refresh(f)
             loc = f.names.get(name, _NO_NAME)
-            if loc is _NO_NAME:
-                self._refresh(f)
-                loc = f.names.get(name, _NO_NAME)
-            return loc
+        return loc
 
     def has(self, f: Folder, name: str) -> bool:
         """Whether ``name`` is a record of ``f`` whose segment is still there (reads
         its prefix only)."""
         with f.lock:
-            for _ in range(2):
-                loc = f.names.get(name, _NO_NAME)
-                if loc is _NO_NAME:
-                    self._refresh(f)
-                    loc = f.names.get(name, _NO_NAME)
-                if loc is None or loc is _NO_NAME:
-                    return False
-                n, off, _ = loc
-                if self._read_record(f, n, off, _HEAD_READ, name) is not None:
-                    return True
-                self._rebuild(f)
-        return False
+            return self._record(f, name, head_only=True) is not None
 
     def read(self, f: Folder, name: str) -> dict[str, Any] | None:
         """The document of record ``name``; None when ``name`` is no record."""
         with f.lock:
-            return self._read_locked(f, name)
+            data = self._record(f, name, head_only=False)
+            return None if data is None else records.decode(data, name)
 
-    def _read_locked(self, f: Folder, name: str) -> dict[str, Any] | None:
+    def _record(self, f: Folder, name: str, *, head_only: bool) -> bytes | None:
+        """Record ``name``'s bytes (its prefix only with ``head_only``); None when it
+        is no record. An index that outlived its segment (retention, a segment made
+        anew) is rebuilt once."""
         for _ in range(2):
-            loc = f.names.get(name, _NO_NAME)
-            if loc is _NO_NAME:
-                self._refresh(f)
-                loc = f.names.get(name, _NO_NAME)
+            loc = self._locate(f, name)
             if loc is None or loc is _NO_NAME:
                 return None
-            seg, off, length = loc
-            data = self._read_record(f, seg, off, length, name)
+            n, off, length = loc
+            data = self._read_record(f, n, off, _HEAD_READ if head_only else length, name)
             if data is not None:
-                return records.decode(data, name)
-            self._rebuild(f)  # the segment went (retention) or was made anew
+                return data
+            self._rebuild(f)
         return None
 
     def _read_record(self, f: Folder, n: int, off: int, length: int, name: str) -> bytes | None:
