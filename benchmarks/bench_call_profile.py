@@ -232,7 +232,9 @@ def to_markdown(data: dict[str, Any]) -> str:
                 )
             )
     if data.get("baseline_src"):
-        lines += ["", f"Baseline: `{data['baseline_src']}` (commit {data.get('baseline_commit')})."]
+        commit = data.get("baseline_commit")  # None: not a git checkout (git archive)
+        at = f" (commit {commit})" if commit else ""
+        lines += ["", f"Baseline: `{data['baseline_src']}`{at}."]
     lines += [
         "",
         "Reproduce: `.venv/bin/python benchmarks/bench_call_profile.py --baseline <a checkout "
