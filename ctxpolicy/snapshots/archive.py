@@ -255,28 +255,39 @@ class HistoryArchive:
         """Whether messages ``first``… of the archive are exactly ``messages`` archived
         at ``step``, byte for byte: what a call redone after a crash or a lost state
         race finds (its first attempt's append, never committed). When they are,
-        :attr:`last_range` names them as :meth:`append` would have. O(their size)."""
+        :attr:`last_range` names them as :meth:`append` would have. O(their size),
+        read like :meth:`iter_messages` (the index in chunks, a segment's consecutive
+        messages with one read)."""
         msgs = list(messages)
         if not self.native or first < 1 or not msgs:
             return False
         st = min(max(int(step), 0), _MAX_U32)
+        last = first + len(msgs) - 1
         with self._lock:
             self._load()
             assert self._count is not None
-            if first + len(msgs) - 1 > self._count:
+            if last > self._count:
                 return False
             self.last_truncated = []
-            for i, m in enumerate(msgs):
-                entry = self._entry(first + i)
-                line = self._line(m)
-                if entry is None or entry[2] != len(line) or entry[3] != st:
-                    return False
-                data = self.store.read_range(
-                    self.folder, segment_name(entry[0]), entry[1], entry[2]
-                )
-                if data != line:
-                    return False
-        self.last_range = (first, first + len(msgs) - 1)
+            checked = 0
+            for entries in self._index_chunks(first, last):
+                for group in _read_groups(entries):
+                    lines = [self._line(msgs[e[0] - first]) for e in group]
+                    if any(
+                        s_ == 0 or ln == 0 or ln != len(line) or at != st
+                        for (_, s_, _, ln, at), line in zip(group, lines, strict=True)
+                    ):
+                        return False
+                    blob, lo = self._group_blob(group)
+                    if any(
+                        blob[off - lo : off - lo + ln] != line
+                        for (_, _, off, ln, _), line in zip(group, lines, strict=True)
+                    ):
+                        return False
+                    checked += len(group)
+            if checked != len(msgs):
+                return False
+        self.last_range = (first, last)
         self._last_doc_ref = None
         return True
 
@@ -331,17 +342,7 @@ class HistoryArchive:
         first = max(first, 1)
         if first > last:
             return
-        starts = range(first, last + 1, INDEX_CHUNK)
-        for lo_n in reversed(starts) if reverse else starts:
-            hi_n = min(lo_n + INDEX_CHUNK - 1, last)
-            idx = self.store.read_range(
-                self.folder, INDEX_NAME, (lo_n - 1) * _ENTRY.size, (hi_n - lo_n + 1) * _ENTRY.size
-            )
-            entries = [
-                (lo_n + i, *_ENTRY.unpack_from(idx, i * _ENTRY.size))
-                for i in range(len(idx) // _ENTRY.size)
-            ]
-            del idx
+        for entries in self._index_chunks(first, last, reverse=reverse):
             groups = list(_read_groups(entries))
             del entries
             for group in reversed(groups) if reverse else groups:
@@ -349,22 +350,44 @@ class HistoryArchive:
                 yield from reversed(got) if reverse else got
                 del got  # before the next read: one group in memory at a time
 
+    def _index_chunks(
+        self, first: int, last: int, *, reverse: bool = False
+    ) -> Iterator[list[tuple[int, int, int, int, int]]]:
+        """``(n, segment, offset, length, step)`` of messages ``first``..``last``, read
+        :data:`INDEX_CHUNK` entries at a time (a short read ends a chunk early)."""
+        starts = range(first, last + 1, INDEX_CHUNK)
+        for lo_n in reversed(starts) if reverse else starts:
+            hi_n = min(lo_n + INDEX_CHUNK - 1, last)
+            idx = self.store.read_range(
+                self.folder, INDEX_NAME, (lo_n - 1) * _ENTRY.size, (hi_n - lo_n + 1) * _ENTRY.size
+            )
+            yield [
+                (lo_n + i, *_ENTRY.unpack_from(idx, i * _ENTRY.size))
+                for i in range(len(idx) // _ENTRY.size)
+            ]
+
+    def _group_blob(self, group: list[tuple[int, int, int, int, int]]) -> tuple[bytes, int]:
+        """The bytes a group of :func:`_read_groups` spans (one read; its undamaged
+        entries all lie in one segment) and the offset they start at."""
+        run = [e for e in group if e[1] != 0 and e[3] != 0]
+        if not run:
+            return b"", 0
+        lo = min(e[2] for e in run)
+        hi = max(e[2] + e[3] for e in run)
+        return self.store.read_range(self.folder, segment_name(run[0][1]), lo, hi - lo), lo
+
     def _read_group(
         self, group: list[tuple[int, int, int, int, int]]
     ) -> list[tuple[int, int, Any]]:
         """The messages of one group of :func:`_read_groups` (one read)."""
-        run = [e for e in group if e[1] != 0 and e[3] != 0]
-        blob, lo = b"", 0
-        if run:
-            lo = min(e[2] for e in run)
-            hi = max(e[2] + e[3] for e in run)
-            try:
-                blob = self.store.read_range(self.folder, segment_name(run[0][1]), lo, hi - lo)
-            except SnapshotError:
-                run = []
+        try:
+            blob, lo = self._group_blob(group)
+            readable = True
+        except SnapshotError:
+            blob, lo, readable = b"", 0, False
         out: list[tuple[int, int, Any]] = []
         for n, s_, off, ln, step in group:
-            if s_ == 0 or ln == 0 or not run:
+            if s_ == 0 or ln == 0 or not readable:
                 out.append((n, step, {"ctxpolicy_damaged": True}))
                 continue
             piece = blob[off - lo : off - lo + ln]

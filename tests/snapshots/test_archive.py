@@ -183,6 +183,31 @@ def test_torn_index_and_orphan_data_are_survived(tmp_path: Path) -> None:
     assert [m.get("role") for _, _, m in arch.messages()][:2] == ["assistant", "tool"]
 
 
+def test_holds_finds_exactly_what_an_uncommitted_attempt_appended(tmp_path: Path) -> None:
+    """``holds`` (a redo after a crash) reads the index in chunks and each segment's
+    run of messages at once; every byte, the step and the length must match."""
+    from ctxpolicy.snapshots import archive as archive_mod
+
+    store = LocalStore(root=str(tmp_path))
+    arch = HistoryArchive(store, "c", max_bytes=3000)
+    first = _msgs(5, tag="a")
+    arch.append(first, step=1)
+    redo = _msgs(archive_mod.INDEX_CHUNK + 37, size=40, tag="b")  # > one index chunk
+    arch.append(redo, step=2)
+    assert len({p.name for p in (tmp_path / conv_folder("c")).glob("history_*")}) > 2
+    again = HistoryArchive(store, "c", max_bytes=3000)  # a new process after the crash
+    assert again.holds(6, redo, step=2)
+    assert again.last_range == (6, 5 + len(redo))
+    assert again.holds(1, first, step=1)
+    assert not again.holds(6, redo, step=3)  # another step
+    assert not again.holds(6, [*redo, redo[0]], step=2)  # more than the archive has
+    changed = [*redo[:-1], {**redo[-1], "content": redo[-1]["content"] + "!"}]
+    assert not again.holds(6, changed, step=2)  # one byte more at the very end
+    same_len = [*redo[:-1], {**redo[-1], "content": redo[-1]["content"][:-1] + "?"}]
+    assert not again.holds(6, same_len, step=2)  # same length, other bytes
+    assert not again.holds(0, redo, step=2) and not again.holds(6, [], step=2)
+
+
 class DictStore(SnapshotStore):
     """A third-party store with only write/read/list (no append)."""
 
