@@ -233,9 +233,25 @@ def test_remembered_facts_are_the_facts_and_each_call_gets_its_own() -> None:
     assert again == facts_module._extract(text, facts_module._ALL)
     assert extract(text, only=("paths",)).urls == []  # keyed by the categories too
     long = text + " x" * facts_module._MEMO_CHARS
-    hits = facts_module._extract_memo.cache_info().hits
+    hits = facts_module._extract_memo.hits
     assert extract(long) == facts_module._extract(long, facts_module._ALL)
-    assert facts_module._extract_memo.cache_info().hits == hits
+    assert facts_module._extract_memo.hits == hits
+
+
+def test_extract_memo_is_bounded_by_characters() -> None:
+    """The memo forgets the least recently used texts once it holds its limit in
+    characters, whatever their number; a forgotten text is extracted afresh."""
+    from ctxpolicy.conversation.facts import _ALL, _extract, _Memo
+
+    memo = _Memo(total_chars=100)
+    texts = [f"/src/m{i:02d}/file_{i:03d}.py took {i} ms" for i in range(10)]  # 29-30 chars
+    for t in texts:
+        memo.put((t, _ALL), _extract(t, _ALL))
+    assert memo.chars <= 100 and len(memo) == 3
+    assert memo.get((texts[0], _ALL)) is None
+    assert memo.get((texts[-1], _ALL)) == _extract(texts[-1], _ALL)
+    memo.cache_clear()
+    assert (len(memo), memo.chars, memo.hits) == (0, 0, 0)
 
 
 @settings(max_examples=100, deadline=None)
