@@ -585,6 +585,24 @@ def _assert_identical(qt: QuicktokTokenizer, reference, texts: list[str]) -> Non
     assert tokens > 10_000  # the corpus really was there
 
 
+@settings(max_examples=150, deadline=None)
+@given(
+    st.lists(
+        st.one_of(
+            st.sampled_from(["<|endoftext|>", "<|fim_prefix|>", "<|im_start|>", " ", "\n", "é"]),
+            st.text(max_size=12),  # lone surrogates included: scrubbed as tiktoken does
+        ),
+        max_size=10,
+    ).map("".join)
+)
+def test_quicktok_count_is_the_length_of_encode(text: str) -> None:
+    """``count`` (quicktok's counter, no token list) == ``len(encode(text))`` on
+    every bundled encoding, special-token text and lone surrogates included."""
+    for encoding in ("cl100k_base", "o200k_base", "llama3", "qwen3"):
+        qt = _quicktok(encoding)
+        assert qt.count(text) == len(qt.encode(text)), (encoding, text)
+
+
 def test_quicktok_identical_to_tiktoken_on_cl100k(cl100k):
     _assert_identical(
         _quicktok("cl100k_base"), lambda t: list(cl100k.encode_ordinary(t)), _corpus_texts()
