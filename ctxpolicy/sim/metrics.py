@@ -33,7 +33,7 @@ import functools
 import json
 import re
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
@@ -43,6 +43,7 @@ __all__ = [
     "STATES",
     "PriceModel",
     "RetentionRuler",
+    "SentTexts",
     "StepRecord",
     "SummaryMeter",
     "TraceResult",
@@ -406,14 +407,43 @@ class RetentionRuler:
         return measure_facts(self.facts_of(m), prepared)
 
 
+class SentTexts:
+    """:func:`sent_text` of the messages of one replay, each message's text built once.
+
+    A prepared list mostly holds the very message objects of the call before (the
+    engine never mutates a message: docs/engine.md), so the text of one is remembered
+    by its identity, with the message held (its id cannot be reused) and its
+    ``content`` and ``tool_calls`` objects checked again on every hit. Bounded:
+    past ``max_messages`` the memo starts afresh.
+    """
+
+    def __init__(self, max_messages: int = 50_000) -> None:
+        self.max_messages = max_messages
+        self._by_id: dict[int, tuple[Mapping[str, Any], Any, Any, str]] = {}
+
+    def __call__(self, m: Mapping[str, Any]) -> str:
+        content, calls = m.get("content"), m.get("tool_calls")
+        hit = self._by_id.get(id(m))
+        if hit is not None and hit[0] is m and hit[1] is content and hit[2] is calls:
+            return hit[3]
+        text = sent_text(m)
+        if len(self._by_id) >= self.max_messages:
+            self._by_id = {}
+        self._by_id[id(m)] = (m, content, calls, text)
+        return text
+
+
 def measure_facts(
-    facts: Sequence[tuple[str, bool]], prepared: Sequence[Mapping[str, Any]]
+    facts: Sequence[tuple[str, bool]],
+    prepared: Sequence[Mapping[str, Any]],
+    texts: Callable[[Mapping[str, Any]], str] = sent_text,
 ) -> tuple[list[tuple[str, bool, bool]], str]:
     """``[(fact, retained, far)]`` of the ruler's ``facts`` (:meth:`RetentionRuler.facts_of`)
-    for a call sent with ``prepared``, and the text sent ("" when there is no fact)."""
+    for a call sent with ``prepared``, and the text sent ("" when there is no fact).
+    ``texts``: :func:`sent_text`, or a replay's :class:`SentTexts`."""
     if not facts:
         return [], ""
-    ctx = "\n".join(sent_text(x) for x in prepared)
+    ctx = "\n".join(texts(x) for x in prepared)
     return [(f, f in ctx, far) for f, far in facts], ctx
 
 

@@ -38,11 +38,13 @@ from ctxpolicy.policy.models import Policy
 from ctxpolicy.sim.importers import load_trace
 from ctxpolicy.sim.metrics import (
     RetentionRuler,
+    SentTexts,
     StepRecord,
     SummaryMeter,
     TraceResult,
     measure_facts,
     ruler_facts,
+    sent_text,
 )
 from ctxpolicy.sim.prepared import PreparedTrace
 
@@ -303,6 +305,7 @@ def run_strategy(
     raw_by_id: dict[str, str] = {}  # tool_call_id -> raw result text
     candidates: dict[str, str] = {}  # new tool_call_id -> earlier id whose result was compacted
     ruler = RetentionRuler() if plan is None else None
+    sent = SentTexts()  # the text of a message kept call after call is built once
     summary_seen = (0, 0, 0)
     task: list[Message] = []  # leading system messages and the first user message
     task_open = True
@@ -360,7 +363,7 @@ def run_strategy(
             )
             result.steps.append(rec)
             facts = ruler.facts_of(m) if ruler is not None else (plan or {}).get(index, ())
-            _retention(facts, prepared, strategy, result, example_limit)
+            _retention(facts, prepared, strategy, result, example_limit, sent)
             _repeats(m, prepared, issued, added, candidates)
             previous = prepared
         if role == "assistant":
@@ -429,12 +432,13 @@ def _retention(
     strategy: Strategy,
     result: TraceResult,
     limit: int,
+    sent: SentTexts | None = None,
 ) -> None:
     """The ruler's retention of an assistant message whose reused facts are ``facts``
     (:meth:`RetentionRuler.facts_of`); a fact not sent is also looked up behind the
     references sent (``recoverable``, reported beside the ruler, never counted as
     retained by it)."""
-    measured, ctx = measure_facts(facts, prepared)
+    measured, ctx = measure_facts(facts, prepared, sent or sent_text)
     recovered: _Recoverable | None = None
     ret = result.retention
     for f, kept, far in measured:
