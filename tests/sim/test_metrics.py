@@ -4,7 +4,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from ctxpolicy.sim.metrics import PriceModel, billing, parse_price_model, price_model, ruler_facts
+from ctxpolicy.sim.metrics import (
+    PriceModel,
+    SentTexts,
+    billing,
+    parse_price_model,
+    price_model,
+    ruler_facts,
+    sent_text,
+)
 from ctxpolicy.sim.replay import run_strategy
 
 from .conftest import Scripted, WordCounter, call
@@ -334,3 +342,21 @@ def test_price_models_from_the_catalogue_and_overrides() -> None:
             assert "Traceback" not in str(exc)
         else:
             raise AssertionError(bad)
+
+
+def test_sent_texts_builds_a_kept_message_once_and_notices_a_changed_one() -> None:
+    texts = SentTexts(max_messages=3)
+    m: dict[str, Any] = {
+        "role": "assistant",
+        "content": "reading /src/a.py",
+        "tool_calls": [{"id": "1", "function": {"name": "read", "arguments": '{"p": "x.py"}'}}],
+    }
+    assert texts(m) == sent_text(m)
+    assert texts(m) is texts(m)  # remembered
+    m["content"] = "reading /src/b.py"  # a caller that does mutate is still measured right
+    assert texts(m) == sent_text(m) and "b.py" in texts(m)
+    m["tool_calls"] = []
+    assert texts(m) == sent_text(m) and "x.py" not in texts(m)
+    others = [{"role": "user", "content": f"u{i}"} for i in range(5)]
+    assert [texts(o) for o in others] == [sent_text(o) for o in others]
+    assert len(texts._by_id) <= 3  # bounded
