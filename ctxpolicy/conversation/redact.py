@@ -57,7 +57,9 @@ class Redactor:
     """Compiled patterns applied one after another; :meth:`redact` returns text and counts.
 
     A built-in pattern (its regex unchanged) runs only on a text containing one of
-    its :data:`HINTS`; other patterns always run.
+    its :data:`HINTS`; other patterns always run. Hints that share a substring (the
+    ``gh`` of ``ghp_``, ``gho_``…, the ``IA`` of ``AKIA`` and ``ASIA``) are looked
+    for only in a text that has it: one scan instead of one a hint.
     """
 
     def __init__(self, patterns: Mapping[str, str], replacement: str = "[REDACTED:{name}]") -> None:
@@ -67,19 +69,56 @@ class Redactor:
             for name, rx in patterns.items()
         ]
         self.replacement = replacement
+        self._plan = [
+            (name, rx, _verbatim(replacement.replace("{name}", name)), _gates(hints))
+            for (name, rx), hints in zip(self.patterns, self.hints, strict=True)
+        ]
 
     def redact(self, text: str) -> tuple[str, dict[str, int]]:
         counts: dict[str, int] = {}
         if not text:
             return text, counts
-        for (name, rx), hints in zip(self.patterns, self.hints, strict=True):
-            if hints and not any(h in text for h in hints):
+        for name, rx, repl, gates in self._plan:
+            if gates and not _holds_one(text, gates):
                 continue
-            repl = self.replacement.replace("{name}", name)
-            text, n = rx.subn(_verbatim(repl), text)
+            text, n = rx.subn(repl, text)
             if n:
                 counts[name] = n
         return text, counts
+
+
+def _holds_one(text: str, gates: tuple[tuple[str, tuple[str, ...]], ...]) -> bool:
+    """Whether ``text`` contains one of the hints grouped in ``gates`` (:func:`_gates`)."""
+    for gate, members in gates:
+        if gate in text:
+            if not members:
+                return True
+            for hint in members:
+                if hint in text:
+                    return True
+    return False
+
+
+def _gates(hints: tuple[str, ...]) -> tuple[tuple[str, tuple[str, ...]], ...]:
+    """``hints`` grouped by a shared substring of 2 characters or more: ``(gate,
+    members)`` pairs, where a text holds a member only if it holds the gate (a hint
+    alone is its own gate, with no members to look for after it)."""
+    rest = list(hints)
+    groups: list[tuple[str, tuple[str, ...]]] = []
+    while rest:
+        best, members = rest[0], [rest[0]]
+        for hint in rest:
+            for size in range(len(hint), 1, -1):
+                for start in range(len(hint) - size + 1):
+                    piece = hint[start : start + size]
+                    have = [h for h in rest if piece in h]
+                    if len(have) > len(members) or (
+                        len(have) == len(members) > 1 and len(piece) > len(best)
+                    ):
+                        best, members = piece, have
+        groups.append((best, () if members == [best] else tuple(members)))
+        rest = [h for h in rest if h not in members]
+    return tuple(groups)
 
 
 _default: Redactor | None = None

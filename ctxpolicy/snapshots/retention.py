@@ -234,6 +234,8 @@ class Sweeper:
         self._files_seen = 0
         self._first = True
         self.sweeps = 0
+        #: Sweeps that removed a file (a store closes its open segments after one).
+        self.removals = 0
 
     def note_write(self, nbytes: int) -> PruneReport | None:
         """Count one write; run a sweep when one is due (see the module docstring)."""
@@ -256,6 +258,8 @@ class Sweeper:
         with self._lock:
             self._files_seen = report.kept_files
             self.sweeps += 1
+            if report.removed:
+                self.removals += 1
         marker = self.root / MARKER
         with contextlib.suppress(OSError):
             marker.touch(mode=0o600)

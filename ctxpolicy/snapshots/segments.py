@@ -84,14 +84,15 @@ _NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
 _CLOEXEC = getattr(os, "O_CLOEXEC", 0)
 
 
-def _writev(fd: int, bufs: list[bytes]) -> int:
-    """One ``writev`` (``write`` of the joined buffers where there is none)."""
-    if _HAS_WRITEV:
-        return os.writev(fd, bufs)
-    return os.write(fd, b"".join(bufs))  # pragma: no cover - not POSIX
+def _write_joined(fd: int, bufs: list[bytes]) -> int:  # pragma: no cover - not POSIX
+    """``write`` of the joined buffers (where there is no ``writev``)."""
+    return os.write(fd, b"".join(bufs))
 
 
-_HAS_WRITEV = hasattr(os, "writev")
+#: One system call for the buffers of a record.
+_writev = getattr(os, "writev", _write_joined)
+_monotonic = time.monotonic
+_lseek = os.lseek
 
 _NO_NAME: Any = object()
 
@@ -273,7 +274,7 @@ class Segments:
             for _ in range(ATTEMPTS):
                 fd = f.fd
                 seg = f.segs.get(f.cur)
-                now = time.monotonic()
+                now = _monotonic()
                 if (  # the fast path: an open segment, used a moment ago, with room
                     fd is None
                     or seg is None
@@ -298,7 +299,7 @@ class Segments:
                     raise SnapshotError(errno.ENOSPC, f"short write of snapshot {name}")
                 if self.fsync:
                     os.fsync(fd)
-                end = os.lseek(fd, 0, os.SEEK_CUR)
+                end = _lseek(fd, 0, os.SEEK_CUR)
                 off = end - length
                 loc = (f.cur, off, length)
                 if off == seg.end:  # nobody else appended: the index was complete

@@ -66,3 +66,41 @@ def test_user_patterns_run_without_hints() -> None:
     red = Redactor({"ticket": r"TCK-\d+"})
     assert red.hints == [()]
     assert red.redact("see TCK-12")[0] == "see [REDACTED:ticket]"
+
+
+@settings(max_examples=300, deadline=None)
+@given(text=TEXTS)
+def test_the_default_redactor_changes_nothing_either(text: str) -> None:
+    from ctxpolicy.conversation.redact import DEFAULT_KEYS, default_redactor
+
+    keys = {k: BUILTIN_PATTERNS[k] for k in DEFAULT_KEYS}
+    assert default_redactor().redact(text) == reference(keys, text)
+
+
+def test_hints_are_grouped_behind_a_shared_gate() -> None:
+    from ctxpolicy.conversation.redact import _gates
+
+    assert _gates(HINTS["github_token"]) == (
+        ("gh", ("ghp_", "gho_", "ghu_", "ghs_", "ghr_")),
+        ("github_pat_", ()),
+    )
+    assert _gates(HINTS["aws_access_key"]) == (("IA", ("AKIA", "ASIA")),)
+    assert _gates(("sk-",)) == (("sk-", ()),)
+    assert _gates(()) == ()
+    for hints in HINTS.values():
+        groups = _gates(hints)
+        members = [m for gate, ms in groups for m in (ms or (gate,))]
+        assert sorted(members) == sorted(hints)  # each hint once
+        assert all(gate in m for gate, ms in groups for m in ms)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    hints=st.lists(st.text(alphabet="abAB_-", min_size=1, max_size=5), max_size=6).map(tuple),
+    text=st.text(alphabet="abAB_- ", max_size=40),
+)
+def test_gates_find_a_hint_exactly_when_one_is_there(hints: tuple[str, ...], text: str) -> None:
+    from ctxpolicy.conversation.redact import _gates, _holds_one
+
+    hints = tuple(dict.fromkeys(hints))
+    assert _holds_one(text, _gates(hints)) == any(h in text for h in hints)
