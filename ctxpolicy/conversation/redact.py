@@ -57,9 +57,10 @@ class Redactor:
     """Compiled patterns applied one after another; :meth:`redact` returns text and counts.
 
     A built-in pattern (its regex unchanged) runs only on a text containing one of
-    its :data:`HINTS`; other patterns always run. Hints that share a substring (the
-    ``gh`` of ``ghp_``, ``gho_``…, the ``IA`` of ``AKIA`` and ``ASIA``) are looked
-    for only in a text that has it: one scan instead of one a hint.
+    its :data:`HINTS`; other patterns always run. The hints are looked for only in a
+    text that has a punctuation character they all have (:func:`_sign`), and hints
+    that share a substring (the ``gh`` of ``ghp_``, ``gho_``…, the ``IA`` of ``AKIA``
+    and ``ASIA``) only in a text that has it: one scan instead of one a hint.
     """
 
     def __init__(self, patterns: Mapping[str, str], replacement: str = "[REDACTED:{name}]") -> None:
@@ -70,7 +71,13 @@ class Redactor:
         ]
         self.replacement = replacement
         self._plan = [
-            (name, rx, _verbatim(replacement.replace("{name}", name)), _gates(hints))
+            (
+                name,
+                rx,
+                _verbatim(replacement.replace("{name}", name)),
+                _sign(hints),
+                _gates(hints),
+            )
             for (name, rx), hints in zip(self.patterns, self.hints, strict=True)
         ]
 
@@ -78,8 +85,8 @@ class Redactor:
         counts: dict[str, int] = {}
         if not text:
             return text, counts
-        for name, rx, repl, gates in self._plan:
-            if gates and not _holds_one(text, gates):
+        for name, rx, repl, sign, gates in self._plan:
+            if gates and ((sign and sign not in text) or not _holds_one(text, gates)):
                 continue
             text, n = rx.subn(repl, text)
             if n:
@@ -87,22 +94,43 @@ class Redactor:
         return text, counts
 
 
-def _holds_one(text: str, gates: tuple[tuple[str, tuple[str, ...]], ...]) -> bool:
+Gates = tuple[tuple[str, "re.Pattern[str] | None"], ...]
+
+
+def _holds_one(text: str, gates: Gates) -> bool:
     """Whether ``text`` contains one of the hints grouped in ``gates`` (:func:`_gates`)."""
     for gate, members in gates:
-        if gate in text:
-            if not members:
-                return True
-            for hint in members:
-                if hint in text:
-                    return True
+        if gate in text and (members is None or members.search(text) is not None):
+            return True
     return False
 
 
-def _gates(hints: tuple[str, ...]) -> tuple[tuple[str, tuple[str, ...]], ...]:
+def _sign(hints: tuple[str, ...]) -> str:
+    """A punctuation character every hint has (``-`` of ``sk-``, ``_`` of the GitHub
+    prefixes), or ``""``: looking for one character is a ``memchr``, several times
+    cheaper than looking for a substring, and tool output often has none of them."""
+    if not hints:
+        return ""
+    for ch in hints[0]:
+        if not ch.isalnum() and all(ch in h for h in hints):
+            return ch
+    return ""
+
+
+def _gates(hints: tuple[str, ...]) -> Gates:
     """``hints`` grouped by a shared substring of 2 characters or more: ``(gate,
-    members)`` pairs, where a text holds a member only if it holds the gate (a hint
-    alone is its own gate, with no members to look for after it)."""
+    members)`` pairs, where a text holds a member only if it holds the gate, and
+    ``members`` finds any of them in one pass (an alternation of the literal hints);
+    a hint alone is its own gate (``members`` None)."""
+    return tuple(
+        (gate, None if members == (gate,) else re.compile("|".join(map(re.escape, members))))
+        for gate, members in _groups(hints)
+    )
+
+
+def _groups(hints: tuple[str, ...]) -> tuple[tuple[str, tuple[str, ...]], ...]:
+    """``hints`` grouped by a shared substring of 2 characters or more (the one most
+    of them share, the longest of those): ``(gate, members)`` pairs."""
     rest = list(hints)
     groups: list[tuple[str, tuple[str, ...]]] = []
     while rest:
@@ -116,7 +144,7 @@ def _gates(hints: tuple[str, ...]) -> tuple[tuple[str, tuple[str, ...]], ...]:
                         len(have) == len(members) > 1 and len(piece) > len(best)
                     ):
                         best, members = piece, have
-        groups.append((best, () if members == [best] else tuple(members)))
+        groups.append((best, tuple(members)))
         rest = [h for h in rest if h not in members]
     return tuple(groups)
 
