@@ -94,7 +94,7 @@ class Redactor:
         return text, counts
 
 
-Gates = tuple[tuple[str, "re.Pattern[str] | None"], ...]
+Gates = tuple[tuple[str, re.Pattern[str] | None], ...]
 
 
 def _holds_one(text: str, gates: Gates) -> bool:
