@@ -93,9 +93,6 @@ def _write_joined(fd: int, bufs: list[bytes]) -> int:  # pragma: no cover - not 
 _writev = getattr(os, "writev", _write_joined)
 _monotonic = time.monotonic
 _lseek = os.lseek
-_FRAME = records.PREFIX.size + records.TRAILER.size
-_pack_prefix = records.PREFIX.pack
-_pack_trailer = records.TRAILER.pack
 
 _NO_NAME: Any = object()
 
@@ -294,21 +291,8 @@ class Segments:
                     name = _name(base, n)
                     if same:
                         return name
-                nonce = seg.nonce
-                assert nonce is not None
-                raw = name.encode("ascii")
-                length = _FRAME + len(raw) + size
-                if length > records.MAX_RECORD:
-                    raise SnapshotError(
-                        errno.EFBIG, f"snapshot {name} is larger than a record may be"
-                    )
-                bufs = [  # records.parts, inline
-                    _pack_prefix(magic, nonce, len(raw), len(meta), len(body)),
-                    raw,
-                    meta,
-                    body,
-                    _pack_trailer(length, records.END),
-                ]
+                assert seg.nonce is not None
+                bufs, length = records.parts(seg.nonce, name, magic, meta, body)
                 written = _writev(fd, bufs)  # one system call: the record stays whole
                 if written != length:  # a torn record: readers skip it
                     self._close_fd(key, f)
