@@ -248,8 +248,9 @@ _DOC_FIELDS = ("phase", "action_intention", "action_reason", "thought")
 #: Most tool names whose rule a processor remembers.
 _MAX_RULES = 1024
 
-_second = -1
-_second_text = ""
+#: The last second :func:`utc_timestamp` formatted, and its text (one tuple: threads
+#: swap it whole).
+_second: tuple[int, str] = (-1, "")
 _UTC = _dt.UTC
 
 
@@ -258,13 +259,12 @@ def utc_timestamp() -> str:
     (``2026-12-06T02:30:00.123+00:00``) in a tenth of the time: the part up to the
     second is formatted once a second. ``datetime.now`` takes the system clock and
     rounds it down to the microsecond, whose millisecond is this one's."""
-    global _second, _second_text
+    global _second
     sec, ns = divmod(time.time_ns(), 1_000_000_000)
-    if sec != _second:
+    last, text = _second
+    if sec != last:
         text = _dt.datetime.fromtimestamp(sec, _UTC).isoformat(timespec="seconds")[:19]
-        _second, _second_text = sec, text
-    else:
-        text = _second_text
+        _second = (sec, text)
     return f"{text}.{ns // 1_000_000:03d}+00:00"
 
 
