@@ -105,14 +105,23 @@ def _holds_one(text: str, gates: Gates) -> bool:
     return False
 
 
+#: Upper-case letters, the rarest in English text first.
+_RARE_FIRST = "ZQJXKVBPGWYFMCULDHRSNIOATE"
+
+
 def _sign(hints: tuple[str, ...]) -> str:
-    """A punctuation character every hint has (``-`` of ``sk-``, ``_`` of the GitHub
-    prefixes), or ``""``: looking for one character is a ``memchr``, several times
-    cheaper than looking for a substring, and tool output often has none of them."""
+    """A character every hint has, looked for first (a ``memchr``: several times
+    cheaper than a substring search, and tool output often lacks it): punctuation
+    (``-`` of ``sk-``, ``_`` of the GitHub prefixes), else the rarest upper-case letter
+    (``I`` of ``AKIA``/``ASIA``); ``""`` when they share neither."""
     if not hints:
         return ""
+    common = set(hints[0]).intersection(*hints[1:])
     for ch in hints[0]:
-        if not ch.isalnum() and all(ch in h for h in hints):
+        if ch in common and not ch.isalnum() and not ch.isspace():
+            return ch
+    for ch in _RARE_FIRST:
+        if ch in common:
             return ch
     return ""
 
