@@ -310,11 +310,14 @@ def outline(lines: Sequence[str], first_lineno: int, limit: int, width: int = 16
     more = 0
     for i, line in enumerate(lines):
         stripped = line.lstrip()  # (str.lstrip and the regex's \s: the same spaces)
+        first = stripped[:1]
         # a line number starts with a digit (\d: str.isdecimal) after the spaces
-        m = _LINENO_RE.match(line) if stripped[:1].isdecimal() else None
+        m = _LINENO_RE.match(line) if first.isdecimal() else None
         if m:
             number, body = int(m.group(1)), line[m.end() :]
             stripped = body.lstrip()
+        elif first not in _DEF_FIRST or (first not in _LOWER_FIRST and "(" not in stripped):
+            continue  # what _definition says first of such a line: not one
         else:
             number, body = first_lineno + i, line
         if not _definition(body, stripped):
