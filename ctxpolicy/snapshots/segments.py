@@ -91,8 +91,6 @@ def _write_joined(fd: int, bufs: list[bytes]) -> int:  # pragma: no cover - not 
 
 #: One system call for the buffers of a record.
 _writev = getattr(os, "writev", _write_joined)
-_monotonic = time.monotonic
-_lseek = os.lseek
 
 _NO_NAME: Any = object()
 
@@ -274,7 +272,7 @@ class Segments:
             for _ in range(ATTEMPTS):
                 fd = f.fd
                 seg = f.segs.get(f.cur)
-                now = _monotonic()
+                now = time.monotonic()
                 if (  # the fast path: an open segment, used a moment ago, with room
                     fd is None
                     or seg is None
@@ -299,7 +297,7 @@ class Segments:
                     raise SnapshotError(errno.ENOSPC, f"short write of snapshot {name}")
                 if self.fsync:
                     os.fsync(fd)
-                end = _lseek(fd, 0, os.SEEK_CUR)
+                end = os.lseek(fd, 0, os.SEEK_CUR)
                 off = end - length
                 loc = (f.cur, off, length)
                 if off == seg.end:  # nobody else appended: the index was complete
