@@ -57,7 +57,10 @@ class Redactor:
     """Compiled patterns applied one after another; :meth:`redact` returns text and counts.
 
     A built-in pattern (its regex unchanged) runs only on a text containing one of
-    its :data:`HINTS`; other patterns always run.
+    its :data:`HINTS`; other patterns always run. The hints are looked for only in a
+    text that has a punctuation character they all have (:func:`_sign`), and hints
+    that share a substring (the ``gh`` of ``ghp_``, ``gho_``…, the ``IA`` of ``AKIA``
+    and ``ASIA``) only in a text that has it: one scan instead of one a hint.
     """
 
     def __init__(self, patterns: Mapping[str, str], replacement: str = "[REDACTED:{name}]") -> None:
@@ -67,19 +70,92 @@ class Redactor:
             for name, rx in patterns.items()
         ]
         self.replacement = replacement
+        self._plan = [
+            (
+                name,
+                rx,
+                _verbatim(replacement.replace("{name}", name)),
+                _sign(hints),
+                _gates(hints),
+            )
+            for (name, rx), hints in zip(self.patterns, self.hints, strict=True)
+        ]
 
     def redact(self, text: str) -> tuple[str, dict[str, int]]:
         counts: dict[str, int] = {}
         if not text:
             return text, counts
-        for (name, rx), hints in zip(self.patterns, self.hints, strict=True):
-            if hints and not any(h in text for h in hints):
+        for name, rx, repl, sign, gates in self._plan:
+            if gates and ((sign and sign not in text) or not _holds_one(text, gates)):
                 continue
-            repl = self.replacement.replace("{name}", name)
-            text, n = rx.subn(_verbatim(repl), text)
+            text, n = rx.subn(repl, text)
             if n:
                 counts[name] = n
         return text, counts
+
+
+Gates = tuple[tuple[str, re.Pattern[str] | None], ...]
+
+
+def _holds_one(text: str, gates: Gates) -> bool:
+    """Whether ``text`` contains one of the hints grouped in ``gates`` (:func:`_gates`)."""
+    for gate, members in gates:
+        if gate in text and (members is None or members.search(text) is not None):
+            return True
+    return False
+
+
+#: Upper-case letters, the rarest in English text first.
+_RARE_FIRST = "ZQJXKVBPGWYFMCULDHRSNIOATE"
+
+
+def _sign(hints: tuple[str, ...]) -> str:
+    """A character every hint has, looked for first (a ``memchr``: several times
+    cheaper than a substring search, and tool output often lacks it): punctuation
+    (``-`` of ``sk-``, ``_`` of the GitHub prefixes), else the rarest upper-case letter
+    (``I`` of ``AKIA``/``ASIA``); ``""`` when they share neither."""
+    if not hints:
+        return ""
+    common = set(hints[0]).intersection(*hints[1:])
+    for ch in hints[0]:
+        if ch in common and not ch.isalnum() and not ch.isspace():
+            return ch
+    for ch in _RARE_FIRST:
+        if ch in common:
+            return ch
+    return ""
+
+
+def _gates(hints: tuple[str, ...]) -> Gates:
+    """``hints`` grouped by a shared substring of 2 characters or more: ``(gate,
+    members)`` pairs, where a text holds a member only if it holds the gate, and
+    ``members`` finds any of them in one pass (an alternation of the literal hints);
+    a hint alone is its own gate (``members`` None)."""
+    return tuple(
+        (gate, None if members == (gate,) else re.compile("|".join(map(re.escape, members))))
+        for gate, members in _groups(hints)
+    )
+
+
+def _groups(hints: tuple[str, ...]) -> tuple[tuple[str, tuple[str, ...]], ...]:
+    """``hints`` grouped by a shared substring of 2 characters or more (the one most
+    of them share, the longest of those): ``(gate, members)`` pairs."""
+    rest = list(hints)
+    groups: list[tuple[str, tuple[str, ...]]] = []
+    while rest:
+        best, members = rest[0], [rest[0]]
+        for hint in rest:
+            for size in range(len(hint), 1, -1):
+                for start in range(len(hint) - size + 1):
+                    piece = hint[start : start + size]
+                    have = [h for h in rest if piece in h]
+                    if len(have) > len(members) or (
+                        len(have) == len(members) > 1 and len(piece) > len(best)
+                    ):
+                        best, members = piece, have
+        groups.append((best, tuple(members)))
+        rest = [h for h in rest if h not in members]
+    return tuple(groups)
 
 
 _default: Redactor | None = None

@@ -20,6 +20,7 @@ __all__ = [
     "collapse_repeats",
     "cut_chars",
     "cut_middle",
+    "drop_controls",
     "estimate_tokens",
     "head_tail_chars",
     "never_longer",
@@ -116,7 +117,8 @@ def clean_terminal(text: str) -> str:
     """
     if "\x1b" in text:  # every escape sequence starts with ESC
         text = ANSI_RE.sub("", text)
-    text = text.replace("\r\n", "\n")
+    if "\r" in text:  # (a one-character scan is far cheaper than a two-character one)
+        text = text.replace("\r\n", "\n")
     if "\r" in text or "\b" in text:  # redraws and backspaces: line by line
         out: list[str] = []
         for line in text.split("\n"):
@@ -135,10 +137,23 @@ def clean_terminal(text: str) -> str:
             out.append(line)
         text = "\n".join(out)
     # the other controls go in one pass (none of them is a newline)
-    return _CONTROL_RE.sub("", text)
+    return drop_controls(text)
 
 
 _CONTROL_RE = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
+_CONTROL_BYTES = bytes([*range(0x00, 0x09), *range(0x0B, 0x20), 0x7F])
+
+
+def drop_controls(text: str) -> str:
+    """``text`` without the C0 controls but tab and newline, and without DEL
+    (``_CONTROL_RE.sub("", text)``). An ASCII text (most tool output) goes through
+    ``bytes.translate``: one table lookup a byte instead of a regex charset test a
+    character."""
+    if text.isascii():  # O(1): CPython keeps the flag
+        data = text.encode("ascii")
+        kept = data.translate(None, _CONTROL_BYTES)
+        return text if len(kept) == len(data) else kept.decode("ascii")
+    return _CONTROL_RE.sub("", text)
 
 
 def collapse_repeats(lines: Iterable[str], *, min_repeats: int = 3) -> list[str]:
@@ -148,8 +163,12 @@ def collapse_repeats(lines: Iterable[str], *, min_repeats: int = 3) -> list[str]
     ``min_repeats`` are kept as they are.
     """
     lines = list(lines)
-    if min_repeats >= 2 and not any(map(operator.eq, lines, itertools.islice(lines, 1, None))):
-        return lines  # no line repeats the one before it (a C-speed scan)
+    if min_repeats >= 2:
+        # a run of n equal lines is n - 1 equal neighbours in a row: without
+        # min_repeats - 1 of them nothing collapses (C-speed: comparisons as bytes)
+        same = bytes(map(operator.eq, lines, itertools.islice(lines, 1, None)))
+        if b"\x01" * (min_repeats - 1) not in same:
+            return lines
     out: list[str] = []
     for line, group in itertools.groupby(lines):
         run = len(list(group))
@@ -249,14 +268,29 @@ def already_numbered(lines: Sequence[str], sample: int = 40) -> bool:
     return len(seen) >= 3 and sum(1 for ln in seen if _LINENO_RE.match(ln)) >= 0.9 * len(seen)
 
 
-def _definition(body: str) -> bool:
-    stripped = body.lstrip()
-    if not stripped or len(stripped) > 300 or _NOT_A_DEFINITION.match(stripped):
+#: What a definition line starts with: every keyword and modifier above is lower-case
+#: ASCII, and a signature starts with ``[A-Za-z_]``.
+_DEF_FIRST = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ_")
+_LOWER_FIRST = frozenset("abcdefghijklmnopqrstuvwxyz")
+
+
+def _definition(body: str, stripped: str | None = None) -> bool:
+    """Whether ``body`` (``stripped`` is ``body.lstrip()``, when the caller has it) is a
+    definition line. Each regex runs only where its first character could match, and
+    the signature only on a line with a ``(``: the same answers, fewer regex calls."""
+    if stripped is None:
+        stripped = body.lstrip()
+    if not stripped or len(stripped) > 300 or stripped[0] not in _DEF_FIRST:
         return False
-    if _KEYWORD_DEF_RE.match(stripped):
-        return True
+    if stripped[0] in _LOWER_FIRST:
+        if _NOT_A_DEFINITION.match(stripped):
+            return False
+        if _KEYWORD_DEF_RE.match(stripped):
+            return True
     # C-family signatures only at the start of a line or behind an access modifier
     # (a method), so calls and statements inside bodies are not taken
+    if "(" not in stripped:
+        return False
     if body[:1].isspace() and not _ACCESS_MODIFIER.match(stripped):
         return False
     return bool(_SIGNATURE_RE.match(stripped))
@@ -275,9 +309,18 @@ def outline(lines: Sequence[str], first_lineno: int, limit: int, width: int = 16
     found: list[str] = []
     more = 0
     for i, line in enumerate(lines):
-        m = _LINENO_RE.match(line)
-        number, body = (int(m.group(1)), line[m.end() :]) if m else (first_lineno + i, line)
-        if not _definition(body):
+        stripped = line.lstrip()  # (str.lstrip and the regex's \s: the same spaces)
+        first = stripped[:1]
+        # a line number starts with a digit (\d: str.isdecimal) after the spaces
+        m = _LINENO_RE.match(line) if first.isdecimal() else None
+        if m:
+            number, body = int(m.group(1)), line[m.end() :]
+            stripped = body.lstrip()
+        elif first not in _DEF_FIRST or (first not in _LOWER_FIRST and "(" not in stripped):
+            continue  # what _definition says first of such a line: not one
+        else:
+            number, body = first_lineno + i, line
+        if not _definition(body, stripped):
             continue
         if len(found) >= limit:
             more += 1

@@ -36,9 +36,17 @@ from ctxpolicy.preprocessors._text import (
     outline,
 )
 
-_EXIT_RE = re.compile(
-    r"(?im)^\W*(?:exit(?:ed)?[ _]?(?:code|status)|return[ _]?code|returncode|rc)\s*(?:[:=]|\s)\s*(-?\d{1,4})\b"
-)
+_EXIT_AFTER_LINE_START = r"\W*(?:exit(?:ed)?[ _]?(?:code|status)|return[ _]?code|returncode|rc)\s*(?:[:=]|\s)\s*(-?\d{1,4})\b"
+#: The rule: an exit-code line (its first match in a window of the text).
+_EXIT_RE = re.compile(r"(?im)^" + _EXIT_AFTER_LINE_START)
+# The same matches, found faster (:func:`_exit_code`): the start of the window, then a
+# newline (a literal first character: the regex engine skips to each newline instead
+# of trying every position); in lower case on an ASCII text (no case folding).
+_EXIT_AT_START = re.compile("(?i)" + _EXIT_AFTER_LINE_START)
+_EXIT_AFTER_NEWLINE = re.compile("(?i)\n" + _EXIT_AFTER_LINE_START)
+_EXIT_AT_START_LOWER = re.compile(_EXIT_AFTER_LINE_START)
+_EXIT_AFTER_NEWLINE_LOWER = re.compile("\n" + _EXIT_AFTER_LINE_START)
+_WINDOW = 2000
 _CODE_KEYS = ("exit_code", "returncode", "exit_status", "exitCode", "status", "code")
 
 
@@ -54,6 +62,31 @@ class CommandOutputOptions(ComponentOptions):
         default=3, ge=2, description="Collapse runs of at least this many identical lines."
     )
     outline: int = Field(default=0, ge=0, description=OUTLINE_DESCRIPTION)
+
+
+def _exit_code_in(window: str) -> str | None:
+    """The code of ``_EXIT_RE.search(window)`` (its group 1), or None.
+
+    A match of ``_EXIT_RE`` starts at a line start: the window's start or just after a
+    newline, so the first match is the match at the start, else the first newline
+    followed by a match (the newline is not part of the group). On an ASCII text the
+    case-insensitive pattern matches where its lower-case letters match the lower-cased
+    text (ASCII letters fold to ASCII letters only; no other character changes)."""
+    if window.isascii():
+        low = window.lower()
+        m = _EXIT_AT_START_LOWER.match(low) or _EXIT_AFTER_NEWLINE_LOWER.search(low)
+    else:
+        m = _EXIT_AT_START.match(window) or _EXIT_AFTER_NEWLINE.search(window)
+    return None if m is None else m.group(1)
+
+
+def _exit_code(text: str) -> str | None:
+    """The exit code a plain-text result states: in its last 2,000 characters, else in
+    its first 2,000 (one window when the text is no longer than that)."""
+    code = _exit_code_in(text[-_WINDOW:])
+    if code is None and len(text) > _WINDOW:
+        code = _exit_code_in(text[:_WINDOW])
+    return code
 
 
 def _structured(text: str) -> dict[str, Any] | None:
@@ -111,9 +144,9 @@ class CommandOutput(Preprocessor):
                 parts.append(f"[{key}]")
                 parts.extend(self._stream(val))
         else:
-            m = _EXIT_RE.search(text[-2000:]) or _EXIT_RE.search(text[:2000])
-            if m:
-                parts.append(f"[exit code {m.group(1)}]")
+            code = _exit_code(text)
+            if code is not None:
+                parts.append(f"[exit code {code}]")
             parts.extend(self._stream(text))
         out = "\n".join(parts)
         if self.options.max_chars is not None:

@@ -58,6 +58,7 @@ from ctxpolicy.snapshots._common import (
     Names,
     check_ref_text,
     is_log_name,
+    record_ref,
     same_document,
     sort_key,
 )
@@ -199,7 +200,7 @@ class LocalStore(SnapshotStore):
             max_bytes=segment_bytes(self.options.segment_mb, self.options.max_total_mb),
         )
         self._segmented = self.options.layout != "files"  # auto: see open_store
-        self._sweeps_seen = self.retention.sweeps
+        self._sweeps_seen = self.retention.removals
 
     def close(self) -> None:
         """Close the open segment files (the store stays usable: they reopen)."""
@@ -278,8 +279,8 @@ class LocalStore(SnapshotStore):
         self, conv_id: str, step: int, action: str, document: Mapping[str, Any]
     ) -> SnapshotRef:
         """``layout: segments``: one record appended (:mod:`.segments`)."""
-        if self.retention.sweeps != self._sweeps_seen:  # a sweep of this process ran
-            self._sweeps_seen = self.retention.sweeps
+        if self.retention.removals != self._sweeps_seen:  # a sweep here removed files
+            self._sweeps_seen = self.retention.removals
             self._segments.close_files()
         folder = self._folders.get(conv_id)
         f = None if folder is None else self._segments.folders.get(folder)
@@ -294,7 +295,7 @@ class LocalStore(SnapshotStore):
             base = base_name(step, action)
         name = self._segments.write(f, folder, base, magic, meta, body)
         self.retention.note_write(len(meta) + len(body))  # a sweep: files closed next time
-        return SnapshotRef(uri=f"{URI_SCHEME}{folder}/{name}", path="", conv_id=folder, name=name)
+        return record_ref(f"{URI_SCHEME}{folder}/{name}", folder, name)
 
     def _segment_folder(self, folder: str) -> Folder | None:
         """The segment index of an existing folder (None: no such folder)."""

@@ -38,6 +38,7 @@ __all__ = [
     "MAGIC_BODY",
     "MAGIC_META",
     "PREFIX",
+    "TOOL_RESULT_KEYS",
     "TRAILER",
     "decode",
     "encode",
@@ -68,14 +69,82 @@ else:  # pragma: no cover - other interpreters
         return _encoder.encode(doc)
 
 
+#: The keys of the document ``add_tool_result`` writes when the call brings no
+#: ``meta`` and the rendering no notes (``ToolResultProcessor._snapshot``), in order.
+TOOL_RESULT_KEYS = (
+    "step",
+    "action",
+    "phase",
+    "action_intention",
+    "action_reason",
+    "thought",
+    "action_input",
+    "observation",
+    "timestamp",
+    "conv_id",
+    "tool_call_id",
+)
+
+
+def _tool_result_meta(doc: dict[str, Any]) -> str | None:
+    """``_meta_json`` of ``doc`` with its observation written as ``0``, for the common
+    tool-result document (:data:`TOOL_RESULT_KEYS`, no phase/intention/reason/thought,
+    strings where strings are usual); None for any other document.
+
+    The same text the C encoder writes (keys and ``null``s written once, here, as
+    constants; each string through the same ``encode_basestring``), in a third of its
+    time: the compact encoder's separators are ``,`` and ``:``, an exact ``int`` is
+    its ``repr``, and a nested value encodes alone as it does inside the document."""
+    if tuple(doc) != TOOL_RESULT_KEYS:
+        return None
+    step, action, conv, call_id, stamp = (
+        doc["step"],
+        doc["action"],
+        doc["conv_id"],
+        doc["tool_call_id"],
+        doc["timestamp"],
+    )
+    if (
+        type(step) is not int
+        or type(action) is not str
+        or type(conv) is not str
+        or type(call_id) is not str
+        or type(stamp) is not str
+        or doc["phase"] is not None
+        or doc["action_intention"] is not None
+        or doc["action_reason"] is not None
+        or doc["thought"] is not None
+    ):
+        return None
+    given = doc["action_input"]
+    if type(given) is str:
+        inp = encode_basestring(given)
+    elif given is None:
+        inp = "null"
+    else:
+        inp = _meta_json(given)
+    return (
+        f'{{"step":{int.__repr__(step)},"action":{encode_basestring(action)},"phase":null,'
+        f'"action_intention":null,"action_reason":null,"thought":null,"action_input":{inp},'
+        f'"observation":0,"timestamp":{encode_basestring(stamp)},'
+        f'"conv_id":{encode_basestring(conv)},"tool_call_id":{encode_basestring(call_id)}}}'
+    )
+
+
 def encode(document: Mapping[str, Any]) -> tuple[bytes, bytes, bytes]:
     """``(magic, meta, body)`` of a document: one JSON encoding of the small fields,
     the observation's bytes as they are."""
     obs = document.get("observation")
     if type(obs) is str and type(document) is dict:
+        magic, body = MAGIC_BODY, obs.encode("utf-8", "surrogatepass")
+        try:
+            fast = _tool_result_meta(document)
+        except (ValueError, TypeError, RecursionError, OverflowError):
+            fast = None  # the general path below meets the same value, and handles it
+        if fast is not None:
+            return magic, fast.encode("utf-8", "surrogatepass"), body
         doc = document.copy()
         doc["observation"] = 0
-        magic, body = MAGIC_BODY, obs.encode("utf-8", "surrogatepass")
     else:
         doc, magic, body = dict(document), MAGIC_META, b""
     try:
@@ -106,21 +175,27 @@ def record(nonce: bytes, name: str, magic: bytes, meta: bytes, body: bytes) -> b
     )
 
 
+_FRAME = PREFIX.size + TRAILER.size
+_pack_prefix = PREFIX.pack
+_pack_trailer = TRAILER.pack
+
+
 def parts(
     nonce: bytes, name: str, magic: bytes, meta: bytes, body: bytes
 ) -> tuple[list[bytes], int]:
     """:func:`record` as the buffers of one ``writev`` (no copy of the body), and its
     length."""
     raw = name.encode("ascii")
-    total = PREFIX.size + len(raw) + len(meta) + len(body) + TRAILER.size
+    nmeta, nbody = len(meta), len(body)
+    total = _FRAME + len(raw) + nmeta + nbody
     if total > MAX_RECORD:
         raise SnapshotError(errno.EFBIG, f"snapshot {name} is larger than a record may be")
     return [
-        PREFIX.pack(magic, nonce, len(raw), len(meta), len(body)),
+        _pack_prefix(magic, nonce, len(raw), nmeta, nbody),
         raw,
         meta,
         body,
-        TRAILER.pack(total, END),
+        _pack_trailer(total, END),
     ], total
 
 

@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import os
 import threading
 import time
@@ -233,7 +234,15 @@ class Sweeper:
         self._writes = 0
         self._files_seen = 0
         self._first = True
+        #: The next sweep is due at this many writes, or bytes (the rules below, kept
+        #: as two numbers: the write path compares, and goes on).
+        self._due_writes = 64
+        self._due_bytes = (
+            max_total_mb * 1024 * 1024 * 0.05 if max_total_mb is not None else math.inf
+        )
         self.sweeps = 0
+        #: Sweeps that removed a file (a store closes its open segments after one).
+        self.removals = 0
 
     def note_write(self, nbytes: int) -> PruneReport | None:
         """Count one write; run a sweep when one is due (see the module docstring)."""
@@ -242,6 +251,12 @@ class Sweeper:
         with self._lock:
             self._bytes += nbytes
             self._writes += 1
+            if (
+                self._writes < self._due_writes
+                and self._bytes < self._due_bytes
+                and not self._first
+            ):
+                return None
             due = self._writes >= max(64, self._files_seen // 2)
             if self.max_total_mb is not None:
                 due = due or self._bytes >= self.max_total_mb * 1024 * 1024 * 0.05
@@ -255,7 +270,10 @@ class Sweeper:
         report = prune(self.root, self.max_age_days, self.max_total_mb)
         with self._lock:
             self._files_seen = report.kept_files
+            self._due_writes = max(64, report.kept_files // 2)
             self.sweeps += 1
+            if report.removed:
+                self.removals += 1
         marker = self.root / MARKER
         with contextlib.suppress(OSError):
             marker.touch(mode=0o600)

@@ -84,28 +84,27 @@ _NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
 _CLOEXEC = getattr(os, "O_CLOEXEC", 0)
 
 
-def _writev(fd: int, bufs: list[bytes]) -> int:
-    """One ``writev`` (``write`` of the joined buffers where there is none)."""
-    if _HAS_WRITEV:
-        return os.writev(fd, bufs)
-    return os.write(fd, b"".join(bufs))  # pragma: no cover - not POSIX
+def _write_joined(fd: int, bufs: list[bytes]) -> int:  # pragma: no cover - not POSIX
+    """``write`` of the joined buffers (where there is no ``writev``)."""
+    return os.write(fd, b"".join(bufs))
 
 
-_HAS_WRITEV = hasattr(os, "writev")
+#: One system call for the buffers of a record.
+_writev = getattr(os, "writev", _write_joined)
 
 _NO_NAME: Any = object()
 
 Loc = tuple[int, int, int]  # segment, offset, length
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class _Seg:
     nonce: bytes | None
     end: int = HEADER_LEN  # indexed up to here
     sealed: bool = False
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class Folder:
     """One conversation's index and writer state (guarded by ``lock``)."""
 

@@ -474,3 +474,109 @@ def test_processed_text_plus_snapshot_reproduces_original(
     else:
         assert refs == [out.ref.uri]
     assert not [e for e in out.events if e["type"] == "tool.preprocess_failed"]
+
+
+# --------------------------------------------------------------------------- fast paths
+
+
+def test_utc_timestamp_is_datetimes_text(monkeypatch: pytest.MonkeyPatch) -> None:
+    import datetime as dt
+    import time
+
+    from ctxpolicy.engine import tool_results
+
+    for ns in (
+        0,
+        999_999_999,
+        1_000_000_000,
+        1_796_524_200_123_456_789,
+        1_796_524_200_999_999_999,
+        1_796_524_201_000_000_000,
+        1_796_524_201_000_999_999,
+        4_102_444_799_999_000_000,
+    ):
+        monkeypatch.setattr(time, "time_ns", lambda ns=ns: ns)
+        sec, rest = divmod(ns, 1_000_000_000)
+        # datetime.now takes the clock rounded down to the microsecond
+        want = dt.datetime.fromtimestamp(sec, dt.UTC) + dt.timedelta(microseconds=rest // 1000)
+        assert tool_results.utc_timestamp() == want.isoformat(timespec="milliseconds")
+    monkeypatch.undo()
+    now = dt.datetime.now(dt.UTC)
+    got = dt.datetime.fromisoformat(tool_results.utc_timestamp())
+    assert abs((got - now).total_seconds()) < 5
+
+
+class _Keep(SnapshotStore):
+    """A store that keeps the documents it is given."""
+
+    name = "keep"
+
+    def __init__(self) -> None:
+        super().__init__(None, root="")
+        self.docs: list[dict[str, Any]] = []
+
+    def write(self, conv_id: str, step: int, action: str, document: Mapping[str, Any]) -> Any:
+        from ctxpolicy.components import SnapshotRef
+
+        self.docs.append(dict(document))
+        return SnapshotRef(uri=f"ctxsnap://k/{step}", path="", conv_id="k", name=str(step))
+
+
+def _old_document(
+    call: ToolCall, observation: str, info: Mapping[str, Any], conv_id: str, step: int, meta: Any
+) -> dict[str, Any]:
+    """The document ``_snapshot`` built before its fast path (kept here; no timestamp)."""
+    meta = dict(meta or {})
+    doc: dict[str, Any] = {
+        "step": step,
+        "action": call.name,
+        "phase": meta.pop("phase", None),
+        "action_intention": meta.pop("action_intention", None),
+        "action_reason": meta.pop("action_reason", None),
+        "thought": meta.pop("thought", None),
+        "action_input": call.arguments,
+        "observation": observation,
+        "timestamp": None,
+        "conv_id": conv_id,
+    }
+    if call.id is not None:
+        doc["tool_call_id"] = call.id
+    for k, v in info.items():
+        doc[k] = v
+    for k, v in meta.items():
+        if k not in doc:
+            doc[k] = v
+    return doc
+
+
+@pytest.mark.parametrize(
+    ("call", "output", "meta"),
+    [
+        (ToolCall("bash", '{"command": "ls"}', id="c1"), "a\nb\n", None),
+        (ToolCall("bash", None), "x", {}),
+        (ToolCall("read_file", {"path": "a"}, id="c2"), b"\xffok", {"worker": "w", "phase": "p"}),
+        (ToolCall("x", id="c3"), ValueError("no"), {"thought": "t", "step": 99, "observation": 1}),
+        (ToolCall("x", [1, 2]), {"k": [1, {"j": None}]}, {"action_reason": "r", "z": 1}),
+    ],
+)
+def test_snapshot_documents_are_the_old_ones(call: ToolCall, output: Any, meta: Any) -> None:
+    store = _Keep()
+    p = ToolResultProcessor(make_policy(), store=store)
+    out = p.process(call, output, conv_id="conv", step=7, meta=meta)
+    (doc,) = store.docs
+    assert doc.pop("timestamp")
+    info = out.info
+    snap_meta = out.snapshot_meta
+    want = _old_document(call, out.raw_text, info, "conv", 7, snap_meta)
+    want.pop("timestamp")
+    assert list(doc.items()) == list(want.items())  # the same keys, values and order
+
+
+def test_rule_for_remembers_what_select_rule_says() -> None:
+    policy = make_policy()
+    p = ToolResultProcessor(policy, store=None)
+    for name in ["run_tests", "execute_bash", "other", "execute_bash", "run_tests", "x", "x"]:
+        pattern, rule, pre = p.rule_for(name)
+        found = select_rule(policy.tools, name)
+        assert found is not None and (pattern, rule) == found and pre is p._pre[pattern]
+    assert ToolResultProcessor(make_policy({}), store=None).rule_for("x")[0] is None

@@ -5,6 +5,8 @@ from __future__ import annotations
 import re
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from ctxpolicy.preprocessors._text import outline
 from ctxpolicy.preprocessors.head_tail import HeadTail, HeadTailOptions
@@ -137,3 +139,104 @@ def test_head_tail_lines_keeps_a_tools_own_line_numbers() -> None:
     plain = "\n".join(f"line {n}" for n in range(1, 301))
     got = HeadTailLines(HeadTailLinesOptions(lines=3, min_lines=20)).process(plain).split("\n")
     assert got[0] == "1: line 1" and got[3] == "... [lines 4-297 omitted (294 of 300 lines)] ..."
+
+
+# --------------------------------------------------------------------------- fast path
+# ``outline`` and ``_definition`` as they were before their first-character checks
+# (kept here, not imported): the fast ones must answer the same for any line.
+
+
+def _old_definition(body: str) -> bool:
+    from ctxpolicy.preprocessors import _text as t
+
+    stripped = body.lstrip()
+    if not stripped or len(stripped) > 300 or t._NOT_A_DEFINITION.match(stripped):
+        return False
+    if t._KEYWORD_DEF_RE.match(stripped):
+        return True
+    if body[:1].isspace() and not t._ACCESS_MODIFIER.match(stripped):
+        return False
+    return bool(t._SIGNATURE_RE.match(stripped))
+
+
+def old_outline(lines: list[str], first_lineno: int, limit: int, width: int = 160) -> list[str]:
+    from ctxpolicy.preprocessors._text import _LINENO_RE
+
+    if limit <= 0:
+        return []
+    found: list[str] = []
+    more = 0
+    for i, line in enumerate(lines):
+        m = _LINENO_RE.match(line)
+        number, body = (int(m.group(1)), line[m.end() :]) if m else (first_lineno + i, line)
+        if not _old_definition(body):
+            continue
+        if len(found) >= limit:
+            more += 1
+            continue
+        text = body.strip()
+        if len(text) > width:
+            text = text[: width - 1] + "…"
+        found.append(f"{number}: {text}")
+    if not found:
+        return []
+    head = "[definitions in the omitted part]"
+    return [head, *found, *([f"[… {more} more definitions]"] if more else [])]
+
+
+OUTLINE_PIECES = [
+    *DEFINITIONS,
+    *NOT_DEFINITIONS,
+    " ",
+    "\t",
+    "\u3000",  # an ideographic space: \s and str.lstrip both take it
+    "\x1c",  # a separator str.isspace takes
+    "12",
+    "٣",  # a non-ASCII decimal digit (\d, str.isdecimal)
+    "²",  # a digit that is not decimal (str.isdigit, not \d)
+    ": ",
+    "|",
+    "def ",
+    "public ",
+    "_init(",
+    "Foo(",
+    "x",
+    "(",
+    ")",
+    "{",
+    ";",
+    "=",
+    "é",
+]
+LINE = st.one_of(
+    st.text(max_size=40), st.lists(st.sampled_from(OUTLINE_PIECES), max_size=8).map("".join)
+)
+
+
+@settings(max_examples=500, deadline=None)
+@given(lines=st.lists(LINE, max_size=12), first=st.integers(1, 500), limit=st.integers(0, 4))
+def test_outline_is_the_old_outline(lines: list[str], first: int, limit: int) -> None:
+    assert outline(lines, first, limit) == old_outline(lines, first, limit)
+
+
+def test_the_first_character_checks_hold_for_every_character() -> None:
+    from ctxpolicy.preprocessors._text import _LINENO_RE
+
+    for code in range(0x110000):
+        ch = chr(code)
+        # str.lstrip takes what the regexes' \s takes; str.isdecimal is \d
+        assert (ch.lstrip() == "") == bool(re.fullmatch(r"\s", ch)), hex(code)
+        assert ch.isdecimal() == bool(re.fullmatch(r"\d", ch)), hex(code)
+    assert _LINENO_RE.pattern.startswith(r"^\s*(\d+)")
+
+
+def test_outline_on_the_shared_traces_is_the_old_outline() -> None:
+    from tests.shared_data import shared_traces
+
+    for path in shared_traces():
+        for m in load_trace(path):
+            text = m.get("content")
+            if m.get("role") != "tool" or not isinstance(text, str):
+                continue
+            lines = text.split("\n")
+            assert outline(lines, 1, 30) == old_outline(lines, 1, 30)

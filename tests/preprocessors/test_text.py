@@ -5,7 +5,13 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ctxpolicy.preprocessors._text import _CONTROL_RE, ANSI_RE, clean_terminal, collapse_repeats
+from ctxpolicy.preprocessors._text import (
+    _CONTROL_RE,
+    ANSI_RE,
+    clean_terminal,
+    collapse_repeats,
+    drop_controls,
+)
 
 PIECES = [
     "a",
@@ -82,3 +88,20 @@ def test_collapse_repeats_same_as_one_by_one(lines: list[str], min_repeats: int)
     assert collapse_repeats(iter(lines), min_repeats=min_repeats) == collapse_one_by_one(
         lines, min_repeats
     )
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    text=st.one_of(
+        st.text(max_size=200),
+        st.text(alphabet=st.characters(max_codepoint=0x7F), max_size=200),
+        st.lists(st.sampled_from(PIECES), max_size=60).map("".join),
+    )
+)
+def test_drop_controls_is_the_regex(text: str) -> None:
+    assert drop_controls(text) == _CONTROL_RE.sub("", text)
+
+
+def test_drop_controls_every_ascii_character() -> None:
+    text = "".join(map(chr, range(128)))
+    assert drop_controls(text) == _CONTROL_RE.sub("", text) == "\t\n" + text[32:127]

@@ -90,3 +90,27 @@ def test_prune_handles_history_segments_and_keeps_a_live_index(tmp_path: Path) -
     assert arch.message(20)[1]["content"] == "z" * 2000
     kinds = {m.get("ctxpolicy_damaged") is not None for _, _, m in arch.messages()}
     assert kinds == {True, False}
+
+
+def test_a_sweep_that_removed_nothing_leaves_the_segments_open(tmp_path: Path) -> None:
+    _new_process()
+    store = LocalStore(LocalOptions(max_total_mb=100, max_age_days=30), root=str(tmp_path))
+    for i in range(3):
+        store.write("c", i, "x", {"observation": "x"})
+    (f,) = store._segments.folders.values()
+    fd = f.fd
+    assert fd is not None
+    sweeps = store.retention.sweeps
+    for i in range(3, 70):  # a sweep runs after 64 writes; nothing is due for removal
+        store.write("c", i, "x", {"observation": "x"})
+    assert store.retention.sweeps > sweeps and store.retention.removals == 0
+    assert f.fd == fd  # still the same open segment: nothing to reopen
+    # a sweep that removes files closes them (a writer reopens, or starts anew)
+    old = store.write("old", 1, "x", {"observation": "old"})
+    past = time.time() - 40 * 86400
+    for p in (tmp_path / old.conv_id).iterdir():
+        os.utime(p, (past, past))
+    for i in range(70, 140):
+        store.write("c", i, "x", {"observation": "x"})
+    assert store.retention.removals >= 1 and not store.exists(old.uri)
+    assert store.read(store.list("c")[-1].uri)["observation"] == "x"
