@@ -21,7 +21,7 @@ from __future__ import annotations
 import bisect
 import hashlib
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ctxpolicy.conversation import (
@@ -386,33 +386,48 @@ class Caches:
         n = len(units)
         if prev is None:
             keep = 0
+        users = [i for i in range(keep, n) if units[i].kind == "user"]
+        # the previous call's first/last user units (None: it had none, so none of
+        # ``units[:keep]`` is one); a number at or above ``keep`` was regrouped
         first_user = prev.first_user if prev is not None else None
         if first_user is None or first_user >= keep:
-            first_user = next((i for i in range(keep, n) if units[i].kind == "user"), None)
-        last_user = next((i for i in range(n - 1, keep - 1, -1) if units[i].kind == "user"), None)
-        if last_user is None:
+            first_user = users[0] if users else None
+        if users:
+            last_user: int | None = users[-1]
+        else:
             last_user = prev.last_user if prev is not None else None
-            if last_user is None or last_user >= keep:
+            if last_user is not None and last_user >= keep:
                 last_user = next(
                     (i for i in range(keep - 1, -1, -1) if units[i].kind == "user"), None
                 )
+        pin_system, pin_first, pin_last = pol.system, pol.first_user, pol.last_user
 
         def pinned(i: int) -> Unit:
             u = units[i]
-            pin = u.pinned or (pol.system and u.kind == "system") or u.kind == "ledger"
-            pin = pin or (pol.first_user and i == first_user) or (pol.last_user and i == last_user)
-            return u if pin == u.pinned else replace(u, pinned=pin)
+            kind = u.kind
+            pin = (
+                u.pinned
+                or (pin_system and kind == "system")
+                or kind == "ledger"
+                or (pin_first and i == first_user)
+                or (pin_last and i == last_user)
+            )
+            return u if pin == u.pinned else u.replace(pinned=pin)
 
-        out: list[Unit] = []
         if prev is not None:  # extended in place (no cache until it is complete)
             self.pins = None
             out = prev.units
             del out[keep:]
-        out.extend(pinned(i) for i in range(keep, n))
-        if prev is not None and (prev.first_user, prev.last_user) != (first_user, last_user):
-            for i in {prev.first_user, prev.last_user, first_user, last_user}:
-                if i is not None and i < keep:
-                    out[i] = pinned(i)
+            moved = prev.first_user != first_user or prev.last_user != last_user
+        else:
+            out, moved = [], False
+        for i in range(keep, n):
+            out.append(pinned(i))
+        if moved:
+            assert prev is not None
+            for j in {prev.first_user, prev.last_user, first_user, last_user}:
+                if j is not None and j < keep:
+                    out[j] = pinned(j)
         self.pins = _PinCache(out, first_user, last_user)
         return list(out)
 
@@ -533,11 +548,12 @@ class Caches:
         refs = self.s.state.refs
         if unit.kind != "step" or not refs:
             return unit
-        found = {
-            str(m.get("tool_call_id")): refs[str(m.get("tool_call_id"))]
-            for m in unit.tool_messages
-            if str(m.get("tool_call_id")) in refs
-        }
+        found: dict[str, str] = {}
+        for m in unit.messages:
+            if m.get("role") == "tool":
+                tid = str(m.get("tool_call_id"))
+                if tid in refs:
+                    found[tid] = refs[tid]
         if not found or unit.meta.get("refs") == found:
             return unit
         return unit.replace(meta={**unit.meta, "refs": found})
