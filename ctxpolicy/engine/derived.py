@@ -150,6 +150,8 @@ class Caches:
         #: tokens of the messages :meth:`view` last returned, as
         #: ``TokenCounter.count_messages`` counts them (reply priming included)
         self.out_tokens = 0
+        #: the reply priming ``count_messages`` adds to every list (``count_messages([])``)
+        self.priming: int = ctx.counter.count_messages([])
         self._by_messages: tuple[_GroupCache, dict[int, int]] | None = None
 
     @property
@@ -452,7 +454,7 @@ class Caches:
             # the count from the cached part's and the grouping's prefix sums: no
             # second pass over the messages (same number as count_messages(out))
             self.out_tokens = (
-                c.tokens + span(c.upto, n) + s.counter.count_messages([])
+                c.tokens + span(c.upto, n) + self.priming
                 if span is not None
                 else s.counter.count_messages(out)
             )
@@ -509,7 +511,7 @@ class Caches:
             p, q = p + 1, q + 1
         out = render(view)
         counter = s.counter
-        priming = counter.count_messages([])
+        priming = self.priming
         if span is not None:  # the same number as count_messages(out)
             total = priming + span(0, len(originals)) - dropped
             total += sum(counter.count_message(m) for u in added for m in u.messages)
