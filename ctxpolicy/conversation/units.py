@@ -201,7 +201,7 @@ def group_units(
     starts: list[int] = []
     repairs: list[Repair] = []
     n = len(messages)
-    fps = list(fingerprints) if fingerprints is not None else None
+    fps = fingerprints if fingerprints is None or type(fingerprints) is list else list(fingerprints)
     seen_ids: dict[str, int] = {} if call_ids is None else call_ids
     blake2b = hashlib.blake2b
 

@@ -180,11 +180,13 @@ class Caches:
     @property
     def own_messages(self) -> list[tuple[str, str]]:
         """``(kind, text)`` of the ledger/handover messages of ours in the last input."""
-        return [(kind, text) for _, kind, text in self.inputs.owns] if self.inputs else []
+        owns = self.inputs.owns if self.inputs else None
+        return [(kind, text) for _, kind, text in owns] if owns else []
 
     def input(self, messages: Sequence[Mapping[str, Any]]) -> tuple[list[Mapping[str, Any]], int]:
         """The conversation without ledger/handover messages of ours that an agent fed
-        back in, and how many of its messages are unchanged since the previous call.
+        back in (the cache's list: valid until the next call), and how many of its
+        messages are unchanged since the previous call.
 
         Incremental: the input is compared with snapshots of the previous call's input
         in one C-level list comparison (equal snapshots = same content, even when a
@@ -245,7 +247,8 @@ class Caches:
                 owns.append((i, kind, own_text(m)))
             kept.append(len(msgs))
         self.inputs = _InputCache(snaps, kept, msgs, ckeys, counts, owns)
-        return list(msgs), kept[k - 1] if k else 0
+        # the cache's own list (no copy per call): read it now, never keep or change it
+        return msgs, kept[k - 1] if k else 0
 
     def _flatten(self, m: Any, index: int) -> Any:
         """A message too deep for the engine's recursive steps, with its deep fields
@@ -444,7 +447,7 @@ class Caches:
         s = self.s
         st = s.state
         specials = s.special_units()
-        key = (st.decisions_version, tuple(u.messages[0]["content"] for u in specials))
+        key = (st.decisions_version, tuple([u.messages[0]["content"] for u in specials]))
         c = self.views
         span = self._span(originals)
         if c is not None and c.key == key and keep >= c.upto and originals[: c.upto] == c.originals:
@@ -483,7 +486,7 @@ class Caches:
                 st.ledger = s.new_ledger()
                 s.ledger_changed()
                 specials = s.special_units()
-            key = (st.decisions_version, tuple(u.messages[0]["content"] for u in specials))
+            key = (st.decisions_version, tuple([u.messages[0]["content"] for u in specials]))
         view: list[Unit] = []
         decided_upto = 0
         # units of ours in the view (decided, special): counted by the counter; the
