@@ -544,6 +544,9 @@ class Session:
         if changed:
             st.set_decisions(remember(view, originals))
             out = render(view)
+            # the view cache of the new decisions, built now: the calls after this one
+            # that compact nothing render only their new units (no pass over them all)
+            caches.view(originals, keep)
         ctx.derived.last_units = view
         # grouping guarantees pairs; a changed view is re-checked as a whole as well
         violations = check_messages(out) if changed else []
