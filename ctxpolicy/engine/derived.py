@@ -105,6 +105,9 @@ class _ViewCache:
     view: list[Unit]
     out: list[Message]
     tokens: int  # tokens of out (framing included, reply priming not)
+    #: the pinning (:attr:`Caches.pin_calls`) at which ``originals`` was last seen to
+    #: be the conversation's first ``upto`` units
+    checked: int
 
 
 class Derived:
@@ -153,6 +156,10 @@ class Caches:
         #: the reply priming ``count_messages`` adds to every list (``count_messages([])``)
         self.priming: int = ctx.counter.count_messages([])
         self._by_messages: tuple[_GroupCache, dict[int, int]] | None = None
+        #: pinnings so far, and how many leading units the last one kept as the
+        #: previous one's objects (the view cache's prefix check is then an identity)
+        self.pin_calls = 0
+        self.pin_same = 0
 
     @property
     def tokens_in(self) -> int:
@@ -419,6 +426,8 @@ class Caches:
             )
             return u if pin == u.pinned else u.replace(pinned=pin)
 
+        self.pin_calls += 1
+        self.pin_same = 0
         if prev is not None:  # extended in place (no cache until it is complete)
             self.pins = None
             out = prev.units
@@ -428,13 +437,17 @@ class Caches:
             out, moved = [], False
         for i in range(keep, n):
             out.append(pinned(i))
+        same = keep
         if moved:
             assert prev is not None
             for j in {prev.first_user, prev.last_user, first_user, last_user}:
                 if j is not None and j < keep:
                     out[j] = pinned(j)
+                    same = min(same, j)
         self.pins = _PinCache(out, first_user, last_user)
-        return list(out)
+        self.pin_same = same
+        # the cache's own list (no copy per call): read it now, never keep or change it
+        return out
 
     def view(self, originals: list[Unit], keep: int) -> tuple[list[Unit], list[Message]]:
         """The units to send (sticky decisions applied, ledger/handover inserted) and
@@ -450,9 +463,20 @@ class Caches:
         key = (st.decisions_version, tuple([u.messages[0]["content"] for u in specials]))
         c = self.views
         span = self._span(originals)
-        if c is not None and c.key == key and keep >= c.upto and originals[: c.upto] == c.originals:
+        if (
+            c is not None
+            and c.key == key
+            and keep >= c.upto
+            # the cached units are the same objects as when last checked (the pinning
+            # since then kept them), or equal to them
+            and (
+                (c.checked == self.pin_calls - 1 and self.pin_same >= c.upto)
+                or originals[: c.upto] == c.originals
+            )
+        ):
             tail = originals[c.upto :]
-            units, out = [*c.view, *tail], [*c.out, *render(tail)]
+            new = render(tail)
+            units, out = [*c.view, *tail], [*c.out, *new]
             n = len(originals)
             # the count from the cached part's and the grouping's prefix sums: no
             # second pass over the messages (same number as count_messages(out))
@@ -461,20 +485,17 @@ class Caches:
                 if span is not None
                 else s.counter.count_messages(out)
             )
+            c.checked = self.pin_calls
             if len(tail) > 1:  # the next call regroups at most the last unit
-                last = len(tail[-1].messages)
-                self.views = (
-                    _ViewCache(
-                        key,
-                        n - 1,
-                        originals[:-1],
-                        units[:-1],
-                        out[: len(out) - last],
-                        c.tokens + span(c.upto, n - 1),
-                    )
-                    if span is not None
-                    else None
-                )
+                if span is None:
+                    self.views = None
+                else:  # the cache takes in all new units but the last (in place)
+                    grown = tail[:-1]
+                    c.originals.extend(grown)
+                    c.view.extend(grown)
+                    c.out.extend(new[: len(new) - len(tail[-1].messages)])
+                    c.tokens += span(c.upto, n - 1)
+                    c.upto = n - 1
             return units, out
         keys = {u.key for u in originals}
         if st.decisions and any(k not in keys for k in st.decisions):
@@ -531,6 +552,7 @@ class Caches:
                 view[:q],
                 out[: len(out) - sum(len(u.messages) for u in view[q:])],
                 total - priming - span(p, len(originals)),
+                self.pin_calls,
             )
         )
         return view, out

@@ -4,7 +4,8 @@
 decisions taken earlier (so summaries are not recomputed and the prefix stays
 stable), counts, and runs the policy's pipeline (:mod:`ctxpolicy.engine.pipeline`);
 when the request still exceeds ``window − reserve_output`` the last-resort squeeze
-(:mod:`ctxpolicy.engine.squeeze`) makes it fit.
+(:mod:`ctxpolicy.engine.squeeze`) makes it fit; what the call reports
+(``context.status`` and the events around it) is :mod:`ctxpolicy.engine.report`.
 
 ``on_error(exc, messages)`` is the reactive path: on a provider's context-overflow
 error it learns the stated limit, runs the ``on_overflow`` layer and returns the
