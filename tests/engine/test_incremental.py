@@ -271,3 +271,26 @@ def test_a_compacting_call_leaves_the_view_cache_of_its_decisions() -> None:
             assert caches.views is not None
             assert caches.views.key[0] == s.state.decisions_version
     assert compactions >= 2
+
+
+def test_the_view_cache_follows_the_pinning_without_copies() -> None:
+    """A plain call checks the cached view's units by identity (the pinning kept them)
+    and extends the cache in place; a new user turn that moves the pinned last user
+    turn is seen (the cache then holds the re-pinned units)."""
+    s = Session(make_policy())
+    caches = s._ctx.derived.caches
+    msgs: list[Message] = [{"role": "system", "content": "sys"}, {"role": "user", "content": "go"}]
+    for i in range(12):
+        msgs.append({"role": "assistant", "content": f"step {i}"})
+        msgs.append(
+            {"role": "user", "content": f"next {i}"}
+            if i % 4 == 3
+            else {"role": "assistant", "content": f"more {i}"}
+        )
+        out = s.prepare(msgs)
+        c, pins = caches.views, caches.pins
+        assert c is not None and pins is not None
+        assert c.checked == caches.pin_calls
+        assert c.originals == pins.units[: c.upto]
+        fresh = Session(make_policy())
+        assert out == fresh.prepare(msgs)
