@@ -26,17 +26,14 @@ from typing import TYPE_CHECKING, Any
 
 from ctxpolicy.conversation import (
     Message,
-    Repair,
     Unit,
     group_units,
     message_fingerprint,
     render,
 )
-from ctxpolicy.conversation.jsontext import to_json
-from ctxpolicy.conversation.repair import flatten_deep
-from ctxpolicy.engine.archiving import archive_messages
 from ctxpolicy.engine.own import insert_specials, own_kind, own_text
-from ctxpolicy.event_types import ContextReset, ConversationRepaired
+from ctxpolicy.engine.repairs import flatten_message, report_repairs
+from ctxpolicy.event_types import ContextReset
 from ctxpolicy.tokens.msgkeys import NO_SNAPSHOT, snapshot, value_key
 
 if TYPE_CHECKING:
@@ -242,7 +239,7 @@ class Caches:
                 try:
                     snap = snapshot(m)
                 except RecursionError:
-                    m, snap = self._flatten(m, len(msgs)), NO_SNAPSHOT
+                    m, snap = flatten_message(self.s, m, len(msgs)), NO_SNAPSHOT
                     n = -1
             snaps.append(_UNEQUAL if snap is NO_SNAPSHOT else snap)
             kind = own_kind(m)
@@ -256,27 +253,6 @@ class Caches:
         self.inputs = _InputCache(snaps, kept, msgs, ckeys, counts, owns)
         # the cache's own list (no copy per call): read it now, never keep or change it
         return msgs, kept[k - 1] if k else 0
-
-    def _flatten(self, m: Any, index: int) -> Any:
-        """A message too deep for the engine's recursive steps, with its deep fields
-        as their exact JSON text (:func:`ctxpolicy.conversation.repair.flatten_deep`); reported
-        once as a ``deep_value`` repair."""
-        if not isinstance(m, Mapping):
-            return m
-        flat, fields = flatten_deep(m)
-        st = self.s.state
-        if fields and not st.repair_seen("deep_value", index):
-            st.see_repair("deep_value", index)
-            self.s.emit(
-                ConversationRepaired(
-                    repair="deep_value",
-                    index=index,
-                    detail=f"fields {fields} nested too deep; sent as their JSON text",
-                    removed=0,
-                    archived=None,
-                )
-            )
-        return flat
 
     def units(self, msgs: list[Mapping[str, Any]], unchanged: int) -> tuple[list[Unit], int]:
         """Units of ``msgs`` (the first ``unchanged`` messages as in the previous call),
@@ -335,7 +311,7 @@ class Caches:
             sources=sources,
         )
         if repairs:
-            self._report(repairs)
+            report_repairs(self.s, repairs)
         if s.state.refs:
             new_units = [self.with_refs(u) for u in new_units]
         n_steps = steps[-1] if steps else 0
@@ -355,39 +331,6 @@ class Caches:
         starts.extend(new_starts)
         self.groups = _GroupCache(len(msgs), units, starts, steps, tokens, call_ids)
         return self._pin(units, keep), keep
-
-    def _report(self, repairs: list[Repair]) -> None:
-        """One ``conversation.repaired`` event per new (kind, message index); what a
-        repair left out of the context is archived verbatim first (``archived``: its
-        reference, None without a store or when the write failed)."""
-        s = self.s
-        fresh: dict[tuple[str, int], list[Repair]] = {}
-        for r in repairs:
-            if not s.state.repair_seen(r.kind, r.index):
-                fresh.setdefault((r.kind, r.index), []).append(r)
-        for (kind, index), found in fresh.items():
-            s.state.see_repair(kind, index)
-            removed = [x for r in found for x in r.removed]
-            archived = None
-            if removed and s.snapshots is not None:
-                # a string verbatim, anything else as its exact JSON text
-                text = removed[0] if len(removed) == 1 and isinstance(removed[0], str) else None
-                doc = {
-                    "role": f"ctxpolicy.removed ({kind}, message {index})",
-                    "content": text if text is not None else to_json(removed)[0],
-                }
-                if archive_messages(s, [doc], s.emit) is not None:
-                    assert s.derived.history is not None
-                    archived = s.derived.history.last_ref
-            s.emit(
-                ConversationRepaired(
-                    repair=kind,
-                    index=index,
-                    detail="; ".join(r.detail for r in found)[:1000],
-                    removed=len(removed),
-                    archived=archived,
-                )
-            )
 
     def _pin(self, units: list[Unit], keep: int) -> list[Unit]:
         """:func:`~ctxpolicy.conversation.pin_units` of ``units``, incrementally: the
