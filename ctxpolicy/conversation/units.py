@@ -42,6 +42,10 @@ UnitKind = Literal["system", "user", "step", "summary", "ledger", "orphan", "oth
 
 MISSING_RESULT = "[no result recorded for this tool call]"
 
+#: The fields :meth:`Unit.replace` sets without ``dataclasses.replace`` (changing
+#: ``key`` or ``origin`` goes through ``__init__``/``__post_init__``).
+_FAST_CHANGES = frozenset({"kind", "messages", "round", "pinned", "meta"})
+
 
 @dataclass(frozen=True)
 class Unit:
@@ -74,7 +78,15 @@ class Unit:
         """A rewritten copy that keeps ``key`` and ``origin`` (e.g. a masked result)."""
         if "messages" in changes:
             changes["messages"] = tuple(changes["messages"])
-        return replace(self, **changes)
+        if type(self) is not Unit or not _FAST_CHANGES.issuperset(changes):
+            return replace(self, **changes)
+        # what ``dataclasses.replace`` makes of these fields, without a call of
+        # ``__init__`` (``origin`` is already set: ``__post_init__`` would keep it)
+        new = object.__new__(Unit)
+        fields = new.__dict__
+        fields.update(self.__dict__)
+        fields.update(changes)
+        return new
 
     @staticmethod
     def summary(
@@ -189,20 +201,15 @@ def group_units(
     starts: list[int] = []
     repairs: list[Repair] = []
     n = len(messages)
-    fps = list(fingerprints) if fingerprints is not None else None
+    fps = fingerprints if fingerprints is None or type(fingerprints) is list else list(fingerprints)
     seen_ids: dict[str, int] = {} if call_ids is None else call_ids
+    blake2b = hashlib.blake2b
 
     def key_for(start: int, msgs: Sequence[Message], end: int) -> str:
         if fps is not None:  # one update of the joined fingerprints = one per fingerprint
             data = "".join(fps[start:end]).encode()
-            return f"m{start + offset}-{hashlib.blake2b(data, digest_size=8).hexdigest()}"
+            return f"m{start + offset}-{blake2b(data, digest_size=8).hexdigest()}"
         return _key(start + offset, msgs)
-
-    def add(unit: Unit, start: int, src: tuple[int, ...] | None) -> None:
-        units.append(unit)
-        starts.append(start + offset)
-        if sources is not None:
-            sources.append(src)
 
     i = 0
     round_no = first_round
@@ -224,53 +231,55 @@ def group_units(
         if role == "assistant":
             fixed = repair_calls(m, i + offset, seen_ids)
             verbatim = fixed.message is m
-            m, calls = fixed.message, fixed.calls
+            m, calls, aliases = fixed.message, fixed.calls, fixed.aliases
             for rkind, detail, removed in fixed.repairs:
                 repairs.append(Repair(rkind, i + offset, detail, removed))  # type: ignore[arg-type]
             start = i
             i += 1
-            wanted = [str(tc["id"]) for tc in calls]
-            got: dict[str, Message] = {}
-            got_at: dict[str, int] = {}
-            extra_orphans: list[tuple[int, Message]] = []
-            while (
-                i < n
-                and (type(messages[i]) is dict or isinstance(messages[i], Mapping))
-                and messages[i].get("role") == "tool"
-            ):
-                tm = dict(messages[i])
+            # the results that follow: final id -> (message index, result)
+            got: dict[str, tuple[int, Message]] = {}
+            extra_orphans: list[tuple[int, Message]] | None = None
+            while i < n:
+                tm = messages[i]
+                if not (type(tm) is dict or isinstance(tm, Mapping)) or tm.get("role") != "tool":
+                    break
+                tm = dict(tm)
                 written = tm.get("tool_call_id")
-                tid = next(
-                    (t for t in fixed.aliases.get(call_key(written), ()) if t not in got), None
-                )
+                tid = None
+                for t in aliases.get(call_key(written), ()):
+                    if t not in got:
+                        tid = t
+                        break
                 if tid is None:
+                    if extra_orphans is None:
+                        extra_orphans = []
                     extra_orphans.append((i, tm))
                 else:
                     if tid != written:
                         tm["tool_call_id"] = tid
                         verbatim = False
-                    got[tid] = tm
-                    got_at[tid] = i + offset
+                    got[tid] = (i + offset, tm)
                 i += 1
             msgs: list[Message] = [m]
-            for tid in wanted:
-                if tid in got:
-                    msgs.append(got[tid])
+            at = [start + offset]
+            for tc in calls:
+                tid = str(tc["id"])
+                hit = got.get(tid)
+                if hit is not None:
+                    at.append(hit[0])
+                    msgs.append(hit[1])
                 else:
                     repairs.append(
                         Repair("missing_result", start + offset, f"tool call {tid!r} has no result")
                     )
                     msgs.append({"role": "tool", "tool_call_id": tid, "content": MISSING_RESULT})
                     verbatim = False
-            add(
-                Unit(
-                    kind="step", messages=tuple(msgs), key=key_for(start, msgs, i), round=round_no
-                ),
-                start,
-                (start + offset, *(got_at[tid] for tid in wanted)) if verbatim else None,
-            )
+            units.append(_unit("step", tuple(msgs), key_for(start, msgs, i), round_no))
+            starts.append(start + offset)
+            if sources is not None:
+                sources.append(tuple(at) if verbatim else None)
             round_no += 1
-            for idx, tm in extra_orphans:
+            for idx, tm in extra_orphans or ():
                 repairs.append(
                     Repair(
                         "orphan_result",
@@ -278,7 +287,10 @@ def group_units(
                         f"tool result {tm.get('tool_call_id')!r} has no call",
                     )
                 )
-                add(_orphan_unit(idx + offset, tm, key_for(idx, [tm], idx + 1)), start, None)
+                units.append(_orphan_unit(idx + offset, tm, key_for(idx, [tm], idx + 1)))
+                starts.append(start + offset)
+                if sources is not None:
+                    sources.append(None)
             continue
         if role == "tool":
             repairs.append(
@@ -288,15 +300,39 @@ def group_units(
                     f"tool result {m.get('tool_call_id')!r} has no call",
                 )
             )
-            add(_orphan_unit(i + offset, m, key_for(i, [m], i + 1)), i, None)
+            units.append(_orphan_unit(i + offset, m, key_for(i, [m], i + 1)))
+            starts.append(i + offset)
+            if sources is not None:
+                sources.append(None)
             i += 1
             continue
         kind: UnitKind = (
             "system" if role in ("system", "developer") else "user" if role == "user" else "other"
         )
-        add(Unit(kind=kind, messages=(m,), key=key_for(i, [m], i + 1)), i, (i + offset,))
+        units.append(_unit(kind, (m,), key_for(i, [m], i + 1)))
+        starts.append(i + offset)
+        if sources is not None:
+            sources.append((i + offset,))
         i += 1
     return units, starts, repairs
+
+
+def _unit(
+    kind: UnitKind, messages: tuple[Message, ...], key: str, round_no: int | None = None
+) -> Unit:
+    """``Unit(kind=kind, messages=messages, key=key, round=round_no)`` without the
+    frozen dataclass's ``__init__`` (one per grouped message: the grouping's hot path)."""
+    u = object.__new__(Unit)
+    u.__dict__.update(
+        kind=kind,
+        messages=messages,
+        key=key,
+        origin=(key,),
+        round=round_no,
+        pinned=False,
+        meta={},
+    )
+    return u
 
 
 def _orphan_unit(index: int, m: Message, key: str) -> Unit:
@@ -316,7 +352,7 @@ def pin_units(units: list[Unit], *, system: bool, first_user: bool, last_user: b
     for i, u in enumerate(units):
         pin = u.pinned or (system and u.kind == "system") or u.kind == "ledger"
         pin = pin or (first_user and i == first_user_i) or (last_user and i == last_user_i)
-        out.append(u if pin == u.pinned else replace(u, pinned=pin))
+        out.append(u if pin == u.pinned else u.replace(pinned=pin))
     return out
 
 

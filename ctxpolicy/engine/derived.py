@@ -21,22 +21,19 @@ from __future__ import annotations
 import bisect
 import hashlib
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ctxpolicy.conversation import (
     Message,
-    Repair,
     Unit,
     group_units,
     message_fingerprint,
     render,
 )
-from ctxpolicy.conversation.jsontext import to_json
-from ctxpolicy.conversation.repair import flatten_deep
-from ctxpolicy.engine.archiving import archive_messages
 from ctxpolicy.engine.own import insert_specials, own_kind, own_text
-from ctxpolicy.event_types import ContextReset, ConversationRepaired
+from ctxpolicy.engine.repairs import flatten_message, report_repairs
+from ctxpolicy.event_types import ContextReset
 from ctxpolicy.tokens.msgkeys import NO_SNAPSHOT, snapshot, value_key
 
 if TYPE_CHECKING:
@@ -105,6 +102,9 @@ class _ViewCache:
     view: list[Unit]
     out: list[Message]
     tokens: int  # tokens of out (framing included, reply priming not)
+    #: the pinning (:attr:`Caches.pin_calls`) at which ``originals`` was last seen to
+    #: be the conversation's first ``upto`` units
+    checked: int
 
 
 class Derived:
@@ -150,7 +150,13 @@ class Caches:
         #: tokens of the messages :meth:`view` last returned, as
         #: ``TokenCounter.count_messages`` counts them (reply priming included)
         self.out_tokens = 0
+        #: the reply priming ``count_messages`` adds to every list (``count_messages([])``)
+        self.priming: int = ctx.counter.count_messages([])
         self._by_messages: tuple[_GroupCache, dict[int, int]] | None = None
+        #: pinnings so far, and how many leading units the last one kept as the
+        #: previous one's objects (the view cache's prefix check is then an identity)
+        self.pin_calls = 0
+        self.pin_same = 0
 
     @property
     def tokens_in(self) -> int:
@@ -178,11 +184,13 @@ class Caches:
     @property
     def own_messages(self) -> list[tuple[str, str]]:
         """``(kind, text)`` of the ledger/handover messages of ours in the last input."""
-        return [(kind, text) for _, kind, text in self.inputs.owns] if self.inputs else []
+        owns = self.inputs.owns if self.inputs else None
+        return [(kind, text) for _, kind, text in owns] if owns else []
 
     def input(self, messages: Sequence[Mapping[str, Any]]) -> tuple[list[Mapping[str, Any]], int]:
         """The conversation without ledger/handover messages of ours that an agent fed
-        back in, and how many of its messages are unchanged since the previous call.
+        back in (the cache's list: valid until the next call), and how many of its
+        messages are unchanged since the previous call.
 
         Incremental: the input is compared with snapshots of the previous call's input
         in one C-level list comparison (equal snapshots = same content, even when a
@@ -231,7 +239,7 @@ class Caches:
                 try:
                     snap = snapshot(m)
                 except RecursionError:
-                    m, snap = self._flatten(m, len(msgs)), NO_SNAPSHOT
+                    m, snap = flatten_message(self.s, m, len(msgs)), NO_SNAPSHOT
                     n = -1
             snaps.append(_UNEQUAL if snap is NO_SNAPSHOT else snap)
             kind = own_kind(m)
@@ -243,28 +251,8 @@ class Caches:
                 owns.append((i, kind, own_text(m)))
             kept.append(len(msgs))
         self.inputs = _InputCache(snaps, kept, msgs, ckeys, counts, owns)
-        return list(msgs), kept[k - 1] if k else 0
-
-    def _flatten(self, m: Any, index: int) -> Any:
-        """A message too deep for the engine's recursive steps, with its deep fields
-        as their exact JSON text (:func:`ctxpolicy.conversation.repair.flatten_deep`); reported
-        once as a ``deep_value`` repair."""
-        if not isinstance(m, Mapping):
-            return m
-        flat, fields = flatten_deep(m)
-        st = self.s.state
-        if fields and not st.repair_seen("deep_value", index):
-            st.see_repair("deep_value", index)
-            self.s.emit(
-                ConversationRepaired(
-                    repair="deep_value",
-                    index=index,
-                    detail=f"fields {fields} nested too deep; sent as their JSON text",
-                    removed=0,
-                    archived=None,
-                )
-            )
-        return flat
+        # the cache's own list (no copy per call): read it now, never keep or change it
+        return msgs, kept[k - 1] if k else 0
 
     def units(self, msgs: list[Mapping[str, Any]], unchanged: int) -> tuple[list[Unit], int]:
         """Units of ``msgs`` (the first ``unchanged`` messages as in the previous call),
@@ -323,7 +311,7 @@ class Caches:
             sources=sources,
         )
         if repairs:
-            self._report(repairs)
+            report_repairs(self.s, repairs)
         if s.state.refs:
             new_units = [self.with_refs(u) for u in new_units]
         n_steps = steps[-1] if steps else 0
@@ -344,39 +332,6 @@ class Caches:
         self.groups = _GroupCache(len(msgs), units, starts, steps, tokens, call_ids)
         return self._pin(units, keep), keep
 
-    def _report(self, repairs: list[Repair]) -> None:
-        """One ``conversation.repaired`` event per new (kind, message index); what a
-        repair left out of the context is archived verbatim first (``archived``: its
-        reference, None without a store or when the write failed)."""
-        s = self.s
-        fresh: dict[tuple[str, int], list[Repair]] = {}
-        for r in repairs:
-            if not s.state.repair_seen(r.kind, r.index):
-                fresh.setdefault((r.kind, r.index), []).append(r)
-        for (kind, index), found in fresh.items():
-            s.state.see_repair(kind, index)
-            removed = [x for r in found for x in r.removed]
-            archived = None
-            if removed and s.snapshots is not None:
-                # a string verbatim, anything else as its exact JSON text
-                text = removed[0] if len(removed) == 1 and isinstance(removed[0], str) else None
-                doc = {
-                    "role": f"ctxpolicy.removed ({kind}, message {index})",
-                    "content": text if text is not None else to_json(removed)[0],
-                }
-                if archive_messages(s, [doc], s.emit) is not None:
-                    assert s.derived.history is not None
-                    archived = s.derived.history.last_ref
-            s.emit(
-                ConversationRepaired(
-                    repair=kind,
-                    index=index,
-                    detail="; ".join(r.detail for r in found)[:1000],
-                    removed=len(removed),
-                    archived=archived,
-                )
-            )
-
     def _pin(self, units: list[Unit], keep: int) -> list[Unit]:
         """:func:`~ctxpolicy.conversation.pin_units` of ``units``, incrementally: the
         first ``keep`` are the previous call's units, so only the new ones and the
@@ -386,35 +341,56 @@ class Caches:
         n = len(units)
         if prev is None:
             keep = 0
+        users = [i for i in range(keep, n) if units[i].kind == "user"]
+        # the previous call's first/last user units (None: it had none, so none of
+        # ``units[:keep]`` is one); a number at or above ``keep`` was regrouped
         first_user = prev.first_user if prev is not None else None
         if first_user is None or first_user >= keep:
-            first_user = next((i for i in range(keep, n) if units[i].kind == "user"), None)
-        last_user = next((i for i in range(n - 1, keep - 1, -1) if units[i].kind == "user"), None)
-        if last_user is None:
+            first_user = users[0] if users else None
+        if users:
+            last_user: int | None = users[-1]
+        else:
             last_user = prev.last_user if prev is not None else None
-            if last_user is None or last_user >= keep:
+            if last_user is not None and last_user >= keep:
                 last_user = next(
                     (i for i in range(keep - 1, -1, -1) if units[i].kind == "user"), None
                 )
+        pin_system, pin_first, pin_last = pol.system, pol.first_user, pol.last_user
 
         def pinned(i: int) -> Unit:
             u = units[i]
-            pin = u.pinned or (pol.system and u.kind == "system") or u.kind == "ledger"
-            pin = pin or (pol.first_user and i == first_user) or (pol.last_user and i == last_user)
-            return u if pin == u.pinned else replace(u, pinned=pin)
+            kind = u.kind
+            pin = (
+                u.pinned
+                or (pin_system and kind == "system")
+                or kind == "ledger"
+                or (pin_first and i == first_user)
+                or (pin_last and i == last_user)
+            )
+            return u if pin == u.pinned else u.replace(pinned=pin)
 
-        out: list[Unit] = []
+        self.pin_calls += 1
+        self.pin_same = 0
         if prev is not None:  # extended in place (no cache until it is complete)
             self.pins = None
             out = prev.units
             del out[keep:]
-        out.extend(pinned(i) for i in range(keep, n))
-        if prev is not None and (prev.first_user, prev.last_user) != (first_user, last_user):
-            for i in {prev.first_user, prev.last_user, first_user, last_user}:
-                if i is not None and i < keep:
-                    out[i] = pinned(i)
+            moved = prev.first_user != first_user or prev.last_user != last_user
+        else:
+            out, moved = [], False
+        for i in range(keep, n):
+            out.append(pinned(i))
+        same = keep
+        if moved:
+            assert prev is not None
+            for j in {prev.first_user, prev.last_user, first_user, last_user}:
+                if j is not None and j < keep:
+                    out[j] = pinned(j)
+                    same = min(same, j)
         self.pins = _PinCache(out, first_user, last_user)
-        return list(out)
+        self.pin_same = same
+        # the cache's own list (no copy per call): read it now, never keep or change it
+        return out
 
     def view(self, originals: list[Unit], keep: int) -> tuple[list[Unit], list[Message]]:
         """The units to send (sticky decisions applied, ledger/handover inserted) and
@@ -427,34 +403,42 @@ class Caches:
         s = self.s
         st = s.state
         specials = s.special_units()
-        key = (st.decisions_version, tuple(u.messages[0]["content"] for u in specials))
+        key = (st.decisions_version, tuple([u.messages[0]["content"] for u in specials]))
         c = self.views
         span = self._span(originals)
-        if c is not None and c.key == key and keep >= c.upto and originals[: c.upto] == c.originals:
+        if (
+            c is not None
+            and c.key == key
+            and keep >= c.upto
+            # the cached units are the same objects as when last checked (the pinning
+            # since then kept them), or equal to them
+            and (
+                (c.checked == self.pin_calls - 1 and self.pin_same >= c.upto)
+                or originals[: c.upto] == c.originals
+            )
+        ):
             tail = originals[c.upto :]
-            units, out = [*c.view, *tail], [*c.out, *render(tail)]
+            new = render(tail)
+            units, out = [*c.view, *tail], [*c.out, *new]
             n = len(originals)
             # the count from the cached part's and the grouping's prefix sums: no
             # second pass over the messages (same number as count_messages(out))
             self.out_tokens = (
-                c.tokens + span(c.upto, n) + s.counter.count_messages([])
+                c.tokens + span(c.upto, n) + self.priming
                 if span is not None
                 else s.counter.count_messages(out)
             )
+            c.checked = self.pin_calls
             if len(tail) > 1:  # the next call regroups at most the last unit
-                last = len(tail[-1].messages)
-                self.views = (
-                    _ViewCache(
-                        key,
-                        n - 1,
-                        originals[:-1],
-                        units[:-1],
-                        out[: len(out) - last],
-                        c.tokens + span(c.upto, n - 1),
-                    )
-                    if span is not None
-                    else None
-                )
+                if span is None:
+                    self.views = None
+                else:  # the cache takes in all new units but the last (in place)
+                    grown = tail[:-1]
+                    c.originals.extend(grown)
+                    c.view.extend(grown)
+                    c.out.extend(new[: len(new) - len(tail[-1].messages)])
+                    c.tokens += span(c.upto, n - 1)
+                    c.upto = n - 1
             return units, out
         keys = {u.key for u in originals}
         if st.decisions and any(k not in keys for k in st.decisions):
@@ -466,7 +450,7 @@ class Caches:
                 st.ledger = s.new_ledger()
                 s.ledger_changed()
                 specials = s.special_units()
-            key = (st.decisions_version, tuple(u.messages[0]["content"] for u in specials))
+            key = (st.decisions_version, tuple([u.messages[0]["content"] for u in specials]))
         view: list[Unit] = []
         decided_upto = 0
         # units of ours in the view (decided, special): counted by the counter; the
@@ -494,7 +478,7 @@ class Caches:
             p, q = p + 1, q + 1
         out = render(view)
         counter = s.counter
-        priming = counter.count_messages([])
+        priming = self.priming
         if span is not None:  # the same number as count_messages(out)
             total = priming + span(0, len(originals)) - dropped
             total += sum(counter.count_message(m) for u in added for m in u.messages)
@@ -511,6 +495,7 @@ class Caches:
                 view[:q],
                 out[: len(out) - sum(len(u.messages) for u in view[q:])],
                 total - priming - span(p, len(originals)),
+                self.pin_calls,
             )
         )
         return view, out
@@ -533,11 +518,12 @@ class Caches:
         refs = self.s.state.refs
         if unit.kind != "step" or not refs:
             return unit
-        found = {
-            str(m.get("tool_call_id")): refs[str(m.get("tool_call_id"))]
-            for m in unit.tool_messages
-            if str(m.get("tool_call_id")) in refs
-        }
+        found: dict[str, str] = {}
+        for m in unit.messages:
+            if m.get("role") == "tool":
+                tid = str(m.get("tool_call_id"))
+                if tid in refs:
+                    found[tid] = refs[tid]
         if not found or unit.meta.get("refs") == found:
             return unit
         return unit.replace(meta={**unit.meta, "refs": found})

@@ -115,6 +115,13 @@ def run_pipeline(
     pol = ctx.policy
     changed_by: str | None = None
     steps = eligible_steps(ctx, used, budget, forced=forced, entry_used=entry)
+    # a policy that cannot fit its learned window (``SessionState.unfit``, reported once)
+    # runs ``on_overflow`` only when the request would not fit, not on every call
+    over = used > budget.trigger and (
+        ctx.state.unfit is None or used > budget.window - budget.reserve_output
+    )
+    if not steps and not forced and not over:
+        return view, used, None  # the common call: nothing may run
     if steps:
         view = _referenced(ctx, view)
     cache = pol.cache
@@ -157,8 +164,6 @@ def run_pipeline(
                 )
             )
         view, used = start_view, start_used
-    # a policy that cannot fit its learned window (``SessionState.unfit``, reported once)
-    # runs ``on_overflow`` only when the request would not fit, not on every call
     over = used > budget.trigger and (
         ctx.state.unfit is None or used > budget.window - budget.reserve_output
     )

@@ -4,7 +4,8 @@
 decisions taken earlier (so summaries are not recomputed and the prefix stays
 stable), counts, and runs the policy's pipeline (:mod:`ctxpolicy.engine.pipeline`);
 when the request still exceeds ``window − reserve_output`` the last-resort squeeze
-(:mod:`ctxpolicy.engine.squeeze`) makes it fit.
+(:mod:`ctxpolicy.engine.squeeze`) makes it fit; what the call reports
+(``context.status`` and the events around it) is :mod:`ctxpolicy.engine.report`.
 
 ``on_error(exc, messages)`` is the reactive path: on a provider's context-overflow
 error it learns the stated limit, runs the ``on_overflow`` layer and returns the
@@ -38,17 +39,13 @@ from ctxpolicy.engine.own import as_summarizer, check_tool_name, insert_specials
 from ctxpolicy.engine.persistence import Persistence, open_persistence
 from ctxpolicy.engine.pipeline import run_pipeline
 from ctxpolicy.engine.recorder import TraceRecorder
+from ctxpolicy.engine.report import report_call
 from ctxpolicy.engine.squeeze import squeeze
 from ctxpolicy.engine.state import PreparedStats, SessionState
 from ctxpolicy.engine.window import learn_window
 from ctxpolicy.event_types import (
-    ABSENT,
-    ContextAboveTarget,
-    ContextOverflow,
     ContextOverflowErrorEvent,
-    ContextStatus,
     ContextUsage,
-    ContextWindowUnfit,
     EngineInvariantFailed,
     Event,
     ObserverFailed,
@@ -434,10 +431,12 @@ class Session:
 
     # ------------------------------------------------------------------ internals
     def _emit(self, type_: str | Event, **fields: Any) -> dict[str, Any]:
+        ts = round(time.time(), 6)
         if isinstance(type_, Event):  # a typed event (ctxpolicy/event_types.py)
-            fields = {**fields, **type_.fields()}
-            type_ = type_.TYPE
-        event = {"type": type_, "conv_id": self.conv_id, "ts": round(time.time(), 6), **fields}
+            event = {"type": type_.TYPE, "conv_id": self.conv_id, "ts": ts, **fields}
+            event.update(type_.fields())
+        else:
+            event = {"type": type_, "conv_id": self.conv_id, "ts": ts, **fields}
         self.events.append(event)
         if self._on_event is not None:
             try:
@@ -489,28 +488,31 @@ class Session:
         forced: bool,
     ) -> list[Message]:
         started = time.perf_counter()
-        st = self.state
-        if isinstance(messages, (str, bytes)) or not isinstance(messages, Sequence):
+        if type(messages) is not list and (
+            isinstance(messages, (str, bytes)) or not isinstance(messages, Sequence)
+        ):
             raise TypeError("messages must be a list of OpenAI chat messages (dicts)")
         ctx = self._ctx
+        st = ctx.state
+        counter = ctx.counter
         caches = ctx.derived.caches
         msgs, unchanged = caches.input(messages)
         originals, keep = caches.units(msgs, unchanged)
         view, out = caches.view(originals, keep)
-        tools_tokens = self.counter.count_tools(tools) if tools else 0
-        scale = st.calibration if self.counter.approximate else 1.0
+        tools_tokens = counter.count_tools(tools) if tools else 0
+        scale = st.calibration if counter.approximate else 1.0
 
         def scaled(raw: int) -> int:
             return raw if scale == 1.0 else int(raw * scale + 0.999)
 
         def count(units: Sequence[Unit]) -> int:
-            return scaled(self.counter.count_messages(render(units)) + tools_tokens)
+            return scaled(counter.count_messages(render(units)) + tools_tokens)
 
         # counted by the view from the grouping's prefix sums (no pass over ``out``)
         out_tokens = caches.out_tokens
         used = scaled(out_tokens + tools_tokens)
-        tokens_in = caches.tokens_in + tools_tokens + self.counter.count_messages([])
-        budget = self.budget()
+        tokens_in = caches.tokens_in + tools_tokens + caches.priming
+        budget = ctx.budget()
         entry_used = used
         compact_layer: str | None = None
         for _ in range(_PASSES):
@@ -543,7 +545,9 @@ class Session:
         if changed:
             st.set_decisions(remember(view, originals))
             out = render(view)
-        state = budget.state_for(used)
+            # the view cache of the new decisions, built now: the calls after this one
+            # that compact nothing render only their new units (no pass over them all)
+            caches.view(originals, keep)
         ctx.derived.last_units = view
         # grouping guarantees pairs; a changed view is re-checked as a whole as well
         violations = check_messages(out) if changed else []
@@ -551,54 +555,23 @@ class Session:
             self._emit(EngineInvariantFailed(violations=[v.detail for v in violations]))
             out = render(originals)
             used = count(originals)
-            state = budget.state_for(used)
-        if changed and used > budget.target:
-            self._report_short_of_target(view, used, budget, count)
-        elif (changed or used <= budget.target) and st.hold_until is not None:
-            st.hold_until = None  # the target was reached (or the context shrank)
-        unfit = used > budget.trigger or (changed and used >= budget.critical_tokens)
-        if unfit and st.learned_window is not None and st.unfit is None:
-            self._report_unfit(view, used, budget, count)
-        if used > hard_limit or used > budget.trigger:
-            st.stats.overflows += 1
-            self._emit(
-                ContextOverflow(
-                    used=used,
-                    trigger=budget.trigger,
-                    hard_limit=hard_limit,
-                    unavoidable=used > hard_limit,
-                    reason="pinned content and the most recent rounds alone exceed the budget",
-                )
-            )
-        st.stats.prepares += 1
-        st.stats.tokens_in += tokens_in
-        st.stats.tokens_sent += used
-        st.status = self._emit(
-            ContextStatus(
-                used=used,
-                budget=budget.trigger,
-                ratio=round(budget.ratio(used), 4),
-                state=state.value,
-                compact_layer=compact_layer,
-                compacted_from=entry_used if changed else None,
-                window=budget.window,
-                trigger=budget.trigger,
-                target=budget.target,
-                tokenizer=self.counter.name,
-                approximate=self.counter.approximate,
-                calibration=st.calibration,
-                used_raw=used
-                if scale == 1.0
-                else (out_tokens if not changed else self.counter.count_messages(out))
-                + tools_tokens,
-                messages=len(out),
-                messages_in=len(msgs),
-                tokens_in=tokens_in,
-                duration_ms=round((time.perf_counter() - started) * 1000, 3),
-                unfit=st.unfit if st.unfit is not None else ABSENT,
-            )
+        report_call(
+            ctx,
+            view,
+            used,
+            budget,
+            count,
+            changed=changed,
+            compact_layer=compact_layer,
+            entry_used=entry_used,
+            used_raw=used
+            if scale == 1.0
+            else (out_tokens if not changed else counter.count_messages(out)) + tools_tokens,
+            messages=len(out),
+            messages_in=len(msgs),
+            tokens_in=tokens_in,
+            started=started,
         )
-        st.touch("meta")
         return self._uncite_lost(out)
 
     def _uncite_lost(self, out: list[Message]) -> list[Message]:
@@ -623,52 +596,6 @@ class Session:
 
             self._emit(lost_event(new))
         return out
-
-    def _report_short_of_target(
-        self, view: Sequence[Unit], used: int, budget: BudgetState, count: Callable[..., int]
-    ) -> None:
-        """A compaction that ends above the target (pinned content and the rounds the
-        layers keep exceed it): say why, with the numbers, and hold further compaction
-        until the context has grown by the trigger − target gap
-        (``SessionState.hold_until``), so the next calls do not compact again for a few
-        tokens each."""
-        pinned = [u for u in view if u.pinned]
-        resume_at = used + max(0, budget.trigger - budget.target)
-        self.state.hold_until = resume_at
-        self._emit(
-            ContextAboveTarget(
-                used=used,
-                target=budget.target,
-                pinned_tokens=count(pinned),
-                rest_tokens=used - count(pinned),
-                units=len(view),
-                resume_at=resume_at,
-            )
-        )
-
-    def _report_unfit(
-        self, view: Sequence[Unit], used: int, budget: BudgetState, count: Callable[..., int]
-    ) -> None:
-        """The learned window cannot hold what this policy keeps (the context ends above
-        the trigger, or a compaction ends in ``critical``): said once
-        (``context.window_unfit``, ``unfit`` in every later ``context.status``); from
-        then on the layers and ``on_overflow`` run only when the request would not fit
-        (``window − reserve_output``), not on every call."""
-        pinned = count([u for u in view if u.pinned])
-        st = self.state
-        st.unfit = (
-            f"the learned window {budget.window} leaves a trigger of {budget.trigger} "
-            f"tokens; this policy's pinned content ({pinned}) and kept rounds need {used}"
-        )
-        self._emit(
-            ContextWindowUnfit(
-                window=budget.window,
-                trigger=budget.trigger,
-                used=used,
-                pinned_tokens=pinned,
-                reason=st.unfit,
-            )
-        )
 
 
 def prepare(

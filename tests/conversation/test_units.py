@@ -142,3 +142,39 @@ def test_sources_name_exactly_the_verbatim_units(msgs: list[dict], offset: int) 
             assert u.kind == "orphan" or any(m not in msgs for m in u.messages)
     if not repairs and all(isinstance(m, dict) and m.get("tool_calls") != [] for m in msgs):
         assert None not in sources
+
+
+def test_replace_makes_what_dataclasses_replace_makes() -> None:
+    """``Unit.replace`` (no ``__init__`` for the plain fields) = ``dataclasses.replace``."""
+    import dataclasses
+
+    u = Unit(kind="step", messages=({"role": "assistant", "content": "x"},), key="k", round=3)
+    for changes in (
+        {"pinned": True},
+        {"meta": {"refs": {"a": "ctxsnap://r"}}},
+        {"messages": [{"role": "assistant", "content": "y"}], "meta": {"masked": True}},
+        {"kind": "summary", "round": None},
+    ):
+        fast = u.replace(**dict(changes))
+        if "messages" in changes:
+            changes = {**changes, "messages": tuple(changes["messages"])}
+        slow = dataclasses.replace(u, **changes)
+        assert fast == slow and vars(fast) == vars(slow)
+        assert type(fast.messages) is tuple and fast.origin == ("k",)
+    # a new key goes through __post_init__ (origin set from the key when emptied)
+    assert u.replace(key="n", origin=()).origin == ("n",)
+    try:
+        u.replace(nope=1)
+    except TypeError:
+        pass
+    else:  # pragma: no cover
+        raise AssertionError("an unknown field must raise like dataclasses.replace")
+
+
+def test_grouped_units_equal_constructed_ones() -> None:
+    """The grouping builds its units without ``Unit.__init__``: the same objects."""
+    units, _, _ = group_units(CONV)
+    for u in units:
+        made = Unit(kind=u.kind, messages=u.messages, key=u.key, round=u.round, pinned=u.pinned)
+        assert u == made and vars(u) == vars(made)
+    assert len({id(u.meta) for u in units}) == len(units)  # a meta of its own each

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from ctxpolicy.conversation import check_messages
 from ctxpolicy.engine import LEDGER_MARK, Session
-from tests.engine_helpers import make_policy
+from tests.engine_helpers import call, make_policy
 from tests.helpers_conv import DEEP, hostile_messages
 
 Message = dict[str, Any]
@@ -244,3 +244,53 @@ def test_a_rebuilt_view_counts_its_originals_from_the_prefix_sums() -> None:
     assert s.status is not None and s.status["compact_layer"] is None
     assert s.status["used"] == real(out)
     assert max(walked, default=0) <= 2, walked
+
+
+def test_a_compacting_call_leaves_the_view_cache_of_its_decisions() -> None:
+    """A compaction builds the view cache of its new decisions before it returns, so the
+    calls after it that compact nothing render only their new units (no pass over the
+    whole conversation on the first call after each compaction)."""
+    pol = make_policy(
+        model={"context_window": 6000, "max_output_tokens": 200, "tokenizer": "cl100k_base"},
+        budget={"reserve_output": 200, "tool_growth": 0, "safety_margin": 50},
+        pipeline=PIPELINE,
+    )
+    s = Session(pol)
+    caches = s._ctx.derived.caches
+    msgs: list[Message] = [{"role": "system", "content": "sys"}, {"role": "user", "content": "go"}]
+    compactions = 0
+    for i in range(60):
+        msgs.append(
+            {"role": "assistant", "content": f"step {i}", "tool_calls": [call(f"c{i}", "bash")]}
+        )
+        msgs.append({"role": "tool", "tool_call_id": f"c{i}", "content": f"out {i} " * 60})
+        s.prepare(msgs)
+        assert s.status is not None
+        if s.status["compact_layer"] is not None:
+            compactions += 1
+            assert caches.views is not None
+            assert caches.views.key[0] == s.state.decisions_version
+    assert compactions >= 2
+
+
+def test_the_view_cache_follows_the_pinning_without_copies() -> None:
+    """A plain call checks the cached view's units by identity (the pinning kept them)
+    and extends the cache in place; a new user turn that moves the pinned last user
+    turn is seen (the cache then holds the re-pinned units)."""
+    s = Session(make_policy())
+    caches = s._ctx.derived.caches
+    msgs: list[Message] = [{"role": "system", "content": "sys"}, {"role": "user", "content": "go"}]
+    for i in range(12):
+        msgs.append({"role": "assistant", "content": f"step {i}"})
+        msgs.append(
+            {"role": "user", "content": f"next {i}"}
+            if i % 4 == 3
+            else {"role": "assistant", "content": f"more {i}"}
+        )
+        out = s.prepare(msgs)
+        c, pins = caches.views, caches.pins
+        assert c is not None and pins is not None
+        assert c.checked == caches.pin_calls
+        assert c.originals == pins.units[: c.upto]
+        fresh = Session(make_policy())
+        assert out == fresh.prepare(msgs)

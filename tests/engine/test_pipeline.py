@@ -147,3 +147,31 @@ def test_a_gain_below_min_gain_is_not_taken_until_critical(econ_layers: None) ->
     assert deferred and deferred[0]["min_gain_tokens"] == 240
     taken = run(0)
     assert taken.status is not None and taken.status["compact_layer"] == "t_econ_trims"
+
+
+def test_a_call_no_step_may_run_returns_its_view_untouched() -> None:
+    """No eligible step and ``on_overflow`` not due: the view comes back as it went in
+    (no layer built, no snapshot pass); forced, ``on_overflow`` still runs."""
+    from ctxpolicy.engine.pipeline import run_pipeline
+
+    step = {"layer": "drop_rounds", "at": "warning", "options": {"keep_recent_rounds": 2}}
+    s = Session(make_policy(pipeline=[step], budget={"target": 0.5}))
+    s.prepare(conversation(3, 200))
+    ctx, b = s._ctx, s.budget()
+    view = list(ctx.derived.last_units)
+    used = b.target - 1
+
+    def count(units: Sequence[Unit]) -> int:
+        return used
+
+    out, tokens, by = run_pipeline(ctx, view, used, b, count, forced=False, entry=used)
+    assert out is view and tokens == used and by is None
+    assert not ctx.derived.layers  # nothing was built for this call
+    # between the target and the trigger, below the first step's state: the same
+    assert ctx.policy.pipeline and b.target < b.warning_tokens - 1
+    assert all(st.at != "normal" for st in ctx.policy.pipeline)
+    used = b.warning_tokens - 1
+    out, tokens, by = run_pipeline(ctx, view, used, b, count, forced=False, entry=used)
+    assert out is view and by is None and not ctx.derived.layers
+    out, _, _ = run_pipeline(ctx, view, used, b, count, forced=True, entry=used)
+    assert (-1) in {i for _, i in ctx.derived.layers}  # on_overflow ran
