@@ -220,6 +220,9 @@ _problems: list[PluginProblem] = []
 def get_plugin_manager() -> pluggy.PluginManager:
     """The process-wide plugin manager (built once)."""
     global _manager
+    built = _manager  # once built it is only replaced under the lock: read it without
+    if built is not None:
+        return built
     with _lock:
         if _manager is not None:
             return _manager
