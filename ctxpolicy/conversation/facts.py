@@ -19,6 +19,8 @@ from dataclasses import dataclass, field, fields
 from functools import lru_cache
 from typing import TYPE_CHECKING
 
+from ctxpolicy.conversation import _factscan as scan
+
 if TYPE_CHECKING:
     from ctxpolicy.conversation import Unit
 
@@ -54,11 +56,14 @@ _TICKET = re.compile(
     r"\b[A-Z][A-Z0-9]{1,9}(?:[-_][A-Z0-9]{1,32}){0,8}[-_]?\d{2,32}[A-Z0-9]{0,32}\b"
 )
 # paths: absolute, ~/, ./, ../ or relative with a directory and an extension
+_EXTENSIONS = (
+    r"(?:py|js|ts|tsx|jsx|go|rs|java|kt|rb|php|c|h|cc|cpp|hpp|cs|"
+    r"json|ya?ml|toml|ini|cfg|md|rst|txt|csv|sql|sh|html|css|lock|log)\b"
+)
 _PATH = re.compile(
     r"(?<![\w/:.<])(?:~|\.{1,2})?/(?:[\w.@+-]+/)*[\w.@+-]+"  # /abs, ~/x, ./x, ../x (not </tag)
     r"|(?<![\w/:.-])(?:[\w@+-][\w.@+-]{0,254}/){1,32}[\w@+-][\w.@+-]{0,254}\.[A-Za-z0-9]{1,8}\b"
-    r"|(?<![\w/:.-])[\w-]+\.(?:py|js|ts|tsx|jsx|go|rs|java|kt|rb|php|c|h|cc|cpp|hpp|cs|"
-    r"json|ya?ml|toml|ini|cfg|md|rst|txt|csv|sql|sh|html|css|lock|log)\b"
+    r"|(?<![\w/:.-])[\w-]+\." + _EXTENSIONS
 )
 _UNITS = (
     r"ms|µs|us|ns|s|sec|secs|seconds?|min|mins|minutes?|h|hrs?|hours?|days?|"
@@ -129,11 +134,12 @@ def _clean_path(p: str) -> str:
     return p.rstrip(".,;:")
 
 
-#: Whitespace-free tokens holding a ``/`` or a ``.``: every path lies inside one (no
-#: path character is whitespace, and whitespace passes the lookbehinds of
-#: :data:`_PATH` just as the start of a string does), so :data:`_PATH` runs on
-#: these tokens only instead of trying its alternatives at every position.
-_PATH_TOKEN = re.compile(r"(?<!\S)\S*[/.]\S*")
+#: Every path lies inside one whitespace-free token (no path character is
+#: whitespace, and whitespace passes the lookbehinds of :data:`_PATH` just as the
+#: start of a string does) that holds a ``/`` (alternatives 1 and 2) or this
+#: (alternative 3), so :data:`_PATH` runs on these tokens only instead of trying its
+#: alternatives at every position.
+_EXTENSION = re.compile(r"\." + _EXTENSIONS)
 _DIGIT = re.compile(r"\d")
 #: A match of :data:`_EXCEPTION` ends with one of these.
 _EXCEPTION_ENDS = ("Error", "Exception", "Exceeded", "Timeout", "Failure", "Fault")
@@ -165,8 +171,9 @@ def without_derived(text: str) -> str:
 
 
 def _find_paths(text: str) -> list[str]:
-    """``_PATH.findall(text)``, scanning only the tokens that can hold a path."""
-    return [p for tok in _PATH_TOKEN.findall(text) for p in _PATH.findall(tok)]
+    """``_PATH.findall(text)``, run on the tokens that can hold a path only (joined by
+    a space: what each token's neighbours were, to the lookbehinds and ``\\b``)."""
+    return _PATH.findall(" ".join(scan.path_tokens(text, _EXTENSION)))
 
 
 #: texts up to this many characters are remembered by :func:`extract` (with at most
@@ -202,14 +209,16 @@ def _extract(text: str, want: frozenset[str]) -> Facts:
     if not text:
         return Facts()
     if "://" in text:
-        urls = _dedupe(u.rstrip(".,;:") for u in _URL.findall(text))
+        found = scan.matches_at(_URL, text, scan.url_starts(text))
+        urls = _dedupe(m.group().rstrip(".,;:") for m in found)
         # paths inside URLs are not separate facts
-        scrubbed = _URL.sub(" ", text)
+        scrubbed = _replace_spans(text, found)
     else:
         urls, scrubbed = [], text
     if "-" in scrubbed:
-        uuids = _UUID.findall(scrubbed)
-        scrub2 = _UUID.sub(" ", scrubbed) if uuids else scrubbed
+        found = scan.matches_at(_UUID, scrubbed, scan.uuid_starts(scrubbed))
+        uuids = [m.group() for m in found]
+        scrub2 = _replace_spans(scrubbed, found) if found else scrubbed
     else:
         uuids, scrub2 = [], scrubbed
     digits = _DIGIT.search(scrub2) is not None
@@ -222,20 +231,28 @@ def _extract(text: str, want: frozenset[str]) -> Facts:
         p for p in paths if len(p) > 1 and p not in ("/", "./", "../") and not p.startswith("//")
     )
     ids = digits and "ids" in want
-    hexes = [h for h in _HEX.findall(scrub2) if not h.isdigit()] if ids else []
+    hexes = (
+        [h for h in _found(_HEX, scrub2, scan.hex_starts(scrub2)) if not h.isdigit()] if ids else []
+    )
     tickets = (
         [
             t
-            for t in _TICKET.findall(scrub2)
+            for t in _found(_TICKET, scrub2, scan.ticket_starts(scrub2))
             if any(c.isalpha() for c in t) and not _is_unit_number(t)
         ]
         if ids
         else []
     )
-    numbers = _NUMBER.findall(scrub2) if digits and "numbers" in want else []
+    numbers = (
+        _found(_NUMBER, scrub2, scan.number_starts(scrub2)) if digits and "numbers" in want else []
+    )
     if "errors" in want:
-        exceptions = _EXCEPTION.findall(scrub2) if any(e in scrub2 for e in _EXCEPTION_ENDS) else []
-        errors = _dedupe([*exceptions, *_ERRNO.findall(scrub2)])
+        exceptions = (
+            _found(_EXCEPTION, scrub2, scan.exception_starts(scrub2))
+            if any(e in scrub2 for e in _EXCEPTION_ENDS)
+            else []
+        )
+        errors = _dedupe([*exceptions, *_found(_ERRNO, scrub2, scan.errno_starts(scrub2))])
     else:
         errors = []
     symbols = (
@@ -244,7 +261,13 @@ def _extract(text: str, want: frozenset[str]) -> Facts:
         else []
     )
     settings = (
-        _dedupe(f"{k}={v.rstrip('.,;:')}" for k, v in _ASSIGN.findall(scrub2) if v.rstrip(".,;:"))
+        _dedupe(
+            f"{k}={v.rstrip('.,;:')}"
+            for k, v in (
+                m.groups() for m in scan.matches_at(_ASSIGN, scrub2, scan.assign_starts(scrub2))
+            )
+            if v.rstrip(".,;:")
+        )
         if "settings" in want and "=" in scrub2
         else []
     )
@@ -257,6 +280,23 @@ def _extract(text: str, want: frozenset[str]) -> Facts:
         symbols=symbols,
         settings=settings,
     )
+
+
+def _found(pattern: re.Pattern[str], text: str, starts: list[int]) -> list[str]:
+    """``pattern.findall(text)`` (a pattern without groups), tried at ``starts``."""
+    return [m.group() for m in scan.matches_at(pattern, text, starts)]
+
+
+def _replace_spans(text: str, found: list[re.Match[str]]) -> str:
+    """``pattern.sub(" ", text)`` given ``found``, the pattern's matches in ``text``."""
+    out: list[str] = []
+    pos = 0
+    for m in found:
+        out.append(text[pos : m.start()])
+        out.append(" ")
+        pos = m.end()
+    out.append(text[pos:])
+    return "".join(out)
 
 
 _FIELDS = tuple(f.name for f in fields(Facts))
