@@ -1,0 +1,165 @@
+"""Issue 32: fact extraction tries each pattern only where a match can start
+(ctxpolicy/conversation/_factscan.py) and gives exactly what it gave before, for
+every input: the same facts in the same order as tests/conversation/facts_reference.py
+(facts.py at 84c503d, verbatim), on generated text and on every text of the shared
+traces."""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+import sys
+from typing import Any
+
+import pytest
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
+
+from ctxpolicy.conversation import _factscan as scan
+from ctxpolicy.conversation import facts
+from tests.conversation import facts_reference as reference
+
+
+def _facts(f: Any) -> tuple[list[str], ...]:
+    return dataclasses.astuple(f)
+
+
+def assert_same(text: str) -> None:
+    """Every category and the helpers built on them, against the reference."""
+    assert _facts(facts._extract(text, facts._ALL)) == _facts(
+        reference._extract(text, reference._ALL)
+    ), text
+    assert facts.error_lines(text) == reference.error_lines(text), text
+    lines = text.split("\n")
+    assert facts.first_facts(iter(lines), 6) == reference.first_facts(iter(lines), 6), text
+
+
+# Pieces of what each pattern looks for (and of what makes it fail): hex, digits,
+# units, paths, ``=``, backticks, URLs, uppercase words, error names, newlines, and
+# characters outside ASCII (word characters, digits and whitespace among them).
+PIECES = [
+    *" \n\t\r\x0b\x1c\u00a0\u2003",
+    *"/.~-_:@+=`'\"<>()[]$,;%#?*",
+    *"0123456789abcdefABCDEFxyzEHT",
+    *"é٣µ°×ſK",
+    "3f2a9c1d",
+    "deadbeef0",
+    "abc1234",
+    "0123abcd-0123-abcd-ABCD-0123456789ab",
+    "abcdefab-abcd-abcd-abcd-abcdefabcdef",
+    "-abcd-",
+    "ORD_2024_001",
+    "JIRA-42",
+    "INC0012345",
+    "AB12",
+    "12GB",
+    "250 ms",
+    "1,234.5",
+    " MB",
+    "µs",
+    "°C",
+    "req/s",
+    "tokens",
+    "src/",
+    "../",
+    "./",
+    "~/",
+    "a.py",
+    ".json",
+    ".yaml",
+    ".tar.gz",
+    "README.md",
+    "</tag>",
+    "http://",
+    "HTTPS://",
+    "https://x.io/a?b=1",
+    "httpſ://",
+    "://",
+    "Error",
+    "ValueError",
+    "Exception",
+    "TimeoutError",
+    "Timeout",
+    "Fault",
+    "HTTP 404",
+    "HTTP 5",
+    "503 Service Unavailable",
+    "404 Not Found",
+    " Not Found",
+    "ENOENT",
+    "EACCES",
+    "`sym`",
+    "k=v",
+    "a := 3",
+    "max_connections=10",
+    "key = 'q'",
+    'x="y"',
+    "a.b-c",
+    "error:",
+    "Traceback",
+    "FAILED",
+    "E   ",
+    "E  \n",
+    "panic",
+    "fatal",
+    facts.DERIVED_HEADING,
+]
+
+pieces = st.lists(st.sampled_from(PIECES), max_size=60).map("".join)
+alphabet_text = st.text(
+    alphabet=st.sampled_from(list("ab0f9AZE_-./=:` \n$%,@~+\"'()é٣\u00a0")), max_size=200
+)
+
+
+@settings(max_examples=3000, deadline=None)
+@given(st.one_of(pieces, alphabet_text, st.text(max_size=150)))
+@example("HTTP 4040 Not Found HTTP 404x 404 Not Found")
+@example("AErrorAError_x ZError éError FooErrorError")
+@example("x" * 62 + "=1 " + "y" * 61 + "=2 " + "a: =1 b :=2 c\t= 3")
+@example("httpſ://a hTTps://b http://c")
+def test_extract_is_the_reference(text: str) -> None:
+    assert_same(text)
+
+
+def test_extract_is_the_reference_on_every_text_of_the_shared_traces() -> None:
+    from ctxpolicy.sim.importers import load_trace
+    from tests.shared_data import shared_traces
+
+    for path in shared_traces():
+        texts = [c for m in load_trace(path) if isinstance(c := m.get("content"), str)]
+        for text in texts:
+            assert_same(text)
+        assert_same("\n".join(texts))
+
+
+@pytest.mark.parametrize(
+    "name", ["_URL", "_UUID", "_HEX", "_TICKET", "_NUMBER", "_EXCEPTION", "_ERRNO", "_ASSIGN"]
+)
+@settings(max_examples=300, deadline=None)
+@given(text=st.one_of(pieces, alphabet_text))
+def test_each_pattern_starts_only_where_its_scan_says(name: str, text: str) -> None:
+    """Each ``*_starts`` holds every position where its pattern matches (a start it
+    missed would be a fact lost even where extract's other steps hide it)."""
+    pattern: re.Pattern[str] = getattr(facts, name)
+    starts = {
+        "_URL": scan.url_starts,
+        "_UUID": scan.uuid_starts,
+        "_HEX": scan.hex_starts,
+        "_TICKET": scan.ticket_starts,
+        "_NUMBER": scan.number_starts,
+        "_EXCEPTION": scan.exception_starts,
+        "_ERRNO": scan.errno_starts,
+        "_ASSIGN": scan.assign_starts,
+    }[name](text)
+    assert starts == sorted(starts)
+    every = [s for s in range(len(text)) if pattern.match(text, s)]
+    assert set(every) <= set(starts)
+    assert [m.span() for m in scan.matches_at(pattern, text, starts)] == [
+        m.span() for m in pattern.finditer(text)
+    ]
+
+
+def test_str_split_splits_where_backslash_s_matches() -> None:
+    """path_tokens relies on it: the tokens of ``str.split()`` are ``\\S+``'s."""
+    every = "".join(map(chr, range(sys.maxunicode + 1)))
+    assert every.split() == re.findall(r"\S+", every)
