@@ -24,13 +24,17 @@ of the positions ``findall`` would and stays linear.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from typing import Any
 
 __all__ = [
     "ERRNO_PHRASES",
+    "SCAN_FROM",
     "assign_starts",
     "errno_starts",
     "exception_starts",
+    "findall",
+    "finditer",
     "hex_starts",
     "matches_at",
     "number_starts",
@@ -52,6 +56,33 @@ def matches_at(pattern: re.Pattern[str], text: str, starts: Iterable[int]) -> li
             out.append(m)
             pos = m.end()
     return out
+
+
+#: texts shorter than this are scanned by ``finditer`` itself: trying every position
+#: of a short text costs less than finding where to try
+SCAN_FROM = 256
+
+
+def finditer(
+    pattern: re.Pattern[str], text: str, starts: Callable[[str], list[int]]
+) -> list[re.Match[str]]:
+    """``list(pattern.finditer(text))``: :func:`matches_at` with ``starts(text)``,
+    or ``finditer`` itself for a text shorter than :data:`SCAN_FROM`."""
+    if len(text) < SCAN_FROM:
+        return list(pattern.finditer(text))
+    return matches_at(pattern, text, starts(text))
+
+
+def findall(pattern: re.Pattern[str], text: str, starts: Callable[[str], list[int]]) -> list[Any]:
+    """``pattern.findall(text)``, as :func:`finditer` finds the matches."""
+    if len(text) < SCAN_FROM:
+        return pattern.findall(text)
+    found = matches_at(pattern, text, starts(text))
+    if pattern.groups == 0:
+        return [m.group() for m in found]
+    if pattern.groups == 1:
+        return [m.group(1) or "" for m in found]
+    return [m.groups("") for m in found]
 
 
 def url_starts(text: str) -> list[int]:

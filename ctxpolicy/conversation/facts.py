@@ -209,14 +209,14 @@ def _extract(text: str, want: frozenset[str]) -> Facts:
     if not text:
         return Facts()
     if "://" in text:
-        found = scan.matches_at(_URL, text, scan.url_starts(text))
+        found = scan.finditer(_URL, text, scan.url_starts)
         urls = _dedupe(m.group().rstrip(".,;:") for m in found)
         # paths inside URLs are not separate facts
         scrubbed = _replace_spans(text, found)
     else:
         urls, scrubbed = [], text
     if "-" in scrubbed:
-        found = scan.matches_at(_UUID, scrubbed, scan.uuid_starts(scrubbed))
+        found = scan.finditer(_UUID, scrubbed, scan.uuid_starts)
         uuids = [m.group() for m in found]
         scrub2 = _replace_spans(scrubbed, found) if found else scrubbed
     else:
@@ -232,27 +232,27 @@ def _extract(text: str, want: frozenset[str]) -> Facts:
     )
     ids = digits and "ids" in want
     hexes = (
-        [h for h in _found(_HEX, scrub2, scan.hex_starts(scrub2)) if not h.isdigit()] if ids else []
+        [h for h in scan.findall(_HEX, scrub2, scan.hex_starts) if not h.isdigit()] if ids else []
     )
     tickets = (
         [
             t
-            for t in _found(_TICKET, scrub2, scan.ticket_starts(scrub2))
+            for t in scan.findall(_TICKET, scrub2, scan.ticket_starts)
             if any(c.isalpha() for c in t) and not _is_unit_number(t)
         ]
         if ids
         else []
     )
     numbers = (
-        _found(_NUMBER, scrub2, scan.number_starts(scrub2)) if digits and "numbers" in want else []
+        scan.findall(_NUMBER, scrub2, scan.number_starts) if digits and "numbers" in want else []
     )
     if "errors" in want:
         exceptions = (
-            _found(_EXCEPTION, scrub2, scan.exception_starts(scrub2))
+            scan.findall(_EXCEPTION, scrub2, scan.exception_starts)
             if any(e in scrub2 for e in _EXCEPTION_ENDS)
             else []
         )
-        errors = _dedupe([*exceptions, *_found(_ERRNO, scrub2, scan.errno_starts(scrub2))])
+        errors = _dedupe([*exceptions, *scan.findall(_ERRNO, scrub2, scan.errno_starts)])
     else:
         errors = []
     symbols = (
@@ -263,9 +263,7 @@ def _extract(text: str, want: frozenset[str]) -> Facts:
     settings = (
         _dedupe(
             f"{k}={v.rstrip('.,;:')}"
-            for k, v in (
-                m.groups() for m in scan.matches_at(_ASSIGN, scrub2, scan.assign_starts(scrub2))
-            )
+            for k, v in scan.findall(_ASSIGN, scrub2, scan.assign_starts)
             if v.rstrip(".,;:")
         )
         if "settings" in want and "=" in scrub2
@@ -280,11 +278,6 @@ def _extract(text: str, want: frozenset[str]) -> Facts:
         symbols=symbols,
         settings=settings,
     )
-
-
-def _found(pattern: re.Pattern[str], text: str, starts: list[int]) -> list[str]:
-    """``pattern.findall(text)`` (a pattern without groups), tried at ``starts``."""
-    return [m.group() for m in scan.matches_at(pattern, text, starts)]
 
 
 def _replace_spans(text: str, found: list[re.Match[str]]) -> str:

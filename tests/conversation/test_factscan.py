@@ -25,7 +25,19 @@ def _facts(f: Any) -> tuple[list[str], ...]:
 
 
 def assert_same(text: str) -> None:
-    """Every category and the helpers built on them, against the reference."""
+    """Every category and the helpers built on them, against the reference, with
+    the patterns tried where ``*_starts`` say (whatever the length of ``text``) and
+    with the short-text path (``finditer`` itself)."""
+    scan_from = scan.SCAN_FROM
+    try:
+        scan.SCAN_FROM = 0
+        _assert_same(text)
+    finally:
+        scan.SCAN_FROM = scan_from
+    _assert_same(text)
+
+
+def _assert_same(text: str) -> None:
     assert _facts(facts._extract(text, facts._ALL)) == _facts(
         reference._extract(text, reference._ALL)
     ), text
@@ -157,6 +169,19 @@ def test_each_pattern_starts_only_where_its_scan_says(name: str, text: str) -> N
     assert [m.span() for m in scan.matches_at(pattern, text, starts)] == [
         m.span() for m in pattern.finditer(text)
     ]
+
+
+@pytest.mark.parametrize("scan_from", [0, 10**9])
+def test_findall_is_findall(scan_from: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(scan, "SCAN_FROM", scan_from)
+    text = "a=1 b := 'x' ` `c` d=\"\" HTTP 404 ENOENT 404 Not Found"
+    for pattern, starts in [
+        (facts._ASSIGN, scan.assign_starts),
+        (facts._ERRNO, scan.errno_starts),
+        (re.compile("(x)|(y)"), lambda t: list(range(len(t)))),
+        (re.compile("`(z?)`"), lambda t: list(range(len(t)))),
+    ]:
+        assert scan.findall(pattern, text + " y", starts) == pattern.findall(text + " y")
 
 
 def test_str_split_splits_where_backslash_s_matches() -> None:
