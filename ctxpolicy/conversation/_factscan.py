@@ -24,6 +24,7 @@ of the positions ``findall`` would and stays linear.
 from __future__ import annotations
 
 import re
+import string
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -85,6 +86,16 @@ def findall(pattern: re.Pattern[str], text: str, starts: Callable[[str], list[in
     return [m.groups("") for m in found]
 
 
+def _occurrences(text: str, sub: str) -> list[int]:
+    """Where ``sub`` occurs in ``text`` (overlaps included), in order."""
+    out: list[int] = []
+    i = text.find(sub)
+    while i >= 0:
+        out.append(i)
+        i = text.find(sub, i + 1)
+    return out
+
+
 def url_starts(text: str) -> list[int]:
     """``\\bhttps?://`` starts 5 or 4 characters before a ``://`` (occurrences of
     ``://`` are at least 3 apart, so the list is increasing)."""
@@ -107,41 +118,101 @@ def uuid_starts(text: str) -> list[int]:
     return [m.start() - 8 for m in _UUID_DASH.finditer(text) if m.start() >= 8]
 
 
-# The scans below start with one character class (``re`` skips to it without calling
-# the matcher) and consume one character, so ``finditer`` tries every position. The
-# lookbehind after the first character ``c`` is ``\b`` before ``c`` (``c`` is a word
-# character: a boundary before it is "no word character before it").
-_HEX_START = re.compile(r"[0-9a-f](?<!\w[0-9a-f])(?=[0-9a-f]{6})")
-_UPPER_WORD_START = re.compile(r"[A-Z](?<!\w[A-Z])(?=[A-Z0-9])")
-_EXCEPTION_START = re.compile(
-    r"[A-Z](?<!\w[A-Z])(?=[A-Za-z0-9]*(?:Error|Exception|Exceeded|Timeout|Failure|Fault)\b)"
-)
-_NUMBER_START = re.compile(r"[$\d](?<![\w.][$\d])")
-_ERRNO_E = re.compile(r"E(?<!\wE)(?=[A-Z]{3})")
+# The scans below read a text's *classes*: one byte a character (``str.encode``
+# writes ``?`` for each character outside ASCII), mapped by ``bytes.translate`` to
+# what a pattern asks of it, so that the scan starts with a literal ``re`` skips to.
+# A class a character outside ASCII (or a ``?``) shares is one it *may* be in: a
+# word character, a digit, whitespace; a start is kept whenever it may be one.
+_ASCII_WORD = string.ascii_letters + string.digits + "_"
+_ASCII_SPACE = " \t\n\r\x0b\x0c\x1c\x1d\x1e\x1f"  # what ``\s`` matches in ASCII
+
+
+def _table(other: str, *classes: tuple[str, str]) -> bytes:
+    """A ``bytes.translate`` table: each character of ``chars`` to ``cls`` for each
+    ``(cls, chars)`` (a later pair wins), every other byte to ``other``."""
+    table = bytearray(other.encode() * 256)
+    for cls, chars in classes:
+        for c in chars:
+            table[ord(c)] = ord(cls)
+    return bytes(table)
+
+
+def _classes(text: str, table: bytes) -> bytes:
+    return text.encode("ascii", "replace").translate(table)
+
+
+# h: [0-9a-f]; w: another word character; " ": no word character (or outside ASCII)
+_HEX_CLASSES = _table(" ", ("w", _ASCII_WORD), ("h", "0123456789abcdef"))
+#: 7 of ``[0-9a-f]`` after no word character; the 7 consumed are not word starts
+_HEX_START = re.compile(rb"hhhhhhh(?<![hw]hhhhhhh)")
 
 
 def hex_starts(text: str) -> list[int]:
-    """``\\b[0-9a-f]{7,64}``: a word start followed by 7 hex digits."""
-    return [m.start() for m in _HEX_START.finditer(text)]
+    """``\\b[0-9a-f]{7,64}``: a word start followed by 7 of ``[0-9a-f]``."""
+    return [m.start() for m in _HEX_START.finditer(_classes(text, _HEX_CLASSES))]
+
+
+# U: [A-Z]; D: [0-9]; - and _; w: another word character; d: outside ASCII (``\d``
+# may match it); " ": the rest
+_TICKET_CLASSES = _table(
+    " ", ("w", _ASCII_WORD), ("U", string.ascii_uppercase), ("D", string.digits),
+    ("-", "-"), ("_", "_"), ("d", "?"),
+)  # fmt: skip
+#: ``_TICKET`` up to its first two ``\d`` (``[A-Z]`` after no word character, then
+#: the same bounded repeats); consumes the ``[A-Z]`` only
+_TICKET_START = re.compile(rb"U(?<![UDw_]U)(?=[UD]{1,9}(?:[-_][UD]{1,32}){0,8}[-_]?[Dd]{2})")
 
 
 def ticket_starts(text: str) -> list[int]:
-    """``\\b[A-Z][A-Z0-9]``: a word start at an uppercase letter and one of
-    ``[A-Z0-9]`` after it."""
-    return [m.start() for m in _UPPER_WORD_START.finditer(text)]
+    """``\\b[A-Z][A-Z0-9]{1,9}(?:[-_][A-Z0-9]{1,32}){0,8}[-_]?\\d\\d``, in classes."""
+    return [m.start() for m in _TICKET_START.finditer(_classes(text, _TICKET_CLASSES))]
 
 
-def exception_starts(text: str) -> list[int]:
-    """``\\b[A-Z][A-Za-z0-9]*(?:Error|...)\\b``: the pattern's own condition, written
-    to start with its first character (the scan then visits the uppercase letters
-    only)."""
-    return [m.start() for m in _EXCEPTION_START.finditer(text)]
+# D: [0-9]; w: another word character; . , % and s (whitespace) as themselves;
+# x: $ or outside ASCII (a digit, whitespace or unit may be there); " ": the rest
+_NUMBER_CLASSES = _table(
+    " ", ("w", _ASCII_WORD), ("D", string.digits), (".", "."), (",", ","), ("%", "%"),
+    ("s", _ASCII_SPACE), ("x", "$?"),
+)  # fmt: skip
+#: ``_NUMBER`` up to the first character of its unit (``[\w%$]`` or outside ASCII),
+#: starting at a digit or at an ``x``, after neither a word character nor a ``.``
+_NUMBER_TAIL = rb"(?:[.,][Dx]{1,32}){0,16}[sx]?[wx%]"
+_NUMBER_STARTS = (
+    re.compile(rb"D(?<![Dw.]D)(?=[Dx]{0,31}" + _NUMBER_TAIL + rb")"),
+    re.compile(rb"x(?<![Dw.]x)(?=[Dx]{0,32}" + _NUMBER_TAIL + rb")"),
+)
 
 
 def number_starts(text: str) -> list[int]:
-    """``(?<![\\w.])\\$?\\d``: a ``$`` or a digit after neither a word character nor
-    a ``.``."""
-    return [m.start() for m in _NUMBER_START.finditer(text)]
+    """``(?<![\\w.])\\$?\\d{1,32}(?:[.,]\\d{1,32}){0,16}\\s?`` and a unit's first
+    character, in classes."""
+    classes = _classes(text, _NUMBER_CLASSES)
+    digit, other = (sorted(m.start() for m in p.finditer(classes)) for p in _NUMBER_STARTS)
+    return sorted(digit + other) if other else digit
+
+
+#: a: [A-Za-z0-9]; " ": the rest
+_ALNUM_CLASSES = _table(" ", ("a", string.ascii_letters + string.digits))
+_EXCEPTION_ENDS = ("Error", "Exception", "Exceeded", "Timeout", "Failure", "Fault")
+
+
+def exception_starts(text: str) -> list[int]:
+    """``\\b[A-Z][A-Za-z0-9]*(?:Error|...)\\b`` is a whole run of ``[A-Za-z0-9]``
+    (a word character on neither side): the start of each run that holds one of the
+    endings (each run read once)."""
+    hits = sorted({i for end in _EXCEPTION_ENDS for i in _occurrences(text, end)})
+    if not hits:
+        return []
+    classes = _classes(text, _ALNUM_CLASSES)
+    out: list[int] = []
+    run_end = 0
+    for i in hits:
+        if i >= run_end:
+            out.append(classes.rfind(b" ", 0, i) + 1)
+            run_end = classes.find(b" ", i)
+            if run_end < 0:
+                break
+    return out
 
 
 #: the phrases of ``[45]\d\d (?:...)`` in ``facts._ERRNO``
@@ -156,13 +227,8 @@ ERRNO_PHRASES = (
 )
 
 
-def _occurrences(text: str, sub: str) -> list[int]:
-    out: list[int] = []
-    i = text.find(sub)
-    while i >= 0:
-        out.append(i)
-        i = text.find(sub, i + 1)
-    return out
+#: ``E`` after no word character, before 3 of ``[A-Z]`` (consumes the ``E``)
+_ERRNO_E = re.compile(r"E(?<!\wE)(?=[A-Z]{3})")
 
 
 def errno_starts(text: str) -> list[int]:

@@ -64,6 +64,13 @@ PIECES = [
     "JIRA-42",
     "INC0012345",
     "AB12",
+    "JIRA٣٤",
+    "AB-1٣",
+    "1" * 32,
+    "2" * 33,
+    "5\u00a0ms",
+    "$$5 ms",
+    "×$5%",
     "12GB",
     "250 ms",
     "1,234.5",
@@ -129,6 +136,9 @@ alphabet_text = st.text(
 @example("AErrorAError_x ZError éError FooErrorError")
 @example("x" * 62 + "=1 " + "y" * 61 + "=2 " + "a: =1 b :=2 c\t= 3")
 @example("httpſ://a hTTps://b http://c")
+@example("AB" + "-1" * 8 + "-12 ABCDEFGHIJ12 AB" + "_1" * 8 + "_34")
+@example("AB-٣٣ JIRA٣٤x é$5 ms $$5 ms ×$5% 5\u00a0ms 5\u2003GB °9 KB")
+@example("1" * 32 + " ms " + "2" * 33 + "ms 3" + ",4" * 16 + " ms $" + "5" * 32 + " ms")
 def test_extract_is_the_reference(text: str) -> None:
     assert_same(text)
 
