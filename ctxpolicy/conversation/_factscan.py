@@ -26,16 +26,14 @@ from __future__ import annotations
 import re
 import string
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from typing import Any
 
 __all__ = [
-    "ERRNO_PHRASES",
-    "SCAN_FROM",
+    "Finder",
     "assign_starts",
     "errno_starts",
     "exception_starts",
-    "findall",
-    "finditer",
     "hex_starts",
     "matches_at",
     "number_starts",
@@ -59,31 +57,36 @@ def matches_at(pattern: re.Pattern[str], text: str, starts: Iterable[int]) -> li
     return out
 
 
-#: texts shorter than this are scanned by ``finditer`` itself: trying every position
-#: of a short text costs less than finding where to try
-SCAN_FROM = 256
+@dataclass(frozen=True)
+class Finder:
+    """A pattern and where its matches can start."""
 
+    pattern: re.Pattern[str]
+    #: a superset of the positions where ``pattern`` can match, non-decreasing
+    starts: Callable[[str], list[int]]
+    #: texts shorter than this are scanned by ``pattern`` itself: trying every
+    #: position of a short text costs less than finding where to try (measured)
+    short: int = 0
 
-def finditer(
-    pattern: re.Pattern[str], text: str, starts: Callable[[str], list[int]]
-) -> list[re.Match[str]]:
-    """``list(pattern.finditer(text))``: :func:`matches_at` with ``starts(text)``,
-    or ``finditer`` itself for a text shorter than :data:`SCAN_FROM`."""
-    if len(text) < SCAN_FROM:
-        return list(pattern.finditer(text))
-    return matches_at(pattern, text, starts(text))
+    def finditer(self, text: str) -> list[re.Match[str]]:
+        """``list(pattern.finditer(text))``."""
+        if len(text) < self.short:
+            # most short texts have no match: ``search`` says so without an iterator
+            p = self.pattern
+            return list(p.finditer(text)) if p.search(text) is not None else []
+        return matches_at(self.pattern, text, self.starts(text))
 
-
-def findall(pattern: re.Pattern[str], text: str, starts: Callable[[str], list[int]]) -> list[Any]:
-    """``pattern.findall(text)``, as :func:`finditer` finds the matches."""
-    if len(text) < SCAN_FROM:
-        return pattern.findall(text)
-    found = matches_at(pattern, text, starts(text))
-    if pattern.groups == 0:
-        return [m.group() for m in found]
-    if pattern.groups == 1:
-        return [m.group(1) or "" for m in found]
-    return [m.groups("") for m in found]
+    def findall(self, text: str) -> list[Any]:
+        """``pattern.findall(text)``."""
+        if len(text) < self.short:
+            return self.pattern.findall(text)
+        found = matches_at(self.pattern, text, self.starts(text))
+        groups = self.pattern.groups
+        if groups == 0:
+            return [m.group() for m in found]
+        if groups == 1:
+            return [m.group(1) or "" for m in found]
+        return [m.groups("") for m in found]
 
 
 def _occurrences(text: str, sub: str) -> list[int]:
@@ -215,30 +218,26 @@ def exception_starts(text: str) -> list[int]:
     return out
 
 
-#: the phrases of ``[45]\d\d (?:...)`` in ``facts._ERRNO``
-ERRNO_PHRASES = (
-    "Bad Request",
-    "Unauthorized",
-    "Forbidden",
-    "Not Found",
-    "Internal Server Error",
-    "Service Unavailable",
-    "Gateway Timeout",
-)
-
-
+# f: 4 or 5; D: another digit; U: [A-Z]; w: another word character; " ": a space;
+# x: outside ASCII (maybe a digit); o: the rest
+_ERRNO_CLASSES = _table(
+    "o", ("w", _ASCII_WORD), ("U", string.ascii_uppercase), ("D", string.digits),
+    ("f", "45"), (" ", " "), ("x", "?"),
+)  # fmt: skip
+#: ``\b[45]\d\d `` before an [A-Z] (each phrase of ``_ERRNO`` starts with one)
+_ERRNO_STATUS = re.compile(rb"f(?<![fDUw]f)(?=[fDx]{2} U)")
 #: ``E`` after no word character, before 3 of ``[A-Z]`` (consumes the ``E``)
 _ERRNO_E = re.compile(r"E(?<!\wE)(?=[A-Z]{3})")
 
 
 def errno_starts(text: str) -> list[int]:
-    """``\\b(?:E[A-Z]{3,}|HTTP [45]\\d\\d|[45]\\d\\d (?:phrase))``: a word-start ``E``
-    before 3 uppercase letters, an ``HTTP `` or 4 characters before a phrase."""
-    found = {m.start() for m in _ERRNO_E.finditer(text)}
-    found.update(_occurrences(text, "HTTP "))
-    for phrase in ERRNO_PHRASES:
-        found.update(i - 4 for i in _occurrences(text, phrase) if i >= 4)
-    return sorted(found)
+    """``\\b(?:E[A-Z]{3,}|HTTP [45]\\d\\d|[45]\\d\\d (?:Bad Request|...))``: a
+    word-start ``E`` before 3 of ``[A-Z]``, an ``HTTP `` or a status before an
+    uppercase letter."""
+    found = [m.start() for m in _ERRNO_E.finditer(text)]
+    found += _occurrences(text, "HTTP ")
+    found += (m.start() for m in _ERRNO_STATUS.finditer(_classes(text, _ERRNO_CLASSES)))
+    return sorted(set(found))
 
 
 #: ``_ASSIGN``'s ``key \s? (?:=|:=)`` read backwards from the ``=``: the key is a
@@ -260,8 +259,33 @@ def assign_starts(text: str) -> list[int]:
     return out
 
 
+#: " ": ASCII whitespace; x: the rest (outside ASCII: maybe whitespace)
+_SPACE_CLASSES = _table("x", (" ", _ASCII_SPACE))
+
+
 def path_tokens(text: str, ext: re.Pattern[str]) -> list[str]:
-    """The whitespace-free tokens of ``text`` a path can lie in, in order: those with
-    a ``/`` or a match of ``ext`` (``str.split()`` splits on exactly what ``\\s``
-    matches)."""
-    return [t for t in text.split() if "/" in t or ("." in t and ext.search(t) is not None)]
+    """Pieces of ``text`` that every path lies in, in order, each between whitespace
+    (or an end of ``text``): the whitespace-free tokens with a ``/`` or a match of
+    ``ext`` (``str.split()`` splits on exactly what ``\\s`` matches). In a long text,
+    the runs between ASCII whitespace around each ``/`` and each match of ``ext``
+    (whitespace outside ASCII may be inside one), each run read once or twice."""
+    if len(text) < 256:  # split() costs less than classes there
+        return [t for t in text.split() if "/" in t or ("." in t and ext.search(t) is not None)]
+    classes = _classes(text, _SPACE_CLASSES)
+    n = len(text)
+    runs: dict[int, int] = {}
+
+    def run_at(i: int) -> int:
+        """Note the run holding position ``i``; return where it ends."""
+        end = classes.find(b" ", i)
+        end = n if end < 0 else end
+        runs[classes.rfind(b" ", 0, i) + 1] = end
+        return end
+
+    i = text.find("/")
+    while i >= 0:
+        i = text.find("/", run_at(i))
+    m = ext.search(text)
+    while m is not None:
+        m = ext.search(text, run_at(m.start()))
+    return [text[a : runs[a]] for a in sorted(runs)]

@@ -141,6 +141,18 @@ def _clean_path(p: str) -> str:
 #: alternatives at every position.
 _EXTENSION = re.compile(r"\." + _EXTENSIONS)
 _DIGIT = re.compile(r"\d")
+
+# Each pattern tried where its matches can start (ctxpolicy/conversation/_factscan.py);
+# ``short``: below that many characters the pattern's own scan is quicker (measured on
+# the shared traces' texts and on one-line tool results, issue 32).
+_URLS = scan.Finder(_URL, scan.url_starts, short=64)
+_UUIDS = scan.Finder(_UUID, scan.uuid_starts, short=64)
+_HEXES = scan.Finder(_HEX, scan.hex_starts)
+_TICKETS = scan.Finder(_TICKET, scan.ticket_starts)
+_NUMBERS = scan.Finder(_NUMBER, scan.number_starts, short=256)
+_EXCEPTIONS = scan.Finder(_EXCEPTION, scan.exception_starts, short=128)
+_ERRNOS = scan.Finder(_ERRNO, scan.errno_starts, short=128)
+_ASSIGNS = scan.Finder(_ASSIGN, scan.assign_starts)
 #: A match of :data:`_EXCEPTION` ends with one of these.
 _EXCEPTION_ENDS = ("Error", "Exception", "Exceeded", "Timeout", "Failure", "Fault")
 
@@ -209,14 +221,14 @@ def _extract(text: str, want: frozenset[str]) -> Facts:
     if not text:
         return Facts()
     if "://" in text:
-        found = scan.finditer(_URL, text, scan.url_starts)
+        found = _URLS.finditer(text)
         urls = _dedupe(m.group().rstrip(".,;:") for m in found)
         # paths inside URLs are not separate facts
         scrubbed = _replace_spans(text, found)
     else:
         urls, scrubbed = [], text
     if "-" in scrubbed:
-        found = scan.finditer(_UUID, scrubbed, scan.uuid_starts)
+        found = _UUIDS.finditer(scrubbed)
         uuids = [m.group() for m in found]
         scrub2 = _replace_spans(scrubbed, found) if found else scrubbed
     else:
@@ -231,28 +243,24 @@ def _extract(text: str, want: frozenset[str]) -> Facts:
         p for p in paths if len(p) > 1 and p not in ("/", "./", "../") and not p.startswith("//")
     )
     ids = digits and "ids" in want
-    hexes = (
-        [h for h in scan.findall(_HEX, scrub2, scan.hex_starts) if not h.isdigit()] if ids else []
-    )
+    hexes = [h for h in _HEXES.findall(scrub2) if not h.isdigit()] if ids else []
+    # _TICKET, _EXCEPTION and every alternative of _ERRNO hold an [A-Z]
+    upper = not scrub2.islower()
     tickets = (
         [
             t
-            for t in scan.findall(_TICKET, scrub2, scan.ticket_starts)
+            for t in _TICKETS.findall(scrub2)
             if any(c.isalpha() for c in t) and not _is_unit_number(t)
         ]
-        if ids
+        if ids and upper
         else []
     )
-    numbers = (
-        scan.findall(_NUMBER, scrub2, scan.number_starts) if digits and "numbers" in want else []
-    )
-    if "errors" in want:
+    numbers = _NUMBERS.findall(scrub2) if digits and "numbers" in want else []
+    if "errors" in want and upper:
         exceptions = (
-            scan.findall(_EXCEPTION, scrub2, scan.exception_starts)
-            if any(e in scrub2 for e in _EXCEPTION_ENDS)
-            else []
+            _EXCEPTIONS.findall(scrub2) if any(e in scrub2 for e in _EXCEPTION_ENDS) else []
         )
-        errors = _dedupe([*exceptions, *scan.findall(_ERRNO, scrub2, scan.errno_starts)])
+        errors = _dedupe([*exceptions, *_ERRNOS.findall(scrub2)])
     else:
         errors = []
     symbols = (
@@ -261,11 +269,7 @@ def _extract(text: str, want: frozenset[str]) -> Facts:
         else []
     )
     settings = (
-        _dedupe(
-            f"{k}={v.rstrip('.,;:')}"
-            for k, v in scan.findall(_ASSIGN, scrub2, scan.assign_starts)
-            if v.rstrip(".,;:")
-        )
+        _dedupe(f"{k}={v.rstrip('.,;:')}" for k, v in _ASSIGNS.findall(scrub2) if v.rstrip(".,;:"))
         if "settings" in want and "=" in scrub2
         else []
     )

@@ -26,14 +26,16 @@ def _facts(f: Any) -> tuple[list[str], ...]:
 
 def assert_same(text: str) -> None:
     """Every category and the helpers built on them, against the reference, with
-    the patterns tried where ``*_starts`` say (whatever the length of ``text``) and
-    with the short-text path (``finditer`` itself)."""
-    scan_from = scan.SCAN_FROM
+    each pattern tried where its ``starts`` say (whatever the length of ``text``) and
+    as the finders choose (short texts: the pattern's own scan)."""
+    finders = {k: v for k, v in vars(facts).items() if isinstance(v, scan.Finder)}
     try:
-        scan.SCAN_FROM = 0
+        for name, finder in finders.items():
+            setattr(facts, name, dataclasses.replace(finder, short=0))
         _assert_same(text)
     finally:
-        scan.SCAN_FROM = scan_from
+        for name, finder in finders.items():
+            setattr(facts, name, finder)
     _assert_same(text)
 
 
@@ -132,7 +134,7 @@ alphabet_text = st.text(
 
 @settings(max_examples=3000, deadline=None)
 @given(st.one_of(pieces, alphabet_text, st.text(max_size=150)))
-@example("HTTP 4040 Not Found HTTP 404x 404 Not Found")
+@example("HTTP 4040 Not Found HTTP 404x 404 Not Found 4٣٣ Not Found é503 Gateway Timeout ×503 Gateway Timeout")
 @example("AErrorAError_x ZError éError FooErrorError")
 @example("x" * 62 + "=1 " + "y" * 61 + "=2 " + "a: =1 b :=2 c\t= 3")
 @example("httpſ://a hTTps://b http://c")
@@ -154,25 +156,26 @@ def test_extract_is_the_reference_on_every_text_of_the_shared_traces() -> None:
         assert_same("\n".join(texts))
 
 
-@pytest.mark.parametrize(
-    "name", ["_URL", "_UUID", "_HEX", "_TICKET", "_NUMBER", "_EXCEPTION", "_ERRNO", "_ASSIGN"]
-)
+FINDERS = [
+    "_URLS",
+    "_UUIDS",
+    "_HEXES",
+    "_TICKETS",
+    "_NUMBERS",
+    "_EXCEPTIONS",
+    "_ERRNOS",
+    "_ASSIGNS",
+]
+
+
+@pytest.mark.parametrize("name", FINDERS)
 @settings(max_examples=300, deadline=None)
 @given(text=st.one_of(pieces, alphabet_text))
 def test_each_pattern_starts_only_where_its_scan_says(name: str, text: str) -> None:
     """Each ``*_starts`` holds every position where its pattern matches (a start it
     missed would be a fact lost even where extract's other steps hide it)."""
-    pattern: re.Pattern[str] = getattr(facts, name)
-    starts = {
-        "_URL": scan.url_starts,
-        "_UUID": scan.uuid_starts,
-        "_HEX": scan.hex_starts,
-        "_TICKET": scan.ticket_starts,
-        "_NUMBER": scan.number_starts,
-        "_EXCEPTION": scan.exception_starts,
-        "_ERRNO": scan.errno_starts,
-        "_ASSIGN": scan.assign_starts,
-    }[name](text)
+    finder: scan.Finder = getattr(facts, name)
+    pattern, starts = finder.pattern, finder.starts(text)
     assert starts == sorted(starts)
     every = [s for s in range(len(text)) if pattern.match(text, s)]
     assert set(every) <= set(starts)
@@ -181,17 +184,21 @@ def test_each_pattern_starts_only_where_its_scan_says(name: str, text: str) -> N
     ]
 
 
-@pytest.mark.parametrize("scan_from", [0, 10**9])
-def test_findall_is_findall(scan_from: int, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(scan, "SCAN_FROM", scan_from)
-    text = "a=1 b := 'x' ` `c` d=\"\" HTTP 404 ENOENT 404 Not Found"
-    for pattern, starts in [
-        (facts._ASSIGN, scan.assign_starts),
-        (facts._ERRNO, scan.errno_starts),
-        (re.compile("(x)|(y)"), lambda t: list(range(len(t)))),
-        (re.compile("`(z?)`"), lambda t: list(range(len(t)))),
+@pytest.mark.parametrize("short", [0, 10**9])
+def test_a_finder_finds_what_its_pattern_finds(short: int) -> None:
+    text = "a=1 b := 'x' ` `c` d=\"\" HTTP 404 ENOENT 404 Not Found y"
+    every = lambda t: list(range(len(t)))  # noqa: E731
+    for finder in [
+        scan.Finder(facts._ASSIGN, scan.assign_starts, short),
+        scan.Finder(facts._ERRNO, scan.errno_starts, short),
+        scan.Finder(re.compile("(x)|(y)"), every, short),
+        scan.Finder(re.compile("`(z?)`"), every, short),
+        scan.Finder(re.compile("E"), every, short),
+        scan.Finder(re.compile("Q"), every, short),
     ]:
-        assert scan.findall(pattern, text + " y", starts) == pattern.findall(text + " y")
+        assert finder.findall(text) == finder.pattern.findall(text)
+        found = finder.finditer(text)
+        assert [m.span() for m in found] == [m.span() for m in finder.pattern.finditer(text)]
 
 
 def test_str_split_splits_where_backslash_s_matches() -> None:
