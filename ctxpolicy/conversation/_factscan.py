@@ -27,12 +27,13 @@ import re
 import string
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, AnyStr
 
 __all__ = [
     "Finder",
     "assign_starts",
     "errno_starts",
+    "error_line_starts",
     "exception_starts",
     "hex_starts",
     "matches_at",
@@ -89,7 +90,7 @@ class Finder:
         return [m.groups("") for m in found]
 
 
-def _occurrences(text: str, sub: str) -> list[int]:
+def _occurrences(text: AnyStr, sub: AnyStr) -> list[int]:
     """Where ``sub`` occurs in ``text`` (overlaps included), in order."""
     out: list[int] = []
     i = text.find(sub)
@@ -257,6 +258,30 @@ def assign_starts(text: str) -> list[int]:
     out = [n - m.end(1) for m in _ASSIGN_BACKWARDS.finditer(text[::-1])]
     out.reverse()
     return out
+
+
+#: the words of ``facts._ERROR_LINE`` (case-insensitive; its ``Error`` and
+#: ``Exception`` after ``[a-z0-9]`` hold ``error`` and ``exception``)
+_ERROR_WORDS = (b"error", b"exception", b"traceback", b"failed", b"failure", b"fatal", b"panic")
+# e: e or E; w: another word character; s: whitespace; x: outside ASCII (or ``?``)
+_E_SPACE_CLASSES = _table(
+    " ", ("w", _ASCII_WORD), ("e", "eE"), ("s", _ASCII_SPACE), ("x", "?")
+)  # fmt: skip
+#: ``\bE\s{2,}`` (case-insensitive), its first 3 characters
+_E_SPACE = re.compile(rb"e(?<![ew]e)[sx]{2}")
+
+
+def error_line_starts(text: str) -> list[int]:
+    """``^.*(?:\\b(?:error|...)\\b|[a-z0-9](?:Error|Exception)\\b|\\bE\\s{2,})``
+    (``re.IGNORECASE | re.MULTILINE``): the start of each line holding, in ASCII
+    lowercase, one of the words or an ``e`` and two whitespace characters, or a
+    character outside ASCII (what it matches case-insensitively is not looked into)
+    or a ``?`` (which ``str.encode`` writes for one)."""
+    raw = text.encode("ascii", "replace")
+    lower = raw.lower()
+    hits = [i for word in (*_ERROR_WORDS, b"?") for i in _occurrences(lower, word)]
+    hits += (m.start() for m in _E_SPACE.finditer(raw.translate(_E_SPACE_CLASSES)))
+    return sorted({raw.rfind(b"\n", 0, i) + 1 for i in hits})
 
 
 #: " ": ASCII whitespace; x: the rest (outside ASCII: maybe whitespace)

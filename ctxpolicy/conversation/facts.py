@@ -145,14 +145,15 @@ _DIGIT = re.compile(r"\d")
 # Each pattern tried where its matches can start (ctxpolicy/conversation/_factscan.py);
 # ``short``: below that many characters the pattern's own scan is quicker (measured on
 # the shared traces' texts and on one-line tool results, issue 32).
-_URLS = scan.Finder(_URL, scan.url_starts, short=64)
-_UUIDS = scan.Finder(_UUID, scan.uuid_starts, short=64)
+_URLS = scan.Finder(_URL, scan.url_starts)
+_UUIDS = scan.Finder(_UUID, scan.uuid_starts, short=96)
 _HEXES = scan.Finder(_HEX, scan.hex_starts)
-_TICKETS = scan.Finder(_TICKET, scan.ticket_starts)
-_NUMBERS = scan.Finder(_NUMBER, scan.number_starts, short=256)
+_TICKETS = scan.Finder(_TICKET, scan.ticket_starts, short=64)
+_NUMBERS = scan.Finder(_NUMBER, scan.number_starts, short=96)
 _EXCEPTIONS = scan.Finder(_EXCEPTION, scan.exception_starts, short=128)
 _ERRNOS = scan.Finder(_ERRNO, scan.errno_starts, short=128)
 _ASSIGNS = scan.Finder(_ASSIGN, scan.assign_starts)
+_ERROR_LINES = scan.Finder(_ERROR_LINE, scan.error_line_starts, short=256)
 #: A match of :data:`_EXCEPTION` ends with one of these.
 _EXCEPTION_ENDS = ("Error", "Exception", "Exceeded", "Timeout", "Failure", "Fault")
 
@@ -336,7 +337,7 @@ def first_facts(texts: Iterable[str], limit: int) -> list[str]:
 def error_lines(text: str, limit: int = 5, max_len: int = 200) -> list[str]:
     """Up to ``limit`` distinct lines that look like errors (last ones win), shortened."""
     found = _dedupe(
-        line.strip()[:max_len] for line in _ERROR_LINE.findall(text or "") if line.strip()
+        line.strip()[:max_len] for line in _ERROR_LINES.findall(text or "") if line.strip()
     )
     return found[-limit:] if limit else found
 

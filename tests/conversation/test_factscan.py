@@ -122,6 +122,10 @@ PIECES = [
     "E   ",
     "E  \n",
     "panic",
+    "faıled",
+    "TRACEBA\u212a",
+    "e\u00a0\u00a0x",
+    "1Exception",
     "fatal",
     facts.DERIVED_HEADING,
 ]
@@ -134,10 +138,13 @@ alphabet_text = st.text(
 
 @settings(max_examples=3000, deadline=None)
 @given(st.one_of(pieces, alphabet_text, st.text(max_size=150)))
-@example("HTTP 4040 Not Found HTTP 404x 404 Not Found 4٣٣ Not Found é503 Gateway Timeout ×503 Gateway Timeout")
+@example(
+    "HTTP 4040 Not Found HTTP 404x 404 Not Found 4٣٣ Not Found é503 Gateway Timeout ×503 Gateway Timeout"
+)
 @example("AErrorAError_x ZError éError FooErrorError")
 @example("x" * 62 + "=1 " + "y" * 61 + "=2 " + "a: =1 b :=2 c\t= 3")
 @example("httpſ://a hTTps://b http://c")
+@example("the e\n\u00a0x\nE \n\n y")
 @example("AB" + "-1" * 8 + "-12 ABCDEFGHIJ12 AB" + "_1" * 8 + "_34")
 @example("AB-٣٣ JIRA٣٤x é$5 ms $$5 ms ×$5% 5\u00a0ms 5\u2003GB °9 KB")
 @example("1" * 32 + " ms " + "2" * 33 + "ms 3" + ",4" * 16 + " ms $" + "5" * 32 + " ms")
