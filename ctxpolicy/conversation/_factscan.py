@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from typing import Any, AnyStr
 
 __all__ = [
+    "EXCEPTION_ENDS",
     "Finder",
     "assign_starts",
     "errno_starts",
@@ -197,14 +198,15 @@ def number_starts(text: str) -> list[int]:
 
 #: a: [A-Za-z0-9]; " ": the rest
 _ALNUM_CLASSES = _table(" ", ("a", string.ascii_letters + string.digits))
-_EXCEPTION_ENDS = ("Error", "Exception", "Exceeded", "Timeout", "Failure", "Fault")
+#: a match of ``facts._EXCEPTION`` ends with one of these
+EXCEPTION_ENDS = ("Error", "Exception", "Exceeded", "Timeout", "Failure", "Fault")
 
 
 def exception_starts(text: str) -> list[int]:
     """``\\b[A-Z][A-Za-z0-9]*(?:Error|...)\\b`` is a whole run of ``[A-Za-z0-9]``
     (a word character on neither side): the start of each run that holds one of the
     endings (each run read once)."""
-    hits = sorted({i for end in _EXCEPTION_ENDS for i in _occurrences(text, end)})
+    hits = sorted({i for end in EXCEPTION_ENDS for i in _occurrences(text, end)})
     if not hits:
         return []
     classes = _classes(text, _ALNUM_CLASSES)
@@ -281,7 +283,15 @@ def error_line_starts(text: str) -> list[int]:
     lower = raw.lower()
     hits = [i for word in (*_ERROR_WORDS, b"?") for i in _occurrences(lower, word)]
     hits += (m.start() for m in _E_SPACE.finditer(raw.translate(_E_SPACE_CLASSES)))
-    return sorted({raw.rfind(b"\n", 0, i) + 1 for i in hits})
+    out: list[int] = []
+    line_end = 0
+    for i in sorted(hits):
+        if i >= line_end:  # the first hit in its line: each line read once
+            out.append(raw.rfind(b"\n", 0, i) + 1)
+            line_end = raw.find(b"\n", i)
+            if line_end < 0:
+                break
+    return out
 
 
 #: " ": ASCII whitespace; x: the rest (outside ASCII: maybe whitespace)

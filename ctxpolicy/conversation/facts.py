@@ -42,9 +42,13 @@ __all__ = [
 # expand is therefore bounded (a number part ≤ 32 digits and ≤ 16 parts, a path
 # segment ≤ 64 characters and ≤ 32 directories, a ticket part ≤ 32): an attempt
 # reads a bounded window, so a text costs O(len). The unbounded ones left either
-# start at most once per run (``\b`` word starts, ``_PATH_TOKEN``'s token starts,
-# alternative 3 of ``_PATH``) or cannot fail once started (URLs, absolute paths).
-# tests/security/test_fact_redos.py attacks each of them.
+# start at most once per run (``\b`` word starts, the starts of the tokens
+# ``_find_paths`` runs ``_PATH`` on, alternative 3 of ``_PATH``) or cannot fail once
+# started (URLs, absolute paths). A long text's patterns are tried only where
+# ``_factscan`` finds that a match can start (a subset of the positions ``findall``
+# tries), by scans that are linear themselves (bounded lookarounds; each run or line
+# read at most twice). tests/security/test_fact_redos.py attacks each pattern,
+# tests/conversation/test_factscan.py each scan.
 _URL = re.compile(r"\bhttps?://[^\s<>\"'`)\]]+", re.IGNORECASE)
 _UUID = re.compile(
     r"\b[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\b", re.IGNORECASE
@@ -155,7 +159,7 @@ _ERRNOS = scan.Finder(_ERRNO, scan.errno_starts, short=128)
 _ASSIGNS = scan.Finder(_ASSIGN, scan.assign_starts)
 _ERROR_LINES = scan.Finder(_ERROR_LINE, scan.error_line_starts, short=256)
 #: A match of :data:`_EXCEPTION` ends with one of these.
-_EXCEPTION_ENDS = ("Error", "Exception", "Exceeded", "Timeout", "Failure", "Fault")
+_EXCEPTION_ENDS = scan.EXCEPTION_ENDS
 
 
 #: A preprocessor's own statistics over a tool's output (``table_rows``' per-column
