@@ -76,8 +76,13 @@ _UNITS = (
 )
 _NUMBER = re.compile(r"(?<![\w.])\$?\d{1,32}(?:[.,]\d{1,32}){0,16}\s?(?:" + _UNITS + r")(?![\w/])")
 _EXCEPTION = re.compile(r"\b[A-Z][A-Za-z0-9]*(?:Error|Exception|Exceeded|Timeout|Failure|Fault)\b")
+#: Each match of :data:`_ERRNO` holds an ``E``, an ``HTTP `` or one of these.
+_ERRNO_PHRASES = (
+    "Bad Request", "Unauthorized", "Forbidden", "Not Found", "Internal Server Error",
+    "Service Unavailable", "Gateway Timeout",
+)  # fmt: skip
 _ERRNO = re.compile(
-    r"\b(?:E[A-Z]{3,}|HTTP [45]\d\d|[45]\d\d (?:Bad Request|Unauthorized|Forbidden|Not Found|Internal Server Error|Service Unavailable|Gateway Timeout))\b"
+    r"\b(?:E[A-Z]{3,}|HTTP [45]\d\d|[45]\d\d (?:" + "|".join(_ERRNO_PHRASES) + r"))\b"
 )
 _BACKTICK = re.compile(r"`([^`\n]{1,80})`")
 _ASSIGN = re.compile(
@@ -232,7 +237,7 @@ def _extract(text: str, want: frozenset[str]) -> Facts:
         scrubbed = _replace_spans(text, found)
     else:
         urls, scrubbed = [], text
-    if "-" in scrubbed:
+    if scrubbed.count("-") >= 4:  # a UUID holds 4
         found = _UUIDS.finditer(scrubbed)
         uuids = [m.group() for m in found]
         scrub2 = _replace_spans(scrubbed, found) if found else scrubbed
@@ -240,12 +245,13 @@ def _extract(text: str, want: frozenset[str]) -> Facts:
         uuids, scrub2 = [], scrubbed
     digits = _DIGIT.search(scrub2) is not None
     paths = (
-        [_clean_path(m) for m in _find_paths(scrub2)]
+        _dedupe(
+            p
+            for p in map(_clean_path, _find_paths(scrub2))
+            if len(p) > 1 and p not in ("/", "./", "../") and not p.startswith("//")
+        )
         if "paths" in want and ("/" in scrub2 or "." in scrub2)
         else []
-    )
-    paths = _dedupe(
-        p for p in paths if len(p) > 1 and p not in ("/", "./", "../") and not p.startswith("//")
     )
     ids = digits and "ids" in want
     hexes = [h for h in _HEXES.findall(scrub2) if not h.isdigit()] if ids else []
@@ -265,7 +271,12 @@ def _extract(text: str, want: frozenset[str]) -> Facts:
         exceptions = (
             _EXCEPTIONS.findall(scrub2) if any(e in scrub2 for e in _EXCEPTION_ENDS) else []
         )
-        errors = _dedupe([*exceptions, *_ERRNOS.findall(scrub2)])
+        errnos = (
+            _ERRNOS.findall(scrub2)
+            if "E" in scrub2 or "HTTP " in scrub2 or any(p in scrub2 for p in _ERRNO_PHRASES)
+            else []
+        )
+        errors = _dedupe([*exceptions, *errnos])
     else:
         errors = []
     symbols = (
@@ -282,7 +293,7 @@ def _extract(text: str, want: frozenset[str]) -> Facts:
         paths=paths,
         urls=urls if "urls" in want else [],
         ids=_dedupe([*uuids, *hexes, *tickets]) if "ids" in want else [],
-        numbers=_dedupe(n.strip() for n in numbers),
+        numbers=_dedupe(n.strip() for n in numbers) if numbers else [],
         errors=errors,
         symbols=symbols,
         settings=settings,

@@ -210,6 +210,17 @@ def test_a_finder_finds_what_its_pattern_finds(short: int) -> None:
         assert [m.span() for m in found] == [m.span() for m in finder.pattern.finditer(text)]
 
 
+@pytest.mark.parametrize(
+    "name",
+    ["_URL", "_UUID", "_HEX", "_TICKET", "_PATH", "_NUMBER", "_EXCEPTION", "_ERRNO", "_BACKTICK",
+     "_ASSIGN", "_ERROR_LINE"],
+)  # fmt: skip
+def test_the_patterns_are_the_references(name: str) -> None:
+    """What a fact is did not change: only where the patterns are tried."""
+    ours, theirs = getattr(facts, name), getattr(reference, name)
+    assert (ours.pattern, ours.flags) == (theirs.pattern, theirs.flags)
+
+
 def test_str_split_splits_where_backslash_s_matches() -> None:
     """path_tokens relies on it: the tokens of ``str.split()`` are ``\\S+``'s."""
     every = "".join(map(chr, range(sys.maxunicode + 1)))
