@@ -3,22 +3,24 @@ patterns tried only there instead of at every position.
 
 Python's ``re`` has no literal to skip to in a pattern that starts with ``\\b`` or a
 lookbehind: ``findall`` calls the matcher at every position (about 20 ns a
-character, each pattern). The functions here find, at C speed (``str.find``, a
-pattern that starts with a literal or a single character class), a superset of the
-positions where a pattern can start a match; :func:`matches_at` then tries the
-pattern itself there and only there.
+character, each pattern). The functions here find, at C speed, a superset of the
+positions where a pattern can start a match: ``str.find`` of a literal the match
+holds, or a scan that starts with a literal ``re`` skips to, of the text itself or
+of its *classes* (one byte a character, see below). :func:`matches_at` then tries
+the pattern itself there and only there.
 
 :func:`matches_at` returns exactly ``list(pattern.finditer(text))`` when its
 ``starts`` are non-decreasing and include every ``s`` with
 ``pattern.match(text, s)``: ``finditer`` takes the match at the least start not
 before the end of its previous match, and so does the loop. ``pattern.match(text,
-s)`` is the match ``finditer`` finds at ``s``: ``\\b`` and lookbehinds see the
+s)`` is the match ``finditer`` finds at ``s``: ``\\b``, ``^`` and lookbehinds see the
 characters before ``s``. (None of the patterns matches the empty string.)
 
-Each ``*_starts`` function says which condition on the text every match start
-meets; each is linear in the text (a bounded look around each position a literal
-or one-character class stops at), so :func:`matches_at` tries a pattern at a subset
-of the positions ``findall`` would and stays linear.
+Each ``*_starts`` function says which condition every match start meets; each is
+linear in the text (bounded lookarounds; a run or a line read at most twice), so
+:func:`matches_at` tries a pattern at a subset of the positions ``findall`` would
+and stays linear. tests/conversation/test_factscan.py checks every start against
+the pattern at every position of generated texts, and attacks each scan.
 """
 
 from __future__ import annotations
@@ -192,7 +194,7 @@ def number_starts(text: str) -> list[int]:
     """``(?<![\\w.])\\$?\\d{1,32}(?:[.,]\\d{1,32}){0,16}\\s?`` and a unit's first
     character, in classes."""
     classes = _classes(text, _NUMBER_CLASSES)
-    digit, other = (sorted(m.start() for m in p.finditer(classes)) for p in _NUMBER_STARTS)
+    digit, other = ([m.start() for m in p.finditer(classes)] for p in _NUMBER_STARTS)
     return sorted(digit + other) if other else digit
 
 

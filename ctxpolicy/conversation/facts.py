@@ -209,7 +209,9 @@ def extract(text: str, only: Collection[str] | None = None) -> Facts:
     just those categories, the others left empty.
 
     Each pattern runs only when the text holds what every match of it needs (a
-    ``://``, a digit, a ``=``, ...): a C-speed substring test instead of a regex pass.
+    ``://``, a digit, a ``=``, ...): a C-speed substring test instead of a regex pass;
+    in all but short texts it is tried only where a match can start
+    (:mod:`ctxpolicy.conversation._factscan`), with the same facts in the same order.
     A pure function of its arguments: the facts of short texts are remembered (a
     bounded LRU, the same text read again by a later compaction, or by every trial of
     a ``tune`` study); each call gets its own :class:`Facts`.
