@@ -165,16 +165,11 @@ def test_extract_is_the_reference_on_every_text_of_the_shared_traces() -> None:
         assert_same("\n".join(texts))
 
 
-FINDERS = [
-    "_URLS",
-    "_UUIDS",
-    "_HEXES",
-    "_TICKETS",
-    "_NUMBERS",
-    "_EXCEPTIONS",
-    "_ERRNOS",
-    "_ASSIGNS",
-]
+FINDERS = sorted(k for k, v in vars(facts).items() if isinstance(v, scan.Finder))
+
+
+def test_every_pattern_has_a_finder() -> None:
+    assert len(FINDERS) == 9 and "_ERROR_LINES" in FINDERS
 
 
 @pytest.mark.parametrize("name", FINDERS)
