@@ -29,6 +29,7 @@ import re
 import string
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from functools import partial
 from typing import Any, AnyStr
 
 __all__ = [
@@ -66,25 +67,28 @@ class Finder:
     """A pattern and where its matches can start."""
 
     pattern: re.Pattern[str]
-    #: a superset of the positions where ``pattern`` can match, non-decreasing
-    starts: Callable[[str], list[int]]
+    #: a superset of the positions where ``pattern`` can match, non-decreasing (or
+    #: None: the pattern's own scan costs less on this text)
+    starts: Callable[[str], list[int] | None]
     #: texts shorter than this are scanned by ``pattern`` itself: trying every
     #: position of a short text costs less than finding where to try (measured)
     short: int = 0
 
     def finditer(self, text: str) -> list[re.Match[str]]:
         """``list(pattern.finditer(text))``."""
-        if len(text) < self.short:
+        starts = self.starts(text) if len(text) >= self.short else None
+        if starts is None:
             # most short texts have no match: ``search`` says so without an iterator
             p = self.pattern
             return list(p.finditer(text)) if p.search(text) is not None else []
-        return matches_at(self.pattern, text, self.starts(text))
+        return matches_at(self.pattern, text, starts)
 
     def findall(self, text: str) -> list[Any]:
         """``pattern.findall(text)``."""
-        if len(text) < self.short:
+        starts = self.starts(text) if len(text) >= self.short else None
+        if starts is None:
             return self.pattern.findall(text)
-        found = matches_at(self.pattern, text, self.starts(text))
+        found = matches_at(self.pattern, text, starts)
         groups = self.pattern.groups
         if groups == 0:
             return [m.group() for m in found]
@@ -132,6 +136,11 @@ def uuid_starts(text: str) -> list[int]:
 # word character, a digit, whitespace; a start is kept whenever it may be one.
 _ASCII_WORD = string.ascii_letters + string.digits + "_"
 _ASCII_SPACE = " \t\n\r\x0b\x0c\x1c\x1d\x1e\x1f"  # what ``\s`` matches in ASCII
+
+
+#: a scan that would try more than one position in this many gives way to the
+#: pattern's own scan
+_FEW = 32
 
 
 def _table(other: str, *classes: tuple[str, str]) -> bytes:
@@ -190,10 +199,13 @@ _NUMBER_STARTS = (
 )
 
 
-def number_starts(text: str) -> list[int]:
+def number_starts(text: str) -> list[int] | None:
     """``(?<![\\w.])\\$?\\d{1,32}(?:[.,]\\d{1,32}){0,16}\\s?`` and a unit's first
-    character, in classes."""
+    character, in classes; None in a text mostly outside ASCII (where about every
+    ``x`` would be a start, each tried from Python)."""
     classes = _classes(text, _NUMBER_CLASSES)
+    if classes.count(b"x") > len(text) // _FEW:
+        return None
     digit, other = ([m.start() for m in p.finditer(classes)] for p in _NUMBER_STARTS)
     return sorted(digit + other) if other else digit
 
@@ -275,25 +287,35 @@ _E_SPACE_CLASSES = _table(
 _E_SPACE = re.compile(rb"e(?<![ew]e)[sx]{2}")
 
 
-def error_line_starts(text: str) -> list[int]:
+def error_line_starts(text: str) -> list[int] | None:
     """``^.*(?:\\b(?:error|...)\\b|[a-z0-9](?:Error|Exception)\\b|\\bE\\s{2,})``
     (``re.IGNORECASE | re.MULTILINE``): the start of each line holding, in ASCII
     lowercase, one of the words or an ``e`` and two whitespace characters, or a
     character outside ASCII (what it matches case-insensitively is not looked into)
-    or a ``?`` (which ``str.encode`` writes for one)."""
+    or a ``?`` (which ``str.encode`` writes for one); each line read a few times
+    (once a needle). None in a text mostly outside ASCII (about every line would be
+    tried)."""
     raw = text.encode("ascii", "replace")
+    if raw.count(b"?") > len(raw) // _FEW:
+        return None
     lower = raw.lower()
-    hits = [i for word in (*_ERROR_WORDS, b"?") for i in _occurrences(lower, word)]
-    hits += (m.start() for m in _E_SPACE.finditer(raw.translate(_E_SPACE_CLASSES)))
-    out: list[int] = []
-    line_end = 0
-    for i in sorted(hits):
-        if i >= line_end:  # the first hit in its line: each line read once
-            out.append(raw.rfind(b"\n", 0, i) + 1)
-            line_end = raw.find(b"\n", i)
-            if line_end < 0:
-                break
-    return out
+    spaces = raw.translate(_E_SPACE_CLASSES)
+    starts: set[int] = set()
+
+    def lines_with(find: Callable[[int], int]) -> None:
+        """Note the start of each line where ``find`` (from a position) finds a hit."""
+        i = find(0)
+        while i >= 0:
+            starts.add(raw.rfind(b"\n", 0, i) + 1)
+            end = raw.find(b"\n", i)
+            if end < 0:
+                return
+            i = find(end)
+
+    for word in (*_ERROR_WORDS, b"?"):
+        lines_with(partial(lower.find, word))
+    lines_with(lambda pos: -1 if (m := _E_SPACE.search(spaces, pos)) is None else m.start())
+    return sorted(starts)
 
 
 #: " ": ASCII whitespace; x: the rest (outside ASCII: maybe whitespace)

@@ -180,6 +180,8 @@ def test_each_pattern_starts_only_where_its_scan_says(name: str, text: str) -> N
     missed would be a fact lost even where extract's other steps hide it)."""
     finder: scan.Finder = getattr(facts, name)
     pattern, starts = finder.pattern, finder.starts(text)
+    if starts is None:  # the pattern's own scan
+        return
     assert starts == sorted(starts)
     every = [s for s in range(len(text)) if pattern.match(text, s)]
     assert set(every) <= set(starts)
