@@ -76,8 +76,7 @@ class Finder:
 
     def finditer(self, text: str) -> list[re.Match[str]]:
         """``list(pattern.finditer(text))``."""
-        starts = self.starts(text) if len(text) >= self.short else None
-        if starts is None:
+        if len(text) < self.short or (starts := self.starts(text)) is None:
             # most short texts have no match: ``search`` says so without an iterator
             p = self.pattern
             return list(p.finditer(text)) if p.search(text) is not None else []
@@ -85,8 +84,7 @@ class Finder:
 
     def findall(self, text: str) -> list[Any]:
         """``pattern.findall(text)``."""
-        starts = self.starts(text) if len(text) >= self.short else None
-        if starts is None:
+        if len(text) < self.short or (starts := self.starts(text)) is None:
             return self.pattern.findall(text)
         found = matches_at(self.pattern, text, starts)
         groups = self.pattern.groups
