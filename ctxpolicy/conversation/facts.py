@@ -20,6 +20,8 @@ from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING
 
+from ctxpolicy.conversation import _factscan as scan
+
 if TYPE_CHECKING:
     from ctxpolicy.conversation import Unit
 
@@ -41,9 +43,13 @@ __all__ = [
 # expand is therefore bounded (a number part ≤ 32 digits and ≤ 16 parts, a path
 # segment ≤ 64 characters and ≤ 32 directories, a ticket part ≤ 32): an attempt
 # reads a bounded window, so a text costs O(len). The unbounded ones left either
-# start at most once per run (``\b`` word starts, ``_PATH_TOKEN``'s token starts,
-# alternative 3 of ``_PATH``) or cannot fail once started (URLs, absolute paths).
-# tests/security/test_fact_redos.py attacks each of them.
+# start at most once per run (``\b`` word starts, the starts of the tokens
+# ``_find_paths`` runs ``_PATH`` on, alternative 3 of ``_PATH``) or cannot fail once
+# started (URLs, absolute paths). A long text's patterns are tried only where
+# ``_factscan`` finds that a match can start (a subset of the positions ``findall``
+# tries), by scans that are linear themselves (bounded lookarounds; each run or line
+# read at most twice). tests/security/test_fact_redos.py attacks each pattern,
+# tests/conversation/test_factscan.py each scan.
 _URL = re.compile(r"\bhttps?://[^\s<>\"'`)\]]+", re.IGNORECASE)
 _UUID = re.compile(
     r"\b[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\b", re.IGNORECASE
@@ -55,11 +61,14 @@ _TICKET = re.compile(
     r"\b[A-Z][A-Z0-9]{1,9}(?:[-_][A-Z0-9]{1,32}){0,8}[-_]?\d{2,32}[A-Z0-9]{0,32}\b"
 )
 # paths: absolute, ~/, ./, ../ or relative with a directory and an extension
+_EXTENSIONS = (
+    r"(?:py|js|ts|tsx|jsx|go|rs|java|kt|rb|php|c|h|cc|cpp|hpp|cs|"
+    r"json|ya?ml|toml|ini|cfg|md|rst|txt|csv|sql|sh|html|css|lock|log)\b"
+)
 _PATH = re.compile(
     r"(?<![\w/:.<])(?:~|\.{1,2})?/(?:[\w.@+-]+/)*[\w.@+-]+"  # /abs, ~/x, ./x, ../x (not </tag)
     r"|(?<![\w/:.-])(?:[\w@+-][\w.@+-]{0,254}/){1,32}[\w@+-][\w.@+-]{0,254}\.[A-Za-z0-9]{1,8}\b"
-    r"|(?<![\w/:.-])[\w-]+\.(?:py|js|ts|tsx|jsx|go|rs|java|kt|rb|php|c|h|cc|cpp|hpp|cs|"
-    r"json|ya?ml|toml|ini|cfg|md|rst|txt|csv|sql|sh|html|css|lock|log)\b"
+    r"|(?<![\w/:.-])[\w-]+\." + _EXTENSIONS
 )
 _UNITS = (
     r"ms|µs|us|ns|s|sec|secs|seconds?|min|mins|minutes?|h|hrs?|hours?|days?|"
@@ -68,8 +77,13 @@ _UNITS = (
 )
 _NUMBER = re.compile(r"(?<![\w.])\$?\d{1,32}(?:[.,]\d{1,32}){0,16}\s?(?:" + _UNITS + r")(?![\w/])")
 _EXCEPTION = re.compile(r"\b[A-Z][A-Za-z0-9]*(?:Error|Exception|Exceeded|Timeout|Failure|Fault)\b")
+#: Each match of :data:`_ERRNO` holds an ``E``, an ``HTTP `` or one of these.
+_ERRNO_PHRASES = (
+    "Bad Request", "Unauthorized", "Forbidden", "Not Found", "Internal Server Error",
+    "Service Unavailable", "Gateway Timeout",
+)  # fmt: skip
 _ERRNO = re.compile(
-    r"\b(?:E[A-Z]{3,}|HTTP [45]\d\d|[45]\d\d (?:Bad Request|Unauthorized|Forbidden|Not Found|Internal Server Error|Service Unavailable|Gateway Timeout))\b"
+    r"\b(?:E[A-Z]{3,}|HTTP [45]\d\d|[45]\d\d (?:" + "|".join(_ERRNO_PHRASES) + r"))\b"
 )
 _BACKTICK = re.compile(r"`([^`\n]{1,80})`")
 _ASSIGN = re.compile(
@@ -130,14 +144,28 @@ def _clean_path(p: str) -> str:
     return p.rstrip(".,;:")
 
 
-#: Whitespace-free tokens holding a ``/`` or a ``.``: every path lies inside one (no
-#: path character is whitespace, and whitespace passes the lookbehinds of
-#: :data:`_PATH` just as the start of a string does), so :data:`_PATH` runs on
-#: these tokens only instead of trying its alternatives at every position.
-_PATH_TOKEN = re.compile(r"(?<!\S)\S*[/.]\S*")
+#: Every path lies inside one whitespace-free token (no path character is
+#: whitespace, and whitespace passes the lookbehinds of :data:`_PATH` just as the
+#: start of a string does) that holds a ``/`` (alternatives 1 and 2) or this
+#: (alternative 3), so :data:`_PATH` runs on these tokens only instead of trying its
+#: alternatives at every position.
+_EXTENSION = re.compile(r"\." + _EXTENSIONS)
 _DIGIT = re.compile(r"\d")
+
+# Each pattern tried where its matches can start (ctxpolicy/conversation/_factscan.py);
+# ``short``: below that many characters the pattern's own scan is quicker (measured on
+# the shared traces' texts and on one-line tool results, issue 32).
+_URLS = scan.Finder(_URL, scan.url_starts)
+_UUIDS = scan.Finder(_UUID, scan.uuid_starts, short=96)
+_HEXES = scan.Finder(_HEX, scan.hex_starts)
+_TICKETS = scan.Finder(_TICKET, scan.ticket_starts, short=64)
+_NUMBERS = scan.Finder(_NUMBER, scan.number_starts, short=96)
+_EXCEPTIONS = scan.Finder(_EXCEPTION, scan.exception_starts, short=128)
+_ERRNOS = scan.Finder(_ERRNO, scan.errno_starts, short=128)
+_ASSIGNS = scan.Finder(_ASSIGN, scan.assign_starts)
+_ERROR_LINES = scan.Finder(_ERROR_LINE, scan.error_line_starts, short=256)
 #: A match of :data:`_EXCEPTION` ends with one of these.
-_EXCEPTION_ENDS = ("Error", "Exception", "Exceeded", "Timeout", "Failure", "Fault")
+_EXCEPTION_ENDS = scan.EXCEPTION_ENDS
 
 
 #: A preprocessor's own statistics over a tool's output (``table_rows``' per-column
@@ -166,8 +194,9 @@ def without_derived(text: str) -> str:
 
 
 def _find_paths(text: str) -> list[str]:
-    """``_PATH.findall(text)``, scanning only the tokens that can hold a path."""
-    return [p for tok in _PATH_TOKEN.findall(text) for p in _PATH.findall(tok)]
+    """``_PATH.findall(text)``, run on the tokens that can hold a path only (joined by
+    a space: what each token's neighbours were, to the lookbehinds and ``\\b``)."""
+    return _PATH.findall(" ".join(scan.path_tokens(text, _EXTENSION)))
 
 
 #: texts up to this many characters have their facts remembered by :func:`extract`;
@@ -229,7 +258,9 @@ def extract(text: str, only: Collection[str] | None = None) -> Facts:
     just those categories, the others left empty.
 
     Each pattern runs only when the text holds what every match of it needs (a
-    ``://``, a digit, a ``=``, ...): a C-speed substring test instead of a regex pass.
+    ``://``, a digit, a ``=``, ...): a C-speed substring test instead of a regex pass;
+    in all but short texts it is tried only where a match can start
+    (:mod:`ctxpolicy.conversation._factscan`), with the same facts in the same order.
     A pure function of its arguments: the facts of short texts are remembered (a
     bounded LRU, :data:`_MEMO_TOTAL`: the same text read again by a later compaction,
     or by every trial of a ``tune`` study); each call gets its own :class:`Facts`.
@@ -250,40 +281,52 @@ def _extract(text: str, want: frozenset[str]) -> Facts:
     if not text:
         return Facts()
     if "://" in text:
-        urls = _dedupe(u.rstrip(".,;:") for u in _URL.findall(text))
+        found = _URLS.finditer(text)
+        urls = _dedupe(m.group().rstrip(".,;:") for m in found)
         # paths inside URLs are not separate facts
-        scrubbed = _URL.sub(" ", text)
+        scrubbed = _replace_spans(text, found)
     else:
         urls, scrubbed = [], text
-    if "-" in scrubbed:
-        uuids = _UUID.findall(scrubbed)
-        scrub2 = _UUID.sub(" ", scrubbed) if uuids else scrubbed
+    if scrubbed.count("-") >= 4:  # a UUID holds 4
+        found = _UUIDS.finditer(scrubbed)
+        uuids = [m.group() for m in found]
+        scrub2 = _replace_spans(scrubbed, found) if found else scrubbed
     else:
         uuids, scrub2 = [], scrubbed
     digits = _DIGIT.search(scrub2) is not None
     paths = (
-        [_clean_path(m) for m in _find_paths(scrub2)]
+        _dedupe(
+            p
+            for p in map(_clean_path, _find_paths(scrub2))
+            if len(p) > 1 and p not in ("/", "./", "../") and not p.startswith("//")
+        )
         if "paths" in want and ("/" in scrub2 or "." in scrub2)
         else []
     )
-    paths = _dedupe(
-        p for p in paths if len(p) > 1 and p not in ("/", "./", "../") and not p.startswith("//")
-    )
     ids = digits and "ids" in want
-    hexes = [h for h in _HEX.findall(scrub2) if not h.isdigit()] if ids else []
+    hexes = [h for h in _HEXES.findall(scrub2) if not h.isdigit()] if ids else []
+    # _TICKET, _EXCEPTION and every alternative of _ERRNO hold an [A-Z]
+    upper = not scrub2.islower()
     tickets = (
         [
             t
-            for t in _TICKET.findall(scrub2)
+            for t in _TICKETS.findall(scrub2)
             if any(c.isalpha() for c in t) and not _is_unit_number(t)
         ]
-        if ids
+        if ids and upper
         else []
     )
-    numbers = _NUMBER.findall(scrub2) if digits and "numbers" in want else []
-    if "errors" in want:
-        exceptions = _EXCEPTION.findall(scrub2) if any(e in scrub2 for e in _EXCEPTION_ENDS) else []
-        errors = _dedupe([*exceptions, *_ERRNO.findall(scrub2)])
+    numbers = _NUMBERS.findall(scrub2) if digits and "numbers" in want else []
+    if "errors" in want and upper:
+        exceptions = (
+            _EXCEPTIONS.findall(scrub2) if any(e in scrub2 for e in _EXCEPTION_ENDS) else []
+        )
+        errnos = (
+            _ERRNOS.findall(scrub2)
+            if "E" in scrub2 or "HTTP " in scrub2 or any(p in scrub2 for p in _ERRNO_PHRASES)
+            else []
+        )
+        errors = _dedupe([*exceptions, *errnos])
     else:
         errors = []
     symbols = (
@@ -292,7 +335,7 @@ def _extract(text: str, want: frozenset[str]) -> Facts:
         else []
     )
     settings = (
-        _dedupe(f"{k}={v.rstrip('.,;:')}" for k, v in _ASSIGN.findall(scrub2) if v.rstrip(".,;:"))
+        _dedupe(f"{k}={v.rstrip('.,;:')}" for k, v in _ASSIGNS.findall(scrub2) if v.rstrip(".,;:"))
         if "settings" in want and "=" in scrub2
         else []
     )
@@ -300,11 +343,23 @@ def _extract(text: str, want: frozenset[str]) -> Facts:
         paths=paths,
         urls=urls if "urls" in want else [],
         ids=_dedupe([*uuids, *hexes, *tickets]) if "ids" in want else [],
-        numbers=_dedupe(n.strip() for n in numbers),
+        numbers=_dedupe(n.strip() for n in numbers) if numbers else [],
         errors=errors,
         symbols=symbols,
         settings=settings,
     )
+
+
+def _replace_spans(text: str, found: list[re.Match[str]]) -> str:
+    """``pattern.sub(" ", text)`` given ``found``, the pattern's matches in ``text``."""
+    out: list[str] = []
+    pos = 0
+    for m in found:
+        out.append(text[pos : m.start()])
+        out.append(" ")
+        pos = m.end()
+    out.append(text[pos:])
+    return "".join(out)
 
 
 _FIELDS = tuple(f.name for f in fields(Facts))
@@ -347,7 +402,7 @@ def first_facts(texts: Iterable[str], limit: int) -> list[str]:
 def error_lines(text: str, limit: int = 5, max_len: int = 200) -> list[str]:
     """Up to ``limit`` distinct lines that look like errors (last ones win), shortened."""
     found = _dedupe(
-        line.strip()[:max_len] for line in _ERROR_LINE.findall(text or "") if line.strip()
+        line.strip()[:max_len] for line in _ERROR_LINES.findall(text or "") if line.strip()
     )
     return found[-limit:] if limit else found
 
