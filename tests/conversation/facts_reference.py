@@ -1,37 +1,28 @@
-"""The reference for :mod:`ctxpolicy.conversation.facts`: that module as it was at
-84c503d (issue 32), before its patterns were tried only where a match can start
-(:mod:`ctxpolicy.conversation._factscan`). Everything below this docstring is a
-verbatim copy; tests/conversation/test_factscan.py checks that the module gives what
-this gives, for every input.
-
-Its own docstring then read: "Deterministic extraction of facts an agent must not
-lose. [...] Extraction is regex based, pure and deterministic: the same text always
-gives the same facts in the same order (order of first appearance, duplicates
-removed)."
+"""The reference for :mod:`ctxpolicy.conversation.facts`: its patterns and its
+extraction as they were at 84c503d (issue 32), before the patterns were tried only
+where a match can start (:mod:`ctxpolicy.conversation._factscan`). The patterns and
+``_extract``/``error_lines`` below are verbatim copies (every pattern run with
+``findall`` over the whole text); the helpers that did not change are the module's
+own, and ``first_facts`` is what the module documents it to be.
+tests/conversation/test_factscan.py checks that the module gives what this gives,
+for every input, and that its patterns are these.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Collection, Iterable, Sequence
-from dataclasses import dataclass, field, fields
-from functools import lru_cache
-from typing import TYPE_CHECKING
+from collections.abc import Iterable
 
-if TYPE_CHECKING:
-    from ctxpolicy.conversation import Unit
+from ctxpolicy.conversation.facts import (
+    Facts,
+    _clean_path,
+    _dedupe,
+    _is_unit_number,
+    without_derived,
+)
 
-__all__ = [
-    "DERIVED_HEADING",
-    "Facts",
-    "error_lines",
-    "extract",
-    "first_facts",
-    "is_path",
-    "missing_facts",
-    "units_text",
-    "without_derived",
-]
+_FIELDS = ("paths", "urls", "ids", "numbers", "errors", "symbols", "settings")
+_ALL = frozenset(_FIELDS)
 
 # Linear time on any input (issue 29 item 4). ``re`` backtracks, so a pattern that
 # may scan an unbounded run before failing costs O(run) at each of the run's start
@@ -80,120 +71,15 @@ _ERROR_LINE = re.compile(
 )
 
 
-@dataclass
-class Facts:
-    """Facts of a text, by category, each list in order of first appearance."""
-
-    paths: list[str] = field(default_factory=list)
-    urls: list[str] = field(default_factory=list)
-    ids: list[str] = field(default_factory=list)
-    numbers: list[str] = field(default_factory=list)
-    errors: list[str] = field(default_factory=list)
-    symbols: list[str] = field(default_factory=list)
-    settings: list[str] = field(default_factory=list)
-
-    def all(self) -> list[str]:
-        """Every fact once, categories in declaration order."""
-        seen: set[str] = set()
-        out: list[str] = []
-        for f in fields(self):
-            for item in getattr(self, f.name):
-                if item not in seen:
-                    seen.add(item)
-                    out.append(item)
-        return out
-
-    def merge(self, other: Facts) -> Facts:
-        """A new :class:`Facts` with ``other``'s items appended (deduplicated)."""
-        out = Facts()
-        for f in fields(self):
-            setattr(out, f.name, _dedupe([*getattr(self, f.name), *getattr(other, f.name)]))
-        return out
-
-    def __bool__(self) -> bool:
-        return any(getattr(self, f.name) for f in fields(self))
-
-
-def _dedupe(items: Iterable[str]) -> list[str]:
-    seen: set[str] = set()
-    out = []
-    for s in items:
-        if s not in seen:
-            seen.add(s)
-            out.append(s)
-    return out
-
-
-def _clean_path(p: str) -> str:
-    return p.rstrip(".,;:")
-
-
-#: Whitespace-free tokens holding a ``/`` or a ``.``: every path lies inside one (no
-#: path character is whitespace, and whitespace passes the lookbehinds of
-#: :data:`_PATH` just as the start of a string does), so :data:`_PATH` runs on
-#: these tokens only instead of trying its alternatives at every position.
 _PATH_TOKEN = re.compile(r"(?<!\S)\S*[/.]\S*")
 _DIGIT = re.compile(r"\d")
 #: A match of :data:`_EXCEPTION` ends with one of these.
 _EXCEPTION_ENDS = ("Error", "Exception", "Exceeded", "Timeout", "Failure", "Fault")
 
 
-#: A preprocessor's own statistics over a tool's output (``table_rows``' per-column
-#: ``distinct=… min=… max=…``): the line that is this heading and the indented lines
-#: after it are not what the tool printed, and are not mined for facts.
-DERIVED_HEADING = "column summary (all rows):"
-
-
-def without_derived(text: str) -> str:
-    """``text`` without the blocks a preprocessor derived (:data:`DERIVED_HEADING` and
-    its indented lines). One pass: O(len(text))."""
-    i = text.find(DERIVED_HEADING)
-    if i < 0:
-        return text
-    out: list[str] = []
-    pos = 0
-    while i >= 0:
-        out.append(text[pos:i])
-        j = text.find("\n", i)
-        while j >= 0 and text.startswith("  ", j + 1):
-            j = text.find("\n", j + 1)
-        pos = len(text) if j < 0 else j
-        i = text.find(DERIVED_HEADING, pos)
-    out.append(text[pos:])
-    return "".join(out)
-
-
 def _find_paths(text: str) -> list[str]:
     """``_PATH.findall(text)``, scanning only the tokens that can hold a path."""
     return [p for tok in _PATH_TOKEN.findall(text) for p in _PATH.findall(tok)]
-
-
-#: texts up to this many characters are remembered by :func:`extract` (with at most
-#: ``_MEMO_SIZE`` of them: a few MB at worst); longer ones are extracted every time.
-_MEMO_CHARS = 16_384
-_MEMO_SIZE = 512
-
-
-def extract(text: str, only: Collection[str] | None = None) -> Facts:
-    """Facts of one text (deterministic); with ``only`` (:class:`Facts` field names)
-    just those categories, the others left empty.
-
-    Each pattern runs only when the text holds what every match of it needs (a
-    ``://``, a digit, a ``=``, ...): a C-speed substring test instead of a regex pass.
-    A pure function of its arguments: the facts of short texts are remembered (a
-    bounded LRU, the same text read again by a later compaction, or by every trial of
-    a ``tune`` study); each call gets its own :class:`Facts`.
-    """
-    want = _ALL if only is None else frozenset(only)
-    if len(text) > _MEMO_CHARS:
-        return _extract(text, want)
-    kept = _extract_memo(text, want)
-    return Facts(**{f: list(getattr(kept, f)) for f in _FIELDS})
-
-
-@lru_cache(maxsize=_MEMO_SIZE)
-def _extract_memo(text: str, want: frozenset[str]) -> Facts:
-    return _extract(text, want)
 
 
 def _extract(text: str, want: frozenset[str]) -> Facts:
@@ -258,43 +144,6 @@ def _extract(text: str, want: frozenset[str]) -> Facts:
     )
 
 
-_FIELDS = tuple(f.name for f in fields(Facts))
-_ALL = frozenset(_FIELDS)
-
-
-def _is_unit_number(token: str) -> bool:
-    return bool(re.fullmatch(r"\d+[A-Z]{1,3}", token))
-
-
-def first_facts(texts: Iterable[str], limit: int) -> list[str]:
-    """``extract("\n".join(texts)).all()[:limit]``, reading only the texts needed.
-
-    :meth:`Facts.all` lists paths first, and the paths of joined texts are those of
-    each text in turn (a path never spans the newline between two texts, nor do the
-    URLs and UUIDs scrubbed before paths are looked for): once the texts read hold
-    ``limit`` distinct paths, the rest cannot change the answer. Otherwise the
-    texts read are extracted whole, as one, for every category but the paths, which
-    are the ones already found (unless a text holds a block a preprocessor derived:
-    :func:`without_derived` of the joined texts may then cut into the next one).
-    """
-    read: list[str] = []
-    paths: dict[str, None] = {}
-    for text in texts:
-        read.append(text)
-        for p in extract(text, only=("paths",)).paths:
-            paths.setdefault(p)
-        if len(paths) >= limit:
-            return list(paths)[:limit]
-    if not read:
-        return []
-    joined = "\n".join(read)
-    if DERIVED_HEADING in joined:
-        return extract(joined).all()[:limit]
-    facts = extract(joined, only=_ALL - {"paths"})
-    facts.paths = list(paths)
-    return facts.all()[:limit]
-
-
 def error_lines(text: str, limit: int = 5, max_len: int = 200) -> list[str]:
     """Up to ``limit`` distinct lines that look like errors (last ones win), shortened."""
     found = _dedupe(
@@ -303,22 +152,10 @@ def error_lines(text: str, limit: int = 5, max_len: int = 200) -> list[str]:
     return found[-limit:] if limit else found
 
 
-def is_path(fact: str) -> bool:
-    """Whether ``fact`` is a file path as :func:`extract` finds them."""
-    return _PATH.fullmatch(fact) is not None
+def extract(text: str, only: Iterable[str] | None = None) -> Facts:
+    return _extract(text, _ALL if only is None else frozenset(only))
 
 
-def units_text(units: Sequence[Unit]) -> str:
-    """All text of a unit list (contents, tool-call names and arguments)."""
-    return "\n".join(u.text() for u in units)
-
-
-def missing_facts(
-    facts: Sequence[str], after_units: Sequence[Unit], ledger_text: str | None = None
-) -> list[str]:
-    """The ``facts`` whose exact string occurs neither in ``after_units`` nor in
-    ``ledger_text`` (in their order)."""
-    if not facts:
-        return []
-    after_text = units_text(after_units) + "\n" + (ledger_text or "")
-    return [f for f in facts if f not in after_text]
+def first_facts(texts: Iterable[str], limit: int) -> list[str]:
+    """What :func:`ctxpolicy.conversation.facts.first_facts` is documented to be."""
+    return extract("\n".join(texts)).all()[:limit]
