@@ -51,7 +51,7 @@ class SqliteOptions(SqlOptions):
         default=30.0,
         gt=0,
         le=3600,
-        description="How long a commit waits for another process's write lock.",
+        description="How long a commit, or opening the file, waits for another process's lock.",
     )
     synchronous: Literal["normal", "full"] = Field(
         default="normal",
@@ -97,10 +97,25 @@ class SqliteStateStore(SqlStateStore[sqlite3.Connection]):
 
     # -- connection
     def _connect(self) -> sqlite3.Connection:
-        try:
-            return self._open()
-        except (sqlite3.Error, OSError) as exc:
-            raise StateStoreError(f"cannot open state database {self.path}: {exc}") from None
+        """:meth:`_open`, tried again while another process holds a lock the busy
+        timeout does not wait for (two workers opening a new file at once: switching
+        it to WAL and creating the tables need locks SQLite reports busy at once),
+        until ``timeout_s`` has passed."""
+        deadline = time.monotonic() + self.options.timeout_s
+        pause = 0.005
+        while True:
+            try:
+                return self._open()
+            except sqlite3.OperationalError as exc:
+                busy = "locked" in str(exc) or "busy" in str(exc)
+                if not busy or time.monotonic() + pause > deadline:
+                    raise StateStoreError(
+                        f"cannot open state database {self.path}: {exc}"
+                    ) from None
+                time.sleep(pause)
+                pause = min(pause * 2, 0.1)
+            except (sqlite3.Error, OSError) as exc:
+                raise StateStoreError(f"cannot open state database {self.path}: {exc}") from None
 
     def _close_connection(self, conn: sqlite3.Connection) -> None:
         conn.close()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import sqlite3
 import stat
 from pathlib import Path
+from typing import Any
 
 import pytest
 from pydantic import ValidationError
@@ -85,3 +86,71 @@ def test_a_reader_never_sees_half_a_commit(tmp_path: Path) -> None:
         conn.execute("UPDATE ctxpolicy_state_entries SET value = '1' WHERE key = 'a'")
         assert reader.load("c") == StoredState(1, {"a": 0, "b": 0})  # uncommitted: invisible
         conn.execute("ROLLBACK")
+
+
+def test_open_waits_out_a_lock_sqlite_reports_busy_at_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two workers opening a new file at once: switching it to WAL and creating the
+    tables need locks SQLite may report busy without waiting (its deadlock rule), so
+    the open is tried again until ``timeout_s``; any other error is not."""
+    store = SqliteStateStore(SqliteOptions(path=str(tmp_path / "s.sqlite3"), timeout_s=2))
+    store.close()
+    real = SqliteStateStore._open
+    calls: list[int] = []
+
+    def flaky(self: SqliteStateStore) -> sqlite3.Connection:
+        calls.append(1)
+        if len(calls) <= 2:
+            raise sqlite3.OperationalError("database is locked")
+        return real(self)
+
+    monkeypatch.setattr(SqliteStateStore, "_open", flaky)
+    again = SqliteStateStore(SqliteOptions(path=str(tmp_path / "s.sqlite3"), timeout_s=2))
+    assert len(calls) == 3
+    again.close()
+
+    def broken(self: SqliteStateStore) -> sqlite3.Connection:
+        calls.append(1)
+        raise sqlite3.OperationalError("disk I/O error")
+
+    calls.clear()
+    monkeypatch.setattr(SqliteStateStore, "_open", broken)
+    with pytest.raises(StateStoreError, match="disk I/O error"):
+        SqliteStateStore(SqliteOptions(path=str(tmp_path / "s.sqlite3"), timeout_s=2))
+    assert len(calls) == 1  # not a lock: no retry
+
+    def locked(self: SqliteStateStore) -> sqlite3.Connection:
+        raise sqlite3.OperationalError("database is locked")
+
+    monkeypatch.setattr(SqliteStateStore, "_open", locked)
+    with pytest.raises(StateStoreError, match=r"s\.sqlite3: database is locked"):
+        SqliteStateStore(SqliteOptions(path=str(tmp_path / "s.sqlite3"), timeout_s=0.05))
+
+
+def _open_and_close(path: str, barrier: Any, out: Any) -> None:
+    barrier.wait()
+    try:
+        SqliteStateStore(SqliteOptions(path=path, timeout_s=10)).close()
+        out.put("ok")
+    except Exception as exc:  # reported to the test
+        out.put(repr(exc))
+
+
+def test_four_processes_opening_a_new_file_at_once(tmp_path: Path) -> None:
+    """Real processes (fork), a fresh file each round: every open succeeds (before the
+    retry about one open in 40 failed with 'database is locked')."""
+    import multiprocessing
+
+    ctx = multiprocessing.get_context("fork")
+    results: list[str] = []
+    for i in range(12):
+        path = str(tmp_path / f"fresh{i}.sqlite3")
+        barrier, out = ctx.Barrier(4), ctx.Queue()
+        procs = [ctx.Process(target=_open_and_close, args=(path, barrier, out)) for _ in range(4)]
+        for p in procs:
+            p.start()
+        results += [out.get(timeout=60) for _ in procs]
+        for p in procs:
+            p.join(timeout=60)
+    assert results == ["ok"] * 48
