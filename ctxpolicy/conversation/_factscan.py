@@ -20,7 +20,8 @@ Each ``*_starts`` function says which condition every match start meets; each is
 linear in the text (bounded lookarounds; a run or a line read at most twice), so
 :func:`matches_at` tries a pattern at a subset of the positions ``findall`` would
 and stays linear. tests/conversation/test_factscan.py checks every start against
-the pattern at every position of generated texts, and attacks each scan.
+the pattern at every position of generated texts; tests/security/test_fact_redos.py
+attacks each scan.
 """
 
 from __future__ import annotations

@@ -48,8 +48,8 @@ __all__ = [
 # started (URLs, absolute paths). A long text's patterns are tried only where
 # ``_factscan`` finds that a match can start (a subset of the positions ``findall``
 # tries), by scans that are linear themselves (bounded lookarounds; each run or line
-# read at most twice). tests/security/test_fact_redos.py attacks each pattern,
-# tests/conversation/test_factscan.py each scan.
+# read at most twice). tests/security/test_fact_redos.py attacks each pattern and
+# each scan.
 _URL = re.compile(r"\bhttps?://[^\s<>\"'`)\]]+", re.IGNORECASE)
 _UUID = re.compile(
     r"\b[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\b", re.IGNORECASE

@@ -9,8 +9,6 @@ from __future__ import annotations
 import dataclasses
 import re
 import sys
-import time
-from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -222,43 +220,3 @@ def test_str_split_splits_where_backslash_s_matches() -> None:
     """path_tokens relies on it: the tokens of ``str.split()`` are ``\\S+``'s."""
     every = "".join(map(chr, range(sys.maxunicode + 1)))
     assert every.split() == re.findall(r"\S+", every)
-
-
-# Inputs aimed at the scans themselves (each one's hits, runs and lines): the time of
-# 8x the input is about 8x the time (a ratio, never a wall-clock limit; quadratic
-# would be about 64x).
-HOSTILE: dict[str, Callable[[int], str]] = {
-    "error words on one line": lambda n: "error " * (n // 6) + "\n",
-    "question marks": lambda n: "?" * n,
-    "outside ASCII": lambda n: "é٣\u00a0" * (n // 3),
-    "exception endings in one run": lambda n: "AError" * (n // 6) + " ",
-    "slashes": lambda n: "/" * n,
-    "extensions": lambda n: "a.py" * (n // 4),
-    "equals": lambda n: "=" * n,
-    "keys": lambda n: "a:=" * (n // 3),
-    "uuid dashes": lambda n: "-abcd" * (n // 5),
-    "url separators": lambda n: "://" * (n // 3),
-    "e and spaces": lambda n: "e  " * (n // 3),
-    "hex digits": lambda n: "0" * n,
-    "ticket starts": lambda n: "AB12 " * (n // 5),
-    "statuses": lambda n: " 404 N" * (n // 6),
-    "dollars": lambda n: "$" * n,
-}
-
-
-def _cpu(text: str) -> float:
-    best = float("inf")
-    for _ in range(3):
-        facts._extract_memo.cache_clear()
-        t0 = time.process_time()
-        facts.extract(text)
-        facts.error_lines(text)
-        best = min(best, time.process_time() - t0)
-    return best
-
-
-@pytest.mark.parametrize("shape", sorted(HOSTILE))
-def test_scans_are_linear(shape: str) -> None:
-    make = HOSTILE[shape]
-    ratio = _cpu(make(256_000)) / max(_cpu(make(32_000)), 2e-4)
-    assert ratio < 24, f"{shape}: 8x the input took {ratio:.1f}x the time"

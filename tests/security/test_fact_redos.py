@@ -36,12 +36,36 @@ SHAPES: dict[str, Callable[[int], str]] = {
 }
 
 
-def _cpu(text: str) -> float:
+# Inputs aimed at the scans that find where each pattern can start
+# (ctxpolicy/conversation/_factscan.py: each one's hits, runs and lines), also run
+# through error_lines; measured at 32k and 256k characters.
+HOSTILE: dict[str, Callable[[int], str]] = {
+    "error words on one line": lambda n: "error " * (n // 6) + "\n",
+    "question marks": lambda n: "?" * n,
+    "outside ASCII": lambda n: "é٣\u00a0" * (n // 3),
+    "exception endings in one run": lambda n: "AError" * (n // 6) + " ",
+    "slashes": lambda n: "/" * n,
+    "extensions": lambda n: "a.py" * (n // 4),
+    "equals": lambda n: "=" * n,
+    "keys": lambda n: "a:=" * (n // 3),
+    "uuid dashes": lambda n: "-abcd" * (n // 5),
+    "url separators": lambda n: "://" * (n // 3),
+    "e and spaces": lambda n: "e  " * (n // 3),
+    "hex digits": lambda n: "0" * n,
+    "ticket starts": lambda n: "AB12 " * (n // 5),
+    "statuses": lambda n: " 404 N" * (n // 6),
+    "dollars": lambda n: "$" * n,
+}
+
+
+def _cpu(text: str, *, lines: bool = False) -> float:
     best = float("inf")
     for _ in range(3):
         facts._extract_memo.cache_clear()  # the scan itself, not a remembered answer
         t0 = time.process_time()
         facts.extract(text)
+        if lines:
+            facts.error_lines(text)
         best = min(best, time.process_time() - t0)
     return best
 
@@ -51,6 +75,13 @@ def test_extract_is_linear(shape: str) -> None:
     make = SHAPES[shape]
     small, large = make(4_000), make(32_000)
     ratio = _cpu(large) / max(_cpu(small), 2e-4)
+    assert ratio < 24, f"{shape}: 8x the input took {ratio:.1f}x the time"
+
+
+@pytest.mark.parametrize("shape", sorted(HOSTILE))
+def test_start_scans_are_linear(shape: str) -> None:
+    make = HOSTILE[shape]
+    ratio = _cpu(make(256_000), lines=True) / max(_cpu(make(32_000), lines=True), 2e-4)
     assert ratio < 24, f"{shape}: 8x the input took {ratio:.1f}x the time"
 
 
