@@ -211,6 +211,12 @@ def group_units(
             return f"m{start + offset}-{blake2b(data, digest_size=8).hexdigest()}"
         return _key(start + offset, msgs)
 
+    def add(unit: Unit, start: int, src: tuple[int, ...] | None) -> None:
+        units.append(unit)
+        starts.append(start + offset)
+        if sources is not None:
+            sources.append(src)
+
     i = 0
     round_no = first_round
     while i < n:
@@ -274,10 +280,11 @@ def group_units(
                     )
                     msgs.append({"role": "tool", "tool_call_id": tid, "content": MISSING_RESULT})
                     verbatim = False
-            units.append(_unit("step", tuple(msgs), key_for(start, msgs, i), round_no))
-            starts.append(start + offset)
-            if sources is not None:
-                sources.append(tuple(at) if verbatim else None)
+            add(
+                _unit("step", tuple(msgs), key_for(start, msgs, i), round_no),
+                start,
+                tuple(at) if verbatim else None,
+            )
             round_no += 1
             for idx, tm in extra_orphans or ():
                 repairs.append(
@@ -287,10 +294,7 @@ def group_units(
                         f"tool result {tm.get('tool_call_id')!r} has no call",
                     )
                 )
-                units.append(_orphan_unit(idx + offset, tm, key_for(idx, [tm], idx + 1)))
-                starts.append(start + offset)
-                if sources is not None:
-                    sources.append(None)
+                add(_orphan_unit(idx + offset, tm, key_for(idx, [tm], idx + 1)), start, None)
             continue
         if role == "tool":
             repairs.append(
@@ -300,19 +304,13 @@ def group_units(
                     f"tool result {m.get('tool_call_id')!r} has no call",
                 )
             )
-            units.append(_orphan_unit(i + offset, m, key_for(i, [m], i + 1)))
-            starts.append(i + offset)
-            if sources is not None:
-                sources.append(None)
+            add(_orphan_unit(i + offset, m, key_for(i, [m], i + 1)), i, None)
             i += 1
             continue
         kind: UnitKind = (
             "system" if role in ("system", "developer") else "user" if role == "user" else "other"
         )
-        units.append(_unit(kind, (m,), key_for(i, [m], i + 1)))
-        starts.append(i + offset)
-        if sources is not None:
-            sources.append((i + offset,))
+        add(_unit(kind, (m,), key_for(i, [m], i + 1)), i, (i + offset,))
         i += 1
     return units, starts, repairs
 
