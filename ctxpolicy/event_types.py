@@ -518,7 +518,11 @@ class StateReloadFailed(Event):
     error: str = _f()
 
 
-@_event("state.entry_refused", "a change under a key no store can hold was dropped")
+@_event(
+    "state.entry_refused",
+    "a change under a key, or with a value, no store can hold was dropped (the call and"
+    " the other changes went on)",
+)
 @dataclass(frozen=True, slots=True, kw_only=True)
 class StateEntryRefused(Event):
     key: str = _f()

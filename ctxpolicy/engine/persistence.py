@@ -17,16 +17,16 @@ then works in memory only (like ``snapshot.unavailable``). See docs/state.md.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from ctxpolicy.components import StateStore, StateStoreError
-from ctxpolicy.event_types import StateResumed, StateUnavailable
+from ctxpolicy.event_types import StateEntryRefused, StateResumed, StateUnavailable
 from ctxpolicy.state.sync import Changes, StateSync
 
 if TYPE_CHECKING:  # pragma: no cover
     from ctxpolicy.engine.context import EngineContext
 
-__all__ = ["Persistence", "open_persistence"]
+__all__ = ["Persistence", "open_persistence", "refuser"]
 
 T = TypeVar("T")
 
@@ -63,7 +63,8 @@ class Persistence:
         serialised only when they changed, values are encoded once (as text for the
         built-in stores, see :attr:`StateSync.encoded`)."""
         st = self.ctx.state
-        return st.take_encoded_changes() if self.sync.encoded else st.take_changes()
+        refuse = refuser(self.ctx.emit)
+        return st.take_encoded_changes(refuse) if self.sync.encoded else st.take_changes(refuse)
 
     def run(self, what: str, call: Callable[[], T]) -> T:
         """Run one state-changing call and save what it changed (CAS; redo on conflict)."""
@@ -74,6 +75,17 @@ class Persistence:
     def close(self) -> None:
         if self.owns_store:
             self.store.close()
+
+
+def refuser(emit: Callable[..., Any]) -> Callable[[str, str], None]:
+    """What a save does with a changed entry no store can hold (a layer's NaN in its
+    ``memory``, say): it is left out with a ``state.entry_refused`` event, and the
+    call and the other changes go on."""
+
+    def refuse(key: str, reason: str) -> None:
+        StateEntryRefused(key=repr(key)[:120], reason=reason).send(emit)
+
+    return refuse
 
 
 def open_persistence(

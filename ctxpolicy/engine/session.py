@@ -36,7 +36,7 @@ from ctxpolicy.engine.derived import remember
 from ctxpolicy.engine.ledger import ProgressLedger
 from ctxpolicy.engine.overflow import is_context_overflow, parse_limit
 from ctxpolicy.engine.own import as_summarizer, check_tool_name, insert_specials, tool_call_info
-from ctxpolicy.engine.persistence import Persistence, open_persistence
+from ctxpolicy.engine.persistence import Persistence, open_persistence, refuser
 from ctxpolicy.engine.pipeline import run_pipeline
 from ctxpolicy.engine.recorder import TraceRecorder
 from ctxpolicy.engine.report import report_call
@@ -419,9 +419,10 @@ class Session:
             return self.state.to_entries()
 
     def take_state_changes(self) -> tuple[dict[str, Any], list[str]]:
-        """Entries changed and deleted since the last call (an incremental save)."""
+        """Entries changed and deleted since the last call (an incremental save); a
+        value JSON cannot hold is left out (``state.entry_refused``)."""
         with self._lock:
-            return self.state.take_changes()
+            return self.state.take_changes(refuser(self._ctx.emit))
 
     def load_state(self, entries: Mapping[str, Any]) -> None:
         """Resume from saved entries: the decided state is replaced, the derived caches

@@ -39,11 +39,14 @@ from ctxpolicy.engine.stored import (
     check_seen_repairs,
     check_stats,
 )
-from ctxpolicy.state._codec import built_text, check_key, entry_text
+from ctxpolicy.state._codec import built_text, check_key, entry_text, unstorable
 
 if TYPE_CHECKING:  # pragma: no cover
     from ctxpolicy.budget import ToolGrowthEstimator
     from ctxpolicy.engine.ledger import ProgressLedger
+
+#: Reports a changed entry left out of a save: ``(key, reason)``.
+Refuse = Callable[[str, str], None]
 
 #: Version of the entry format; a store holding another major version is not read.
 STATE_FORMAT = 1
@@ -333,19 +336,38 @@ class SessionState:
         keys += [f"archived/{k}" for k in self.archived]
         return {k: _jsonable(self._entry(k)) for k in keys}
 
-    def take_changes(self) -> tuple[dict[str, Any], list[str]]:
-        """Entries changed and deleted since the last call (then forgotten)."""
-        put = {k: _jsonable(v) for k, v in self._changed_values()}
-        return put, self._forget_changes()
+    def take_changes(self, refuse: Refuse | None = None) -> tuple[dict[str, Any], list[str]]:
+        """Entries changed and deleted since the last call (then forgotten).
 
-    def take_encoded_changes(self) -> tuple[dict[str, str], list[str]]:
+        A value JSON cannot hold (NaN, a circular reference, nesting too deep: what
+        a layer may put in its ``memory``) is a ValueError, or with ``refuse`` is
+        left out and reported as ``refuse(key, reason)``: the other changes are
+        still taken, and the entry is tried again when it next changes."""
+        return self._take(lambda _key, value: _jsonable(value), refuse)
+
+    def take_encoded_changes(
+        self, refuse: Refuse | None = None
+    ) -> tuple[dict[str, str], list[str]]:
         """:meth:`take_changes` with each value as its canonical JSON text (what a
         JSON state store writes; :func:`ctxpolicy.state._codec.entry_text`): one
         encoding per changed entry, no round trip through ``json.loads``."""
         built = _BUILT
-        put = {
-            k: (built_text if k in built else entry_text)(k, v) for k, v in self._changed_values()
-        }
+        return self._take(
+            lambda key, value: (built_text if key in built else entry_text)(key, value), refuse
+        )
+
+    def _take(
+        self, encode: Callable[[str, Any], Any], refuse: Refuse | None
+    ) -> tuple[dict[str, Any], list[str]]:
+        put = {}
+        for key, value in self._changed_values():
+            try:
+                put[key] = encode(key, value)
+            except (ValueError, TypeError, RecursionError) as exc:
+                if refuse is None:
+                    self._forget_changes()  # not taken again and again by every save
+                    raise ValueError(f"state entry {key!r} is {unstorable(exc)}") from None
+                refuse(key, unstorable(exc))
         return put, self._forget_changes()
 
     def _changed_values(self) -> list[tuple[str, Any]]:

@@ -12,6 +12,7 @@ import json
 import os
 import re
 from collections.abc import Iterable, Mapping
+from json.encoder import c_make_encoder, encode_basestring  # type: ignore[attr-defined]
 from typing import Any
 
 from ctxpolicy.components import StateStoreError
@@ -34,6 +35,7 @@ __all__ = [
     "interpolate_option",
     "sql_table",
     "stored_version",
+    "unstorable",
     "valid_conv_id",
 ]
 
@@ -90,21 +92,55 @@ def _check_text(what: str, text: str) -> None:
         raise ValueError(f"{what} is not valid Unicode text: {exc.reason}") from None
 
 
-_canonical = json.JSONEncoder(
+_canonical_ascii = json.JSONEncoder(sort_keys=True, separators=(",", ":")).encode
+# ``json.dumps`` builds its C encoder anew for every value; this one is built once.
+# Without the markers of ``check_circular`` it keeps no state between values (so it
+# may be shared by threads): a circular value is a RecursionError of the C encoder,
+# reported as the ValueError ``json.dumps`` would raise.
+_c_encoder = (
+    c_make_encoder(None, None, encode_basestring, None, ":", ",", True, False, False)
+    if c_make_encoder is not None
+    else None
+)
+_canonical_json = json.JSONEncoder(
     ensure_ascii=False, allow_nan=False, sort_keys=True, separators=(",", ":")
 ).encode
-_canonical_ascii = json.JSONEncoder(sort_keys=True, separators=(",", ":")).encode
+
+
+def _canonical(value: Any) -> str:
+    if _c_encoder is None:  # pragma: no cover - CPython always has the C encoder
+        return _canonical_json(value)
+    try:
+        return "".join(_c_encoder(value, 0))
+    except RecursionError:
+        raise ValueError("Circular reference detected or nested too deeply") from None
 
 
 def canonical_text(value: Any) -> str:
     """The canonical JSON text of a value (sorted keys, no spaces, UTF-8 text; lone
-    surrogates escaped). ValueError/TypeError for what JSON cannot hold."""
+    surrogates escaped): ``json.dumps``'s text. ValueError/TypeError for what JSON
+    cannot hold."""
     text: str = _canonical(value)
     try:
         text.encode("utf-8")
     except UnicodeEncodeError:  # lone surrogates: escaped, so they round-trip
         text = _canonical_ascii(value)
     return text
+
+
+def unstorable(exc: BaseException) -> str:
+    """Why a value could not be encoded, from the error ``json`` raised (never a
+    piece of the value: a state value may hold anything a conversation held)."""
+    text = str(exc)
+    if isinstance(exc, TypeError):  # names a type ("keys must be str, ..., not tuple")
+        return f"not storable as JSON: {text}"
+    if isinstance(exc, RecursionError) or "nested too deeply" in text:
+        return "not storable as JSON: it is circular or nested too deeply"
+    if "Circular" in text:
+        return "not storable as JSON: it holds a circular reference"
+    if "float" in text:
+        return "not storable as JSON: it holds NaN or Infinity"
+    return f"not storable as JSON: {type(exc).__name__}"  # pragma: no cover - json raises no other
 
 
 _LEAVES = frozenset({str, int, float, bool, type(None)})
@@ -118,9 +154,14 @@ def _native(value: Any) -> bool:
     of a container's items are collected at C speed; only nested containers are
     visited one by one."""
     stack = [value]
+    seen: set[int] = set()  # a container met twice (a cycle, or shared): the slow path
     while stack:
         v = stack.pop()
         t = type(v)
+        if t is dict or t is list:
+            if id(v) in seen:
+                return False
+            seen.add(id(v))
         if t is dict:
             if not set(map(type, v)) <= _STR:
                 return False
@@ -162,11 +203,8 @@ def encode(key: str, value: Any) -> str:
     """Canonical JSON of one value; StateStoreError if it would not round-trip exactly."""
     try:
         text = canonical_text(value)
-    except ValueError as exc:
-        reason = "it holds NaN or Infinity" if "float" in str(exc) else str(exc)
-        raise StateStoreError(f"state entry {key!r} is not storable as JSON: {reason}") from None
-    except TypeError as exc:
-        raise StateStoreError(f"state entry {key!r} is not storable as JSON: {exc}") from None
+    except (TypeError, ValueError, RecursionError) as exc:
+        raise StateStoreError(f"state entry {key!r} is {unstorable(exc)}") from None
     if json.loads(text) != value:
         raise StateStoreError(
             f"state entry {key!r} would not read back equal (tuples, non-string keys "

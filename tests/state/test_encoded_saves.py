@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from ctxpolicy import Session
 from ctxpolicy.components import StateStore, StateStoreError, StoredState
 from ctxpolicy.engine.state import _jsonable
-from ctxpolicy.state._codec import built_text, encode, entry_text
+from ctxpolicy.state._codec import built_text, canonical_text, encode, entry_text
 from ctxpolicy.state.memory import MemoryStateStore
 from ctxpolicy.state.sqlite import SqliteOptions, SqliteStateStore
 from ctxpolicy.state.sync import StateSync
@@ -51,6 +51,47 @@ def test_entry_text_is_the_encoding_of_what_the_value_reads_back_as(value: Any) 
             entry_text("k", value)
         return
     assert entry_text("k", value) == encode("k", plain)
+
+
+_json_value = st.recursive(
+    st.one_of(st.none(), st.booleans(), st.integers(), st.floats(), st.text()),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=4), inner),
+    max_leaves=25,
+)
+
+
+def _dumps(value: Any, **kw: Any) -> str:
+    return json.dumps(value, allow_nan=False, sort_keys=True, separators=(",", ":"), **kw)
+
+
+@given(_json_value)
+@settings(max_examples=400, deadline=None)
+def test_canonical_text_is_json_dumps_text(value: Any) -> None:
+    """The encoder built once writes what ``json.dumps`` writes (big ints, every float,
+    lone surrogates escaped), and refuses NaN and Infinity alike."""
+    try:
+        want = _dumps(value, ensure_ascii=False)
+    except ValueError:
+        with pytest.raises(ValueError):
+            canonical_text(value)
+        return
+    try:
+        want.encode("utf-8")
+    except UnicodeEncodeError:
+        want = _dumps(value)
+    assert canonical_text(value) == want
+
+
+def test_a_circular_value_is_a_value_error_not_a_hang() -> None:
+    shared = {"x": 1}
+    assert entry_text("k", {"a": shared, "b": [shared]}) == '{"a":{"x":1},"b":[{"x":1}]}'
+    loop: dict[str, Any] = {"a": []}
+    loop["a"].append(loop)
+    for enc in (lambda v: entry_text("k", v), lambda v: built_text("k", v), canonical_text):
+        with pytest.raises(ValueError, match="Circular"):
+            enc(loop)
+    with pytest.raises(StateStoreError, match="circular or nested too deeply"):
+        encode("k", loop)
 
 
 _text_keyed = st.recursive(

@@ -1,0 +1,172 @@
+"""What per-call cost is left when durability is taken away (issue 32): ctxpolicy with
+its shipped defaults, with its state in memory, and with its state in memory and no
+snapshots, against LangChain's ``SummarizationMiddleware``, in one run.
+
+Usage::
+
+    python benchmarks/bench_floors.py [--quick] [--repeat 3]
+
+The per-call goal of issue 32 (``prepare`` + ``add_tool_result`` ≤ 1.0× LangChain,
+``prepare`` ≤ 0.6×) is stated with durable snapshots and state on. This benchmark
+says how far each durable part is from that goal: the same replay as
+``bench_engine.py --per-call-only`` (benchmarks/peers/timing.py, ``coding_agent``,
+the three longest shared traces; ``--quick``: the smallest, one repeat) with
+
+* ``defaults``: sqlite state, local snapshots (the shipped policy's durability);
+* ``memory state``: the memory state store (the state is still encoded and
+  committed, nothing reaches a file), local snapshots;
+* ``memory state, no snapshots``: that, and ``snapshots.enabled: false``;
+
+and LangChain on the same messages, every variant once per repeat, in turn (drifting
+load hits all alike). Median ms per model call over the calls (the median over the
+repeats of each call), and each ÷ LangChain's. Needs LangChain (the ``langchain``
+extra, in the dev install). Writes benchmarks/results/bench_floors.json and .md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+from pathlib import Path
+from typing import Any
+
+sys.path.append(str(Path(__file__).resolve().parents[1]))
+
+from benchmarks._common import eprint, header_markdown, machine, markdown_table, write_results
+
+#: variant → (state store, snapshots on)
+VARIANTS = {
+    "defaults": ("sqlite", True),
+    "memory state": ("memory", True),
+    "memory state, no snapshots": ("memory", False),
+}
+
+
+def _per_call(runs: list[list[float]]) -> float:
+    """Median over the calls of each call's median over the repeats, in ms."""
+    calls = len(runs[0])
+    return statistics.median(statistics.median(r[k] for r in runs) for k in range(calls)) * 1e3
+
+
+def measure(quick: bool, repeat: int) -> dict[str, Any]:
+    from benchmarks._inputs import largest_traces, smallest_trace
+    from benchmarks.bench_quality import load_agent
+    from benchmarks.peers.timing import _lc_steps, replay_ctxpolicy, replay_langchain
+    from ctxpolicy.tokens import get_counter
+
+    policy, note = load_agent("coding_agent")
+    policies = {
+        True: policy,
+        False: policy.model_copy(
+            update={"snapshots": policy.snapshots.model_copy(update={"enabled": False})}
+        ),
+    }
+    counter = get_counter(policy.model, model_name=policy.model_name)
+    rows = []
+    for name, msgs in [smallest_trace()] if quick else largest_traces(3):
+        eprint(f"floors: {name} ...")
+        steps = _lc_steps(msgs)
+        lc: list[list[float]] = []
+        both: dict[str, list[list[float]]] = {v: [] for v in VARIANTS}
+        prep: dict[str, list[list[float]]] = {v: [] for v in VARIANTS}
+        for _ in range(repeat):
+            lc.append(replay_langchain(policy, steps, counter.count_text))
+            for v, (state, snapshots) in VARIANTS.items():
+                p, t = replay_ctxpolicy(policies[snapshots], msgs, state=state)
+                prep[v].append(p)
+                both[v].append([a + b for a, b in zip(p, t, strict=True)])
+        lc_ms = _per_call(lc)
+        rows.append(
+            {
+                "trace": name,
+                "calls": len(lc[0]),
+                "langchain_ms": lc_ms,
+                "variants": {
+                    v: {
+                        "both_ms": _per_call(both[v]),
+                        "prepare_ms": _per_call(prep[v]),
+                        "both_over_langchain": _per_call(both[v]) / lc_ms,
+                        "prepare_over_langchain": _per_call(prep[v]) / lc_ms,
+                    }
+                    for v in VARIANTS
+                },
+            }
+        )
+    return {
+        "policy": "policies/agents.yaml:coding_agent",
+        "policy_note": note,
+        "repeat": repeat,
+        "traces": rows,
+    }
+
+
+def to_markdown(data: dict[str, Any]) -> str:
+    table = []
+    for r in data["traces"]:
+        short = r["trace"].split(".")[-2] if r["trace"].count(".") >= 2 else r["trace"]
+        for v, x in r["variants"].items():
+            table.append(
+                [
+                    short,
+                    v,
+                    f"{x['both_ms']:.3f}",
+                    f"{x['both_over_langchain']:.2f}×",
+                    f"{x['prepare_ms']:.3f}",
+                    f"{x['prepare_over_langchain']:.2f}×",
+                    f"{r['langchain_ms']:.3f}",
+                ]
+            )
+    return "\n".join(
+        [
+            "## Per-call cost without durability (issue 32)",
+            "",
+            header_markdown(data["machine"]),
+            "",
+            f"`{data['policy']}` on the shared traces, {data['repeat']} repeat(s), every "
+            "variant and LangChain's `SummarizationMiddleware` in turn; median ms per "
+            "model call. The goal of issue 32 is `prepare` + `add_tool_result` ≤ 1.0× "
+            "LangChain and `prepare` ≤ 0.6×, with durable snapshots and state on "
+            "(`defaults`).",
+            "",
+            markdown_table(
+                [
+                    "trace",
+                    "ctxpolicy",
+                    "both calls ms",
+                    "÷ LangChain",
+                    "prepare ms",
+                    "÷ LangChain",
+                    "LangChain ms",
+                ],
+                table,
+                align="llrrrrr",
+            ),
+            "",
+            "Reproduce: `.venv/bin/python benchmarks/bench_floors.py`.",
+            "",
+        ]
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="the smallest trace, one repeat")
+    ap.add_argument("--repeat", type=int, default=3)
+    args = ap.parse_args(argv)
+    try:
+        import langchain  # noqa: F401
+    except ImportError:
+        eprint("LangChain is not installed: pip install -e '.[langchain]'")
+        return 2
+    data = measure(args.quick, 1 if args.quick else args.repeat)
+    data["machine"] = machine(["langchain", "langchain-core"])
+    text = to_markdown(data)
+    json_path, md_path = write_results("bench_floors", data, text)
+    print(text)
+    eprint(f"wrote {json_path} and {md_path}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
