@@ -8,7 +8,11 @@ summaries are merged, never stacked.
 The summary call has its own budget: its input is bounded by ``max_input_tokens``
 and chunked at unit boundaries when larger (oversized units are head/tail-shortened
 in the request only); chunks are folded one by one, each fold receiving the
-previous partial summary. Nothing is ever "too big to summarize".
+previous partial summary. Nothing is ever "too big to summarize", and one compaction
+makes at most ``max_chunks`` summarizer calls: of a larger fold (a long conversation
+compacted at once) the newest chunks are read, with the first user message of the
+older part; the older units are folded unread (the history archive keeps them, the
+progress ledger reads its own share).
 
 Failures — an exception, a timeout (``timeout_s``), an empty or non-string result,
 a summary longer than ``max_summary_tokens`` or than its input — leave history
@@ -87,6 +91,13 @@ class SummarizeOptions(ComponentOptions):
         description="Budget of one summarizer call (instructions + previous summary + messages); "
         "larger input is chunked.",
     )
+    max_chunks: int | None = Field(
+        default=16,
+        ge=1,
+        description="Most summarizer calls of one compaction: of a fold needing more chunks, "
+        "the newest are read (with the first user message of the older units, which are "
+        "folded unread and stay in the history archive). null: every chunk is read.",
+    )
     min_region_tokens: int = Field(
         default=200, ge=0, description="Do nothing when the region to fold is smaller than this."
     )
@@ -127,34 +138,77 @@ def chunk_units(
 ) -> list[list[Message]]:
     """Messages of ``units`` in chunks of at most ~``budget`` tokens, split at unit
     boundaries; a unit larger than the budget has its messages shortened."""
-    return _chunk(units, budget, ct)[0]
+    return [c.messages for c in _chunk([_sized(u, budget, ct) for u in units], budget)]
 
 
-def _chunk(
-    units: Sequence[Unit], budget: int, ct: Callable[[str], int]
-) -> tuple[list[list[Message]], int]:
-    """:func:`chunk_units`, and the tokens of the messages before shortening (each
-    message counted once)."""
-    chunks: list[list[Message]] = []
-    cur: list[Message] = []
-    cur_t = total = 0
+class _Sized:
+    """A unit's messages as a chunk holds them (shortened when the unit is larger than
+    a chunk), their tokens, and the tokens before shortening."""
+
+    __slots__ = ("messages", "raw", "tokens")
+
+    def __init__(self, messages: list[Message], tokens: int, raw: int) -> None:
+        self.messages, self.tokens, self.raw = messages, tokens, raw
+
+
+def _sized(u: Unit, budget: int, ct: Callable[[str], int]) -> _Sized:
+    msgs = list(u.messages)
+    sizes = [_msg_tokens(m, ct) for m in msgs]
+    t = raw = sum(sizes)
+    if t > budget:
+        per = max(32, budget // max(1, len(msgs)))
+        msgs = [_shrink(m, per, ct) if n > per else m for m, n in zip(msgs, sizes, strict=True)]
+        t = sum(_msg_tokens(m, ct) for m in msgs)
+    return _Sized(msgs, t, raw)
+
+
+class _Chunk:
+    """One summarizer call's messages, the units they come from, and their tokens
+    before shortening."""
+
+    __slots__ = ("messages", "raw", "units")
+
+    def __init__(self) -> None:
+        self.messages: list[Message] = []
+        self.units = self.raw = 0
+
+
+def _chunk(units: Sequence[_Sized], budget: int) -> list[_Chunk]:
+    """Sized units in chunks of at most ~``budget`` tokens, in order (greedy)."""
+    chunks: list[_Chunk] = []
+    cur, cur_t = _Chunk(), 0
     for u in units:
-        msgs = list(u.messages)
-        sizes = [_msg_tokens(m, ct) for m in msgs]
-        t = sum(sizes)
-        total += t
-        if t > budget:
-            per = max(32, budget // max(1, len(msgs)))
-            msgs = [_shrink(m, per, ct) if n > per else m for m, n in zip(msgs, sizes, strict=True)]
-            t = sum(_msg_tokens(m, ct) for m in msgs)
-        if cur and cur_t + t > budget:
+        if cur.units and cur_t + u.tokens > budget:
             chunks.append(cur)
-            cur, cur_t = [], 0
-        cur.extend(msgs)
-        cur_t += t
-    if cur:
+            cur, cur_t = _Chunk(), 0
+        cur.messages.extend(u.messages)
+        cur.units += 1
+        cur.raw += u.raw
+        cur_t += u.tokens
+    if cur.units:
         chunks.append(cur)
-    return chunks, total
+    return chunks
+
+
+def _newest_sized(
+    units: Sequence[Unit], max_chunks: int | None, budget: int, ct: Callable[[str], int]
+) -> list[_Sized]:
+    """The units worth chunking, sized, in order: all of them, or (``max_chunks`` set)
+    the newest that hold more than twice ``max_chunks`` chunks' budget — chunks are at
+    most ``budget`` each, so no unit before these can be in the newest ``max_chunks``
+    chunks of them. Linear in what it reads, each unit sized once."""
+    if max_chunks is None:
+        return [_sized(u, budget, ct) for u in units]
+    limit = 2 * max_chunks * budget
+    out: list[_Sized] = []
+    total = 0
+    for u in reversed(units):
+        if total > limit:
+            break
+        out.append(_sized(u, budget, ct))
+        total += out[-1].tokens
+    out.reverse()
+    return out
 
 
 class Summarize(Layer):
@@ -263,7 +317,21 @@ class Summarize(Layer):
         )
         fixed = ct(instructions) + sum(ct(c) for c in ctx.constraints) + max_summary + 64
         chunk_budget = max(256, opts.max_input_tokens - fixed)
-        chunks, input_tokens = _chunk(fold, chunk_budget, ct)
+        sized = _newest_sized(fold, opts.max_chunks, chunk_budget, ct)
+        parts = _chunk(sized, chunk_budget)
+        unread = len(fold) - len(sized)
+        if opts.max_chunks is not None and len(parts) > opts.max_chunks:
+            unread += sum(c.units for c in parts[: -opts.max_chunks])
+            parts = parts[-opts.max_chunks :]
+        chunks = [c.messages for c in parts]
+        if unread:
+            # the conversation's task, when the units folded unread hold it, goes first
+            task = next(
+                (m for u in fold[:unread] for m in u.messages if m.get("role") == "user"), None
+            )
+            if task is not None:
+                chunks[0] = [_shrink(task, chunk_budget // 4, ct), *chunks[0]]
+        input_tokens = sum(c.raw for c in parts)
         if previous:
             input_tokens += ct(previous)
 
@@ -347,6 +415,7 @@ class Summarize(Layer):
                 "chunks": len(chunks),
                 "summary_tokens": ct(summary),
                 "input_tokens": input_tokens,
+                **({"unread_units": unread} if unread else {}),
             },
         )
 

@@ -192,3 +192,54 @@ def test_an_in_process_summarizer_is_called_without_a_thread():
         assert res.report.get("summarized_units") and threads
         assert all((t is threading.current_thread()) == same for t in threads)
     assert ExtractiveSummarizer.in_process and not CallableSummarizer.in_process
+
+
+def _long_fold(steps: int = 30) -> list:
+    c = Conv().system("sys").user("Fix bug AUTH-7 in src/a.py")
+    c.step(("read_file", {"path": "src/first.py"}, "0" * 2000), text="start")
+    c.user("Also keep the public API stable")  # in the fold: what the unread part asks
+    for k in range(steps):
+        c.step(("read_file", {"path": f"src/f{k}.py"}, f"{k % 10}" * 2000), text=f"thinking {k}")
+    return c.user("continue").units()
+
+
+def test_a_fold_needing_more_than_max_chunks_reads_the_newest_chunks_and_the_task():
+    units = _long_fold()
+    seen: list[SummaryRequest] = []
+
+    def fn(req):
+        seen.append(req)
+        return f"part{len(seen)}"
+
+    opts = {"keep_recent_rounds": 1, "summarizer": "callable", "max_input_tokens": 1024}
+    ctx, _ = ctx_with(fn, units)
+    whole = layer(**opts, max_chunks=None).apply(ctx, units)
+    read_whole = [r.messages for r in seen]
+    assert len(read_whole) == whole.report["chunks"] > 3 and "unread_units" not in whole.report
+    seen.clear()
+    ctx, _ = ctx_with(fn, units)
+    res = layer(**opts, max_chunks=3).apply(ctx, units)
+    assert len(seen) == res.report["chunks"] == 3
+    assert 0 < res.report["unread_units"] < len(res.dropped)
+    assert res.dropped == whole.dropped  # every unit of the region is folded, read or not
+    assert [u.kind for u in res.units] == [u.kind for u in whole.units]
+    # the newest chunk is the whole fold's newest here; the task goes first
+    assert seen[0].messages[0]["content"] == "Also keep the public API stable"
+    assert seen[-1].messages == read_whole[-1]
+    assert res.report["input_tokens"] < whole.report["input_tokens"]
+    assert check_units(units, res.units) == []
+
+
+def test_a_fold_within_max_chunks_is_read_whole():
+    units = _long_fold(steps=6)
+    for cap in (None, 16):
+        seen: list[SummaryRequest] = []
+        ctx, _ = ctx_with(lambda r, seen=seen: seen.append(r) or "S", units)
+        res = layer(
+            keep_recent_rounds=1, summarizer="callable", max_input_tokens=1024, max_chunks=cap
+        ).apply(ctx, units)
+        assert "unread_units" not in res.report
+        if cap is None:
+            expected = [r.messages for r in seen]
+        else:
+            assert [r.messages for r in seen] == expected
