@@ -163,31 +163,65 @@ def _sized(u: Unit, budget: int, ct: Callable[[str], int]) -> _Sized:
 
 
 class _Chunk:
-    """One summarizer call's messages, the units they come from, and their tokens
-    before shortening."""
+    """The sized units of one summarizer call and their tokens (as sent)."""
 
-    __slots__ = ("messages", "raw", "units")
+    __slots__ = ("tokens", "units")
 
     def __init__(self) -> None:
-        self.messages: list[Message] = []
-        self.units = self.raw = 0
+        self.units: list[_Sized] = []
+        self.tokens = 0
+
+    def add(self, u: _Sized) -> None:
+        self.units.append(u)
+        self.tokens += u.tokens
+
+    @property
+    def messages(self) -> list[Message]:
+        return [m for u in self.units for m in u.messages]
 
 
 def _chunk(units: Sequence[_Sized], budget: int) -> list[_Chunk]:
     """Sized units in chunks of at most ~``budget`` tokens, in order (greedy)."""
     chunks: list[_Chunk] = []
-    cur, cur_t = _Chunk(), 0
+    cur = _Chunk()
     for u in units:
-        if cur.units and cur_t + u.tokens > budget:
+        if cur.units and cur.tokens + u.tokens > budget:
             chunks.append(cur)
-            cur, cur_t = _Chunk(), 0
-        cur.messages.extend(u.messages)
-        cur.units += 1
-        cur.raw += u.raw
-        cur_t += u.tokens
+            cur = _Chunk()
+        cur.add(u)
     if cur.units:
         chunks.append(cur)
     return chunks
+
+
+def _read(
+    fold: Sequence[Unit], max_chunks: int | None, budget: int, ct: Callable[[str], int]
+) -> tuple[list[list[Message]], int, int]:
+    """The chunks of ``fold`` the summarizer reads, the tokens of their messages before
+    shortening, and how many of the oldest units are folded unread: beyond
+    ``max_chunks`` chunks, the newest are read, the first of them opened by the first
+    user message of the unread units (shortened to a quarter of a chunk; the oldest
+    units of that chunk go unread too when it would not fit otherwise)."""
+    sized = _newest_sized(fold, max_chunks, budget, ct)
+    parts = _chunk(sized, budget)
+    unread = len(fold) - len(sized)
+    if max_chunks is not None and len(parts) > max_chunks:
+        unread += sum(len(c.units) for c in parts[:-max_chunks])
+        parts = parts[-max_chunks:]
+    chunks = [c.messages for c in parts]
+    task = next((m for u in fold[:unread] for m in u.messages if m.get("role") == "user"), None)
+    if task is not None:
+        task = _shrink(task, budget // 4, ct)
+        first, room = parts[0], budget - _msg_tokens(task, ct)
+        drop, tokens = 0, first.tokens
+        while drop < len(first.units) - 1 and tokens > room:
+            tokens -= first.units[drop].tokens
+            drop += 1
+        if tokens <= room:
+            del first.units[:drop]
+            first.tokens, unread = tokens, unread + drop
+            chunks[0] = [task, *first.messages]
+    return chunks, sum(u.raw for c in parts for u in c.units), unread
 
 
 def _newest_sized(
@@ -317,21 +351,7 @@ class Summarize(Layer):
         )
         fixed = ct(instructions) + sum(ct(c) for c in ctx.constraints) + max_summary + 64
         chunk_budget = max(256, opts.max_input_tokens - fixed)
-        sized = _newest_sized(fold, opts.max_chunks, chunk_budget, ct)
-        parts = _chunk(sized, chunk_budget)
-        unread = len(fold) - len(sized)
-        if opts.max_chunks is not None and len(parts) > opts.max_chunks:
-            unread += sum(c.units for c in parts[: -opts.max_chunks])
-            parts = parts[-opts.max_chunks :]
-        chunks = [c.messages for c in parts]
-        if unread:
-            # the conversation's task, when the units folded unread hold it, goes first
-            task = next(
-                (m for u in fold[:unread] for m in u.messages if m.get("role") == "user"), None
-            )
-            if task is not None:
-                chunks[0] = [_shrink(task, chunk_budget // 4, ct), *chunks[0]]
-        input_tokens = sum(c.raw for c in parts)
+        chunks, input_tokens, unread = _read(fold, opts.max_chunks, chunk_budget, ct)
         if previous:
             input_tokens += ct(previous)
 

@@ -194,10 +194,10 @@ def test_an_in_process_summarizer_is_called_without_a_thread():
     assert ExtractiveSummarizer.in_process and not CallableSummarizer.in_process
 
 
-def _long_fold(steps: int = 30) -> list:
+def _long_fold(steps: int = 30, ask: str = "Also keep the public API stable") -> list:
     c = Conv().system("sys").user("Fix bug AUTH-7 in src/a.py")
     c.step(("read_file", {"path": "src/first.py"}, "0" * 2000), text="start")
-    c.user("Also keep the public API stable")  # in the fold: what the unread part asks
+    c.user(ask)  # in the fold: what the unread part asks
     for k in range(steps):
         c.step(("read_file", {"path": f"src/f{k}.py"}, f"{k % 10}" * 2000), text=f"thinking {k}")
     return c.user("continue").units()
@@ -243,3 +243,20 @@ def test_a_fold_within_max_chunks_is_read_whole():
             expected = [r.messages for r in seen]
         else:
             assert [r.messages for r in seen] == expected
+
+
+def test_the_task_of_the_unread_units_is_shortened_to_keep_each_call_in_its_budget():
+    from ctxpolicy.layers.summarize import _msg_tokens
+    from tests.helpers_conv import approx_text
+
+    units = _long_fold(ask="Also keep the public API stable. " * 400)
+    seen: list[SummaryRequest] = []
+    ctx, _ = ctx_with(lambda r: seen.append(r) or "S", units)
+    res = layer(
+        keep_recent_rounds=1, summarizer="callable", max_input_tokens=1024, max_chunks=2
+    ).apply(ctx, units)
+    assert len(seen) == 2 and res.report["unread_units"] > 0
+    first = seen[0].messages[0]["content"]
+    assert first.startswith("Also keep the public API stable.") and len(first) < 4000
+    for req in seen:
+        assert sum(_msg_tokens(m, approx_text) for m in req.messages) <= 1024
