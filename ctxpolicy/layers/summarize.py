@@ -228,9 +228,10 @@ def _newest_sized(
     units: Sequence[Unit], max_chunks: int | None, budget: int, ct: Callable[[str], int]
 ) -> list[_Sized]:
     """The units worth chunking, sized, in order: all of them, or (``max_chunks`` set)
-    the newest that hold more than twice ``max_chunks`` chunks' budget — chunks are at
-    most ``budget`` each, so no unit before these can be in the newest ``max_chunks``
-    chunks of them. Linear in what it reads, each unit sized once."""
+    the newest that hold more than twice ``max_chunks`` chunks' budget, which make more
+    than ``max_chunks`` chunks when no unit is larger than a chunk (one that is, even
+    shortened, makes a chunk of its own: fewer units may then be read). Linear in what
+    it reads, each unit sized once."""
     if max_chunks is None:
         return [_sized(u, budget, ct) for u in units]
     limit = 2 * max_chunks * budget
