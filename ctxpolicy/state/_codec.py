@@ -97,19 +97,21 @@ _canonical_ascii = json.JSONEncoder(sort_keys=True, separators=(",", ":")).encod
 # Without the markers of ``check_circular`` it keeps no state between values (so it
 # may be shared by threads): a circular value is a RecursionError of the C encoder,
 # reported as the ValueError ``json.dumps`` would raise.
+_json_encoder = json.JSONEncoder(
+    ensure_ascii=False, allow_nan=False, sort_keys=True, separators=(",", ":")
+)
 _c_encoder = (
-    c_make_encoder(None, None, encode_basestring, None, ":", ",", True, False, False)
+    c_make_encoder(
+        None, _json_encoder.default, encode_basestring, None, ":", ",", True, False, False
+    )
     if c_make_encoder is not None
     else None
 )
-_canonical_json = json.JSONEncoder(
-    ensure_ascii=False, allow_nan=False, sort_keys=True, separators=(",", ":")
-).encode
 
 
 def _canonical(value: Any) -> str:
     if _c_encoder is None:  # pragma: no cover - CPython always has the C encoder
-        return _canonical_json(value)
+        return _json_encoder.encode(value)
     try:
         return "".join(_c_encoder(value, 0))
     except RecursionError:

@@ -94,6 +94,13 @@ def test_a_circular_value_is_a_value_error_not_a_hang() -> None:
         encode("k", loop)
 
 
+def test_a_value_of_another_type_is_json_dumps_type_error() -> None:
+    with pytest.raises(TypeError, match="^Object of type set is not JSON serializable$"):
+        canonical_text({"a": {1}})
+    with pytest.raises(StateStoreError, match="Object of type object is not JSON serializable"):
+        encode("k", [object()])
+
+
 _text_keyed = st.recursive(
     _leaf,
     lambda inner: (
