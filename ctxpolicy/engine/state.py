@@ -342,7 +342,9 @@ class SessionState:
         A value JSON cannot hold (NaN, a circular reference, nesting too deep: what
         a layer may put in its ``memory``) is a ValueError, or with ``refuse`` is
         left out and reported as ``refuse(key, reason)``: the other changes are
-        still taken, and the entry is tried again when it next changes."""
+        still taken, and the entry is tried again when it next changes. Of the
+        ``memory`` entry only the layers' memories that cannot be held are left out
+        (``refuse("memory/<layer>#<index>", reason)``)."""
         return self._take(lambda _key, value: _jsonable(value), refuse)
 
     def take_encoded_changes(
@@ -363,11 +365,21 @@ class SessionState:
         for key, value in self._changed_values():
             try:
                 put[key] = encode(key, value)
-            except (ValueError, TypeError, RecursionError) as exc:
+            except _UNSTORABLE as exc:
                 if refuse is None:
                     self._forget_changes()  # not taken again and again by every save
                     raise ValueError(f"state entry {key!r} is {unstorable(exc)}") from None
-                refuse(key, unstorable(exc))
+                if key == "memory" and type(value) is dict:
+                    # one layer's memory is refused, the others' (and the engine's) saved
+                    value = {
+                        name: sub
+                        for name, sub in value.items()
+                        if _encoded(f"{key}/{name}", {name: sub}, encode, refuse) is not None
+                    }
+                    if (text := _encoded(key, value, encode, refuse)) is not None:
+                        put[key] = text
+                else:
+                    refuse(key, unstorable(exc))
         return put, self._forget_changes()
 
     def _changed_values(self) -> list[tuple[str, Any]]:
@@ -620,6 +632,18 @@ class SessionState:
 
 #: What a new conversation starts with (a field that was stored invalid starts afresh).
 _FRESH = SessionState()
+
+
+_UNSTORABLE = (ValueError, TypeError, RecursionError)
+
+
+def _encoded(key: str, value: Any, encode: Callable[[str, Any], Any], refuse: Refuse) -> Any:
+    """``encode(key, value)``, or None after ``refuse(key, reason)`` when it fails."""
+    try:
+        return encode(key, value)
+    except _UNSTORABLE as exc:
+        refuse(key, unstorable(exc))
+        return None
 
 
 def _jsonable(value: Any) -> Any:

@@ -1,6 +1,7 @@
 """A changed entry no store can hold (a layer's NaN or circular value in its ``memory``)
-is left out of the save with ``state.entry_refused``: the call succeeds, the other
-changes are saved, and nothing hangs or raises."""
+is left out of the save with ``state.entry_refused`` (of the ``memory`` entry, that
+layer's memory only): the call succeeds, the other changes are saved, and nothing
+hangs or raises."""
 
 from __future__ import annotations
 
@@ -77,10 +78,15 @@ def test_a_layer_memory_json_cannot_hold_is_refused_and_the_call_goes_on(
     first = s.prepare(conversation(5, 2000))  # above warning: the layer runs
     assert first
     (event,) = _refused(s)
-    assert event["key"] == "'memory'" and reason in event["reason"]
+    assert event["key"] == "'memory/t_remembers#0'" and reason in event["reason"]
     assert repr(value)[:20] not in event["reason"]  # what it is, never the value
-    stored = _store(tmp_path).load("refused")  # the other changes were saved
-    assert stored.version == 1 and "meta" in stored.entries and "memory" not in stored.entries
+    stored = _store(tmp_path).load("refused")  # the other changes were saved …
+    assert stored.version == 1 and "meta" in stored.entries
+    # … and of the memory, all but that layer's (the engine keeps its own there)
+    memory = stored.entries["memory"]
+    assert "t_remembers#0" not in memory and memory == {
+        k: v for k, v in s.state.memory.items() if k != "t_remembers#0"
+    }
     # the next call does not meet the refused change again …
     s.prepare(conversation(5, 2000))
     assert len(_refused(s)) == 2  # … until the layer writes it again (it runs every call)
@@ -99,8 +105,8 @@ def test_take_state_changes_leaves_out_what_json_cannot_hold(
     s = Session(make_policy(pipeline=[{"layer": "t_remembers", "at": "warning"}]))
     s.prepare(conversation(5, 2000))
     put, _ = s.take_state_changes()
-    assert "memory" not in put and "meta" in put
-    assert [e["key"] for e in _refused(s)] == ["'memory'"]
+    assert "t_remembers#0" not in put["memory"] and "meta" in put
+    assert [e["key"] for e in _refused(s)] == ["'memory/t_remembers#0'"]
 
 
 def test_without_a_refuse_callback_the_change_is_a_clear_error_taken_once() -> None:

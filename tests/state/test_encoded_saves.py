@@ -95,7 +95,7 @@ def test_a_circular_value_is_a_value_error_not_a_hang() -> None:
 
 
 def test_a_value_of_another_type_is_json_dumps_type_error() -> None:
-    with pytest.raises(TypeError, match="^Object of type set is not JSON serializable$"):
+    with pytest.raises(TypeError, match=r"^Object of type set is not JSON serializable$"):
         canonical_text({"a": {1}})
     with pytest.raises(StateStoreError, match="Object of type object is not JSON serializable"):
         encode("k", [object()])
