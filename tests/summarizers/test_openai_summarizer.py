@@ -157,3 +157,31 @@ def test_key_never_in_options():
         OpenAISummarizerOptions(api_key_env="sk-live-abc")
     with pytest.raises(ValidationError):
         OpenAISummarizerOptions(api_key="x")
+
+
+def test_a_long_fold_makes_at_most_max_chunks_calls_to_the_llm(server):
+    """A history compacted at once (an imported conversation, say) costs at most
+    ``max_chunks`` paid summary calls, the newest chunks, opened by the task."""
+    c = Conv().system("s").user("task")
+    c.step(("read_file", {"path": "first.py"}, "a" * 400))
+    c.user("Also keep the public API stable")
+    for k in range(60):
+        c.step(("read_file", {"path": f"f{k}.py"}, f"{k % 10}" * 1500))
+    units = c.user("go").units()
+    ctx = make_ctx(units, summarizer=lambda name, o: OpenAISummarizer(OpenAISummarizerOptions(**o)))
+    layer = Summarize(
+        SummarizeOptions(
+            summarizer="openai",
+            summarizer_options=opts(server).model_dump(),
+            keep_recent_rounds=1,
+            max_input_tokens=1024,
+            max_summary_tokens=100,
+            max_chunks=4,
+        )
+    )
+    res = layer.apply(ctx, units)
+    assert res.units[2].kind == "summary"
+    assert len(server.requests) == res.report["chunks"] == 4
+    assert res.report["unread_units"] > 40
+    first = server.requests[0]["body"]["messages"][1]["content"]
+    assert "Also keep the public API stable" in first
