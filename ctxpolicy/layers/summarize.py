@@ -9,10 +9,10 @@ The summary call has its own budget: its input is bounded by ``max_input_tokens`
 and chunked at unit boundaries when larger (oversized units are head/tail-shortened
 in the request only); chunks are folded one by one, each fold receiving the
 previous partial summary. Nothing is ever "too big to summarize", and one compaction
-makes at most ``max_chunks`` summarizer calls: of a larger fold (a long conversation
-compacted at once) the newest chunks are read, with the first user message of the
-older part; the older units are folded unread (the history archive keeps them, the
-progress ledger reads its own share).
+makes at most ``max_chunks`` summarizer calls (``auto``: two context windows of
+history): of a larger fold (a long history compacted at once) the newest chunks are
+read, with the first user message of the older part; the older units are folded
+unread (the history archive keeps them, the progress ledger reads its own share).
 
 Failures — an exception, a timeout (``timeout_s``), an empty or non-string result,
 a summary longer than ``max_summary_tokens`` or than its input — leave history
@@ -26,7 +26,7 @@ untouched (the input units are returned with ``report["failed"]``). After
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, ClassVar
+from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import Field
 
@@ -91,12 +91,14 @@ class SummarizeOptions(ComponentOptions):
         description="Budget of one summarizer call (instructions + previous summary + messages); "
         "larger input is chunked.",
     )
-    max_chunks: int | None = Field(
-        default=16,
-        ge=1,
-        description="Most summarizer calls of one compaction: of a fold needing more chunks, "
-        "the newest are read (with the first user message of the older units, which are "
-        "folded unread and stay in the history archive). null: every chunk is read.",
+    max_chunks: Annotated[int, Field(ge=1)] | Literal["auto"] | None = Field(
+        default="auto",
+        description="Most summarizer calls of one compaction; of a fold needing more chunks, "
+        "the newest are read (opened by the first user message of the older units, which are "
+        "folded unread and stay in the history archive). `auto`: as many as two context "
+        "windows of history take (a usual fold is at most one window: this binds only when a "
+        "longer history is compacted at once, such as an imported conversation). null: every "
+        "chunk is read.",
     )
     min_region_tokens: int = Field(
         default=200, ge=0, description="Do nothing when the region to fold is smaller than this."
@@ -352,7 +354,10 @@ class Summarize(Layer):
         )
         fixed = ct(instructions) + sum(ct(c) for c in ctx.constraints) + max_summary + 64
         chunk_budget = max(256, opts.max_input_tokens - fixed)
-        chunks, input_tokens, unread = _read(fold, opts.max_chunks, chunk_budget, ct)
+        cap = opts.max_chunks
+        if cap == "auto":
+            cap = max(1, -(-2 * ctx.window // chunk_budget))  # two windows, rounded up
+        chunks, input_tokens, unread = _read(fold, cap, chunk_budget, ct)
         if previous:
             input_tokens += ct(previous)
 

@@ -232,7 +232,7 @@ def test_a_fold_needing_more_than_max_chunks_reads_the_newest_chunks_and_the_tas
 
 def test_a_fold_within_max_chunks_is_read_whole():
     units = _long_fold(steps=6)
-    for cap in (None, 16):
+    for cap in (None, 16, "auto"):
         seen: list[SummaryRequest] = []
         ctx, _ = ctx_with(lambda r, seen=seen: seen.append(r) or "S", units)
         res = layer(
@@ -260,3 +260,18 @@ def test_the_task_of_the_unread_units_is_shortened_to_keep_each_call_in_its_budg
     assert first.startswith("Also keep the public API stable.") and len(first) < 4000
     for req in seen:
         assert sum(_msg_tokens(m, approx_text) for m in req.messages) <= 1024
+
+
+def test_auto_reads_two_windows_of_history():
+    units = _long_fold(steps=60)
+    for window in (1500, 100_000):
+        seen: list[SummaryRequest] = []
+        ctx, _ = ctx_with(lambda r, seen=seen: seen.append(r) or "S", units, window=window)
+        res = layer(keep_recent_rounds=1, summarizer="callable", max_input_tokens=1024).apply(
+            ctx, units
+        )
+        if window == 1500:  # two windows are far less than the fold: a few chunks read
+            # (a 1024-token request with room for a 1200-token summary: 256-token chunks)
+            assert res.report["unread_units"] > 40 and len(seen) == -(-2 * window // 256)
+        else:  # the whole fold is within two windows: read whole
+            assert "unread_units" not in res.report and len(seen) > 5
