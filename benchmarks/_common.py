@@ -122,5 +122,13 @@ def write_results(name: str, data: dict[str, Any], markdown: str) -> tuple[Path,
     return j, m
 
 
+def publish(name: str, data: dict[str, Any], markdown: str) -> tuple[Path, Path]:
+    """:func:`write_results`, the markdown printed, and where it went (stderr)."""
+    paths = write_results(name, data, markdown)
+    print(markdown)
+    eprint(f"wrote {paths[0]} and {paths[1]}")
+    return paths
+
+
 def eprint(*args: Any) -> None:
     print(*args, file=sys.stderr, flush=True)

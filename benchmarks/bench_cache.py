@@ -29,14 +29,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks._common import (
-    SHARED,
-    eprint,
-    header_markdown,
-    machine,
-    markdown_table,
-    write_results,
-)
+from benchmarks._common import SHARED, eprint, header_markdown, machine, markdown_table, publish
 from benchmarks.bench_quality import family, load_agent, shipped_agents
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -294,9 +287,7 @@ def main(argv: list[str] | None = None) -> int:
         "elapsed_s": time.perf_counter() - t0,
     }
     text = to_markdown(data)
-    print(text)
-    j, m = write_results("bench_cache", data, text)
-    eprint(f"wrote {j} and {m}")
+    publish("bench_cache", data, text)
     return 0
 
 

@@ -42,7 +42,7 @@ from typing import Any
 
 sys.path.append(str(Path(__file__).resolve().parents[1]))
 
-from benchmarks._common import eprint, header_markdown, machine, markdown_table, write_results
+from benchmarks._common import eprint, header_markdown, machine, markdown_table, publish
 
 ROOT = Path(__file__).resolve().parents[1]
 AGENT = "coding_agent"
@@ -277,8 +277,7 @@ def main(argv: list[str] | None = None) -> int:
         "baseline_commit": git_head(args.baseline) if args.baseline else None,
         **{code: summarize(r, profiled[code]) for code, r in runs.items()},
     }
-    write_results("bench_call_profile", data, to_markdown(data))
-    print(to_markdown(data))
+    publish("bench_call_profile", data, to_markdown(data))
     return 0
 
 

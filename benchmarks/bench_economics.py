@@ -40,7 +40,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks._common import SHARED, eprint, header_markdown, machine, write_results
+from benchmarks._common import SHARED, header_markdown, machine, publish
 
 ROOT = Path(__file__).resolve().parents[1]
 TRACES = SHARED / "traces"
@@ -182,10 +182,8 @@ def main(argv: list[str] | None = None) -> int:
             + (" --quick`" if args.quick else "`"),
         ]
     )
-    print(text)
     data = {"machine": info, "quick": args.quick, "this": mine, "baseline": base}
-    j, m = write_results("bench_economics", data, text)
-    eprint(f"wrote {j} and {m}")
+    publish("bench_economics", data, text)
     return 0
 
 

@@ -56,14 +56,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks._common import (
-    SHARED,
-    eprint,
-    header_markdown,
-    machine,
-    markdown_table,
-    write_results,
-)
+from benchmarks._common import SHARED, eprint, header_markdown, machine, markdown_table, publish
 from benchmarks._inputs import (
     AGENT,
     POLICY_FILE,
@@ -602,9 +595,7 @@ def main(argv: list[str] | None = None) -> int:
         "elapsed_s": time.perf_counter() - t_start,
     }
     text = to_markdown(data, args.quick)
-    print(text)
-    j, m = write_results("bench_engine", data, text)
-    eprint(f"wrote {j} and {m}")
+    publish("bench_engine", data, text)
     return 0
 
 

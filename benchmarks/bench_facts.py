@@ -32,7 +32,7 @@ from typing import Any
 
 sys.path.append(str(Path(__file__).resolve().parents[1]))
 
-from benchmarks._common import eprint, header_markdown, machine, markdown_table, write_results
+from benchmarks._common import eprint, header_markdown, machine, markdown_table, publish
 
 ROOT = Path(__file__).resolve().parents[1]
 REFERENCE = ROOT / "tests" / "conversation" / "facts_reference.py"
@@ -193,9 +193,7 @@ def main(argv: list[str] | None = None) -> int:
         "rows": measure(new, base, cases, rounds),
     }
     text = to_markdown(data)
-    print(text)
-    j, m = write_results("bench_facts", data, text)
-    eprint(f"wrote {j} and {m}")
+    publish("bench_facts", data, text)
     return 0
 
 

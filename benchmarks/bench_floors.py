@@ -38,7 +38,7 @@ from typing import Any
 
 sys.path.append(str(Path(__file__).resolve().parents[1]))
 
-from benchmarks._common import eprint, header_markdown, machine, markdown_table, write_results
+from benchmarks._common import eprint, header_markdown, machine, markdown_table, publish
 
 #: variant → (state store, snapshots on, one commit per model call)
 VARIANTS = {
@@ -194,9 +194,7 @@ def main(argv: list[str] | None = None) -> int:
     data = measure(args.quick, 1 if args.quick else args.repeat)
     data["machine"] = machine(["langchain", "langchain-core"])
     text = to_markdown(data)
-    json_path, md_path = write_results("bench_floors", data, text)
-    print(text)
-    eprint(f"wrote {json_path} and {md_path}")
+    publish("bench_floors", data, text)
     return 0
 
 

@@ -35,7 +35,7 @@ import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks._common import header_markdown, machine, write_results
+from benchmarks._common import header_markdown, machine, publish
 
 CONVERSATIONS = 50
 BODY = {
@@ -241,8 +241,7 @@ def main() -> None:
     text = "\n".join(lines) + "\n"
     data = {"machine": info, "quick": args.quick, "upstream_ms": args.upstream_ms}
     data["scenarios"] = results
-    write_results("bench_gateway", data, text)
-    print(text)
+    publish("bench_gateway", data, text)
 
 
 if __name__ == "__main__":

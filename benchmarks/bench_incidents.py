@@ -39,7 +39,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks._common import eprint, header_markdown, machine, markdown_table, write_results
+from benchmarks._common import header_markdown, machine, markdown_table, publish
 from ctxpolicy.state.memory import MemoryStateStore  # each run starts fresh
 from ctxpolicy.testing.conversations import tool_call
 
@@ -548,9 +548,7 @@ def main(argv: list[str] | None = None) -> int:
             for k, v in res.items()
         },
     }
-    print(text)
-    j, m = write_results("bench_incidents", data, text)
-    eprint(f"wrote {j} and {m}")
+    publish("bench_incidents", data, text)
     return 0
 
 

@@ -31,14 +31,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks._common import (
-    SHARED,
-    eprint,
-    header_markdown,
-    machine,
-    markdown_table,
-    write_results,
-)
+from benchmarks._common import SHARED, eprint, header_markdown, machine, markdown_table, publish
 from ctxpolicy.sim.importers import load_trace
 from ctxpolicy.sim.replay import load_policy_file
 
@@ -171,8 +164,7 @@ def main(argv: list[str] | None = None) -> int:
         "",
         f"Reproduce: `.venv/bin/python benchmarks/bench_otel.py{' --quick' if args.quick else ''}`",
     ]
-    write_results("bench_otel", data, "\n".join(md))
-    print("\n".join(md))
+    publish("bench_otel", data, "\n".join(md))
     return 0
 
 

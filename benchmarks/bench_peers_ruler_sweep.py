@@ -32,7 +32,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks._common import SHARED, eprint, header_markdown, machine, write_results
+from benchmarks._common import SHARED, header_markdown, machine, publish
 
 ROOT = Path(__file__).resolve().parents[1]
 POLICIES = ROOT / "policies" / "agents.yaml"
@@ -183,10 +183,8 @@ def main(argv: list[str] | None = None) -> int:
         + f" ({elapsed:.0f} s with {args.jobs} jobs)",
     ]
     text = "\n".join(lines)
-    print(text)
     data = {"machine": info, "quick": args.quick, "traces": tune, "rows": rows}
-    j, m = write_results("bench_peers_ruler_sweep", data, text)
-    eprint(f"wrote {j} and {m}")
+    publish("bench_peers_ruler_sweep", data, text)
     return 0
 
 

@@ -32,7 +32,7 @@ from typing import Any
 # appended, not inserted: a child measuring a baseline finds that tree's ctxpolicy first
 sys.path.append(str(Path(__file__).resolve().parents[1]))
 
-from benchmarks._common import eprint, header_markdown, machine, markdown_table, write_results
+from benchmarks._common import eprint, header_markdown, machine, markdown_table, publish
 
 ROOT = Path(__file__).resolve().parents[1]
 AGENT = "coding_agent"
@@ -169,8 +169,7 @@ def main(argv: list[str] | None = None) -> int:
         "baseline_commit": git_head(args.baseline) if args.baseline else None,
         **{code: summarize(r) for code, r in runs.items()},
     }
-    write_results("bench_prepare_calls", data, to_markdown(data))
-    print(to_markdown(data))
+    publish("bench_prepare_calls", data, to_markdown(data))
     return 0
 
 

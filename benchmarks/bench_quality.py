@@ -51,14 +51,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks._common import (
-    SHARED,
-    eprint,
-    header_markdown,
-    machine,
-    markdown_table,
-    write_results,
-)
+from benchmarks._common import SHARED, eprint, header_markdown, machine, markdown_table, publish
 from benchmarks.peers.catalog import available_peers
 from benchmarks.peers.table import (
     PEER_WINDOWS,
@@ -595,9 +588,7 @@ def main(argv: list[str] | None = None) -> int:
     else:  # the ruler's peer table of docs/benchmarks.md (its own section)
         command = " ".join(["python benchmarks/bench_quality.py", *(argv or sys.argv[1:])])
         text = ruler_section(data, command)
-    print(text)
-    j, m = write_results(args.results_name, data, text)
-    eprint(f"wrote {j} and {m}")
+    publish(args.results_name, data, text)
     return 0
 
 

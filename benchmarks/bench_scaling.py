@@ -39,7 +39,7 @@ from typing import Any
 # (its PYTHONPATH) first
 sys.path.append(str(Path(__file__).resolve().parents[1]))
 
-from benchmarks._common import eprint, header_markdown, machine, markdown_table, write_results
+from benchmarks._common import eprint, header_markdown, machine, markdown_table, publish
 from ctxpolicy.state.memory import MemoryStateStore  # each run starts fresh
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -293,8 +293,7 @@ def main(argv: list[str] | None = None) -> int:
         from benchmarks import _common
 
         data = json.loads((_common.RESULTS / "bench_scaling.json").read_text(encoding="utf-8"))
-        write_results("bench_scaling", data, to_markdown(data))
-        print(to_markdown(data))
+        publish("bench_scaling", data, to_markdown(data))
         return 0
     sizes = QUICK_SIZES if args.quick else SIZES
     timeout = args.timeout or (60.0 if args.quick else 300.0)
@@ -323,8 +322,7 @@ def main(argv: list[str] | None = None) -> int:
         "baseline_commit": git_head(args.baseline) if args.baseline else None,
         "runs": runs,
     }
-    write_results("bench_scaling", data, to_markdown(data))
-    print(to_markdown(data))
+    publish("bench_scaling", data, to_markdown(data))
     return 0
 
 

@@ -36,14 +36,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks._common import (
-    SHARED,
-    eprint,
-    header_markdown,
-    machine,
-    markdown_table,
-    write_results,
-)
+from benchmarks._common import SHARED, eprint, header_markdown, machine, markdown_table, publish
 
 ROOT = Path(__file__).resolve().parents[1]
 AGENT = "coding_agent"
@@ -269,8 +262,7 @@ def main(argv: list[str] | None = None) -> int:
         "Reproduce: `.venv/bin/python benchmarks/bench_state.py` (`--quick`: 160 messages, "
         "one run; tests: `.venv/bin/pytest tests/state`)",
     ]
-    write_results("bench_state", data, "\n".join(md))
-    print("\n".join(md))
+    publish("bench_state", data, "\n".join(md))
     return 0
 
 

@@ -45,7 +45,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks._common import eprint, header_markdown, machine, markdown_table, write_results
+from benchmarks._common import eprint, header_markdown, machine, markdown_table, publish
 from ctxpolicy.engine import Session
 from ctxpolicy.policy.models import AgentPolicy, Policy
 from ctxpolicy.snapshots import LocalOptions, LocalStore
@@ -630,9 +630,7 @@ def main(argv: list[str] | None = None) -> int:
         "elapsed_s": time.perf_counter() - t0,
     }
     text = to_markdown(data)
-    print(text)
-    j, m = write_results("bench_store", data, text)
-    eprint(f"wrote {j} and {m}")
+    publish("bench_store", data, text)
     return 0
 
 

@@ -40,8 +40,8 @@ from benchmarks._common import (
     header_markdown,
     machine,
     markdown_table,
+    publish,
     timeit,
-    write_results,
 )
 from ctxpolicy.policy.models import ModelSpec
 from ctxpolicy.tokens import (
@@ -438,8 +438,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.verify:
         checks = verify_all(groups)
         md = ["## quicktok exactness", "", header_markdown(info), "", *verify_markdown(checks)]
-        write_results("bench_tokens_verify", {"machine": info, "checks": checks}, "\n".join(md))
-        print("\n".join(md))
+        publish("bench_tokens_verify", {"machine": info, "checks": checks}, "\n".join(md))
         return 0 if all(c.get("identical") for c in checks.values()) else 1
     t0 = time.perf_counter()
     eprint("replay ...")
@@ -541,9 +540,7 @@ def main(argv: list[str] | None = None) -> int:
         ),
     ]
     text = "\n".join(md)
-    print(text)
-    j, m = write_results("bench_tokens", data, text)
-    eprint(f"wrote {j} and {m}")
+    publish("bench_tokens", data, text)
     return 0
 
 

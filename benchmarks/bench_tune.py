@@ -50,6 +50,7 @@ from benchmarks._common import (
     header_markdown,
     machine,
     markdown_table,
+    publish,
     write_results,
 )
 from ctxpolicy.tune.space import changed
@@ -219,8 +220,7 @@ def speed(args: argparse.Namespace) -> int:
             "recommended": out["recommended"],
         }
     md = speed_markdown(data)
-    write_results(SPEED_NAME, data, md)
-    print(md)
+    publish(SPEED_NAME, data, md)
     return 0
 
 
@@ -390,8 +390,7 @@ def main() -> int:
         "",
         f"Reproduce: `.venv/bin/python benchmarks/bench_tune.py{' --quick' if args.quick else ''}`",
     ]
-    write_results("bench_tune", data, "\n".join(md))
-    print("\n".join(md))
+    publish("bench_tune", data, "\n".join(md))
     return 0
 
 

@@ -42,7 +42,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks._common import eprint, header_markdown, machine, markdown_table, write_results
+from benchmarks._common import eprint, header_markdown, machine, markdown_table, publish
 
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
@@ -347,9 +347,7 @@ def main(argv: list[str] | None = None) -> int:
         ),
     ]
     text = "\n".join(md)
-    print(text)
-    j, m = write_results("bench_validate", data, text)
-    eprint(f"wrote {j} and {m}")
+    publish("bench_validate", data, text)
     return 0
 
 

@@ -39,7 +39,7 @@ from ctxpolicy.engine.stored import (
     check_seen_repairs,
     check_stats,
 )
-from ctxpolicy.state._codec import built_text, check_key, entry_text, unstorable
+from ctxpolicy.state._codec import UNSTORABLE, built_text, check_key, entry_text, unstorable
 
 if TYPE_CHECKING:  # pragma: no cover
     from ctxpolicy.budget import ToolGrowthEstimator
@@ -365,7 +365,7 @@ class SessionState:
         for key, value in self._changed_values():
             try:
                 put[key] = encode(key, value)
-            except _UNSTORABLE as exc:
+            except UNSTORABLE as exc:
                 if refuse is None:
                     self._forget_changes()  # not taken again and again by every save
                     raise ValueError(f"state entry {key!r} is {unstorable(exc)}") from None
@@ -634,14 +634,11 @@ class SessionState:
 _FRESH = SessionState()
 
 
-_UNSTORABLE = (ValueError, TypeError, RecursionError)
-
-
 def _encoded(key: str, value: Any, encode: Callable[[str, Any], Any], refuse: Refuse) -> Any:
     """``encode(key, value)``, or None after ``refuse(key, reason)`` when it fails."""
     try:
         return encode(key, value)
-    except _UNSTORABLE as exc:
+    except UNSTORABLE as exc:
         refuse(key, unstorable(exc))
         return None
 

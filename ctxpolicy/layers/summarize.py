@@ -210,8 +210,8 @@ def _read(
     if max_chunks is not None and len(parts) > max_chunks:
         unread += sum(len(c.units) for c in parts[:-max_chunks])
         parts = parts[-max_chunks:]
-    chunks = [c.messages for c in parts]
     task = next((m for u in fold[:unread] for m in u.messages if m.get("role") == "user"), None)
+    opening: list[Message] = []
     if task is not None:
         task = _shrink(task, budget // 4, ct)
         first, room = parts[0], budget - _msg_tokens(task, ct)
@@ -222,7 +222,10 @@ def _read(
         if tokens <= room:
             del first.units[:drop]
             first.tokens, unread = tokens, unread + drop
-            chunks[0] = [task, *first.messages]
+            opening = [task]
+    chunks = [c.messages for c in parts]
+    if opening:
+        chunks[0][:0] = opening
     return chunks, sum(u.raw for c in parts for u in c.units), unread
 
 

@@ -22,6 +22,7 @@ __all__ = [
     "IDENTIFIER_PATTERN",
     "MAX_ID_CHARS",
     "MAX_VERSION",
+    "UNSTORABLE",
     "built_text",
     "canonical_text",
     "check_encoded",
@@ -130,6 +131,10 @@ def canonical_text(value: Any) -> str:
     return text
 
 
+#: What encoding raises for a value JSON cannot hold (its type, NaN, a cycle, depth).
+UNSTORABLE = (TypeError, ValueError, RecursionError)
+
+
 def unstorable(exc: BaseException) -> str:
     """Why a value could not be encoded, from the error ``json`` raised (never a
     piece of the value: a state value may hold anything a conversation held)."""
@@ -205,7 +210,7 @@ def encode(key: str, value: Any) -> str:
     """Canonical JSON of one value; StateStoreError if it would not round-trip exactly."""
     try:
         text = canonical_text(value)
-    except (TypeError, ValueError, RecursionError) as exc:
+    except UNSTORABLE as exc:
         raise StateStoreError(f"state entry {key!r} is {unstorable(exc)}") from None
     if json.loads(text) != value:
         raise StateStoreError(
