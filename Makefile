@@ -1,28 +1,43 @@
 # Two commands set up a fresh machine: `make demo` and `make test`.
+# Every install comes from uv.lock (the whole dependency set, every extra, pinned);
+# `make lock` refreshes it after a change to pyproject.toml.
 PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python
-PIP    := $(VENV)/bin/pip
 BIN    := $(VENV)/bin
 EXAMPLE_PLUGIN := examples/ctxpolicy-plugin-example
+# uv installs itself from PyPI into its own small virtualenv (only python3 is needed)
+UV_VERSION := 0.13.8
+UV_DIR := .uv
+UV     := $(UV_DIR)/bin/uv
+export UV_PYTHON_DOWNLOADS := never
+export UV_PROJECT_ENVIRONMENT := $(VENV)
+# --locked: a pyproject.toml changed without `make lock` is an error, never a silent resolve
+SYNC   := $(UV) sync --locked --inexact --python $(PYTHON)
 
-.PHONY: demo test lint fuzz bench schema docs clean postgres
+.PHONY: demo test lint fuzz bench schema docs clean postgres lock
 
-$(VENV)/.base: pyproject.toml
-	$(PYTHON) -m venv $(VENV)
-	$(PIP) install --quiet --upgrade pip
-	$(PIP) install --quiet -e .
+$(UV):
+	$(PYTHON) -m venv $(UV_DIR)
+	$(UV_DIR)/bin/pip install --quiet uv==$(UV_VERSION)
+
+$(VENV)/.base: pyproject.toml uv.lock | $(UV)
+	$(SYNC)
 	touch $@
 
-$(VENV)/.dev: $(VENV)/.base pyproject.toml $(wildcard $(EXAMPLE_PLUGIN)/pyproject.toml)
-	$(PIP) install --quiet -e '.[dev,all]'
-	@if [ -f $(EXAMPLE_PLUGIN)/pyproject.toml ]; then $(PIP) install --quiet -e $(EXAMPLE_PLUGIN); fi
+$(VENV)/.dev: $(VENV)/.base pyproject.toml uv.lock $(wildcard $(EXAMPLE_PLUGIN)/pyproject.toml)
+	$(SYNC) --extra dev --extra all
+	@if [ -f $(EXAMPLE_PLUGIN)/pyproject.toml ]; then $(UV) pip install --quiet --python $(PY) --no-deps -e $(EXAMPLE_PLUGIN); fi
 	touch $@
 
 # matplotlib for the demo's PNG, installed once (a stamp like .base and .dev)
-$(VENV)/.plot: $(VENV)/.base pyproject.toml
-	$(PIP) install --quiet -e '.[plot]'
+$(VENV)/.plot: $(VENV)/.base pyproject.toml uv.lock
+	$(SYNC) --extra plot
 	touch $@
+
+# Re-resolve the whole dependency set (dev, every extra) into uv.lock.
+lock: | $(UV)
+	$(UV) lock --python $(PYTHON)
 
 demo: $(VENV)/.plot
 	$(BIN)/ctxpolicy validate policies/
@@ -62,4 +77,4 @@ schema: $(VENV)/.base
 	$(PY) -m ctxpolicy.policy.docs > docs/policy-reference.md
 
 clean:
-	rm -rf $(VENV) build *.egg-info .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) $(UV_DIR) build *.egg-info .pytest_cache .mypy_cache .ruff_cache
