@@ -30,8 +30,17 @@ from starlette.routing import Route
 
 from ctxpolicy.gateway.calls import Prepared, completion
 from ctxpolicy.gateway.errors import RESP_DROP, UpstreamError, error_response
+from ctxpolicy.gateway.identity import Identity, Refused
 from ctxpolicy.gateway.metrics import Metrics
-from ctxpolicy.gateway.routing import UnknownAgent, resolve_agent
+from ctxpolicy.gateway.routing import (
+    ANTHROPIC,
+    OPENAI,
+    PREPARED,
+    UnknownAgent,
+    Unplaced,
+    provider_of,
+    resolve_agent,
+)
 from ctxpolicy.gateway.sessions import SessionPool
 from ctxpolicy.gateway.sse import StreamScanner
 from ctxpolicy.gateway.wire_openai import WireError
@@ -72,7 +81,15 @@ class GatewayConfig:
     recall: bool = False
     recall_rounds: int = 4
     stream_usage: bool = True  # ask OpenAI-style upstreams for the usage chunk
-    api_key: str | None = field(default=None, repr=False)  # server-side credential
+    #: server-side key sent to ``upstream`` (and to Anthropic paths when there is no
+    #: ``anthropic_upstream``) instead of the client's credential
+    api_key: str | None = field(default=None, repr=False)
+    #: server-side key sent to ``anthropic_upstream``
+    anthropic_api_key: str | None = field(default=None, repr=False)
+    #: gateway tokens a client must present (none: any credential is a tenant)
+    client_tokens: tuple[str, ...] = field(default=(), repr=False)
+    #: more request headers holding a client's session id (before the built-in ones)
+    session_headers: tuple[str, ...] = ()
     max_body_bytes: int = 32 * 1024 * 1024
     max_sessions: int = 4096
     #: a directory: each conversation's requests recorded as a trace (``record=``)
@@ -114,9 +131,22 @@ class Gateway:
         self.pool = SessionPool(
             config.policies, max_sessions=config.max_sessions, record=config.record
         )
+        self.identity = Identity(
+            self.secret,
+            session_headers=config.session_headers,
+            client_tokens=config.client_tokens,
+        )
         self.client: httpx.AsyncClient | None = None
         self.upstream = _origin(config.upstream)
         self.anthropic_upstream = _origin(config.anthropic_upstream or config.upstream)
+        # each provider its own base and credential; without an Anthropic upstream of its
+        # own, Anthropic paths go to the one upstream with its key (a proxy speaking both)
+        self.bases = {OPENAI: self.upstream, ANTHROPIC: self.anthropic_upstream}
+        self.keys = {
+            OPENAI: config.api_key,
+            ANTHROPIC: config.anthropic_api_key
+            or (config.api_key if not config.anthropic_upstream else None),
+        }
         self._tasks: set[asyncio.Task[None]] = set()
 
     async def startup(self) -> None:
@@ -133,24 +163,26 @@ class Gateway:
         await anyio.to_thread.run_sync(self.pool.close)
 
     # -- helpers -------------------------------------------------------------------
-    def upstream_headers(self, request: Request, api: str) -> dict[str, str]:
+    def upstream_headers(self, request: Request, provider: str) -> dict[str, str]:
+        """The client's headers for ``provider``'s upstream: hop-by-hop and the gateway's
+        own dropped, the server's key of that provider (if any) instead of the client's."""
         out = {
             k: v
             for k, v in request.headers.items()
             if k not in _HOP and not k.startswith("x-ctxpolicy-")
         }
-        if self.config.api_key:
+        key = self.keys[provider]
+        if key:
             out.pop("authorization", None)
             out.pop("x-api-key", None)
-            if api == "anthropic":
-                out["x-api-key"] = self.config.api_key
+            if provider == ANTHROPIC:
+                out["x-api-key"] = key
             else:
-                out["authorization"] = f"Bearer {self.config.api_key}"
+                out["authorization"] = f"Bearer {key}"
         return out
 
-    def upstream_url(self, api: str, path: str, query: str) -> str:
-        base = self.anthropic_upstream if api == "anthropic" else self.upstream
-        return base + path + (("?" + query) if query else "")
+    def upstream_url(self, provider: str, path: str, query: str) -> str:
+        return self.bases[provider] + path + (("?" + query) if query else "")
 
     async def send(
         self, method: str, url: str, headers: dict[str, str], body: bytes
@@ -194,22 +226,38 @@ class Gateway:
 
     async def dispatch(self, request: Request) -> Response:
         path = request.url.path
-        if path in ("/healthz", "/metrics") and request.method == "GET":
-            return await (
-                self.healthz(request) if path == "/healthz" else self.metrics_route(request)
-            )
-        api = "anthropic" if path.endswith("/v1/messages") else "chat"
+        method = request.method
+        if method in ("GET", "HEAD") and path in ("/healthz", "/metrics", "/"):
+            if path == "/metrics":
+                return await self.metrics_route(request)
+            return await self.healthz(request)
+        shape = "anthropic" if request.headers.get("anthropic-version") else "chat"
         agent: str | None = None
         rest = path
-        if path.startswith("/agents/") or (
-            request.method == "POST" and path.endswith(("/v1/chat/completions", "/v1/messages"))
-        ):
-            try:
+        try:
+            if path.startswith("/agents/"):
                 agent, rest = resolve_agent(
                     path, request.headers, self.config.default_agent, self.pool.agents
                 )
+            provider = provider_of(rest, request.headers)
+        except (UnknownAgent, Unplaced) as exc:
+            self.metrics.refusal("unknown agent" if isinstance(exc, UnknownAgent) else "no route")
+            return error_response(404, str(exc), shape)
+        api = PREPARED.get((provider, rest)) if method == "POST" else None
+        shape = "anthropic" if provider == ANTHROPIC else "chat"
+        if api is not None and agent is None:
+            try:
+                agent, _ = resolve_agent(
+                    rest, request.headers, self.config.default_agent, self.pool.agents
+                )
             except UnknownAgent as exc:
-                return error_response(404, str(exc), api)
+                self.metrics.refusal("unknown agent")
+                return error_response(404, str(exc), shape)
+        try:
+            tenant = self.identity.tenant(request.headers, server_key=bool(self.keys[provider]))
+        except Refused as exc:
+            self.metrics.refusal("no credential")
+            return error_response(401, str(exc), shape)
         try:
             body = await _read_body(request, self.config.max_body_bytes)
         except _TooLarge:
@@ -217,40 +265,72 @@ class Gateway:
                 413,
                 f"request body larger than the gateway's limit of {self.config.max_body_bytes} "
                 "bytes (ctxpolicy serve --max-body-bytes)",
-                api,
+                shape,
             )
         except ClientDisconnect:
             return Response(status_code=499)
-        if request.method == "POST" and rest in ("/v1/chat/completions", "/v1/messages"):
+        if api is not None:
             assert agent is not None
-            try:
-                data = json.loads(body)
-                if not isinstance(data, dict):
-                    raise WireError("the request body must be a JSON object")
-                return await completion(self, request, api, agent, rest, data)
-            except (ValueError, WireError) as exc:
-                self.metrics.request(api, agent, 400)
-                return error_response(400, f"invalid request body: {str(exc)[:300]}", api)
-            except RecursionError:
-                self.metrics.request(api, agent, 400)
-                return error_response(400, "invalid request body: nested too deeply", api)
-            except Exception as exc:  # never a traceback (it could quote the request)
-                log.error("agent=%s internal error %s", agent, type(exc).__name__)
-                self.metrics.request(api, agent, 500)
-                return error_response(500, f"gateway internal error ({type(exc).__name__})", api)
-        return await self.forward(request, api if agent else "other", rest, body)
+            return await self.guarded(
+                request, api, agent, self.prepared_call(request, api, agent, rest, body, tenant)
+            )
+        return await self.forward(request, provider, rest, body)
 
-    async def forward(self, request: Request, api: str, path: str, body: bytes) -> Response:
-        """An unknown path: forwarded unchanged, the answer streamed back."""
+    async def prepared_call(
+        self, request: Request, api: str, agent: str, path: str, body: bytes, tenant: str
+    ) -> Response:
+        try:
+            return await completion(self, request, api, agent, path, body, tenant)
+        except (ValueError, WireError) as exc:
+            self.metrics.request(api, agent, 400)
+            return error_response(400, f"invalid request body: {str(exc)[:300]}", api)
+        except RecursionError:
+            self.metrics.request(api, agent, 400)
+            return error_response(400, "invalid request body: nested too deeply", api)
+        except Exception as exc:  # never a traceback (it could quote the request)
+            log.error("agent=%s internal error %s", agent, type(exc).__name__)
+            self.metrics.request(api, agent, 500)
+            return error_response(500, f"gateway internal error ({type(exc).__name__})", api)
+
+    async def guarded(
+        self, request: Request, api: str, agent: str, work: Coroutine[Any, Any, Response]
+    ) -> Response:
+        """Run ``work`` (one prepared call) until its answer starts, cancelled as soon as
+        the client disconnects: the upstream call is abandoned and the conversation's
+        lock released at once (an answer already streaming is cut by the relay)."""
+        result: Response | None = None
+        async with anyio.create_task_group() as tg:
+
+            async def watch() -> None:
+                while (await request.receive())["type"] != "http.disconnect":
+                    pass
+                tg.cancel_scope.cancel()
+
+            tg.start_soon(watch)
+            result = await work
+            tg.cancel_scope.cancel()
+        if result is None:
+            self.metrics.disconnect(api, agent)
+            log.info("agent=%s client disconnected: upstream call cancelled", agent)
+            return Response(status_code=499)
+        return result
+
+    async def forward(self, request: Request, provider: str, path: str, body: bytes) -> Response:
+        """A path the gateway does not prepare: forwarded unchanged to its provider's
+        upstream, the answer streamed back."""
         try:
             resp = await self.send(
                 request.method,
-                self.upstream_url(api, path, request.url.query),
-                self.upstream_headers(request, api),
+                self.upstream_url(provider, path, request.url.query),
+                self.upstream_headers(request, provider),
                 body,
             )
         except httpx.HTTPError as exc:
-            return error_response(502, f"upstream unreachable: {type(exc).__name__}")
+            return error_response(
+                502,
+                f"upstream unreachable: {type(exc).__name__}",
+                "anthropic" if provider == ANTHROPIC else "chat",
+            )
         return self.stream_back(resp)
 
     def stream_back(
@@ -349,6 +429,20 @@ def create_app_from_env() -> Starlette:
 
     raw = json.loads(os.environ["CTXPOLICY_GATEWAY_CONFIG"])
     policies, _ = resolve_all(raw.pop("policy"))
-    key_env = raw.pop("api_key_env", None)
-    api_key = os.environ.get(key_env) if key_env else None
-    return create_app(GatewayConfig(policies=policies, api_key=api_key, **raw))
+
+    def env(name: str | None) -> str | None:
+        return os.environ.get(name) or None if name else None
+
+    api_key = env(raw.pop("api_key_env", None))
+    anthropic_key = env(raw.pop("anthropic_api_key_env", None))
+    tokens = env(raw.pop("client_token_env", None))
+    return create_app(
+        GatewayConfig(
+            policies=policies,
+            api_key=api_key,
+            anthropic_api_key=anthropic_key,
+            client_tokens=tuple(t.strip() for t in (tokens or "").split(",") if t.strip()),
+            session_headers=tuple(raw.pop("session_headers", ()) or ()),
+            **raw,
+        )
+    )

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 import anyio.to_thread
@@ -22,15 +22,16 @@ from starlette.responses import Response
 from ctxpolicy.gateway import recall as recall_mod
 from ctxpolicy.gateway import wire_anthropic, wire_openai
 from ctxpolicy.gateway.errors import RESP_DROP, UpstreamError, error_response
-from ctxpolicy.gateway.identity import conversation_id
+from ctxpolicy.gateway.identity import Conversation, Identity
 from ctxpolicy.gateway.recall_stream import RecallProbe
+from ctxpolicy.gateway.routing import ANTHROPIC, OPENAI
 from ctxpolicy.gateway.sse import StreamScanner
 
 if TYPE_CHECKING:  # pragma: no cover
     from ctxpolicy.engine import Session
     from ctxpolicy.gateway.app import Gateway
 
-__all__ = ["Prepared", "completion", "prepare_sync"]
+__all__ = ["Parsed", "Prepared", "completion", "parse", "prepare_sync"]
 
 log = logging.getLogger("ctxpolicy.gateway")
 
@@ -41,21 +42,69 @@ class Prepared(NamedTuple):
     messages: list[dict[str, Any]]
     compactions: int
     saved: int
+    #: ``(prefix tokens, limit)`` when the client's fixed prefix (leading system
+    #: messages and tool definitions) alone exceeds window - reserve_output
+    over: tuple[int, int] | None = None
+
+
+class Parsed(NamedTuple):
+    """A request body read for one prepared call (built off the event loop when large)."""
+
+    data: dict[str, Any]
+    messages: list[dict[str, Any]]
+    count_tools: list[dict[str, Any]] | None
+    conv_anth: Any  # the Anthropic conversation (None on the OpenAI wire)
+    conversation: Conversation
+
+
+#: Bodies up to this size are read on the event loop (tens of microseconds); larger ones
+#: (a long history: milliseconds to seconds of JSON and conversion) in a worker thread.
+INLINE_BYTES = 32 * 1024
+
+
+def parse(
+    identity: Identity,
+    body: bytes,
+    api: str,
+    agent: str,
+    tenant: str,
+    headers: Mapping[str, str],
+) -> Parsed:
+    """The JSON body, its messages in engine form, the tools to count, the conversation."""
+    data = json.loads(body)
+    if not isinstance(data, dict):
+        raise wire_openai.WireError("the request body must be a JSON object")
+    conv_anth = None
+    if api == "anthropic":
+        conv_anth = wire_anthropic.extract(data)
+        messages = conv_anth.messages
+        count_tools = wire_anthropic.tools_for_count(data.get("tools"))
+    else:
+        messages, count_tools = wire_openai.extract(data)
+    conversation = identity.conversation(headers, agent, tenant, data, messages)
+    return Parsed(data, messages, count_tools, conv_anth, conversation)
 
 
 async def completion(
-    gw: Gateway, request: Request, api: str, agent: str, path: str, data: dict[str, Any]
+    gw: Gateway,
+    request: Request,
+    api: str,
+    agent: str,
+    path: str,
+    body: bytes,
+    tenant: str,
 ) -> Response:
     """Answer one Chat Completions or Messages request of ``agent``."""
-    wire: Any = wire_anthropic if api == "anthropic" else wire_openai
-    conv_anth = wire_anthropic.extract(data) if api == "anthropic" else None
-    if conv_anth is not None:
-        messages = conv_anth.messages
-        client_tools = data.get("tools")
-        count_tools = wire_anthropic.tools_for_count(client_tools)
+    headers_in = dict(request.headers)
+    if len(body) <= INLINE_BYTES:
+        parsed = parse(gw.identity, body, api, agent, tenant, headers_in)
     else:
-        messages, count_tools = wire_openai.extract(data)
-        client_tools = data.get("tools")
+        parsed = await anyio.to_thread.run_sync(
+            parse, gw.identity, body, api, agent, tenant, headers_in
+        )
+    data, messages, count_tools, conv_anth, conversation = parsed
+    wire: Any = wire_anthropic if api == "anthropic" else wire_openai
+    client_tools = data.get("tools")
     stream = data.get("stream") is True
     injected_usage = False
     if stream and api == "chat" and gw.config.stream_usage:
@@ -79,9 +128,10 @@ async def completion(
         count_tools = (count_tools or []) + [
             t for t in recall_mod.openai_tools() if t["function"]["name"] not in have
         ]
-    conv = conversation_id(request.headers, agent, messages, gw.secret)
-    headers = gw.upstream_headers(request, api)
-    url = gw.upstream_url(api, path, request.url.query)
+    conv = conversation.id
+    provider = ANTHROPIC if api == "anthropic" else OPENAI
+    headers = gw.upstream_headers(request, provider)
+    url = gw.upstream_url(provider, path, request.url.query)
     lock = gw.pool.lock(agent, conv)
     await lock.acquire()
     released = False
@@ -106,6 +156,14 @@ async def completion(
         else:
             session = open_session
             done_prep = await anyio.to_thread.run_sync(prepare_sync, session, messages, count_tools)
+        if done_prep.over is not None:
+            gw.metrics.prefix_too_large(agent)
+            gw.metrics.request(api, agent, 400)
+            fixed, limit = done_prep.over
+            log.warning(
+                "agent=%s conv=%s fixed prefix %d tokens > budget %d", agent, conv, fixed, limit
+            )
+            return error_response(400, prefix_message(agent, fixed, limit), api)
         prepared = gw.prepared(agent, done_prep)
         raw_anth = list(data["messages"]) if conv_anth is not None else None
         rounds = 0
@@ -133,11 +191,10 @@ async def completion(
                     retry = None
                 if retry is None:
                     gw.metrics.request(api, agent, resp.status_code)
-                    return Response(
-                        text.encode(),
-                        status_code=resp.status_code,
-                        media_type=resp.headers.get("content-type", "application/json"),
-                    )
+                    # the provider's headers too: retry-after, x-should-retry, request id,
+                    # rate limits (the client's own retry logic reads them)
+                    rh = {k: v for k, v in resp.headers.items() if k.lower() not in RESP_DROP}
+                    return Response(text.encode(), status_code=resp.status_code, headers=rh)
                 gw.metrics.retry(agent)
                 prepared = retry
                 continue
@@ -217,6 +274,17 @@ async def completion(
             release()
 
 
+def prefix_message(agent: str, fixed: int, limit: int) -> str:
+    """The error a client gets when its fixed prefix alone does not fit the agent's budget."""
+    return (
+        f"ctxpolicy: agent {agent!r}: the client's fixed prefix (system prompt and tool "
+        f"definitions) is {fixed} tokens, over the {limit} tokens this agent's policy allows "
+        "a request (window - reserve_output); nothing in it can be compacted. Use an agent "
+        "whose model has a larger window (ctxpolicy explain shows the budget), or send "
+        "fewer tools."
+    )
+
+
 async def _record(session: Session, tokens: int) -> None:
     await anyio.to_thread.run_sync(session.record_usage, tokens)
 
@@ -236,5 +304,19 @@ def prepare_sync(
     prepared: list[dict[str, Any]] = session.prepare(messages, tools)
     status = session.status or {}
     after = sum(session.stats.compactions.values())
-    saved = int(status.get("tokens_in", 0) or 0) - int(status.get("used", 0) or 0)
-    return Prepared(prepared, after - before, saved)
+    used = int(status.get("used", 0) or 0)
+    saved = int(status.get("tokens_in", 0) or 0) - used
+    over = None
+    budget = session.budget()
+    limit = budget.window - budget.reserve_output
+    if used > limit:  # rare: is it the client's fixed prefix that cannot fit?
+        lead = []
+        for m in messages:
+            if m.get("role") not in ("system", "developer"):
+                break
+            lead.append(m)
+        counter = session.counter
+        fixed = counter.count_messages(lead) + (counter.count_tools(tools) if tools else 0)
+        if fixed > limit:
+            over = (fixed, limit)
+    return Prepared(prepared, after - before, saved, over)

@@ -30,6 +30,10 @@ class Metrics:
         self.tokens_saved: dict[tuple[tuple[str, str], ...], int] = defaultdict(int)
         self.overflow_retries: dict[tuple[tuple[str, str], ...], int] = defaultdict(int)
         self.recall_rounds: dict[tuple[tuple[str, str], ...], int] = defaultdict(int)
+        self.prefix_refusals: dict[tuple[tuple[str, str], ...], int] = defaultdict(int)
+        self.disconnects: dict[tuple[tuple[str, str], ...], int] = defaultdict(int)
+        self.unprepared: dict[tuple[tuple[str, str], ...], int] = defaultdict(int)
+        self.refused: dict[tuple[tuple[str, str], ...], int] = defaultdict(int)
         self._lat_buckets = [0] * len(_BUCKETS)
         self._lat_count = 0
         self._lat_sum = 0.0
@@ -52,6 +56,22 @@ class Metrics:
     def recall(self, agent: str) -> None:
         with self._lock:
             self.recall_rounds[(("agent", agent),)] += 1
+
+    def prefix_too_large(self, agent: str) -> None:
+        with self._lock:
+            self.prefix_refusals[(("agent", agent),)] += 1
+
+    def disconnect(self, api: str, agent: str) -> None:
+        with self._lock:
+            self.disconnects[(("api", api), ("agent", agent))] += 1
+
+    def forwarded_unprepared(self, api: str, agent: str, reason: str) -> None:
+        with self._lock:
+            self.unprepared[(("api", api), ("agent", agent), ("reason", reason))] += 1
+
+    def refusal(self, reason: str) -> None:
+        with self._lock:
+            self.refused[(("reason", reason),)] += 1
 
     def upstream(self, seconds: float) -> None:
         with self._lock:
@@ -82,6 +102,26 @@ class Metrics:
                     "ctxpolicy_gateway_recall_rounds_total",
                     "Recall-only tool calls answered inside the gateway.",
                     self.recall_rounds,
+                ),
+                (
+                    "ctxpolicy_gateway_prefix_too_large_total",
+                    "Requests refused: the client's fixed prefix alone exceeds the budget.",
+                    self.prefix_refusals,
+                ),
+                (
+                    "ctxpolicy_gateway_client_disconnects_total",
+                    "Calls abandoned by their client before the answer (upstream cancelled).",
+                    self.disconnects,
+                ),
+                (
+                    "ctxpolicy_gateway_unprepared_total",
+                    "Model calls forwarded without preparing them.",
+                    self.unprepared,
+                ),
+                (
+                    "ctxpolicy_gateway_refused_total",
+                    "Requests refused before routing (no credential, unknown path).",
+                    self.refused,
                 ),
             ):
                 out.append(f"# HELP {name} {help_}")
