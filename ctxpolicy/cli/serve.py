@@ -41,14 +41,16 @@ def _extra() -> str:
 @click.option(
     "--upstream",
     required=True,
-    help="Provider base URL for OpenAI-compatible calls and unknown paths, e.g. "
-    "https://api.openai.com (a trailing /v1 is accepted).",
+    help="Provider base URL of every OpenAI path (/v1/chat/completions, /v1/responses, "
+    "/v1/embeddings, /v1/models, ...), e.g. https://api.openai.com (a trailing /v1 is "
+    "accepted); also of the Anthropic paths when --anthropic-upstream is not given.",
 )
 @click.option(
     "--anthropic-upstream",
     default=None,
-    help="Provider base URL for POST /v1/messages (default: --upstream), e.g. "
-    "https://api.anthropic.com.",
+    help="Provider base URL of every Anthropic path (/v1/messages, "
+    "/v1/messages/count_tokens, /v1/messages/batches, and /v1/models, /v1/files with an "
+    "anthropic-version header), e.g. https://api.anthropic.com (default: --upstream).",
 )
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
 @click.option("--port", default=8787, show_default=True, type=int, help="Port to listen on.")
@@ -85,10 +87,39 @@ def _extra() -> str:
 )
 @click.option(
     "--api-key-env",
+    "--openai-api-key-env",
+    "api_key_env",
     default=None,
     metavar="NAME",
-    help="Environment variable holding a server-side provider key, sent upstream instead "
-    "of the client's credential (the client's credential still separates tenants).",
+    help="Environment variable holding the server's key for --upstream, sent instead of "
+    "the client's credential (also to the Anthropic paths when there is no "
+    "--anthropic-upstream). A client must then present a credential of its own (its "
+    "API key or X-Ctxpolicy-Token), else HTTP 401: it names the client's tenant.",
+)
+@click.option(
+    "--anthropic-api-key-env",
+    default=None,
+    metavar="NAME",
+    help="Environment variable holding the server's key for --anthropic-upstream (sent as "
+    "x-api-key instead of the client's). Without it the client's own key goes there.",
+)
+@click.option(
+    "--client-token-env",
+    default=None,
+    metavar="NAME",
+    help="Environment variable holding the gateway tokens (comma-separated) a client must "
+    "present, as its API key when the gateway holds the provider key, else in the "
+    "X-Ctxpolicy-Token header; other requests get HTTP 401. The token is the client's "
+    "tenant: its conversations are its own.",
+)
+@click.option(
+    "--session-header",
+    "session_headers",
+    multiple=True,
+    metavar="NAME",
+    help="A request header holding the client's own session id, tried before the built-in "
+    "ones (x-claude-code-session-id, session-id, session_id, x-session-id; then the body's "
+    "prompt_cache_key, metadata.user_id, user). Repeatable.",
 )
 @click.option(
     "--max-body-bytes",
@@ -142,6 +173,9 @@ def serve(
     recall_rounds: int,
     stream_usage: bool,
     api_key_env: str | None,
+    anthropic_api_key_env: str | None,
+    client_token_env: str | None,
+    session_headers: tuple[str, ...],
     max_body_bytes: int,
     max_sessions: int,
     keep_alive: int,
@@ -151,9 +185,28 @@ def serve(
     """Run the policy-driven gateway: point any OpenAI- or Anthropic-compatible client's
     base URL at it (http://HOST:PORT/v1, or http://HOST:PORT/agents/NAME/v1).
 
+    \b
+    Routing: every Anthropic path goes to --anthropic-upstream with its key, every
+    OpenAI path to --upstream with its key; a path neither provider serves is a 404,
+    never forwarded with the wrong key. POST /v1/chat/completions and /v1/messages are
+    prepared by the policy; other paths are forwarded unchanged.
+
+    \b
+    Agent type: the path /agents/NAME/..., else the X-Ctxpolicy-Agent header, else --agent.
+
+    \b
+    Conversation, scoped by tenant (the client's credential) and agent:
+      1. the X-Ctxpolicy-Conversation header;
+      2. the client's own session id: Claude Code x-claude-code-session-id, Codex
+         session-id / prompt_cache_key, opencode x-session-id, SDK metadata.user_id /
+         user (more with --session-header);
+      3. continuity: the conversation whose last request is a prefix of this one (two
+         sessions with the same opening part at their first difference).
+
     Set CTXPOLICY_GATEWAY_SECRET to the same value on every worker and machine of a
-    fleet, so conversations without an X-Ctxpolicy-Conversation header get the same id
-    everywhere (without it a random per-start secret is used and printed nowhere).
+    fleet, so conversation ids are the same everywhere (without it a random per-start
+    secret is used and printed nowhere). Continuity is per worker: across a fleet,
+    clients should send a session id.
     """
     for mod in ("starlette", "uvicorn", "httpx"):
         if importlib.util.find_spec(mod) is None:
@@ -162,10 +215,26 @@ def serve(
     for url in (upstream, anthropic_upstream):
         if url is not None and not url.startswith(("http://", "https://")):
             raise click.BadParameter(f"not an http(s) URL: {url!r}", param_hint="--upstream")
-    if api_key_env and not os.environ.get(api_key_env):
+    for env_name, hint in (
+        (api_key_env, "--api-key-env"),
+        (anthropic_api_key_env, "--anthropic-api-key-env"),
+        (client_token_env, "--client-token-env"),
+    ):
+        if env_name and not os.environ.get(env_name, "").strip():
+            raise click.BadParameter(
+                f"environment variable {env_name} is not set or empty", param_hint=hint
+            )
+    if anthropic_api_key_env and not anthropic_upstream:
         raise click.BadParameter(
-            f"environment variable {api_key_env} is not set or empty", param_hint="--api-key-env"
+            "a key for --anthropic-upstream, but no --anthropic-upstream (the Anthropic paths "
+            "go to --upstream with --api-key-env's key)",
+            param_hint="--anthropic-api-key-env",
         )
+    from ctxpolicy.gateway.identity import valid_header_name
+
+    for name in session_headers:
+        if not valid_header_name(name):
+            raise click.BadParameter(f"not a header name: {name!r}", param_hint="--session-header")
 
     from ctxpolicy.policy.resolve import resolve_all
 
@@ -200,6 +269,9 @@ def serve(
             "recall_rounds": recall_rounds,
             "stream_usage": stream_usage,
             "api_key_env": api_key_env,
+            "anthropic_api_key_env": anthropic_api_key_env,
+            "client_token_env": client_token_env,
+            "session_headers": list(session_headers),
             "max_body_bytes": max_body_bytes,
             "max_sessions": max_sessions,
             "record": os.path.abspath(record) if record else None,

@@ -96,7 +96,8 @@ async def completion(
 ) -> Response:
     """Answer one Chat Completions or Messages request of ``agent``."""
     headers_in = dict(request.headers)
-    if len(body) <= INLINE_BYTES:
+    large = len(body) > INLINE_BYTES
+    if not large:
         parsed = parse(gw.identity, body, api, agent, tenant, headers_in)
     else:
         parsed = await anyio.to_thread.run_sync(
@@ -168,11 +169,10 @@ async def completion(
         raw_anth = list(data["messages"]) if conv_anth is not None else None
         rounds = 0
         while True:
-            up = (
-                wire_anthropic.build(data, conv_anth, prepared, send_tools)
-                if conv_anth is not None
-                else wire_openai.build(data, prepared, send_tools)
-            )
+            if large:  # the conversion and JSON of a long history: off the event loop
+                up = await anyio.to_thread.run_sync(_build, data, conv_anth, prepared, send_tools)
+            else:
+                up = _build(data, conv_anth, prepared, send_tools)
             try:
                 resp = await gw.send("POST", url, headers, up)
             except httpx.HTTPError as exc:
@@ -283,6 +283,14 @@ def prefix_message(agent: str, fixed: int, limit: int) -> str:
         "whose model has a larger window (ctxpolicy explain shows the budget), or send "
         "fewer tools."
     )
+
+
+def _build(
+    data: dict[str, Any], conv_anth: Any, prepared: list[dict[str, Any]], tools: Any
+) -> bytes:
+    if conv_anth is not None:
+        return wire_anthropic.build(data, conv_anth, prepared, tools)
+    return wire_openai.build(data, prepared, tools)
 
 
 async def _record(session: Session, tokens: int) -> None:

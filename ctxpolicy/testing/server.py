@@ -22,8 +22,8 @@ Endpoints: ``POST /v1/chat/completions``, ``POST /v1/responses`` (OpenAI),
 ``POST /v1/messages`` (Anthropic), ``GET /v1/models``. Chat Completions and Messages
 stream too (``stream: true``): the same reply as server-sent events, in the providers'
 event shapes (chat chunks with a usage chunk when ``stream_options.include_usage`` is
-set, then ``[DONE]``; Anthropic ``message_start`` ... ``message_stop``). A streaming
-Responses request gets a 400.
+set, then ``[DONE]``; Anthropic ``message_start`` ... ``message_stop``; Responses
+``response.created`` ... ``response.completed``, as the Codex CLI reads them).
 
 Scripted replies (``script``) are dicts, the same for every API:
 
@@ -33,6 +33,11 @@ Scripted replies (``script``) are dicts, the same for every API:
 * ``{"overflow": True}`` — reject this request as a context overflow whatever its size;
 * ``{"status": 500, "body": {...}}`` — any other HTTP error;
 * ``"prompt_tokens": N`` in a reply overrides the reported ``usage`` input tokens;
+* ``"delay": S`` — answer after S seconds; a client that disconnects meanwhile is seen
+  (``abandoned`` counts it) and gets nothing;
+* ``"headers": {...}`` — extra response headers (e.g. ``retry-after`` on a 429);
+* ``"thinking": "text"`` (Anthropic) — a signed thinking block before the answer
+  (``signature`` given or made up);
 * a dict with ``"choices"`` (OpenAI) / ``"type": "message"`` (Anthropic) /
   ``"object": "response"`` (Responses) is returned verbatim.
 
@@ -47,6 +52,8 @@ from __future__ import annotations
 import inspect
 import itertools
 import json
+import select
+import socket
 import threading
 import time
 from collections import deque
@@ -282,6 +289,8 @@ def sse_events(api: str, reply: Mapping[str, Any], body: Mapping[str, Any]) -> l
     """A complete (non-streaming) reply as the server-sent events a provider streams."""
     if api == "anthropic":
         return _anthropic_events(reply)
+    if api == "responses":
+        return _responses_events(reply)
     return _chat_events(reply, bool((body.get("stream_options") or {}).get("include_usage")))
 
 
@@ -323,6 +332,21 @@ def _anthropic_events(reply: Mapping[str, Any]) -> list[bytes]:
     start.update(content=[], stop_reason=None, usage={**usage, "output_tokens": 1})
     out = [_sse({"type": "message_start", "message": start}, "message_start")]
     for i, block in enumerate(reply.get("content") or []):
+        if block.get("type") == "thinking":
+            ev = {
+                "type": "content_block_start",
+                "index": i,
+                "content_block": {"type": "thinking", "thinking": "", "signature": ""},
+            }
+            out.append(_sse(ev, "content_block_start"))
+            for delta in (
+                {"type": "thinking_delta", "thinking": str(block.get("thinking", ""))},
+                {"type": "signature_delta", "signature": str(block.get("signature", ""))},
+            ):
+                ev = {"type": "content_block_delta", "index": i, "delta": delta}
+                out.append(_sse(ev, "content_block_delta"))
+            out.append(_sse({"type": "content_block_stop", "index": i}, "content_block_stop"))
+            continue
         if block.get("type") == "tool_use":
             first = {**block, "input": {}}
             delta = {"type": "input_json_delta", "partial_json": json.dumps(block.get("input"))}
@@ -343,6 +367,71 @@ def _anthropic_events(reply: Mapping[str, Any]) -> list[bytes]:
     }
     out.append(_sse(ev, "message_delta"))
     out.append(_sse({"type": "message_stop"}, "message_stop"))
+    return out
+
+
+def _responses_events(reply: Mapping[str, Any]) -> list[bytes]:
+    seq = itertools.count()
+    out: list[bytes] = []
+
+    def ev(kind: str, **fields: Any) -> None:
+        out.append(_sse({"type": kind, "sequence_number": next(seq), **fields}, kind))
+
+    head = {**reply, "status": "in_progress", "output": [], "usage": None}
+    ev("response.created", response=head)
+    ev("response.in_progress", response=head)
+    for i, item in enumerate(reply.get("output") or []):
+        if item.get("type") == "message":
+            ev("response.output_item.added", output_index=i, item={**item, "content": []})
+            for j, part in enumerate(item.get("content") or []):
+                text = str(part.get("text", ""))
+                empty = {**part, "text": ""}
+                ev(
+                    "response.content_part.added",
+                    item_id=item["id"],
+                    output_index=i,
+                    content_index=j,
+                    part=empty,
+                )
+                ev(
+                    "response.output_text.delta",
+                    item_id=item["id"],
+                    output_index=i,
+                    content_index=j,
+                    delta=text,
+                )
+                ev(
+                    "response.output_text.done",
+                    item_id=item["id"],
+                    output_index=i,
+                    content_index=j,
+                    text=text,
+                )
+                ev(
+                    "response.content_part.done",
+                    item_id=item["id"],
+                    output_index=i,
+                    content_index=j,
+                    part=part,
+                )
+        elif item.get("type") == "function_call":
+            ev("response.output_item.added", output_index=i, item={**item, "arguments": ""})
+            ev(
+                "response.function_call_arguments.delta",
+                item_id=item["id"],
+                output_index=i,
+                delta=item.get("arguments", ""),
+            )
+            ev(
+                "response.function_call_arguments.done",
+                item_id=item["id"],
+                output_index=i,
+                arguments=item.get("arguments", ""),
+            )
+        else:
+            ev("response.output_item.added", output_index=i, item=item)
+        ev("response.output_item.done", output_index=i, item=item)
+    ev("response.completed", response=dict(reply))
     return out
 
 
@@ -465,6 +554,8 @@ class ScriptedLLMServer:
         self._lock = threading.Lock()
         self._records: deque[RecordedRequest] = deque(maxlen=MAX_RECORDS)
         self.rejections = 0
+        #: requests whose client disconnected during a ``delay`` (never answered)
+        self.abandoned = 0
         self._ids = itertools.count(1)
         self._httpd: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
@@ -562,9 +653,20 @@ class ScriptedLLMServer:
 
     def handle(self, api: Api, path: str, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
         """Answer one request: ``(status, JSON body)``. Public for direct unit tests."""
-        if body.get("stream") and api == "responses":
-            self._record(api, path, body, -1, 400)
-            return 400, _error_body(api, 400, "ScriptedLLMServer does not stream Responses")
+        status, payload, _ = self.handle_full(api, path, body)
+        return status, payload
+
+    def handle_full(
+        self, api: Api, path: str, body: dict[str, Any]
+    ) -> tuple[int, dict[str, Any], Reply]:
+        """:meth:`handle` with the scripted reply (its ``delay`` and ``headers``)."""
+        reply: Reply = {}
+        status, payload = self._handle(api, path, body, reply)
+        return status, payload, reply
+
+    def _handle(
+        self, api: Api, path: str, body: dict[str, Any], seen: Reply
+    ) -> tuple[int, dict[str, Any]]:
         try:
             if api == "chat":
                 tokens = count_openai_tokens(body.get("messages") or [], body.get("tools"))
@@ -582,6 +684,7 @@ class ScriptedLLMServer:
             self._record(api, path, body, tokens, 400)
             return 400, _overflow_body(api, tokens, window)
         reply = self._next_reply(body, api)
+        seen.update(reply)
         if reply.get("overflow"):
             with self._lock:
                 self.rejections += 1
@@ -608,7 +711,12 @@ class ScriptedLLMServer:
             return 200, _chat_reply(reply, model, prompt_tokens, ids)
         if api == "responses":
             return 200, _responses_reply(reply, model, prompt_tokens, ids)
-        return 200, _anthropic_reply(reply, model, prompt_tokens, ids)
+        out = _anthropic_reply(reply, model, prompt_tokens, ids)
+        if reply.get("thinking"):
+            text = str(reply["thinking"])
+            sig = str(reply.get("signature") or f"sig-{len(text)}-{ids()}")
+            out["content"].insert(0, {"type": "thinking", "thinking": text, "signature": sig})
+        return 200, out
 
 
 def _arity(fn: Callable[..., Any]) -> int:
@@ -648,12 +756,16 @@ class _Handler(BaseHTTPRequestHandler):
     def log_message(self, format: str, *args: Any) -> None:  # silence stderr logging
         return
 
-    def _send(self, status: int, payload: Mapping[str, Any]) -> None:
+    def _send(
+        self, status: int, payload: Mapping[str, Any], headers: Mapping[str, Any] | None = None
+    ) -> None:
         data = json.dumps(payload).encode()
         self.send_response(status)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(data)))
-        if status != 200:
+        for k, v in (headers or {}).items():
+            self.send_header(str(k), str(v))
+        if status != 200 and not any(str(k).lower() == "x-should-retry" for k in headers or {}):
             self.send_header(
                 "x-should-retry", "false"
             )  # the SDKs must not retry a 4xx/5xx by themselves
@@ -698,17 +810,39 @@ class _Handler(BaseHTTPRequestHandler):
         except ValueError as exc:
             self._send(400, _error_body(api, 400, f"invalid JSON: {exc}"))
             return
+        reply: Reply = {}
         try:
-            status, payload = self.owner.handle(api, path, body)
+            status, payload, reply = self.owner.handle_full(api, path, body)
         except Exception as exc:  # a broken script must answer, not hang the client
             status, payload = (
                 500,
                 _error_body(api, 500, f"script failed: {type(exc).__name__}: {exc}"),
             )
+        delay = float(reply.get("delay") or 0)
+        if delay > 0 and not self._wait(delay):
+            with self.owner._lock:
+                self.owner.abandoned += 1
+            self.close_connection = True
+            return
         if status == 200 and body.get("stream") is True:
             self._send_events(sse_events(api, payload, body))
             return
-        self._send(status, payload)
+        self._send(status, payload, reply.get("headers"))
+
+    def _wait(self, seconds: float) -> bool:
+        """Sleep ``seconds``; False as soon as the client has closed the connection."""
+        end = time.monotonic() + seconds
+        while True:
+            left = end - time.monotonic()
+            if left <= 0:
+                return True
+            readable, _, _ = select.select([self.connection], [], [], min(left, 0.02))
+            if readable:
+                try:
+                    if not self.connection.recv(1, socket.MSG_PEEK):
+                        return False  # EOF: the client is gone
+                except OSError:
+                    return False
 
     def _send_events(self, events: list[bytes]) -> None:
         self.send_response(200)

@@ -1,0 +1,139 @@
+"""One prepared call: a client that leaves cancels it, provider errors keep their headers,
+a fixed prefix over the budget is a clear error, a huge body never stalls the loop."""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from ctxpolicy.testing.server import ScriptedLLMServer
+
+from .conftest import config_for, run_gateway
+
+BODY = {"model": "m", "messages": [{"role": "user", "content": "Fix the failing test."}]}
+
+
+def _wait_for(pred: Any, seconds: float = 5.0) -> bool:
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        if pred():
+            return True
+        time.sleep(0.02)
+    return bool(pred())
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_client_that_leaves_releases_its_conversation(tmp_path: Path, stream: bool) -> None:
+    """The upstream is slow (5 s); the client gives up after 0.5 s and retries: the retry
+    is answered at once (not after the abandoned call) and the upstream call is cancelled."""
+    script = [{"content": "warm"}, {"content": "slow", "delay": 5.0}, {"content": "fast"}]
+    with (
+        ScriptedLLMServer(window=6000, script=script) as srv,
+        run_gateway(config_for(tmp_path, srv)) as gw,
+    ):
+        headers = {"Authorization": "Bearer k", "X-Ctxpolicy-Conversation": "c1"}
+        body = {**BODY, "stream": stream}
+        warm = {**headers, "X-Ctxpolicy-Conversation": "warm-up"}  # tokenizer loaded
+        assert httpx.post(gw.url + "/v1/chat/completions", json=body, headers=warm).is_success
+        with pytest.raises(httpx.ReadTimeout):
+            httpx.post(gw.url + "/v1/chat/completions", json=body, headers=headers, timeout=0.5)
+        t0 = time.perf_counter()
+        r = httpx.post(gw.url + "/v1/chat/completions", json=body, headers=headers, timeout=10)
+        took = time.perf_counter() - t0
+        assert r.status_code == 200 and "fast" in r.text
+        assert took < 2.0, took
+        assert _wait_for(lambda: srv.abandoned == 1)  # the upstream saw it cancelled
+        m = httpx.get(gw.url + "/metrics").text
+        assert "ctxpolicy_gateway_client_disconnects_total" in m
+
+
+@pytest.mark.parametrize("path", ["/v1/chat/completions", "/v1/messages"])
+def test_provider_errors_keep_their_headers(tmp_path: Path, path: str) -> None:
+    headers = {
+        "retry-after": "7",
+        "x-should-retry": "true",
+        "x-request-id": "req_123",
+        "request-id": "req_123",
+        "x-ratelimit-remaining-requests": "0",
+        "anthropic-ratelimit-requests-remaining": "0",
+    }
+    script = [{"status": 429, "headers": headers}]
+    with (
+        ScriptedLLMServer(window=6000, script=script) as srv,
+        run_gateway(config_for(tmp_path, srv)) as gw,
+    ):
+        r = httpx.post(gw.url + path, json=BODY, headers={"x-api-key": "k"})
+    assert r.status_code == 429
+    for k, v in headers.items():
+        assert r.headers.get(k) == v, k
+
+
+@pytest.mark.parametrize("path", ["/v1/chat/completions", "/v1/messages"])
+def test_a_fixed_prefix_over_the_budget_is_a_clear_error(tmp_path: Path, path: str) -> None:
+    system = " ".join(f"rule{i}" for i in range(7000))  # alone over 6000 - 512
+    if path == "/v1/messages":
+        body: dict[str, Any] = {**BODY, "system": system, "max_tokens": 10}
+    else:
+        body = {**BODY, "messages": [{"role": "system", "content": system}, *BODY["messages"]]}
+    with (
+        ScriptedLLMServer(window=6000) as srv,
+        run_gateway(config_for(tmp_path, srv)) as gw,
+    ):
+        r = httpx.post(gw.url + path, json=body, headers={"x-api-key": "k"})
+        m = httpx.get(gw.url + "/metrics").text
+        assert not srv.records  # nothing forwarded, nothing retried
+    assert r.status_code == 400
+    text = r.text
+    assert "'test_agent'" in text and "5488 tokens" in text and "fixed prefix" in text
+    assert 'ctxpolicy_gateway_prefix_too_large_total{agent="test_agent"} 1' in m
+
+
+def test_a_huge_body_does_not_stall_healthz(tmp_path: Path) -> None:
+    """12,000 parallel tool results in one Messages body: /healthz keeps answering."""
+    n = 12_000
+    calls = [
+        {"type": "tool_use", "id": f"t{i}", "name": "read_file", "input": {"p": i}}
+        for i in range(n)
+    ]
+    results = [
+        {"type": "tool_result", "tool_use_id": f"t{i}", "content": f"line {i}"} for i in range(n)
+    ]
+    body = {
+        "model": "m",
+        "max_tokens": 10,
+        "messages": [
+            {"role": "user", "content": "go"},
+            {"role": "assistant", "content": calls},
+            {"role": "user", "content": results},
+        ],
+    }
+    with (
+        ScriptedLLMServer(window=1_000_000) as srv,
+        run_gateway(config_for(tmp_path, srv)) as gw,
+    ):
+        done = threading.Event()
+
+        def big() -> None:
+            try:
+                httpx.post(
+                    gw.url + "/v1/messages", json=body, headers={"x-api-key": "k"}, timeout=120
+                )
+            finally:
+                done.set()
+
+        t = threading.Thread(target=big)
+        t.start()
+        worst = 0.0
+        with httpx.Client() as c:
+            while not done.is_set():
+                t0 = time.perf_counter()
+                assert c.get(gw.url + "/healthz", timeout=30).status_code == 200
+                worst = max(worst, time.perf_counter() - t0)
+                time.sleep(0.02)
+        t.join()
+    assert worst < 1.0, worst
