@@ -1,0 +1,395 @@
+"""The real coding agents through the gateway: Claude Code (``claude -p``), the Codex CLI
+(``codex exec``) and aider (``aider --message``), each run non-interactively against the
+project's scripted server on loopback, reading large files until the gateway compacts.
+
+The clients are installed once into a cache folder (``CTXPOLICY_CLIENTS_DIR``, default
+``~/.cache/ctxpolicy-clients``): the npm packages at the versions below and aider in a
+virtualenv of its own. Without a reachable registry the tests are skipped with the
+reason (failed under ``CI``). The whole module takes about a minute once installed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from ctxpolicy.gateway.app import GatewayConfig
+from ctxpolicy.testing.server import ScriptedLLMServer
+from tests.integrations.conftest import make_policy
+
+from .conftest import run_gateway
+
+NPM_PACKAGES = {"@openai/codex": "0.171.0", "@anthropic-ai/claude-code": "2.1.197"}
+AIDER = "aider-chat==0.86.2"
+CLIENTS = Path(os.environ.get("CTXPOLICY_CLIENTS_DIR") or Path.home() / ".cache/ctxpolicy-clients")
+INSTALL_TIMEOUT = 600
+RUN_TIMEOUT = 240
+WINDOW, RESERVE = 40_000, 2_000  # the agents' policy: Claude Code's prefix is ~16k of it
+FILES = 5  # files each session reads (~8.8k tokens each): compaction from the 4th on
+PROMPT = "Read every bigN.txt file in this directory and tell me what they hold."
+
+
+def _unavailable(reason: str) -> None:
+    if os.environ.get("CI"):
+        pytest.fail(reason)
+    pytest.skip(reason)
+
+
+def _npm_bin(name: str) -> Path:
+    return CLIENTS / "node_modules" / ".bin" / name
+
+
+def _installed(package: str, version: str) -> bool:
+    meta = CLIENTS / "node_modules" / package / "package.json"
+    try:
+        return bool(json.loads(meta.read_text()).get("version") == version)
+    except (OSError, ValueError):
+        return False
+
+
+@pytest.fixture(scope="module")
+def npm_clients() -> Path:
+    """The Codex CLI and Claude Code, installed with npm into the cache folder."""
+    if not all(_installed(p, v) for p, v in NPM_PACKAGES.items()):
+        npm = shutil.which("npm")
+        if npm is None:
+            _unavailable("npm is not installed")
+        CLIENTS.mkdir(parents=True, exist_ok=True)
+        specs = [f"{p}@{v}" for p, v in NPM_PACKAGES.items()]
+        try:
+            done = subprocess.run(
+                [str(npm), "install", "--no-audit", "--no-fund", "--prefix", str(CLIENTS), *specs],
+                capture_output=True,
+                text=True,
+                timeout=INSTALL_TIMEOUT,
+            )
+        except subprocess.TimeoutExpired:
+            _unavailable(f"npm install {' '.join(specs)} took over {INSTALL_TIMEOUT} s")
+        if done.returncode != 0:
+            _unavailable(f"npm could not install {' '.join(specs)}: {done.stderr[-400:]}")
+    return CLIENTS
+
+
+@pytest.fixture(scope="module")
+def aider_bin() -> Path:
+    """aider in a virtualenv of its own in the cache folder."""
+    venv = CLIENTS / "aider-venv"
+    exe = venv / "bin" / "aider"
+    if not exe.exists():
+        try:
+            subprocess.run(
+                [sys.executable, "-m", "venv", str(venv)], check=True, capture_output=True
+            )
+            done = subprocess.run(
+                [str(venv / "bin" / "python"), "-m", "pip", "install", "-q", AIDER],
+                capture_output=True,
+                text=True,
+                timeout=INSTALL_TIMEOUT,
+            )
+        except subprocess.TimeoutExpired:
+            _unavailable(f"pip install {AIDER} took over {INSTALL_TIMEOUT} s")
+        except subprocess.CalledProcessError as exc:
+            _unavailable(f"could not create a virtualenv for aider: {exc}")
+        if done.returncode != 0 or not exe.exists():
+            _unavailable(f"pip could not install {AIDER}: {done.stderr[-400:]}")
+    return exe
+
+
+@dataclass
+class Run:
+    """What one client run left: its outputs, the upstream's records, the gateway's view."""
+
+    outputs: list[subprocess.CompletedProcess[str]]
+    records: list[Any]
+    conversations: list[tuple[str, str]]
+    metrics: str
+    thinking: dict[str, str] = field(default_factory=dict)  # text -> signature sent
+
+
+def _project(root: Path) -> Path:
+    proj = root / "proj"
+    proj.mkdir()
+    for i in range(FILES + 2):
+        lines = (f"line {j} of file {i}: value_{i}_{j} " + "x" * 40 for j in range(400))
+        (proj / f"big{i}.txt").write_text("\n".join(lines) + "\n")
+    return proj
+
+
+def _policy_config(root: Path, srv: ScriptedLLMServer, agent: str) -> GatewayConfig:
+    policy = make_policy(
+        root / "state", window=WINDOW, reserve_output=RESERVE, tool_growth=2000, safety_margin=500
+    )
+    return GatewayConfig(
+        policies={agent: policy}, upstream=srv.url, default_agent=agent, secret=b"real-clients"
+    )
+
+
+def _parallel(commands: list[tuple[list[str], dict[str, str]]], cwd: Path) -> list[Any]:
+    out: list[Any] = [None] * len(commands)
+
+    def one(i: int) -> None:
+        cmd, env = commands[i]
+        out[i] = subprocess.run(
+            cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=RUN_TIMEOUT
+        )
+
+    threads = [threading.Thread(target=one, args=(i,)) for i in range(len(commands))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(RUN_TIMEOUT + 10)
+    return out
+
+
+def _env(root: Path, **extra: str) -> dict[str, str]:
+    home = root / "home"
+    home.mkdir(exist_ok=True)
+    keep = {k: v for k, v in os.environ.items() if k in ("PATH", "LANG", "TMPDIR", "SSL_CERT_FILE")}
+    return {**keep, "HOME": str(home), **extra}
+
+
+# -- Claude Code ------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def claude_run(npm_clients: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Run]:
+    root = tmp_path_factory.mktemp("claude")
+    proj = _project(root)
+    reads: dict[str, int] = {}
+    produced: dict[str, str] = {}
+    lock = threading.Lock()
+
+    def script(body: dict[str, Any], api: str) -> dict[str, Any]:
+        if not body.get("tools"):
+            return {"content": "ok"}  # a side request (a title, a check)
+        try:
+            session = json.loads(body["metadata"]["user_id"])["session_id"]
+        except (KeyError, TypeError, ValueError):
+            session = "?"
+        with lock:
+            n = reads[session] = reads.get(session, 0) + 1
+        if n > FILES:
+            return {"content": "all files read"}
+        text = f"Session {session[:8]} reads file {n}."
+        sig = hashlib.sha256(text.encode()).hexdigest()
+        with lock:
+            produced[text] = sig
+        path = str(proj / f"big{n}.txt")
+        return {
+            "thinking": text,
+            "signature": sig,
+            "tool_calls": [{"name": "Read", "arguments": {"file_path": path}}],
+        }
+
+    with ScriptedLLMServer(window=200_000, script=script) as srv:
+        with run_gateway(_policy_config(root, srv, "claude_code")) as gw:
+            env = _env(
+                root,
+                ANTHROPIC_BASE_URL=gw.url,
+                ANTHROPIC_API_KEY="sk-ant-test",
+                DISABLE_TELEMETRY="1",
+                CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC="1",
+            )
+            cmd = [
+                str(_npm_bin("claude")),
+                "-p",
+                PROMPT,
+                "--allowedTools",
+                "Read",
+                "--max-turns",
+                str(FILES + 3),
+            ]
+            outputs = _parallel([(cmd, env), (cmd, env)], proj)
+            metrics = httpx.get(gw.url + "/metrics").text
+            convs = list(gw.gateway.pool._sessions)
+        yield Run(outputs, srv.records, convs, metrics, produced)
+
+
+def _blocks(body: dict[str, Any], kind: str) -> list[tuple[int, dict[str, Any]]]:
+    out = []
+    for i, m in enumerate(body.get("messages") or []):
+        content = m.get("content")
+        if isinstance(content, list):
+            out += [(i, b) for b in content if isinstance(b, dict) and b.get("type") == kind]
+    return out
+
+
+def _compactions(metrics: str) -> int:
+    return sum(
+        int(v)
+        for v in re.findall(r"^ctxpolicy_gateway_compactions_total\{.*\} (\d+)$", metrics, re.M)
+    )
+
+
+def test_claude_code_works_fits_and_compacts(claude_run: Run) -> None:
+    for out in claude_run.outputs:
+        assert out.returncode == 0, out.stderr[-2000:]
+        assert "all files read" in out.stdout
+    accepted = [r for r in claude_run.records if r.status == 200]
+    assert accepted and len(accepted) == len(claude_run.records)  # none over the window
+    assert all(r.tokens <= WINDOW - RESERVE for r in accepted)
+    assert _compactions(claude_run.metrics) > 0
+
+
+def test_claude_code_pairs_stay_whole(claude_run: Run) -> None:
+    for r in claude_run.records:
+        msgs = r.body.get("messages") or []
+        uses = {(i, b["id"]) for i, b in _blocks(r.body, "tool_use")}
+        results = {(i, b["tool_use_id"]) for i, b in _blocks(r.body, "tool_result")}
+        for i, cid in uses:  # answered in the next message
+            assert (i + 1, cid) in results, (i, cid)
+        for i, cid in results:
+            assert (i - 1, cid) in uses and msgs[i - 1]["role"] == "assistant"
+
+
+def test_claude_code_parallel_sessions_stay_apart(claude_run: Run) -> None:
+    assert len(claude_run.conversations) == 2
+    for r in claude_run.records:  # no request holds another session's reads
+        sessions = {b.get("thinking", "")[8:16] for _, b in _blocks(r.body, "thinking")}
+        assert len(sessions) <= 1
+
+
+def test_claude_code_thinking_signatures_unchanged(claude_run: Run) -> None:
+    seen = 0
+    for r in claude_run.records:
+        for _, b in _blocks(r.body, "thinking"):
+            assert claude_run.thinking.get(b["thinking"]) == b["signature"]
+            seen += 1
+    assert seen
+
+
+@pytest.mark.xfail(
+    reason="the Anthropic conversion still hoists a mid-conversation system message into "
+    "the top-level system prompt (the wire layer fixes it)",
+    strict=False,
+)
+def test_claude_code_system_messages_stay_in_place(claude_run: Run) -> None:
+    first = claude_run.records[0].body
+    roles = [m["role"] for m in first["messages"]]
+    assert "system" in roles  # Claude Code sends its reminders as role: system messages
+
+
+# -- Codex CLI --------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def codex_run(npm_clients: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Run]:
+    root = tmp_path_factory.mktemp("codex")
+    proj = _project(root)
+    reads: dict[str, int] = {}
+    lock = threading.Lock()
+
+    def script(body: dict[str, Any], api: str) -> dict[str, Any]:
+        key = str(body.get("prompt_cache_key"))
+        with lock:
+            n = reads[key] = reads.get(key, 0) + 1
+        if n > FILES:
+            return {"content": "all files read"}
+        names = {t.get("name") for t in body.get("tools") or []}
+        if "exec_command" in names:
+            call = {"name": "exec_command", "arguments": {"cmd": f"cat big{n}.txt"}}
+        else:
+            call = {"name": "shell", "arguments": {"command": ["cat", f"big{n}.txt"]}}
+        return {"tool_calls": [call]}
+
+    with ScriptedLLMServer(window=200_000, script=script) as srv:
+        with run_gateway(_policy_config(root, srv, "codex")) as gw:
+            codex_home = root / "codex-home"
+            codex_home.mkdir()
+            (codex_home / "config.toml").write_text(
+                'model = "gpt-5"\nmodel_provider = "ctxpolicy"\n'
+                "[model_providers.ctxpolicy]\n"
+                'name = "ctxpolicy gateway"\n'
+                f'base_url = "{gw.url}/v1"\n'
+                'env_key = "OPENAI_API_KEY"\nwire_api = "responses"\n'
+                "request_max_retries = 0\nstream_max_retries = 0\n"
+            )
+            env = _env(root, CODEX_HOME=str(codex_home), OPENAI_API_KEY="sk-test")
+            cmd = [
+                str(_npm_bin("codex")),
+                "exec",
+                "--skip-git-repo-check",
+                "--sandbox",
+                "danger-full-access",
+                PROMPT,
+            ]
+            outputs = _parallel([(cmd, env), (cmd, env)], proj)
+            metrics = httpx.get(gw.url + "/metrics").text
+            convs = list(gw.gateway.pool._sessions)
+        yield Run(outputs, srv.records, convs, metrics)
+
+
+def test_codex_cli_works_through_the_gateway(codex_run: Run) -> None:
+    for out in codex_run.outputs:
+        assert out.returncode == 0, out.stderr[-2000:]
+        assert "all files read" in out.stdout
+    assert {r.path for r in codex_run.records} == {"/v1/responses"}
+    assert len({r.body.get("prompt_cache_key") for r in codex_run.records}) == 2
+
+
+@pytest.mark.xfail(
+    reason="POST /v1/responses is forwarded unprepared until the gateway prepares the "
+    "Responses API",
+    strict=False,
+)
+def test_codex_cli_is_prepared_fits_and_compacts(codex_run: Run) -> None:
+    assert len(codex_run.conversations) == 2
+    assert all(r.tokens <= WINDOW - RESERVE for r in codex_run.records)
+    assert _compactions(codex_run.metrics) > 0
+
+
+# -- aider ------------------------------------------------------------------------------
+
+
+def test_aider_works_fits_and_is_prepared(aider_bin: Path, tmp_path: Path) -> None:
+    proj = _project(tmp_path)
+    script = [{"content": "Nothing to change."}]
+    with (
+        ScriptedLLMServer(window=200_000, script=script) as srv,
+        run_gateway(_policy_config(tmp_path, srv, "aider")) as gw,
+    ):
+        env = _env(
+            tmp_path,
+            OPENAI_API_BASE=gw.url + "/v1",
+            OPENAI_API_KEY="sk-test",
+            AIDER_CHECK_UPDATE="false",
+            AIDER_ANALYTICS="false",
+            LITELLM_LOCAL_MODEL_COST_MAP="True",
+        )
+        cmd = [
+            str(aider_bin),
+            "--model",
+            "openai/gpt-4o",
+            "--no-git",
+            "--yes-always",
+            "--no-show-model-warnings",
+            "--no-pretty",
+            "--no-stream",
+            "--message",
+            "Summarise big1.txt.",
+            "big1.txt",
+        ]
+        out = subprocess.run(
+            cmd, cwd=proj, env=env, capture_output=True, text=True, timeout=RUN_TIMEOUT
+        )
+        metrics = httpx.get(gw.url + "/metrics").text
+        convs = list(gw.gateway.pool._sessions)
+    assert out.returncode == 0, (out.stdout[-1000:], out.stderr[-2000:])
+    assert "Nothing to change." in out.stdout
+    chat = [r for r in srv.records if r.path.endswith("/chat/completions")]
+    assert chat and all(r.status == 200 and r.tokens <= WINDOW - RESERVE for r in chat)
+    assert len(convs) == 1
+    assert 'api="chat",agent="aider",status="200"' in metrics
