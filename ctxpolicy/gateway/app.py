@@ -163,13 +163,11 @@ class Gateway:
         await anyio.to_thread.run_sync(self.pool.close)
 
     # -- helpers -------------------------------------------------------------------
-    def upstream_headers(self, request: Request, provider: str) -> dict[str, str]:
+    def upstream_headers(self, headers: Mapping[str, str], provider: str) -> dict[str, str]:
         """The client's headers for ``provider``'s upstream: hop-by-hop and the gateway's
         own dropped, the server's key of that provider (if any) instead of the client's."""
         out = {
-            k: v
-            for k, v in request.headers.items()
-            if k not in _HOP and not k.startswith("x-ctxpolicy-")
+            k: v for k, v in headers.items() if k not in _HOP and not k.startswith("x-ctxpolicy-")
         }
         key = self.keys[provider]
         if key:
@@ -231,15 +229,18 @@ class Gateway:
             if path == "/metrics":
                 return await self.metrics_route(request)
             return await self.healthz(request)
-        shape = "anthropic" if request.headers.get("anthropic-version") else "chat"
+        # one pass over the raw headers (names arrive lower-cased); every lookup after it
+        # is a dict lookup
+        headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in request.headers.raw}
+        shape = "anthropic" if headers.get("anthropic-version") else "chat"
         agent: str | None = None
         rest = path
         try:
             if path.startswith("/agents/"):
                 agent, rest = resolve_agent(
-                    path, request.headers, self.config.default_agent, self.pool.agents
+                    path, headers, self.config.default_agent, self.pool.agents
                 )
-            provider = provider_of(rest, request.headers)
+            provider = provider_of(rest, headers)
         except (UnknownAgent, Unplaced) as exc:
             self.metrics.refusal("unknown agent" if isinstance(exc, UnknownAgent) else "no route")
             return error_response(404, str(exc), shape)
@@ -247,14 +248,12 @@ class Gateway:
         shape = "anthropic" if provider == ANTHROPIC else "chat"
         if api is not None and agent is None:
             try:
-                agent, _ = resolve_agent(
-                    rest, request.headers, self.config.default_agent, self.pool.agents
-                )
+                agent, _ = resolve_agent(rest, headers, self.config.default_agent, self.pool.agents)
             except UnknownAgent as exc:
                 self.metrics.refusal("unknown agent")
                 return error_response(404, str(exc), shape)
         try:
-            tenant = self.identity.tenant(request.headers, server_key=bool(self.keys[provider]))
+            tenant = self.identity.tenant(headers, server_key=bool(self.keys[provider]))
         except Refused as exc:
             self.metrics.refusal("no credential")
             return error_response(401, str(exc), shape)
@@ -271,16 +270,22 @@ class Gateway:
             return Response(status_code=499)
         if api is not None:
             assert agent is not None
-            return await self.guarded(
-                request, api, agent, self.prepared_call(request, api, agent, rest, body, tenant)
-            )
-        return await self.forward(request, provider, rest, body)
+            call = self.prepared_call(request, headers, api, agent, rest, body, tenant)
+            return await self.guarded(request, api, agent, call)
+        return await self.forward(request, headers, provider, rest, body)
 
     async def prepared_call(
-        self, request: Request, api: str, agent: str, path: str, body: bytes, tenant: str
+        self,
+        request: Request,
+        headers: dict[str, str],
+        api: str,
+        agent: str,
+        path: str,
+        body: bytes,
+        tenant: str,
     ) -> Response:
         try:
-            return await completion(self, request, api, agent, path, body, tenant)
+            return await completion(self, request, headers, api, agent, path, body, tenant)
         except (ValueError, WireError) as exc:
             self.metrics.request(api, agent, 400)
             return error_response(400, f"invalid request body: {str(exc)[:300]}", api)
@@ -298,31 +303,40 @@ class Gateway:
         """Run ``work`` (one prepared call) until its answer starts, cancelled as soon as
         the client disconnects: the upstream call is abandoned and the conversation's
         lock released at once (an answer already streaming is cut by the relay)."""
-        result: Response | None = None
-        async with anyio.create_task_group() as tg:
+        me = asyncio.current_task()
+        gone = False
 
-            async def watch() -> None:
-                while (await request.receive())["type"] != "http.disconnect":
-                    pass
-                tg.cancel_scope.cancel()
+        async def watch() -> None:
+            nonlocal gone
+            while (await request.receive())["type"] != "http.disconnect":
+                pass
+            gone = True
+            if me is not None:
+                me.cancel()
 
-            tg.start_soon(watch)
-            result = await work
-            tg.cancel_scope.cancel()
-        if result is None:
+        watcher = asyncio.get_running_loop().create_task(watch())
+        try:
+            return await work
+        except asyncio.CancelledError:
+            if not gone or me is None:
+                raise
+            me.uncancel()  # our own cancellation, answered here
             self.metrics.disconnect(api, agent)
             log.info("agent=%s client disconnected: upstream call cancelled", agent)
             return Response(status_code=499)
-        return result
+        finally:
+            watcher.cancel()
 
-    async def forward(self, request: Request, provider: str, path: str, body: bytes) -> Response:
+    async def forward(
+        self, request: Request, headers: Mapping[str, str], provider: str, path: str, body: bytes
+    ) -> Response:
         """A path the gateway does not prepare: forwarded unchanged to its provider's
         upstream, the answer streamed back."""
         try:
             resp = await self.send(
                 request.method,
                 self.upstream_url(provider, path, request.url.query),
-                self.upstream_headers(request, provider),
+                self.upstream_headers(headers, provider),
                 body,
             )
         except httpx.HTTPError as exc:

@@ -88,6 +88,7 @@ def parse(
 async def completion(
     gw: Gateway,
     request: Request,
+    headers_in: dict[str, str],
     api: str,
     agent: str,
     path: str,
@@ -95,7 +96,6 @@ async def completion(
     tenant: str,
 ) -> Response:
     """Answer one Chat Completions or Messages request of ``agent``."""
-    headers_in = dict(request.headers)
     large = len(body) > INLINE_BYTES
     if not large:
         parsed = parse(gw.identity, body, api, agent, tenant, headers_in)
@@ -131,7 +131,7 @@ async def completion(
         ]
     conv = conversation.id
     provider = ANTHROPIC if api == "anthropic" else OPENAI
-    headers = gw.upstream_headers(request, provider)
+    headers = gw.upstream_headers(headers_in, provider)
     url = gw.upstream_url(provider, path, request.url.query)
     lock = gw.pool.lock(agent, conv)
     await lock.acquire()

@@ -2,8 +2,8 @@
 
 **Tenant.** The credential a request carries: the gateway token (``X-Ctxpolicy-Token``,
 or the request's own key when the gateway holds the provider key), else the provider key
-it sends (``Authorization`` or ``x-api-key``). It only enters an HMAC-SHA256 keyed by the
-gateway secret; the credential itself is never stored, logged or put in an id. When the
+it sends (``Authorization`` or ``x-api-key``). It only enters a keyed hash (BLAKE2b, keyed by the
+gateway secret); the credential itself is never stored, logged or put in an id. When the
 gateway sends its own provider key (``--api-key-env``), a request without a credential of
 its own is refused (HTTP 401): keyless clients never share one tenant. With
 ``--client-token-env`` every request must present one of the gateway's tokens.
@@ -90,12 +90,12 @@ def valid_header_name(name: str) -> bool:
 
 
 def _digest(secret: bytes, *parts: str) -> str:
-    mac = hmac.new(secret, digestmod=hashlib.sha256)
-    for p in parts:
-        data = p.encode("utf-8", "surrogatepass")
-        mac.update(len(data).to_bytes(8, "big"))
-        mac.update(data)
-    return mac.hexdigest()
+    """A keyed BLAKE2b of ``parts`` (each length-prefixed, so no two part lists collide)."""
+    key = secret if len(secret) <= 64 else hashlib.sha256(secret).digest()
+    data = b"".join(
+        len(b).to_bytes(8, "big") + b for b in (p.encode("utf-8", "surrogatepass") for p in parts)
+    )
+    return hashlib.blake2b(data, key=key, digest_size=32).hexdigest()
 
 
 def _field(body: Mapping[str, Any], path: str) -> str | None:
