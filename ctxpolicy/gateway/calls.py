@@ -122,7 +122,11 @@ async def completion(
                 },
             }
     send_tools = None
-    if gw.config.recall:
+    # the client's own tool of a recall tool's name wins: the gateway then offers no
+    # recall tools and answers no recall call of this request (it is the client's call)
+    names = {(c.get("function") or {}).get("name") for c in (count_tools or [])}
+    recall_on = gw.config.recall and not (names & recall_mod.RECALL_NAMES)
+    if recall_on:
         extra = recall_mod.anthropic_tools() if api == "anthropic" else recall_mod.openai_tools()
         send_tools = recall_mod.with_tools(client_tools, extra)
         have = {(c.get("function") or {}).get("name") for c in (count_tools or [])}
@@ -198,7 +202,7 @@ async def completion(
                 gw.metrics.retry(agent)
                 prepared = retry
                 continue
-            recall_left = gw.config.recall and rounds < gw.config.recall_rounds
+            recall_left = recall_on and rounds < gw.config.recall_rounds
             answer: Any = None
             raw = b""
             if stream:

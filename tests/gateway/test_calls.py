@@ -137,3 +137,24 @@ def test_a_huge_body_does_not_stall_healthz(tmp_path: Path) -> None:
                 time.sleep(0.02)
         t.join()
     assert worst < 1.0, worst
+
+
+def test_the_clients_own_recall_named_tool_wins(tmp_path: Path) -> None:
+    """A client with its own ``ctx_search``: the gateway offers no recall tools and hands
+    the model's ``ctx_search`` call to the client instead of answering it."""
+    own = {
+        "type": "function",
+        "function": {"name": "ctx_search", "description": "the client's search", "parameters": {}},
+    }
+    script = [{"tool_calls": [{"name": "ctx_search", "arguments": {"query": "x"}}]}]
+    body = {**BODY, "tools": [own]}
+    with (
+        ScriptedLLMServer(window=6000, script=script) as srv,
+        run_gateway(config_for(tmp_path, srv, recall=True)) as gw,
+    ):
+        r = httpx.post(gw.url + "/v1/chat/completions", json=body, headers={"x-api-key": "k"})
+    assert r.status_code == 200
+    (call,) = r.json()["choices"][0]["message"]["tool_calls"]
+    assert call["function"]["name"] == "ctx_search"
+    (sent,) = srv.records
+    assert sent.body["tools"] == [own]
