@@ -213,8 +213,18 @@ def claude_run(npm_clients: Path, tmp_path_factory: pytest.TempPathFactory) -> I
                 str(FILES + 3),
             ]
             outputs = _parallel([(cmd, env), (cmd, env)], proj)
+            # `claude -p --continue` resumes the latest session: its own conversation still
+            conv_before = list(gw.gateway.pool._sessions)
+            n_before = len(srv.records)
+            more = [str(_npm_bin("claude")), "-p", "--continue", "And now?"]
+            outputs.append(
+                subprocess.run(
+                    more, cwd=proj, env=env, capture_output=True, text=True, timeout=RUN_TIMEOUT
+                )
+            )
             metrics = httpx.get(gw.url + "/metrics").text
             convs = list(gw.gateway.pool._sessions)
+        assert len(srv.records) > n_before and set(convs) == set(conv_before)
         yield Run(outputs, srv.records, convs, metrics, produced)
 
 
@@ -235,6 +245,7 @@ def _compactions(metrics: str) -> int:
 
 
 def test_claude_code_works_fits_and_compacts(claude_run: Run) -> None:
+    """Both sessions, and the `--continue` of one of them (the same conversation)."""
     for out in claude_run.outputs:
         assert out.returncode == 0, out.stderr[-2000:]
         assert "all files read" in out.stdout
