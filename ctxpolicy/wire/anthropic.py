@@ -9,13 +9,19 @@ Messages API content is converted to the engine's OpenAI-style messages and back
 * ``tool_result`` blocks of a user message ↔ ``tool`` messages directly after the
   assistant message, so a ``tool_use`` and its ``tool_result`` are one unit and are
   kept or dropped together; the user's other blocks follow as a user message;
-* ``thinking`` / ``redacted_thinking`` blocks stay with their assistant message
-  (their text is counted, their signature is sent back untouched).
+* ``thinking`` / ``redacted_thinking`` blocks are parts of their assistant message,
+  whole (counted, never text): dropped with their turn or sent back byte-identical,
+  first in it, also when the turn's text or tool inputs were shortened;
+* ``image`` / ``document`` blocks (in user turns and inside tool results) carry their
+  token count by the provider's rules (:func:`media_tokens`);
+* system messages after the first other message (reminders, the progress ledger) stay
+  in their place as text blocks of a user turn.
 
 Messages the policy keeps unchanged are sent back as their original blocks
 (``cache_control``, ``citations``, signatures intact); rewritten ones (a truncated
 tool result, a summary, the ledger) become new blocks, a truncated ``tool_result``
-keeping its ``is_error`` and ``cache_control``.
+keeping its ``is_error``, ``cache_control`` and its images and documents, a shortened
+``tool_use`` its shortened ``input`` (still an object).
 
 :class:`AnthropicRequest` places prompt-cache breakpoints (``cache_control``) on request;
 :class:`AnthropicWire` is the wire class the gateway uses for ``POST /v1/messages``.
@@ -23,7 +29,12 @@ keeping its ``is_error`` and ``cache_control``.
 
 from __future__ import annotations
 
+import base64
+import binascii
 import copy
+import math
+import re
+import struct
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -42,15 +53,20 @@ from ctxpolicy.wire.base import (
 )
 
 __all__ = [
+    "DOCUMENT_UNKNOWN_TOKENS",
     "EPHEMERAL",
+    "IMAGE_MAX_TOKENS",
     "MAX_BREAKPOINTS",
     "OMITTED_PREFIX",
+    "PDF_PAGE_TOKENS",
     "AnthropicConversation",
     "AnthropicRequest",
     "AnthropicStreamTurn",
     "AnthropicWire",
     "CacheBreakpoints",
     "from_openai",
+    "image_tokens",
+    "media_tokens",
     "to_openai",
     "tool_results_turn",
     "tools_for_count",
@@ -62,46 +78,185 @@ EPHEMERAL: dict[str, str] = {"type": "ephemeral"}
 OMITTED_PREFIX = "[earlier conversation omitted to fit the context window]"
 
 
+#: Tokens of an image whose size is unknown, and the most one image costs: the provider
+#: scales larger images down (long edge 1,568 px, about 1.15 megapixels, ~1,600 tokens).
+IMAGE_MAX_TOKENS = 1600
+#: Tokens counted per PDF page: its text and its page image (the provider counts
+#: 1,500-3,000 tokens per page).
+PDF_PAGE_TOKENS = 3000
+#: A PDF whose pages cannot be counted here is estimated at one page per this many bytes.
+PDF_BYTES_PER_PAGE = 50_000
+#: A document or image given by URL or file id (its content is not in the request):
+#: counted as one PDF page; the provider's overflow error corrects a longer one.
+DOCUMENT_UNKNOWN_TOKENS = PDF_PAGE_TOKENS
+#: Most bytes of an image read to find its size (JPEG size markers are near the start).
+_IMAGE_HEAD_BYTES = 64 * 1024
+_THINKING = ("thinking", "redacted_thinking")
+_MEDIA = ("image", "document")
+_PAGE = re.compile(rb"/Type\s*/Page(?![A-Za-z])")
+
+
+def image_tokens(width: int | None, height: int | None) -> int:
+    """Anthropic's image rule: ``width * height / 750`` tokens, at most
+    :data:`IMAGE_MAX_TOKENS` (larger images are scaled down); unknown size: the maximum."""
+    if not width or not height or width <= 0 or height <= 0:
+        return IMAGE_MAX_TOKENS
+    return max(1, min(IMAGE_MAX_TOKENS, math.ceil(width * height / 750)))
+
+
+def _b64(data: Any, limit: int | None = None) -> bytes:
+    if not isinstance(data, str):
+        return b""
+    text = data if limit is None else data[: (limit // 3 + 1) * 4]
+    try:
+        return base64.b64decode(text + "=" * (-len(text) % 4), validate=False)
+    except (ValueError, binascii.Error):
+        return b""
+
+
+def _jpeg_size(head: bytes) -> tuple[int, int] | None:
+    i = 2
+    while i + 9 < len(head):
+        if head[i] != 0xFF:
+            return None
+        marker = head[i + 1]
+        if 0xC0 <= marker <= 0xCF and marker not in (0xC4, 0xC8, 0xCC):
+            h, w = struct.unpack(">HH", head[i + 5 : i + 9])
+            return w, h
+        i += 2 + struct.unpack(">H", head[i + 2 : i + 4])[0]
+    return None
+
+
+def _image_size(head: bytes) -> tuple[int, int] | None:
+    """Width and height from the first bytes of a PNG, GIF, JPEG or WebP image."""
+    if head[:8] == b"\x89PNG\r\n\x1a\n" and len(head) >= 24:
+        w, h = struct.unpack(">II", head[16:24])
+        return int(w), int(h)
+    if head[:6] in (b"GIF87a", b"GIF89a") and len(head) >= 10:
+        w, h = struct.unpack("<HH", head[6:10])
+        return int(w), int(h)
+    if head[:2] == b"\xff\xd8":
+        return _jpeg_size(head)
+    if head[:4] == b"RIFF" and head[8:12] == b"WEBP" and len(head) >= 30:
+        kind = head[12:16]
+        if kind == b"VP8 ":
+            w, h = struct.unpack("<HH", head[26:30])
+            return w & 0x3FFF, h & 0x3FFF
+        if kind == b"VP8L":
+            bits = int.from_bytes(head[21:25], "little")
+            return (bits & 0x3FFF) + 1, ((bits >> 14) & 0x3FFF) + 1
+        if kind == b"VP8X":
+            return int.from_bytes(head[24:27], "little") + 1, int.from_bytes(
+                head[27:30], "little"
+            ) + 1
+    return None
+
+
+def _text_tokens(text: str) -> int:
+    """An upper estimate of a text's tokens without a tokenizer: one per 3 UTF-8 bytes."""
+    return math.ceil(len(text.encode("utf-8", "surrogatepass")) / 3)
+
+
+def media_tokens(block: Mapping[str, Any]) -> int:
+    """Tokens of an ``image`` or ``document`` block by the provider's rules (docs/wire.md):
+    images by their size, PDFs by their pages, text documents by their text, content
+    documents by their blocks; content given by URL or file id by an upper estimate."""
+    src = block.get("source")
+    src = src if isinstance(src, Mapping) else {}
+    stype = src.get("type")
+    if block.get("type") == "image":
+        if stype == "base64":
+            return image_tokens(*(_image_size(_b64(src.get("data"), _IMAGE_HEAD_BYTES)) or (0, 0)))
+        return IMAGE_MAX_TOKENS
+    if stype == "text":
+        return _text_tokens(str(src.get("data", "")))
+    if stype == "content":
+        inner = src.get("content")
+        if isinstance(inner, str):
+            return _text_tokens(inner)
+        return sum(
+            media_tokens(b) if b.get("type") == "image" else _text_tokens(str(b.get("text", "")))
+            for b in inner or []
+            if isinstance(b, Mapping)
+        )
+    if stype == "base64":
+        raw = _b64(src.get("data"))
+        pages = len(_PAGE.findall(raw)) or max(1, math.ceil(len(raw) / PDF_BYTES_PER_PAGE))
+        return pages * PDF_PAGE_TOKENS
+    return DOCUMENT_UNKNOWN_TOKENS
+
+
+def _media_part(block: Mapping[str, Any]) -> dict[str, Any]:
+    """An image or document block as an engine content part: the block itself and its
+    ``tokens`` (counted as such by the engine; removed when the block is sent back)."""
+    return {**block, "tokens": media_tokens(block)}
+
+
+def _media_block(part: Mapping[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in part.items() if k != "tokens"}
+
+
+def _is_media_part(part: Any) -> bool:
+    return isinstance(part, Mapping) and part.get("type") in _MEDIA and "tokens" in part
+
+
 def _block_to_part(block: Mapping[str, Any]) -> dict[str, Any] | None:
-    """A content block as an OpenAI content part (for counting and summaries)."""
+    """A content block as an engine content part (for counting and summaries).
+
+    Thinking blocks stay whole (never text: summaries and squeezing do not see them, the
+    engine counts them and sends them back byte-identical with their turn); images and
+    documents keep their block with their token count.
+    """
     btype = block.get("type")
     if btype == "text":
         return {"type": "text", "text": str(block.get("text", ""))}
-    if btype == "image":
-        src = block.get("source") or {}
-        if src.get("type") == "base64":
-            url = f"data:{src.get('media_type', 'image/png')};base64,{src.get('data', '')}"
-        else:
-            url = str(src.get("url", ""))
-        return {"type": "image_url", "image_url": {"url": url}}
-    if btype == "document":
-        title = block.get("title") or (block.get("source") or {}).get("type", "")
-        return {"type": "text", "text": f"[document {title}]"}
-    if btype == "thinking":
-        return {"type": "text", "text": str(block.get("thinking", ""))}
-    if btype == "redacted_thinking":
-        return {"type": "text", "text": "[redacted thinking]"}
+    if btype in _MEDIA:
+        return _media_part(block)
+    if btype in _THINKING:
+        return dict(block)
     if btype in ("tool_use", "tool_result"):
         return None
     return {"type": "text", "text": content_text([block]) or str(block.get("type", ""))}
 
 
-def _tool_result_text(block: Mapping[str, Any]) -> str:
+def _tool_result_content(block: Mapping[str, Any]) -> Any:
+    """A ``tool_result``'s content as the tool message's: its text, or text and media
+    parts when it holds images or documents."""
     content = block.get("content")
     if content is None:
         return ""
     if isinstance(content, str):
         return content
     if isinstance(content, list):
+        blocks = [b for b in content if isinstance(b, Mapping)]
+        if any(b.get("type") in _MEDIA for b in blocks):
+            return [
+                _media_part(b)
+                if b.get("type") in _MEDIA
+                else {
+                    "type": "text",
+                    "text": str(b.get("text", ""))
+                    if b.get("type") == "text"
+                    else f"[{b.get('type', 'block')}]",
+                }
+                for b in blocks
+            ]
         parts = []
-        for b in content:
-            if isinstance(b, Mapping):
-                if b.get("type") == "text":
-                    parts.append(str(b.get("text", "")))
-                else:
-                    parts.append(f"[{b.get('type', 'block')}]")
+        for b in blocks:
+            if b.get("type") == "text":
+                parts.append(str(b.get("text", "")))
+            else:
+                parts.append(f"[{b.get('type', 'block')}]")
         return "\n".join(parts)
     return str(content)
+
+
+def _input_object(arguments: Any) -> dict[str, Any]:
+    """Tool-call arguments (JSON text, possibly squeezed) as the object ``input`` must be."""
+    value = parse_args(arguments)
+    if isinstance(value, dict):
+        return value
+    return {"_raw": arguments if isinstance(arguments, str) else json_args(value)}
 
 
 def _simple_content(parts: list[dict[str, Any]]) -> Any:
@@ -124,7 +279,6 @@ class AnthropicConversation:
         origins: list[_Origin] = []
         self._tool_results: dict[str, dict[str, Any]] = {}
         self._tool_uses: dict[str, dict[str, Any]] = {}
-        self._assistants: list[tuple[list[str], list[dict[str, Any]]]] = []
         self.system_blocks: list[dict[str, Any]] | None = None
         self.system_was_string = isinstance(system, str)
         if is_given(system) and system:
@@ -171,7 +325,6 @@ class AnthropicConversation:
                 }
                 if calls:
                     msg["tool_calls"] = calls
-                    self._assistants.append(([c["id"] for c in calls], blocks))
                 self.messages.append(msg)
                 origins.append(_Origin("assistant", blocks))
                 continue
@@ -181,7 +334,7 @@ class AnthropicConversation:
                 tid = str(b.get("tool_use_id", ""))
                 self._tool_results[tid] = b
                 self.messages.append(
-                    {"role": "tool", "tool_call_id": tid, "content": _tool_result_text(b)}
+                    {"role": "tool", "tool_call_id": tid, "content": _tool_result_content(b)}
                 )
                 origins.append(_Origin("user", [b]))
             if others or not results:
@@ -206,11 +359,17 @@ class AnthropicConversation:
         ``breakpoint_after`` is the index (in ``prepared``) of the last message of the
         stable prefix; ``None`` means only the system prompt is stable. Markers are
         placed only with ``breakpoints=True``.
+
+        System messages before the first other message make the top-level ``system``;
+        a later one (a reminder, the progress ledger) stays in its place as a text block
+        of a user turn, since the Messages API has no system role inside ``messages``.
+        Consecutive messages of one role become one turn, a user turn's ``tool_result``
+        blocks first; time and memory are linear in the number of blocks.
         """
         system: list[dict[str, Any]] = []
-        out: list[dict[str, Any]] = []
-        # (index in prepared) -> (message index in out or -1 for system, last block index)
-        where: dict[int, tuple[int, int]] = {}
+        turns: list[_Turn] = []
+        # (index in prepared) -> (turn index or -1 for system, where in the turn)
+        where: dict[int, tuple[int, tuple[bool, int]]] = {}
         used: dict[str, int] = {}
         for i, m in enumerate(prepared):
             fp = message_fingerprint(m)
@@ -225,123 +384,175 @@ class AnthropicConversation:
             else:
                 role, blocks = self._rebuild(m)
             if role == "system":
-                system.extend(
+                blocks = [
                     b if isinstance(b, dict) else {"type": "text", "text": str(b)} for b in blocks
-                )
-                if system:
-                    where[i] = (-1, len(system) - 1)
-                continue
+                ]
+                if not turns:
+                    system.extend(blocks)
+                    if system:
+                        where[i] = (-1, (False, len(system) - 1))
+                    continue
+                role = "user"  # in its place, as text blocks of a user turn
+                blocks = [
+                    {"type": "text", "text": str(b.get("text", ""))}
+                    for b in blocks
+                    if b.get("type") == "text" and b.get("text")
+                ]
             if not blocks:
                 continue
-            if out and out[-1]["role"] == role:
-                prev = out[-1]
-                if isinstance(prev["content"], str):
-                    prev["content"] = (
-                        [{"type": "text", "text": prev["content"]}] if prev["content"] else []
-                    )
-                new_blocks = [
-                    {"type": "text", "text": b} if isinstance(b, str) else b for b in blocks
-                ]
-                new_blocks = [
-                    b for b in new_blocks if not (b.get("type") == "text" and not b.get("text"))
-                ]
-                if role == "user":  # tool_result blocks must come first in a user turn
-                    tr = [b for b in new_blocks if b.get("type") == "tool_result"]
-                    if tr and any(b.get("type") != "tool_result" for b in prev["content"]):
-                        firsts = [b for b in prev["content"] if b.get("type") == "tool_result"]
-                        rest = [b for b in prev["content"] if b.get("type") != "tool_result"]
-                        prev["content"] = [*firsts, *tr, *rest]
-                        new_blocks = [b for b in new_blocks if b.get("type") != "tool_result"]
-                        prev["content"].extend(new_blocks)
-                    else:
-                        prev["content"].extend(new_blocks)
-                else:
-                    prev["content"].extend(new_blocks)
-                where[i] = (len(out) - 1, len(prev["content"]) - 1)
+            if turns and turns[-1].role == role:
+                at = turns[-1].add(blocks)
+                where[i] = (len(turns) - 1, at)
                 continue
-            if len(blocks) == 1 and isinstance(blocks[0], str):
-                out.append({"role": role, "content": blocks[0]})
-                where[i] = (len(out) - 1, 0)
-            else:
-                out.append({"role": role, "content": list(blocks)})
-                where[i] = (len(out) - 1, len(blocks) - 1)
+            turns.append(_Turn(role, blocks))
+            where[i] = (len(turns) - 1, turns[-1].last())
+        out = [t.message() for t in turns]
+        positions = {
+            k: (ti, t[1] if ti == -1 else turns[ti].index(t)) for k, (ti, t) in where.items()
+        }
         if out and out[0]["role"] != "user":
             out.insert(0, {"role": "user", "content": OMITTED_PREFIX})
-            where = {k: (mi + 1 if mi >= 0 else mi, bi) for k, (mi, bi) in where.items()}
+            positions = {k: (mi + 1 if mi >= 0 else mi, bi) for k, (mi, bi) in positions.items()}
         req = AnthropicRequest(
             system=system, messages=out, system_was_string=self.system_was_string
         )
         if breakpoints:
-            req.place_breakpoints(where, breakpoint_after, cache_tail=cache_tail)
+            req.place_breakpoints(positions, breakpoint_after, cache_tail=cache_tail)
         return req
 
     def _rebuild(self, m: Mapping[str, Any]) -> tuple[str, list[Any]]:
         role = str(m.get("role", "user"))
+        content = m.get("content")
         if role in ("system", "developer"):
-            return "system", [{"type": "text", "text": content_text(m.get("content"))}]
+            return "system", [{"type": "text", "text": content_text(content)}]
         if role == "tool":
             tid = str(m.get("tool_call_id", ""))
             base = self._tool_results.get(tid, {})
             block: dict[str, Any] = {
                 "type": "tool_result",
                 "tool_use_id": tid,
-                "content": content_text(m.get("content")),
+                "content": _result_blocks(content)
+                if isinstance(content, list) and any(_is_media_part(p) for p in content)
+                else content_text(content),
             }
             for key in ("is_error", "cache_control"):
                 if key in base:
                     block[key] = base[key]
             return "user", [block]
         if role == "assistant":
-            ids = [str(tc.get("id", "")) for tc in m.get("tool_calls") or []]
-            blocks: list[Any] = []
-            # thinking blocks of the original turn must precede its tool_use blocks
-            for orig_ids, orig_blocks in self._assistants:
-                if ids and orig_ids == ids:
-                    blocks.extend(
-                        b for b in orig_blocks if b.get("type") in ("thinking", "redacted_thinking")
-                    )
-                    break
-            text = content_text(m.get("content"))
+            # signed thinking first, as it was received (it is never text); then the text
+            blocks: list[Any] = [
+                dict(p)
+                for p in (content if isinstance(content, list) else [])
+                if isinstance(p, Mapping) and p.get("type") in _THINKING
+            ]
+            text = content_text(content)
             if text:
                 blocks.append({"type": "text", "text": text})
             for tc in m.get("tool_calls") or []:
                 tid = str(tc.get("id", ""))
+                fn = tc.get("function") or {}
+                args = fn.get("arguments")
                 orig = self._tool_uses.get(tid)
-                if orig is not None:
+                if orig is not None and args == json_args(orig.get("input")):
                     blocks.append(copy.deepcopy(orig))
-                else:
-                    fn = tc.get("function") or {}
-                    blocks.append(
-                        {
-                            "type": "tool_use",
-                            "id": tid,
-                            "name": fn.get("name", ""),
-                            "input": parse_args(fn.get("arguments")),
-                        }
-                    )
+                    continue
+                # a squeezed (or new) call: its input as prepared, still an object
+                use = {k: copy.deepcopy(v) for k, v in (orig or {}).items() if k != "input"}
+                use.update({"type": "tool_use", "id": tid, "name": fn.get("name", "")})
+                use["input"] = _input_object(args)
+                blocks.append(use)
             return "assistant", blocks
-        content = m.get("content")
         if isinstance(content, list):
-            blocks = []
-            for p in content:
-                if isinstance(p, Mapping) and p.get("type") == "image_url":
-                    url = str((p.get("image_url") or {}).get("url", ""))
-                    if url.startswith("data:") and ";base64," in url:
-                        media, data = url[5:].split(";base64,", 1)
-                        blocks.append(
-                            {
-                                "type": "image",
-                                "source": {"type": "base64", "media_type": media, "data": data},
-                            }
-                        )
-                    else:
-                        blocks.append({"type": "image", "source": {"type": "url", "url": url}})
-                else:
-                    text = content_text([p])
-                    if text:
-                        blocks.append({"type": "text", "text": text})
-            return "user", blocks
+            return "user", _user_blocks(content)
         return "user", [str(content or "")]
+
+
+def _user_blocks(content: Sequence[Any]) -> list[dict[str, Any]]:
+    blocks: list[dict[str, Any]] = []
+    for p in content:
+        if _is_media_part(p):
+            blocks.append(_media_block(p))
+        elif isinstance(p, Mapping) and p.get("type") == "image_url":
+            url = str((p.get("image_url") or {}).get("url", ""))
+            if url.startswith("data:") and ";base64," in url:
+                media, data = url[5:].split(";base64,", 1)
+                blocks.append(
+                    {
+                        "type": "image",
+                        "source": {"type": "base64", "media_type": media, "data": data},
+                    }
+                )
+            else:
+                blocks.append({"type": "image", "source": {"type": "url", "url": url}})
+        else:
+            text = content_text([p])
+            if text:
+                blocks.append({"type": "text", "text": text})
+    return blocks
+
+
+def _result_blocks(content: Sequence[Any]) -> list[dict[str, Any]]:
+    """A rewritten tool message's parts as ``tool_result`` content (media kept)."""
+    return [
+        _media_block(p) if _is_media_part(p) else {"type": "text", "text": content_text([p])}
+        for p in content
+        if _is_media_part(p) or content_text([p])
+    ]
+
+
+class _Turn:
+    """One turn being assembled: a user turn keeps its ``tool_result`` blocks apart from
+    its other blocks (they go first), so merging costs the blocks added, not the turn."""
+
+    def __init__(self, role: str, blocks: list[Any]) -> None:
+        self.role = role
+        self.plain: str | None = None
+        self.results: list[dict[str, Any]] = []
+        self.others: list[dict[str, Any]] = []
+        if len(blocks) == 1 and isinstance(blocks[0], str):
+            self.plain = blocks[0]
+            return
+        for b in blocks:
+            b = {"type": "text", "text": b} if isinstance(b, str) else b
+            self._put(b)
+
+    def _put(self, b: dict[str, Any]) -> tuple[bool, int]:
+        if self.role == "user" and b.get("type") == "tool_result":
+            self.results.append(b)  # before the turn's other blocks, whenever it comes
+            return True, len(self.results) - 1
+        self.others.append(b)
+        return False, len(self.others) - 1
+
+    def last(self) -> tuple[bool, int]:
+        if self.plain is not None:
+            return False, 0
+        if self.others:
+            return False, len(self.others) - 1
+        return True, len(self.results) - 1
+
+    def add(self, blocks: list[Any]) -> tuple[bool, int]:
+        if self.plain is not None:
+            if self.plain:
+                self.others.append({"type": "text", "text": self.plain})
+            self.plain = None
+        at: tuple[bool, int] | None = None
+        for b in blocks:
+            b = {"type": "text", "text": b} if isinstance(b, str) else b
+            if b.get("type") == "text" and not b.get("text"):
+                continue
+            at = self._put(b)
+        return at if at is not None else self.last()
+
+    def index(self, at: tuple[bool, int]) -> int:
+        """The position in the final content of a block placed at ``at``."""
+        is_result, k = at
+        return k if is_result or self.plain is not None else len(self.results) + k
+
+    def message(self) -> dict[str, Any]:
+        if self.plain is not None:
+            return {"role": self.role, "content": self.plain}
+        return {"role": self.role, "content": [*self.results, *self.others]}
 
 
 @dataclass

@@ -65,6 +65,23 @@ def _output_text(output: Any) -> str:
     return json_args(output)
 
 
+def _carry_reasoning(msg: Message, pending: list[dict[str, Any]]) -> None:
+    """Put the ``reasoning`` items just before an assistant turn into its content, whole:
+    counted with the turn, dropped with it, sent back byte-identical when it is rewritten
+    (never as text: ``content_text`` does not read them)."""
+    reasoning = [dict(it) for it in pending if it.get("type") == "reasoning"]
+    if not reasoning:
+        return
+    content = msg.get("content")
+    if isinstance(content, list):
+        parts = list(content)
+    elif content:
+        parts = [{"type": "text", "text": str(content)}]
+    else:
+        parts = []
+    msg["content"] = [*reasoning, *parts]
+
+
 class ResponsesInput:
     """A Responses API ``input`` item list seen as chat messages, and back.
 
@@ -73,8 +90,11 @@ class ResponsesInput:
       ``tool_calls`` (an assistant message item or ``reasoning`` items right before
       them belong to the same message, so they are kept or dropped together);
     * ``function_call_output`` → a ``tool`` message;
-    * other items (``reasoning``, ``item_reference``, built-in tool calls) stay
-      attached to the next message;
+    * ``reasoning`` items right before an assistant turn are parts of its content,
+      whole (counted, never text): dropped with the turn or sent back byte-identical
+      (``encrypted_content`` untouched), also when its text or arguments were shortened;
+    * other items (``item_reference``, built-in tool calls) stay attached to the next
+      message (kept when it is unchanged);
     * ``instructions`` (if given) are counted as a leading system message and not
       sent back as an item.
 
@@ -108,6 +128,8 @@ class ResponsesInput:
                     else "user",
                     "content": _content_to_chat(it.get("content")),
                 }
+                if role == "assistant":
+                    _carry_reasoning(msg, pending)
                 self.messages.append(msg)
                 groups.append([*pending, it])
                 pending = []
@@ -128,9 +150,12 @@ class ResponsesInput:
                     am.setdefault("tool_calls", []).append(tc)
                     if not am.get("content"):
                         am["content"] = None
+                    _carry_reasoning(am, pending)
                     groups[open_assistant].extend([*pending, it])
                 else:
-                    self.messages.append({"role": "assistant", "content": None, "tool_calls": [tc]})
+                    new: Message = {"role": "assistant", "content": None, "tool_calls": [tc]}
+                    _carry_reasoning(new, pending)
+                    self.messages.append(new)
                     groups.append([*pending, it])
                     open_assistant = len(self.messages) - 1
                 pending = []
@@ -189,17 +214,26 @@ class ResponsesInput:
             )
             return [item]
         if role == "assistant":
-            items: list[dict[str, Any]] = []
-            text = content_text(m.get("content"))
+            content = m.get("content")
+            # reasoning items first, as they were received (never text), then the text
+            items: list[dict[str, Any]] = [
+                dict(p)
+                for p in (content if isinstance(content, list) else [])
+                if isinstance(p, Mapping) and p.get("type") == "reasoning"
+            ]
+            text = content_text(content)
             if text:
                 items.append({"role": "assistant", "content": text})
             for tc in m.get("tool_calls") or []:
                 call_id = str(tc.get("id", ""))
                 orig = self._calls.get(call_id)
-                if orig is not None:
+                fn = tc.get("function") or {}
+                args = json_args(fn.get("arguments"))
+                if orig is not None and json_args(orig.get("arguments")) == args:
                     items.append(orig)
+                elif orig is not None:  # squeezed arguments: sent as prepared
+                    items.append({**orig, "arguments": args})
                 else:
-                    fn = tc.get("function") or {}
                     items.append(
                         {
                             "type": "function_call",
