@@ -43,7 +43,7 @@ from ctxpolicy.gateway.routing import (
 )
 from ctxpolicy.gateway.sessions import SessionPool
 from ctxpolicy.gateway.sse import StreamScanner
-from ctxpolicy.gateway.wire_openai import WireError
+from ctxpolicy.wire import WIRES, WireError
 
 if TYPE_CHECKING:  # pragma: no cover
     from ctxpolicy.policy.models import Policy
@@ -51,6 +51,8 @@ if TYPE_CHECKING:  # pragma: no cover
 __all__ = ["GatewayConfig", "UpstreamError", "create_app"]
 
 log = logging.getLogger("ctxpolicy.gateway")
+
+#: The APIs (:data:`ctxpolicy.wire.WIRES`) whose requests the gateway prepares.
 
 SECRET_ENV = "CTXPOLICY_GATEWAY_SECRET"
 _HOP = frozenset(
@@ -142,6 +144,7 @@ class Gateway:
         # each provider its own base and credential; without an Anthropic upstream of its
         # own, Anthropic paths go to the one upstream with its key (a proxy speaking both)
         self.bases = {OPENAI: self.upstream, ANTHROPIC: self.anthropic_upstream}
+        self.auth = {OPENAI: WIRES["chat"].auth_headers, ANTHROPIC: WIRES["anthropic"].auth_headers}
         self.keys = {
             OPENAI: config.api_key,
             ANTHROPIC: config.anthropic_api_key
@@ -173,10 +176,7 @@ class Gateway:
         if key:
             out.pop("authorization", None)
             out.pop("x-api-key", None)
-            if provider == ANTHROPIC:
-                out["x-api-key"] = key
-            else:
-                out["authorization"] = f"Bearer {key}"
+            out.update(self.auth[provider](key))
         return out
 
     def upstream_url(self, provider: str, path: str, query: str) -> str:

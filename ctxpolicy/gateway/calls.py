@@ -20,12 +20,11 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from ctxpolicy.gateway import recall as recall_mod
-from ctxpolicy.gateway import wire_anthropic, wire_openai
 from ctxpolicy.gateway.errors import RESP_DROP, UpstreamError, error_response
 from ctxpolicy.gateway.identity import Conversation, Identity
 from ctxpolicy.gateway.recall_stream import RecallProbe
-from ctxpolicy.gateway.routing import ANTHROPIC, OPENAI
 from ctxpolicy.gateway.sse import StreamScanner
+from ctxpolicy.wire import Extracted, WireError, for_api
 
 if TYPE_CHECKING:  # pragma: no cover
     from ctxpolicy.engine import Session
@@ -50,11 +49,10 @@ class Prepared(NamedTuple):
 class Parsed(NamedTuple):
     """A request body read for one prepared call (built off the event loop when large)."""
 
-    data: dict[str, Any]
-    messages: list[dict[str, Any]]
-    count_tools: list[dict[str, Any]] | None
-    conv_anth: Any  # the Anthropic conversation (None on the OpenAI wire)
+    req: Extracted
     conversation: Conversation
+    #: the usage event of a stream was asked for by the gateway, not the client
+    injected_usage: bool
 
 
 #: Bodies up to this size are read on the event loop (tens of microseconds); larger ones
@@ -69,20 +67,25 @@ def parse(
     agent: str,
     tenant: str,
     headers: Mapping[str, str],
+    stream_usage: bool,
 ) -> Parsed:
-    """The JSON body, its messages in engine form, the tools to count, the conversation."""
+    """The JSON body as the wire reads it (engine messages, tools to count), and the
+    conversation it belongs to."""
+    wire = for_api(api)
     data = json.loads(body)
     if not isinstance(data, dict):
-        raise wire_openai.WireError("the request body must be a JSON object")
-    conv_anth = None
-    if api == "anthropic":
-        conv_anth = wire_anthropic.extract(data)
-        messages = conv_anth.messages
-        count_tools = wire_anthropic.tools_for_count(data.get("tools"))
-    else:
-        messages, count_tools = wire_openai.extract(data)
-    conversation = identity.conversation(headers, agent, tenant, data, messages)
-    return Parsed(data, messages, count_tools, conv_anth, conversation)
+        raise WireError("the request body must be a JSON object")
+    injected = False
+    if stream_usage and data.get("stream") is True:
+        asked = wire.with_stream_usage(data)
+        if asked is not None:
+            # the usage event feeds record_usage; the client that did not ask for it
+            # never sees it (StreamScanner drops it)
+            injected = True
+            data = asked
+    req = wire.extract(data)
+    conversation = identity.conversation(headers, agent, tenant, data, req.messages)
+    return Parsed(req, conversation, injected)
 
 
 async def completion(
@@ -97,44 +100,30 @@ async def completion(
 ) -> Response:
     """Answer one Chat Completions or Messages request of ``agent``."""
     large = len(body) > INLINE_BYTES
+    args = (gw.identity, body, api, agent, tenant, headers_in, gw.config.stream_usage)
     if not large:
-        parsed = parse(gw.identity, body, api, agent, tenant, headers_in)
+        parsed = parse(*args)
     else:
-        parsed = await anyio.to_thread.run_sync(
-            parse, gw.identity, body, api, agent, tenant, headers_in
-        )
-    data, messages, count_tools, conv_anth, conversation = parsed
-    wire: Any = wire_anthropic if api == "anthropic" else wire_openai
+        parsed = await anyio.to_thread.run_sync(parse, *args)
+    req, conversation, injected_usage = parsed
+    wire = for_api(api)
+    data = req.body
+    messages, count_tools = req.messages, req.tools
     client_tools = data.get("tools")
     stream = data.get("stream") is True
-    injected_usage = False
-    if stream and api == "chat" and gw.config.stream_usage:
-        opts = data.get("stream_options")
-        if not (isinstance(opts, dict) and opts.get("include_usage")):
-            # the usage chunk feeds record_usage; the client that did not ask for it
-            # never sees it (StreamScanner drops it)
-            injected_usage = True
-            data = {
-                **data,
-                "stream_options": {
-                    **(opts if isinstance(opts, dict) else {}),
-                    "include_usage": True,
-                },
-            }
     send_tools = None
     # the client's own tool of a recall tool's name wins: the gateway then offers no
     # recall tools and answers no recall call of this request (it is the client's call)
     names = {(c.get("function") or {}).get("name") for c in (count_tools or [])}
     recall_on = gw.config.recall and not (names & recall_mod.RECALL_NAMES)
     if recall_on:
-        extra = recall_mod.anthropic_tools() if api == "anthropic" else recall_mod.openai_tools()
-        send_tools = recall_mod.with_tools(client_tools, extra)
+        send_tools = recall_mod.with_tools(client_tools, wire.tools(recall_mod.openai_tools()))
         have = {(c.get("function") or {}).get("name") for c in (count_tools or [])}
         count_tools = (count_tools or []) + [
             t for t in recall_mod.openai_tools() if t["function"]["name"] not in have
         ]
     conv = conversation.id
-    provider = ANTHROPIC if api == "anthropic" else OPENAI
+    provider = wire.provider
     headers = gw.upstream_headers(headers_in, provider)
     url = gw.upstream_url(provider, path, request.url.query)
     lock = gw.pool.lock(agent, conv)
@@ -170,13 +159,12 @@ async def completion(
             )
             return error_response(400, prefix_message(agent, fixed, limit), api)
         prepared = gw.prepared(agent, done_prep)
-        raw_anth = list(data["messages"]) if conv_anth is not None else None
         rounds = 0
         while True:
             if large:  # the conversion and JSON of a long history: off the event loop
-                up = await anyio.to_thread.run_sync(_build, data, conv_anth, prepared, send_tools)
+                up = await anyio.to_thread.run_sync(wire.build, req, prepared, send_tools)
             else:
-                up = _build(data, conv_anth, prepared, send_tools)
+                up = wire.build(req, prepared, send_tools)
             try:
                 resp = await gw.send("POST", url, headers, up)
             except httpx.HTTPError as exc:
@@ -261,16 +249,8 @@ async def completion(
                 (cid, await anyio.to_thread.run_sync(handler, name, args))
                 for cid, name, args in calls
             ]
-            if conv_anth is not None and raw_anth is not None:
-                raw_anth = [*raw_anth, msg, wire_anthropic.tool_results_turn(results)]
-                conv_anth = wire_anthropic.AnthropicConversation(raw_anth, data.get("system"))
-                messages = conv_anth.messages
-            else:
-                messages = [
-                    *messages,
-                    msg,
-                    *(wire_openai.tool_message(cid, text) for cid, text in results),
-                ]
+            req = wire.with_round(req, msg, results)
+            messages = req.messages
             done_prep = await anyio.to_thread.run_sync(prepare_sync, session, messages, count_tools)
             prepared = gw.prepared(agent, done_prep)
     finally:
@@ -287,14 +267,6 @@ def prefix_message(agent: str, fixed: int, limit: int) -> str:
         "whose model has a larger window (ctxpolicy explain shows the budget), or send "
         "fewer tools."
     )
-
-
-def _build(
-    data: dict[str, Any], conv_anth: Any, prepared: list[dict[str, Any]], tools: Any
-) -> bytes:
-    if conv_anth is not None:
-        return wire_anthropic.build(data, conv_anth, prepared, tools)
-    return wire_openai.build(data, prepared, tools)
 
 
 async def _record(session: Session, tokens: int) -> None:
