@@ -2,7 +2,7 @@
 
 The gateway holds the upstream's events (not the client's stream) until the answer shows
 it is not a recall-only call: the first non-blank text, or a tool call whose name is not
-``ctx_recall``/``ctx_search``. Then the held bytes and the rest go to the client as they
+``ctx_recall``/``ctx_search`` (thinking blocks before the calls are held with them). Then the held bytes and the rest go to the client as they
 arrive. When the stream ends and every tool call was a recall tool, the probe gives back
 the assistant turn as a complete (non-streaming) answer of the same wire, so the call
 loop answers the calls itself exactly as it does without streaming.
@@ -73,4 +73,6 @@ class RecallProbe:
         seen = self._turn.event(obj)
         if seen == "call":
             return any(n not in RECALL_NAMES for n in self._turn.names)
-        return seen is not None  # text, thinking or another block: not a plain recall call
+        # thinking (a reasoning item) comes before the calls of a recall-only answer: held,
+        # kept whole in the answer; text or another block: not a plain recall call
+        return seen is not None and seen != "thinking"

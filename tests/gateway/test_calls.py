@@ -158,3 +158,33 @@ def test_the_clients_own_recall_named_tool_wins(tmp_path: Path) -> None:
     assert call["function"]["name"] == "ctx_search"
     (sent,) = srv.records
     assert sent.body["tools"] == [own]
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_recall_only_after_thinking_is_answered_inside(tmp_path: Path, stream: bool) -> None:
+    """A recall-only answer that starts with a signed thinking block (Claude's default) is
+    answered inside the gateway, streamed or not; the thinking block goes back to the
+    provider byte-identical in the next round."""
+    script = [
+        {
+            "thinking": "I should search the old output.",
+            "signature": "sig-abc",
+            "tool_calls": [{"name": "ctx_search", "arguments": {"query": "value"}}],
+        },
+        {"content": "found it"},
+    ]
+    body = {**BODY, "max_tokens": 100, "stream": stream}
+    with (
+        ScriptedLLMServer(window=6000, script=script) as srv,
+        run_gateway(config_for(tmp_path, srv, recall=True)) as gw,
+    ):
+        r = httpx.post(gw.url + "/v1/messages", json=body, headers={"x-api-key": "k"})
+    assert r.status_code == 200 and "found it" in r.text
+    assert "ctx_search" not in r.text
+    _, second = srv.records
+    (turn,) = [m for m in second.body["messages"] if m["role"] == "assistant"]
+    assert turn["content"][0] == {
+        "type": "thinking",
+        "thinking": "I should search the old output.",
+        "signature": "sig-abc",
+    }
