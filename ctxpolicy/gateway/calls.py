@@ -23,6 +23,7 @@ from ctxpolicy.gateway import recall as recall_mod
 from ctxpolicy.gateway.errors import RESP_DROP, UpstreamError, error_response
 from ctxpolicy.gateway.identity import Conversation, Identity
 from ctxpolicy.gateway.recall_stream import RecallProbe
+from ctxpolicy.gateway.routing import OPENAI
 from ctxpolicy.gateway.sse import StreamScanner
 from ctxpolicy.wire import Extracted, WireError, for_api
 
@@ -49,8 +50,8 @@ class Prepared(NamedTuple):
 class Parsed(NamedTuple):
     """A request body read for one prepared call (built off the event loop when large)."""
 
-    req: Extracted
-    conversation: Conversation
+    req: Extracted | None  # None: a stored Responses conversation (forwarded unprepared)
+    conversation: Conversation | None
     #: the usage event of a stream was asked for by the gateway, not the client
     injected_usage: bool
 
@@ -75,6 +76,10 @@ def parse(
     data = json.loads(body)
     if not isinstance(data, dict):
         raise WireError("the request body must be a JSON object")
+    if data.get("previous_response_id"):
+        # the provider holds the conversation: this request has only the new items,
+        # nothing the gateway could compact
+        return Parsed(None, None, False)
     injected = False
     if stream_usage and data.get("stream") is True:
         asked = wire.with_stream_usage(data)
@@ -98,7 +103,7 @@ async def completion(
     body: bytes,
     tenant: str,
 ) -> Response:
-    """Answer one Chat Completions or Messages request of ``agent``."""
+    """Answer one Chat Completions, Responses or Messages request of ``agent``."""
     large = len(body) > INLINE_BYTES
     args = (gw.identity, body, api, agent, tenant, headers_in, gw.config.stream_usage)
     if not large:
@@ -106,6 +111,15 @@ async def completion(
     else:
         parsed = await anyio.to_thread.run_sync(parse, *args)
     req, conversation, injected_usage = parsed
+    if req is None or conversation is None:
+        gw.metrics.forwarded_unprepared(api, agent, "previous_response_id")
+        log.info(
+            "agent=%s api=%s forwarded unprepared: previous_response_id (the provider keeps "
+            "this conversation)",
+            agent,
+            api,
+        )
+        return await gw.forward(request, headers_in, OPENAI, path, body)
     wire = for_api(api)
     data = req.body
     messages, count_tools = req.messages, req.tools

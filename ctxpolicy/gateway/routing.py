@@ -89,6 +89,7 @@ _OPENAI = frozenset(
 #: Paths the gateway prepares: ``(provider, path) -> wire``.
 PREPARED = {
     (OPENAI, "/v1/chat/completions"): "chat",
+    (OPENAI, "/v1/responses"): "responses",
     (ANTHROPIC, "/v1/messages"): "anthropic",
 }
 
