@@ -38,6 +38,7 @@ CLIENTS = Path(os.environ.get("CTXPOLICY_CLIENTS_DIR") or Path.home() / ".cache/
 INSTALL_TIMEOUT = 600
 RUN_TIMEOUT = 240
 WINDOW, RESERVE = 40_000, 2_000  # the agents' policy: Claude Code's prefix is ~16k of it
+CODEX_WINDOW = 16_000  # Codex's prefix is ~5.5k tokens, and it cuts long outputs itself
 FILES = 5  # files each session reads (~8.8k tokens each): compaction from the 4th on
 PROMPT = "Read every bigN.txt file in this directory and tell me what they hold."
 
@@ -117,6 +118,7 @@ class Run:
     conversations: list[tuple[str, str]]
     metrics: str
     thinking: dict[str, str] = field(default_factory=dict)  # text -> signature sent
+    traces: list[Path] = field(default_factory=list)  # the client's messages (--record)
 
 
 def _project(root: Path) -> Path:
@@ -128,12 +130,18 @@ def _project(root: Path) -> Path:
     return proj
 
 
-def _policy_config(root: Path, srv: ScriptedLLMServer, agent: str) -> GatewayConfig:
+def _policy_config(
+    root: Path, srv: ScriptedLLMServer, agent: str, window: int = WINDOW, record: bool = False
+) -> GatewayConfig:
     policy = make_policy(
-        root / "state", window=WINDOW, reserve_output=RESERVE, tool_growth=2000, safety_margin=500
+        root / "state", window=window, reserve_output=RESERVE, tool_growth=2000, safety_margin=500
     )
     return GatewayConfig(
-        policies={agent: policy}, upstream=srv.url, default_agent=agent, secret=b"real-clients"
+        policies={agent: policy},
+        upstream=srv.url,
+        default_agent=agent,
+        secret=b"real-clients",
+        record=str(root / "traces") if record else None,
     )
 
 
@@ -195,7 +203,7 @@ def claude_run(npm_clients: Path, tmp_path_factory: pytest.TempPathFactory) -> I
         }
 
     with ScriptedLLMServer(window=200_000, script=script) as srv:
-        with run_gateway(_policy_config(root, srv, "claude_code")) as gw:
+        with run_gateway(_policy_config(root, srv, "claude_code", record=True)) as gw:
             env = _env(
                 root,
                 ANTHROPIC_BASE_URL=gw.url,
@@ -225,7 +233,9 @@ def claude_run(npm_clients: Path, tmp_path_factory: pytest.TempPathFactory) -> I
             metrics = httpx.get(gw.url + "/metrics").text
             convs = list(gw.gateway.pool._sessions)
         assert len(srv.records) > n_before and set(convs) == set(conv_before)
-        yield Run(outputs, srv.records, convs, metrics, produced)
+        run = Run(outputs, srv.records, convs, metrics, produced)
+        run.traces = sorted((root / "traces").glob("*.jsonl"))
+        yield run
 
 
 def _blocks(body: dict[str, Any], kind: str) -> list[tuple[int, dict[str, Any]]]:
@@ -282,15 +292,32 @@ def test_claude_code_thinking_signatures_unchanged(claude_run: Run) -> None:
     assert seen
 
 
-@pytest.mark.xfail(
-    reason="the Anthropic conversion still hoists a mid-conversation system message into "
-    "the top-level system prompt (the wire layer fixes it)",
-    strict=False,
-)
 def test_claude_code_system_messages_stay_in_place(claude_run: Run) -> None:
-    first = claude_run.records[0].body
-    roles = [m["role"] for m in first["messages"]]
-    assert "system" in roles  # Claude Code sends its reminders as role: system messages
+    """Claude Code sends reminders as `role: system` messages inside `messages`: they
+    reach the provider in their place in the conversation, never moved into the
+    top-level system prompt (which would break the prompt cache from there)."""
+    from ctxpolicy.sim.importers import load_trace
+
+    late: list[str] = []
+    for trace in claude_run.traces:
+        msgs = load_trace(trace)
+        late += [_first_text(m["content"]) for m in msgs[1:] if m["role"] == "system"]
+    assert late  # the client does send them
+    first = next(r.body for r in claude_run.records if r.body.get("tools"))
+    top = json.dumps(first.get("system"))
+    inline = json.dumps(first["messages"])
+    for text in set(late):
+        snippet = json.dumps(text)[1:80]
+        assert snippet not in top and snippet in inline
+
+
+def _first_text(content: Any) -> str:
+    if isinstance(content, str):
+        return content
+    for part in content if isinstance(content, list) else []:
+        if isinstance(part, dict) and isinstance(part.get("text"), str):
+            return str(part["text"])
+    return ""
 
 
 # -- Codex CLI --------------------------------------------------------------------------
@@ -317,7 +344,7 @@ def codex_run(npm_clients: Path, tmp_path_factory: pytest.TempPathFactory) -> It
         return {"tool_calls": [call]}
 
     with ScriptedLLMServer(window=200_000, script=script) as srv:
-        with run_gateway(_policy_config(root, srv, "codex")) as gw:
+        with run_gateway(_policy_config(root, srv, "codex", CODEX_WINDOW)) as gw:
             codex_home = root / "codex-home"
             codex_home.mkdir()
             (codex_home / "config.toml").write_text(
@@ -351,15 +378,18 @@ def test_codex_cli_works_through_the_gateway(codex_run: Run) -> None:
     assert len({r.body.get("prompt_cache_key") for r in codex_run.records}) == 2
 
 
-@pytest.mark.xfail(
-    reason="POST /v1/responses is forwarded unprepared until the gateway prepares the "
-    "Responses API",
-    strict=False,
-)
 def test_codex_cli_is_prepared_fits_and_compacts(codex_run: Run) -> None:
+    """Two parallel `codex exec` with the same prompt: two conversations (Codex's session
+    id), every request prepared and within the window, compaction ran, pairs whole."""
     assert len(codex_run.conversations) == 2
-    assert all(r.tokens <= WINDOW - RESERVE for r in codex_run.records)
+    assert 'api="responses",agent="codex",status="200"' in codex_run.metrics
+    assert all(r.tokens <= CODEX_WINDOW - RESERVE for r in codex_run.records)
     assert _compactions(codex_run.metrics) > 0
+    for r in codex_run.records:
+        items = r.body["input"]
+        calls = sorted(it["call_id"] for it in items if it.get("type") == "function_call")
+        outs = sorted(it["call_id"] for it in items if it.get("type") == "function_call_output")
+        assert calls == outs
 
 
 # -- aider ------------------------------------------------------------------------------
