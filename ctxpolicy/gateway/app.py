@@ -34,7 +34,7 @@ from ctxpolicy.gateway.metrics import Metrics
 from ctxpolicy.gateway.routing import UnknownAgent, resolve_agent
 from ctxpolicy.gateway.sessions import SessionPool
 from ctxpolicy.gateway.sse import StreamScanner
-from ctxpolicy.gateway.wire_openai import WireError
+from ctxpolicy.wire import WIRES, WireError, for_path
 
 if TYPE_CHECKING:  # pragma: no cover
     from ctxpolicy.policy.models import Policy
@@ -42,6 +42,9 @@ if TYPE_CHECKING:  # pragma: no cover
 __all__ = ["GatewayConfig", "UpstreamError", "create_app"]
 
 log = logging.getLogger("ctxpolicy.gateway")
+
+#: The APIs (:data:`ctxpolicy.wire.WIRES`) whose requests the gateway prepares.
+_PREPARED = ("chat", "anthropic")
 
 SECRET_ENV = "CTXPOLICY_GATEWAY_SECRET"
 _HOP = frozenset(
@@ -142,14 +145,12 @@ class Gateway:
         if self.config.api_key:
             out.pop("authorization", None)
             out.pop("x-api-key", None)
-            if api == "anthropic":
-                out["x-api-key"] = self.config.api_key
-            else:
-                out["authorization"] = f"Bearer {self.config.api_key}"
+            out.update(WIRES.get(api, WIRES["chat"]).auth_headers(self.config.api_key))
         return out
 
     def upstream_url(self, api: str, path: str, query: str) -> str:
-        base = self.anthropic_upstream if api == "anthropic" else self.upstream
+        provider = WIRES[api].provider if api in WIRES else "openai"
+        base = {"anthropic": self.anthropic_upstream}.get(provider, self.upstream)
         return base + path + (("?" + query) if query else "")
 
     async def send(
@@ -198,7 +199,8 @@ class Gateway:
             return await (
                 self.healthz(request) if path == "/healthz" else self.metrics_route(request)
             )
-        api = "anthropic" if path.endswith("/v1/messages") else "chat"
+        wire = for_path(path)
+        api = wire.name if wire is not None and wire.name in _PREPARED else "chat"
         agent: str | None = None
         rest = path
         if path.startswith("/agents/") or (
