@@ -188,8 +188,9 @@ def serve(
     \b
     Routing: every Anthropic path goes to --anthropic-upstream with its key, every
     OpenAI path to --upstream with its key; a path neither provider serves is a 404,
-    never forwarded with the wrong key. POST /v1/chat/completions and /v1/messages are
-    prepared by the policy; other paths are forwarded unchanged.
+    never forwarded with the wrong key. POST /v1/chat/completions, /v1/responses
+    (stateless form; with previous_response_id forwarded unprepared) and /v1/messages
+    are prepared by the policy; other paths are forwarded unchanged.
 
     \b
     Agent type: the path /agents/NAME/..., else the X-Ctxpolicy-Agent header, else --agent.

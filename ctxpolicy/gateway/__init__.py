@@ -1,7 +1,8 @@
 """``ctxpolicy serve``: the engine behind OpenAI- and Anthropic-compatible endpoints.
 
-Modules: :mod:`.app` (routes, limits, health, metrics), :mod:`.routing` (agent type),
-:mod:`.identity` (conversation id), :mod:`.sessions` (one Session per conversation),
+Modules: :mod:`.app` (routes, limits, health, metrics, client disconnects),
+:mod:`.routing` (agent type, provider of a path), :mod:`.identity` (tenant and
+conversation), :mod:`.calls` (one prepared call), :mod:`.sessions` (one Session per conversation),
 :mod:`.recall` (answering ``ctx_recall``/``ctx_search`` inside the gateway),
 :mod:`.metrics` (Prometheus text); the provider formats are :mod:`ctxpolicy.wire`'s.
 Needs the ``gateway`` extra (starlette, uvicorn, httpx).

@@ -1,10 +1,11 @@
 """The gateway's ASGI app (starlette): routes, limits, health, metrics, the call loop.
 
-``POST /v1/chat/completions`` (OpenAI) and ``POST /v1/messages`` (Anthropic), under an
-optional ``/agents/{name}`` prefix, are prepared by the conversation's session and
-forwarded through one pooled :class:`httpx.AsyncClient`; streaming answers are passed
-through chunk by chunk as they arrive. Every other path is forwarded unchanged.
-``GET /healthz`` and ``GET /metrics`` (Prometheus text) are the gateway's own.
+``POST /v1/chat/completions`` and ``/v1/responses`` (OpenAI) and ``POST /v1/messages``
+(Anthropic), under an optional ``/agents/{name}`` prefix, are prepared by the
+conversation's session and forwarded through one pooled :class:`httpx.AsyncClient`;
+streaming answers are passed through chunk by chunk as they arrive. Every other path a
+provider serves is forwarded unchanged to that provider (:mod:`.routing`), any other is
+a 404. ``GET /healthz`` and ``GET /metrics`` (Prometheus text) are the gateway's own.
 """
 
 from __future__ import annotations
