@@ -142,18 +142,22 @@ def test_proxy_hook_maps_session_ids_and_learns_from_failures(tmp_path: Path) ->
         data = {"model": "m", "messages": list(history), **extra}
         return asyncio.run(hook.async_pre_call_hook(key, None, data, "completion"))
 
+    def kept() -> list[str]:  # the session ids of the kept conversations (all of model "m")
+        return [c.removeprefix("m/") for c in hook.sessions.conversations()]
+
     out = request(litellm_session_id="conv-a")
-    assert "conv-a" in hook.sessions
-    session = hook.sessions["conv-a"]
+    assert "conv-a" in kept()
+    session = hook.sessions.peek("m/conv-a", tenant=ctx_litellm.tenant_of(key))
+    assert session is not None
     assert_pairing(out["messages"])
     assert session.counter.count_messages(out["messages"]) < 16000
     # the header and metadata forms name a conversation too
     request(metadata={"headers": {"x-ctxpolicy-conversation": "conv-b"}})
     request(metadata={"session_id": "conv-c"})
-    assert list(hook.sessions) == ["conv-a", "conv-b", "conv-c"]
+    assert kept() == ["conv-a", "conv-b", "conv-c"]
     # no id: prepared by a private one-request session, nothing kept or shared
     request()
-    assert list(hook.sessions) == ["conv-a", "conv-b", "conv-c"]
+    assert kept() == ["conv-a", "conv-b", "conv-c"]
     # a non-chat request is forwarded unchanged
     emb = {"model": "e", "input": ["x"]}
     assert asyncio.run(hook.async_pre_call_hook(key, None, dict(emb), "embeddings")) == emb
@@ -163,7 +167,7 @@ def test_proxy_hook_maps_session_ids_and_learns_from_failures(tmp_path: Path) ->
         model="m",
         llm_provider="openai",
     )
-    data = {"messages": history, "litellm_session_id": "conv-a"}
+    data = {"model": "m", "messages": history, "litellm_session_id": "conv-a"}
     asyncio.run(hook.async_post_call_failure_hook(data, err, key))
     assert session.budget().window == 8000
     out = request(litellm_session_id="conv-a")

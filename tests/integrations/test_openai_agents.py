@@ -59,7 +59,8 @@ def make_agent(srv: ScriptedLLMServer, ctx: AgentsContext) -> Any:
 def test_sdk_session_id_is_the_conversation_and_results_are_processed(tmp_path: Path) -> None:
     chat = agents.SQLiteSession("user-42", str(tmp_path / "chat.db"))
     ctx = AgentsContext(make_policy(tmp_path, window=6000, max_chars=1500), sdk_session=chat)
-    assert ctx.conv_id == "user-42" == ctx.session.conv_id
+    assert ctx.conv_id == "user-42"
+    assert ctx.session.conv_id == "test_agent/user-42"  # keyed by the agent too
     with ScriptedLLMServer(window=6000, script=script(8)) as srv:
         result = asyncio.run(ctx.run(make_agent(srv, ctx), "Fix BUG-1234", max_turns=20))
     assert result.final_output == "fixed"

@@ -75,11 +75,11 @@ def test_conversations_are_separate_and_never_shared(tmp_path: Path) -> None:
     agent = pai.Agent(FunctionModel(scripted(1, [])), tools=[read_file], capabilities=[cap])
     r1 = agent.run_sync("a")  # no id: pydantic-ai gives the conversation a fresh one
     r2 = agent.run_sync("b")
-    ids = list(cap.sessions.by_id)
+    ids = cap.sessions.conversations()
     assert len(ids) == 2 and ids[0] != ids[1]
     # continuing a conversation from its history keeps its id and its session
     agent.run_sync("c", message_history=r1.all_messages())
-    assert list(cap.sessions.by_id) == [ids[1], ids[0]]
+    assert cap.sessions.conversations() == [ids[1], ids[0]]
     assert r2 is not None
     with pytest.raises(TypeError, match="one session per conversation"):
         ContextPolicy(Session(make_policy(tmp_path)))
