@@ -56,6 +56,11 @@ def conversation_key(agent: str, conv_id: str, tenant: str = "") -> str:
     return f"{agent}@{tenant}/{conv_id}" if tenant else f"{agent}/{conv_id}"
 
 
+def stored_under_key(agent: str, tenant: str, conversation: str) -> str:
+    """The pool's default ``stored_id``: :func:`conversation_key`."""
+    return conversation_key(agent, conversation, tenant)
+
+
 def resolve_policy(
     policy: Any, agent: str = "default", *, who: str = "this front end", per: str = "conversation"
 ) -> Policy:
@@ -113,7 +118,7 @@ class SessionPool:
         policies: Policy | Mapping[str, Policy],
         *,
         max_sessions: int = MAX_SESSIONS,
-        stored_id: Callable[[str, str, str], str] = conversation_key,
+        stored_id: Callable[[str, str, str], str] = stored_under_key,
         **session_options: Any,
     ) -> None:
         if isinstance(policies, Mapping):

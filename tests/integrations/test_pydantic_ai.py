@@ -59,7 +59,7 @@ def test_tool_results_go_through_the_hook_and_history_is_prepared(tmp_path: Path
     result = agent.run_sync("Fix BUG-1234", conversation_id="user-42")
     assert result.output == "fixed"
     sess = cap.session("user-42")
-    assert sess.conv_id == "user-42"
+    assert sess.conv_id == "test_agent/user-42"  # keyed by the agent too
     assert sess.stats.tool_results == 8 and sess.stats.compactions
     for messages in seen:
         chat = chat_of(messages)
