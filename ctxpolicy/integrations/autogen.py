@@ -177,25 +177,28 @@ class _Back:
 
 
 def contiguous_system(prepared: Sequence[Message]) -> list[Message]:
-    """``prepared`` with every system message after the first run of system messages
-    merged into the first one (its text appended, in order), so the system content is
-    contiguous: AutoGen's OpenAI client refuses non-contiguous system messages unless
-    ``model_info["multiple_system_messages"]`` is set. Unchanged when it already is."""
+    """``prepared`` with its system content in one block at the front: every system
+    message after the leading ones (the ledger, a handover) is merged into the first
+    (its text appended, in order), or, when the list does not start with one, they
+    become one system message at the front, right after the system message
+    ``AssistantAgent`` puts before the context's messages. AutoGen's OpenAI client
+    refuses non-contiguous system messages unless ``model_info["multiple_system_messages"]``
+    is set. Unchanged when the system content already is contiguous at the front."""
     out = list(prepared)
-    first = next((i for i, m in enumerate(out) if m.get("role") == "system"), None)
-    if first is None:
-        return out
-    end = first
-    while end < len(out) and out[end].get("role") == "system":
-        end += 1
-    later = [i for i in range(end, len(out)) if out[i].get("role") == "system"]
+    lead = 0
+    while lead < len(out) and out[lead].get("role") == "system":
+        lead += 1
+    later = [i for i in range(lead, len(out)) if out[i].get("role") == "system"]
     if not later:
         return out
-    texts = [content_text(out[first].get("content"))]
-    texts += [content_text(out[i].get("content")) for i in later]
-    out[first] = {**out[first], "content": "\n\n".join(t for t in texts if t)}
+    texts = [content_text(out[i].get("content")) for i in later]
     skip = set(later)
-    return [m for i, m in enumerate(out) if i not in skip]
+    rest = [m for i, m in enumerate(out) if i not in skip]
+    if lead:
+        first = content_text(rest[0].get("content"))
+        rest[0] = {**rest[0], "content": "\n\n".join(t for t in (first, *texts) if t)}
+        return rest
+    return [{"role": "system", "content": "\n\n".join(t for t in texts if t)}, *rest]
 
 
 def _calls(tool_calls: Sequence[Mapping[str, Any]]) -> list[Any]:

@@ -145,3 +145,22 @@ def test_history_processor_alone(tmp_path: Path) -> None:
     asyncio.run(agent.run("Fix BUG-1234"))
     assert sess.stats.prepares == 7
     assert all(sess.counter.count_messages(chat_of(m)) < 9000 for m in seen)
+
+
+def test_two_agents_on_one_conversation_id_never_share_a_state(tmp_path: Path) -> None:
+    from .conftest import long_history, resumed
+
+    coder = make_policy(tmp_path)
+    analyst = coder.model_copy(update={"agent": "analyst"})
+    first = ContextPolicy(coder)
+    s = first.session("user-42")
+    s.prepare(long_history())
+    assert s.stats.compactions
+    first.sessions.close()
+    events: list[dict[str, Any]] = []
+    other = ContextPolicy(analyst, on_event=events.append).session("user-42")
+    assert other.conv_id == "analyst/user-42" != s.conv_id
+    assert not resumed(events)
+    again: list[dict[str, Any]] = []
+    ContextPolicy(coder, on_event=again.append).session("user-42")
+    assert resumed(again)
