@@ -32,6 +32,7 @@ LAZY_COMMANDS: dict[str, str] = {
     "simulate": "ctxpolicy.cli.simulate:simulate",
     "snapshots": "ctxpolicy.cli.snapshots:snapshots",
     "tune": "ctxpolicy.cli.tune:tune",
+    "init": "ctxpolicy.cli.init:init",
     "init-plugin": "ctxpolicy.cli.init_plugin:init_plugin",
     "serve": "ctxpolicy.cli.serve:serve",
 }
