@@ -444,7 +444,7 @@ class Snapshots(StrictModel):
         description="What the reference line names: `uri` "
         "(`[Full detail available at: ctxsnap://<conv>/<name>]`, portable: the same "
         "bytes on every worker and machine, no local path in a prompt), or `path` "
-        "(design A's `[Full detail available at: <path> (<uri>)]`, for agents that "
+        "(`[Full detail available at: <path> (<uri>)]`, as DB-GPT writes it, for agents that "
         "open snapshots with their own file tools; the path is machine-specific, so "
         "workers with different store roots send different prompts).",
     )
