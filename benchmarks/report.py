@@ -621,7 +621,9 @@ def summary(results: Path) -> list[str]:
             "to the same budget. **Cost** is the bill under prompt caching plus the "
             "summarizer's calls, as a share of sending everything; **kept** is the share of "
             "the conversation's facts still in context at each call (the rest is recoverable "
-            "through references or lost). Lower cost and higher kept are better.",
+            "through references or lost). Lower cost and higher kept are better. Sending "
+            "everything is the unit, not an option: on the longer traces many of its "
+            "requests do not fit the window.",
             "",
             "| window | run | cost ÷ send everything | kept in context | ctxpolicy's cost ÷ this |",
             "| ---: | --- | ---: | ---: | ---: |",
@@ -682,6 +684,7 @@ _MACHINE_PATH = re.compile(r"(?<![\w.])/(?:work|tmp|home|Users)/[^\s`'\")|,;]+")
 def for_users(text: str) -> str:
     """The notebook in the user's words: no issue numbers, no path of the machine it
     was measured on (a baseline checkout is named as such)."""
+    text = re.sub(r" \(design [AB]\)", "", text)
     text = _ISSUE_CITE.sub("", text)
     text = _ISSUE_OWN.sub(lambda m: "The " if m.group(1) == "I" else "the ", text)
     text = _ISSUE_WORDS.sub(lambda m: "The change" if m.group(1) == "I" else "the change", text)
