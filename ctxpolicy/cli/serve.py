@@ -167,15 +167,22 @@ def serve(
             f"environment variable {api_key_env} is not set or empty", param_hint="--api-key-env"
         )
 
-    from ctxpolicy.policy.resolve import resolve_all
+    from ctxpolicy.policy.resolve import list_agents, resolve_all
 
     policies, diags = resolve_all(policy)
     errors = [d for d in diags if d.severity == "error"]
-    if errors or not policies:
-        for d in errors:
-            click.echo(d.format(), err=True)
+    for d in errors:
+        click.echo(d.format(), err=True)
+    if not policies:
         click.echo(f"ctxpolicy serve: {policy}: no agent resolves without errors", err=True)
         sys.exit(1)
+    unserved = [a for a in list_agents(policy) if a not in policies]
+    if unserved:  # the others are served; these answer 404 until the file is fixed
+        click.echo(
+            f"ctxpolicy serve: not serving {', '.join(unserved)} (errors above); "
+            f"serving {', '.join(sorted(policies))}",
+            err=True,
+        )
     if agent is not None and agent not in policies:
         raise click.BadParameter(
             f"unknown agent {agent!r}; agents: {', '.join(sorted(policies))}",

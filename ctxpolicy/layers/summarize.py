@@ -69,12 +69,14 @@ class SummarizeOptions(ComponentOptions):
         default_factory=dict, description="Options of the summarizer, validated by its own model."
     )
     keep_recent_rounds: int = Field(
-        default=3, ge=0, description="Newest rounds kept verbatim (design B `keep_recent_turns`)."
+        default=3,
+        ge=0,
+        description="Newest rounds kept verbatim (`keep_recent_turns` of a `CompressionConfig`).",
     )
     max_failures: int = Field(
         default=3,
         ge=1,
-        description="Consecutive failures that open the circuit breaker (design A `max_compact_failures`).",
+        description="Consecutive failures that open the circuit breaker (DB-GPT `max_compact_failures`).",
     )
     retry_after: int | None = Field(
         default=None,

@@ -161,7 +161,7 @@ class ToolGrowth(StrictModel):
 
 _TARGET_EXPECTED = {
     "expected": "a fraction of the trigger between 0 and 1 (e.g. 0.7), a percentage of the "
-    'trigger between 0% and 100% (e.g. "70%"), or a number of tokens above 1'
+    'trigger between 0% and 100% (e.g. "70%"), or a number of tokens above 100'
 }
 
 
@@ -191,7 +191,7 @@ class Budget(StrictModel):
         default=0.7,
         description="Where compaction stops: a fraction of the trigger (0–1), the same "
         'as a percentage of the trigger ("70%" is 0.7), or absolute tokens (an integer '
-        "above 1; a small one such as 60 is a warning, CTX209). Keep it below the lowest "
+        "above 100; 100 or less is a percentage missing its `%`: an error, CTX209). Keep it below the lowest "
         "`at` threshold (CTX210 otherwise): the gap is the hysteresis band one compaction "
         "buys (equal to `warning`: stop as soon as the context is back under warning, the "
         "DB-GPT behaviour).",
@@ -444,7 +444,7 @@ class Snapshots(StrictModel):
         description="What the reference line names: `uri` "
         "(`[Full detail available at: ctxsnap://<conv>/<name>]`, portable: the same "
         "bytes on every worker and machine, no local path in a prompt), or `path` "
-        "(design A's `[Full detail available at: <path> (<uri>)]`, for agents that "
+        "(`[Full detail available at: <path> (<uri>)]`, as DB-GPT writes it, for agents that "
         "open snapshots with their own file tools; the path is machine-specific, so "
         "workers with different store roots send different prompts).",
     )

@@ -62,6 +62,16 @@ Pos = tuple[int, int]
 
 _AGENT_NAME_RE = re.compile(r"[A-Za-z0-9_.\-]{1,128}")
 
+#: What an agent whose model is missing, unknown or malformed is checked with, so that
+#: the model's problem hides none of the agent's others (a findings computed from the
+#: window is left out, see ``_TRIGGER_INPUTS``); never part of a resolved policy.
+STAND_IN_MODEL = ModelSpec(context_window=128_000)
+#: Said after a model problem: the rest of the agent was checked all the same.
+WITHOUT_MODEL = (
+    "; the agent's other settings were checked against the built-in defaults, "
+    "without the budget checks that need the model's window"
+)
+
 
 Scope = str | None  # agent name a diagnostic belongs to (None: the file)
 
@@ -100,6 +110,8 @@ class _Resolver:
         self.order: list[Doc] = []
         self.bad_agents: set[tuple[str, str]] = set()
         self.bad_models: set[tuple[str, str]] = set()
+        #: agents whose model problem already says the rest was checked without it
+        self._noted: set[tuple[str, str]] = set()
         self.agents: dict[str, tuple[Doc, Any]] = {}
         self.models: dict[str, tuple[Doc, Any]] = {}
         self._registry: Any = None
@@ -248,8 +260,20 @@ class _Resolver:
         if len(path) > 1 and path[0] == "policies" and isinstance(path[1], str):
             scope = path[1]
             self.bad_agents.add((doc.key, path[1]))
+            if path[2:3] == ("model",) and (doc.key, path[1]) not in self._noted:
+                self._noted.add((doc.key, path[1]))
+                message += WITHOUT_MODEL
         if len(path) > 1 and path[0] == "models" and isinstance(path[1], str):
+            noted = (doc.key, path[1]) in self.bad_models
             self.bad_models.add((doc.key, path[1]))
+            message += (
+                ""
+                if noted
+                else (
+                    f"; the agents that use model {path[1]!r} were checked against the built-in "
+                    "defaults, without the budget checks that need its window"
+                )
+            )
         self.emit(doc, doc.pos(path), f.code, message, f.hint, scope)
 
     # ------------------------------------------------------------------ agents
@@ -340,8 +364,14 @@ class _Resolver:
         ok = not degraded and not removed
         model = self._model(step, ap)
         if model is None:
-            return None
-        spec, model_name = model
+            # the model is missing, unknown or malformed (reported, saying the rest is
+            # checked anyway): check the rest against a stand-in, leaving out every
+            # finding computed from the model's window
+            ok = False
+            step.removed.append(("model",))
+            spec, model_name = STAND_IN_MODEL, None
+        else:
+            spec, model_name = model
         parts = self._components(step, ap)
         policy = self._policy(name, ap, spec, model_name, parts)
         self._semantic_checks(step, chain, policy, parts.index_map)
@@ -383,7 +413,11 @@ class _Resolver:
                     d, raw_path = step.merged.locate(f.path)
                     line, col = d.pos(raw_path)
                     if report_all or (d.name, max(1, line), max(1, col), f.code) not in reported:
-                        step.emit(f.path, f.code, f.message, f.hint)
+                        message = f.message
+                        if f.path[:1] == ("model",) and ("", step.name) not in self._noted:
+                            self._noted.add(("", step.name))
+                            message += WITHOUT_MODEL
+                        step.emit(f.path, f.code, message, f.hint)
                 paths = [_removable(e, data) for e in errors]
                 cut = [p for p in paths if p]
                 if len(cut) < len(paths):
@@ -405,7 +439,7 @@ class _Resolver:
                 step.emit(
                     (),
                     "CTX207",
-                    f"agent {name!r} has no model",
+                    f"agent {name!r} has no model{WITHOUT_MODEL}",
                     "set `model:` to a key of `models:` or to an inline {context_window: ...}",
                 )
             return None
@@ -421,7 +455,7 @@ class _Resolver:
                 step.emit(
                     ("model",),
                     "CTX208",
-                    f"unknown model {ap.model!r}{suggestion(ap.model, known)}",
+                    f"unknown model {ap.model!r}{suggestion(ap.model, known)}{WITHOUT_MODEL}",
                     "define it under `models:` (here or in an included file), inline it, "
                     "or use a model of the built-in catalogue (docs/policy-reference.md"
                     "#built-in-models)",

@@ -54,7 +54,7 @@ class OpenAISummarizerOptions(ComponentOptions):
 
 class OpenAISummarizer(Summarizer):
     name = "openai"
-    description = "Summary by an OpenAI-compatible chat endpoint (design B prompt)."
+    description = "Summary by an OpenAI-compatible chat endpoint."
     Options = OpenAISummarizerOptions
     options: OpenAISummarizerOptions
 
