@@ -13,7 +13,6 @@ Deterministic: same request, same text.
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -22,7 +21,7 @@ from pydantic import Field
 from ctxpolicy.components import ComponentOptions, Summarizer, SummaryRequest
 from ctxpolicy.conversation import content_text
 from ctxpolicy.conversation.cut import approx_tokens, describe_call, result_outcome, short
-from ctxpolicy.conversation.facts import error_lines, extract
+from ctxpolicy.conversation.facts import error_lines, extract, whole_lines
 from ctxpolicy.conversation.refs import REF_LINE, REF_MARK
 from ctxpolicy.plugins import hookimpl
 
@@ -90,6 +89,8 @@ class Digest:
                 d.goal = line[len("Goal: ") :]
             elif line.endswith(":") and line[:-1] in SECTIONS:
                 current = line[:-1]
+            elif not line.startswith("- ") and (line.endswith(":") or line.startswith("[")):
+                current = None  # a block appended after the digest (a repair): not ours
             elif line.startswith("- ") and current is not None:
                 d.sections[current].append(line[2:])
         return d
@@ -165,37 +166,6 @@ class ExtractiveSummarizer(Summarizer):
             if len(items) > opts.max_items:
                 d.sections[s] = items[-opts.max_items :]
         return _bound(d, request.max_tokens, request.count_text or approx_tokens)
-
-
-#: what the head/tail cuts put where they cut a text (preprocessors/_text.py and
-#: layers/_util.py): the partial lines on either side are fragments, not facts
-_CUT_MARKERS = (
-    re.compile(r"\n\.\.\. \[\d+ chars omitted\] \.\.\.\n"),
-    re.compile(r"\n\[… \d+ chars elided …\]\n"),
-)
-
-
-def whole_lines(text: str) -> str:
-    """``text`` without the partial lines a character cut leaves beside its marker
-    (``pt SympifyError:`` from ``except SympifyError:``): one pass, linear."""
-    if " chars omitted] " not in text and " chars elided " not in text:
-        return text  # no marker (each holds one of these): a substring test, no regex pass
-    cuts = sorted(m.span() for rx in _CUT_MARKERS for m in rx.finditer(text))
-    if not cuts:
-        return text
-    out: list[str] = []
-    pos = 0
-    for start, end in cuts:
-        if start >= pos:
-            line_start = text.rfind("\n", pos, start) + 1 if start > pos else pos
-            out.append(text[pos:line_start])
-            out.append("\n")
-        elif end <= pos:
-            continue
-        nl = text.find("\n", end)
-        pos = len(text) if nl < 0 else nl + 1
-    out.append(text[pos:])
-    return "".join(out)
 
 
 def _args_text(m: Mapping[str, Any]) -> str:
