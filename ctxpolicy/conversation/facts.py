@@ -31,6 +31,7 @@ __all__ = [
     "INSTRUCTION_CHARS",
     "MAX_INSTRUCTIONS",
     "Facts",
+    "call_source",
     "error_lines",
     "extract",
     "first_facts",
@@ -180,6 +181,10 @@ _EXCEPTION_ENDS = scan.EXCEPTION_ENDS
 #: ``distinct=… min=… max=…``): the line that is this heading and the indented lines
 #: after it are not what the tool printed, and are not mined for facts.
 DERIVED_HEADING = "column summary (all rows):"
+
+
+#: Keys of a preprocessor's statistics: ``min=3`` is no setting of the task.
+_STAT_KEYS = frozenset({"distinct", "min", "max", "nulls"})
 
 
 def is_derived_line(line: str) -> bool:
@@ -361,7 +366,11 @@ def _extract(text: str, want: frozenset[str]) -> Facts:
         else []
     )
     settings = (
-        _dedupe(f"{k}={v.rstrip('.,;:')}" for k, v in _ASSIGNS.findall(scrub2) if v.rstrip(".,;:"))
+        _dedupe(
+            f"{k}={v.rstrip('.,;:')}"
+            for k, v in _ASSIGNS.findall(scrub2)
+            if v.rstrip(".,;:") and k not in _STAT_KEYS
+        )
         if "settings" in want and "=" in scrub2
         else []
     )
@@ -521,3 +530,17 @@ def user_instructions(messages: Iterable[Mapping[str, Any]]) -> list[str]:
             out.pop(item, None)
             out[item] = None
     return list(out)[-MAX_INSTRUCTIONS:]
+
+
+def call_source(name: str, args: Any) -> str:
+    """What a later successful call must share with a failed one to close its error:
+    the tool and its target (a path), or the program a shell command ran."""
+    if isinstance(args, Mapping):
+        for k in ("path", "file", "file_path", "filename", "target"):
+            if isinstance(args.get(k), str):
+                return f"{name}:{args[k]}"
+        for k in ("command", "cmd"):
+            if isinstance(args.get(k), str):
+                words = args[k].split()
+                return f"{name}:{words[0] if words else ''}"
+    return name

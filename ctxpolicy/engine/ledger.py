@@ -14,7 +14,7 @@ context before and after it (:meth:`ProgressLedger.sync`). It holds
 * the policy's constraints, verbatim, never trimmed;
 * the plan: the last list the agent's own todo or plan tool wrote (Claude Code's
   ``TodoWrite``, Codex's ``update_plan``, a ``todo``/``plan`` tool: :func:`todo_list`);
-* the steps done, the artifacts touched (files, tables, tickets and other IDs) with
+* the steps done (while no summary in the prompt tells them), the artifacts touched (files, tables, tickets and other IDs) with
   their latest state, the decisions the agent stated, the errors still open (an
   error of a call that later succeeded is closed);
 * small computed results kept whole (a table of at most :data:`RESULT_LINES` lines
@@ -47,6 +47,7 @@ from ctxpolicy.conversation.cut import approx_tokens, describe_call, first_meani
 from ctxpolicy.conversation.facts import (
     INSTRUCTION_CUT,
     MAX_INSTRUCTIONS,
+    call_source,
     error_lines,
     extract,
     instruction_text,
@@ -55,7 +56,7 @@ from ctxpolicy.conversation.facts import (
     whole_lines,
     without_derived,
 )
-from ctxpolicy.conversation.refs import REF_LINE, REF_MARK, meta_ref_for, split_refs, unit_refs
+from ctxpolicy.conversation.refs import REF_LINE, REF_MARK, meta_ref_for, split_refs
 
 HEADER = "[Progress ledger: task state of the compacted history]"
 VERSION = 2
@@ -348,11 +349,8 @@ class ProgressLedger:
 
     # ------------------------------------------------------------------ reading
     def _read_unit(self, u: Unit) -> None:
-        st = self.state
         if u.kind == "summary":
-            for r in unit_refs(u):
-                self._add(st.done, f"offloaded: {r}")
-            return
+            return  # the units it stood for were read when it was made (the archive has them)
         results = {str(m.get("tool_call_id", "")): m for m in u.tool_messages}
         for m in u.messages:
             role = m.get("role")
@@ -419,7 +417,7 @@ class ProgressLedger:
         elif meta_ref:
             entry += f" [{meta_ref}]"
         self._add(st.done, entry)
-        source = _source(name, args)
+        source = call_source(name, args)
         errs = error_lines(clean, limit=2, max_len=160)
         if errs:
             for e in errs:
@@ -509,6 +507,8 @@ class ProgressLedger:
         for c in st.constraints:
             if c in summaries:
                 said.append(_key("constraint", c))
+        if summaries:  # the summary tells the steps: the ledger keeps the state
+            said.append("steps")
         for d in st.done:
             call = _call_part(d)
             if d in text or (summaries and call in summaries):
@@ -555,7 +555,7 @@ class ProgressLedger:
         return {
             "instructions": [i for i in st.instructions if _key("instruction", i) not in said],
             "todos": [] if "plan" in said else list(st.todos),
-            "done": [d for d in st.done if _key("done", d) not in said],
+            "done": [] if "steps" in said else [d for d in st.done if _key("done", d) not in said],
             "artifacts": [a for a in st.artifacts if _key("artifact", a.name) not in said],
             "decisions": [d for d in st.decisions if _key("decision", d) not in said],
             "errors": [e for e in st.errors if _key("error", e.text) not in said],
@@ -833,20 +833,6 @@ def _calls_by_id(u: Unit) -> dict[str, str]:
     return out
 
 
-def _source(name: str, args: Any) -> str:
-    """What a later successful call must share with a failed one to close its error:
-    the tool and its target (a path), or the program a shell command ran."""
-    if isinstance(args, Mapping):
-        for k in ("path", "file", "file_path", "filename", "target"):
-            if isinstance(args.get(k), str):
-                return f"{name}:{args[k]}"
-        for k in ("command", "cmd"):
-            if isinstance(args.get(k), str):
-                words = args[k].split()
-                return f"{name}:{words[0] if words else ''}"
-    return name
-
-
 def _verb(name: str, args: Any) -> str:
     words = [name.lower()]
     if isinstance(args, Mapping):
@@ -964,7 +950,8 @@ def _trim(parts: dict[str, list[Any]], excess_chars: float) -> bool:
     removed = 0.0
     did = False
     while removed < excess_chars:
-        filled = [n for n in _TRIM_ORDER if parts[n]]
+        # the newest small result stays whole (it is most often what answers the task)
+        filled = [n for n in _TRIM_ORDER if len(parts[n]) > (1 if n == "results" else 0)]
         if filled:
             name = max(filled, key=lambda n: len(parts[n]))
             gone = parts[name].pop(0)
