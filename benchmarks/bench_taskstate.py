@@ -2,12 +2,13 @@
 
 Usage::
 
-    python benchmarks/bench_taskstate.py --baseline /work/main [--kinds swe,sql] [--quick]
+    python benchmarks/bench_taskstate.py --baseline /work/main [--kinds swe,sql] [--quick] [--llm]
 
 Replays each trace of ../shared/traces under the shipped policy of its kind (coding
 agents: ``coding_agent_16k`` at 16k and ``coding_agent`` at 32k; customer service:
 ``customer_service_agent`` at 8k and 16k; multi-tool, web: ``default`` at 16k and 32k;
-SQL: ``default`` at 16k and 24k) with the policy's own extractive summarizer, once with
+SQL: ``default`` at 16k and 24k) with the policy's own extractive summarizer (``--llm``:
+the shared deterministic summary billed as an LLM's, as in the peers' table), once with
 the baseline source tree and once with this one (each in a child process with its tree
 first on the path, as ``check_identical.py`` does), measured by the ruler of
 ``ctxpolicy.sim.metrics`` (exact cl100k, ``benchmarks.peers.runs``): total cost ÷
@@ -66,11 +67,11 @@ def _norm(line: str) -> str:
 
 
 def _lines(text: str) -> set[str]:
-    """Content lines of ``text``: not headings (``Done:``), not trivial."""
+    """Content lines of ``text``: not headings or labels (``Done:``), not trivial."""
     out = set()
     for raw in text.splitlines():
         line = _norm(raw)
-        if len(line) < 6 or (line.endswith(":") and len(line) <= 60) or line.startswith("["):
+        if len(line) < 6 or line.endswith(":") or line.startswith("["):
             continue
         out.add(line)
     return out
@@ -123,7 +124,7 @@ def request_measures(
     }
 
 
-def child(kinds: list[str], quick: bool) -> list[dict[str, Any]]:
+def child(kinds: list[str], quick: bool, llm: bool = False) -> list[dict[str, Any]]:
     """One row per (trace, agent, window): the ruler's numbers and the request measures."""
     # the tree under test first (PYTHONPATH): its ctxpolicy and its benchmarks package
     sys.path.insert(0, os.environ.get("PYTHONPATH", str(ROOT)).split(os.pathsep)[0])
@@ -140,7 +141,9 @@ def child(kinds: list[str], quick: bool) -> list[dict[str, Any]]:
             mine = mine[:1]
         for agent, window in KINDS[kind][1]:
             policy = load_policy_file(str(POLICIES), agent)
-            c = Contestant(label=agent, kind=EXTRACTIVE, policy=policy)
+            # the shipped extractive summarizer, or the shared deterministic summary
+            # billed as an LLM's (``ctxpolicy``: the peers' table's LLM-summary row)
+            c = Contestant(label=agent, kind="ctxpolicy" if llm else EXTRACTIVE, policy=policy)
             for path in mine:
                 msgs = load_trace(path)
                 originals = {
@@ -182,14 +185,50 @@ def child(kinds: list[str], quick: bool) -> list[dict[str, Any]]:
     return rows
 
 
-def run(src: Path, kinds: list[str], quick: bool) -> list[dict[str, Any]]:
-    env = {**os.environ, "PYTHONPATH": str(src)}
-    cmd = [sys.executable, __file__, "--child", "--kinds", ",".join(kinds)]
-    if quick:
-        cmd.append("--quick")
-    res = subprocess.run(cmd, env=env, capture_output=True, text=True, check=True)
-    rows: list[dict[str, Any]] = json.loads(res.stdout.strip().splitlines()[-1])
-    return rows
+#: (agent, window) the SQL agent scenario runs at
+SCENARIO_RUNS = [("customer_service_agent", 8192), ("default", 16384), ("coding_agent_16k", 8192)]
+
+
+def scenario_child() -> list[dict[str, Any]]:
+    """The SQL agent scenario (benchmarks/taskstate_sql.py, loaded by path: the tree
+    under test need not have it) at each of :data:`SCENARIO_RUNS`."""
+    import runpy
+    import tempfile
+
+    from ctxpolicy.sim.replay import load_policy_file, with_snapshots, with_window
+
+    mod = runpy.run_path(str(Path(__file__).with_name("taskstate_sql.py")))
+    out = []
+    for agent, window in SCENARIO_RUNS:
+        with tempfile.TemporaryDirectory(prefix="ctxpolicy-taskstate-") as tmp:
+            pol = with_snapshots(with_window(load_policy_file(str(POLICIES), agent), window), tmp)
+            got = mod["run"](pol)
+        got.pop("request")
+        out.append({"agent": agent, "window": window, **got})
+    return out
+
+
+def scenario_table(base: list[dict[str, Any]], mine: list[dict[str, Any]]) -> str:
+    lines = [
+        "| policy @ window | ledger+summary tokens / prompt | answer table whole | user turns verbatim "
+        "| statistics fragments | names ctx_recall | duplicated lines |",
+        "|" + "---|" * 7,
+    ]
+    for b, m in zip(base, mine, strict=True):
+
+        def cells(r: Mapping[str, Any]) -> list[str]:
+            return [
+                f"{r['ledger_summary_tokens']:,} / {r['prompt_tokens']:,} ({r['share']:.0%})",
+                "yes" if r["answer_table_whole"] else "no",
+                "yes" if r["instructions_verbatim"] else "no",
+                str(r["fragments"]),
+                "yes" if r["names_recall"] else "no",
+                str(r["duplicated_lines"]),
+            ]
+
+        row = [f"{x} → {y}" for x, y in zip(cells(b), cells(m), strict=True)]
+        lines.append(f"| {b['agent']} @ {b['window'] // 1024}k | " + " | ".join(row) + " |")
+    return "\n".join(lines)
 
 
 _SUMS = (
@@ -255,30 +294,89 @@ def table(base: list[dict[str, Any]], mine: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+def _child_rows(src: Path, *flags: str) -> list[dict[str, Any]]:
+    env = {**os.environ, "PYTHONPATH": str(src)}
+    cmd = [sys.executable, __file__, "--child", *flags]
+    res = subprocess.run(cmd, env=env, capture_output=True, text=True, check=True)
+    rows: list[dict[str, Any]] = json.loads(res.stdout.strip().splitlines()[-1])
+    return rows
+
+
+def markdown(data: Mapping[str, Any], baseline: str) -> str:
+    md = [
+        "## Task state after compaction, every agent kind (before → after)",
+        "",
+        f"The same run, two source trees: `{baseline}` (before) and this tree (after), each "
+        "replaying every trace of ../shared/traces under the shipped policy of its kind, "
+        "measured by the ruler of `ctxpolicy.sim.metrics` (exact cl100k; total cost ÷ sending "
+        "everything under prompt caching, retention of facts used later, far retention, "
+        "prefix changes per 100 calls), plus the share of each request taken by the ledger "
+        "and the summaries (over the requests holding one) and the ledger lines a summary of "
+        "the same request says too (the same line or the same tool call).",
+        "",
+    ]
+    for key, title in (("extractive", "extractive summarizer (shipped)"), ("llm", "LLM summary (shared deterministic summary, billed)")):  # fmt: skip
+        if key in data:
+            md += [f"### {title}", "", table(data[key]["baseline"], data[key]["after"]), ""]
+    if "scenario" in data:
+        md += [
+            "### A SQL agent (benchmarks/taskstate_sql.py)",
+            "",
+            "The agent asks which month of 2023 had the highest revenue; a 12-row monthly "
+            "table answers it, then more checks run before the user asks for the answer. "
+            "The last request, before → after:",
+            "",
+            scenario_table(data["scenario"]["baseline"], data["scenario"]["after"]),
+            "",
+        ]
+    return "\n".join(md)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--baseline", type=Path, default=Path("/work/main"))
     ap.add_argument("--kinds", default=",".join(KINDS))
     ap.add_argument("--quick", action="store_true", help="one trace per kind")
+    ap.add_argument("--llm", action="store_true", help="also the LLM-summary variant (billed)")
+    ap.add_argument("--scenario", action="store_true", help="the SQL agent scenario only")
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
-    ap.add_argument(
-        "--out", type=Path, default=ROOT / "benchmarks" / "results" / "bench_taskstate.json"
-    )
+    ap.add_argument("--results", type=Path, default=ROOT / "benchmarks" / "results")
     args = ap.parse_args(argv)
     kinds = [k for k in args.kinds.split(",") if k]
     if args.child:
-        print(json.dumps(child(kinds, args.quick)))
+        rows = scenario_child() if args.scenario else child(kinds, args.quick, args.llm)
+        print(json.dumps(rows))
         return 0
+    trees = (args.baseline.resolve(), ROOT)
+    jobs: dict[str, tuple[str, ...]] = {"scenario": ("--scenario",)}
+    if not args.scenario:
+        quick = ("--quick",) if args.quick else ()
+        jobs["extractive"] = ("--kinds", ",".join(kinds), *quick)
+        if args.llm:
+            jobs["llm"] = ("--kinds", ",".join(kinds), "--llm", *quick)
+    data: dict[str, Any] = {}
     with ThreadPoolExecutor(2) as pool:
-        fb = pool.submit(run, args.baseline.resolve(), kinds, args.quick)
-        fm = pool.submit(run, ROOT, kinds, args.quick)
-        base, mine = fb.result(), fm.result()
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps({"baseline": base, "after": mine}, indent=1) + "\n")
-    print(table(base, mine))
-    errors = [r for r in [*base, *mine] if "error" in r]
-    for r in errors[:10]:
-        print(f"error: {r['kind']} {r['agent']}@{r['window']} {r['trace']}: {r['error']}")
+        futures = {
+            (name, side): pool.submit(_child_rows, tree, *flags)
+            for name, flags in jobs.items()
+            for side, tree in zip(("baseline", "after"), trees, strict=True)
+        }
+        for (name, side), f in futures.items():
+            data.setdefault(name, {})[side] = f.result()
+    text = markdown(data, str(args.baseline))
+    if args.scenario:
+        print(text)
+        return 0
+    args.results.mkdir(parents=True, exist_ok=True)
+    (args.results / "bench_taskstate.json").write_text(json.dumps(data, indent=1) + "\n")
+    (args.results / "bench_taskstate.md").write_text(text + "\n")
+    print(text)
+    for name in ("extractive", "llm"):
+        for r in [*data.get(name, {}).get("baseline", []), *data.get(name, {}).get("after", [])]:
+            if "error" in r:
+                print(
+                    f"error: {name} {r['kind']} {r['agent']}@{r['window']} {r['trace']}: {r['error']}"
+                )
     return 0
 
 

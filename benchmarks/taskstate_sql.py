@@ -174,8 +174,11 @@ def run(policy: Any, *, tools: Sequence[Mapping[str, Any]] | None = None) -> dic
     """Replay :func:`conversation` as an agent loop would (``add_tool_result`` for every
     result, ``prepare`` before every model call) and :func:`measure` the last request."""
     from ctxpolicy import Session
+    from ctxpolicy.state.memory import MemoryStateStore
 
-    session = Session(policy)
+    # a fixed conversation id (it shows in references: the same bytes each run), and
+    # state in memory (each run starts fresh)
+    session = Session(policy, conv_id="sql-agent", state_store=MemoryStateStore())
     convo: list[dict[str, Any]] = []
     calls: dict[str, Any] = {}
     out: list[dict[str, Any]] = []

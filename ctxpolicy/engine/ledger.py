@@ -130,9 +130,11 @@ _DECISION = re.compile(
     re.IGNORECASE,
 )
 #: An intention stated for the next move.
+#: (Linear: the spaces it skips are bounded and never newlines, so a long run of
+#: blank lines is not rescanned from every position.)
 _INTENT = re.compile(
-    r"(?:^|\n)\s*(?:next(?: step)?\s*[:,-]|next,? i(?:'ll| will)|then i(?:'ll| will)|"
-    r"i(?:'ll| will) now)\s*(?P<what>[^\n]{3,300})",
+    r"(?:^|\n)[ \t]{0,8}(?:next(?: step)?[ \t]{0,4}[:,-]|next,? i(?:'ll| will)|then i(?:'ll| will)|"
+    r"i(?:'ll| will) now)[ \t]{0,8}(?P<what>[^\n]{3,300})",
     re.IGNORECASE,
 )
 _SQL_TABLE = re.compile(
@@ -450,6 +452,7 @@ class ProgressLedger:
         del st.results[:-MAX_RESULTS]
 
     def _open_error(self, text: str, source: str) -> None:
+        text = text.strip()
         st = self.state
         st.errors = [e for e in st.errors if e.text != text]
         st.errors.append(OpenError(text=text, source=source))

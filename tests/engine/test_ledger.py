@@ -324,3 +324,22 @@ def test_invariants_instructions_verbatim_next_not_done_bounded(
     assert led.next_step not in completed
     if any(s != "completed" for s in todo_states):
         assert led.next_step is not None
+
+
+def test_a_stored_ledger_of_the_wrong_shape_is_refused_by_name() -> None:
+    import pytest
+
+    from ctxpolicy.engine.stored import Invalid, check_ledger
+
+    good = ProgressLedger(constraints=["c"]).to_dict()
+    assert check_ledger(good)["v"] == 2
+    for bad, what in (
+        ({"todos": [{"status": "done"}]}, "ledger.todos"),
+        ({"instructions": "one"}, "ledger.instructions"),
+        ({"goal": 3}, "ledger.goal"),
+        ({"instructions_dropped": -1}, "ledger.instructions_dropped"),
+    ):
+        with pytest.raises(Invalid, match=what):
+            check_ledger({**good, **bad})
+    # a version 1 ledger is still read (and migrated when loaded)
+    assert check_ledger({"goal": "g", "files": ["a.py"]})["files"] == ["a.py"]
