@@ -516,6 +516,7 @@ class Session:
         budget = ctx.budget()
         entry_used = used
         compact_layer: str | None = None
+        start = view
         for _ in range(_PASSES):
             # a pass can grow the ledger (facts of what it dropped) back above the
             # target: the eligible layers then run again over the new ledger
@@ -532,7 +533,9 @@ class Session:
             if by is None:
                 break
             compact_layer = by
-            view = insert_specials([u for u in view if u.kind != "ledger"], ctx.special_units())
+            rest = [u for u in view if u.kind != "ledger"]
+            ctx.sync_ledger(start, rest, tools)
+            view = insert_specials(rest, ctx.special_units())
             used = count(view)
             if used <= budget.target or forced:
                 break

@@ -219,8 +219,17 @@ def check_stats(value: Any) -> dict[str, Any]:
 
 
 def check_ledger(value: Any) -> dict[str, Any]:
-    """A stored ledger's lists and texts (its size limit and constraints are the policy's)."""
+    """A stored ledger's lists and texts (its size limit and constraints are the policy's).
+    A version 2 ledger (the typed task state) is checked by its own module; an older
+    one is read as it was written and migrated when loaded."""
     led = _mapping(value, "ledger")
+    if led.get("v") == 2:
+        from ctxpolicy.engine.ledger import check_stored
+
+        try:
+            return check_stored(led)
+        except ValueError as exc:
+            raise Invalid(str(exc)) from None
     out: dict[str, Any] = {}
     for name in ("goal", "next_step", "archive"):
         out[name] = _optional_text(led.get(name), f"ledger.{name}")
