@@ -25,6 +25,7 @@ import codecs
 import dataclasses
 import datetime as _dt
 import fnmatch
+import hashlib
 import re
 import threading
 import time
@@ -48,12 +49,14 @@ __all__ = [
     "REFERENCE_PREFIX",
     "ToolResultOutcome",
     "ToolResultProcessor",
+    "arrived_text",
     "format_reference",
     "interpolate_path",
     "open_store",
     "parse_reference",
     "render_output",
     "select_rule",
+    "tool_key",
 ]
 
 REFERENCE_PREFIX = "[Full detail available at: "
@@ -121,6 +124,42 @@ def render_output(output: Any) -> tuple[str, dict[str, Any]]:
             return repr(output), info
         except Exception:
             return f"<unrenderable {type(output).__name__}>", info
+
+
+# --------------------------------------------------------------------------- arrived
+
+
+def arrived_text(content: Any) -> str | None:
+    """The text of a tool message's content as it arrives in ``prepare``: a string,
+    or the parts of a list that holds only text parts (``{"type": "text", "text": …}``)
+    joined by newlines; None for anything else (an image, a document: the tool rule
+    does not apply to it)."""
+    if type(content) is str:
+        return content
+    if not isinstance(content, list) or not content:
+        return None
+    texts: list[str] = []
+    for part in content:
+        if not isinstance(part, Mapping) or part.get("type") != "text":
+            return None
+        text = part.get("text")
+        if type(text) is not str:
+            return None
+        texts.append(text)
+    return "\n".join(texts)
+
+
+def tool_key(call_id: str, text: str) -> str:
+    """The state key of a tool result: a digest of its call id (``""`` when it has
+    none, or for a text ``add_tool_result`` returned) and its text. Keyed by both, a
+    call id reused for another result and a result edited by the agent are new results;
+    keyed by the text alone, a result whose id a framework renamed is still known."""
+    h = hashlib.blake2b(digest_size=16)
+    cid = call_id.encode("utf-8", "surrogatepass")
+    h.update(b"%d:" % len(cid))
+    h.update(cid)
+    h.update(text.encode("utf-8", "surrogatepass"))
+    return h.hexdigest()
 
 
 # --------------------------------------------------------------------------- rules
