@@ -133,6 +133,11 @@ class Session:
     """Context management for one conversation under one policy.
 
     Thread-safe: calls on one session are serialised; sessions share token caches.
+
+    A tool result that arrives in the messages of ``prepare`` (not through
+    ``add_tool_result``) gets its tool's rule once, like ``add_tool_result`` would
+    apply it; ``tool_rules_in_prepare=False`` sends such results as they are (an
+    adapter whose user turned tool preprocessing off).
     """
 
     def __init__(
@@ -148,6 +153,7 @@ class Session:
         env: Mapping[str, str] | None = None,
         state_store: StateStore | None = None,
         record: str | os.PathLike[str] | None = None,
+        tool_rules_in_prepare: bool = True,
     ) -> None:
         self.policy = policy
         self.conv_id = conv_id or uuid.uuid4().hex[:12]
@@ -181,6 +187,7 @@ class Session:
             if conv_id is not None or state_store is not None
             else None
         )
+        self._arrive = self._arrived if tool_rules_in_prepare else None
         #: the trace this conversation records to (``record=``; engine/recorder.py)
         self.recorder: TraceRecorder | None = (
             TraceRecorder.open(record, self.conv_id, self._emit) if record is not None else None
@@ -581,7 +588,7 @@ class Session:
         st = ctx.state
         counter = ctx.counter
         caches = ctx.derived.caches
-        msgs, unchanged = caches.input(messages, self._arrived)
+        msgs, unchanged = caches.input(messages, self._arrive)
         originals, keep = caches.units(msgs, unchanged)
         view, out = caches.view(originals, keep)
         tools_tokens = counter.count_tools(tools) if tools else 0

@@ -297,3 +297,9 @@ def test_a_recording_of_the_raw_path_replays_to_the_requests_it_sent(tmp_path: P
     s.recorder.record([*convo, {"role": "assistant", "content": "done"}])
     assert sum(s.stats.compactions.values()) >= 1
     assert _replay_requests(trace, policy, raw=False)[1:] == sent
+
+
+def test_tool_rules_in_prepare_can_be_turned_off(tmp_path: Path) -> None:
+    s = Session(make_policy(tmp_path), conv_id="off", tool_rules_in_prepare=False)
+    assert tool_text(s.prepare(conversation())) == psql_table()
+    assert preprocessed(s) == [] and s.state.tool_texts == {}
