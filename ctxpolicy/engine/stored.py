@@ -14,6 +14,7 @@ raised and never obeyed.
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, get_args
 
@@ -39,6 +40,8 @@ __all__ = [
     "check_repairs",
     "check_seen_repairs",
     "check_stats",
+    "check_tool_key",
+    "check_tool_text",
     "verify_learned_window",
     "window_bounds",
 ]
@@ -296,6 +299,24 @@ def check_ref(value: Any) -> tuple[str | None, str]:
         return None, value
     ref = _mapping(value, "a snapshot reference")
     return _text(ref.get("id"), "a reference's call id"), _text(ref.get("uri"), "a reference")
+
+
+_TOOL_KEY = re.compile(r"[0-9a-f]{32}")
+
+
+def check_tool_key(name: str) -> str:
+    """The name of a ``tool/<digest>`` entry: 32 lowercase hex digits."""
+    if not _TOOL_KEY.fullmatch(name):
+        raise Invalid("not a tool result digest")
+    return name
+
+
+def check_tool_text(value: Any) -> str | None:
+    """A ``tool/<digest>`` entry: the text a tool result enters the context as, or
+    ``true`` when it enters as it arrives."""
+    if value is True:
+        return None
+    return _text(value, "a tool result's text")
 
 
 def bounded_problems(problems: list[Problem], limit: int = 20) -> list[Problem]:
