@@ -34,12 +34,15 @@ class SessionPool:
         max_sessions: int = 4096,
         on_event: Callable[[dict[str, Any]], None] | None = None,
         record: str | None = None,
+        observe: Callable[[str], Callable[[dict[str, Any]], None]] | None = None,
     ) -> None:
         self.policies = dict(policies)
         # a directory (always: never one file for every conversation), a trace each
         self.record = record if not record or record.endswith(("/", os.sep)) else record + os.sep
         self.max_sessions = max(1, max_sessions)
         self._on_event = on_event
+        #: agent -> the ``on_event`` of its sessions (the dashboard's), else ``on_event``
+        self._observe = observe
         self._sessions: OrderedDict[tuple[str, str], Session] = OrderedDict()
         self._locks: dict[tuple[str, str], asyncio.Lock] = {}
         self._guard = threading.Lock()
@@ -74,7 +77,8 @@ class SessionPool:
             if s is not None:
                 self._sessions.move_to_end(key)
                 return s
-        s = Session(self.policies[agent], conv_id=conv, on_event=self._on_event, record=self.record)
+        on_event = self._observe(agent) if self._observe is not None else self._on_event
+        s = Session(self.policies[agent], conv_id=conv, on_event=on_event, record=self.record)
         evicted: list[Session] = []
         with self._guard:
             other = self._sessions.get(key)
