@@ -34,6 +34,7 @@ LAZY_COMMANDS: dict[str, str] = {
     "tune": "ctxpolicy.cli.tune:tune",
     "init-plugin": "ctxpolicy.cli.init_plugin:init_plugin",
     "serve": "ctxpolicy.cli.serve:serve",
+    "report": "ctxpolicy.cli.report:report",
 }
 
 

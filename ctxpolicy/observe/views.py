@@ -8,8 +8,9 @@ events of one agent's sessions). Per conversation it keeps:
   state, and the layer that fired when a compaction ran (``context.status``);
 * each compaction: its layer, tokens before and after (``context.compacted``);
 * estimated prompt-cache reads and writes: a call re-reads the previous call's request
-  from the provider's cache unless a compaction rewrote it, and writes the rest; the
-  same for sending the whole history every time (which only ever appends);
+  from the provider's cache (after a compaction only the prefix it kept,
+  ``prefix_tokens``), and writes the rest; the same for sending the whole history
+  every time (which only ever appends);
 * overflows (``context.overflow``), provider overflow errors retried through the
   reactive layer (``context.overflow_error``), failures, deferred layers, data lost,
   the provider's prompt tokens (``context.usage``), tokens saved on tool results.
@@ -131,6 +132,7 @@ class _Conv:
         "overflows",
         "peak",
         "pending",
+        "prefix",
         "prepare_ms",
         "prev_in",
         "prev_used",
@@ -163,6 +165,7 @@ class _Conv:
         self.provider_tokens: int | None = None
         self.tool_saved = 0
         self.prepare_ms = 0.0
+        self.prefix: int | None = None  # tokens this call's compactions kept in front
 
 
 class Views:
@@ -254,9 +257,15 @@ class Views:
         layer = _name(layer) or None
         i = c.calls
         c.calls += 1
-        # the provider's prompt cache, estimated: the previous request is read back
-        # unless a compaction rewrote it; the rest is written
-        read = 0 if c.prev_used is None or layer is not None else min(c.prev_used, used)
+        # the provider's prompt cache, estimated: the previous request is read back, up
+        # to the prefix a compaction kept when one rewrote it; the rest is written
+        if c.prev_used is None:
+            read = 0
+        elif layer is None:
+            read = min(c.prev_used, used)
+        else:
+            read = min(c.prefix or 0, c.prev_used, used)
+        c.prefix = None
         c.cache_read += read
         c.cache_write += used - read
         none_read = min(c.prev_in, tokens_in) if c.prev_in is not None else 0
@@ -293,6 +302,9 @@ class Views:
         before, after = _int(e.get("before")), _int(e.get("after"))
         c.compactions[layer] = c.compactions.get(layer, 0) + 1
         c.freed += max(0, before - after)
+        if "prefix_tokens" in e:
+            prefix = _int(e.get("prefix_tokens"))
+            c.prefix = prefix if c.prefix is None else min(c.prefix, prefix)
         if len(c.pending) < self.max_marks:
             c.pending.append([c.calls, layer, before, after])
 
