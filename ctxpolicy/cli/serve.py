@@ -133,6 +133,15 @@ def _extra() -> str:
     "Numbers and names only; with client tokens its data needs one (docs/observability.md).",
 )
 @click.option(
+    "--events",
+    "events",
+    default=None,
+    type=click.Path(dir_okay=False, writable=True),
+    help="Append every session's events to this file, one JSON object per line with its "
+    "agent (numbers and names, as JsonlEventSink writes them): `ctxpolicy report FILE` "
+    "shows them. Workers append to the same file.",
+)
+@click.option(
     "--log-level",
     default="warning",
     show_default=True,
@@ -156,6 +165,7 @@ def serve(
     keep_alive: int,
     record: str | None,
     dashboard: bool,
+    events: str | None,
     log_level: str,
 ) -> None:
     """Run the policy-driven gateway: point any OpenAI- or Anthropic-compatible client's
@@ -214,6 +224,7 @@ def serve(
             "max_sessions": max_sessions,
             "record": os.path.abspath(record) if record else None,
             "dashboard": dashboard,
+            "events": os.path.abspath(events) if events else None,
         }
     )
     import uvicorn

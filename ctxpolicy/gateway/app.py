@@ -29,7 +29,7 @@ from starlette.responses import JSONResponse, PlainTextResponse, Response, Strea
 from starlette.routing import Route
 
 from ctxpolicy.gateway.calls import Prepared, completion
-from ctxpolicy.gateway.dashboard import PREFIX, Dashboard
+from ctxpolicy.gateway.dashboard import PREFIX, Dashboard, observers
 from ctxpolicy.gateway.errors import RESP_DROP, UpstreamError, error_response
 from ctxpolicy.gateway.metrics import Metrics
 from ctxpolicy.gateway.routing import UnknownAgent, resolve_agent
@@ -83,6 +83,8 @@ class GatewayConfig:
     secret: bytes = field(default=b"", repr=False)
     #: serve ``/dashboard`` (gateway/dashboard.py)
     dashboard: bool = False
+    #: a file: every session's events appended as JSON lines (``ctxpolicy report``)
+    events: str | None = None
 
 
 def _origin(url: str) -> str:
@@ -120,7 +122,7 @@ class Gateway:
             config.policies,
             max_sessions=config.max_sessions,
             record=config.record,
-            observe=self.dashboard.observer if self.dashboard is not None else None,
+            observe=observers(self),
         )
         self.client: httpx.AsyncClient | None = None
         self.upstream = _origin(config.upstream)

@@ -26,7 +26,7 @@ from ctxpolicy.observe.views import Views
 if TYPE_CHECKING:  # pragma: no cover
     from ctxpolicy.gateway.app import Gateway
 
-__all__ = ["PREFIX", "Dashboard", "latency"]
+__all__ = ["PREFIX", "Dashboard", "latency", "observers"]
 
 PREFIX = "/dashboard"
 #: Conversations whose series the API sends (the most recent, and the one asked for).
@@ -40,6 +40,39 @@ _HEADERS = {
     "Referrer-Policy": "no-referrer",
     "Cache-Control": "no-store",
 }
+
+
+def observers(gateway: Gateway) -> Callable[[str], Callable[[dict[str, Any]], None]] | None:
+    """The ``on_event`` of an agent's sessions: the dashboard's views (``--dashboard``)
+    and the event log (``--events FILE``: each event as
+    :class:`~ctxpolicy.events.JsonlEventSink` writes it, with its ``agent`` and the
+    agent's ``model``); None without either."""
+    dashboard: Dashboard | None = getattr(gateway, "dashboard", None)
+    path = getattr(gateway.config, "events", None)
+    log = None
+    if path:
+        from ctxpolicy.events import JsonlEventSink
+
+        log = JsonlEventSink(path)
+    if dashboard is None and log is None:
+        return None
+    models = _models(gateway.config.policies)
+
+    def for_agent(agent: str) -> Callable[[dict[str, Any]], None]:
+        views = dashboard.observer(agent) if dashboard is not None else None
+        model = models.get(agent)
+        if log is None:
+            assert views is not None
+            return views
+
+        def observe(event: dict[str, Any]) -> None:
+            if views is not None:
+                views(event)
+            log({**event, "agent": agent, "model": model})
+
+        return observe
+
+    return for_agent
 
 
 def latency(
@@ -65,15 +98,17 @@ def latency(
     return out
 
 
+def _models(policies: Mapping[str, Any]) -> dict[str, str | None]:
+    """Agent → the model name its prices are looked up by."""
+    return {a: p.model_name or p.model.name for a, p in policies.items()}
+
+
 class Dashboard:
     """The dashboard of one gateway worker: its views and its routes."""
 
     def __init__(self, gateway: Gateway) -> None:
         self.gateway = gateway
-        policies = gateway.config.policies
-        self.views = Views(
-            models={a: p.model_name or p.model.name for a, p in policies.items()},
-        )
+        self.views = Views(models=_models(gateway.config.policies))
 
     def observer(self, agent: str) -> Callable[[Mapping[str, Any]], None]:
         """The ``on_event`` of ``agent``'s sessions."""
@@ -119,10 +154,7 @@ class Dashboard:
 
     def snapshot(self, conv: str | None = None) -> dict[str, Any]:
         """The views and the gateway's own numbers (runs in a worker thread)."""
-        data = self.views.snapshot(source="gateway")
-        for i, c in enumerate(data["conversations"]):
-            if i >= SERIES and c["id"] != conv:  # only the series the page can show
-                c["series"], c["marks"] = [], []
+        data = self.views.snapshot(source="gateway", series=SERIES, series_of=conv)
         data["gateway"] = self.gateway_numbers()
         return data
 

@@ -234,8 +234,11 @@ class Views:
             self.events += 1
             conv = self._convs.get(conv_id)
             if conv is None:
-                who = agent if agent is not None else event.get("agent")
-                conv = _Conv(conv_id[:MAX_NAME], _name(who), ts, self.max_points, self.max_marks)
+                who = _name(agent if agent is not None else event.get("agent"))
+                conv = _Conv(conv_id[:MAX_NAME], who, ts, self.max_points, self.max_marks)
+                model = event.get("model")  # an event log of the gateway names it
+                if who and isinstance(model, str) and who not in self.models:
+                    self.models[who] = model[:MAX_NAME]
                 self._convs[conv_id] = conv
                 while len(self._convs) > self.max_conversations:
                     self._convs.popitem(last=False)
@@ -334,14 +337,29 @@ class Views:
         with self._lock:
             return len(self._convs)
 
-    def snapshot(self, *, limit: int = 200, source: str = "") -> dict[str, Any]:
+    def snapshot(
+        self,
+        *,
+        limit: int = 200,
+        source: str = "",
+        series: int | None = None,
+        series_of: str | None = None,
+    ) -> dict[str, Any]:
         """The views as a JSON-ready dict (see the module docstring); at most ``limit``
         conversations in ``conversations``, the most recently active first (the totals
-        and agents count every conversation kept)."""
+        and agents count every conversation kept). ``series``: only that many of them
+        (and ``series_of``, by id) carry their ``series`` and ``marks``, the others
+        empty lists (a live page shows one chart; copying every series costs)."""
         with self._lock:
-            convs = [_copy(c) for c in self._convs.values()]
+            pairs = [(c, _copy(c)) for c in self._convs.values()]
             events, forgotten = self.events, self.forgotten
-        convs.sort(key=lambda c: c["last"], reverse=True)
+        pairs.sort(key=lambda p: p[1]["last"], reverse=True)
+        convs = [d for _, d in pairs]
+        with self._lock:
+            for i, (c, d) in enumerate(pairs[: max(0, limit)]):
+                if series is None or i < series or c.conv_id == series_of:
+                    d["series"] = [list(p) for p in c.series]
+                    d["marks"] = [list(m) for m in c.marks]
         agents: dict[str, dict[str, Any]] = {}
         totals = _zero_totals()
         prices: dict[str, tuple[str, float, float]] = {}
@@ -446,6 +464,6 @@ def _copy(c: _Conv) -> dict[str, Any]:
         "tool_saved": c.tool_saved,
         "provider_tokens": c.provider_tokens,
         "prepare_ms": round(c.prepare_ms / c.calls, 3) if c.calls else 0.0,
-        "series": [list(p) for p in c.series],
-        "marks": [list(m) for m in c.marks],
+        "series": [],
+        "marks": [],
     }

@@ -198,3 +198,28 @@ def test_page_in_headless_chromium(tmp_path: Path, upstream: ScriptedLLMServer) 
             for marker in SECRET_MARKERS:
                 assert marker not in text
             assert browser.errors == []
+
+
+def test_event_log_feeds_the_report(tmp_path: Path, upstream: ScriptedLLMServer) -> None:
+    """``--events FILE``: every session's events with their agent and model, which
+    ``ctxpolicy report`` turns into the same views."""
+    from click.testing import CliRunner
+
+    from ctxpolicy.cli import main
+
+    log = tmp_path / "logs" / "events.jsonl"
+    config = config_for(tmp_path, upstream, events=str(log))
+    with run_gateway(config) as gw:
+        assert gw.gateway.dashboard is None  # the log alone, no page
+        converse(gw.url, "key-a", "test_agent", 14, "Fix the failing test.")
+    events = [json.loads(line) for line in log.read_text().splitlines()]
+    assert events and all(e["agent"] == "test_agent" for e in events)
+    assert all("model" in e for e in events)
+    assert any(e["type"] == "context.compacted" for e in events)
+    for marker in SECRET_MARKERS:
+        assert marker not in log.read_text()
+    result = CliRunner().invoke(main, ["report", str(log), "--json"])
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    (conv,) = data["conversations"]
+    assert conv["agent"] == "test_agent" and conv["calls"] == 14 and conv["usd_saved"] > 0

@@ -153,7 +153,8 @@
     clear(facts);
     if (!conv || !conv.series.length) {
       title.textContent = "Context over time";
-      box.appendChild(el("div", { class: "empty" }, "No conversation yet: point a client at the gateway."));
+      box.appendChild(el("div", { class: "empty" },
+        conv ? "Loading the calls of " + conv.id + "…" : "No conversation yet: point a client at the gateway."));
       return;
     }
     title.textContent = "Context over time · " + conv.id;
@@ -269,7 +270,8 @@
     if (document.hidden) { window.setTimeout(poll, POLL_MS); return; }
     var headers = { "Accept": "application/json" };
     if (token) { headers["X-Ctxpolicy-Token"] = token; }
-    window.fetch("dashboard/api", { headers: headers, cache: "no-store", credentials: "omit" })
+    var url = "dashboard/api" + (selected ? "?conv=" + encodeURIComponent(selected) : "");
+    window.fetch(url, { headers: headers, cache: "no-store", credentials: "omit" })
       .then(function (resp) {
         if (resp.status === 401) {
           $("login").hidden = false;
