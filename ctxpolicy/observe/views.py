@@ -356,10 +356,10 @@ class Views:
         pairs.sort(key=lambda p: p[1]["last"], reverse=True)
         convs = [d for _, d in pairs]
         with self._lock:
-            for i, (c, d) in enumerate(pairs[: max(0, limit)]):
-                if series is None or i < series or c.conv_id == series_of:
-                    d["series"] = [list(p) for p in c.series]
-                    d["marks"] = [list(m) for m in c.marks]
+            for i, (kept, d) in enumerate(pairs[: max(0, limit)]):
+                if series is None or i < series or kept.conv_id == series_of:
+                    d["series"] = [list(p) for p in kept.series]
+                    d["marks"] = [list(m) for m in kept.marks]
         agents: dict[str, dict[str, Any]] = {}
         totals = _zero_totals()
         prices: dict[str, tuple[str, float, float]] = {}
