@@ -146,9 +146,16 @@ def test_page_in_headless_chromium(tmp_path: Path, upstream: ScriptedLLMServer) 
     page in a real Chromium shows it, its compaction and non-zero savings, live, with no
     console error, at 1280x800 and on a phone."""
     exe = chromium_or_skip()
-    with run_gateway(config_for(tmp_path, upstream, dashboard=True)) as gw:
-        converse(gw.url, "key-a", "test_agent", 16, "Fix the failing test.")
-        converse(gw.url, "key-b", "other_agent", 6, "Summarise the build log.")
+    config = config_for(tmp_path, upstream, dashboard=True)
+    config.policies = {  # models the price table lists
+        "test_agent": config.policies["test_agent"].model_copy(update={"model_name": "gpt-4o"}),
+        "other_agent": config.policies["other_agent"].model_copy(
+            update={"model_name": "claude-sonnet-4"}
+        ),
+    }
+    with run_gateway(config) as gw:
+        converse(gw.url, "key-a", "test_agent", 26, "Fix the failing test.")
+        converse(gw.url, "key-b", "other_agent", 12, "Summarise the build log.")
         httpx.get(gw.url + "/v1/models", headers={"authorization": "Bearer key-a"})
         api = httpx.get(gw.url + "/dashboard/api").json()
         conv = next(c for c in api["conversations"] if c["agent"] == "test_agent")

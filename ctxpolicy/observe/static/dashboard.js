@@ -35,7 +35,7 @@
   function usd(n) {
     n = Number(n) || 0;
     var a = Math.abs(n);
-    return "$" + (a >= 100 ? n.toFixed(0) : a >= 1 ? n.toFixed(2) : a >= 0.01 ? n.toFixed(3) : n.toFixed(5));
+    return (n < 0 ? "−$" : "$") + (a >= 100 ? a.toFixed(0) : a >= 1 ? a.toFixed(2) : a >= 0.01 ? a.toFixed(3) : a.toFixed(5));
   }
   function pct(part, whole) { return whole ? Math.round((100 * part) / whole) + "%" : "–"; }
   function layers(map) {
@@ -124,23 +124,24 @@
   function renderTables(data) {
     var convs = data.conversations;
     table($("conversations"),
-      ["conversation", "agent", "calls", "sent / trigger", "compactions", "saved", "cost saved", "cache read", "overflows"],
+      ["conversation", "agent", "calls", "compactions", "saved", "cost saved"],
       convs.map(function (c) {
+        var n = 0;
+        for (var k in c.compactions) { n += c.compactions[k]; }
         return {
           key: c.id, idCell: true,
-          cells: [c.id, c.agent || "–", c.calls, tokens(c.used) + " / " + tokens(c.budget),
-            layers(c.compactions) || "–", tokens(c.saved), usd(c.usd_saved), cacheBar(c.cache_read, c.cache_write),
-            c.overflows + (c.retries ? " (+" + c.retries + " retried)" : "")]
+          cells: [c.id, c.agent || "–", c.calls, n + (c.overflows ? " · " + c.overflows + " over" : ""),
+            tokens(c.saved), usd(c.usd_saved)]
         };
       }),
       function (key) { selected = key; render(last); }, selected);
     table($("agents"),
-      ["agent", "model (price)", "conversations", "calls", "compactions", "saved", "cost saved"],
+      ["agent", "model", "conv.", "calls", "compactions", "saved", "cost saved"],
       data.agents.map(function (a) {
+        var model = (a.model || "–") + (a.price !== a.model ? " (" + a.price + " prices)" : "");
         return {
           key: a.agent,
-          cells: [a.agent || "–", (a.model || "–") + " (" + a.price + ")", a.conversations, a.calls,
-            a.compactions, tokens(a.saved), usd(a.usd_saved)]
+          cells: [a.agent || "–", model, a.conversations, a.calls, a.compactions, tokens(a.saved), usd(a.usd_saved)]
         };
       }));
   }
@@ -159,7 +160,7 @@
     }
     title.textContent = "Context over time · " + conv.id;
     var W = Math.max(280, box.clientWidth || 600), H = Math.max(160, box.clientHeight || 300);
-    var L = 46, R = 8, T = 22, B = 22;
+    var L = 46, R = 8, T = 34, B = 22;
     var pts = conv.series;
     var x0 = pts[0][0], x1 = pts[pts.length - 1][0];
     var ymax = 1;
@@ -187,16 +188,32 @@
     line(4, v("--window"), 1.5, "6 4");
     line(3, v("--budget"), 1.5, "4 3");
     line(2, v("--used"), 2.2);
-    var labelled = {};
+    // one mark per call that compacted: its layers in order, the tokens before the
+    // first and after the last; labels on two rows, left out where they would overlap
+    var calls = [], byCall = {};
     conv.marks.forEach(function (m) {
       if (m[0] < x0) { return; }
-      var x = X(m[0]);
-      s.appendChild(svg("line", { x1: x, x2: x, y1: T, y2: H - B, stroke: v("--mark"), "stroke-width": 1.2 }));
-      var slot = Math.round(x / 60);
-      if (!labelled[slot]) {
-        labelled[slot] = true;
-        var label = m[1] + (m[2] ? " " + tokens(m[2]) + "→" + tokens(m[3]) : "");
-        s.appendChild(svg("text", { class: "mark", x: Math.min(x + 3, W - R - 4), y: T - 6, "text-anchor": x > W - 120 ? "end" : "start" }, label));
+      var c = byCall[m[0]];
+      if (!c) { c = byCall[m[0]] = { i: m[0], layers: [], before: m[2], after: m[3] }; calls.push(c); }
+      if (c.layers.indexOf(m[1]) < 0) { c.layers.push(m[1]); }
+      c.after = m[3];
+    });
+    var free = [L, L];
+    calls.forEach(function (c) {
+      var x = X(c.i);
+      var mark = svg("line", { x1: x, x2: x, y1: T, y2: H - B, stroke: v("--mark"), "stroke-width": 1.2 });
+      var tip = c.layers.join(" + ") + (c.before ? ": " + tokens(c.before) + " → " + tokens(c.after) : "");
+      mark.appendChild(svg("title", {}, "call " + (c.i + 1) + " · " + tip));
+      s.appendChild(mark);
+      var label = c.layers.join("+");
+      var width = label.length * 6.2;
+      var left = Math.min(x + 3, W - R - width);
+      for (var row = 0; row < 2; row++) {
+        if (left >= free[row]) {
+          s.appendChild(svg("text", { class: "mark", x: left, y: T - 18 + row * 12 }, label));
+          free[row] = left + width + 8;
+          break;
+        }
       }
     });
     box.appendChild(s);
@@ -207,11 +224,15 @@
       facts.appendChild(d);
     }
     fact("agent", conv.agent || "–");
-    fact("model", (conv.model || "–") + " (" + conv.price + " prices)");
-    fact("state", conv.state + " · " + tokens(conv.used) + " / " + tokens(conv.window));
+    fact("model", (conv.model || "–") + (conv.price !== conv.model ? " (" + conv.price + " prices)" : ""));
+    fact("now", conv.state + " · " + tokens(conv.used) + " sent, trigger " + tokens(conv.budget) + ", window " + tokens(conv.window));
     fact("compactions", layers(conv.compactions) || "none");
     fact("saved", tokens(conv.saved) + " tokens · " + usd(conv.usd_saved));
-    fact("cache (est.)", tokens(conv.cache_read) + " read / " + tokens(conv.cache_write) + " written");
+    var cache = el("div");
+    cache.appendChild(el("span", null, "cache (est.) "));
+    cache.appendChild(document.createTextNode(tokens(conv.cache_read) + " read / " + tokens(conv.cache_write) + " written"));
+    cache.appendChild(cacheBar(conv.cache_read, conv.cache_write));
+    facts.appendChild(cache);
     fact("overflows", conv.overflows + ", " + conv.retries + " retried");
     fact("prepare", conv.prepare_ms.toFixed(2) + " ms a call");
     if (conv.provider_tokens !== null) { fact("provider prompt", tokens(conv.provider_tokens) + " tokens"); }
