@@ -109,6 +109,8 @@ class Dashboard:
     def __init__(self, gateway: Gateway) -> None:
         self.gateway = gateway
         self.views = Views(models=_models(gateway.config.policies))
+        # the last snapshot, reused while no event arrived (every open page polls)
+        self._cache: tuple[int, str | None, dict[str, Any]] | None = None
 
     def observer(self, agent: str) -> Callable[[Mapping[str, Any]], None]:
         """The ``on_event`` of ``agent``'s sessions."""
@@ -154,7 +156,14 @@ class Dashboard:
 
     def snapshot(self, conv: str | None = None) -> dict[str, Any]:
         """The views and the gateway's own numbers (runs in a worker thread)."""
-        data = self.views.snapshot(source="gateway", series=SERIES, series_of=conv)
+        events = self.views.events
+        cached = self._cache
+        if cached is not None and cached[0] == events and cached[1] == conv:
+            data = dict(cached[2])
+        else:
+            data = self.views.snapshot(source="gateway", series=SERIES, series_of=conv)
+            self._cache = (events, conv, data)
+            data = dict(data)
         data["gateway"] = self.gateway_numbers()
         return data
 

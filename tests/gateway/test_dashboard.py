@@ -230,3 +230,20 @@ def test_event_log_feeds_the_report(tmp_path: Path, upstream: ScriptedLLMServer)
     data = json.loads(result.stdout)
     (conv,) = data["conversations"]
     assert conv["agent"] == "test_agent" and conv["calls"] == 14 and conv["usd_saved"] > 0
+
+
+def test_a_poll_without_new_events_reuses_the_last_snapshot(
+    tmp_path: Path, upstream: ScriptedLLMServer
+) -> None:
+    from ctxpolicy.gateway.app import create_app
+
+    dash = create_app(config_for(tmp_path, upstream, dashboard=True)).state.gateway.dashboard
+    observe = dash.observer("test_agent")
+    observe({"type": "context.status", "conv_id": "c1", "ts": 1.0, "used": 10, "tokens_in": 20})
+    first = dash.snapshot()
+    again = dash.snapshot()
+    assert again["conversations"] is first["conversations"]  # not computed again
+    assert dash.snapshot("c1")["conversations"] is not first["conversations"]  # asked for c1
+    observe({"type": "context.status", "conv_id": "c1", "ts": 2.0, "used": 12, "tokens_in": 30})
+    fresh = dash.snapshot("c1")
+    assert fresh["conversations"][0]["calls"] == 2 and fresh["gateway"]["requests"] == 0
