@@ -29,11 +29,13 @@ from starlette.responses import JSONResponse, PlainTextResponse, Response, Strea
 from starlette.routing import Route
 
 from ctxpolicy.gateway.calls import Prepared, completion
+from ctxpolicy.gateway.dashboard import PREFIX, Dashboard, observers
 from ctxpolicy.gateway.errors import RESP_DROP, UpstreamError, error_response
 from ctxpolicy.gateway.metrics import Metrics
 from ctxpolicy.gateway.routing import UnknownAgent, resolve_agent
 from ctxpolicy.gateway.sessions import SessionPool
 from ctxpolicy.gateway.sse import StreamScanner
+from ctxpolicy.gateway.unprepared import classify
 from ctxpolicy.wire import WIRES, WireError, for_path
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -82,6 +84,10 @@ class GatewayConfig:
     record: str | None = None
     timeout: float = 600.0
     secret: bytes = field(default=b"", repr=False)
+    #: serve ``/dashboard`` (gateway/dashboard.py)
+    dashboard: bool = False
+    #: a file: every session's events appended as JSON lines (``ctxpolicy report``)
+    events: str | None = None
 
 
 def _origin(url: str) -> str:
@@ -114,8 +120,12 @@ class Gateway:
         self.config = config
         self.secret = config.secret or os.environ.get(SECRET_ENV, "").encode() or _volatile()
         self.metrics = Metrics()
+        self.dashboard = Dashboard(self) if config.dashboard else None
         self.pool = SessionPool(
-            config.policies, max_sessions=config.max_sessions, record=config.record
+            config.policies,
+            max_sessions=config.max_sessions,
+            record=config.record,
+            observe=observers(self),
         )
         self.client: httpx.AsyncClient | None = None
         self.upstream = _origin(config.upstream)
@@ -195,6 +205,8 @@ class Gateway:
 
     async def dispatch(self, request: Request) -> Response:
         path = request.url.path
+        if self.dashboard is not None and (path == PREFIX or path.startswith(PREFIX + "/")):
+            return await self.dashboard.route(request)
         if path in ("/healthz", "/metrics") and request.method == "GET":
             return await (
                 self.healthz(request) if path == "/healthz" else self.metrics_route(request)
@@ -240,6 +252,7 @@ class Gateway:
                 log.error("agent=%s internal error %s", agent, type(exc).__name__)
                 self.metrics.request(api, agent, 500)
                 return error_response(500, f"gateway internal error ({type(exc).__name__})", api)
+        self.metrics.forward(*classify(request.method, rest))
         return await self.forward(request, api if agent else "other", rest, body)
 
     async def forward(self, request: Request, api: str, path: str, body: bytes) -> Response:
