@@ -30,6 +30,7 @@ from starlette.responses import JSONResponse, PlainTextResponse, Response, Strea
 from starlette.routing import Route
 
 from ctxpolicy.gateway.calls import Prepared, completion
+from ctxpolicy.gateway.dashboard import PREFIX, Dashboard, observers
 from ctxpolicy.gateway.errors import RESP_DROP, UpstreamError, error_response
 from ctxpolicy.gateway.identity import Identity, Refused
 from ctxpolicy.gateway.metrics import Metrics
@@ -44,6 +45,7 @@ from ctxpolicy.gateway.routing import (
 )
 from ctxpolicy.gateway.sessions import SessionPool
 from ctxpolicy.gateway.sse import StreamScanner
+from ctxpolicy.gateway.unprepared import classify
 from ctxpolicy.wire import WIRES, WireError
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -99,6 +101,10 @@ class GatewayConfig:
     record: str | None = None
     timeout: float = 600.0
     secret: bytes = field(default=b"", repr=False)
+    #: serve ``/dashboard`` (gateway/dashboard.py)
+    dashboard: bool = False
+    #: a file: every session's events appended as JSON lines (``ctxpolicy report``)
+    events: str | None = None
 
 
 def _origin(url: str) -> str:
@@ -131,8 +137,12 @@ class Gateway:
         self.config = config
         self.secret = config.secret or os.environ.get(SECRET_ENV, "").encode() or _volatile()
         self.metrics = Metrics()
+        self.dashboard = Dashboard(self) if config.dashboard else None
         self.pool = SessionPool(
-            config.policies, max_sessions=config.max_sessions, record=config.record
+            config.policies,
+            max_sessions=config.max_sessions,
+            record=config.record,
+            observe=observers(self),
         )
         self.identity = Identity(
             self.secret,
@@ -225,6 +235,8 @@ class Gateway:
 
     async def dispatch(self, request: Request) -> Response:
         path = request.url.path
+        if self.dashboard is not None and (path == PREFIX or path.startswith(PREFIX + "/")):
+            return await self.dashboard.route(request)
         method = request.method
         if method in ("GET", "HEAD") and path in ("/healthz", "/metrics", "/"):
             if path == "/metrics":
@@ -273,6 +285,7 @@ class Gateway:
             assert agent is not None
             call = self.prepared_call(request, headers, api, agent, rest, body, tenant)
             return await self.guarded(request, api, agent, call)
+        self.metrics.forward(*classify(method, rest))
         return await self.forward(request, headers, provider, rest, body)
 
     async def prepared_call(

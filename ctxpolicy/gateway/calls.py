@@ -112,7 +112,7 @@ async def completion(
         parsed = await anyio.to_thread.run_sync(parse, *args)
     req, conversation, injected_usage = parsed
     if req is None or conversation is None:
-        gw.metrics.forwarded_unprepared(api, agent, "previous_response_id")
+        gw.metrics.forward(path, "previous_response_id")
         log.info(
             "agent=%s api=%s forwarded unprepared: previous_response_id (the provider keeps "
             "this conversation)",

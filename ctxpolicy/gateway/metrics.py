@@ -32,8 +32,8 @@ class Metrics:
         self.recall_rounds: dict[tuple[tuple[str, str], ...], int] = defaultdict(int)
         self.prefix_refusals: dict[tuple[tuple[str, str], ...], int] = defaultdict(int)
         self.disconnects: dict[tuple[tuple[str, str], ...], int] = defaultdict(int)
-        self.unprepared: dict[tuple[tuple[str, str], ...], int] = defaultdict(int)
         self.refused: dict[tuple[tuple[str, str], ...], int] = defaultdict(int)
+        self.forwarded: dict[tuple[tuple[str, str], ...], int] = defaultdict(int)
         self._lat_buckets = [0] * len(_BUCKETS)
         self._lat_count = 0
         self._lat_sum = 0.0
@@ -65,13 +65,14 @@ class Metrics:
         with self._lock:
             self.disconnects[(("api", api), ("agent", agent))] += 1
 
-    def forwarded_unprepared(self, api: str, agent: str, reason: str) -> None:
-        with self._lock:
-            self.unprepared[(("api", api), ("agent", agent), ("reason", reason))] += 1
-
     def refusal(self, reason: str) -> None:
         with self._lock:
             self.refused[(("reason", reason),)] += 1
+
+    def forward(self, path: str, reason: str) -> None:
+        """A request forwarded without preparing it (gateway/unprepared.py)."""
+        with self._lock:
+            self.forwarded[(("path", path), ("reason", reason))] += 1
 
     def upstream(self, seconds: float) -> None:
         with self._lock:
@@ -114,14 +115,14 @@ class Metrics:
                     self.disconnects,
                 ),
                 (
-                    "ctxpolicy_gateway_unprepared_total",
-                    "Model calls forwarded without preparing them.",
-                    self.unprepared,
-                ),
-                (
                     "ctxpolicy_gateway_refused_total",
                     "Requests refused before routing (no credential, unknown path).",
                     self.refused,
+                ),
+                (
+                    "ctxpolicy_gateway_forwarded_total",
+                    "Requests forwarded without preparing them, by path and reason.",
+                    self.forwarded,
                 ),
             ):
                 out.append(f"# HELP {name} {help_}")

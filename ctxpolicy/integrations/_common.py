@@ -5,13 +5,26 @@ from __future__ import annotations
 import importlib
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from types import ModuleType
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from ctxpolicy._install import extra_hint
-from ctxpolicy.wire.base import is_given as is_given
-from ctxpolicy.wire.base import json_args as json_args
-from ctxpolicy.wire.base import parse_args as parse_args
-from ctxpolicy.wire.base import to_plain as to_plain
+from ctxpolicy.calls.driver import CallDriver
+from ctxpolicy.calls.pool import conversation_key
+from ctxpolicy.wire.base import is_given, json_args, parse_args, to_plain
+
+__all__ = [
+    "Proxy",
+    "acall_with_retry",
+    "as_session",
+    "call_with_retry",
+    "conversation_key",
+    "is_async_callable",
+    "is_given",
+    "json_args",
+    "parse_args",
+    "require",
+    "to_plain",
+]
 
 if TYPE_CHECKING:  # pragma: no cover
     from ctxpolicy.engine import Session
@@ -30,22 +43,6 @@ def require(module: str, extra: str) -> ModuleType:
             f"ctxpolicy.integrations.{extra} needs the {module!r} package, which is not "
             f"installed: {extra_hint(extra)}"
         ) from exc
-
-
-def conversation_key(agent: str, conv_id: str) -> str:
-    """The id under which an adapter stores the conversation ``conv_id`` of ``agent``.
-
-    Every adapter keys a framework's thread or session id by the agent (the policy's
-    ``agent`` name) too, so two agents on one thread never share a state or a
-    snapshot folder (docs/state.md). Agent names never contain ``/``, so the key is
-    injective: ``conversation_key(a, c) == conversation_key(a2, c2)`` only when both
-    parts are equal.
-    """
-    if not isinstance(conv_id, str) or not conv_id:
-        raise ValueError(f"a conversation id must be a non-empty string, not {conv_id!r}")
-    if "/" in agent:
-        raise ValueError(f"agent name {agent!r} must not contain '/'")
-    return f"{agent}/{conv_id}"
 
 
 def as_session(
@@ -103,17 +100,11 @@ def call_with_retry(
 
     An exception of type ``catch`` is shown to ``session.on_error``: not an overflow
     re-raises it, an overflow retries with the compacted messages, and the session
-    raises :class:`~ctxpolicy.ContextOverflowError` once its retries are used up.
+    raises :class:`~ctxpolicy.ContextOverflowError` once its retries are used up
+    (:class:`ctxpolicy.calls.CallDriver`).
     """
-    prepared = session.prepare(messages, tools=tools)
-    while True:
-        try:
-            return send(prepared)
-        except catch as exc:
-            retry = session.on_error(exc, messages, tools)
-            if retry is None:
-                raise
-            prepared = retry
+    driver = CallDriver(session, catch=catch)
+    return driver.call(cast(Sequence[Message], messages), _tools(tools), send)
 
 
 async def acall_with_retry(
@@ -124,16 +115,13 @@ async def acall_with_retry(
     *,
     catch: tuple[type[BaseException], ...] = (Exception,),
 ) -> T:
-    """Async twin of :func:`call_with_retry`."""
-    prepared = session.prepare(messages, tools=tools)
-    while True:
-        try:
-            return await send(prepared)
-        except catch as exc:
-            retry = session.on_error(exc, messages, tools)
-            if retry is None:
-                raise
-            prepared = retry
+    """Async twin of :func:`call_with_retry`: the engine runs in a worker thread."""
+    driver = CallDriver(session, catch=catch)
+    return await driver.acall(cast(Sequence[Message], messages), _tools(tools), send)
+
+
+def _tools(tools: Sequence[Mapping[str, Any]] | None) -> list[dict[str, Any]] | None:
+    return None if tools is None else cast(list[dict[str, Any]], list(tools))
 
 
 def is_async_callable(fn: Any) -> bool:

@@ -32,13 +32,12 @@ import os
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from ctxpolicy.calls.driver import CallDriver, UsageOnly
 from ctxpolicy.conversation import message_fingerprint
 from ctxpolicy.integrations._common import (
     Message,
     Proxy,
-    acall_with_retry,
     as_session,
-    call_with_retry,
     is_async_callable,
     require,
     to_plain,
@@ -185,19 +184,20 @@ class AnthropicWrapper(Proxy):
         )
         return req, fps
 
-    def _usage(self, resp: Any) -> None:
+    def _tokens(self, resp: Any) -> int | None:
+        """The prompt tokens of a response, cached ones included (None: not given, or
+        not recorded)."""
         if not self.record_usage:
-            return
+            return None
         usage = getattr(resp, "usage", None)
         if usage is None:
-            return
+            return None
         total = 0
         for attr in ("input_tokens", "cache_read_input_tokens", "cache_creation_input_tokens"):
             v = getattr(usage, attr, None)
             if isinstance(v, int):
                 total += v
-        if total > 0:
-            self.session.record_usage(total)
+        return total if total > 0 else None
 
     def _create(self, fn: Callable[..., Any], kwargs: dict[str, Any]) -> Any:
         if "messages" not in kwargs:
@@ -205,29 +205,30 @@ class AnthropicWrapper(Proxy):
         kwargs = dict(kwargs)
         conv = AnthropicConversation(list(kwargs.pop("messages")), kwargs.pop("system", None))
         tools = _tools_for_count(kwargs.get("tools"))
-        catch = (_anthropic().APIStatusError,)
+        driver = CallDriver(
+            self.session, format=UsageOnly(self._tokens), catch=(_anthropic().APIStatusError,)
+        )
         if self.is_async:
 
             async def asend(prepared: list[Message]) -> Any:
                 req, fps = self._build(conv, prepared)
                 resp = await fn(**req.kwargs(), **kwargs)
-                self._done(req, fps, resp)
+                self._done(req, fps)
                 return resp
 
-            return acall_with_retry(self.session, conv.messages, tools, asend, catch=catch)
+            return driver.acall(conv.messages, tools, asend)
 
         def send(prepared: list[Message]) -> Any:
             req, fps = self._build(conv, prepared)
             resp = fn(**req.kwargs(), **kwargs)
-            self._done(req, fps, resp)
+            self._done(req, fps)
             return resp
 
-        return call_with_retry(self.session, conv.messages, tools, send, catch=catch)
+        return driver.call(conv.messages, tools, send)
 
-    def _done(self, req: AnthropicRequest, fps: list[str], resp: Any) -> None:
+    def _done(self, req: AnthropicRequest, fps: list[str]) -> None:
         self._last_sent = fps
         self.last_request = req
-        self._usage(resp)
 
 
 class _Messages(Proxy):

@@ -43,12 +43,11 @@ import os
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from ctxpolicy.calls.driver import CallDriver, UsageOnly, off_loop
 from ctxpolicy.integrations._common import (
     Message,
     Proxy,
-    acall_with_retry,
     as_session,
-    call_with_retry,
     is_async_callable,
     is_given,
     require,
@@ -145,15 +144,21 @@ class OpenAIWrapper(Proxy):
         )
 
     # -- internals --------------------------------------------------------------------
-    def _usage(self, resp: Any) -> None:
+    def _tokens(self, resp: Any) -> int | None:
+        """The prompt tokens of a response (None: not given, or not recorded)."""
         if not self.record_usage:
-            return
+            return None
         usage = getattr(resp, "usage", None)
         tokens = getattr(usage, "prompt_tokens", None)
         if tokens is None:
             tokens = getattr(usage, "input_tokens", None)
-        if isinstance(tokens, int) and tokens > 0:
-            self.session.record_usage(tokens)
+        return tokens if isinstance(tokens, int) and tokens > 0 else None
+
+    def _driver(self) -> CallDriver:
+        """The call protocol (prepare, overflow retry, usage) of this client's calls."""
+        return CallDriver(
+            self.session, format=UsageOnly(self._tokens), catch=(_openai().APIStatusError,)
+        )
 
     def _chat(self, fn: Callable[..., Any], kwargs: dict[str, Any]) -> Any:
         if "messages" not in kwargs:
@@ -162,22 +167,13 @@ class OpenAIWrapper(Proxy):
         messages = [to_plain(m) for m in kwargs.pop("messages")]
         tools = kwargs.get("tools")
         plain_tools = to_plain(list(tools)) if is_given(tools) else None
-        catch = (_openai().APIStatusError,)
         if self.is_async:
 
             async def asend(prepared: list[Message]) -> Any:
-                resp = await fn(messages=prepared, **kwargs)
-                self._usage(resp)
-                return resp
+                return await fn(messages=prepared, **kwargs)
 
-            return acall_with_retry(self.session, messages, plain_tools, asend, catch=catch)
-
-        def send(prepared: list[Message]) -> Any:
-            resp = fn(messages=prepared, **kwargs)
-            self._usage(resp)
-            return resp
-
-        return call_with_retry(self.session, messages, plain_tools, send, catch=catch)
+            return self._driver().acall(messages, plain_tools, asend)
+        return self._driver().call(messages, plain_tools, lambda p: fn(messages=p, **kwargs))
 
     def _responses(self, fn: Callable[..., Any], kwargs: dict[str, Any]) -> Any:
         items = kwargs.get("input")
@@ -186,12 +182,16 @@ class OpenAIWrapper(Proxy):
 
                 async def passthrough() -> Any:
                     resp = await fn(**kwargs)
-                    self._usage(resp)
+                    tokens = self._tokens(resp)
+                    if tokens is not None:
+                        await off_loop(self.session.record_usage, tokens)
                     return resp
 
                 return passthrough()
             resp = fn(**kwargs)
-            self._usage(resp)
+            tokens = self._tokens(resp)
+            if tokens is not None:
+                self.session.record_usage(tokens)
             return resp
         kwargs = dict(kwargs)
         kwargs.pop("input")
@@ -201,22 +201,15 @@ class OpenAIWrapper(Proxy):
         )
         tools = kwargs.get("tools")
         plain_tools = to_plain(list(tools)) if is_given(tools) else None
-        catch = (_openai().APIStatusError,)
         if self.is_async:
 
             async def asend(prepared: list[Message]) -> Any:
-                resp = await fn(input=conv.to_items(prepared), **kwargs)
-                self._usage(resp)
-                return resp
+                return await fn(input=conv.to_items(prepared), **kwargs)
 
-            return acall_with_retry(self.session, conv.messages, plain_tools, asend, catch=catch)
-
-        def send(prepared: list[Message]) -> Any:
-            resp = fn(input=conv.to_items(prepared), **kwargs)
-            self._usage(resp)
-            return resp
-
-        return call_with_retry(self.session, conv.messages, plain_tools, send, catch=catch)
+            return self._driver().acall(conv.messages, plain_tools, asend)
+        return self._driver().call(
+            conv.messages, plain_tools, lambda p: fn(input=conv.to_items(p), **kwargs)
+        )
 
 
 class _Chat(Proxy):

@@ -32,9 +32,7 @@ __all__ = ["Emergency", "EmergencyOptions"]
 class EmergencyOptions(ComponentOptions):
     """Options of ``emergency``."""
 
-    keep_recent_rounds: int = Field(
-        default=2, ge=0, description="Newest rounds kept (design A: the last 2 rounds)."
-    )
+    keep_recent_rounds: int = Field(default=2, ge=0, description="Newest rounds kept.")
     retries: int = Field(
         default=1,
         ge=0,

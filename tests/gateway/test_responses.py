@@ -88,7 +88,7 @@ def test_stored_responses_are_forwarded_unprepared(
     (sent,) = srv.records
     assert sent.body["previous_response_id"] == "resp_1" and sent.body["input"] == new
     assert (
-        'ctxpolicy_gateway_unprepared_total{api="responses",agent="test_agent",'
+        'ctxpolicy_gateway_forwarded_total{path="/v1/responses",'
         'reason="previous_response_id"} 1' in metrics
     )
     assert any("previous_response_id" in r.getMessage() for r in caplog.records)
