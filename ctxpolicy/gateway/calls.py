@@ -4,7 +4,9 @@ The hot path of a non-compacting call is one worker-thread hop (open the session
 is not open, then ``prepare``) and the upstream round trip; the provider's usage is
 recorded after the answer is on its way to the client, while the conversation's lock is
 still held, so the next call of the conversation sees it and the client does not wait
-for it.
+for it. Every engine call, and the reading and building of a body over
+:data:`INLINE_BYTES`, goes through :func:`ctxpolicy.calls.off_loop`: never on the event
+loop.
 """
 
 from __future__ import annotations
@@ -14,11 +16,11 @@ import logging
 from collections.abc import AsyncIterator, Mapping
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-import anyio.to_thread
 import httpx
 from starlette.requests import Request
 from starlette.responses import Response
 
+from ctxpolicy.calls import off_loop
 from ctxpolicy.gateway import recall as recall_mod
 from ctxpolicy.gateway.errors import RESP_DROP, UpstreamError, error_response
 from ctxpolicy.gateway.identity import Conversation, Identity
@@ -109,7 +111,7 @@ async def completion(
     if not large:
         parsed = parse(*args)
     else:
-        parsed = await anyio.to_thread.run_sync(parse, *args)
+        parsed = await off_loop(parse, *args)
     req, conversation, injected_usage = parsed
     if req is None or conversation is None:
         gw.metrics.forward(path, "previous_response_id")
@@ -160,10 +162,10 @@ async def completion(
     try:
         open_session = pool.peek(agent, conv)
         if open_session is None:  # one worker-thread hop: open (resume) and prepare
-            session, done_prep = await anyio.to_thread.run_sync(open_and_prepare)
+            session, done_prep = await off_loop(open_and_prepare)
         else:
             session = open_session
-            done_prep = await anyio.to_thread.run_sync(prepare_sync, session, messages, count_tools)
+            done_prep = await off_loop(prepare_sync, session, messages, count_tools)
         if done_prep.over is not None:
             gw.metrics.prefix_too_large(agent)
             gw.metrics.request(api, agent, 400)
@@ -176,7 +178,7 @@ async def completion(
         rounds = 0
         while True:
             if large:  # the conversion and JSON of a long history: off the event loop
-                up = await anyio.to_thread.run_sync(wire.build, req, prepared, send_tools)
+                up = await off_loop(wire.build, req, prepared, send_tools)
             else:
                 up = wire.build(req, prepared, send_tools)
             try:
@@ -189,9 +191,7 @@ async def completion(
                 await resp.aclose()
                 failure = UpstreamError(resp.status_code, text)
                 try:
-                    retry = await anyio.to_thread.run_sync(
-                        session.on_error, failure, messages, count_tools
-                    )
+                    retry = await off_loop(session.on_error, failure, messages, count_tools)
                 except Exception:  # ContextOverflowError: the retries are used up
                     log.info("agent=%s conv=%s overflow retries exhausted", agent, conv)
                     retry = None
@@ -223,12 +223,12 @@ async def completion(
                         scan.feed(held)
                         scan.flush()
                         if scan.usage:
-                            await anyio.to_thread.run_sync(session.record_usage, scan.usage)
+                            await off_loop(session.record_usage, scan.usage)
                 if answer is None:
                     gw.metrics.request(api, agent, resp.status_code)
 
                     async def done(tokens: int, s: Session = session) -> None:
-                        await anyio.to_thread.run_sync(s.record_usage, tokens)
+                        await off_loop(s.record_usage, tokens)
 
                     scanner = StreamScanner(api, drop_usage_chunk=injected_usage)
                     out = gw.stream_back(resp, done, scanner, release, _prefixed(held, chunks))
@@ -250,7 +250,7 @@ async def completion(
                         handed_off = True
                     return Response(raw, status_code=resp.status_code, headers=rh)
                 if tokens:
-                    await anyio.to_thread.run_sync(session.record_usage, tokens)
+                    await off_loop(session.record_usage, tokens)
             msg, calls = wire.assistant_and_calls(answer)
             if msg is None or not recall_mod.is_recall_only([c[1] for c in calls]):
                 gw.metrics.request(api, agent, resp.status_code)
@@ -259,13 +259,10 @@ async def completion(
             rounds += 1
             gw.metrics.recall(agent)
             _, handler = session.recall_tool()
-            results = [
-                (cid, await anyio.to_thread.run_sync(handler, name, args))
-                for cid, name, args in calls
-            ]
+            results = [(cid, await off_loop(handler, name, args)) for cid, name, args in calls]
             req = wire.with_round(req, msg, results)
             messages = req.messages
-            done_prep = await anyio.to_thread.run_sync(prepare_sync, session, messages, count_tools)
+            done_prep = await off_loop(prepare_sync, session, messages, count_tools)
             prepared = gw.prepared(agent, done_prep)
     finally:
         if not handed_off:
@@ -284,7 +281,7 @@ def prefix_message(agent: str, fixed: int, limit: int) -> str:
 
 
 async def _record(session: Session, tokens: int) -> None:
-    await anyio.to_thread.run_sync(session.record_usage, tokens)
+    await off_loop(session.record_usage, tokens)
 
 
 async def _prefixed(held: bytes, rest: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
