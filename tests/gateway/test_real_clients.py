@@ -37,7 +37,7 @@ AIDER = "aider-chat==0.86.2"
 CLIENTS = Path(os.environ.get("CTXPOLICY_CLIENTS_DIR") or Path.home() / ".cache/ctxpolicy-clients")
 INSTALL_TIMEOUT = 600
 RUN_TIMEOUT = 240
-WINDOW, RESERVE = 40_000, 2_000  # the agents' policy: Claude Code's prefix is ~16k of it
+WINDOW, RESERVE = 30_000, 2_000  # the agents' policy: Claude Code's prefix is ~16k of it
 CODEX_WINDOW = 16_000  # Codex's prefix is ~5.5k tokens, and it cuts long outputs itself
 FILES = 5  # files each session reads (~8.8k tokens each): compaction from the 4th on
 PROMPT = "Read every bigN.txt file in this directory and tell me what they hold."
