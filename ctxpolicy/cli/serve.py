@@ -214,6 +214,8 @@ def serve(
 
     \b
     Agent type: the path /agents/NAME/..., else the X-Ctxpolicy-Agent header, else --agent.
+    Presets for the coding agents: --policy policies/coding_clients.yaml with the agents
+    claude_code, codex_cli, aider, opencode (their tool names, windows their prefix fits).
 
     \b
     Conversation, scoped by tenant (the client's credential) and agent:

@@ -22,3 +22,18 @@ def test_every_option_is_documented() -> None:
         for flag in p.opts:
             assert flag in out, flag
             assert f"`{flag}" in table or f", `{flag}" in table, flag
+
+
+def test_help_documents_identity_routing_and_presets() -> None:
+    out = CliRunner().invoke(serve, ["--help"], terminal_width=200).output
+    for text in (
+        "X-Ctxpolicy-Conversation",
+        "x-claude-code-session-id",
+        "prompt_cache_key",
+        "x-session-id",
+        "continuity",
+        "every Anthropic path goes to --anthropic-upstream",
+        "is a 404",
+        "coding_clients.yaml",
+    ):
+        assert text in out, text
