@@ -36,6 +36,7 @@ LAZY_COMMANDS: dict[str, str] = {
     "init": "ctxpolicy.cli.init:init",
     "init-plugin": "ctxpolicy.cli.init_plugin:init_plugin",
     "serve": "ctxpolicy.cli.serve:serve",
+    "report": "ctxpolicy.cli.report:report",
 }
 
 

@@ -124,6 +124,24 @@ def _extra() -> str:
     "as the client sent them, tool results raw. Created if missing.",
 )
 @click.option(
+    "--dashboard/--no-dashboard",
+    default=False,
+    show_default=True,
+    help="Serve a live page at /dashboard: each conversation's context over time, its "
+    "compactions and the layer that fired, tokens and estimated cost saved, prompt-cache "
+    "reads and writes, overflows, requests forwarded unprepared, upstream latency. "
+    "Numbers and names only; with client tokens its data needs one (docs/observability.md).",
+)
+@click.option(
+    "--events",
+    "events",
+    default=None,
+    type=click.Path(dir_okay=False, writable=True),
+    help="Append every session's events to this file, one JSON object per line with its "
+    "agent (numbers and names, as JsonlEventSink writes them): `ctxpolicy report FILE` "
+    "shows them. Workers append to the same file.",
+)
+@click.option(
     "--log-level",
     default="warning",
     show_default=True,
@@ -146,6 +164,8 @@ def serve(
     max_sessions: int,
     keep_alive: int,
     record: str | None,
+    dashboard: bool,
+    events: str | None,
     log_level: str,
 ) -> None:
     """Run the policy-driven gateway: point any OpenAI- or Anthropic-compatible client's
@@ -210,13 +230,17 @@ def serve(
             "max_body_bytes": max_body_bytes,
             "max_sessions": max_sessions,
             "record": os.path.abspath(record) if record else None,
+            "dashboard": dashboard,
+            "events": os.path.abspath(events) if events else None,
         }
     )
     import uvicorn
 
     click.echo(
         f"ctxpolicy serve: agents {', '.join(sorted(policies))} on http://{host}:{port} "
-        f"-> {upstream}" + (f" (anthropic {anthropic_upstream})" if anthropic_upstream else ""),
+        f"-> {upstream}"
+        + (f" (anthropic {anthropic_upstream})" if anthropic_upstream else "")
+        + (f"; dashboard http://{host}:{port}/dashboard" if dashboard else ""),
         err=True,
     )
     uvicorn.run(

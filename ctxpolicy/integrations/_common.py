@@ -3,12 +3,28 @@
 from __future__ import annotations
 
 import importlib
-import json
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from types import ModuleType
-from typing import TYPE_CHECKING, Any, TypeGuard, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from ctxpolicy._install import extra_hint
+from ctxpolicy.calls.driver import CallDriver
+from ctxpolicy.calls.pool import conversation_key
+from ctxpolicy.wire.base import is_given, json_args, parse_args, to_plain
+
+__all__ = [
+    "Proxy",
+    "acall_with_retry",
+    "as_session",
+    "call_with_retry",
+    "conversation_key",
+    "is_async_callable",
+    "is_given",
+    "json_args",
+    "parse_args",
+    "require",
+    "to_plain",
+]
 
 if TYPE_CHECKING:  # pragma: no cover
     from ctxpolicy.engine import Session
@@ -27,29 +43,6 @@ def require(module: str, extra: str) -> ModuleType:
             f"ctxpolicy.integrations.{extra} needs the {module!r} package, which is not "
             f"installed: {extra_hint(extra)}"
         ) from exc
-
-
-def is_given(value: T | None) -> TypeGuard[T]:
-    """False for None and the SDKs' ``NOT_GIVEN`` / ``omit`` sentinels."""
-    if value is None:
-        return False
-    return type(value).__name__ not in ("NotGiven", "Omit")
-
-
-def conversation_key(agent: str, conv_id: str) -> str:
-    """The id under which an adapter stores the conversation ``conv_id`` of ``agent``.
-
-    Every adapter keys a framework's thread or session id by the agent (the policy's
-    ``agent`` name) too, so two agents on one thread never share a state or a
-    snapshot folder (docs/state.md). Agent names never contain ``/``, so the key is
-    injective: ``conversation_key(a, c) == conversation_key(a2, c2)`` only when both
-    parts are equal.
-    """
-    if not isinstance(conv_id, str) or not conv_id:
-        raise ValueError(f"a conversation id must be a non-empty string, not {conv_id!r}")
-    if "/" in agent:
-        raise ValueError(f"agent name {agent!r} must not contain '/'")
-    return f"{agent}/{conv_id}"
 
 
 def as_session(
@@ -95,38 +88,6 @@ def as_session(
     )
 
 
-def to_plain(obj: Any) -> Any:
-    """A JSON-like copy of SDK objects (pydantic models, TypedDicts, lists)."""
-    if isinstance(obj, Mapping):
-        return {str(k): to_plain(v) for k, v in obj.items() if is_given(v) or v is None}
-    if isinstance(obj, list | tuple):
-        return [to_plain(v) for v in obj]
-    dump = getattr(obj, "model_dump", None)
-    if callable(dump):
-        try:
-            return to_plain(dump(exclude_none=True, mode="json"))
-        except TypeError:  # pragma: no cover - very old pydantic-like objects
-            return to_plain(dump())
-    return obj
-
-
-def json_args(value: Any) -> str:
-    """Tool-call arguments as the JSON string OpenAI messages carry."""
-    if isinstance(value, str):
-        return value
-    return json.dumps(value if value is not None else {}, ensure_ascii=False)
-
-
-def parse_args(value: Any) -> Any:
-    """Tool-call arguments as an object (Anthropic ``input``, LangChain ``args``)."""
-    if isinstance(value, str):
-        try:
-            return json.loads(value) if value.strip() else {}
-        except ValueError:
-            return {"_raw": value}
-    return value if value is not None else {}
-
-
 def call_with_retry(
     session: Session,
     messages: Sequence[Mapping[str, Any]],
@@ -139,17 +100,11 @@ def call_with_retry(
 
     An exception of type ``catch`` is shown to ``session.on_error``: not an overflow
     re-raises it, an overflow retries with the compacted messages, and the session
-    raises :class:`~ctxpolicy.ContextOverflowError` once its retries are used up.
+    raises :class:`~ctxpolicy.ContextOverflowError` once its retries are used up
+    (:class:`ctxpolicy.calls.CallDriver`).
     """
-    prepared = session.prepare(messages, tools=tools)
-    while True:
-        try:
-            return send(prepared)
-        except catch as exc:
-            retry = session.on_error(exc, messages, tools)
-            if retry is None:
-                raise
-            prepared = retry
+    driver = CallDriver(session, catch=catch)
+    return driver.call(cast(Sequence[Message], messages), _tools(tools), send)
 
 
 async def acall_with_retry(
@@ -160,16 +115,13 @@ async def acall_with_retry(
     *,
     catch: tuple[type[BaseException], ...] = (Exception,),
 ) -> T:
-    """Async twin of :func:`call_with_retry`."""
-    prepared = session.prepare(messages, tools=tools)
-    while True:
-        try:
-            return await send(prepared)
-        except catch as exc:
-            retry = session.on_error(exc, messages, tools)
-            if retry is None:
-                raise
-            prepared = retry
+    """Async twin of :func:`call_with_retry`: the engine runs in a worker thread."""
+    driver = CallDriver(session, catch=catch)
+    return await driver.acall(cast(Sequence[Message], messages), _tools(tools), send)
+
+
+def _tools(tools: Sequence[Mapping[str, Any]] | None) -> list[dict[str, Any]] | None:
+    return None if tools is None else cast(list[dict[str, Any]], list(tools))
 
 
 def is_async_callable(fn: Any) -> bool:

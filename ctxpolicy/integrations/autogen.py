@@ -19,7 +19,9 @@ to it and asks it for the messages of each model call.
 * ``get_messages`` — the kept history, ``session.prepare``\\ d: what the model sees
   fits the policy's budget; the context keeps the full history, so nothing is lost.
   Unchanged messages are the original objects; a summary is a ``UserMessage`` with
-  ``source="ctxpolicy"``, the ledger a ``SystemMessage``.
+  ``source="ctxpolicy"``; the ledger joins the first ``SystemMessage`` (system content
+  stays contiguous, which AutoGen's OpenAI client requires; ``merge_system=False``
+  keeps the engine's placement). The engine runs in a worker thread.
 * ``recall_tools()`` — ``ctx_recall`` and ``ctx_search`` as AutoGen ``FunctionTool``\\ s,
   answered from this conversation's snapshots only.
 
@@ -40,6 +42,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from ctxpolicy.calls.driver import off_loop
+from ctxpolicy.calls.pool import resolve_policy
 from ctxpolicy.conversation import content_text, message_fingerprint
 from ctxpolicy.integrations._common import (
     Message,
@@ -53,7 +57,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from ctxpolicy.engine import Session
     from ctxpolicy.policy.models import Policy
 
-__all__ = ["CtxPolicyContext", "from_openai", "to_openai"]  # noqa: F822 - lazy class
+__all__ = ["CtxPolicyContext", "contiguous_system", "from_openai", "to_openai"]  # noqa: F822 - lazy class
 
 _RECALL_NAMES = frozenset({"ctx_recall", "ctx_search"})
 
@@ -172,6 +176,31 @@ class _Back:
         return out
 
 
+def contiguous_system(prepared: Sequence[Message]) -> list[Message]:
+    """``prepared`` with its system content in one block at the front: every system
+    message after the leading ones (the ledger, a handover) is merged into the first
+    (its text appended, in order), or, when the list does not start with one, they
+    become one system message at the front, right after the system message
+    ``AssistantAgent`` puts before the context's messages. AutoGen's OpenAI client
+    refuses non-contiguous system messages unless ``model_info["multiple_system_messages"]``
+    is set. Unchanged when the system content already is contiguous at the front."""
+    out = list(prepared)
+    lead = 0
+    while lead < len(out) and out[lead].get("role") == "system":
+        lead += 1
+    later = [i for i in range(lead, len(out)) if out[i].get("role") == "system"]
+    if not later:
+        return out
+    texts = [content_text(out[i].get("content")) for i in later]
+    skip = set(later)
+    rest = [m for i, m in enumerate(out) if i not in skip]
+    if lead:
+        first = content_text(rest[0].get("content"))
+        rest[0] = {**rest[0], "content": "\n\n".join(t for t in (first, *texts) if t)}
+        return rest
+    return [{"role": "system", "content": "\n\n".join(t for t in texts if t)}, *rest]
+
+
 def _calls(tool_calls: Sequence[Mapping[str, Any]]) -> list[Any]:
     from autogen_core import FunctionCall
 
@@ -211,6 +240,7 @@ def _make_context_class() -> type:
             conv_id: str | None = None,
             initial_messages: list[Any] | None = None,
             preprocess_tools: bool = True,
+            merge_system: bool = True,
             **session_options: Any,
         ) -> None:
             super().__init__(initial_messages)
@@ -219,20 +249,24 @@ def _make_context_class() -> type:
             if isinstance(policy, Session):
                 self.session: Session = policy
             else:
-                resolved = _policy(policy, agent)
+                resolved = resolve_policy(policy, agent)
                 key = conversation_key(resolved.agent, conv_id) if conv_id else None
                 self.session = as_session(resolved, conv_id=key, **session_options)
             self.conv_id = conv_id
             self.preprocess_tools = preprocess_tools
+            self.merge_system = merge_system
 
         async def add_message(self, message: Any) -> None:
             if self.preprocess_tools and getattr(message, "type", None) == (
                 "FunctionExecutionResultMessage"
             ):
-                message = message.model_copy(
-                    update={"content": [self._result(r) for r in message.content]}
-                )
+                message = await off_loop(self._processed, message)
             self._messages.append(message)
+
+        def _processed(self, message: Any) -> Any:
+            return message.model_copy(
+                update={"content": [self._result(r) for r in message.content]}
+            )
 
         def _result(self, r: Any) -> Any:
             if r.name in _RECALL_NAMES:
@@ -250,7 +284,17 @@ def _make_context_class() -> type:
             return r if text == r.content else r.model_copy(update={"content": text})
 
         async def get_messages(self) -> list[Any]:
-            return from_openai(self.session.prepare(to_openai(self._messages)), self._messages)
+            # the engine runs in a worker thread, never on AutoGen's event loop
+            return await off_loop(self.prepared_messages)
+
+        def prepared_messages(self) -> list[Any]:
+            """:meth:`get_messages`, synchronously."""
+            messages = list(self._messages)
+            prepared = self.session.prepare(to_openai(messages))
+            return from_openai(self._system(prepared), messages)
+
+        def _system(self, prepared: list[Message]) -> list[Message]:
+            return contiguous_system(prepared) if self.merge_system else prepared
 
         def on_error(self, exc: BaseException) -> bool:
             """After ``exc`` from a run: True when it was a context overflow and the
@@ -258,7 +302,7 @@ def _make_context_class() -> type:
             prepared = self.session.on_error(exc, to_openai(self._messages))
             if prepared is None:
                 return False
-            self._messages = from_openai(prepared, self._messages)
+            self._messages = from_openai(self._system(prepared), self._messages)
             return True
 
         def recall_tools(self) -> list[Any]:
@@ -291,16 +335,6 @@ def _make_context_class() -> type:
             await super().load_state({k: v for k, v in state.items() if k != "ctxpolicy_conv_id"})
 
     return CtxPolicyContext
-
-
-def _policy(policy: Any, agent: str) -> Policy:
-    from ctxpolicy.policy.models import Policy
-
-    if isinstance(policy, Policy):
-        return policy
-    from ctxpolicy import load_policy
-
-    return load_policy(policy, agent=agent)
 
 
 _CLASS: type | None = None

@@ -37,11 +37,12 @@ conversation. ADK always has a session; there is no shared default.
 from __future__ import annotations
 
 import json
-from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
+from ctxpolicy.calls.driver import CallSteps, UsageOnly, off_loop
+from ctxpolicy.calls.pool import SessionPool, resolve_policy
 from ctxpolicy.conversation import content_text, message_fingerprint
 from ctxpolicy.integrations._common import Message, conversation_key, require
 
@@ -242,21 +243,10 @@ def _tool_schemas(llm_request: Any) -> list[dict[str, Any]] | None:
     return out or None
 
 
-def _policy(policy: Any, agent: str) -> Policy:
-    from ctxpolicy.policy.models import Policy
-
-    if isinstance(policy, Policy):
-        return policy
-    from ctxpolicy.engine import Session
-
-    if isinstance(policy, Session):
-        raise TypeError(
-            "ContextPolicyPlugin makes one session per ADK session: pass a policy "
-            "(object or file), not a Session"
-        )
-    from ctxpolicy import load_policy
-
-    return load_policy(policy, agent=agent)
+def _prompt_tokens(llm_response: Any) -> int | None:
+    usage = getattr(llm_response, "usage_metadata", None)
+    tokens = getattr(usage, "prompt_token_count", None)
+    return tokens if isinstance(tokens, int) and tokens > 0 else None
 
 
 def _ids(ctx: Any) -> tuple[str, str, str, str]:
@@ -280,54 +270,59 @@ def _make_class() -> type:
             **session_options: Any,
         ) -> None:
             super().__init__(name=name)
-            self.policy: Policy = _policy(policy, agent)
+            self.policy: Policy = resolve_policy(
+                policy, agent, who="ContextPolicyPlugin", per="ADK session"
+            )
             self.preprocess_tools = preprocess_tools
             self._options = session_options
-            self.sessions: OrderedDict[str, Session] = OrderedDict()
+            #: sessions by ADK conversation, stored as "<policy agent>/<conversation>"
+            self.sessions = SessionPool(self.policy, max_sessions=MAX_SESSIONS, **session_options)
+            self.sessions.on_close = self._forget
+            self.steps = CallSteps(UsageOnly(_prompt_tokens))
             # per conversation: the messages of its last model call, for on_error
             self._last: dict[str, tuple[list[Message], list[dict[str, Any]] | None]] = {}
 
+        def _forget(self, session: Session) -> None:
+            self._last.pop(session.conv_id, None)
+            self.steps.forget(session)
+
         # -- identity ----------------------------------------------------------------
-        def key(self, app_name: str, user_id: str, session_id: str, agent_name: str) -> str:
-            """The stored conversation of one ADK agent in one ADK session."""
+        def _conversation(
+            self, app_name: str, user_id: str, session_id: str, agent_name: str
+        ) -> str:
             for part in (app_name, user_id, session_id, agent_name):
                 if not isinstance(part, str) or not part:
                     raise ValueError(f"an ADK session id part must be a non-empty string: {part!r}")
-            conv = "/".join(quote(p, safe="") for p in (app_name, user_id, session_id, agent_name))
+            return "/".join(quote(p, safe="") for p in (app_name, user_id, session_id, agent_name))
+
+        def key(self, app_name: str, user_id: str, session_id: str, agent_name: str) -> str:
+            """The stored conversation of one ADK agent in one ADK session."""
+            conv = self._conversation(app_name, user_id, session_id, agent_name)
             return conversation_key(self.policy.agent, conv)
 
         def session_for(
             self, app_name: str, user_id: str, session_id: str, agent_name: str = "agent"
         ) -> Session:
             """The ctxpolicy session of an ADK agent in an ADK session."""
-            from ctxpolicy.engine import Session
-
-            key = self.key(app_name, user_id, session_id, agent_name)
-            sess = self.sessions.get(key)
-            if sess is None:
-                sess = Session(self.policy, conv_id=key, **self._options)
-                self.sessions[key] = sess
-                while len(self.sessions) > MAX_SESSIONS:
-                    old_key, old = self.sessions.popitem(last=False)
-                    self._last.pop(old_key, None)
-                    old.close()
-            else:
-                self.sessions.move_to_end(key)
-            return sess
+            return self.sessions.get(self._conversation(app_name, user_id, session_id, agent_name))
 
         def session(self, ctx: Any) -> Session:
             """The session of an ADK callback or tool context."""
             return self.session_for(*_ids(ctx))
 
-        # -- callbacks ---------------------------------------------------------------
+        async def _session(self, ctx: Any) -> Session:
+            return await off_loop(self.session_for, *_ids(ctx))
+
+        # -- callbacks (the engine runs in a worker thread, never on ADK's loop) -------
         async def before_model_callback(self, *, callback_context: Any, llm_request: Any) -> Any:
-            sess = self.session(callback_context)
+            sess = await self._session(callback_context)
             config = llm_request.config
             instruction = getattr(config, "system_instruction", None)
             messages = to_openai(llm_request.contents, instruction)
             tools = _tool_schemas(llm_request)
             self._last[sess.conv_id] = (messages, tools)
-            self._show(llm_request, sess.prepare(messages, tools=tools), instruction)
+            prepared = await self.steps.abefore_model(sess, messages, tools)
+            self._show(llm_request, prepared, instruction)
             return None
 
         def _show(self, llm_request: Any, prepared: list[Message], instruction: Any) -> None:
@@ -339,24 +334,21 @@ def _make_class() -> type:
                 llm_request.config.system_instruction = text or None
 
         async def after_model_callback(self, *, callback_context: Any, llm_response: Any) -> Any:
-            sess = self.session(callback_context)
-            usage = getattr(llm_response, "usage_metadata", None)
-            tokens = getattr(usage, "prompt_token_count", None)
-            if isinstance(tokens, int) and tokens > 0:
-                sess.record_usage(tokens)
+            sess = await self._session(callback_context)
+            await self.steps.adone(sess, llm_response)
             content = getattr(llm_response, "content", None)
             last = self._last.get(sess.conv_id)
             if sess.recorder is not None and content is not None and last is not None:
                 reply = to_openai([content])
                 if reply and "tool_calls" not in reply[0] and not llm_response.partial:
                     # the final answer, which no later model call may pass to prepare
-                    sess.recorder.record([*last[0], *reply])
+                    await off_loop(sess.recorder.record, [*last[0], *reply])
             return None
 
         async def on_model_error_callback(
             self, *, callback_context: Any, llm_request: Any, error: Exception
         ) -> Any:
-            sess = self.session(callback_context)
+            sess = await self._session(callback_context)
             last = self._last.get(sess.conv_id)
             if last is None:
                 return None
@@ -365,7 +357,8 @@ def _make_class() -> type:
             model = await self._model(callback_context)
             instruction = getattr(llm_request.config, "system_instruction", None)
             while True:
-                retry = sess.on_error(exc, messages, tools)  # raises after the retries
+                # raises ContextOverflowError after the policy's retries
+                retry = await self.steps.afailed(sess, exc, messages, tools)
                 if retry is None:
                     return None if exc is error else _reraise(exc)
                 request = llm_request.model_copy(deep=False)
@@ -397,13 +390,12 @@ def _make_class() -> type:
                 "name": getattr(tool, "name", "") or "",
                 "arguments": tool_args,
             }
-            text = self.session(tool_context).add_tool_result(call, raw)
+            sess = await self._session(tool_context)
+            text = await off_loop(sess.add_tool_result, call, raw)
             return None if text == raw else {"result": text}
 
         async def close(self) -> None:
-            for s in self.sessions.values():
-                s.close()
-            self.sessions.clear()
+            await off_loop(self.sessions.close)
             self._last.clear()
 
         # -- recall ------------------------------------------------------------------
@@ -416,17 +408,19 @@ def _make_class() -> type:
             docs = {s["function"]["name"]: s["function"]["description"] for s in schemas()}
             owner = self
 
-            def answer(tool_context: Any, name: str, args: dict[str, Any]) -> str:
+            def answer(ids: tuple[str, str, str, str], name: str, args: dict[str, Any]) -> str:
                 clean = {k: v for k, v in args.items() if v not in (None, "")}
-                return owner.session(tool_context).recall_tool()[1](name, clean)
+                return owner.session_for(*ids).recall_tool()[1](name, clean)
 
-            def ctx_recall(ref: str, tool_context: Any, lines: str = "", grep: str = "") -> str:
-                return answer(
-                    tool_context, "ctx_recall", {"ref": ref, "lines": lines, "grep": grep}
-                )
+            async def ctx_recall(
+                ref: str, tool_context: Any, lines: str = "", grep: str = ""
+            ) -> str:
+                args = {"ref": ref, "lines": lines, "grep": grep}
+                return await off_loop(answer, _ids(tool_context), "ctx_recall", args)
 
-            def ctx_search(pattern: str, tool_context: Any, regex: bool = False) -> str:
-                return answer(tool_context, "ctx_search", {"pattern": pattern, "regex": regex})
+            async def ctx_search(pattern: str, tool_context: Any, regex: bool = False) -> str:
+                args = {"pattern": pattern, "regex": regex}
+                return await off_loop(answer, _ids(tool_context), "ctx_search", args)
 
             from google.adk.tools import ToolContext
 

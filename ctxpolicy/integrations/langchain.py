@@ -55,10 +55,12 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Annotated, Any, NotRequired
 
+from ctxpolicy.calls.driver import CallDriver, UsageOnly, off_loop
+from ctxpolicy.calls.pool import SessionPool as _Pool
+from ctxpolicy.calls.pool import resolve_policy
 from ctxpolicy.conversation import content_text, message_fingerprint
 from ctxpolicy.integrations._common import (
     Message,
@@ -263,12 +265,14 @@ class LangChainConversation:
 # --------------------------------------------------------------------------- sessions
 
 
-class SessionPool:
-    """Sessions by conversation id, all under one policy, sharing one state store.
+class SessionPool(_Pool):
+    """Sessions by thread id, all under one policy, sharing one state store.
 
-    The pool keeps at most ``max_sessions`` sessions in memory (LRU); the state of
-    every conversation is in the store, so a session evicted here is resumed from it
-    when its conversation comes back. ``state_store=`` overrides the policy's store.
+    :class:`ctxpolicy.calls.SessionPool` with LangChain's defaults: at most
+    ``max_sessions`` sessions in memory (LRU, closed on eviction); the state of every
+    conversation is in the store, so a session evicted here is resumed from it when
+    its thread comes back. ``state_store=`` overrides the policy's store; a
+    ``Session`` as ``policy`` (or ``session=``) serves every call.
     """
 
     def __init__(
@@ -281,47 +285,24 @@ class SessionPool:
         **session_options: Any,
     ) -> None:
         from ctxpolicy.engine import Session
-        from ctxpolicy.policy.models import Policy
 
         if isinstance(policy, Session):
             session, policy = policy, policy.policy
-        if not isinstance(policy, Policy):
-            from ctxpolicy import load_policy
-
-            policy = load_policy(policy, agent=agent)
-        self.policy: Policy = policy
+        super().__init__(
+            resolve_policy(policy, agent), max_sessions=max_sessions, **session_options
+        )
         self._fixed = session
-        self._options = session_options
-        self._sessions: OrderedDict[str, Session] = OrderedDict()
-        self._max = max_sessions
-        self._store: StateStore | None = session_options.pop("state_store", None)
-        self._owns_store = False
 
     @property
-    def state_store(self) -> StateStore | None:
+    def state_store(self) -> StateStore | None:  # type: ignore[override]
         """The store the pool's sessions load from and save to (opened on first use)."""
-        if self._store is None and not self._owns_store:
-            from ctxpolicy.components import StateStoreError
-            from ctxpolicy.state import open_state_store
-
-            self._owns_store = True
-            try:
-                self._store = open_state_store(self.policy, env=self._options.get("env"))
-            except (StateStoreError, ValueError):
-                self._store = None  # each session reports `state.unavailable` itself
-        return self._store
-
-    def close(self) -> None:
-        """Close the state store the pool opened."""
-        if self._owns_store and self._store is not None:
-            self._store.close()
-        self._store = None
+        return super().state_store()
 
     def key(self, conv_id: str) -> str:
         """The stored conversation id of thread ``conv_id`` under this pool's agent."""
         return conversation_key(self.policy.agent, conv_id)
 
-    def get(self, conv_id: str | None = None) -> Session:
+    def get(self, conv_id: str | None = None) -> Session:  # type: ignore[override]
         """The session of thread ``conv_id`` (stored as ``"<agent>/<conv_id>"``).
 
         ``None`` is a new private conversation on every call (never a shared default);
@@ -331,16 +312,9 @@ class SessionPool:
             return self._fixed
         if conv_id is None or conv_id == "":
             return self.private(uuid.uuid4().hex)
-        from ctxpolicy.engine import Session
+        return super().get(str(conv_id))
 
-        key = self.key(str(conv_id))
-        s = self._cached(key)
-        if s is None:
-            s = Session(self.policy, conv_id=key, state_store=self.state_store, **self._options)
-            self._cache(key, s)
-        return s
-
-    def private(self, token: str) -> Session:
+    def private(self, token: str, *, agent: str | None = None) -> Session:
         """The private conversation of one invocation without a thread id.
 
         Its state is in memory only (no store, random conversation id, its own
@@ -348,25 +322,7 @@ class SessionPool:
         """
         if self._fixed is not None:
             return self._fixed
-        from ctxpolicy.engine import Session
-
-        key = "\x00private:" + str(token)  # never the key of a thread (keys have no NUL)
-        s = self._cached(key)
-        if s is None:
-            s = Session(self.policy, **self._options)
-            self._cache(key, s)
-        return s
-
-    def _cached(self, key: str) -> Session | None:
-        s = self._sessions.get(key)
-        if s is not None:
-            self._sessions.move_to_end(key)
-        return s
-
-    def _cache(self, key: str, s: Session) -> None:
-        self._sessions[key] = s
-        while len(self._sessions) > self._max:
-            self._sessions.popitem(last=False)
+        return super().private(token, agent=agent)
 
 
 def _thread_id(config: Mapping[str, Any] | None = None) -> str | None:
@@ -456,6 +412,10 @@ def _tool_schemas(tools: Sequence[Any]) -> list[dict[str, Any]] | None:
             if isinstance(t, Mapping):
                 out.append(dict(t))
     return out
+
+
+def _no_tokens(response: Any) -> int | None:
+    return None
 
 
 def _input_tokens(response: Any) -> int | None:
@@ -574,41 +534,24 @@ def _make_middleware_class() -> type:
             system, msgs = conv.back(prepared)
             return request.override(messages=msgs, system_message=system)
 
-        def _usage(self, session: Session, response: Any) -> None:
-            if self.record_usage:
-                n = _input_tokens(response)
-                if n:
-                    session.record_usage(n)
+        def _driver(self, session: Session) -> CallDriver:
+            usage = UsageOnly(_input_tokens if self.record_usage else _no_tokens)
+            return CallDriver(session, format=usage)
 
         def wrap_model_call(self, request: Any, handler: Callable[[Any], Any]) -> Any:
             session, conv, tools = self._prepare(request)
-            prepared = session.prepare(conv.messages, tools=tools)
-            while True:
-                try:
-                    response = handler(self._override(request, conv, prepared))
-                except Exception as exc:
-                    retry = session.on_error(exc, conv.messages, tools)
-                    if retry is None:
-                        raise
-                    prepared = retry
-                    continue
-                self._usage(session, response)
-                return response
+            return self._driver(session).call(
+                conv.messages, tools, lambda p: handler(self._override(request, conv, p))
+            )
 
         async def awrap_model_call(self, request: Any, handler: Callable[[Any], Any]) -> Any:
-            session, conv, tools = self._prepare(request)
-            prepared = session.prepare(conv.messages, tools=tools)
-            while True:
-                try:
-                    response = await handler(self._override(request, conv, prepared))
-                except Exception as exc:
-                    retry = session.on_error(exc, conv.messages, tools)
-                    if retry is None:
-                        raise
-                    prepared = retry
-                    continue
-                self._usage(session, response)
-                return response
+            # the engine (opening the session too) runs in a worker thread
+            session, conv, tools = await off_loop(self._prepare, request)
+
+            async def send(prepared: list[Message]) -> Any:
+                return await handler(self._override(request, conv, prepared))
+
+            return await self._driver(session).acall(conv.messages, tools, send)
 
         # -- tool calls -------------------------------------------------------------
         def _post_tool(self, request: Any, result: Any) -> Any:
@@ -635,7 +578,8 @@ def _make_middleware_class() -> type:
             return self._post_tool(request, handler(request))
 
         async def awrap_tool_call(self, request: Any, handler: Callable[[Any], Any]) -> Any:
-            return self._post_tool(request, await handler(request))
+            result = await handler(request)
+            return await off_loop(self._post_tool, request, result)
 
     return CtxPolicyMiddleware
 

@@ -28,15 +28,16 @@ provider) and :func:`answer_recall` for the model's calls.
 from __future__ import annotations
 
 import contextlib
-from collections import OrderedDict
+import hashlib
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
+from urllib.parse import quote
 
+from ctxpolicy.calls.driver import CallDriver, UsageOnly, off_loop
+from ctxpolicy.calls.pool import SessionPool, resolve_policy
 from ctxpolicy.integrations._common import (
     Message,
-    acall_with_retry,
     as_session,
-    call_with_retry,
     is_given,
     require,
     to_plain,
@@ -53,6 +54,7 @@ __all__ = [
     "completion",
     "conversation_id",
     "recall_tools",
+    "tenant_of",
 ]
 
 CONVERSATION_HEADER = "x-ctxpolicy-conversation"
@@ -71,10 +73,13 @@ def _split(kwargs: dict[str, Any]) -> tuple[list[Message], list[dict[str, Any]] 
     return messages, to_plain(list(tools)) if is_given(tools) and tools else None
 
 
-def _usage(session: Session, resp: Any) -> None:
+def _prompt_tokens(resp: Any) -> int | None:
     tokens = getattr(getattr(resp, "usage", None), "prompt_tokens", None)
-    if isinstance(tokens, int) and tokens > 0:
-        session.record_usage(tokens)
+    return tokens if isinstance(tokens, int) and tokens > 0 else None
+
+
+def _driver(session: Session) -> CallDriver:
+    return CallDriver(session, format=UsageOnly(_prompt_tokens))
 
 
 def completion(session: Session | Any, **kwargs: Any) -> Any:
@@ -82,27 +87,42 @@ def completion(session: Session | Any, **kwargs: Any) -> Any:
     litellm = _litellm()
     sess = as_session(session)
     messages, tools = _split(kwargs)
-
-    def send(prepared: list[Message]) -> Any:
-        resp = litellm.completion(messages=prepared, **kwargs)
-        _usage(sess, resp)
-        return resp
-
-    return call_with_retry(sess, messages, tools, send)
+    return _driver(sess).call(messages, tools, lambda p: litellm.completion(messages=p, **kwargs))
 
 
 async def acompletion(session: Session | Any, **kwargs: Any) -> Any:
-    """``litellm.acompletion(**kwargs)`` with ``messages`` prepared by ``session``."""
+    """``litellm.acompletion(**kwargs)`` with ``messages`` prepared by ``session`` (the
+    engine runs in a worker thread, never on the event loop)."""
     litellm = _litellm()
     sess = as_session(session)
     messages, tools = _split(kwargs)
 
     async def send(prepared: list[Message]) -> Any:
-        resp = await litellm.acompletion(messages=prepared, **kwargs)
-        _usage(sess, resp)
-        return resp
+        return await litellm.acompletion(messages=prepared, **kwargs)
 
-    return await acall_with_retry(sess, messages, tools, send)
+    return await _driver(sess).acall(messages, tools, send)
+
+
+def tenant_of(user_api_key_dict: Any) -> str:
+    """The tenant of a proxy request: a digest of the caller's API key (LiteLLM's
+    hashed ``token``, else the key), never the key itself; ``""`` without one."""
+    key: Any = None
+    for attr in ("token", "api_key"):
+        key = getattr(user_api_key_dict, attr, None)
+        if key is None and isinstance(user_api_key_dict, Mapping):
+            key = user_api_key_dict.get(attr)
+        if isinstance(key, str) and key:
+            break
+    if not isinstance(key, str) or not key:
+        return ""
+    return hashlib.sha256(b"ctxpolicy-litellm-tenant\0" + key.encode()).hexdigest()[:24]
+
+
+def _conversation(model: Any, conv: str) -> str:
+    """The conversation part of a hook's key: the model and the session id (a model
+    with another window never shares, or shrinks, this conversation's state)."""
+    name = model if isinstance(model, str) and model else "-"
+    return f"{quote(name, safe='')}/{conv}"
 
 
 def conversation_id(data: Mapping[str, Any]) -> str | None:
@@ -131,33 +151,47 @@ def _make_hook() -> type:
         """ctxpolicy on a LiteLLM proxy (``litellm_settings.callbacks``).
 
         ``policy`` is a resolved policy or a policy file (``agent`` names the agent);
-        ``session_options`` go to every :class:`~ctxpolicy.Session` it makes.
+        ``session_options`` go to every :class:`~ctxpolicy.Session` it makes. A
+        conversation is keyed by the agent, the caller's API key (a digest of it:
+        :func:`tenant_of`), the model and the session id, so another key or another
+        model reusing a session id never resets or shrinks this one. The engine runs
+        in a worker thread: a long history never blocks the proxy's other requests.
         """
 
-        def __init__(self, policy: Any, *, agent: str = "default", **session_options: Any):
+        def __init__(
+            self,
+            policy: Any,
+            *,
+            agent: str = "default",
+            max_sessions: int = MAX_SESSIONS,
+            **session_options: Any,
+        ):
             super().__init__()
-            if isinstance(policy, str) or hasattr(policy, "__fspath__"):
-                from ctxpolicy import load_policy
-
-                policy = load_policy(policy, agent=agent)
-            self.policy = policy
+            self.policy = resolve_policy(policy, agent, who="ContextPolicyHook")
             self.session_options = session_options
-            self.sessions: OrderedDict[str, Session] = OrderedDict()
+            self.sessions = SessionPool(self.policy, max_sessions=max_sessions, **session_options)
 
-        def session_for(self, data: Mapping[str, Any]) -> tuple[Session, bool]:
+        def session_for(
+            self, data: Mapping[str, Any], user_api_key_dict: Any = None
+        ) -> tuple[Session, bool]:
             """(the session of the request's conversation, whether it is kept)."""
             conv = conversation_id(data)
             if conv is None:
                 return as_session(self.policy, **self.session_options), False
-            sess = self.sessions.get(conv)
-            if sess is None:
-                sess = as_session(self.policy, conv_id=conv, **self.session_options)
-                self.sessions[conv] = sess
-                while len(self.sessions) > MAX_SESSIONS:
-                    self.sessions.popitem(last=False)[1].close()
-            else:
-                self.sessions.move_to_end(conv)
-            return sess, True
+            key = _conversation(data.get("model"), conv)
+            return self.sessions.get(key, tenant=tenant_of(user_api_key_dict)), True
+
+        def _prepare(
+            self, data: dict[str, Any], user_api_key_dict: Any, messages: Sequence[Any]
+        ) -> list[Message]:
+            sess, kept = self.session_for(data, user_api_key_dict)
+            tools = data.get("tools")
+            plain = [to_plain(m) for m in messages]
+            try:
+                return sess.prepare(plain, tools=to_plain(list(tools)) if tools else None)
+            finally:
+                if not kept:
+                    sess.close()
 
         async def async_pre_call_hook(
             self, user_api_key_dict: Any, cache: Any, data: dict[str, Any], call_type: Any
@@ -165,12 +199,7 @@ def _make_hook() -> type:
             messages = data.get("messages")
             if not isinstance(messages, Sequence) or isinstance(messages, str) or not messages:
                 return data  # not a chat request: forwarded unchanged
-            sess, kept = self.session_for(data)
-            tools = data.get("tools")
-            plain = [to_plain(m) for m in messages]
-            data["messages"] = sess.prepare(plain, tools=to_plain(list(tools)) if tools else None)
-            if not kept:
-                sess.close()
+            data["messages"] = await off_loop(self._prepare, data, user_api_key_dict, messages)
             return data
 
         async def async_post_call_failure_hook(
@@ -180,22 +209,29 @@ def _make_hook() -> type:
             user_api_key_dict: Any,
             traceback_str: str | None = None,
         ) -> Any:
-            from ctxpolicy.engine import ContextOverflowError
             from ctxpolicy.engine.overflow import is_context_overflow
 
             conv = conversation_id(request_data)
-            if conv is None or conv not in self.sessions:
+            if conv is None or not is_context_overflow(original_exception):
                 return None
-            if not is_context_overflow(original_exception):
+            key = _conversation(request_data.get("model"), conv)
+            sess = self.sessions.peek(key, tenant=tenant_of(user_api_key_dict))
+            if sess is None:
                 return None
-            messages = request_data.get("messages") or []
+            messages = [to_plain(m) for m in request_data.get("messages") or []]
             # learns the window, so the client's retry is prepared under it; the error
             # goes back to the client unchanged either way
-            with contextlib.suppress(ContextOverflowError):
-                self.sessions[conv].on_error(original_exception, [to_plain(m) for m in messages])
+            await off_loop(_learn, sess, original_exception, messages)
             return None
 
     return ContextPolicyHook
+
+
+def _learn(session: Session, exc: Exception, messages: list[Message]) -> None:
+    from ctxpolicy.engine import ContextOverflowError
+
+    with contextlib.suppress(ContextOverflowError):
+        session.on_error(exc, messages)
 
 
 if TYPE_CHECKING:  # pragma: no cover

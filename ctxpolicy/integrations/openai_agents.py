@@ -12,8 +12,9 @@
 
 One :class:`AgentsContext` is one ctxpolicy conversation. Its id is, in this order,
 ``conv_id=``, the SDK session's ``session_id`` (``sdk_session=``), else a fresh
-private id (``ctx.session.conv_id``; nothing is shared with another context, and
-nothing resumes it unless you pass that id again).
+private id (nothing is shared with another context, and nothing resumes it unless
+you pass that id again). A named conversation is stored as ``"<agent>/<id>"``, so two
+agents with different policies on one SDK session never share a state.
 
 Before every model call the SDK runs the filter (:meth:`AgentsContext.filter`, set as
 ``RunConfig.call_model_input_filter`` by :meth:`~AgentsContext.run_config`):
@@ -40,9 +41,12 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from ctxpolicy.calls.driver import off_loop
+from ctxpolicy.calls.pool import resolve_policy
 from ctxpolicy.integrations._common import (
     Message,
     as_session,
+    conversation_key,
     is_given,
     json_args,
     require,
@@ -123,7 +127,15 @@ class AgentsContext:
             if not isinstance(sid, str) or not sid:
                 raise ValueError("sdk_session has no session_id; pass conv_id=")
             conv_id = sid
-        self.session: Session = as_session(policy, agent=agent, conv_id=conv_id, **session_options)
+        from ctxpolicy.engine import Session
+
+        if isinstance(policy, Session):
+            self.session: Session = as_session(policy, conv_id=conv_id)
+        else:  # stored as "<agent>/<conv_id>": two agents on one id never share a state
+            resolved = resolve_policy(policy, agent)
+            key = conversation_key(resolved.agent, conv_id) if conv_id else None
+            self.session = as_session(resolved, conv_id=key, **session_options)
+        self._conv_id = conv_id or self.session.conv_id
         self.sdk_session = sdk_session
         self.record_usage = record_usage
         self._processed: dict[str, str] = {}
@@ -132,11 +144,18 @@ class AgentsContext:
 
     @property
     def conv_id(self) -> str:
-        return self.session.conv_id
+        """The conversation's id (``conv_id=`` or the SDK session's); its state is
+        stored under ``"<agent>/<conv_id>"`` (``ctx.session.conv_id``)."""
+        return self._conv_id
 
     # -- the filter ----------------------------------------------------------------
-    def filter(self, data: Any) -> Any:
-        """``RunConfig.call_model_input_filter``: the prepared ``ModelInputData``."""
+    async def filter(self, data: Any) -> Any:
+        """``RunConfig.call_model_input_filter``: the prepared ``ModelInputData`` (the
+        engine runs in a worker thread, never on the SDK's event loop)."""
+        return await off_loop(self.prepare_input, data)
+
+    def prepare_input(self, data: Any) -> Any:
+        """:meth:`filter`'s work, synchronously (tool results processed, items prepared)."""
         from ctxpolicy.integrations.openai import ResponsesInput
 
         model_data = data.model_data
@@ -204,7 +223,7 @@ class AgentsContext:
             fn = schema["function"]
 
             async def invoke(_ctx: Any, arguments: str, _name: str = fn["name"]) -> str:
-                return handler(_name, arguments)
+                return await off_loop(handler, _name, arguments)
 
             out.append(
                 agents.FunctionTool(
@@ -225,7 +244,7 @@ class AgentsContext:
             async def on_llm_end(self, context: Any, agent: Any, response: Any) -> None:
                 tokens = getattr(getattr(response, "usage", None), "input_tokens", None)
                 if owner.record_usage and isinstance(tokens, int) and tokens > 0:
-                    owner.session.record_usage(tokens)
+                    await off_loop(owner.session.record_usage, tokens)
 
         return _Hooks()
 

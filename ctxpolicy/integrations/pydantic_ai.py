@@ -33,10 +33,11 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
+from ctxpolicy.calls.driver import CallSteps, UsageOnly, off_loop
+from ctxpolicy.calls.pool import SessionPool, resolve_policy
 from ctxpolicy.conversation import content_text, message_fingerprint
 from ctxpolicy.integrations._common import Message, as_session, require
 
@@ -238,37 +239,9 @@ def _capability_base() -> Any:
     return require("pydantic_ai.capabilities", "pydantic_ai").AbstractCapability
 
 
-class _Sessions:
-    """One ctxpolicy session per pydantic-ai conversation id (bounded, LRU)."""
-
-    def __init__(self, policy: Any, agent: str, options: dict[str, Any]) -> None:
-        from ctxpolicy.engine import Session
-
-        if isinstance(policy, Session):
-            raise TypeError(
-                "ContextPolicy makes one session per conversation: pass a policy "
-                "(object or file), not a Session (or use history_processor(session))"
-            )
-        if isinstance(policy, str) or hasattr(policy, "__fspath__"):
-            from ctxpolicy import load_policy
-
-            policy = load_policy(policy, agent=agent)
-        self.policy = policy
-        self.options = options
-        self.by_id: OrderedDict[str, Session] = OrderedDict()
-
-    def get(self, conv_id: str | None) -> Session:
-        if not conv_id:
-            raise ValueError("the run has no conversation_id")
-        sess = self.by_id.get(conv_id)
-        if sess is None:
-            sess = as_session(self.policy, conv_id=conv_id, **self.options)
-            self.by_id[conv_id] = sess
-            while len(self.by_id) > MAX_SESSIONS:
-                self.by_id.popitem(last=False)[1].close()
-        else:
-            self.by_id.move_to_end(conv_id)
-        return sess
+def _input_tokens(response: Any) -> int | None:
+    tokens = getattr(getattr(response, "usage", None), "input_tokens", None)
+    return tokens if isinstance(tokens, int) and tokens > 0 else None
 
 
 def _make_capability() -> type:
@@ -284,49 +257,48 @@ def _make_capability() -> type:
             *,
             agent: str = "default",
             recall: bool = True,
+            max_sessions: int = MAX_SESSIONS,
             **session_options: Any,
         ) -> None:
-            self.sessions = _Sessions(policy, agent, session_options)
+            resolved = resolve_policy(policy, agent, who="ContextPolicy")
+            #: sessions by pydantic-ai conversation id, stored as "<agent>/<id>"
+            self.sessions = SessionPool(resolved, max_sessions=max_sessions, **session_options)
             self.recall = recall
-            self._pending: dict[str, BaseException] = {}
+            self.steps = CallSteps(UsageOnly(_input_tokens))
 
         def session(self, conversation_id: str) -> Session:
             """The ctxpolicy session of a pydantic-ai conversation id."""
-            return self.sessions.get(conversation_id)
+            if not conversation_id:
+                raise ValueError("the run has no conversation_id")
+            return self.sessions.get(str(conversation_id))
+
+        async def _session(self, ctx: Any) -> Session:
+            return await off_loop(self.session, ctx.conversation_id)
 
         @classmethod
         def get_serialization_name(cls) -> str | None:
             return None
 
         async def prepare_model_request(self, ctx: Any, request_context: Any) -> Any:
-            sess = self.sessions.get(ctx.conversation_id)
+            sess = await self._session(ctx)
             conv = MessageMap(request_context.messages)
             tools = _tool_schemas(request_context)
-            prepared: list[Message] | None = None
-            error = self._pending.pop(str(ctx.conversation_id), None)
-            if error is not None:
-                prepared = sess.on_error(error, conv.messages, tools)
-            if prepared is None:
-                prepared = sess.prepare(conv.messages, tools=tools)
+            prepared = await self.steps.abefore_model(sess, conv.messages, tools)
             request_context.messages = conv.to_model(prepared)
             return request_context
 
         async def after_model_request(
             self, ctx: Any, *, request_context: Any, response: Any
         ) -> Any:
-            tokens = getattr(getattr(response, "usage", None), "input_tokens", None)
-            if isinstance(tokens, int) and tokens > 0:
-                self.sessions.get(ctx.conversation_id).record_usage(tokens)
+            await self.steps.adone(await self._session(ctx), response)
             return response
 
         async def on_model_request_error(
             self, ctx: Any, *, request_context: Any, error: Exception
         ) -> Any:
-            from ctxpolicy.engine.overflow import is_context_overflow
-
-            if not is_context_overflow(error):
+            # an overflow: the next attempt's prepare_model_request runs on_error
+            if not self.steps.defer(await self._session(ctx), error):
                 raise error
-            self._pending[str(ctx.conversation_id)] = error
             raise pai.exceptions.RetryModelRequest()
 
         async def after_tool_execute(
@@ -336,7 +308,9 @@ def _make_capability() -> type:
 
             if call.tool_name in (RECALL_TOOL, SEARCH_TOOL):
                 return result  # a recall answer is bounded already, never snapshotted again
-            return self.sessions.get(ctx.conversation_id).add_tool_result(
+            sess = await self._session(ctx)
+            return await off_loop(
+                sess.add_tool_result,
                 {
                     "id": call.tool_call_id,
                     "type": "function",
@@ -348,7 +322,7 @@ def _make_capability() -> type:
         def get_toolset(self) -> Any:
             if not self.recall:
                 return None
-            return recall_toolset(self.sessions.get)
+            return recall_toolset(self.session)
 
     return ContextPolicy
 

@@ -35,6 +35,8 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from ctxpolicy.calls.driver import off_loop
+from ctxpolicy.calls.pool import resolve_policy
 from ctxpolicy.conversation import content_text, message_fingerprint
 from ctxpolicy.integrations._common import Message, as_session, conversation_key, require
 
@@ -184,16 +186,6 @@ def from_openai(
     return out
 
 
-def _policy(policy: Any, agent: str) -> Policy:
-    from ctxpolicy.policy.models import Policy
-
-    if isinstance(policy, Policy):
-        return policy
-    from ctxpolicy import load_policy
-
-    return load_policy(policy, agent=agent)
-
-
 def _make_class() -> type:
     cm = require("strands.agent.conversation_manager", "strands")
     events = require("strands.hooks", "strands")
@@ -214,7 +206,9 @@ def _make_class() -> type:
             from ctxpolicy.engine import Session
 
             self._fixed: Session | None = policy if isinstance(policy, Session) else None
-            self.policy: Policy = self._fixed.policy if self._fixed else _policy(policy, agent)
+            self.policy: Policy = (
+                self._fixed.policy if self._fixed else resolve_policy(policy, agent)
+            )
             self.conv_id = conv_id
             self.preprocess_tools = preprocess_tools
             self._options = session_options
@@ -259,13 +253,19 @@ def _make_class() -> type:
             agent.messages[:] = view
             self._view = list(agent.messages)
 
-        def _before_model(self, event: Any) -> None:
+        def _prepare(self, agent: Any) -> list[Message]:
+            return self.session_for(agent).prepare(to_openai(self.full))
+
+        async def _before_model(self, event: Any) -> None:
+            # Strands awaits async callbacks: the engine runs in a worker thread
             agent = event.agent
             self._sync(agent)
-            session = self.session_for(agent)
-            self._show(agent, session.prepare(to_openai(self.full)))
+            self._show(agent, await off_loop(self._prepare, agent))
 
-        def _after_tool(self, event: Any) -> None:
+        def _processed(self, agent: Any, call: dict[str, Any], raw: str) -> str:
+            return self.session_for(agent).add_tool_result(call, raw)
+
+        async def _after_tool(self, event: Any) -> None:
             if not self.preprocess_tools:
                 return
             use = event.tool_use
@@ -278,7 +278,7 @@ def _make_class() -> type:
                 "name": use.get("name", ""),
                 "arguments": use.get("input"),
             }
-            text = self.session_for(event.agent).add_tool_result(call, raw)
+            text = await off_loop(self._processed, event.agent, call, raw)
             if text != raw:
                 event.result = {**result, "content": [{"text": text}]}
 

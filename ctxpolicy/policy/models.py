@@ -23,6 +23,7 @@ from pydantic import (
     ConfigDict,
     Field,
     ValidationError,
+    ValidationInfo,
     field_validator,
     model_validator,
 )
@@ -412,14 +413,77 @@ class OverflowStep(StrictModel):
     options: dict[str, Any] = Field(default_factory=dict, description="Options of the layer.")
 
 
+class PreprocessStep(StrictModel):
+    """One preprocessor of a chain (an item of a list ``preprocess``)."""
+
+    name: str = Field(description="Name of a registered preprocessor.")
+    options: dict[str, Any] = Field(
+        default_factory=dict, description="Options of this preprocessor."
+    )
+
+
 class ToolRule(StrictModel):
     """How results of matching tools are preprocessed before entering the context."""
 
-    preprocess: str = Field(default="head_tail", description="Name of a registered preprocessor.")
+    preprocess: str | list[str | PreprocessStep] = Field(
+        default="head_tail",
+        description="Name of a registered preprocessor, or a list of them run in order, "
+        "each on the output of the one before: an item is a name or `{name, options}` "
+        "(`[redact, {name: table_rows, options: {max_rows: 10}}]`).",
+    )
     options: dict[str, Any] = Field(
-        default_factory=dict, description="Options of the preprocessor."
+        default_factory=dict,
+        description="Options of the preprocessor when `preprocess` names one (a list "
+        "gives each item its own `options`).",
     )
     snapshot: bool = Field(default=True, description="Write the full result to the snapshot store.")
+    aliases: list[str] = Field(
+        default_factory=list,
+        description="More tool names (or globs) this rule applies to, as if each were "
+        "its key: one rule for a tool every client names its own way (`Bash`, "
+        "`exec_command`, `shell`).",
+    )
+    ignore_case: bool = Field(
+        default=False,
+        description="Match the key and the aliases without regard to case (`bash` matches `Bash`).",
+    )
+
+    @field_validator("preprocess")
+    @classmethod
+    def _not_empty(cls, v: str | list[str | PreprocessStep]) -> Any:
+        if isinstance(v, list) and not v:
+            raise ValueError("an empty list: name at least one preprocessor")
+        return v
+
+    @field_validator("options")
+    @classmethod
+    def _options_of_one(cls, v: dict[str, Any], info: ValidationInfo) -> dict[str, Any]:
+        if v and isinstance(info.data.get("preprocess"), list):
+            raise ValueError(
+                "`options` goes with a single preprocessor: in a list give each item "
+                "its own, as {name: ..., options: {...}}"
+            )
+        return v
+
+    @field_validator("aliases")
+    @classmethod
+    def _no_empty_aliases(cls, v: list[str]) -> list[str]:
+        if any(not a.strip() for a in v):
+            raise ValueError("an alias must not be empty")
+        return v
+
+    def steps(self) -> list[tuple[str, dict[str, Any]]]:
+        """``(name, options)`` of each preprocessor, in the order they run."""
+        if isinstance(self.preprocess, str):
+            return [(self.preprocess, self.options)]
+        return [(p, {}) if isinstance(p, str) else (p.name, p.options) for p in self.preprocess]
+
+    @property
+    def preprocessor_name(self) -> str:
+        """The preprocessor's name; a chain's names joined by ``+`` (``redact+table_rows``)."""
+        if isinstance(self.preprocess, str):
+            return self.preprocess
+        return "+".join(name for name, _ in self.steps())
 
 
 class Snapshots(StrictModel):
@@ -557,7 +621,8 @@ class AgentPolicy(StrictModel):
     )
     tools: dict[str, ToolRule] = Field(
         default_factory=dict,
-        description="Tool-name globs → preprocessing; first match wins, put `*` last.",
+        description="Tool-name globs → preprocessing. A rule whose key or alias is the "
+        "tool's name wins; else the first glob that matches, in order; `*` last.",
     )
     snapshots: Snapshots = Field(default_factory=Snapshots, description="Snapshot store.")
     pinned: Pinned = Field(default_factory=Pinned, description="Messages never compacted.")

@@ -52,7 +52,9 @@ from ctxpolicy.policy.models import (
     ModelSpec,
     Policy,
     PolicyFile,
+    PreprocessStep,
     ResolvedStep,
+    ToolRule,
 )
 
 __all__ = ["list_agents", "load_policy", "resolve_agent", "resolve_all", "validate_file"]
@@ -513,10 +515,7 @@ class _Resolver:
         ov_opts = self._component("layer", ov.layer, ov.options, ("on_overflow",), emit, "layer")
         parts.on_overflow = ResolvedStep(layer=ov.layer, options=parts.checked(ov_opts))
         for glob, rule in ap.tools.items():
-            topts = self._component(
-                "preprocessor", rule.preprocess, rule.options, ("tools", glob), emit, "preprocess"
-            )
-            parts.tools[glob] = rule.model_copy(update={"options": parts.checked(topts)})
+            parts.tools[glob] = self._tool_rule(glob, rule, parts, emit)
         snap = ap.snapshots
         sopts = self._component(
             "snapshot_store", snap.store, snap.options, ("snapshots",), emit, "store"
@@ -625,6 +624,30 @@ class _Resolver:
         hint = "; ".join(filter(None, [*notes, finding.hint])) or None
         diag = make(pdoc.name, pdoc.pos(praw), finding.code, message, hint)
         self.diags.append((dataclasses.replace(diag, related=tuple(related)), name))
+
+    def _tool_rule(self, glob: str, rule: ToolRule, parts: _Components, emit: Any) -> ToolRule:
+        """A tool rule with its preprocessors' options checked by their own models; each
+        item of a chain is checked like a single one, at its own place in the file."""
+        base: PathT = ("tools", glob)
+        if isinstance(rule.preprocess, str):
+            topts = self._component(
+                "preprocessor", rule.preprocess, rule.options, base, emit, "preprocess"
+            )
+            return rule.model_copy(update={"options": parts.checked(topts)})
+        steps: list[PreprocessStep] = []
+        for i, item in enumerate(rule.preprocess):
+            at: PathT = (*base, "preprocess", i)
+            if isinstance(item, str):
+                # a bare name: its problems are reported at the name itself
+                def at_item(path: PathT, *rest: Any, _at: PathT = at) -> None:
+                    emit(_at, *rest)
+
+                opts = self._component("preprocessor", item, {}, at, at_item, "name")
+                steps.append(PreprocessStep(name=item, options=parts.checked(opts)))
+            else:
+                opts = self._component("preprocessor", item.name, item.options, at, emit, "name")
+                steps.append(item.model_copy(update={"options": parts.checked(opts)}))
+        return rule.model_copy(update={"preprocess": steps})
 
     def _component(
         self, kind: Any, cname: str, options: dict[str, Any], base: PathT, emit: Any, key: str

@@ -3,15 +3,19 @@
 :class:`JsonStateStore` implements the public contract once (conv_id and key
 checks, canonical JSON values, ``expected_version + 1``) on top of two raw
 methods a store provides: ``_read`` (version and encoded entries) and
-``_write`` (the compare-and-set). :class:`SqlStateStore` adds one database
-connection per process for the SQL stores.
+``_write`` (the compare-and-set). :class:`SqlStateStore` adds a bounded pool of
+database connections per process for the SQL stores: one store object shared by many
+conversations (``ctxpolicy.calls.SessionPool`` shares one per store location) opens at
+most ``pool_size`` connections, and a call that finds them all busy waits for one.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
-from collections.abc import Iterable, Mapping
+import time
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any, Generic, TypeVar
 
 from pydantic import Field, field_validator
@@ -147,6 +151,15 @@ class SqlOptions(ComponentOptions):
         "`tenantA` is stored as `tenanta_c0000000040`, never in `tenanta`'s).",
     )
 
+    pool_size: int = Field(
+        default=1,
+        ge=1,
+        le=256,
+        description="Connections one store opens at most in a process. The sessions of a "
+        "gateway or an adapter share one store, so this bounds the connections of every "
+        "open conversation together; a call that finds them all busy waits for one.",
+    )
+
     @field_validator("table")
     @classmethod
     def _not_reserved(cls, value: str) -> str:
@@ -154,13 +167,18 @@ class SqlOptions(ComponentOptions):
 
 
 class SqlStateStore(JsonStateStore, Generic[C]):
-    """A store over one database connection per process, opened when the store opens.
+    """A store over a bounded pool of database connections per process.
 
     Subclasses set ``where`` (shown in errors) in ``_open_store`` and then call
     :meth:`_start`; they implement :meth:`_connect` and :meth:`_close_connection`.
+    Every read and write borrows one connection for its statement(s) through
+    :meth:`_lease`: at most ``options.pool_size`` are open at once (an idle one is
+    reused, most recently returned first), a broken one is closed when it comes
+    back, and after ``fork()`` the child opens its own and never touches the parent's.
     """
 
     where: str = ""
+    options: SqlOptions
 
     def _start(self, table: str) -> None:
         table = sql_table(table)
@@ -169,11 +187,28 @@ class SqlStateStore(JsonStateStore, Generic[C]):
         #: one row: the highest version of any conversation retention deleted
         self._floor = f"{table}_floor"
         self._lock = threading.Lock()
-        self._conn: C | None = None
-        self._pid = 0
+        self._returned = threading.Condition(self._lock)
+        self._idle: list[C] = []
+        self._opened = 0  # connections of this process: idle and lent
+        self._pid = os.getpid()
         self._closed = False
+        with self._lease():  # errors surface when the store opens
+            pass
+
+    @property
+    def pool_size(self) -> int:
+        """Connections this store opens at most (``options.pool_size``)."""
+        return int(getattr(self.options, "pool_size", 1) or 1)
+
+    @property
+    def connections(self) -> int:
+        """Connections this store holds open now (idle and lent)."""
         with self._lock:
-            self._connection()  # errors surface when the store opens
+            return self._opened if self._pid == os.getpid() else 0
+
+    def _wait_s(self) -> float:
+        """How long a call waits for a free connection before it fails."""
+        return 30.0
 
     def _connect(self) -> C:
         raise NotImplementedError
@@ -192,22 +227,86 @@ class SqlStateStore(JsonStateStore, Generic[C]):
     def _close_connection(self, conn: C) -> None:
         raise NotImplementedError
 
+    def _forked(self) -> None:
+        """In a child of ``fork()``: forget the parent's connections (kept referenced,
+        so garbage collection never closes them under the parent). Lock held."""
+        if self._pid != os.getpid():
+            _INHERITED.extend(self._idle)
+            self._idle = []
+            self._opened = 0
+            self._pid = os.getpid()
+
+    def _acquire(self) -> C:
+        deadline = time.monotonic() + self._wait_s()
+        with self._lock:
+            while True:
+                if self._closed:
+                    raise StateStoreError(f"state store {self.where} is closed")
+                self._forked()
+                if self._idle:
+                    conn = self._idle.pop()
+                    if self._usable(conn):
+                        return conn
+                    self._opened -= 1
+                    with contextlib.suppress(Exception):
+                        self._close_connection(conn)
+                    continue
+                if self._opened < self.pool_size:
+                    self._opened += 1  # the slot is ours; connect outside the lock
+                    break
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise StateStoreError(
+                        f"no free connection to the state store {self.where} within "
+                        f"{self._wait_s():g}s ({self.pool_size} in use; raise "
+                        "state.options.pool_size)"
+                    )
+                self._returned.wait(left)
+        try:
+            return self._connect()
+        except BaseException:
+            with self._lock:
+                if self._pid == os.getpid():
+                    self._opened -= 1
+                self._returned.notify()
+            raise
+
+    def _release(self, conn: C) -> None:
+        with self._lock:
+            if self._pid != os.getpid():  # lent before a fork: the parent's
+                return
+            if not self._closed and self._usable(conn):
+                self._idle.append(conn)
+            else:
+                self._opened -= 1
+                with contextlib.suppress(Exception):
+                    self._close_connection(conn)
+            self._returned.notify()
+
+    @contextlib.contextmanager
+    def _lease(self) -> Iterator[C]:
+        """One connection of the pool for the statements of one call."""
+        conn = self._acquire()
+        try:
+            yield conn
+        finally:
+            self._release(conn)
+
     def _connection(self) -> C:
-        """This process's connection (a new one after fork or after it broke)."""
-        if self._closed:
-            raise StateStoreError(f"state store {self.where} is closed")
-        conn = self._conn
-        if conn is not None and self._pid == os.getpid() and self._usable(conn):
+        """A connection of the pool, returned to it at once (for tests and tools that
+        run a statement of their own; a store's calls use :meth:`_lease`)."""
+        with self._lease() as conn:
             return conn
-        if conn is not None and self._pid != os.getpid():
-            _INHERITED.append(conn)
-        self._conn = None
-        self._conn, self._pid = self._connect(), os.getpid()
-        return self._conn
 
     def close(self) -> None:
         with self._lock:
             self._closed = True
-            if self._conn is not None and self._pid == os.getpid():
-                self._close_connection(self._conn)
-            self._conn = None
+            idle, self._idle = self._idle, []
+            mine = self._pid == os.getpid()
+            if mine:
+                self._opened -= len(idle)
+            self._returned.notify_all()
+        if mine:
+            for conn in idle:
+                with contextlib.suppress(Exception):
+                    self._close_connection(conn)

@@ -61,6 +61,16 @@ class PostgresOptions(SqlOptions):
         le=3600,
         description="Server-side limit of one statement (a commit waiting on a lock too).",
     )
+    pool_size: int = Field(
+        default=4,
+        ge=1,
+        le=256,
+        description="Connections one store opens at most in a process. The sessions of a "
+        "gateway or an adapter share one store, so this bounds the server connections of "
+        "every open conversation together (keep workers x pool_size below the server's "
+        "`max_connections`); a call that finds them all busy waits for one, up to "
+        "`connect_timeout_s + statement_timeout_s`.",
+    )
 
 
 def describe_dsn(dsn: str) -> str:
@@ -148,7 +158,10 @@ class PostgresStateStore(SqlStateStore["psycopg.Connection[Any]"]):
         return conn
 
     def _usable(self, conn: psycopg.Connection[Any]) -> bool:
-        return not conn.closed
+        return not (conn.closed or conn.broken)
+
+    def _wait_s(self) -> float:
+        return self.options.connect_timeout_s + self.options.statement_timeout_s
 
     def _close_connection(self, conn: psycopg.Connection[Any]) -> None:
         conn.close()
@@ -172,10 +185,8 @@ class PostgresStateStore(SqlStateStore["psycopg.Connection[Any]"]):
             )
 
     def _fail(self, action: str, exc: Exception) -> StateStoreError:
-        """A database error: drop a broken connection (the next call reconnects)."""
-        conn = self._conn
-        if conn is not None and (conn.closed or conn.broken):
-            self._conn = None
+        """A database error (a broken connection is closed when it goes back to the
+        pool, and the next call connects anew)."""
         return StateStoreError(
             self._scrub(f"cannot {action} the state database {self.where}: {_reason(exc)}")
         )
@@ -187,8 +198,7 @@ class PostgresStateStore(SqlStateStore["psycopg.Connection[Any]"]):
     def _read(self, conv_id: str) -> tuple[int, Rows]:
         import psycopg
 
-        with self._lock:
-            conn = self._connection()
+        with self._lease() as conn:
             try:
                 return joined_rows(conn.execute(self._select_sql("%s"), (conv_id,)).fetchall())
             except psycopg.Error as exc:
@@ -197,8 +207,7 @@ class PostgresStateStore(SqlStateStore["psycopg.Connection[Any]"]):
     def _write(self, conv_id: str, expected: int, rows: Rows, dropped: list[str]) -> int:
         import psycopg
 
-        with self._lock:
-            conn = self._connection()
+        with self._lease() as conn:
             try:
                 row = conn.execute(
                     self._commit_sql(expected),
@@ -221,8 +230,7 @@ class PostgresStateStore(SqlStateStore["psycopg.Connection[Any]"]):
         the delete re-checks its (new) ``updated_at`` once the lock is released."""
         import psycopg
 
-        with self._lock:
-            conn = self._connection()
+        with self._lease() as conn:
             try:
                 row = conn.execute(
                     f"WITH v AS (DELETE FROM {self._versions} "

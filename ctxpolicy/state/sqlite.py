@@ -120,6 +120,9 @@ class SqliteStateStore(SqlStateStore[sqlite3.Connection]):
     def _close_connection(self, conn: sqlite3.Connection) -> None:
         conn.close()
 
+    def _wait_s(self) -> float:
+        return self.options.timeout_s
+
     def _open(self) -> sqlite3.Connection:
         checked = secure_file(self.path)
         timeout = self.options.timeout_s
@@ -159,8 +162,7 @@ class SqliteStateStore(SqlStateStore[sqlite3.Connection]):
 
     # -- raw reads and writes
     def _read(self, conv_id: str) -> tuple[int, Rows]:
-        with self._lock:
-            conn = self._connection()
+        with self._lease() as conn:
             try:
                 return joined_rows(conn.execute(self._select_sql("?"), (conv_id,)))
             except sqlite3.Error as exc:
@@ -193,8 +195,7 @@ class SqliteStateStore(SqlStateStore[sqlite3.Connection]):
     def _transaction(self, action: str, body: Callable[[sqlite3.Connection], T]) -> T:
         """``body`` in one ``BEGIN IMMEDIATE`` transaction (the file's write lock),
         rolled back when it raises; a database error is a StateStoreError."""
-        with self._lock:
-            conn = self._connection()
+        with self._lease() as conn:
             try:
                 conn.execute("BEGIN IMMEDIATE")
                 try:

@@ -88,3 +88,21 @@ def policy_factory(tmp_path: Path):
         return make_policy(tmp_path, **kw)
 
     return factory
+
+
+def long_history(steps: int = 12) -> list[dict[str, Any]]:
+    """A tool-call history long enough that a 6,000-token window compacts it."""
+    out: list[dict[str, Any]] = [
+        {"role": "system", "content": "You are a coding agent."},
+        {"role": "user", "content": "Fix BUG-1234."},
+    ]
+    for i in range(steps):
+        call = {"id": f"c{i}", "type": "function", "function": {"name": "read", "arguments": "{}"}}
+        out.append({"role": "assistant", "content": None, "tool_calls": [call]})
+        out.append({"role": "tool", "tool_call_id": f"c{i}", "content": big_output(i, 40)})
+    return out
+
+
+def resumed(events: list[dict[str, Any]]) -> bool:
+    """Whether a session that reported ``events`` resumed a stored state."""
+    return any(e.get("type") == "state.resumed" for e in events)

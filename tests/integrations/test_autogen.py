@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 from typing import Any
 
 import pytest
@@ -130,3 +131,59 @@ def test_recall_tools_and_private_conversations(policy_factory) -> None:
     assert "No earlier tool result" in other
     msgs = to_openai(a._messages)
     assert msgs[-1]["role"] == "tool" and len(msgs[-1]["content"]) < 2000
+
+
+def _ledger_run(policy_factory, *, merge_system: bool) -> tuple[Any, ScriptedLLMServer, Any]:
+    """The docs' AssistantAgent and OpenAI client (``model_info`` without
+    ``multiple_system_messages``), with a ledger and enough tool output to compact."""
+    steps = 12
+
+    def script(body: dict[str, Any]) -> dict[str, Any]:
+        calls = len([r for r in srv.records if r.status == 200])
+        if calls >= steps:
+            return {"content": "done: BUG-1234 fixed"}
+        return {"content": "", "tool_calls": [{"name": "read_file", "arguments": {"path": "f"}}]}
+
+    counter = {"n": 0}
+
+    async def read_file(path: str) -> str:
+        """Read a file of the repository."""
+        counter["n"] += 1
+        return big_output(counter["n"], 120)
+
+    policy = policy_factory(window=6000, max_chars=1500, ledger=True)
+    context = CtxPolicyContext(policy, conv_id="ledger-run", merge_system=merge_system)
+    srv = ScriptedLLMServer(window=6000, script=script)
+    with srv:
+        agent = AssistantAgent(
+            "coder",
+            client(srv),
+            tools=[read_file],
+            model_context=context,
+            max_tool_iterations=steps,
+            system_message="You are a coder.",
+        )
+        try:
+            result: Any = asyncio.run(agent.run(task="Task: fix BUG-1234 in src/app.py"))
+        except ValueError as exc:
+            result = exc
+    return result, srv, context
+
+
+def test_the_ledger_joins_the_first_system_message(policy_factory) -> None:
+    """A compaction that writes a ledger: the system content stays one contiguous block,
+    which AutoGen's OpenAI client requires (it raised "Multiple and Not continuous system
+    messages are not supported" at the first such compaction)."""
+    result, srv, context = _ledger_run(policy_factory, merge_system=True)
+    assert not isinstance(result, Exception), result
+    assert context.session.stats.compactions and context.session.ledger is not None
+    assert context.session.ledger.render()  # the ledger was written ...
+    with_ledger = [b for b in srv.requests if "Progress ledger" in json.dumps(b["messages"])]
+    assert with_ledger  # ... and sent
+    for body in srv.requests:
+        roles = [m["role"] for m in body["messages"]]
+        assert roles.count("system") == 1 and roles[0] == "system"
+        assert body["messages"][0]["content"].startswith("You are a coder.")
+    # the engine's own placement is what the client refuses
+    refused, _, _ = _ledger_run(policy_factory, merge_system=False)
+    assert isinstance(refused, ValueError) and "Not continuous" in str(refused)

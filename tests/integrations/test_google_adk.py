@@ -108,7 +108,7 @@ def test_two_users_and_two_sessions_never_share(policy_factory: Any) -> None:
         asyncio.run(run(plugin, srv, user="alice", session_id="s"))
         asyncio.run(run(plugin, srv, user="bob", session_id="s"))
         asyncio.run(run(plugin, srv, user="alice", session_id="t/../x"))
-    ids = sorted(s.conv_id for s in plugin.sessions.values())
+    ids = sorted(s.conv_id for s in plugin.sessions.sessions())
     assert ids == [
         "test_agent/demo/alice/s/coder",
         "test_agent/demo/alice/t%2F..%2Fx/coder",

@@ -142,18 +142,22 @@ def test_proxy_hook_maps_session_ids_and_learns_from_failures(tmp_path: Path) ->
         data = {"model": "m", "messages": list(history), **extra}
         return asyncio.run(hook.async_pre_call_hook(key, None, data, "completion"))
 
+    def kept() -> list[str]:  # the session ids of the kept conversations (all of model "m")
+        return [c.removeprefix("m/") for c in hook.sessions.conversations()]
+
     out = request(litellm_session_id="conv-a")
-    assert "conv-a" in hook.sessions
-    session = hook.sessions["conv-a"]
+    assert "conv-a" in kept()
+    session = hook.sessions.peek("m/conv-a", tenant=ctx_litellm.tenant_of(key))
+    assert session is not None
     assert_pairing(out["messages"])
     assert session.counter.count_messages(out["messages"]) < 16000
     # the header and metadata forms name a conversation too
     request(metadata={"headers": {"x-ctxpolicy-conversation": "conv-b"}})
     request(metadata={"session_id": "conv-c"})
-    assert list(hook.sessions) == ["conv-a", "conv-b", "conv-c"]
+    assert kept() == ["conv-a", "conv-b", "conv-c"]
     # no id: prepared by a private one-request session, nothing kept or shared
     request()
-    assert list(hook.sessions) == ["conv-a", "conv-b", "conv-c"]
+    assert kept() == ["conv-a", "conv-b", "conv-c"]
     # a non-chat request is forwarded unchanged
     emb = {"model": "e", "input": ["x"]}
     assert asyncio.run(hook.async_pre_call_hook(key, None, dict(emb), "embeddings")) == emb
@@ -163,8 +167,47 @@ def test_proxy_hook_maps_session_ids_and_learns_from_failures(tmp_path: Path) ->
         model="m",
         llm_provider="openai",
     )
-    data = {"messages": history, "litellm_session_id": "conv-a"}
+    data = {"model": "m", "messages": history, "litellm_session_id": "conv-a"}
     asyncio.run(hook.async_post_call_failure_hook(data, err, key))
     assert session.budget().window == 8000
     out = request(litellm_session_id="conv-a")
     assert session.counter.count_messages(out["messages"]) < 8000
+
+
+def test_another_key_or_model_never_resets_or_shrinks_a_conversation(tmp_path: Path) -> None:
+    """Two API keys (tenants) and two models on one session id: four conversations. His
+    overflow on a small model never shrinks her conversation's window, and his request
+    never resets hers; the key itself is never in a stored id."""
+    from litellm.proxy._types import UserAPIKeyAuth
+
+    from .conftest import long_history
+
+    hook = ctx_litellm.ContextPolicyHook(make_policy(tmp_path, window=16000, max_chars=4000))
+    her, him = UserAPIKeyAuth(api_key="sk-her-secret"), UserAPIKeyAuth(api_key="sk-his-secret")
+    history = long_history(10)
+
+    def request(key: Any, model: str) -> dict[str, Any]:
+        data = {"model": model, "messages": list(history), "litellm_session_id": "shared"}
+        return asyncio.run(hook.async_pre_call_hook(key, None, data, "completion"))
+
+    request(her, "big")
+    mine = hook.sessions.peek("big/shared", tenant=ctx_litellm.tenant_of(her))
+    assert mine is not None
+    before = mine.state.to_entries()
+    request(him, "big")
+    request(him, "small")
+    request(her, "small")
+    assert len(hook.sessions) == 4
+    assert all("secret" not in s.conv_id for s in hook.sessions.sessions())
+    err = litellm.ContextWindowExceededError(
+        message="This model's maximum context length is 8000 tokens",
+        model="small",
+        llm_provider="openai",
+    )
+    data = {"model": "small", "messages": history, "litellm_session_id": "shared"}
+    asyncio.run(hook.async_post_call_failure_hook(data, err, him))
+    his_small = hook.sessions.peek("small/shared", tenant=ctx_litellm.tenant_of(him))
+    assert his_small is not None and his_small.budget().window == 8000
+    assert mine.budget().window == 16000  # hers is untouched ...
+    assert hook.sessions.peek("big/shared", tenant=ctx_litellm.tenant_of(her)) is mine
+    assert mine.state.to_entries() == before  # ... and not reset

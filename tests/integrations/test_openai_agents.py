@@ -59,7 +59,8 @@ def make_agent(srv: ScriptedLLMServer, ctx: AgentsContext) -> Any:
 def test_sdk_session_id_is_the_conversation_and_results_are_processed(tmp_path: Path) -> None:
     chat = agents.SQLiteSession("user-42", str(tmp_path / "chat.db"))
     ctx = AgentsContext(make_policy(tmp_path, window=6000, max_chars=1500), sdk_session=chat)
-    assert ctx.conv_id == "user-42" == ctx.session.conv_id
+    assert ctx.conv_id == "user-42"
+    assert ctx.session.conv_id == "test_agent/user-42"  # keyed by the agent too
     with ScriptedLLMServer(window=6000, script=script(8)) as srv:
         result = asyncio.run(ctx.run(make_agent(srv, ctx), "Fix BUG-1234", max_turns=20))
     assert result.final_output == "fixed"
@@ -125,3 +126,25 @@ def test_run_config_keeps_other_fields_and_records_usage(tmp_path: Path) -> None
     with ScriptedLLMServer(window=6000, script=[{"content": "hi", "prompt_tokens": 80}]) as srv:
         asyncio.run(ctx.run(make_agent(srv, ctx), "hello"))
     assert any(e["type"] == "context.usage" for e in ctx.session.events)
+
+
+def test_two_agents_on_one_sdk_session_never_share_a_state(tmp_path: Path) -> None:
+    """Two policies on one SDK session id: each agent's state is its own (they shared
+    one, so the second resumed the first's compactions)."""
+    from .conftest import long_history, resumed
+
+    coder = make_policy(tmp_path)
+    analyst = coder.model_copy(update={"agent": "analyst"})
+    chat = agents.SQLiteSession("user-42", str(tmp_path / "chat.db"))
+    first = AgentsContext(coder, sdk_session=chat)
+    first.session.prepare(long_history())
+    assert first.session.stats.compactions
+    first.session.close()
+    events: list[dict[str, Any]] = []
+    other = AgentsContext(analyst, sdk_session=chat, on_event=events.append)
+    assert other.conv_id == first.conv_id == "user-42"
+    assert other.session.conv_id == "analyst/user-42" != first.session.conv_id
+    assert not resumed(events)  # a new conversation for this agent
+    again: list[dict[str, Any]] = []
+    AgentsContext(coder, sdk_session=chat, on_event=again.append)
+    assert resumed(again)  # the coder's own state is still there

@@ -59,7 +59,7 @@ def test_tool_results_go_through_the_hook_and_history_is_prepared(tmp_path: Path
     result = agent.run_sync("Fix BUG-1234", conversation_id="user-42")
     assert result.output == "fixed"
     sess = cap.session("user-42")
-    assert sess.conv_id == "user-42"
+    assert sess.conv_id == "test_agent/user-42"  # keyed by the agent too
     assert sess.stats.tool_results == 8 and sess.stats.compactions
     for messages in seen:
         chat = chat_of(messages)
@@ -75,11 +75,11 @@ def test_conversations_are_separate_and_never_shared(tmp_path: Path) -> None:
     agent = pai.Agent(FunctionModel(scripted(1, [])), tools=[read_file], capabilities=[cap])
     r1 = agent.run_sync("a")  # no id: pydantic-ai gives the conversation a fresh one
     r2 = agent.run_sync("b")
-    ids = list(cap.sessions.by_id)
+    ids = cap.sessions.conversations()
     assert len(ids) == 2 and ids[0] != ids[1]
     # continuing a conversation from its history keeps its id and its session
     agent.run_sync("c", message_history=r1.all_messages())
-    assert list(cap.sessions.by_id) == [ids[1], ids[0]]
+    assert cap.sessions.conversations() == [ids[1], ids[0]]
     assert r2 is not None
     with pytest.raises(TypeError, match="one session per conversation"):
         ContextPolicy(Session(make_policy(tmp_path)))
@@ -145,3 +145,22 @@ def test_history_processor_alone(tmp_path: Path) -> None:
     asyncio.run(agent.run("Fix BUG-1234"))
     assert sess.stats.prepares == 7
     assert all(sess.counter.count_messages(chat_of(m)) < 9000 for m in seen)
+
+
+def test_two_agents_on_one_conversation_id_never_share_a_state(tmp_path: Path) -> None:
+    from .conftest import long_history, resumed
+
+    coder = make_policy(tmp_path)
+    analyst = coder.model_copy(update={"agent": "analyst"})
+    first = ContextPolicy(coder)
+    s = first.session("user-42")
+    s.prepare(long_history())
+    assert s.stats.compactions
+    first.sessions.close()
+    events: list[dict[str, Any]] = []
+    other = ContextPolicy(analyst, on_event=events.append).session("user-42")
+    assert other.conv_id == "analyst/user-42" != s.conv_id
+    assert not resumed(events)
+    again: list[dict[str, Any]] = []
+    ContextPolicy(coder, on_event=again.append).session("user-42")
+    assert resumed(again)

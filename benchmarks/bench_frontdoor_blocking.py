@@ -1,0 +1,273 @@
+"""A front end that blocks: does one long history stall another conversation's call?
+
+Usage::
+
+    python benchmarks/bench_frontdoor_blocking.py [--messages 8000] [--rounds 3] [--quick]
+
+Two async front ends, each in one event loop, as a proxy or an async agent runs them:
+
+* the LiteLLM proxy hook (``ContextPolicyHook.async_pre_call_hook``, the real LiteLLM
+  class), which prepares every chat request of the proxy;
+* an async adapter: ``integrations.openai.wrap(AsyncOpenAI(...))`` sending a real HTTP
+  request to ctxpolicy's scripted server on loopback (in a process of its own).
+
+For each, a small call of one conversation (a short history, its session already open)
+is timed from when it is due to when it is answered, alone (unloaded), then while
+another conversation prepares an
+``--messages``-message history (its first call: every message counted and compacted)
+(loaded). The hook is measured twice in the same run: as it is (the engine in a worker
+thread, ``ctxpolicy.calls.off_loop``) and with the engine called on the event loop, as
+every async front end but the gateway did before (the baseline). Reports loaded ÷
+unloaded (median over small calls and rounds). Writes
+benchmarks/results/bench_frontdoor_blocking.{json,md}.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Awaitable, Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")  # no fetch at import
+
+from benchmarks._common import eprint, header_markdown, machine, markdown_table, publish
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def long_history(n: int) -> list[dict[str, Any]]:
+    """``n`` messages of a coding agent's loop: tool calls and short results."""
+    out: list[dict[str, Any]] = [
+        {"role": "system", "content": "You are a coding agent."},
+        {"role": "user", "content": "Fix BUG-1234 in src/app.py."},
+    ]
+    i = 0
+    while len(out) < n:
+        call = {
+            "id": f"c{i}",
+            "type": "function",
+            "function": {"name": "read_file", "arguments": f'{{"path": "src/m{i}.py"}}'},
+        }
+        out.append({"role": "assistant", "content": f"Reading module {i}.", "tool_calls": [call]})
+        body = "\n".join(f"src/m{i}.py:{k}: value_{i}_{k} = compute({k})" for k in range(6))
+        out.append({"role": "tool", "tool_call_id": f"c{i}", "content": body})
+        i += 1
+    return out[:n]
+
+
+SMALL = [
+    {"role": "system", "content": "You are a helpful assistant."},
+    {"role": "user", "content": "What is 2 + 2?"},
+]
+
+
+async def _timed(call: Callable[[], Awaitable[Any]]) -> float:
+    t = time.perf_counter()
+    await call()
+    return time.perf_counter() - t
+
+
+async def _probe(small: Callable[[], Awaitable[Any]], first: float, until: Any) -> list[float]:
+    """Small calls, each due at a time, timed from when it was due to when it is
+    answered (a call that arrives while the loop is blocked waits for it)."""
+    out: list[float] = []
+    due = first
+    while True:
+        await asyncio.sleep(max(0.0, due - time.perf_counter()))
+        await small()
+        out.append(time.perf_counter() - due)
+        if until():
+            return out
+        due = time.perf_counter() + 0.01
+
+
+async def measure(
+    small: Callable[[], Awaitable[Any]],
+    heavy: Callable[[int], Awaitable[Any]],
+    *,
+    rounds: int,
+    alone: int,
+) -> dict[str, Any]:
+    """Small-call latency alone, then while ``heavy(round)`` runs (a new conversation
+    each round, so each is a first prepare of the whole history)."""
+    for _ in range(3):
+        await small()  # warm: the session is open, caches filled
+    count = iter(range(alone))
+    unloaded = await _probe(small, time.perf_counter(), lambda: next(count, None) is None)
+    loaded: list[float] = []
+    heavy_s: list[float] = []
+    for r in range(rounds):
+        started = time.perf_counter()
+        task = asyncio.ensure_future(heavy(r))
+        loaded += await _probe(small, started + 0.05, task.done)
+        await task
+        heavy_s.append(time.perf_counter() - started)
+    base = statistics.median(unloaded)
+    during = statistics.median(loaded)
+    return {
+        "unloaded_ms": round(base * 1000, 3),
+        "loaded_ms": round(during * 1000, 3),
+        "loaded_max_ms": round(max(loaded) * 1000, 3),
+        "small_calls_during": len(loaded),
+        "heavy_s": round(statistics.median(heavy_s), 3),
+        "ratio": round(during / base, 2),
+    }
+
+
+@contextlib.contextmanager
+def served() -> Iterator[str]:
+    """ctxpolicy's scripted server in a process of its own (a provider is elsewhere: its
+    threads must not share this process's interpreter lock); yields its base URL."""
+    code = (
+        "import sys\n"
+        "from ctxpolicy.testing.server import ScriptedLLMServer\n"
+        "with ScriptedLLMServer(window=1_000_000, script=lambda b: {'content': '4'}) as s:\n"
+        "    print(s.base_url, flush=True)\n"
+        "    sys.stdin.read()\n"
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-c", code],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        cwd=ROOT,
+    )
+    try:
+        assert proc.stdout is not None
+        yield proc.stdout.readline().strip()
+    finally:
+        assert proc.stdin is not None
+        proc.stdin.close()
+        proc.wait(timeout=30)
+
+
+def hook_case(policy: Any, history: list[dict[str, Any]], *, on_loop: bool) -> Any:
+    from litellm.proxy._types import UserAPIKeyAuth
+
+    from ctxpolicy.integrations import litellm as ctx_litellm
+
+    hook = ctx_litellm.ContextPolicyHook(policy)
+    key = UserAPIKeyAuth(api_key="sk-bench")
+
+    async def pre(messages: list[dict[str, Any]], conv: str) -> Any:
+        data = {"model": "m", "messages": list(messages), "litellm_session_id": conv}
+        if on_loop:  # the engine on the event loop, as the hook did before
+            data["messages"] = hook._prepare(data, key, data["messages"])
+            return data
+        return await hook.async_pre_call_hook(key, None, data, "completion")
+
+    async def small() -> Any:
+        return await pre(SMALL, "small")
+
+    async def heavy(r: int) -> Any:
+        return await pre(history, f"heavy-{on_loop}-{r}")
+
+    return small, heavy, hook
+
+
+def adapter_case(policy: Any, history: list[dict[str, Any]], base_url: str) -> Any:
+    import openai
+
+    from ctxpolicy.engine import Session
+    from ctxpolicy.integrations.openai import wrap
+
+    client = openai.AsyncOpenAI(base_url=base_url, api_key="k", max_retries=0)
+    small_client = wrap(client, Session(policy, conv_id="small"))
+
+    async def small() -> Any:
+        return await small_client.chat.completions.create(model="m", messages=SMALL)
+
+    async def heavy(r: int) -> Any:
+        return await wrap(client, Session(policy, conv_id=f"heavy-{r}")).chat.completions.create(
+            model="m", messages=history
+        )
+
+    return small, heavy
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--messages", type=int, default=8000)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--quick", action="store_true", help="2,000 messages, one round")
+    args = ap.parse_args(argv)
+    n, rounds = (2000, 1) if args.quick else (args.messages, args.rounds)
+    home = tempfile.mkdtemp(prefix="ctxpolicy-bench-")
+    os.environ["CTXPOLICY_HOME"] = home
+    from ctxpolicy import load_policy
+
+    policy = load_policy(ROOT / "policies" / "agents.yaml", agent="coding_agent")
+    history = long_history(n)
+    results: dict[str, Any] = {}
+
+    eprint(f"{n} messages, {rounds} round(s)")
+    for name, on_loop in (
+        ("litellm hook, engine on the loop (before)", True),
+        ("litellm hook (calls.off_loop)", False),
+    ):
+        small, heavy, hook = hook_case(policy, history, on_loop=on_loop)
+        results[name] = asyncio.run(measure(small, heavy, rounds=rounds, alone=30))
+        hook.sessions.close()
+        eprint(name, results[name])
+    with served() as base_url:
+        small, heavy = adapter_case(policy, history, base_url)
+        name = "async OpenAI adapter (calls.CallDriver.acall)"
+        results[name] = asyncio.run(measure(small, heavy, rounds=rounds, alone=30))
+        eprint(name, results[name])
+
+    info = machine(["litellm", "openai", "anyio"])
+    rows = [
+        [
+            name,
+            r["unloaded_ms"],
+            r["loaded_ms"],
+            r["loaded_max_ms"],
+            r["small_calls_during"],
+            r["heavy_s"],
+            r["ratio"],
+        ]
+        for name, r in results.items()
+    ]
+    md = "\n".join(
+        [
+            "# Front door: does one long history block another conversation?",
+            "",
+            header_markdown(info),
+            "",
+            f"A small call of one conversation while another prepares {n:,} messages "
+            f"(median of {rounds} round(s)); ratio = loaded ÷ unloaded.",
+            "",
+            markdown_table(
+                [
+                    "front end",
+                    "unloaded ms",
+                    "loaded ms",
+                    "loaded max ms",
+                    "small calls during",
+                    "heavy prepare s",
+                    "ratio",
+                ],
+                rows,
+            ),
+        ]
+    )
+    publish(
+        "bench_frontdoor_blocking",
+        {"machine": info, "messages": n, "rounds": rounds, "results": results},
+        md,
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

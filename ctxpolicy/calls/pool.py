@@ -1,0 +1,319 @@
+"""The one session pool of every front end: sessions by (agent, tenant, conversation).
+
+A :class:`SessionPool` keeps at most ``max_sessions`` sessions open (least recently
+used closed first); a conversation evicted here resumes from its stored state when it
+comes back. The sessions of a pool share one state store per store location (the
+policy's ``state:`` store and options), so the store's bounded connection pool
+(``state.options.pool_size``) bounds the connections of every open conversation
+together: with PostgreSQL, N open conversations use at most ``pool_size`` server
+connections, and a call that finds them all busy waits for one instead of running in
+memory. A ``memory`` store is shared too: an evicted conversation resumes from it
+while the pool lives.
+
+Keys: :func:`conversation_key` stores a framework's conversation id under the agent
+(and the tenant, when the host has one), so two agents or two tenants on one id never
+share a stored state. Thread-safe: the gateway's worker threads and a framework's
+threads may open sessions concurrently.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ctxpolicy.components import StateStore
+    from ctxpolicy.engine import Session
+    from ctxpolicy.policy.models import Policy
+
+__all__ = ["Key", "SessionPool", "conversation_key", "resolve_policy"]
+
+#: ``(agent, tenant, conversation)``; tenant ``""`` when the host has none
+Key = tuple[str, str, str]
+MAX_SESSIONS = 1024
+
+
+def conversation_key(agent: str, conv_id: str, tenant: str = "") -> str:
+    """The id under which a front end stores the conversation ``conv_id`` of ``agent``
+    (of ``tenant``, when given).
+
+    ``"<agent>/<conv_id>"``, or ``"<agent>@<tenant>/<conv_id>"``: two agents or two
+    tenants on one conversation id never share a state or a snapshot folder
+    (docs/state.md). Agent names never contain ``/`` or ``@`` and tenants never
+    contain ``/``, so the key is injective: equal keys only for equal parts.
+    """
+    if not isinstance(conv_id, str) or not conv_id:
+        raise ValueError(f"a conversation id must be a non-empty string, not {conv_id!r}")
+    if "/" in agent or "@" in agent:
+        raise ValueError(f"agent name {agent!r} must not contain '/' or '@'")
+    if "/" in tenant:
+        raise ValueError("a tenant must not contain '/'")
+    return f"{agent}@{tenant}/{conv_id}" if tenant else f"{agent}/{conv_id}"
+
+
+def stored_under_key(agent: str, tenant: str, conversation: str) -> str:
+    """The pool's default ``stored_id``: :func:`conversation_key`."""
+    return conversation_key(agent, conversation, tenant)
+
+
+def resolve_policy(
+    policy: Any, agent: str = "default", *, who: str = "this front end", per: str = "conversation"
+) -> Policy:
+    """A resolved policy from a policy object or a policy file (``agent`` names the
+    agent in it); a :class:`~ctxpolicy.Session` is refused (a pool makes one per
+    conversation)."""
+    from ctxpolicy.engine import Session
+    from ctxpolicy.policy.models import Policy
+
+    if isinstance(policy, Policy):
+        return policy
+    if isinstance(policy, Session):
+        raise TypeError(
+            f"{who} makes one session per {per}: pass a policy (object or file), not a Session"
+        )
+    if isinstance(policy, str) or hasattr(policy, "__fspath__"):
+        from ctxpolicy import load_policy
+
+        return load_policy(policy, agent=agent)
+    raise TypeError(f"expected a Policy or a policy file path, not {type(policy).__name__}")
+
+
+class _Unavailable:
+    """What a session of the pool loads from when the shared store cannot be opened:
+    the session reports ``state.unavailable`` with the reason and runs in memory; the
+    pool tries the store again for the next session it opens."""
+
+    name = "unavailable"
+
+    def __init__(self, error: str) -> None:
+        self.error = error
+
+    def load(self, conv_id: str) -> Any:
+        from ctxpolicy.components import StateStoreError
+
+        raise StateStoreError(self.error)
+
+    def close(self) -> None:
+        pass
+
+
+class SessionPool:
+    """Open sessions by ``(agent, tenant, conversation)``, at most ``max_sessions``.
+
+    ``policies`` is one resolved policy (the pool's only agent) or ``{agent: policy}``.
+    ``stored_id(agent, tenant, conversation)`` is the conversation id a session is
+    stored under (default :func:`conversation_key`). ``session_options`` go to every
+    :class:`~ctxpolicy.Session` (``on_event``, ``record``, ``env``, ``summarizer`` …);
+    ``state_store=`` gives every session that store instead of the policy's (not
+    closed by the pool).
+    """
+
+    def __init__(
+        self,
+        policies: Policy | Mapping[str, Policy],
+        *,
+        max_sessions: int = MAX_SESSIONS,
+        stored_id: Callable[[str, str, str], str] = stored_under_key,
+        events_for: Callable[[str], Callable[[dict[str, Any]], None]] | None = None,
+        **session_options: Any,
+    ) -> None:
+        if isinstance(policies, Mapping):
+            self.policies: dict[str, Policy] = dict(policies)
+        else:
+            self.policies = {policies.agent: policies}
+        if not self.policies:
+            raise ValueError("a session pool needs at least one policy")
+        self.max_sessions = max(1, int(max_sessions))
+        self.stored_id = stored_id
+        self._given_store: StateStore | None = session_options.pop("state_store", None)
+        self.options = session_options
+        #: agent -> the ``on_event`` of that agent's sessions (instead of ``on_event``)
+        self.events_for = events_for
+        self._sessions: OrderedDict[Key, Session] = OrderedDict()
+        self._locks: dict[Key, asyncio.Lock] = {}
+        self._stores: dict[str, StateStore] = {}
+        self._guard = threading.Lock()
+        self._store_guard = threading.Lock()
+        self._closed = False
+        #: called with each session the pool closes (eviction or close)
+        self.on_close: Callable[[Session], None] | None = None
+
+    # -- policies ------------------------------------------------------------------
+    @property
+    def agents(self) -> list[str]:
+        return sorted(self.policies)
+
+    @property
+    def policy(self) -> Policy:
+        """The policy of a one-agent pool."""
+        if len(self.policies) != 1:
+            raise ValueError(f"this pool serves several agents: {self.agents}")
+        return next(iter(self.policies.values()))
+
+    def _agent(self, agent: str | None) -> str:
+        if agent is None:
+            return self.policy.agent
+        if agent not in self.policies:
+            raise KeyError(f"no policy for agent {agent!r} (known: {self.agents})")
+        return agent
+
+    # -- sessions ------------------------------------------------------------------
+    def _key(self, conversation: str, *, agent: str | None = None, tenant: str = "") -> Key:
+        return (self._agent(agent), tenant, conversation)
+
+    def peek(
+        self, conversation: str, *, agent: str | None = None, tenant: str = ""
+    ) -> Session | None:
+        """The open session of the conversation, or None (then :meth:`get` opens it)."""
+        key = self._key(conversation, agent=agent, tenant=tenant)
+        with self._guard:
+            s = self._sessions.get(key)
+            if s is not None:
+                self._sessions.move_to_end(key)
+            return s
+
+    def get(self, conversation: str, *, agent: str | None = None, tenant: str = "") -> Session:
+        """The open session of the conversation, or a new one resuming its stored state.
+
+        Opening loads the stored state (a database round trip): an async host calls
+        this through :func:`ctxpolicy.calls.off_loop`.
+        """
+        from ctxpolicy.engine import Session
+
+        key = self._key(conversation, agent=agent, tenant=tenant)
+        found = self.peek(conversation, agent=key[0], tenant=tenant)
+        if found is not None:
+            return found
+        policy = self.policies[key[0]]
+        conv_id = self.stored_id(key[0], tenant, conversation)
+        s = Session(
+            policy, conv_id=conv_id, state_store=self._store_for(policy), **self._options(key[0])
+        )
+        return self._keep(key, s)
+
+    def private(self, token: str, *, agent: str | None = None) -> Session:
+        """A conversation that no other caller, process or worker can resume: in
+        memory only, a random id, its own snapshot folder; kept here under ``token``
+        (one invocation of a framework without a thread id)."""
+        from ctxpolicy.engine import Session
+
+        key = (self._agent(agent), "\x00private", str(token))  # never a real tenant
+        with self._guard:
+            found = self._sessions.get(key)
+            if found is not None:
+                self._sessions.move_to_end(key)
+                return found
+        return self._keep(key, Session(self.policies[key[0]], **self._options(key[0])))
+
+    def _options(self, agent: str) -> dict[str, Any]:
+        if self.events_for is None:
+            return self.options
+        return {**self.options, "on_event": self.events_for(agent)}
+
+    def _keep(self, key: Key, s: Session) -> Session:
+        evicted: list[Session] = []
+        with self._guard:
+            other = self._sessions.get(key)
+            if other is not None:  # opened meanwhile by another thread
+                evicted.append(s)
+                s = other
+            else:
+                self._sessions[key] = s
+            while len(self._sessions) > self.max_sessions:
+                old_key, old = self._sessions.popitem(last=False)
+                lk = self._locks.get(old_key)
+                if lk is not None and not lk.locked():
+                    self._locks.pop(old_key, None)
+                evicted.append(old)
+        for e in evicted:
+            self._close(e)
+        return s
+
+    def lock(
+        self, conversation: str, *, agent: str | None = None, tenant: str = ""
+    ) -> asyncio.Lock:
+        """The asyncio lock that serialises one conversation's calls (an async host
+        holds it around a whole call, so each call sees the state the previous left)."""
+        key = self._key(conversation, agent=agent, tenant=tenant)
+        with self._guard:
+            lk = self._locks.get(key)
+            if lk is None:
+                lk = self._locks[key] = asyncio.Lock()
+            return lk
+
+    def __len__(self) -> int:
+        with self._guard:
+            return len(self._sessions)
+
+    def sessions(self) -> list[Session]:
+        """The open sessions, least recently used first."""
+        with self._guard:
+            return list(self._sessions.values())
+
+    def items(self) -> list[tuple[Key, Session]]:
+        """``(key, session)`` of the open sessions, least recently used first."""
+        with self._guard:
+            return list(self._sessions.items())
+
+    def conversations(self) -> list[str]:
+        """The conversation part of the open sessions' keys, least recently used first."""
+        with self._guard:
+            return [conv for (_, _, conv) in self._sessions]
+
+    # -- the shared state store ----------------------------------------------------
+    def state_store(self, agent: str | None = None) -> StateStore | None:
+        """The store the sessions of ``agent`` share, opened on first use (None: it
+        cannot be opened now)."""
+        store = self._store_for(self.policies[self._agent(agent)])
+        return None if isinstance(store, _Unavailable) else store
+
+    def _store_for(self, policy: Policy) -> Any:
+        if self._given_store is not None:
+            return self._given_store
+        from ctxpolicy.components import StateStoreError
+        from ctxpolicy.state import open_state_store, state_home
+
+        env = self.options.get("env")
+        where = json.dumps(
+            [policy.state.store, policy.state.options, state_home(policy, env)],
+            sort_keys=True,
+            default=str,
+        )
+        with self._store_guard:
+            store = self._stores.get(where)
+            if store is not None:
+                return store
+            try:
+                store = open_state_store(policy, env=env)
+            except (StateStoreError, ValueError) as exc:
+                return _Unavailable(str(exc))
+            self._stores[where] = store
+            return store
+
+    # -- closing -------------------------------------------------------------------
+    def _close(self, s: Session) -> None:
+        if self.on_close is not None:
+            with contextlib.suppress(Exception):
+                self.on_close(s)
+        with contextlib.suppress(Exception):  # a store failing to close is not fatal
+            s.close()
+
+    def close(self) -> None:
+        """Close every open session and the stores the pool opened."""
+        with self._guard:
+            sessions = list(self._sessions.values())
+            self._sessions.clear()
+            self._locks.clear()
+        for s in sessions:
+            self._close(s)
+        with self._store_guard:
+            stores = list(self._stores.values())
+            self._stores.clear()
+        for store in stores:
+            with contextlib.suppress(Exception):
+                store.close()

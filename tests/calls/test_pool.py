@@ -1,0 +1,202 @@
+"""The one session pool: keys, LRU eviction (closing), one shared store with bounded
+connections (real sqlite files, a real PostgreSQL server)."""
+
+from __future__ import annotations
+
+import os
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from ctxpolicy.calls import SessionPool, conversation_key
+from ctxpolicy.engine import Session
+from ctxpolicy.policy.models import Policy
+from tests.integrations.conftest import big_output, make_policy
+
+
+def with_state(policy: Policy, store: str, **options: Any) -> Policy:
+    state = policy.state.model_copy(update={"store": store, "options": options})
+    return policy.model_copy(update={"state": state})
+
+
+def history(n: int) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = [{"role": "user", "content": "Fix BUG-1234."}]
+    for i in range(n):
+        call = {"id": f"c{i}", "type": "function", "function": {"name": "read", "arguments": "{}"}}
+        out.append({"role": "assistant", "content": None, "tool_calls": [call]})
+        out.append({"role": "tool", "tool_call_id": f"c{i}", "content": big_output(i, 40)})
+    return out
+
+
+names = st.text(st.sampled_from("abAB09_.-"), min_size=1, max_size=6)
+ids = st.text(min_size=1, max_size=8)
+
+
+@given(
+    names,
+    st.text(st.sampled_from("ab@:9"), max_size=4),
+    ids,
+    names,
+    st.text(st.sampled_from("ab@:9"), max_size=4),
+    ids,
+)
+def test_conversation_keys_are_injective(
+    a1: str, t1: str, c1: str, a2: str, t2: str, c2: str
+) -> None:
+    same = conversation_key(a1, c1, t1) == conversation_key(a2, c2, t2)
+    assert same == ((a1, t1, c1) == (a2, t2, c2))
+
+
+def test_keys_without_a_tenant_are_the_adapters_keys() -> None:
+    assert conversation_key("coder", "thread-1") == "coder/thread-1"
+    assert conversation_key("coder", "thread-1", "t9") == "coder@t9/thread-1"
+    with pytest.raises(ValueError):
+        conversation_key("a/b", "c")
+    with pytest.raises(ValueError):
+        conversation_key("a", "")
+
+
+def test_agents_and_tenants_never_share_a_session(tmp_path: Path) -> None:
+    a = make_policy(tmp_path)
+    b = a.model_copy(update={"agent": "other"})
+    pool = SessionPool({"test_agent": a, "other": b})
+    s1 = pool.get("conv", agent="test_agent")
+    assert pool.get("conv", agent="test_agent") is s1
+    s2 = pool.get("conv", agent="other")
+    s3 = pool.get("conv", agent="test_agent", tenant="t1")
+    assert len({id(s1), id(s2), id(s3)}) == 3
+    assert [s.conv_id for s in (s1, s2, s3)] == [
+        "test_agent/conv",
+        "other/conv",
+        "test_agent@t1/conv",
+    ]
+    with pytest.raises(KeyError):
+        pool.get("conv", agent="nobody")
+    pool.close()
+
+
+def test_least_recently_used_sessions_are_closed_and_resume(tmp_path: Path) -> None:
+    pool = SessionPool(make_policy(tmp_path), max_sessions=2)
+    closed: list[str] = []
+    pool.on_close = lambda s: closed.append(s.conv_id)
+    first = pool.get("a")
+    first.prepare(history(6))
+    version = first.state.to_entries()
+    pool.get("b")
+    pool.get("a")  # a is the most recent now
+    pool.get("c")  # evicts b
+    assert closed == ["test_agent/b"]
+    assert pool.conversations() == ["a", "c"]
+    pool.get("b")  # evicts a, which resumes from the store when it comes back
+    back = pool.get("a")
+    assert back is not first and back.state.to_entries() == version
+    pool.close()
+    assert len(pool) == 0
+
+
+def test_threads_opening_one_conversation_get_one_session(tmp_path: Path) -> None:
+    pool = SessionPool(make_policy(tmp_path))
+    barrier = threading.Barrier(8)
+
+    def open_it(_: int) -> Session:
+        barrier.wait()
+        return pool.get("same")
+
+    with ThreadPoolExecutor(8) as ex:
+        sessions = list(ex.map(open_it, range(8)))
+    assert len({id(s) for s in sessions}) == 1
+    pool.close()
+
+
+def test_private_conversations_are_never_stored(tmp_path: Path) -> None:
+    pool = SessionPool(make_policy(tmp_path))
+    p = pool.private("run-1")
+    assert pool.private("run-1") is p and pool.private("run-2") is not p
+    assert p.conv_id not in ("run-1", "test_agent/run-1")
+    pool.close()
+
+
+def _fds(name: str) -> int:
+    """Open descriptors of this process on files whose name starts with ``name`` (the
+    snapshot segments a prepare writes are another bounded pool: segments.MAX_OPEN)."""
+    found = 0
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            found += os.path.basename(os.readlink(f"/proc/self/fd/{fd}")).startswith(name)
+        except OSError:
+            continue
+    return found
+
+
+def test_sqlite_sessions_share_one_connection(tmp_path: Path) -> None:
+    policy = with_state(make_policy(tmp_path), "sqlite", path=str(tmp_path / "state.db"))
+    pool = SessionPool(policy)
+    pool.get("warm").prepare(history(1))
+    before = _fds("state.db")
+    for i in range(40):
+        pool.get(f"conv-{i}").prepare(history(1))
+    store = pool.state_store()
+    assert store is not None and store.connections == 1  # type: ignore[attr-defined]
+    assert _fds("state.db") - before < 5  # was two descriptors per conversation
+    pool.close()
+
+
+def _server_connections(dsn: str) -> int:
+    import psycopg
+
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        row = conn.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'ctxpolicy'"
+        ).fetchone()
+    return int(row[0]) if row else 0
+
+
+def test_postgres_conversations_share_a_bounded_pool(tmp_path: Path, postgres_server: Any) -> None:
+    """60 open conversations, pool size 8: at most 8 server connections, none of them
+    silently in memory (was one connection each: 10 of 60 ran in memory)."""
+    pytest.importorskip("psycopg")
+    events: list[dict[str, Any]] = []
+    policy = with_state(
+        make_policy(tmp_path), "postgres", dsn=postgres_server.dsn, table="pool_t", pool_size=8
+    )
+    pool = SessionPool(policy, max_sessions=4096, on_event=events.append)
+    peak = [0]
+    stop = threading.Event()
+
+    def watch() -> None:
+        while not stop.is_set():
+            peak[0] = max(peak[0], _server_connections(postgres_server.dsn))
+            stop.wait(0.05)
+
+    watcher = threading.Thread(target=watch)
+    watcher.start()
+    try:
+
+        def converse(i: int) -> int:
+            s = pool.get(f"conv-{i}")
+            s.prepare(history(2))
+            s.record_usage(1000)
+            return s.state_version if hasattr(s, "state_version") else 0
+
+        with ThreadPoolExecutor(12) as ex:
+            list(ex.map(converse, range(60)))
+    finally:
+        stop.set()
+        watcher.join()
+    assert len(pool) == 60
+    assert not [e for e in events if e.get("type") == "state.unavailable"]
+    assert all(s._persist is not None for s in pool.sessions())  # every one is stored
+    assert peak[0] <= 8
+    assert _server_connections(postgres_server.dsn) <= 8
+    # each conversation's state is in the database: a new pool resumes it
+    pool.close()
+    assert _server_connections(postgres_server.dsn) == 0
+    again = SessionPool(policy)
+    resumed = again.get("conv-59")
+    assert resumed.state.usage_seen
+    again.close()
