@@ -206,8 +206,14 @@ def main(argv: list[str] | None = None) -> int:
         "",
         header_markdown(info),
         "",
+        "With `ctxpolicy serve --dashboard` the only work added to a call is folding its "
+        "events into the dashboard's views (the page's polls read them in a worker thread). "
+        f"Goal: ≤ {GOAL_MS} ms added to a prepared call.",
+        "",
         f"Replay of `{name}` ({len(messages)} messages, {prepares} prepares, "
-        f"{len(recorded)} events, policy `coding_agent_16k`), {rounds} interleaved rounds.",
+        f"{len(recorded)} events, policy `coding_agent_16k`) through two sessions in "
+        f"lockstep, with and without the dashboard's observer, each call timed on both "
+        f"(order alternating), {rounds} rounds.",
         "",
         markdown_table(
             ["variant", "s per replay", "median ms / prepare", "× (a)"],

@@ -48,6 +48,7 @@ ORDER = (
     "bench_scaling",
     "bench_facts",
     "bench_otel",
+    "bench_dashboard",
     "bench_store",
     "bench_gateway",
 )

@@ -33,13 +33,14 @@ def _tokens(n: float) -> str:
 
 def _usd(n: float) -> str:
     a = abs(n)
+    sign = "-$" if n < 0 else "$"
     if a >= 100:
-        return f"${n:.0f}"
+        return f"{sign}{a:.0f}"
     if a >= 1:
-        return f"${n:.2f}"
+        return f"{sign}{a:.2f}"
     if a >= 0.01:
-        return f"${n:.3f}"
-    return f"${n:.5f}"
+        return f"{sign}{a:.3f}"
+    return f"{sign}{a:.5f}"
 
 
 def _pct(part: float, whole: float) -> str:

@@ -380,7 +380,10 @@ class AnthropicConversation:
                 used[fp] = n + 1
                 origin = cands[min(n, len(cands) - 1)]
             if origin is not None:
-                role, blocks = origin.role, copy.deepcopy(origin.blocks)
+                # a copy of each block: breakpoints add ``cache_control`` to blocks, never
+                # below them (a deep copy would cost more than the whole conversion)
+                role = origin.role
+                blocks = [dict(b) if isinstance(b, dict) else b for b in origin.blocks]
             else:
                 role, blocks = self._rebuild(m)
             if role == "system":

@@ -282,6 +282,12 @@ class ResponsesWire:
         conv = ResponsesInput(items, instructions=instructions)
         return Extracted(dict(body), conv.messages, tools_for_count(body.get("tools")), conv)
 
+    def stateless(self, body: Mapping[str, Any]) -> bool:
+        """True when ``body`` carries its whole history (no ``previous_response_id`` nor
+        ``conversation``: the history lives at the provider, so nothing here can prepare
+        it and the request is forwarded as it is)."""
+        return not body.get("previous_response_id") and not body.get("conversation")
+
     def conversation(self, req: Extracted) -> ResponsesInput:
         conv = req.state
         assert isinstance(conv, ResponsesInput)

@@ -64,7 +64,8 @@ def test_shipped_policies_directory_exit_0(runner: CliRunner) -> None:
     needs("ctxpolicy.policy.resolve")
     r = runner.invoke(main, ["validate", "policies/"])
     assert r.exit_code == 0, r.output
-    assert r.output.strip() == "3 files valid"
+    shipped = len(list(collect_files([ROOT / "policies"])))  # every shipped policy file
+    assert shipped >= 3 and r.output.strip() == f"{shipped} files valid"
     r = runner.invoke(main, ["validate", "--strict", "policies/"])
     assert r.exit_code == 0, r.output
 

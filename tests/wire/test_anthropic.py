@@ -486,3 +486,82 @@ def test_nothing_compacted_sends_the_same_request(body: dict[str, Any]) -> None:
     req = wire.extract(copy.deepcopy(body))
     assert json.loads(wire.build(req, req.messages)) == body
     assert not check_messages(req.messages)
+
+
+def test_a_streamed_answer_keeps_its_signed_thinking_for_the_next_turn() -> None:
+    from ctxpolicy.wire.sse import EventSplitter, parse_event
+
+    think = {"type": "thinking", "thinking": "plan: recall it", "signature": "c2lnbmF0dXJl"}
+    events = [
+        {
+            "type": "message_start",
+            "message": {
+                "id": "msg_1",
+                "role": "assistant",
+                "content": [],
+                "usage": {"input_tokens": 40},
+            },
+        },
+        {
+            "type": "content_block_start",
+            "index": 0,
+            "content_block": {"type": "thinking", "thinking": "", "signature": ""},
+        },
+        {
+            "type": "content_block_delta",
+            "index": 0,
+            "delta": {"type": "thinking_delta", "thinking": "plan: "},
+        },
+        {
+            "type": "content_block_delta",
+            "index": 0,
+            "delta": {"type": "thinking_delta", "thinking": "recall it"},
+        },
+        {
+            "type": "content_block_delta",
+            "index": 0,
+            "delta": {"type": "signature_delta", "signature": "c2lnbmF0dXJl"},
+        },
+        {
+            "type": "content_block_start",
+            "index": 1,
+            "content_block": {
+                "type": "tool_use",
+                "id": "toolu_1",
+                "name": "ctx_recall",
+                "input": {},
+            },
+        },
+        {
+            "type": "content_block_delta",
+            "index": 1,
+            "delta": {"type": "input_json_delta", "partial_json": '{"ref": "x"}'},
+        },
+        {
+            "type": "message_delta",
+            "delta": {"stop_reason": "tool_use"},
+            "usage": {"output_tokens": 9},
+        },
+    ]
+    data = b"".join(b"event: e\ndata: " + json.dumps(e).encode() + b"\n\n" for e in events)
+    wire, splitter = AnthropicWire(), EventSplitter()
+    turn, seen, usage = wire.stream_turn(), [], None
+    for i in range(0, len(data), 5):
+        for ev in splitter.feed(data[i : i + 5]):
+            obj = parse_event(ev)
+            seen.append(turn.event(obj))
+            usage = wire.stream_usage(obj) or usage
+    assert usage == 40
+    assert [s for s in seen if s] == ["thinking", "call"]
+    answer = turn.answer()
+    assert answer["content"] == [
+        think,
+        {"type": "tool_use", "id": "toolu_1", "name": "ctx_recall", "input": {"ref": "x"}},
+    ]
+    nxt = wire.with_round(
+        wire.extract({"messages": [{"role": "user", "content": "q"}]}),
+        answer,
+        [("toolu_1", "found")],
+    )
+    sent = json.loads(wire.build(nxt, nxt.messages))["messages"]
+    assert sent[1]["content"][0] == think  # byte-identical in the next request

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ctxpolicy.wire import WIRES, ChatWire, WireError, for_path
+from ctxpolicy.wire import WIRES, ChatWire, StreamTurn, Wire, WireError, for_path
 from ctxpolicy.wire.sse import EventSplitter, format_event, parse_event
 
 _msg = st.fixed_dictionaries(
@@ -89,6 +89,9 @@ def test_a_streamed_recall_call_is_assembled() -> None:
 
 def test_every_wire_is_found_by_name_and_path() -> None:
     assert sorted(WIRES) == ["anthropic", "chat", "responses"]
+    assert all(
+        isinstance(w, Wire) and isinstance(w.stream_turn(), StreamTurn) for w in WIRES.values()
+    )
     for name, path in (
         ("chat", "/v1/chat/completions"),
         ("anthropic", "/agents/a/v1/messages"),

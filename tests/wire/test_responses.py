@@ -144,6 +144,7 @@ def test_wire_extract_build_usage_and_calls() -> None:
         [{"type": "function", "function": {"name": "g", "description": "d", "parameters": {}}}]
     ) == [{"type": "function", "name": "g", "description": "d", "parameters": {}}]
     assert wire.error_body(400, "bad")["error"]["message"] == "bad"
+    assert wire.stateless(body) and not wire.stateless({**body, "previous_response_id": "resp_1"})
 
 
 def test_stream_events_give_usage_calls_and_the_answer() -> None:
