@@ -78,9 +78,10 @@ def parse(
     data = json.loads(body)
     if not isinstance(data, dict):
         raise WireError("the request body must be a JSON object")
-    if data.get("previous_response_id"):
-        # the provider holds the conversation: this request has only the new items,
-        # nothing the gateway could compact
+    stateless = getattr(wire, "stateless", None)
+    if stateless is not None and not stateless(data):
+        # previous_response_id / conversation: the provider holds the history, this
+        # request has only the new items, nothing the gateway could compact
         return Parsed(None, None, False)
     injected = False
     if stream_usage and data.get("stream") is True:
@@ -116,8 +117,8 @@ async def completion(
     if req is None or conversation is None:
         gw.metrics.forward(path, "previous_response_id")
         log.info(
-            "agent=%s api=%s forwarded unprepared: previous_response_id (the provider keeps "
-            "this conversation)",
+            "agent=%s api=%s forwarded unprepared: previous_response_id or conversation (the "
+            "provider keeps this conversation)",
             agent,
             api,
         )
