@@ -15,7 +15,7 @@ export UV_PROJECT_ENVIRONMENT := $(VENV)
 # --locked: a pyproject.toml changed without `make lock` is an error, never a silent resolve
 SYNC   := $(UV) sync --locked --inexact --python $(PYTHON)
 
-.PHONY: demo test lint fuzz bench schema docs clean postgres lock
+.PHONY: demo test lint fuzz bench schema docs clean postgres chromium lock
 
 $(UV):
 	$(PYTHON) -m venv $(UV_DIR)
@@ -45,7 +45,7 @@ demo: $(VENV)/.plot
 	@if [ -f scripts/demo.sh ]; then bash scripts/demo.sh; fi
 
 # The full suite, after the lint gate (CI runs exactly this target).
-test: lint postgres
+test: lint postgres chromium
 	$(BIN)/pytest -q -p no:cacheprovider
 
 # The state tests start a real PostgreSQL server (tests/conftest.py): install the
@@ -55,6 +55,15 @@ postgres:
 		echo "installing PostgreSQL (apt-get)"; \
 		SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
 		$$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq postgresql >/dev/null; \
+	fi
+
+# The dashboard test loads /dashboard in a real headless Chromium (tests/gateway/
+# test_dashboard.py): install the Debian package when it is missing.
+chromium:
+	@if ! command -v chromium >/dev/null 2>&1 && ! command -v chromium-browser >/dev/null 2>&1; then \
+		echo "installing Chromium (apt-get)"; \
+		SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+		$$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq chromium >/dev/null; \
 	fi
 
 lint: $(VENV)/.dev

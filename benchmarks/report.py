@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -28,21 +29,28 @@ from benchmarks._common import RESULTS, SHARED, eprint, header_markdown, machine
 ROOT = Path(__file__).resolve().parents[1]
 ORDER = (
     "bench_engine",
+    "bench_floors",
     "bench_quality",
     "bench_peers_ruler",
+    "bench_economics",
+    "bench_peers_ruler_sweep",
     "bench_peers_ruler_before",
     "bench_incidents",
     "bench_cache",
     "bench_validate",
     "bench_tokens",
     "bench_tokens_verify",
-    "bench_preprocessors",
     "bench_state",
     "bench_tune",
     "bench_tune_speed",
     "bench_prepare_calls",
     "bench_call_profile",
     "bench_scaling",
+    "bench_facts",
+    "bench_otel",
+    "bench_dashboard",
+    "bench_store",
+    "bench_gateway",
 )
 SCRIPT = {name: f"benchmarks/{name}.py" for name in ORDER}
 SCRIPT["bench_tokens_verify"] = "benchmarks/bench_tokens.py --verify"
@@ -271,7 +279,7 @@ def headline(results: Path) -> list[str]:
             v = c["variants"]
             rows.append(
                 [
-                    "engine (issue 21): prepare + add_tool_result ≤ LangChain per call",
+                    "engine: prepare + add_tool_result ≤ LangChain per call",
                     _short(c["trace"]),
                     f"{v['ctxpolicy']['median_ms']:.3f} vs {v['langchain']['median_ms']:.3f} ms "
                     f"({c['ctxpolicy_over_langchain']:.1f}×)",
@@ -283,7 +291,7 @@ def headline(results: Path) -> list[str]:
                 ratio = v["prepare"]["median_ms"] / lc
                 rows.append(
                     [
-                        "engine (issue 32): prepare ≤ 0.6× LangChain per call",
+                        "engine: prepare ≤ 0.6× LangChain per call",
                         _short(c["trace"]),
                         f"{v['prepare']['median_ms']:.3f} vs {lc:.3f} ms ({ratio:.2f}×)",
                         ok[ratio <= 0.6],
@@ -294,7 +302,7 @@ def headline(results: Path) -> list[str]:
                     ratio = v["ctxpolicy"]["median_ms"] / v[peer]["median_ms"]
                     rows.append(
                         [
-                            f"engine (issue 32): prepare + add_tool_result ≤ {peer} per call",
+                            f"engine: prepare + add_tool_result ≤ {peer} per call",
                             _short(c["trace"]),
                             f"{v['ctxpolicy']['median_ms']:.3f} vs "
                             f"{v[peer]['median_ms']:.3f} ms ({ratio:.1f}×)",
@@ -401,7 +409,7 @@ def headline(results: Path) -> list[str]:
             ov = sum(r["cache"]["overflows"] for r in wr)
             rows.append(
                 [
-                    "cache (issue 12): prefix changes with ≤ 1/3 without, no overflow",
+                    "cache: prefix changes with ≤ 1/3 without, no overflow",
                     f"window {w:,}",
                     f"{y} vs {x} ({y / max(1, x):.2f}), {ov} overflows",
                     ok[y * 3 <= x and ov == 0],
@@ -413,7 +421,7 @@ def headline(results: Path) -> list[str]:
             gain = d.get("gain")
             rows.append(
                 [
-                    "tune (issue 23): tuned coding_agent ≥ 10 % fewer tokens, held-out",
+                    "tune: tuned coding_agent ≥ 10 % fewer tokens, held-out",
                     f"window {int(w):,}",
                     f"{gain:+.1%} tokens saved" if d.get("recommended") else "shipped kept",
                     ok[bool(d.get("recommended")) and (gain or 0) >= 0.10],
@@ -435,7 +443,7 @@ def headline(results: Path) -> list[str]:
     return [
         "## Goals at a glance",
         "",
-        "Every goal of issue 11 (and issue 12's cache goal, issue 18's peer goals, issue 21's per-call goal), read from the results below.",
+        "Every goal the engine, the cache, the peers comparison and the tuner were held to, read from the results below.",
         "",
         "| goal | case | measured | status |",
         "| --- | --- | --- | :---: |",
@@ -451,7 +459,7 @@ def tune_speed_headline(sp: dict[str, Any] | None, ok: dict[bool | None, str]) -
     for w, d in sorted(((sp or {}).get("windows") or {}).items(), key=lambda kv: int(kv[0])):
         rows.append(
             [
-                "tune (issue 32): 50-trial tune ≥ 2× faster on 1 worker",
+                "tune: 50-trial tune ≥ 2× faster on 1 worker",
                 f"window {int(w):,}, {sp['trials']} trials" if sp else f"window {int(w):,}",
                 f"{d['speedup']:.2f}×, output " + ("identical" if d["identical"] else "differs"),
                 ok[
@@ -473,7 +481,7 @@ def append_headline(st: dict[str, Any] | None, ok: dict[bool | None, str]) -> li
         return []
     return [
         [
-            f"snapshots (issue 32): one snapshot write ≤ 1.5× a bare append of the same bytes, `{k}`",
+            f"snapshots: one snapshot write ≤ 1.5× a bare append of the same bytes, `{k}`",
             f"bench_store, {ap[k]['record_bytes'] / 1000:.1f} KB records",
             f"{ap[k]['ratio']:.2f}×",
             ok[ap[k]["ratio"] <= 1.5],
@@ -491,7 +499,7 @@ def scaling_headline(sc: dict[str, Any] | None, ok: dict[bool | None, str]) -> l
         return []
     rows = [
         [
-            "engine (issue 32): prepare of 100k tiny messages ≤ 3 s",
+            "engine: prepare of 100k tiny messages ≤ 3 s",
             "bench_scaling",
             f"{big:.2f} s",
             ok[big <= 3.0],
@@ -500,7 +508,7 @@ def scaling_headline(sc: dict[str, Any] | None, ok: dict[bool | None, str]) -> l
     if mid:
         rows.append(
             [
-                "engine (issue 32): growth 8k → 100k messages ≤ 13×",
+                "engine: growth 8k → 100k messages ≤ 13×",
                 "bench_scaling",
                 f"{big / mid:.1f}× (linear 12.5×)",
                 ok[big / mid <= 13.0],
@@ -517,7 +525,7 @@ def peer_headline(q: dict[str, Any], ok: dict[bool | None, str]) -> list[list[st
     for w, g in sorted((pg.get("windows") or {}).items(), key=lambda kv: int(kv[0])):
         rows.append(
             [
-                "quality (issue 18): no LangChain peer better on tokens and retention at once",
+                "quality: no LangChain peer better on tokens and retention at once",
                 f"{ref} @ {int(w):,}",
                 "none" if g["no_peer_dominates"] else ", ".join(g["dominated_by"]),
                 ok[g["no_peer_dominates"]],
@@ -526,7 +534,7 @@ def peer_headline(q: dict[str, Any], ok: dict[bool | None, str]) -> list[list[st
         if g.get("summarize_edit_tokens_over_none") is not None:
             rows.append(
                 [
-                    "quality (issue 18): tokens ≤ and retention ≥ LangChain summarize+edit",
+                    "quality: tokens ≤ and retention ≥ LangChain summarize+edit",
                     f"{ref} @ {int(w):,}",
                     f"tokens ÷ none {g['tokens_over_none']:.3f} vs "
                     f"{g['summarize_edit_tokens_over_none']:.3f}, in context "
@@ -536,7 +544,7 @@ def peer_headline(q: dict[str, Any], ok: dict[bool | None, str]) -> list[list[st
             )
         rows.append(
             [
-                "quality (issue 18): 0 avoidable overflows, 0 pairing violations",
+                "quality: 0 avoidable overflows, 0 pairing violations",
                 f"{ref} @ {int(w):,}",
                 f"{g['avoidable_overflows']} / {g['pairing_violations']}",
                 ok[not g["avoidable_overflows"] and not g["pairing_violations"]],
@@ -547,7 +555,7 @@ def peer_headline(q: dict[str, Any], ok: dict[bool | None, str]) -> list[list[st
         long = pg.get("compactions_32k_long_traces") or {}
         rows.append(
             [
-                "quality (issue 18): compactions per 100 calls at 32k ≤ 8",
+                "quality: compactions per 100 calls at 32k ≤ 8",
                 f"{ref}, traces of ≥ 50 calls",
                 ", ".join(f"{v:.1f}" for v in long.values())
                 + f" (all traces {g32.get('compactions_per_100', 0):.1f})",
@@ -557,8 +565,138 @@ def peer_headline(q: dict[str, Any], ok: dict[bool | None, str]) -> list[list[st
     return rows
 
 
+# --------------------------------------------------------------------------- summary
+
+#: peers of the one-screen summary, in this order (run name prefix -> shown name)
+SUMMARY_PEERS = (
+    ("LangChain SummarizationMiddleware", "LangChain summarization"),
+    ("LangChain Summarization + ContextEditing", "LangChain summarization + context editing"),
+    ("deepagents", "deepagents"),
+    ("langmem", "langmem"),
+)
+
+
+def _pooled(peers: dict[str, Any]) -> dict[tuple[int, str], dict[str, float]]:
+    """(window, run) -> summed total cost, its "send everything" cost, facts and the
+    facts still in context, over every trace of the peers comparison."""
+    out: dict[tuple[int, str], dict[str, float]] = {}
+    for entry in peers.get("peer_results") or []:
+        for r in entry.get("runs") or []:
+            b, ret = r.get("billing") or {}, r.get("retention") or {}
+            acc = out.setdefault(
+                (int(r["window"]), r["run"]), {"cost": 0.0, "none": 0.0, "facts": 0, "kept": 0}
+            )
+            acc["cost"] += b.get("total_cost", 0.0)
+            acc["none"] += b.get("total_cost_none", 0.0)
+            acc["facts"] += ret.get("facts", 0)
+            acc["kept"] += ret.get("in_context", 0)
+    return out
+
+
+def _gateway_rows(results: Path) -> list[tuple[str, str, str]]:
+    """(scenario, overhead p50, overhead p99) of bench_gateway's table (it writes no JSON)."""
+    f = results / "bench_gateway.md"
+    if not f.exists():
+        return []
+    rows = []
+    for line in f.read_text(encoding="utf-8").splitlines():
+        cells = [c.strip().strip("*") for c in line.strip().strip("|").split("|")]
+        if len(cells) >= 8 and cells[0].startswith(("sequential", "streaming")):
+            rows.append((cells[0], cells[4], cells[7]))
+    return rows
+
+
+def summary(results: Path) -> list[str]:
+    """The one-screen summary at the top of the page: what ctxpolicy costs and keeps
+    against each peer, and its per-call and gateway overhead, from the results files."""
+    md = ["## Summary", ""]
+    peers = _load(results, "bench_peers_ruler")
+    if peers:
+        ref = f"ctxpolicy {peers.get('peer_reference', 'agents.yaml:coding_agent')}"
+        pooled = _pooled(peers)
+        windows = sorted({w for w, _ in pooled})
+        n = len({e["trace"] for e in peers.get("peer_results") or []})
+        md += [
+            f"What an agent pays and keeps on {n} real agent traces (both halves, summed), "
+            f"with the shipped `{ref.removeprefix('ctxpolicy ')}` against each peer configured "
+            "to the same budget. **Cost** is the bill under prompt caching plus the "
+            "summarizer's calls, as a share of sending everything; **kept** is the share of "
+            "the conversation's facts still in context at each call (the rest is recoverable "
+            "through references or lost). Lower cost and higher kept are better. Sending "
+            "everything is the unit, not an option: on the longer traces many of its "
+            "requests do not fit the window.",
+            "",
+            "| window | run | cost ÷ send everything | kept in context | ctxpolicy's cost ÷ this |",
+            "| ---: | --- | ---: | ---: | ---: |",
+        ]
+        for w in windows:
+            mine = pooled.get((w, ref))
+            if not mine or not mine["none"]:
+                continue
+            rows = [(ref.replace("ctxpolicy ", "ctxpolicy `") + "`", mine)]
+            for prefix, shown in SUMMARY_PEERS:
+                run = next((r for (ww, r) in pooled if ww == w and r.startswith(prefix)), None)
+                if run is not None and (
+                    prefix != "LangChain SummarizationMiddleware" or run == prefix
+                ):
+                    rows.append((shown, pooled[(w, run)]))
+            for shown, acc in rows:
+                cost = acc["cost"] / acc["none"] if acc["none"] else float("nan")
+                kept = acc["kept"] / acc["facts"] if acc["facts"] else float("nan")
+                vs = "—" if acc is mine else f"{mine['cost'] / acc['cost']:.2f}"
+                md.append(f"| {w:,} | {shown} | {cost:.3f} | {kept:.1%} | {vs} |")
+        md.append("")
+    e = _load(results, "bench_engine")
+    per_call = (e or {}).get("per_call") or {}
+    traces = per_call.get("traces") or []
+    if traces:
+        mine = [t["variants"]["ctxpolicy"]["median_ms"] for t in traces]
+        lc = [t["variants"]["langchain"]["median_ms"] for t in traces]
+        md += [
+            f"**Per model call** (`prepare` + `add_tool_result`, median over {len(traces)} "
+            f"traces' calls, {per_call.get('window', 0):,}-token window, state saved after "
+            f"every call): {min(mine):.2f}–{max(mine):.2f} ms, against "
+            f"{min(lc):.2f}–{max(lc):.2f} ms for LangChain's summarization middleware, "
+            "which counts approximately and saves nothing.",
+            "",
+        ]
+    gw = _gateway_rows(results)
+    if gw:
+        parts = [f"{name}: +{p50} ms at the median, +{p99} ms at p99" for name, p50, p99 in gw]
+        md += [
+            "**Gateway** (`ctxpolicy serve` between a client and the model, loopback, a call "
+            "that compacts nothing): " + "; ".join(parts) + ".",
+            "",
+        ]
+    md += [
+        "Everything below is the lab notebook these numbers come from: how each was "
+        "measured, the goals they were held to, and the runs before and after a change.",
+        "",
+    ]
+    return md
+
+
+_ISSUE_CITE = re.compile(r"\s*\((?:see |from |since |for )?issues? \d+[^()]*\)", re.I)
+_ISSUE_OWN = re.compile(r"\b(i)ssues? \d+'s ", re.I)
+_ISSUE_WORDS = re.compile(r"\b(i)ssues? \d+(?: items?(?:,? (?:and )?\d+(?:[–-]\d+)?)+)?", re.I)
+_MACHINE_PATH = re.compile(r"(?<![\w.])/(?:work|tmp|home|Users)/[^\s`'\")|,;]+")
+
+
+def for_users(text: str) -> str:
+    """The notebook in the user's words: no issue numbers, no path of the machine it
+    was measured on (a baseline checkout is named as such)."""
+    text = re.sub(r" \(design [AB]\)", "", text)
+    text = _ISSUE_CITE.sub("", text)
+    text = _ISSUE_OWN.sub(lambda m: "The " if m.group(1) == "I" else "the ", text)
+    text = _ISSUE_WORDS.sub(lambda m: "The change" if m.group(1) == "I" else "the change", text)
+    return _MACHINE_PATH.sub("<baseline checkout>", text)
+
+
 def section(name: str, text: str, data: dict[str, Any] | None) -> list[str]:
-    md = [text.strip(), ""]
+    text = text.strip()
+    if text.startswith("# "):  # one results file titles itself as a page: a section here
+        text = "#" + text
+    md = [text, ""]
     if data and data.get("quick"):
         md.insert(0, "> **Quick run** (`--quick`, smoke-test size): not representative numbers.\n")
     if "Reproduce" not in text:
@@ -598,8 +736,8 @@ def main(argv: list[str] | None = None) -> int:
         "`benchmarks/bench_*.py` (each writes `benchmarks/results/<name>.json` and `.md`) and "
         "then `benchmarks/report.py`, which writes this page and the plots in `docs/img/`. "
         "The machine is shared and noisy, so every comparison is a ratio measured within one "
-        "run; absolute times are for context only. Goals from issue 11 (and issue 12 for the "
-        "cache) are marked ✓ met / ✗ missed, never hidden.",
+        "run; absolute times are for context only. Goals are marked ✓ met / ✗ missed, "
+        "never hidden.",
         "",
         "Traces: the real third-party agent conversations in `../shared/traces` (MIT, see its "
         "SOURCES.md; read from there, not copied here). Synthetic sessions: `ctxpolicy.sim.synth`.",
@@ -613,7 +751,7 @@ def main(argv: list[str] | None = None) -> int:
                 "Engine overhead",
                 "Compaction quality",
                 "Simulations",
-                "Incident scenarios (design B)",
+                "Incident scenarios",
                 "Prompt-cache-aware compaction",
                 "Validator",
                 "Token counting benchmark",
@@ -622,6 +760,7 @@ def main(argv: list[str] | None = None) -> int:
         ),
         "",
     ]
+    md[4:4] = summary(args.results)
     md += headline(args.results)
     files = {p.stem: p for p in sorted(args.results.glob("*.md"))}
     names = [n for n in ORDER if n in files] + sorted(n for n in files if n not in ORDER)
@@ -651,7 +790,7 @@ def main(argv: list[str] | None = None) -> int:
     for p in big:
         eprint(f"warning: {p} is {p.stat().st_size:,} bytes (≥ {MAX_PNG:,})")
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text("\n".join(md).rstrip() + "\n", encoding="utf-8")
+    args.out.write_text(for_users("\n".join(md)).rstrip() + "\n", encoding="utf-8")
     eprint(f"wrote {args.out}")
     return 0
 

@@ -16,11 +16,7 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from ctxpolicy import _moved
-
 __version__ = "0.1.0"
-
-_moved.install()  # old import paths of moved modules (one release)
 
 _LAZY: dict[str, str] = {
     "load_policy": "ctxpolicy.policy.resolve",

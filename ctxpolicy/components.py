@@ -192,6 +192,16 @@ class SummaryRequest:
     instructions: str
     constraints: Sequence[str] = ()
     count_text: Callable[[str], int] | None = None
+    #: The user's turns among the folded messages, verbatim: the summary must keep them
+    #: (the ``summarize`` layer appends any it drops).
+    user_turns: Sequence[str] = ()
+    #: The live prompt (the conversation as the model last saw it, the messages to
+    #: fold at its start) for a summarizer that continues it (``uses_prefix``): its
+    #: input is then a cache read. None when only ``messages`` are given.
+    prefix: Sequence[dict[str, Any]] | None = None
+    #: Index in ``prefix`` of the first message kept after the folded part (None: the
+    #: fold runs to the end of ``prefix``).
+    keep_from: int | None = None
 
 
 class Summarizer(Component):
@@ -203,10 +213,14 @@ class Summarizer(Component):
 
     ``in_process``: True for a local computation that cannot block on I/O (the
     built-in ``extractive``): the ``summarize`` layer calls it in the caller's thread,
-    without the thread that bounds a call by ``timeout_s``.
+    without the thread that bounds a call by ``timeout_s``. ``uses_prefix``: True for
+    one that reads the live prompt (``SummaryRequest.prefix``) instead of a transcript.
     """
 
     in_process: ClassVar[bool] = False
+    #: True for a summarizer that continues ``SummaryRequest.prefix`` (the live prompt
+    #: plus one instruction) when the ``summarize`` layer gives it one.
+    uses_prefix: ClassVar[bool] = False
 
     def summarize(self, request: SummaryRequest) -> str:
         raise NotImplementedError

@@ -202,6 +202,9 @@ class ContextCompacted(Event):
     lost_facts: list[str] = _f(
         "the JSONL and OTel sinks export `lost_facts_count` instead, see docs/security.md §11.1"
     )
+    prefix_tokens: int | Absent = _opt(
+        "tokens in front of the first changed unit: the prefix a prompt cache still serves"
+    )
 
 
 @_event("layer.failed", "a layer raised", scope="layer")

@@ -15,6 +15,15 @@ conventions where they apply: ``gen_ai.conversation.id`` (the session's ``conv_i
 ``gen_ai.request.model`` (``model=``), ``gen_ai.agent.name`` (``agent=``),
 ``error.type``.
 
+Each compaction is also a span of its own, ``compact <layer>``, a child of its
+``prepare`` span, timed by the layer's ``duration_ms``: ``gen_ai.operation.name`` =
+``compact``, ``gen_ai.usage.input_tokens`` / ``gen_ai.usage.output_tokens`` = the
+context's tokens before and after the layer, the GenAI names above, and
+``ctxpolicy.compaction.*`` for the rest (:data:`COMPACTION_ATTRIBUTES`: layer, plugin,
+trigger, target, window, tokens before/after/freed, units, the prefix kept for the
+prompt cache, the estimated cost of the rewrite and saving per later call at the list
+prices of ``model=``). Numbers and names only, whatever ``content=`` says.
+
 Metrics (instrument names, units and attributes in docs/integrations/observability.md):
 
 * ``ctxpolicy.context.tokens`` — histogram of the tokens each prepared request holds;
@@ -30,8 +39,11 @@ Metrics (instrument names, units and attributes in docs/integrations/observabili
 
 from __future__ import annotations
 
+import functools
+import json
 import threading
 from collections.abc import Mapping
+from importlib import resources
 from typing import Any
 
 from ctxpolicy._install import extra_hint
@@ -47,7 +59,13 @@ except ImportError as exc:  # pragma: no cover - depends on the install
         f"the OpenTelemetry sink needs the opentelemetry SDK: {extra_hint('otel')}"
     ) from exc
 
-__all__ = ["FAILURE_EVENTS", "MAX_PENDING_CONVERSATIONS", "SCOPE", "OtelEventSink"]
+__all__ = [
+    "COMPACTION_ATTRIBUTES",
+    "FAILURE_EVENTS",
+    "MAX_PENDING_CONVERSATIONS",
+    "SCOPE",
+    "OtelEventSink",
+]
 
 SCOPE = "ctxpolicy"
 #: Events counted in ``ctxpolicy.failures`` and shown as span events.
@@ -72,6 +90,62 @@ _MAX_PENDING = 256  # span events kept per conversation between two statuses
 #: Conversations with pending span events at most; the oldest one is flushed (as a
 #: span of its own) when one more arrives, so finished conversations cannot pile up.
 MAX_PENDING_CONVERSATIONS = 1024
+
+
+#: The attributes of a ``compact <layer>`` span besides the GenAI ones (docs table).
+COMPACTION_ATTRIBUTES: dict[str, str] = {
+    "ctxpolicy.compaction.layer": "the layer that compacted (pipeline step or on_overflow)",
+    "ctxpolicy.compaction.plugin": "the plugin that provides the layer",
+    "ctxpolicy.compaction.trigger": "tokens at which the pipeline runs (the prepare's trigger)",
+    "ctxpolicy.compaction.target": "tokens the compaction aims at or below",
+    "ctxpolicy.compaction.window": "the model's context window (tokens)",
+    "ctxpolicy.compaction.state": "the context's state after the prepare",
+    "ctxpolicy.compaction.tokens_before": "tokens of the context the layer got",
+    "ctxpolicy.compaction.tokens_after": "tokens of the context it returned",
+    "ctxpolicy.compaction.tokens_freed": "tokens_before − tokens_after",
+    "ctxpolicy.compaction.units_before": "units (messages with their tool results) before",
+    "ctxpolicy.compaction.units_after": "units after",
+    "ctxpolicy.compaction.units_removed": "units dropped whole",
+    "ctxpolicy.compaction.prefix_tokens": "tokens kept unchanged in front of the first change"
+    " (what a prompt cache still serves)",
+    "ctxpolicy.compaction.lost_facts": "facts of the compacted messages found nowhere after it"
+    " (a count)",
+    "ctxpolicy.compaction.duration_ms": "the layer's own time",
+    "ctxpolicy.compaction.cost_estimate_usd": "the rewrite's estimated cost: tokens after the"
+    " kept prefix written again, at input minus cached-input list price of `model=`",
+    "ctxpolicy.compaction.saving_per_call_usd": "tokens freed at the cached-input list price:"
+    " saved on each later call",
+    "ctxpolicy.compaction.price": "the price table entry used (`default` for an unknown model)",
+}
+_COMPACTION_FIELDS = (
+    ("before", "tokens_before"),
+    ("after", "tokens_after"),
+    ("units_before", "units_before"),
+    ("units_after", "units_after"),
+    ("units_removed", "units_removed"),
+    ("prefix_tokens", "prefix_tokens"),
+    ("lost_facts_count", "lost_facts"),
+    ("duration_ms", "duration_ms"),
+)
+
+
+@functools.lru_cache(maxsize=64)
+def _prices(model: str | None) -> tuple[str, float, float]:
+    """``(entry, input, cached input)`` USD per token of ``model`` in the packaged price
+    table (``ctxpolicy/data/prices.json``; its ``default`` entry when not listed)."""
+    data = json.loads(resources.files("ctxpolicy").joinpath("data/prices.json").read_text("utf-8"))
+    models = data.get("models") or {}
+    name = model if model is not None and model in models else "default"
+    entry = models.get(name) or {"input": 0.0}
+    per = float(data.get("per") or 1_000_000)
+    p_in = float(entry.get("input", 0.0))
+    return name, p_in / per, float(entry.get("cached_input", p_in)) / per
+
+
+def _number(value: Any) -> int | float | None:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return value
 
 
 def _ns(ts: float) -> int:
@@ -214,6 +288,7 @@ class OtelEventSink:
             start_time=_ns(float(first)) if first is not None else None,
         )
         try:
+            parent = trace.set_span_in_context(span)
             for ev in events:
                 ts = ev.get("ts")
                 span.add_event(
@@ -221,8 +296,65 @@ class OtelEventSink:
                     _attrs("ctxpolicy.", ev),
                     timestamp=_ns(float(ts)) if ts is not None else None,
                 )
+                if ev.get("type") == "context.compacted":
+                    self._compaction(ev, conv, common, None, parent)
         finally:
             span.end()
+
+    def _compaction(
+        self,
+        ev: Mapping[str, Any],
+        conv: str,
+        common: dict[str, Any],
+        status: Mapping[str, Any] | None,
+        parent: Any,
+    ) -> None:
+        """One ``compact <layer>`` span (``ev``: an exported ``context.compacted``;
+        ``status``: the ``context.status`` of its prepare, when known)."""
+        layer = str(ev.get("layer") or "?")
+        attrs: dict[str, Any] = {
+            **common,
+            "gen_ai.operation.name": "compact",
+            "gen_ai.conversation.id": conv,
+            "ctxpolicy.compaction.layer": layer,
+        }
+        if ev.get("plugin"):
+            attrs["ctxpolicy.compaction.plugin"] = str(ev["plugin"])
+        for src, dst in _COMPACTION_FIELDS:
+            n = _number(ev.get(src))
+            if n is not None:
+                attrs[f"ctxpolicy.compaction.{dst}"] = n
+        before, after = _number(ev.get("before")), _number(ev.get("after"))
+        if before is not None:
+            attrs["gen_ai.usage.input_tokens"] = int(before)
+        if after is not None:
+            attrs["gen_ai.usage.output_tokens"] = int(after)
+        if status is not None:
+            for key in ("trigger", "target", "window"):
+                n = _number(status.get(key))
+                if n is not None:
+                    attrs[f"ctxpolicy.compaction.{key}"] = n
+            if isinstance(status.get("state"), str):
+                attrs["ctxpolicy.compaction.state"] = status["state"]
+        if before is not None and after is not None:
+            freed = max(0, int(before) - int(after))
+            attrs["ctxpolicy.compaction.tokens_freed"] = freed
+            price, p_in, p_cached = _prices(self.model)
+            prefix = _number(ev.get("prefix_tokens"))
+            rewritten = max(0, int(after) - int(prefix)) if prefix is not None else int(after)
+            attrs["ctxpolicy.compaction.cost_estimate_usd"] = round(
+                rewritten * max(0.0, p_in - p_cached), 9
+            )
+            attrs["ctxpolicy.compaction.saving_per_call_usd"] = round(freed * p_cached, 9)
+            attrs["ctxpolicy.compaction.price"] = price
+        ts = ev.get("ts")
+        end = _ns(float(ts)) if isinstance(ts, int | float) else None
+        duration = _number(ev.get("duration_ms")) or 0.0
+        start = end - int(duration * 1e6) if end is not None else None
+        span = self.tracer.start_span(
+            f"compact {layer}", context=parent, attributes=attrs, start_time=start
+        )
+        span.end(end_time=end)
 
     @hookimpl
     def ctxpolicy_event(self, event: dict[str, Any]) -> None:
@@ -263,6 +395,7 @@ class OtelEventSink:
         span = self.tracer.start_span(name, attributes=attrs, start_time=start)
         try:
             overflow = event.get("state") == "overflow"
+            parent = trace.set_span_in_context(span)
             for ev in pending:
                 kind = str(ev.get("type"))
                 ts = ev.get("ts")
@@ -272,6 +405,8 @@ class OtelEventSink:
                     timestamp=_ns(float(ts)) if ts is not None else None,
                 )
                 overflow = overflow or kind == "context.overflow"
+                if kind == "context.compacted":
+                    self._compaction(ev, conv, common, event, parent)
             if overflow:
                 span.set_attribute("error.type", "context.overflow")
                 span.set_status(Status(StatusCode.ERROR, "context above the limit"))

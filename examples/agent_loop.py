@@ -13,7 +13,11 @@ Run it against any OpenAI-compatible server (vLLM, Ollama, LiteLLM, OpenAI)::
     python examples/agent_loop.py --base-url http://localhost:8000/v1 --model my-model
 
 or with no arguments: it starts ctxpolicy's scripted local server (a model with a
-small window that asks to read files of this repository) and runs against it.
+small window that asks to read ctxpolicy's own source files) and runs against it.
+
+It runs from anywhere: the policy is ``policies/agents.yaml`` of the working directory
+(``ctxpolicy init`` writes one), else the one of the clone this file is in; the files
+the agent reads are those of the installed ``ctxpolicy`` package.
 """
 
 from __future__ import annotations
@@ -31,18 +35,25 @@ import openai
 import ctxpolicy
 from ctxpolicy.testing.server import ScriptedLLMServer
 
-ROOT = Path(__file__).resolve().parent.parent
+#: What the agent's tool may read: the directory holding the installed ``ctxpolicy``
+#: package (a clone's root, or site-packages), whatever directory this file is run from.
+ROOT = Path(ctxpolicy.__file__).resolve().parent.parent
+#: The policy: the working directory's (``ctxpolicy init``), else the clone's.
+POLICY_CANDIDATES = (
+    Path("policies") / "agents.yaml",
+    Path(__file__).resolve().parent.parent / "policies" / "agents.yaml",
+)
 
 TOOLS: list[dict[str, Any]] = [
     {
         "type": "function",
         "function": {
             "name": "read_file",
-            "description": "Read a text file of the repository.",
+            "description": "Read a source file of the ctxpolicy package.",
             "parameters": {
                 "type": "object",
                 "properties": {
-                    "path": {"type": "string", "description": "Path relative to the repository."}
+                    "path": {"type": "string", "description": "Path such as ctxpolicy/budget.py."}
                 },
                 "required": ["path"],
             },
@@ -52,10 +63,10 @@ TOOLS: list[dict[str, Any]] = [
 
 
 def read_file(path: str) -> str:
-    """The agent's only tool: read a file below the repository root."""
+    """The agent's only tool: read a file of the ctxpolicy package."""
     target = (ROOT / path).resolve()
-    if ROOT not in target.parents or not target.is_file():
-        return f"Error: {path} is not a file of the repository"
+    if ROOT / "ctxpolicy" not in target.parents or not target.is_file():
+        return f"Error: {path} is not a file of the ctxpolicy package"
     return target.read_text(encoding="utf-8", errors="replace")
 
 
@@ -129,18 +140,28 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument("--model", default="scripted-model")
     ap.add_argument("--api-key", default=os.environ.get("OPENAI_API_KEY", "not-needed"))
-    ap.add_argument("--policy", default=str(ROOT / "policies" / "agents.yaml"))
+    ap.add_argument(
+        "--policy",
+        help="policy file (default: policies/agents.yaml here, written by `ctxpolicy init`)",
+    )
     ap.add_argument("--agent", default="coding_agent")
     ap.add_argument("--steps", type=int, default=25, help="tool calls the scripted model makes")
     ap.add_argument(
-        "--window", type=int, default=8000, help="context window of the scripted server"
+        "--window",
+        type=int,
+        help="context window of the scripted server (default: 8000 tokens, or a quarter of "
+        "the policy's window when that is above 64000)",
     )
     ap.add_argument(
         "--task", default="Read the engine and explain how a tool result enters the context."
     )
     args = ap.parse_args(argv)
 
-    policy = ctxpolicy.load_policy(args.policy, agent=args.agent)
+    policy_path = args.policy or next((p for p in POLICY_CANDIDATES if p.is_file()), None)
+    if policy_path is None:
+        print("no policies/agents.yaml here: run `ctxpolicy init` first, or pass --policy")
+        return 2
+    policy = ctxpolicy.load_policy(policy_path, agent=args.agent)
     home = tempfile.mkdtemp(prefix="ctxpolicy-example-")
     # a new conversation each run: the same conv_id would resume the stored state
     session = ctxpolicy.Session(
@@ -149,11 +170,11 @@ def main(argv: list[str] | None = None) -> int:
     server = None
     base_url = args.base_url
     if base_url is None:
-        server = ScriptedLLMServer(window=args.window, script=scripted_model(args.steps)).start()
+        claimed = policy.model.context_window
+        window = args.window or (8000 if claimed <= 64000 else claimed // 4)
+        server = ScriptedLLMServer(window=window, script=scripted_model(args.steps)).start()
         base_url = server.base_url
-        print(
-            f"scripted server on {base_url}: window {args.window} tokens (policy says {policy.model.context_window})"
-        )
+        print(f"scripted server on {base_url}: window {window} tokens (policy says {claimed})")
     try:
         client = openai.OpenAI(base_url=base_url, api_key=args.api_key, max_retries=0)
         answer = run(client, args.model, session, args.task, max_turns=args.steps + 5)

@@ -57,7 +57,7 @@ def test_a_span_per_prepare_with_the_status_and_the_compactions(otel, tmp_path):
     prepared = session.prepare(big)
     session.record_usage(1234)
 
-    spans = exporter.get_finished_spans()
+    spans = [s for s in exporter.get_finished_spans() if s.name.startswith("ctxpolicy.prepare")]
     assert [s.name for s in spans] == ["ctxpolicy.prepare test"] * 2
     status = [e for e in session.events if e["type"] == "context.status"]
     for span, ev in zip(spans, status, strict=True):
@@ -85,7 +85,11 @@ def test_a_span_per_prepare_with_the_status_and_the_compactions(otel, tmp_path):
     tokens = m["ctxpolicy.context.tokens"]
     assert sum(p.count for p in tokens) == 2
     assert sum(p.sum for p in tokens) == sum(e["used"] for e in status)
-    saved = sum(p.value for p in m["ctxpolicy.tokens.saved"])
+    saved = sum(
+        p.value
+        for p in m["ctxpolicy.tokens.saved"]
+        if p.attributes["ctxpolicy.source"].startswith("layer:")
+    )  # tool results arriving in prepare add their own `preprocess:` savings
     assert saved == sum(e["before"] - e["after"] for e in compacted)
     by_layer = {p.attributes["ctxpolicy.layer"]: p.value for p in m["ctxpolicy.compactions"]}
     expected: dict[str, int] = {}
@@ -143,3 +147,68 @@ def test_registered_as_a_plugin_it_observes_every_session(otel, tmp_path):
         unregister_plugin(name)
     ids = sorted(s.attributes["gen_ai.conversation.id"] for s in exporter.get_finished_spans())
     assert ids == ["a", "b"]
+
+
+def test_a_span_per_compaction_in_genai_names(otel, tmp_path):
+    sink, exporter, _ = otel
+    session = Session(make_policy(tmp_path), conv_id="conv-9", on_event=sink)
+    session.prepare(conversation(2, 200))
+    session.prepare(conversation(30, 2500))
+    compacted = [e for e in session.events if e["type"] == "context.compacted"]
+    status = [e for e in session.events if e["type"] == "context.status"][-1]
+    finished = exporter.get_finished_spans()
+    spans = [s for s in finished if s.name.startswith("compact ")]
+    assert [s.name for s in spans] == [f"compact {e['layer']}" for e in compacted]
+    prepare = [s for s in finished if s.name.startswith("ctxpolicy.prepare")][-1]
+    for span, ev in zip(spans, compacted, strict=True):
+        a = span.attributes
+        assert span.parent is not None and span.parent.span_id == prepare.context.span_id
+        assert span.context.trace_id == prepare.context.trace_id
+        assert a["gen_ai.operation.name"] == "compact"
+        assert a["gen_ai.request.model"] == "gpt-4o" and a["gen_ai.agent.name"] == "test"
+        assert a["gen_ai.conversation.id"] == "conv-9"
+        assert a["gen_ai.usage.input_tokens"] == ev["before"]
+        assert a["gen_ai.usage.output_tokens"] == ev["after"]
+        assert a["ctxpolicy.compaction.layer"] == ev["layer"]
+        assert a["ctxpolicy.compaction.plugin"] == ev["plugin"]
+        assert a["ctxpolicy.compaction.tokens_freed"] == ev["before"] - ev["after"]
+        assert a["ctxpolicy.compaction.trigger"] == status["trigger"]
+        assert a["ctxpolicy.compaction.target"] == status["target"]
+        assert a["ctxpolicy.compaction.window"] == status["window"]
+        assert a["ctxpolicy.compaction.prefix_tokens"] == ev["prefix_tokens"]
+        assert 0 <= ev["prefix_tokens"] <= ev["after"]
+        assert a["ctxpolicy.compaction.price"] == "gpt-4o"
+        # gpt-4o: $2.50 input, $1.25 cached input per million tokens
+        rewritten = ev["after"] - ev["prefix_tokens"]
+        assert a["ctxpolicy.compaction.cost_estimate_usd"] == pytest.approx(rewritten * 1.25e-6)
+        saving = a["ctxpolicy.compaction.saving_per_call_usd"]
+        assert saving == pytest.approx((ev["before"] - ev["after"]) * 1.25e-6)
+        assert span.end_time - span.start_time == pytest.approx(ev["duration_ms"] * 1e6, abs=1_000)
+        from ctxpolicy.otel import COMPACTION_ATTRIBUTES
+
+        own = {k for k in a if k.startswith("ctxpolicy.")}
+        assert own <= set(COMPACTION_ATTRIBUTES)  # every name is documented
+
+
+def test_a_compaction_without_its_status_still_gets_its_span(otel):
+    sink, exporter, _ = otel
+    sink(
+        {
+            "type": "context.compacted",
+            "conv_id": "c5",
+            "ts": 50.0,
+            "layer": "drop_rounds",
+            "plugin": "builtin",
+            "before": 900,
+            "after": 400,
+            "duration_ms": 2.0,
+            "lost_facts": ["secret fact"],
+        }
+    )
+    sink.close()
+    names = sorted(s.name for s in exporter.get_finished_spans())
+    assert names == ["compact drop_rounds", "ctxpolicy.events test"]
+    span = next(s for s in exporter.get_finished_spans() if s.name == "compact drop_rounds")
+    assert span.attributes["ctxpolicy.compaction.lost_facts"] == 1
+    assert "ctxpolicy.compaction.trigger" not in span.attributes  # no status: unknown
+    assert span.attributes["ctxpolicy.compaction.cost_estimate_usd"] == pytest.approx(400 * 1.25e-6)

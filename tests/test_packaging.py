@@ -95,6 +95,8 @@ def test_sdist_and_wheel_hold_the_package(dist: Path) -> None:
     names = zipfile.ZipFile(wheel).namelist()
     assert "ctxpolicy/__init__.py" in names
     assert any(n.startswith("ctxpolicy/data/") for n in names)  # the built-in catalogue
+    for page in ("dashboard.html", "dashboard.js", "dashboard.css"):  # the dashboard's page
+        assert f"ctxpolicy/observe/static/{page}" in names
     meta = next(n for n in names if n.endswith(".dist-info/METADATA"))
     text = zipfile.ZipFile(wheel).read(meta).decode()
     assert "Provides-Extra: openai" in text

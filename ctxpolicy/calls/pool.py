@@ -119,6 +119,7 @@ class SessionPool:
         *,
         max_sessions: int = MAX_SESSIONS,
         stored_id: Callable[[str, str, str], str] = stored_under_key,
+        events_for: Callable[[str], Callable[[dict[str, Any]], None]] | None = None,
         **session_options: Any,
     ) -> None:
         if isinstance(policies, Mapping):
@@ -131,6 +132,8 @@ class SessionPool:
         self.stored_id = stored_id
         self._given_store: StateStore | None = session_options.pop("state_store", None)
         self.options = session_options
+        #: agent -> the ``on_event`` of that agent's sessions (instead of ``on_event``)
+        self.events_for = events_for
         self._sessions: OrderedDict[Key, Session] = OrderedDict()
         self._locks: dict[Key, asyncio.Lock] = {}
         self._stores: dict[str, StateStore] = {}
@@ -188,7 +191,9 @@ class SessionPool:
             return found
         policy = self.policies[key[0]]
         conv_id = self.stored_id(key[0], tenant, conversation)
-        s = Session(policy, conv_id=conv_id, state_store=self._store_for(policy), **self.options)
+        s = Session(
+            policy, conv_id=conv_id, state_store=self._store_for(policy), **self._options(key[0])
+        )
         return self._keep(key, s)
 
     def private(self, token: str, *, agent: str | None = None) -> Session:
@@ -203,7 +208,12 @@ class SessionPool:
             if found is not None:
                 self._sessions.move_to_end(key)
                 return found
-        return self._keep(key, Session(self.policies[key[0]], **self.options))
+        return self._keep(key, Session(self.policies[key[0]], **self._options(key[0])))
+
+    def _options(self, agent: str) -> dict[str, Any]:
+        if self.events_for is None:
+            return self.options
+        return {**self.options, "on_event": self.events_for(agent)}
 
     def _keep(self, key: Key, s: Session) -> Session:
         evicted: list[Session] = []

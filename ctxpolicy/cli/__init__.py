@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+import os
 import sys
 from typing import Any
 
@@ -32,8 +33,10 @@ LAZY_COMMANDS: dict[str, str] = {
     "simulate": "ctxpolicy.cli.simulate:simulate",
     "snapshots": "ctxpolicy.cli.snapshots:snapshots",
     "tune": "ctxpolicy.cli.tune:tune",
+    "init": "ctxpolicy.cli.init:init",
     "init-plugin": "ctxpolicy.cli.init_plugin:init_plugin",
     "serve": "ctxpolicy.cli.serve:serve",
+    "report": "ctxpolicy.cli.report:report",
 }
 
 
@@ -86,9 +89,24 @@ class LazyGroup(click.Group):
             raise
         except KeyboardInterrupt:
             raise click.Abort() from None
+        except BrokenPipeError:  # `ctxpolicy plugins | head -1`: the reader has enough
+            _quiet_closed_stdout()
+            ctx.exit(0)
         except Exception as exc:  # never a traceback: one line, exit 2
             click.echo(f"ctxpolicy: internal error: {type(exc).__name__}: {exc}", err=True)
             ctx.exit(2)
+
+
+def _quiet_closed_stdout() -> None:
+    """After the reader of stdout went away (a closed pipe): send what is still to be
+    written, and the interpreter's last flush, to the null device, so the command ends
+    quietly instead of with a second ``BrokenPipeError`` at exit."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError, AttributeError):  # no real file descriptor (a test runner)
+        pass
 
 
 def _broken_command(name: str, exc: BaseException) -> click.Command:

@@ -1,4 +1,5 @@
-"""``ctxpolicy explain POLICY [--agent NAME] [--full] [--json] [--show-env]``.
+"""``ctxpolicy explain POLICY [--agent NAME] [--full] [--json] [--show-env] [--prefix-file
+REQUEST.json | --prefix-tokens N]``.
 
 Prints the budget arithmetic first, line by line, then the token counter that
 will actually count (exact, or the fallback and why)::
@@ -17,12 +18,19 @@ needs no ``--agent``.
 
 The numbers come from :func:`ctxpolicy.budget.compute_budget` (with the initial
 tool growth when it is learned).
+
+``--prefix-file`` takes a request body a client sent (an OpenAI chat or Responses
+request, or an Anthropic Messages one, as captured by a proxy or ``serve --record``)
+and says how much of the window its fixed prefix — system prompt and tool
+definitions, sent again with every request — takes, counted by the policy's token
+counter; ``--prefix-tokens`` takes that number as documented (the presets in
+``policies/coding_clients.yaml`` give theirs).
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -30,7 +38,15 @@ import click
 
 from ctxpolicy.policy.models import Policy, ToolGrowth
 
-__all__ = ["budget_lines", "budget_table", "explain", "policy_yaml", "token_counter_line"]
+__all__ = [
+    "budget_lines",
+    "budget_table",
+    "explain",
+    "policy_yaml",
+    "prefix_lines",
+    "prefix_tokens",
+    "token_counter_line",
+]
 
 
 def budget_table(policy: Policy) -> dict[str, int]:
@@ -110,6 +126,105 @@ def budget_lines(policy: Policy) -> list[str]:
         lines.append(f"{name} = {frac:.2f} × {n['trigger']} = {n[name + '_tokens']} tokens")
     lines.append(f"overflow = {n['trigger']} tokens (the trigger)")
     return lines
+
+
+def _system_texts(body: Mapping[str, Any]) -> list[str]:
+    """The system prompt of a request body: Anthropic's ``system``, Responses'
+    ``instructions``, and the leading ``system``/``developer`` messages (or input
+    items) of a chat or Responses request."""
+    texts: list[str] = []
+    system = body.get("system")
+    if isinstance(system, str):
+        texts.append(system)
+    elif isinstance(system, list):
+        texts += [str(b.get("text", "")) for b in system if isinstance(b, Mapping)]
+    if isinstance(body.get("instructions"), str):
+        texts.append(body["instructions"])
+    items = body.get("messages", body.get("input"))
+    for m in items if isinstance(items, list) else []:
+        if not isinstance(m, Mapping) or m.get("role") not in ("system", "developer"):
+            break
+        content = m.get("content")
+        if isinstance(content, str):
+            texts.append(content)
+        elif isinstance(content, list):
+            texts += [str(b.get("text", "")) for b in content if isinstance(b, Mapping)]
+    return texts
+
+
+def prefix_tokens(policy: Policy, body: Mapping[str, Any]) -> dict[str, int]:
+    """Tokens of the fixed prefix of a request body (system prompt and tool
+    definitions), counted by the policy's token counter."""
+    from ctxpolicy.tokens import TokenCounter
+
+    counter = TokenCounter(policy.model, model_name=policy.model_name)
+    texts = _system_texts(body)
+    priming = counter.count_messages([])
+    system = (
+        counter.count_messages([{"role": "system", "content": t} for t in texts]) - priming
+        if texts
+        else 0
+    )
+    raw_tools = body.get("tools")
+    tools = [t for t in raw_tools if isinstance(t, Mapping)] if isinstance(raw_tools, list) else []
+    n_tools = counter.count_tools(tools) if tools else 0
+    return {"system": system, "tools": n_tools, "tool_count": len(tools), "total": system + n_tools}
+
+
+def prefix_lines(
+    prefix: Mapping[str, int], numbers: Mapping[str, int] | None, source: str
+) -> list[str]:
+    """What share of the window, the trigger and the target a fixed prefix takes."""
+    total = prefix["total"]
+    if "system" in prefix:
+        parts = f"system {prefix['system']} + {prefix['tool_count']} tools {prefix['tools']}; "
+    else:
+        parts = ""
+    lines = [f"fixed prefix = {total} tokens ({parts}{source})"]
+    if numbers is None:
+        return lines
+    shares = ", ".join(
+        f"{100 * total / numbers[k]:.1f} % of the {k} ({numbers[k]})"
+        for k in ("window", "trigger", "target")
+        if numbers[k] > 0
+    )
+    lines.append(f"  = {shares}")
+    if total >= numbers["trigger"]:
+        lines.append(
+            "  the prefix alone is at or above the trigger: every request overflows this "
+            "policy; use a larger window (a model that holds the client's prompt and tools)"
+        )
+    elif total >= numbers["target"]:
+        lines.append(
+            "  the prefix alone is at or above the target: compaction can never reach it "
+            "(the prefix is never compacted); raise the target or use a larger window"
+        )
+    else:
+        room = numbers["target"] - total
+        lines.append(f"  fits: {room} tokens of conversation stay after a compaction")
+    return lines
+
+
+def _prefix_of(policy: Policy, body: Mapping[str, Any]) -> dict[str, Any]:
+    try:
+        return dict(prefix_tokens(policy, body))
+    except Exception as exc:  # no tokenizer of the chain loads
+        raise click.ClickException(f"cannot count the prefix: {exc}") from None
+
+
+def _read_prefix(path: Path) -> dict[str, Any]:
+    try:
+        body = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        raise click.BadParameter(
+            f"{path}: not a JSON request body ({type(exc).__name__}: {exc})"[:300],
+            param_hint="--prefix-file",
+        ) from None
+    if not isinstance(body, dict):
+        raise click.BadParameter(
+            f"{path}: a request body is a JSON object", param_hint="--prefix-file"
+        )
+    return body
 
 
 def token_counter_line(policy: Policy) -> tuple[str, dict[str, Any]]:
@@ -207,6 +322,21 @@ def _pick_agent(path: Path, agent: str | None) -> str | None:
     is_flag=True,
     help="Show values interpolated from the environment (default: shown as ${NAME}).",
 )
+@click.option(
+    "--prefix-file",
+    metavar="REQUEST.json",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    default=None,
+    help="A request body a client sent (OpenAI chat or Responses, Anthropic Messages): "
+    "say how much of the window its system prompt and tool definitions take.",
+)
+@click.option(
+    "--prefix-tokens",
+    metavar="N",
+    type=click.IntRange(min=0),
+    default=None,
+    help="The client's fixed prefix in tokens, as documented (instead of --prefix-file).",
+)
 @click.pass_context
 def explain(
     ctx: click.Context,
@@ -215,6 +345,8 @@ def explain(
     full: bool,
     as_json: bool,
     show_env: bool,
+    prefix_file: Path | None,
+    prefix_tokens: int | None,
 ) -> None:
     """Show one agent's budget arithmetic, its token counter and (--full) resolved policy.
 
@@ -245,6 +377,13 @@ def explain(
     except ValueError:
         numbers = None
     lines = _masked(budget_lines(policy), mask)
+    prefix: dict[str, Any] | None = None
+    if prefix_file is not None:
+        prefix = {**_prefix_of(policy, _read_prefix(prefix_file)), "source": str(prefix_file)}
+    elif prefix_tokens is not None:
+        prefix = {"total": prefix_tokens, "source": "as given"}
+    if prefix is not None:
+        lines += prefix_lines(prefix, numbers, str(prefix["source"]))
     counter_line, counter = token_counter_line(policy)
     dump = _masked(_policy_dump(policy), mask)
     if as_json:
@@ -256,6 +395,8 @@ def explain(
             "tokenizer": _masked(counter, mask),
             "policy": dump,
         }
+        if prefix is not None:
+            doc["prefix"] = prefix
         click.echo(json.dumps(doc, indent=2, ensure_ascii=False))
         return
     click.echo(f"# {policy_path} — agent {policy.agent!r}: budget arithmetic (tokens)")

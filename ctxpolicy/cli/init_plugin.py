@@ -223,13 +223,16 @@ def test_nothing_to_do_under_target(make_conversation) -> None:
 README = Template("""\
 # $dist
 
-A [ctxpolicy](https://github.com/) plugin providing the `$layer` compaction layer.
+A [ctxpolicy]($project_url) plugin providing the `$layer` compaction layer.
 
 ## Use
 
+ctxpolicy is not on a package index yet: install it first, from its git URL (or
+`pip install /path/to/your/ctxpolicy/clone`), then this plugin beside it:
+
 ```console
-pip install '$ctxpolicy_source'   # ctxpolicy first: it is not on a package index yet
-pip install .                       # then this plugin, beside it
+pip install 'ctxpolicy @ git+$project_url'
+pip install .
 ```
 
 Once ctxpolicy and this plugin are published, `pip install $dist` alone will do.
@@ -248,18 +251,21 @@ policies:
 ## Develop
 
 ```console
-pip install '$ctxpolicy_source'
+pip install 'ctxpolicy @ git+$project_url'   # or your clone of it
 pip install -e '.[test]'
 python -m pytest
 ```
 
-The plugin's `ctxpolicy>=0.1` requirement is met by the ctxpolicy installed first
-(`$ctxpolicy_source` is where the ctxpolicy that generated this skeleton came from).
+The plugin's `ctxpolicy>=0.1` requirement is met by the ctxpolicy installed first.
 
 The tests include ctxpolicy's conformance suite
-(`conformance.layer_suite("$layer")`). Publish with `python -m build` and
-`twine upload dist/*`. See ctxpolicy's docs/plugins.md.
+(`conformance.layer_suite("$layer")`, with `samples=` for conversations of your
+agents' domain). Publish with `python -m build` and `twine upload dist/*`. See
+[writing a plugin]($project_url/blob/main/docs/plugins.md).
 """)
+
+#: Where ctxpolicy lives: the links of generated files point here, never at a local path.
+PROJECT_URL = "https://github.com/ctxpolicy/ctxpolicy"
 
 
 def ctxpolicy_source() -> str:
@@ -275,7 +281,7 @@ def render_files(names: dict[str, str]) -> dict[str, str]:
     pkg = names["package"]
     return {
         "pyproject.toml": PYPROJECT.substitute(names),
-        "README.md": README.substitute(names, ctxpolicy_source=ctxpolicy_source()),
+        "README.md": README.substitute(names, project_url=PROJECT_URL),
         f"{pkg}/__init__.py": INIT.substitute(names),
         f"{pkg}/layer.py": LAYER.substitute(names),
         "tests/test_layer.py": TEST.substitute(names),

@@ -124,6 +124,24 @@ def _extra() -> str:
     "as the client sent them, tool results raw. Created if missing.",
 )
 @click.option(
+    "--dashboard/--no-dashboard",
+    default=False,
+    show_default=True,
+    help="Serve a live page at /dashboard: each conversation's context over time, its "
+    "compactions and the layer that fired, tokens and estimated cost saved, prompt-cache "
+    "reads and writes, overflows, requests forwarded unprepared, upstream latency. "
+    "Numbers and names only; with client tokens its data needs one (docs/observability.md).",
+)
+@click.option(
+    "--events",
+    "events",
+    default=None,
+    type=click.Path(dir_okay=False, writable=True),
+    help="Append every session's events to this file, one JSON object per line with its "
+    "agent (numbers and names, as JsonlEventSink writes them): `ctxpolicy report FILE` "
+    "shows them. Workers append to the same file.",
+)
+@click.option(
     "--log-level",
     default="warning",
     show_default=True,
@@ -146,6 +164,8 @@ def serve(
     max_sessions: int,
     keep_alive: int,
     record: str | None,
+    dashboard: bool,
+    events: str | None,
     log_level: str,
 ) -> None:
     """Run the policy-driven gateway: point any OpenAI- or Anthropic-compatible client's
@@ -167,15 +187,22 @@ def serve(
             f"environment variable {api_key_env} is not set or empty", param_hint="--api-key-env"
         )
 
-    from ctxpolicy.policy.resolve import resolve_all
+    from ctxpolicy.policy.resolve import list_agents, resolve_all
 
     policies, diags = resolve_all(policy)
     errors = [d for d in diags if d.severity == "error"]
-    if errors or not policies:
-        for d in errors:
-            click.echo(d.format(), err=True)
+    for d in errors:
+        click.echo(d.format(), err=True)
+    if not policies:
         click.echo(f"ctxpolicy serve: {policy}: no agent resolves without errors", err=True)
         sys.exit(1)
+    unserved = [a for a in list_agents(policy) if a not in policies]
+    if unserved:  # the others are served; these answer 404 until the file is fixed
+        click.echo(
+            f"ctxpolicy serve: not serving {', '.join(unserved)} (errors above); "
+            f"serving {', '.join(sorted(policies))}",
+            err=True,
+        )
     if agent is not None and agent not in policies:
         raise click.BadParameter(
             f"unknown agent {agent!r}; agents: {', '.join(sorted(policies))}",
@@ -203,13 +230,17 @@ def serve(
             "max_body_bytes": max_body_bytes,
             "max_sessions": max_sessions,
             "record": os.path.abspath(record) if record else None,
+            "dashboard": dashboard,
+            "events": os.path.abspath(events) if events else None,
         }
     )
     import uvicorn
 
     click.echo(
         f"ctxpolicy serve: agents {', '.join(sorted(policies))} on http://{host}:{port} "
-        f"-> {upstream}" + (f" (anthropic {anthropic_upstream})" if anthropic_upstream else ""),
+        f"-> {upstream}"
+        + (f" (anthropic {anthropic_upstream})" if anthropic_upstream else "")
+        + (f"; dashboard http://{host}:{port}/dashboard" if dashboard else ""),
         err=True,
     )
     uvicorn.run(

@@ -221,8 +221,28 @@ def _write_outputs(result: Any, base: Any, out: Path) -> dict[str, str | None]:
     return files
 
 
+#: Held-out traces below this many are thin evidence for a recommendation (warned).
+THIN_HELD_OUT = 3
+
+#: How each cost objective is named where its value is printed.
+_COST_NAMES = {
+    "total": "total cost",
+    "billed": "billed input",
+    "tokens": "tokens",
+    "usd": "USD",
+}
+
+
+def _change(before: float, after: float) -> str:
+    return f"{(after - before) / before:+.1%}" if before else "n/a"
+
+
 def _print_summary(r: Any, files: dict[str, str | None]) -> None:
+    """The held-out numbers, then a headline that is one of them: the saving on the
+    objective the study minimised (``tune.objectives.cost``), beside the change in
+    tokens and dollars; a warning when the held-out traces are too few to trust it."""
     obj = r.config.objectives
+    name = _COST_NAMES.get(obj.cost, obj.cost)
     click.echo(
         f"tune {r.config.agent}: {len(r.candidates)} trials on {r.where}; "
         f"{len(r.tuning)} tuning / {len(r.held_out)} held-out traces"
@@ -230,16 +250,30 @@ def _print_summary(r: Any, files: dict[str, str | None]) -> None:
     )
     if r.base_held is not None and r.chosen_held is not None:
         b, c = r.base_held, r.chosen_held
+        extra = obj.cost in ("total", "billed")  # a cost not among tokens and USD
+        for label, sc in (("base:  ", b), ("chosen:", c)):
+            click.echo(
+                f"  held-out  {label} "
+                + (f"{name} {sc.cost(obj):>12,.0f}  " if extra else "")
+                + f"{sc.tokens:>12,} tokens  ${sc.usd:.4f}  retention "
+                f"{sc.retention(obj):.2%}  avoidable overflows {sc.avoidable}"
+            )
+        changes = {name: _change(b.cost(obj), c.cost(obj))}
+        changes.setdefault("tokens", _change(b.tokens, c.tokens))
+        changes.setdefault("USD", _change(b.usd, c.usd))
+        click.echo("  held-out  change:  " + ", ".join(f"{k} {v}" for k, v in changes.items()))
+    if r.held_out and len(r.held_out) < THIN_HELD_OUT:
         click.echo(
-            f"  held-out  base:   {b.tokens:>12,} tokens  ${b.usd:.4f}  retention "
-            f"{b.retention(obj):.2%}  avoidable overflows {b.avoidable}"
-        )
-        click.echo(
-            f"  held-out  chosen: {c.tokens:>12,} tokens  ${c.usd:.4f}  retention "
-            f"{c.retention(obj):.2%}  avoidable overflows {c.avoidable}"
+            f"warning: thin evidence: the held-out comparison rests on {len(r.held_out)} "
+            f"trace(s); a saving on so few may not hold on your other conversations "
+            f"(give more traces, or a larger --holdout)",
+            err=True,
         )
     if r.recommended:
-        click.echo(f"recommended (saves {r.gain:.1%} on held-out traces): {files['diff']}")
+        click.echo(
+            f"recommended ({name} {-r.gain:+.1%} on {len(r.held_out)} held-out "
+            f"trace(s)): {files['diff']}"
+        )
     else:
         click.echo("no recommendation: " + "; ".join(r.reasons))
     click.echo(f"report: {files['report']}")

@@ -16,24 +16,33 @@ from __future__ import annotations
 import re
 import threading
 from collections import OrderedDict
-from collections.abc import Collection, Iterable, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, fields
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ctxpolicy.conversation import _factscan as scan
+from ctxpolicy.conversation.messages import content_text
 
 if TYPE_CHECKING:
     from ctxpolicy.conversation import Unit
 
 __all__ = [
     "DERIVED_HEADING",
+    "INSTRUCTION_CHARS",
+    "MAX_INSTRUCTIONS",
     "Facts",
+    "call_source",
     "error_lines",
     "extract",
     "first_facts",
+    "instruction_text",
+    "is_derived_line",
     "is_path",
+    "is_user_turn",
     "missing_facts",
     "units_text",
+    "user_instructions",
+    "whole_lines",
     "without_derived",
 ]
 
@@ -174,12 +183,34 @@ _EXCEPTION_ENDS = scan.EXCEPTION_ENDS
 DERIVED_HEADING = "column summary (all rows):"
 
 
+#: Keys of a preprocessor's statistics: ``min=3`` is no setting of the task.
+_STAT_KEYS = frozenset({"distinct", "min", "max", "nulls"})
+
+
+def is_derived_line(line: str) -> bool:
+    """Whether ``line`` is (a piece of) a preprocessor's per-column statistics
+    (``  month: distinct=12 min=1 max=12 nulls=2``), also when a cut took its start
+    (``istinct=40 min=3``) or its heading: substring tests, O(len(line))."""
+    if "inct=" in line or "nulls=" in line:
+        return True
+    i = line.find("min=")
+    return i >= 0 and line.find(" max=", i) > 0
+
+
+def _without_stat_lines(text: str) -> str:
+    """``text`` without the lines :func:`is_derived_line` finds (one pass)."""
+    if "inct=" not in text and "min=" not in text and "nulls=" not in text:
+        return text  # substring tests: no line to look at
+    return "\n".join(line for line in text.split("\n") if not is_derived_line(line))
+
+
 def without_derived(text: str) -> str:
     """``text`` without the blocks a preprocessor derived (:data:`DERIVED_HEADING` and
-    its indented lines). One pass: O(len(text))."""
+    its indented lines) and without stray lines of such statistics (a block whose
+    heading a cut took: ``istinct=40 min=3 max=9``). Linear in ``len(text)``."""
     i = text.find(DERIVED_HEADING)
     if i < 0:
-        return text
+        return _without_stat_lines(text)
     out: list[str] = []
     pos = 0
     while i >= 0:
@@ -190,7 +221,7 @@ def without_derived(text: str) -> str:
         pos = len(text) if j < 0 else j
         i = text.find(DERIVED_HEADING, pos)
     out.append(text[pos:])
-    return "".join(out)
+    return _without_stat_lines("".join(out))
 
 
 def _find_paths(text: str) -> list[str]:
@@ -335,7 +366,11 @@ def _extract(text: str, want: frozenset[str]) -> Facts:
         else []
     )
     settings = (
-        _dedupe(f"{k}={v.rstrip('.,;:')}" for k, v in _ASSIGNS.findall(scrub2) if v.rstrip(".,;:"))
+        _dedupe(
+            f"{k}={v.rstrip('.,;:')}"
+            for k, v in _ASSIGNS.findall(scrub2)
+            if v.rstrip(".,;:") and k not in _STAT_KEYS
+        )
         if "settings" in want and "=" in scrub2
         else []
     )
@@ -426,3 +461,86 @@ def missing_facts(
         return []
     after_text = units_text(after_units) + "\n" + (ledger_text or "")
     return [f for f in facts if f not in after_text]
+
+
+#: what the head/tail cuts put where they cut a text (preprocessors/_text.py and
+#: layers/_util.py): the partial lines on either side are fragments, not facts
+_CUT_MARKERS = (
+    re.compile(r"\n\.\.\. \[\d+ chars omitted\] \.\.\.\n"),
+    re.compile(r"\n\[… \d+ chars elided …\]\n"),
+)
+
+
+def whole_lines(text: str) -> str:
+    """``text`` without the partial lines a character cut leaves beside its marker
+    (``pt SympifyError:`` from ``except SympifyError:``): one pass, linear."""
+    if " chars omitted] " not in text and " chars elided " not in text:
+        return text  # no marker (each holds one of these): a substring test, no regex pass
+    cuts = sorted(m.span() for rx in _CUT_MARKERS for m in rx.finditer(text))
+    if not cuts:
+        return text
+    out: list[str] = []
+    pos = 0
+    for start, end in cuts:
+        if start >= pos:
+            line_start = text.rfind("\n", pos, start) + 1 if start > pos else pos
+            out.append(text[pos:line_start])
+            out.append("\n")
+        elif end <= pos:
+            continue
+        nl = text.find("\n", end)
+        pos = len(text) if nl < 0 else nl + 1
+    out.append(text[pos:])
+    return "".join(out)
+
+
+#: User turns the task state keeps verbatim (the newest; the first, the task, always).
+MAX_INSTRUCTIONS = 30
+#: Longest user turn kept whole; a longer one keeps its head and says where the rest is.
+INSTRUCTION_CHARS = 2000
+#: What ends an instruction kept by its head only.
+INSTRUCTION_CUT = " … [the rest is in the compacted history]"
+
+
+def instruction_text(text: str) -> str:
+    """A user turn as the task state keeps it: verbatim (stripped), or its first
+    :data:`INSTRUCTION_CHARS` characters and :data:`INSTRUCTION_CUT`."""
+    text = text.strip()
+    if len(text) <= INSTRUCTION_CHARS:
+        return text
+    return text[:INSTRUCTION_CHARS] + INSTRUCTION_CUT
+
+
+def is_user_turn(m: Mapping[str, Any]) -> bool:
+    """Whether ``m`` is a turn the user wrote (not a tool result relayed as user text,
+    nor a message of the engine's own making)."""
+    if m.get("role") != "user":
+        return False
+    text = content_text(m.get("content"))
+    return bool(text.strip()) and not text.startswith(("[tool result", "[ctxpolicy "))
+
+
+def user_instructions(messages: Iterable[Mapping[str, Any]]) -> list[str]:
+    """The user's turns among ``messages``, as the task state keeps them
+    (:func:`instruction_text`), each once, the newest :data:`MAX_INSTRUCTIONS`."""
+    out: dict[str, None] = {}
+    for m in messages:
+        if is_user_turn(m):
+            item = instruction_text(content_text(m.get("content")))
+            out.pop(item, None)
+            out[item] = None
+    return list(out)[-MAX_INSTRUCTIONS:]
+
+
+def call_source(name: str, args: Any) -> str:
+    """What a later successful call must share with a failed one to close its error:
+    the tool and its target (a path), or the program a shell command ran."""
+    if isinstance(args, Mapping):
+        for k in ("path", "file", "file_path", "filename", "target"):
+            if isinstance(args.get(k), str):
+                return f"{name}:{args[k]}"
+        for k in ("command", "cmd"):
+            if isinstance(args.get(k), str):
+                words = args[k].split()
+                return f"{name}:{words[0] if words else ''}"
+    return name

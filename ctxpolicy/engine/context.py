@@ -11,7 +11,7 @@ read and change only these public fields and methods — never a session's priva
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -19,7 +19,7 @@ from ctxpolicy.budget import BudgetState, ToolGrowthEstimator, compute_budget, e
 from ctxpolicy.components import Layer, SnapshotStore, Summarizer
 from ctxpolicy.conversation import Unit
 from ctxpolicy.engine.derived import Derived
-from ctxpolicy.engine.ledger import ProgressLedger
+from ctxpolicy.engine.ledger import RECALL_TOOL, ProgressLedger, tool_names
 from ctxpolicy.engine.own import HANDOVER_MARK, LEDGER_MARK, special_unit
 from ctxpolicy.engine.state import SessionState
 from ctxpolicy.engine.stored import bounded_problems, verify_learned_window, window_bounds
@@ -90,6 +90,20 @@ class EngineContext:
         self.derived.reset()
         for problem in bounded_problems(self.state.problems):
             self.emit(StateInvalid(key=problem.key, reason=problem.reason))
+
+    def sync_ledger(
+        self,
+        before: Sequence[Unit],
+        after: Sequence[Unit],
+        tools: Sequence[Mapping[str, Any]] | None,
+    ) -> None:
+        """After a compaction was taken: the ledger keeps the small results a layer
+        shortened, leaves out what the rest of the prompt says, and names the recall
+        tool only when ``tools`` (what the model is offered) has it."""
+        if self.ledger is not None and self.ledger.sync(
+            before, after, recall=RECALL_TOOL in tool_names(tools)
+        ):
+            self.ledger_changed()
 
     def ledger_changed(self) -> None:
         """Record a change of the ledger (re-rendered, saved with the next commit)."""

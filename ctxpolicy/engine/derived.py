@@ -42,6 +42,9 @@ if TYPE_CHECKING:
     from ctxpolicy.engine.context import EngineContext
     from ctxpolicy.snapshots.archive import HistoryArchive
 
+#: ``Caches.input``'s hook: the message a new tool message enters the context as.
+Arrived = Callable[[Sequence[Mapping[str, Any]], int, Mapping[str, Any]], Mapping[str, Any]]
+
 #: Stands for a message that cannot be snapshotted: equal to nothing, so it is
 #: always looked at again.
 _UNEQUAL: Any = type("_Unequal", (), {"__eq__": lambda self, other: False, "__hash__": None})()
@@ -187,10 +190,18 @@ class Caches:
         owns = self.inputs.owns if self.inputs else None
         return [(kind, text) for _, kind, text in owns] if owns else []
 
-    def input(self, messages: Sequence[Mapping[str, Any]]) -> tuple[list[Mapping[str, Any]], int]:
+    def input(
+        self,
+        messages: Sequence[Mapping[str, Any]],
+        arrived: Arrived | None = None,
+    ) -> tuple[list[Mapping[str, Any]], int]:
         """The conversation without ledger/handover messages of ours that an agent fed
         back in (the cache's list: valid until the next call), and how many of its
         messages are unchanged since the previous call.
+
+        ``arrived(messages, i, m)`` gives the message a new tool message ``m`` enters
+        the context as (its tool's rule applied: ``Session._arrived``); the input as it
+        came is what the next call is compared with.
 
         Incremental: the input is compared with snapshots of the previous call's input
         in one C-level list comparison (equal snapshots = same content, even when a
@@ -229,6 +240,15 @@ class Caches:
         for i, m in enumerate(messages[k:], k):
             ckey: str | None = None
             n = -1
+            came: Any = None
+            if arrived is not None and _is_tool_message(m):
+                new = arrived(messages, i, m)
+                if new is not m:
+                    try:
+                        came = snapshot(m)
+                    except RecursionError:
+                        came = NO_SNAPSHOT
+                    m = new
             try:
                 if type(m) is dict:
                     e = counter.lookup(m, True)
@@ -241,6 +261,8 @@ class Caches:
                 except RecursionError:
                     m, snap = flatten_message(self.s, m, len(msgs)), NO_SNAPSHOT
                     n = -1
+            if came is not None:
+                snap = came
             snaps.append(_UNEQUAL if snap is NO_SNAPSHOT else snap)
             kind = own_kind(m)
             if kind is None:

@@ -67,7 +67,7 @@ class Handover(BaseModel):
             ("Identifiers", self.identifiers),
             ("Open errors", self.open_errors),
             ("Next steps", self.next_steps),
-            ("Snapshots (use ctx_recall to read)", self.snapshot_refs),
+            ("Snapshots (full originals, by reference)", self.snapshot_refs),
         )
         for title, items in sections:
             if items:
@@ -91,7 +91,22 @@ def build_handover(ctx: EngineContext, *, limit: int = 40) -> Handover:
     from ctxpolicy.engine.tool_results import parse_reference
 
     led = ctx.ledger
-    data = led.to_dict() if led is not None else {}
+    data: dict[str, Any] = (
+        {
+            "goal": led.goal,
+            "constraints": list(led.constraints),
+            "instructions": list(led.instructions),
+            "done": list(led.done),
+            "files": led.files,
+            "ids": led.ids,
+            "errors": led.errors,
+            "next_step": led.next_step,
+            "plan": [t.text for t in led.todos if t.status != "completed"],
+            "decisions": list(led.state.decisions),
+        }
+        if led is not None
+        else {}
+    )
     units = list(ctx.derived.last_units)
     texts = [u.text() for u in units if u.kind not in ("system", "ledger")]
     facts = extract("\n".join(texts))
@@ -121,13 +136,18 @@ def build_handover(ctx: EngineContext, *, limit: int = 40) -> Handover:
         next_steps.append(content_text(last_assistant.get("content")).strip()[:500])
     elif data.get("next_step"):
         next_steps.append(str(data["next_step"]))
-    constraints = _dedupe([*ctx.policy.constraints, *data.get("constraints", [])])
+    constraints = _dedupe(
+        [*ctx.policy.constraints, *data.get("constraints", []), *data.get("instructions", [])]
+    )
+    if data.get("plan"):
+        next_steps = _dedupe([*data["plan"], *next_steps])
     return Handover(
         agent=ctx.policy.agent,
         conv_id=ctx.conv_id,
         goal=goal,
         constraints=constraints,
         progress=list(data.get("done", []))[-limit:],
+        decisions=[Decision(decision=d) for d in data.get("decisions", [])][-limit:],
         files=_dedupe([*data.get("files", []), *facts.paths])[-limit:],
         identifiers=_dedupe([*data.get("ids", []), *facts.ids])[-limit:],
         open_errors=_dedupe(errors)[-10:],

@@ -1,44 +1,230 @@
-"""The progress ledger: facts of compacted history, kept pinned in the context.
+"""The progress ledger: the task state of compacted history, typed and kept pinned.
 
 Design A keeps a task-progress summary in the system prompt so dropping old rounds
 loses no state; design B stores IDs and files in structured fields instead of
-relying on a summary. The ledger does both: :meth:`ProgressLedger.update` is fed the units
-a layer dropped (``LayerResult.dropped``), :meth:`ProgressLedger.record_facts` the facts a
-layer shortened away (the engine's key-facts check after every compaction), and it records
+relying on a summary. The ledger is that state as data (:class:`TaskState`), fed the
+units a layer dropped (:meth:`ProgressLedger.update`), the facts a layer shortened
+away (:meth:`ProgressLedger.record_facts`) and, once a compaction is taken, the
+context before and after it (:meth:`ProgressLedger.sync`). It holds
 
-* the goal (first user message seen, shortened),
-* constraints (verbatim, never dropped),
-* done steps (tool calls with outcome and snapshot refs),
-* files, identifiers and errors (:mod:`ctxpolicy.conversation.facts`),
-* the next step (last assistant text of the dropped region).
+* the goal (the task, the first user message) and every later user turn verbatim
+  (the user's instructions: the newest ``MAX_INSTRUCTIONS``, each at most
+  ``INSTRUCTION_CHARS`` characters (:mod:`ctxpolicy.conversation.facts`), within half
+  the ledger's bound, the oldest going first and named by count);
+* the policy's constraints, verbatim, never trimmed;
+* the plan: the last list the agent's own todo or plan tool wrote (Claude Code's
+  ``TodoWrite``, Codex's ``update_plan``, a ``todo``/``plan`` tool: :func:`todo_list`);
+* the steps done (while no summary in the prompt tells them), the artifacts touched (files, tables, tickets and other IDs) with
+  their latest state, the decisions the agent stated, the errors still open (an
+  error of a call that later succeeded is closed);
+* small computed results kept whole (a table of at most :data:`RESULT_LINES` lines
+  and :data:`RESULT_CHARS` characters that a tool returned);
+* the next action: the plan's first open item, or an intention the agent stated last
+  and did not act on — never a step already done.
 
-:meth:`render` is bounded by ``max_tokens`` (oldest entries go first, never
-constraints); :meth:`unit` is the pinned ``ledger`` unit the engine places in the
-context. Deterministic; :meth:`to_dict`/:meth:`from_dict` persist it.
+Nothing is said twice: when a compaction is taken, an entry found verbatim in the rest
+of the prompt (a summary, the pinned task, a kept round) is left out of the ledger
+until the next compaction (:meth:`ProgressLedger.sync`; between compactions the text
+never changes, so the cached prefix holds). The history archive's reference names
+``ctx_recall`` only when the model is offered that tool.
+
+:meth:`render` is bounded by ``max_tokens`` (oldest entries go first; the goal,
+the constraints and the archive reference never); deterministic; :meth:`to_dict` /
+:meth:`from_dict` persist it (version 2; a version 1 ledger is migrated on load).
 """
 
 from __future__ import annotations
 
+import json
 import math
-from collections.abc import Callable, Mapping, Sequence
+import re
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from ctxpolicy.conversation import Unit, content_text
 from ctxpolicy.conversation.cut import approx_tokens, describe_call, first_meaningful_line, short
-from ctxpolicy.conversation.facts import error_lines, extract, is_path
-from ctxpolicy.conversation.refs import REF_LINE, REF_MARK, meta_ref_for, unit_refs
+from ctxpolicy.conversation.facts import (
+    INSTRUCTION_CUT,
+    MAX_INSTRUCTIONS,
+    call_source,
+    error_lines,
+    extract,
+    instruction_text,
+    is_path,
+    is_user_turn,
+    whole_lines,
+    without_derived,
+)
+from ctxpolicy.conversation.refs import REF_LINE, REF_MARK, meta_ref_for, split_refs
 
-HEADER = "[Progress ledger: facts from compacted history — full details in snapshots]"
-_LISTS = ("done", "files", "ids", "errors")
-#: Trimmed first when over budget (oldest entry of the first non-empty list).
-_TRIM_ORDER = ("done", "ids", "files", "errors")
+HEADER = "[Progress ledger: task state of the compacted history]"
+VERSION = 2
+#: Entries each list keeps at most (newest win).
 _MAX_PER_LIST = 200
-#: Units of one drop :meth:`ProgressLedger.update` reads at most (newest first).
+#: Units of one drop :meth:`ProgressLedger.update` reads at most (newest).
 MAX_READ = 2000
+#: A tool result of at most this many non-empty lines and characters, shaped like a
+#: table, is a computed result kept whole.
+RESULT_LINES = 22
+RESULT_CHARS = 1500
+#: Results kept whole at most (the newest).
+MAX_RESULTS = 4
+MAX_DECISIONS = 12
+MAX_ERRORS = 12
+#: Trimmed first when over budget (oldest entry of the longest list first); then the
+#: plan's completed items, then the oldest instructions (never the goal).
+_TRIM_ORDER = ("done", "artifacts", "decisions", "results", "errors")
+
+#: Tool names of the agents' own todo/plan tools (case and ``_``/``-`` ignored).
+TODO_TOOLS = frozenset(
+    {
+        "todowrite",
+        "todo",
+        "todos",
+        "writetodos",
+        "updatetodos",
+        "updateplan",
+        "plan",
+        "setplan",
+        "writeplan",
+        "updatetodolist",
+        "managetodolist",
+        "tasklist",
+    }
+)
+_TODO_LIST_KEYS = ("todos", "plan", "items", "tasks", "steps", "todo_list", "todoList")
+_TODO_TEXT_KEYS = ("content", "step", "task", "text", "title", "description", "activeForm")
+_STATUS = {
+    "completed": "completed",
+    "complete": "completed",
+    "done": "completed",
+    "finished": "completed",
+    "cancelled": "completed",
+    "canceled": "completed",
+    "in_progress": "in_progress",
+    "in-progress": "in_progress",
+    "inprogress": "in_progress",
+    "active": "in_progress",
+    "doing": "in_progress",
+    "started": "in_progress",
+    "pending": "pending",
+    "todo": "pending",
+    "open": "pending",
+    "not_started": "pending",
+}
+_MARK = {"completed": "[x]", "in_progress": "[>]", "pending": "[ ]"}
+#: Artifacts only seen (no state of their own), one line per kind.
+_SEEN = (
+    ("file", "Files seen"),
+    ("table", "Tables seen"),
+    ("id", "IDs seen"),
+    ("url", "URLs seen"),
+    ("value", "Values seen"),
+)
+
+#: What an assistant sentence says when it states a decision.
+_DECISION = re.compile(
+    r"\b(?:decided|decide to|chose|choose to|going with|will use|i'll use|we'll use|"
+    r"instead of|switch(?:ed)? to|the (?:fix|approach|answer|root cause) is|conclude)\b",
+    re.IGNORECASE,
+)
+#: An intention stated for the next move.
+#: (Linear: the spaces it skips are bounded and never newlines, so a long run of
+#: blank lines is not rescanned from every position.)
+_INTENT = re.compile(
+    r"(?:^|\n)[ \t]{0,8}(?:next(?: step)?[ \t]{0,4}[:,-]|next,? i(?:'ll| will)|then i(?:'ll| will)|"
+    r"i(?:'ll| will) now)[ \t]{0,8}(?P<what>[^\n]{3,300})",
+    re.IGNORECASE,
+)
+_SQL_TABLE = re.compile(
+    r"\b(?:from|join|into|update|table)\s+((?:[\"`]?[A-Za-z_][\w$]{0,80}[\"`]?\.){0,2}"
+    r"[\"`]?[A-Za-z_][\w$]{0,80}[\"`]?)",
+    re.IGNORECASE,
+)
+_SQL_WORDS = frozenset({"select", "where", "the", "a", "an", "each", "as", "lateral", "unnest"})
+_READ_VERBS = ("read", "view", "cat", "open", "get", "show", "list", "ls", "head", "tail")
+_EDIT_VERBS: tuple[str, ...] = (
+    "write",
+    "edit",
+    "replace",
+    "patch",
+    "create",
+    "insert",
+    "update",
+    "modify",
+    "append",
+    "apply",
+    "save",
+    "sed",
+    "mv",
+    "cp",
+    "touch",
+    "mkdir",
+)
+_DELETE_VERBS = ("delete", "remove", "rm", "cancel", "drop")
+_QUERY_VERBS = ("sql", "query", "select", "search", "find", "grep", "lookup", "fetch")
+
+
+@dataclass
+class Todo:
+    """One item of the agent's plan: its text and ``pending``/``in_progress``/``completed``."""
+
+    text: str
+    status: str = "pending"
+
+
+@dataclass
+class Artifact:
+    """Something the task touched (``kind``: file, table, id, url) and its latest state."""
+
+    name: str
+    kind: str
+    state: str
+
+
+@dataclass
+class OpenError:
+    """An error a call reported, open until a later call of the same ``source`` succeeds."""
+
+    text: str
+    source: str
+
+
+@dataclass
+class Result:
+    """A small computed result kept whole: the call that made it and its text."""
+
+    call: str
+    text: str
+
+
+@dataclass
+class TaskState:
+    """Everything the ledger knows, as plain data (what :meth:`ProgressLedger.to_dict`
+    persists)."""
+
+    goal: str | None = None
+    instructions: list[str] = field(default_factory=list)
+    #: user turns no longer kept (the oldest beyond :data:`MAX_INSTRUCTIONS`)
+    instructions_dropped: int = 0
+    constraints: list[str] = field(default_factory=list)
+    todos: list[Todo] = field(default_factory=list)
+    done: list[str] = field(default_factory=list)
+    artifacts: list[Artifact] = field(default_factory=list)
+    decisions: list[str] = field(default_factory=list)
+    errors: list[OpenError] = field(default_factory=list)
+    results: list[Result] = field(default_factory=list)
+    next_action: str | None = None
+    archive: str | None = None
+    #: whether the model is offered ``ctx_recall`` (as of the last compaction)
+    recall: bool = False
+    #: keys of entries said elsewhere in the prompt (as of the last compaction)
+    said: list[str] = field(default_factory=list)
 
 
 class ProgressLedger:
-    """Goal, constraints, done steps, files, IDs, errors, next step."""
+    """The typed task state of compacted history (see the module docstring)."""
 
     def __init__(
         self,
@@ -48,141 +234,410 @@ class ProgressLedger:
         count_text: Callable[[str], int] | None = None,
     ) -> None:
         self.max_tokens = max_tokens
-        self.constraints: list[str] = []
+        self.state = TaskState()
         for c in constraints:
-            if c not in self.constraints:
-                self.constraints.append(c)
-        self.goal: str | None = None
-        self.done: list[str] = []
-        self.files: list[str] = []
-        self.ids: list[str] = []
-        self.errors: list[str] = []
-        self.next_step: str | None = None
-        #: Reference of the snapshot holding every compacted message verbatim (set by
-        #: the engine); rendered first and never trimmed.
-        self.archive: str | None = None
+            if c not in self.state.constraints:
+                self.state.constraints.append(c)
         self._count = count_text or approx_tokens
+        self._said: set[str] = set()
+        self._shown_instructions = 0
+
+    # ------------------------------------------------------------------ fields
+    @property
+    def goal(self) -> str | None:
+        return self.state.goal
+
+    @goal.setter
+    def goal(self, value: str | None) -> None:
+        self.state.goal = value
+
+    @property
+    def constraints(self) -> list[str]:
+        return self.state.constraints
+
+    @property
+    def archive(self) -> str | None:
+        return self.state.archive
+
+    @archive.setter
+    def archive(self, value: str | None) -> None:
+        self.state.archive = value
+
+    @property
+    def done(self) -> list[str]:
+        return self.state.done
+
+    @property
+    def files(self) -> list[str]:
+        """Paths among the artifacts (oldest first)."""
+        return [a.name for a in self.state.artifacts if a.kind == "file"]
+
+    @property
+    def ids(self) -> list[str]:
+        """Identifiers, tables and URLs among the artifacts (oldest first)."""
+        return [a.name for a in self.state.artifacts if a.kind != "file"]
+
+    @property
+    def errors(self) -> list[str]:
+        """The open errors' texts."""
+        return [e.text for e in self.state.errors]
+
+    @property
+    def next_step(self) -> str | None:
+        return self.state.next_action
+
+    @property
+    def instructions(self) -> list[str]:
+        return self.state.instructions
+
+    @property
+    def todos(self) -> list[Todo]:
+        return self.state.todos
 
     # ------------------------------------------------------------------ updates
-    def _add(self, name: str, item: str) -> None:
-        lst: list[str] = getattr(self, name)
+    def set_goal(self, text: str) -> None:
+        """Set the goal (e.g. from the pinned first user message) unless one is known."""
+        if self.state.goal is None and text.strip():
+            self.state.goal = instruction_text(text)
+
+    def record_facts(self, facts: Sequence[str]) -> None:
+        """Record facts a compaction took out of the context without dropping a unit
+        (a masked or truncated result): paths as files, the rest as identifiers."""
+        for f in facts:
+            f = short(f, 120)
+            self._artifact(f, _fact_kind(f), "seen")
+
+    def update(self, dropped_units: Sequence[Unit]) -> None:
+        """Record the task state of units removed from the context (in conversation
+        order). Of a drop larger than :data:`MAX_READ` units (a long conversation
+        compacted at once) the newest are read: the archive keeps every one verbatim."""
+        units = [u for u in dropped_units if u.kind != "ledger"]
+        if len(units) > MAX_READ:
+            self.set_goal(_first_user_text(units) or "")
+            units = units[-MAX_READ:]
+        for u in units:
+            self._read_unit(u)
+        self._settle_next()
+
+    def sync(
+        self,
+        before: Sequence[Unit],
+        after: Sequence[Unit],
+        *,
+        recall: bool | None = None,
+    ) -> bool:
+        """After a compaction was taken: ``before`` is the context the call started with,
+        ``after`` the one it sends (without the ledger). Keeps whole the small computed
+        results a layer shortened, notes which entries the rest of the prompt already
+        says and whether recall is offered. True when the ledger changed."""
+        old = self.to_dict()
+        kept = {u.key: u for u in after}
+        for u in before:
+            new = kept.get(u.key)
+            if new is None or new.messages == u.messages or u.kind in ("ledger", "summary"):
+                continue
+            now = {str(m.get("tool_call_id")): m for m in new.tool_messages}
+            calls = _calls_by_id(u)
+            for m in u.tool_messages:
+                cid = str(m.get("tool_call_id"))
+                if now.get(cid) != m:  # shortened (or gone): its original, when small
+                    self._keep_result(calls.get(cid), content_text(m.get("content")))
+        if recall is not None:
+            self.state.recall = recall
+        texts = [u.text() for u in after if u.kind != "ledger"]
+        summaries = "\n".join(u.text() for u in after if u.kind == "summary")
+        self._note_said("\n".join(texts), summaries, [u for u in after if _has_todo_call(u)])
+        return self.to_dict() != old
+
+    # ------------------------------------------------------------------ reading
+    def _read_unit(self, u: Unit) -> None:
+        if u.kind == "summary":
+            return  # the units it stood for were read when it was made (the archive has them)
+        results = {str(m.get("tool_call_id", "")): m for m in u.tool_messages}
+        for m in u.messages:
+            role = m.get("role")
+            text = content_text(m.get("content"))
+            if is_user_turn(m):
+                self._instruction(text)
+                for e in error_lines(without_derived(split_refs(text)[0]), limit=2, max_len=160):
+                    self._open_error(e, "user")
+            elif role == "assistant":
+                calls = [tc for tc in m.get("tool_calls") or () if isinstance(tc, Mapping)]
+                if text.strip():
+                    self._statements(text, acted=bool(calls))
+                for tc in calls:
+                    out = results.get(str(tc.get("id", "")))
+                    self._call(u, tc, content_text(out.get("content")) if out else "")
+
+    def _instruction(self, text: str) -> None:
+        st = self.state
+        if st.goal is None:
+            st.goal = instruction_text(text)
+            return
+        item = instruction_text(text)
+        if item == st.goal:
+            return
+        if item in st.instructions:
+            st.instructions.remove(item)
+        st.instructions.append(item)
+        if len(st.instructions) > MAX_INSTRUCTIONS:
+            del st.instructions[0]
+            st.instructions_dropped += 1
+
+    def _statements(self, text: str, *, acted: bool) -> None:
+        st = self.state
+        body = split_refs(text)[0]
+        for sentence in re.split(r"(?<=[.!?])\s+|\n+", body):
+            if _DECISION.search(sentence):
+                self._add(st.decisions, short(sentence, 200), MAX_DECISIONS)
+        intent = _INTENT.search(body)
+        # an intention the same message acted on (its tool calls) is done, not next
+        st.next_action = None if acted or intent is None else short(intent.group("what"), 300)
+
+    def _call(self, u: Unit, tc: Mapping[str, Any], out: str) -> None:
+        st = self.state
+        fn = tc.get("function") or {}
+        name = str(fn.get("name", "?"))
+        args = _args(fn.get("arguments"))
+        todos = todo_list(name, args)
+        if todos is not None:
+            st.todos = todos
+            return
+        body, _refs = split_refs(out)
+        clean = without_derived(whole_lines(body))
+        entry = describe_call(tc, 100)
+        step = f"step {u.round}" if u.round is not None else None
+        if step:
+            entry = f"{step}: {entry}"
+        outcome = first_meaningful_line(clean, 80)
+        if outcome and not _is_table(clean):
+            entry += f" → {outcome}"
+        ref = REF_LINE.search(out) if REF_MARK in out else None
+        meta_ref = meta_ref_for(u, str(tc.get("id", "")))
+        if ref:
+            entry += f" [{ref.group('uri') or ref.group('path')}]"
+        elif meta_ref:
+            entry += f" [{meta_ref}]"
+        self._add(st.done, entry)
+        source = call_source(name, args)
+        errs = error_lines(clean, limit=2, max_len=160)
+        if errs:
+            for e in errs:
+                self._open_error(e, source)
+        else:
+            st.errors = [e for e in st.errors if e.source != source]
+            self._keep_result(describe_call(tc, 100), out)
+        verb = _verb(name, args)
+        when = f" ({step})" if step else ""
+        arg_text = " ".join(str(v) for v in args.values()) if isinstance(args, dict) else ""
+        facts = extract(clean + "\n" + arg_text, only=("paths", "ids", "urls"))
+        arg_paths = set(extract(arg_text, only=("paths",)).paths)
+        for p in facts.paths:
+            self._artifact(p, "file", (verb if p in arg_paths else "seen") + when)
+        for t in _tables(arg_text):
+            self._artifact(t, "table", ("queried" if verb == "read" else verb) + when)
+        for x in [*facts.ids, *facts.urls]:
+            self._artifact(short(x, 120), _id_kind(x), "seen" + when)
+        if errs and arg_paths:
+            for p in arg_paths:
+                self._artifact(p, "file", f"error{when}")
+
+    def _keep_result(self, call: str | None, text: str) -> None:
+        body = without_derived(split_refs(text)[0]).strip()
+        if not _is_table(body):
+            return
+        st = self.state
+        st.results = [r for r in st.results if r.text != body]
+        st.results.append(Result(call=call or "a tool", text=body))
+        del st.results[:-MAX_RESULTS]
+
+    def _open_error(self, text: str, source: str) -> None:
+        text = text.strip()
+        st = self.state
+        st.errors = [e for e in st.errors if e.text != text]
+        st.errors.append(OpenError(text=text, source=source))
+        del st.errors[:-MAX_ERRORS]
+
+    def _artifact(self, name: str, kind: str, state: str) -> None:
+        name = name.strip()
+        if not name:
+            return
+        arts = self.state.artifacts
+        old = next((a for a in arts if a.name == name), None)
+        if old is not None:
+            arts.remove(old)
+            # "seen" never hides a stronger state recorded before
+            if state.startswith("seen") and not old.state.startswith("seen"):
+                state = old.state
+        arts.append(Artifact(name=name, kind=kind, state=state))
+        del arts[:-_MAX_PER_LIST]
+
+    @staticmethod
+    def _add(lst: list[str], item: str, limit: int = _MAX_PER_LIST) -> None:
         item = item.strip()
         if not item:
             return
         if item in lst:
             lst.remove(item)  # move to newest
         lst.append(item)
-        if len(lst) > _MAX_PER_LIST:
-            del lst[0]
+        del lst[:-limit]
 
-    def set_goal(self, text: str) -> None:
-        """Set the goal (e.g. from the pinned first user message) unless one is known."""
-        if self.goal is None and text.strip():
-            self.goal = short(text, 300)
+    def _settle_next(self) -> None:
+        """The next action: the plan's first open item, else the intention kept (never
+        one the plan or the done steps record as done)."""
+        st = self.state
+        open_items = [t for t in st.todos if t.status == "in_progress"] or [
+            t for t in st.todos if t.status == "pending"
+        ]
+        if open_items:
+            st.next_action = open_items[0].text
+        elif st.todos:
+            st.next_action = None  # every item of the plan is done
+        if st.next_action is not None and _is_done(st, st.next_action):
+            st.next_action = None
 
-    def record_facts(self, facts: Sequence[str]) -> None:
-        """Record facts a compaction took out of the context without dropping a unit
-        (a masked or truncated result): paths as files, the rest as identifiers."""
-        for f in facts:
-            self._add("files" if is_path(f) else "ids", short(f, 120))
-
-    def update(self, dropped_units: Sequence[Unit]) -> None:
-        """Record the facts of units removed from the context (in conversation order).
-
-        Each list keeps its newest ``_MAX_PER_LIST`` distinct entries, an entry seen
-        again moving to the end: the result is that of adding every entry in order,
-        but the units are read newest first and a list stops reading once it has
-        all the entries it can keep. Of a drop larger than ``MAX_READ`` units (a long
-        conversation compacted at once, not the few rounds of a usual compaction)
-        the newest ``MAX_READ`` are read: the archive keeps every one verbatim.
-        """
-        units = [u for u in dropped_units if u.kind != "ledger"]
-        if self.goal is None:
-            self.goal = next(
-                (
-                    short(text, 300)
-                    for u in units
-                    if u.kind == "user"
-                    for m in u.messages
-                    if m.get("role") == "user" and (text := content_text(m.get("content"))).strip()
-                ),
-                None,
-            )
-        fresh: dict[str, dict[str, None]] = {n: {} for n in _LISTS}  # newest first
-        need = set(_LISTS)
-        next_step: str | None = None
-        for read, u in enumerate(reversed(units)):
-            if read == MAX_READ:
-                need = set()
-            if next_step is None:
-                next_step = next(
-                    (
-                        short(text, 300)
-                        for m in reversed(u.messages)
-                        if m.get("role") == "assistant"
-                        and (text := content_text(m.get("content"))).strip()
-                    ),
-                    None,
-                )
-            if need:
-                for name, item in reversed(_entries(u, need)):
-                    got = fresh[name]
-                    if len(got) < _MAX_PER_LIST and (item := item.strip()):
-                        got.setdefault(item)
-                need = {n for n in need if len(fresh[n]) < _MAX_PER_LIST}
-            elif next_step is not None:
-                break
-        if next_step is not None:
-            self.next_step = next_step
-        for name in _LISTS:
-            if fresh[name]:
-                newest = list(reversed(fresh[name]))
-                old = [x for x in getattr(self, name) if x not in fresh[name]]
-                setattr(self, name, [*old, *newest][-_MAX_PER_LIST:])
+    def _note_said(self, text: str, summaries: str, todo_units: Sequence[Unit]) -> None:
+        """The keys of the entries ``text`` (the rest of the prompt) already holds
+        verbatim; of the steps and artifacts, also those a summary (``summaries``)
+        names."""
+        st = self.state
+        said: list[str] = []
+        if st.goal and _verbatim_in(st.goal, text):
+            said.append(_key("goal", st.goal))
+        for i in st.instructions:
+            if _verbatim_in(i, text):
+                said.append(_key("instruction", i))
+        for c in st.constraints:
+            if c in summaries:
+                said.append(_key("constraint", c))
+        if summaries:  # the summary tells the steps: the ledger keeps the state
+            said.append("steps")
+        for d in st.done:
+            call = _call_part(d)
+            if d in text or (summaries and call in summaries):
+                said.append(_key("done", d))
+        for a in st.artifacts:
+            if _artifact_line(a) in text or (
+                a.name in summaries or (a.state.startswith("seen") and a.name in text)
+            ):
+                said.append(_key("artifact", a.name))
+        for dec in st.decisions:
+            if dec.rstrip("…") in text:
+                said.append(_key("decision", dec))
+        for e in st.errors:
+            if e.text in text:
+                said.append(_key("error", e.text))
+        for r in st.results:
+            if r.text in text:
+                said.append(_key("result", r.text))
+        if todo_units:  # the agent's newest plan is in the prompt itself
+            said.append("plan")
+        st.said = said
+        self._said = set(said)
 
     # ------------------------------------------------------------------ output
     def __bool__(self) -> bool:
+        st = self.state
         return bool(
-            self.archive
-            or self.goal
-            or self.constraints
-            or self.next_step
-            or any(getattr(self, n) for n in _LISTS)
+            st.archive
+            or st.goal
+            or st.constraints
+            or st.instructions
+            or st.todos
+            or st.next_action
+            or st.done
+            or st.artifacts
+            or st.decisions
+            or st.errors
+            or st.results
         )
 
-    def _render(self, lists: Mapping[str, list[str]], goal: str | None) -> str:
+    def _visible(self) -> dict[str, list[Any]]:
+        """Each section's entries not said elsewhere in the prompt, oldest first."""
+        st, said = self.state, self._said
+        return {
+            "instructions": [i for i in st.instructions if _key("instruction", i) not in said],
+            "todos": [] if "plan" in said else list(st.todos),
+            "done": [] if "steps" in said else [d for d in st.done if _key("done", d) not in said],
+            "artifacts": [a for a in st.artifacts if _key("artifact", a.name) not in said],
+            "decisions": [d for d in st.decisions if _key("decision", d) not in said],
+            "errors": [e for e in st.errors if _key("error", e.text) not in said],
+            "results": [r for r in st.results if _key("result", r.text) not in said],
+        }
+
+    def _render(self, parts: Mapping[str, list[Any]], goal: str | None) -> str:
+        st = self.state
         lines = [HEADER]
-        if self.archive:
-            lines.append(f"Compacted history, verbatim (read with ctx_recall): {self.archive}")
+        if st.archive:
+            if st.recall:
+                lines.append(f"Compacted history, verbatim (read with ctx_recall): {st.archive}")
+            else:
+                lines.append(f"Compacted history, kept verbatim outside this prompt: {st.archive}")
         if goal:
             lines.append(f"Goal: {goal}")
-        if self.constraints:
+        omitted = st.instructions_dropped + self._shown_instructions - len(parts["instructions"])
+        if parts["instructions"] or omitted:
+            lines.append("User instructions (verbatim, oldest first):")
+            if omitted:
+                lines.append(f"- ({omitted} earlier turns are in the compacted history)")
+            lines.extend(_bullet(i) for i in parts["instructions"])
+        constraints = [c for c in st.constraints if _key("constraint", c) not in self._said]
+        if constraints:
             lines.append("Constraints (verbatim):")
-            lines.extend(f"- {c}" for c in self.constraints)
-        labels = {"done": "Done", "files": "Files", "ids": "Identifiers", "errors": "Errors"}
-        for name in ("done", "files", "ids", "errors"):
-            if lists[name]:
-                sep = "\n- " if name in ("done", "errors") else ", "
-                head = f"{labels[name]}:" + ("\n- " if sep == "\n- " else " ")
-                lines.append(head + sep.join(lists[name]))
-        if self.next_step:
-            lines.append(f"Next step: {self.next_step}")
+            lines.extend(f"- {c}" for c in constraints)
+        if parts["todos"]:
+            lines.append("Plan:")
+            lines.extend(f"- {_MARK.get(t.status, '[ ]')} {t.text}" for t in parts["todos"])
+        if parts["done"]:
+            lines.append("Done:")
+            lines.extend(f"- {d}" for d in parts["done"])
+        changed = [a for a in parts["artifacts"] if not a.state.startswith("seen")]
+        if changed:
+            lines.append("Artifacts (latest state):")
+            lines.extend(f"- {_artifact_line(a)}" for a in changed)
+        for kind, label in _SEEN:
+            names = [
+                a.name for a in parts["artifacts"] if a.kind == kind and a.state.startswith("seen")
+            ]
+            if names:
+                lines.append(f"{label}: " + ", ".join(names))
+        if parts["results"]:
+            lines.append("Results (kept whole):")
+            for r in parts["results"]:
+                lines.append(f"- {r.call}:")
+                lines.append(r.text)
+        if parts["decisions"]:
+            lines.append("Decisions:")
+            lines.extend(f"- {d}" for d in parts["decisions"])
+        if parts["errors"]:
+            lines.append("Open errors:")
+            lines.extend(f"- {e.text}" for e in parts["errors"])
+        if st.next_action and "plan" not in self._said:
+            lines.append(f"Next action: {st.next_action}")
         return "\n".join(lines)
 
     def render(self, max_tokens: int | None = None) -> str | None:
         """The ledger as text within ``max_tokens`` (default: the configured bound;
-        None when empty). The archive reference and the constraints are never trimmed,
-        so the result can stay above a very small bound."""
+        None when empty). The archive reference, the goal's first 60 characters and
+        the constraints are never trimmed, so the result can stay above a very small
+        bound."""
         if not self:
             return None
         limit = self.max_tokens if max_tokens is None else max_tokens
-        lists = {n: list(getattr(self, n)) for n in _LISTS}
-        goal = self.goal
-        text = self._render(lists, goal)
+        parts = self._visible()
+        self._shown_instructions = len(parts["instructions"])
+        # the user's turns take at most half the bound (the oldest go first)
+        turns = parts["instructions"]
+        room = limit * 2  # characters: half the bound at ~4 characters a token
+        while turns and sum(len(t) + 3 for t in turns) > room:
+            turns.pop(0)
+        goal = self.state.goal
+        if goal and _key("goal", goal) in self._said:
+            goal = None
+        text = self._render(parts, goal)
         # trimming is planned on an estimate (characters per token, 4 until this text
         # is counted, then as counted) and every estimate that fits is checked by one
-        # exact count: a long ledger costs a count or two of its bounded text, not one
-        # of the whole text and one per batch
+        # exact count
         cpt = 4.0
         tokens, exact = math.ceil(len(text) / cpt), False
         while True:
@@ -193,25 +648,12 @@ class ProgressLedger:
                 cpt = max(1.0, len(text) / max(1, tokens))
                 if tokens <= limit:
                     break
-            if any(lists[n] for n in _TRIM_ORDER):
-                # drop the oldest entries of the longest lists first, in one batch sized
-                # by the excess
-                excess_chars = (tokens - limit) * cpt
-                removed = 0.0
-                sizes = {n: len(lists[n]) for n in _TRIM_ORDER}
-                while removed < excess_chars:
-                    # the longest list; of equal ones the first in _TRIM_ORDER (max
-                    # returns the first of equal maxima)
-                    name = max(_TRIM_ORDER, key=sizes.__getitem__)
-                    if not sizes[name]:
-                        break
-                    sizes[name] -= 1
-                    removed += len(lists[name].pop(0)) + 3
-            elif goal and len(goal) > 60:
-                goal = short(goal, 60)
-            else:
-                break
-            text = self._render(lists, goal)
+            if not _trim(parts, (tokens - limit) * cpt):
+                if goal and len(goal) > 60:
+                    goal = short(goal, 60)
+                else:
+                    break
+            text = self._render(parts, goal)
             tokens, exact = math.ceil(len(text) / cpt), False
         return text
 
@@ -227,93 +669,323 @@ class ProgressLedger:
             pinned=True,
         )
 
+    # ------------------------------------------------------------------ persistence
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "max_tokens": self.max_tokens,
-            "constraints": list(self.constraints),
-            "goal": self.goal,
-            "done": list(self.done),
-            "files": list(self.files),
-            "ids": list(self.ids),
-            "errors": list(self.errors),
-            "next_step": self.next_step,
-            "archive": self.archive,
-        }
+        data = asdict(self.state)
+        return {"v": VERSION, "max_tokens": self.max_tokens, **data}
 
     @classmethod
     def from_dict(
         cls, data: Mapping[str, Any], *, count_text: Callable[[str], int] | None = None
     ) -> ProgressLedger:
+        """A ledger from :meth:`to_dict`'s output, or from a version 1 ledger (its
+        files and identifiers become artifacts, its errors open errors; its next step,
+        the last text of the dropped region, is not carried over: it may name a step
+        already done)."""
         led = cls(
             int(data.get("max_tokens", 1500)), data.get("constraints", ()), count_text=count_text
         )
-        led.goal = data.get("goal")
-        for n in _LISTS:  # the newest entries a ledger keeps
-            setattr(led, n, [str(x) for x in data.get(n, [])][-_MAX_PER_LIST:])
-        led.next_step = data.get("next_step")
-        led.archive = data.get("archive")
+        st = led.state
+        st.goal = _opt(data.get("goal"))
+        st.archive = _opt(data.get("archive"))
+        st.done = _strs(data.get("done"))[-_MAX_PER_LIST:]
+        if data.get("v") != VERSION:  # version 1
+            for f in _strs(data.get("files"))[-_MAX_PER_LIST:]:
+                st.artifacts.append(Artifact(name=f, kind="file", state="seen"))
+            for x in _strs(data.get("ids"))[-_MAX_PER_LIST:]:
+                st.artifacts.append(Artifact(name=x, kind=_id_kind(x), state="seen"))
+            st.errors = [OpenError(text=e, source="") for e in _strs(data.get("errors"))]
+            del st.errors[:-MAX_ERRORS]
+            return led
+        st.instructions = _strs(data.get("instructions"))[-MAX_INSTRUCTIONS:]
+        st.instructions_dropped = _int(data.get("instructions_dropped"))
+        st.todos = [
+            Todo(text=str(t["text"]), status=_STATUS.get(str(t.get("status")), "pending"))
+            for t in _maps(data.get("todos"), ("text",))
+        ][:_MAX_PER_LIST]
+        st.artifacts = [
+            Artifact(name=str(a["name"]), kind=str(a["kind"]), state=str(a["state"]))
+            for a in _maps(data.get("artifacts"), ("name", "kind", "state"))
+        ][-_MAX_PER_LIST:]
+        st.decisions = _strs(data.get("decisions"))[-MAX_DECISIONS:]
+        st.errors = [
+            OpenError(text=str(e["text"]), source=str(e["source"]))
+            for e in _maps(data.get("errors"), ("text", "source"))
+        ][-MAX_ERRORS:]
+        st.results = [
+            Result(call=str(r["call"]), text=str(r["text"]))
+            for r in _maps(data.get("results"), ("call", "text"))
+        ][-MAX_RESULTS:]
+        st.next_action = _opt(data.get("next_action"))
+        st.recall = data.get("recall") is True
+        st.said = _strs(data.get("said"))
+        led._said = set(st.said)
         return led
 
 
-#: The fact categories the files and ids lists are made of.
-_CATEGORIES = {
-    frozenset({"files"}): ("paths",),
-    frozenset({"ids"}): ("ids", "urls", "settings"),
-    frozenset({"files", "ids"}): ("paths", "ids", "urls", "settings"),
-}
-
-
-def _entries(u: Unit, need: set[str]) -> list[tuple[str, str]]:
-    """``(list, entry)`` pairs of one dropped unit, in order, for the lists in ``need``."""
-    out: list[tuple[str, str]] = []
-    results = (
-        {str(m.get("tool_call_id", "")): content_text(m.get("content")) for m in u.tool_messages}
-        if "done" in need
-        else {}
-    )
-    for m in u.messages:
-        role = m.get("role")
-        text = content_text(m.get("content"))
-        calls = [tc for tc in m.get("tool_calls") or () if isinstance(tc, Mapping)]
-        if role == "assistant" and "done" in need:
-            for tc in calls:
-                out.append(("done", _done_entry(u, tc, results.get(str(tc.get("id", "")), ""))))
-        if not need & {"files", "ids", "errors"}:
-            continue
-        body = REF_LINE.sub("", text) if REF_MARK in text else text
-        if need & {"files", "ids"}:
-            args = " ".join(str((tc.get("function") or {}).get("arguments", "")) for tc in calls)
-            facts = extract(
-                body + "\n" + args, only=_CATEGORIES[frozenset(need & {"files", "ids"})]
-            )
-            if "files" in need:
-                out.extend(("files", p) for p in facts.paths)
-            if "ids" in need:
-                out.extend(
-                    ("ids", short(x, 120)) for x in [*facts.ids, *facts.urls, *facts.settings]
-                )
-        if role in ("tool", "user") and "errors" in need:
-            out.extend(("errors", e) for e in error_lines(body, limit=2, max_len=160))
-    if u.kind == "summary" and "done" in need:
-        out.extend(("done", f"offloaded: {r}") for r in unit_refs(u))
+def check_stored(value: Mapping[str, Any]) -> dict[str, Any]:
+    """A stored version 2 ledger's fields, each of its type (raises ``ValueError``)."""
+    out: dict[str, Any] = {"v": VERSION}
+    for name in ("goal", "next_action", "archive"):
+        v = value.get(name)
+        if v is not None and not isinstance(v, str):
+            raise ValueError(f"ledger.{name} is not a text")
+        out[name] = v
+    for name in ("instructions", "done", "decisions", "said"):
+        v = value.get(name, [])
+        if type(v) is not list or not all(isinstance(x, str) for x in v):
+            raise ValueError(f"ledger.{name} is not a list of texts")
+        out[name] = v
+    shapes = {
+        "todos": ("text",),
+        "artifacts": ("name", "kind", "state"),
+        "errors": ("text", "source"),
+        "results": ("call", "text"),
+    }
+    for name, keys in shapes.items():
+        v = value.get(name, [])
+        if type(v) is not list or not all(
+            isinstance(x, Mapping) and all(isinstance(x.get(k), str) for k in keys) for x in v
+        ):
+            raise ValueError(f"ledger.{name} is not a list of objects with {', '.join(keys)}")
+        out[name] = v
+    dropped = value.get("instructions_dropped", 0)
+    if type(dropped) is not int or dropped < 0:
+        raise ValueError("ledger.instructions_dropped is not a count")
+    out["instructions_dropped"] = dropped
+    out["recall"] = value.get("recall") is True
     return out
 
 
-def _done_entry(u: Unit, tc: Mapping[str, Any], out: str) -> str:
-    """``step N: name(args) → first line of the result [ref]``."""
-    entry = describe_call(tc, 100)
-    if u.round is not None:
-        entry = f"step {u.round}: {entry}"
-    outcome = first_meaningful_line(out, 80)
-    if outcome:
-        entry += f" → {outcome}"
-    ref = REF_LINE.search(out)
-    meta_ref = meta_ref_for(u, str(tc.get("id", "")))
-    if ref:
-        entry += f" [{ref.group('uri') or ref.group('path')}]"
-    elif meta_ref:
-        entry += f" [{meta_ref}]"
-    return entry
+# ---------------------------------------------------------------------- helpers
+#: The tool a ledger names for reading the archive, when the model is offered it.
+RECALL_TOOL = "ctx_recall"
+
+
+def tool_names(tools: Sequence[Mapping[str, Any]] | None) -> set[str]:
+    """Names of the tools a request offers (OpenAI ``{"function": {"name"}}``, plain
+    ``{"name"}`` as Anthropic's and the adapters' counting lists hold them)."""
+    out: set[str] = set()
+    for t in tools or ():
+        if not isinstance(t, Mapping):
+            continue
+        fn = t.get("function")
+        name = fn.get("name") if isinstance(fn, Mapping) else t.get("name")
+        if isinstance(name, str):
+            out.add(name)
+    return out
+
+
+def todo_list(name: str, args: Any) -> list[Todo] | None:
+    """The plan a call of the agent's own todo/plan tool writes (the whole list: these
+    tools rewrite it each time), or None when ``name`` is not such a tool or its
+    arguments hold no list of items."""
+    if re.sub(r"[^a-z]", "", name.lower()) not in TODO_TOOLS or not isinstance(args, Mapping):
+        return None
+    items = next((args[k] for k in _TODO_LIST_KEYS if isinstance(args.get(k), list)), None)
+    if items is None:
+        return None
+    out: list[Todo] = []
+    for it in items[:_MAX_PER_LIST]:
+        if isinstance(it, str):
+            text, status = it, "pending"
+        elif isinstance(it, Mapping):
+            text = next((it[k] for k in _TODO_TEXT_KEYS if isinstance(it.get(k), str)), "")
+            raw = it.get("status", it.get("state"))
+            if isinstance(raw, str):
+                status = _STATUS.get(raw.strip().lower().replace(" ", "_"), "pending")
+            elif it.get("done") is True or it.get("completed") is True:
+                status = "completed"
+            else:
+                status = "pending"
+        else:
+            continue
+        text = short(text, 300)
+        if text:
+            out.append(Todo(text=text, status=status))
+    return out
+
+
+def _has_todo_call(u: Unit) -> bool:
+    for m in u.messages:
+        for tc in m.get("tool_calls") or ():
+            if isinstance(tc, Mapping):
+                fn = tc.get("function") or {}
+                if todo_list(str(fn.get("name", "")), _args(fn.get("arguments"))) is not None:
+                    return True
+    return False
+
+
+def _args(raw: Any) -> Any:
+    if isinstance(raw, str):
+        if len(raw) > 200_000:
+            return {}
+        try:
+            return json.loads(raw) if raw.strip() else {}
+        except ValueError:
+            return {"arguments": raw}
+    return raw if isinstance(raw, Mapping) else {}
+
+
+def _calls_by_id(u: Unit) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for m in u.messages:
+        for tc in m.get("tool_calls") or ():
+            if isinstance(tc, Mapping):
+                out[str(tc.get("id", ""))] = describe_call(tc, 100)
+    return out
+
+
+def _verb(name: str, args: Any) -> str:
+    words = [name.lower()]
+    if isinstance(args, Mapping):
+        for k in ("command", "cmd", "action"):
+            if isinstance(args.get(k), str):
+                words.append(args[k].split(" ", 1)[0].lower())
+    joined = " ".join(words)
+    if any(v in joined for v in _DELETE_VERBS):
+        return "deleted"
+    if any(v in joined for v in _EDIT_VERBS):
+        return "edited"
+    if any(v in joined for v in _QUERY_VERBS):
+        return "queried"
+    if any(v in joined for v in _READ_VERBS):
+        return "read"
+    return "used"
+
+
+def _tables(sql: str) -> list[str]:
+    """Table names a SQL text reads or writes (``FROM``/``JOIN``/``INTO``/``UPDATE``)."""
+    if not sql or len(sql) > 20_000:
+        return []
+    out: list[str] = []
+    for m in _SQL_TABLE.finditer(sql):
+        t = m.group(1).replace('"', "").replace("`", "")
+        if t.lower() not in _SQL_WORDS and t not in out and not t.isdigit():
+            out.append(t)
+    return out[:20]
+
+
+def _id_kind(x: str) -> str:
+    return "url" if "://" in x else "id"
+
+
+_VALUE = re.compile(r"^\$?\d[\d.,]*\s?\S{0,8}$|^[\w.-]+=")
+
+
+def _fact_kind(f: str) -> str:
+    """``file``, ``url``, ``value`` (a number with its unit, a ``name=value``) or ``id``."""
+    if is_path(f):
+        return "file"
+    if "://" in f:
+        return "url"
+    return "value" if _VALUE.match(f) else "id"
+
+
+def _is_table(text: str) -> bool:
+    """A small computed result: at most :data:`RESULT_LINES` non-empty lines and
+    :data:`RESULT_CHARS` characters, two or more lines sharing a column delimiter
+    (``|``, tab, ``,``) or a JSON array of rows; no error line."""
+    if not text or len(text) > RESULT_CHARS or "\n" not in text.strip():
+        return False
+    lines = [ln for ln in text.splitlines() if ln.strip()]
+    if len(lines) < 2 or len(lines) > RESULT_LINES:
+        return False
+    if error_lines(text, limit=1):
+        return False
+    s = text.lstrip()
+    if s.startswith("[{") or s.startswith("[["):
+        return True
+    for delim in ("|", "\t", ","):
+        counts = [ln.count(delim) for ln in lines]
+        if counts[0] and sum(1 for c in counts if c == counts[0]) >= max(2, len(lines) * 3 // 4):
+            return True
+    return False
+
+
+def _first_user_text(units: Iterable[Unit]) -> str | None:
+    for u in units:
+        if u.kind == "user":
+            for m in u.messages:
+                if m.get("role") == "user":
+                    text = content_text(m.get("content"))
+                    if text.strip():
+                        return text
+    return None
+
+
+def _is_done(st: TaskState, action: str) -> bool:
+    a = action.strip().lower().rstrip(".")
+    if any(t.status == "completed" and t.text.strip().lower().rstrip(".") == a for t in st.todos):
+        return True
+    return any(a and a in d.lower() for d in st.done)
+
+
+def _verbatim_in(turn: str, text: str) -> bool:
+    """Whether a user turn as kept (whole, or its head when it was longer) is in ``text``."""
+    return turn.removesuffix(INSTRUCTION_CUT) in text
+
+
+def _call_part(done: str) -> str:
+    """The call of a done entry (``step N: name(args) → outcome [ref]``), at most 60
+    characters without the ellipsis: what a summary's own line for it starts with."""
+    call = done.split(": ", 1)[-1] if done.startswith("step ") else done
+    call = call.split(" → ", 1)[0].split(" [", 1)[0]
+    return short(call, 60).rstrip("…")
+
+
+def _artifact_line(a: Artifact) -> str:
+    return f"{a.name}: {a.state}" if a.kind != "table" else f"table {a.name}: {a.state}"
+
+
+def _bullet(text: str) -> str:
+    return "- " + text  # verbatim: a turn's own lines follow as written
+
+
+def _key(kind: str, text: str) -> str:
+    return f"{kind}:{text}"
+
+
+def _trim(parts: dict[str, list[Any]], excess_chars: float) -> bool:
+    """Drop the oldest entries (longest list of :data:`_TRIM_ORDER` first; then
+    completed plan items, then instructions) until about ``excess_chars`` are gone.
+    False when nothing is left to drop."""
+    removed = 0.0
+    did = False
+    while removed < excess_chars:
+        # the newest small result stays whole (it is most often what answers the task)
+        filled = [n for n in _TRIM_ORDER if len(parts[n]) > (1 if n == "results" else 0)]
+        if filled:
+            name = max(filled, key=lambda n: len(parts[n]))
+            gone = parts[name].pop(0)
+        elif any(t.status == "completed" for t in parts["todos"]):
+            i = next(i for i, t in enumerate(parts["todos"]) if t.status == "completed")
+            gone = parts["todos"].pop(i)
+        elif parts["instructions"]:
+            gone = parts["instructions"].pop(0)
+        else:
+            return did
+        did = True
+        removed += len(str(gone)) + 3
+    return did
+
+
+def _opt(v: Any) -> str | None:
+    return v if isinstance(v, str) else None
+
+
+def _int(v: Any) -> int:
+    return v if type(v) is int and v >= 0 else 0
+
+
+def _strs(v: Any) -> list[str]:
+    return [str(x) for x in v] if isinstance(v, list) else []
+
+
+def _maps(v: Any, keys: Sequence[str]) -> list[Mapping[str, Any]]:
+    if not isinstance(v, list):
+        return []
+    return [x for x in v if isinstance(x, Mapping) and all(k in x for k in keys)]
 
 
 #: The old name of :class:`ProgressLedger` (it collided with the policy model

@@ -398,9 +398,17 @@ def _take(ctx: EngineContext, out: _Outcome, budget: BudgetState) -> bool:
             duration_ms=round((time.perf_counter() - out.started) * 1000, 3),
             report=result.report,
             lost_facts=lost[:50],
+            prefix_tokens=_prefix_tokens(s, before, new_units),
         )
     )
     return True
+
+
+def _prefix_tokens(ctx: EngineContext, before: Sequence[Unit], after: Sequence[Unit]) -> int:
+    """Tokens of the units in front of the first one ``after`` changed: the part of the
+    request a provider's prompt cache can still serve."""
+    count_unit = _unit_counter(ctx)
+    return sum(count_unit(u) for u in before[: first_changed(before, after)])
 
 
 def lost_facts(ctx: EngineContext, before: Sequence[Unit], after: Sequence[Unit]) -> list[str]:

@@ -42,6 +42,12 @@ from ctxpolicy.engine.recorder import TraceRecorder
 from ctxpolicy.engine.report import report_call
 from ctxpolicy.engine.squeeze import squeeze
 from ctxpolicy.engine.state import PreparedStats, SessionState
+from ctxpolicy.engine.tool_results import (
+    ToolResultOutcome,
+    ToolResultProcessor,
+    arrived_text,
+    tool_key,
+)
 from ctxpolicy.engine.window import learn_window
 from ctxpolicy.event_types import (
     ContextOverflowErrorEvent,
@@ -66,6 +72,28 @@ P = ParamSpec("P")
 
 #: Pipeline passes per call at most (see ``_prepare``).
 _PASSES = 3
+#: The recall tools' names (their answers enter as they are: bounded, never snapshotted)
+_RECALL_TOOLS = frozenset({"ctx_recall", "ctx_search"})
+#: How far back from a tool message its assistant call is looked for.
+_CALL_LOOKBACK = 512
+
+
+def _call_of(
+    messages: Sequence[Mapping[str, Any]], index: int, call_id: str, m: Mapping[str, Any]
+) -> ToolCall:
+    """The assistant's tool call a tool message answers (the nearest before it with
+    that id); without one, a call named by the message's ``name`` or ``unknown``."""
+    if call_id:
+        for j in range(index - 1, max(-1, index - 1 - _CALL_LOOKBACK), -1):
+            prev = messages[j]
+            if not isinstance(prev, Mapping) or prev.get("role") != "assistant":
+                continue
+            calls = prev.get("tool_calls")
+            for tc in calls if isinstance(calls, list) else ():
+                if isinstance(tc, Mapping) and str(tc.get("id")) == call_id:
+                    return tool_call_info(tc)
+    name = m.get("name")
+    return ToolCall(name=name if isinstance(name, str) and name else "unknown", id=call_id or None)
 
 
 class ContextOverflowError(RuntimeError):
@@ -105,6 +133,11 @@ class Session:
     """Context management for one conversation under one policy.
 
     Thread-safe: calls on one session are serialised; sessions share token caches.
+
+    A tool result that arrives in the messages of ``prepare`` (not through
+    ``add_tool_result``) gets its tool's rule once, like ``add_tool_result`` would
+    apply it; ``tool_rules_in_prepare=False`` sends such results as they are (an
+    adapter whose user turned tool preprocessing off).
     """
 
     def __init__(
@@ -120,6 +153,7 @@ class Session:
         env: Mapping[str, str] | None = None,
         state_store: StateStore | None = None,
         record: str | os.PathLike[str] | None = None,
+        tool_rules_in_prepare: bool = True,
     ) -> None:
         self.policy = policy
         self.conv_id = conv_id or uuid.uuid4().hex[:12]
@@ -153,6 +187,7 @@ class Session:
             if conv_id is not None or state_store is not None
             else None
         )
+        self._arrive = self._arrived if tool_rules_in_prepare else None
         #: the trace this conversation records to (``record=``; engine/recorder.py)
         self.recorder: TraceRecorder | None = (
             TraceRecorder.open(record, self.conv_id, self._emit) if record is not None else None
@@ -316,13 +351,7 @@ class Session:
         meta: Mapping[str, Any] | None,
         done: dict[str, Any],
     ) -> str:
-        from ctxpolicy.engine.tool_results import ToolResultProcessor
-
-        st, derived = self.state, self._ctx.derived
-        if derived.tool_processor is None:
-            derived.tool_processor = ToolResultProcessor(
-                self.policy, store=self.snapshots, registry=self.registry
-            )
+        st = self.state
         if step is None:
             st.step += 1
             at = st.step
@@ -330,42 +359,71 @@ class Session:
             at = step
             st.step = max(st.step, step)
         if not done:
-            outcome = derived.tool_processor.process(
-                call, output, conv_id=self.conv_id, step=at, meta=meta
-            )
-            for ev in outcome.events:
-                ev = dict(ev)
-                self._emit(str(ev.pop("type", "tool.event")), **ev)
-            before = self.counter.count_text(outcome.raw_text)
-            same = outcome.text is outcome.raw_text or outcome.text == outcome.raw_text
-            after = before if same else self.counter.count_text(outcome.text)
-            self._emit(
-                ToolPreprocessed(
-                    tool=call.name,
-                    preprocessor=outcome.preprocessor,
-                    chars_before=outcome.chars_before,
-                    chars_after=outcome.chars_after,
-                    tokens_before=before,
-                    tokens_after=after,
-                    snapshot=outcome.ref.uri if outcome.ref is not None else None,
-                    step=at,
-                )
-            )
+            outcome, before, after = self._apply_rule(call, output, at, meta)
             done.update(outcome=outcome, before=before, after=after, at=at)
         elif done["at"] != at:
             # redone after a lost state race: the first attempt's step came from the
             # stale counter; the snapshot takes the name a sequential run gives it
-            outcome = derived.tool_processor.restep(
+            outcome = self._tool_processor().restep(
                 done["outcome"], call, conv_id=self.conv_id, step=at
             )
-            for ev in outcome.events:
-                ev = dict(ev)
-                self._emit(str(ev.pop("type", "tool.event")), **ev)
+            self._emit_all(outcome.events)
             after = done["after"]
             if outcome.text != done["outcome"].text:
                 after = self.counter.count_text(outcome.text)
             done.update(outcome=outcome, after=after, at=at)
         outcome, before, after = done["outcome"], done["before"], done["after"]
+        self._count_result(call, outcome, before, after)
+        # the text returned is known when it arrives in ``prepare``: not processed again
+        st.add_tool_text(tool_key("", outcome.text), None)
+        return str(outcome.text)
+
+    def _tool_processor(self) -> ToolResultProcessor:
+        derived = self._ctx.derived
+        if derived.tool_processor is None:
+            derived.tool_processor = ToolResultProcessor(
+                self.policy, store=self.snapshots, registry=self.registry
+            )
+        processor: ToolResultProcessor = derived.tool_processor
+        return processor
+
+    def _emit_all(self, events: Sequence[Mapping[str, Any]]) -> None:
+        for ev in events:
+            ev = dict(ev)
+            self._emit(str(ev.pop("type", "tool.event")), **ev)
+
+    def _apply_rule(
+        self, call: ToolCall, output: Any, at: int, meta: Mapping[str, Any] | None
+    ) -> tuple[ToolResultOutcome, int, int]:
+        """The tool's rule on one result (preprocess, snapshot, reference), its events,
+        and the result's tokens before and after."""
+        outcome = self._tool_processor().process(
+            call, output, conv_id=self.conv_id, step=at, meta=meta
+        )
+        self._emit_all(outcome.events)
+        before = self.counter.count_text(outcome.raw_text)
+        same = outcome.text is outcome.raw_text or outcome.text == outcome.raw_text
+        after = before if same else self.counter.count_text(outcome.text)
+        self._emit(
+            ToolPreprocessed(
+                tool=call.name,
+                preprocessor=outcome.preprocessor or "",
+                chars_before=outcome.chars_before,
+                chars_after=outcome.chars_after,
+                tokens_before=before,
+                tokens_after=after,
+                snapshot=outcome.ref.uri if outcome.ref is not None else None,
+                step=at,
+            )
+        )
+        return outcome, before, after
+
+    def _count_result(
+        self, call: ToolCall, outcome: ToolResultOutcome, before: int, after: int
+    ) -> None:
+        """What a processed result changes in the state: its snapshot reference, the
+        learned tool growth and the running numbers."""
+        st = self.state
         if outcome.ref is not None and call.id:
             st.add_ref(str(call.id), outcome.ref.uri)
         growth = st.growth
@@ -376,7 +434,40 @@ class Session:
         st.stats.tool_tokens_after += after
         # a fixed tool_growth learns nothing: its entry is not encoded again
         st.touch(*(("meta", "growth") if growth is not None and growth.learned else ("meta",)))
-        return str(outcome.text)
+
+    def _arrived(
+        self, messages: Sequence[Mapping[str, Any]], index: int, m: Mapping[str, Any]
+    ) -> Mapping[str, Any]:
+        """A tool message as it enters the context when it arrives in ``prepare``
+        (not through ``add_tool_result``): its tool's rule applied once (the tool named
+        by the assistant's matching call), the result remembered in the state by its
+        call id and text, so every later call and a resumed session send the same text.
+        A text ``add_tool_result`` returned, a recall answer and a content that is not
+        text enter as they are."""
+        text = arrived_text(m.get("content"))
+        if text is None:
+            return m
+        raw_id = m.get("tool_call_id")
+        cid = raw_id if type(raw_id) is str else ("" if raw_id is None else str(raw_id))
+        st = self.state
+        key = tool_key(cid, text)
+        texts = st.tool_texts
+        if key in texts:
+            new = texts[key]
+        elif cid and (plain := tool_key("", text)) in texts:
+            new = texts[plain]  # what add_tool_result returned
+        else:
+            call = _call_of(messages, index, cid, m)
+            if call.name in _RECALL_TOOLS:
+                return m  # a recall answer is bounded already, never snapshotted again
+            st.step += 1
+            outcome, before, after = self._apply_rule(call, text, st.step, None)
+            self._count_result(call, outcome, before, after)
+            new = None if outcome.text == text else outcome.text
+            st.add_tool_text(key, new)
+        if new is None:
+            return m
+        return {**m, "content": new}
 
     def close(self) -> None:
         """Release the state store this session opened (a store passed in stays open)."""
@@ -497,7 +588,7 @@ class Session:
         st = ctx.state
         counter = ctx.counter
         caches = ctx.derived.caches
-        msgs, unchanged = caches.input(messages)
+        msgs, unchanged = caches.input(messages, self._arrive)
         originals, keep = caches.units(msgs, unchanged)
         view, out = caches.view(originals, keep)
         tools_tokens = counter.count_tools(tools) if tools else 0
@@ -516,6 +607,7 @@ class Session:
         budget = ctx.budget()
         entry_used = used
         compact_layer: str | None = None
+        start = view
         for _ in range(_PASSES):
             # a pass can grow the ledger (facts of what it dropped) back above the
             # target: the eligible layers then run again over the new ledger
@@ -532,7 +624,9 @@ class Session:
             if by is None:
                 break
             compact_layer = by
-            view = insert_specials([u for u in view if u.kind != "ledger"], ctx.special_units())
+            rest = [u for u in view if u.kind != "ledger"]
+            ctx.sync_ledger(start, rest, tools)
+            view = insert_specials(rest, ctx.special_units())
             used = count(view)
             if used <= budget.target or forced:
                 break

@@ -10,7 +10,7 @@ the rendered view, budgets, layer and summarizer instances — is derived
 :meth:`SessionState.to_entries` turns the state into small JSON documents keyed by
 string (``meta``, ``status``, ``scalars``, ``texts``, ``repairs``, ``ledger``,
 ``memory``, ``growth``, ``decision/<unit key>``, ``ref/<tool call id>``,
-``archived/<unit key>``); :meth:`SessionState.take_changes` returns only the entries
+``archived/<unit key>``, ``tool/<digest>``); :meth:`SessionState.take_changes` returns only the entries
 that changed since the last call, so a state store writes what changed, not the whole
 history.
 """
@@ -38,6 +38,8 @@ from ctxpolicy.engine.stored import (
     check_repairs,
     check_seen_repairs,
     check_stats,
+    check_tool_key,
+    check_tool_text,
 )
 from ctxpolicy.state._codec import UNSTORABLE, built_text, check_key, entry_text, unstorable
 
@@ -228,6 +230,12 @@ class SessionState:
     window_key: str = field(default="scalars.learned_window", repr=False, compare=False)
     #: ``refh/<digest>`` key → its call id
     _hashed: dict[str, str] = field(default_factory=dict, repr=False)
+    #: tool results whose rule was applied (:func:`ctxpolicy.engine.tool_results.tool_key`
+    #: of the call id and the content as it arrives → the text that replaces it, None
+    #: when it enters as it is): a result that arrives inside the messages of
+    #: ``prepare`` is processed once, and the same text is sent on every later call
+    #: and after a resume; entries ``tool/<digest>``
+    tool_texts: dict[str, str | None] = field(default_factory=dict)
 
     # ------------------------------------------------------------------ mutation
     def set_decisions(self, decisions: dict[str, tuple[Unit, ...]]) -> None:
@@ -252,6 +260,13 @@ class SessionState:
         if key.startswith(HASHED_REF):
             self._hashed[key] = call_id
         self._put(key)
+
+    def add_tool_text(self, key: str, text: str | None) -> None:
+        """Remember the text a tool result enters the context as (see :attr:`tool_texts`)."""
+        if key in self.tool_texts and self.tool_texts[key] == text:
+            return
+        self.tool_texts[key] = text
+        self._put(f"tool/{key}")
 
     def repair_seen(self, kind: str, index: int) -> bool:
         """Whether the repair ``kind`` of message ``index`` was reported already."""
@@ -323,6 +338,9 @@ class SessionState:
             return {"id": call_id, "uri": self.refs[call_id]}
         if section == "archived":
             return True
+        if section == "tool":
+            text = self.tool_texts[name]
+            return True if text is None else text
         raise KeyError(key)
 
     def to_entries(self) -> dict[str, Any]:
@@ -334,6 +352,7 @@ class SessionState:
         keys += [f"decision/{k}" for k in self.decisions]
         keys += [ref_key(k) for k in self.refs]
         keys += [f"archived/{k}" for k in self.archived]
+        keys += [f"tool/{k}" for k in self.tool_texts]
         return {k: _jsonable(self._entry(k)) for k in keys}
 
     def take_changes(self, refuse: Refuse | None = None) -> tuple[dict[str, Any], list[str]]:
@@ -521,7 +540,7 @@ class SessionState:
         st.ledger, st.growth = ledger, growth
         for key, value in entries.items():
             section, _, name = key.partition("/")
-            if section not in ("decision", "ref", "refh", "archived"):
+            if section not in ("decision", "ref", "refh", "archived", "tool"):
                 continue
             if not name or not st._load_entry(key, section, name, value):
                 problems.append(Problem(key[:120], f"invalid {section} entry"))
@@ -606,9 +625,12 @@ class SessionState:
             self._texts_saved = (self.handover_text, self.unfit)
 
     def _load_entry(self, key: str, section: str, name: str, value: Any) -> bool:
-        """Load one ``decision``/``ref``/``refh``/``archived`` entry; False if invalid."""
+        """Load one ``decision``/``ref``/``refh``/``archived``/``tool`` entry; False if
+        invalid."""
         try:
-            if section == "decision":
+            if section == "tool":
+                self.tool_texts[check_tool_key(name)] = check_tool_text(value)
+            elif section == "decision":
                 self.decisions[name] = tuple(unit_from_json(u) for u in check_decision(value))
             elif section == "archived":
                 if value is not True:

@@ -14,6 +14,7 @@ raised and never obeyed.
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, get_args
 
@@ -39,6 +40,8 @@ __all__ = [
     "check_repairs",
     "check_seen_repairs",
     "check_stats",
+    "check_tool_key",
+    "check_tool_text",
     "verify_learned_window",
     "window_bounds",
 ]
@@ -219,8 +222,17 @@ def check_stats(value: Any) -> dict[str, Any]:
 
 
 def check_ledger(value: Any) -> dict[str, Any]:
-    """A stored ledger's lists and texts (its size limit and constraints are the policy's)."""
+    """A stored ledger's lists and texts (its size limit and constraints are the policy's).
+    A version 2 ledger (the typed task state) is checked by its own module; an older
+    one is read as it was written and migrated when loaded."""
     led = _mapping(value, "ledger")
+    if led.get("v") == 2:
+        from ctxpolicy.engine.ledger import check_stored
+
+        try:
+            return check_stored(led)
+        except ValueError as exc:
+            raise Invalid(str(exc)) from None
     out: dict[str, Any] = {}
     for name in ("goal", "next_step", "archive"):
         out[name] = _optional_text(led.get(name), f"ledger.{name}")
@@ -287,6 +299,24 @@ def check_ref(value: Any) -> tuple[str | None, str]:
         return None, value
     ref = _mapping(value, "a snapshot reference")
     return _text(ref.get("id"), "a reference's call id"), _text(ref.get("uri"), "a reference")
+
+
+_TOOL_KEY = re.compile(r"[0-9a-f]{32}")
+
+
+def check_tool_key(name: str) -> str:
+    """The name of a ``tool/<digest>`` entry: 32 lowercase hex digits."""
+    if not _TOOL_KEY.fullmatch(name):
+        raise Invalid("not a tool result digest")
+    return name
+
+
+def check_tool_text(value: Any) -> str | None:
+    """A ``tool/<digest>`` entry: the text a tool result enters the context as, or
+    ``true`` when it enters as it arrives."""
+    if value is True:
+        return None
+    return _text(value, "a tool result's text")
 
 
 def bounded_problems(problems: list[Problem], limit: int = 20) -> list[Problem]:

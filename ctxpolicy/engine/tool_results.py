@@ -25,6 +25,7 @@ import codecs
 import dataclasses
 import datetime as _dt
 import fnmatch
+import hashlib
 import re
 import threading
 import time
@@ -48,12 +49,14 @@ __all__ = [
     "REFERENCE_PREFIX",
     "ToolResultOutcome",
     "ToolResultProcessor",
+    "arrived_text",
     "format_reference",
     "interpolate_path",
     "open_store",
     "parse_reference",
     "render_output",
     "select_rule",
+    "tool_key",
 ]
 
 REFERENCE_PREFIX = "[Full detail available at: "
@@ -123,21 +126,70 @@ def render_output(output: Any) -> tuple[str, dict[str, Any]]:
             return f"<unrenderable {type(output).__name__}>", info
 
 
+# --------------------------------------------------------------------------- arrived
+
+
+def arrived_text(content: Any) -> str | None:
+    """The text of a tool message's content as it arrives in ``prepare``: a string,
+    or the parts of a list that holds only text parts (``{"type": "text", "text": …}``)
+    joined by newlines; None for anything else (an image, a document: the tool rule
+    does not apply to it)."""
+    if type(content) is str:
+        return content
+    if not isinstance(content, list) or not content:
+        return None
+    texts: list[str] = []
+    for part in content:
+        if not isinstance(part, Mapping) or part.get("type") != "text":
+            return None
+        text = part.get("text")
+        if type(text) is not str:
+            return None
+        texts.append(text)
+    return "\n".join(texts)
+
+
+def tool_key(call_id: str, text: str) -> str:
+    """The state key of a tool result: a digest of its call id (``""`` when it has
+    none, or for a text ``add_tool_result`` returned) and its text. Keyed by both, a
+    call id reused for another result and a result edited by the agent are new results;
+    keyed by the text alone, a result whose id a framework renamed is still known."""
+    h = hashlib.blake2b(digest_size=16)
+    cid = call_id.encode("utf-8", "surrogatepass")
+    h.update(b"%d:" % len(cid))
+    h.update(cid)
+    h.update(text.encode("utf-8", "surrogatepass"))
+    return h.hexdigest()
+
+
 # --------------------------------------------------------------------------- rules
 
 
 def select_rule(tools: Mapping[str, ToolRule], tool_name: str) -> tuple[str, ToolRule] | None:
-    """The rule for a tool: an exact key wins; else the first matching glob in
-    declaration order (``fnmatchcase``), ``"*"`` only after every other pattern."""
+    """The rule for a tool and its key: a rule whose key or one of its ``aliases`` is
+    the tool's name wins (the first in declaration order; compared without regard to
+    case when the rule has ``ignore_case``); else the first rule with a glob (key or
+    alias) that matches (``fnmatchcase``), in declaration order; ``"*"`` only after
+    every other pattern."""
     if tool_name in tools:
         return tool_name, tools[tool_name]
+    folded = tool_name.casefold()
+    for key, rule in tools.items():
+        if rule.ignore_case and key.casefold() == folded:
+            return key, rule
+        for alias in rule.aliases:
+            if alias == tool_name or (rule.ignore_case and alias.casefold() == folded):
+                return key, rule
     star: tuple[str, ToolRule] | None = None
-    for pattern, rule in tools.items():
-        if pattern == "*":
-            star = (pattern, rule)
-            continue
-        if fnmatch.fnmatchcase(tool_name, pattern):
-            return pattern, rule
+    for key, rule in tools.items():
+        name = folded if rule.ignore_case else tool_name
+        for pattern in (key, *rule.aliases):
+            if pattern == "*":
+                if star is None:
+                    star = (key, rule)
+                continue
+            if fnmatch.fnmatchcase(name, pattern.casefold() if rule.ignore_case else pattern):
+                return key, rule
     return star
 
 
@@ -295,29 +347,35 @@ class ToolResultProcessor:
         self.max_snapshot_bytes = policy.snapshots.max_snapshot_bytes
         self.reference_form = policy.snapshots.reference_form
         self.redact_secrets = redact_secrets
-        self._pre: dict[str, Preprocessor] = {}
+        self._pre: dict[str, list[Preprocessor]] = {}
         for pattern, rule in policy.tools.items():
             self._pre[pattern] = self._make(rule, where=f"tools.{pattern}")
-        self._fallback = self._make(DEFAULT_RULE, where="fallback head_tail")
-        self._rules: dict[str, tuple[str | None, ToolRule, Preprocessor]] = {}
+        self._fallback = self._make(DEFAULT_RULE, where="fallback head_tail")[0]
+        self._rules: dict[str, tuple[str | None, ToolRule, list[Preprocessor]]] = {}
         from ctxpolicy.conversation.redact import default_redactor
 
         self._redactor = default_redactor()
 
-    def _make(self, rule: ToolRule, *, where: str) -> Preprocessor:
-        pre = self.registry.create("preprocessor", rule.preprocess, rule.options, where=where)
-        assert isinstance(pre, Preprocessor)
-        return pre
+    def _make(self, rule: ToolRule, *, where: str) -> list[Preprocessor]:
+        """The preprocessors of a rule, in the order they run (one unless it chains)."""
+        chain = rule.steps()
+        out: list[Preprocessor] = []
+        for i, (name, options) in enumerate(chain):
+            at = where if len(chain) == 1 else f"{where}.preprocess[{i}]"
+            pre = self.registry.create("preprocessor", name, options, where=at)
+            assert isinstance(pre, Preprocessor)
+            out.append(pre)
+        return out
 
-    def rule_for(self, tool_name: str) -> tuple[str | None, ToolRule, Preprocessor]:
-        """The rule of a tool, its pattern and preprocessor (remembered per tool name:
+    def rule_for(self, tool_name: str) -> tuple[str | None, ToolRule, list[Preprocessor]]:
+        """The rule of a tool, its pattern and preprocessors (remembered per tool name:
         the preprocessors, made at construction, are those of the policy's rules)."""
         known = self._rules.get(tool_name)
         if known is not None:
             return known
         found = select_rule(self.policy.tools, tool_name)
         if found is None:
-            known = (None, DEFAULT_RULE, self._fallback)
+            known = (None, DEFAULT_RULE, [self._fallback])
         else:
             known = (found[0], found[1], self._pre[found[0]])
         if len(self._rules) >= _MAX_RULES:
@@ -358,26 +416,29 @@ class ToolResultProcessor:
             if redactions:
                 events.append(ToolRedacted(tool=tool, counts=dict(redactions)).as_dict())
 
-        # 4 preprocess
-        used: str | None = rule.preprocess
-        try:
-            out = pre.process(text, call)
-            if not isinstance(out, str):
-                raise TypeError(f"preprocessor returned {type(out).__name__}, not str")
-        except Exception as exc:
-            events.append(
-                ToolPreprocessFailed(
-                    tool=tool,
-                    preprocessor=rule.preprocess,
-                    plugin=self.registry.plugin_of("preprocessor", rule.preprocess),
-                    error=f"{type(exc).__name__}: {exc}",
-                ).as_dict()
-            )
-            used = self._fallback.name
+        # 4 preprocess (a chain: each on the output of the one before)
+        used: str | None = rule.preprocessor_name
+        out = text
+        for one in pre:
             try:
-                out = self._fallback.process(text, call)
-            except Exception:  # pragma: no cover - head_tail does not raise
-                out = text[:3000]
+                out = one.process(out, call)
+                if not isinstance(out, str):
+                    raise TypeError(f"preprocessor returned {type(out).__name__}, not str")
+            except Exception as exc:
+                events.append(
+                    ToolPreprocessFailed(
+                        tool=tool,
+                        preprocessor=one.name,
+                        plugin=self.registry.plugin_of("preprocessor", one.name),
+                        error=f"{type(exc).__name__}: {exc}",
+                    ).as_dict()
+                )
+                used = self._fallback.name
+                try:
+                    out = self._fallback.process(text, call)
+                except Exception:  # pragma: no cover - head_tail does not raise
+                    out = text[:3000]
+                break
 
         # 5 reference (the engine passes refs of untouched results to layers via unit meta)
         shortened = out != raw

@@ -1,10 +1,10 @@
 """``ctxpolicy serve``: the engine behind OpenAI- and Anthropic-compatible endpoints.
 
-Modules: :mod:`.app` (routes, limits, health, metrics), :mod:`.wire_openai` and
-:mod:`.wire_anthropic` (wire formats), :mod:`.routing` (agent type),
+Modules: :mod:`.app` (routes, limits, health, metrics), :mod:`.routing` (agent type),
 :mod:`.identity` (conversation id), :mod:`.sessions` (one Session per conversation),
 :mod:`.recall` (answering ``ctx_recall``/``ctx_search`` inside the gateway),
-:mod:`.metrics` (Prometheus text). Needs the ``gateway`` extra (starlette, uvicorn, httpx).
+:mod:`.metrics` (Prometheus text); the provider formats are :mod:`ctxpolicy.wire`'s.
+Needs the ``gateway`` extra (starlette, uvicorn, httpx).
 """
 
 from __future__ import annotations

@@ -29,12 +29,14 @@ from starlette.responses import JSONResponse, PlainTextResponse, Response, Strea
 from starlette.routing import Route
 
 from ctxpolicy.gateway.calls import Prepared, completion
+from ctxpolicy.gateway.dashboard import PREFIX, Dashboard, observers
 from ctxpolicy.gateway.errors import RESP_DROP, UpstreamError, error_response
 from ctxpolicy.gateway.metrics import Metrics
 from ctxpolicy.gateway.routing import UnknownAgent, resolve_agent
 from ctxpolicy.gateway.sessions import SessionPool
 from ctxpolicy.gateway.sse import StreamScanner
-from ctxpolicy.gateway.wire_openai import WireError
+from ctxpolicy.gateway.unprepared import classify
+from ctxpolicy.wire import WIRES, WireError, for_path
 
 if TYPE_CHECKING:  # pragma: no cover
     from ctxpolicy.policy.models import Policy
@@ -42,6 +44,9 @@ if TYPE_CHECKING:  # pragma: no cover
 __all__ = ["GatewayConfig", "UpstreamError", "create_app"]
 
 log = logging.getLogger("ctxpolicy.gateway")
+
+#: The APIs (:data:`ctxpolicy.wire.WIRES`) whose requests the gateway prepares.
+_PREPARED = ("chat", "anthropic")
 
 SECRET_ENV = "CTXPOLICY_GATEWAY_SECRET"
 _HOP = frozenset(
@@ -79,6 +84,10 @@ class GatewayConfig:
     record: str | None = None
     timeout: float = 600.0
     secret: bytes = field(default=b"", repr=False)
+    #: serve ``/dashboard`` (gateway/dashboard.py)
+    dashboard: bool = False
+    #: a file: every session's events appended as JSON lines (``ctxpolicy report``)
+    events: str | None = None
 
 
 def _origin(url: str) -> str:
@@ -111,8 +120,12 @@ class Gateway:
         self.config = config
         self.secret = config.secret or os.environ.get(SECRET_ENV, "").encode() or _volatile()
         self.metrics = Metrics()
+        self.dashboard = Dashboard(self) if config.dashboard else None
         self.pool = SessionPool(
-            config.policies, max_sessions=config.max_sessions, record=config.record
+            config.policies,
+            max_sessions=config.max_sessions,
+            record=config.record,
+            observe=observers(self),
         )
         self.client: httpx.AsyncClient | None = None
         self.upstream = _origin(config.upstream)
@@ -142,14 +155,12 @@ class Gateway:
         if self.config.api_key:
             out.pop("authorization", None)
             out.pop("x-api-key", None)
-            if api == "anthropic":
-                out["x-api-key"] = self.config.api_key
-            else:
-                out["authorization"] = f"Bearer {self.config.api_key}"
+            out.update(WIRES.get(api, WIRES["chat"]).auth_headers(self.config.api_key))
         return out
 
     def upstream_url(self, api: str, path: str, query: str) -> str:
-        base = self.anthropic_upstream if api == "anthropic" else self.upstream
+        provider = WIRES[api].provider if api in WIRES else "openai"
+        base = {"anthropic": self.anthropic_upstream}.get(provider, self.upstream)
         return base + path + (("?" + query) if query else "")
 
     async def send(
@@ -194,11 +205,14 @@ class Gateway:
 
     async def dispatch(self, request: Request) -> Response:
         path = request.url.path
+        if self.dashboard is not None and (path == PREFIX or path.startswith(PREFIX + "/")):
+            return await self.dashboard.route(request)
         if path in ("/healthz", "/metrics") and request.method == "GET":
             return await (
                 self.healthz(request) if path == "/healthz" else self.metrics_route(request)
             )
-        api = "anthropic" if path.endswith("/v1/messages") else "chat"
+        wire = for_path(path)
+        api = wire.name if wire is not None and wire.name in _PREPARED else "chat"
         agent: str | None = None
         rest = path
         if path.startswith("/agents/") or (
@@ -238,6 +252,7 @@ class Gateway:
                 log.error("agent=%s internal error %s", agent, type(exc).__name__)
                 self.metrics.request(api, agent, 500)
                 return error_response(500, f"gateway internal error ({type(exc).__name__})", api)
+        self.metrics.forward(*classify(request.method, rest))
         return await self.forward(request, api if agent else "other", rest, body)
 
     async def forward(self, request: Request, api: str, path: str, body: bytes) -> Response:

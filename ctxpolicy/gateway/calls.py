@@ -20,11 +20,11 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from ctxpolicy.gateway import recall as recall_mod
-from ctxpolicy.gateway import wire_anthropic, wire_openai
 from ctxpolicy.gateway.errors import RESP_DROP, UpstreamError, error_response
 from ctxpolicy.gateway.identity import conversation_id
 from ctxpolicy.gateway.recall_stream import RecallProbe
 from ctxpolicy.gateway.sse import StreamScanner
+from ctxpolicy.wire import for_api
 
 if TYPE_CHECKING:  # pragma: no cover
     from ctxpolicy.engine import Session
@@ -47,34 +47,22 @@ async def completion(
     gw: Gateway, request: Request, api: str, agent: str, path: str, data: dict[str, Any]
 ) -> Response:
     """Answer one Chat Completions or Messages request of ``agent``."""
-    wire: Any = wire_anthropic if api == "anthropic" else wire_openai
-    conv_anth = wire_anthropic.extract(data) if api == "anthropic" else None
-    if conv_anth is not None:
-        messages = conv_anth.messages
-        client_tools = data.get("tools")
-        count_tools = wire_anthropic.tools_for_count(client_tools)
-    else:
-        messages, count_tools = wire_openai.extract(data)
-        client_tools = data.get("tools")
+    wire = for_api(api)
     stream = data.get("stream") is True
     injected_usage = False
-    if stream and api == "chat" and gw.config.stream_usage:
-        opts = data.get("stream_options")
-        if not (isinstance(opts, dict) and opts.get("include_usage")):
+    if stream and gw.config.stream_usage:
+        asked = wire.with_stream_usage(data)
+        if asked is not None:
             # the usage chunk feeds record_usage; the client that did not ask for it
             # never sees it (StreamScanner drops it)
             injected_usage = True
-            data = {
-                **data,
-                "stream_options": {
-                    **(opts if isinstance(opts, dict) else {}),
-                    "include_usage": True,
-                },
-            }
+            data = asked
+    req = wire.extract(data)
+    messages, count_tools = req.messages, req.tools
+    client_tools = data.get("tools")
     send_tools = None
     if gw.config.recall:
-        extra = recall_mod.anthropic_tools() if api == "anthropic" else recall_mod.openai_tools()
-        send_tools = recall_mod.with_tools(client_tools, extra)
+        send_tools = recall_mod.with_tools(client_tools, wire.tools(recall_mod.openai_tools()))
         have = {(c.get("function") or {}).get("name") for c in (count_tools or [])}
         count_tools = (count_tools or []) + [
             t for t in recall_mod.openai_tools() if t["function"]["name"] not in have
@@ -107,14 +95,9 @@ async def completion(
             session = open_session
             done_prep = await anyio.to_thread.run_sync(prepare_sync, session, messages, count_tools)
         prepared = gw.prepared(agent, done_prep)
-        raw_anth = list(data["messages"]) if conv_anth is not None else None
         rounds = 0
         while True:
-            up = (
-                wire_anthropic.build(data, conv_anth, prepared, send_tools)
-                if conv_anth is not None
-                else wire_openai.build(data, prepared, send_tools)
-            )
+            up = wire.build(req, prepared, send_tools)
             try:
                 resp = await gw.send("POST", url, headers, up)
             except httpx.HTTPError as exc:
@@ -200,16 +183,8 @@ async def completion(
                 (cid, await anyio.to_thread.run_sync(handler, name, args))
                 for cid, name, args in calls
             ]
-            if conv_anth is not None and raw_anth is not None:
-                raw_anth = [*raw_anth, msg, wire_anthropic.tool_results_turn(results)]
-                conv_anth = wire_anthropic.AnthropicConversation(raw_anth, data.get("system"))
-                messages = conv_anth.messages
-            else:
-                messages = [
-                    *messages,
-                    msg,
-                    *(wire_openai.tool_message(cid, text) for cid, text in results),
-                ]
+            req = wire.with_round(req, msg, results)
+            messages = req.messages
             done_prep = await anyio.to_thread.run_sync(prepare_sync, session, messages, count_tools)
             prepared = gw.prepared(agent, done_prep)
     finally:

@@ -7,6 +7,8 @@ from typing import Any
 
 from starlette.responses import JSONResponse
 
+from ctxpolicy.wire import WIRES
+
 __all__ = ["RESP_DROP", "UpstreamError", "error_response"]
 
 #: Upstream response headers not passed on (the gateway's server sets its own).
@@ -33,16 +35,5 @@ class UpstreamError(Exception):
 
 def error_response(status: int, message: str, api: str = "chat") -> JSONResponse:
     """The gateway's own error, in the wire format of the request's API."""
-    if api == "anthropic":
-        kind = {
-            400: "invalid_request_error",
-            404: "not_found_error",
-            413: "request_too_large",
-        }.get(status, "api_error")
-        return JSONResponse(
-            {"type": "error", "error": {"type": kind, "message": message}}, status_code=status
-        )
-    return JSONResponse(
-        {"error": {"message": message, "type": "invalid_request_error", "code": None}},
-        status_code=status,
-    )
+    wire = WIRES.get(api, WIRES["chat"])
+    return JSONResponse(wire.error_body(status, message), status_code=status)

@@ -30,6 +30,7 @@ class Metrics:
         self.tokens_saved: dict[tuple[tuple[str, str], ...], int] = defaultdict(int)
         self.overflow_retries: dict[tuple[tuple[str, str], ...], int] = defaultdict(int)
         self.recall_rounds: dict[tuple[tuple[str, str], ...], int] = defaultdict(int)
+        self.forwarded: dict[tuple[tuple[str, str], ...], int] = defaultdict(int)
         self._lat_buckets = [0] * len(_BUCKETS)
         self._lat_count = 0
         self._lat_sum = 0.0
@@ -52,6 +53,11 @@ class Metrics:
     def recall(self, agent: str) -> None:
         with self._lock:
             self.recall_rounds[(("agent", agent),)] += 1
+
+    def forward(self, path: str, reason: str) -> None:
+        """A request forwarded without preparing it (gateway/unprepared.py)."""
+        with self._lock:
+            self.forwarded[(("path", path), ("reason", reason))] += 1
 
     def upstream(self, seconds: float) -> None:
         with self._lock:
@@ -82,6 +88,11 @@ class Metrics:
                     "ctxpolicy_gateway_recall_rounds_total",
                     "Recall-only tool calls answered inside the gateway.",
                     self.recall_rounds,
+                ),
+                (
+                    "ctxpolicy_gateway_forwarded_total",
+                    "Requests forwarded without preparing them, by path and reason.",
+                    self.forwarded,
                 ),
             ):
                 out.append(f"# HELP {name} {help_}")

@@ -12,6 +12,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from ctxpolicy.wire import WIRES
+
 __all__ = ["RECALL_NAMES", "anthropic_tools", "is_recall_only", "openai_tools", "with_tools"]
 
 RECALL_NAMES = frozenset({"ctx_recall", "ctx_search"})
@@ -24,17 +26,7 @@ def openai_tools() -> list[dict[str, Any]]:
 
 
 def anthropic_tools() -> list[dict[str, Any]]:
-    out = []
-    for t in openai_tools():
-        fn = t.get("function", {})
-        out.append(
-            {
-                "name": fn.get("name", ""),
-                "description": fn.get("description", ""),
-                "input_schema": fn.get("parameters") or {"type": "object"},
-            }
-        )
-    return out
+    return WIRES["anthropic"].tools(openai_tools())
 
 
 def _tool_name(t: Mapping[str, Any]) -> str:

@@ -42,6 +42,7 @@ class SessionPool:
         max_sessions: int = 4096,
         on_event: Callable[[dict[str, Any]], None] | None = None,
         record: str | None = None,
+        observe: Callable[[str], Callable[[dict[str, Any]], None]] | None = None,
     ) -> None:
         # a directory (always: never one file for every conversation), a trace each
         self.record = record if not record or record.endswith(("/", os.sep)) else record + os.sep
@@ -50,6 +51,7 @@ class SessionPool:
             max_sessions=max_sessions,
             stored_id=_as_is,
             on_event=on_event,
+            events_for=observe,
             record=self.record,
         )
         self.policies = self.pool.policies

@@ -5,25 +5,23 @@ that did not.
 Bytes go back to the client as they arrive: in pass-through mode every chunk is yielded
 unchanged at once and only a copy is scanned; in filter mode (the gateway added
 ``stream_options.include_usage``) a chunk is held only until its event is complete. Only
-events that mention ``"usage"`` are parsed, and an event longer than :data:`MAX_EVENT_BYTES`
-stops the scanning (its bytes are flushed unchanged), so memory stays bounded whatever the
+events that mention ``"usage"`` are parsed (by the request's wire,
+:mod:`ctxpolicy.wire`), and an event longer than :data:`MAX_EVENT_BYTES` stops the
+scanning (its bytes are flushed unchanged), so memory stays bounded whatever the
 upstream sends.
 """
 
 from __future__ import annotations
 
-import json
-import re
 from typing import Any
 
-from ctxpolicy.gateway import wire_anthropic, wire_openai
+from ctxpolicy.wire import WIRES
+from ctxpolicy.wire.sse import EventSplitter, parse_event
 
 __all__ = ["MAX_EVENT_BYTES", "StreamScanner"]
 
 #: Longest event the scanner holds (bytes); past it the rest passes through unscanned.
 MAX_EVENT_BYTES = 1024 * 1024
-_END = re.compile(rb"\r\n\r\n|\n\n|\r\r")
-_LINE = re.compile(rb"\r\n|\n|\r")
 
 
 class StreamScanner:
@@ -31,40 +29,30 @@ class StreamScanner:
 
     def __init__(self, api: str, *, drop_usage_chunk: bool = False) -> None:
         self.api = api
-        self.drop = drop_usage_chunk and api == "chat"
+        self.wire = WIRES.get(api, WIRES["chat"])
+        self.drop = drop_usage_chunk
         self.usage: int | None = None
-        self._buf = bytearray()
-        self._scanned = 0
+        self._events = EventSplitter()
         self._scanning = True
 
     def feed(self, chunk: bytes) -> bytes:
         """The bytes to send to the client now (possibly empty)."""
         if not self._scanning:
             return chunk
-        self._buf += chunk
         out: list[bytes] = [] if self.drop else [chunk]
-        pos = 0
-        # only the new bytes (and 3 before them: a separator cut in two) are searched,
-        # so a long event arriving in small chunks costs linear time
-        for m in _END.finditer(self._buf, max(0, self._scanned - 3)):
-            event = bytes(self._buf[pos : m.end()])
-            pos = m.end()
+        for event in self._events.feed(chunk):
             if self._event(event) and self.drop:
                 out.append(event)
-        del self._buf[:pos]
-        self._scanned = len(self._buf)
-        if len(self._buf) > MAX_EVENT_BYTES:  # hostile or broken stream: stop scanning
+        if self._events.pending > MAX_EVENT_BYTES:  # hostile or broken stream: stop scanning
             self._scanning = False
+            rest = self._events.take()
             if self.drop:
-                out.append(bytes(self._buf))
-            self._buf = bytearray()
+                out.append(rest)
         return b"".join(out)
 
     def flush(self) -> bytes:
         """What is left at the end of the stream (an unterminated last event)."""
-        rest = bytes(self._buf)
-        self._buf = bytearray()
-        self._scanned = 0
+        rest = self._events.take()
         if rest and self._scanning:
             self._event(rest)
         return rest if self.drop else b""
@@ -73,20 +61,13 @@ class StreamScanner:
         """Read one complete event; False when it is the usage chunk to drop."""
         if b'"usage"' not in event:
             return True
-        data = b"\n".join(
-            line[5:].lstrip(b" ") for line in _LINE.split(event) if line.startswith(b"data:")
-        )
         try:
-            obj: Any = json.loads(data)
+            obj: Any = parse_event(event)
         except ValueError:
             return True
         if not isinstance(obj, dict):
             return True
-        if self.api == "anthropic":
-            kind = obj.get("type")
-            found = wire_anthropic.usage(obj.get("message") if kind == "message_start" else obj)
-        else:
-            found = wire_openai.usage(obj)
+        found = self.wire.stream_usage(obj)
         if found:
             self.usage = found
-        return not (self.drop and "usage" in obj and obj.get("choices") == [])
+        return not (self.drop and self.wire.is_usage_only_event(obj))

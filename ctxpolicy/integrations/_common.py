@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 import importlib
-import json
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from types import ModuleType
-from typing import TYPE_CHECKING, Any, TypeGuard, TypeVar, cast
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from ctxpolicy._install import extra_hint
 from ctxpolicy.calls.driver import CallDriver
 from ctxpolicy.calls.pool import conversation_key
+from ctxpolicy.wire.base import is_given, json_args, parse_args, to_plain
 
 __all__ = [
     "Proxy",
@@ -43,13 +43,6 @@ def require(module: str, extra: str) -> ModuleType:
             f"ctxpolicy.integrations.{extra} needs the {module!r} package, which is not "
             f"installed: {extra_hint(extra)}"
         ) from exc
-
-
-def is_given(value: T | None) -> TypeGuard[T]:
-    """False for None and the SDKs' ``NOT_GIVEN`` / ``omit`` sentinels."""
-    if value is None:
-        return False
-    return type(value).__name__ not in ("NotGiven", "Omit")
 
 
 def as_session(
@@ -93,38 +86,6 @@ def as_session(
     raise TypeError(
         f"expected a ctxpolicy.Session, a Policy or a policy file path, not {type(session).__name__}"
     )
-
-
-def to_plain(obj: Any) -> Any:
-    """A JSON-like copy of SDK objects (pydantic models, TypedDicts, lists)."""
-    if isinstance(obj, Mapping):
-        return {str(k): to_plain(v) for k, v in obj.items() if is_given(v) or v is None}
-    if isinstance(obj, list | tuple):
-        return [to_plain(v) for v in obj]
-    dump = getattr(obj, "model_dump", None)
-    if callable(dump):
-        try:
-            return to_plain(dump(exclude_none=True, mode="json"))
-        except TypeError:  # pragma: no cover - very old pydantic-like objects
-            return to_plain(dump())
-    return obj
-
-
-def json_args(value: Any) -> str:
-    """Tool-call arguments as the JSON string OpenAI messages carry."""
-    if isinstance(value, str):
-        return value
-    return json.dumps(value if value is not None else {}, ensure_ascii=False)
-
-
-def parse_args(value: Any) -> Any:
-    """Tool-call arguments as an object (Anthropic ``input``, LangChain ``args``)."""
-    if isinstance(value, str):
-        try:
-            return json.loads(value) if value.strip() else {}
-        except ValueError:
-            return {"_raw": value}
-    return value if value is not None else {}
 
 
 def call_with_retry(

@@ -44,17 +44,16 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ctxpolicy.calls.driver import CallDriver, UsageOnly, off_loop
-from ctxpolicy.conversation import content_text, message_fingerprint
 from ctxpolicy.integrations._common import (
     Message,
     Proxy,
     as_session,
     is_async_callable,
     is_given,
-    json_args,
     require,
     to_plain,
 )
+from ctxpolicy.wire.responses import ResponsesInput
 
 if TYPE_CHECKING:  # pragma: no cover
     from ctxpolicy.engine import Session
@@ -247,196 +246,6 @@ class _Responses(Proxy):
 
 
 # --------------------------------------------------------------------------- Responses API
-
-_INSTRUCTIONS_MARK = "instructions"
-
-
-def _part_to_chat(part: Any) -> Any:
-    if isinstance(part, str):
-        return {"type": "text", "text": part}
-    if not isinstance(part, Mapping):
-        return {"type": "text", "text": str(part)}
-    ptype = part.get("type")
-    if ptype in ("input_text", "output_text", "text"):
-        return {"type": "text", "text": str(part.get("text", ""))}
-    if ptype == "refusal":
-        return {"type": "text", "text": str(part.get("refusal", ""))}
-    if ptype == "input_image":
-        url = part.get("image_url") or ""
-        return {
-            "type": "image_url",
-            "image_url": {"url": url, "detail": part.get("detail") or "auto"},
-        }
-    if ptype == "input_file":
-        return {
-            "type": "text",
-            "text": f"[file {part.get('filename') or part.get('file_id') or ''}]",
-        }
-    return {"type": "text", "text": str(part)}
-
-
-def _content_to_chat(content: Any) -> Any:
-    if content is None or isinstance(content, str):
-        return content or ""
-    if isinstance(content, list):
-        return [_part_to_chat(p) for p in content]
-    return str(content)
-
-
-def _output_text(output: Any) -> str:
-    if isinstance(output, str):
-        return output
-    if isinstance(output, list):
-        return content_text([_part_to_chat(p) for p in output])
-    return json_args(output)
-
-
-class ResponsesInput:
-    """A Responses API ``input`` item list seen as chat messages, and back.
-
-    * message items → chat messages (``input_text``/``output_text`` → text parts);
-    * consecutive ``function_call`` items → one assistant message with parallel
-      ``tool_calls`` (an assistant message item or ``reasoning`` items right before
-      them belong to the same message, so they are kept or dropped together);
-    * ``function_call_output`` → a ``tool`` message;
-    * other items (``reasoning``, ``item_reference``, built-in tool calls) stay
-      attached to the next message;
-    * ``instructions`` (if given) are counted as a leading system message and not
-      sent back as an item.
-
-    :meth:`to_items` maps a prepared message list back: unchanged messages become
-    their original items (ids, reasoning, ``encrypted_content`` intact); messages a
-    layer rewrote (a truncated result, a summary, the ledger) become new items.
-    """
-
-    def __init__(self, items: Sequence[Any], *, instructions: str | None = None) -> None:
-        self.messages: list[Message] = []
-        groups: list[list[dict[str, Any]]] = []
-        self._instructions_fp: str | None = None
-        if instructions:
-            sys_msg: Message = {"role": "system", "content": str(instructions)}
-            self.messages.append(sys_msg)
-            groups.append([])
-        pending: list[dict[str, Any]] = []
-        open_assistant: int | None = None
-        self._calls: dict[str, dict[str, Any]] = {}
-        self._outputs: dict[str, dict[str, Any]] = {}
-        for raw in items:
-            it = to_plain(raw)
-            if not isinstance(it, dict):
-                continue
-            itype = it.get("type") or ("message" if "role" in it else None)
-            if itype == "message":
-                role = str(it.get("role", "user"))
-                msg: Message = {
-                    "role": role
-                    if role in ("system", "developer", "user", "assistant")
-                    else "user",
-                    "content": _content_to_chat(it.get("content")),
-                }
-                self.messages.append(msg)
-                groups.append([*pending, it])
-                pending = []
-                open_assistant = len(self.messages) - 1 if role == "assistant" else None
-            elif itype == "function_call":
-                call_id = str(it.get("call_id") or it.get("id") or "")
-                self._calls[call_id] = it
-                tc = {
-                    "id": call_id,
-                    "type": "function",
-                    "function": {
-                        "name": str(it.get("name", "")),
-                        "arguments": json_args(it.get("arguments")),
-                    },
-                }
-                if open_assistant is not None:
-                    am = self.messages[open_assistant]
-                    am.setdefault("tool_calls", []).append(tc)
-                    if not am.get("content"):
-                        am["content"] = None
-                    groups[open_assistant].extend([*pending, it])
-                else:
-                    self.messages.append({"role": "assistant", "content": None, "tool_calls": [tc]})
-                    groups.append([*pending, it])
-                    open_assistant = len(self.messages) - 1
-                pending = []
-            elif itype == "function_call_output":
-                call_id = str(it.get("call_id", ""))
-                self._outputs[call_id] = it
-                self.messages.append(
-                    {
-                        "role": "tool",
-                        "tool_call_id": call_id,
-                        "content": _output_text(it.get("output")),
-                    }
-                )
-                groups.append([*pending, it])
-                pending = []
-                open_assistant = None
-            else:
-                pending.append(it)
-        self._tail = pending
-        if instructions:
-            self._instructions_fp = message_fingerprint(self.messages[0])
-        self._groups: dict[str, list[list[dict[str, Any]]]] = {}
-        for m, g in zip(self.messages, groups, strict=True):
-            self._groups.setdefault(message_fingerprint(m), []).append(g)
-
-    def to_items(self, prepared: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
-        """The ``input`` items standing for ``prepared``."""
-        out: list[dict[str, Any]] = []
-        used: dict[str, int] = {}
-        for i, m in enumerate(prepared):
-            fp = message_fingerprint(m)
-            if i == 0 and self._instructions_fp is not None and fp == self._instructions_fp:
-                continue
-            candidates = self._groups.get(fp)
-            if candidates:
-                n = used.get(fp, 0)
-                used[fp] = n + 1
-                out.extend(candidates[min(n, len(candidates) - 1)])
-                continue
-            out.extend(self._rebuild(m))
-        out.extend(self._tail)
-        return out
-
-    def _rebuild(self, m: Mapping[str, Any]) -> list[dict[str, Any]]:
-        role = m.get("role")
-        if role == "tool":
-            call_id = str(m.get("tool_call_id", ""))
-            base = self._outputs.get(call_id, {})
-            item = {k: v for k, v in base.items() if k not in ("output", "id")}
-            item.update(
-                {
-                    "type": "function_call_output",
-                    "call_id": call_id,
-                    "output": content_text(m.get("content")),
-                }
-            )
-            return [item]
-        if role == "assistant":
-            items: list[dict[str, Any]] = []
-            text = content_text(m.get("content"))
-            if text:
-                items.append({"role": "assistant", "content": text})
-            for tc in m.get("tool_calls") or []:
-                call_id = str(tc.get("id", ""))
-                orig = self._calls.get(call_id)
-                if orig is not None:
-                    items.append(orig)
-                else:
-                    fn = tc.get("function") or {}
-                    items.append(
-                        {
-                            "type": "function_call",
-                            "call_id": call_id,
-                            "name": fn.get("name", ""),
-                            "arguments": json_args(fn.get("arguments")),
-                        }
-                    )
-            return items
-        r = role if role in ("system", "developer", "user") else "user"
-        return [{"role": r, "content": content_text(m.get("content"))}]
 
 
 def prepare_responses_input(

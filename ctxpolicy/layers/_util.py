@@ -6,8 +6,7 @@
 
 The reference line, the cutters and :func:`with_text` are host vocabulary now
 (:mod:`ctxpolicy.conversation.refs`, :mod:`~ctxpolicy.conversation.cut`,
-:mod:`~ctxpolicy.conversation.messages`); their names are importable from here for
-one release.
+:mod:`~ctxpolicy.conversation.messages`).
 """
 
 from __future__ import annotations
@@ -17,42 +16,18 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ctxpolicy.conversation import Unit, content_text
-from ctxpolicy.conversation.cut import (
-    ELISION,
-    approx_tokens,
-    describe_call,
-    first_meaningful_line,
-    head_tail,
-    short,
-    truncate_keep_refs,
-)
-from ctxpolicy.conversation.messages import with_text
-from ctxpolicy.conversation.refs import REF_LINE, REF_MARK, meta_ref_for, split_refs, unit_refs
 
 if TYPE_CHECKING:
     from ctxpolicy.components import CompactionContext
 
-__all__ = [  # the moved names are re-exported for one release
-    "ELISION",
+__all__ = [
     "GROUPABLE",
     "MAX_RECOUNTS",
-    "REF_LINE",
-    "REF_MARK",
     "Tally",
-    "approx_tokens",
-    "describe_call",
-    "first_meaningful_line",
-    "head_tail",
     "message_text",
-    "meta_ref_for",
     "plan_drop",
     "round_groups",
-    "short",
-    "split_refs",
     "step_label",
-    "truncate_keep_refs",
-    "unit_refs",
-    "with_text",
 ]
 
 #: Kinds a round group may contain besides its step.

@@ -28,13 +28,13 @@ class DropRoundsOptions(ComponentOptions):
     keep_recent_rounds: int = Field(
         default=3,
         ge=0,
-        description="Newest rounds never dropped (design A `min_keep_recent_rounds`).",
+        description="Newest rounds never dropped (`min_keep_recent_rounds` in a DB-GPT config).",
     )
     min_keep_tokens: int = Field(
         default=10000,
         ge=0,
         description="A round is only dropped if at least this many tokens of newer "
-        "content remain after it (design A `min_keep_tokens`).",
+        "content remain after it (`min_keep_tokens` in a DB-GPT config).",
     )
 
 

@@ -16,7 +16,6 @@ The overflow-error detector used by ``Session.on_error`` is host code, in
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
 
 from pydantic import Field
 
@@ -29,39 +28,11 @@ from ctxpolicy.plugins import hookimpl
 
 __all__ = ["Emergency", "EmergencyOptions"]
 
-#: names that moved to :mod:`ctxpolicy.engine.overflow` (one release)
-_MOVED = frozenset(
-    {
-        "OverflowPattern",
-        "is_context_overflow",
-        "overflow_patterns",
-        "parse_limit",
-        "register_overflow_pattern",
-        "unregister_overflow_pattern",
-    }
-)
-
-
-def __getattr__(name: str) -> Any:
-    if name in _MOVED:  # resolved at run time: built-in components never import the engine
-        import importlib
-        import warnings
-
-        warnings.warn(
-            f"ctxpolicy.layers.emergency.{name} moved to ctxpolicy.engine.overflow",
-            DeprecationWarning,
-            stacklevel=2,
-        )
-        return getattr(importlib.import_module("ctxpolicy.engine.overflow"), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
 
 class EmergencyOptions(ComponentOptions):
     """Options of ``emergency``."""
 
-    keep_recent_rounds: int = Field(
-        default=2, ge=0, description="Newest rounds kept (design A: the last 2 rounds)."
-    )
+    keep_recent_rounds: int = Field(default=2, ge=0, description="Newest rounds kept.")
     retries: int = Field(
         default=1,
         ge=0,

@@ -49,19 +49,19 @@ class ObservationMaskOptions(ComponentOptions):
         default=5,
         ge=0,
         description="Steps younger than this (counted from the newest step) keep their "
-        "tool results intact; older ones are masked (design A "
+        "tool results intact; older ones are masked (DB-GPT "
         "`max_observation_age_rounds`).",
     )
     max_chars: int = Field(
         default=200,
         ge=0,
         description="Characters of an old tool result kept (head and tail, plus the "
-        "snapshot reference line; design A `truncated_observation_max_chars`).",
+        "snapshot reference line; DB-GPT `truncated_observation_max_chars`).",
     )
     dedupe: bool = Field(
         default=True,
         description="Replace a tool output identical to a later one with "
-        "`[same output as step N below]` (design B L1 dedupe), in any round.",
+        "`[same output as step N below]`, in any round.",
     )
 
 

@@ -19,8 +19,17 @@ a summary longer than ``max_summary_tokens`` or than its input — leave history
 untouched (the input units are returned with ``report["failed"]``). After
 ``max_failures`` consecutive failures the circuit breaker opens (state in
 ``ctx.memory``; events ``summarizer.failed``, ``breaker.open``, ``breaker.closed``);
-``retry_after`` lets it try again after that many skipped runs. Constraints
-(``ctx.constraints``) appear verbatim in every summary.
+``retry_after`` lets it try again after that many skipped runs.
+
+The summary is checked against the task state and repaired deterministically: the
+constraints (``ctx.constraints``) and the user's turns it stands for (those it folds
+and those of the summaries it merges, verbatim, the newest ``MAX_INSTRUCTIONS``) are
+in it, any missing appended as written (:func:`repair`).
+
+A summarizer that continues the live prompt (``uses_prefix``: the built-in ``openai``)
+gets it whole — the conversation as the model was about to read it, the fold at its
+start — and one instruction, in one call, when the prompt and the summary fit the
+window: its input is then a read of the provider's prompt cache, not a new text.
 """
 
 from __future__ import annotations
@@ -38,8 +47,9 @@ from ctxpolicy.components import (
     Summarizer,
     SummaryRequest,
 )
-from ctxpolicy.conversation import Message, Unit
+from ctxpolicy.conversation import Message, Unit, render
 from ctxpolicy.conversation.cut import approx_tokens, head_tail
+from ctxpolicy.conversation.facts import user_instructions
 from ctxpolicy.conversation.jsontext import fast_dumps
 from ctxpolicy.conversation.messages import with_text
 from ctxpolicy.conversation.refs import unit_refs
@@ -69,12 +79,14 @@ class SummarizeOptions(ComponentOptions):
         default_factory=dict, description="Options of the summarizer, validated by its own model."
     )
     keep_recent_rounds: int = Field(
-        default=3, ge=0, description="Newest rounds kept verbatim (design B `keep_recent_turns`)."
+        default=3,
+        ge=0,
+        description="Newest rounds kept verbatim (`keep_recent_turns` of a `CompressionConfig`).",
     )
     max_failures: int = Field(
         default=3,
         ge=1,
-        description="Consecutive failures that open the circuit breaker (design A `max_compact_failures`).",
+        description="Consecutive failures that open the circuit breaker (DB-GPT `max_compact_failures`).",
     )
     retry_after: int | None = Field(
         default=None,
@@ -251,6 +263,73 @@ def _newest_sized(
     return out
 
 
+#: Heads the user's turns the ``summarize`` layer appends to a summary that dropped
+#: them (verbatim, one per ``- `` item; a turn's own lines follow as written).
+REPAIR_HEADER = "[User instructions, verbatim]"
+
+
+def repair(
+    summary: str,
+    constraints: Sequence[str],
+    turns: Sequence[str],
+    budget: int | None = None,
+    count: Callable[[str], int] = approx_tokens,
+) -> str:
+    """``summary`` checked against the task state: every constraint and every user turn
+    it stands for is in it verbatim, the missing ones appended (in their order).
+    The turns appended take at most ``budget`` tokens, the newest first; the older
+    ones are named by count (the ledger and the history archive keep them).
+    Deterministic; a summary that holds them all is returned unchanged."""
+    missing_c = [c for c in constraints if c not in summary]
+    if missing_c:
+        summary += "\nConstraints (verbatim):\n" + "\n".join(f"- {c}" for c in missing_c)
+    missing = [t for t in turns if t not in summary]
+    if not missing:
+        return summary
+    kept: list[str] = []
+    used = 0
+    for t in reversed(missing):
+        n = count(t) + 2
+        if budget is not None and used + n > budget:
+            break
+        kept.append(t)
+        used += n
+    kept.reverse()
+    lines = [REPAIR_HEADER]
+    if len(kept) < len(missing):
+        lines.append(
+            f"- ({len(missing) - len(kept)} earlier user turns are in the compacted history)"
+        )
+    lines.extend(f"- {t}" for t in kept)
+    return summary + "\n" + "\n".join(lines)
+
+
+def strip_repair(summary: str) -> str:
+    """``summary`` without the block :func:`repair` appended (the turns are carried in
+    the summary unit's ``meta["user_turns"]`` and appended again when missing)."""
+    at = summary.rfind("\n" + REPAIR_HEADER + "\n")
+    return summary[:at] if at >= 0 else summary
+
+
+def _live_prefix(
+    summarizer: Summarizer,
+    units: Sequence[Unit],
+    boundary: int,
+    ctx: CompactionContext,
+    reserve: int,
+) -> tuple[list[Message], int | None] | None:
+    """The live prompt and the index of its first message kept after the fold, for a
+    summarizer that continues it (``uses_prefix``) when the prompt and the summary fit
+    the window; else None (the fold is chunked into transcripts)."""
+    if not getattr(summarizer, "uses_prefix", False):
+        return None
+    if ctx.count(units) + reserve > ctx.window:
+        return None
+    prefix = render(units)
+    keep_from = sum(len(u.messages) for u in units[:boundary])
+    return prefix, (keep_from if keep_from < len(prefix) else None)
+
+
 class Summarize(Layer):
     name = "summarize"
     description = "Fold older units into one merged summary (own budget, chunked, circuit breaker)."
@@ -350,10 +429,23 @@ class Summarize(Layer):
         )
         previous = (
             "\n\n".join(
-                str(u.meta.get("summary_text") or message_text(u.messages[0]))
+                strip_repair(str(u.meta.get("summary_text") or message_text(u.messages[0])))
                 for u in old_summaries
             )
             or None
+        )
+        # the user's turns this summary stands for: those of the earlier summaries it
+        # merges, then those of the units it folds (verbatim, the newest kept)
+        turns = user_instructions(
+            [
+                *(
+                    {"role": "user", "content": t}
+                    for u in old_summaries
+                    for t in u.meta.get("user_turns", ())
+                    if isinstance(t, str)
+                ),
+                *(m for u in fold for m in u.messages),
+            ]
         )
         fixed = ct(instructions) + sum(ct(c) for c in ctx.constraints) + max_summary + 64
         chunk_budget = max(256, opts.max_input_tokens - fixed)
@@ -369,18 +461,43 @@ class Summarize(Layer):
         except Exception as exc:
             return self._failed(ctx, units, f"summarizer unavailable: {exc!r}")
         summary = previous
-        if summary is not None and ct(summary) > max_summary:
+        requests: list[SummaryRequest] = []
+        live = _live_prefix(summarizer, units, boundary, ctx, max_summary + ct(instructions))
+        if live is not None:
+            # one call that continues the live prompt: the provider reads it from its cache
+            prefix, keep_from = live
+            chunks = [[m for u in fold for m in u.messages]]
+            input_tokens = ctx.count(units)
+            requests.append(
+                SummaryRequest(
+                    messages=chunks[0],
+                    previous_summary=None,
+                    max_tokens=max_summary,
+                    instructions=instructions,
+                    constraints=tuple(ctx.constraints),
+                    count_text=ct,
+                    user_turns=tuple(turns),
+                    prefix=prefix,
+                    keep_from=keep_from,
+                )
+            )
+        elif summary is not None and ct(summary) > max_summary:
             # an oversized previous summary is folded as input, not passed on as is
             chunks[0] = [{"role": "user", "content": summary}, *chunks[0]]
             summary = None
-        for chunk in chunks:
-            req = SummaryRequest(
-                messages=chunk,
-                previous_summary=summary,
-                max_tokens=max_summary,
-                instructions=instructions,
-                constraints=tuple(ctx.constraints),
-                count_text=ct,
+        for i, chunk in enumerate(chunks):
+            req = (
+                requests[i]
+                if requests
+                else SummaryRequest(
+                    messages=chunk,
+                    previous_summary=summary,
+                    max_tokens=max_summary,
+                    instructions=instructions,
+                    constraints=tuple(ctx.constraints),
+                    count_text=ct,
+                    user_turns=tuple(turns),
+                )
             )
             try:
                 out = self._call(summarizer, req, ctx)
@@ -400,9 +517,7 @@ class Summarize(Layer):
                 )
             summary = out.strip()
         assert summary is not None
-        missing = [c for c in ctx.constraints if c not in summary]
-        if missing:
-            summary += "\nConstraints (verbatim):\n" + "\n".join(f"- {c}" for c in missing)
+        summary = repair(summary, ctx.constraints, turns, max(64, max_summary // 2), ct)
         seen_refs: dict[str, None] = {}  # first occurrence of each, in order
         for u in [*old_summaries, *fold]:
             for r in u.meta.get("refs", []) if u.kind == "summary" else unit_refs(u):
@@ -418,6 +533,7 @@ class Summarize(Layer):
                 "folded_units": len(replaced),
                 "chunks": len(chunks),
                 "refs": refs[-MAX_META_REFS:],
+                "user_turns": turns,
             },
         )
         new_tokens, old_tokens = ctx.count([new]), ctx.count(replaced)

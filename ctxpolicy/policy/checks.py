@@ -148,7 +148,8 @@ def check_policy(policy: Policy) -> list[Finding]:
 
 
 #: An absolute target at or below this many tokens is almost surely a percentage
-#: written without its ``%`` (``target: 60``): a warning, CTX209.
+#: written without its ``%`` (``target: 60``): an error, CTX209 (an int target that
+#: small cannot be meant: it leaves no room for even the last user message).
 SMALL_TARGET_TOKENS = 100
 
 

@@ -161,7 +161,7 @@ def _from_dbgpt(data: dict[str, Any]) -> tuple[dict[str, Any], Origins, Warnings
                 )
 
     default: dict[str, Any] = {
-        "description": "Design A (DB-GPT agent_context) defaults, read from a DB-GPT config file.",
+        "description": "DB-GPT agent_context defaults, read from a DB-GPT config file.",
     }
     if first_model is not None:
         default["model"] = first_model
@@ -297,7 +297,7 @@ def _b_agent(
             origins[(*base, *native)] = where[key]
 
     out: dict[str, Any] = {
-        "description": f"Design B CompressionConfig for {agent!r}, read from a compression config file."
+        "description": f"CompressionConfig for {agent!r}, read from a compression config file."
     }
     out["model"] = {"context_window": eff["total_window_tokens"], "name": eff["model_name"]}
     o(("model", "context_window"), "total_window_tokens")

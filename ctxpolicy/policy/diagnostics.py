@@ -42,7 +42,7 @@ CODES: dict[str, tuple[Severity, str]] = {
     "CTX206": ("warning", "tool rule shadowed by an earlier glob"),
     "CTX207": ("error", "policy has no model"),
     "CTX208": ("error", "unknown model"),
-    "CTX209": ("warning", "target in tokens so small it is likely meant as a fraction"),
+    "CTX209": ("error", "target in tokens so small it is likely meant as a fraction"),
     "CTX210": ("warning", "target above the threshold compaction starts at (thrashing)"),
     "CTX301": ("error", "extends an unknown agent"),
     "CTX302": ("error", "extends cycle"),
@@ -320,6 +320,26 @@ def _constraint_message(err: Mapping[str, Any]) -> str | None:
     return None
 
 
+def _percent_hint(err: Mapping[str, Any], value: Any) -> str | None:
+    """For a fraction written as a whole percentage (``warning: 70`` where at most 1 is
+    allowed, ``target: 60.0``): the fraction it most likely means."""
+    ctx = err.get("ctx") or {}
+    kind = err["type"]
+    fraction = (kind == "less_than_equal" and ctx.get("le") == 1) or (
+        kind == "less_than" and ctx.get("lt") == 1
+    )
+    if kind == "ctx_expected":
+        fraction = "fraction" in str(ctx.get("expected", ""))
+    if not fraction or isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    if not (10 <= value <= 100 and float(value).is_integer()):
+        return None
+    pct = int(value)
+    if kind == "ctx_expected":
+        return f'for {pct}% of the trigger write {pct / 100:g} or "{pct}%"'
+    return f"a fraction: for {pct}% write {pct / 100:g}"
+
+
 def _expected_word(err: Mapping[str, Any]) -> str:
     if err["type"] == "string_pattern_mismatch":
         pattern = str((err.get("ctx") or {}).get("pattern", ""))
@@ -439,7 +459,10 @@ def _one_finding(
     constraint = _constraint_message(err)
     if constraint is not None:
         return SchemaFinding(
-            "CTX103", path, f"{where}: {constraint} (got {describe_value(value, redact)})"
+            "CTX103",
+            path,
+            f"{where}: {constraint} (got {describe_value(value, redact)})",
+            _percent_hint(err, value),
         )
     msg = str(err.get("msg", "invalid value"))
     msg = msg.removeprefix("Value error, ").removeprefix("Assertion failed, ")

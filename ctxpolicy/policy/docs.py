@@ -33,6 +33,7 @@ _WHERE: dict[str, str] = {
     "PipelineStep": "`policies.<agent>.pipeline[]`",
     "OverflowStep": "`policies.<agent>.on_overflow`",
     "ToolRule": "`policies.<agent>.tools.<glob>`",
+    "PreprocessStep": "`policies.<agent>.tools.<glob>.preprocess[]`",
     "Snapshots": "`policies.<agent>.snapshots`",
     "Pinned": "`policies.<agent>.pinned`",
     "Ledger": "`policies.<agent>.ledger`",

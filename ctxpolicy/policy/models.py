@@ -23,6 +23,7 @@ from pydantic import (
     ConfigDict,
     Field,
     ValidationError,
+    ValidationInfo,
     field_validator,
     model_validator,
 )
@@ -161,7 +162,7 @@ class ToolGrowth(StrictModel):
 
 _TARGET_EXPECTED = {
     "expected": "a fraction of the trigger between 0 and 1 (e.g. 0.7), a percentage of the "
-    'trigger between 0% and 100% (e.g. "70%"), or a number of tokens above 1'
+    'trigger between 0% and 100% (e.g. "70%"), or a number of tokens above 100'
 }
 
 
@@ -191,7 +192,7 @@ class Budget(StrictModel):
         default=0.7,
         description="Where compaction stops: a fraction of the trigger (0–1), the same "
         'as a percentage of the trigger ("70%" is 0.7), or absolute tokens (an integer '
-        "above 1; a small one such as 60 is a warning, CTX209). Keep it below the lowest "
+        "above 100; 100 or less is a percentage missing its `%`: an error, CTX209). Keep it below the lowest "
         "`at` threshold (CTX210 otherwise): the gap is the hysteresis band one compaction "
         "buys (equal to `warning`: stop as soon as the context is back under warning, the "
         "DB-GPT behaviour).",
@@ -412,14 +413,77 @@ class OverflowStep(StrictModel):
     options: dict[str, Any] = Field(default_factory=dict, description="Options of the layer.")
 
 
+class PreprocessStep(StrictModel):
+    """One preprocessor of a chain (an item of a list ``preprocess``)."""
+
+    name: str = Field(description="Name of a registered preprocessor.")
+    options: dict[str, Any] = Field(
+        default_factory=dict, description="Options of this preprocessor."
+    )
+
+
 class ToolRule(StrictModel):
     """How results of matching tools are preprocessed before entering the context."""
 
-    preprocess: str = Field(default="head_tail", description="Name of a registered preprocessor.")
+    preprocess: str | list[str | PreprocessStep] = Field(
+        default="head_tail",
+        description="Name of a registered preprocessor, or a list of them run in order, "
+        "each on the output of the one before: an item is a name or `{name, options}` "
+        "(`[redact, {name: table_rows, options: {max_rows: 10}}]`).",
+    )
     options: dict[str, Any] = Field(
-        default_factory=dict, description="Options of the preprocessor."
+        default_factory=dict,
+        description="Options of the preprocessor when `preprocess` names one (a list "
+        "gives each item its own `options`).",
     )
     snapshot: bool = Field(default=True, description="Write the full result to the snapshot store.")
+    aliases: list[str] = Field(
+        default_factory=list,
+        description="More tool names (or globs) this rule applies to, as if each were "
+        "its key: one rule for a tool every client names its own way (`Bash`, "
+        "`exec_command`, `shell`).",
+    )
+    ignore_case: bool = Field(
+        default=False,
+        description="Match the key and the aliases without regard to case (`bash` matches `Bash`).",
+    )
+
+    @field_validator("preprocess")
+    @classmethod
+    def _not_empty(cls, v: str | list[str | PreprocessStep]) -> Any:
+        if isinstance(v, list) and not v:
+            raise ValueError("an empty list: name at least one preprocessor")
+        return v
+
+    @field_validator("options")
+    @classmethod
+    def _options_of_one(cls, v: dict[str, Any], info: ValidationInfo) -> dict[str, Any]:
+        if v and isinstance(info.data.get("preprocess"), list):
+            raise ValueError(
+                "`options` goes with a single preprocessor: in a list give each item "
+                "its own, as {name: ..., options: {...}}"
+            )
+        return v
+
+    @field_validator("aliases")
+    @classmethod
+    def _no_empty_aliases(cls, v: list[str]) -> list[str]:
+        if any(not a.strip() for a in v):
+            raise ValueError("an alias must not be empty")
+        return v
+
+    def steps(self) -> list[tuple[str, dict[str, Any]]]:
+        """``(name, options)`` of each preprocessor, in the order they run."""
+        if isinstance(self.preprocess, str):
+            return [(self.preprocess, self.options)]
+        return [(p, {}) if isinstance(p, str) else (p.name, p.options) for p in self.preprocess]
+
+    @property
+    def preprocessor_name(self) -> str:
+        """The preprocessor's name; a chain's names joined by ``+`` (``redact+table_rows``)."""
+        if isinstance(self.preprocess, str):
+            return self.preprocess
+        return "+".join(name for name, _ in self.steps())
 
 
 class Snapshots(StrictModel):
@@ -444,7 +508,7 @@ class Snapshots(StrictModel):
         description="What the reference line names: `uri` "
         "(`[Full detail available at: ctxsnap://<conv>/<name>]`, portable: the same "
         "bytes on every worker and machine, no local path in a prompt), or `path` "
-        "(design A's `[Full detail available at: <path> (<uri>)]`, for agents that "
+        "(`[Full detail available at: <path> (<uri>)]`, as DB-GPT writes it, for agents that "
         "open snapshots with their own file tools; the path is machine-specific, so "
         "workers with different store roots send different prompts).",
     )
@@ -557,7 +621,8 @@ class AgentPolicy(StrictModel):
     )
     tools: dict[str, ToolRule] = Field(
         default_factory=dict,
-        description="Tool-name globs → preprocessing; first match wins, put `*` last.",
+        description="Tool-name globs → preprocessing. A rule whose key or alias is the "
+        "tool's name wins; else the first glob that matches, in order; `*` last.",
     )
     snapshots: Snapshots = Field(default_factory=Snapshots, description="Snapshot store.")
     pinned: Pinned = Field(default_factory=Pinned, description="Messages never compacted.")

@@ -52,7 +52,9 @@ from ctxpolicy.policy.models import (
     ModelSpec,
     Policy,
     PolicyFile,
+    PreprocessStep,
     ResolvedStep,
+    ToolRule,
 )
 
 __all__ = ["list_agents", "load_policy", "resolve_agent", "resolve_all", "validate_file"]
@@ -61,6 +63,16 @@ PathT = tuple[str | int, ...]
 Pos = tuple[int, int]
 
 _AGENT_NAME_RE = re.compile(r"[A-Za-z0-9_.\-]{1,128}")
+
+#: What an agent whose model is missing, unknown or malformed is checked with, so that
+#: the model's problem hides none of the agent's others (a findings computed from the
+#: window is left out, see ``_TRIGGER_INPUTS``); never part of a resolved policy.
+STAND_IN_MODEL = ModelSpec(context_window=128_000)
+#: Said after a model problem: the rest of the agent was checked all the same.
+WITHOUT_MODEL = (
+    "; the agent's other settings were checked against the built-in defaults, "
+    "without the budget checks that need the model's window"
+)
 
 
 Scope = str | None  # agent name a diagnostic belongs to (None: the file)
@@ -100,6 +112,8 @@ class _Resolver:
         self.order: list[Doc] = []
         self.bad_agents: set[tuple[str, str]] = set()
         self.bad_models: set[tuple[str, str]] = set()
+        #: agents whose model problem already says the rest was checked without it
+        self._noted: set[tuple[str, str]] = set()
         self.agents: dict[str, tuple[Doc, Any]] = {}
         self.models: dict[str, tuple[Doc, Any]] = {}
         self._registry: Any = None
@@ -248,8 +262,20 @@ class _Resolver:
         if len(path) > 1 and path[0] == "policies" and isinstance(path[1], str):
             scope = path[1]
             self.bad_agents.add((doc.key, path[1]))
+            if path[2:3] == ("model",) and (doc.key, path[1]) not in self._noted:
+                self._noted.add((doc.key, path[1]))
+                message += WITHOUT_MODEL
         if len(path) > 1 and path[0] == "models" and isinstance(path[1], str):
+            noted = (doc.key, path[1]) in self.bad_models
             self.bad_models.add((doc.key, path[1]))
+            message += (
+                ""
+                if noted
+                else (
+                    f"; the agents that use model {path[1]!r} were checked against the built-in "
+                    "defaults, without the budget checks that need its window"
+                )
+            )
         self.emit(doc, doc.pos(path), f.code, message, f.hint, scope)
 
     # ------------------------------------------------------------------ agents
@@ -340,8 +366,14 @@ class _Resolver:
         ok = not degraded and not removed
         model = self._model(step, ap)
         if model is None:
-            return None
-        spec, model_name = model
+            # the model is missing, unknown or malformed (reported, saying the rest is
+            # checked anyway): check the rest against a stand-in, leaving out every
+            # finding computed from the model's window
+            ok = False
+            step.removed.append(("model",))
+            spec, model_name = STAND_IN_MODEL, None
+        else:
+            spec, model_name = model
         parts = self._components(step, ap)
         policy = self._policy(name, ap, spec, model_name, parts)
         self._semantic_checks(step, chain, policy, parts.index_map)
@@ -383,7 +415,11 @@ class _Resolver:
                     d, raw_path = step.merged.locate(f.path)
                     line, col = d.pos(raw_path)
                     if report_all or (d.name, max(1, line), max(1, col), f.code) not in reported:
-                        step.emit(f.path, f.code, f.message, f.hint)
+                        message = f.message
+                        if f.path[:1] == ("model",) and ("", step.name) not in self._noted:
+                            self._noted.add(("", step.name))
+                            message += WITHOUT_MODEL
+                        step.emit(f.path, f.code, message, f.hint)
                 paths = [_removable(e, data) for e in errors]
                 cut = [p for p in paths if p]
                 if len(cut) < len(paths):
@@ -405,7 +441,7 @@ class _Resolver:
                 step.emit(
                     (),
                     "CTX207",
-                    f"agent {name!r} has no model",
+                    f"agent {name!r} has no model{WITHOUT_MODEL}",
                     "set `model:` to a key of `models:` or to an inline {context_window: ...}",
                 )
             return None
@@ -421,7 +457,7 @@ class _Resolver:
                 step.emit(
                     ("model",),
                     "CTX208",
-                    f"unknown model {ap.model!r}{suggestion(ap.model, known)}",
+                    f"unknown model {ap.model!r}{suggestion(ap.model, known)}{WITHOUT_MODEL}",
                     "define it under `models:` (here or in an included file), inline it, "
                     "or use a model of the built-in catalogue (docs/policy-reference.md"
                     "#built-in-models)",
@@ -479,10 +515,7 @@ class _Resolver:
         ov_opts = self._component("layer", ov.layer, ov.options, ("on_overflow",), emit, "layer")
         parts.on_overflow = ResolvedStep(layer=ov.layer, options=parts.checked(ov_opts))
         for glob, rule in ap.tools.items():
-            topts = self._component(
-                "preprocessor", rule.preprocess, rule.options, ("tools", glob), emit, "preprocess"
-            )
-            parts.tools[glob] = rule.model_copy(update={"options": parts.checked(topts)})
+            parts.tools[glob] = self._tool_rule(glob, rule, parts, emit)
         snap = ap.snapshots
         sopts = self._component(
             "snapshot_store", snap.store, snap.options, ("snapshots",), emit, "store"
@@ -591,6 +624,30 @@ class _Resolver:
         hint = "; ".join(filter(None, [*notes, finding.hint])) or None
         diag = make(pdoc.name, pdoc.pos(praw), finding.code, message, hint)
         self.diags.append((dataclasses.replace(diag, related=tuple(related)), name))
+
+    def _tool_rule(self, glob: str, rule: ToolRule, parts: _Components, emit: Any) -> ToolRule:
+        """A tool rule with its preprocessors' options checked by their own models; each
+        item of a chain is checked like a single one, at its own place in the file."""
+        base: PathT = ("tools", glob)
+        if isinstance(rule.preprocess, str):
+            topts = self._component(
+                "preprocessor", rule.preprocess, rule.options, base, emit, "preprocess"
+            )
+            return rule.model_copy(update={"options": parts.checked(topts)})
+        steps: list[PreprocessStep] = []
+        for i, item in enumerate(rule.preprocess):
+            at: PathT = (*base, "preprocess", i)
+            if isinstance(item, str):
+                # a bare name: its problems are reported at the name itself
+                def at_item(path: PathT, *rest: Any, _at: PathT = at) -> None:
+                    emit(_at, *rest)
+
+                opts = self._component("preprocessor", item, {}, at, at_item, "name")
+                steps.append(PreprocessStep(name=item, options=parts.checked(opts)))
+            else:
+                opts = self._component("preprocessor", item.name, item.options, at, emit, "name")
+                steps.append(item.model_copy(update={"options": parts.checked(opts)}))
+        return rule.model_copy(update={"preprocess": steps})
 
     def _component(
         self, kind: Any, cname: str, options: dict[str, Any], base: PathT, emit: Any, key: str

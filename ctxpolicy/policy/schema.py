@@ -62,6 +62,7 @@ COMPONENT_SLOTS: tuple[tuple[str, str, Kind, str], ...] = (
     ("PipelineStep", "layer", "layer", "options"),
     ("OverflowStep", "layer", "layer", "options"),
     ("ToolRule", "preprocess", "preprocessor", "options"),
+    ("PreprocessStep", "name", "preprocessor", "options"),
     ("Snapshots", "store", "snapshot_store", "options"),
     ("StateSpec", "store", "state_store", "options"),
 )

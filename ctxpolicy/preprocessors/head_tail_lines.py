@@ -44,7 +44,7 @@ class HeadTailLinesOptions(ComponentOptions):
     max_lines: int | None = Field(
         default=None,
         ge=1,
-        description="Design B's `read_file.max_lines`: when set, the threshold instead of "
+        description="`read_file.max_lines` of a `CompressionConfig`: when set, the threshold instead of "
         "`min_lines`, and an upper bound on the lines kept.",
     )
     outline: int = Field(default=0, ge=0, description=OUTLINE_DESCRIPTION)

@@ -20,25 +20,14 @@ import re
 from pydantic import Field, field_validator
 
 from ctxpolicy.components import Preprocessor, ToolCall
-from ctxpolicy.conversation.redact import (  # the host's redaction; re-exported for one release
+from ctxpolicy.conversation.redact import (
     BUILTIN_PATTERNS,
-    DEFAULT_KEYS,
-    HINTS,
     Redactor,
-    default_redactor,
 )
 from ctxpolicy.plugins import hookimpl
 from ctxpolicy.policy.models import ComponentOptions
 
-__all__ = [
-    "BUILTIN_PATTERNS",
-    "DEFAULT_KEYS",
-    "HINTS",
-    "Redact",
-    "RedactOptions",
-    "Redactor",
-    "default_redactor",
-]
+__all__ = ["Redact", "RedactOptions"]
 
 
 class RedactOptions(ComponentOptions):

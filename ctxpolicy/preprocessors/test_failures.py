@@ -39,7 +39,7 @@ class TestFailuresOptions(ComponentOptions):
 
     keep_failed_only: bool = Field(
         default=True,
-        description="Design B: list failed/errored tests only; false also lists skipped/xfailed ones.",
+        description="List failed/errored tests only; false also lists skipped/xfailed ones.",
     )
     max_failures: int = Field(
         default=30, ge=0, description="Failures shown with details; the others by name only."

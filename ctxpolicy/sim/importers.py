@@ -58,16 +58,73 @@ _MARKS: tuple[tuple[str, str], ...] = (
 _MARK_RE = re.compile("|".join(f"(?P<m{i}>{rx})" for i, (_, rx) in enumerate(_MARKS)))
 
 
+#: The tools the model calls to read back what was shortened: their arguments name
+#: references and their answers hold them, in a raw recorded trace too.
+_RECALL_TOOLS = ("ctx_recall", "ctx_search")
+
+
+def _recall_ids(message: Any) -> set[str]:
+    """Ids of the recall calls of an assistant message (a JSONL trace line)."""
+    ids: set[str] = set()
+    calls = message.get("tool_calls") if isinstance(message, dict) else None
+    for call in calls if isinstance(calls, list) else ():
+        fn = call.get("function") if isinstance(call, dict) else None
+        name = fn.get("name") if isinstance(fn, dict) else None
+        if name in _RECALL_TOOLS and isinstance(call.get("id"), str):
+            ids.add(call["id"])
+    return ids
+
+
+def _outside_recall(message: Any, recall: set[str]) -> str | None:
+    """The text of a JSONL trace line's message that is not the model's own recall:
+    without the arguments of its recall calls, nothing for the answer of one; None
+    when the line is not a message (then the whole line is searched)."""
+    if not isinstance(message, dict) or "role" not in message:
+        return None
+    if message.get("role") == "tool" and message.get("tool_call_id") in recall:
+        return ""
+    kept = dict(message)
+    calls = message.get("tool_calls")
+    if isinstance(calls, list):
+        kept["tool_calls"] = [
+            c for c in calls if not (isinstance(c, dict) and c.get("id") in recall)
+        ]
+    return json.dumps(kept, ensure_ascii=False)
+
+
 def compaction_mark(path: str | Path) -> tuple[int, str, str] | None:
     """The first line of ``path`` holding text ctxpolicy writes when it compacts
-    (:data:`_MARKS`): ``(line, what, the text found)``, or None. One streaming pass."""
+    (:data:`_MARKS`): ``(line, what, the text found)``, or None. One streaming pass.
+
+    The model's own recall (a ``ctx_recall``/``ctx_search`` call naming a reference,
+    and its answer) is not such text: a trace recorded with ``record=`` holds it
+    whenever the model read something back."""
+    recall: set[str] = set()
     try:
         with Path(path).open("r", encoding="utf-8-sig", errors="replace") as fh:
             for lineno, line in enumerate(fh, 1):
+                message: Any = None
+                if any(t in line for t in _RECALL_TOOLS) or (recall and '"tool"' in line):
+                    try:
+                        message = json.loads(line)
+                    except ValueError:
+                        message = None
+                    recall |= _recall_ids(message)
                 m = _MARK_RE.search(line)
-                if m is not None:
-                    what = _MARKS[int(str(m.lastgroup)[1:])][0]
-                    return lineno, what, m.group(0)
+                if m is None:
+                    continue
+                if message is None and recall and line.lstrip().startswith("{"):
+                    try:
+                        message = json.loads(line)
+                    except ValueError:
+                        message = None
+                rest = _outside_recall(message, recall)
+                if rest is not None:
+                    m = _MARK_RE.search(rest)
+                    if m is None:
+                        continue
+                what = _MARKS[int(str(m.lastgroup)[1:])][0]
+                return lineno, what, m.group(0)
     except OSError:
         return None
     return None

@@ -79,6 +79,30 @@ def _states_text(states: Mapping[str, int]) -> str:
     return " ".join(f"{k[0]}{v}" for k, v in states.items() if v)
 
 
+def overflow_note(r: Row) -> str:
+    """`` (overflowed on 38 of 51 calls)`` for a baseline whose requests did not fit,
+    else empty: a ratio against it compares with a run the provider would have refused."""
+    overflows = r.get("overflows") or 0
+    if r.get("kind") != "baseline" or not overflows:
+        return ""
+    return f" (overflowed on {overflows:,} of {r.get('steps', 0):,} calls)"
+
+
+def _run_name(r: Row) -> str:
+    return str(r["run"]) + overflow_note(r)
+
+
+def _none_label(output: Mapping[str, Any]) -> str:
+    """How the ``none`` run ratios divide by is named: "send everything", with its
+    overflows when it had some."""
+    runs = list((output.get("summary") or {}).values())
+    row = next((r for r in runs if isinstance(r, Mapping)), None)
+    over = int(row.get("overflows_none") or 0) if row is not None else 0
+    if not over:
+        return "send everything"
+    return f"send everything (overflowed on {over:,} of {row.get('steps', 0):,} calls)"  # type: ignore[union-attr]
+
+
 def _n(key: str) -> Callable[[Row], str]:
     return lambda r: f"{r[key]:,}"
 
@@ -107,7 +131,7 @@ TRACE_COLUMNS: tuple[Column, ...] = (
 )
 
 SUMMARY_COLUMNS: tuple[Column, ...] = (
-    Column("run", lambda r: str(r["run"]), left=True),
+    Column("run", _run_name, left=True),
     Column("traces", _n("traces"), wide=True),
     Column("steps", _n("steps")),
     Column("max ratio", lambda r: f"{r['ratio']['max']:.2f}"),
@@ -270,11 +294,12 @@ def _trace_label(name: str) -> str:
 def ruler_lines(output: Mapping[str, Any]) -> list[str]:
     """One line per run: the ruler users pay (docs/simulate.md, Billing and Retention)."""
     out: list[str] = []
+    none = _none_label(output)
     for r in _summary_runs(output):
         b, ret = r["billing"], r["retention"]
         s = b["summarizer"]
         out.append(
-            f"{r['run']}: total cost ÷ none {_ratio(b['total_ratio'])} "
+            f"{_run_name(r)}: total cost ÷ {none} {_ratio(b['total_ratio'])} "
             f"(billed {_ratio(b['billed_ratio'])}, tokens {_ratio(b['tokens_ratio'])}; "
             f"{_price_name(b['price_model'])}; summarizer {s['llm_calls']:,} calls, "
             f"{s['input_tokens']:,} in / {s['output_tokens']:,} out) · retention "

@@ -6,30 +6,15 @@ summarizer_options: {ref: my_summary}}`` — looked up in a process registry fil
 by :func:`register_callable`; a policy never names an import path or runs code.
 
 The class and the function registry live in :mod:`ctxpolicy.components` (the host adapts
-a plain function given to ``Session`` with it); this module registers the class and
-re-exports those names for one release.
+a plain function given to ``Session`` with it); this module registers the class.
 """
 
 from __future__ import annotations
 
-from ctxpolicy.components import (  # the host's adapter; re-exported for one release
-    CallableOptions,
-    CallableSummarizer,
-    SummaryFn,
-    register_callable,
-    registered_callables,
-    unregister_callable,
-)
+from ctxpolicy.components import CallableSummarizer
 from ctxpolicy.plugins import hookimpl
 
-__all__ = [
-    "CallableOptions",
-    "CallableSummarizer",
-    "SummaryFn",
-    "register_callable",
-    "registered_callables",
-    "unregister_callable",
-]
+__all__ = ["CallableSummarizer"]
 
 
 @hookimpl

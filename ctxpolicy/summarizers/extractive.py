@@ -2,8 +2,10 @@
 
 From the messages to fold it extracts the goal (first user message), constraints
 (verbatim), files touched, identifiers (IDs, URLs, settings, numbers with units,
-symbols), commands run with their outcome and snapshot ref, error lines, and the
-last decisions (assistant texts). A previous digest in the same format is parsed
+symbols), commands run with their outcome and snapshot ref, error lines still open
+(an error of a call that later succeeded is dropped), and the last decisions
+(assistant texts). A preprocessor's statistics and the partial lines of a cut are
+never read as facts. A previous digest in the same format is parsed
 and merged item by item, so summaries are merged, not stacked. The result is
 bounded by ``request.max_tokens`` (``request.count_text`` or len/4): the oldest
 items of the largest section go first; constraints are never dropped.
@@ -13,7 +15,6 @@ Deterministic: same request, same text.
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -22,7 +23,13 @@ from pydantic import Field
 from ctxpolicy.components import ComponentOptions, Summarizer, SummaryRequest
 from ctxpolicy.conversation import content_text
 from ctxpolicy.conversation.cut import approx_tokens, describe_call, result_outcome, short
-from ctxpolicy.conversation.facts import error_lines, extract
+from ctxpolicy.conversation.facts import (
+    call_source,
+    error_lines,
+    extract,
+    whole_lines,
+    without_derived,
+)
 from ctxpolicy.conversation.refs import REF_LINE, REF_MARK
 from ctxpolicy.plugins import hookimpl
 
@@ -90,6 +97,8 @@ class Digest:
                 d.goal = line[len("Goal: ") :]
             elif line.endswith(":") and line[:-1] in SECTIONS:
                 current = line[:-1]
+            elif not line.startswith("- ") and (line.endswith(":") or line.startswith("[")):
+                current = None  # a block appended after the digest (a repair): not ours
             elif line.startswith("- ") and current is not None:
                 d.sections[current].append(line[2:])
         return d
@@ -118,11 +127,19 @@ class ExtractiveSummarizer(Summarizer):
         # per tool message: its whole lines
         results: dict[str, tuple[str, str]] = {}
         whole: dict[int, str] = {}
+        sources: dict[str, str] = {}  # call id -> what a later success must share
         for i, m in enumerate(request.messages):
             if m.get("role") == "tool":
                 raw = content_text(m.get("content"))
-                whole[i] = whole_lines(raw)
+                whole[i] = without_derived(whole_lines(raw))
                 results[str(m.get("tool_call_id", ""))] = (raw, whole[i])
+            for tc in m.get("tool_calls") or ():
+                if isinstance(tc, Mapping):
+                    fn = tc.get("function") or {}
+                    sources[str(tc.get("id", ""))] = call_source(
+                        str(fn.get("name", "")), _parsed(fn.get("arguments"))
+                    )
+        open_errors: dict[str, list[str]] = {}  # source -> errors this request added
         answered = False  # an assistant turn came before: later user text is feedback
         for i, m in enumerate(request.messages):
             role = m.get("role")
@@ -158,8 +175,16 @@ class ExtractiveSummarizer(Summarizer):
             for x in [*facts.ids, *facts.urls, *facts.settings, *facts.numbers, *facts.symbols]:
                 d.add("Identifiers", short(x, n))
             if role in ("tool", "user"):
-                for e in error_lines(text, limit=3, max_len=n):
+                errs = error_lines(text, limit=3, max_len=n)
+                for e in errs:
                     d.add("Errors", e)
+                source = sources.get(str(m.get("tool_call_id", ""))) if role == "tool" else None
+                if source is not None and errs:
+                    open_errors.setdefault(source, []).extend(errs)
+                elif source is not None and source in open_errors:
+                    # a later success of the same call: its errors are fixed, not open
+                    fixed = set(open_errors.pop(source))
+                    d.sections["Errors"] = [e for e in d.sections["Errors"] if e not in fixed]
         for s in TRIMMABLE:
             items = d.sections[s]
             if len(items) > opts.max_items:
@@ -167,35 +192,13 @@ class ExtractiveSummarizer(Summarizer):
         return _bound(d, request.max_tokens, request.count_text or approx_tokens)
 
 
-#: what the head/tail cuts put where they cut a text (preprocessors/_text.py and
-#: layers/_util.py): the partial lines on either side are fragments, not facts
-_CUT_MARKERS = (
-    re.compile(r"\n\.\.\. \[\d+ chars omitted\] \.\.\.\n"),
-    re.compile(r"\n\[… \d+ chars elided …\]\n"),
-)
-
-
-def whole_lines(text: str) -> str:
-    """``text`` without the partial lines a character cut leaves beside its marker
-    (``pt SympifyError:`` from ``except SympifyError:``): one pass, linear."""
-    if " chars omitted] " not in text and " chars elided " not in text:
-        return text  # no marker (each holds one of these): a substring test, no regex pass
-    cuts = sorted(m.span() for rx in _CUT_MARKERS for m in rx.finditer(text))
-    if not cuts:
-        return text
-    out: list[str] = []
-    pos = 0
-    for start, end in cuts:
-        if start >= pos:
-            line_start = text.rfind("\n", pos, start) + 1 if start > pos else pos
-            out.append(text[pos:line_start])
-            out.append("\n")
-        elif end <= pos:
-            continue
-        nl = text.find("\n", end)
-        pos = len(text) if nl < 0 else nl + 1
-    out.append(text[pos:])
-    return "".join(out)
+def _parsed(args: Any) -> Any:
+    if isinstance(args, str) and len(args) <= 100_000:
+        try:
+            return json.loads(args) if args.strip() else {}
+        except ValueError:
+            return {}
+    return args if isinstance(args, Mapping) else {}
 
 
 def _args_text(m: Mapping[str, Any]) -> str:

@@ -3,8 +3,11 @@
 Uses the official ``openai`` SDK (imported lazily, so validating a policy does not
 need it). ``base_url`` points it at OpenAI, Azure-compatible gateways, vLLM,
 SGLang, Ollama, LiteLLM, ...; the API key is read from the environment variable
-named by ``api_key_env`` — a policy file never contains the key itself. The prompt
-is design B's summary prompt (:mod:`ctxpolicy.summarizers.prompt`). Any error of
+named by ``api_key_env`` — a policy file never contains the key itself. Given the
+live prompt (``SummaryRequest.prefix``) it sends that prompt unchanged and one
+instruction after it, so the endpoint reads the conversation from its prompt cache;
+otherwise a transcript (:mod:`ctxpolicy.summarizers.prompt`). The summary has the
+sections of the engine's task state. Any error of
 the SDK (including a 400 ``context_length_exceeded``) propagates: the ``summarize``
 layer counts it as a failure and leaves history untouched.
 """
@@ -18,7 +21,7 @@ from pydantic import Field, field_validator
 
 from ctxpolicy.components import ComponentOptions, Summarizer, SummaryRequest
 from ctxpolicy.plugins import hookimpl
-from ctxpolicy.summarizers.prompt import build_prompt
+from ctxpolicy.summarizers.prompt import build_prompt, prefix_messages
 
 SYSTEM = "You compress agent conversation histories into faithful, exact summaries."
 
@@ -54,9 +57,10 @@ class OpenAISummarizerOptions(ComponentOptions):
 
 class OpenAISummarizer(Summarizer):
     name = "openai"
-    description = "Summary by an OpenAI-compatible chat endpoint (design B prompt)."
+    description = "Summary by an OpenAI-compatible chat endpoint."
     Options = OpenAISummarizerOptions
     options: OpenAISummarizerOptions
+    uses_prefix = True  # the live prompt + one instruction: a cache read
 
     def __init__(self, options: ComponentOptions | None = None, *, client: Any = None) -> None:
         super().__init__(options)
@@ -78,12 +82,17 @@ class OpenAISummarizer(Summarizer):
 
     def summarize(self, request: SummaryRequest) -> str:
         opts = self.options
-        resp = self.client().chat.completions.create(
-            model=opts.model,
-            messages=[
+        messages = (
+            prefix_messages(request)
+            if request.prefix is not None
+            else [
                 {"role": "system", "content": SYSTEM},
                 {"role": "user", "content": build_prompt(request)},
-            ],
+            ]
+        )
+        resp = self.client().chat.completions.create(
+            model=opts.model,
+            messages=messages,
             max_tokens=opts.max_tokens or request.max_tokens,
             temperature=opts.temperature,
         )

@@ -11,9 +11,11 @@ registry when a test runs, so an installed plugin is tested exactly as the engin
 sees it; pass the class itself (``layer_suite(KeepErrors)``) to test one that is
 not registered, or call :func:`ensure_registered` with the plugin module first.
 
-A layer must, on every conversation the suite generates (seeded realistic ones from
-:func:`ctxpolicy.testing.conversations.make_conversation`, empty, huge, unicode, and
-hypothesis-generated ones): return a :class:`~ctxpolicy.LayerResult` of units, keep
+A layer must, on every conversation the suite generates (seeded realistic coding ones
+from :func:`ctxpolicy.testing.conversations.make_conversation`, the other domains of
+:func:`domain_conversations` — query results as tables, support chats with customer
+records, code review diffs —, empty, huge, unicode, hypothesis-generated ones, and the
+``samples=`` conversations of your own agents): return a :class:`~ctxpolicy.LayerResult` of units, keep
 tool-call pairing, pinned units and order (:func:`ctxpolicy.conversation.check_units`),
 not mutate its input, be deterministic, never return more tokens than it got, and —
 when it has a ``keep_recent_rounds`` option — keep that many newest rounds.
@@ -47,6 +49,7 @@ from ctxpolicy.testing.conversations import (
 
 __all__ = [
     "DEFAULT_WINDOW",
+    "domain_conversations",
     "ensure_registered",
     "layer_suite",
     "make_context",
@@ -229,6 +232,20 @@ def _check_deterministic(
     )
 
 
+def _check_keeps_recent(
+    cls: type[Any], opts: Mapping[str, Any], msgs: Sequence[Mapping[str, Any]]
+) -> None:
+    """With ``keep_recent_rounds: k`` and a target of nothing, the k newest rounds stay."""
+    steps = [u for u in _units(msgs) if u.kind == "step"]
+    for k in (0, 1, 2, 3, 5):
+        result = _check_result(cls, {**opts, "keep_recent_rounds": k}, msgs, target_ratio=0.0)
+        out_keys = [u.key for u in result.units]
+        for u in steps[len(steps) - k :] if k else []:
+            assert u.key in out_keys, (
+                f"keep_recent_rounds={k}: round {u.round} (one of the {k} newest) was removed"
+            )
+
+
 def _settings() -> Any:
     from hypothesis import HealthCheck, settings
 
@@ -252,17 +269,135 @@ def _hypothesis_available() -> bool:
     return True
 
 
+# --------------------------------------------------------------------------- domains
+
+
+def _exchange(n: int, name: str, arguments: dict[str, Any], output: str) -> list[dict[str, Any]]:
+    """One assistant tool call and its result."""
+    import json
+
+    call_id = f"{name}_{n}"
+    return [
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [
+                {
+                    "id": call_id,
+                    "type": "function",
+                    "function": {"name": name, "arguments": json.dumps(arguments)},
+                }
+            ],
+        },
+        {"role": "tool", "tool_call_id": call_id, "content": output},
+    ]
+
+
+def _table(rows: int, seed: int, sep: str = "|") -> str:
+    cols = ["order_id", "customer", "region", "amount_usd", "status", "created_at"]
+    regions = ("EMEA", "APAC", "AMER", "北京", "São Paulo")
+    statuses = ("paid", "refunded", "pending", "failed")
+    lines = [sep.join(cols)]
+    if sep == "|":
+        lines = [f"| {' | '.join(cols)} |", "|" + "---|" * len(cols)]
+    for i in range(rows):
+        k = (i * 7919 + seed * 104729) % 100_000
+        cells = [
+            f"ORD-{k:05d}",
+            f"cust-{k % 997}",
+            regions[k % len(regions)],
+            f"{(k % 50_000) / 100:.2f}",
+            statuses[k % len(statuses)],
+            f"2026-{1 + k % 12:02d}-{1 + k % 28:02d}",
+        ]
+        lines.append(f"| {' | '.join(cells)} |" if sep == "|" else sep.join(cells))
+    return "\n".join(lines)
+
+
+def domain_conversations() -> dict[str, list[dict[str, Any]]]:
+    """Conversations of agents other than coding ones, deterministic: ``data`` (SQL
+    results as markdown and CSV tables, one of 2,000 rows, JSON), ``support`` (many
+    short customer turns, records with e-mail addresses and phone numbers) and
+    ``review`` (diffs and whole files). Every layer of :func:`layer_suite` runs on
+    them; they are also a starting point for ``samples=`` of your own."""
+    data: list[dict[str, Any]] = [
+        {"role": "system", "content": "You analyse sales data with SQL. Cite order ids."},
+        {"role": "user", "content": "Which regions lost the most revenue to refunds in Q3?"},
+    ]
+    for i in range(8):
+        if i % 3 == 2:
+            out = _table(40 + 10 * i, i, sep=",")
+            data += _exchange(i, "run_sql_csv", {"query": f"SELECT * FROM refunds_{i}"}, out)
+        elif i == 4:
+            out = _table(2000, i)
+            data += _exchange(i, "query_database", {"query": "SELECT * FROM orders"}, out)
+        else:
+            out = _table(15 + 5 * i, i)
+            data += _exchange(i, "query_database", {"query": f"SELECT ... LIMIT {i}"}, out)
+        if i == 3:
+            data.append({"role": "user", "content": "Only EMEA and APAC, please."})
+    data += _exchange(
+        9,
+        "export_json",
+        {"table": "summary"},
+        '{"rows": ['
+        + ", ".join(f'{{"region": "R{i}", "lost": {i * 17.5}}}' for i in range(300))
+        + "]}",
+    )
+    data.append({"role": "user", "content": "Summarise it in three bullet points."})
+
+    support: list[dict[str, Any]] = [
+        {"role": "system", "content": "You are a support agent. Never reveal a full card number."},
+        {"role": "user", "content": "My order ORD-01234 never arrived."},
+    ]
+    for i in range(14):
+        record = (
+            f"customer: cust-{i}\nemail: jane.doe{i}@example.com\nphone: +1-555-01{i:02d}\n"
+            f"orders: ORD-{1234 + i:05d} (shipped), ORD-{2000 + i:05d} (pending)\n"
+            + "note: called twice about delivery\n"
+            * (1 + i % 4)
+        )
+        support += _exchange(i, "lookup_customer", {"id": f"cust-{i}"}, record)
+        support.append({"role": "assistant", "content": f"I found the order; step {i} done."})
+        support.append({"role": "user", "content": f"Thanks. And what about the refund? ({i})"})
+
+    review: list[dict[str, Any]] = [
+        {"role": "system", "content": "You review pull requests. Quote file:line."},
+        {"role": "user", "content": "Review PR #88: it changes the budget arithmetic."},
+    ]
+    for i in range(6):
+        diff = "\n".join(
+            [f"diff --git a/pkg/m{i}.py b/pkg/m{i}.py", "@@ -1,40 +1,42 @@"]
+            + [f"{'+-'[j % 2]}    value_{j} = compute({j}, limit={i})" for j in range(60 + 40 * i)]
+        )
+        review += _exchange(i, "git_diff", {"path": f"pkg/m{i}.py"}, diff)
+        source = "\n".join(f"def f{j}(x):\n    return x * {j}" for j in range(150))
+        review += _exchange(10 + i, "read_file", {"path": f"pkg/m{i}.py"}, source)
+    review.append({"role": "user", "content": "Any blocking issue?"})
+    return {"data": data, "support": support, "review": review}
+
+
 # --------------------------------------------------------------------------- layers
 
 
-def layer_suite(layer: str | type[Layer], options: Mapping[str, Any] | None = None) -> type:
+def layer_suite(
+    layer: str | type[Layer],
+    options: Mapping[str, Any] | None = None,
+    *,
+    samples: Sequence[Sequence[Mapping[str, Any]]] = (),
+) -> type:
     """A pytest class checking the conformance of a layer (by name or class).
 
     ``options`` are the layer options the suite uses (defaults when None); the
     ``keep_recent_rounds`` check overrides that option when the layer has it.
+    ``samples`` are conversations of your own agents' domain (OpenAI chat message
+    lists, such as recorded traces): each is checked like the generated ones, at a
+    tight, a middle and a loose target, for determinism and for the newest rounds a
+    ``keep_recent_rounds`` option promises (``test_samples``).
     """
     label = layer if isinstance(layer, str) else getattr(layer, "name", layer.__name__)
     opts = dict(options or {})
+    own = [list(s) for s in samples]
 
     def cls_() -> type[Any]:
         return _resolve("layer", layer)
@@ -350,16 +485,27 @@ def layer_suite(layer: str | type[Layer], options: Mapping[str, Any] | None = No
         cls = cls_()
         if "keep_recent_rounds" not in cls.Options.model_fields:
             pytest.skip(f"layer {cls.name!r} has no keep_recent_rounds option")
-        msgs = make_conversation(12, seed=2, big_outputs=0.4)
-        units = _units(msgs)
-        steps = [u for u in units if u.kind == "step"]
-        for k in (0, 1, 2, 3, 5):
-            result = _check_result(cls, {**opts, "keep_recent_rounds": k}, msgs, target_ratio=0.0)
-            out_keys = [u.key for u in result.units]
-            for u in steps[len(steps) - k :] if k else []:
-                assert u.key in out_keys, (
-                    f"keep_recent_rounds={k}: round {u.round} (one of the {k} newest) was removed"
-                )
+        _check_keeps_recent(cls, opts, make_conversation(12, seed=2, big_outputs=0.4))
+
+    def _check_domain(cls: type[Any], name: str, msgs: Sequence[Mapping[str, Any]]) -> None:
+        try:
+            for ratio in (0.0, 0.5, 1.0):
+                _check_result(cls, opts, msgs, target_ratio=ratio)
+            _check_deterministic(cls, opts, msgs)
+            if "keep_recent_rounds" in cls.Options.model_fields:
+                _check_keeps_recent(cls, opts, msgs)
+        except AssertionError as exc:
+            raise AssertionError(f"on the {name} conversation: {exc}") from exc
+
+    def test_domain_conversations(self: Any) -> None:
+        cls = cls_()
+        for name, msgs in domain_conversations().items():
+            _check_domain(cls, name, msgs)
+
+    def test_samples(self: Any) -> None:
+        cls = cls_()
+        for i, msgs in enumerate(own):
+            _check_domain(cls, f"samples[{i}]", msgs)
 
     ns: dict[str, Any] = {
         "__doc__": f"ctxpolicy conformance suite for layer {label!r}.",
@@ -374,7 +520,10 @@ def layer_suite(layer: str | type[Layer], options: Mapping[str, Any] | None = No
         "test_parallel_calls_stay_paired": test_parallel_calls_stay_paired,
         "test_tight_and_loose_targets": test_tight_and_loose_targets,
         "test_keep_recent_rounds": test_keep_recent_rounds,
+        "test_domain_conversations": test_domain_conversations,
     }
+    if own:
+        ns["test_samples"] = test_samples
     if _hypothesis_available():
         from hypothesis import given
 

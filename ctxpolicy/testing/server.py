@@ -47,6 +47,7 @@ from __future__ import annotations
 import inspect
 import itertools
 import json
+import os
 import threading
 import time
 from collections import deque
@@ -701,10 +702,7 @@ class _Handler(BaseHTTPRequestHandler):
         try:
             status, payload = self.owner.handle(api, path, body)
         except Exception as exc:  # a broken script must answer, not hang the client
-            status, payload = (
-                500,
-                _error_body(api, 500, f"script failed: {type(exc).__name__}: {exc}"),
-            )
+            status, payload = 500, _error_body(api, 500, _script_failure(exc))
         if status == 200 and body.get("stream") is True:
             self._send_events(sse_events(api, payload, body))
             return
@@ -720,3 +718,16 @@ class _Handler(BaseHTTPRequestHandler):
             self.wfile.write(f"{len(ev):x}\r\n".encode() + ev + b"\r\n")
             self.wfile.flush()
         self.wfile.write(b"0\r\n\r\n")
+
+
+def _script_failure(exc: BaseException) -> str:
+    """One line naming what failed and where (never a stack trace): the error of the
+    server's ``script``, and the file:line of the script's frame that raised it."""
+    import traceback
+
+    frames = traceback.extract_tb(exc.__traceback__)
+    where = ""
+    if frames:
+        last = frames[-1]
+        where = f" at {os.path.basename(last.filename)}:{last.lineno}"
+    return f"the scripted model (the server's `script`) failed{where}: {type(exc).__name__}: {exc}"

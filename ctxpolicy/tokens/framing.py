@@ -158,6 +158,8 @@ class ChatFraming:
                     ptype = part.get("type")
                     if isinstance(part.get("text"), str):
                         n += self.count_text(part["text"])
+                    elif type(part.get("tokens")) is int:  # counted by the provider's rule
+                        n += max(0, part["tokens"])
                     elif ptype in ("image_url", "image", "input_image"):
                         n += _part_image_tokens(part)
                     else:

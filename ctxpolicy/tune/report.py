@@ -232,13 +232,25 @@ def html_report(r: TuneResult, png: bytes | None, diff_text: str | None) -> str:
         "avoidable overflows",
         "pairing",
     ]
+    cost = {"total": "total cost", "billed": "billed input", "usd": "USD"}.get(
+        cfg.objectives.cost, cfg.objectives.cost
+    )
     verdict = (
         '<p class="ok">Recommended: the chosen policy is not worse than the base on held-out traces'
-        + (f" and saves {r.gain:.1%}." if r.gain is not None else ".")
+        + (
+            f" and lowers its {esc(cost)} (the cost the study minimised) by {r.gain:.1%}."
+            if r.gain is not None
+            else "."
+        )
         + "</p>"
         if r.recommended
         else '<p class="no">No recommendation: ' + esc("; ".join(r.reasons) or "—") + "</p>"
     )
+    if 0 < len(r.held_out) < 3:
+        verdict += (
+            f'<p class="no">Thin evidence: the held-out comparison rests on {len(r.held_out)} '
+            "trace(s); give more traces for a saving you can trust.</p>"
+        )
     parts = [
         f"<!doctype html><meta charset=utf-8><title>ctxpolicy tune: {esc(cfg.agent)}</title>",
         f"<style>{_CSS}</style>",

@@ -282,8 +282,8 @@ def build_space(
                 found[path] = _option(path, r, base, f"layer {step.layer}", win, True)
     used = {sel[0] for name in tool_names if (sel := select_rule(policy.tools, name)) is not None}
     for glob, rule in policy.tools.items():
-        if glob not in used:
-            continue
+        if glob not in used or not isinstance(rule.preprocess, str):
+            continue  # a chain's options are its items' own (not searched)
         cls = registry.get("preprocessor", rule.preprocess)
         for opt, r in dict(getattr(cls, "tune_space", {}) or {}).items():
             base = rule.options.get(opt)

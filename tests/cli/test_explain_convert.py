@@ -253,3 +253,79 @@ def test_plugins_command(runner: CliRunner) -> None:
 
 def test_root_is_repo() -> None:
     assert (ROOT / "pyproject.toml").exists()
+
+
+def _claude_code_like_request(tools: int = 24) -> dict[str, Any]:
+    schema = {
+        "type": "object",
+        "properties": {
+            "command": {"type": "string", "description": "The command to run " * 20},
+            "timeout": {"type": "number", "description": "Milliseconds."},
+        },
+        "required": ["command"],
+    }
+    return {
+        "model": "claude-sonnet-4-5",
+        "max_tokens": 32000,
+        "system": [
+            {"type": "text", "text": "You are Claude Code."},
+            {"type": "text", "text": "Follow the repository's conventions. " * 300},
+        ],
+        "tools": [
+            {
+                "name": f"Tool{i}",
+                "description": "Does one thing well. " * 40,
+                "input_schema": schema,
+            }
+            for i in range(tools)
+        ],
+        "messages": [{"role": "user", "content": "fix the bug"}],
+    }
+
+
+def test_explain_says_what_a_clients_fixed_prefix_takes(runner: CliRunner, tmp_path: Path) -> None:
+    presets = str(ROOT / "policies" / "coding_clients.yaml")
+    body = tmp_path / "request.json"
+    body.write_text(json.dumps(_claude_code_like_request()))
+    r = runner.invoke(
+        main, ["explain", presets, "--agent", "claude_code", "--prefix-file", str(body)]
+    )
+    assert r.exit_code == 0, r.output
+    line = next(li for li in r.output.splitlines() if li.startswith("fixed prefix = "))
+    assert "system " in line and "+ 24 tools " in line and str(body) in line
+    assert "% of the window (200000)" in r.output and "fits: " in r.output
+    js = runner.invoke(
+        main, ["explain", presets, "--agent", "claude_code", "--prefix-file", str(body), "--json"]
+    )
+    prefix = json.loads(js.output[js.output.index("{") :])["prefix"]
+    assert prefix["tool_count"] == 24
+    assert prefix["total"] == prefix["system"] + prefix["tools"] > 5000
+    # the same body in OpenAI chat form counts the same system prompt
+    chat = {
+        "messages": [
+            {"role": "system", "content": "You are Claude Code."},
+            {"role": "system", "content": "Follow the repository's conventions. " * 300},
+            {"role": "user", "content": "fix the bug"},
+        ]
+    }
+    body.write_text(json.dumps(chat))
+    js2 = runner.invoke(
+        main, ["explain", presets, "--agent", "claude_code", "--prefix-file", str(body), "--json"]
+    )
+    assert json.loads(js2.output[js2.output.index("{") :])["prefix"]["system"] == prefix["system"]
+
+
+def test_explain_warns_when_the_prefix_does_not_fit(runner: CliRunner, tmp_path: Path) -> None:
+    r = runner.invoke(
+        main,
+        ["explain", str(DATA / "valid.yaml"), "--agent", "default", "--prefix-tokens", "200000"],
+    )
+    assert r.exit_code == 0, r.output
+    assert "the prefix alone is at or above the trigger" in r.output
+    bad = tmp_path / "bad.json"
+    bad.write_text("[1, 2")
+    r = runner.invoke(
+        main, ["explain", str(DATA / "valid.yaml"), "--agent", "default", "--prefix-file", str(bad)]
+    )
+    assert r.exit_code == 2 and "not a JSON request body" in r.output
+    assert "Traceback" not in r.output

@@ -6,6 +6,7 @@ import subprocess
 import sys
 
 import click
+import pytest
 from click.testing import CliRunner
 
 from ctxpolicy.cli import LAZY_COMMANDS, LazyGroup, main
@@ -78,3 +79,26 @@ def test_python_m_entry_point() -> None:
         timeout=60,
     )
     assert r.returncode == 0 and "ctxpolicy" in r.stdout
+
+
+@pytest.mark.parametrize(
+    "args",
+    [["plugins"], ["schema"], ["explain", "policies/agents.yaml", "--agent", "coding_agent"]],
+)
+def test_a_closed_pipe_ends_quietly(args: list[str]) -> None:
+    """``ctxpolicy plugins | head -1``: the reader closes the pipe after one line; the
+    command ends with exit 0 and nothing on stderr (it was `internal error:
+    BrokenPipeError`, exit 2)."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "ctxpolicy.cli", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        cwd=ROOT,
+        env=subprocess_env(),
+    )
+    assert proc.stdout is not None and proc.stderr is not None
+    assert proc.stdout.readline()
+    proc.stdout.close()
+    err = proc.stderr.read()
+    assert proc.wait(timeout=60) == 0, err
+    assert err == b""

@@ -69,6 +69,19 @@ def test_system_hook_fails_on_a_bad_policy_and_passes_a_good_one(project: Path) 
     assert "Passed" in good.stdout
 
 
+def test_hooks_are_strict_a_warning_fails_the_commit(project: Path) -> None:
+    """The hooks pass ``--strict`` (their default ``args``): a policy that does not do
+    what it says (a tool rule an earlier glob shadows, CTX206, a warning) fails too."""
+    (project / "policies" / "warn.yaml").write_text(
+        GOOD + "    tools:\n      '*': {preprocess: head_tail}\n"
+        "      read_file: {preprocess: head_tail}\n"
+    )
+    subprocess.run(["git", "add", "."], cwd=project, check=True)
+    proc = try_repo(project, "ctxpolicy-validate-system", "policies/warn.yaml", timeout=300)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert "CTX206" in proc.stdout
+
+
 @pytest.mark.slow
 def test_python_hook_installs_from_the_repository(project: Path) -> None:
     """``language: python``: pre-commit builds its own environment from this repository

@@ -261,3 +261,44 @@ def test_extract_remembered_equals_afresh(text: str) -> None:
 
     assert extract(text) == facts_module._extract(text, facts_module._ALL)
     assert extract(text) == extract(text)
+
+
+def test_statistics_and_their_cut_fragments_are_no_facts() -> None:
+    from ctxpolicy.conversation.facts import extract, is_derived_line, without_derived
+
+    cut = (
+        "id,name\n1,a\ncolumn summary (all rows):\n  id: distinct=400 min=1 max=400\n"
+        "  name: d[… 40 chars elided …]\nistinct=40 min=3 max=9 nulls=2\nrows=400 timeout=3 min"
+    )
+    assert is_derived_line("istinct=40 min=3 max=9") and is_derived_line("  a: nulls=2")
+    assert not is_derived_line("max_connections=10") and not is_derived_line("took 3 min")
+    assert "istinct" not in without_derived(cut)
+    facts = extract(cut)
+    assert "3 min" in facts.numbers  # the real one, on its own line
+    assert not [s for s in facts.settings if s.startswith(("min=", "max=", "istinct", "nulls"))]
+    assert "rows=400" in facts.settings
+
+
+def test_user_turns_and_call_sources() -> None:
+    from ctxpolicy.conversation.facts import (
+        INSTRUCTION_CHARS,
+        MAX_INSTRUCTIONS,
+        call_source,
+        instruction_text,
+        user_instructions,
+    )
+
+    msgs = [
+        {"role": "user", "content": "  keep the API  "},
+        {"role": "user", "content": "[tool result c1]: ok"},
+        {"role": "assistant", "content": "fine"},
+        *({"role": "user", "content": f"turn {i}"} for i in range(MAX_INSTRUCTIONS + 5)),
+    ]
+    got = user_instructions(msgs)
+    assert len(got) == MAX_INSTRUCTIONS and got[-1] == f"turn {MAX_INSTRUCTIONS + 4}"
+    assert user_instructions(msgs[:3]) == ["keep the API"]
+    long = instruction_text("x" * (INSTRUCTION_CHARS + 10))
+    assert long.startswith("x" * INSTRUCTION_CHARS) and long.endswith("compacted history]")
+    assert call_source("edit", {"path": "a.py"}) == "edit:a.py"
+    assert call_source("bash", {"command": "pytest -x"}) == "bash:pytest"
+    assert call_source("sql", {"sql": "SELECT 1"}) == "sql"

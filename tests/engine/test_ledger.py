@@ -1,7 +1,23 @@
+"""The progress ledger: a typed, deterministic task state (engine/ledger.py)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ctxpolicy.engine.ledger import ProgressLedger
+from ctxpolicy.conversation import to_units
+from ctxpolicy.engine.ledger import (
+    HEADER,
+    MAX_INSTRUCTIONS,
+    ProgressLedger,
+    Todo,
+    check_stored,
+    todo_list,
+    tool_names,
+)
 from tests.helpers_conv import Conv, approx_text, ref_line
 
 
@@ -19,13 +35,13 @@ def dropped():
         )
         .step(
             ("run_tests", {}, "ValueError: pool exhausted"),
-            text="Next: raise max_connections to 50",
+            text="I decided to raise max_connections instead of adding a queue.",
         )
         .units(pin_first_user=False, pin_last_user=False)
     )
 
 
-def test_exact_render_and_unit():
+def test_exact_render_and_unit() -> None:
     assert ProgressLedger().render() is None and ProgressLedger().unit() is None
     led = ProgressLedger(constraints=["Never restart prod"])
     assert led.render().endswith("Constraints (verbatim):\n- Never restart prod")
@@ -33,165 +49,205 @@ def test_exact_render_and_unit():
     led.update(dropped())
     assert led.render() == "\n".join(
         [
-            "[Progress ledger: facts from compacted history — full details in snapshots]",
+            HEADER,
             "Goal: Fix the connection pool",
+            "User instructions (verbatim, oldest first):",
+            "- Please also check the booking ABC123",
             "Constraints (verbatim):",
             "- Never restart prod",
             "Done:",
             "- step 0: read_file(path=src/db/pool.py) → max_connections=10 [ctxsnap://c/step_000_read_file]",
             "- step 1: run_tests() → ValueError: pool exhausted",
-            "Files: src/db/pool.py",
-            "Identifiers: ABC123, max_connections=10",
-            "Errors:",
+            "Artifacts (latest state):",
+            "- src/db/pool.py: read (step 0)",
+            "Decisions:",
+            "- I decided to raise max_connections instead of adding a queue.",
+            "Open errors:",
             "- ValueError: pool exhausted",
-            "Next step: Next: raise max_connections to 50",
         ]
     )
     u = led.unit()
-    assert u.kind == "ledger" and u.pinned and u.key == "ledger"
+    assert u is not None and u.kind == "ledger" and u.pinned and u.key == "ledger"
     assert u.messages[0]["content"] == led.render()
 
 
-def test_bounded_never_drops_constraints_and_round_trip():
+def test_an_error_fixed_later_is_closed() -> None:
+    led = ProgressLedger()
+    units = (
+        Conv()
+        .step(("execute_sql", {"sql": "SELECT * FROM salse"}, "Error: no such table: salse"))
+        .step(("execute_sql", {"sql": "SELECT * FROM sales"}, "month|total\n1|10\n2|20"))
+        .units(pin_first_user=False, pin_last_user=False)
+    )
+    led.update(units[:1])
+    assert led.errors == ["Error: no such table: salse"]
+    led.update(units[1:])
+    assert led.errors == []
+    text = led.render()
+    assert text is not None and "Open errors" not in text
+    assert "table sales: queried (step 1)" in text
+
+
+def test_small_computed_result_kept_whole_and_no_statistics_fragments() -> None:
+    table = "month|revenue\n" + "\n".join(f"2023-{m:02d}|{1000 + 37 * m}" for m in range(1, 13))
+    big = (
+        "[table_rows: csv, 400 rows × 3 columns; showing first 2]\nid,name,min\n1,a,3\n"
+        "... [398 more rows] ...\ncolumn summary (all rows):\n  id: distinct=400 min=1 max=400\n"
+        "  name: d[… 40 chars elided …]\nistinct=40 min=3 max=9"
+    )
+    units = (
+        Conv()
+        .step(("sql_query", {"sql": "SELECT id, name FROM t"}, big))
+        .step(("sql_query", {"sql": "SELECT month, sum(x) FROM sales GROUP BY 1"}, table))
+        .units(pin_first_user=False, pin_last_user=False)
+    )
+    led = ProgressLedger(max_tokens=2000)
+    led.update(units)
+    text = led.render()
+    assert text is not None
+    assert table in text  # 12 rows, kept whole
+    assert "istinct" not in text and "3 min" not in text and "min=" not in text
+
+
+def test_todos_from_the_agents_own_tools_and_next_action_never_done() -> None:
+    write = {
+        "todos": [
+            {"content": "Read the schema", "status": "completed", "activeForm": "Reading"},
+            {"content": "Write the monthly query", "status": "in_progress"},
+            {"content": "Report the best month", "status": "pending"},
+        ]
+    }
+    plan = {"plan": [{"step": "Inspect repo", "status": "completed"}, {"step": "Fix bug"}]}
+    assert todo_list("TodoWrite", write) == [
+        Todo("Read the schema", "completed"),
+        Todo("Write the monthly query", "in_progress"),
+        Todo("Report the best month", "pending"),
+    ]
+    assert todo_list("update_plan", plan) == [
+        Todo("Inspect repo", "completed"),
+        Todo("Fix bug", "pending"),
+    ]
+    assert todo_list("write_file", write) is None
+    led = ProgressLedger()
+    led.update(
+        Conv()
+        .step(("TodoWrite", write, "ok"), text="Next: read the schema")
+        .units(pin_first_user=False, pin_last_user=False)
+    )
+    text = led.render()
+    assert text is not None
+    assert (
+        "- [x] Read the schema\n- [>] Write the monthly query\n- [ ] Report the best month" in text
+    )
+    assert led.next_step == "Write the monthly query"
+    assert text.endswith("Next action: Write the monthly query")
+    done = {"todos": [{"content": t, "status": "completed"} for t in ("a", "b")]}
+    led.update(Conv().step(("todo_write", done, "ok")).units(pin_first_user=False))
+    assert led.next_step is None
+
+
+def test_an_intention_acted_on_is_not_the_next_action() -> None:
+    led = ProgressLedger()
+    led.update(
+        Conv()
+        .step(("bash", {"command": "ls"}, "a.py"), text="Next, I will list the files")
+        .units(pin_first_user=False, pin_last_user=False)
+    )
+    assert led.next_step is None
+    led.update(to_units([{"role": "assistant", "content": "Next step: run the tests"}])[0])
+    assert led.next_step == "run the tests"
+
+
+def test_recall_named_only_when_offered() -> None:
+    led = ProgressLedger()
+    led.archive = "ctxsnap://c/history"
+    assert "ctx_recall" not in (led.render() or "")
+    assert "kept verbatim outside this prompt: ctxsnap://c/history" in (led.render() or "")
+    tools = [{"type": "function", "function": {"name": "ctx_recall"}}, {"name": "bash"}]
+    assert tool_names(tools) == {"ctx_recall", "bash"}
+    led.sync([], [], recall=True)
+    assert "(read with ctx_recall): ctxsnap://c/history" in (led.render() or "")
+
+
+def test_sync_leaves_out_what_the_prompt_says_and_keeps_masked_tables() -> None:
+    table = "region,share\nAPAC,0.47\nEU,0.57\nUS,0.61"
+    conv = (
+        Conv()
+        .system("sys")
+        .user("Which region grew most?")
+        .step(("query_db", {"q": "SELECT region FROM r"}, table))
+    )
+    before = conv.units()
+    led = ProgressLedger()
+    led.set_goal("Which region grew most?")
+    masked = [
+        u.replace(
+            messages=tuple(
+                {**m, "content": "region,share\n[… 30 chars elided …]"}
+                if m.get("role") == "tool"
+                else m
+                for m in u.messages
+            )
+        )
+        for u in before
+    ]
+    assert led.sync(before, masked)
+    text = led.render()
+    assert text is not None and table in text
+    assert "Goal:" not in text  # the pinned task says it
+
+
+def test_bounded_never_drops_constraints_and_round_trip() -> None:
     led = ProgressLedger(
         max_tokens=80, constraints=["C1 keep me", "C2 keep me too"], count_text=approx_text
     )
     for k in range(50):
         led.update(Conv().step(("bash", {"cmd": f"make t{k}"}, f"/tmp/out{k}.log written")).units())
     text = led.render()
-    assert approx_text(text) <= 80
+    assert text is not None and approx_text(text) <= 80
     assert "C1 keep me" in text and "C2 keep me too" in text
     assert "make t49" in text and "make t0" not in text
-    again = ProgressLedger.from_dict(led.to_dict(), count_text=approx_text)
+    again = ProgressLedger.from_dict(json.loads(json.dumps(led.to_dict())), count_text=approx_text)
     assert again.render() == text and again.to_dict() == led.to_dict()
+    assert check_stored(led.to_dict())["done"] == led.done
 
 
-def test_record_facts_files_and_ids_and_a_smaller_bound_on_render() -> None:
-    led = ProgressLedger(max_tokens=2000)
-    led.record_facts(["src/app.py", "HAT028", "max_connections=10", "src/app.py"])
-    assert led.files == ["src/app.py"]
-    assert led.ids == ["HAT028", "max_connections=10"]
-    led.record_facts([f"ORDER-{i:04d}" for i in range(300)])
-    full = led.render()
-    small = led.render(max_tokens=40)
-    assert full is not None and small is not None
-    assert "ORDER-0299" in full and len(small) < len(full) / 10
-    assert led.render() == full  # the configured bound is unchanged
-
-
-# --------------------------------------------------------------------------- newest-first update
-
-
-def _forward_update(led: ProgressLedger, dropped_units) -> None:
-    """The plain definition of :meth:`ProgressLedger.update`: every entry of every unit added
-    in conversation order (an entry seen again moves to the end; a list keeps its
-    newest ``_MAX_PER_LIST``)."""
-    from ctxpolicy.engine import ledger as mod
-
-    def add(name: str, item: str) -> None:
-        lst = getattr(led, name)
-        item = item.strip()
-        if not item:
-            return
-        if item in lst:
-            lst.remove(item)
-        lst.append(item)
-        if len(lst) > mod._MAX_PER_LIST:
-            del lst[0]
-
-    for u in dropped_units:
-        if u.kind == "ledger":
-            continue
-        for m in u.messages:
-            text = mod.content_text(m.get("content"))
-            if m.get("role") == "user" and led.goal is None and u.kind == "user" and text.strip():
-                led.goal = mod.short(text, 300)
-            if m.get("role") == "assistant" and text.strip():
-                led.next_step = mod.short(text, 300)
-        for name, item in mod._entries(u, set(mod._LISTS)):
-            add(name, item)
-
-
-def _many_units(n: int, seed: int, vocabulary: int):
-    import random
-
-    rng = random.Random(seed)
-    c = Conv().user(f"goal {seed}")
-    for k in range(n):
-        f = rng.randrange(vocabulary)
-        out = rng.choice(
-            [
-                f"src/mod_{f}.py ok",
-                f"ValueError: bad id ORD_{f:04d}",
-                f"commit {f:07x}a1 max_workers={f}",
-                "same output",
-                "",
-            ]
-        )
-        if rng.random() < 0.2:
-            c.user(f"also look at docs/page_{f}.md")
-        c.step(("bash", {"cmd": f"cat file_{f}.txt"}, out), text=rng.choice([None, f"step {k}"]))
-    return c.units(pin_first_user=False, pin_last_user=False)
-
-
-@settings(max_examples=40, deadline=None)
-@given(
-    n=st.integers(0, 500),
-    seed=st.integers(0, 10_000),
-    vocabulary=st.sampled_from([3, 50, 400]),
-    split=st.integers(0, 500),
-    preload=st.integers(0, 200),
-)
-def test_update_newest_first_is_the_plain_definition(n, seed, vocabulary, split, preload) -> None:
-    units = _many_units(n, seed, vocabulary)
-    fast, plain = ProgressLedger(), ProgressLedger()
-    for led in (fast, plain):  # a ledger with entries already, up to full lists
-        led.files = [f"old/{i}.py" for i in range(preload)]
-        led.ids = ["ORD_0001", *(f"X{i}" for i in range(preload // 2))]
-    # in two drops, as compactions come
-    fast.update(units[:split])
-    fast.update(units[split:])
-    _forward_update(plain, units[:split])
-    _forward_update(plain, units[split:])
-    assert fast.to_dict() == plain.to_dict()
-
-
-def test_update_reads_only_the_newest_part_of_a_large_drop(monkeypatch) -> None:
-    from ctxpolicy.engine import ledger as mod
-
-    calls = []
-    real = mod._entries
-    monkeypatch.setattr(mod, "_entries", lambda u, need: calls.append(u) or real(u, need))
-    units = _many_units(3000, 1, 100_000)  # distinct files, ids, errors: every list fills up
-    led = ProgressLedger()
-    led.update(units)
-    read = len(calls)
-    plain = ProgressLedger()
-    _forward_update(plain, units)
-    assert led.to_dict() == plain.to_dict()
-    assert read < len(units) / 2
+def test_a_version_1_ledger_is_migrated() -> None:
+    v1 = {
+        "max_tokens": 1500,
+        "constraints": ["No prod"],
+        "goal": "Fix it",
+        "done": ["step 1: bash(cmd=ls) → a.py"],
+        "files": ["src/a.py"],
+        "ids": ["ABC123", "https://x.test/a"],
+        "errors": ["ValueError: x"],
+        "next_step": "Let me run ls",  # the v1 next step may name a done step: dropped
+        "archive": "ctxsnap://c/history",
+    }
+    led = ProgressLedger.from_dict(v1)
+    assert led.goal == "Fix it" and led.files == ["src/a.py"]
+    assert led.ids == ["ABC123", "https://x.test/a"] and led.errors == ["ValueError: x"]
+    assert led.next_step is None and led.archive == "ctxsnap://c/history"
+    assert led.to_dict()["v"] == 2
+    assert ProgressLedger.from_dict(led.to_dict()).to_dict() == led.to_dict()
 
 
 def test_a_loaded_ledger_keeps_the_newest_entries_of_each_list() -> None:
-    data = ProgressLedger().to_dict() | {"files": [f"f{i}.py" for i in range(260)]}
+    data = ProgressLedger().to_dict() | {"done": [f"s{i}" for i in range(260)]}
     led = ProgressLedger.from_dict(data)
-    assert led.files == [f"f{i}.py" for i in range(60, 260)]
+    assert led.done == [f"s{i}" for i in range(60, 260)]
 
 
 def test_a_huge_drop_is_read_up_to_max_read_units() -> None:
     from ctxpolicy.engine import ledger as mod
 
-    # ids that never fill the list (one every 40 units): only the newest MAX_READ count
-    c = Conv()
+    c = Conv().user("the task")
     for k in range(mod.MAX_READ + 400):
         c.step(("bash", {"cmd": "true"}, f"ticket ORD_{k:05d}" if k % 40 == 0 else "ok"))
-    units = c.units(pin_first_user=False, pin_last_user=False)
     led = ProgressLedger()
-    led.update(units)
-    plain = ProgressLedger()
-    _forward_update(plain, units[-mod.MAX_READ :])
-    assert led.ids == plain.ids and "ORD_00000" not in led.ids
-    assert led.next_step == plain.next_step and led.done == plain.done
+    led.update(c.units(pin_first_user=False, pin_last_user=False))
+    assert led.goal == "the task"
+    assert "ORD_00000" not in led.ids and f"ORD_{mod.MAX_READ + 360:05d}" in led.ids
 
 
 @settings(max_examples=60, deadline=None)
@@ -201,10 +257,10 @@ def test_a_huge_drop_is_read_up_to_max_read_units() -> None:
     width=st.integers(1, 60),
     constraints=st.lists(st.text(min_size=1, max_size=30), max_size=3),
 )
-def test_render_fits_the_bound_with_one_exact_check(n, limit, width, constraints) -> None:
+def test_render_fits_the_bound_with_few_exact_counts(n, limit, width, constraints) -> None:
     """Trimming planned on an estimate still ends within the bound, by an exact count,
     unless only what is never trimmed is left."""
-    counted = []
+    counted: list[str] = []
 
     def count(text: str) -> int:
         counted.append(text)
@@ -214,12 +270,76 @@ def test_render_fits_the_bound_with_one_exact_check(n, limit, width, constraints
     led.archive = "ctxsnap://c/history"
     for i in range(n):
         led.done.append(f"step {i}: " + "x/" * width)
-        led.files.append(f"src/m_{i}.py")
-        led.ids.append(f"ID{i:05d}")
+        led.record_facts([f"src/m_{i}.py", f"ID{i:05d}"])
     led.goal = "goal " * 30
     text = led.render()
     assert text is not None and led.archive in text
     assert all(c.strip() in text for c in constraints)
     if count(text) > limit:  # nothing trimmable is left
-        assert "Done:" not in text and "Files:" not in text and "Identifiers:" not in text
-    assert len(counted) <= 6  # a few exact counts, not one per entry
+        assert "Done:" not in text and "Files seen" not in text and "IDs seen" not in text
+    assert len(counted) <= 8  # a few exact counts, not one per entry
+
+
+# ------------------------------------------------------------------ invariants
+
+
+def _turns() -> Any:
+    text = st.text(
+        alphabet=st.characters(blacklist_categories=("Cs",), blacklist_characters="\r\x00"),
+        min_size=1,
+        max_size=120,
+    ).filter(lambda t: t.strip() and not t.startswith("["))
+    return st.lists(text, min_size=1, max_size=12)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    turns=_turns(),
+    todo_states=st.lists(st.sampled_from(["pending", "in_progress", "completed"]), max_size=5),
+    split=st.integers(0, 40),
+)
+def test_invariants_instructions_verbatim_next_not_done_bounded(
+    turns: list[str], todo_states: list[str], split: int
+) -> None:
+    """After any sequence of compactions: every user turn (within the bound) is in the
+    ledger verbatim, the next action is never a completed step, the size is bounded."""
+    conv = Conv().user("the goal")
+    for i, t in enumerate(turns):
+        conv.user(t)
+        todos = [{"content": f"item {k}", "status": s} for k, s in enumerate(todo_states)]
+        conv.step(
+            ("TodoWrite", {"todos": todos}, "ok") if todos else ("bash", {"cmd": f"c{i}"}, "ok")
+        )
+    units = conv.units(pin_first_user=False, pin_last_user=False)
+    led = ProgressLedger(max_tokens=4000)
+    led.update(units[:split])
+    led.update(units[split:])
+    text = led.render()
+    assert text is not None and len(text) < 4000 * 4
+    kept = [t.strip() for t in turns][-MAX_INSTRUCTIONS:]
+    for t in kept:
+        assert t in text or t == "the goal"
+    st_ = led.state
+    completed = {t.text for t in st_.todos if t.status == "completed"}
+    assert led.next_step not in completed
+    if any(s != "completed" for s in todo_states):
+        assert led.next_step is not None
+
+
+def test_a_stored_ledger_of_the_wrong_shape_is_refused_by_name() -> None:
+    import pytest
+
+    from ctxpolicy.engine.stored import Invalid, check_ledger
+
+    good = ProgressLedger(constraints=["c"]).to_dict()
+    assert check_ledger(good)["v"] == 2
+    for bad, what in (
+        ({"todos": [{"status": "done"}]}, "ledger.todos"),
+        ({"instructions": "one"}, "ledger.instructions"),
+        ({"goal": 3}, "ledger.goal"),
+        ({"instructions_dropped": -1}, "ledger.instructions_dropped"),
+    ):
+        with pytest.raises(Invalid, match=what):
+            check_ledger({**good, **bad})
+    # a version 1 ledger is still read (and migrated when loaded)
+    assert check_ledger({"goal": "g", "files": ["a.py"]})["files"] == ["a.py"]

@@ -290,7 +290,8 @@ def test_ledger_is_trimmed_when_it_alone_breaks_the_window(tmp_path: Any) -> Non
     assert "context.overflow" not in [e["type"] for e in events]
     (ledger,) = [m["content"] for m in out if str(m.get("content", "")).startswith(LEDGER_MARK)]
     # the archive reference survives the trim: every dropped fact stays recoverable
-    assert re.search(r"verbatim \(read with ctx_recall\): ctxsnap://\S+", ledger)
+    assert re.search(r"kept verbatim outside this prompt: ctxsnap://\S+", ledger)
+    assert "ctx_recall" not in ledger  # the model is not offered that tool here
     full = s.ledger.render()
     assert full is not None and s.counter.count_text(ledger) < s.counter.count_text(full) / 2
     assert check_messages(out) == []
@@ -360,7 +361,7 @@ def test_dropped_history_is_archived_verbatim_and_referenced(
     out = s.prepare(msgs)
     assert msgs[2] not in out  # the first round was dropped
     ledger = next(m["content"] for m in out if str(m.get("content", "")).startswith(LEDGER_MARK))
-    (ref,) = re.findall(r"verbatim \(read with ctx_recall\): (ctxsnap://\S+)", ledger)
+    (ref,) = re.findall(r"kept verbatim outside this prompt: (ctxsnap://\S+)", ledger)
     history = s.recall(ref)
     assert "I think the bug is in src/app.py line 42 (BUG-1234)." in history
     assert "→ call read_file" in history

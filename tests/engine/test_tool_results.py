@@ -580,3 +580,71 @@ def test_rule_for_remembers_what_select_rule_says() -> None:
         found = select_rule(policy.tools, name)
         assert found is not None and (pattern, rule) == found and pre is p._pre[pattern]
     assert ToolResultProcessor(make_policy({}), store=None).rule_for("x")[0] is None
+
+
+def test_a_chain_runs_its_preprocessors_in_order(tmp_path: Path) -> None:
+    pol = make_policy(
+        {
+            "support_*": {
+                "preprocess": [
+                    {"name": "redact", "options": {"builtin": ["email"]}},
+                    {"name": "table_rows", "options": {"max_rows": 2}},
+                ]
+            }
+        },
+        path=str(tmp_path),
+    )
+    proc = ToolResultProcessor(pol, store=LocalStore(root=str(tmp_path)))
+    rows = ["id,email,plan"] + [f"{i},user{i}@example.com,pro" for i in range(40)]
+    out = proc.process(ToolCall(name="support_lookup"), "\n".join(rows), conv_id="c", step=1)
+    assert out.preprocessor == "redact+table_rows"
+    assert out.text.startswith("[table_rows: csv, 40 rows")
+    assert "@example.com" not in out.text and "[REDACTED:email]" in out.text
+    assert "user0@example.com" in out.raw_text  # the snapshot keeps the original
+
+
+def test_a_failing_item_of_a_chain_falls_back_and_is_named(
+    tmp_path: Path, register_plugin: Any
+) -> None:
+    class Boom(Preprocessor):
+        name = "test_boom"
+
+        def process(self, text: str, call: ToolCall) -> str:
+            raise RuntimeError("boom")
+
+    class _P:
+        @hookimpl
+        def ctxpolicy_register_preprocessors(self, register: Any) -> None:
+            register(Boom)
+
+    register_plugin(_P(), "test-boom")
+    pol = make_policy({"*": {"preprocess": ["redact", "test_boom"]}}, path=str(tmp_path))
+    out = ToolResultProcessor(pol, store=None).process(
+        ToolCall(name="t"), "x" * 9000, conv_id="c", step=1
+    )
+    assert out.preprocessor == "head_tail"
+    failed = [e for e in out.events if e["type"] == "tool.preprocess_failed"]
+    assert [e["preprocessor"] for e in failed] == ["test_boom"]
+
+
+@pytest.mark.parametrize(
+    ("tool", "expected"),
+    [
+        ("bash", "bash"),
+        ("Bash", "bash"),
+        ("exec_command", "bash"),
+        ("SHELL", "bash"),
+        ("Read", "read_*"),
+        ("read_file", "read_*"),
+        ("ReadManyFiles", "*"),
+        ("grep", "*"),
+    ],
+)
+def test_rules_match_by_alias_and_without_case(tool: str, expected: str) -> None:
+    tools = {
+        "read_*": ToolRule(aliases=["Read"]),
+        "bash": ToolRule(aliases=["exec_command", "shell"], ignore_case=True),
+        "*": ToolRule(),
+    }
+    found = select_rule(tools, tool)
+    assert found is not None and found[0] == expected

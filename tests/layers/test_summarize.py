@@ -275,3 +275,33 @@ def test_auto_reads_two_windows_of_history():
             assert res.report["unread_units"] > 40 and len(seen) == -(-2 * window // 256)
         else:  # the whole fold is within two windows: read whole
             assert "unread_units" not in res.report and len(seen) > 5
+
+
+def test_a_summary_that_drops_a_user_turn_is_repaired_verbatim():
+    from ctxpolicy.layers.summarize import REPAIR_HEADER, repair, strip_repair
+
+    c = Conv().system("s").user("task")
+    c.step(("bash", {"command": "ls"}, "a.py\n" * 100))
+    c.user("Never touch prod.\n- keep the API\n- reply in French")
+    c.step(("bash", {"command": "cat a.py"}, "x = 1\n" * 100))
+    for k in range(3):
+        c.step(("bash", {"command": f"echo {k}"}, "ok\n" * 50))
+    units = c.user("go").units()
+
+    def forgetful(name, options):
+        return CallableSummarizer.from_function(lambda req: "Goal: task. Done: ls, cat.")
+
+    ctx = make_ctx(units, summarizer=forgetful, constraints=("No force pushes",))
+    res = Summarize(SummarizeOptions(summarizer="callable", keep_recent_rounds=2)).apply(ctx, units)
+    (summary,) = [u for u in res.units if u.kind == "summary"]
+    text = summary.messages[0]["content"]
+    assert "Never touch prod.\n- keep the API\n- reply in French" in text
+    assert REPAIR_HEADER in text and "- No force pushes" in text
+    assert summary.meta["user_turns"] == ["Never touch prod.\n- keep the API\n- reply in French"]
+    assert strip_repair(text).endswith("- No force pushes")
+    # bounded: the newest turns within the budget, the older ones counted
+    many = [f"instruction {i} " + "w " * 30 for i in range(10)]
+    out = repair("S", (), many, budget=100)
+    assert many[-1] in out and many[0] not in out
+    assert "earlier user turns are in the compacted history)" in out
+    assert repair("S " + " ".join(many), (), many) == "S " + " ".join(many)  # nothing missing

@@ -252,3 +252,40 @@ def test_a_type_error_hides_no_other_problem() -> None:
 
     diags = validate_file(DATA / "invalid" / "one_pass_many_problems.yaml")
     assert {d.code for d in diags} >= {"CTX103", "CTX201", "CTX202", "CTX102", "CTX206"}
+
+
+def test_a_chain_of_preprocessors_is_validated_item_by_item(tmp_path: Path) -> None:
+    head = "ctxpolicy: 1\npolicies:\n  default:\n    model: {context_window: 50000}\n    tools:\n"
+    good = _write(
+        tmp_path,
+        "good.yaml",
+        head + "      support_*:\n"
+        "        preprocess: [redact, {name: table_rows, options: {max_rows: 5}}]\n",
+    )
+    pol = load_policy(good, env={})
+    rule = pol.tools["support_*"]
+    assert [(n, o.get("max_rows")) for n, o in rule.steps()] == [
+        ("redact", None),
+        ("table_rows", 5),
+    ]
+    assert rule.steps()[1][1]["fallback_chars"] == 3000  # completed by the component's model
+    assert rule.preprocessor_name == "redact+table_rows"
+    bad = _write(
+        tmp_path,
+        "bad.yaml",
+        head + "      a_*:\n"
+        "        preprocess: [redcat, {name: table_rows, options: {max_rowz: 5}}]\n"
+        "      b_*:\n"
+        "        preprocess: [redact]\n"
+        "        options: {max_rows: 3}\n"
+        "      c_*: {preprocess: []}\n",
+    )
+    got = [d.format().splitlines()[0] for d in validate_file(bad, env={})]
+    assert got == [
+        f"{bad}:7:22: CTX102 unknown preprocessor 'redcat' (did you mean 'redact'?)",
+        f"{bad}:7:59: CTX101 unknown key 'max_rowz' (did you mean 'max_rows'?)",
+        f"{bad}:10:9: CTX103 tools.'b_*'.options: `options` goes with a single preprocessor: "
+        "in a list give each item its own, as {name: ..., options: {...}}",
+        f"{bad}:11:13: CTX103 tools.'c_*'.preprocess: an empty list: name at least one "
+        "preprocessor",
+    ]

@@ -103,8 +103,42 @@ def test_otel_spans_carry_no_content() -> None:
         for sp in spans
     )
     assert "lost_facts_count" in dumped
+    assert any(sp.name.startswith("compact ") for sp in spans)  # the compaction spans too
     _no_secret(dumped)
     assert "lib/secret_conf.py" not in dumped
+    provider.shutdown()
+
+
+def test_otel_compaction_spans_carry_no_content_even_when_asked() -> None:
+    pytest.importorskip("opentelemetry.sdk")
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    from ctxpolicy.otel import OtelEventSink
+
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    sink = OtelEventSink(tracer_provider=provider, content=True, model="claude-sonnet-4")
+    _compacting_session(sink).prepare(_leaky_history())
+    spans = [sp for sp in exporter.get_finished_spans() if sp.name.startswith("compact ")]
+    assert spans
+    for sp in spans:  # numbers and names only: no fact, no report text, no secret
+        for key, value in (sp.attributes or {}).items():
+            assert key.startswith(("gen_ai.", "ctxpolicy.compaction."))
+            assert isinstance(value, int | float) or key in (
+                "gen_ai.operation.name",
+                "gen_ai.request.model",
+                "gen_ai.conversation.id",
+                "ctxpolicy.compaction.layer",
+                "ctxpolicy.compaction.plugin",
+                "ctxpolicy.compaction.state",
+                "ctxpolicy.compaction.price",
+            ), key
+        dumped = json.dumps(dict(sp.attributes or {}), default=str)
+        _no_secret(dumped)
+        assert "lib/secret_conf.py" not in dumped
     provider.shutdown()
 
 

@@ -1,10 +1,10 @@
 import pytest
 from pydantic import ValidationError
 
-from ctxpolicy.components import SummaryRequest
-from ctxpolicy.summarizers.callable import (
+from ctxpolicy.components import (
     CallableOptions,
     CallableSummarizer,
+    SummaryRequest,
     register_callable,
     unregister_callable,
 )

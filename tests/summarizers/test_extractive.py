@@ -242,3 +242,22 @@ def test_digest_add_sees_changes_made_to_a_section_elsewhere() -> None:
     d.add("Files", "b")
     d.add("Files", "c")
     assert d.sections["Files"] == ["c", "a", "b"]
+
+
+def test_an_error_fixed_later_is_not_listed_and_statistics_are_no_outcome() -> None:
+    from ctxpolicy.components import SummaryRequest
+    from ctxpolicy.summarizers.extractive import ExtractiveOptions, ExtractiveSummarizer
+
+    msgs = (
+        Conv()
+        .user("best month?")
+        .step(("sql_query", {"sql": "SELECT x FROM salse"}, "Error: no such table: salse"))
+        .step(("sql_query", {"sql": "SELECT x FROM sales"}, "column summary (all rows):\n  x: distinct=3 min=1 max=9"))
+        .step(("bash", {"command": "cat nope.txt"}, "cat: nope.txt: No such file or directory error"))
+        .messages
+    )  # fmt: skip
+    req = SummaryRequest(messages=msgs, previous_summary=None, max_tokens=2000, instructions="")
+    out = ExtractiveSummarizer(ExtractiveOptions()).summarize(req)
+    assert "salse" not in out.split("Errors:")[-1]  # fixed by the next query
+    assert "nope.txt" in out.split("Errors:")[-1]  # still open
+    assert "distinct=" not in out and "min=" not in out

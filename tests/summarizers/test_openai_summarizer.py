@@ -185,3 +185,33 @@ def test_a_long_fold_makes_at_most_max_chunks_calls_to_the_llm(server):
     assert res.report["unread_units"] > 40
     first = server.requests[0]["body"]["messages"][1]["content"]
     assert "Also keep the public API stable" in first
+
+
+def test_the_summary_call_continues_the_live_prompt(server):
+    """Given the live prompt, the summarizer sends it unchanged (a cache read at the
+    provider) and one instruction after it: what to fold, the task state's sections."""
+    from ctxpolicy.conversation import render
+
+    c = Conv().system("You are a SQL agent.").user("Best month of 2023?")
+    for k in range(4):
+        c.step(("sql_query", {"sql": f"SELECT {k}"}, "m,v\n1,2\n" * 20))
+    units = c.user("Answer now.").units()
+    ctx = make_ctx(units, summarizer=lambda name, o: OpenAISummarizer(OpenAISummarizerOptions(**o)))
+    layer = Summarize(
+        SummarizeOptions(
+            summarizer="openai", summarizer_options=opts(server).model_dump(), keep_recent_rounds=1
+        )
+    )
+    res = layer.apply(ctx, units)
+    assert res.units[2].kind == "summary"
+    (req,) = server.requests
+    sent = req["body"]["messages"]
+    assert sent[:-1] == json.loads(json.dumps(render(units)))  # the prompt, byte for byte
+    last = sent[-1]
+    assert last["role"] == "user" and last["content"].startswith("Do not continue the task.")
+    kept_from = sum(len(u.messages) for u in units[: len(units) - 2])
+    assert f"not including, message {kept_from + 1}" in last["content"]
+    assert "User instructions (verbatim)" in last["content"] and "Next action" in last["content"]
+    # the summary is repaired: the user's turn it folded is in it verbatim
+    assert "Best month of 2023?" not in res.units[2].messages[0]["content"]  # pinned: kept
+    assert res.report["input_tokens"] == ctx.count(units)

@@ -111,3 +111,23 @@ def test_explicit_layer_name_that_clashes_is_refused(tmp_path: Path) -> None:
     code, out = run("x", "--layer", "drop_rounds", "--dir", str(tmp_path))
     assert code == 2
     assert "already registered" in out and not (tmp_path / "ctxpolicy-x").exists()
+
+
+def test_generated_files_link_the_project_and_hold_no_local_path(tmp_path: Path) -> None:
+    """The README linked a bare https://github.com/ and named the absolute path of the
+    clone it was generated from; every generated file now points at the project only."""
+    from ctxpolicy.cli.init_plugin import PROJECT_URL
+
+    assert run("trim-old", "--dir", str(tmp_path))[0] == 0
+    root = tmp_path / "ctxpolicy-trim-old"
+    here = str(Path(__file__).resolve().parents[2])
+    for path in root.rglob("*"):
+        if path.is_file():
+            text = path.read_text(encoding="utf-8")
+            assert here not in text and str(tmp_path) not in text, path
+            assert "https://github.com/)" not in text, path
+    readme = (root / "README.md").read_text(encoding="utf-8")
+    assert f"[ctxpolicy]({PROJECT_URL})" in readme
+    assert f"pip install 'ctxpolicy @ git+{PROJECT_URL}'" in readme
+    assert f"({PROJECT_URL}/blob/main/docs/plugins.md)" in readme
+    assert "not on a package index yet" in readme

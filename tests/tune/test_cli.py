@@ -169,3 +169,26 @@ def test_trace_with_truncation_markers_is_warned_about(traces3: list[str], tmp_p
     )
     res = CliRunner().invoke(tune, [str(hist), *traces3, "--policy", str(pol), "--agent", "mine"])
     assert f"warning: {hist}:2: this trace already holds a truncation marker" in res.output
+
+
+def test_headline_is_a_printed_number_and_one_held_out_trace_is_thin(
+    traces3: list[str], tmp_path: Path
+):
+    """The headline's saving is the printed change of the minimised cost (it used to be
+    a number printed nowhere else), and a held-out comparison on one trace is flagged."""
+    import re
+
+    args = [*traces3, "--policy", str(WASTEFUL), "--agent", "wasteful", "--workers", "1"]
+    res = CliRunner().invoke(
+        tune,
+        [*args, "--out", str(tmp_path), "--seed", "7", "--trials", "3"],
+        catch_exceptions=False,
+    )
+    out = res.output
+    assert "1 held-out traces" in out
+    assert "warning: thin evidence: the held-out comparison rests on 1 trace(s)" in out
+    change = re.search(r"held-out  change:  (\w[\w ]*?) ([+-]\d+\.\d%)", out)
+    assert change, out
+    assert change.group(1) == "tokens"  # the objective of this policy's tune section
+    if "recommended (" in out:
+        assert f"recommended (tokens {change.group(2)} on 1 held-out trace(s))" in out

@@ -1,0 +1,210 @@
+"""What every provider wire format offers, and the plain-value helpers they share.
+
+A wire class turns one provider's request body into the engine's messages (the OpenAI
+Chat vocabulary of :mod:`ctxpolicy.conversation`) plus the tools to count, and builds the
+provider's request back from a prepared list; it reads usage and tool calls from a
+response or a stream, shapes error bodies and tool schemas. Values are plain JSON-like
+dicts: no provider SDK is imported here (SDK objects are turned into dicts by
+:func:`to_plain`, which only duck-types ``model_dump``).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple, Protocol, TypeGuard, TypeVar, runtime_checkable
+
+from ctxpolicy.conversation import Message
+
+__all__ = [
+    "Extracted",
+    "StreamTurn",
+    "ToolCall",
+    "Wire",
+    "WireError",
+    "dumps",
+    "is_given",
+    "json_args",
+    "parse_args",
+    "to_plain",
+]
+
+T = TypeVar("T")
+
+
+class WireError(ValueError):
+    """A request body the wire format cannot interpret (the gateway answers HTTP 400)."""
+
+
+class ToolCall(NamedTuple):
+    """One tool call of an answer: the provider's id, the tool's name, its arguments
+    (a JSON string on the OpenAI wires, an object on Anthropic's)."""
+
+    id: str
+    name: str
+    arguments: Any
+
+
+@dataclass
+class Extracted:
+    """One request body seen by the engine.
+
+    ``messages`` are the engine's messages, ``tools`` the tool schemas to count (OpenAI
+    function shape), ``body`` the client's body (everything the engine does not touch is
+    sent back from it), ``state`` what the wire needs to build the provider's request
+    back (original blocks or items, keyed by message).
+    """
+
+    body: dict[str, Any]
+    messages: list[Message]
+    tools: list[dict[str, Any]] | None = None
+    state: Any = field(default=None, repr=False)
+
+
+@runtime_checkable
+class StreamTurn(Protocol):
+    """Reads one streamed answer event by event (parsed ``data:`` objects).
+
+    :meth:`event` returns what the event showed: ``"text"`` (visible non-blank text),
+    ``"call"`` (a tool call started; its name is in :attr:`names`), ``"other"`` (a block
+    or an event that is neither: thinking, a built-in tool, an error), or None (nothing
+    decisive: a delta of something already seen, a ping). :meth:`answer` gives the turn
+    seen so far as the wire's non-streaming response body.
+    """
+
+    @property
+    def names(self) -> list[str]:
+        """The names of the tool calls seen so far."""
+        ...
+
+    def event(self, obj: Mapping[str, Any]) -> str | None: ...
+
+    def answer(self) -> dict[str, Any]: ...
+
+    def calls(self) -> list[ToolCall]: ...
+
+
+@runtime_checkable
+class Wire(Protocol):
+    """One provider wire format (OpenAI Chat, OpenAI Responses, Anthropic Messages)."""
+
+    #: The API's name in metrics and logs: ``chat``, ``responses`` or ``anthropic``.
+    name: str
+    #: The provider whose upstream and credential the format uses: ``openai``/``anthropic``.
+    provider: str
+    #: The request paths (after ``/v1``) the gateway prepares with this wire.
+    paths: tuple[str, ...]
+
+    def extract(self, body: Mapping[str, Any]) -> Extracted:
+        """The request as engine messages + tools to count; :class:`WireError` if malformed."""
+        ...
+
+    def build(
+        self, req: Extracted, prepared: Sequence[Mapping[str, Any]], tools: Any = None
+    ) -> bytes:
+        """The provider's request body for ``prepared`` (``tools`` replace the client's)."""
+        ...
+
+    def with_round(
+        self, req: Extracted, assistant: Mapping[str, Any], results: Sequence[tuple[str, str]]
+    ) -> Extracted:
+        """``req`` continued by an assistant turn (as :meth:`assistant_and_calls` gave it)
+        and the ``(call id, text)`` results of its tool calls."""
+        ...
+
+    def usage(self, resp: Any) -> int | None:
+        """The provider's prompt tokens of a response body (None when absent)."""
+        ...
+
+    def stream_usage(self, event: Mapping[str, Any]) -> int | None:
+        """The prompt tokens one stream event reports (None when it reports none)."""
+        ...
+
+    def is_usage_only_event(self, event: Mapping[str, Any]) -> bool:
+        """True for the usage-only event :meth:`with_stream_usage` asked for."""
+        ...
+
+    def with_stream_usage(self, body: Mapping[str, Any]) -> dict[str, Any] | None:
+        """A copy of a streaming request that asks for usage in the stream, or None when
+        the stream reports usage anyway (or the client asked for it already)."""
+        ...
+
+    def assistant_and_calls(self, resp: Any) -> tuple[dict[str, Any] | None, list[ToolCall]]:
+        """The answer's assistant turn (in the wire's own form) and its tool calls."""
+        ...
+
+    def stream_turn(self) -> StreamTurn:
+        """A reader of one streamed answer."""
+        ...
+
+    def error_body(self, status: int, message: str) -> dict[str, Any]:
+        """An error of the gateway's own in the body shape this API's clients parse."""
+        ...
+
+    def tools(self, functions: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+        """Chat-format function tools (``{"type": "function", "function": ...}``) as this
+        wire's tool definitions."""
+        ...
+
+    def tool_name(self, tool: Mapping[str, Any]) -> str:
+        """The name of one of this wire's tool definitions (empty when it has none)."""
+        ...
+
+    def auth_headers(self, api_key: str) -> dict[str, str]:
+        """The headers carrying ``api_key`` to this provider."""
+        ...
+
+
+# --------------------------------------------------------------------------- plain values
+
+
+def is_given(value: T | None) -> TypeGuard[T]:
+    """False for None and the SDKs' ``NOT_GIVEN`` / ``omit`` sentinels."""
+    if value is None:
+        return False
+    return type(value).__name__ not in ("NotGiven", "Omit")
+
+
+def to_plain(obj: Any) -> Any:
+    """A JSON-like copy of SDK objects (pydantic models, TypedDicts, lists)."""
+    if isinstance(obj, Mapping):
+        return {str(k): to_plain(v) for k, v in obj.items() if is_given(v) or v is None}
+    if isinstance(obj, list | tuple):
+        return [to_plain(v) for v in obj]
+    dump = getattr(obj, "model_dump", None)
+    if callable(dump):
+        try:
+            return to_plain(dump(exclude_none=True, mode="json"))
+        except TypeError:  # pragma: no cover - very old pydantic-like objects
+            return to_plain(dump())
+    return obj
+
+
+def json_args(value: Any) -> str:
+    """Tool-call arguments as the JSON string OpenAI messages carry."""
+    if isinstance(value, str):
+        return value
+    return json.dumps(value if value is not None else {}, ensure_ascii=False)
+
+
+def parse_args(value: Any) -> Any:
+    """Tool-call arguments as an object (Anthropic ``input``, LangChain ``args``)."""
+    if isinstance(value, str):
+        try:
+            return json.loads(value) if value.strip() else {}
+        except ValueError:
+            return {"_raw": value}
+    return value if value is not None else {}
+
+
+def dumps(body: Mapping[str, Any]) -> bytes:
+    """A request body as the compact UTF-8 JSON sent upstream."""
+    return json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode()
+
+
+def positive_int(value: Any) -> int | None:
+    """``value`` when it is a positive int (not a bool), else None."""
+    if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+        return value
+    return None
