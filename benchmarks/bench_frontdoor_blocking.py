@@ -240,7 +240,7 @@ def main(argv: list[str] | None = None) -> int:
     ]
     md = "\n".join(
         [
-            "# Front door: does one long history block another conversation?",
+            "## Front door: does one long history block another conversation?",
             "",
             header_markdown(info),
             "",
@@ -259,6 +259,9 @@ def main(argv: list[str] | None = None) -> int:
                 ],
                 rows,
             ),
+            "",
+            "Reproduce: `.venv/bin/python benchmarks/bench_frontdoor_blocking.py` "
+            "(`--quick`: 2,000 messages, one round).",
         ]
     )
     publish(

@@ -200,3 +200,49 @@ def test_postgres_conversations_share_a_bounded_pool(tmp_path: Path, postgres_se
     resumed = again.get("conv-59")
     assert resumed.state.usage_seen
     again.close()
+
+
+def test_a_store_that_cannot_open_is_reported_and_tried_again(tmp_path: Path) -> None:
+    pytest.importorskip("psycopg")
+    import socket
+
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    events: list[dict[str, Any]] = []
+    policy = with_state(
+        make_policy(tmp_path),
+        "postgres",
+        dsn=f"postgresql://u:secret-pw@127.0.0.1:{port}/db",
+        connect_timeout_s=1,
+    )
+    pool = SessionPool(policy, on_event=events.append)
+    s1 = pool.get("a")
+    s1.prepare(history(1))  # works, in memory, and says so
+    unavailable = [e for e in events if e.get("type") == "state.unavailable"]
+    assert len(unavailable) == 1 and "secret-pw" not in str(unavailable)
+    assert pool.state_store() is None  # not cached: the next session tries again
+    pool.get("b")
+    assert len([e for e in events if e.get("type") == "state.unavailable"]) == 2
+    pool.close()
+
+
+def test_the_gateway_pool_shares_the_bounded_connections(
+    tmp_path: Path, postgres_server: Any
+) -> None:
+    """``ctxpolicy serve``'s sessions (gateway.sessions) go through the same pool."""
+    pytest.importorskip("psycopg")
+    pytest.importorskip("starlette")
+    from ctxpolicy.gateway.sessions import SessionPool as GatewayPool
+
+    policy = with_state(
+        make_policy(tmp_path), "postgres", dsn=postgres_server.dsn, table="gw_t", pool_size=3
+    )
+    pool = GatewayPool({"test_agent": policy})
+    with ThreadPoolExecutor(6) as ex:
+        list(ex.map(lambda i: pool.get("test_agent", f"gw-{i}").prepare(history(1)), range(30)))
+    assert len(pool._sessions) == 30
+    assert all(s._persist is not None for s in pool._sessions.values())
+    assert _server_connections(postgres_server.dsn) <= 3
+    assert pool.get("test_agent", "gw-1").conv_id == "gw-1"  # the gateway's ids as they are
+    pool.close()
