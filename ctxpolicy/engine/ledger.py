@@ -14,7 +14,7 @@ context before and after it (:meth:`ProgressLedger.sync`). It holds
 * the policy's constraints, verbatim, never trimmed;
 * the plan: the last list the agent's own todo or plan tool wrote (Claude Code's
   ``TodoWrite``, Codex's ``update_plan``, a ``todo``/``plan`` tool: :func:`todo_list`);
-* the steps done (while no summary in the prompt tells them), the artifacts touched (files, tables, tickets and other IDs) with
+* the steps done (those a summary in the prompt does not name), the artifacts touched (files, tables, tickets and other IDs) with
   their latest state, the decisions the agent stated, the errors still open (an
   error of a call that later succeeded is closed);
 * small computed results kept whole (a table of at most :data:`RESULT_LINES` lines
@@ -510,8 +510,6 @@ class ProgressLedger:
         for c in st.constraints:
             if c in summaries:
                 said.append(_key("constraint", c))
-        if summaries:  # the summary tells the steps: the ledger keeps the state
-            said.append("steps")
         for d in st.done:
             call = _call_part(d)
             if d in text or (summaries and call in summaries):
@@ -558,7 +556,7 @@ class ProgressLedger:
         return {
             "instructions": [i for i in st.instructions if _key("instruction", i) not in said],
             "todos": [] if "plan" in said else list(st.todos),
-            "done": [] if "steps" in said else [d for d in st.done if _key("done", d) not in said],
+            "done": [d for d in st.done if _key("done", d) not in said],
             "artifacts": [a for a in st.artifacts if _key("artifact", a.name) not in said],
             "decisions": [d for d in st.decisions if _key("decision", d) not in said],
             "errors": [e for e in st.errors if _key("error", e.text) not in said],
