@@ -14,7 +14,7 @@ context before and after it (:meth:`ProgressLedger.sync`). It holds
 * the policy's constraints, verbatim, never trimmed;
 * the plan: the last list the agent's own todo or plan tool wrote (Claude Code's
   ``TodoWrite``, Codex's ``update_plan``, a ``todo``/``plan`` tool: :func:`todo_list`);
-* the steps done (those a summary in the prompt does not name), the artifacts touched (files, tables, tickets and other IDs) with
+* the steps done (unless a summary in the prompt tells them), the artifacts touched (files, tables, tickets and other IDs) with
   their latest state, the decisions the agent stated, the errors still open (an
   error of a call that later succeeded is closed);
 * small computed results kept whole (a table of at most :data:`RESULT_LINES` lines
@@ -510,10 +510,17 @@ class ProgressLedger:
         for c in st.constraints:
             if c in summaries:
                 said.append(_key("constraint", c))
+        named = False
         for d in st.done:
             call = _call_part(d)
             if d in text or (summaries and call in summaries):
                 said.append(_key("done", d))
+                named = named or bool(summaries and call in summaries)
+        if named:
+            # a summary that tells the steps (it names some) is their home: it keeps the
+            # newest and drops the oldest by its own bound; a summary of facts only
+            # leaves the steps to the ledger
+            said.append("steps")
         for a in st.artifacts:
             if _artifact_line(a) in text or (
                 a.name in summaries or (a.state.startswith("seen") and a.name in text)
@@ -556,7 +563,7 @@ class ProgressLedger:
         return {
             "instructions": [i for i in st.instructions if _key("instruction", i) not in said],
             "todos": [] if "plan" in said else list(st.todos),
-            "done": [d for d in st.done if _key("done", d) not in said],
+            "done": [] if "steps" in said else [d for d in st.done if _key("done", d) not in said],
             "artifacts": [a for a in st.artifacts if _key("artifact", a.name) not in said],
             "decisions": [d for d in st.decisions if _key("decision", d) not in said],
             "errors": [e for e in st.errors if _key("error", e.text) not in said],
