@@ -329,6 +329,11 @@ def markdown(data: Mapping[str, Any], baseline: str) -> str:
             scenario_table(data["scenario"]["baseline"], data["scenario"]["after"]),
             "",
         ]
+    md += [
+        "Reproduce: `.venv/bin/python benchmarks/bench_taskstate.py --llm --baseline "
+        "<a checkout of the code before>`",
+        "",
+    ]
     return "\n".join(md)
 
 

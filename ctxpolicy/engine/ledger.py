@@ -14,7 +14,7 @@ context before and after it (:meth:`ProgressLedger.sync`). It holds
 * the policy's constraints, verbatim, never trimmed;
 * the plan: the last list the agent's own todo or plan tool wrote (Claude Code's
   ``TodoWrite``, Codex's ``update_plan``, a ``todo``/``plan`` tool: :func:`todo_list`);
-* the steps done (while no summary in the prompt tells them), the artifacts touched (files, tables, tickets and other IDs) with
+* the steps done (unless a summary in the prompt tells them), the artifacts touched (files, tables, tickets and other IDs) with
   their latest state, the decisions the agent stated, the errors still open (an
   error of a call that later succeeded is closed);
 * small computed results kept whole (a table of at most :data:`RESULT_LINES` lines
@@ -510,12 +510,17 @@ class ProgressLedger:
         for c in st.constraints:
             if c in summaries:
                 said.append(_key("constraint", c))
-        if summaries:  # the summary tells the steps: the ledger keeps the state
-            said.append("steps")
+        named = False
         for d in st.done:
             call = _call_part(d)
             if d in text or (summaries and call in summaries):
                 said.append(_key("done", d))
+                named = named or bool(summaries and call in summaries)
+        if named:
+            # a summary that tells the steps (it names some) is their home: it keeps the
+            # newest and drops the oldest by its own bound; a summary of facts only
+            # leaves the steps to the ledger
+            said.append("steps")
         for a in st.artifacts:
             if _artifact_line(a) in text or (
                 a.name in summaries or (a.state.startswith("seen") and a.name in text)
