@@ -456,6 +456,11 @@ class Session:
             new = texts[key]
         elif cid and (plain := tool_key("", text)) in texts:
             new = texts[plain]  # what add_tool_result returned
+        elif index < st.legacy_upto:
+            # stored before results were remembered: it went to the model as it is
+            # (processed by add_tool_result, or sent raw): it stays so
+            st.add_tool_text(key, None)
+            return m
         else:
             call = _call_of(messages, index, cid, m)
             if call.name in _RECALL_TOOLS:

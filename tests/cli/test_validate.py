@@ -64,7 +64,7 @@ def test_shipped_policies_directory_exit_0(runner: CliRunner) -> None:
     needs("ctxpolicy.policy.resolve")
     r = runner.invoke(main, ["validate", "policies/"])
     assert r.exit_code == 0, r.output
-    assert r.output.strip() == "3 files valid"
+    assert r.output.strip() == "4 files valid"
     r = runner.invoke(main, ["validate", "--strict", "policies/"])
     assert r.exit_code == 0, r.output
 
