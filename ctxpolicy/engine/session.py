@@ -74,8 +74,9 @@ P = ParamSpec("P")
 _PASSES = 3
 #: The recall tools' names (their answers enter as they are: bounded, never snapshotted)
 _RECALL_TOOLS = frozenset({"ctx_recall", "ctx_search"})
-#: How far back from a tool message its assistant call is looked for.
-_CALL_LOOKBACK = 512
+#: How far back from a tool message its assistant call is looked for (bounded: a
+#: request of many results without calls stays linear in its size).
+_CALL_LOOKBACK = 128
 
 
 def _call_of(
