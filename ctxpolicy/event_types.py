@@ -371,7 +371,9 @@ class DataLost(Event):
 
 
 # ---------------------------------------------------------------------- tool results
-@_event("tool.preprocessed", "`add_tool_result`")
+@_event(
+    "tool.preprocessed", "`add_tool_result`; `prepare`, for a result that arrived in its messages"
+)
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ToolPreprocessed(Event):
     tool: str = _f()

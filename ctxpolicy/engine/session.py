@@ -74,8 +74,9 @@ P = ParamSpec("P")
 _PASSES = 3
 #: The recall tools' names (their answers enter as they are: bounded, never snapshotted)
 _RECALL_TOOLS = frozenset({"ctx_recall", "ctx_search"})
-#: How far back from a tool message its assistant call is looked for.
-_CALL_LOOKBACK = 512
+#: How far back from a tool message its assistant call is looked for (bounded: a
+#: request of many results without calls stays linear in its size).
+_CALL_LOOKBACK = 128
 
 
 def _call_of(
@@ -456,6 +457,11 @@ class Session:
             new = texts[key]
         elif cid and (plain := tool_key("", text)) in texts:
             new = texts[plain]  # what add_tool_result returned
+        elif index < st.legacy_upto:
+            # stored before results were remembered: it went to the model as it is
+            # (processed by add_tool_result, or sent raw): it stays so
+            st.add_tool_text(key, None)
+            return m
         else:
             call = _call_of(messages, index, cid, m)
             if call.name in _RECALL_TOOLS:

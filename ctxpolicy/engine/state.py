@@ -236,6 +236,10 @@ class SessionState:
     #: ``prepare`` is processed once, and the same text is sent on every later call
     #: and after a resume; entries ``tool/<digest>``
     tool_texts: dict[str, str | None] = field(default_factory=dict)
+    #: a state stored before tool results were remembered (``tool/`` entries): the
+    #: tool messages among the first this many of the next input were sent as they are
+    #: then and are left so (not processed again, not changed); not persisted
+    legacy_upto: int = field(default=0, repr=False, compare=False)
 
     # ------------------------------------------------------------------ mutation
     def set_decisions(self, decisions: dict[str, tuple[Unit, ...]]) -> None:
@@ -546,6 +550,9 @@ class SessionState:
                 problems.append(Problem(key[:120], f"invalid {section} entry"))
                 st._drop(key)
         st.problems = problems
+        if st.stats.prepares and not st.tool_texts and st.status is not None:
+            seen = st.status.get("messages_in")
+            st.legacy_upto = seen if type(seen) is int and seen > 0 else 0
         return st
 
     def _load_scalars(

@@ -59,3 +59,34 @@ def test_an_invalid_tool_entry_is_reported_not_obeyed() -> None:
     entries = st.to_entries()
     assert entries["tool/" + "c" * 32] == "short" and entries["tool/" + "b" * 32] is True
     assert SessionState.from_entries(entries).tool_texts == st.tool_texts
+
+
+def test_a_state_stored_before_results_were_remembered_resumes_unchanged(
+    tmp_path: Path,
+) -> None:
+    """A conversation stored by an earlier version (no ``tool/`` entries): the tool
+    messages it already sent — texts add_tool_result returned, or raw results — are
+    left as they are after the resume (no second preprocessing, no reset); results
+    that arrive after the resume get their rule."""
+    policy = make_policy(tmp_path)
+    old = Session(policy, conv_id="legacy", tool_rules_in_prepare=False)
+    convo: list[dict[str, Any]] = conversation()
+    convo[3] = {**convo[3], "content": old.add_tool_result(convo[2]["tool_calls"][0], psql_table())}
+    convo += [
+        {"role": "assistant", "content": None, "tool_calls": [call("call_2", "query_db")]},
+        {"role": "tool", "tool_call_id": "call_2", "content": psql_table(50)},  # sent raw
+    ]
+    sent = old.prepare(convo)
+    entries = {k: v for k, v in old.state_entries().items() if not k.startswith("tool/")}
+
+    events: list[dict[str, Any]] = []
+    new = Session(policy, conv_id="legacy2", on_event=events.append)
+    new.load_state(entries)
+    assert new.prepare(convo) == sent
+    assert not [e for e in events if e["type"] in ("tool.preprocessed", "context.reset")]
+    convo += [
+        {"role": "assistant", "content": None, "tool_calls": [call("call_3", "query_db")]},
+        {"role": "tool", "tool_call_id": "call_3", "content": psql_table(60)},
+    ]
+    assert tool_text(new.prepare(convo), "call_3").startswith("[table_rows: psql, 60 rows")
+    assert tool_text(new.prepare(convo), "call_2") == psql_table(50)
