@@ -201,8 +201,9 @@ class Budget(StrictModel):
         description="Smallest gain (tokens or a share of the window) for which a "
         "compaction rewrites the already-sent prefix (losing the prompt cache of "
         "everything after the first changed message): the layers of one call that "
-        "together free less are not taken until the context is `critical` or would not "
-        "fit. 0: any gain is taken.",
+        "together free less are not taken until the request would not fit "
+        "(`window − reserve_output − safety_margin`). 0: any gain is taken (a rewrite "
+        "must still pay for itself under the model's cache prices).",
     )
 
     @field_validator("target", mode="wrap")
