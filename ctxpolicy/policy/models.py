@@ -330,12 +330,13 @@ class TuneObjectives(StrictModel):
         "the billed input alone; `tokens` — prompt tokens summed over every call; `usd` "
         "— the estimated cost in USD (simulate's price table).",
     )
-    retention: Literal["in_context", "far", "retained"] = Field(
+    retention: Literal["in_context", "far", "retained", "instructions"] = Field(
         default="in_context",
         description="Maximised: share of the facts the agent reused that were in the "
         "text sent (`in_context`, the ruler), of those absent from the 6 messages before "
         "(`far`), or in context or recoverable from a snapshot referenced there "
-        "(`retained`).",
+        "(`retained`); or the share of the user's turns (instructions, constraints) "
+        "still sent verbatim (`instructions`).",
     )
 
 
