@@ -163,11 +163,13 @@ def replay_one(policy_file: str, agent: str, path: str, window: int) -> dict[str
         "avoidable_overflows": res["overflows"] - res["overflows_unavoidable"],
         "violations": res["pairing_violations"],
         "compacting_calls": res["compacting_calls"],
-        "ruler": {
-            k: res[k]
-            for k in ("instructions", "ledger_share", "duplicated_lines", "needless")
-            if k in res
-        },
+        # the newer ruler (absent from a tree that does not measure it)
+        "instr_checked": (res.get("instructions") or {}).get("checked"),
+        "instr_retained": (res.get("instructions") or {}).get("retained"),
+        "own_tokens": res.get("own_tokens"),
+        "prompt_tokens": res["prompt_tokens"],
+        "duplicated_lines": res.get("duplicated_lines"),
+        "needless": res.get("needless_compactions"),
     }
 
 
@@ -220,7 +222,17 @@ def totals(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         return sum(r[k] for r in ok)
 
     calls = s("calls")
+    extra: dict[str, Any] = {}
+    if all(r.get("instr_checked") is not None for r in ok):
+        checked = s("instr_checked")
+        extra = {
+            "instructions": round(100 * s("instr_retained") / checked, 1) if checked else None,
+            "ledger_share": round(100 * s("own_tokens") / s("prompt_tokens"), 1),
+            "duplicated_lines": s("duplicated_lines"),
+            "needless": s("needless"),
+        }
     return {
+        **extra,
         "traces": len(ok),
         "calls": calls,
         "cost": round(s("total") / s("none"), 3) if s("none") else None,
@@ -250,21 +262,38 @@ def table(before: Sequence[Mapping[str, Any]], after: Sequence[Mapping[str, Any]
         b = [r for r in before if (r["kind"], r["window"]) == (kind, window)]
         a = [r for r in after if (r["kind"], r["window"]) == (kind, window)]
         ta = totals(a)
+        ruler = (
+            f"{ta['instructions']} % / {ta['ledger_share']} % / {ta['duplicated_lines']} / "
+            f"{ta['needless']}"
+            if "instructions" in ta
+            else "–"
+        )
         rows.append(
             [
                 f"{kind} ({ta.get('traces', 0)} traces), {window // 1024}k",
                 KINDS[kind][1],
                 _fmt(totals(b)) if b else "–",
                 _fmt(ta),
+                ruler,
             ]
         )
     return [
         markdown_table(
-            ["held-out set, window", "policy", "before (main)", "after"], rows, align="llll"
+            [
+                "set, window",
+                "policy",
+                "before (main)",
+                "after",
+                "after: instr / own / dup / needless",
+            ],
+            rows,
+            align="lllll",
         ),
         "",
         "Each cell: cost ÷ sending everything / retention / far retention / prefix "
-        "rewrites per 100 calls / avoidable overflows.",
+        "rewrites per 100 calls / avoidable overflows. Last column (this tree's ruler): "
+        "user turns still sent verbatim / ledger + summary share of the prompt / lines "
+        "said twice / compactions of conversations sending everything never overflowed.",
     ]
 
 
