@@ -10,7 +10,9 @@
     ratio   = used / trigger
     state   = normal < warning ≤ ratio < error ≤ … < critical ≤ ratio < 1.0 ≤ overflow
 
-Percentages (``"25%"``) are of the window, floored. With ``tool_growth`` and
+Percentages (``"25%"``) are of the window, floored. A learned ``tool_growth``'s
+``initial`` reserve is at most what the catch-all tool rule lets one result bring
+(:func:`rule_bound`). With ``tool_growth`` and
 ``safety_margin`` 0, ``trigger`` is design A's ``effective_budget``; with all four terms it
 is design B's dynamic threshold (32000 − 4000 − 6000 − 2000 = 20000).
 """
@@ -33,6 +35,7 @@ __all__ = [
     "compute_budget",
     "effective_window",
     "quantile",
+    "rule_bound",
 ]
 
 DEFAULT_RESERVE_OUTPUT = 4096
@@ -133,19 +136,51 @@ def _reserve(policy: Policy, window: int) -> tuple[int, str]:
     return DEFAULT_RESERVE_OUTPUT, "default"
 
 
-def _growth_bounds(spec: ToolGrowth, window: int) -> tuple[int, int, int]:
-    """``(initial, min, max)`` of a learned reserve, in tokens (max default 50 % of window)."""
+#: Tokens a reference line to a snapshot adds to a cut result, at most.
+_REFERENCE_TOKENS = 64
+
+
+def rule_bound(policy: Policy) -> int | None:
+    """Tokens a result of a tool no other rule names can bring at most, by the
+    policy's catch-all rule (``"*"``): a ``head_tail`` of ``max_chars`` characters
+    (at most one token per 2 characters, plus its outline lines and the reference
+    line) or of ``max_tokens``. None when there is no such rule or it does not
+    bound the size."""
+    rule = policy.tools.get("*")
+    if rule is None or rule.preprocess != "head_tail":
+        return None
+    opts = rule.options
+    outline = opts.get("outline", 0)
+    extra = (outline if type(outline) is int and outline > 0 else 0) * 16 + _REFERENCE_TOKENS
+    max_tokens = opts.get("max_tokens")
+    if type(max_tokens) is int and max_tokens >= 0:
+        return max_tokens + extra
+    max_chars = opts.get("max_chars", 3000)
+    if type(max_chars) is not int or max_chars < 0:
+        return None
+    return max_chars // 2 + extra
+
+
+def _growth_bounds(spec: ToolGrowth, window: int, cap: int | None = None) -> tuple[int, int, int]:
+    """``(initial, min, max)`` of a learned reserve, in tokens (max default 50 % of window).
+
+    ``cap`` (:func:`rule_bound`): the initial reserve — used before a single result
+    was seen — is no larger than what the catch-all tool rule lets a result bring
+    (never below ``min``); what the rules do not bound, the learned quantile and the
+    reactive layer cover."""
     lo = resolve_amount(spec.min, window)
     hi = resolve_amount(spec.max, window) if spec.max is not None else window // 2
     hi = max(hi, lo)
     initial = min(max(resolve_amount(spec.initial, window), lo), hi)
+    if cap is not None:
+        initial = max(lo, min(initial, cap))
     return initial, lo, hi
 
 
 def _static_growth(policy: Policy, window: int) -> int:
     g = policy.budget.tool_growth
     if isinstance(g, ToolGrowth):
-        return _growth_bounds(g, window)[0]
+        return _growth_bounds(g, window, rule_bound(policy))[0]
     return resolve_amount(g, window)
 
 
@@ -228,7 +263,7 @@ class ToolGrowthEstimator:
             self.learned = True
             self.q = spec.learn.quantile
             self.n = spec.learn.window
-            self.initial, self.min, self.max = _growth_bounds(spec, self.window)
+            self.initial, self.min, self.max = _growth_bounds(spec, self.window, rule_bound(policy))
         else:
             self.learned = False
             self.q, self.n = 1.0, 1

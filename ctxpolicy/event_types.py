@@ -253,7 +253,8 @@ class LedgerFailed(Event):
 
 @_event(
     "context.above_target",
-    "a compaction ended above the target; none runs before `resume_at` (or `critical`)",
+    "a compaction ended above the target; none runs before `resume_at` "
+    "(or before the request would not fit)",
 )
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ContextAboveTarget(Event):
@@ -263,6 +264,19 @@ class ContextAboveTarget(Event):
     rest_tokens: int = _f()
     units: int = _f()
     resume_at: int = _f()
+
+
+@_event(
+    "context.compaction_held",
+    "once per hold: a compaction due again within a few calls of the last one is not made; "
+    "none runs before `resume_at` (the request would not fit)",
+)
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ContextCompactionHeld(Event):
+    used: int = _f()
+    calls_since: int = _f("calls since the last compaction")
+    resume_at: int = _f()
+    growth_per_call: int | Absent = _opt("mean growth of the request per call")
 
 
 @_event("context.window_unfit", "once: the learned window cannot hold the policy")

@@ -174,6 +174,11 @@ def _economics_case(
             earlier = msgs[:-3]  # the last round and user turn are new
             if n(earlier) < b.warning_tokens <= n(msgs) < b.critical_tokens:
                 return s, earlier, msgs
+        elif state == "over_fit":
+            from ctxpolicy.engine.economics import fit_limit
+
+            if fit_limit(b) < n(msgs):
+                return s, msgs[: 2 + 2 * (rounds // 2)], msgs
         elif b.critical_tokens <= n(msgs) < b.trigger:
             return s, msgs[: 2 + 2 * (rounds // 2)], msgs
     raise AssertionError(f"no conversation in {state}")
@@ -217,13 +222,18 @@ def test_the_first_request_has_no_cache_to_lose() -> None:
     assert out != msgs and set(_layer_gains(s)) == {"observation_mask"}
 
 
-def test_a_critical_context_compacts_whatever_the_price() -> None:
-    """The economics never hold a critical context: it compacts (always-fit)."""
-    s, earlier, msgs = _economics_case(state="critical")
+def test_a_request_that_would_not_fit_compacts_whatever_the_price() -> None:
+    """The economics never hold a request above the fit limit (always-fit); below it a
+    critical context that does not pay waits (docs/engine.md, "No thrash")."""
+    s, earlier, msgs = _economics_case(state="over_fit")
     s.prepare(earlier)
     out = s.prepare(msgs)
-    assert out != msgs and set(_layer_gains(s)) == {"observation_mask"}
+    assert out != msgs and "observation_mask" in set(_layer_gains(s))
     assert check_messages(out) == []
+    s, earlier, msgs = _economics_case(state="critical")
+    s.prepare(earlier)
+    assert s.prepare(msgs) == msgs
+    assert [e for e in s.events if e["type"] == "layer.deferred"]
 
 
 def test_the_minimum_gain_still_applies_when_a_rewrite_is_free() -> None:

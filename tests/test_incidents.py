@@ -43,7 +43,9 @@ def test_policies_are_yaml_loaded_with_the_expected_budgets(tmp_policies: Path) 
     from ctxpolicy.budget import compute_budget
 
     dyn = compute_budget(inc.load(inc.DYNAMIC, tmp_policies, "budget_dyn"))
-    assert (dyn.window, dyn.trigger, dyn.target) == (32000, 20000, 14000)  # design B's numbers
+    # design B's 32000 − 4000 − 6000 − 2000, with the initial growth capped by what
+    # the "*" head_tail rule lets one result bring (budget.rule_bound: 1564 tokens)
+    assert (dyn.window, dyn.trigger, dyn.target) == (32000, 32000 - 4000 - 1564 - 2000, 14000)
     fixed = compute_budget(
         inc.load(
             inc.fixed_policy(0.8, "      - {layer: drop_rounds}"), tmp_policies, "budget_fixed"
@@ -89,11 +91,12 @@ def test_b_ours_reserves_the_summary_budget(b: dict[str, Any]) -> None:
     assert dyn["rejected_calls"] == 0
 
 
-def test_c_fixed_50_thrashes_ours_compacts_rarely(c: dict[str, Any]) -> None:
+def test_c_fixed_50_no_longer_thrashes_ours_compacts_rarely(c: dict[str, Any]) -> None:
+    """The engine's thrash guard holds even a 50 % trigger's compactions until they pay
+    or the request would not fit (docs/engine.md, "No thrash")."""
     fixed, dyn = c["fixed_50"], c["dynamic"]
-    assert fixed["calls_with_compaction"] >= 2 * max(1, dyn["calls_with_compaction"])
-    assert fixed["thrash_rate"] > dyn["thrash_rate"]
-    assert dyn["rejected_calls"] == 0
+    assert fixed["calls_with_compaction"] <= dyn["calls_with_compaction"] + 1
+    assert dyn["rejected_calls"] == 0 and fixed["rejected_calls"] == 0
 
 
 def test_c_ours_keeps_the_key_value(c: dict[str, Any]) -> None:

@@ -14,9 +14,16 @@ message on (the appended messages are written either way), ``read`` / ``write`` 
 model's cache prices as multiples of its uncached input price (the model catalogue's
 price models, the ones ``ctxpolicy simulate`` bills with), and ``calls_until_next``
 the calls until the next compaction the engine predicts: the room the compaction
-leaves before the pipeline fires again, divided by the context's typical growth per
-call (the median of the session's learned tool-result sizes). The rewrite is taken
-when ``gain ≥ cost`` and it frees at least ``budget.min_gain``.
+leaves before the pipeline fires again, divided by the context's growth per call
+(the mean growth of the whole request between consecutive calls, every message
+counted — the replies and user turns as well as the tool results; the median
+learned tool-result size until two calls were seen). The rewrite is taken when
+``gain ≥ cost`` and it frees at least ``budget.min_gain``.
+
+The thrash guard (:class:`Guard`) holds what the rule alone would repeat: a
+compaction due within :data:`REFILL_CALLS` calls of the previous one (the context
+refilled at once) is not made; the engine waits until the request would not fit
+(:func:`fit_limit`), where the always-fit path takes over whatever it costs.
 """
 
 from __future__ import annotations
@@ -33,18 +40,33 @@ from ctxpolicy.budget import BudgetState
 from ctxpolicy.policy.models import Policy, State
 
 __all__ = [
+    "GUARD",
     "MAX_PREDICTED_CALLS",
+    "REFILL_CALLS",
     "CachePrices",
+    "Guard",
     "Rewrite",
     "cache_prices",
     "catalogue_price_models",
     "first_changed",
+    "fit_limit",
     "predicted_calls",
 ]
 
 #: The calls until the next compaction are predicted at most this far ahead (a
 #: conversation may end: a saving further away is not counted on).
 MAX_PREDICTED_CALLS = 50
+
+#: A compaction due again within this many calls of the previous one (counted in the
+#: conversation's units: each call adds at least one) refilled at once: it is held
+#: until the request would not fit (:class:`Guard`).
+REFILL_CALLS = 3
+
+#: The growth per call is the mean of the last this many calls' growth.
+GROWTH_SAMPLES = 20
+
+#: ``SessionState.memory`` slot of the thrash guard (persisted with the session).
+GUARD = "~guard"
 
 
 @dataclass(frozen=True)
@@ -149,3 +171,65 @@ class Rewrite:
             "rewrite_saving": round(self.saving, 1),
             "price_model": self.prices.name,
         }
+
+
+def fit_limit(budget: BudgetState) -> int:
+    """Tokens above which a request is compacted whatever the rewrite costs and however
+    recently the last compaction ran: the window less the reply's reserve and the
+    safety margin (never below the trigger). Between the trigger and this limit a
+    held or unprofitable compaction waits; above it the always-fit path holds."""
+    return max(budget.trigger, budget.window - budget.reserve_output - budget.safety_margin)
+
+
+def _int(value: Any) -> int | None:
+    return value if type(value) is int else None
+
+
+class Guard:
+    """The thrash guard's memory (``SessionState.memory[GUARD]``, persisted): the growth
+    of the whole request over the last calls and the call of the last compaction.
+
+    A stored slot that is not what this class writes (a hand-edited or foreign state)
+    reads as empty: the guard starts afresh, it never raises.
+    """
+
+    def __init__(self, memory: dict[str, dict[str, Any]]) -> None:
+        slot = memory.get(GUARD)
+        if type(slot) is not dict:
+            slot = memory[GUARD] = {}
+        self.slot: dict[str, Any] = slot
+
+    def _samples(self) -> list[int]:
+        grow = self.slot.get("grow")
+        if type(grow) is not list:
+            return []
+        return [x for x in grow[-GROWTH_SAMPLES:] if type(x) is int and x >= 0]
+
+    def observe(self, call: int, entry: int, previous: int | None) -> bool:
+        """Record call ``call`` (once): it starts at ``entry`` tokens, the call before
+        sent ``previous``; the difference is this call's growth. True when new."""
+        if _int(self.slot.get("seen")) == call:
+            return False
+        self.slot["seen"] = call
+        if previous is not None and previous > 0 and entry >= previous:
+            self.slot["grow"] = [*self._samples(), entry - previous][-GROWTH_SAMPLES:]
+        return True
+
+    def per_call(self) -> int | None:
+        """Mean growth of the request per call (None before two calls were seen)."""
+        samples = self._samples()
+        if not samples:
+            return None
+        return max(1, math.ceil(sum(samples) / len(samples)))
+
+    def compacted(self, call: int) -> None:
+        """Call ``call`` took a compaction of the pipeline."""
+        self.slot["last"] = call
+
+    def refilled(self, call: int) -> int | None:
+        """Calls since the last compaction when at most :data:`REFILL_CALLS` (the
+        context refilled at once), else None."""
+        last = _int(self.slot.get("last"))
+        if last is None or not 0 < call - last <= REFILL_CALLS:
+            return None
+        return call - last

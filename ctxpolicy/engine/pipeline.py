@@ -8,7 +8,17 @@ at or below the target; a step whose ``at`` is above the entry state does not ru
 So a compaction that starts at ``warning`` goes all the way down to the target with
 the cheap layers instead of stopping just under ``warning`` and firing again on the
 next call. The ``on_overflow`` layer runs when forced (the reactive path) or when the
-context is still above the trigger after the pipeline.
+context is still above the trigger after the pipeline (above the fit limit while a
+compaction is held).
+
+Thrash guard (docs/engine.md, "No thrash"): a compaction is held — no step runs —
+while the context is below the fit limit (:func:`~ctxpolicy.engine.economics.fit_limit`)
+and the last compaction ended above the target and the context has not grown by the
+trigger − target gap since (``SessionState.hold_until``), or the last compaction was
+at most :data:`~ctxpolicy.engine.economics.REFILL_CALLS` calls ago (it refilled at
+once: held until the fit limit, ``context.compaction_held`` once). Below the fit
+limit a compaction is also weighed by the economics (it must buy its rewrite back
+before the next predicted compaction); above it, it runs whatever it costs.
 
 Every layer runs isolated: an exception, broken pairing, a removed pinned unit or a
 layer that grows the context discards that layer's output and is reported with the
@@ -28,10 +38,18 @@ from ctxpolicy.budget import BudgetState
 from ctxpolicy.components import CompactionContext, LayerResult
 from ctxpolicy.conversation import Unit, check_units, content_text
 from ctxpolicy.engine.archiving import archive_units, ensure_snapshots
-from ctxpolicy.engine.economics import Rewrite, cache_prices, first_changed, predicted_calls
+from ctxpolicy.engine.economics import (
+    Guard,
+    Rewrite,
+    cache_prices,
+    first_changed,
+    fit_limit,
+    predicted_calls,
+)
 from ctxpolicy.engine.refs import ensure_refs
 from ctxpolicy.event_types import (
     ContextCompacted,
+    ContextCompactionHeld,
     DataLost,
     Event,
     LayerDeferred,
@@ -82,10 +100,43 @@ def eligible_steps(
     entry = budget.state_for(entry_used)
     if ctx.state.unfit is not None and entry_used <= budget.window - budget.reserve_output:
         return []  # the learned window cannot hold the policy: compact only to fit
+    if is_held(ctx, budget, entry_used):
+        return []  # the target was out of reach, or the context refilled at once
+    steps = [(i, st) for i, st in enumerate(ctx.policy.pipeline) if entry >= State(st.at)]
+    if steps and entry_used <= fit_limit(budget):
+        guard = Guard(ctx.state.memory)
+        since = guard.refilled(_call_mark(ctx))
+        if since is not None:  # due again right after the last one: wait until it must
+            resume_at = fit_limit(budget) + 1
+            ctx.state.hold_until = resume_at
+            ctx.state.touch("meta")
+            per_call = guard.per_call()
+            ctx.emit(
+                ContextCompactionHeld(
+                    used=entry_used,
+                    calls_since=since,
+                    resume_at=resume_at,
+                    **({"growth_per_call": per_call} if per_call is not None else {}),
+                )
+            )
+            return []
+    return steps
+
+
+def _call_mark(ctx: EngineContext) -> int:
+    """Where the conversation is: its number of units (each model call adds at least
+    one). Taken from the messages, not from a count of ``prepare`` calls, so a
+    prepare retried with the same messages, or run by another worker on the same
+    state, decides the same."""
+    groups = ctx.derived.caches.groups
+    return len(groups.units) if groups is not None else 0
+
+
+def is_held(ctx: EngineContext, budget: BudgetState, entry_used: int) -> bool:
+    """A hold is in force (``SessionState.hold_until`` not reached) and the request
+    still fits (at most the fit limit): no compaction on this call."""
     hold = ctx.state.hold_until
-    if hold is not None and entry_used < hold and entry < State.critical:
-        return []  # the target was out of reach: wait for the trigger − target gap
-    return [(i, st) for i, st in enumerate(ctx.policy.pipeline) if entry >= State(st.at)]
+    return hold is not None and entry_used < hold and entry_used <= fit_limit(budget)
 
 
 def run_pipeline(
@@ -108,35 +159,41 @@ def run_pipeline(
     (:mod:`ctxpolicy.engine.economics`: the cache write of the old suffix against the
     saving until the next predicted compaction), then all are taken (the prompt cache
     is lost either way, so every eligible step runs in the same call); when they
-    cannot, none is taken (``layer.deferred``) until the context is critical.
+    cannot, none is taken (``layer.deferred``) until the request would not fit (the fit
+    limit), and ``on_overflow`` waits for that limit too.
     ``cache_lost``: an earlier pass of this call already rewrote the prefix (a rewrite
     costs nothing more: only the minimum gain applies).
     """
     pol = ctx.policy
     changed_by: str | None = None
+    guard = Guard(ctx.state.memory)
+    call = _call_mark(ctx)
+    if not cache_lost:  # the first pass of the call: its growth since the last request
+        prev_sent = ctx.state.status.get("used") if ctx.state.status else None
+        if guard.observe(call, entry, prev_sent if isinstance(prev_sent, int) else None):
+            ctx.state.touch("memory")
     steps = eligible_steps(ctx, used, budget, forced=forced, entry_used=entry)
-    # a policy that cannot fit its learned window (``SessionState.unfit``, reported once)
-    # runs ``on_overflow`` only when the request would not fit, not on every call
-    over = used > budget.trigger and (
-        ctx.state.unfit is None or used > budget.window - budget.reserve_output
-    )
+    over = _over(ctx, used, budget, entry)
     if not steps and not forced and not over:
         return view, used, None  # the common call: nothing may run
     if steps:
         view = _referenced(ctx, view)
     cache = pol.cache
     min_gain = max(budget.min_gain, cache.min_gain_tokens if cache.preserve_prefix else 0)
-    batch = min_gain > 0 and not forced and budget.state_for(entry) < State.critical
-    floor = used - min_gain if batch else None
+    # below the fit limit a rewrite must free the minimum gain and pay for itself;
+    # above it (the request would not fit) whatever the layers free is taken
+    batch = not forced and entry <= fit_limit(budget)
+    floor = used - min_gain if batch and min_gain > 0 else None
     start_view, start_used = view, used
     # the economics weigh candidate views of the steps: none without a step to run
     weigh = (
-        _weigher(ctx, budget, start_view, start_used)
+        _weigher(ctx, budget, start_view, start_used, guard.per_call())
         if steps and batch and not cache_lost
         else None
     )
     rewrite: Rewrite | None = None
     held: list[_Outcome] = []
+    took_step = False
     for index, step in steps:
         if used <= budget.target:
             break
@@ -146,13 +203,16 @@ def run_pipeline(
         if not batch:
             if _take(ctx, out, budget):
                 view, used, changed_by = out.units, out.used, step.layer
+                took_step = True
             continue
         held.append(out)
         view, used = out.units, out.used
         if start_used - used >= min_gain and (weigh is None or (rewrite := weigh(view, used)).pays):
             batch, floor = False, None
             view, used, changed_by = _take_all(ctx, held, budget)
+            took_step = took_step or changed_by is not None
             held = []
+    deferred = bool(held)
     if held:  # together they free too little: wait for a batch worth the cache
         for out in held:
             out.emit(
@@ -164,28 +224,46 @@ def run_pipeline(
                 )
             )
         view, used = start_view, start_used
-    over = used > budget.trigger and (
-        ctx.state.unfit is None or used > budget.window - budget.reserve_output
-    )
+    over = used > fit_limit(budget) if deferred else _over(ctx, used, budget, entry)
     if pol.on_overflow.layer and (forced or over):
         if not steps:
             view = _referenced(ctx, view)
         out = _apply(ctx, pol.on_overflow, -1, view, used, budget, count)
         if out is not None and _take(ctx, out, budget):
             view, used, changed_by = out.units, out.used, pol.on_overflow.layer
+    if took_step and not forced:
+        guard.compacted(call)
+        ctx.state.touch("memory")
     return view, used, changed_by
 
 
+def _over(ctx: EngineContext, used: int, budget: BudgetState, entry: int) -> bool:
+    """``on_overflow`` is due: the context is above the trigger — above the fit limit
+    while a compaction is held, above ``window − reserve_output`` for a policy that
+    cannot fit its learned window (``SessionState.unfit``, reported once)."""
+    if ctx.state.unfit is not None:
+        return used > budget.window - budget.reserve_output
+    if is_held(ctx, budget, entry):
+        return used > fit_limit(budget)
+    return used > budget.trigger
+
+
 def _weigher(
-    ctx: EngineContext, budget: BudgetState, start: Sequence[Unit], start_used: int
+    ctx: EngineContext,
+    budget: BudgetState,
+    start: Sequence[Unit],
+    start_used: int,
+    per_call: int | None = None,
 ) -> Callable[[Sequence[Unit], int], Rewrite]:
     """Weighs a candidate view of this call against ``start`` (the view the call began
-    with) by the compaction economics (docs/engine.md)."""
+    with) by the compaction economics (docs/engine.md); ``per_call``: the request's
+    measured growth per call (None: the typical tool result until it is known)."""
     prices = cache_prices(ctx.policy)
     count_unit = _unit_counter(ctx)
     prev = ctx.state.status.get("used") if ctx.state.status else None
-    growth = ctx.state.growth
-    per_call = growth.typical() if growth is not None else budget.tool_growth
+    if per_call is None:
+        growth = ctx.state.growth
+        per_call = growth.typical() if growth is not None else budget.tool_growth
 
     # a taken compaction updates the ledger (what it dropped, the facts it shortened
     # away), which sits right after the pinned head: the rewrite starts there at the latest

@@ -179,7 +179,8 @@ def _shorten(
         text = _get(m, slot)
         # chars per token of this text, to turn the excess into characters to cut
         per_token = max(1.0, size / max(1, ctx.counter.count_text(text)))
-        keep = max(_MIN_KEEP, size - int((used - limit) * per_token * 1.1) - 200)
+        goal = size - int((used - limit) * per_token * 1.1) - 1  # characters left at most
+        keep = max(_MIN_KEEP, goal - 200)
         if keep >= size:
             break
         ref = ref_for_message(ctx, m)
@@ -192,13 +193,17 @@ def _shorten(
                     reason="archive write failed and the request would not fit otherwise",
                 )
             )
-        if slot[1] == "arguments":
-            new = _cut_arguments(text, keep, ref)
-            if len(new) >= size:  # the marker costs more than the cut saves
-                stuck.add((ui, slot))
-                continue
-        else:
-            new = _cut(text, keep, _what(m, slot), ref)
+        for _ in range(2):  # the marker and reference took back more than 200: cut more
+            if slot[1] == "arguments":
+                new = _cut_arguments(text, keep, ref)
+            else:
+                new = _cut(text, keep, _what(m, slot), ref)
+            if len(new) <= goal or keep <= _MIN_KEEP:
+                break
+            keep = max(_MIN_KEEP, keep - (len(new) - goal))
+        if len(new) >= size:  # the marker costs more than the cut saves: the next text
+            stuck.add((ui, slot))
+            continue
         msgs[slot[0]] = _set(m, slot, new)
         units[ui] = units[ui].replace(messages=msgs)
         used = count(units)

@@ -202,8 +202,9 @@ class Budget(StrictModel):
         description="Smallest gain (tokens or a share of the window) for which a "
         "compaction rewrites the already-sent prefix (losing the prompt cache of "
         "everything after the first changed message): the layers of one call that "
-        "together free less are not taken until the context is `critical` or would not "
-        "fit. 0: any gain is taken.",
+        "together free less are not taken until the request would not fit "
+        "(`window − reserve_output − safety_margin`). 0: any gain is taken (a rewrite "
+        "must still pay for itself under the model's cache prices).",
     )
 
     @field_validator("target", mode="wrap")
@@ -330,12 +331,13 @@ class TuneObjectives(StrictModel):
         "the billed input alone; `tokens` — prompt tokens summed over every call; `usd` "
         "— the estimated cost in USD (simulate's price table).",
     )
-    retention: Literal["in_context", "far", "retained"] = Field(
+    retention: Literal["in_context", "far", "retained", "instructions"] = Field(
         default="in_context",
         description="Maximised: share of the facts the agent reused that were in the "
         "text sent (`in_context`, the ruler), of those absent from the 6 messages before "
         "(`far`), or in context or recoverable from a snapshot referenced there "
-        "(`retained`).",
+        "(`retained`); or the share of the user's turns (instructions, constraints) "
+        "still sent verbatim (`instructions`).",
     )
 
 

@@ -21,6 +21,18 @@ Definitions (also in docs/simulate.md):
   message that appeared earlier in the conversation: *in context* when present in
   the prepared list, *recoverable* when a snapshot referenced from the prepared list
   contains it, else *lost*;
+* **instruction retention** — every user turn so far (its first 500 characters,
+  whitespace as sent) checked at every call: *retained* when the text sent holds it
+  verbatim (an instruction or constraint summarized away is lost even when its gist
+  survives);
+* **ledger + summary share** — tokens of the messages the strategy wrote itself (the
+  progress ledger, a summary standing for earlier turns: a system or user message
+  that is not in the conversation) over all tokens sent;
+* **duplicated lines** — lines (at least 16 characters) of the ledger or a summary
+  that are also elsewhere in the same request, or twice in them: said twice;
+* **needless compactions** — compacting calls of a trace that sending everything
+  would never have overflowed (every call's uncompacted conversation ≤
+  ``window − reserve_output``);
 * **cached prefix** — tokens of the longest run of leading messages identical to the
   previous call's (what a provider prompt cache can reuse); the estimated cost uses
   the price table: uncached input, cached input and output (the trace's assistant
@@ -41,6 +53,7 @@ from typing import Any
 
 __all__ = [
     "STATES",
+    "OwnTextRuler",
     "PriceModel",
     "RetentionRuler",
     "SentTexts",
@@ -152,6 +165,12 @@ class TraceResult:
     none_cached: int = 0
     alert_ratio: float = 0.9
     alert_repeats: float = 0.3
+    #: instruction retention: user turns checked at each call, and found verbatim
+    instructions: dict[str, int] = field(default_factory=lambda: {"checked": 0, "retained": 0})
+    #: tokens of the ledger and summaries the strategy sent (over every call)
+    own_tokens: int = 0
+    #: lines of the ledger or a summary said twice in the same request (over every call)
+    duplicated_lines: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready metrics (schema: schemas/simulate-output.schema.json, ``run``)."""
@@ -584,6 +603,7 @@ def trace_metrics(r: TraceResult) -> dict[str, Any]:
         )
     overflows = sum(1 for s in steps if s.overflow)
     unavoidable = sum(1 for s in steps if s.unavoidable)
+    fits = all(s.none <= s.hard_limit for s in steps)
     violations = sum(s.violations for s in steps)
     pm = r.price_model if r.price_model is not None else price_model(None, r.model)
     return {
@@ -644,6 +664,16 @@ def trace_metrics(r: TraceResult) -> dict[str, Any]:
             "lost_examples": list(r.lost_examples),
         },
         "billing": billing(steps, pm),
+        "instructions": {
+            "checked": r.instructions["checked"],
+            "retained": r.instructions["retained"],
+            "rate": _rate(r.instructions["retained"], r.instructions["checked"]),
+        },
+        "ledger_share": _rate(r.own_tokens, prompt) or 0.0,
+        "own_tokens": r.own_tokens,
+        "duplicated_lines": r.duplicated_lines,
+        "fits_uncompacted": fits,
+        "needless_compactions": sum(1 for s in steps if s.layers) if fits else 0,
         "cache": {"cached_tokens": cached, "cached_fraction": _rate(cached, prompt)},
         "cost": {
             "price_model": pname,
@@ -828,6 +858,14 @@ def summarize_results(results: Iterable[TraceResult | Mapping[str, Any]]) -> dic
                 "far_rate": _rate(far_inc, far),
             },
             "billing": _sum_billing(ds),
+            "instructions": {
+                "checked": (ic := sum(d.get("instructions", {}).get("checked", 0) for d in ds)),
+                "retained": (ir := sum(d.get("instructions", {}).get("retained", 0) for d in ds)),
+                "rate": _rate(ir, ic),
+            },
+            "ledger_share": _rate(sum(d.get("own_tokens", 0) for d in ds), prompt) or 0.0,
+            "duplicated_lines": sum(d.get("duplicated_lines", 0) for d in ds),
+            "needless_compactions": sum(d.get("needless_compactions", 0) for d in ds),
             "avoidable_overflows": sum(d["overflows"] - d["overflows_unavoidable"] for d in ds),
             "cache": {"cached_tokens": cached, "cached_fraction": _rate(cached, prompt)},
             "cost": {
@@ -838,3 +876,81 @@ def summarize_results(results: Iterable[TraceResult | Mapping[str, Any]]) -> dic
             "alerts": sum(len(d["alerts"]) for d in ds),
         }
     return out
+
+
+# --------------------------------------------------------------------------- instructions, own text
+
+#: A user turn is checked by its first this many characters.
+INSTRUCTION_CHARS = 500
+#: Lines shorter than this are not counted as duplicated (a heading, a bullet "- ok").
+DUP_LINE_CHARS = 16
+
+
+class OwnTextRuler:
+    """Instruction retention, the ledger + summary share and duplicated lines of one
+    replay, call by call (see the module docstring).
+
+    ``add`` every message as the conversation grows; ``measure`` each prepared list.
+    A message of the prepared list that is a system or user message whose text is not
+    one of the conversation's is the strategy's own (the ledger, a summary).
+    """
+
+    def __init__(self, count_message: Callable[[Mapping[str, Any]], int]) -> None:
+        self._count = count_message
+        self._user: list[str] = []
+        self._texts: set[str] = set()
+        self._lines: dict[int, tuple[Mapping[str, Any], frozenset[str]]] = {}
+
+    def add(self, m: Mapping[str, Any]) -> None:
+        from ctxpolicy.conversation import content_text
+
+        if m.get("role") in ("system", "developer", "user"):
+            text = content_text(m.get("content"))
+            self._texts.add(text)
+            if m.get("role") == "user" and text.strip():
+                self._user.append(text[:INSTRUCTION_CHARS].strip())
+
+    def _lines_of(self, m: Mapping[str, Any], text: str) -> frozenset[str]:
+        hit = self._lines.get(id(m))
+        if hit is not None and hit[0] is m:
+            return hit[1]
+        lines = frozenset(
+            x for line in text.splitlines() if len(x := line.strip()) >= DUP_LINE_CHARS
+        )
+        if len(self._lines) > 50_000:
+            self._lines = {}
+        self._lines[id(m)] = (m, lines)
+        return lines
+
+    def measure(
+        self, prepared: Sequence[Mapping[str, Any]], texts: Callable[[Mapping[str, Any]], str]
+    ) -> tuple[int, int, int, int]:
+        """``(instructions checked, retained, own tokens, duplicated lines)`` of a call."""
+        from ctxpolicy.conversation import content_text
+
+        own: list[Mapping[str, Any]] = []
+        others: list[Mapping[str, Any]] = []
+        for m in prepared:
+            if m.get("role") in ("system", "developer", "user") and (
+                content_text(m.get("content")) not in self._texts
+            ):
+                own.append(m)
+            else:
+                others.append(m)
+        whole = "\n".join(texts(m) for m in prepared)
+        retained = sum(1 for u in self._user if u in whole)
+        own_tokens = sum(self._count(m) for m in own)
+        dup = 0
+        if own:
+            seen: set[str] = set()
+            for m in others:
+                seen |= self._lines_of(m, texts(m))
+            for m in own:
+                for line in content_text(m.get("content")).splitlines():
+                    x = line.strip()
+                    if len(x) < DUP_LINE_CHARS:
+                        continue
+                    if x in seen:
+                        dup += 1
+                    seen.add(x)
+        return len(self._user), retained, own_tokens, dup

@@ -37,6 +37,7 @@ from ctxpolicy.engine.tool_results import parse_reference
 from ctxpolicy.policy.models import Policy
 from ctxpolicy.sim.importers import load_trace
 from ctxpolicy.sim.metrics import (
+    OwnTextRuler,
     RetentionRuler,
     SentTexts,
     StepRecord,
@@ -306,6 +307,7 @@ def run_strategy(
     candidates: dict[str, str] = {}  # new tool_call_id -> earlier id whose result was compacted
     ruler = RetentionRuler() if plan is None else None
     sent = SentTexts()  # the text of a message kept call after call is built once
+    own = OwnTextRuler(count_one)
     summary_seen = (0, 0, 0)
     task: list[Message] = []  # leading system messages and the first user message
     task_open = True
@@ -364,6 +366,11 @@ def run_strategy(
             result.steps.append(rec)
             facts = ruler.facts_of(m) if ruler is not None else (plan or {}).get(index, ())
             _retention(facts, prepared, strategy, result, example_limit, sent)
+            checked, kept, own_tokens, dup = own.measure(prepared, sent)
+            result.instructions["checked"] += checked
+            result.instructions["retained"] += kept
+            result.own_tokens += own_tokens
+            result.duplicated_lines += dup
             _repeats(m, prepared, issued, added, candidates)
             previous = prepared
         if role == "assistant":
@@ -403,6 +410,7 @@ def run_strategy(
             if task_open or role == "user":
                 task.append(convo[-1])
         raw_tokens += count_one(dict(m))
+        own.add(m)
         if ruler is not None:
             ruler.add(m)
     result.events = list(strategy.events())

@@ -306,9 +306,23 @@ def ruler_lines(output: Mapping[str, Any]) -> list[str]:
             f"{_pct(ret['in_context_rate'])}, far {_pct(ret['far_rate'])} · per 100 calls: "
             f"{r['per_100_calls']['compactions']:.1f} compactions, "
             f"{r['per_100_calls']['prefix_changes']:.1f} prefix changes · "
-            f"{r['avoidable_overflows']:,} avoidable overflows"
+            f"{r['avoidable_overflows']:,} avoidable overflows" + _own_text_part(r)
         )
     return out
+
+
+def _own_text_part(r: Mapping[str, Any]) -> str:
+    """Instruction retention, ledger + summary share, duplicated lines and needless
+    compactions (absent from an output written before they were measured)."""
+    ins = r.get("instructions")
+    if not isinstance(ins, Mapping):
+        return ""
+    return (
+        f" · instructions kept {_pct(ins.get('rate'))}, ledger + summary "
+        f"{_pct(r.get('ledger_share'))} of the prompt, {r.get('duplicated_lines', 0):,} "
+        f"duplicated lines, {r.get('needless_compactions', 0):,} compactions of "
+        "conversations that would have fit"
+    )
 
 
 def print_report(output: Mapping[str, Any], console: Any = None, *, wide: bool = False) -> None:

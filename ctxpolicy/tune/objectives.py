@@ -10,7 +10,10 @@ scores exactly what ``ctxpolicy simulate`` would print for it:
   or the estimated USD (``usd``, the price table);
 * retention — by default the ruler's retention: facts reused by the agent that were
   in the text sent (``in_context``); far retention (``far``); or in context or
-  recoverable from a referenced snapshot (``retained``);
+  recoverable from a referenced snapshot (``retained``); or instruction retention
+  (``instructions``: the user's turns still sent verbatim);
+* also reported (``Score``): the ledger + summary share of the prompt, duplicated
+  lines and compactions of traces that sending everything never overflowed;
 * hard constraints — no avoidable overflow (an overflow the task and the newest
   message alone would not cause), no tool-call pairing violation, retention not
   below the floor.
@@ -48,6 +51,12 @@ class Score:
     total_none: float = 0.0
     billed: float = 0.0
     far: float = 1.0
+    #: the user's turns still sent verbatim, the ledger + summary share of the prompt,
+    #: lines said twice, compactions of conversations that would have fit
+    instructions: float = 1.0
+    ledger_share: float = 0.0
+    duplicated_lines: int = 0
+    needless_compactions: int = 0
 
     @property
     def avoidable(self) -> int:
@@ -66,6 +75,8 @@ class Score:
         """The maximised objective."""
         if obj.retention == "far":
             return self.far
+        if obj.retention == "instructions":
+            return self.instructions
         return self.in_context if obj.retention == "in_context" else self.retained
 
     def to_dict(self) -> dict[str, Any]:
@@ -97,6 +108,12 @@ def score(metrics: Sequence[Mapping[str, Any]]) -> Score:
         total_none=float(s["billing"]["total_cost_none"]),
         billed=float(s["billing"]["billed_input"]),
         far=1.0 if ret["far_rate"] is None else float(ret["far_rate"]),
+        instructions=1.0
+        if (s.get("instructions") or {}).get("rate") is None
+        else float(s["instructions"]["rate"]),
+        ledger_share=float(s.get("ledger_share") or 0.0),
+        duplicated_lines=int(s.get("duplicated_lines") or 0),
+        needless_compactions=int(s.get("needless_compactions") or 0),
         overflows=s["overflows"],
         unavoidable=s["overflows_unavoidable"],
         pairing=s["pairing_violations"],

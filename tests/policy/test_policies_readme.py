@@ -40,11 +40,11 @@ def _percent(value: float) -> str:
 QUOTES: list[tuple[str, Callable[[], tuple[str, ...]]]] = [
     (
         r"`coding_agent` learns tool growth \(`quantile: ([\d.]+)` of the last (\d+) results, "
-        r"(\d+) until then\)",
+        r"never\s+below (\d+) % of the window\)",
         lambda: (
             f"{_policy('coding_agent').budget.tool_growth.learn.quantile:g}",  # type: ignore[union-attr]
             str(_policy("coding_agent").budget.tool_growth.learn.window),  # type: ignore[union-attr]
-            str(_policy("coding_agent").budget.tool_growth.initial),  # type: ignore[union-attr]
+            str(_policy("coding_agent").budget.tool_growth.min).rstrip("%"),  # type: ignore[union-attr]
         ),
     ),
     (

@@ -360,3 +360,53 @@ def test_sent_texts_builds_a_kept_message_once_and_notices_a_changed_one() -> No
     others = [{"role": "user", "content": f"u{i}"} for i in range(5)]
     assert [texts(o) for o in others] == [sent_text(o) for o in others]
     assert len(texts._by_id) <= 3  # bounded
+
+
+def test_own_text_ruler_instructions_share_and_duplicates() -> None:
+    from ctxpolicy.sim.metrics import OwnTextRuler, sent_text
+
+    ruler = OwnTextRuler(lambda m: len(str(m.get("content") or "")))
+    convo = [
+        {"role": "system", "content": "You are a support agent."},
+        {"role": "user", "content": "Refund order #W123; never change the address."},
+        {"role": "assistant", "content": "Looking up order #W123 now, one moment."},
+        {"role": "user", "content": "Also cancel order #W456."},
+    ]
+    for m in convo:
+        ruler.add(m)
+    # everything sent: both user turns kept, nothing of ours
+    assert ruler.measure(convo, sent_text) == (2, 2, 0, 0)
+    ledger = {
+        "role": "system",
+        "content": "[ctxpolicy progress ledger]\nLooking up order #W123 now, one moment.",
+    }
+    summary = {"role": "user", "content": "Summary: the user wants a refund."}
+    prepared = [convo[0], ledger, summary, convo[3]]
+    checked, kept, own_tokens, dup = ruler.measure(prepared, sent_text)
+    assert (checked, kept) == (2, 1)  # the first instruction was summarized away
+    assert own_tokens == len(ledger["content"]) + len(summary["content"])
+    assert dup == 0  # the assistant line is not sent twice here
+    prepared = [convo[0], ledger, summary, convo[2], convo[3]]
+    assert ruler.measure(prepared, sent_text)[3] == 1  # the ledger repeats a sent line
+
+
+def test_needless_compactions_and_summary_fields() -> None:
+    from ctxpolicy.sim.metrics import StepRecord, TraceResult, summarize_results
+
+    def step(i: int, none: int, layers: list[str]) -> StepRecord:
+        return StepRecord(
+            index=i, used=none // 2, none=none, trigger=800, target=400, warning=560,
+            error=720, hard_limit=1000, state="normal", layers=layers,
+        )  # fmt: skip
+
+    fits = TraceResult("a", "policy", "p", "policy", None, 1200, 200)
+    fits.steps = [step(0, 500, []), step(1, 900, ["summarize"])]
+    fits.instructions = {"checked": 4, "retained": 3}
+    over = TraceResult("b", "policy", "p", "policy", None, 1200, 200)
+    over.steps = [step(0, 900, ["summarize"]), step(1, 1500, ["summarize"])]
+    a, b = fits.to_dict(), over.to_dict()
+    assert a["fits_uncompacted"] and a["needless_compactions"] == 1
+    assert not b["fits_uncompacted"] and b["needless_compactions"] == 0
+    assert a["instructions"] == {"checked": 4, "retained": 3, "rate": 0.75}
+    total = summarize_results([a, b])["p"]
+    assert total["needless_compactions"] == 1 and total["instructions"]["rate"] == 0.75

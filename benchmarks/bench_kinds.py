@@ -1,0 +1,346 @@
+"""Every kind of agent on its held-out traces: ctxpolicy before and after, one ruler.
+
+Usage::
+
+    python benchmarks/bench_kinds.py [--baseline /work/main] [--quick] [--half held_out|tune]
+
+The shared traces (../shared/traces) are of five kinds, told by their file names:
+software engineering (SWE-agent, mini-swe-agent, OpenHands), customer service
+(tau-bench, tau2-bench), multi-tool (GAIA-style TapeAgents), web (WorkArena
+accessibility trees) and data analysis (Spider2 SQL). Each kind is split into two
+fixed halves by :func:`kind_halves` (below); this script reports the ``held_out``
+half, which no policy number was chosen on (``--half tune`` shows the other).
+
+Every trace is replayed (``ctxpolicy.sim.replay.replay_trace``, the loop of
+``ctxpolicy simulate``) under its kind's shipped policy at the kind's windows (16k and
+32k; 8k and 16k for customer service), once with this tree ("after") and once with the
+``--baseline`` tree ("before", a child process with that tree first on the path, in
+the same run). Reported per kind and window, summed over the half's traces:
+
+* **cost** — total billed input under prompt caching (Anthropic prices: cached prefix
+  0.1×, everything else 1.25×; summarizer calls input ×1, output ×5) ÷ the same bill
+  for sending everything;
+* **ret / far** — the retention ruler: facts an assistant message reuses that are in
+  the prompt sent (far: facts absent from the 6 messages before);
+* **pfx/100** — requests whose prefix differs from the previous request's, per 100 calls;
+* **ovf** — avoidable overflows (a request above ``window − reserve_output`` while the
+  system prompt, the task and the newest message alone fit).
+
+No peer condenser is driven here: ``benchmarks/peers`` drives LangChain, deepagents and
+langmem on the SWE traces, not an OpenHands-style condenser.
+
+``--quick``: one window per kind (the smaller) and the first trace of each half.
+Writes benchmarks/results/bench_kinds.json and .md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.append(str(ROOT))  # after PYTHONPATH: a baseline tree comes first
+
+from benchmarks._common import (  # noqa: E402 - after the path is set
+    SHARED,
+    eprint,
+    header_markdown,
+    machine,
+    markdown_table,
+    publish,
+)
+
+POLICY_FILE = "policies/agents.yaml"
+
+#: kind -> (file-name prefixes, shipped policy, windows)
+KINDS: dict[str, tuple[tuple[str, ...], str, tuple[int, ...]]] = {
+    "swe": (("swe-agent__", "mini-swe-agent__", "openhands__"), "coding_agent", (16384, 32768)),
+    "customer_service": (("tau-bench__", "tau2-bench__"), "customer_service_agent", (8192, 16384)),
+    "multi_tool": (("tapeagents-gaia__",), "default", (16384, 32768)),
+    "web": (("tapeagents-workarena__",), "default", (16384, 32768)),
+    "data_analysis": (("spider2__",), "data_analysis_agent", (16384, 32768)),
+}
+
+
+def kind_of(name: str) -> str | None:
+    """The kind of a trace file by its name (None: not one of :data:`KINDS`)."""
+    for kind, (prefixes, _, _) in KINDS.items():
+        if name.startswith(prefixes):
+            return kind
+    return None
+
+
+def _digest(name: str) -> bytes:
+    return hashlib.blake2b(name.encode("utf-8"), digest_size=8).digest()
+
+
+def kind_halves(sizes: Mapping[str, int]) -> dict[str, str]:
+    """``{trace: "tune" | "held_out"}``, per kind.
+
+    The rule: within a kind, traces sorted by size (messages), then name; consecutive
+    pairs; in each pair the file name with the smaller BLAKE2b-64 digest is ``tune``,
+    the other ``held_out``; an odd last trace is ``held_out`` (a kind with a single
+    trace is all held out: its policy is chosen without it). Deterministic, balanced
+    in size, blind to the traces' contents.
+    """
+    out: dict[str, str] = {}
+    by_kind: dict[str, list[str]] = {}
+    for name in sizes:
+        kind = kind_of(name)
+        if kind is not None:
+            by_kind.setdefault(kind, []).append(name)
+    for names in by_kind.values():
+        order = sorted(names, key=lambda n: (sizes[n], n))
+        for i in range(0, len(order), 2):
+            pair = sorted(order[i : i + 2], key=_digest)
+            if len(pair) == 1:
+                out[pair[0]] = "held_out"
+                continue
+            out[pair[0]] = "tune"
+            out[pair[1]] = "held_out"
+    return out
+
+
+def trace_files() -> list[Path]:
+    files = sorted((SHARED / "traces").glob("*.jsonl"))
+    if not files:
+        raise FileNotFoundError(f"no traces under {SHARED / 'traces'} (set CTXPOLICY_SHARED)")
+    return files
+
+
+def half(which: str) -> dict[str, list[Path]]:
+    """``{kind: [trace paths]}`` of one half."""
+    files = trace_files()
+    sizes = {}
+    for p in files:
+        with p.open("rb") as f:
+            sizes[p.name] = sum(1 for _ in f)
+    split = kind_halves(sizes)
+    out: dict[str, list[Path]] = {k: [] for k in KINDS}
+    for p in files:
+        kind = kind_of(p.name)
+        if kind is not None and split.get(p.name) == which:
+            out[kind].append(p)
+    return out
+
+
+# --------------------------------------------------------------------------- one tree
+
+
+def replay_one(policy_file: str, agent: str, path: str, window: int) -> dict[str, Any]:
+    """One trace under one policy at one window: the numbers of the table (only APIs
+    both trees have: this runs in the baseline tree's process too)."""
+    from ctxpolicy.sim.importers import load_trace
+    from ctxpolicy.sim.replay import load_policy_file, replay_trace
+
+    policy = load_policy_file(policy_file, agent)
+    with tempfile.TemporaryDirectory(prefix="ctxpolicy-kinds-") as tmp:
+        try:
+            res = replay_trace(
+                load_trace(path), policy, window=window, snapshots_dir=tmp, trace=Path(path).stem
+            ).to_dict()
+        except ValueError as exc:  # the policy's budget leaves no room at this window
+            return {"error": str(exc)[:200]}
+    b, r = res["billing"], res["retention"]
+    return {
+        "calls": res["steps"],
+        "total": b["total_cost"],
+        "none": b["total_cost_none"],
+        "facts": r["facts"],
+        "in_context": r["in_context"],
+        "far_facts": r["far_facts"],
+        "far_in_context": r["far_in_context"],
+        "prefix_changes": res["prefix_changes"],
+        "avoidable_overflows": res["overflows"] - res["overflows_unavoidable"],
+        "violations": res["pairing_violations"],
+        "compacting_calls": res["compacting_calls"],
+        # the newer ruler (absent from a tree that does not measure it)
+        "instr_checked": (res.get("instructions") or {}).get("checked"),
+        "instr_retained": (res.get("instructions") or {}).get("retained"),
+        "own_tokens": res.get("own_tokens"),
+        "prompt_tokens": res["prompt_tokens"],
+        "duplicated_lines": res.get("duplicated_lines"),
+        "needless": res.get("needless_compactions"),
+    }
+
+
+def jobs_for(which: str, quick: bool) -> list[tuple[str, str, str, int]]:
+    """``(kind, agent, trace path, window)`` of a half."""
+    out: list[tuple[str, str, str, int]] = []
+    for kind, paths in half(which).items():
+        _, agent, windows = KINDS[kind]
+        if quick:
+            paths, windows = paths[:1], windows[:1]
+        for p in paths:
+            for w in windows:
+                out.append((kind, agent, str(p), w))
+    return out
+
+
+def run_tree(which: str, quick: bool) -> list[dict[str, Any]]:
+    """Every job of the half in this process (the tree first on ``sys.path``)."""
+    out = []
+    for kind, agent, path, window in jobs_for(which, quick):
+        t0 = time.perf_counter()
+        row = replay_one(POLICY_FILE, agent, path, window)
+        row.update(kind=kind, agent=agent, trace=Path(path).stem, window=window)
+        row["seconds"] = round(time.perf_counter() - t0, 2)
+        out.append(row)
+    return out
+
+
+def run_child(src: Path, which: str, quick: bool) -> list[dict[str, Any]]:
+    """:func:`run_tree` in a child process with ``src`` first on the path (its
+    policies/agents.yaml too)."""
+    env = {**os.environ, "PYTHONPATH": str(src)}
+    cmd = [sys.executable, __file__, "--child", "--half", which]
+    if quick:
+        cmd.append("--quick")
+    res = subprocess.run(cmd, env=env, capture_output=True, text=True, check=True, cwd=src)
+    data: list[dict[str, Any]] = json.loads(res.stdout.strip().splitlines()[-1])
+    return data
+
+
+# --------------------------------------------------------------------------- the table
+
+
+def totals(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    ok = [r for r in rows if "error" not in r]
+    if not ok:
+        return {"error": rows[0].get("error") if rows else "no traces"}
+
+    def s(k: str) -> int | float:
+        return sum(r[k] for r in ok)
+
+    calls = s("calls")
+    extra: dict[str, Any] = {}
+    if all(r.get("instr_checked") is not None for r in ok):
+        checked = s("instr_checked")
+        extra = {
+            "instructions": round(100 * s("instr_retained") / checked, 1) if checked else None,
+            "ledger_share": round(100 * s("own_tokens") / s("prompt_tokens"), 1),
+            "duplicated_lines": s("duplicated_lines"),
+            "needless": s("needless"),
+        }
+    return {
+        **extra,
+        "traces": len(ok),
+        "calls": calls,
+        "cost": round(s("total") / s("none"), 3) if s("none") else None,
+        "retention": round(100 * s("in_context") / s("facts"), 1) if s("facts") else None,
+        "far": round(100 * s("far_in_context") / s("far_facts"), 1) if s("far_facts") else None,
+        "pfx": round(100 * s("prefix_changes") / calls, 1) if calls else 0.0,
+        "ovf": s("avoidable_overflows"),
+        "violations": s("violations"),
+    }
+
+
+def _fmt(t: Mapping[str, Any]) -> str:
+    if "error" in t:
+        return f"n/a ({str(t['error'])[:60]})"
+    ret = "–" if t["retention"] is None else f"{t['retention']} %"
+    far = "–" if t["far"] is None else f"{t['far']} %"
+    return f"{t['cost']} / {ret} / {far} / pfx {t['pfx']} / ovf {t['ovf']}"
+
+
+def table(before: Sequence[Mapping[str, Any]], after: Sequence[Mapping[str, Any]]) -> list[str]:
+    keys = sorted(
+        {(r["kind"], r["window"]) for r in after},
+        key=lambda k: (list(KINDS).index(k[0]), k[1]),
+    )
+    rows = []
+    for kind, window in keys:
+        b = [r for r in before if (r["kind"], r["window"]) == (kind, window)]
+        a = [r for r in after if (r["kind"], r["window"]) == (kind, window)]
+        ta = totals(a)
+        ruler = (
+            f"{ta['instructions']} % / {ta['ledger_share']} % / {ta['duplicated_lines']} / "
+            f"{ta['needless']}"
+            if "instructions" in ta
+            else "–"
+        )
+        rows.append(
+            [
+                f"{kind} ({ta.get('traces', 0)} traces), {window // 1024}k",
+                KINDS[kind][1],
+                _fmt(totals(b)) if b else "–",
+                _fmt(ta),
+                ruler,
+            ]
+        )
+    return [
+        markdown_table(
+            [
+                "set, window",
+                "policy",
+                "before (main)",
+                "after",
+                "after: instr / own / dup / needless",
+            ],
+            rows,
+            align="lllll",
+        ),
+        "",
+        "Each cell: cost ÷ sending everything / retention / far retention / prefix "
+        "rewrites per 100 calls / avoidable overflows. Last column (this tree's ruler): "
+        "user turns still sent verbatim / ledger + summary share of the prompt / lines "
+        "said twice / compactions of conversations sending everything never overflowed.",
+    ]
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--baseline", type=Path, default=Path("/work/main"))
+    ap.add_argument("--half", choices=("held_out", "tune"), default="held_out")
+    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--no-baseline", action="store_true", help="only this tree")
+    ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    args = ap.parse_args(argv)
+    if args.child:
+        print(json.dumps(run_tree(args.half, args.quick)))
+        return 0
+    t0 = time.perf_counter()
+    before: list[dict[str, Any]] = []
+    if not args.no_baseline:
+        eprint(f"before: {args.baseline}")
+        before = run_child(args.baseline.resolve(), args.half, args.quick)
+    eprint("after: this tree")
+    after = run_child(ROOT, args.half, args.quick)
+    elapsed = time.perf_counter() - t0
+    split = {k: [p.name for p in v] for k, v in half(args.half).items()}
+    data = {
+        "machine": machine(),
+        "half": args.half,
+        "quick": args.quick,
+        "baseline": str(args.baseline),
+        "split": split,
+        "elapsed_s": round(elapsed, 1),
+        "before": before,
+        "after": after,
+    }
+    name = "bench_kinds" if args.half == "held_out" and not args.quick else "bench_kinds_quick"
+    md = [
+        f"## Every kind of agent, {args.half.replace('_', '-')} half",
+        "",
+        header_markdown(data["machine"]),
+        "",
+        f"`python benchmarks/bench_kinds.py{' --quick' if args.quick else ''}"
+        f"{' --half tune' if args.half == 'tune' else ''}` ({elapsed:.0f} s).",
+        "",
+        *table(before, after),
+    ]
+    publish(name, data, "\n".join(md))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
