@@ -299,7 +299,7 @@ def table(before: Sequence[Mapping[str, Any]], after: Sequence[Mapping[str, Any]
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--baseline", type=Path, default=Path("/work/main"))
+    ap.add_argument("--baseline", type=Path, default=None, help="the tree before (a checkout)")
     ap.add_argument("--half", choices=("held_out", "tune"), default="held_out")
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--no-baseline", action="store_true", help="only this tree")
@@ -310,7 +310,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     t0 = time.perf_counter()
     before: list[dict[str, Any]] = []
-    if not args.no_baseline:
+    if not args.no_baseline and args.baseline is not None:
         eprint(f"before: {args.baseline}")
         before = run_child(args.baseline.resolve(), args.half, args.quick)
     eprint("after: this tree")
@@ -321,20 +321,21 @@ def main(argv: list[str] | None = None) -> int:
         "machine": machine(),
         "half": args.half,
         "quick": args.quick,
-        "baseline": str(args.baseline),
+        "baseline": args.baseline.name if args.baseline is not None else None,
         "split": split,
         "elapsed_s": round(elapsed, 1),
         "before": before,
         "after": after,
     }
-    name = "bench_kinds" if args.half == "held_out" and not args.quick else "bench_kinds_quick"
+    name = "bench_kinds" if args.half == "held_out" else "bench_kinds_tune"
     md = [
         f"## Every kind of agent, {args.half.replace('_', '-')} half",
         "",
         header_markdown(data["machine"]),
         "",
-        f"`python benchmarks/bench_kinds.py{' --quick' if args.quick else ''}"
-        f"{' --half tune' if args.half == 'tune' else ''}` ({elapsed:.0f} s).",
+        f"Reproduce: `python benchmarks/bench_kinds.py --baseline <a checkout before>"
+        f"{' --quick' if args.quick else ''}{' --half tune' if args.half == 'tune' else ''}`"
+        f" ({elapsed:.0f} s).",
         "",
         *table(before, after),
     ]

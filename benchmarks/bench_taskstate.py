@@ -212,7 +212,7 @@ def scenario_table(base: list[dict[str, Any]], mine: list[dict[str, Any]]) -> st
     lines = [
         "| policy @ window | ledger+summary tokens / prompt | answer table whole | user turns verbatim "
         "| statistics fragments | names ctx_recall | duplicated lines |",
-        "|" + "---|" * 7,
+        "|" + " --- |" * 7,
     ]
     for b, m in zip(base, mine, strict=True):
 
@@ -285,7 +285,7 @@ def table(base: list[dict[str, Any]], mine: list[dict[str, Any]]) -> str:
         "| kind | policy @ window | cost ÷ none | retention | far | pfx /100 | "
         "ledger+summary share (mean) | (max) | duplicated lines / request |"
     )
-    lines = [head, "|" + "---|" * 9]
+    lines = [head, "|" + " --- |" * 9]
     for key in sorted(set(b) | set(m), key=lambda k: (list(KINDS).index(k[0]), k[2])):
         kb = _cell(b[key]) if key in b else ("–",) * 7
         km = _cell(m[key]) if key in m else ("–",) * 7
@@ -339,20 +339,23 @@ def markdown(data: Mapping[str, Any], baseline: str) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--baseline", type=Path, default=Path("/work/main"))
+    ap.add_argument(
+        "--baseline", type=Path, default=None, help="the tree before (default: this tree)"
+    )
     ap.add_argument("--kinds", default=",".join(KINDS))
     ap.add_argument("--quick", action="store_true", help="one trace per kind")
     ap.add_argument("--llm", action="store_true", help="also the LLM-summary variant (billed)")
     ap.add_argument("--scenario", action="store_true", help="the SQL agent scenario only")
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
-    ap.add_argument("--results", type=Path, default=ROOT / "benchmarks" / "results")
+    ap.add_argument("--results", type=Path, default=None)
     args = ap.parse_args(argv)
     kinds = [k for k in args.kinds.split(",") if k]
     if args.child:
         rows = scenario_child() if args.scenario else child(kinds, args.quick, args.llm)
         print(json.dumps(rows))
         return 0
-    trees = (args.baseline.resolve(), ROOT)
+    baseline = args.baseline.resolve() if args.baseline is not None else ROOT
+    trees = (baseline, ROOT)
     jobs: dict[str, tuple[str, ...]] = {"scenario": ("--scenario",)}
     if not args.scenario:
         quick = ("--quick",) if args.quick else ()
@@ -368,10 +371,14 @@ def main(argv: list[str] | None = None) -> int:
         }
         for (name, side), f in futures.items():
             data.setdefault(name, {})[side] = f.result()
-    text = markdown(data, str(args.baseline))
+    text = markdown(data, "this tree" if args.baseline is None else baseline.name)
     if args.scenario:
         print(text)
         return 0
+    if args.results is None:  # read at run time: the smoke test points it elsewhere
+        from benchmarks import _common
+
+        args.results = _common.RESULTS
     args.results.mkdir(parents=True, exist_ok=True)
     (args.results / "bench_taskstate.json").write_text(json.dumps(data, indent=1) + "\n")
     (args.results / "bench_taskstate.md").write_text(text + "\n")

@@ -19,7 +19,7 @@ from ctxpolicy.sim.replay import message_text
 from tests.shared_data import TRACES, require
 
 TRACE = "swe-agent__demo.ctf.crypto.katy.jsonl"  # 38 messages, ~8.5k tokens
-WINDOW = 12000  # small enough that every contestant compacts on it
+WINDOW = 8000  # small enough that every contestant compacts on it (trigger 5,120)
 LC_INTRO = "Here is a summary of the conversation to date:"
 
 
