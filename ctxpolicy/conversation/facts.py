@@ -502,10 +502,34 @@ INSTRUCTION_CHARS = 2000
 INSTRUCTION_CUT = " … [the rest is in the compacted history]"
 
 
+#: notes a client adds to its user's turns (Claude Code's reminders): not the user's words
+_NOTE_OPEN, _NOTE_CLOSE = "<system-reminder>", "</system-reminder>"
+
+
+def without_client_notes(text: str) -> str:
+    """``text`` without the ``<system-reminder>`` blocks a coding client puts in its
+    user's turns (one pass: each block is found from where the last one ended)."""
+    start = text.find(_NOTE_OPEN)
+    if start < 0:
+        return text
+    parts: list[str] = []
+    at = 0
+    while start >= 0:
+        end = text.find(_NOTE_CLOSE, start + len(_NOTE_OPEN))
+        if end < 0:
+            break  # an unclosed note is left as written
+        parts.append(text[at:start])
+        at = end + len(_NOTE_CLOSE)
+        start = text.find(_NOTE_OPEN, at)
+    parts.append(text[at:])
+    return "".join(parts)
+
+
 def instruction_text(text: str) -> str:
-    """A user turn as the task state keeps it: verbatim (stripped), or its first
-    :data:`INSTRUCTION_CHARS` characters and :data:`INSTRUCTION_CUT`."""
-    text = text.strip()
+    """A user turn as the task state keeps it: verbatim (stripped, without a client's
+    reminders), or its first :data:`INSTRUCTION_CHARS` characters and
+    :data:`INSTRUCTION_CUT`."""
+    text = without_client_notes(text).strip()
     if len(text) <= INSTRUCTION_CHARS:
         return text
     return text[:INSTRUCTION_CHARS] + INSTRUCTION_CUT
@@ -517,7 +541,9 @@ def is_user_turn(m: Mapping[str, Any]) -> bool:
     if m.get("role") != "user":
         return False
     text = content_text(m.get("content"))
-    return bool(text.strip()) and not text.startswith(("[tool result", "[ctxpolicy "))
+    if text.startswith(("[tool result", "[ctxpolicy ")):
+        return False
+    return bool(without_client_notes(text).strip())
 
 
 def user_instructions(messages: Iterable[Mapping[str, Any]]) -> list[str]:

@@ -302,3 +302,14 @@ def test_user_turns_and_call_sources() -> None:
     assert call_source("edit", {"path": "a.py"}) == "edit:a.py"
     assert call_source("bash", {"command": "pytest -x"}) == "bash:pytest"
     assert call_source("sql", {"sql": "SELECT 1"}) == "sql"
+
+
+def test_a_clients_reminders_are_not_the_users_instructions() -> None:
+    from ctxpolicy.conversation.facts import instruction_text, is_user_turn, without_client_notes
+
+    turn = "<system-reminder>\nUse the todo tool.\n</system-reminder>\nFix the login bug."
+    assert instruction_text(turn) == "Fix the login bug."
+    assert not is_user_turn({"role": "user", "content": "<system-reminder>x</system-reminder>"})
+    assert without_client_notes("a <system-reminder>unclosed") == "a <system-reminder>unclosed"
+    many = "<system-reminder>" * 20_000  # unclosed openings: one pass, left as written
+    assert without_client_notes(many) == many

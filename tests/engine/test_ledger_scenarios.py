@@ -36,7 +36,7 @@ CASES = [
     ("tau-bench__gpt-4o-airline.task2.trial1.jsonl", "customer_service_agent", 8192, 200),
     ("tau2-bench__gpt-4.1.telecom.taskha26785270f.jsonl", "customer_service_agent", 8192, 200),
     ("tapeagents-gaia__gaia.old.tape49.jsonl", "default", 16384, 200),
-    ("tapeagents-workarena__workarena.task1_seed42_workarena.servicenow.multi-chart-min-max-retrieval.jsonl", "default", 16384, 200),
+    ("tapeagents-workarena__workarena.task1_seed42_workarena.servicenow.multi-chart-min-max-retrieval.jsonl", "default", 8192, 200),
     ("spider2__claude-3-7-sonnet-20250219_temp0.7_rounds25_rollout1_exp4.sf_bq024.r0.jsonl", "default", 16384, 200),
 ]  # fmt: skip
 

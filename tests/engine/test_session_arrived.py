@@ -286,7 +286,7 @@ def test_a_recording_of_the_raw_path_replays_to_the_requests_it_sent(tmp_path: P
     s = Session(policy, conv_id="rec", record=trace, state_store=MemoryStateStore())
     convo: list[dict[str, Any]] = conversation()[:2]
     sent: list[str] = []
-    for i in range(10):
+    for i in range(24):
         tc = call(f"call_{i}", "query_db", json.dumps({"sql": f"select {i}"}))
         convo += [
             {"role": "assistant", "content": f"query {i}", "tool_calls": [tc]},

@@ -71,7 +71,7 @@ def test_off_unless_enabled(tmp_path: Path, upstream: ScriptedLLMServer) -> None
 
 def test_api_shows_numbers_and_names_only(tmp_path: Path, upstream: ScriptedLLMServer) -> None:
     with run_gateway(config_for(tmp_path, upstream, dashboard=True)) as gw:
-        converse(gw.url, "key-a", "test_agent", 14, "Fix the failing test.")
+        converse(gw.url, "key-a", "test_agent", 24, "Fix the failing test.")
         httpx.get(gw.url + "/v1/models", headers={"authorization": "Bearer key-a"})
         resp = httpx.get(gw.url + "/dashboard/api")
         metrics = httpx.get(gw.url + "/metrics").text
@@ -80,13 +80,13 @@ def test_api_shows_numbers_and_names_only(tmp_path: Path, upstream: ScriptedLLMS
     assert "script-src 'self'" in resp.headers["content-security-policy"]
     data = resp.json()
     (conv,) = data["conversations"]
-    assert conv["agent"] == "test_agent" and conv["calls"] == 14
+    assert conv["agent"] == "test_agent" and conv["calls"] == 24
     assert sum(conv["compactions"].values()) >= 1 and conv["marks"]
     assert conv["saved"] > 0 and conv["usd_saved"] > 0
     assert data["totals"]["usd_saved"] == conv["usd_saved"]
     assert conv["series"][-1][2] <= conv["window"]  # what was sent fits
     gw_numbers = data["gateway"]
-    assert gw_numbers["upstream"]["count"] == 15 and gw_numbers["upstream"]["p50_ms"] > 0
+    assert gw_numbers["upstream"]["count"] == 25 and gw_numbers["upstream"]["p50_ms"] > 0
     assert gw_numbers["forwarded"] == [
         {"path": "/v1/models", "reason": "not a model call", "count": 1}
     ]
@@ -218,7 +218,7 @@ def test_event_log_feeds_the_report(tmp_path: Path, upstream: ScriptedLLMServer)
     config = config_for(tmp_path, upstream, events=str(log))
     with run_gateway(config) as gw:
         assert gw.gateway.dashboard is None  # the log alone, no page
-        converse(gw.url, "key-a", "test_agent", 14, "Fix the failing test.")
+        converse(gw.url, "key-a", "test_agent", 24, "Fix the failing test.")
     events = [json.loads(line) for line in log.read_text().splitlines()]
     assert events and all(e["agent"] == "test_agent" for e in events)
     assert all("model" in e for e in events)
@@ -229,7 +229,7 @@ def test_event_log_feeds_the_report(tmp_path: Path, upstream: ScriptedLLMServer)
     assert result.exit_code == 0, result.output
     data = json.loads(result.stdout)
     (conv,) = data["conversations"]
-    assert conv["agent"] == "test_agent" and conv["calls"] == 14 and conv["usd_saved"] > 0
+    assert conv["agent"] == "test_agent" and conv["calls"] == 24 and conv["usd_saved"] > 0
 
 
 def test_a_poll_without_new_events_reuses_the_last_snapshot(
