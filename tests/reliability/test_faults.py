@@ -59,7 +59,8 @@ def _summarize_policy(**opts: Any) -> Any:
 @pytest.mark.parametrize("behaviour", ["raise", "timeout", "empty", "longer", "bytes"])
 def test_summarizer_failure_leaves_history_and_opens_breaker(behaviour: str) -> None:
     summ = ScriptedSummarizer(behaviour)
-    s = Session(_summarize_policy(timeout_s=0.1), summarizer=summ)
+    # the results arrive whole (no tool rule): the history to compare is what was given
+    s = Session(_summarize_policy(timeout_s=0.1), summarizer=summ, tool_rules_in_prepare=False)
     msgs = conversation(6, 3000)  # above warning, below the trigger: only summarize runs
     for _ in range(4):
         out = s.prepare(msgs)
@@ -74,7 +75,7 @@ def test_summarizer_failure_leaves_history_and_opens_breaker(behaviour: str) -> 
 
 def test_breaker_closes_after_a_success() -> None:
     summ = ScriptedSummarizer("raise")
-    s = Session(_summarize_policy(retry_after=1), summarizer=summ)
+    s = Session(_summarize_policy(retry_after=1), summarizer=summ, tool_rules_in_prepare=False)
     msgs = conversation(6, 3000)
     s.prepare(msgs)
     s.prepare(msgs)  # opens

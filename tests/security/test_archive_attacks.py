@@ -177,7 +177,7 @@ MASK = [
 def test_full_disk_below_the_hard_limit_keeps_everything(
     tmp_path: Path, pipeline: list[dict[str, Any]]
 ) -> None:
-    s = Session(_full_policy(tmp_path, pipeline), conv_id="full")
+    s = Session(_full_policy(tmp_path, pipeline), conv_id="full", tool_rules_in_prepare=False)
     budget = s.budget()
     msgs = _conversation(6, 2300)
     used = s.counter.count_messages(msgs)
@@ -195,7 +195,7 @@ def test_full_disk_below_the_hard_limit_keeps_everything(
 def test_full_disk_above_the_hard_limit_drops_with_data_lost(
     tmp_path: Path, pipeline: list[dict[str, Any]]
 ) -> None:
-    s = Session(_full_policy(tmp_path, pipeline), conv_id="full")
+    s = Session(_full_policy(tmp_path, pipeline), conv_id="full", tool_rules_in_prepare=False)
     budget = s.budget()
     msgs = _conversation(14, 2400)
     assert s.counter.count_messages(msgs) > budget.window - budget.reserve_output

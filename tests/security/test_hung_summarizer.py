@@ -42,7 +42,7 @@ SCRIPT = textwrap.dedent(
         model={"context_window": 12000, "max_output_tokens": 1000,
                "tokenizer": "cl100k_base"},
     )
-    sessions = [Session(policy, summarizer=hang) for _ in range(2)]
+    sessions = [Session(policy, summarizer=hang, tool_rules_in_prepare=False) for _ in range(2)]
     baseline = threading.active_count()
     msgs = conversation(6, 3000)
     counts = []
