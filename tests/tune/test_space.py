@@ -23,7 +23,8 @@ def test_default_space_of_coding_agent_comes_from_its_components():
     assert "pipeline[observation_mask].max_age_rounds" in params
     keep = params["pipeline[drop_rounds].min_keep_tokens"]  # searched as % of the window
     assert keep.range.percent and keep.tokens_of == 32768
-    assert keep.render(keep.base) == 1500 and keep.describe_base() == "1500"
+    written = next(s.options for s in pol.pipeline if s.layer == "drop_rounds")["min_keep_tokens"]
+    assert keep.render(keep.base) == written and keep.describe_base() == str(written)
     # only the tool rules the traces use: bash → command_output, not read_file
     assert "tools[bash].head_lines" in params
     assert not any(p.startswith("tools[read_file]") for p in params)
