@@ -8,6 +8,7 @@ from collections.abc import Mapping, Sequence
 __all__ = [
     "AGENT_HEADER",
     "ANTHROPIC",
+    "API_RESOURCES",
     "OPENAI",
     "PREPARED",
     "UnknownAgent",
@@ -86,6 +87,8 @@ _OPENAI = frozenset(
         "organization",
     }
 )
+#: Every resource of the providers' APIs (the first segment after /v1/).
+API_RESOURCES = _ANTHROPIC_ONLY | _SHARED | _OPENAI
 #: Paths the gateway prepares: ``(provider, path) -> wire``.
 PREPARED = {
     (OPENAI, "/v1/chat/completions"): "chat",

@@ -17,6 +17,8 @@ request continued by ``previous_response_id``, say) counts it with its own reaso
 
 from __future__ import annotations
 
+from ctxpolicy.gateway.routing import API_RESOURCES
+
 __all__ = ["API_NOT_PREPARED", "NOT_A_MODEL_CALL", "OTHER_PATH", "classify"]
 
 NOT_A_MODEL_CALL = "not a model call"
@@ -25,33 +27,6 @@ OTHER_PATH = "other path"
 
 #: Model calls through APIs the gateway does not prepare (first segment after /v1/).
 _MODEL_CALLS = frozenset({"responses", "completions", "complete"})
-#: Other resources of the providers' APIs.
-_RESOURCES = frozenset(
-    {
-        "chat",
-        "messages",
-        "models",
-        "embeddings",
-        "moderations",
-        "audio",
-        "images",
-        "files",
-        "uploads",
-        "batches",
-        "fine_tuning",
-        "vector_stores",
-        "assistants",
-        "threads",
-        "realtime",
-        "conversations",
-        "containers",
-        "evals",
-        "organization",
-        "complete",
-        "completions",
-        "responses",
-    }
-)
 #: Second segments kept in the label (``/v1/messages/count_tokens``, ...).
 _SUB = frozenset({"completions", "count_tokens", "batches"})
 
@@ -60,7 +35,7 @@ def classify(method: str, path: str) -> tuple[str, str]:
     """``(path label, reason)`` of a forwarded request (``path`` without the
     ``/agents/{name}`` prefix)."""
     parts = path.split("/", 4)
-    if len(parts) < 3 or parts[0] != "" or parts[1] != "v1" or parts[2] not in _RESOURCES:
+    if len(parts) < 3 or parts[0] != "" or parts[1] != "v1" or parts[2] not in API_RESOURCES:
         return "other", OTHER_PATH
     label = "/v1/" + parts[2]
     if len(parts) > 3 and parts[3] in _SUB:
