@@ -25,7 +25,6 @@ Writes benchmarks/results/bench_dashboard.{json,md}.
 
 from __future__ import annotations
 
-import argparse
 import json
 import statistics
 import sys
@@ -36,9 +35,15 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks._common import SHARED, eprint, header_markdown, machine, markdown_table, publish
+from benchmarks._common import (
+    eprint,
+    header_markdown,
+    machine,
+    markdown_table,
+    publish,
+    replay_args,
+)
 from ctxpolicy.observe.views import Views
-from ctxpolicy.sim.importers import load_trace
 from ctxpolicy.sim.replay import load_policy_file
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -144,19 +149,10 @@ def poll_seconds(conversations: int, calls: int, repeat: int) -> tuple[float, in
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--rounds", type=int, default=5)
-    ap.add_argument("--quick", action="store_true", help="smaller trace, 3 rounds")
-    args = ap.parse_args(argv)
-    name = QUICK if args.quick else FULL
-    path = SHARED / "traces" / name
-    if not path.exists():
-        eprint(f"{path} not found (set CTXPOLICY_SHARED)")
+    args = replay_args(__doc__.splitlines()[0], argv, full=FULL, quick=QUICK)
+    if args is None:
         return 2
-    messages = load_trace(path)
-    if args.quick:
-        messages = messages[:60]
-    rounds = 3 if args.quick else args.rounds
+    name, messages, rounds = args.name, args.messages, args.rounds
     info = machine(["ctxpolicy"])
 
     times: dict[str, list[float]] = {"a": [], "b": []}

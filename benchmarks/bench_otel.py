@@ -21,7 +21,6 @@ the spans / events produced. Writes benchmarks/results/bench_otel.{json,md}.
 
 from __future__ import annotations
 
-import argparse
 import statistics
 import sys
 import tempfile
@@ -31,8 +30,14 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks._common import SHARED, eprint, header_markdown, machine, markdown_table, publish
-from ctxpolicy.sim.importers import load_trace
+from benchmarks._common import (
+    eprint,
+    header_markdown,
+    machine,
+    markdown_table,
+    publish,
+    replay_args,
+)
 from ctxpolicy.sim.replay import load_policy_file
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -88,19 +93,10 @@ def otel_sink() -> tuple[Any, Any, Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--rounds", type=int, default=5)
-    ap.add_argument("--quick", action="store_true", help="smaller trace, 3 rounds")
-    args = ap.parse_args(argv)
-    name = QUICK if args.quick else FULL
-    path = SHARED / "traces" / name
-    if not path.exists():
-        eprint(f"{path} not found (set CTXPOLICY_SHARED)")
+    args = replay_args(__doc__.splitlines()[0], argv, full=FULL, quick=QUICK)
+    if args is None:
         return 2
-    messages = load_trace(path)
-    if args.quick:
-        messages = messages[:60]
-    rounds = 3 if args.quick else args.rounds
+    name, messages, rounds = args.name, args.messages, args.rounds
     info = machine(["ctxpolicy", "opentelemetry-sdk", "quicktok-v1"])
     from ctxpolicy.events import JsonlEventSink
 
