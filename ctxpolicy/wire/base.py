@@ -11,18 +11,22 @@ dicts: no provider SDK is imported here (SDK objects are turned into dicts by
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+import secrets
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple, Protocol, TypeGuard, TypeVar, runtime_checkable
 
 from ctxpolicy.conversation import Message
+from ctxpolicy.conversation.samejson import MISS, JsonMemo, KeyedList, memo_key
 
 __all__ = [
+    "TOOLS_MEMO",
     "Extracted",
     "StreamTurn",
     "ToolCall",
     "Wire",
     "WireError",
+    "converted_tools",
     "dumps",
     "is_given",
     "json_args",
@@ -60,6 +64,9 @@ class Extracted:
     messages: list[Message]
     tools: list[dict[str, Any]] | None = None
     state: Any = field(default=None, repr=False)
+    #: the :func:`~ctxpolicy.conversation.samejson.memo_key` of ``body["tools"]``, when
+    #: known (the encoding of the outgoing body looks its JSON text up by it)
+    tools_key: bytes | None = field(default=None, repr=False)
 
 
 @runtime_checkable
@@ -198,9 +205,56 @@ def parse_args(value: Any) -> Any:
     return value if value is not None else {}
 
 
-def dumps(body: Mapping[str, Any]) -> bytes:
-    """A request body as the compact UTF-8 JSON sent upstream."""
-    return json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode()
+def _json(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+
+
+#: results computed from the last tool lists (a client sends the same tools on every
+#: call): their JSON text here, their counting shape in each wire
+TOOLS_MEMO = JsonMemo(size=16)
+#: stands for the tools in the body while it is encoded; random per process, so no
+#: request can hold it
+_MARK = f"ctxpolicy-tools-{secrets.token_hex(16)}"
+_MARK_JSON = _json(_MARK)
+
+
+def converted_tools(
+    tools: Any, wire: str, convert: Callable[[Any], list[dict[str, Any]]]
+) -> tuple[list[dict[str, Any]] | None, bytes | None]:
+    """``convert(tools)`` (a wire's tools in the counter's shape, None when empty), kept
+    per distinct ``tools`` (a client sends the same tools on every call), and the
+    ``memo_key`` of ``tools``."""
+    key = memo_key(tools)
+    done = TOOLS_MEMO.get(key, wire)
+    if done is not MISS:
+        return done, key
+    out = convert(tools) or None
+    if key is None or out is None:
+        return out, key
+    result = KeyedList(out)
+    result.memo_key = b"\x00" + wire.encode() + b":" + key
+    TOOLS_MEMO.put(key, wire, result)
+    return result, key
+
+
+def dumps(body: Mapping[str, Any], tools_key: bytes | None = None) -> bytes:
+    """A request body as the compact UTF-8 JSON sent upstream.
+
+    A long ``tools`` list is encoded once per distinct list and its text spliced into
+    the body's (the same bytes as encoding it whole); ``tools_key``: its
+    :func:`~ctxpolicy.conversation.samejson.memo_key` when the caller knows it."""
+    tools = body.get("tools")
+    if type(tools) is not list or len(tools) < 4:
+        return _json(body).encode()
+    key = tools_key if tools_key is not None else memo_key(tools)
+    text = TOOLS_MEMO.get(key, "json")
+    if text is MISS:
+        text = _json(tools)
+        TOOLS_MEMO.put(key, "json", text)
+    out = _json({**body, "tools": _MARK})
+    if out.count(_MARK_JSON) != 1:  # pragma: no cover - the mark is random per process
+        return _json(body).encode()
+    return str(out.replace(_MARK_JSON, text, 1)).encode()
 
 
 def positive_int(value: Any) -> int | None:
