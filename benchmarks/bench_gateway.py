@@ -544,7 +544,9 @@ def main() -> None:
         *rows,
         "",
         "Reproduce: `.venv/bin/python benchmarks/bench_gateway.py --baseline OTHER_CHECKOUT` "
-        f"(`--quick`: {seq_calls} sequential calls, {conc_calls} per concurrent conversation). "
+        f"({seq_calls} sequential calls, {conc_calls} per concurrent conversation"
+        + ("" if args.quick else "; `--quick`: 200 and 8")
+        + "). "
         "The real request is captured from Claude Code when it is installed "
         "(tests/gateway/test_real_clients.py installs it).",
     ]
