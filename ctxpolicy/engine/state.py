@@ -41,7 +41,7 @@ from ctxpolicy.engine.stored import (
     check_tool_key,
     check_tool_text,
 )
-from ctxpolicy.state._codec import UNSTORABLE, built_text, check_key, entry_text, unstorable
+from ctxpolicy.state.codec import UNSTORABLE, built_text, check_key, entry_text, unstorable
 
 if TYPE_CHECKING:  # pragma: no cover
     from ctxpolicy.budget import ToolGrowthEstimator
@@ -158,7 +158,7 @@ MAX_SEEN_REPAIRS = 256
 SCALAR_ENTRIES = ("meta", "status", "scalars")
 _SCALAR_FIELDS = ("learned_window", "calibration", "usage_seen", "overflow_attempts", "hold_until")
 #: Entries the engine builds from typed fields, every dict keyed by text: encoded
-#: with :func:`ctxpolicy.state._codec.built_text` (no walk over the value first).
+#: with :func:`ctxpolicy.state.codec.built_text` (no walk over the value first).
 _BUILT = frozenset({*SCALAR_ENTRIES, "growth"})
 #: Fields a ``meta`` entry written before 0.2 holds besides the counters: read from
 #: there over the entries that hold them now, and moved with the next save.
@@ -374,7 +374,7 @@ class SessionState:
         self, refuse: Refuse | None = None
     ) -> tuple[dict[str, str], list[str]]:
         """:meth:`take_changes` with each value as its canonical JSON text (what a
-        JSON state store writes; :func:`ctxpolicy.state._codec.entry_text`): one
+        JSON state store writes; :func:`ctxpolicy.state.codec.entry_text`): one
         encoding per changed entry, no round trip through ``json.loads``."""
         built = _BUILT
         return self._take(
