@@ -216,7 +216,7 @@ class SessionState:
     #: replaced by what a new conversation starts with and rewritten with the next save)
     problems: list[Problem] = field(default_factory=list, repr=False, compare=False)
     #: a learned window loaded from the store, not yet held against the pinned content
-    #: of a request (:func:`ctxpolicy.engine.stored.verify_learned_window`)
+    #: of a request (:func:`ctxpolicy.engine.window.verify_learned_window`)
     window_unverified: bool = field(default=False, repr=False, compare=False)
     _dirty: set[str] = field(
         default_factory=lambda: {"meta", "ledger", "growth", "memory"}, repr=False
