@@ -22,7 +22,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ctxpolicy.conversation import Message, Unit, content_text
-from ctxpolicy.event_types import SnapshotFailed, SnapshotTooLarge
+from ctxpolicy.events.types import SnapshotFailed, SnapshotTooLarge
 
 if TYPE_CHECKING:
     from ctxpolicy.engine.context import EngineContext

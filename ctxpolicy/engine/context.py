@@ -24,14 +24,14 @@ from ctxpolicy.engine.own import HANDOVER_MARK, LEDGER_MARK, special_unit
 from ctxpolicy.engine.state import SessionState
 from ctxpolicy.engine.stored import bounded_problems, verify_learned_window, window_bounds
 from ctxpolicy.engine.window import policy_with_window, scaled_growth
-from ctxpolicy.event_types import StateInvalid
+from ctxpolicy.events.types import StateInvalid
 from ctxpolicy.plugins import Registry
 from ctxpolicy.policy.models import Policy, ResolvedStep, resolve_amount
 from ctxpolicy.tokens import TokenCounter
 
 __all__ = ["Emit", "EngineContext"]
 
-#: ``emit(event)`` (an :class:`ctxpolicy.event_types.Event`) or ``emit(type, **fields)``
+#: ``emit(event)`` (an :class:`ctxpolicy.events.types.Event`) or ``emit(type, **fields)``
 #: → the event as sent (``conv_id`` and ``ts`` added).
 Emit = Callable[..., dict[str, Any]]
 

@@ -33,7 +33,7 @@ from ctxpolicy.conversation import (
 )
 from ctxpolicy.engine.own import insert_specials, own_kind, own_text
 from ctxpolicy.engine.repairs import flatten_message, report_repairs
-from ctxpolicy.event_types import ContextReset
+from ctxpolicy.events.types import ContextReset
 from ctxpolicy.tokens.msgkeys import NO_SNAPSHOT, snapshot, value_key
 
 if TYPE_CHECKING:

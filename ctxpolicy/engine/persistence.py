@@ -20,7 +20,7 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from ctxpolicy.components import StateStore, StateStoreError
-from ctxpolicy.event_types import StateEntryRefused, StateResumed, StateUnavailable
+from ctxpolicy.events.types import StateEntryRefused, StateResumed, StateUnavailable
 from ctxpolicy.state.sync import Changes, StateSync
 
 if TYPE_CHECKING:  # pragma: no cover

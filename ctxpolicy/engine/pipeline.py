@@ -47,7 +47,7 @@ from ctxpolicy.engine.economics import (
     predicted_calls,
 )
 from ctxpolicy.engine.refs import ensure_refs
-from ctxpolicy.event_types import (
+from ctxpolicy.events.types import (
     ContextCompacted,
     ContextCompactionHeld,
     DataLost,

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, get_args
 
 from ctxpolicy.conversation.units import UnitKind
-from ctxpolicy.event_types import StateInvalid
+from ctxpolicy.events.types import StateInvalid
 from ctxpolicy.policy.models import Policy
 
 if TYPE_CHECKING:  # pragma: no cover

@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from ctxpolicy.budget import BudgetState, compute_budget
-from ctxpolicy.event_types import ContextWindowIgnored, ContextWindowLearned
+from ctxpolicy.events.types import ContextWindowIgnored, ContextWindowLearned
 from ctxpolicy.policy.models import Policy
 
 if TYPE_CHECKING:
