@@ -561,18 +561,25 @@ def opencode_run(npm_clients: Path, tmp_path_factory: pytest.TempPathFactory) ->
                     }
                 )
             )
-            home = root / "home"
-            env = _env(
-                root,
-                OPENCODE_DISABLE_MODELS_FETCH="1",
-                OPENCODE_DISABLE_AUTOUPDATE="1",
-                XDG_CONFIG_HOME=str(home / ".config"),
-                XDG_DATA_HOME=str(home / ".local/share"),
-                XDG_CACHE_HOME=str(home / ".cache"),
-                XDG_STATE_HOME=str(home / ".local/state"),
-            )
+            # each session its own data folder: two opencode processes sharing one lock
+            # its SQLite database ("database is locked"), nothing to do with the gateway
+            envs = []
+            for i in range(2):
+                home = root / f"home{i}"
+                envs.append(
+                    _env(
+                        root,
+                        HOME=str(home),
+                        OPENCODE_DISABLE_MODELS_FETCH="1",
+                        OPENCODE_DISABLE_AUTOUPDATE="1",
+                        XDG_CONFIG_HOME=str(home / ".config"),
+                        XDG_DATA_HOME=str(home / ".local/share"),
+                        XDG_CACHE_HOME=str(home / ".cache"),
+                        XDG_STATE_HOME=str(home / ".local/state"),
+                    )
+                )
             cmd = [str(_npm_bin("opencode")), "run", PROMPT]
-            outputs = _parallel([(cmd, env), (cmd, env)], proj)
+            outputs = _parallel([(cmd, e) for e in envs], proj)
             metrics = httpx.get(gw.url + "/metrics").text
             convs = list(gw.gateway.pool._sessions)
         yield Run(outputs, srv.records, convs, metrics, recalled=dict(recaller.answers))
