@@ -57,7 +57,7 @@ def _fn_name(key: tuple[str, int, str]) -> str:
 
 def child(steps: int, profile: bool) -> dict[str, Any]:
     """Per ``prepare``: seconds, compacted or not, Python calls, calls per function."""
-    from benchmarks.bench_quality import load_agent
+    from benchmarks._inputs import load_agent
     from ctxpolicy import Session
     from ctxpolicy.sim.replay import _sim_store, call_for
     from ctxpolicy.sim.synth import coding_session
@@ -254,7 +254,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.child:
         print(json.dumps(child(args.steps, args.profile)))
         return 0
-    from benchmarks.bench_scaling import git_head
+    from benchmarks._common import git_head
 
     codes: dict[str, Path] = {}
     if args.baseline is not None:

@@ -79,8 +79,7 @@ def _per_call(runs: list[list[float]]) -> float:
 
 
 def measure(quick: bool, repeat: int) -> dict[str, Any]:
-    from benchmarks._inputs import largest_traces, smallest_trace
-    from benchmarks.bench_quality import load_agent
+    from benchmarks._inputs import largest_traces, load_agent, smallest_trace
     from benchmarks.peers.timing import _lc_steps, replay_ctxpolicy, replay_langchain
     from ctxpolicy.tokens import get_counter
 

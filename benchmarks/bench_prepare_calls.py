@@ -47,8 +47,7 @@ def child(traces: int, quick: bool) -> dict[str, Any]:
     sys.path.insert(0, str(ROOT))
     for mod in [m for m in sys.modules if m == "benchmarks" or m.startswith("benchmarks.")]:
         del sys.modules[mod]
-    from benchmarks._inputs import largest_traces, smallest_trace
-    from benchmarks.bench_quality import load_agent
+    from benchmarks._inputs import largest_traces, load_agent, smallest_trace
     from benchmarks.peers import timing
 
     policy, _ = load_agent(AGENT)
@@ -150,7 +149,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.quick:
         args.repeat = 1
-    from benchmarks.bench_scaling import git_head
+    from benchmarks._common import git_head
 
     codes: dict[str, Path] = {}
     if args.baseline is not None:

@@ -39,7 +39,7 @@ from typing import Any
 # (its PYTHONPATH) first
 sys.path.append(str(Path(__file__).resolve().parents[1]))
 
-from benchmarks._common import eprint, header_markdown, machine, markdown_table, publish
+from benchmarks._common import eprint, git_head, header_markdown, machine, markdown_table, publish
 from ctxpolicy.state.memory import MemoryStateStore  # each run starts fresh
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -172,19 +172,6 @@ def measure(src: Path, n: int, repeat: int, timeout: float) -> dict[str, Any]:
     res: dict[str, Any] = json.loads(out.stdout.strip().splitlines()[-1])
     res["wall"] = round(time.perf_counter() - t0, 3)
     return res
-
-
-def git_head(src: Path) -> str | None:
-    try:
-        out = subprocess.run(
-            ["git", "-C", str(src), "rev-parse", "--short", "HEAD"],
-            capture_output=True,
-            text=True,
-            check=True,
-        )
-    except (OSError, subprocess.CalledProcessError):
-        return None
-    return out.stdout.strip() or None
 
 
 def _secs(r: dict[str, Any]) -> str:

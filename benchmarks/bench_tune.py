@@ -180,7 +180,7 @@ def _first_difference(a: Any, b: Any, path: str = "") -> str | None:
 
 def speed(args: argparse.Namespace) -> int:
     """``--baseline``: the same study by the baseline tree and this tree, in turn."""
-    from benchmarks.bench_scaling import git_head
+    from benchmarks._common import git_head
 
     trials = args.trials or (12 if args.quick else 50)
     windows = WINDOWS[:1] if args.quick else WINDOWS
