@@ -147,6 +147,25 @@ def git_head(src: Path) -> str | None:
     return out.stdout.strip() or None
 
 
+def trees(baseline: Path | None, root: Path) -> dict[str, Path]:
+    """The source trees a before/after benchmark measures: ``baseline`` (when given),
+    then this tree."""
+    return {**({"baseline": baseline.resolve()} if baseline else {}), "this tree": root}
+
+
+def in_tree(
+    script: str | Path, src: Path, *args: str, timeout: float | None = None, check: bool = True
+) -> Any:
+    """``script --child *args`` in a child interpreter whose ``PYTHONPATH`` is ``src`` (the
+    tree measured); the JSON of its last output line."""
+    env = {**os.environ, "PYTHONPATH": str(src)}
+    cmd = [sys.executable, str(script), "--child", *args]
+    res = subprocess.run(cmd, env=env, capture_output=True, text=True, check=check, timeout=timeout)
+    if res.returncode != 0:
+        raise SystemExit(f"{Path(script).name} with {src} failed:\n{res.stderr[-2000:]}")
+    return json.loads(res.stdout.strip().splitlines()[-1])
+
+
 def eprint(*args: Any) -> None:
     print(*args, file=sys.stderr, flush=True)
 

@@ -29,11 +29,9 @@ from __future__ import annotations
 import argparse
 import cProfile
 import json
-import os
 import pstats
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -42,7 +40,15 @@ from typing import Any
 
 sys.path.append(str(Path(__file__).resolve().parents[1]))
 
-from benchmarks._common import eprint, header_markdown, machine, markdown_table, publish
+from benchmarks._common import (
+    eprint,
+    header_markdown,
+    in_tree,
+    machine,
+    markdown_table,
+    publish,
+    trees,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 AGENT = "coding_agent"
@@ -111,12 +117,7 @@ def child(steps: int, profile: bool) -> dict[str, Any]:
 
 
 def run(src: Path, steps: int, profile: bool = False) -> dict[str, Any]:
-    env = {**os.environ, "PYTHONPATH": str(src)}
-    cmd = [sys.executable, __file__, "--child", "--steps", str(steps)]
-    cmd += ["--profile"] if profile else []
-    res = subprocess.run(cmd, env=env, capture_output=True, text=True, check=True)
-    data: dict[str, Any] = json.loads(res.stdout.strip().splitlines()[-1])
-    return data
+    return in_tree(__file__, src, "--steps", str(steps), *(["--profile"] if profile else []))  # type: ignore[no-any-return]
 
 
 def summarize(runs: list[dict[str, Any]], profiled: dict[str, Any]) -> dict[str, Any]:
@@ -256,10 +257,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     from benchmarks._common import git_head
 
-    codes: dict[str, Path] = {}
-    if args.baseline is not None:
-        codes["baseline"] = args.baseline.resolve()
-    codes["this tree"] = ROOT
+    codes = trees(args.baseline, ROOT)
     runs: dict[str, list[dict[str, Any]]] = {c: [] for c in codes}
     profiled: dict[str, dict[str, Any]] = {}
     for code, src in codes.items():

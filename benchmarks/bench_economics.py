@@ -31,8 +31,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -40,7 +38,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks._common import SHARED, header_markdown, machine, publish
+from benchmarks._common import SHARED, header_markdown, in_tree, machine, publish
 
 ROOT = Path(__file__).resolve().parents[1]
 TRACES = SHARED / "traces"
@@ -102,13 +100,7 @@ def child(quick: bool) -> dict[str, dict[str, float]]:
 
 
 def run(src: Path, quick: bool) -> dict[str, dict[str, float]]:
-    env = {**os.environ, "PYTHONPATH": str(src)}
-    cmd = [sys.executable, __file__, "--child", *(["--quick"] if quick else [])]
-    res = subprocess.run(cmd, env=env, capture_output=True, text=True, check=False)
-    if res.returncode != 0:
-        raise SystemExit(f"replay with {src} failed:\n{res.stderr[-2000:]}")
-    data: dict[str, dict[str, float]] = json.loads(res.stdout.strip().splitlines()[-1])
-    return data
+    return in_tree(__file__, src, *(["--quick"] if quick else []), check=False)  # type: ignore[no-any-return]
 
 
 def rates(t: dict[str, float]) -> dict[str, float]:

@@ -22,9 +22,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -32,7 +30,15 @@ from typing import Any
 # appended, not inserted: a child measuring a baseline finds that tree's ctxpolicy first
 sys.path.append(str(Path(__file__).resolve().parents[1]))
 
-from benchmarks._common import eprint, header_markdown, machine, markdown_table, publish
+from benchmarks._common import (
+    eprint,
+    header_markdown,
+    in_tree,
+    machine,
+    markdown_table,
+    publish,
+    trees,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 AGENT = "coding_agent"
@@ -72,12 +78,7 @@ def child(traces: int, quick: bool) -> dict[str, Any]:
 
 
 def run(src: Path, traces: int, quick: bool) -> dict[str, Any]:
-    env = {**os.environ, "PYTHONPATH": str(src)}
-    cmd = [sys.executable, __file__, "--child", "--traces", str(traces)]
-    cmd += ["--quick"] if quick else []
-    res = subprocess.run(cmd, env=env, capture_output=True, text=True, check=True)
-    data: dict[str, Any] = json.loads(res.stdout.strip().splitlines()[-1])
-    return data
+    return in_tree(__file__, src, "--traces", str(traces), *(["--quick"] if quick else []))  # type: ignore[no-any-return]
 
 
 def summarize(runs: list[dict[str, Any]]) -> dict[str, Any]:
@@ -151,10 +152,7 @@ def main(argv: list[str] | None = None) -> int:
         args.repeat = 1
     from benchmarks._common import git_head
 
-    codes: dict[str, Path] = {}
-    if args.baseline is not None:
-        codes["baseline"] = args.baseline.resolve()
-    codes["this tree"] = ROOT
+    codes = trees(args.baseline, ROOT)
     runs: dict[str, list[dict[str, Any]]] = {c: [] for c in codes}
     for i in range(args.repeat):
         for code, src in codes.items():

@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import subprocess
 import sys
 import tempfile
@@ -39,7 +38,16 @@ from typing import Any
 # (its PYTHONPATH) first
 sys.path.append(str(Path(__file__).resolve().parents[1]))
 
-from benchmarks._common import eprint, git_head, header_markdown, machine, markdown_table, publish
+from benchmarks._common import (
+    eprint,
+    git_head,
+    header_markdown,
+    in_tree,
+    machine,
+    markdown_table,
+    publish,
+    trees,
+)
 from ctxpolicy.state.memory import MemoryStateStore  # each run starts fresh
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -158,18 +166,15 @@ def child(n: int, repeat: int) -> dict[str, Any]:
 
 def measure(src: Path, n: int, repeat: int, timeout: float) -> dict[str, Any]:
     """:func:`child` in a subprocess with ``src`` first on the path."""
-    env = {**os.environ, "PYTHONPATH": str(src)}
-    cmd = [sys.executable, __file__, "--child", str(n), "--repeat", str(repeat)]
     t0 = time.perf_counter()
     try:
-        out = subprocess.run(
-            cmd, env=env, capture_output=True, text=True, timeout=timeout, check=True
+        res: dict[str, Any] = in_tree(
+            __file__, src, str(n), "--repeat", str(repeat), timeout=timeout
         )
     except subprocess.TimeoutExpired:
         return {"n": n, "seconds": None, "timeout": timeout}
     except subprocess.CalledProcessError as exc:
         return {"n": n, "seconds": None, "error": exc.stderr.strip().splitlines()[-1:]}
-    res: dict[str, Any] = json.loads(out.stdout.strip().splitlines()[-1])
     res["wall"] = round(time.perf_counter() - t0, 3)
     return res
 
@@ -284,10 +289,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     sizes = QUICK_SIZES if args.quick else SIZES
     timeout = args.timeout or (60.0 if args.quick else 300.0)
-    codes: dict[str, Path] = {}
-    if args.baseline is not None:
-        codes["baseline"] = args.baseline.resolve()
-    codes["this tree"] = ROOT
+    codes = trees(args.baseline, ROOT)
     runs: dict[str, list[dict[str, Any]]] = {c: [{} for _ in sizes] for c in codes}
     for _ in range(max(1, args.rounds)):
         for i, n in enumerate(sizes):

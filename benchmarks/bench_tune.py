@@ -34,8 +34,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -48,6 +46,7 @@ from benchmarks._common import (
     SHARED,
     eprint,
     header_markdown,
+    in_tree,
     machine,
     markdown_table,
     publish,
@@ -147,11 +146,8 @@ def speed_child(window: int, trials: int, traces: list[str]) -> dict[str, Any]:
 def _speed_run(
     src: Path, window: int, trials: int, traces: list[str], timeout: float
 ) -> dict[str, Any]:
-    env = {**os.environ, "PYTHONPATH": str(src)}
-    cmd = [sys.executable, __file__, "--child", "--window", str(window), "--trials", str(trials)]
-    cmd += ["--trace-files", *traces]  # the same files for both trees
-    res = subprocess.run(cmd, env=env, capture_output=True, text=True, check=True, timeout=timeout)
-    data: dict[str, Any] = json.loads(res.stdout.strip().splitlines()[-1])
+    args = ["--window", str(window), "--trials", str(trials), "--trace-files", *traces]
+    data: dict[str, Any] = in_tree(__file__, src, *args, timeout=timeout)  # same files, both trees
     if Path(data["ctxpolicy"]) != src.resolve():
         raise RuntimeError(f"child imported ctxpolicy from {data['ctxpolicy']}, not {src}")
     return data

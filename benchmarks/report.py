@@ -55,6 +55,7 @@ ORDER = (
     "bench_gateway",
     "bench_frontdoor_blocking",
     "bench_kinds",
+    "bench_kinds_tune",
     "bench_taskstate",
     "bench_preprocessors",
 )

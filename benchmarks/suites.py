@@ -181,7 +181,20 @@ SUITES: tuple[Suite, ...] = (
     _one(
         "frontdoor", "bench_frontdoor_blocking", "does one long history block another conversation"
     ),
-    _one("kinds", "bench_kinds", "every kind of agent, held-out half"),
+    Suite(
+        "kinds",
+        "every kind of agent (coding, data, SWE, support), baseline tree vs this one",
+        (
+            Variant("held-out", "bench_kinds", "bench_kinds", about="the held-out half"),
+            Variant(
+                "tune",
+                "bench_kinds",
+                "bench_kinds_tune",
+                ("--half", "tune"),
+                about="the half the policies were tuned on",
+            ),
+        ),
+    ),
     _one("taskstate", "bench_taskstate", "task state after compaction, every agent kind"),
 )
 
