@@ -47,6 +47,8 @@ def _run(
             print(exc.args[0], file=sys.stderr)
             return 2
     env = dict(os.environ)
+    # `benchmarks` importable in every script (after any tree the caller put first)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [env.get("PYTHONPATH"), str(HERE.parent)]))
     if results is not None:
         env["CTXPOLICY_BENCH_RESULTS"] = str(results.resolve())
     for v in chosen:
