@@ -24,13 +24,18 @@ import argparse
 import json
 import statistics
 import sys
+import types
 from pathlib import Path
 from typing import Any
 
-# appended, not inserted: a child measuring a baseline finds that tree's ctxpolicy first
+# appended, not inserted: a child measuring a baseline (PYTHONPATH) finds that tree's
+# ctxpolicy first, and `benchmarks` is this tree's whatever that tree holds
 sys.path.append(str(Path(__file__).resolve().parents[1]))
+sys.modules.setdefault("benchmarks", types.ModuleType("benchmarks")).__path__ = [
+    str(Path(__file__).resolve().parent)
+]
 
-from benchmarks._common import (
+from benchmarks._common import (  # noqa: E402 - after the path is set
     eprint,
     header_markdown,
     in_tree,

@@ -31,14 +31,18 @@ import subprocess
 import sys
 import tempfile
 import time
+import types
 from pathlib import Path
 from typing import Any
 
-# appended, not inserted: a child measuring a baseline finds that tree's ctxpolicy
-# (its PYTHONPATH) first
+# appended, not inserted: a child measuring a baseline (PYTHONPATH) finds that tree's
+# ctxpolicy first, and `benchmarks` is this tree's whatever that tree holds
 sys.path.append(str(Path(__file__).resolve().parents[1]))
+sys.modules.setdefault("benchmarks", types.ModuleType("benchmarks")).__path__ = [
+    str(Path(__file__).resolve().parent)
+]
 
-from benchmarks._common import (
+from benchmarks._common import (  # noqa: E402 - after the path is set
     eprint,
     git_head,
     header_markdown,
@@ -48,7 +52,7 @@ from benchmarks._common import (
     publish,
     trees,
 )
-from ctxpolicy.state.memory import MemoryStateStore  # each run starts fresh
+from ctxpolicy.state.memory import MemoryStateStore  # noqa: E402 - each run starts fresh
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -36,13 +36,18 @@ import argparse
 import json
 import sys
 import time
+import types
 from pathlib import Path
 from typing import Any
 
-# appended, not inserted: a child timing a baseline finds that tree's ctxpolicy first
+# appended, not inserted: a child measuring a baseline (PYTHONPATH) finds that tree's
+# ctxpolicy first, and `benchmarks` is this tree's whatever that tree holds
 sys.path.append(str(Path(__file__).resolve().parents[1]))
+sys.modules.setdefault("benchmarks", types.ModuleType("benchmarks")).__path__ = [
+    str(Path(__file__).resolve().parent)
+]
 
-from benchmarks._common import (
+from benchmarks._common import (  # noqa: E402 - after the path is set
     SHARED,
     eprint,
     header_markdown,
@@ -52,7 +57,7 @@ from benchmarks._common import (
     publish,
     write_results,
 )
-from ctxpolicy.tune.space import changed
+from ctxpolicy.tune.space import changed  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 POLICY = ROOT / "policies" / "agents.yaml"

@@ -195,3 +195,21 @@ def test_bench_tune_before_after_on_the_same_tree(tmp_path: Path) -> None:
     assert d["replays"]["baseline"] == d["replays"]["this tree"] > 0
     text = (tmp_path / "bench_tune_speed.md").read_text(encoding="utf-8")
     assert "| --- |" in text and "Reproduce" in text and "identical ✓" in text
+
+
+@needs_traces
+def test_a_baseline_tree_measures_its_ctxpolicy_with_this_trees_benchmark_code(
+    tmp_path: Path,
+) -> None:
+    """A child timing a baseline imports that tree's ctxpolicy but this tree's benchmarks
+    package, even when the baseline holds an older one (here: one without the helpers)."""
+    tree = tmp_path / "tree"
+    (tree / "benchmarks").mkdir(parents=True)
+    (tree / "benchmarks" / "_common.py").write_text("RESULTS = None\n", encoding="utf-8")
+    (tree / "ctxpolicy").symlink_to(ROOT / "ctxpolicy")
+    out = tmp_path / "results"
+    p = runner("run", "percall", "--variant", "calls", "--quick", "--results", str(out),
+               "--baseline", str(tree))  # fmt: skip
+    assert p.returncode == 0, p.stderr[-2000:]
+    data = json.loads((out / "bench_prepare_calls.json").read_text(encoding="utf-8"))
+    assert data["baseline"] and data["this tree"]
