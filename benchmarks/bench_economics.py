@@ -33,12 +33,18 @@ import argparse
 import json
 import sys
 import tempfile
+import types
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+# appended, not inserted: a child measuring a baseline (PYTHONPATH) finds that tree's
+# ctxpolicy first, and `benchmarks` is this tree's whatever that tree holds
+sys.path.append(str(Path(__file__).resolve().parents[1]))
+sys.modules.setdefault("benchmarks", types.ModuleType("benchmarks")).__path__ = [
+    str(Path(__file__).resolve().parent)
+]
 
-from benchmarks._common import SHARED, header_markdown, in_tree, machine, publish
+from benchmarks._common import SHARED, header_markdown, in_tree, machine, publish  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 TRACES = SHARED / "traces"
