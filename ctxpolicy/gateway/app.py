@@ -22,13 +22,13 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import anyio
-import anyio.to_thread
 import httpx
 from starlette.applications import Starlette
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
 from starlette.routing import Route
 
+from ctxpolicy.calls import off_loop
 from ctxpolicy.gateway.calls import Prepared, completion
 from ctxpolicy.gateway.dashboard import PREFIX, Dashboard, observers
 from ctxpolicy.gateway.errors import RESP_DROP, UpstreamError, error_response
@@ -174,7 +174,7 @@ class Gateway:
             await asyncio.gather(*self._tasks, return_exceptions=True)
         if self.client is not None:
             await self.client.aclose()
-        await anyio.to_thread.run_sync(self.pool.close)
+        await off_loop(self.pool.close)
 
     # -- helpers -------------------------------------------------------------------
     def upstream_headers(self, headers: Mapping[str, str], provider: str) -> dict[str, str]:

@@ -1,17 +1,22 @@
-"""One prepared call through the gateway: prepare, forward, overflow retry, recall rounds.
+"""One prepared call through the gateway, driven by :class:`ctxpolicy.calls.CallDriver`.
+
+The driver owns the protocol (prepare, overflow retry, usage, recall rounds) and runs
+every engine step in a worker thread; this module is the HTTP side of it: how a request
+is read (:func:`parse`), sent upstream and its reply read (:class:`_Call` is the
+driver's :class:`~ctxpolicy.calls.WireFormat`: an upstream error is a reply the driver
+shows ``on_error``, a stream is held by :class:`~.recall_stream.RecallProbe` only while
+a recall round may follow), and relayed to the client.
 
 The hot path of a non-compacting call is one worker-thread hop (open the session if it
 is not open, then ``prepare``) and the upstream round trip; the provider's usage is
 recorded after the answer is on its way to the client, while the conversation's lock is
 still held, so the next call of the conversation sees it and the client does not wait
-for it. Every engine call, and the reading and building of a body over
-:data:`INLINE_BYTES`, goes through :func:`ctxpolicy.calls.off_loop`: never on the event
-loop.
+for it. Reading and building a body over :data:`INLINE_BYTES` also goes through
+:func:`ctxpolicy.calls.off_loop`: never on the event loop.
 """
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
 from collections.abc import AsyncIterator, Mapping, Sequence
@@ -125,11 +130,9 @@ async def completion(
             api,
         )
         return await gw.forward(request, headers_in, OPENAI, path, body)
-    call = _Call(gw, request, headers_in, api, agent, path, req, conversation.id, large)
-    call.injected_usage = injected_usage
-    lock = gw.pool.lock(agent, call.conv)
-    await lock.acquire()
-    call.lock = lock
+    call = _Call(gw, request, headers_in, api, agent, path, req, conversation.id)
+    call.large, call.injected_usage = large, injected_usage
+    await call.lock.acquire()
     try:
         return await call.run()
     finally:
@@ -206,17 +209,19 @@ class _Call:
         path: str,
         req: Extracted,
         conv: str,
-        large: bool,
     ) -> None:
         self.gw = gw
         self.api = api
         self.agent = agent
         self.conv = conv
         self.req = req
-        self.large = large
         self.wire = wire = for_api(api)
+        #: the body is large: built off the event loop
+        self.large = False
+        #: the stream's usage event was asked for by the gateway (dropped from the relay)
         self.injected_usage = False
-        self.lock: asyncio.Lock | None = None
+        #: serialises the conversation's calls; released once the answer is out
+        self.lock = gw.pool.lock(agent, conv)
         self.released = False
         self.handed_off = False
         count_tools = req.tools
@@ -239,7 +244,7 @@ class _Call:
         self.url = gw.upstream_url(provider, path, request.url.query)
 
     def release(self) -> None:
-        if not self.released and self.lock is not None:
+        if not self.released:
             self.released = True
             self.lock.release()
 

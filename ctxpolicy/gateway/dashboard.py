@@ -16,10 +16,10 @@ import hmac
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
-import anyio.to_thread
 from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, RedirectResponse, Response
 
+from ctxpolicy.calls import off_loop
 from ctxpolicy.observe.page import ASSETS, asset
 from ctxpolicy.observe.views import Views
 
@@ -145,7 +145,7 @@ class Dashboard:
                     headers=_HEADERS,
                 )
             conv = request.query_params.get("conv")
-            data = await anyio.to_thread.run_sync(self.snapshot, conv)
+            data = await off_loop(self.snapshot, conv)
             return JSONResponse(data, headers=_HEADERS)
         name = sub[1:] if sub.startswith("/") else sub
         found = ASSETS.get(name)
