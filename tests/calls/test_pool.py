@@ -99,6 +99,41 @@ def test_least_recently_used_sessions_are_closed_and_resume(tmp_path: Path) -> N
     assert len(pool) == 0
 
 
+def test_a_memory_store_holds_only_the_open_conversations(tmp_path: Path) -> None:
+    """The pool's shared ``memory`` store drops an evicted conversation's state (it grew
+    with every conversation ever opened): bounded by ``max_sessions``, counted in
+    ``released``; the evicted conversation starts afresh, the open ones keep theirs."""
+    pool = SessionPool(with_state(make_policy(tmp_path), "memory"), max_sessions=3)
+    for i in range(20):
+        s = pool.get(f"c{i}")
+        s.prepare(history(1))
+        s.record_usage(1000)
+    from ctxpolicy.state.memory import MemoryStateStore
+
+    store = pool.state_store()
+    assert isinstance(store, MemoryStateStore) and len(store) == 3
+    assert pool.released == 17
+    assert pool.get("c19").state.usage_seen  # open: its state is where it was
+    back = pool.get("c0")  # evicted: nothing of it is left in memory
+    assert not back.state.usage_seen
+    back.prepare(history(1))
+    back.record_usage(1000)  # versions never repeat: its new commits are accepted
+    assert back.state.usage_seen and len(store) == 3
+    pool.close()
+
+
+def test_a_given_store_is_the_callers(tmp_path: Path) -> None:
+    """A store handed to the pool (``state_store=``) is not trimmed by it."""
+    from ctxpolicy.state.memory import MemoryStateStore
+
+    store = MemoryStateStore()
+    pool = SessionPool(make_policy(tmp_path), max_sessions=2, state_store=store)
+    for i in range(5):
+        pool.get(f"c{i}").record_usage(1000)
+    assert len(store) == 5 and pool.released == 0
+    pool.close()
+
+
 def test_threads_opening_one_conversation_get_one_session(tmp_path: Path) -> None:
     pool = SessionPool(make_policy(tmp_path))
     barrier = threading.Barrier(8)
