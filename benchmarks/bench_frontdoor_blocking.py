@@ -151,7 +151,7 @@ def served() -> Iterator[str]:
         proc.wait(timeout=30)
 
 
-def hook_case(policy: Any, history: list[dict[str, Any]], *, on_loop: bool) -> Any:
+def hook_case(policy: Any, history: list[dict[str, Any]], *, on_loop: bool, tag: str = "") -> Any:
     from litellm.proxy._types import UserAPIKeyAuth
 
     from ctxpolicy.integrations import litellm as ctx_litellm
@@ -170,12 +170,12 @@ def hook_case(policy: Any, history: list[dict[str, Any]], *, on_loop: bool) -> A
         return await pre(SMALL, "small")
 
     async def heavy(r: int) -> Any:
-        return await pre(history, f"heavy-{on_loop}-{r}")
+        return await pre(history, f"heavy-{on_loop}-{tag}{r}")
 
     return small, heavy, hook
 
 
-def adapter_case(policy: Any, history: list[dict[str, Any]], base_url: str) -> Any:
+def adapter_case(policy: Any, history: list[dict[str, Any]], base_url: str, tag: str = "") -> Any:
     import openai
 
     from ctxpolicy.engine import Session
@@ -188,11 +188,54 @@ def adapter_case(policy: Any, history: list[dict[str, Any]], base_url: str) -> A
         return await small_client.chat.completions.create(model="m", messages=SMALL)
 
     async def heavy(r: int) -> Any:
-        return await wrap(client, Session(policy, conv_id=f"heavy-{r}")).chat.completions.create(
+        heavy_session = Session(policy, conv_id=f"heavy-{tag}{r}")
+        return await wrap(client, heavy_session).chat.completions.create(
             model="m", messages=history
         )
 
     return small, heavy
+
+
+#: The two switch intervals compared in one run: the interpreter's default (what every
+#: front end ran with before) and the one ``ctxpolicy.calls.off_loop`` sets while engine
+#: work runs in a worker thread (``CTXPOLICY_SWITCH_INTERVAL=0`` turns it off).
+VARIANTS = (("5 ms switch interval (before)", "0"), ("0.5 ms while the engine runs (after)", None))
+
+
+def salted(history: list[dict[str, Any]], salt: str) -> list[dict[str, Any]]:
+    """The same history with every non-system message made unique to one measurement
+    (no token count or snapshot of another measurement is reused)."""
+    return [
+        m if m["role"] == "system" else {**m, "content": f"{m.get('content') or ''} [{salt}]"}
+        for m in history
+    ]
+
+
+@contextlib.contextmanager
+def switch_interval(value: str | None) -> Iterator[None]:
+    """``CTXPOLICY_SWITCH_INTERVAL`` set to ``value`` (None: unset) for one measurement."""
+    before = os.environ.pop("CTXPOLICY_SWITCH_INTERVAL", None)
+    if value is not None:
+        os.environ["CTXPOLICY_SWITCH_INTERVAL"] = value
+    try:
+        yield
+    finally:
+        os.environ.pop("CTXPOLICY_SWITCH_INTERVAL", None)
+        if before is not None:
+            os.environ["CTXPOLICY_SWITCH_INTERVAL"] = before
+
+
+def combined(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """One row from the rounds of one variant: medians, the worst max, the calls."""
+    return {
+        "unloaded_ms": round(statistics.median(r["unloaded_ms"] for r in runs), 3),
+        "loaded_ms": round(statistics.median(r["loaded_ms"] for r in runs), 3),
+        "loaded_max_ms": max(r["loaded_max_ms"] for r in runs),
+        "small_calls_during": sum(r["small_calls_during"] for r in runs),
+        "heavy_s": round(statistics.median(r["heavy_s"] for r in runs), 3),
+        "ratio": round(statistics.median(r["ratio"] for r in runs), 2),
+        "ratios": [r["ratio"] for r in runs],
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -209,21 +252,38 @@ def main(argv: list[str] | None = None) -> int:
     policy = load_policy(ROOT / "policies" / "agents.yaml", agent="coding_agent")
     history = long_history(n)
     results: dict[str, Any] = {}
+    loads: list[list[float]] = [[round(x, 2) for x in os.getloadavg()]]
 
     eprint(f"{n} messages, {rounds} round(s)")
-    for name, on_loop in (
-        ("litellm hook, engine on the loop (before)", True),
-        ("litellm hook (calls.off_loop)", False),
-    ):
-        small, heavy, hook = hook_case(policy, history, on_loop=on_loop)
-        results[name] = asyncio.run(measure(small, heavy, rounds=rounds, alone=30))
-        hook.sessions.close()
-        eprint(name, results[name])
+    name = "litellm hook, engine on the loop (before)"
+    small, heavy, hook = hook_case(policy, salted(history, "on-loop"), on_loop=True)
+    results[name] = asyncio.run(measure(small, heavy, rounds=1, alone=30))
+    hook.sessions.close()
+    eprint(name, results[name])
+    runs: dict[str, list[dict[str, Any]]] = {}
     with served() as base_url:
-        small, heavy = adapter_case(policy, history, base_url)
-        name = "async OpenAI adapter (calls.CallDriver.acall)"
-        results[name] = asyncio.run(measure(small, heavy, rounds=rounds, alone=30))
-        eprint(name, results[name])
+        for r in range(rounds):  # before and after interleaved, round by round
+            for label, value in VARIANTS:
+                tag = f"{label[:3]}-{r}-"
+                with switch_interval(value):
+                    small, heavy, hook = hook_case(
+                        policy, salted(history, "hook" + tag), on_loop=False, tag=tag
+                    )
+                    one = asyncio.run(measure(small, heavy, rounds=1, alone=30))
+                    hook.sessions.close()
+                    runs.setdefault(f"litellm hook (calls.off_loop), {label}", []).append(one)
+                    eprint("hook", label, one)
+                    small, heavy = adapter_case(
+                        policy, salted(history, "adapter" + tag), base_url, tag=tag
+                    )
+                    one = asyncio.run(measure(small, heavy, rounds=1, alone=30))
+                    runs.setdefault(f"async OpenAI adapter (CallDriver.acall), {label}", []).append(
+                        one
+                    )
+                    eprint("adapter", label, one)
+            loads.append([round(x, 2) for x in os.getloadavg()])
+    for key in sorted(runs, key=lambda k: (not k.startswith("litellm"), "after" in k)):
+        results[key] = combined(runs[key])
 
     info = machine(["litellm", "openai", "anyio"])
     rows = [
@@ -245,7 +305,10 @@ def main(argv: list[str] | None = None) -> int:
             header_markdown(info),
             "",
             f"A small call of one conversation while another prepares {n:,} messages "
-            f"(median of {rounds} round(s)); ratio = loaded ÷ unloaded.",
+            f"(each round a new conversation and a history of its own; median of {rounds} "
+            "round(s), before and after interleaved round by round); ratio = loaded ÷ "
+            f"unloaded. Load averages (1, 5, 15 min) at the start and after each round: "
+            f"{loads}.",
             "",
             markdown_table(
                 [
@@ -266,7 +329,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     publish(
         "bench_frontdoor_blocking",
-        {"machine": info, "messages": n, "rounds": rounds, "results": results},
+        {"machine": info, "messages": n, "rounds": rounds, "loads": loads, "results": results},
         md,
     )
     return 0

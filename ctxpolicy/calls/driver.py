@@ -40,6 +40,9 @@ format of a host that only records usage.
 from __future__ import annotations
 
 import functools
+import os
+import sys
+import threading
 import weakref
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar, overload, runtime_checkable
@@ -158,11 +161,74 @@ class _Plain:
         return [*messages, *self.fmt.results_turn(response, results)]
 
 
+#: The interpreter's switch interval (seconds) while engine work runs in a worker thread
+#: (``CTXPOLICY_SWITCH_INTERVAL`` overrides it; ``0`` leaves the interpreter's own).
+#: CPython's default, 5 ms, is what every other thread waits at most for the
+#: interpreter lock held by a long ``prepare``: a small call of another conversation
+#: needs it several times (the event loop, its own worker thread), so under a long
+#: history each hand-off costs up to 5 ms. Lowered only while engine work runs, and
+#: only when the interpreter's is higher; restored when the last one ends.
+SWITCH_INTERVAL = 0.0005
+
+
+class _Responsive:
+    """The lowered switch interval while at least one engine call runs off the loop."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._running = 0
+        self._saved: float | None = None
+        self._set: float | None = None
+
+    def target(self) -> float:
+        raw = os.environ.get("CTXPOLICY_SWITCH_INTERVAL")
+        if raw is None:
+            return SWITCH_INTERVAL
+        try:
+            return max(0.0, float(raw))
+        except ValueError:
+            return SWITCH_INTERVAL
+
+    def enter(self) -> None:
+        with self._lock:
+            self._running += 1
+            if self._running > 1:
+                return
+            target = self.target()
+            current = sys.getswitchinterval()
+            if target > 0 and current > target:
+                self._saved, self._set = current, target
+                sys.setswitchinterval(target)
+
+    def leave(self) -> None:
+        with self._lock:
+            self._running -= 1
+            if self._running or self._saved is None:
+                return
+            # restored unless someone else changed it meanwhile (theirs wins)
+            if self._set is not None and abs(sys.getswitchinterval() - self._set) < 1e-9:
+                sys.setswitchinterval(self._saved)
+            self._saved = self._set = None
+
+
+_RESPONSIVE = _Responsive()
+
+
+def _in_worker(call: Callable[[], T]) -> T:
+    _RESPONSIVE.enter()
+    try:
+        return call()
+    finally:
+        _RESPONSIVE.leave()
+
+
 async def off_loop(fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> T:
     """``fn(*args, **kwargs)`` in a worker thread: the one place where an async front
     end hands the engine (prepare, on_error, record_usage, add_tool_result, recall,
-    opening a session) off the event loop. Context variables go with it."""
-    call = functools.partial(fn, *args, **kwargs)
+    opening a session) off the event loop. Context variables go with it. While it runs,
+    the interpreter's switch interval is :data:`SWITCH_INTERVAL` (the other threads,
+    the event loop's included, get the interpreter lock back sooner)."""
+    call = functools.partial(_in_worker, functools.partial(fn, *args, **kwargs))
     try:
         import anyio.to_thread
     except ImportError:  # pragma: no cover - anyio comes with every async SDK we support
