@@ -15,10 +15,14 @@ For each, a small call of one conversation (a short history, its session already
 is timed from when it is due to when it is answered, alone (unloaded), then while
 another conversation prepares an
 ``--messages``-message history (its first call: every message counted and compacted)
-(loaded). The hook is measured twice in the same run: as it is (the engine in a worker
-thread, ``ctxpolicy.calls.off_loop``) and with the engine called on the event loop, as
-every async front end but the gateway did before (the baseline). Reports loaded ÷
-unloaded (median over small calls and rounds). Writes
+(loaded). In the same run: the hook with the engine called on the event loop, as every
+async front end but the gateway did before (once); then, round by round, each front end
+with the interpreter's default switch interval (5 ms, ``CTXPOLICY_SWITCH_INTERVAL=0``:
+before) and with the 0.5 ms ``ctxpolicy.calls.off_loop`` sets while engine work runs
+(after), and the hook's small calls while the long history is prepared by another
+process (no interpreter shared: the floor). Every measurement has a conversation and a
+history of its own (no cache of another one helps it). Reports loaded ÷ unloaded
+(median over small calls, then over rounds) and the load averages. Writes
 benchmarks/results/bench_frontdoor_blocking.{json,md}.
 """
 
@@ -175,6 +179,38 @@ def hook_case(policy: Any, history: list[dict[str, Any]], *, on_loop: bool, tag:
     return small, heavy, hook
 
 
+def elsewhere_case(policy: Any, history: list[dict[str, Any]], tag: str) -> Any:
+    """The hook's small calls while the long history is prepared by another process
+    (no interpreter shared): what is left is the machine's own load, the floor any fix
+    inside one process could reach."""
+    import json
+
+    small, _, hook = hook_case(policy, SMALL, on_loop=False, tag=tag)
+    path = Path(tempfile.mkdtemp(prefix="ctxpolicy-bench-")) / "history.json"
+    path.write_text(json.dumps(history), encoding="utf-8")
+    code = (
+        "import json, sys\n"
+        "from ctxpolicy import load_policy\n"
+        "from ctxpolicy.engine import Session\n"
+        "p = load_policy(sys.argv[1], agent='coding_agent')\n"
+        "Session(p, conv_id=sys.argv[3]).prepare(json.load(open(sys.argv[2])))\n"
+    )
+
+    async def heavy(r: int) -> Any:
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-c",
+            code,
+            str(ROOT / "policies" / "agents.yaml"),
+            str(path),
+            f"elsewhere-{tag}{r}",
+            cwd=ROOT,
+        )
+        return await proc.wait()
+
+    return small, heavy, hook
+
+
 def adapter_case(policy: Any, history: list[dict[str, Any]], base_url: str, tag: str = "") -> Any:
     import openai
 
@@ -200,6 +236,9 @@ def adapter_case(policy: Any, history: list[dict[str, Any]], base_url: str, tag:
 #: front end ran with before) and the one ``ctxpolicy.calls.off_loop`` sets while engine
 #: work runs in a worker thread (``CTXPOLICY_SWITCH_INTERVAL=0`` turns it off).
 VARIANTS = (("5 ms switch interval (before)", "0"), ("0.5 ms while the engine runs (after)", None))
+
+
+ELSEWHERE = "litellm hook, the long history prepared by another process (the floor)"
 
 
 def salted(history: list[dict[str, Any]], salt: str) -> list[dict[str, Any]]:
@@ -281,8 +320,16 @@ def main(argv: list[str] | None = None) -> int:
                         one
                     )
                     eprint("adapter", label, one)
+            small, heavy, hook = elsewhere_case(policy, salted(history, f"else-{r}"), f"e{r}-")
+            one = asyncio.run(measure(small, heavy, rounds=1, alone=30))
+            hook.sessions.close()
+            runs.setdefault(ELSEWHERE, []).append(one)
+            eprint("elsewhere", one)
             loads.append([round(x, 2) for x in os.getloadavg()])
-    for key in sorted(runs, key=lambda k: (not k.startswith("litellm"), "after" in k)):
+    order = ("5 ms", "0.5 ms", "another process")
+    for key in sorted(
+        runs, key=lambda k: (not k.startswith("litellm"), [o in k for o in order].index(True))
+    ):
         results[key] = combined(runs[key])
 
     info = machine(["litellm", "openai", "anyio"])
