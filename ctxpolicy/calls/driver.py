@@ -133,6 +133,12 @@ class UsageOnly:
         raise NotImplementedError("UsageOnly sees no tool calls")
 
 
+def _speaks_wire(format: ResponseFormat) -> bool:
+    """A :class:`WireFormat` (by its methods: ``isinstance`` on a runtime protocol costs
+    tens of microseconds, and a driver is made per call)."""
+    return all(callable(getattr(format, m, None)) for m in ("failure", "settle", "continued"))
+
+
 class _Plain:
     """A :class:`ResponseFormat` as a :class:`WireFormat`: failures are raised by
     ``send``, answers arrive whole, a round appends its turn."""
@@ -270,7 +276,7 @@ class CallDriver:
         self._open = open
         self.format = format
         self._wire: WireFormat | None = (
-            None if format is None else format if isinstance(format, WireFormat) else _Plain(format)
+            None if format is None else format if _speaks_wire(format) else _Plain(format)
         )
         self.recall_rounds = max(0, int(recall_rounds))
         self.catch = catch
