@@ -45,7 +45,7 @@ import sys
 import threading
 import weakref
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
-from typing import TYPE_CHECKING, Any, Protocol, TypeVar, overload, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, TypeGuard, TypeVar, overload, runtime_checkable
 
 if TYPE_CHECKING:  # pragma: no cover
     from ctxpolicy.engine import Session
@@ -133,7 +133,7 @@ class UsageOnly:
         raise NotImplementedError("UsageOnly sees no tool calls")
 
 
-def _speaks_wire(format: ResponseFormat) -> bool:
+def _speaks_wire(format: ResponseFormat) -> TypeGuard[WireFormat]:
     """A :class:`WireFormat` (by its methods: ``isinstance`` on a runtime protocol costs
     tens of microseconds, and a driver is made per call)."""
     return all(callable(getattr(format, m, None)) for m in ("failure", "settle", "continued"))

@@ -19,8 +19,8 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import AsyncIterator, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, NamedTuple
+from collections.abc import AsyncIterator, Callable, Coroutine, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 import httpx
 from starlette.requests import Request
@@ -37,12 +37,51 @@ from ctxpolicy.gateway.sse import StreamScanner
 from ctxpolicy.wire import Extracted, Wire, WireError, for_api
 
 if TYPE_CHECKING:  # pragma: no cover
-    from ctxpolicy.engine import Session
-    from ctxpolicy.gateway.app import Gateway
+    from starlette.responses import StreamingResponse
 
-__all__ = ["Parsed", "Prepared", "completion", "parse", "prepare_sync"]
+    from ctxpolicy.engine import Session
+    from ctxpolicy.gateway.config import GatewayConfig
+    from ctxpolicy.gateway.metrics import Metrics
+    from ctxpolicy.gateway.sessions import SessionPool
+
+__all__ = ["Gateway", "Parsed", "Prepared", "completion", "parse", "prepare_sync"]
 
 log = logging.getLogger("ctxpolicy.gateway")
+
+
+class Gateway(Protocol):
+    """What a prepared call uses of the gateway's app (``app.Gateway``), so this module
+    never imports the app."""
+
+    config: GatewayConfig
+    identity: Identity
+    metrics: Metrics
+    pool: SessionPool
+
+    async def forward(
+        self, request: Request, headers: Mapping[str, str], provider: str, path: str, body: bytes
+    ) -> Response: ...
+
+    def upstream_headers(self, headers: Mapping[str, str], provider: str) -> dict[str, str]: ...
+
+    def upstream_url(self, provider: str, path: str, query: str) -> str: ...
+
+    async def send(
+        self, method: str, url: str, headers: dict[str, str], body: bytes
+    ) -> httpx.Response: ...
+
+    def prepared(self, agent: str, done: Prepared) -> list[dict[str, Any]]: ...
+
+    def after(self, work: Coroutine[Any, Any, None], release: Callable[[], None]) -> None: ...
+
+    def stream_back(
+        self,
+        resp: httpx.Response,
+        on_done: Any = None,
+        scanner: StreamScanner | None = None,
+        release: Any = None,
+        chunks: AsyncIterator[bytes] | None = None,
+    ) -> StreamingResponse: ...
 
 
 class Prepared(NamedTuple):

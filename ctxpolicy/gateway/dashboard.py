@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import hmac
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, RedirectResponse, Response
@@ -24,7 +24,16 @@ from ctxpolicy.observe.page import ASSETS, asset
 from ctxpolicy.observe.views import Views
 
 if TYPE_CHECKING:  # pragma: no cover
-    from ctxpolicy.gateway.app import Gateway
+    from ctxpolicy.gateway.config import GatewayConfig
+    from ctxpolicy.gateway.metrics import Metrics
+
+
+class Gateway(Protocol):
+    """What the dashboard reads of the gateway's app (its config and metrics)."""
+
+    config: GatewayConfig
+    metrics: Metrics
+
 
 __all__ = ["PREFIX", "Dashboard", "latency", "observers"]
 
