@@ -361,10 +361,11 @@ class CallDriver:
             prepared = retry
 
     # -- the async form: the same steps, every engine step off the event loop -------
-    async def _engine(self, step: Callable[..., T], /, *args: Any) -> T:
+    def _engine(self, step: Callable[..., T], /, *args: Any) -> Coroutine[Any, Any, T]:
         """Run one engine step in a worker thread: the async form's only way to the
-        engine."""
-        return await off_loop(step, *args)
+        engine (the coroutine of :func:`off_loop` itself: no frame of its own to resume
+        at each step of the hop)."""
+        return off_loop(step, *args)
 
     @overload
     async def acall(
