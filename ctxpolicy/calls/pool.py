@@ -7,10 +7,11 @@ policy's ``state:`` store and options), so the store's bounded connection pool
 (``state.options.pool_size``) bounds the connections of every open conversation
 together: with PostgreSQL, N open conversations use at most ``pool_size`` server
 connections, and a call that finds them all busy waits for one instead of running in
-memory. A ``memory`` store is shared too, and bounded with the pool: the state of a
-conversation whose session the pool evicts is dropped from it (:attr:`SessionPool.released`
-counts them), so the store holds the open conversations only, and an evicted
-conversation starts afresh when it comes back (a durable store resumes it).
+memory. A ``memory`` store is shared too, and bounded with the pool: it keeps the open
+conversations and the ``max_sessions`` most recently evicted ones (an evicted
+conversation that comes back soon resumes from it); the state of an older evicted
+conversation is dropped (:attr:`SessionPool.released` counts them) and that
+conversation starts afresh if it comes back (a durable store resumes it).
 
 Keys: :func:`conversation_key` stores a framework's conversation id under the agent
 (and the tenant, when the host has one), so two agents or two tenants on one id never
@@ -142,8 +143,10 @@ class SessionPool:
         self._guard = threading.Lock()
         self._store_guard = threading.Lock()
         self._closed = False
-        #: key -> (memory store, stored id): what to forget when the key is evicted
+        #: key -> (memory store, stored id) of the open conversations of a memory store
         self._in_memory: dict[Key, tuple[Any, str]] = {}
+        #: the same of evicted ones still kept, least recently evicted first
+        self._evicted: OrderedDict[Key, tuple[Any, str]] = OrderedDict()
         #: conversations whose state an eviction dropped from a ``memory`` store
         self.released = 0
         #: called with each session the pool closes (eviction or close)
@@ -231,6 +234,7 @@ class SessionPool:
             else:
                 self._sessions[key] = s
                 if in_memory is not None:
+                    self._evicted.pop(key, None)  # open again
                     self._in_memory[key] = in_memory
             while len(self._sessions) > self.max_sessions:
                 old_key, old = self._sessions.popitem(last=False)
@@ -244,11 +248,15 @@ class SessionPool:
         return s
 
     def _release(self, key: Key) -> None:
-        """Drop an evicted conversation's state from a shared ``memory`` store (under
-        the guard: a session of the same key opened after this loads nothing)."""
+        """An evicted conversation of a shared ``memory`` store: kept among the
+        ``max_sessions`` most recently evicted; the state of the oldest past them is
+        dropped (under the guard: a session of that key opened after it loads nothing)."""
         found = self._in_memory.pop(key, None)
-        if found is not None:
-            store, conv_id = found
+        if found is None:
+            return
+        self._evicted[key] = found
+        while len(self._evicted) > self.max_sessions:
+            _, (store, conv_id) = self._evicted.popitem(last=False)
             with contextlib.suppress(Exception):
                 if store.forget(conv_id):
                     self.released += 1
@@ -329,6 +337,7 @@ class SessionPool:
             self._sessions.clear()
             self._locks.clear()
             self._in_memory.clear()
+            self._evicted.clear()
         for s in sessions:
             self._close(s)
         with self._store_guard:

@@ -4,7 +4,7 @@ Same contract as the durable stores (compare-and-set, canonical JSON values that
 read back as fresh copies), so code tested against it behaves the same on
 ``sqlite`` or ``postgres``. Thread-safe; one instance is one private store. Its size is
 bounded by whoever shares it: :meth:`MemoryStateStore.forget` drops a conversation (a
-session pool forgets each conversation it closes).
+session pool forgets those it evicted longest ago).
 """
 
 from __future__ import annotations
@@ -58,8 +58,9 @@ class MemoryStateStore(JsonStateStore):
     def forget(self, conv_id: str) -> bool:
         """Drop one conversation's state (False: nothing was stored for it). Versions
         never repeat: the conversation, started again, gets versions above the old ones.
-        ``ctxpolicy.calls.SessionPool`` calls it when it closes a conversation's session,
-        so a pool's memory store holds only its open conversations."""
+        ``ctxpolicy.calls.SessionPool`` calls it for the conversations it evicted longest
+        ago, so a pool's memory store holds its open conversations and its
+        ``max_sessions`` most recently evicted ones."""
         with self._lock:
             found = self._data.pop(conv_id, None)
             self._saved.pop(conv_id, None)
