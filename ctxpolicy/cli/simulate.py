@@ -265,7 +265,7 @@ def simulate(
     show_progress = fmt == "table" and err.is_terminal
     sink = None
     if events_file is not None:
-        from ctxpolicy.events import JsonlEventSink
+        from ctxpolicy.events.sinks import JsonlEventSink
 
         sink = JsonlEventSink(events_file)
 

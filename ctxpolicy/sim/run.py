@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ctxpolicy.events import export_event
+from ctxpolicy.events.sinks import export_event
 from ctxpolicy.policy.models import Policy
 from ctxpolicy.sim.baselines import run_baseline
 from ctxpolicy.sim.importers import load_trace
@@ -50,7 +50,7 @@ def _replay_all(
     """Every run and baseline on one trace file (a process-pool work item).
 
     ``events``: also return the policy runs' engine events, exported (numbers and
-    names only, :func:`ctxpolicy.events.export_event`), each conversation named
+    names only, :func:`ctxpolicy.events.sinks.export_event`), each conversation named
     ``RUN/TRACE`` under the agent ``RUN``.
     """
     messages = load_trace(path)
