@@ -4,8 +4,8 @@ Validation, the committed JSON Schema (``schemas/ctxpolicy.schema.json``) and th
 DSL reference (``docs/policy-reference.md``) are all generated from these classes.
 Component ``options`` are plain mappings here; they are validated by the options
 model of the named component, looked up in the plugin registry (see
-``ctxpolicy.policy.resolve``), and their schemas are merged into the published
-schema by ``ctxpolicy.policy.schema``.
+``ctxpolicy.resolve.load``), and their schemas are merged into the published
+schema by ``ctxpolicy.resolve.schema``.
 
 Nothing in here imports tiktoken, the engine, or any plugin: ``ctxpolicy validate``
 must start fast.

@@ -79,7 +79,7 @@ def load_policy_file(path: str | Path, agent: str) -> Policy:
 
     Raises ``ctxpolicy.PolicyError`` (diagnostics) when the policy does not resolve.
     """
-    from ctxpolicy.policy.resolve import load_policy
+    from ctxpolicy.resolve.load import load_policy
 
     return load_policy(str(path), agent=agent)
 

@@ -6,7 +6,7 @@ import dataclasses
 
 import pytest
 
-from ctxpolicy.policy.resolve import load_policy
+from ctxpolicy.resolve.load import load_policy
 from ctxpolicy.sim.importers import load_trace
 from ctxpolicy.sim.metrics import RetentionRuler
 from ctxpolicy.sim.prepared import PreparedTrace, prepare_trace, ruler_plan

@@ -10,7 +10,7 @@ parent's first broader glob, so ``*`` stays last), model
 catalogue (the file's ``models:``, then the built-in
 :mod:`~ctxpolicy.policy.catalogue`), component lookup in the plugin registry and validation of their
 options by the component's own model, then the semantic checks of
-:mod:`ctxpolicy.policy.checks`.
+:mod:`ctxpolicy.resolve.checks`.
 
 Every diagnostic carries the file, line and column of the key it is about, also
 for values inherited through ``extends`` from another file. Nothing raises but
@@ -29,7 +29,6 @@ from typing import Any
 from pydantic import ValidationError
 
 from ctxpolicy.policy.catalogue import builtin_models
-from ctxpolicy.policy.checks import check_policy
 from ctxpolicy.policy.compat import convert, detect_format
 from ctxpolicy.policy.diagnostics import (
     TYPE_ERRORS,
@@ -45,7 +44,6 @@ from ctxpolicy.policy.diagnostics import (
 )
 from ctxpolicy.policy.interp import Redactor, interpolate_tree
 from ctxpolicy.policy.load import load_document
-from ctxpolicy.policy.lookup import check_component, check_tokenizers, failed_plugins
 from ctxpolicy.policy.merge import Doc, Merged, deep_merge, strip_nulls
 from ctxpolicy.policy.models import (
     AgentPolicy,
@@ -56,6 +54,8 @@ from ctxpolicy.policy.models import (
     ResolvedStep,
     ToolRule,
 )
+from ctxpolicy.resolve.checks import check_policy
+from ctxpolicy.resolve.lookup import check_component, check_tokenizers, failed_plugins
 
 __all__ = ["list_agents", "load_policy", "resolve_agent", "resolve_all", "validate_file"]
 
@@ -568,7 +568,7 @@ class _Resolver:
         policy: Policy,
         index_map: list[int],
     ) -> None:
-        """The findings of :func:`~ctxpolicy.policy.checks.check_policy`, positioned;
+        """The findings of :func:`~ctxpolicy.resolve.checks.check_policy`, positioned;
         those that depend on a value left out for a schema error are dropped (the
         default that replaced it is not what the user wrote)."""
         for finding in check_policy(policy):
@@ -873,11 +873,11 @@ def validate_file(
     scope = None if agent is None else r.chain_names(agent)
     diags = r.scoped(scope)
     # The schema is generated from the same models the loader validated with: a file
-    # without loader errors passes it too (tests/policy/test_schema.py checks both agree
+    # without loader errors passes it too (tests/resolve/test_schema.py checks both agree
     # on every corpus file), so only a file with errors pays for the schema pass, which
     # may then find problems that an error kept the loader from reaching.
     if json_schema and r.order and any(d.severity == "error" for d in diags):
-        from ctxpolicy.policy.schema import dedupe, schema_diagnostics
+        from ctxpolicy.resolve.schema import dedupe, schema_diagnostics
 
         try:
             diags = dedupe(diags, schema_diagnostics(r.order[0].loaded))

@@ -1,7 +1,7 @@
 """Semantic checks of a resolved policy, and the budget arithmetic they need.
 
 Each check yields a :class:`Finding` (code, path inside the agent's policy,
-message, hint); :mod:`ctxpolicy.policy.resolve` turns it into a positioned
+message, hint); :mod:`ctxpolicy.resolve.load` turns it into a positioned
 :class:`~ctxpolicy.policy.diagnostics.Diagnostic`. Codes are documented in
 ``docs/diagnostics.md``.
 """
