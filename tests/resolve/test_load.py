@@ -13,7 +13,7 @@ from ctxpolicy.components import ComponentOptions, Layer, Preprocessor
 from ctxpolicy.plugins import get_registry, hookimpl
 from ctxpolicy.policy.diagnostics import PolicyError
 from ctxpolicy.policy.paths import interpolate_path
-from ctxpolicy.resolve import load as resolve_mod
+from ctxpolicy.resolve import agents as resolve_agents
 from ctxpolicy.resolve.checks import budget_numbers
 from ctxpolicy.resolve.load import list_agents, load_policy, resolve_all, validate_file
 from tests.conftest import DATA, POLICY_ENV
@@ -143,7 +143,7 @@ def test_internal_error_becomes_diagnostic(monkeypatch: pytest.MonkeyPatch) -> N
     def boom(*a: object, **k: object) -> None:
         raise RuntimeError("kaboom")
 
-    monkeypatch.setattr(resolve_mod, "check_policy", boom)
+    monkeypatch.setattr(resolve_agents, "check_policy", boom)
     diags = validate_file(DESIGN, env=POLICY_ENV)
     assert diags and all(d.code == "CTX000" for d in diags)
     assert "RuntimeError: kaboom" in diags[0].message
