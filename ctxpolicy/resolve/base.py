@@ -23,9 +23,7 @@ from ctxpolicy.policy.diagnostics import (
 )
 from ctxpolicy.policy.interp import Redactor
 from ctxpolicy.policy.merge import Doc
-
-PathT = tuple[str | int, ...]
-Pos = tuple[int, int]
+from ctxpolicy.policy.source import PathT, Pos
 
 #: Said after a model problem: the rest of the agent was checked all the same.
 WITHOUT_MODEL = (

@@ -13,11 +13,9 @@ import math
 from dataclasses import dataclass
 
 from ctxpolicy.policy.models import Policy
+from ctxpolicy.policy.source import PathT
 
 __all__ = ["BudgetNumbers", "Finding", "budget_numbers", "check_policy"]
-
-
-PathT = tuple[str | int, ...]
 
 
 @dataclass(frozen=True)
