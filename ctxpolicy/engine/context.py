@@ -26,7 +26,8 @@ from ctxpolicy.engine.stored import bounded_problems, verify_learned_window, win
 from ctxpolicy.engine.window import policy_with_window, scaled_growth
 from ctxpolicy.events.types import StateInvalid
 from ctxpolicy.plugins import Registry
-from ctxpolicy.policy.models import Policy, ResolvedStep, resolve_amount
+from ctxpolicy.policy.models import Policy, ResolvedStep
+from ctxpolicy.policy.scalars import resolve_amount
 from ctxpolicy.tokens import TokenCounter
 
 __all__ = ["Emit", "EngineContext"]

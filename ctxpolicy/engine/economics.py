@@ -37,7 +37,8 @@ from importlib import resources
 from typing import Any
 
 from ctxpolicy.budget import BudgetState
-from ctxpolicy.policy.models import Policy, State
+from ctxpolicy.policy.models import Policy
+from ctxpolicy.policy.scalars import State
 
 __all__ = [
     "GUARD",

@@ -62,7 +62,8 @@ from ctxpolicy.events.types import (
 )
 from ctxpolicy.layers._util import message_text, round_groups
 from ctxpolicy.plugins import hookimpl
-from ctxpolicy.policy.models import Amount, TuneRange, resolve_amount
+from ctxpolicy.policy.models import TuneRange
+from ctxpolicy.policy.scalars import Amount, resolve_amount
 from ctxpolicy.summarizers.prompt import SUMMARY_INSTRUCTIONS
 
 MAX_META_REFS = 100
