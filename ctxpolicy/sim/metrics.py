@@ -41,15 +41,18 @@ Definitions (also in docs/simulate.md):
 
 from __future__ import annotations
 
-import functools
 import json
 import re
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from importlib import resources
-from pathlib import Path
 from typing import Any
+
+from ctxpolicy.policy.catalogue import (
+    catalogue_price_models,
+    default_prices,
+    price_for,
+)
 
 __all__ = [
     "STATES",
@@ -60,10 +63,8 @@ __all__ = [
     "StepRecord",
     "SummaryMeter",
     "TraceResult",
-    "load_prices",
     "measure_facts",
     "parse_price_model",
-    "price_for",
     "price_model",
     "price_model_names",
     "ruler_facts",
@@ -204,16 +205,9 @@ class PriceModel:
 _PRICE_KEYS = ("cache_read", "cache_write", "summarizer_input", "summarizer_output")
 
 
-@functools.lru_cache(maxsize=1)
-def _catalogue_prices() -> tuple[dict[str, Any], dict[str, Any]]:
-    text = resources.files("ctxpolicy").joinpath("data/models.json").read_text("utf-8")
-    data = json.loads(text)
-    return dict(data.get("price_models") or {}), dict(data.get("model_price_models") or {})
-
-
 def price_model_names() -> list[str]:
     """Names of the catalogue's price models (``--price-model``)."""
-    models, _ = _catalogue_prices()
+    models, _ = catalogue_price_models()
     return sorted(k for k, v in models.items() if isinstance(v, Mapping))
 
 
@@ -230,7 +224,7 @@ def price_model(
     (``cache_read``, ``cache_write``, ``summarizer_input``, ``summarizer_output``)
     win over both. Raises :class:`ValueError` naming what is unknown or invalid.
     """
-    models, by_model = _catalogue_prices()
+    models, by_model = catalogue_price_models()
     per_model: dict[str, Any] = {}
     if spec is None:
         entry = by_model.get(model or "")
@@ -493,48 +487,6 @@ _FAIL_EVENTS = ("layer.failed", "layer.rejected", "summarizer.failed")
 _SUMMARY_LAYERS = ("summarize", "summary_at_fraction")
 
 
-def load_prices(path: str | Path | None = None) -> dict[str, Any]:
-    """The price table: the packaged one, or ``path`` (same shape)."""
-    if path is None:
-        text = resources.files("ctxpolicy").joinpath("data/prices.json").read_text("utf-8")
-    else:
-        text = Path(path).read_text("utf-8")
-    data = json.loads(text)
-    models = data.get("models") if isinstance(data, Mapping) else None
-    if not isinstance(models, Mapping) or not models:
-        raise ValueError(
-            f'{path or "prices.json"}: expected {{"models": {{name: {{input, cached_input, output}}}}}}'
-        )
-    for name, p in models.items():
-        if not isinstance(p, Mapping) or not all(
-            isinstance(p.get(k), (int, float)) for k in ("input", "output")
-        ):
-            raise ValueError(
-                f"{path or 'prices.json'}: model {name!r} needs numeric input and output prices"
-            )
-    return dict(data)
-
-
-@functools.lru_cache(maxsize=1)
-def _default_prices() -> dict[str, Any]:
-    return load_prices()
-
-
-def price_for(prices: Mapping[str, Any], model: str | None) -> tuple[str, dict[str, float]]:
-    """``(name used, {input, cached_input, output})`` for a model (``default`` if unknown)."""
-    models = prices["models"]
-    if model is not None and model in models:
-        name: str = model
-    else:
-        name = "default" if "default" in models else next(iter(models))
-    p = models[name]
-    return name, {
-        "input": float(p["input"]),
-        "cached_input": float(p.get("cached_input", p["input"])),
-        "output": float(p["output"]),
-    }
-
-
 def _rate(num: float, den: float) -> float | None:
     return round(num / den, 4) if den else None
 
@@ -571,7 +523,7 @@ def trace_metrics(r: TraceResult) -> dict[str, Any]:
     summ_ok = sum(compactions[k] for k in _SUMMARY_LAYERS)
     mean_ratio = round(sum(comp_ratios) / len(comp_ratios), 4) if comp_ratios else None
     ret = r.retention
-    prices = r.prices if r.prices is not None else _default_prices()
+    prices = r.prices if r.prices is not None else default_prices()
     pname, p = price_for(prices, r.model)
     per = float(prices.get("per", 1_000_000))
     usd = ((prompt - cached) * p["input"] + cached * p["cached_input"] + output * p["output"]) / per
