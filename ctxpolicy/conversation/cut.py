@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import math
 import re
+import unicodedata
 from collections.abc import Mapping
 from typing import Any
 
@@ -20,8 +21,10 @@ __all__ = [
     "ELISION",
     "approx_tokens",
     "describe_call",
+    "estimate_tokens",
     "first_meaningful_line",
     "head_tail",
+    "is_wide",
     "result_outcome",
     "short",
     "truncate_keep_refs",
@@ -34,6 +37,29 @@ ELISION = re.compile(r"\[… (\d+) chars elided …\]")
 def approx_tokens(text: str) -> int:
     """Fallback token estimate (len/4, rounded up)."""
     return math.ceil(len(text) / 4)
+
+
+def is_wide(ch: str) -> bool:
+    """A CJK / full-width character (one token each in the estimate)."""
+    return unicodedata.east_asian_width(ch) in ("W", "F")
+
+
+def estimate_tokens(text: str) -> int:
+    """Script-aware token estimate (no tokenizer needed).
+
+    ASCII runs count ~4 characters per token, CJK / full-width characters one token
+    each, other non-ASCII characters ~2 per token. Used by ``max_tokens`` options,
+    which must not import tiktoken (preprocessors are imported by the validator).
+    """
+    ascii_n = wide = other = 0
+    for ch in text:
+        if ch < "\x80":
+            ascii_n += 1
+        elif is_wide(ch):
+            wide += 1
+        else:
+            other += 1
+    return (ascii_n + 3) // 4 + wide + (other + 1) // 2
 
 
 def head_tail(text: str, max_chars: int) -> str:

@@ -9,8 +9,9 @@ from __future__ import annotations
 import itertools
 import operator
 import re
-import unicodedata
 from collections.abc import Iterable, Sequence
+
+from ctxpolicy.conversation.cut import is_wide
 
 __all__ = [
     "ANSI_RE",
@@ -21,7 +22,6 @@ __all__ = [
     "cut_chars",
     "cut_middle",
     "drop_controls",
-    "estimate_tokens",
     "head_tail_chars",
     "never_longer",
     "number_lines",
@@ -180,28 +180,6 @@ def collapse_repeats(lines: Iterable[str], *, min_repeats: int = 3) -> list[str]
     return out
 
 
-def _is_wide(ch: str) -> bool:
-    return unicodedata.east_asian_width(ch) in ("W", "F")
-
-
-def estimate_tokens(text: str) -> int:
-    """Script-aware token estimate (no tokenizer needed).
-
-    ASCII runs count ~4 characters per token, CJK / full-width characters one token
-    each, other non-ASCII characters ~2 per token. Used by ``max_tokens`` options,
-    which must not import tiktoken (preprocessors are imported by the validator).
-    """
-    ascii_n = wide = other = 0
-    for ch in text:
-        if ch < "\x80":
-            ascii_n += 1
-        elif _is_wide(ch):
-            wide += 1
-        else:
-            other += 1
-    return (ascii_n + 3) // 4 + wide + (other + 1) // 2
-
-
 def tokens_to_chars(text: str, max_tokens: int, *, from_end: bool = False) -> int:
     """How many characters of ``text`` (from its start, or end) fit ``max_tokens``."""
     budget = max_tokens * 4  # in quarter-tokens
@@ -209,7 +187,7 @@ def tokens_to_chars(text: str, max_tokens: int, *, from_end: bool = False) -> in
     seq = reversed(text) if from_end else iter(text)
     n = 0
     for ch in seq:
-        cost = 1 if ch < "\x80" else (4 if _is_wide(ch) else 2)
+        cost = 1 if ch < "\x80" else (4 if is_wide(ch) else 2)
         if used + cost > budget:
             break
         used += cost
