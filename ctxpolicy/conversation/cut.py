@@ -1,5 +1,5 @@
 """Cutting text to a size: head/tail with the elision marker, one-line shortening,
-and the no-tokenizer token estimate.
+and the one no-tokenizer token estimate (script-aware: :func:`estimate_tokens`).
 
 :func:`head_tail` keeps about two thirds head and one third tail with
 ``[… N chars elided …]`` (:data:`ELISION`) between; :func:`truncate_keep_refs` does
@@ -9,7 +9,6 @@ so keeping the reference lines (:mod:`ctxpolicy.conversation.refs`).
 from __future__ import annotations
 
 import json
-import math
 import re
 import unicodedata
 from collections.abc import Mapping
@@ -19,7 +18,6 @@ from ctxpolicy.conversation.refs import split_refs
 
 __all__ = [
     "ELISION",
-    "approx_tokens",
     "describe_call",
     "estimate_tokens",
     "first_meaningful_line",
@@ -32,11 +30,6 @@ __all__ = [
 
 #: The marker :func:`head_tail` puts where it removed text.
 ELISION = re.compile(r"\[… (\d+) chars elided …\]")
-
-
-def approx_tokens(text: str) -> int:
-    """Fallback token estimate (len/4, rounded up)."""
-    return math.ceil(len(text) / 4)
 
 
 def is_wide(ch: str) -> bool:

@@ -43,7 +43,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from ctxpolicy.conversation import Unit, content_text
-from ctxpolicy.conversation.cut import approx_tokens, describe_call, first_meaningful_line, short
+from ctxpolicy.conversation.cut import describe_call, estimate_tokens, first_meaningful_line, short
 from ctxpolicy.conversation.facts import (
     INSTRUCTION_CUT,
     MAX_INSTRUCTIONS,
@@ -238,7 +238,7 @@ class ProgressLedger:
         for c in constraints:
             if c not in self.state.constraints:
                 self.state.constraints.append(c)
-        self._count = count_text or approx_tokens
+        self._count = count_text or estimate_tokens
         self._said: set[str] = set()
         self._shown_instructions = 0
 
