@@ -36,18 +36,16 @@ from ctxpolicy.conversation import check_messages, content_text
 from ctxpolicy.engine.tool_results import parse_reference
 from ctxpolicy.policy.models import Policy
 from ctxpolicy.sim.importers import load_trace
-from ctxpolicy.sim.metrics import (
+from ctxpolicy.sim.metrics import StepRecord, SummaryMeter, TraceResult
+from ctxpolicy.sim.prepared import PreparedTrace
+from ctxpolicy.sim.rulers import (
     OwnTextRuler,
     RetentionRuler,
     SentTexts,
-    StepRecord,
-    SummaryMeter,
-    TraceResult,
     measure_facts,
     ruler_facts,
     sent_text,
 )
-from ctxpolicy.sim.prepared import PreparedTrace
 
 __all__ = [
     "PolicyStrategy",
