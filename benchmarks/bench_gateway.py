@@ -543,7 +543,7 @@ def main() -> None:
         "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
         *rows,
         "",
-        "Reproduce: `.venv/bin/python benchmarks/bench_gateway.py --baseline OTHER_CHECKOUT` "
+        "Run with `--baseline OTHER_CHECKOUT` to compare two checkouts in one run "
         f"({seq_calls} sequential calls, {conc_calls} per concurrent conversation"
         + ("" if args.quick else "; `--quick`: 200 and 8")
         + "). "

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from ctxpolicy.policy.models import Policy
-from ctxpolicy.policy.resolve import list_agents, load_policy
+from ctxpolicy.resolve.load import list_agents, load_policy
 
 ROOT = Path(__file__).resolve().parents[2]
 README = ROOT / "policies" / "README.md"
@@ -80,7 +80,7 @@ QUOTES: list[tuple[str, Callable[[], tuple[str, ...]]]] = [
 ]
 
 
-@pytest.mark.parametrize(("pattern", "actual"), QUOTES, ids=lambda q: str(q)[:40])
+@pytest.mark.parametrize(("pattern", "actual"), QUOTES, ids=[pattern[:40] for pattern, _ in QUOTES])
 def test_readme_quotes_the_numbers_of_agents_yaml(
     pattern: str, actual: Callable[[], tuple[str, ...]]
 ) -> None:
