@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.append(str(ROOT))  # after PYTHONPATH: run as a script, `benchmarks` is importable
 TRACES = Path(os.environ.get("CTXPOLICY_SHARED", ROOT.parent / "shared")) / "traces"
 POLICIES = ROOT / "policies" / "agents.yaml"
 LEDGER_MARK = "[ctxpolicy progress ledger]"
