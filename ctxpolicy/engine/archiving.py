@@ -22,7 +22,8 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ctxpolicy.conversation import Message, Unit, content_text
-from ctxpolicy.event_types import SnapshotFailed, SnapshotTooLarge
+from ctxpolicy.engine.specials import ledger_changed
+from ctxpolicy.events.types import SnapshotFailed, SnapshotTooLarge
 
 if TYPE_CHECKING:
     from ctxpolicy.engine.context import EngineContext
@@ -98,9 +99,9 @@ def archive_units(ctx: EngineContext, dropped: Sequence[Unit], emit: Callable[..
         return False
     for k in keys:
         ctx.state.mark_archived(k)
-    if ctx.ledger is not None and ctx.ledger.archive != ref:
-        ctx.ledger.archive = ref
-        ctx.ledger_changed()
+    if ctx.state.ledger is not None and ctx.state.ledger.archive != ref:
+        ctx.state.ledger.archive = ref
+        ledger_changed(ctx)
     return True
 
 

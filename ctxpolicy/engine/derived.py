@@ -6,6 +6,8 @@ the cached path; the property test ``tests/engine/test_incremental.py`` checks
 cached == uncached).
 
 * :class:`Derived` — the one derived object of a conversation, with one ``reset``;
+* :class:`Components` — the component instances built from the policy (layers,
+  summarizers, the tool-result processor), kept across a reset;
 
 * :class:`_InputCache` — snapshots of the previous call's input, to find the first
   changed message in one C-level list comparison;
@@ -24,6 +26,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from ctxpolicy.components import Layer, Summarizer
 from ctxpolicy.conversation import (
     Message,
     Unit,
@@ -32,18 +35,26 @@ from ctxpolicy.conversation import (
     render,
 )
 from ctxpolicy.engine.own import insert_specials, own_kind, own_text
-from ctxpolicy.engine.repairs import flatten_message, report_repairs
-from ctxpolicy.event_types import ContextReset
 from ctxpolicy.tokens.msgkeys import NO_SNAPSHOT, snapshot, value_key
 
 if TYPE_CHECKING:
     from ctxpolicy.budget import BudgetState
-    from ctxpolicy.components import Layer, Summarizer
-    from ctxpolicy.engine.context import EngineContext
+    from ctxpolicy.conversation import Repair
+    from ctxpolicy.engine.ledger import ProgressLedger
+    from ctxpolicy.engine.state import SessionState
+    from ctxpolicy.plugins import Registry
+    from ctxpolicy.policy.models import Pinned, Policy, ResolvedStep
     from ctxpolicy.snapshots.archive import HistoryArchive
+    from ctxpolicy.tokens import TokenCounter
 
 #: ``Caches.input``'s hook: the message a new tool message enters the context as.
 Arrived = Callable[[Sequence[Mapping[str, Any]], int, Mapping[str, Any]], Mapping[str, Any]]
+#: ``Caches.input``'s hook: a message too deep for the engine's recursive steps, flattened
+#: (``(message, index)``; :func:`ctxpolicy.engine.repairs.flatten_message`).
+Flatten = Callable[[Any, int], Any]
+#: ``Caches.units``'s hook: the repairs the grouping made of new messages
+#: (:func:`ctxpolicy.engine.repairs.report_repairs`).
+Repaired = Callable[[list["Repair"]], None]
 
 #: Stands for a message that cannot be snapshotted: equal to nothing, so it is
 #: always looked at again.
@@ -110,26 +121,70 @@ class _ViewCache:
     checked: int
 
 
+class Components:
+    """The component instances a conversation builds from its policy: one layer per
+    pipeline step, one summarizer per distinct options, the tool-result processor.
+    They hold no conversation state (a layer's memory is in ``SessionState.memory``),
+    so a :meth:`Derived.reset` keeps them."""
+
+    def __init__(self, registry: Registry, summarizer: Summarizer | None = None) -> None:
+        self.registry = registry
+        #: a summarizer given to the session, used instead of the policy's
+        self.summarizer_override = summarizer
+        self.layers: dict[tuple[str, int], Layer] = {}
+        self.summarizers: dict[tuple[str, str], Summarizer] = {}
+        self.tool_processor: Any = None
+
+    def summarizer(self, name: str, options: Mapping[str, Any]) -> Summarizer:
+        """The summarizer ``name`` with ``options`` (one instance per distinct options),
+        or the session's own summarizer when one was given
+        (``CompactionContext.summarizer``)."""
+        if self.summarizer_override is not None:
+            return self.summarizer_override
+        okey = (name, repr(sorted(options.items())))
+        cache = self.summarizers
+        s = cache.get(okey)
+        if s is None:
+            made = self.registry.create("summarizer", name, options)
+            assert isinstance(made, Summarizer)
+            cache[okey] = s = made
+        return s
+
+    def layer(self, step: ResolvedStep, index: int) -> Layer:
+        """The layer instance of pipeline step ``index`` (``-1``: ``on_overflow``)."""
+        key = (step.layer, index)
+        layers = self.layers
+        layer = layers.get(key)
+        if layer is None:
+            made = self.registry.create("layer", step.layer, step.options)
+            assert isinstance(made, Layer)
+            layers[key] = layer = made
+        return layer
+
+
 class Derived:
     """What a conversation rebuilds from its messages and its policy.
 
     :meth:`reset` (a resume, a lost compare-and-set) empties what was derived from
-    the conversation; the component instances built from the policy (layers,
-    summarizers, the tool-result processor) are kept: they hold no conversation
-    state (a layer's memory is in ``SessionState.memory``).
+    the conversation; the :class:`Components` built from the policy are kept.
     """
 
-    def __init__(self, ctx: EngineContext) -> None:
-        self.ctx = ctx
-        self.layers: dict[tuple[str, int], Layer] = {}
-        self.summarizers: dict[tuple[str, str], Summarizer] = {}
-        self.tool_processor: Any = None
-        self.reset()
+    def __init__(
+        self,
+        policy: Policy,
+        counter: TokenCounter,
+        components: Components,
+        ledger: ProgressLedger | None,
+    ) -> None:
+        self.pinned = policy.pinned
+        self.counter = counter
+        self.components = components
+        self.reset(ledger)
 
-    def reset(self) -> None:
-        """Drop every conversation-derived cache (the next ``prepare`` rebuilds them)."""
-        ledger = self.ctx.state.ledger
-        self.caches = Caches(self.ctx)
+    def reset(self, ledger: ProgressLedger | None) -> None:
+        """Drop every conversation-derived cache (the next ``prepare`` rebuilds them);
+        ``ledger``: the conversation's ledger now (rendered again)."""
+        self.caches = Caches(self.counter, self.pinned)
         self.budgets: dict[tuple[int, int | None], BudgetState] = {}
         #: the units of the last prepared view
         self.last_units: list[Unit] = []
@@ -144,8 +199,9 @@ class Derived:
 class Caches:
     """The incremental per-call path of one conversation (derived state only)."""
 
-    def __init__(self, ctx: EngineContext) -> None:
-        self.s = ctx
+    def __init__(self, counter: TokenCounter, pinned: Pinned) -> None:
+        self.counter = counter
+        self.pinned = pinned
         self.inputs: _InputCache | None = None
         self.groups: _GroupCache | None = None
         self.pins: _PinCache | None = None
@@ -154,7 +210,7 @@ class Caches:
         #: ``TokenCounter.count_messages`` counts them (reply priming included)
         self.out_tokens = 0
         #: the reply priming ``count_messages`` adds to every list (``count_messages([])``)
-        self.priming: int = ctx.counter.count_messages([])
+        self.priming: int = counter.count_messages([])
         self._by_messages: tuple[_GroupCache, dict[int, int]] | None = None
         #: pinnings so far, and how many leading units the last one kept as the
         #: previous one's objects (the view cache's prefix check is then an identity)
@@ -193,7 +249,8 @@ class Caches:
     def input(
         self,
         messages: Sequence[Mapping[str, Any]],
-        arrived: Arrived | None = None,
+        arrived: Arrived | None,
+        flatten: Flatten,
     ) -> tuple[list[Mapping[str, Any]], int]:
         """The conversation without ledger/handover messages of ours that an agent fed
         back in (the cache's list: valid until the next call), and how many of its
@@ -206,7 +263,8 @@ class Caches:
         Incremental: the input is compared with snapshots of the previous call's input
         in one C-level list comparison (equal snapshots = same content, even when a
         message was edited in place), so only new messages are looked at. The
-        messages of ours are kept aside (:attr:`own_messages`).
+        messages of ours are kept aside (:attr:`own_messages`); ``flatten(m, index)``
+        gives a message nested too deep for the engine's recursive steps as it is kept.
         """
         if type(messages) is not list:
             messages = list(messages)
@@ -235,7 +293,7 @@ class Caches:
             snaps, kept, msgs, ckeys, counts, owns = [], [], [], [], [], []
         # one token-counter lookup per new message gives its snapshot, its count (for
         # the grouping that follows) and its value key (hashed into the unit keys)
-        counter = self.s.counter
+        counter = self.counter
         counter.reserve(len(messages))
         for i, m in enumerate(messages[k:], k):
             ckey: str | None = None
@@ -259,7 +317,7 @@ class Caches:
                 try:
                     snap = snapshot(m)
                 except RecursionError:
-                    m, snap = flatten_message(self.s, m, len(msgs)), NO_SNAPSHOT
+                    m, snap = flatten(m, len(msgs)), NO_SNAPSHOT
                     n = -1
             if came is not None:
                 snap = came
@@ -276,17 +334,23 @@ class Caches:
         # the cache's own list (no copy per call): read it now, never keep or change it
         return msgs, kept[k - 1] if k else 0
 
-    def units(self, msgs: list[Mapping[str, Any]], unchanged: int) -> tuple[list[Unit], int]:
+    def units(
+        self,
+        msgs: list[Mapping[str, Any]],
+        unchanged: int,
+        refs: Mapping[str, str],
+        repaired: Repaired,
+    ) -> tuple[list[Unit], int]:
         """Units of ``msgs`` (the first ``unchanged`` messages as in the previous call),
-        pinned per policy, snapshot refs attached; and how many leading units are the
-        previous call's unit objects.
+        pinned per policy, snapshot refs attached (``refs``: tool call id -> reference);
+        and how many leading units are the previous call's unit objects.
+        ``repaired(repairs)`` is told the repairs the grouping made of new messages.
 
         A growing conversation is grouped incrementally: units of the unchanged prefix
         are reused up to the group of the last unchanged message (which may take in
         tool messages that follow it now); the rest is grouped afresh. Same result as
         grouping from scratch, O(new messages).
         """
-        s = self.s
         cache = self.groups
         units: list[Unit] = []
         starts: list[int] = []
@@ -333,12 +397,12 @@ class Caches:
             sources=sources,
         )
         if repairs:
-            report_repairs(self.s, repairs)
-        if s.state.refs:
-            new_units = [self.with_refs(u) for u in new_units]
+            repaired(repairs)
+        if refs:
+            new_units = [with_refs(u, refs) for u in new_units]
         n_steps = steps[-1] if steps else 0
         n_tokens = tokens[-1] if tokens else 0
-        count = s.counter.count_message
+        count = self.counter.count_message
         counts = inputs.counts if inputs is not None else None
         for u, src in zip(new_units, sources, strict=True):
             n_steps += u.kind == "step"
@@ -358,7 +422,7 @@ class Caches:
         """:func:`~ctxpolicy.conversation.pin_units` of ``units``, incrementally: the
         first ``keep`` are the previous call's units, so only the new ones and the
         units whose first/last-user status moved are looked at."""
-        pol = self.s.policy.pinned
+        pol = self.pinned
         prev = self.pins
         n = len(units)
         if prev is None:
@@ -414,17 +478,23 @@ class Caches:
         # the cache's own list (no copy per call): read it now, never keep or change it
         return out
 
-    def view(self, originals: list[Unit], keep: int) -> tuple[list[Unit], list[Message]]:
-        """The units to send (sticky decisions applied, ledger/handover inserted) and
-        their messages.
+    def view(
+        self,
+        originals: list[Unit],
+        keep: int,
+        st: SessionState,
+        specials_of: Callable[[], list[Unit]],
+        history_changed: Callable[[], None],
+    ) -> tuple[list[Unit], list[Message]]:
+        """The units to send (the sticky decisions of ``st`` applied, the ledger/handover
+        units ``specials_of()`` inserted) and their messages; ``history_changed()`` is
+        called when units a decision was taken on are gone (it drops the decisions).
 
         The view of all units but the last (and at least up to the last decided unit)
         is cached: while those units and the decisions are the same, a call only
         renders the units after them.
         """
-        s = self.s
-        st = s.state
-        specials = s.special_units()
+        specials = specials_of()
         key = (st.decisions_version, tuple([u.messages[0]["content"] for u in specials]))
         c = self.views
         span = self._span(originals)
@@ -448,7 +518,7 @@ class Caches:
             self.out_tokens = (
                 c.tokens + span(c.upto, n) + self.priming
                 if span is not None
-                else s.counter.count_messages(out)
+                else self.counter.count_messages(out)
             )
             c.checked = self.pin_calls
             if len(tail) > 1:  # the next call regroups at most the last unit
@@ -464,14 +534,8 @@ class Caches:
             return units, out
         keys = {u.key for u in originals}
         if st.decisions and any(k not in keys for k in st.decisions):
-            s.emit(ContextReset(reason="history changed: earlier messages were edited or removed"))
-            st.set_decisions({})
-            if s.ledger is not None:
-                # the ledger holds facts of the history that was compacted: that history
-                # is gone, so the ledger starts again from what the new history holds
-                st.ledger = s.new_ledger()
-                s.ledger_changed()
-                specials = s.special_units()
+            history_changed()
+            specials = specials_of()
             key = (st.decisions_version, tuple([u.messages[0]["content"] for u in specials]))
         view: list[Unit] = []
         decided_upto = 0
@@ -499,7 +563,7 @@ class Caches:
         if q and view[q - 1].kind == "ledger" and p < len(originals):
             p, q = p + 1, q + 1
         out = render(view)
-        counter = s.counter
+        counter = self.counter
         priming = self.priming
         if span is not None:  # the same number as count_messages(out)
             total = priming + span(0, len(originals)) - dropped
@@ -535,20 +599,21 @@ class Caches:
 
         return span
 
-    def with_refs(self, unit: Unit) -> Unit:
-        """Attach the snapshot refs of this session's tool results (``meta["refs"]``)."""
-        refs = self.s.state.refs
-        if unit.kind != "step" or not refs:
-            return unit
-        found: dict[str, str] = {}
-        for m in unit.messages:
-            if m.get("role") == "tool":
-                tid = str(m.get("tool_call_id"))
-                if tid in refs:
-                    found[tid] = refs[tid]
-        if not found or unit.meta.get("refs") == found:
-            return unit
-        return unit.replace(meta={**unit.meta, "refs": found})
+
+def with_refs(unit: Unit, refs: Mapping[str, str]) -> Unit:
+    """``unit`` with the snapshot refs of its tool results (``meta["refs"]``; ``refs``:
+    tool call id -> reference)."""
+    if unit.kind != "step" or not refs:
+        return unit
+    found: dict[str, str] = {}
+    for m in unit.messages:
+        if m.get("role") == "tool":
+            tid = str(m.get("tool_call_id"))
+            if tid in refs:
+                found[tid] = refs[tid]
+    if not found or unit.meta.get("refs") == found:
+        return unit
+    return unit.replace(meta={**unit.meta, "refs": found})
 
 
 def remember(view: Sequence[Unit], originals: Sequence[Unit]) -> dict[str, tuple[Unit, ...]]:

@@ -90,7 +90,7 @@ def build_handover(ctx: EngineContext, *, limit: int = 40) -> Handover:
     from ctxpolicy.conversation.facts import error_lines, extract
     from ctxpolicy.engine.tool_results import parse_reference
 
-    led = ctx.ledger
+    led = ctx.state.ledger
     data: dict[str, Any] = (
         {
             "goal": led.goal,

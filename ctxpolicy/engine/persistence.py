@@ -1,4 +1,5 @@
-"""Durable state of a :class:`~ctxpolicy.engine.Session`: load when it opens, save after each call.
+"""Durable state of a :class:`~ctxpolicy.engine.Session`: a new state, load when it opens,
+save after each call, restore.
 
 The session calls this module at two points: :func:`open_persistence` at the end
 of ``__init__`` (load the stored state of ``conv_id``, if any), and
@@ -6,9 +7,14 @@ of ``__init__`` (load the stored state of ``conv_id``, if any), and
 ``record_usage``, ``add_tool_result``): the call runs, then only the entries its
 :class:`~ctxpolicy.engine.state.SessionState` marked changed are committed with a
 compare-and-set (:class:`ctxpolicy.state.sync.StateSync`). When another worker
-committed first, the conversation is reset to the stored state
-(:meth:`~ctxpolicy.engine.context.EngineContext.restore`) and the call is redone
-(``state.conflict``, bounded by ``state.max_conflict_retries``).
+committed first, the conversation is reset to the stored state (:func:`restore`)
+and the call is redone (``state.conflict``, bounded by ``state.max_conflict_retries``).
+A new conversation starts from :func:`new_state`.
+
+What is persisted is :class:`~ctxpolicy.engine.state.SessionState` (its entries, and
+:mod:`~ctxpolicy.engine.stored`'s checks of what is loaded); how an entry is encoded
+is the public :mod:`ctxpolicy.state.codec`; the compare-and-set loop is
+:class:`ctxpolicy.state.sync.StateSync`.
 
 A store that cannot be opened or read is a ``state.unavailable`` event; the session
 then works in memory only (like ``snapshot.unavailable``). See docs/state.md.
@@ -19,16 +25,48 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from ctxpolicy.budget import ToolGrowthEstimator
 from ctxpolicy.components import StateStore, StateStoreError
-from ctxpolicy.event_types import StateEntryRefused, StateResumed, StateUnavailable
+from ctxpolicy.engine.specials import new_ledger
+from ctxpolicy.engine.state import SessionState
+from ctxpolicy.engine.stored import bounded_problems
+from ctxpolicy.engine.window import window_bounds
+from ctxpolicy.events.types import (
+    StateEntryRefused,
+    StateInvalid,
+    StateResumed,
+    StateUnavailable,
+)
+from ctxpolicy.policy.models import Policy
 from ctxpolicy.state.sync import Changes, StateSync
+from ctxpolicy.tokens import TokenCounter
 
 if TYPE_CHECKING:  # pragma: no cover
     from ctxpolicy.engine.context import EngineContext
 
-__all__ = ["Persistence", "open_persistence", "refuser"]
+__all__ = ["Persistence", "new_state", "open_persistence", "refuser", "restore"]
 
 T = TypeVar("T")
+
+
+def new_state(policy: Policy, counter: TokenCounter) -> SessionState:
+    """The state of a new conversation (fresh ledger and growth samples)."""
+    return SessionState(ledger=new_ledger(policy, counter), growth=ToolGrowthEstimator(policy))
+
+
+def restore(ctx: EngineContext, entries: Mapping[str, Any]) -> None:
+    """Put the conversation exactly into a stored state; every derived cache is
+    dropped (the next ``prepare`` rebuilds them from the messages)."""
+    ctx.state = SessionState.from_entries(
+        entries,
+        ledger=new_ledger(ctx.policy, ctx.counter),
+        growth=ToolGrowthEstimator(ctx.policy),
+        count_text=ctx.counter.count_text,
+        bounds=window_bounds(ctx.policy),
+    )
+    ctx.derived.reset(ctx.state.ledger)
+    for problem in bounded_problems(ctx.state.problems):
+        ctx.emit(StateInvalid(key=problem.key, reason=problem.reason))
 
 
 class Persistence:
@@ -55,7 +93,7 @@ class Persistence:
         entries = self.sync.load()
         if not entries:
             return False
-        self.ctx.restore(entries)
+        restore(self.ctx, entries)
         return True
 
     def changes(self) -> Changes:
@@ -68,8 +106,13 @@ class Persistence:
 
     def run(self, what: str, call: Callable[[], T]) -> T:
         """Run one state-changing call and save what it changed (CAS; redo on conflict)."""
+        ctx = self.ctx
         return self.sync.run(
-            call, self.changes, self.ctx.restore, what=what, encoded=self.sync.encoded
+            call,
+            self.changes,
+            lambda entries: restore(ctx, entries),
+            what=what,
+            encoded=self.sync.encoded,
         )
 
     def close(self) -> None:

@@ -38,6 +38,7 @@ from ctxpolicy.budget import BudgetState
 from ctxpolicy.components import CompactionContext, LayerResult
 from ctxpolicy.conversation import Unit, check_units, content_text
 from ctxpolicy.engine.archiving import archive_units, ensure_snapshots
+from ctxpolicy.engine.derived import with_refs
 from ctxpolicy.engine.economics import (
     Guard,
     Rewrite,
@@ -47,7 +48,8 @@ from ctxpolicy.engine.economics import (
     predicted_calls,
 )
 from ctxpolicy.engine.refs import ensure_refs
-from ctxpolicy.event_types import (
+from ctxpolicy.engine.specials import ledger_changed
+from ctxpolicy.events.types import (
     ContextCompacted,
     ContextCompactionHeld,
     DataLost,
@@ -267,7 +269,7 @@ def _weigher(
 
     # a taken compaction updates the ledger (what it dropped, the facts it shortened
     # away), which sits right after the pinned head: the rewrite starts there at the latest
-    ledger_at = _ledger_index(start) if ctx.ledger is not None else len(start)
+    ledger_at = _ledger_index(start) if ctx.state.ledger is not None else len(start)
 
     def weigh(view: Sequence[Unit], used: int) -> Rewrite:
         if not isinstance(prev, int) or prev <= 0:
@@ -309,7 +311,8 @@ def _referenced(ctx: EngineContext, view: list[Unit]) -> list[Unit]:
     """``view`` with every long tool result snapshotted and its reference in the unit's
     ``meta["refs"]``, so the layers about to run can point at originals."""
     ensure_snapshots(ctx, view)
-    return [ctx.derived.caches.with_refs(u) for u in view]
+    refs = ctx.state.refs
+    return [with_refs(u, refs) for u in view]
 
 
 def _unit_counter(s: EngineContext) -> Callable[[Unit], int]:
@@ -374,11 +377,11 @@ def _apply(
         target=max(0, target),
         state=state,
         conv_id=s.conv_id,
-        summarizer=s.summarizer,
+        summarizer=s.derived.components.summarizer,
         emit=emit,
         memory=memory,
         snapshots=s.snapshots,
-        ledger=s.ledger,
+        ledger=s.state.ledger,
         constraints=tuple(s.policy.constraints),
         count_text=s.counter.count_text,
         count_unit=_unit_counter(s),
@@ -386,7 +389,7 @@ def _apply(
     started = time.perf_counter()
     before = list(view)
     try:
-        result = s.layer(step, index).apply(cctx, tuple(before))
+        result = s.derived.components.layer(step, index).apply(cctx, tuple(before))
         if not isinstance(result, LayerResult):
             raise TypeError(f"apply() returned {type(result).__name__}, not LayerResult")
         new_units = list(result.units)
@@ -444,23 +447,23 @@ def _take(ctx: EngineContext, out: _Outcome, budget: BudgetState) -> bool:
                 reason="archive write failed and the request would not fit otherwise",
             )
         )
-    if s.ledger is not None and result.dropped:
+    if s.state.ledger is not None and result.dropped:
         try:
-            if s.ledger.goal is None:
+            if s.state.ledger.goal is None:
                 first_user = next((u for u in before if u.kind == "user"), None)
                 if first_user is not None:
-                    s.ledger.set_goal(content_text(first_user.messages[0].get("content")))
-            s.ledger.update(result.dropped)
-            s.ledger_changed()
+                    s.state.ledger.set_goal(content_text(first_user.messages[0].get("content")))
+            s.state.ledger.update(result.dropped)
+            ledger_changed(s)
         except Exception as exc:  # pragma: no cover - ledger is ours
             emit(LedgerFailed(error=repr(exc)))
     lost: list[str] = []
     try:
         lost = lost_facts(s, before, new_units)
-        if lost and s.ledger is not None:
+        if lost and s.state.ledger is not None:
             # what a layer shortened away stays in context through the ledger
-            s.ledger.record_facts(lost)
-            s.ledger_changed()
+            s.state.ledger.record_facts(lost)
+            ledger_changed(s)
     except Exception as exc:  # pragma: no cover - facts are best effort
         emit(LedgerFailed(error=repr(exc)))
         lost = []

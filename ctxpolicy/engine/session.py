@@ -32,14 +32,22 @@ from ctxpolicy.budget import BudgetState
 from ctxpolicy.components import SnapshotStore, StateStore, Summarizer, ToolCall
 from ctxpolicy.conversation import Message, Unit, check_messages, render
 from ctxpolicy.engine.context import EngineContext
-from ctxpolicy.engine.derived import remember
+from ctxpolicy.engine.derived import Components, Derived, remember
 from ctxpolicy.engine.ledger import ProgressLedger
 from ctxpolicy.engine.overflow import is_context_overflow, parse_limit
 from ctxpolicy.engine.own import as_summarizer, check_tool_name, insert_specials, tool_call_info
-from ctxpolicy.engine.persistence import Persistence, open_persistence, refuser
+from ctxpolicy.engine.persistence import (
+    Persistence,
+    new_state,
+    open_persistence,
+    refuser,
+    restore,
+)
 from ctxpolicy.engine.pipeline import run_pipeline
 from ctxpolicy.engine.recorder import TraceRecorder
+from ctxpolicy.engine.repairs import flatten_message, report_repairs
 from ctxpolicy.engine.report import report_call
+from ctxpolicy.engine.specials import history_changed, ledger_changed, special_units, sync_ledger
 from ctxpolicy.engine.squeeze import squeeze
 from ctxpolicy.engine.state import PreparedStats, SessionState
 from ctxpolicy.engine.tool_results import (
@@ -48,8 +56,8 @@ from ctxpolicy.engine.tool_results import (
     arrived_text,
     tool_key,
 )
-from ctxpolicy.engine.window import learn_window
-from ctxpolicy.event_types import (
+from ctxpolicy.engine.window import budget_in_force, learn_window
+from ctxpolicy.events.types import (
     ContextOverflowErrorEvent,
     ContextUsage,
     EngineInvariantFailed,
@@ -170,14 +178,22 @@ class Session:
                 **{k: v for k, v in fb.items() if k != "type"},
             )
         #: the engine of this conversation (what engine modules get; see its module)
+        state = new_state(policy, counter)
+        components = Components(registry, as_summarizer(summarizer))
         self._ctx = ctx = EngineContext(
             policy,
             self.conv_id,
             registry,
             counter,
             self._emit,
-            summarizer_override=as_summarizer(summarizer),
+            state=state,
+            derived=Derived(policy, counter, components, state.ledger),
         )
+        # what the per-call path (derived.Caches, which keeps no engine) calls back
+        self._flatten = functools.partial(flatten_message, ctx)
+        self._repaired = functools.partial(report_repairs, ctx)
+        self._specials = functools.partial(special_units, ctx)
+        self._history_changed = functools.partial(history_changed, ctx)
         if handover is not None:
             self._load_handover(handover)
         ctx.snapshots = snapshot_store if snapshot_store is not None else self._open_store(env)
@@ -232,7 +248,7 @@ class Session:
 
     def budget(self) -> BudgetState:
         """The budget in force now (learned tool growth and learned window included)."""
-        return self._ctx.budget()
+        return budget_in_force(self._ctx)
 
     def prepare(
         self,
@@ -380,12 +396,12 @@ class Session:
         return str(outcome.text)
 
     def _tool_processor(self) -> ToolResultProcessor:
-        derived = self._ctx.derived
-        if derived.tool_processor is None:
-            derived.tool_processor = ToolResultProcessor(
+        components = self._ctx.derived.components
+        if components.tool_processor is None:
+            components.tool_processor = ToolResultProcessor(
                 self.policy, store=self.snapshots, registry=self.registry
             )
-        processor: ToolResultProcessor = derived.tool_processor
+        processor: ToolResultProcessor = components.tool_processor
         return processor
 
     def _emit_all(self, events: Sequence[Mapping[str, Any]]) -> None:
@@ -525,12 +541,12 @@ class Session:
         """Resume from saved entries: the decided state is replaced, the derived caches
         are dropped (the next ``prepare`` rebuilds them from the messages)."""
         with self._lock:
-            self._ctx.restore(entries)
+            restore(self._ctx, entries)
 
     # ------------------------------------------------------------------ internals
     def _emit(self, type_: str | Event, **fields: Any) -> dict[str, Any]:
         ts = round(time.time(), 6)
-        if isinstance(type_, Event):  # a typed event (ctxpolicy/event_types.py)
+        if isinstance(type_, Event):  # a typed event (ctxpolicy/events/types.py)
             event = {"type": type_.TYPE, "conv_id": self.conv_id, "ts": ts, **fields}
             event.update(type_.fields())
         else:
@@ -564,7 +580,7 @@ class Session:
                     self.ledger.constraints.append(c)
             if handover.goal and self.ledger.goal is None:
                 self.ledger.goal = handover.goal
-            self._ctx.ledger_changed()
+            ledger_changed(self._ctx)
 
     def _open_store(self, env: Mapping[str, str] | None) -> SnapshotStore | None:
         if not self.policy.snapshots.enabled:
@@ -594,9 +610,9 @@ class Session:
         st = ctx.state
         counter = ctx.counter
         caches = ctx.derived.caches
-        msgs, unchanged = caches.input(messages, self._arrive)
-        originals, keep = caches.units(msgs, unchanged)
-        view, out = caches.view(originals, keep)
+        msgs, unchanged = caches.input(messages, self._arrive, self._flatten)
+        originals, keep = caches.units(msgs, unchanged, st.refs, self._repaired)
+        view, out = caches.view(originals, keep, st, self._specials, self._history_changed)
         tools_tokens = counter.count_tools(tools) if tools else 0
         scale = st.calibration if counter.approximate else 1.0
 
@@ -610,7 +626,7 @@ class Session:
         out_tokens = caches.out_tokens
         used = scaled(out_tokens + tools_tokens)
         tokens_in = caches.tokens_in + tools_tokens + caches.priming
-        budget = ctx.budget()
+        budget = budget_in_force(ctx)
         entry_used = used
         compact_layer: str | None = None
         start = view
@@ -631,8 +647,8 @@ class Session:
                 break
             compact_layer = by
             rest = [u for u in view if u.kind != "ledger"]
-            ctx.sync_ledger(start, rest, tools)
-            view = insert_specials(rest, ctx.special_units())
+            sync_ledger(ctx, start, rest, tools)
+            view = insert_specials(rest, special_units(ctx))
             used = count(view)
             if used <= budget.target or forced:
                 break
@@ -648,7 +664,7 @@ class Session:
             out = render(view)
             # the view cache of the new decisions, built now: the calls after this one
             # that compact nothing render only their new units (no pass over them all)
-            caches.view(originals, keep)
+            caches.view(originals, keep, st, self._specials, self._history_changed)
         ctx.derived.last_units = view
         # grouping guarantees pairs; a changed view is re-checked as a whole as well
         violations = check_messages(out) if changed else []

@@ -29,7 +29,7 @@ from ctxpolicy.conversation.jsoncut import cut_json
 from ctxpolicy.conversation.refs import ref_line
 from ctxpolicy.engine.archiving import ref_for_message
 from ctxpolicy.engine.own import LEDGER_MARK, special_unit
-from ctxpolicy.event_types import ContextTruncatedPinned, DataLost
+from ctxpolicy.events.types import ContextTruncatedPinned, DataLost
 
 if TYPE_CHECKING:
     from ctxpolicy.engine.context import EngineContext
@@ -220,12 +220,12 @@ def _trim_ledger(
     """The ledger, our own text: its oldest entries go (the archive reference stays,
     so every fact remains recoverable)."""
     at = next((i for i, u in enumerate(units) if u.key == "ledger"), None)
-    if ctx.ledger is None or at is None:
+    if ctx.state.ledger is None or at is None:
         return units, used
     bound = ctx.counter.count_messages(units[at].messages)
     for _ in range(3):  # framing makes a bound inexact
         bound -= used - limit
-        text = ctx.ledger.render(max_tokens=max(0, bound))
+        text = ctx.state.ledger.render(max_tokens=max(0, bound))
         if text is None:
             break
         shrunk = [*units[:at], special_unit("ledger", LEDGER_MARK, text), *units[at + 1 :]]

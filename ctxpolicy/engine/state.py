@@ -41,7 +41,7 @@ from ctxpolicy.engine.stored import (
     check_tool_key,
     check_tool_text,
 )
-from ctxpolicy.state._codec import UNSTORABLE, built_text, check_key, entry_text, unstorable
+from ctxpolicy.state.codec import UNSTORABLE, built_text, check_key, entry_text, unstorable
 
 if TYPE_CHECKING:  # pragma: no cover
     from ctxpolicy.budget import ToolGrowthEstimator
@@ -158,7 +158,7 @@ MAX_SEEN_REPAIRS = 256
 SCALAR_ENTRIES = ("meta", "status", "scalars")
 _SCALAR_FIELDS = ("learned_window", "calibration", "usage_seen", "overflow_attempts", "hold_until")
 #: Entries the engine builds from typed fields, every dict keyed by text: encoded
-#: with :func:`ctxpolicy.state._codec.built_text` (no walk over the value first).
+#: with :func:`ctxpolicy.state.codec.built_text` (no walk over the value first).
 _BUILT = frozenset({*SCALAR_ENTRIES, "growth"})
 #: Fields a ``meta`` entry written before 0.2 holds besides the counters: read from
 #: there over the entries that hold them now, and moved with the next save.
@@ -216,7 +216,7 @@ class SessionState:
     #: replaced by what a new conversation starts with and rewritten with the next save)
     problems: list[Problem] = field(default_factory=list, repr=False, compare=False)
     #: a learned window loaded from the store, not yet held against the pinned content
-    #: of a request (:func:`ctxpolicy.engine.stored.verify_learned_window`)
+    #: of a request (:func:`ctxpolicy.engine.window.verify_learned_window`)
     window_unverified: bool = field(default=False, repr=False, compare=False)
     _dirty: set[str] = field(
         default_factory=lambda: {"meta", "ledger", "growth", "memory"}, repr=False
@@ -374,7 +374,7 @@ class SessionState:
         self, refuse: Refuse | None = None
     ) -> tuple[dict[str, str], list[str]]:
         """:meth:`take_changes` with each value as its canonical JSON text (what a
-        JSON state store writes; :func:`ctxpolicy.state._codec.entry_text`): one
+        JSON state store writes; :func:`ctxpolicy.state.codec.entry_text`): one
         encoding per changed entry, no round trip through ``json.loads``."""
         built = _BUILT
         return self._take(

@@ -16,14 +16,9 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, get_args
+from typing import Any, get_args
 
 from ctxpolicy.conversation.units import UnitKind
-from ctxpolicy.event_types import StateInvalid
-from ctxpolicy.policy.models import Policy
-
-if TYPE_CHECKING:  # pragma: no cover
-    from ctxpolicy.engine.context import EngineContext
 
 __all__ = [
     "MAX_COUNT",
@@ -42,8 +37,6 @@ __all__ = [
     "check_stats",
     "check_tool_key",
     "check_tool_text",
-    "verify_learned_window",
-    "window_bounds",
 ]
 
 #: Largest integer a stored counter may hold (exact in every JSON reader).
@@ -82,42 +75,6 @@ class WindowBounds:
 
     floor: int
     configured: int
-
-
-def window_bounds(policy: Policy) -> WindowBounds:
-    """The bounds :func:`~ctxpolicy.engine.window.learn_window` keeps a learned window in."""
-    from ctxpolicy.budget import compute_budget
-    from ctxpolicy.engine.window import MIN_LEARNED_FRACTION
-
-    configured = compute_budget(policy, tool_growth=0).window
-    return WindowBounds(max(1, int(configured * MIN_LEARNED_FRACTION)), configured)
-
-
-def verify_learned_window(ctx: EngineContext) -> None:
-    """Hold a learned window loaded from the store to the other half of
-    :func:`~ctxpolicy.engine.window.learn_window`'s rule once the first request's units
-    are known: a window below that request's pinned content is dropped
-    (``state.invalid``), never obeyed by truncating the pinned task."""
-    pins = ctx.derived.caches.pins
-    st = ctx.state
-    if pins is None:  # no request grouped since the load yet
-        return
-    st.window_unverified = False
-    learned = st.learned_window
-    if learned is None:
-        return
-    count = ctx.counter.count_messages
-    pinned = sum(count(list(u.messages)) for u in pins.units if u.pinned)
-    if learned < pinned:
-        st.learned_window = None
-        st.unfit = None
-        st.touch("meta")
-        ctx.emit(
-            StateInvalid(
-                key=st.window_key,
-                reason=f"learned_window {learned} is below the pinned content ({pinned} tokens)",
-            )
-        )
 
 
 def _count(value: Any, what: str, *, low: int = 0) -> int:

@@ -21,7 +21,7 @@ from typing import Any, Generic, TypeVar
 from pydantic import Field, field_validator
 
 from ctxpolicy.components import ComponentOptions, StateStore, StateStoreError, StoredState
-from ctxpolicy.state._codec import (
+from ctxpolicy.state.codec import (
     IDENTIFIER_PATTERN,
     check_encoded,
     check_expected,
@@ -113,7 +113,7 @@ class JsonStateStore(StateStore):
         delete: Iterable[str] = (),
     ) -> int:
         """:meth:`commit` of values already encoded by
-        :func:`ctxpolicy.state._codec.entry_text` (the session's saves: each value is
+        :func:`ctxpolicy.state.codec.entry_text` (the session's saves: each value is
         encoded once, where it is known, instead of being re-encoded and checked here)."""
         valid_conv_id(conv_id)
         expected = check_expected(expected_version)

@@ -35,7 +35,7 @@ from ctxpolicy._install import extra_hint
 from ctxpolicy.components import StateConflict, StateStoreError
 from ctxpolicy.plugins import hookimpl
 from ctxpolicy.state._base import Rows, SqlOptions, SqlStateStore, joined_rows
-from ctxpolicy.state._codec import interpolate_option
+from ctxpolicy.state.codec import interpolate_option
 
 if TYPE_CHECKING:  # pragma: no cover
     import psycopg

@@ -25,7 +25,7 @@ from pydantic import Field
 from ctxpolicy.components import StateConflict, StateStoreError
 from ctxpolicy.plugins import hookimpl
 from ctxpolicy.state._base import Rows, SqlOptions, SqlStateStore, joined_rows
-from ctxpolicy.state._codec import interpolate_option
+from ctxpolicy.state.codec import interpolate_option
 
 __all__ = ["DEFAULT_FILE", "SqliteOptions", "SqliteStateStore"]
 

@@ -24,13 +24,13 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any, TypeVar
 
 from ctxpolicy.components import StateConflict, StateStore, StateStoreError
-from ctxpolicy.event_types import (
+from ctxpolicy.events.types import (
     StateConflictEvent,
     StateEntryRefused,
     StateReloadFailed,
     StateSaveFailed,
 )
-from ctxpolicy.state._codec import check_key, encode
+from ctxpolicy.state.codec import check_key, encode
 
 __all__ = ["Changes", "StateSync"]
 
@@ -101,7 +101,7 @@ class StateSync:
         """Commit these changes (and any pending ones); False when there is nothing to write.
 
         ``encoded``: the values of ``put`` are already their canonical JSON text
-        (:func:`ctxpolicy.state._codec.entry_text`); only for a store that takes
+        (:func:`ctxpolicy.state.codec.entry_text`); only for a store that takes
         them (:attr:`encoded`). Plain values given to such a store are encoded here:
         one that would not read back equal is a :class:`StateStoreError` before any
         of ``put`` is kept.

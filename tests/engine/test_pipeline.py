@@ -166,12 +166,12 @@ def test_a_call_no_step_may_run_returns_its_view_untouched() -> None:
 
     out, tokens, by = run_pipeline(ctx, view, used, b, count, forced=False, entry=used)
     assert out is view and tokens == used and by is None
-    assert not ctx.derived.layers  # nothing was built for this call
+    assert not ctx.derived.components.layers  # nothing was built for this call
     # between the target and the trigger, below the first step's state: the same
     assert ctx.policy.pipeline and b.target < b.warning_tokens - 1
     assert all(st.at != "normal" for st in ctx.policy.pipeline)
     used = b.warning_tokens - 1
     out, tokens, by = run_pipeline(ctx, view, used, b, count, forced=False, entry=used)
-    assert out is view and by is None and not ctx.derived.layers
+    assert out is view and by is None and not ctx.derived.components.layers
     out, _, _ = run_pipeline(ctx, view, used, b, count, forced=True, entry=used)
-    assert (-1) in {i for _, i in ctx.derived.layers}  # on_overflow ran
+    assert (-1) in {i for _, i in ctx.derived.components.layers}  # on_overflow ran

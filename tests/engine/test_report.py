@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from ctxpolicy.engine import Session
 from ctxpolicy.engine.report import status_payload
-from ctxpolicy.event_types import ABSENT, ContextStatus, problems
+from ctxpolicy.events.types import ABSENT, ContextStatus, problems
 from tests.engine_helpers import make_policy
 
 
@@ -26,7 +26,7 @@ def test_the_status_payload_is_what_its_definition_gives() -> None:
         tokens_in=12,
         duration_ms=0.5,
     )
-    budget = ctx.budget()
+    budget = s.budget()
     for unfit in (None, "the learned window is too small"):
         ctx.state.unfit = unfit
         payload = status_payload(ctx, 12, budget, **kwargs)

@@ -2,7 +2,7 @@
 
 * Table names: PostgreSQL and SQLite fold unquoted identifiers (SQLite compares even
   quoted ones without case), so ``tenantA`` used to resume ``tenanta``. A name with
-  capitals now gets its own tables (:func:`ctxpolicy.state._codec.sql_table`).
+  capitals now gets its own tables (:func:`ctxpolicy.state.codec.sql_table`).
 * The sqlite state file (ctxpolicy.state.sqlite.secure_file): never followed through a
   symlink planted at its path (or at
   SQLite's ``-wal``/``-shm`` beside it), made 0600 when it exists with a wider mode,
@@ -24,7 +24,7 @@ from hypothesis import strategies as st
 
 from ctxpolicy.components import StateStoreError
 from ctxpolicy.engine import Session
-from ctxpolicy.state._codec import IDENTIFIER_PATTERN, check_table, sql_table
+from ctxpolicy.state.codec import IDENTIFIER_PATTERN, check_table, sql_table
 from ctxpolicy.state.sqlite import SqliteOptions, SqliteStateStore
 from tests.engine_helpers import make_policy
 

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from ctxpolicy import Session
 from ctxpolicy.components import StateStore, StateStoreError, StoredState
 from ctxpolicy.engine.state import _jsonable
-from ctxpolicy.state._codec import built_text, canonical_text, encode, entry_text
+from ctxpolicy.state.codec import built_text, canonical_text, encode, entry_text
 from ctxpolicy.state.memory import MemoryStateStore
 from ctxpolicy.state.sqlite import SqliteOptions, SqliteStateStore
 from ctxpolicy.state.sync import StateSync

@@ -1,9 +1,12 @@
-"""What every state store shares: checking ids and keys, and the JSON encoding.
+"""The state codec (public): checking ids and keys, and the JSON encoding every store shares.
 
 Values are stored as canonical JSON text (sorted keys, no spaces, no NaN), so a
 value reads back equal to what was written, whatever the store, and two equal
 values are the same bytes. A value that would not round-trip exactly (a tuple, a
 non-string dict key, NaN, an object) is refused before anything is written.
+
+The engine (``ctxpolicy.engine.state``) encodes a call's changed entries with it, and a
+state store plugin that keeps values as text may use it too (docs/state.md).
 """
 
 from __future__ import annotations
