@@ -1,9 +1,10 @@
 """OpenHands' ``LLMSummarizingCondenser`` driven call by call over a recorded trace.
 
 ``openhands-sdk`` needs Python ≥ 3.12 and the benchmarks run on 3.11, so the library
-runs in a virtualenv of its own (:func:`ensure_venv`: ``benchmarks/peers/venvs/
-openhands`` built from the 3.12 of ``pyenv root``, ``openhands-sdk`` pinned; or the
-interpreter named by ``CTXPOLICY_OPENHANDS_PYTHON``), driven by
+runs in a virtualenv of its own (:func:`ensure_venv`: under the user's cache,
+``~/.cache/ctxpolicy-bench/openhands-sdk-<version>``, outside the source tree, built from
+the 3.12 of ``pyenv root``, ``openhands-sdk`` pinned; or the interpreter named by
+``CTXPOLICY_OPENHANDS_PYTHON``), driven by
 :mod:`benchmarks.peers.openhands_worker` over a pipe:
 
 1. before each model call the trace's new messages go to the worker, which turns
@@ -62,7 +63,12 @@ LABEL = "OpenHands LLMSummarizingCondenser"
 #: the pinned library (Python ≥ 3.12)
 OPENHANDS_SDK = "openhands-sdk==1.58.2"
 ROOT = Path(__file__).resolve().parents[2]
-VENV = Path(__file__).resolve().parent / "venvs" / "openhands"
+#: outside the source tree: nothing that walks benchmarks/ meets a 3.12-only library
+VENV = (
+    Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    / "ctxpolicy-bench"
+    / OPENHANDS_SDK.replace("==", "-")
+)
 WORKER = Path(__file__).resolve().parent / "openhands_worker.py"
 
 
