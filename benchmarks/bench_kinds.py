@@ -337,6 +337,20 @@ def table(
     ]
 
 
+#: how the peer column was measured (printed above the table when it is there)
+PEER_NOTE = [
+    "OpenHands' own `LLMSummarizingCondenser` (`openhands-sdk` 1.58.2, in a Python 3.12 "
+    "virtualenv built from `pyenv root`'s 3.12: benchmarks/peers/openhands.py) replays the "
+    "same traces in the same run through the same replay loop, token counter and price "
+    "model: `max_tokens` is the kind's policy trigger at the window (it then forgets down to "
+    "half of it), `max_size` 80 events and `keep_first` 4 are its defaults, and its summary "
+    "LLM is a real litellm call to a loopback endpoint answering with the shared "
+    "deterministic digest of the events OpenHands renders into its summary prompt, billed "
+    "like every summary (input ×1, output ×5).",
+    "",
+]
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--baseline", type=Path, default=None, help="the tree before (a checkout)")
@@ -384,6 +398,7 @@ def main(argv: list[str] | None = None) -> int:
         f"{' --peers' if args.peers else ''}`"
         f" ({elapsed:.0f} s).",
         "",
+        *(PEER_NOTE if peers else []),
         *table(before, after, peers),
     ]
     publish(name, data, "\n".join(md))
