@@ -26,8 +26,11 @@ the same run). Reported per kind and window, summed over the half's traces:
 * **ovf** — avoidable overflows (a request above ``window − reserve_output`` while the
   system prompt, the task and the newest message alone fit).
 
-No peer condenser is driven here: ``benchmarks/peers`` drives LangChain, deepagents and
-langmem on the SWE traces, not an OpenHands-style condenser.
+``--peers``: OpenHands' own condenser (``LLMSummarizingCondenser`` of ``openhands-sdk``,
+:mod:`benchmarks.peers.openhands`: its Python 3.12 virtualenv is built on first use)
+replays the same traces at the same windows in the "after" process, through the same
+replay loop, token counter and price model, its summaries the shared deterministic
+digest billed like an LLM's; ``max_tokens`` = the kind's policy trigger at the window.
 
 ``--quick``: one window per kind (the smaller) and the first trace of each half.
 Writes benchmarks/results/bench_kinds.json and .md.
@@ -150,6 +153,32 @@ def replay_one(policy_file: str, agent: str, path: str, window: int) -> dict[str
             ).to_dict()
         except ValueError as exc:  # the policy's budget leaves no room at this window
             return {"error": str(exc)[:200]}
+    return _numbers(res)
+
+
+def replay_peer(policy_file: str, agent: str, path: str, window: int) -> dict[str, Any]:
+    """One trace under OpenHands' condenser configured to the policy's budget at the
+    window, through the same loop, counter and price model as :func:`replay_one`."""
+    from benchmarks.peers.openhands import OpenHandsStrategy
+    from ctxpolicy.sim.importers import load_trace
+    from ctxpolicy.sim.replay import load_policy_file, run_strategy, with_window
+
+    policy = with_window(load_policy_file(policy_file, agent), window)
+    strat = OpenHandsStrategy(policy)  # summaries billed with the policy's counter
+    try:
+        res = run_strategy(
+            load_trace(path),
+            strat,
+            counter=strat.counter,
+            trace=Path(path).stem,
+            model=policy.model_name,
+        ).to_dict()
+    finally:
+        strat.close()
+    return _numbers(res)
+
+
+def _numbers(res: Mapping[str, Any]) -> dict[str, Any]:
     b, r = res["billing"], res["retention"]
     return {
         "calls": res["steps"],
@@ -186,25 +215,34 @@ def jobs_for(which: str, quick: bool) -> list[tuple[str, str, str, int]]:
     return out
 
 
-def run_tree(which: str, quick: bool) -> list[dict[str, Any]]:
-    """Every job of the half in this process (the tree first on ``sys.path``)."""
+def run_tree(which: str, quick: bool, peers: bool = False) -> list[dict[str, Any]]:
+    """Every job of the half in this process (the tree first on ``sys.path``); with
+    ``peers``, OpenHands' condenser on the same jobs too (rows with ``peer``)."""
     out = []
+    runs: list[tuple[str | None, Any]] = [(None, replay_one)]
+    if peers:
+        runs.append(("openhands", replay_peer))
     for kind, agent, path, window in jobs_for(which, quick):
-        t0 = time.perf_counter()
-        row = replay_one(POLICY_FILE, agent, path, window)
-        row.update(kind=kind, agent=agent, trace=Path(path).stem, window=window)
-        row["seconds"] = round(time.perf_counter() - t0, 2)
-        out.append(row)
+        for peer, fn in runs:
+            t0 = time.perf_counter()
+            row = fn(POLICY_FILE, agent, path, window)
+            row.update(kind=kind, agent=agent, trace=Path(path).stem, window=window)
+            if peer is not None:
+                row["peer"] = peer
+            row["seconds"] = round(time.perf_counter() - t0, 2)
+            out.append(row)
     return out
 
 
-def run_child(src: Path, which: str, quick: bool) -> list[dict[str, Any]]:
+def run_child(src: Path, which: str, quick: bool, peers: bool = False) -> list[dict[str, Any]]:
     """:func:`run_tree` in a child process with ``src`` first on the path (its
     policies/agents.yaml too)."""
     env = {**os.environ, "PYTHONPATH": str(src)}
     cmd = [sys.executable, __file__, "--child", "--half", which]
     if quick:
         cmd.append("--quick")
+    if peers:
+        cmd.append("--peers")
     res = subprocess.run(cmd, env=env, capture_output=True, text=True, check=True, cwd=src)
     data: list[dict[str, Any]] = json.loads(res.stdout.strip().splitlines()[-1])
     return data
@@ -252,7 +290,11 @@ def _fmt(t: Mapping[str, Any]) -> str:
     return f"{t['cost']} / {ret} / {far} / pfx {t['pfx']} / ovf {t['ovf']}"
 
 
-def table(before: Sequence[Mapping[str, Any]], after: Sequence[Mapping[str, Any]]) -> list[str]:
+def table(
+    before: Sequence[Mapping[str, Any]],
+    after: Sequence[Mapping[str, Any]],
+    peers: Sequence[Mapping[str, Any]] = (),
+) -> list[str]:
     keys = sorted(
         {(r["kind"], r["window"]) for r in after},
         key=lambda k: (list(KINDS).index(k[0]), k[1]),
@@ -261,6 +303,7 @@ def table(before: Sequence[Mapping[str, Any]], after: Sequence[Mapping[str, Any]
     for kind, window in keys:
         b = [r for r in before if (r["kind"], r["window"]) == (kind, window)]
         a = [r for r in after if (r["kind"], r["window"]) == (kind, window)]
+        p = [r for r in peers if (r["kind"], r["window"]) == (kind, window)]
         ta = totals(a)
         ruler = (
             f"{ta['instructions']} % / {ta['ledger_share']} % / {ta['duplicated_lines']} / "
@@ -268,26 +311,23 @@ def table(before: Sequence[Mapping[str, Any]], after: Sequence[Mapping[str, Any]
             if "instructions" in ta
             else "–"
         )
-        rows.append(
-            [
-                f"{kind} ({ta.get('traces', 0)} traces), {window // 1024}k",
-                KINDS[kind][1],
-                _fmt(totals(b)) if b else "–",
-                _fmt(ta),
-                ruler,
-            ]
-        )
+        row = [
+            f"{kind} ({ta.get('traces', 0)} traces), {window // 1024}k",
+            KINDS[kind][1],
+            _fmt(totals(b)) if b else "–",
+            _fmt(ta),
+        ]
+        if peers:
+            row.append(_fmt(totals(p)) if p else "–")
+        rows.append([*row, ruler])
+    head = ["set, window", "policy", "before (main)", "after"]
+    if peers:
+        head.append("OpenHands condenser (same run)")
     return [
         markdown_table(
-            [
-                "set, window",
-                "policy",
-                "before (main)",
-                "after",
-                "after: instr / own / dup / needless",
-            ],
+            [*head, "after: instr / own / dup / needless"],
             rows,
-            align="lllll",
+            align="l" * (len(head) + 1),
         ),
         "",
         "Each cell: cost ÷ sending everything / retention / far retention / prefix "
@@ -297,16 +337,33 @@ def table(before: Sequence[Mapping[str, Any]], after: Sequence[Mapping[str, Any]
     ]
 
 
+#: how the peer column was measured (printed above the table when it is there)
+PEER_NOTE = [
+    "OpenHands' own `LLMSummarizingCondenser` (`openhands-sdk` 1.58.2, in a Python 3.12 "
+    "virtualenv built from `pyenv root`'s 3.12: benchmarks/peers/openhands.py) replays the "
+    "same traces in the same run through the same replay loop, token counter and price "
+    "model: `max_tokens` is the kind's policy trigger at the window (it then forgets down to "
+    "half of it), `max_size` 80 events and `keep_first` 4 are its defaults, and its summary "
+    "LLM is a real litellm call to a loopback endpoint answering with the shared "
+    "deterministic digest of the events OpenHands renders into its summary prompt, billed "
+    "like every summary (input ×1, output ×5).",
+    "",
+]
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--baseline", type=Path, default=None, help="the tree before (a checkout)")
     ap.add_argument("--half", choices=("held_out", "tune"), default="held_out")
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--no-baseline", action="store_true", help="only this tree")
+    ap.add_argument(
+        "--peers", action="store_true", help="OpenHands' condenser on the same jobs too"
+    )
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.child:
-        print(json.dumps(run_tree(args.half, args.quick)))
+        print(json.dumps(run_tree(args.half, args.quick, args.peers)))
         return 0
     t0 = time.perf_counter()
     before: list[dict[str, Any]] = []
@@ -314,7 +371,9 @@ def main(argv: list[str] | None = None) -> int:
         eprint(f"before: {args.baseline}")
         before = run_child(args.baseline.resolve(), args.half, args.quick)
     eprint("after: this tree")
-    after = run_child(ROOT, args.half, args.quick)
+    rows = run_child(ROOT, args.half, args.quick, args.peers)
+    after = [r for r in rows if "peer" not in r]
+    peers = [r for r in rows if "peer" in r]
     elapsed = time.perf_counter() - t0
     split = {k: [p.name for p in v] for k, v in half(args.half).items()}
     data = {
@@ -326,6 +385,7 @@ def main(argv: list[str] | None = None) -> int:
         "elapsed_s": round(elapsed, 1),
         "before": before,
         "after": after,
+        "peers": peers,
     }
     name = "bench_kinds" if args.half == "held_out" else "bench_kinds_tune"
     md = [
@@ -334,10 +394,12 @@ def main(argv: list[str] | None = None) -> int:
         header_markdown(data["machine"]),
         "",
         f"Reproduce: `python benchmarks/bench_kinds.py --baseline <a checkout before>"
-        f"{' --quick' if args.quick else ''}{' --half tune' if args.half == 'tune' else ''}`"
+        f"{' --quick' if args.quick else ''}{' --half tune' if args.half == 'tune' else ''}"
+        f"{' --peers' if args.peers else ''}`"
         f" ({elapsed:.0f} s).",
         "",
-        *table(before, after),
+        *(PEER_NOTE if peers else []),
+        *table(before, after, peers),
     ]
     publish(name, data, "\n".join(md))
     return 0

@@ -35,8 +35,18 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.append(str(ROOT))  # after PYTHONPATH: run as a script, `benchmarks` is importable
 TRACES = Path(os.environ.get("CTXPOLICY_SHARED", ROOT.parent / "shared")) / "traces"
-POLICIES = ROOT / "policies" / "agents.yaml"
+
+
+def _policies() -> Path:
+    """The shipped policies of the tree under test: the one ``ctxpolicy`` is imported
+    from (a child process has its tree first on the path), not this script's."""
+    import ctxpolicy
+
+    return Path(ctxpolicy.__file__).resolve().parents[1] / "policies" / "agents.yaml"
+
+
 LEDGER_MARK = "[ctxpolicy progress ledger]"
 
 #: kind → (file name prefixes, [(agent, window), ...])
@@ -140,7 +150,7 @@ def child(kinds: list[str], quick: bool, llm: bool = False) -> list[dict[str, An
         if quick:
             mine = mine[:1]
         for agent, window in KINDS[kind][1]:
-            policy = load_policy_file(str(POLICIES), agent)
+            policy = load_policy_file(str(_policies()), agent)
             # the shipped extractive summarizer, or the shared deterministic summary
             # billed as an LLM's (``ctxpolicy``: the peers' table's LLM-summary row)
             c = Contestant(label=agent, kind="ctxpolicy" if llm else EXTRACTIVE, policy=policy)
@@ -201,7 +211,9 @@ def scenario_child() -> list[dict[str, Any]]:
     out = []
     for agent, window in SCENARIO_RUNS:
         with tempfile.TemporaryDirectory(prefix="ctxpolicy-taskstate-") as tmp:
-            pol = with_snapshots(with_window(load_policy_file(str(POLICIES), agent), window), tmp)
+            pol = with_snapshots(
+                with_window(load_policy_file(str(_policies()), agent), window), tmp
+            )
             got = mod["run"](pol)
         got.pop("request")
         out.append({"agent": agent, "window": window, **got})

@@ -338,12 +338,9 @@ PEER_NOTES = {
     "langmem": "langmem (benchmarks/peers/langmem.py): `summarize_messages` with its "
     "`RunningSummary`, `max_tokens_before_summary` = the policy's trigger, `max_tokens` = "
     "window − reserve_output (langmem has no keep setting).",
-    "openhands": "OpenHands' `LLMSummarizingCondenser` is not measured: `openhands-sdk` "
-    "1.58.2 (Python ≥ 3.12) installs into a Python 3.12 venv, but the condenser works on "
-    "OpenHands event objects (typed actions and observations the traces must be turned "
-    "into), summarizes through litellm and counts tokens with litellm's tokenizers; the "
-    "driver (trace → events, a loopback endpoint serving the shared summary, the condensed "
-    "view back as messages) is not built yet.",
+    "openhands": "OpenHands' `LLMSummarizingCondenser` is not in this table: it runs in a "
+    "Python 3.12 virtualenv of its own (`openhands-sdk` 1.58.2) and is measured per agent "
+    "kind by benchmarks/bench_kinds.py --peers (benchmarks/peers/openhands.py).",
 }
 
 
