@@ -31,6 +31,7 @@ from ctxpolicy import plugins
 from ctxpolicy.budget import BudgetState
 from ctxpolicy.components import SnapshotStore, StateStore, Summarizer, ToolCall
 from ctxpolicy.conversation import Message, Unit, check_messages, render
+from ctxpolicy.engine.call import Call
 from ctxpolicy.engine.context import EngineContext
 from ctxpolicy.engine.derived import Components, Derived, remember
 from ctxpolicy.engine.ledger import ProgressLedger
@@ -625,70 +626,54 @@ class Session:
         # counted by the view from the grouping's prefix sums (no pass over ``out``)
         out_tokens = caches.out_tokens
         used = scaled(out_tokens + tools_tokens)
-        tokens_in = caches.tokens_in + tools_tokens + caches.priming
-        budget = budget_in_force(ctx)
-        entry_used = used
-        compact_layer: str | None = None
+        call = Call(
+            view,
+            used,
+            budget_in_force(ctx),
+            count,
+            forced=forced,
+            entry_used=used,
+            started=started,
+            messages_in=len(msgs),
+            tokens_in=caches.tokens_in + tools_tokens + caches.priming,
+        )
         start = view
         for _ in range(_PASSES):
             # a pass can grow the ledger (facts of what it dropped) back above the
             # target: the eligible layers then run again over the new ledger
-            view, used, by = run_pipeline(
-                ctx,
-                view,
-                used,
-                budget,
-                count,
-                forced=forced,
-                entry=entry_used,
-                cache_lost=compact_layer is not None,
-            )
+            by = run_pipeline(ctx, call, cache_lost=call.compact_layer is not None)
             if by is None:
                 break
-            compact_layer = by
-            rest = [u for u in view if u.kind != "ledger"]
+            call.compact_layer = by
+            rest = [u for u in call.view if u.kind != "ledger"]
             sync_ledger(ctx, start, rest, tools)
-            view = insert_specials(rest, special_units(ctx))
-            used = count(view)
-            if used <= budget.target or forced:
+            call.view = insert_specials(rest, special_units(ctx))
+            call.used = count(call.view)
+            if call.forced or call.at_target():
                 break
-        changed = compact_layer is not None
-        hard_limit = budget.window - budget.reserve_output
-        if used > hard_limit:
-            squeezed, new_used = squeeze(ctx, view, used, hard_limit, count)
-            if new_used < used:
-                view, used, changed = squeezed, new_used, True
-                compact_layer = compact_layer or "squeeze"
-        if changed:
-            st.set_decisions(remember(view, originals))
-            out = render(view)
+        call.changed = call.compact_layer is not None
+        squeeze(ctx, call)  # the last resort, when the request does not fit
+        if call.changed:
+            st.set_decisions(remember(call.view, originals))
+            out = render(call.view)
             # the view cache of the new decisions, built now: the calls after this one
             # that compact nothing render only their new units (no pass over them all)
             caches.view(originals, keep, st, self._specials, self._history_changed)
-        ctx.derived.last_units = view
+        ctx.derived.last_units = call.view
         # grouping guarantees pairs; a changed view is re-checked as a whole as well
-        violations = check_messages(out) if changed else []
+        violations = check_messages(out) if call.changed else []
         if violations:  # pragma: no cover - layers are checked one by one
             self._emit(EngineInvariantFailed(violations=[v.detail for v in violations]))
             out = render(originals)
-            used = count(originals)
-        report_call(
-            ctx,
-            view,
-            used,
-            budget,
-            count,
-            changed=changed,
-            compact_layer=compact_layer,
-            entry_used=entry_used,
-            used_raw=used
+            call.used = count(originals)
+        changed = call.changed
+        call.messages = len(out)
+        call.used_raw = (
+            call.used
             if scale == 1.0
-            else (out_tokens if not changed else counter.count_messages(out)) + tools_tokens,
-            messages=len(out),
-            messages_in=len(msgs),
-            tokens_in=tokens_in,
-            started=started,
+            else (out_tokens if not changed else counter.count_messages(out)) + tools_tokens
         )
+        report_call(ctx, call)
         return self._uncite_lost(out)
 
     def _uncite_lost(self, out: list[Message]) -> list[Message]:
