@@ -158,7 +158,7 @@ def test_a_call_no_step_may_run_returns_its_view_untouched() -> None:
     step = {"layer": "drop_rounds", "at": "warning", "options": {"keep_recent_rounds": 2}}
     s = Session(make_policy(pipeline=[step], budget={"target": 0.5}))
     s.prepare(conversation(3, 200))
-    ctx, b = s._ctx, s.budget()
+    ctx, b = s.internals.context, s.budget()
     view = list(ctx.derived.last_units)
     used = b.target - 1
 
