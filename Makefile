@@ -45,8 +45,11 @@ demo: $(VENV)/.plot
 	@if [ -f scripts/demo.sh ]; then bash scripts/demo.sh; fi
 
 # The full suite, after the lint gate (CI runs exactly this target).
+# pytest-xdist spreads the test files over the cores (one file stays on one worker, so
+# a file's fixtures run once); TEST_WORKERS=0 runs everything in this process.
+TEST_WORKERS ?= auto
 test: lint postgres chromium
-	$(BIN)/pytest -q -p no:cacheprovider
+	$(BIN)/pytest -q -p no:cacheprovider -n $(TEST_WORKERS) --dist loadfile
 
 # The state tests start a real PostgreSQL server (tests/conftest.py): install the
 # server on a clean Debian machine when it is missing (CI runs as root).

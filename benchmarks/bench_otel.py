@@ -10,8 +10,8 @@ assistant message, tool results through ``add_tool_result`` — three ways, inte
 round by round:
 
 (a) no observer (the baseline);
-(b) :class:`ctxpolicy.events.JsonlEventSink` writing to a temporary file;
-(c) :class:`ctxpolicy.otel.OtelEventSink` on the OpenTelemetry SDK (a ``TracerProvider``
+(b) :class:`ctxpolicy.events.sinks.JsonlEventSink` writing to a temporary file;
+(c) :class:`ctxpolicy.events.otel.OtelEventSink` on the OpenTelemetry SDK (a ``TracerProvider``
     with a ``SimpleSpanProcessor`` into an in-memory exporter, a ``MeterProvider`` with an
     in-memory reader: the SDK's full cost, no network).
 
@@ -77,7 +77,7 @@ def otel_sink() -> tuple[Any, Any, Any]:
     from opentelemetry.sdk.trace.export import SimpleSpanProcessor
     from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-    from ctxpolicy.otel import OtelEventSink
+    from ctxpolicy.events.otel import OtelEventSink
 
     spans = InMemorySpanExporter()
     tp = TracerProvider()
@@ -98,7 +98,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     name, messages, rounds = args.name, args.messages, args.rounds
     info = machine(["ctxpolicy", "opentelemetry-sdk", "quicktok-v1"])
-    from ctxpolicy.events import JsonlEventSink
+    from ctxpolicy.events.sinks import JsonlEventSink
 
     times: dict[str, list[float]] = {"a": [], "b": [], "c": []}
     spans_n = events_n = prepares = 0

@@ -1,7 +1,7 @@
 """``ctxpolicy report EVENTS.jsonl [--html OUT]``: what compaction did, from an event log.
 
 The same views as the gateway's ``/dashboard`` (docs/observability.md), from the
-events a :class:`ctxpolicy.events.JsonlEventSink` wrote: a summary and one line per
+events a :class:`ctxpolicy.events.sinks.JsonlEventSink` wrote: a summary and one line per
 conversation on stdout, ``--json`` the views as JSON, ``--html OUT`` the dashboard's
 page as one self-contained file (styles, script and data inline; opens offline).
 Exit 0 with a report, 1 when the files hold no event, 2 when a file cannot be read.

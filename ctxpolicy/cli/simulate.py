@@ -165,6 +165,15 @@ def _parse_compare(spec: str, policy: str, agent: str) -> tuple[str, str]:
     help="Keep snapshots here (default: a temporary directory, removed).",
 )
 @click.option(
+    "--events",
+    "events_file",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="Append the policy runs' engine events to this file, one JSON object per line "
+    "(numbers and names only; each conversation named RUN/TRACE): the log "
+    "`ctxpolicy report` reads.",
+)
+@click.option(
     "--steps",
     "show_steps",
     is_flag=True,
@@ -191,6 +200,7 @@ def simulate(
     alert_ratio: float,
     alert_repeats: float,
     snapshots_dir: str | None,
+    events_file: str | None,
     show_steps: bool,
 ) -> None:
     """Replay agent traces step by step under a policy and report what it does.
@@ -253,6 +263,21 @@ def simulate(
 
     err = Console(stderr=True)
     show_progress = fmt == "table" and err.is_terminal
+    sink = None
+    if events_file is not None:
+        from ctxpolicy.events.sinks import JsonlEventSink
+
+        sink = JsonlEventSink(events_file)
+
+        def write_events(events: list[dict[str, Any]]) -> None:
+            try:
+                for event in events:
+                    sink(event)
+            except OSError as exc:
+                raise click.ClickException(
+                    f"--events {events_file}: {exc.strerror or exc}"
+                ) from None
+
     tmp = None
     if snapshots_dir is None:
         tmp = tempfile.TemporaryDirectory(prefix="ctxpolicy-simulate-")
@@ -287,12 +312,15 @@ def simulate(
                     alert_repeats=alert_repeats,
                     progress=progress,
                     price_model=pm,
+                    on_events=None if sink is None else write_events,
                 )
             except TraceError as exc:
                 click.echo(f"error: {exc}", err=True)
                 ctx.exit(2)
                 return
     finally:
+        if sink is not None:
+            sink.close()
         if tmp is not None:
             tmp.cleanup()
     png: bytes | None = None

@@ -3,7 +3,7 @@
 Every tool result passes through :func:`default_redactor` (the :data:`DEFAULT_KEYS`
 patterns: ``sk-…``, ``AKIA…``, ``ghp_…`` and friends) before it enters the context
 (:class:`ctxpolicy.engine.tool_results.ToolResultProcessor`), and so does every
-answer of the recall tool; the event export (:func:`ctxpolicy.events.redact_text`)
+answer of the recall tool; the event export (:func:`ctxpolicy.events.sinks.redact_text`)
 applies every built-in pattern. The ``redact`` preprocessor
 (:mod:`ctxpolicy.preprocessors.redact`) is built on the same :class:`Redactor`.
 

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from ctxpolicy.conversation import Message, Unit, content_text
 from ctxpolicy.engine.specials import ledger_changed
-from ctxpolicy.event_types import SnapshotFailed, SnapshotTooLarge
+from ctxpolicy.events.types import SnapshotFailed, SnapshotTooLarge
 
 if TYPE_CHECKING:
     from ctxpolicy.engine.context import EngineContext

@@ -31,7 +31,7 @@ from ctxpolicy.tokens import TokenCounter
 
 __all__ = ["Emit", "EngineContext"]
 
-#: ``emit(event)`` (an :class:`ctxpolicy.event_types.Event`) or ``emit(type, **fields)``
+#: ``emit(event)`` (an :class:`ctxpolicy.events.types.Event`) or ``emit(type, **fields)``
 #: → the event as sent (``conv_id`` and ``ts`` added).
 Emit = Callable[..., dict[str, Any]]
 

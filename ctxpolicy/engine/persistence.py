@@ -31,7 +31,7 @@ from ctxpolicy.engine.specials import new_ledger
 from ctxpolicy.engine.state import SessionState
 from ctxpolicy.engine.stored import bounded_problems
 from ctxpolicy.engine.window import window_bounds
-from ctxpolicy.event_types import (
+from ctxpolicy.events.types import (
     StateEntryRefused,
     StateInvalid,
     StateResumed,

@@ -50,7 +50,7 @@ from ctxpolicy.engine.economics import (
 )
 from ctxpolicy.engine.refs import ensure_refs
 from ctxpolicy.engine.specials import ledger_changed
-from ctxpolicy.event_types import (
+from ctxpolicy.events.types import (
     ContextCompacted,
     ContextCompactionHeld,
     DataLost,

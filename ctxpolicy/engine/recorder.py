@@ -45,7 +45,7 @@ from typing import Any
 
 from ctxpolicy.components import ToolCall
 from ctxpolicy.engine.own import own_kind
-from ctxpolicy.event_types import RecordFailed
+from ctxpolicy.events.types import RecordFailed
 
 __all__ = ["MAX_PENDING", "MAX_PENDING_CHARS", "RecordError", "TraceRecorder", "record_path"]
 

@@ -17,7 +17,7 @@ from ctxpolicy.conversation import Repair
 from ctxpolicy.conversation.jsontext import to_json
 from ctxpolicy.conversation.repair import flatten_deep
 from ctxpolicy.engine.archiving import archive_messages
-from ctxpolicy.event_types import ConversationRepaired
+from ctxpolicy.events.types import ConversationRepaired
 
 if TYPE_CHECKING:
     from ctxpolicy.engine.context import EngineContext

@@ -7,7 +7,7 @@ owes its observers: ``context.above_target`` (a compaction that ends above the t
 ``context.status``.
 
 The status is every call's event: its payload is built in
-:class:`~ctxpolicy.event_types.ContextStatus`'s declared order as one dict, without
+:class:`~ctxpolicy.events.types.ContextStatus`'s declared order as one dict, without
 the frozen dataclass (its ``__init__`` and ``fields()`` are most of an event's cost on
 the per-call path); ``tests/engine/test_report.py`` checks the payload against the
 definition.
@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from ctxpolicy.budget import BudgetState
 from ctxpolicy.engine.call import Call
-from ctxpolicy.event_types import (
+from ctxpolicy.events.types import (
     ContextAboveTarget,
     ContextOverflow,
     ContextStatus,

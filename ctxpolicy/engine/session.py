@@ -54,7 +54,7 @@ from ctxpolicy.engine.squeeze import squeeze
 from ctxpolicy.engine.state import PreparedStats, SessionState
 from ctxpolicy.engine.tool_rules import arrived, tool_result
 from ctxpolicy.engine.window import budget_in_force, learn_window
-from ctxpolicy.event_types import (
+from ctxpolicy.events.types import (
     ContextOverflowErrorEvent,
     ContextUsage,
     EngineInvariantFailed,
@@ -422,7 +422,7 @@ class Session:
     # ------------------------------------------------------------------ internals
     def _emit(self, type_: str | Event, **fields: Any) -> dict[str, Any]:
         ts = round(time.time(), 6)
-        if isinstance(type_, Event):  # a typed event (ctxpolicy/event_types.py)
+        if isinstance(type_, Event):  # a typed event (ctxpolicy/events/types.py)
             event = {"type": type_.TYPE, "conv_id": self.conv_id, "ts": ts, **fields}
             event.update(type_.fields())
         else:

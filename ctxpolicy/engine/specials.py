@@ -19,7 +19,7 @@ from ctxpolicy.budget import effective_window
 from ctxpolicy.conversation import Unit
 from ctxpolicy.engine.ledger import RECALL_TOOL, ProgressLedger, tool_names
 from ctxpolicy.engine.own import HANDOVER_MARK, LEDGER_MARK, special_unit
-from ctxpolicy.event_types import ContextReset
+from ctxpolicy.events.types import ContextReset
 from ctxpolicy.policy.models import Policy, resolve_amount
 from ctxpolicy.tokens import TokenCounter
 

@@ -30,7 +30,7 @@ from ctxpolicy.conversation.refs import ref_line
 from ctxpolicy.engine.archiving import ref_for_message
 from ctxpolicy.engine.call import Call
 from ctxpolicy.engine.own import LEDGER_MARK, special_unit
-from ctxpolicy.event_types import ContextTruncatedPinned, DataLost
+from ctxpolicy.events.types import ContextTruncatedPinned, DataLost
 
 if TYPE_CHECKING:
     from ctxpolicy.engine.context import EngineContext

@@ -35,7 +35,7 @@ from typing import Any
 
 from ctxpolicy.components import Preprocessor, SnapshotRef, SnapshotStore, ToolCall
 from ctxpolicy.conversation.jsontext import to_json
-from ctxpolicy.event_types import (
+from ctxpolicy.events.types import (
     SnapshotFailed,
     SnapshotTooLarge,
     ToolPreprocessFailed,

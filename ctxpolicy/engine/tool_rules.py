@@ -22,7 +22,7 @@ from ctxpolicy.engine.tool_results import (
     arrived_text,
     tool_key,
 )
-from ctxpolicy.event_types import ToolPreprocessed
+from ctxpolicy.events.types import ToolPreprocessed
 
 if TYPE_CHECKING:
     from ctxpolicy.engine.context import EngineContext

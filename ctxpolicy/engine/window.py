@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 from ctxpolicy.budget import BudgetState, compute_budget
 from ctxpolicy.engine.stored import WindowBounds
-from ctxpolicy.event_types import ContextWindowIgnored, ContextWindowLearned, StateInvalid
+from ctxpolicy.events.types import ContextWindowIgnored, ContextWindowLearned, StateInvalid
 from ctxpolicy.policy.models import Policy
 
 if TYPE_CHECKING:

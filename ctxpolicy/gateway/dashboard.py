@@ -45,13 +45,13 @@ _HEADERS = {
 def observers(gateway: Gateway) -> Callable[[str], Callable[[dict[str, Any]], None]] | None:
     """The ``on_event`` of an agent's sessions: the dashboard's views (``--dashboard``)
     and the event log (``--events FILE``: each event as
-    :class:`~ctxpolicy.events.JsonlEventSink` writes it, with its ``agent`` and the
+    :class:`~ctxpolicy.events.sinks.JsonlEventSink` writes it, with its ``agent`` and the
     agent's ``model``); None without either."""
     dashboard: Dashboard | None = getattr(gateway, "dashboard", None)
     path = getattr(gateway.config, "events", None)
     log = None
     if path:
-        from ctxpolicy.events import JsonlEventSink
+        from ctxpolicy.events.sinks import JsonlEventSink
 
         log = JsonlEventSink(path)
     if dashboard is None and log is None:

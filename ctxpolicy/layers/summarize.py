@@ -53,7 +53,7 @@ from ctxpolicy.conversation.facts import user_instructions
 from ctxpolicy.conversation.jsontext import fast_dumps
 from ctxpolicy.conversation.messages import with_text
 from ctxpolicy.conversation.refs import unit_refs
-from ctxpolicy.event_types import (
+from ctxpolicy.events.types import (
     BreakerClosed,
     BreakerOpen,
     SummarizerBusy,
@@ -377,14 +377,14 @@ class Summarize(Layer):
 
     # ------------------------------------------------------------------ call
     def _call(self, summarizer: Summarizer, req: SummaryRequest, ctx: CompactionContext) -> Any:
-        """One summarizer call, bounded by ``timeout_s`` (:func:`ctxpolicy.bounded.call_bounded`:
+        """One summarizer call, bounded by ``timeout_s`` (:func:`ctxpolicy.layers.bounded.call_bounded`:
         a hung call keeps one daemon thread per summarizer; later calls fail fast). A
         summarizer that runs in process (``Summarizer.in_process``) cannot hang on I/O:
         it is called directly, without a thread per call."""
         timeout = self.options.timeout_s
         if timeout is None or summarizer.in_process:
             return summarizer.summarize(req)
-        from ctxpolicy.bounded import CallBusy, CallTimeout, call_bounded
+        from ctxpolicy.layers.bounded import CallBusy, CallTimeout, call_bounded
 
         try:
             return call_bounded(

@@ -1,4 +1,4 @@
-"""Read an event log: one JSON object per line, as :class:`ctxpolicy.events.JsonlEventSink`
+"""Read an event log: one JSON object per line, as :class:`ctxpolicy.events.sinks.JsonlEventSink`
 writes it (from a library session, an adapter, the gateway's ``--events`` or
 ``ctxpolicy simulate --events``).
 

@@ -9,11 +9,12 @@ and the ``--check`` problems collected.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ctxpolicy.events.sinks import export_event
 from ctxpolicy.policy.models import Policy
 from ctxpolicy.sim.baselines import run_baseline
 from ctxpolicy.sim.importers import load_trace
@@ -44,8 +45,14 @@ def _replay_all(
     alert_ratio: float,
     alert_repeats: float,
     price_model: PriceModel | None = None,
+    events: bool = False,
 ) -> dict[str, Any]:
-    """Every run and baseline on one trace file (a process-pool work item)."""
+    """Every run and baseline on one trace file (a process-pool work item).
+
+    ``events``: also return the policy runs' engine events, exported (numbers and
+    names only, :func:`ctxpolicy.events.sinks.export_event`), each conversation named
+    ``RUN/TRACE`` under the agent ``RUN``.
+    """
     messages = load_trace(path)
     name = Path(path).name
     results: list[TraceResult] = []
@@ -70,7 +77,19 @@ def _replay_all(
         r.alert_ratio = alert_ratio
         r.alert_repeats = alert_repeats
         out_runs.append(r.to_dict())
-    return {"trace": name, "path": str(path), "messages": len(messages), "runs": out_runs}
+    out: dict[str, Any] = {
+        "trace": name,
+        "path": str(path),
+        "messages": len(messages),
+        "runs": out_runs,
+    }
+    if events:
+        out["events"] = [
+            export_event({**e, "conv_id": f"{r.label}/{name}", "agent": r.label})
+            for r in results[: len(runs)]
+            for e in r.events
+        ]
+    return out
 
 
 def simulate(
@@ -87,6 +106,7 @@ def simulate(
     alert_repeats: float = 0.3,
     progress: Any = None,
     price_model: PriceModel | None = None,
+    on_events: Callable[[list[dict[str, Any]]], None] | None = None,
 ) -> dict[str, Any]:
     """Replay every trace under every run and baseline; the ``simulate --json`` document.
 
@@ -95,6 +115,8 @@ def simulate(
     sequential run (traces keep their order). ``progress(done, total, name)`` is
     called after each trace. ``price_model`` bills every run (default: each run's
     model's in the model catalogue, :func:`ctxpolicy.sim.metrics.price_model`).
+    ``on_events(events)`` receives each trace's exported policy-run events, in trace
+    order (the log ``ctxpolicy report`` reads); they are not part of the document.
     """
     if not runs:
         raise ValueError("at least one policy run is needed")
@@ -106,12 +128,27 @@ def simulate(
         for i, p in enumerate(strs)
     ]
     args = [
-        (p, list(runs), list(baselines), window, s, prices, alert_ratio, alert_repeats, price_model)
+        (
+            p,
+            list(runs),
+            list(baselines),
+            window,
+            s,
+            prices,
+            alert_ratio,
+            alert_repeats,
+            price_model,
+            on_events is not None,
+        )
         for p, s in zip(strs, snaps, strict=True)
     ]
     traces: list[dict[str, Any]] = map_ordered(
         _replay_all, args, workers=jobs, progress=progress, names=[Path(p).name for p in strs]
     )
+    for t in traces:
+        trace_events = t.pop("events", None)
+        if on_events is not None and trace_events:
+            on_events(trace_events)
     all_runs = [r for t in traces for r in t["runs"]]
     problems: list[dict[str, Any]] = []
     for t in traces:

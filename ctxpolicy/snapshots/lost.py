@@ -25,7 +25,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from ctxpolicy.components import SnapshotStore
-from ctxpolicy.event_types import DataLost
+from ctxpolicy.events.types import DataLost
 from ctxpolicy.snapshots.names import INDEX_NAME, URI_SCHEME, parse_history_ref, segment_name
 
 __all__ = ["GONE_LINE", "GONE_TOKEN", "LostRefs"]

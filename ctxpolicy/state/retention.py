@@ -18,7 +18,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ctxpolicy.components import StateStore
-from ctxpolicy.event_types import StatePruned, StatePruneFailed
+from ctxpolicy.events.types import StatePruned, StatePruneFailed
 
 __all__ = ["PRUNE_INTERVAL_S", "maybe_prune"]
 

@@ -24,7 +24,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any, TypeVar
 
 from ctxpolicy.components import StateConflict, StateStore, StateStoreError
-from ctxpolicy.event_types import (
+from ctxpolicy.events.types import (
     StateConflictEvent,
     StateEntryRefused,
     StateReloadFailed,

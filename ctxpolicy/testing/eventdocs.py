@@ -1,4 +1,4 @@
-"""Generate the event table of docs/engine.md from :mod:`ctxpolicy.event_types`.
+"""Generate the event table of docs/engine.md from :mod:`ctxpolicy.events.types`.
 
     python -m ctxpolicy.testing.eventdocs            # print the table
     python -m ctxpolicy.testing.eventdocs --write    # rewrite it inside docs/engine.md
@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ctxpolicy.event_types import EVENTS, field_doc
+from ctxpolicy.events.types import EVENTS, field_doc
 from ctxpolicy.testing.hookdocs import run
 
 __all__ = ["END", "START", "main", "table"]

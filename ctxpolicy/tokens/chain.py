@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ctxpolicy.components import Tokenizer, TokenizerUnavailable
-from ctxpolicy.event_types import TokenizerFallback
+from ctxpolicy.events.types import TokenizerFallback
 from ctxpolicy.policy.models import ModelSpec
 from ctxpolicy.tokens.backends import (
     HeuristicTokenizer,

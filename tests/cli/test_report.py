@@ -10,7 +10,7 @@ from click.testing import CliRunner
 
 from ctxpolicy import Session
 from ctxpolicy.cli import LAZY_COMMANDS, main
-from ctxpolicy.events import JsonlEventSink
+from ctxpolicy.events.sinks import JsonlEventSink
 from tests.engine_helpers import conversation, make_policy
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from ctxpolicy.engine import Session
 from ctxpolicy.engine.report import status_payload
-from ctxpolicy.event_types import ABSENT, ContextStatus, problems
+from ctxpolicy.events.types import ABSENT, ContextStatus, problems
 from tests.engine_helpers import make_policy
 
 

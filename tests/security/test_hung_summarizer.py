@@ -17,7 +17,7 @@ import threading
 import time
 from pathlib import Path
 
-from ctxpolicy.bounded import CallBusy, CallTimeout, call_bounded, hung_calls
+from ctxpolicy.layers.bounded import CallBusy, CallTimeout, call_bounded, hung_calls
 
 REPO = Path(__file__).resolve().parents[2]
 

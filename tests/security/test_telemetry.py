@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 from ctxpolicy import Session
-from ctxpolicy.events import JsonlEventSink, export_event
+from ctxpolicy.events.sinks import JsonlEventSink, export_event
 from tests.engine_helpers import conversation, make_policy
 
 SECRETS = ["sk-proj-" + "A1b2C3d4" * 5, "Tr0ub4dor&3xyzzy"]
@@ -88,7 +88,7 @@ def test_otel_spans_carry_no_content() -> None:
     from opentelemetry.sdk.trace.export import SimpleSpanProcessor
     from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-    from ctxpolicy.otel import OtelEventSink
+    from ctxpolicy.events.otel import OtelEventSink
 
     exporter = InMemorySpanExporter()
     provider = TracerProvider()
@@ -115,7 +115,7 @@ def test_otel_compaction_spans_carry_no_content_even_when_asked() -> None:
     from opentelemetry.sdk.trace.export import SimpleSpanProcessor
     from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-    from ctxpolicy.otel import OtelEventSink
+    from ctxpolicy.events.otel import OtelEventSink
 
     exporter = InMemorySpanExporter()
     provider = TracerProvider()
@@ -148,7 +148,7 @@ def test_otel_pending_is_bounded_and_flushed_on_close() -> None:
     from opentelemetry.sdk.trace.export import SimpleSpanProcessor
     from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-    from ctxpolicy.otel import OtelEventSink
+    from ctxpolicy.events.otel import OtelEventSink
 
     exporter = InMemorySpanExporter()
     provider = TracerProvider()

@@ -230,3 +230,53 @@ def test_steps_show_the_state_reached_before_compaction() -> None:
     run = json.loads(js)["traces"][0]["runs"][0]
     i = int(row[0]) - 1
     assert run["series"]["before"][i] == before and run["series"]["state_before"][i] == reached
+
+
+def test_events_log_feeds_report(tmp_path: Path) -> None:
+    """``--events`` writes the policy runs' events; ``ctxpolicy report`` reads them back."""
+    from ctxpolicy.cli import main
+
+    log = tmp_path / "logs" / "events.jsonl"
+    demo = [d for d in DEMO if "data-analysis" in d]
+    args = [*demo, "--policy", POLICY, "--agent", "coding_agent", "--window", "8192"]
+    args += ["--compare", f"{POLICY}:default", "--json", "--events", str(log)]
+    code, out = invoke(*args)
+    assert code == 0, out
+    assert "events" not in json.loads(out)["traces"][0]  # the document is unchanged
+    events = [json.loads(line) for line in log.read_text().splitlines()]
+    name = Path(demo[0]).name
+    assert {e["conv_id"] for e in events} == {f"coding_agent/{name}", f"default/{name}"}
+    assert any(e["type"] == "context.compacted" for e in events)
+    # numbers and names only: no message text reaches the log
+    first_user = next(
+        json.loads(line)["content"]
+        for line in Path(demo[0]).read_text().splitlines()
+        if json.loads(line)["role"] == "user"
+    )
+    assert first_user[:40] not in log.read_text()
+    # the same log whatever the number of worker processes (traces keep their order)
+    again = tmp_path / "again.jsonl"
+    args = [*demo, *demo, "--policy", POLICY, "--agent", "coding_agent", "--window", "8192"]
+    code, _ = invoke(*args, "--events", str(again), "--jobs", "2", "--json")
+    assert code == 0
+    twice = [json.loads(line) for line in again.read_text().splitlines()]
+    drop = {"ts", "elapsed_ms", "duration_ms"}
+    strip = [{k: v for k, v in e.items() if k not in drop} for e in twice]
+    half = len(strip) // 2
+    assert strip[:half] == strip[half:]
+
+    report = CliRunner().invoke(main, ["report", str(log), "--json"])
+    assert report.exit_code == 0, report.output
+    totals = json.loads(report.stdout)["totals"]
+    assert totals["conversations"] == 2 and totals["compactions"] > 0
+
+
+def test_events_log_unwritable_is_a_clear_error(tmp_path: Path) -> None:
+    (tmp_path / "dir").mkdir()
+    demo = [d for d in DEMO if "data-analysis" in d]
+    res = CliRunner().invoke(
+        simulate,
+        [*demo, "--policy", POLICY, "--agent", "coding_agent", "--events", str(tmp_path / "dir")],
+    )
+    assert res.exit_code != 0
+    assert "--events" in res.output and "Traceback" not in res.output

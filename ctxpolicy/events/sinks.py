@@ -3,7 +3,7 @@
 Every event is a JSON-serialisable dict with a ``type``. The engine sends them to the
 pluggy ``ctxpolicy_event`` observers and to an optional callback; :class:`JsonlEventSink`
 is such a callback that appends them to a file, one JSON object per line. What each
-event type carries is defined once, in :mod:`ctxpolicy.event_types` (re-exported
+event type carries is defined once, in :mod:`ctxpolicy.events.types` (re-exported
 here as :data:`EVENTS`); docs/engine.md's table is generated from it.
 """
 
@@ -17,7 +17,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import IO, Any
 
-from ctxpolicy.event_types import EVENTS, Event, status_fields
+from ctxpolicy.events.types import EVENTS, Event, status_fields
 
 __all__ = [
     "CONTENT_FIELDS",
@@ -32,7 +32,7 @@ __all__ = [
 
 #: Keys every ``context.status`` event has, in order (design A's
 #: ``{type, used, budget, ratio, state, compact_layer}`` first; ``budget`` is design A's
-#: effective budget, our trigger): :class:`ctxpolicy.event_types.ContextStatus`.
+#: effective budget, our trigger): :class:`ctxpolicy.events.types.ContextStatus`.
 STATUS_FIELDS: tuple[str, ...] = status_fields()
 
 

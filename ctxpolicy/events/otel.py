@@ -1,7 +1,7 @@
 """OpenTelemetry event sink: a span per ``prepare``, metrics for tokens and compactions.
 
 Extra ``otel`` (``pip install 'ctxpolicy[otel]'``). :class:`OtelEventSink` is an event
-observer like :class:`ctxpolicy.events.JsonlEventSink`: pass it as a session's
+observer like :class:`ctxpolicy.events.sinks.JsonlEventSink`: pass it as a session's
 ``on_event``, or register it for every session with
 ``ctxpolicy.plugins.register_plugin(sink, "otel")`` (it implements the
 ``ctxpolicy_event`` hook). It uses the global tracer and meter providers unless given
@@ -47,8 +47,8 @@ from importlib import resources
 from typing import Any
 
 from ctxpolicy._install import extra_hint
-from ctxpolicy.event_types import ContextStatus, span_fields
-from ctxpolicy.events import export_event
+from ctxpolicy.events.sinks import export_event
+from ctxpolicy.events.types import ContextStatus, span_fields
 from ctxpolicy.plugins import hookimpl
 
 try:

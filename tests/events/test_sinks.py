@@ -6,7 +6,7 @@ import json
 import threading
 
 from ctxpolicy.budget import compute_budget
-from ctxpolicy.events import STATUS_FIELDS, JsonlEventSink
+from ctxpolicy.events.sinks import STATUS_FIELDS, JsonlEventSink
 from ctxpolicy.policy.models import Policy
 
 
@@ -35,7 +35,7 @@ def budget(window: int = 120000, reserve: int = 4096):
 
 def test_the_engines_status_event_has_the_fields_in_order():
     """The ``context.status`` the engine emits has every field of STATUS_FIELDS (its
-    definition, ctxpolicy/event_types.py), in that order (design A's six first), with
+    definition, ctxpolicy/events/types.py), in that order (design A's six first), with
     ``conv_id`` and ``ts`` after ``type``."""
     from ctxpolicy import Session
 

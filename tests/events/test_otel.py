@@ -14,10 +14,9 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import StatusCode
 
 from ctxpolicy import Session
-from ctxpolicy.otel import OtelEventSink
+from ctxpolicy.events.otel import OtelEventSink
 from ctxpolicy.plugins import register_plugin, unregister_plugin
-
-from .engine_helpers import call, conversation, make_policy
+from tests.engine_helpers import call, conversation, make_policy
 
 
 @pytest.fixture
@@ -184,7 +183,7 @@ def test_a_span_per_compaction_in_genai_names(otel, tmp_path):
         saving = a["ctxpolicy.compaction.saving_per_call_usd"]
         assert saving == pytest.approx((ev["before"] - ev["after"]) * 1.25e-6)
         assert span.end_time - span.start_time == pytest.approx(ev["duration_ms"] * 1e6, abs=1_000)
-        from ctxpolicy.otel import COMPACTION_ATTRIBUTES
+        from ctxpolicy.events.otel import COMPACTION_ATTRIBUTES
 
         own = {k for k in a if k.startswith("ctxpolicy.")}
         assert own <= set(COMPACTION_ATTRIBUTES)  # every name is documented

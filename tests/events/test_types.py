@@ -1,4 +1,4 @@
-"""One definition per event type (ctxpolicy/event_types.py): the registry, the payload
+"""One definition per event type (ctxpolicy/events/types.py): the registry, the payload
 it builds, real sessions' events against it, and the generated docs table."""
 
 from __future__ import annotations
@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from ctxpolicy import plugins
-from ctxpolicy.event_types import (
+from ctxpolicy.events.sinks import STATUS_FIELDS
+from ctxpolicy.events.types import (
     ABSENT,
     EVENTS,
     ContextStatus,
@@ -18,12 +19,11 @@ from ctxpolicy.event_types import (
     problems,
     span_fields,
 )
-from ctxpolicy.events import STATUS_FIELDS
 from ctxpolicy.plugins import hookimpl
 from ctxpolicy.testing import eventdocs
 from tests.shared_data import TRACES, require
 
-DOCS = Path(__file__).resolve().parent.parent / "docs" / "engine.md"
+DOCS = Path(__file__).resolve().parents[2] / "docs" / "engine.md"
 
 
 def test_every_type_is_registered_once_by_its_class():
@@ -90,7 +90,7 @@ def test_a_replays_events_all_fit_their_definitions(tmp_path, agent):
     from ctxpolicy.sim.importers import load_trace
 
     trace = require(TRACES / "swe-agent__demo.function_calling_simple.jsonl")
-    root = Path(__file__).resolve().parent.parent
+    root = Path(__file__).resolve().parents[2]
     policy = replay.load_policy_file(str(root / "policies" / "agents.yaml"), agent)
     cap = _Capture()
     plugins.register_plugin(cap, "capture-events")
@@ -107,7 +107,7 @@ def test_a_sessions_other_events_fit_their_definitions(tmp_path):
     from ctxpolicy import Session
     from ctxpolicy.policy.resolve import load_policy
 
-    root = Path(__file__).resolve().parent.parent
+    root = Path(__file__).resolve().parents[2]
     policy = load_policy(str(root / "policies" / "agents.yaml"), agent="coding_agent")
     seen: list[dict] = []
     s = Session(policy, conv_id="c1", on_event=seen.append)
