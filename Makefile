@@ -80,9 +80,18 @@ lint: $(VENV)/.dev
 fuzz: $(VENV)/.dev
 	HYPOTHESIS_PROFILE=fuzz $(BIN)/pytest -q tests -k fuzz
 
+# Every registered benchmark suite (`python -m benchmarks list`; long: an hour or more on
+# 2 cores), then the page. One suite: `$(PY) -m benchmarks run SUITE [--quick]`.
 bench: $(VENV)/.dev
-	@for b in benchmarks/bench_*.py; do echo "== $$b"; $(PY) $$b || exit 1; done
-	$(PY) benchmarks/report.py
+	$(PY) -m benchmarks run all
+	$(MAKE) docs
+
+# Every generated doc: the policy schema and reference, the event and hook tables, and
+# docs/benchmarks.md from benchmarks/results (nothing is measured).
+docs: schema $(VENV)/.dev
+	$(PY) -m ctxpolicy.testing.eventdocs --write
+	$(PY) -m ctxpolicy.testing.hookdocs --write
+	$(PY) -m benchmarks render
 
 schema: $(VENV)/.base
 	$(BIN)/ctxpolicy schema > schemas/ctxpolicy.schema.json

@@ -10,6 +10,7 @@ import json
 import os
 import platform
 import statistics
+import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -18,7 +19,10 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any, NamedTuple
 
-RESULTS = Path(__file__).resolve().parent / "results"
+#: where results files go (CTXPOLICY_BENCH_RESULTS: elsewhere, e.g. a smoke test's tmp dir)
+RESULTS = Path(
+    os.environ.get("CTXPOLICY_BENCH_RESULTS") or Path(__file__).resolve().parent / "results"
+)
 SHARED = Path(os.environ.get("CTXPOLICY_SHARED", Path(__file__).resolve().parents[2] / "shared"))
 
 
@@ -128,6 +132,38 @@ def publish(name: str, data: dict[str, Any], markdown: str) -> tuple[Path, Path]
     print(markdown)
     eprint(f"wrote {paths[0]} and {paths[1]}")
     return paths
+
+
+def git_head(src: Path) -> str | None:
+    try:
+        out = subprocess.run(
+            ["git", "-C", str(src), "rev-parse", "--short", "HEAD"],
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+    except (OSError, subprocess.CalledProcessError):
+        return None
+    return out.stdout.strip() or None
+
+
+def trees(baseline: Path | None, root: Path) -> dict[str, Path]:
+    """The source trees a before/after benchmark measures: ``baseline`` (when given),
+    then this tree."""
+    return {**({"baseline": baseline.resolve()} if baseline else {}), "this tree": root}
+
+
+def in_tree(
+    script: str | Path, src: Path, *args: str, timeout: float | None = None, check: bool = True
+) -> Any:
+    """``script --child *args`` in a child interpreter whose ``PYTHONPATH`` is ``src`` (the
+    tree measured); the JSON of its last output line."""
+    env = {**os.environ, "PYTHONPATH": str(src)}
+    cmd = [sys.executable, str(script), "--child", *args]
+    res = subprocess.run(cmd, env=env, capture_output=True, text=True, check=check, timeout=timeout)
+    if res.returncode != 0:
+        raise SystemExit(f"{Path(script).name} with {src} failed:\n{res.stderr[-2000:]}")
+    return json.loads(res.stdout.strip().splitlines()[-1])
 
 
 def eprint(*args: Any) -> None:

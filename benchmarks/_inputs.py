@@ -15,9 +15,13 @@ __all__ = [
     "ROOT",
     "coding_parts",
     "engine_policy",
+    "family",
     "largest_trace",
     "largest_traces",
+    "load_agent",
     "message_texts",
+    "runnable",
+    "shipped_agents",
     "smallest_trace",
     "step_indices",
 ]
@@ -44,6 +48,45 @@ def engine_policy() -> tuple[Any, str | None]:
         why = f"policy tokenizer unavailable offline ({type(exc).__name__}: {str(exc)[:160]})"
     model = pol.model.model_copy(update={"tokenizer": "cl100k_base"})
     return pol.model_copy(update={"model": model}), why + "; tiktoken cl100k_base used instead"
+
+
+def family(trace: str) -> str:
+    return trace.split("__", 1)[0]
+
+
+def shipped_agents() -> list[str]:
+    from ruamel.yaml import YAML
+
+    data = YAML(typ="safe").load(POLICY_FILE.read_text(encoding="utf-8"))
+    return list(data["policies"])
+
+
+def runnable(policy: Any) -> tuple[Any, str | None]:
+    """``policy`` with a tokenizer chain that loads offline: an explicit bare tiktoken
+    encoding that is not cached gets quicktok's identical bundled copy (then the
+    heuristic) appended. Returns the note when it had to."""
+    from ctxpolicy.tokens import TokenCounter
+
+    try:
+        TokenCounter(policy.model, model_name=policy.model_name)
+        return policy, None
+    except Exception as exc:
+        tok = policy.model.tokenizer
+        items = [tok] if isinstance(tok, str) else list(tok or [])
+        encs = [
+            i.split(":", 1)[-1] for i in items if i not in ("heuristic", "quicktok", "tiktoken")
+        ]
+        chain = [*items, *(f"quicktok:{e}" for e in encs), "heuristic"]
+        model = policy.model.model_copy(update={"tokenizer": chain})
+        return policy.model_copy(update={"model": model}), (
+            f"{policy.agent}: tokenizer {tok!r} unavailable offline ({type(exc).__name__}); ran with {chain}"
+        )
+
+
+def load_agent(agent: str, policy_file: str | Path = POLICY_FILE) -> tuple[Any, str | None]:
+    import ctxpolicy
+
+    return runnable(ctxpolicy.load_policy(str(policy_file), agent=agent))
 
 
 def message_texts(m: Mapping[str, Any]) -> list[str]:

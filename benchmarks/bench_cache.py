@@ -30,7 +30,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks._common import SHARED, eprint, header_markdown, machine, markdown_table, publish
-from benchmarks.bench_quality import family, load_agent, shipped_agents
+from benchmarks._inputs import family, load_agent, shipped_agents
 
 ROOT = Path(__file__).resolve().parents[1]
 TOLERANCE = 8  # tokens of framing difference still counted as "prefix kept"

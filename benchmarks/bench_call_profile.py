@@ -29,20 +29,32 @@ from __future__ import annotations
 import argparse
 import cProfile
 import json
-import os
 import pstats
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
+import types
 from pathlib import Path
 from typing import Any
 
+# appended, not inserted: a child measuring a baseline (PYTHONPATH) finds that tree's
+# ctxpolicy first, and `benchmarks` is this tree's whatever that tree holds
 sys.path.append(str(Path(__file__).resolve().parents[1]))
+sys.modules.setdefault("benchmarks", types.ModuleType("benchmarks")).__path__ = [
+    str(Path(__file__).resolve().parent)
+]
 
-from benchmarks._common import eprint, header_markdown, machine, markdown_table, publish
+from benchmarks._common import (  # noqa: E402 - after the path is set
+    eprint,
+    header_markdown,
+    in_tree,
+    machine,
+    markdown_table,
+    publish,
+    trees,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 AGENT = "coding_agent"
@@ -57,7 +69,7 @@ def _fn_name(key: tuple[str, int, str]) -> str:
 
 def child(steps: int, profile: bool) -> dict[str, Any]:
     """Per ``prepare``: seconds, compacted or not, Python calls, calls per function."""
-    from benchmarks.bench_quality import load_agent
+    from benchmarks._inputs import load_agent
     from ctxpolicy import Session
     from ctxpolicy.sim.replay import _sim_store, call_for
     from ctxpolicy.sim.synth import coding_session
@@ -111,12 +123,7 @@ def child(steps: int, profile: bool) -> dict[str, Any]:
 
 
 def run(src: Path, steps: int, profile: bool = False) -> dict[str, Any]:
-    env = {**os.environ, "PYTHONPATH": str(src)}
-    cmd = [sys.executable, __file__, "--child", "--steps", str(steps)]
-    cmd += ["--profile"] if profile else []
-    res = subprocess.run(cmd, env=env, capture_output=True, text=True, check=True)
-    data: dict[str, Any] = json.loads(res.stdout.strip().splitlines()[-1])
-    return data
+    return in_tree(__file__, src, "--steps", str(steps), *(["--profile"] if profile else []))  # type: ignore[no-any-return]
 
 
 def summarize(runs: list[dict[str, Any]], profiled: dict[str, Any]) -> dict[str, Any]:
@@ -254,12 +261,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.child:
         print(json.dumps(child(args.steps, args.profile)))
         return 0
-    from benchmarks.bench_scaling import git_head
+    from benchmarks._common import git_head
 
-    codes: dict[str, Path] = {}
-    if args.baseline is not None:
-        codes["baseline"] = args.baseline.resolve()
-    codes["this tree"] = ROOT
+    codes = trees(args.baseline, ROOT)
     runs: dict[str, list[dict[str, Any]]] = {c: [] for c in codes}
     profiled: dict[str, dict[str, Any]] = {}
     for code, src in codes.items():

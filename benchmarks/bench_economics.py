@@ -31,16 +31,20 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import subprocess
 import sys
 import tempfile
+import types
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+# appended, not inserted: a child measuring a baseline (PYTHONPATH) finds that tree's
+# ctxpolicy first, and `benchmarks` is this tree's whatever that tree holds
+sys.path.append(str(Path(__file__).resolve().parents[1]))
+sys.modules.setdefault("benchmarks", types.ModuleType("benchmarks")).__path__ = [
+    str(Path(__file__).resolve().parent)
+]
 
-from benchmarks._common import SHARED, header_markdown, machine, publish
+from benchmarks._common import SHARED, header_markdown, in_tree, machine, publish  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 TRACES = SHARED / "traces"
@@ -102,13 +106,7 @@ def child(quick: bool) -> dict[str, dict[str, float]]:
 
 
 def run(src: Path, quick: bool) -> dict[str, dict[str, float]]:
-    env = {**os.environ, "PYTHONPATH": str(src)}
-    cmd = [sys.executable, __file__, "--child", *(["--quick"] if quick else [])]
-    res = subprocess.run(cmd, env=env, capture_output=True, text=True, check=False)
-    if res.returncode != 0:
-        raise SystemExit(f"replay with {src} failed:\n{res.stderr[-2000:]}")
-    data: dict[str, dict[str, float]] = json.loads(res.stdout.strip().splitlines()[-1])
-    return data
+    return in_tree(__file__, src, *(["--quick"] if quick else []), check=False)  # type: ignore[no-any-return]
 
 
 def rates(t: dict[str, float]) -> dict[str, float]:

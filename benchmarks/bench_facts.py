@@ -25,14 +25,20 @@ import importlib.util
 import statistics
 import sys
 import time
+import types
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+# appended, not inserted: a child measuring a baseline (PYTHONPATH) finds that tree's
+# ctxpolicy first, and `benchmarks` is this tree's whatever that tree holds
 sys.path.append(str(Path(__file__).resolve().parents[1]))
+sys.modules.setdefault("benchmarks", types.ModuleType("benchmarks")).__path__ = [
+    str(Path(__file__).resolve().parent)
+]
 
-from benchmarks._common import eprint, header_markdown, machine, markdown_table, publish
+from benchmarks._common import eprint, header_markdown, machine, markdown_table, publish  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 REFERENCE = ROOT / "tests" / "conversation" / "facts_reference.py"

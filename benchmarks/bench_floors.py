@@ -32,13 +32,19 @@ import argparse
 import contextlib
 import statistics
 import sys
+import types
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+# appended, not inserted: a child measuring a baseline (PYTHONPATH) finds that tree's
+# ctxpolicy first, and `benchmarks` is this tree's whatever that tree holds
 sys.path.append(str(Path(__file__).resolve().parents[1]))
+sys.modules.setdefault("benchmarks", types.ModuleType("benchmarks")).__path__ = [
+    str(Path(__file__).resolve().parent)
+]
 
-from benchmarks._common import eprint, header_markdown, machine, markdown_table, publish
+from benchmarks._common import eprint, header_markdown, machine, markdown_table, publish  # noqa: E402
 
 #: variant → (state store, snapshots on, one commit per model call)
 VARIANTS = {
@@ -79,8 +85,7 @@ def _per_call(runs: list[list[float]]) -> float:
 
 
 def measure(quick: bool, repeat: int) -> dict[str, Any]:
-    from benchmarks._inputs import largest_traces, smallest_trace
-    from benchmarks.bench_quality import load_agent
+    from benchmarks._inputs import largest_traces, load_agent, smallest_trace
     from benchmarks.peers.timing import _lc_steps, replay_ctxpolicy, replay_langchain
     from ctxpolicy.tokens import get_counter
 

@@ -12,7 +12,15 @@ paths, so direct and gateway calls are measured the same way). Scenarios:
   an upstream that takes ``--upstream-ms`` per answer, as a model does;
 * ``stream``: time to the first body byte of a streamed answer, gateway minus direct;
 * ``large``: a coding agent's request (~150 KB: a long system prompt, 24 tools, 60
-  messages of tool history) on the Anthropic route, one conversation.
+  messages of tool history) on the Anthropic route, one conversation;
+* ``claude``: a real Claude Code request of ~150 KB (its system prompt, its 24 tools, a
+  history of file reads with signed thinking), captured at run time from Claude Code
+  itself (the cached install of tests/gateway/test_real_clients.py) against the scripted
+  server, never stored; skipped when Claude Code is not installed.
+
+Own CPU: each checkout's gateway code replays the small and the real request in a
+process of its own (reading the body, identity, the wire's conversion, ``prepare``,
+building and encoding the outgoing body: everything but HTTP), CPU time per request.
 
 With ``--baseline DIR`` (another checkout, e.g. ``/work/main``) a second gateway runs
 that checkout's code against the same upstream, and every conversation interleaves
@@ -27,6 +35,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import multiprocessing as mp
 import os
 import socket
@@ -192,17 +201,121 @@ def _large_body() -> dict[str, Any]:
 
 LARGE = _large_body()
 
+CLIENTS = Path(os.environ.get("CTXPOLICY_CLIENTS_DIR") or Path.home() / ".cache/ctxpolicy-clients")
+REAL_BYTES = 150_000
+
+
+def _claude_request(tmp: str) -> dict[str, Any] | None:
+    """A real Claude Code ``/v1/messages`` request of about :data:`REAL_BYTES`: ``claude -p``
+    reads files against a recording scripted server until its request is that long
+    (None when Claude Code is not installed)."""
+    import hashlib
+
+    from ctxpolicy.testing.server import ScriptedLLMServer
+
+    exe = CLIENTS / "node_modules" / ".bin" / "claude"
+    if not exe.exists():
+        return None
+    root = Path(tmp) / "claude"
+    (root / "home").mkdir(parents=True, exist_ok=True)
+    for i in range(40):
+        lines = (f"line {j} of file {i}: value_{i}_{j} " + "x" * 40 for j in range(100))
+        (root / f"big{i}.txt").write_text("\n".join(lines) + "\n")
+    bodies: list[dict[str, Any]] = []
+
+    def script(body: dict[str, Any], api: str) -> dict[str, Any]:
+        if not body.get("tools"):
+            return {"content": "ok"}
+        bodies.append(body)
+        n = len(bodies)
+        if len(json.dumps(body)) >= REAL_BYTES or n >= 40:
+            return {"content": "all files read"}
+        text = f"Reading file {n}."
+        return {
+            "thinking": text,
+            "signature": hashlib.sha256(text.encode()).hexdigest(),
+            "tool_calls": [{"name": "Read", "arguments": {"file_path": str(root / f"big{n}.txt")}}],
+        }
+
+    env = {
+        "PATH": os.environ.get("PATH", ""),
+        "HOME": str(root / "home"),
+        "ANTHROPIC_API_KEY": "sk-ant-bench",
+        "DISABLE_TELEMETRY": "1",
+        "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
+    }
+    with ScriptedLLMServer(window=10_000_000, script=script) as srv:
+        env["ANTHROPIC_BASE_URL"] = srv.url
+        cmd = [str(exe), "-p", "Read the bigN.txt files one by one.", "--allowedTools", "Read"]
+        subprocess.run(cmd, cwd=root, env=env, capture_output=True, timeout=600, check=False)
+    return bodies[-1] if bodies else None
+
+
+#: One checkout's gateway code replaying requests in process: CPU seconds per request
+#: of what the gateway does between the body read and the upstream send.
+OWN_CPU_CODE = """
+import json, sys, tempfile, time
+from pathlib import Path
+from ctxpolicy.gateway.app import Gateway, GatewayConfig
+from ctxpolicy.gateway.calls import parse, prepare_sync
+from ctxpolicy.wire import for_api
+from tests.integrations.conftest import make_policy
+bodies, calls = json.loads(sys.stdin.read()), int(sys.argv[1])
+gw = Gateway(GatewayConfig(policies={"a": make_policy(Path(tempfile.mkdtemp()), window=1_000_000)},
+    upstream="http://127.0.0.1:9", default_agent="a", secret=b"bench"))
+out = {}
+for name, (api, body) in bodies.items():
+    raw = json.dumps(body).encode()
+    headers = {"x-ctxpolicy-conversation": name, "authorization": "Bearer bench"}
+    if api == "anthropic":
+        headers["anthropic-version"] = "2023-06-01"
+    wire = for_api(api)
+    def one():
+        tenant = gw.identity.tenant(headers, server_key=False)
+        p = parse(gw.identity, raw, api, "a", tenant, headers, True)
+        s = gw.pool.get("a", p.conversation.id)
+        d = prepare_sync(s, p.req.messages, p.req.tools)
+        return wire.build(p.req, d.messages, None)
+    for _ in range(10):
+        one()
+    times = []
+    for _ in range(calls):
+        t0 = time.process_time()
+        one()
+        times.append(time.process_time() - t0)
+    out[name] = times
+gw.pool.close()
+print(json.dumps(out))
+"""
+
+
+def _own_cpu(root: Path, bodies: dict[str, tuple[str, Any]], calls: int) -> dict[str, list[float]]:
+    env = {**os.environ, "PYTHONPATH": str(root)}
+    done = subprocess.run(
+        [sys.executable, "-c", OWN_CPU_CODE, str(calls)],
+        input=json.dumps(bodies),
+        cwd=root,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=1800,
+        check=True,
+    )
+    return {k: list(v) for k, v in json.loads(done.stdout.strip().splitlines()[-1]).items()}
+
 
 async def _call(
-    c: httpx.AsyncClient, url: str, conv: str, stream: bool, large: bool = False
+    c: httpx.AsyncClient, url: str, conv: str, stream: bool, large: Any = False
 ) -> float:
-    """Seconds to the whole answer (or, streaming, to its first body byte)."""
+    """Seconds to the whole answer (or, streaming, to its first body byte); ``large``: the
+    JSON bytes of a Messages request to send instead of the small chat request."""
     headers = {"x-ctxpolicy-conversation": conv, "authorization": "Bearer bench"}
     body = {**BODY, "stream": True} if stream else BODY
     t0 = time.perf_counter()
     if large:
         headers["anthropic-version"] = "2023-06-01"
-        r = await c.post(url + "/v1/messages", json=LARGE, headers=headers)
+        headers["content-type"] = "application/json"
+        r = await c.post(url + "/v1/messages", content=large, headers=headers)
         dt = time.perf_counter() - t0
         assert r.status_code == 200, r.text
         return dt
@@ -221,7 +334,7 @@ async def _call(
 
 
 async def _conversation(
-    c: httpx.AsyncClient, urls: list[str], conv: str, calls: int, stream: bool, large: bool
+    c: httpx.AsyncClient, urls: list[str], conv: str, calls: int, stream: bool, large: Any
 ) -> list[list[float]]:
     """Seconds per call for each url (direct first), the order rotating every call."""
     out: list[list[float]] = [[] for _ in urls]
@@ -238,12 +351,12 @@ async def _scenario(
     calls: int,
     pids: list[int],
     stream: bool = False,
-    large: bool = False,
+    large: Any = False,
 ) -> tuple[list[float], list[tuple[list[float], float]]]:
     """Direct seconds per call, and for each gateway its seconds per call and CPU seconds
     per call (the warm-up calls, which open the conversations, left out)."""
     limits = httpx.Limits(max_connections=4 * conversations, max_keepalive_connections=None)
-    convs = [f"bench-{stream}-{large}-{n}" for n in range(conversations)]
+    convs = [f"bench-{stream}-{len(large) if large else 0}-{n}" for n in range(conversations)]
     async with httpx.AsyncClient(limits=limits, timeout=120) as c:
         await asyncio.gather(*(_conversation(c, urls, cv, 5, stream, large) for cv in convs))
         cpu0 = [_cpu(p) for p in pids]
@@ -281,6 +394,26 @@ def _row(
     return line, r
 
 
+def _own_rows(
+    labels: list[str], own: list[dict[str, list[float]]], names: dict[str, str]
+) -> tuple[list[str], dict[str, Any]]:
+    rows: list[str] = []
+    data: dict[str, Any] = {}
+    for key, name in names.items():
+        if key not in own[0]:
+            continue
+        meds = [statistics.median(o[key]) for o in own]
+        p99s = [_q(o[key], 0.99) for o in own]
+        for label, med, p99 in zip(labels, meds, p99s, strict=True):
+            data[f"{name} [{label}]"] = {"cpu_p50": med, "cpu_p99": p99, "n": len(own[0][key])}
+        cells = " | ".join(
+            f"{m * 1e3:.3f} / {q * 1e3:.3f}" for m, q in zip(meds, p99s, strict=True)
+        )
+        ratio = f" | {meds[0] / meds[-1]:.1f}x" if len(own) > 1 else ""
+        rows.append(f"| {name} | {cells}{ratio} |")
+    return rows, data
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true", help="fewer calls (a smoke run)")
@@ -292,13 +425,45 @@ def main() -> None:
     seq_calls = 200 if args.quick else 400
     conc_calls = 8 if args.quick else 40
     large_calls = 50 if args.quick else 150
+    own_calls = 100 if args.quick else 400
     roots = [args.baseline.resolve(), ROOT] if args.baseline else [ROOT]
     labels = ["baseline", "this tree"] if args.baseline else ["gateway"]
     rows: list[str] = []
     results: dict[str, Any] = {}
+    load = [os.getloadavg()]
     with tempfile.TemporaryDirectory() as tmp:
+        real = _claude_request(tmp)
+        real_bytes = json.dumps(real).encode() if real is not None else None
+        real_name = (
+            f"real Claude Code request, {len(real_bytes) // 1000} KB, "
+            f"{len((real or {}).get('tools') or [])} tools, 1 conversation"
+            if real_bytes
+            else ""
+        )
+        print(f"real request: {real_name or 'Claude Code not installed, skipped'}", flush=True)
+        bodies: dict[str, tuple[str, Any]] = {
+            "small": ("chat", BODY),
+            "large": ("anthropic", LARGE),
+        }
+        if real is not None:
+            bodies["real"] = ("anthropic", real)
+        own = [_own_cpu(root, bodies, own_calls) for root in roots]
+        # twice, interleaved (baseline, this tree, baseline, this tree): load drifts
+        if len(roots) > 1:
+            again = [_own_cpu(root, bodies, own_calls) for root in roots]
+            own = [{k: o[k] + a[k] for k in o} for o, a in zip(own, again, strict=True)]
+        load.append(os.getloadavg())
+        own_names = {
+            "small": "small chat request (2 messages)",
+            "large": "synthetic 150 KB Messages request, 24 tools",
+            "real": real_name.removesuffix(", 1 conversation"),
+        }
+        own_rows, own_data = _own_rows(labels, own, own_names)
+        for line in own_rows:
+            print(line, flush=True)
+        large_bytes = json.dumps(LARGE).encode()
         for delay, scenarios in (
-            (0.0, ("sequential", "stream", "large", "concurrent")),
+            (0.0, ("sequential", "stream", "large", "claude", "concurrent")),
             (args.upstream_ms / 1e3, ("concurrent",)),
         ):
             procs, upstream, gateways = _start(delay, os.path.join(tmp, f"d{delay}"), roots)
@@ -313,8 +478,17 @@ def main() -> None:
                         d, gws = asyncio.run(_scenario(urls, 1, seq_calls, pids, True))
                         name = "streaming, time to first byte, 1 conversation"
                     elif sc == "large":
-                        d, gws = asyncio.run(_scenario(urls, 1, large_calls, pids, large=True))
-                        name = "150 KB Messages request, 24 tools, 1 conversation"
+                        d, gws = asyncio.run(
+                            _scenario(urls, 1, large_calls, pids, large=large_bytes)
+                        )
+                        name = "synthetic 150 KB Messages request, 24 tools, 1 conversation"
+                    elif sc == "claude":
+                        if real_bytes is None:
+                            continue
+                        d, gws = asyncio.run(
+                            _scenario(urls, 1, large_calls, pids, large=real_bytes)
+                        )
+                        name = real_name
                     else:
                         d, gws = asyncio.run(_scenario(urls, CONVERSATIONS, conc_calls, pids))
                         name = f"{CONVERSATIONS} concurrent conversations, upstream " + (
@@ -329,16 +503,38 @@ def main() -> None:
                 for p in procs:
                     p.terminate()
                     p.join(10)
+            load.append(os.getloadavg())
     info = machine(["ctxpolicy", "uvicorn", "httpx"])
+    loads = ", ".join(f"{a:.2f}" for a, _, _ in load)
+    own_head = " | ".join(f"{lb} p50 / p99" for lb in labels)
     lines = [
         "## bench_gateway: overhead per non-compacting call (loopback)",
         "",
         header_markdown(info),
         "",
+        f"1-minute load average at each stage of the run: {loads} (2 cores shared with "
+        "other jobs: CPU times are the steadier measure).",
+        "",
+        "### The gateway's own CPU per request",
+        "",
+        "Each checkout's gateway code replays the request in a process of its own: "
+        "reading the JSON body, the conversation's identity, the wire's conversion, "
+        "`prepare` (token counts included) and building the outgoing body, everything "
+        "but HTTP; CPU time (`time.process_time`) per request, ms"
+        + (", both checkouts twice, interleaved" if args.baseline else "")
+        + ".",
+        "",
+        f"| request | {own_head} |" + (" baseline / this tree |" if args.baseline else ""),
+        "| --- |" + " ---: |" * len(labels) + (" ---: |" if args.baseline else ""),
+        *own_rows,
+        "",
+        "### Through HTTP",
+        "",
         "Gateway and scripted upstream in their own processes; direct and gateway calls "
         "interleaved per conversation, one pooled httpx client. ms; overhead = gateway − "
         "direct at the same quantile; gateway CPU per call = the gateway process's user + "
-        "system time over the scenario / its calls."
+        "system time over the scenario / its calls (uvicorn's HTTP and the httpx client "
+        "included)."
         + (f" Baseline: {args.baseline}, interleaved with this tree." if args.baseline else "")
         + (" (--quick)" if args.quick else ""),
         "",
@@ -347,12 +543,18 @@ def main() -> None:
         "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
         *rows,
         "",
-        "Reproduce: `.venv/bin/python benchmarks/bench_gateway.py` (`--quick`: "
-        f"{seq_calls} sequential calls, {conc_calls} per concurrent conversation).",
+        "Reproduce: `.venv/bin/python benchmarks/bench_gateway.py --baseline OTHER_CHECKOUT` "
+        f"({seq_calls} sequential calls, {conc_calls} per concurrent conversation"
+        + ("" if args.quick else "; `--quick`: 200 and 8")
+        + "). "
+        "The real request is captured from Claude Code when it is installed "
+        "(tests/gateway/test_real_clients.py installs it).",
     ]
     text = "\n".join(lines) + "\n"
     data = {"machine": info, "quick": args.quick, "upstream_ms": args.upstream_ms}
     data["baseline"] = str(args.baseline) if args.baseline else None
+    data["load_avg_1m"] = [a for a, _, _ in load]
+    data["own_cpu"] = own_data
     data["scenarios"] = results
     publish("bench_gateway", data, text)
 

@@ -59,7 +59,7 @@ GRID: dict[tuple[str, int], list[dict[str, float]]] = {
 
 def variant(agent: str, knobs: Mapping[str, float]) -> Any:
     """The shipped policy ``agent`` with ``knobs`` changed."""
-    from benchmarks.bench_quality import load_agent
+    from benchmarks._inputs import load_agent
 
     pol, _ = load_agent(agent, str(POLICIES))
     upd: dict[str, Any] = {}

@@ -22,17 +22,28 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
-import subprocess
 import sys
+import types
 from pathlib import Path
 from typing import Any
 
-# appended, not inserted: a child measuring a baseline finds that tree's ctxpolicy first
+# appended, not inserted: a child measuring a baseline (PYTHONPATH) finds that tree's
+# ctxpolicy first, and `benchmarks` is this tree's whatever that tree holds
 sys.path.append(str(Path(__file__).resolve().parents[1]))
+sys.modules.setdefault("benchmarks", types.ModuleType("benchmarks")).__path__ = [
+    str(Path(__file__).resolve().parent)
+]
 
-from benchmarks._common import eprint, header_markdown, machine, markdown_table, publish
+from benchmarks._common import (  # noqa: E402 - after the path is set
+    eprint,
+    header_markdown,
+    in_tree,
+    machine,
+    markdown_table,
+    publish,
+    trees,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 AGENT = "coding_agent"
@@ -47,8 +58,7 @@ def child(traces: int, quick: bool) -> dict[str, Any]:
     sys.path.insert(0, str(ROOT))
     for mod in [m for m in sys.modules if m == "benchmarks" or m.startswith("benchmarks.")]:
         del sys.modules[mod]
-    from benchmarks._inputs import largest_traces, smallest_trace
-    from benchmarks.bench_quality import load_agent
+    from benchmarks._inputs import largest_traces, load_agent, smallest_trace
     from benchmarks.peers import timing
 
     policy, _ = load_agent(AGENT)
@@ -73,12 +83,7 @@ def child(traces: int, quick: bool) -> dict[str, Any]:
 
 
 def run(src: Path, traces: int, quick: bool) -> dict[str, Any]:
-    env = {**os.environ, "PYTHONPATH": str(src)}
-    cmd = [sys.executable, __file__, "--child", "--traces", str(traces)]
-    cmd += ["--quick"] if quick else []
-    res = subprocess.run(cmd, env=env, capture_output=True, text=True, check=True)
-    data: dict[str, Any] = json.loads(res.stdout.strip().splitlines()[-1])
-    return data
+    return in_tree(__file__, src, "--traces", str(traces), *(["--quick"] if quick else []))  # type: ignore[no-any-return]
 
 
 def summarize(runs: list[dict[str, Any]]) -> dict[str, Any]:
@@ -150,12 +155,9 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.quick:
         args.repeat = 1
-    from benchmarks.bench_scaling import git_head
+    from benchmarks._common import git_head
 
-    codes: dict[str, Path] = {}
-    if args.baseline is not None:
-        codes["baseline"] = args.baseline.resolve()
-    codes["this tree"] = ROOT
+    codes = trees(args.baseline, ROOT)
     runs: dict[str, list[dict[str, Any]]] = {c: [] for c in codes}
     for i in range(args.repeat):
         for code, src in codes.items():

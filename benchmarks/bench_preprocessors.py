@@ -1,6 +1,6 @@
 """Replay real agent traces through the built-in preprocessors; print the savings table.
 
-    python benchmarks/bench_preprocessors.py [TRACES_DIR] [--json]
+    python benchmarks/bench_preprocessors.py [TRACES_DIR] [--json]   (or: python -m benchmarks run preprocessors)
 
 Every ``tool`` message of every ``*.jsonl`` trace (OpenAI chat format, one message
 per line) goes through ``ToolResultProcessor`` with the ``coding_agent``-like rules
@@ -167,13 +167,28 @@ def table(res: dict[str, Any]) -> str:
 
 
 def main(argv: list[str]) -> int:
+    """Writes results/bench_preprocessors.{json,md} (``--json``: prints the JSON only);
+    ``--quick`` is accepted (the run is small already)."""
     args = [a for a in argv if not a.startswith("--")]
     traces = Path(args[0]) if args else DEFAULT_TRACES
     if not traces.is_dir():
         print(f"no traces directory at {traces}", file=sys.stderr)
         return 2
     res = run(traces)
-    print(json.dumps(res, indent=2) if "--json" in argv else table(res))
+    if "--json" in argv:
+        print(json.dumps(res, indent=2))
+        return 0
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from benchmarks._common import publish
+
+    md = [
+        "## Preprocessors",
+        "",
+        table(res),
+        "",
+        "Reproduce: `python -m benchmarks run preprocessors`",
+    ]
+    publish("bench_preprocessors", {**res, "quick": "--quick" in argv}, "\n".join(md))
     return 0
 
 

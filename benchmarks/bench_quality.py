@@ -52,6 +52,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks._common import SHARED, eprint, header_markdown, machine, markdown_table, publish
+from benchmarks._inputs import POLICY_FILE, family, load_agent, shipped_agents
 from benchmarks.peers.catalog import available_peers
 from benchmarks.peers.table import (
     PEER_WINDOWS,
@@ -65,7 +66,6 @@ from benchmarks.peers.table import (
 )
 
 ROOT = Path(__file__).resolve().parents[1]
-POLICY_FILE = ROOT / "policies" / "agents.yaml"
 WINDOWS = (16384, 32768, 128000)
 BASELINES = ("none", "last_n", "observation_mask", "summary_at_fraction")
 FAMILIES = ("mini-swe-agent", "openhands", "swe-agent", "tau-bench")
@@ -89,45 +89,6 @@ KEEP = (
     "cost",
     "max_used",
 )
-
-
-def family(trace: str) -> str:
-    return trace.split("__", 1)[0]
-
-
-def shipped_agents() -> list[str]:
-    from ruamel.yaml import YAML
-
-    data = YAML(typ="safe").load(POLICY_FILE.read_text(encoding="utf-8"))
-    return list(data["policies"])
-
-
-def runnable(policy: Any) -> tuple[Any, str | None]:
-    """``policy`` with a tokenizer chain that loads offline: an explicit bare tiktoken
-    encoding that is not cached gets quicktok's identical bundled copy (then the
-    heuristic) appended. Returns the note when it had to."""
-    from ctxpolicy.tokens import TokenCounter
-
-    try:
-        TokenCounter(policy.model, model_name=policy.model_name)
-        return policy, None
-    except Exception as exc:
-        tok = policy.model.tokenizer
-        items = [tok] if isinstance(tok, str) else list(tok or [])
-        encs = [
-            i.split(":", 1)[-1] for i in items if i not in ("heuristic", "quicktok", "tiktoken")
-        ]
-        chain = [*items, *(f"quicktok:{e}" for e in encs), "heuristic"]
-        model = policy.model.model_copy(update={"tokenizer": chain})
-        return policy.model_copy(update={"model": model}), (
-            f"{policy.agent}: tokenizer {tok!r} unavailable offline ({type(exc).__name__}); ran with {chain}"
-        )
-
-
-def load_agent(agent: str, policy_file: str | Path = POLICY_FILE) -> tuple[Any, str | None]:
-    import ctxpolicy
-
-    return runnable(ctxpolicy.load_policy(str(policy_file), agent=agent))
 
 
 def slim(d: Mapping[str, Any]) -> dict[str, Any]:

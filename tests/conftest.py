@@ -23,6 +23,14 @@ def _private_ctxpolicy_home(
     monkeypatch.setenv("CTXPOLICY_HOME", str(tmp_path_factory.mktemp("ctxpolicy-home")))
 
 
+@pytest.fixture(autouse=True)
+def _terminal_width_unset(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Command output is laid out as when piped (no ``COLUMNS``/``LINES``), whatever the
+    runner: pytest-xdist's workers set ``COLUMNS=80``, which narrowed tables."""
+    monkeypatch.delenv("COLUMNS", raising=False)
+    monkeypatch.delenv("LINES", raising=False)
+
+
 @pytest.fixture
 def policy_env() -> dict[str, str]:
     return dict(POLICY_ENV)

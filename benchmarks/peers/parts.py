@@ -103,7 +103,7 @@ def _floors(
 def part_samples(policy: Any, msgs: Sequence[Mapping[str, Any]], repeat: int = 2) -> dict[str, Any]:
     """Seconds of every occurrence of each part, and of the floors, over ``repeat``
     replays (JSON-ready: a worker process returns it; :func:`summarize` reduces it)."""
-    from benchmarks.peers.timing import replay_ctxpolicy
+    from benchmarks.peers.replay import replay_ctxpolicy
     from ctxpolicy.engine.persistence import Persistence
     from ctxpolicy.engine.session import Session
     from ctxpolicy.engine.tool_results import render_output

@@ -121,7 +121,7 @@ def peer_job(
 ) -> dict[str, Any]:
     """Every contestant on one trace at one window (a process-pool work item);
     ``ruler``: each policy also with its own extractive summarizer."""
-    from benchmarks.bench_quality import load_agent
+    from benchmarks._inputs import load_agent
     from benchmarks.peers.runs import EXTRACTIVE, Contestant, run_contestant
     from benchmarks.peers.runs import ruler as ruler_counter
     from ctxpolicy.budget import compute_budget

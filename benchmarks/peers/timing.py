@@ -27,20 +27,16 @@ from __future__ import annotations
 
 import cProfile
 import gc
-import hashlib
-import json
-import shutil
 import statistics
-import tempfile
 import time
 from collections.abc import Mapping, Sequence
-from pathlib import Path
 from typing import Any
 
 from benchmarks._common import eprint
 from benchmarks._profile import profile_rows
 from benchmarks.peers.parts import parts_markdown, per_call_parts, summarize
-from benchmarks.peers.summary import DigestChatModel, ctxpolicy_summary
+from benchmarks.peers.replay import STATE, replay_ctxpolicy
+from benchmarks.peers.summary import DigestChatModel
 from benchmarks.peers.worker import ROOT, Worker
 
 __all__ = ["per_call", "per_call_markdown", "per_call_section", "profile_calls"]
@@ -53,95 +49,6 @@ def _texts(m: Mapping[str, Any]) -> list[str]:
     from benchmarks._inputs import message_texts
 
     return message_texts(m)
-
-
-#: The state store of the timed replays: the shipped policies' default (``sqlite``, a
-#: file in the snapshot root), what the per-call goal is stated for (issue 32).
-STATE = "sqlite"
-
-
-def replay_ctxpolicy(
-    policy: Any,
-    msgs: Sequence[Mapping[str, Any]],
-    profiler: cProfile.Profile | None = None,
-    outputs: list[str] | None = None,
-    state: str = STATE,
-) -> tuple[list[float], list[float]]:
-    """Seconds of ``prepare`` per call and of ``add_tool_result`` booked per call.
-
-    ``outputs``: receives, in call order and untimed, a digest of every text
-    ``add_tool_result`` returned (``t…``) and every list ``prepare`` returned (``p…``).
-    ``state``: ``sqlite`` (a fresh file per replay, the policy's default store) or
-    ``memory``.
-    """
-    from ctxpolicy import Session
-    from ctxpolicy.sim.replay import _sim_store, call_for
-    from ctxpolicy.state.memory import MemoryStateStore
-    from ctxpolicy.state.sqlite import SqliteOptions, SqliteStateStore
-    from ctxpolicy.tokens import get_counter
-
-    tmp = Path(tempfile.mkdtemp(prefix="ctxpolicy-percall-"))
-    store = (
-        SqliteStateStore(SqliteOptions(path=str(tmp / "state.sqlite3")))
-        if state == "sqlite"
-        else MemoryStateStore()
-    )
-    try:
-        counter = get_counter(policy.model, model_name=policy.model_name)
-        session = Session(
-            policy,
-            conv_id="percall",
-            snapshot_store=_sim_store(policy, tmp),
-            summarizer=ctxpolicy_summary(counter.count_text),
-            state_store=store,  # every repeat starts fresh
-        )
-        clock = time.perf_counter
-        on = profiler.enable if profiler else (lambda: None)
-        off = profiler.disable if profiler else (lambda: None)
-        prep: list[float] = []
-        tools: list[float] = []
-        pending: dict[str, Mapping[str, Any]] = {}
-        convo: list[Message] = []
-        booked = 0.0
-        gc.collect()
-        for m in msgs:
-            role = m.get("role")
-            if role == "assistant" and convo:
-                on()
-                t0 = clock()
-                prepared = session.prepare(convo)
-                dt = clock() - t0
-                off()
-                if outputs is not None:
-                    outputs.append("p" + digest(prepared))
-                prep.append(dt)
-                tools.append(booked)
-                booked = 0.0
-            if role == "tool":
-                tid = str(m.get("tool_call_id", ""))
-                call = call_for(pending, tid)
-                on()
-                t0 = clock()
-                text = session.add_tool_result(call, m.get("content"))
-                booked += clock() - t0
-                off()
-                if outputs is not None:
-                    outputs.append("t" + digest(text))
-                convo.append({**m, "content": text})
-                continue
-            if role == "assistant":
-                pending = {str(tc.get("id", "")): tc for tc in m.get("tool_calls") or []}
-            convo.append(dict(m))
-        return prep, tools
-    finally:
-        store.close()
-        shutil.rmtree(tmp, ignore_errors=True)
-
-
-def digest(value: Any) -> str:
-    """A short SHA-256 of a text, or of a message list's JSON (byte-exact comparisons)."""
-    data = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
-    return hashlib.sha256(data.encode("utf-8", "surrogatepass")).hexdigest()[:16]
 
 
 def _lc_steps(msgs: Sequence[Mapping[str, Any]]) -> list[list[Any]]:
@@ -357,8 +264,7 @@ def per_call_section(
     ``baseline``: another source tree (e.g. a checkout of main) timed in the same
     run; both trees then run in worker processes, in turn."""
     from benchmarks._common import SHARED
-    from benchmarks._inputs import largest_traces, smallest_trace
-    from benchmarks.bench_quality import load_agent
+    from benchmarks._inputs import largest_traces, load_agent, smallest_trace
     from ctxpolicy.budget import compute_budget
 
     policy, note = load_agent(agent)

@@ -74,9 +74,9 @@ def _serve(src: str) -> None:
     if not where.is_relative_to(Path(src)):
         raise SystemExit(f"ctxpolicy imported from {where}, not from {src}")
     sys.path[0] = str(ROOT)  # ctxpolicy's own modules now come from ctxpolicy.__path__
-    from benchmarks.bench_quality import load_agent
+    from benchmarks._inputs import load_agent
     from benchmarks.peers.parts import part_samples
-    from benchmarks.peers.timing import replay_ctxpolicy
+    from benchmarks.peers.replay import replay_ctxpolicy
     from ctxpolicy.sim.replay import load_trace, with_window
 
     policies: dict[str, Any] = {}

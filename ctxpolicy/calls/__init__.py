@@ -1,7 +1,9 @@
 """How one model call goes through a Session, for every front end.
 
 * :mod:`.driver` — the call protocol once: :class:`CallDriver` (prepare → send →
-  bounded overflow retry → usage → recall rounds; ``call`` and ``acall``),
+  bounded overflow retry → usage → recall rounds; ``call`` and ``acall``; a
+  :class:`WireFormat` and a relay for a host that speaks the wire itself, like the
+  gateway: failures as replies, streamed answers settled, the answer relayed),
   :class:`CallSteps` for callback frameworks, :func:`off_loop` (the one place an async
   front end hands the engine to a worker thread);
 * :mod:`.pool` — :class:`SessionPool`, the one session pool keyed by
@@ -18,9 +20,11 @@ from ctxpolicy.calls.driver import (
     RECALL_NAMES,
     CallDriver,
     CallSteps,
+    Record,
     ResponseFormat,
     ToolCallRef,
     UsageOnly,
+    WireFormat,
     off_loop,
 )
 from ctxpolicy.calls.pool import Key, SessionPool, conversation_key, resolve_policy
@@ -30,10 +34,12 @@ __all__ = [
     "CallDriver",
     "CallSteps",
     "Key",
+    "Record",
     "ResponseFormat",
     "SessionPool",
     "ToolCallRef",
     "UsageOnly",
+    "WireFormat",
     "conversation_key",
     "off_loop",
     "resolve_policy",

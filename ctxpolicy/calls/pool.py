@@ -7,8 +7,11 @@ policy's ``state:`` store and options), so the store's bounded connection pool
 (``state.options.pool_size``) bounds the connections of every open conversation
 together: with PostgreSQL, N open conversations use at most ``pool_size`` server
 connections, and a call that finds them all busy waits for one instead of running in
-memory. A ``memory`` store is shared too: an evicted conversation resumes from it
-while the pool lives.
+memory. A ``memory`` store is shared too, and bounded with the pool: it keeps the open
+conversations and the ``max_sessions`` most recently evicted ones (an evicted
+conversation that comes back soon resumes from it); the state of an older evicted
+conversation is dropped (:attr:`SessionPool.released` counts them) and that
+conversation starts afresh if it comes back (a durable store resumes it).
 
 Keys: :func:`conversation_key` stores a framework's conversation id under the agent
 (and the tenant, when the host has one), so two agents or two tenants on one id never
@@ -140,6 +143,12 @@ class SessionPool:
         self._guard = threading.Lock()
         self._store_guard = threading.Lock()
         self._closed = False
+        #: key -> (memory store, stored id) of the open conversations of a memory store
+        self._in_memory: dict[Key, tuple[Any, str]] = {}
+        #: the same of evicted ones still kept, least recently evicted first
+        self._evicted: OrderedDict[Key, tuple[Any, str]] = OrderedDict()
+        #: conversations whose state an eviction dropped from a ``memory`` store
+        self.released = 0
         #: called with each session the pool closes (eviction or close)
         self.on_close: Callable[[Session], None] | None = None
 
@@ -191,10 +200,10 @@ class SessionPool:
             return found
         policy = self.policies[key[0]]
         conv_id = self.stored_id(key[0], tenant, conversation)
-        s = Session(
-            policy, conv_id=conv_id, state_store=self._store_for(policy), **self._options(key[0])
-        )
-        return self._keep(key, s)
+        store = self._store_for(policy)
+        s = Session(policy, conv_id=conv_id, state_store=store, **self._options(key[0]))
+        forget = store is not self._given_store and callable(getattr(store, "forget", None))
+        return self._keep(key, s, (store, conv_id) if forget else None)
 
     def private(self, token: str, *, agent: str | None = None) -> Session:
         """A conversation that no other caller, process or worker can resume: in
@@ -215,7 +224,7 @@ class SessionPool:
             return self.options
         return {**self.options, "on_event": self.events_for(agent)}
 
-    def _keep(self, key: Key, s: Session) -> Session:
+    def _keep(self, key: Key, s: Session, in_memory: tuple[Any, str] | None = None) -> Session:
         evicted: list[Session] = []
         with self._guard:
             other = self._sessions.get(key)
@@ -224,15 +233,33 @@ class SessionPool:
                 s = other
             else:
                 self._sessions[key] = s
+                if in_memory is not None:
+                    self._evicted.pop(key, None)  # open again
+                    self._in_memory[key] = in_memory
             while len(self._sessions) > self.max_sessions:
                 old_key, old = self._sessions.popitem(last=False)
                 lk = self._locks.get(old_key)
                 if lk is not None and not lk.locked():
                     self._locks.pop(old_key, None)
                 evicted.append(old)
+                self._release(old_key)
         for e in evicted:
             self._close(e)
         return s
+
+    def _release(self, key: Key) -> None:
+        """An evicted conversation of a shared ``memory`` store: kept among the
+        ``max_sessions`` most recently evicted; the state of the oldest past them is
+        dropped (under the guard: a session of that key opened after it loads nothing)."""
+        found = self._in_memory.pop(key, None)
+        if found is None:
+            return
+        self._evicted[key] = found
+        while len(self._evicted) > self.max_sessions:
+            _, (store, conv_id) = self._evicted.popitem(last=False)
+            with contextlib.suppress(Exception):
+                if store.forget(conv_id):
+                    self.released += 1
 
     def lock(
         self, conversation: str, *, agent: str | None = None, tenant: str = ""
@@ -309,6 +336,8 @@ class SessionPool:
             sessions = list(self._sessions.values())
             self._sessions.clear()
             self._locks.clear()
+            self._in_memory.clear()
+            self._evicted.clear()
         for s in sessions:
             self._close(s)
         with self._store_guard:

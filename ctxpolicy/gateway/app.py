@@ -18,18 +18,18 @@ import os
 import secrets
 import time
 from collections.abc import AsyncIterator, Callable, Coroutine, Mapping
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import anyio
-import anyio.to_thread
 import httpx
 from starlette.applications import Starlette
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
 from starlette.routing import Route
 
+from ctxpolicy.calls import off_loop
 from ctxpolicy.gateway.calls import Prepared, completion
+from ctxpolicy.gateway.config import GatewayConfig
 from ctxpolicy.gateway.dashboard import PREFIX, Dashboard, observers
 from ctxpolicy.gateway.errors import RESP_DROP, UpstreamError, error_response
 from ctxpolicy.gateway.identity import Identity, Refused
@@ -47,9 +47,6 @@ from ctxpolicy.gateway.sessions import SessionPool
 from ctxpolicy.gateway.sse import StreamScanner
 from ctxpolicy.gateway.unprepared import classify
 from ctxpolicy.wire import WIRES, WireError
-
-if TYPE_CHECKING:  # pragma: no cover
-    from ctxpolicy.policy.models import Policy
 
 __all__ = ["GatewayConfig", "UpstreamError", "create_app"]
 
@@ -73,38 +70,6 @@ _HOP = frozenset(
         "accept-encoding",
     }
 )
-
-
-@dataclass
-class GatewayConfig:
-    """What ``ctxpolicy serve`` was started with."""
-
-    policies: Mapping[str, Policy]
-    upstream: str
-    anthropic_upstream: str | None = None
-    default_agent: str | None = None
-    recall: bool = False
-    recall_rounds: int = 4
-    stream_usage: bool = True  # ask OpenAI-style upstreams for the usage chunk
-    #: server-side key sent to ``upstream`` (and to Anthropic paths when there is no
-    #: ``anthropic_upstream``) instead of the client's credential
-    api_key: str | None = field(default=None, repr=False)
-    #: server-side key sent to ``anthropic_upstream``
-    anthropic_api_key: str | None = field(default=None, repr=False)
-    #: gateway tokens a client must present (none: any credential is a tenant)
-    client_tokens: tuple[str, ...] = field(default=(), repr=False)
-    #: more request headers holding a client's session id (before the built-in ones)
-    session_headers: tuple[str, ...] = ()
-    max_body_bytes: int = 32 * 1024 * 1024
-    max_sessions: int = 4096
-    #: a directory: each conversation's requests recorded as a trace (``record=``)
-    record: str | None = None
-    timeout: float = 600.0
-    secret: bytes = field(default=b"", repr=False)
-    #: serve ``/dashboard`` (gateway/dashboard.py)
-    dashboard: bool = False
-    #: a file: every session's events appended as JSON lines (``ctxpolicy report``)
-    events: str | None = None
 
 
 def _origin(url: str) -> str:
@@ -174,7 +139,7 @@ class Gateway:
             await asyncio.gather(*self._tasks, return_exceptions=True)
         if self.client is not None:
             await self.client.aclose()
-        await anyio.to_thread.run_sync(self.pool.close)
+        await off_loop(self.pool.close)
 
     # -- helpers -------------------------------------------------------------------
     def upstream_headers(self, headers: Mapping[str, str], provider: str) -> dict[str, str]:

@@ -14,17 +14,26 @@ from __future__ import annotations
 
 import hmac
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
-import anyio.to_thread
 from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, RedirectResponse, Response
 
+from ctxpolicy.calls import off_loop
 from ctxpolicy.observe.page import ASSETS, asset
 from ctxpolicy.observe.views import Views
 
 if TYPE_CHECKING:  # pragma: no cover
-    from ctxpolicy.gateway.app import Gateway
+    from ctxpolicy.gateway.config import GatewayConfig
+    from ctxpolicy.gateway.metrics import Metrics
+
+
+class Gateway(Protocol):
+    """What the dashboard reads of the gateway's app (its config and metrics)."""
+
+    config: GatewayConfig
+    metrics: Metrics
+
 
 __all__ = ["PREFIX", "Dashboard", "latency", "observers"]
 
@@ -145,7 +154,7 @@ class Dashboard:
                     headers=_HEADERS,
                 )
             conv = request.query_params.get("conv")
-            data = await anyio.to_thread.run_sync(self.snapshot, conv)
+            data = await off_loop(self.snapshot, conv)
             return JSONResponse(data, headers=_HEADERS)
         name = sub[1:] if sub.startswith("/") else sub
         found = ASSETS.get(name)

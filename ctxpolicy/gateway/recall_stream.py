@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ctxpolicy.gateway.recall import RECALL_NAMES
+from ctxpolicy.calls.driver import RECALL_NAMES
 from ctxpolicy.wire import WIRES
 from ctxpolicy.wire.sse import EventSplitter, parse_event
 

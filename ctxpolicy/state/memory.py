@@ -2,7 +2,9 @@
 
 Same contract as the durable stores (compare-and-set, canonical JSON values that
 read back as fresh copies), so code tested against it behaves the same on
-``sqlite`` or ``postgres``. Thread-safe; one instance is one private store.
+``sqlite`` or ``postgres``. Thread-safe; one instance is one private store. Its size is
+bounded by whoever shares it: :meth:`MemoryStateStore.forget` drops a conversation (a
+session pool forgets those it evicted longest ago).
 """
 
 from __future__ import annotations
@@ -52,6 +54,25 @@ class MemoryStateStore(JsonStateStore):
             self._data[conv_id] = (new, entries)
             self._saved[conv_id] = time.time()
             return new
+
+    def forget(self, conv_id: str) -> bool:
+        """Drop one conversation's state (False: nothing was stored for it). Versions
+        never repeat: the conversation, started again, gets versions above the old ones.
+        ``ctxpolicy.calls.SessionPool`` calls it for the conversations it evicted longest
+        ago, so a pool's memory store holds its open conversations and its
+        ``max_sessions`` most recently evicted ones."""
+        with self._lock:
+            found = self._data.pop(conv_id, None)
+            self._saved.pop(conv_id, None)
+            if found is None:
+                return False
+            self._floor = max(self._floor, found[0])
+            return True
+
+    def __len__(self) -> int:
+        """How many conversations have state here."""
+        with self._lock:
+            return len(self._data)
 
     def prune(self, *, before: float) -> int:
         with self._lock:

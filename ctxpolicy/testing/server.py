@@ -45,6 +45,10 @@ Scripted replies (``script``) are dicts, the same for every API:
 used up every request gets ``{"content": "done"}``) or a callable receiving the
 request body (plus, if it takes two arguments, the API name ``"chat"``,
 ``"responses"`` or ``"anthropic"``) and returning a reply.
+
+Beside this module, one topic each: :mod:`.server_count` (how a request is counted),
+:mod:`.server_replies` (reply and error bodies: an error takes the shape of the provider
+the wire layer names for the API), :mod:`.server_events` (the streams).
 """
 
 from __future__ import annotations
@@ -62,6 +66,16 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Literal
+
+# counting, reply bodies and streams live beside this module, one topic each; the
+# names tests and examples import from here stay importable from here
+from ctxpolicy.testing.server_count import count_anthropic_tokens as count_anthropic_tokens
+from ctxpolicy.testing.server_count import count_openai_tokens as count_openai_tokens
+from ctxpolicy.testing.server_count import count_request
+from ctxpolicy.testing.server_events import sse_events as sse_events
+from ctxpolicy.testing.server_replies import _anthropic_reply as _anthropic_reply
+from ctxpolicy.testing.server_replies import _chat_reply as _chat_reply
+from ctxpolicy.testing.server_replies import error_body, overflow_body, reply_body
 
 __all__ = ["RecordedRequest", "ScriptedLLMServer", "count_anthropic_tokens", "count_openai_tokens"]
 
@@ -86,444 +100,6 @@ class RecordedRequest:
     body: dict[str, Any]
     tokens: int
     status: int
-
-
-# --------------------------------------------------------------------------- counting
-
-_counter_lock = threading.Lock()
-_counter: Any = None
-
-
-def _get_counter() -> Any:
-    global _counter
-    with _counter_lock:
-        if _counter is None:
-            from ctxpolicy.policy.models import ModelSpec
-            from ctxpolicy.tokens import TokenCounter
-
-            _counter = TokenCounter(
-                ModelSpec(
-                    context_window=1_000_000, tokenizer=["cl100k_base", "quicktok:cl100k_base"]
-                )
-            )
-        return _counter
-
-
-def count_openai_tokens(
-    messages: Sequence[Mapping[str, Any]], tools: Sequence[Mapping[str, Any]] | None = None
-) -> int:
-    """Prompt tokens of a Chat Completions request, as this server counts them."""
-    c = _get_counter()
-    return int(c.count_messages(list(messages)) + (c.count_tools(list(tools)) if tools else 0))
-
-
-def _block_text(block: Any) -> str:
-    if isinstance(block, str):
-        return block
-    if not isinstance(block, Mapping):
-        return json.dumps(block, default=str)
-    btype = block.get("type")
-    if btype == "text":
-        return str(block.get("text", ""))
-    if btype in ("thinking",):
-        return str(block.get("thinking", ""))
-    if btype == "redacted_thinking":
-        return ""
-    if btype == "tool_use":
-        return f"{block.get('name', '')} {json.dumps(block.get('input', {}), default=str)}"
-    if btype == "tool_result":
-        content = block.get("content")
-        if isinstance(content, list):
-            return "\n".join(_block_text(b) for b in content)
-        return "" if content is None else str(content)
-    if btype in ("image", "document"):
-        return ""
-    return json.dumps(block, default=str)
-
-
-def count_anthropic_tokens(body: Mapping[str, Any]) -> int:
-    """Prompt tokens of a Messages API request (text blocks, tool use/results, tools)."""
-    msgs: list[dict[str, Any]] = []
-    system = body.get("system")
-    if system:
-        text = system if isinstance(system, str) else "\n".join(_block_text(b) for b in system)
-        msgs.append({"role": "system", "content": text})
-    images = 0
-    for m in body.get("messages") or []:
-        content = m.get("content")
-        if isinstance(content, list):
-            images += sum(
-                1
-                for b in content
-                if isinstance(b, Mapping) and b.get("type") in ("image", "document")
-            )
-            text = "\n".join(_block_text(b) for b in content)
-        else:
-            text = "" if content is None else str(content)
-        msgs.append({"role": str(m.get("role", "user")), "content": text})
-    tools = [t for t in body.get("tools") or [] if isinstance(t, Mapping)]
-    return count_openai_tokens(msgs, tools) + 1600 * images
-
-
-def _responses_messages(body: Mapping[str, Any]) -> list[dict[str, Any]]:
-    msgs: list[dict[str, Any]] = []
-    if body.get("instructions"):
-        msgs.append({"role": "system", "content": str(body["instructions"])})
-    items = body.get("input")
-    if isinstance(items, str):
-        return [*msgs, {"role": "user", "content": items}]
-    for it in items or []:
-        if not isinstance(it, Mapping):
-            continue
-        t = it.get("type", "message")
-        if t == "message":
-            content = it.get("content")
-            if isinstance(content, list):
-                content = "\n".join(
-                    str(p.get("text", "")) for p in content if isinstance(p, Mapping)
-                )
-            msgs.append({"role": str(it.get("role", "user")), "content": content or ""})
-        elif t == "function_call":
-            msgs.append(
-                {"role": "assistant", "content": f"{it.get('name', '')} {it.get('arguments', '')}"}
-            )
-        elif t == "function_call_output":
-            out = it.get("output")
-            msgs.append(
-                {
-                    "role": "tool",
-                    "content": out if isinstance(out, str) else json.dumps(out, default=str),
-                }
-            )
-        else:
-            msgs.append({"role": "assistant", "content": json.dumps(it, default=str)})
-    return msgs
-
-
-# --------------------------------------------------------------------------- replies
-
-
-def _norm_calls(reply: Mapping[str, Any], ids: Callable[[], str]) -> list[dict[str, Any]]:
-    out = []
-    for tc in reply.get("tool_calls") or []:
-        args = tc.get("arguments", tc.get("input", {}))
-        out.append(
-            {
-                "id": str(tc.get("id") or ids()),
-                "name": str(tc["name"]),
-                "arguments": args if isinstance(args, str) else json.dumps(args),
-                "input": json.loads(args) if isinstance(args, str) else dict(args),
-            }
-        )
-    return out
-
-
-def _chat_reply(
-    reply: Mapping[str, Any], model: str, prompt_tokens: int, ids: Callable[[], str]
-) -> dict[str, Any]:
-    calls = _norm_calls(reply, ids)
-    msg: dict[str, Any] = {"role": "assistant", "content": reply.get("content")}
-    if calls:
-        msg["tool_calls"] = [
-            {
-                "id": c["id"],
-                "type": "function",
-                "function": {"name": c["name"], "arguments": c["arguments"]},
-            }
-            for c in calls
-        ]
-    completion = int(reply.get("completion_tokens", 10))
-    return {
-        "id": f"chatcmpl-{ids()}",
-        "object": "chat.completion",
-        "created": int(time.time()),
-        "model": model,
-        "choices": [
-            {
-                "index": 0,
-                "message": msg,
-                "logprobs": None,
-                "finish_reason": "tool_calls" if calls else "stop",
-            }
-        ],
-        "usage": {
-            "prompt_tokens": prompt_tokens,
-            "completion_tokens": completion,
-            "total_tokens": prompt_tokens + completion,
-        },
-    }
-
-
-def _anthropic_reply(
-    reply: Mapping[str, Any], model: str, prompt_tokens: int, ids: Callable[[], str]
-) -> dict[str, Any]:
-    calls = _norm_calls(reply, ids)
-    content: list[dict[str, Any]] = []
-    if reply.get("content"):
-        content.append({"type": "text", "text": str(reply["content"])})
-    for c in calls:
-        cid = c["id"] if c["id"].startswith("toolu_") else f"toolu_{c['id']}"
-        content.append({"type": "tool_use", "id": cid, "name": c["name"], "input": c["input"]})
-    return {
-        "id": f"msg_{ids()}",
-        "type": "message",
-        "role": "assistant",
-        "model": model,
-        "content": content,
-        "stop_reason": "tool_use" if calls else "end_turn",
-        "stop_sequence": None,
-        "usage": {
-            "input_tokens": prompt_tokens,
-            "output_tokens": int(reply.get("completion_tokens", 10)),
-            "cache_creation_input_tokens": 0,
-            "cache_read_input_tokens": 0,
-        },
-    }
-
-
-def _sse(data: Mapping[str, Any], event: str | None = None) -> bytes:
-    head = f"event: {event}\n" if event else ""
-    return (head + "data: " + json.dumps(data, separators=(",", ":")) + "\n\n").encode()
-
-
-def sse_events(api: str, reply: Mapping[str, Any], body: Mapping[str, Any]) -> list[bytes]:
-    """A complete (non-streaming) reply as the server-sent events a provider streams."""
-    if api == "anthropic":
-        return _anthropic_events(reply)
-    if api == "responses":
-        return _responses_events(reply)
-    return _chat_events(reply, bool((body.get("stream_options") or {}).get("include_usage")))
-
-
-def _chat_events(reply: Mapping[str, Any], include_usage: bool) -> list[bytes]:
-    base = {k: reply.get(k) for k in ("id", "created", "model")}
-    base["object"] = "chat.completion.chunk"
-    choice = (reply.get("choices") or [{}])[0]
-    msg = choice.get("message") or {}
-
-    def chunk(delta: dict[str, Any], finish: str | None = None) -> bytes:
-        c = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}
-        return _sse({**base, "choices": [c]})
-
-    out = [chunk({"role": "assistant", "content": ""})]
-    text = msg.get("content") or ""
-    for i in range(0, len(text), 16):
-        out.append(chunk({"content": text[i : i + 16]}))
-    for n, call in enumerate(msg.get("tool_calls") or []):
-        fn = call.get("function") or {}
-        head = {"index": n, "id": call.get("id"), "type": "function"}
-        out.append(
-            chunk({"tool_calls": [{**head, "function": {"name": fn.get("name"), "arguments": ""}}]})
-        )
-        out.append(
-            chunk(
-                {"tool_calls": [{"index": n, "function": {"arguments": fn.get("arguments", "")}}]}
-            )
-        )
-    out.append(chunk({}, choice.get("finish_reason") or "stop"))
-    if include_usage:
-        out.append(_sse({**base, "choices": [], "usage": reply.get("usage")}))
-    out.append(b"data: [DONE]\n\n")
-    return out
-
-
-def _anthropic_events(reply: Mapping[str, Any]) -> list[bytes]:
-    usage = dict(reply.get("usage") or {})
-    start = {k: v for k, v in reply.items() if k not in ("content", "stop_reason", "usage")}
-    start.update(content=[], stop_reason=None, usage={**usage, "output_tokens": 1})
-    out = [_sse({"type": "message_start", "message": start}, "message_start")]
-    for i, block in enumerate(reply.get("content") or []):
-        if block.get("type") == "thinking":
-            ev = {
-                "type": "content_block_start",
-                "index": i,
-                "content_block": {"type": "thinking", "thinking": "", "signature": ""},
-            }
-            out.append(_sse(ev, "content_block_start"))
-            for delta in (
-                {"type": "thinking_delta", "thinking": str(block.get("thinking", ""))},
-                {"type": "signature_delta", "signature": str(block.get("signature", ""))},
-            ):
-                ev = {"type": "content_block_delta", "index": i, "delta": delta}
-                out.append(_sse(ev, "content_block_delta"))
-            out.append(_sse({"type": "content_block_stop", "index": i}, "content_block_stop"))
-            continue
-        if block.get("type") == "tool_use":
-            first = {**block, "input": {}}
-            delta = {"type": "input_json_delta", "partial_json": json.dumps(block.get("input"))}
-        else:
-            first = {"type": "text", "text": ""}
-            delta = {"type": "text_delta", "text": str(block.get("text", ""))}
-        ev = {"type": "content_block_start", "index": i, "content_block": first}
-        out.append(_sse(ev, "content_block_start"))
-        out.append(
-            _sse({"type": "content_block_delta", "index": i, "delta": delta}, "content_block_delta")
-        )
-        out.append(_sse({"type": "content_block_stop", "index": i}, "content_block_stop"))
-    end: dict[str, Any] = {"stop_reason": reply.get("stop_reason"), "stop_sequence": None}
-    ev = {
-        "type": "message_delta",
-        "delta": end,
-        "usage": {"output_tokens": usage.get("output_tokens", 1)},
-    }
-    out.append(_sse(ev, "message_delta"))
-    out.append(_sse({"type": "message_stop"}, "message_stop"))
-    return out
-
-
-def _responses_events(reply: Mapping[str, Any]) -> list[bytes]:
-    seq = itertools.count()
-    out: list[bytes] = []
-
-    def ev(kind: str, **fields: Any) -> None:
-        out.append(_sse({"type": kind, "sequence_number": next(seq), **fields}, kind))
-
-    head = {**reply, "status": "in_progress", "output": [], "usage": None}
-    ev("response.created", response=head)
-    ev("response.in_progress", response=head)
-    for i, item in enumerate(reply.get("output") or []):
-        if item.get("type") == "message":
-            ev("response.output_item.added", output_index=i, item={**item, "content": []})
-            for j, part in enumerate(item.get("content") or []):
-                text = str(part.get("text", ""))
-                empty = {**part, "text": ""}
-                ev(
-                    "response.content_part.added",
-                    item_id=item["id"],
-                    output_index=i,
-                    content_index=j,
-                    part=empty,
-                )
-                ev(
-                    "response.output_text.delta",
-                    item_id=item["id"],
-                    output_index=i,
-                    content_index=j,
-                    delta=text,
-                )
-                ev(
-                    "response.output_text.done",
-                    item_id=item["id"],
-                    output_index=i,
-                    content_index=j,
-                    text=text,
-                )
-                ev(
-                    "response.content_part.done",
-                    item_id=item["id"],
-                    output_index=i,
-                    content_index=j,
-                    part=part,
-                )
-        elif item.get("type") == "function_call":
-            ev("response.output_item.added", output_index=i, item={**item, "arguments": ""})
-            ev(
-                "response.function_call_arguments.delta",
-                item_id=item["id"],
-                output_index=i,
-                delta=item.get("arguments", ""),
-            )
-            ev(
-                "response.function_call_arguments.done",
-                item_id=item["id"],
-                output_index=i,
-                arguments=item.get("arguments", ""),
-            )
-        else:
-            ev("response.output_item.added", output_index=i, item=item)
-        ev("response.output_item.done", output_index=i, item=item)
-    ev("response.completed", response=dict(reply))
-    return out
-
-
-def _responses_reply(
-    reply: Mapping[str, Any], model: str, prompt_tokens: int, ids: Callable[[], str]
-) -> dict[str, Any]:
-    calls = _norm_calls(reply, ids)
-    output: list[dict[str, Any]] = []
-    if reply.get("content"):
-        output.append(
-            {
-                "type": "message",
-                "id": f"msg_{ids()}",
-                "role": "assistant",
-                "status": "completed",
-                "content": [
-                    {"type": "output_text", "text": str(reply["content"]), "annotations": []}
-                ],
-            }
-        )
-    for c in calls:
-        output.append(
-            {
-                "type": "function_call",
-                "id": f"fc_{ids()}",
-                "call_id": c["id"],
-                "name": c["name"],
-                "arguments": c["arguments"],
-                "status": "completed",
-            }
-        )
-    completion = int(reply.get("completion_tokens", 10))
-    return {
-        "id": f"resp_{ids()}",
-        "object": "response",
-        "created_at": int(time.time()),
-        "status": "completed",
-        "model": model,
-        "output": output,
-        "parallel_tool_calls": True,
-        "tool_choice": "auto",
-        "tools": [],
-        "usage": {
-            "input_tokens": prompt_tokens,
-            "input_tokens_details": {"cached_tokens": 0},
-            "output_tokens": completion,
-            "output_tokens_details": {"reasoning_tokens": 0},
-            "total_tokens": prompt_tokens + completion,
-        },
-    }
-
-
-def _overflow_body(api: Api, tokens: int, window: int) -> dict[str, Any]:
-    if api == "anthropic":
-        return {
-            "type": "error",
-            "error": {
-                "type": "invalid_request_error",
-                "message": f"prompt is too long: {tokens} tokens > {window} maximum",
-            },
-        }
-    return {
-        "error": {
-            "message": (
-                f"This model's maximum context length is {window} tokens. However, your messages "
-                f"resulted in {tokens} tokens. Please reduce the length of the messages."
-            ),
-            "type": "invalid_request_error",
-            "param": "messages" if api == "chat" else "input",
-            "code": "context_length_exceeded",
-        }
-    }
-
-
-def _error_body(api: Api, status: int, message: str) -> dict[str, Any]:
-    if api == "anthropic":
-        return {
-            "type": "error",
-            "error": {
-                "type": "invalid_request_error" if status < 500 else "api_error",
-                "message": message,
-            },
-        }
-    return {
-        "error": {
-            "message": message,
-            "type": "invalid_request_error" if status < 500 else "server_error",
-            "param": None,
-            "code": None,
-        }
-    }
 
 
 # --------------------------------------------------------------------------- server
@@ -669,32 +245,27 @@ class ScriptedLLMServer:
         self, api: Api, path: str, body: dict[str, Any], seen: Reply
     ) -> tuple[int, dict[str, Any]]:
         try:
-            if api == "chat":
-                tokens = count_openai_tokens(body.get("messages") or [], body.get("tools"))
-            elif api == "responses":
-                tokens = count_openai_tokens(_responses_messages(body), body.get("tools"))
-            else:
-                tokens = count_anthropic_tokens(body)
+            tokens = count_request(api, body)
         except Exception as exc:
             self._record(api, path, body, -1, 400)
-            return 400, _error_body(api, 400, f"could not read the request: {exc}")
+            return 400, error_body(api, 400, f"could not read the request: {exc}")
         window = self.window
         if tokens > window:
             with self._lock:
                 self.rejections += 1
             self._record(api, path, body, tokens, 400)
-            return 400, _overflow_body(api, tokens, window)
+            return 400, overflow_body(api, tokens, window)
         reply = self._next_reply(body, api)
         seen.update(reply)
         if reply.get("overflow"):
             with self._lock:
                 self.rejections += 1
             self._record(api, path, body, tokens, 400)
-            return 400, _overflow_body(api, max(tokens, window + 1), window)
+            return 400, overflow_body(api, max(tokens, window + 1), window)
         if "status" in reply and int(reply["status"]) != 200:
             status = int(reply["status"])
             self._record(api, path, body, tokens, status)
-            return status, dict(reply.get("body") or _error_body(api, status, "scripted error"))
+            return status, dict(reply.get("body") or error_body(api, status, "scripted error"))
         self._record(api, path, body, tokens, 200)
         if (
             "choices" in reply
@@ -708,16 +279,7 @@ class ScriptedLLMServer:
         def ids() -> str:
             return f"call_{next(self._ids):05d}"
 
-        if api == "chat":
-            return 200, _chat_reply(reply, model, prompt_tokens, ids)
-        if api == "responses":
-            return 200, _responses_reply(reply, model, prompt_tokens, ids)
-        out = _anthropic_reply(reply, model, prompt_tokens, ids)
-        if reply.get("thinking"):
-            text = str(reply["thinking"])
-            sig = str(reply.get("signature") or f"sig-{len(text)}-{ids()}")
-            out["content"].insert(0, {"type": "thinking", "thinking": text, "signature": sig})
-        return 200, out
+        return 200, reply_body(api, reply, model, prompt_tokens, ids)
 
 
 def _arity(fn: Callable[..., Any]) -> int:
@@ -809,13 +371,13 @@ class _Handler(BaseHTTPRequestHandler):
             if not isinstance(body, dict):
                 raise ValueError("body is not a JSON object")
         except ValueError as exc:
-            self._send(400, _error_body(api, 400, f"invalid JSON: {exc}"))
+            self._send(400, error_body(api, 400, f"invalid JSON: {exc}"))
             return
         reply: Reply = {}
         try:
             status, payload, reply = self.owner.handle_full(api, path, body)
         except Exception as exc:  # a broken script must answer, not hang the client
-            status, payload = 500, _error_body(api, 500, _script_failure(exc))
+            status, payload = 500, error_body(api, 500, _script_failure(exc))
         delay = float(reply.get("delay") or 0)
         if delay > 0 and not self._wait(delay):
             with self.owner._lock:

@@ -10,6 +10,8 @@ import struct
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
+from ctxpolicy.conversation.samejson import MISS, JsonMemo, KeyedList, memo_key
+
 __all__ = ["TOOL_CALL_TOKENS", "ChatFraming", "Overhead", "image_tokens"]
 
 Overhead = Literal["openai", "design_b"]
@@ -112,6 +114,8 @@ class ChatFraming:
             if family.startswith(("gpt-4-", "gpt-3.5")) or family == "gpt-4"
             else _TOOLS_GPT4O
         )
+        #: counts of the last tool lists (a client sends the same tools on every call)
+        self._tools_memo = JsonMemo()
 
     def count_text(self, text: str) -> int:  # pragma: no cover - provided by the counter
         raise NotImplementedError
@@ -193,6 +197,15 @@ class ChatFraming:
         """
         if not tools:
             return 0
+        # a wire's converted tools carry their key (the same list on every call)
+        key = tools.memo_key if type(tools) is KeyedList else memo_key(tools)
+        n = self._tools_memo.get(key, "tokens")
+        if n is MISS:
+            n = self._count_tools(tools)
+            self._tools_memo.put(key, "tokens", n)
+        return int(n)
+
+    def _count_tools(self, tools: Sequence[Mapping[str, Any]]) -> int:
         c = self._tool_consts
         ct = self.count_text
         n = 0

@@ -39,12 +39,14 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ctxpolicy.conversation import Message, content_text, message_fingerprint
+from ctxpolicy.conversation import Message, content_text
+from ctxpolicy.conversation.samejson import content_key
 from ctxpolicy.wire._stream import StreamCalls
 from ctxpolicy.wire.base import (
     Extracted,
     ToolCall,
     WireError,
+    converted_tools,
     dumps,
     is_given,
     json_args,
@@ -274,7 +276,9 @@ class _Origin:
 class AnthropicConversation:
     """A Messages API request (``system`` + ``messages``) as OpenAI-style messages, and back."""
 
-    def __init__(self, messages: Sequence[Any], system: Any = None) -> None:
+    def __init__(self, messages: Sequence[Any], system: Any = None, plain: bool = False) -> None:
+        """``plain``: ``messages`` and ``system`` are parsed JSON (a gateway's request body),
+        read as they are; else SDK objects are turned into plain values first."""
         self.messages: list[Message] = []
         origins: list[_Origin] = []
         self._tool_results: dict[str, dict[str, Any]] = {}
@@ -285,12 +289,12 @@ class AnthropicConversation:
             if isinstance(system, str):
                 self.system_blocks = [{"type": "text", "text": system}]
             else:
-                self.system_blocks = [to_plain(b) for b in system]
+                self.system_blocks = list(system) if plain else [to_plain(b) for b in system]
             text = "\n".join(str(b.get("text", "")) for b in self.system_blocks)
             self.messages.append({"role": "system", "content": text})
             origins.append(_Origin("system", list(self.system_blocks)))
         for raw in messages:
-            m = to_plain(raw)
+            m = raw if plain else to_plain(raw)
             if not isinstance(m, Mapping):
                 continue
             role = str(m.get("role", "user"))
@@ -341,9 +345,10 @@ class AnthropicConversation:
                 parts = [p for p in (_block_to_part(b) for b in others) if p is not None]
                 self.messages.append({"role": role, "content": _simple_content(parts)})
                 origins.append(_Origin(role, others))
-        self._origins: dict[str, list[_Origin]] = {}
+        # by content key: equal exactly when the messages' fingerprints are
+        self._origins: dict[Any, list[_Origin]] = {}
         for msg, origin in zip(self.messages, origins, strict=True):
-            self._origins.setdefault(message_fingerprint(msg), []).append(origin)
+            self._origins.setdefault(content_key(msg), []).append(origin)
 
     # -- back --------------------------------------------------------------------------
     def to_request(
@@ -370,9 +375,9 @@ class AnthropicConversation:
         turns: list[_Turn] = []
         # (index in prepared) -> (turn index or -1 for system, where in the turn)
         where: dict[int, tuple[int, tuple[bool, int]]] = {}
-        used: dict[str, int] = {}
+        used: dict[Any, int] = {}
         for i, m in enumerate(prepared):
-            fp = message_fingerprint(m)
+            fp = content_key(m)
             cands = self._origins.get(fp)
             origin: _Origin | None = None
             if cands:
@@ -665,10 +670,19 @@ def from_openai(
 
 
 def tools_for_count(tools: Any) -> list[dict[str, Any]] | None:
-    """Anthropic tool definitions as the OpenAI function shapes the counter expects."""
+    """Anthropic tool definitions as the OpenAI function shapes the counter expects (the
+    same list for the same definitions: the counter's memo then finds it at once)."""
+    return _tools_and_key(tools)[0]
+
+
+def _tools_and_key(tools: Any) -> tuple[list[dict[str, Any]] | None, bytes | None]:
     if not is_given(tools) or not tools or not isinstance(tools, list | tuple):
-        return None
-    out = [
+        return None, None
+    return converted_tools(tools, "anthropic", _convert_tools)
+
+
+def _convert_tools(tools: Any) -> list[dict[str, Any]]:
+    return [
         {
             "type": "function",
             "function": {
@@ -680,7 +694,6 @@ def tools_for_count(tools: Any) -> list[dict[str, Any]] | None:
         for t in to_plain(list(tools))
         if isinstance(t, Mapping)
     ]
-    return out or None
 
 
 def tool_results_turn(results: Sequence[tuple[str, str]]) -> dict[str, Any]:
@@ -707,8 +720,9 @@ class AnthropicWire:
         system = body.get("system")
         if system is not None and not isinstance(system, str | list):
             raise WireError("'system' must be a string or a list of blocks")
-        conv = AnthropicConversation(messages, system)
-        return Extracted(dict(body), conv.messages, tools_for_count(body.get("tools")), conv)
+        conv = AnthropicConversation(messages, system, plain=True)
+        tools, key = _tools_and_key(body.get("tools"))
+        return Extracted(dict(body), conv.messages, tools, conv, key)
 
     def conversation(self, req: Extracted) -> AnthropicConversation:
         conv = req.state
@@ -722,7 +736,7 @@ class AnthropicWire:
         out.update(self.conversation(req).to_request(prepared).kwargs())
         if tools is not None:
             out["tools"] = tools
-        return dumps(out)
+        return dumps(out, req.tools_key if tools is None else None)
 
     def with_round(
         self, req: Extracted, assistant: Mapping[str, Any], results: Sequence[tuple[str, str]]

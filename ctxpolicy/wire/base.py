@@ -11,18 +11,24 @@ dicts: no provider SDK is imported here (SDK objects are turned into dicts by
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+import secrets
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple, Protocol, TypeGuard, TypeVar, runtime_checkable
 
 from ctxpolicy.conversation import Message
+from ctxpolicy.conversation.samejson import MISS, JsonMemo, KeyedList, memo_key
 
 __all__ = [
+    "TOOLS_MEMO",
     "Extracted",
     "StreamTurn",
     "ToolCall",
     "Wire",
     "WireError",
+    "converted_tools",
     "dumps",
     "is_given",
     "json_args",
@@ -60,6 +66,9 @@ class Extracted:
     messages: list[Message]
     tools: list[dict[str, Any]] | None = None
     state: Any = field(default=None, repr=False)
+    #: the :func:`~ctxpolicy.conversation.samejson.memo_key` of ``body["tools"]``, when
+    #: known (the encoding of the outgoing body looks its JSON text up by it)
+    tools_key: bytes | None = field(default=None, repr=False)
 
 
 @runtime_checkable
@@ -198,9 +207,117 @@ def parse_args(value: Any) -> Any:
     return value if value is not None else {}
 
 
-def dumps(body: Mapping[str, Any]) -> bytes:
-    """A request body as the compact UTF-8 JSON sent upstream."""
-    return json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode()
+def _json(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+
+
+#: results computed from the last tool lists (a client sends the same tools on every
+#: call): their JSON text here, their counting shape in each wire
+TOOLS_MEMO = JsonMemo(size=16)
+
+
+class _Texts:
+    """JSON texts of long values (the messages of a conversation, the same on every call
+    but the last few), found by their memo key; the oldest dropped once texts and keys
+    hold more than ``max_chars`` characters (bytes) together."""
+
+    #: values whose memo key is shorter are encoded each time (as fast as a look-up)
+    MIN_BYTES = 2048
+
+    def __init__(self, max_chars: int) -> None:
+        self.max_chars = max_chars
+        self._texts: OrderedDict[bytes, bytes] = OrderedDict()
+        self._chars = 0
+        self._lock = threading.Lock()
+
+    def text(self, value: Any) -> bytes:
+        """The UTF-8 JSON text of ``value``."""
+        key = memo_key(value)
+        if key is None or len(key) < self.MIN_BYTES:
+            return _json(value).encode()
+        with self._lock:
+            done = self._texts.get(key)
+            if done is not None:
+                self._texts.move_to_end(key)
+                return done
+        text = _json(value).encode()
+        size = len(text) + len(key)
+        if size <= self.max_chars // 8:
+            with self._lock:
+                if key not in self._texts:
+                    self._texts[key] = text
+                    self._chars += size
+                    while self._chars > self.max_chars:
+                        old_key, old = self._texts.popitem(last=False)
+                        self._chars -= len(old) + len(old_key)
+        return text
+
+
+#: about 8 MB: the long messages of the conversations in flight
+_TEXTS = _Texts(max_chars=8_000_000)
+
+#: stand for a part of the body while the rest is encoded; random per process, so no
+#: request can hold them
+_MARKS = {k: f"ctxpolicy-{k}-{secrets.token_hex(16)}" for k in ("tools", "messages", "input")}
+_MARKS_JSON = {k: _json(v) for k, v in _MARKS.items()}
+
+
+def converted_tools(
+    tools: Any, wire: str, convert: Callable[[Any], list[dict[str, Any]]]
+) -> tuple[list[dict[str, Any]] | None, bytes | None]:
+    """``convert(tools)`` (a wire's tools in the counter's shape, None when empty), kept
+    per distinct ``tools`` (a client sends the same tools on every call), and the
+    ``memo_key`` of ``tools``."""
+    key = memo_key(tools)
+    done = TOOLS_MEMO.get(key, wire)
+    if done is not MISS:
+        return done, key
+    out = convert(tools) or None
+    if key is None or out is None:
+        return out, key
+    result = KeyedList(out)
+    result.memo_key = b"\x00" + wire.encode() + b":" + key
+    TOOLS_MEMO.put(key, wire, result)
+    return result, key
+
+
+def dumps(body: Mapping[str, Any], tools_key: bytes | None = None) -> bytes:
+    """A request body as the compact UTF-8 JSON sent upstream, the same bytes as
+    ``json.dumps(body, ensure_ascii=False, separators=(",", ":"))``.
+
+    What repeats from call to call is encoded once and spliced in: a ``tools`` list
+    (``tools_key``: its :func:`~ctxpolicy.conversation.samejson.memo_key` when the
+    caller knows it) and each long message of ``messages`` / ``input``."""
+    parts: dict[str, bytes] = {}
+    tools = body.get("tools")
+    if type(tools) is list and len(tools) >= 4:
+        key = tools_key if tools_key is not None else memo_key(tools)
+        text = TOOLS_MEMO.get(key, "json")
+        if text is MISS:
+            text = _json(tools).encode()
+            TOOLS_MEMO.put(key, "json", text)
+        parts["tools"] = text
+    for name in ("messages", "input"):
+        items = body.get(name)
+        if type(items) is list and len(items) >= 4:
+            parts[name] = b"[" + b",".join(map(_TEXTS.text, items)) + b"]"
+    if not parts:
+        return _json(body).encode()
+    # the rest of the body with a mark for each part, then the parts' bytes in their place
+    out = _json({**body, **{k: _MARKS[k] for k in parts}})
+    at: list[tuple[int, str]] = []
+    for name in parts:
+        mark = _MARKS_JSON[name]
+        if out.count(mark) != 1:  # pragma: no cover - the marks are random per process
+            return _json(body).encode()
+        at.append((out.index(mark), name))
+    chunks: list[bytes] = []
+    pos = 0
+    for i, name in sorted(at):
+        chunks += (out[pos:i].encode(), parts[name])
+        pos = i + len(_MARKS_JSON[name])
+    chunks.append(out[pos:].encode())
+    return b"".join(chunks)
 
 
 def positive_int(value: Any) -> int | None:

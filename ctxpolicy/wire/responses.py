@@ -7,12 +7,14 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ctxpolicy.conversation import Message, content_text, message_fingerprint
+from ctxpolicy.conversation import Message, content_text
+from ctxpolicy.conversation.samejson import content_key
 from ctxpolicy.wire._stream import StreamCalls
 from ctxpolicy.wire.base import (
     Extracted,
     ToolCall,
     WireError,
+    converted_tools,
     dumps,
     json_args,
     positive_int,
@@ -106,7 +108,7 @@ class ResponsesInput:
     def __init__(self, items: Sequence[Any], *, instructions: str | None = None) -> None:
         self.messages: list[Message] = []
         groups: list[list[dict[str, Any]]] = []
-        self._instructions_fp: str | None = None
+        self._instructions_fp: Any = None  # content keys: equal when fingerprints are
         if instructions:
             sys_msg: Message = {"role": "system", "content": str(instructions)}
             self.messages.append(sys_msg)
@@ -176,17 +178,17 @@ class ResponsesInput:
                 pending.append(it)
         self._tail = pending
         if instructions:
-            self._instructions_fp = message_fingerprint(self.messages[0])
-        self._groups: dict[str, list[list[dict[str, Any]]]] = {}
+            self._instructions_fp = content_key(self.messages[0])
+        self._groups: dict[Any, list[list[dict[str, Any]]]] = {}
         for m, g in zip(self.messages, groups, strict=True):
-            self._groups.setdefault(message_fingerprint(m), []).append(g)
+            self._groups.setdefault(content_key(m), []).append(g)
 
     def to_items(self, prepared: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
         """The ``input`` items standing for ``prepared``."""
         out: list[dict[str, Any]] = []
-        used: dict[str, int] = {}
+        used: dict[Any, int] = {}
         for i, m in enumerate(prepared):
-            fp = message_fingerprint(m)
+            fp = content_key(m)
             if i == 0 and self._instructions_fp is not None and fp == self._instructions_fp:
                 continue
             candidates = self._groups.get(fp)
@@ -257,10 +259,17 @@ def _response_tool(tool: Mapping[str, Any]) -> dict[str, Any]:
 
 def tools_for_count(tools: Any) -> list[dict[str, Any]] | None:
     """A Responses request's ``tools`` in the chat function shape (others as they are)."""
+    return _tools_and_key(tools)[0]
+
+
+def _tools_and_key(tools: Any) -> tuple[list[dict[str, Any]] | None, bytes | None]:
     if not isinstance(tools, list):
-        return None
-    out = [_response_tool(t) for t in to_plain(tools) if isinstance(t, Mapping)]
-    return out or None
+        return None, None
+    return converted_tools(tools, "responses", _convert_tools)
+
+
+def _convert_tools(tools: Any) -> list[dict[str, Any]]:
+    return [_response_tool(t) for t in to_plain(tools) if isinstance(t, Mapping)]
 
 
 class ResponsesWire:
@@ -280,7 +289,8 @@ class ResponsesWire:
         if instructions is not None and not isinstance(instructions, str):
             raise WireError("'instructions' must be a string")
         conv = ResponsesInput(items, instructions=instructions)
-        return Extracted(dict(body), conv.messages, tools_for_count(body.get("tools")), conv)
+        tools, key = _tools_and_key(body.get("tools"))
+        return Extracted(dict(body), conv.messages, tools, conv, key)
 
     def stateless(self, body: Mapping[str, Any]) -> bool:
         """True when ``body`` carries its whole history (no ``previous_response_id`` nor
@@ -306,7 +316,7 @@ class ResponsesWire:
             out["input"] = items
         if tools is not None:
             out["tools"] = tools
-        return dumps(out)
+        return dumps(out, req.tools_key if tools is None else None)
 
     def with_round(
         self, req: Extracted, assistant: Mapping[str, Any], results: Sequence[tuple[str, str]]

@@ -1,12 +1,14 @@
-"""Every benchmark script runs in its tiny ``--quick`` mode, so none can rot.
+"""Every benchmark suite runs in its tiny ``--quick`` mode through the runner, so none can
+rot; the runner lists its suites; the page builds from results files alone.
 
-Results go to a temporary directory (``benchmarks._common.RESULTS`` is redirected), never
+Results go to a temporary directory (``python -m benchmarks run … --results DIR``), never
 to benchmarks/results. Only exit codes and the shape of the output are asserted — no
 wall-clock thresholds.
 """
 
 from __future__ import annotations
 
+import ast
 import json
 import subprocess
 import sys
@@ -14,39 +16,48 @@ from pathlib import Path
 
 import pytest
 
+from benchmarks.report import ORDER
+from benchmarks.suites import SUITES, Variant
 from tests.shared_data import SHARED, available
 
 ROOT = Path(__file__).resolve().parents[2]
 BENCH = ROOT / "benchmarks"
-SCRIPTS = sorted(p.name for p in BENCH.glob("bench_*.py"))
+SCRIPTS = sorted(p.stem for p in BENCH.glob("bench_*.py"))
 
-#: top-level keys each results JSON must have (scripts not listed: just valid JSON)
+#: top-level keys each results JSON must have (results not listed: just valid JSON)
 EXPECTED = {
-    "bench_engine.py": {"machine", "conversations", "memory", "goals"},
-    "bench_quality.py": {"machine", "results", "goals", "windows", "agents"},
-    "bench_validate.py": {"machine", "cold", "warm", "ctxpolicy_over_check_jsonschema_cold"},
-    "bench_incidents.py": {"machine", "scenarios", "window"},
-    "bench_cache.py": {"machine", "results", "windows"},
-    "bench_state.py": {"machine", "total_s", "commit_s", "prepare_per_call_s", "saves"},
-    "bench_scaling.py": {"machine", "sizes", "runs", "timeout"},
-    "bench_prepare_calls.py": {"machine", "repeat", "this tree"},
+    "bench_engine": {"machine", "conversations", "memory", "goals"},
+    "bench_quality": {"machine", "results", "goals", "windows", "agents"},
+    "bench_validate": {"machine", "cold", "warm", "ctxpolicy_over_check_jsonschema_cold"},
+    "bench_incidents": {"machine", "scenarios", "window"},
+    "bench_cache": {"machine", "results", "windows"},
+    "bench_state": {"machine", "total_s", "commit_s", "prepare_per_call_s", "saves"},
+    "bench_scaling": {"machine", "sizes", "runs", "timeout"},
+    "bench_prepare_calls": {"machine", "repeat", "this tree"},
+    "bench_simulate": {"plots"},
+    "bench_preprocessors": {"rows", "tool_results"},
 }
 
-RUNNER = """
-import runpy, sys
-from pathlib import Path
-sys.path.insert(0, {root!r})
-import benchmarks._common as common
-common.RESULTS = Path({out!r})
-sys.argv = [{script!r}, "--quick"]
-runpy.run_path({script!r}, run_name="__main__")
-"""
+
+def _smoked() -> list[tuple[str, Variant]]:
+    """One quick run per script (its first variant with a --quick mode)."""
+    seen: set[str] = set()
+    out = []
+    for s in SUITES:
+        for v in s.variants:
+            if v.quick and v.default and v.script not in seen:
+                seen.add(v.script)
+                out.append((s.name, v))
+    return out
 
 
-def run_quick(script: Path, out: Path) -> subprocess.CompletedProcess[str]:
-    code = RUNNER.format(root=str(ROOT), out=str(out), script=str(script))
+def runner(*args: str, timeout: float = 900) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=900
+        [sys.executable, "-m", "benchmarks", *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
     )
 
 
@@ -55,76 +66,127 @@ needs_traces = pytest.mark.skipif(
 )
 
 
-def test_every_bench_script_is_covered() -> None:
-    assert set(EXPECTED) <= set(SCRIPTS)
+def test_every_script_is_a_registered_suite_on_the_page() -> None:
+    scripts = {v.script for s in SUITES for v in s.variants}
+    assert set(SCRIPTS) == scripts
+    assert {v.results for s in SUITES for v in s.variants} <= set(ORDER)
+    assert set(EXPECTED) <= set(ORDER)
+
+
+def test_list_names_every_suite() -> None:
+    p = runner("list", timeout=60)
+    assert p.returncode == 0, p.stderr
+    for s in SUITES:
+        assert s.name in p.stdout
+    assert runner("run", "no-such-suite", timeout=60).returncode == 2
+
+
+def test_no_import_cycles_inside_benchmarks() -> None:
+    """Module-level and function-level imports between benchmarks' modules form no cycle."""
+    mods = {
+        ".".join(p.relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__"): p
+        for p in BENCH.rglob("*.py")
+    }
+    edges: dict[str, set[str]] = {m: set() for m in mods}
+    for m, p in mods.items():
+        for node in ast.walk(ast.parse(p.read_text(encoding="utf-8"))):
+            names: list[str] = []
+            if isinstance(node, ast.ImportFrom) and node.module:
+                names = [node.module] + [f"{node.module}.{a.name}" for a in node.names]
+            elif isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            edges[m] |= {n for n in names if n in mods and n != m and n != "benchmarks"}
+    state: dict[str, int] = {}
+
+    def visit(m: str, path: list[str]) -> None:
+        state[m] = 1
+        for n in sorted(edges[m]):
+            assert state.get(n) != 1, " -> ".join([*path, m, n])
+            if n not in state:
+                visit(n, [*path, m])
+        state[m] = 2
+
+    for m in sorted(mods):
+        if m not in state:
+            visit(m, [])
 
 
 @needs_traces
-@pytest.mark.parametrize("name", SCRIPTS)
-def test_bench_quick(name: str, tmp_path: Path) -> None:
-    script = BENCH / name
-    if "--quick" not in script.read_text(encoding="utf-8"):
-        pytest.skip(f"{name} has no --quick mode")
-    stem = script.stem
-    real = BENCH / "results" / f"{stem}.json"
+@pytest.mark.parametrize(("suite", "variant"), _smoked(), ids=lambda x: getattr(x, "name", x))
+def test_suite_quick(suite: str, variant: Variant, tmp_path: Path) -> None:
+    name = variant.results
+    real = BENCH / "results" / f"{name}.json"
     before = real.stat().st_mtime_ns if real.exists() else None
-    p = run_quick(script, tmp_path)
+    p = runner("run", suite, "--variant", variant.name, "--quick", "--results", str(tmp_path))
     assert p.returncode == 0, p.stderr[-2000:]
-    j, m = tmp_path / f"{stem}.json", tmp_path / f"{stem}.md"
+    j, m = tmp_path / f"{name}.json", tmp_path / f"{name}.md"
     assert j.exists() and m.exists(), sorted(x.name for x in tmp_path.iterdir())
     data = json.loads(j.read_text(encoding="utf-8"))
     assert EXPECTED.get(name, set()) <= set(data)
     text = m.read_text(encoding="utf-8")
     assert text.startswith("## ")
     assert "Reproduce" in text
-    assert "| --- |" in text  # at least one table
-    assert p.stdout.strip()  # the table is printed too
+    assert "| --- |" in text or "![" in text  # a table, or the plots
+    assert p.stdout.strip()  # the section is printed too
     assert (real.stat().st_mtime_ns if real.exists() else None) == before  # real results untouched
 
 
-def test_report_assembles_the_page(tmp_path: Path) -> None:
+def test_render_assembles_the_page(tmp_path: Path) -> None:
     results = tmp_path / "results"
     results.mkdir()
     (results / "bench_x.md").write_text(
         "## X section\n\n| a | b |\n| --- | ---: |\n| 1 | 2 |\n", encoding="utf-8"
     )
     (results / "bench_x.json").write_text(json.dumps({"quick": True}), encoding="utf-8")
+    (results / "bench_otel.md").write_text(
+        "## O\n\nReproduce: `.venv/bin/python benchmarks/bench_otel.py --rounds 3`\n",
+        encoding="utf-8",
+    )
+    (results / "bench_peers_ruler.md").write_text(
+        "## P\n\nReproduce: `python benchmarks/bench_quality.py --peers-only --peer-policies "
+        "agents.yaml:coding_agent,agents.yaml:coding_agent_16k --results-name "
+        "bench_peers_ruler --jobs 2`\n",
+        encoding="utf-8",
+    )
     out = tmp_path / "docs" / "benchmarks.md"
-    p = subprocess.run(
-        [
-            sys.executable,
-            str(BENCH / "report.py"),
-            "--results",
-            str(results),
-            "--out",
-            str(out),
-            "--img",
-            str(tmp_path / "docs" / "img"),
-            "--no-simulate",
-            "--no-preprocessors",
-        ],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
+    p = runner(
+        "render",
+        "--results",
+        str(results),
+        "--out",
+        str(out),
+        "--img",
+        str(tmp_path / "docs" / "img"),
         timeout=300,
     )
     assert p.returncode == 0, p.stderr[-2000:]
     page = out.read_text(encoding="utf-8")
     assert page.startswith("# Benchmarks")
-    assert "make bench" in page
+    assert "make bench" in page and "make docs" in page
     assert "## X section" in page
     assert "Quick run" in page  # quick results are flagged
-    assert "Reproduce: `.venv/bin/python benchmarks/bench_x.py`" in page
+    assert "Reproduce: `.venv/bin/python benchmarks/bench_x.py`" in page  # not a suite
+    assert "`.venv/bin/python -m benchmarks run percall --variant otel --rounds 3`" in page
+    assert "`python -m benchmarks run quality --variant peers --jobs 2`" in page
+    assert page.index("## O") < page.index("## X section")  # registered order, then the rest
 
 
 @needs_traces
 def test_bench_tune_before_after_on_the_same_tree(tmp_path: Path) -> None:
-    """``bench_tune.py --baseline``: both studies run (here: this tree twice) and their
-    outputs compare identical; the section and its table are written."""
-    code = RUNNER.format(root=str(ROOT), out=str(tmp_path), script=str(BENCH / "bench_tune.py"))
-    code = code.replace('"--quick"]', f'"--quick", "--trials", "2", "--baseline", {str(ROOT)!r}]')
-    p = subprocess.run(
-        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=900
+    """``tune --variant speed --baseline``: both studies run (here: this tree twice) and
+    their outputs compare identical; the section and its table are written."""
+    p = runner(
+        "run",
+        "tune",
+        "--variant",
+        "speed",
+        "--quick",
+        "--results",
+        str(tmp_path),
+        "--trials",
+        "2",
+        "--baseline",
+        str(ROOT),
     )
     assert p.returncode == 0, p.stderr[-2000:]
     data = json.loads((tmp_path / "bench_tune_speed.json").read_text(encoding="utf-8"))
@@ -133,3 +195,21 @@ def test_bench_tune_before_after_on_the_same_tree(tmp_path: Path) -> None:
     assert d["replays"]["baseline"] == d["replays"]["this tree"] > 0
     text = (tmp_path / "bench_tune_speed.md").read_text(encoding="utf-8")
     assert "| --- |" in text and "Reproduce" in text and "identical ✓" in text
+
+
+@needs_traces
+def test_a_baseline_tree_measures_its_ctxpolicy_with_this_trees_benchmark_code(
+    tmp_path: Path,
+) -> None:
+    """A child timing a baseline imports that tree's ctxpolicy but this tree's benchmarks
+    package, even when the baseline holds an older one (here: one without the helpers)."""
+    tree = tmp_path / "tree"
+    (tree / "benchmarks").mkdir(parents=True)
+    (tree / "benchmarks" / "_common.py").write_text("RESULTS = None\n", encoding="utf-8")
+    (tree / "ctxpolicy").symlink_to(ROOT / "ctxpolicy")
+    out = tmp_path / "results"
+    p = runner("run", "percall", "--variant", "calls", "--quick", "--results", str(out),
+               "--baseline", str(tree))  # fmt: skip
+    assert p.returncode == 0, p.stderr[-2000:]
+    data = json.loads((out / "bench_prepare_calls.json").read_text(encoding="utf-8"))
+    assert data["baseline"] and data["this tree"]

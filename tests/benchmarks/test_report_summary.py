@@ -74,3 +74,14 @@ def test_for_users() -> None:
         "Baseline: `<baseline checkout>` (before the work); goals of the change met.\n"
         "## Incident scenarios"
     )
+
+
+def test_the_committed_page_is_the_render_of_the_committed_results(tmp_path: Path) -> None:
+    """docs/benchmarks.md is generated, never edited: rendering benchmarks/results gives it
+    back byte for byte (`make docs` after new results)."""
+    from benchmarks import report
+
+    out = tmp_path / "benchmarks.md"
+    assert report.main(["--out", str(out), "--img", str(tmp_path / "img")]) == 0
+    page = (ROOT / "docs" / "benchmarks.md").read_text(encoding="utf-8")
+    assert out.read_text(encoding="utf-8") == page, "run `make docs`"

@@ -179,3 +179,129 @@ def test_off_loop_carries_context_variables() -> None:
         return await off_loop(var.get)
 
     assert asyncio.run(main()) == "thread-id-7"
+
+
+class Reply:
+    """A reply of a host that speaks the wire itself: an HTTP status and a body, or a
+    stream whose body is known only once it is read (``settle``)."""
+
+    def __init__(self, status: int, body: Any, *, streamed: bool = False) -> None:
+        self.status = status
+        self.body = body
+        self.streamed = streamed
+
+
+class HttpFormat(ChatFormat):
+    """A :class:`WireFormat`: failures arrive as replies, streams are settled, a round
+    continues the request in the wire's own form (here: a copy of the chat messages)."""
+
+    def __init__(self) -> None:
+        self.settled = 0
+        self.continued_with: list[list[tuple[str, str]]] = []
+
+    def failure(self, reply: Reply) -> BaseException | None:
+        return RuntimeError(reply.body) if reply.status >= 400 else None
+
+    async def settle(self, reply: Reply) -> Reply:
+        self.settled += 1
+        return Reply(reply.status, reply.body) if reply.streamed else reply
+
+    def usage(self, reply: Any) -> int | None:
+        if not isinstance(reply, Reply) or reply.streamed or reply.status >= 400:
+            return None
+        return super().usage(reply.body)
+
+    def tool_calls(self, reply: Any) -> list[tuple[str, str, Any]]:
+        if reply.streamed or reply.status >= 400:
+            return []
+        return super().tool_calls(reply.body)
+
+    def continued(
+        self, messages: list[dict[str, Any]], reply: Reply, results: Sequence[tuple[str, str]]
+    ) -> list[dict[str, Any]]:
+        self.continued_with.append(list(results))
+        return [*messages, *self.results_turn(reply.body, results)]
+
+
+def test_a_wire_host_gets_failures_as_replies_and_relays_the_answer(tmp_path: Path) -> None:
+    """The gateway's shape: an overflow reply is retried through on_error, a provider
+    error that is not one comes back as the answer; a streamed recall-only answer is
+    settled and answered; the final answer goes to the relay with the usage step."""
+    from ctxpolicy.calls import WireFormat
+
+    session = Session(make_policy(tmp_path, window=4000), conv_id="c")
+    fmt = HttpFormat()
+    assert isinstance(fmt, WireFormat)
+    replies = [
+        Reply(400, OVERFLOW),  # retried with less
+        Reply(200, answer("", calls=[("ctx_search", '{"pattern": "x"}')]), streamed=True),
+        Reply(200, answer("final", prompt=321)),
+    ]
+    sent: list[int] = []
+
+    async def send(prepared: list[dict[str, Any]]) -> Reply:
+        sent.append(len(prepared))
+        return replies[len(sent) - 1]
+
+    relayed: list[Any] = []
+
+    async def relay(reply: Reply, record: Any) -> str:
+        relayed.append(reply)
+        await record(fmt.usage(reply) or 0)
+        return "to the client"
+
+    async def main() -> str:
+        driver = CallDriver(None, open=lambda: session, format=fmt, recall_rounds=2, catch=())
+        return await driver.acall(history(8), None, send, relay=relay)
+
+    assert asyncio.run(main()) == "to the client"
+    assert len(sent) == 3 and sent[1] <= sent[0]
+    assert fmt.settled == 2 and len(fmt.continued_with) == 1
+    assert relayed[0].body["choices"][0]["message"]["content"] == "final"
+    assert session.state.usage_seen
+
+    # a provider error that is not an overflow is the answer, relayed as it came
+    errors = [Reply(429, "rate limited")]
+
+    async def send_429(prepared: list[dict[str, Any]]) -> Reply:
+        return errors[0]
+
+    async def main_429() -> Any:
+        driver = CallDriver(session, format=HttpFormat(), catch=())
+        return await driver.acall(history(2), None, send_429, relay=lambda r, rec: _echo(r))
+
+    assert asyncio.run(main_429()) is errors[0]
+
+
+async def _echo(reply: Any) -> Any:
+    return reply
+
+
+def test_a_driver_needs_a_session_or_a_way_to_open_one() -> None:
+    with pytest.raises(ValueError, match="session"):
+        CallDriver(None)
+
+
+def test_off_loop_lowers_the_switch_interval_while_engine_work_runs(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Threads waiting for the interpreter lock held by a long prepare get it back
+    within 0.5 ms instead of 5; the interpreter's own value is back once none runs."""
+    import sys
+
+    from ctxpolicy.calls.driver import SWITCH_INTERVAL
+
+    monkeypatch.delenv("CTXPOLICY_SWITCH_INTERVAL", raising=False)
+    before = sys.getswitchinterval()
+    assert before > SWITCH_INTERVAL  # CPython's default, 5 ms
+
+    async def main() -> list[float]:
+        both = await asyncio.gather(
+            off_loop(sys.getswitchinterval), off_loop(lambda: sys.getswitchinterval())
+        )
+        return [*both, await off_loop(sys.getswitchinterval)]
+
+    assert asyncio.run(main()) == [SWITCH_INTERVAL] * 3
+    assert sys.getswitchinterval() == before
+    monkeypatch.setenv("CTXPOLICY_SWITCH_INTERVAL", "0")  # leave the interpreter's own
+    assert asyncio.run(off_loop(sys.getswitchinterval)) == before

@@ -99,6 +99,44 @@ def test_least_recently_used_sessions_are_closed_and_resume(tmp_path: Path) -> N
     assert len(pool) == 0
 
 
+def test_a_memory_store_is_bounded_by_the_pool(tmp_path: Path) -> None:
+    """The pool's shared ``memory`` store keeps the open conversations and the
+    ``max_sessions`` most recently evicted ones (it grew with every conversation ever
+    opened); older ones are dropped and counted in ``released``."""
+    from ctxpolicy.state.memory import MemoryStateStore
+
+    pool = SessionPool(with_state(make_policy(tmp_path), "memory"), max_sessions=3)
+    for i in range(20):
+        s = pool.get(f"c{i}")
+        s.prepare(history(1))
+        s.record_usage(1000)
+    store = pool.state_store()
+    assert isinstance(store, MemoryStateStore)
+    assert len(store) == 6  # c17-c19 open, c14-c16 evicted lately
+    assert pool.released == 14
+    assert pool.get("c19").state.usage_seen  # open: its state is where it was
+    back = pool.get("c0")  # long evicted: nothing of it is left in memory
+    assert not back.state.usage_seen
+    back.prepare(history(1))
+    back.record_usage(1000)  # versions never repeat: its new commits are accepted
+    assert back.state.usage_seen
+    assert pool.get("c16").state.usage_seen  # evicted lately: resumed from memory
+    assert len(store) <= 6
+    pool.close()
+
+
+def test_a_given_store_is_the_callers(tmp_path: Path) -> None:
+    """A store handed to the pool (``state_store=``) is not trimmed by it."""
+    from ctxpolicy.state.memory import MemoryStateStore
+
+    store = MemoryStateStore()
+    pool = SessionPool(make_policy(tmp_path), max_sessions=2, state_store=store)
+    for i in range(5):
+        pool.get(f"c{i}").record_usage(1000)
+    assert len(store) == 5 and pool.released == 0
+    pool.close()
+
+
 def test_threads_opening_one_conversation_get_one_session(tmp_path: Path) -> None:
     pool = SessionPool(make_policy(tmp_path))
     barrier = threading.Barrier(8)

@@ -1,16 +1,21 @@
 """The real coding agents through the gateway: Claude Code (``claude -p``), the Codex CLI
-(``codex exec``) and aider (``aider --message``), each run non-interactively against the
-project's scripted server on loopback, reading large files until the gateway compacts.
+(``codex exec``), opencode (``opencode run``) and aider (``aider --message``), each run
+non-interactively against the project's scripted server on loopback, reading large files
+until the gateway compacts. With ``--recall`` on, the scripted model of Claude Code,
+Codex and opencode calls ``ctx_recall`` once per session (after a thinking block for
+Claude Code) on the first snapshot reference it sees: the gateway answers it and the
+client never sees the call.
 
 The clients are installed once into a cache folder (``CTXPOLICY_CLIENTS_DIR``, default
 ``~/.cache/ctxpolicy-clients``): the npm packages at the versions below and aider in a
 virtualenv of its own. Without a reachable registry the tests are skipped with the
-reason (failed under ``CI``). The whole module takes about a minute once installed.
+reason (failed under ``CI``). The whole module takes about two minutes once installed.
 """
 
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import os
 import re
@@ -32,7 +37,11 @@ from tests.integrations.conftest import make_policy
 
 from .conftest import run_gateway
 
-NPM_PACKAGES = {"@openai/codex": "0.171.0", "@anthropic-ai/claude-code": "2.1.197"}
+NPM_PACKAGES = {
+    "@openai/codex": "0.171.0",
+    "@anthropic-ai/claude-code": "2.1.197",
+    "opencode-ai": "1.18.33",
+}
 AIDER = "aider-chat==0.86.2"
 CLIENTS = Path(os.environ.get("CTXPOLICY_CLIENTS_DIR") or Path.home() / ".cache/ctxpolicy-clients")
 INSTALL_TIMEOUT = 600
@@ -41,6 +50,7 @@ WINDOW, RESERVE = 30_000, 2_000  # the agents' policy: Claude Code's prefix is ~
 CODEX_WINDOW = 16_000  # Codex's prefix is ~5.5k tokens, and it cuts long outputs itself
 FILES = 16  # files each session reads (~8.8k tokens each, head_tail-cut by the tool rule as they arrive): compaction near the end
 PROMPT = "Read every bigN.txt file in this directory and tell me what they hold."
+SNAP_REF = re.compile(r"ctxsnap://[^\s)\"\\\]]+")
 
 
 def _unavailable(reason: str) -> None:
@@ -63,7 +73,7 @@ def _installed(package: str, version: str) -> bool:
 
 @pytest.fixture(scope="module")
 def npm_clients() -> Path:
-    """The Codex CLI and Claude Code, installed with npm into the cache folder."""
+    """The Codex CLI, Claude Code and opencode, installed with npm into the cache folder."""
     if not all(_installed(p, v) for p, v in NPM_PACKAGES.items()):
         npm = shutil.which("npm")
         if npm is None:
@@ -119,6 +129,53 @@ class Run:
     metrics: str
     thinking: dict[str, str] = field(default_factory=dict)  # text -> signature sent
     traces: list[Path] = field(default_factory=list)  # the client's messages (--record)
+    recalled: dict[str, str] = field(default_factory=dict)  # session -> recall answer seen
+
+
+class Recaller:
+    """The scripted model's side of recall: once per session, on the first snapshot
+    reference in a request, a ``ctx_recall`` call of it; the answer the gateway sends
+    back in the next request is kept (the client never sees either)."""
+
+    def __init__(self) -> None:
+        self.asked: dict[str, str] = {}  # session -> the call's id
+        self.answers: dict[str, str] = {}
+        self.lock = threading.Lock()
+
+    def call(self, session: str, body: dict[str, Any]) -> dict[str, Any] | None:
+        """The recall call to answer with, or None (asked already, or nothing to recall)."""
+        with self.lock:
+            if session in self.asked:
+                return None
+        names = {
+            t.get("name") or (t.get("function") or {}).get("name") for t in body.get("tools") or []
+        }
+        if "ctx_recall" not in names:
+            return None
+        found = SNAP_REF.search(json.dumps(body.get("messages") or body.get("input") or []))
+        if found is None:
+            return None
+        cid = f"recall_{hashlib.sha256(session.encode()).hexdigest()[:8]}"
+        with self.lock:
+            self.asked[session] = cid
+        return {"name": "ctx_recall", "arguments": {"ref": found.group(0)}, "id": cid}
+
+    def seen(self, session: str, results: dict[str, str]) -> None:
+        """The tool results of a request, by call id: the recall answer among them."""
+        with self.lock:
+            cid = self.asked.get(session)
+            if cid is None or session in self.answers:
+                return
+            for got, text in results.items():  # the Messages API's ids get a toolu_ prefix
+                if got == cid or got.endswith("_" + cid):
+                    self.answers[session] = text
+
+
+def _anthropic_results(body: dict[str, Any]) -> dict[str, str]:
+    out = {}
+    for _, b in _blocks(body, "tool_result"):
+        out[str(b.get("tool_use_id"))] = json.dumps(b.get("content"))
+    return out
 
 
 def _project(root: Path) -> Path:
@@ -131,7 +188,12 @@ def _project(root: Path) -> Path:
 
 
 def _policy_config(
-    root: Path, srv: ScriptedLLMServer, agent: str, window: int = WINDOW, record: bool = False
+    root: Path,
+    srv: ScriptedLLMServer,
+    agent: str,
+    window: int = WINDOW,
+    record: bool = False,
+    recall: bool = False,
 ) -> GatewayConfig:
     policy = make_policy(
         root / "state", window=window, reserve_output=RESERVE, tool_growth=2000, safety_margin=500
@@ -142,6 +204,7 @@ def _policy_config(
         default_agent=agent,
         secret=b"real-clients",
         record=str(root / "traces") if record else None,
+        recall=recall,
     )
 
 
@@ -179,6 +242,7 @@ def claude_run(npm_clients: Path, tmp_path_factory: pytest.TempPathFactory) -> I
     reads: dict[str, int] = {}
     produced: dict[str, str] = {}
     lock = threading.Lock()
+    recaller = Recaller()
 
     def script(body: dict[str, Any], api: str) -> dict[str, Any]:
         if not body.get("tools"):
@@ -187,6 +251,14 @@ def claude_run(npm_clients: Path, tmp_path_factory: pytest.TempPathFactory) -> I
             session = json.loads(body["metadata"]["user_id"])["session_id"]
         except (KeyError, TypeError, ValueError):
             session = "?"
+        recaller.seen(session, _anthropic_results(body))
+        recall = recaller.call(session, body)
+        if recall is not None:  # signed thinking first, as Claude models answer
+            text = f"Session {session[:8]} recalls an earlier read."
+            sig = hashlib.sha256(text.encode()).hexdigest()
+            with lock:
+                produced[text] = sig
+            return {"thinking": text, "signature": sig, "tool_calls": [recall]}
         with lock:
             n = reads[session] = reads.get(session, 0) + 1
         if n > FILES:
@@ -203,7 +275,8 @@ def claude_run(npm_clients: Path, tmp_path_factory: pytest.TempPathFactory) -> I
         }
 
     with ScriptedLLMServer(window=200_000, script=script) as srv:
-        with run_gateway(_policy_config(root, srv, "claude_code", record=True)) as gw:
+        config = _policy_config(root, srv, "claude_code", record=True, recall=True)
+        with run_gateway(config) as gw:
             env = _env(
                 root,
                 ANTHROPIC_BASE_URL=gw.url,
@@ -235,6 +308,7 @@ def claude_run(npm_clients: Path, tmp_path_factory: pytest.TempPathFactory) -> I
         assert len(srv.records) > n_before and set(convs) == set(conv_before)
         run = Run(outputs, srv.records, convs, metrics, produced)
         run.traces = sorted((root / "traces").glob("*.jsonl"))
+        run.recalled = dict(recaller.answers)
         yield run
 
 
@@ -292,6 +366,18 @@ def test_claude_code_thinking_signatures_unchanged(claude_run: Run) -> None:
     assert seen
 
 
+def test_claude_code_recall_after_thinking_is_answered(claude_run: Run) -> None:
+    """With --recall, each session's model thinks, then calls ctx_recall (a streamed
+    answer, as Claude Code asks for): the gateway answers it with the original file
+    text, and Claude Code never sees the call."""
+    assert len(claude_run.recalled) == 2
+    for answer in claude_run.recalled.values():
+        assert re.search(r"line \d+ of file \d+", answer), answer[:300]
+    assert "ctxpolicy_gateway_recall_rounds_total" in claude_run.metrics
+    for out in claude_run.outputs:
+        assert "ctx_recall" not in out.stdout and "No such tool" not in out.stdout
+
+
 def test_claude_code_system_messages_stay_in_place(claude_run: Run) -> None:
     """Claude Code sends reminders as `role: system` messages inside `messages`: they
     reach the provider in their place in the conversation, never moved into the
@@ -330,9 +416,20 @@ def codex_run(npm_clients: Path, tmp_path_factory: pytest.TempPathFactory) -> It
     proj = _project(root)
     reads: dict[str, int] = {}
     lock = threading.Lock()
+    recaller = Recaller()
 
     def script(body: dict[str, Any], api: str) -> dict[str, Any]:
         key = str(body.get("prompt_cache_key"))
+        items = [it for it in body.get("input") or [] if isinstance(it, dict)]
+        outputs = {
+            str(it.get("call_id")): json.dumps(it.get("output"))
+            for it in items
+            if it.get("type") == "function_call_output"
+        }
+        recaller.seen(key, outputs)
+        recall = recaller.call(key, body)
+        if recall is not None:
+            return {"tool_calls": [recall]}
         with lock:
             n = reads[key] = reads.get(key, 0) + 1
         if n > FILES:
@@ -345,7 +442,7 @@ def codex_run(npm_clients: Path, tmp_path_factory: pytest.TempPathFactory) -> It
         return {"tool_calls": [call]}
 
     with ScriptedLLMServer(window=200_000, script=script) as srv:
-        with run_gateway(_policy_config(root, srv, "codex", CODEX_WINDOW)) as gw:
+        with run_gateway(_policy_config(root, srv, "codex", CODEX_WINDOW, recall=True)) as gw:
             codex_home = root / "codex-home"
             codex_home.mkdir()
             (codex_home / "config.toml").write_text(
@@ -368,7 +465,7 @@ def codex_run(npm_clients: Path, tmp_path_factory: pytest.TempPathFactory) -> It
             outputs = _parallel([(cmd, env), (cmd, env)], proj)
             metrics = httpx.get(gw.url + "/metrics").text
             convs = list(gw.gateway.pool._sessions)
-        yield Run(outputs, srv.records, convs, metrics)
+        yield Run(outputs, srv.records, convs, metrics, recalled=dict(recaller.answers))
 
 
 def test_codex_cli_works_through_the_gateway(codex_run: Run) -> None:
@@ -391,6 +488,140 @@ def test_codex_cli_is_prepared_fits_and_compacts(codex_run: Run) -> None:
         calls = sorted(it["call_id"] for it in items if it.get("type") == "function_call")
         outs = sorted(it["call_id"] for it in items if it.get("type") == "function_call_output")
         assert calls == outs
+
+
+def test_codex_cli_recall_is_answered(codex_run: Run) -> None:
+    """With --recall, each session's model calls ctx_recall once (a streamed Responses
+    answer): the gateway answers it; Codex never runs it."""
+    assert len(codex_run.recalled) == 2
+    for answer in codex_run.recalled.values():
+        assert re.search(r"line \d+ of file \d+", answer), answer[:300]
+    for out in codex_run.outputs:
+        assert "ctx_recall" not in out.stdout + out.stderr
+
+
+# -- opencode ---------------------------------------------------------------------------
+
+OPENCODE_WINDOW = 30_000
+
+
+@pytest.fixture(scope="module")
+def opencode_run(npm_clients: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Run]:
+    """Two parallel `opencode run` with the same prompt, on the Chat Completions route (an
+    OpenAI-compatible provider in opencode.json)."""
+    root = tmp_path_factory.mktemp("opencode")
+    proj = _project(root)
+    tags = itertools.count()
+    recaller = Recaller()
+
+    def script(body: dict[str, Any], api: str) -> dict[str, Any]:
+        if not body.get("tools"):
+            return {"content": "A title"}  # opencode's title request
+        msgs = [m for m in body.get("messages") or [] if isinstance(m, dict)]
+        calls = [tc for m in msgs for tc in m.get("tool_calls") or []]
+        # the session's tag rides in its tool call ids (the client sends them back)
+        tag = str(calls[0]["id"]).split("_")[1] if calls else str(next(tags))
+        recaller.seen(tag, {str(m.get("tool_call_id")): str(m.get("content")) for m in msgs})
+        recall = recaller.call(tag, body)
+        if recall is not None:
+            return {"tool_calls": [recall]}
+        last = [m for m in msgs if m.get("role") == "tool" and "of file" in str(m.get("content"))]
+        done = re.findall(r"of file (\d+)", str(last[-1]["content"])) if last else []
+        n = int(done[-1]) + 1 if done else 1
+        if n > FILES:
+            return {"content": "all files read"}
+        path = str(proj / f"big{n}.txt")
+        call = {"name": "read", "arguments": {"filePath": path}, "id": f"call_{tag}_{n}"}
+        return {"tool_calls": [call]}
+
+    with ScriptedLLMServer(window=200_000, script=script) as srv:
+        config = _policy_config(root, srv, "opencode", OPENCODE_WINDOW, recall=True)
+        with run_gateway(config) as gw:
+            (proj / "opencode.json").write_text(
+                json.dumps(
+                    {
+                        "$schema": "https://opencode.ai/config.json",
+                        "provider": {
+                            "ctxpolicy": {
+                                "npm": "@ai-sdk/openai-compatible",
+                                "name": "ctxpolicy gateway",
+                                "options": {"baseURL": gw.url + "/v1", "apiKey": "sk-test"},
+                                "models": {
+                                    "gpt-4o": {
+                                        "name": "gpt-4o",
+                                        "tool_call": True,
+                                        "limit": {"context": 200_000, "output": 4_000},
+                                    }
+                                },
+                            }
+                        },
+                        "model": "ctxpolicy/gpt-4o",
+                        "autoupdate": False,
+                        "share": "disabled",
+                    }
+                )
+            )
+            home = root / "home"
+            env = _env(
+                root,
+                OPENCODE_DISABLE_MODELS_FETCH="1",
+                OPENCODE_DISABLE_AUTOUPDATE="1",
+                XDG_CONFIG_HOME=str(home / ".config"),
+                XDG_DATA_HOME=str(home / ".local/share"),
+                XDG_CACHE_HOME=str(home / ".cache"),
+                XDG_STATE_HOME=str(home / ".local/state"),
+            )
+            cmd = [str(_npm_bin("opencode")), "run", PROMPT]
+            outputs = _parallel([(cmd, env), (cmd, env)], proj)
+            metrics = httpx.get(gw.url + "/metrics").text
+            convs = list(gw.gateway.pool._sessions)
+        yield Run(outputs, srv.records, convs, metrics, recalled=dict(recaller.answers))
+
+
+def _chat_tags(body: dict[str, Any]) -> set[str]:
+    ids = [
+        str(tc.get("id"))
+        for m in body.get("messages") or []
+        for tc in m.get("tool_calls") or []
+        if not str(tc.get("id")).startswith("recall_")
+    ]
+    return {i.split("_")[1] for i in ids if i.count("_") >= 2}
+
+
+def test_opencode_works_fits_and_compacts(opencode_run: Run) -> None:
+    for out in opencode_run.outputs:
+        assert out.returncode == 0, (out.stdout[-1000:], out.stderr[-2000:])
+        assert "all files read" in out.stdout
+    chat = [r for r in opencode_run.records if r.body.get("tools")]
+    assert chat and {r.path for r in chat} == {"/v1/chat/completions"}
+    assert all(r.status == 200 and r.tokens <= OPENCODE_WINDOW - RESERVE for r in chat)
+    assert 'api="chat",agent="opencode",status="200"' in opencode_run.metrics
+    assert _compactions(opencode_run.metrics) > 0
+
+
+def test_opencode_pairs_stay_whole(opencode_run: Run) -> None:
+    for r in opencode_run.records:
+        msgs = r.body.get("messages") or []
+        for i, m in enumerate(msgs):
+            if m.get("tool_calls"):
+                answered = {x.get("tool_call_id") for x in msgs[i + 1 :] if x.get("role") == "tool"}
+                assert {tc["id"] for tc in m["tool_calls"]} <= answered
+            if m.get("role") == "tool":
+                asked = {tc["id"] for x in msgs[:i] for tc in x.get("tool_calls") or []}
+                assert m["tool_call_id"] in asked
+
+
+def test_opencode_parallel_sessions_stay_apart(opencode_run: Run) -> None:
+    tagged = [_chat_tags(r.body) for r in opencode_run.records]
+    assert len(set().union(*tagged)) == 2  # two sessions reached the upstream
+    assert all(len(t) <= 1 for t in tagged)  # no request holds the other's reads
+    assert len(opencode_run.conversations) >= 2
+
+
+def test_opencode_recall_is_answered(opencode_run: Run) -> None:
+    assert len(opencode_run.recalled) == 2
+    for answer in opencode_run.recalled.values():
+        assert re.search(r"line \d+ of file \d+", answer), answer[:300]
 
 
 # -- aider ------------------------------------------------------------------------------

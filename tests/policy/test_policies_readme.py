@@ -80,7 +80,7 @@ QUOTES: list[tuple[str, Callable[[], tuple[str, ...]]]] = [
 ]
 
 
-@pytest.mark.parametrize(("pattern", "actual"), QUOTES, ids=lambda q: str(q)[:40])
+@pytest.mark.parametrize(("pattern", "actual"), QUOTES, ids=[pattern[:40] for pattern, _ in QUOTES])
 def test_readme_quotes_the_numbers_of_agents_yaml(
     pattern: str, actual: Callable[[], tuple[str, ...]]
 ) -> None:

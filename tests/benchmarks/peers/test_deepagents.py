@@ -15,7 +15,7 @@ import pytest
 
 pytest.importorskip("deepagents", reason="deepagents not installed (pip install -e '.[bench]')")
 
-from benchmarks.bench_quality import load_agent
+from benchmarks._inputs import load_agent
 from benchmarks.peers.catalog import LABELS
 from benchmarks.peers.deepagents import deepagents_peer
 from benchmarks.peers.runs import Contestant, ruler, run_contestant

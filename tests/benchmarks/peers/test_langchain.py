@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from benchmarks.bench_quality import load_agent
+from benchmarks._inputs import load_agent
 from benchmarks.peers.langchain import LABELS, PEERS
 from benchmarks.peers.runs import Contestant, PrefixWatch, ruler, run_contestant
 from benchmarks.peers.summary import HEADER

@@ -13,7 +13,7 @@ import pytest
 
 pytest.importorskip("langmem", reason="langmem not installed (pip install -e '.[bench]')")
 
-from benchmarks.bench_quality import load_agent
+from benchmarks._inputs import load_agent
 from benchmarks.peers.catalog import LABELS
 from benchmarks.peers.runs import Contestant, ruler, run_contestant
 from benchmarks.peers.summary import HEADER

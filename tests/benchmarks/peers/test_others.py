@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from benchmarks.bench_quality import load_agent
+from benchmarks._inputs import load_agent
 from benchmarks.peers import others
 from benchmarks.peers.timing import _lc_steps
 from ctxpolicy.sim.importers import load_trace

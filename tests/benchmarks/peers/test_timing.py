@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from benchmarks.bench_quality import load_agent
+from benchmarks._inputs import load_agent
 from benchmarks.peers.others import available
 from benchmarks.peers.timing import per_call, profile_calls
 from ctxpolicy.sim.importers import load_trace
