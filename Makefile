@@ -95,7 +95,7 @@ docs: schema $(VENV)/.dev
 
 schema: $(VENV)/.base
 	$(BIN)/ctxpolicy schema > schemas/ctxpolicy.schema.json
-	$(PY) -m ctxpolicy.policy.docs > docs/policy-reference.md
+	$(PY) -m ctxpolicy.resolve.docs > docs/policy-reference.md
 
 clean:
 	rm -rf $(VENV) $(UV_DIR) build *.egg-info .pytest_cache .mypy_cache .ruff_cache

@@ -73,7 +73,7 @@ def _traces(quick: bool) -> list[str]:
 
 
 def _run(traces: list[str], window: int, trials: int, workers: int) -> tuple[Any, float]:
-    from ctxpolicy.policy.resolve import load_policy
+    from ctxpolicy.resolve.load import load_policy
     from ctxpolicy.tune.runner import TuneConfig, run_tune
 
     base = load_policy(POLICY, AGENT)
@@ -113,7 +113,7 @@ def speed_child(window: int, trials: int, traces: list[str]) -> dict[str, Any]:
     """One study in this process (the tree on ``PYTHONPATH``): seconds and its output."""
     import ctxpolicy
     import ctxpolicy.sim.replay as replay_mod
-    from ctxpolicy.policy.resolve import load_policy
+    from ctxpolicy.resolve.load import load_policy
     from ctxpolicy.tune.report import to_dict
     from ctxpolicy.tune.runner import TuneConfig, run_tune
 

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 __version__ = "0.1.0"
 
 _LAZY: dict[str, str] = {
-    "load_policy": "ctxpolicy.policy.resolve",
+    "load_policy": "ctxpolicy.resolve.load",
     "PolicyError": "ctxpolicy.policy.diagnostics",
     "Diagnostic": "ctxpolicy.policy.diagnostics",
     "Policy": "ctxpolicy.policy.models",
@@ -95,7 +95,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from ctxpolicy.plugins import hookimpl
     from ctxpolicy.policy.diagnostics import Diagnostic, PolicyError
     from ctxpolicy.policy.models import Policy
-    from ctxpolicy.policy.resolve import load_policy
+    from ctxpolicy.resolve.load import load_policy
     from ctxpolicy.tokens import TokenCounter
 
 

@@ -26,7 +26,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from ctxpolicy.policy.models import Policy, State, Thresholds, ToolGrowth, resolve_amount
+from ctxpolicy.policy.models import Policy, Thresholds, ToolGrowth
+from ctxpolicy.policy.scalars import State, resolve_amount
 
 __all__ = [
     "DEFAULT_RESERVE_OUTPUT",

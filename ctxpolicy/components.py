@@ -23,7 +23,8 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from pydantic import Field
 
-from ctxpolicy.policy.models import ComponentOptions, State, TuneRange
+from ctxpolicy.policy.models import ComponentOptions, TuneRange
+from ctxpolicy.policy.scalars import State
 
 if TYPE_CHECKING:
     from ctxpolicy.conversation import Unit

@@ -22,7 +22,7 @@ from typing import Any
 
 from ctxpolicy.components import CompactionContext, Summarizer
 from ctxpolicy.conversation import Unit, render, to_units
-from ctxpolicy.policy.models import State
+from ctxpolicy.policy.scalars import State
 from ctxpolicy.testing.conversations import tool_call
 
 Call = tuple[str, Mapping[str, Any], str]

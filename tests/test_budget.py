@@ -14,7 +14,8 @@ from ctxpolicy.budget import (
     compute_budget,
     quantile,
 )
-from ctxpolicy.policy.models import Policy, State
+from ctxpolicy.policy.models import Policy
+from ctxpolicy.policy.scalars import State
 
 
 def make_policy(model: dict[str, Any] | None = None, **sections: Any) -> Policy:

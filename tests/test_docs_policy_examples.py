@@ -21,7 +21,7 @@ from click.testing import CliRunner
 from ctxpolicy.cli import main
 from ctxpolicy.policy.catalogue import builtin_models
 from ctxpolicy.policy.models import ModelSpec
-from ctxpolicy.policy.resolve import load_policy, validate_file
+from ctxpolicy.resolve.load import load_policy, validate_file
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"

@@ -22,8 +22,8 @@ import pytest
 
 from ctxpolicy import load_policy
 from ctxpolicy.budget import compute_budget
-from ctxpolicy.policy.checks import check_policy
-from ctxpolicy.policy.resolve import list_agents
+from ctxpolicy.resolve.checks import check_policy
+from ctxpolicy.resolve.load import list_agents
 from ctxpolicy.sim.replay import with_window
 from ctxpolicy.sim.run import RunSpec, simulate
 from tests.shared_data import shared_traces

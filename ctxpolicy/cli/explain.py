@@ -295,7 +295,7 @@ def _pick_agent(path: Path, agent: str | None) -> str | None:
     """``agent``, else the file's only agent, else ``default`` when there is one."""
     if agent is not None:
         return agent
-    from ctxpolicy.policy.resolve import list_agents
+    from ctxpolicy.resolve.load import list_agents
 
     agents = list_agents(str(path))
     if len(agents) == 1:
@@ -352,7 +352,7 @@ def explain(
 
     Exit 1 when the policy does not resolve (its diagnostics are printed).
     """
-    from ctxpolicy.policy.resolve import list_agents, resolve_agent
+    from ctxpolicy.resolve.load import list_agents, resolve_agent
 
     name = _pick_agent(policy_path, agent)
     if name is None:

@@ -110,7 +110,7 @@ def init(kind: str, model: str | None, force: bool, directory: Path) -> None:
             click.echo(f"ctxpolicy init: {_shown(p)} is not a file; nothing written", err=True)
             raise SystemExit(1)
 
-    from ctxpolicy.policy.schema import schema_text
+    from ctxpolicy.resolve.schema import schema_text
 
     text = render_starter(kind, model)
     schema = schema_text(plugins=True)
@@ -123,7 +123,7 @@ def init(kind: str, model: str | None, force: bool, directory: Path) -> None:
         click.echo(f"ctxpolicy init: cannot write: {exc.strerror or exc}", err=True)
         raise SystemExit(2) from None
 
-    from ctxpolicy.policy.resolve import validate_file
+    from ctxpolicy.resolve.load import validate_file
 
     diags = validate_file(policy_path, env={})
     agent = AGENTS[kind]

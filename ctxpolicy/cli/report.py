@@ -145,7 +145,7 @@ def report(
     """
     from ctxpolicy.observe.eventlog import EventLog
     from ctxpolicy.observe.views import Views
-    from ctxpolicy.sim.metrics import load_prices
+    from ctxpolicy.policy.catalogue import load_prices
 
     try:
         table = load_prices(prices) if prices else None

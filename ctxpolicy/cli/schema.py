@@ -18,6 +18,6 @@ def schema(plugins: bool) -> None:
     Regenerate the committed copy with `make schema`
     (or `ctxpolicy schema > schemas/ctxpolicy.schema.json`).
     """
-    from ctxpolicy.policy.schema import schema_text
+    from ctxpolicy.resolve.schema import schema_text
 
     click.echo(schema_text(plugins=plugins), nl=False)

@@ -259,7 +259,7 @@ def serve(
         if not valid_header_name(name):
             raise click.BadParameter(f"not a header name: {name!r}", param_hint="--session-header")
 
-    from ctxpolicy.policy.resolve import list_agents, resolve_all
+    from ctxpolicy.resolve.load import list_agents, resolve_all
 
     policies, diags = resolve_all(policy)
     errors = [d for d in diags if d.severity == "error"]

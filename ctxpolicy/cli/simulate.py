@@ -208,8 +208,8 @@ def simulate(
     TRACE files: JSONL (one OpenAI Chat message per line), a JSON array, Anthropic
     Messages JSON, a SWE-agent .traj or OpenHands events.
     """
+    from ctxpolicy.policy.catalogue import load_prices
     from ctxpolicy.sim.importers import TraceError
-    from ctxpolicy.sim.metrics import load_prices
     from ctxpolicy.sim.parallel import default_workers
     from ctxpolicy.sim.run import RunSpec
     from ctxpolicy.sim.run import simulate as run_simulation

@@ -67,7 +67,7 @@ def prune_cmd(
         raise click.UsageError("give --policy (and --agent) or --root")
     if policy_path is not None:
         from ctxpolicy.policy.diagnostics import PolicyError
-        from ctxpolicy.policy.resolve import load_policy
+        from ctxpolicy.resolve.load import load_policy
 
         try:
             policy = load_policy(str(policy_path), agent)
@@ -143,7 +143,7 @@ def _store_root(ctx: click.Context, policy_path: Path | None, agent: str, root: 
         raise click.UsageError("give --policy (and --agent) or --root")
     from ctxpolicy.engine.tool_results import interpolate_path
     from ctxpolicy.policy.diagnostics import PolicyError
-    from ctxpolicy.policy.resolve import load_policy
+    from ctxpolicy.resolve.load import load_policy
 
     try:
         policy = load_policy(str(policy_path), agent)

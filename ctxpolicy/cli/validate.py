@@ -1,8 +1,8 @@
 """``ctxpolicy validate [PATH...]``: check policy files, for humans and CI.
 
 Every file goes through the loader (parse, pydantic models, extends/env, semantic
-checks: :func:`ctxpolicy.policy.resolve.validate_file`) and through the JSON Schema
-(:func:`ctxpolicy.policy.schema.schema_diagnostics`); a problem found by both is
+checks: :func:`ctxpolicy.resolve.load.validate_file`) and through the JSON Schema
+(:func:`ctxpolicy.resolve.schema.schema_diagnostics`); a problem found by both is
 reported once. Light on imports on purpose (pre-commit runs it on every commit):
 no engine, no tiktoken.
 """
@@ -70,7 +70,7 @@ def _internal(path: Path, exc: BaseException) -> Diagnostic:
 
 def validate_one(path: Path, *, agent: str | None = None) -> list[Diagnostic]:
     """Loader + schema diagnostics of one file, deduplicated."""
-    from ctxpolicy.policy.resolve import validate_file
+    from ctxpolicy.resolve.load import validate_file
 
     try:
         return list(validate_file(str(path), agent=agent, json_schema=True))

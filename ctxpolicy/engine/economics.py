@@ -29,15 +29,15 @@ refilled at once) is not made; the engine waits until the request would not fit
 from __future__ import annotations
 
 import functools
-import json
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from importlib import resources
 from typing import Any
 
 from ctxpolicy.budget import BudgetState
-from ctxpolicy.policy.models import Policy, State
+from ctxpolicy.policy.catalogue import catalogue_price_models
+from ctxpolicy.policy.models import Policy
+from ctxpolicy.policy.scalars import State
 
 __all__ = [
     "GUARD",
@@ -77,14 +77,6 @@ class CachePrices:
     name: str
     read: float
     write: float
-
-
-@functools.lru_cache(maxsize=1)
-def catalogue_price_models() -> tuple[dict[str, Any], dict[str, Any]]:
-    """``(price_models, model_price_models)`` of the packaged model catalogue."""
-    text = resources.files("ctxpolicy").joinpath("data/models.json").read_text("utf-8")
-    data = json.loads(text)
-    return dict(data.get("price_models") or {}), dict(data.get("model_price_models") or {})
 
 
 def _price(entry: Mapping[str, Any], key: str, default: float) -> float:

@@ -60,7 +60,8 @@ from ctxpolicy.events.types import (
     LayerRejected,
     LedgerFailed,
 )
-from ctxpolicy.policy.models import ResolvedStep, State
+from ctxpolicy.policy.models import ResolvedStep
+from ctxpolicy.policy.scalars import State
 
 if TYPE_CHECKING:
     from ctxpolicy.engine.context import EngineContext

@@ -585,7 +585,7 @@ def prepare(
 ) -> list[Message]:
     """One-shot: prepare ``messages`` under a policy (object or file path)."""
     if not isinstance(policy, Policy):
-        from ctxpolicy.policy.resolve import load_policy
+        from ctxpolicy.resolve.load import load_policy
 
         policy = load_policy(policy, agent=agent)
     return Session(policy, **session_options).prepare(messages, tools=tools)

@@ -17,10 +17,12 @@ from typing import TYPE_CHECKING, Any
 
 from ctxpolicy.budget import effective_window
 from ctxpolicy.conversation import Unit
-from ctxpolicy.engine.ledger import RECALL_TOOL, ProgressLedger, tool_names
+from ctxpolicy.engine.ledger import ProgressLedger
+from ctxpolicy.engine.ledger_parts import RECALL_TOOL, tool_names
 from ctxpolicy.engine.own import HANDOVER_MARK, LEDGER_MARK, special_unit
 from ctxpolicy.events.types import ContextReset
-from ctxpolicy.policy.models import Policy, resolve_amount
+from ctxpolicy.policy.models import Policy
+from ctxpolicy.policy.scalars import resolve_amount
 from ctxpolicy.tokens import TokenCounter
 
 if TYPE_CHECKING:

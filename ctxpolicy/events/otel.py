@@ -40,16 +40,15 @@ Metrics (instrument names, units and attributes in docs/integrations/observabili
 from __future__ import annotations
 
 import functools
-import json
 import threading
 from collections.abc import Mapping
-from importlib import resources
 from typing import Any
 
 from ctxpolicy._install import extra_hint
 from ctxpolicy.events.sinks import export_event
 from ctxpolicy.events.types import ContextStatus, span_fields
 from ctxpolicy.plugins import hookimpl
+from ctxpolicy.policy.catalogue import default_prices, price_for
 
 try:
     from opentelemetry import metrics, trace
@@ -133,13 +132,10 @@ _COMPACTION_FIELDS = (
 def _prices(model: str | None) -> tuple[str, float, float]:
     """``(entry, input, cached input)`` USD per token of ``model`` in the packaged price
     table (``ctxpolicy/data/prices.json``; its ``default`` entry when not listed)."""
-    data = json.loads(resources.files("ctxpolicy").joinpath("data/prices.json").read_text("utf-8"))
-    models = data.get("models") or {}
-    name = model if model is not None and model in models else "default"
-    entry = models.get(name) or {"input": 0.0}
-    per = float(data.get("per") or 1_000_000)
-    p_in = float(entry.get("input", 0.0))
-    return name, p_in / per, float(entry.get("cached_input", p_in)) / per
+    table = default_prices()
+    name, p = price_for(table, model)
+    per = float(table.get("per") or 1_000_000)
+    return name, p["input"] / per, p["cached_input"] / per
 
 
 def _number(value: Any) -> int | float | None:

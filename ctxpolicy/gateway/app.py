@@ -418,7 +418,7 @@ def create_app(config: GatewayConfig) -> Starlette:
 
 def create_app_from_env() -> Starlette:
     """Factory for ``uvicorn --workers N``: the config ``ctxpolicy serve`` put in the env."""
-    from ctxpolicy.policy.resolve import resolve_all
+    from ctxpolicy.resolve.load import resolve_all
 
     raw = json.loads(os.environ["CTXPOLICY_GATEWAY_CONFIG"])
     policies, _ = resolve_all(raw.pop("policy"))

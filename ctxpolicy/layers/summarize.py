@@ -48,7 +48,7 @@ from ctxpolicy.components import (
     SummaryRequest,
 )
 from ctxpolicy.conversation import Message, Unit, render
-from ctxpolicy.conversation.cut import approx_tokens, head_tail
+from ctxpolicy.conversation.cut import estimate_tokens, head_tail
 from ctxpolicy.conversation.facts import user_instructions
 from ctxpolicy.conversation.jsontext import fast_dumps
 from ctxpolicy.conversation.messages import with_text
@@ -62,7 +62,8 @@ from ctxpolicy.events.types import (
 )
 from ctxpolicy.layers._util import message_text, round_groups
 from ctxpolicy.plugins import hookimpl
-from ctxpolicy.policy.models import Amount, TuneRange, resolve_amount
+from ctxpolicy.policy.models import TuneRange
+from ctxpolicy.policy.scalars import Amount, resolve_amount
 from ctxpolicy.summarizers.prompt import SUMMARY_INSTRUCTIONS
 
 MAX_META_REFS = 100
@@ -273,7 +274,7 @@ def repair(
     constraints: Sequence[str],
     turns: Sequence[str],
     budget: int | None = None,
-    count: Callable[[str], int] = approx_tokens,
+    count: Callable[[str], int] = estimate_tokens,
 ) -> str:
     """``summary`` checked against the task state: every constraint and every user turn
     it stands for is in it verbatim, the missing ones appended (in their order).
@@ -402,7 +403,7 @@ class Summarize(Layer):
     # ------------------------------------------------------------------ apply
     def apply(self, ctx: CompactionContext, units: Sequence[Unit]) -> LayerResult:
         opts = self.options
-        ct = ctx.count_text or approx_tokens
+        ct = ctx.count_text or estimate_tokens
         groups = round_groups(units)
         n_fold = max(0, len(groups) - opts.keep_recent_rounds)
         if n_fold == 0:

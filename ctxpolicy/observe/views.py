@@ -91,7 +91,7 @@ def _name(value: Any) -> str:
 
 @functools.lru_cache(maxsize=1)
 def _packaged_prices() -> dict[str, Any]:
-    from ctxpolicy.sim.metrics import load_prices
+    from ctxpolicy.policy.catalogue import load_prices
 
     return load_prices()
 
@@ -102,7 +102,7 @@ def price_of(
     """``(price entry used, input, cached input)`` in USD per token for ``model`` from
     ``prices`` (the shape of ``ctxpolicy/data/prices.json``; the packaged table when
     None); the table's ``default`` entry for a model it does not list."""
-    from ctxpolicy.sim.metrics import price_for
+    from ctxpolicy.policy.catalogue import price_for
 
     table = prices if prices is not None else _packaged_prices()
     name, p = price_for(table, model)

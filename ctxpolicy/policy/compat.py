@@ -25,10 +25,11 @@ from __future__ import annotations
 import re
 from typing import Any, Literal
 
+from ctxpolicy.policy.source import PathT
+
 __all__ = ["CompatFormat", "convert", "detect_format", "to_native"]
 
 CompatFormat = Literal["native", "dbgpt", "compression_config"]
-PathT = tuple[str | int, ...]
 Origins = dict[PathT, PathT]
 Warnings = list[tuple[PathT, str]]
 

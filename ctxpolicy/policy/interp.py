@@ -23,6 +23,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from ctxpolicy.policy.source import PathT
+
 __all__ = ["MAX_INTERPOLATED", "InterpProblem", "Redactor", "interpolate", "interpolate_tree"]
 
 #: Upper bound of the characters a document's string values expand to, in total
@@ -31,8 +33,6 @@ MAX_INTERPOLATED = 1024 * 1024
 
 _NAME = r"[A-Za-z_][A-Za-z0-9_]*"
 _BODY_RE = re.compile(rf"^(?:env:)?({_NAME})(?::-(.*))?$", re.S)
-
-PathT = tuple[str | int, ...]
 
 
 @dataclass(frozen=True)

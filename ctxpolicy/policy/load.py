@@ -4,7 +4,7 @@ This module reads the bytes (regular files only, :mod:`ctxpolicy.policy.readfile
 tells the format and dispatches: YAML to :mod:`ctxpolicy.policy.load_yaml`, TOML to
 :mod:`ctxpolicy.policy.load_toml`; nothing constructs objects from the file.
 
-Limits (each a diagnostic): :data:`MAX_BYTES`, :data:`MAX_DEPTH`,
+Limits (each a diagnostic): :data:`MAX_BYTES`, :data:`~ctxpolicy.policy.source.MAX_DEPTH`,
 :data:`MAX_NODES` (alias expansions included), 64-bit integers.
 
 Public surface: :class:`LoadedDocument`, :func:`load_document` (:class:`SourceMap` and the
@@ -22,33 +22,9 @@ from ctxpolicy.policy.diagnostics import Diagnostic, make
 from ctxpolicy.policy.load_yaml import MAX_NODES, load_yaml
 from ctxpolicy.policy.readfile import MAX_BYTES, decode, read_regular, too_large
 from ctxpolicy.policy.readfile import Abort as _Abort
-from ctxpolicy.policy.source import (  # shared by both readers; re-exported for one release
-    INT_MAX,
-    MAX_DEPTH,
-    ODD_HINT,
-    OddNumber,
-    PathT,
-    Pos,
-    SourceMap,
-    odd_message,
-    odd_number,
-)
+from ctxpolicy.policy.source import MAX_DEPTH, PathT, SourceMap
 
-__all__ = [
-    "INT_MAX",
-    "MAX_BYTES",
-    "MAX_DEPTH",
-    "MAX_NODES",
-    "ODD_HINT",
-    "LoadedDocument",
-    "OddNumber",
-    "PathT",
-    "Pos",
-    "SourceMap",
-    "load_document",
-    "odd_message",
-    "odd_number",
-]
+__all__ = ["MAX_BYTES", "MAX_NODES", "LoadedDocument", "load_document"]
 
 
 @dataclass

@@ -7,7 +7,7 @@ in CI is valid. :func:`compile_schema` turns the schema into a predicate that an
 only "is this instance valid?", with Draft 7 semantics as implemented by
 ``jsonschema.Draft7Validator`` (no format assertion, ``$ref`` siblings ignored,
 ``1.0`` is an integer, ``True`` is not ``1``). When the answer is no,
-:mod:`ctxpolicy.policy.schema` runs the real validator to produce the messages, so
+:mod:`ctxpolicy.resolve.schema` runs the real validator to produce the messages, so
 diagnostics are unchanged.
 
 Only the keywords the generated schema uses are implemented. A schema with any other

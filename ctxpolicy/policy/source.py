@@ -28,6 +28,7 @@ __all__ = [
 #: Nesting deeper than this is a diagnostic (both readers).
 MAX_DEPTH = 64
 
+#: A path in a policy document: mapping keys and list indices (the one definition).
 PathT = tuple[str | int, ...]
 Pos = tuple[int, int]
 

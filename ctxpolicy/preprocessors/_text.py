@@ -9,8 +9,10 @@ from __future__ import annotations
 import itertools
 import operator
 import re
-import unicodedata
 from collections.abc import Iterable, Sequence
+
+from ctxpolicy.conversation.cut import cut_middle as cut
+from ctxpolicy.conversation.cut import is_wide
 
 __all__ = [
     "ANSI_RE",
@@ -21,12 +23,9 @@ __all__ = [
     "cut_chars",
     "cut_middle",
     "drop_controls",
-    "estimate_tokens",
     "head_tail_chars",
     "never_longer",
     "number_lines",
-    "omitted_chars_marker",
-    "omitted_lines_marker",
     "outline",
     "own_line_number",
     "split_lines",
@@ -55,17 +54,6 @@ def split_lines(text: str) -> list[str]:
     return [ln[:-1] if ln.endswith("\r") else ln for ln in lines]
 
 
-def omitted_chars_marker(n: int) -> str:
-    return f"\n... [{n} chars omitted] ...\n"
-
-
-def omitted_lines_marker(first: int, last: int, total: int | None = None) -> str:
-    """Marker for the 1-based inclusive line range ``first..last``."""
-    n = last - first + 1
-    of = f" of {total}" if total is not None else ""
-    return f"... [lines {first}-{last} omitted ({n}{of} lines)] ..."
-
-
 def head_tail_chars(text: str, max_chars: int, outline_limit: int = 0) -> str:
     """First and last ``max_chars // 2`` characters with a marker between them (and up
     to ``outline_limit`` definition lines of the omitted part, see :func:`cut_middle`).
@@ -80,18 +68,17 @@ def head_tail_chars(text: str, max_chars: int, outline_limit: int = 0) -> str:
 
 def cut_middle(text: str, head_n: int, tail_n: int, outline_limit: int = 0) -> str:
     """``text`` without the characters between its first ``head_n`` and last ``tail_n``:
-    a marker in their place, followed by up to ``outline_limit`` definition lines of
-    the omitted part (:func:`outline`); ``text`` itself when that is not shorter."""
-    omitted = len(text) - head_n - tail_n
-    if omitted <= 0:
+    the elision marker in their place (:func:`ctxpolicy.conversation.cut.cut_middle`),
+    followed by up to ``outline_limit`` definition lines of the omitted part
+    (:func:`outline`); ``text`` itself when that is not shorter."""
+    if len(text) - head_n - tail_n <= 0:
         return text
-    tail = text[len(text) - tail_n :] if tail_n else ""
     defs: list[str] = []
     if outline_limit:
         # whole lines of the omitted part (the partial first and last belong to head/tail)
         lines = text[head_n : len(text) - tail_n].split("\n")[1:-1]
         defs = outline(lines, text.count("\n", 0, head_n) + 2, outline_limit)
-    out = text[:head_n] + omitted_chars_marker(omitted) + "".join(d + "\n" for d in defs) + tail
+    out = cut(text, head_n, tail_n, extra="".join(d + "\n" for d in defs))
     return out if len(out) < len(text) else text
 
 
@@ -180,28 +167,6 @@ def collapse_repeats(lines: Iterable[str], *, min_repeats: int = 3) -> list[str]
     return out
 
 
-def _is_wide(ch: str) -> bool:
-    return unicodedata.east_asian_width(ch) in ("W", "F")
-
-
-def estimate_tokens(text: str) -> int:
-    """Script-aware token estimate (no tokenizer needed).
-
-    ASCII runs count ~4 characters per token, CJK / full-width characters one token
-    each, other non-ASCII characters ~2 per token. Used by ``max_tokens`` options,
-    which must not import tiktoken (preprocessors are imported by the validator).
-    """
-    ascii_n = wide = other = 0
-    for ch in text:
-        if ch < "\x80":
-            ascii_n += 1
-        elif _is_wide(ch):
-            wide += 1
-        else:
-            other += 1
-    return (ascii_n + 3) // 4 + wide + (other + 1) // 2
-
-
 def tokens_to_chars(text: str, max_tokens: int, *, from_end: bool = False) -> int:
     """How many characters of ``text`` (from its start, or end) fit ``max_tokens``."""
     budget = max_tokens * 4  # in quarter-tokens
@@ -209,7 +174,7 @@ def tokens_to_chars(text: str, max_tokens: int, *, from_end: bool = False) -> in
     seq = reversed(text) if from_end else iter(text)
     n = 0
     for ch in seq:
-        cost = 1 if ch < "\x80" else (4 if _is_wide(ch) else 2)
+        cost = 1 if ch < "\x80" else (4 if is_wide(ch) else 2)
         if used + cost > budget:
             break
         used += cost

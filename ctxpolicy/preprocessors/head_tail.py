@@ -14,12 +14,12 @@ from typing import ClassVar
 from pydantic import Field
 
 from ctxpolicy.components import Preprocessor, ToolCall
+from ctxpolicy.conversation.cut import estimate_tokens
 from ctxpolicy.plugins import hookimpl
 from ctxpolicy.policy.models import ComponentOptions, TuneRange
 from ctxpolicy.preprocessors._text import (
     OUTLINE_DESCRIPTION,
     cut_middle,
-    estimate_tokens,
     head_tail_chars,
     tokens_to_chars,
 )

@@ -4,7 +4,7 @@ A replay's work splits in two: what the policy decides (the engine's ``prepare``
 tool-result path, the text sent, its tokens) and what depends on the trace alone.
 The second part is the retention ruler's side: which facts each assistant message
 reuses from earlier messages, and which of them are *far* (absent from the 6
-messages before the call) — :meth:`ctxpolicy.sim.metrics.RetentionRuler.facts_of`,
+messages before the call) — :meth:`ctxpolicy.sim.rulers.RetentionRuler.facts_of`,
 a regex pass over every message and a search of the history per fact. ``tune``
 replays the same traces under every candidate, so it computes that once per trace
 (:func:`prepare_trace`) and gives the replay the :class:`PreparedTrace`
@@ -21,7 +21,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ctxpolicy.sim.metrics import RetentionRuler
+from ctxpolicy.sim.rulers import RetentionRuler
 
 __all__ = ["PreparedTrace", "prepare_trace", "ruler_plan"]
 

@@ -36,18 +36,16 @@ from ctxpolicy.conversation import check_messages, content_text
 from ctxpolicy.engine.tool_results import parse_reference
 from ctxpolicy.policy.models import Policy
 from ctxpolicy.sim.importers import load_trace
-from ctxpolicy.sim.metrics import (
+from ctxpolicy.sim.metrics import StepRecord, SummaryMeter, TraceResult
+from ctxpolicy.sim.prepared import PreparedTrace
+from ctxpolicy.sim.rulers import (
     OwnTextRuler,
     RetentionRuler,
     SentTexts,
-    StepRecord,
-    SummaryMeter,
-    TraceResult,
     measure_facts,
     ruler_facts,
     sent_text,
 )
-from ctxpolicy.sim.prepared import PreparedTrace
 
 __all__ = [
     "PolicyStrategy",
@@ -79,7 +77,7 @@ def load_policy_file(path: str | Path, agent: str) -> Policy:
 
     Raises ``ctxpolicy.PolicyError`` (diagnostics) when the policy does not resolve.
     """
-    from ctxpolicy.policy.resolve import load_policy
+    from ctxpolicy.resolve.load import load_policy
 
     return load_policy(str(path), agent=agent)
 

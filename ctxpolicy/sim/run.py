@@ -15,10 +15,11 @@ from pathlib import Path
 from typing import Any
 
 from ctxpolicy.events.sinks import export_event
+from ctxpolicy.policy.catalogue import load_prices
 from ctxpolicy.policy.models import Policy
 from ctxpolicy.sim.baselines import run_baseline
 from ctxpolicy.sim.importers import load_trace
-from ctxpolicy.sim.metrics import PriceModel, TraceResult, load_prices, summarize_results
+from ctxpolicy.sim.metrics import PriceModel, TraceResult, summarize_results
 from ctxpolicy.sim.parallel import map_ordered
 from ctxpolicy.sim.replay import _safe, replay_trace, with_window
 

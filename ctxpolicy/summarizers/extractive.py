@@ -7,7 +7,7 @@ symbols), commands run with their outcome and snapshot ref, error lines still op
 (assistant texts). A preprocessor's statistics and the partial lines of a cut are
 never read as facts. A previous digest in the same format is parsed
 and merged item by item, so summaries are merged, not stacked. The result is
-bounded by ``request.max_tokens`` (``request.count_text`` or len/4): the oldest
+bounded by ``request.max_tokens`` (``request.count_text`` or the script-aware estimate): the oldest
 items of the largest section go first; constraints are never dropped.
 Deterministic: same request, same text.
 """
@@ -22,7 +22,7 @@ from pydantic import Field
 
 from ctxpolicy.components import ComponentOptions, Summarizer, SummaryRequest
 from ctxpolicy.conversation import content_text
-from ctxpolicy.conversation.cut import approx_tokens, describe_call, result_outcome, short
+from ctxpolicy.conversation.cut import describe_call, estimate_tokens, result_outcome, short
 from ctxpolicy.conversation.facts import (
     call_source,
     error_lines,
@@ -189,7 +189,7 @@ class ExtractiveSummarizer(Summarizer):
             items = d.sections[s]
             if len(items) > opts.max_items:
                 d.sections[s] = items[-opts.max_items :]
-        return _bound(d, request.max_tokens, request.count_text or approx_tokens)
+        return _bound(d, request.max_tokens, request.count_text or estimate_tokens)
 
 
 def _parsed(args: Any) -> Any:

@@ -145,7 +145,7 @@ def make_context(
     ``trigger`` is 90 % of what the units count (so the layer is asked to work)
     and ``target`` is ``target_ratio`` of the trigger.
     """
-    from ctxpolicy.policy.models import State
+    from ctxpolicy.policy.scalars import State
 
     counter = _counter(window)
 

@@ -71,7 +71,7 @@ def ctxpolicy_session(tmp_path: Path) -> Callable[..., Session]:
     an absolute or a relative ``snapshots.path`` writes where it says.)
     """
     from ctxpolicy.engine import Session
-    from ctxpolicy.policy.resolve import load_policy
+    from ctxpolicy.resolve.load import load_policy
 
     def factory(policy: str | os.PathLike[str], agent: str = "default", **kw: Any) -> Session:
         path = policy_file(tmp_path / "ctxpolicy", policy)

@@ -47,7 +47,7 @@ def resolve_body(
     path = Path(workdir) / f"candidate-{os.getpid()}.yaml"
     doc = _doc(str(Path(base_file).resolve()), agent, body)
     path.write_text(json.dumps(doc, indent=1), encoding="utf-8")  # JSON is YAML
-    from ctxpolicy.policy.resolve import load_policy
+    from ctxpolicy.resolve.load import load_policy
 
     return load_policy(path, agent)
 
@@ -114,7 +114,7 @@ def write_diff(
     ``expected``, checked to resolve to that policy, before it replaces ``target``;
     on failure nothing is written and :class:`DiffError` says why.
     """
-    from ctxpolicy.policy.resolve import load_policy, validate_file
+    from ctxpolicy.resolve.load import load_policy, validate_file
 
     target = Path(target)
     target.parent.mkdir(parents=True, exist_ok=True)

@@ -287,7 +287,7 @@ def run_tune(
     import optuna
 
     from ctxpolicy.plugins import get_registry
-    from ctxpolicy.sim.metrics import load_prices
+    from ctxpolicy.policy.catalogue import load_prices
 
     hooks = hooks or _Silent()
     obj = cfg.objectives

@@ -35,8 +35,8 @@ from ctxpolicy.policy.models import (
     ToolGrowth,
     TuneRange,
     TuneSpec,
-    resolve_amount,
 )
+from ctxpolicy.policy.scalars import resolve_amount
 
 __all__ = ["Param", "SpaceError", "build_space", "matches", "overlay"]
 

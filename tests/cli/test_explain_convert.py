@@ -19,7 +19,7 @@ pytestmark = pytest.mark.usefixtures("in_root")
 
 
 def test_explain_code_review_arithmetic(runner: CliRunner) -> None:
-    needs("ctxpolicy.policy.resolve")
+    needs("ctxpolicy.resolve.load")
     r = runner.invoke(main, ["explain", str(DATA / "valid.yaml"), "--agent", "code_review_agent"])
     assert r.exit_code == 0, r.output
     lines = r.output.splitlines()
@@ -44,7 +44,7 @@ def test_explain_code_review_arithmetic(runner: CliRunner) -> None:
 
 
 def test_explain_window_min_line(runner: CliRunner, tmp_path: Path) -> None:
-    needs("ctxpolicy.policy.resolve")
+    needs("ctxpolicy.resolve.load")
     f = tmp_path / "p.yaml"
     f.write_text(
         "ctxpolicy: 1\npolicies:\n  default:\n    model: {context_window: 128000}\n"
@@ -93,7 +93,7 @@ def test_explain_full_yaml_parses_back(runner: CliRunner) -> None:
     agent: no folded values (the long `pattern:` regex of log_levels), no blank values."""
     from ruamel.yaml import YAML
 
-    from ctxpolicy.policy.resolve import list_agents, load_policy
+    from ctxpolicy.resolve.load import list_agents, load_policy
 
     seen_pattern = False
     for agent in list_agents("policies/agents.yaml"):
@@ -135,7 +135,7 @@ def test_explain_shows_the_token_counter(runner: CliRunner, tmp_path: Path) -> N
 
 
 def test_explain_json(runner: CliRunner) -> None:
-    needs("ctxpolicy.policy.resolve")
+    needs("ctxpolicy.resolve.load")
     r = runner.invoke(
         main, ["explain", "policies/agents.yaml", "--agent", "coding_agent", "--json"]
     )
@@ -149,7 +149,7 @@ def test_explain_json(runner: CliRunner) -> None:
 
 
 def test_explain_unknown_agent_exit_1(runner: CliRunner) -> None:
-    needs("ctxpolicy.policy.resolve")
+    needs("ctxpolicy.resolve.load")
     r = runner.invoke(main, ["explain", "policies/agents.yaml", "--agent", "nobody"])
     assert r.exit_code == 1
     assert "Traceback" not in r.output
@@ -189,7 +189,7 @@ def test_yaml_writer_header() -> None:
 
 
 def _dumps(path: str, agents: list[str]) -> dict[str, Any]:
-    from ctxpolicy.policy.resolve import load_policy
+    from ctxpolicy.resolve.load import load_policy
 
     return {a: load_policy(path, a).model_dump(exclude={"source"}) for a in agents}
 
@@ -202,9 +202,9 @@ def _dumps(path: str, agents: list[str]) -> dict[str, Any]:
 def test_converted_file_resolves_to_same_policy(
     runner: CliRunner, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, source: str, to: str
 ) -> None:
-    needs("ctxpolicy.policy.resolve")
+    needs("ctxpolicy.resolve.load")
     needs("ctxpolicy.policy.compat")
-    from ctxpolicy.policy.resolve import list_agents
+    from ctxpolicy.resolve.load import list_agents
 
     monkeypatch.setenv("SILICONFLOW_API_KEY", "sk-test")
     src = DATA / source

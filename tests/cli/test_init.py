@@ -17,7 +17,7 @@ from ctxpolicy.cli import main
 from ctxpolicy.cli.init import AGENTS, render_starter
 from ctxpolicy.policy.catalogue import builtin_models
 from ctxpolicy.policy.load import load_document
-from ctxpolicy.policy.resolve import load_policy, validate_file
+from ctxpolicy.resolve.load import load_policy, validate_file
 
 from .conftest import ROOT
 

@@ -54,14 +54,14 @@ def test_directory_without_policies_is_usage_error(runner: CliRunner, tmp_path: 
 
 
 def test_valid_files_exit_0(runner: CliRunner) -> None:
-    needs("ctxpolicy.policy.resolve")
+    needs("ctxpolicy.resolve.load")
     r = runner.invoke(main, ["validate", rel(DATA / "valid.yaml"), rel(DATA / "valid.toml")])
     assert r.exit_code == 0, r.output
     assert r.output.strip().splitlines()[-1] == "2 files valid"
 
 
 def test_shipped_policies_directory_exit_0(runner: CliRunner) -> None:
-    needs("ctxpolicy.policy.resolve")
+    needs("ctxpolicy.resolve.load")
     r = runner.invoke(main, ["validate", "policies/"])
     assert r.exit_code == 0, r.output
     shipped = len(list(collect_files([ROOT / "policies"])))  # every shipped policy file
@@ -71,7 +71,7 @@ def test_shipped_policies_directory_exit_0(runner: CliRunner) -> None:
 
 
 def test_unknown_key_has_position_and_hint(runner: CliRunner) -> None:
-    needs("ctxpolicy.policy.resolve")
+    needs("ctxpolicy.resolve.load")
     r = runner.invoke(main, ["validate", rel(DATA / "unknown_key.yaml")])
     assert r.exit_code == 1
     first = r.output.splitlines()[0]
@@ -83,7 +83,7 @@ def test_unknown_key_has_position_and_hint(runner: CliRunner) -> None:
 
 def test_problem_reported_once(runner: CliRunner) -> None:
     """Loader and schema both see the typo; the user sees it once."""
-    needs("ctxpolicy.policy.resolve")
+    needs("ctxpolicy.resolve.load")
     r = runner.invoke(main, ["validate", "--format", "json", rel(DATA / "unknown_key.yaml")])
     doc = json.loads(r.output)
     diags = doc["files"][0]["diagnostics"]
@@ -92,7 +92,7 @@ def test_problem_reported_once(runner: CliRunner) -> None:
 
 
 def test_bad_component_option(runner: CliRunner) -> None:
-    needs("ctxpolicy.policy.resolve")
+    needs("ctxpolicy.resolve.load")
     r = runner.invoke(main, ["validate", rel(DATA / "bad_option.yaml")])
     assert r.exit_code == 1
     assert ":7:" in r.output.splitlines()[0], r.output
@@ -100,7 +100,7 @@ def test_bad_component_option(runner: CliRunner) -> None:
 
 @pytest.mark.parametrize("name", ["broken.yaml", "broken.toml"])
 def test_syntax_errors_exit_1_no_traceback(runner: CliRunner, name: str) -> None:
-    needs("ctxpolicy.policy.resolve")
+    needs("ctxpolicy.resolve.load")
     r = runner.invoke(main, ["validate", rel(DATA / name)])
     assert r.exit_code == 1, r.output
     assert "Traceback" not in r.output
@@ -118,7 +118,7 @@ def test_syntax_errors_exit_1_no_traceback(runner: CliRunner, name: str) -> None
     ids=["empty", "binary", "2MiB", "list"],
 )
 def test_odd_inputs_never_traceback(runner: CliRunner, tmp_path: Path, content: bytes) -> None:
-    needs("ctxpolicy.policy.resolve")
+    needs("ctxpolicy.resolve.load")
     f = tmp_path / "odd.yaml"
     f.write_bytes(content)
     r = runner.invoke(main, ["validate", str(f)])
@@ -128,7 +128,7 @@ def test_odd_inputs_never_traceback(runner: CliRunner, tmp_path: Path, content: 
 
 
 def test_strict_makes_warnings_fail(runner: CliRunner, tmp_path: Path) -> None:
-    needs("ctxpolicy.policy.resolve")
+    needs("ctxpolicy.resolve.load")
     # an earlier "*" shadows a later glob: a warning, not an error
     f = tmp_path / "warn.yaml"
     f.write_text(
@@ -144,7 +144,7 @@ def test_strict_makes_warnings_fail(runner: CliRunner, tmp_path: Path) -> None:
 
 
 def test_agent_option(runner: CliRunner) -> None:
-    needs("ctxpolicy.policy.resolve")
+    needs("ctxpolicy.resolve.load")
     r = runner.invoke(main, ["validate", "--agent", "code_review_agent", rel(DATA / "valid.yaml")])
     assert r.exit_code == 0, r.output
     r = runner.invoke(main, ["validate", "--agent", "no_such_agent", rel(DATA / "valid.yaml")])
@@ -167,7 +167,7 @@ def _run(script: Path, *args: str) -> subprocess.CompletedProcess[str]:
 
 @pytest.mark.parametrize("fmt", ["text", "json", "github", "sarif"])
 def test_real_subprocess_per_format(console_script: Path, fmt: str) -> None:
-    needs("ctxpolicy.policy.resolve")
+    needs("ctxpolicy.resolve.load")
     ok = _run(console_script, "validate", "--format", fmt, "policies/")
     assert ok.returncode == 0, ok.stdout + ok.stderr
     bad = _run(
@@ -227,7 +227,7 @@ def _modules_imported_by_validate(files: list[str], banned: str) -> str:
 
 
 def test_validate_does_not_import_engine_or_tiktoken() -> None:
-    needs("ctxpolicy.policy.resolve")
+    needs("ctxpolicy.resolve.load")
     banned = (
         "m == 'tiktoken' or m.startswith('tiktoken.') or m == 'ctxpolicy.engine'"
         " or m.startswith('ctxpolicy.integrations.')"
@@ -238,7 +238,7 @@ def test_validate_does_not_import_engine_or_tiktoken() -> None:
 def test_validate_of_valid_files_does_not_import_jsonschema() -> None:
     """A valid file is recognised by the compiled schema check; jsonschema (and its
     referencing/rpds/attrs stack) is imported only to explain a failing file."""
-    needs("ctxpolicy.policy.resolve")
+    needs("ctxpolicy.resolve.load")
     banned = (
         "m.split('.')[0] in ('jsonschema', 'referencing', 'tiktoken') or m == 'ctxpolicy.engine'"
     )

@@ -9,15 +9,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ctxpolicy.conversation import to_units
-from ctxpolicy.engine.ledger import (
-    HEADER,
-    MAX_INSTRUCTIONS,
-    ProgressLedger,
-    Todo,
-    check_stored,
-    todo_list,
-    tool_names,
-)
+from ctxpolicy.engine.ledger import MAX_INSTRUCTIONS, ProgressLedger, check_stored
+from ctxpolicy.engine.ledger_parts import HEADER, Todo, todo_list, tool_names
 from tests.helpers_conv import Conv, approx_text, ref_line
 
 
@@ -239,7 +232,7 @@ def test_a_loaded_ledger_keeps_the_newest_entries_of_each_list() -> None:
 
 
 def test_a_huge_drop_is_read_up_to_max_read_units() -> None:
-    from ctxpolicy.engine import ledger as mod
+    from ctxpolicy.engine import ledger_parts as mod
 
     c = Conv().user("the task")
     for k in range(mod.MAX_READ + 400):

@@ -398,7 +398,7 @@ def test_session_env_reaches_the_store_path(tmp_path: Path) -> None:
     """Issue 21: the loader keeps `snapshots.path` as written; `Session(env=...)`
     interpolates it when the store is opened."""
     from ctxpolicy.engine import Session
-    from ctxpolicy.policy.resolve import load_policy
+    from ctxpolicy.resolve.load import load_policy
 
     f = tmp_path / "p.yaml"
     f.write_text(
@@ -420,7 +420,7 @@ def test_session_env_reaches_the_store_path(tmp_path: Path) -> None:
 
 def test_missing_variable_is_still_a_load_time_diagnostic(tmp_path: Path) -> None:
     from ctxpolicy.policy.diagnostics import PolicyError
-    from ctxpolicy.policy.resolve import load_policy
+    from ctxpolicy.resolve.load import load_policy
 
     f = tmp_path / "p.yaml"
     f.write_text(

@@ -105,7 +105,7 @@ def test_a_replays_events_all_fit_their_definitions(tmp_path, agent):
 def test_a_sessions_other_events_fit_their_definitions(tmp_path):
     """Usage, overflow errors, learned windows, repairs and a store that fails."""
     from ctxpolicy import Session
-    from ctxpolicy.policy.resolve import load_policy
+    from ctxpolicy.resolve.load import load_policy
 
     root = Path(__file__).resolve().parents[2]
     policy = load_policy(str(root / "policies" / "agents.yaml"), agent="coding_agent")

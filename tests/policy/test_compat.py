@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from ctxpolicy.policy.checks import budget_numbers
 from ctxpolicy.policy.compat import convert, detect_format, to_native
 from ctxpolicy.policy.load import load_document
 from ctxpolicy.policy.models import PolicyFile
-from ctxpolicy.policy.resolve import list_agents, load_policy, resolve_all, validate_file
+from ctxpolicy.resolve.checks import budget_numbers
+from ctxpolicy.resolve.load import list_agents, load_policy, resolve_all, validate_file
 from tests.conftest import DATA
 from tests.shared_data import SEED_CONFIGS, require
 

@@ -17,7 +17,7 @@ import pytest
 
 from ctxpolicy.policy.diagnostics import CODES, PolicyError
 from ctxpolicy.policy.load import MAX_BYTES
-from ctxpolicy.policy.resolve import list_agents, load_policy, resolve_all, validate_file
+from ctxpolicy.resolve.load import list_agents, load_policy, resolve_all, validate_file
 from tests.conftest import DATA, POLICY_ENV, REPO
 
 INVALID = sorted(p for p in (DATA / "invalid").iterdir() if p.suffix in (".yaml", ".toml"))
@@ -187,7 +187,7 @@ def test_every_code_is_exercised(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
     for _, expected in _generated(tmp_path).values():
         seen.update(w for w in expected.split() if w.startswith("CTX"))
     seen.add("CTX308")  # test_unknown_agent_requested
-    seen.add("CTX000")  # tests/policy/test_resolve.py::test_internal_error_becomes_diagnostic
+    seen.add("CTX000")  # tests/resolve/test_load.py::test_internal_error_becomes_diagnostic
     seen.add("CTX309")  # tests/security/test_policy_limits.py (needs a 100 KB variable)
     mine = {c for c in CODES if not c.startswith("CTX15")}  # CTX15x: JSON Schema validator
     assert mine - seen == set()

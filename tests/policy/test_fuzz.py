@@ -16,7 +16,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from ctxpolicy.policy.load import load_document
-from ctxpolicy.policy.resolve import list_agents, load_policy, validate_file
+from ctxpolicy.resolve.load import list_agents, load_policy, validate_file
 from tests.conftest import DATA, POLICY_ENV
 
 # ci: 1,000 examples per test, 2,000 in all (issue 10); fuzz: `make fuzz`

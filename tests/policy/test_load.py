@@ -7,8 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from ctxpolicy.policy.load import MAX_NODES, SourceMap, load_document
+from ctxpolicy.policy.load import MAX_NODES, load_document
 from ctxpolicy.policy.readfile import Abort
+from ctxpolicy.policy.source import SourceMap
 
 
 def _load(text: str | bytes, name: str = "p.yaml"):

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from ctxpolicy.policy.models import Policy
-from ctxpolicy.policy.resolve import list_agents, load_policy
+from ctxpolicy.resolve.load import list_agents, load_policy
 
 ROOT = Path(__file__).resolve().parents[2]
 README = ROOT / "policies" / "README.md"

@@ -9,7 +9,7 @@ import pytest
 
 from ctxpolicy.budget import compute_budget
 from ctxpolicy.engine.tool_results import select_rule
-from ctxpolicy.policy.resolve import load_policy, validate_file
+from ctxpolicy.resolve.load import load_policy, validate_file
 
 PRESETS = Path(__file__).resolve().parents[2] / "policies" / "coding_clients.yaml"
 

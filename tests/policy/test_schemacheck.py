@@ -11,9 +11,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from jsonschema.validators import Draft7Validator
 
-from ctxpolicy.policy import schema as sch
 from ctxpolicy.policy.load import load_document
 from ctxpolicy.policy.schemacheck import Unsupported, compile_schema, json_equal
+from ctxpolicy.resolve import schema as sch
 from tests.conftest import DATA, REPO
 
 FILES = sorted(

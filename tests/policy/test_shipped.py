@@ -51,7 +51,7 @@ def test_every_agent_explains_its_numbers() -> None:
 
 
 def _resolve(path: str, agent: str):  # type: ignore[no-untyped-def]
-    from ctxpolicy.policy.resolve import load_policy
+    from ctxpolicy.resolve.load import load_policy
 
     return load_policy(str(POLICIES / path), agent)
 

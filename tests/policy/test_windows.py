@@ -44,8 +44,8 @@ def _traces(kinds: tuple[str, ...]) -> list[str]:
 @pytest.mark.parametrize("agent", sorted(AGENT_KINDS))
 def test_budget_fits_every_window(agent: str, window: int) -> None:
     from ctxpolicy.budget import compute_budget
-    from ctxpolicy.policy.checks import check_policy
-    from ctxpolicy.policy.resolve import load_policy
+    from ctxpolicy.resolve.checks import check_policy
+    from ctxpolicy.resolve.load import load_policy
     from ctxpolicy.sim.replay import with_window
 
     policy = with_window(load_policy(str(POLICY), agent), window)

@@ -22,7 +22,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ctxpolicy.policy.interp import MAX_INTERPOLATED
-from ctxpolicy.policy.resolve import validate_file
+from ctxpolicy.resolve.load import validate_file
 
 VALID = "ctxpolicy: 1\npolicies:\n  default:\n    model: gpt-4o\n"
 

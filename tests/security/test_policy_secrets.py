@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 
 from ctxpolicy.cli import main
 from ctxpolicy.policy.diagnostics import PolicyError
-from ctxpolicy.policy.resolve import load_policy, validate_file
+from ctxpolicy.resolve.load import load_policy, validate_file
 
 SECRET = "AKIA-s3cr3t\"quote's\\back%25slash-ünï-0123456789abcdef"
 NAME = "CTX_FAKE_SECRET"

@@ -57,7 +57,7 @@ def test_tune_rejects_them_before_running(tmp_path: Path) -> None:
 
 def test_a_numeric_range_on_a_state_is_a_space_error(tmp_path: Path) -> None:
     from ctxpolicy.plugins import get_registry
-    from ctxpolicy.policy.resolve import load_policy
+    from ctxpolicy.resolve.load import load_policy
     from ctxpolicy.tune.space import SpaceError, build_space
 
     pol = _policy(tmp_path, "pipeline[drop_rounds].at", "{low: 1, high: 3}")

@@ -4,16 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from ctxpolicy.sim.metrics import (
-    PriceModel,
-    SentTexts,
-    billing,
-    parse_price_model,
-    price_model,
-    ruler_facts,
-    sent_text,
-)
+from ctxpolicy.sim.metrics import PriceModel, billing, parse_price_model, price_model
 from ctxpolicy.sim.replay import run_strategy
+from ctxpolicy.sim.rulers import SentTexts, ruler_facts, sent_text
 
 from .conftest import Scripted, WordCounter, call
 
@@ -363,7 +356,7 @@ def test_sent_texts_builds_a_kept_message_once_and_notices_a_changed_one() -> No
 
 
 def test_own_text_ruler_instructions_share_and_duplicates() -> None:
-    from ctxpolicy.sim.metrics import OwnTextRuler, sent_text
+    from ctxpolicy.sim.rulers import OwnTextRuler, sent_text
 
     ruler = OwnTextRuler(lambda m: len(str(m.get("content") or "")))
     convo = [

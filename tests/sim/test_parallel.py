@@ -8,7 +8,7 @@ import pytest
 from click.testing import CliRunner
 
 from ctxpolicy.cli.simulate import simulate
-from ctxpolicy.policy.resolve import load_policy
+from ctxpolicy.resolve.load import load_policy
 from ctxpolicy.sim.parallel import Replayer, ReplayMemo, default_workers, map_ordered
 from ctxpolicy.sim.prepared import ruler_plan
 

@@ -6,11 +6,11 @@ import dataclasses
 
 import pytest
 
-from ctxpolicy.policy.resolve import load_policy
+from ctxpolicy.resolve.load import load_policy
 from ctxpolicy.sim.importers import load_trace
-from ctxpolicy.sim.metrics import RetentionRuler
 from ctxpolicy.sim.prepared import PreparedTrace, prepare_trace, ruler_plan
 from ctxpolicy.sim.replay import replay_trace
+from ctxpolicy.sim.rulers import RetentionRuler
 
 from .conftest import ROOT
 

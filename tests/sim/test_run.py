@@ -5,7 +5,7 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-from ctxpolicy.policy.resolve import load_policy
+from ctxpolicy.resolve.load import load_policy
 from ctxpolicy.sim.run import RunSpec, simulate
 from ctxpolicy.sim.synth import coding_session, data_session, write_jsonl
 

@@ -10,8 +10,8 @@ import pytest
 from ctxpolicy.components import ComponentOptions, StateStoreError
 from ctxpolicy.plugins import hookimpl
 from ctxpolicy.policy.diagnostics import PolicyError
-from ctxpolicy.policy.resolve import load_policy
-from ctxpolicy.policy.schema import build_schema
+from ctxpolicy.resolve.load import load_policy
+from ctxpolicy.resolve.schema import build_schema
 from ctxpolicy.state import open_state_store, state_home
 from ctxpolicy.state.memory import MemoryStateStore
 from ctxpolicy.state.sqlite import DEFAULT_FILE, SqliteStateStore

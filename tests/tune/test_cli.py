@@ -17,7 +17,7 @@ import pytest
 from click.testing import CliRunner
 
 from ctxpolicy.cli.tune import tune
-from ctxpolicy.policy.resolve import load_policy, validate_file
+from ctxpolicy.resolve.load import load_policy, validate_file
 from ctxpolicy.tune.diff import same_policy
 
 from .conftest import ROOT, WASTEFUL

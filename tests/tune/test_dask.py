@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from ctxpolicy.policy.resolve import load_policy
+from ctxpolicy.resolve.load import load_policy
 from ctxpolicy.tune.runner import TuneConfig, run_tune
 
 from .conftest import WASTEFUL

@@ -8,7 +8,7 @@ import pytest
 
 from ctxpolicy.plugins import get_registry
 from ctxpolicy.policy.models import TuneRange
-from ctxpolicy.policy.resolve import load_policy, validate_file
+from ctxpolicy.resolve.load import load_policy, validate_file
 from ctxpolicy.tune.space import SpaceError, build_space, changed, matches, overlay
 
 from .conftest import ROOT

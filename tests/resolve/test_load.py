@@ -11,11 +11,11 @@ from pydantic import Field
 from ctxpolicy.budget import effective_window
 from ctxpolicy.components import ComponentOptions, Layer, Preprocessor
 from ctxpolicy.plugins import get_registry, hookimpl
-from ctxpolicy.policy import resolve as resolve_mod
-from ctxpolicy.policy.checks import budget_numbers
 from ctxpolicy.policy.diagnostics import PolicyError
 from ctxpolicy.policy.paths import interpolate_path
-from ctxpolicy.policy.resolve import list_agents, load_policy, resolve_all, validate_file
+from ctxpolicy.resolve import agents as resolve_agents
+from ctxpolicy.resolve.checks import budget_numbers
+from ctxpolicy.resolve.load import list_agents, load_policy, resolve_all, validate_file
 from tests.conftest import DATA, POLICY_ENV
 
 DESIGN = DATA / "valid" / "design_example.yaml"
@@ -143,7 +143,7 @@ def test_internal_error_becomes_diagnostic(monkeypatch: pytest.MonkeyPatch) -> N
     def boom(*a: object, **k: object) -> None:
         raise RuntimeError("kaboom")
 
-    monkeypatch.setattr(resolve_mod, "check_policy", boom)
+    monkeypatch.setattr(resolve_agents, "check_policy", boom)
     diags = validate_file(DESIGN, env=POLICY_ENV)
     assert diags and all(d.code == "CTX000" for d in diags)
     assert "RuntimeError: kaboom" in diags[0].message
@@ -220,7 +220,7 @@ def test_registered_components_are_validated(
 def test_load_policy_without_agent_lists_the_agents(tmp_path: Path) -> None:
     """A file without `default` and no agent given: the error names the agents."""
     from ctxpolicy.policy.diagnostics import PolicyError
-    from ctxpolicy.policy.resolve import load_policy
+    from ctxpolicy.resolve.load import load_policy
 
     path = tmp_path / "multi.yaml"
     path.write_text(
@@ -238,7 +238,7 @@ def test_load_policy_without_agent_lists_the_agents(tmp_path: Path) -> None:
 
 
 def test_target_percent_is_the_fraction_it_names(tmp_path: Path) -> None:
-    from ctxpolicy.policy.resolve import load_policy
+    from ctxpolicy.resolve.load import load_policy
 
     path = tmp_path / "p.yaml"
     body = "ctxpolicy: 1\npolicies:\n  default:\n    model: {{context_window: 32000}}\n    budget: {{target: {}}}\n"

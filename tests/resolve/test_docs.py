@@ -5,8 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from ctxpolicy.policy import models
-from ctxpolicy.policy.docs import render_reference
-from ctxpolicy.policy.schema import REGENERATE
+from ctxpolicy.resolve.docs import render_reference
+from ctxpolicy.resolve.schema import REGENERATE
 
 ROOT = Path(__file__).resolve().parents[2]
 REFERENCE = ROOT / "docs" / "policy-reference.md"

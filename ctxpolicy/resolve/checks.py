@@ -1,7 +1,7 @@
 """Semantic checks of a resolved policy, and the budget arithmetic they need.
 
 Each check yields a :class:`Finding` (code, path inside the agent's policy,
-message, hint); :mod:`ctxpolicy.policy.resolve` turns it into a positioned
+message, hint); :mod:`ctxpolicy.resolve.load` turns it into a positioned
 :class:`~ctxpolicy.policy.diagnostics.Diagnostic`. Codes are documented in
 ``docs/diagnostics.md``.
 """
@@ -13,11 +13,9 @@ import math
 from dataclasses import dataclass
 
 from ctxpolicy.policy.models import Policy
+from ctxpolicy.policy.source import PathT
 
 __all__ = ["BudgetNumbers", "Finding", "budget_numbers", "check_policy"]
-
-
-PathT = tuple[str | int, ...]
 
 
 @dataclass(frozen=True)

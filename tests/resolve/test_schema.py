@@ -16,8 +16,8 @@ from ruamel.yaml import YAML
 from ctxpolicy import plugins as plugin_registry
 from ctxpolicy.components import ComponentOptions, Layer
 from ctxpolicy.plugins import hookimpl
-from ctxpolicy.policy import schema as sch
 from ctxpolicy.policy.diagnostics import Diagnostic
+from ctxpolicy.resolve import schema as sch
 
 ROOT = Path(__file__).resolve().parents[2]
 COMMITTED = ROOT / "schemas" / "ctxpolicy.schema.json"
@@ -298,7 +298,7 @@ def test_no_loader_error_means_no_schema_error(path: Path) -> None:
     """``validate`` runs the schema pass only for files with loader errors: that is sound
     only if a file the loader accepts is accepted by the schema too."""
     from ctxpolicy.policy.load import load_document
-    from ctxpolicy.policy.resolve import validate_file
+    from ctxpolicy.resolve.load import validate_file
     from tests.conftest import POLICY_ENV
 
     diags = validate_file(path, env=POLICY_ENV)

@@ -1,283 +1,47 @@
-"""Resolve policy files into :class:`~ctxpolicy.policy.models.Policy` objects.
-
-Pipeline of one call: load the file and everything it ``include:``s (relative
-paths, cycles and missing files are diagnostics) → compat readers for the
-source-design formats → ``${ENV}`` interpolation of string values → pydantic
-validation of each file (strict: a string is never a number) → per agent:
-``extends`` chain (cycles, unknown agents), deep merge (maps merge, lists
-replace, ``null`` deletes; in ``tools`` a glob new in the child goes before the
-parent's first broader glob, so ``*`` stays last), model
-catalogue (the file's ``models:``, then the built-in
-:mod:`~ctxpolicy.policy.catalogue`), component lookup in the plugin registry and validation of their
-options by the component's own model, then the semantic checks of
-:mod:`ctxpolicy.policy.checks`.
-
-Every diagnostic carries the file, line and column of the key it is about, also
-for values inherited through ``extends`` from another file. Nothing raises but
-:func:`load_policy` (``PolicyError``); internal failures become ``CTX000``.
+"""Resolving a policy file, the agent steps: the ``extends`` chain, the deep merge,
+schema rounds (each leaves out the values the previous one found wrong), the model
+(the file's ``models:``, then the built-in catalogue), the components looked up in the
+plugin registry with their options, and the semantic checks.
 """
 
 from __future__ import annotations
 
 import copy
 import dataclasses
-import os
-import re
 from collections.abc import Mapping
 from typing import Any
 
 from pydantic import ValidationError
 
 from ctxpolicy.policy.catalogue import builtin_models
-from ctxpolicy.policy.checks import check_policy
-from ctxpolicy.policy.compat import convert, detect_format
 from ctxpolicy.policy.diagnostics import (
-    TYPE_ERRORS,
-    Diagnostic,
-    PolicyError,
     Related,
-    SchemaFinding,
     data_path,
     dotted,
     make,
     suggestion,
     validation_findings,
 )
-from ctxpolicy.policy.interp import Redactor, interpolate_tree
-from ctxpolicy.policy.load import load_document
-from ctxpolicy.policy.lookup import check_component, check_tokenizers, failed_plugins
-from ctxpolicy.policy.merge import Doc, Merged, deep_merge, strip_nulls
+from ctxpolicy.policy.merge import Doc, Merged, deep_merge
 from ctxpolicy.policy.models import (
     AgentPolicy,
     ModelSpec,
     Policy,
-    PolicyFile,
     PreprocessStep,
     ResolvedStep,
     ToolRule,
 )
-
-__all__ = ["list_agents", "load_policy", "resolve_agent", "resolve_all", "validate_file"]
-
-PathT = tuple[str | int, ...]
-Pos = tuple[int, int]
-
-_AGENT_NAME_RE = re.compile(r"[A-Za-z0-9_.\-]{1,128}")
+from ctxpolicy.resolve.base import WITHOUT_MODEL, PathT, ResolverBase, _not_dropped
+from ctxpolicy.resolve.checks import check_policy
+from ctxpolicy.resolve.lookup import check_component, check_tokenizers, failed_plugins
 
 #: What an agent whose model is missing, unknown or malformed is checked with, so that
 #: the model's problem hides none of the agent's others (a findings computed from the
 #: window is left out, see ``_TRIGGER_INPUTS``); never part of a resolved policy.
 STAND_IN_MODEL = ModelSpec(context_window=128_000)
-#: Said after a model problem: the rest of the agent was checked all the same.
-WITHOUT_MODEL = (
-    "; the agent's other settings were checked against the built-in defaults, "
-    "without the budget checks that need the model's window"
-)
 
 
-Scope = str | None  # agent name a diagnostic belongs to (None: the file)
-
-
-def _not_dropped(errors: list[Any], data: Any, dropped: set[PathT]) -> list[Any]:
-    """Errors but those a key the loader left out causes (its number was out of range,
-    already reported at its line:col): "missing" for that key, and type errors of the
-    other union branches of a value that contains it."""
-    if not dropped:
-        return errors
-    out = []
-    for err in errors:
-        path, _ = data_path(err.get("loc", ()), data, err["type"] == "missing")
-        if err["type"] == "missing" and path in dropped:
-            continue
-        if err["type"] in TYPE_ERRORS and any(
-            len(d) > len(path) and d[: len(path)] == path for d in dropped
-        ):
-            continue
-        out.append(err)
-    return out
-
-
-def _agent_display(path: PathT) -> str:
-    if len(path) > 2 and path[0] == "policies":
-        return dotted(path[2:])
-    return dotted(path)
-
-
-class _Resolver:
-    def __init__(self, path: str | os.PathLike[str], env: Mapping[str, str] | None) -> None:
-        self.path = os.fspath(path)
-        self.env: Mapping[str, str] = os.environ if env is None else env
-        self.diags: list[tuple[Diagnostic, Scope]] = []
-        self.docs: dict[str, Doc] = {}
-        self.order: list[Doc] = []
-        self.bad_agents: set[tuple[str, str]] = set()
-        self.bad_models: set[tuple[str, str]] = set()
-        #: agents whose model problem already says the rest was checked without it
-        self._noted: set[tuple[str, str]] = set()
-        self.agents: dict[str, tuple[Doc, Any]] = {}
-        self.models: dict[str, tuple[Doc, Any]] = {}
-        self._registry: Any = None
-        #: every ``${NAME}`` substituted, to show it as written in every diagnostic
-        self.redactor = Redactor()
-
-    # ------------------------------------------------------------------ helpers
-    def emit(
-        self,
-        doc: Doc | str,
-        pos: Pos,
-        code: str,
-        message: str,
-        hint: str | None = None,
-        scope: Scope = None,
-    ) -> None:
-        name = doc if isinstance(doc, str) else doc.name
-        self.diags.append((make(name, pos, code, message, hint), scope))
-
-    @property
-    def registry(self) -> Any:
-        if self._registry is None:
-            from ctxpolicy.plugins import get_registry
-
-            self._registry = get_registry()
-        return self._registry
-
-    # ------------------------------------------------------------------ files
-    def load(self) -> None:
-        self._load(self.path, [], None)
-        for doc in self.order:
-            self._validate_doc(doc)
-        for doc in self.order:
-            policies = doc.native.get("policies")
-            if isinstance(policies, dict):
-                for name, raw in policies.items():
-                    if isinstance(name, str):
-                        self.agents.setdefault(name, (doc, raw))
-            models = doc.native.get("models")
-            if isinstance(models, dict):
-                for name, raw in models.items():
-                    if isinstance(name, str):
-                        self.models.setdefault(name, (doc, raw))
-
-    def _load(self, path: str, chain: list[tuple[str, str]], via: tuple[Doc, int] | None) -> None:
-        key = os.path.realpath(path)
-        if any(k == key for k, _ in chain):
-            assert via is not None
-            names = [n for _, n in chain[[k for k, _ in chain].index(key) :]]
-            parent, idx = via
-            self.emit(
-                parent,
-                parent.pos(("include", idx), value=True),
-                "CTX305",
-                "include cycle: " + " → ".join([*names, path]),
-                "remove one of the includes",
-            )
-            return
-        if key in self.docs:
-            return
-        if via is not None:
-            parent, idx = via
-            where = parent.pos(("include", idx), value=True)
-            if not os.path.exists(path):
-                self.emit(
-                    parent,
-                    where,
-                    "CTX303",
-                    f"included file {path!r} not found",
-                    "include paths are relative to the including file",
-                )
-                return
-            if not os.path.isfile(path):
-                self.emit(parent, where, "CTX304", f"included path {path!r} is not a file")
-                return
-        loaded, diags = load_document(path)
-        self.diags.extend((d, None) for d in diags)
-        if loaded is None:
-            return
-        fmt = detect_format(loaded.data)
-        native, origins, warnings = convert(loaded.data, fmt)
-        doc = Doc(key, loaded, fmt, native, origins)
-        for raw_path, message in warnings:
-            self.emit(doc, loaded.source_map.position(raw_path), "CTX401", message)
-        interpolated, problems = interpolate_tree(native, self.env, redactor=self.redactor)
-        _keep_store_paths(native, interpolated)
-        doc.native = interpolated
-        for p, prob in problems:
-            scope = p[1] if len(p) > 1 and p[0] == "policies" and isinstance(p[1], str) else None
-            code, hint = {
-                "missing": (
-                    "CTX306",
-                    f"export {prob.text}, or give a default: ${{{prob.text}:-value}}",
-                ),
-                "size": (
-                    "CTX309",
-                    "environment variables in a policy hold names, paths and numbers, "
-                    "not documents",
-                ),
-            }.get(prob.kind, ("CTX307", None))
-            self.emit(doc, doc.pos(p, value=True), code, prob.message, hint, scope)
-        self.docs[key] = doc
-        self.order.append(doc)
-        includes = interpolated.get("include")
-        if isinstance(includes, list):
-            base = os.path.dirname(path)
-            broken = {p[1] for p, _ in problems if len(p) == 2 and p[0] == "include"}
-            for i, inc in enumerate(includes):
-                if isinstance(inc, str) and inc.strip() and i not in broken:
-                    child = os.path.normpath(os.path.join(base, inc))
-                    self._load(child, [*chain, (key, path)], (doc, i))
-
-    def _validate_doc(self, doc: Doc) -> None:
-        data = doc.native
-        stripped = dict(data)
-        if isinstance(data.get("policies"), dict):
-            stripped["policies"] = {k: strip_nulls(v) for k, v in data["policies"].items()}
-        try:
-            PolicyFile.model_validate(stripped, strict=True)
-        except ValidationError as exc:
-            self.bad_agents.update(
-                (doc.key, p[1])
-                for p in doc.loaded.dropped
-                if len(p) > 1 and p[0] == "policies" and isinstance(p[1], str)
-            )
-            findings = validation_findings(
-                _not_dropped(exc.errors(), stripped, doc.loaded.dropped),
-                stripped,
-                PolicyFile,
-                _agent_display,
-                redact=self.redactor.redact,
-            )
-            for f in findings:
-                self._emit_file_finding(doc, f, stripped)
-
-    def _emit_file_finding(self, doc: Doc, f: SchemaFinding, data: dict[str, Any]) -> None:
-        path = f.path
-        message = f.message
-        if not path and "agent name" in message:
-            message = message.removeprefix("(top level): ")
-            for name in data.get("policies") or {}:
-                if not (isinstance(name, str) and _AGENT_NAME_RE.fullmatch(name)):
-                    path = ("policies", name)
-                    break
-        scope: Scope = None
-        if len(path) > 1 and path[0] == "policies" and isinstance(path[1], str):
-            scope = path[1]
-            self.bad_agents.add((doc.key, path[1]))
-            if path[2:3] == ("model",) and (doc.key, path[1]) not in self._noted:
-                self._noted.add((doc.key, path[1]))
-                message += WITHOUT_MODEL
-        if len(path) > 1 and path[0] == "models" and isinstance(path[1], str):
-            noted = (doc.key, path[1]) in self.bad_models
-            self.bad_models.add((doc.key, path[1]))
-            message += (
-                ""
-                if noted
-                else (
-                    f"; the agents that use model {path[1]!r} were checked against the built-in "
-                    "defaults, without the budget checks that need its window"
-                )
-            )
-        self.emit(doc, doc.pos(path), f.code, message, f.hint, scope)
-
+class AgentSteps(ResolverBase):
     # ------------------------------------------------------------------ agents
     def resolve(self, name: str) -> Policy | None:
         try:
@@ -568,7 +332,7 @@ class _Resolver:
         policy: Policy,
         index_map: list[int],
     ) -> None:
-        """The findings of :func:`~ctxpolicy.policy.checks.check_policy`, positioned;
+        """The findings of :func:`~ctxpolicy.resolve.checks.check_policy`, positioned;
         those that depend on a value left out for a schema error are dropped (the
         default that replaced it is not what the user wrote)."""
         for finding in check_policy(policy):
@@ -656,33 +420,7 @@ class _Resolver:
             self.registry, kind, cname, options, base, key, emit, self.redactor.redact
         )
 
-    # ------------------------------------------------------------------ output
-    def scoped(self, agents: set[str] | None) -> list[Diagnostic]:
-        """Diagnostics of the file and of ``agents`` (all when None), each interpolated
-        value shown as the ``${NAME}`` it was written as."""
-        out = {self._shown(d) for d, s in self.diags if s is None or agents is None or s in agents}
-        return sorted(out)
 
-    def _shown(self, d: Diagnostic) -> Diagnostic:
-        if not self.redactor:
-            return d
-        hint = None if d.hint is None else self.redactor.redact(d.hint)
-        return dataclasses.replace(d, message=self.redactor.redact(d.message), hint=hint)
-
-    def chain_names(self, name: str) -> set[str]:
-        names = {name}
-        cur = name
-        while cur in self.agents:
-            raw = self.agents[cur][1]
-            parent = raw.get("extends") if isinstance(raw, dict) else None
-            if not isinstance(parent, str) or parent in names:
-                break
-            names.add(parent)
-            cur = parent
-        return names
-
-
-#: schema rounds of one agent: each removes the values the previous one found wrong
 _MAX_ROUNDS = 8
 
 #: the values the trigger (window − reserve − growth − margin) is computed from
@@ -752,7 +490,7 @@ class _AgentStep:
     """What the steps of one agent's resolution share: its name, its merged data, the
     values left out for schema errors, and an ``emit`` positioned through the merge."""
 
-    resolver: _Resolver
+    resolver: AgentSteps
     name: str
     merged: Merged
     removed: list[PathT] = dataclasses.field(default_factory=list)
@@ -786,178 +524,3 @@ class _Components:
             self.ok = False
             return {}
         return options
-
-
-def _keep_store_paths(raw: Any, interpolated: Any) -> None:
-    """``snapshots.path`` and ``state.options.path``/``dsn`` stay as written: the
-    session interpolates them with its own ``env=`` when it opens the store (problems
-    are still reported at load time), so no secret from the environment ends up in
-    the resolved policy."""
-    policies = raw.get("policies") if isinstance(raw, dict) else None
-    if not isinstance(policies, dict) or not isinstance(interpolated.get("policies"), dict):
-        return
-    for name, agent in policies.items():
-        snaps = agent.get("snapshots") if isinstance(agent, dict) else None
-        target = interpolated["policies"].get(name)
-        if (
-            isinstance(snaps, dict)
-            and isinstance(snaps.get("path"), str)
-            and isinstance(target, dict)
-            and isinstance(target.get("snapshots"), dict)
-        ):
-            target["snapshots"]["path"] = snaps["path"]
-        # the state store's path and dsn too (a dsn may carry a password from ${...})
-        state = agent.get("state") if isinstance(agent, dict) else None
-        options = state.get("options") if isinstance(state, dict) else None
-        tstate = target.get("state") if isinstance(target, dict) else None
-        toptions = tstate.get("options") if isinstance(tstate, dict) else None
-        if isinstance(options, dict) and isinstance(toptions, dict):
-            for key in ("path", "dsn"):
-                if isinstance(options.get(key), str):
-                    toptions[key] = options[key]
-
-
-def _run(
-    path: str | os.PathLike[str], agent: str | None, env: Mapping[str, str] | None
-) -> tuple[_Resolver, dict[str, Policy]]:
-    r = _Resolver(path, env)
-    policies: dict[str, Policy] = {}
-    try:
-        r.load()
-        if not r.order:
-            return r, policies
-        if agent is not None:
-            if agent not in r.agents:
-                root = r.order[0]
-                known = list(r.agents)
-                r.emit(
-                    root,
-                    (1, 1),
-                    "CTX308",
-                    f"no agent {agent!r} in this file{suggestion(agent, known)}",
-                    "agents: " + (", ".join(known) or "(none)"),
-                    agent,
-                )
-                return r, policies
-            names = [agent]
-        else:
-            names = list(r.agents)
-        for name in names:
-            pol = r.resolve(name)
-            if pol is not None:
-                policies[name] = pol
-    except Exception as exc:  # pragma: no cover - last resort
-        r.emit(
-            r.path,
-            (1, 1),
-            "CTX000",
-            f"internal error while reading {r.path}: {type(exc).__name__}: {exc}",
-            "please report this with the file attached",
-        )
-    return r, policies
-
-
-def validate_file(
-    path: str | os.PathLike[str],
-    *,
-    agent: str | None = None,
-    env: Mapping[str, str] | None = None,
-    json_schema: bool = False,
-) -> list[Diagnostic]:
-    """Every diagnostic of a policy file (and its includes): parse, schema, components,
-    ``extends``, env, semantics. ``agent`` limits agent checks to that agent (and what it
-    extends). ``json_schema`` also validates a file with errors against the published
-    JSON Schema (reusing the parsed document); a problem both find is reported once. Sorted,
-    without duplicates. Never raises."""
-    r, _ = _run(path, agent, env)
-    scope = None if agent is None else r.chain_names(agent)
-    diags = r.scoped(scope)
-    # The schema is generated from the same models the loader validated with: a file
-    # without loader errors passes it too (tests/policy/test_schema.py checks both agree
-    # on every corpus file), so only a file with errors pays for the schema pass, which
-    # may then find problems that an error kept the loader from reaching.
-    if json_schema and r.order and any(d.severity == "error" for d in diags):
-        from ctxpolicy.policy.schema import dedupe, schema_diagnostics
-
-        try:
-            diags = dedupe(diags, schema_diagnostics(r.order[0].loaded))
-        except Exception as exc:  # pragma: no cover - last resort
-            diags.append(
-                make(os.fspath(path), (1, 1), "CTX000", f"internal error in schema check: {exc!r}")
-            )
-    return diags
-
-
-def resolve_all(
-    path: str | os.PathLike[str], *, env: Mapping[str, str] | None = None
-) -> tuple[dict[str, Policy], list[Diagnostic]]:
-    """All agents that resolve without errors, and every diagnostic of the file."""
-    r, policies = _run(path, None, env)
-    diags = r.scoped(None)
-    good: dict[str, Policy] = {}
-    for name, pol in policies.items():
-        mine = r.scoped(r.chain_names(name))
-        if not any(d.severity == "error" for d in mine):
-            good[name] = pol
-    return good, diags
-
-
-def resolve_agent(
-    path: str | os.PathLike[str],
-    agent: str,
-    *,
-    env: Mapping[str, str] | None = None,
-) -> tuple[Policy | None, list[Diagnostic], Redactor]:
-    """The policy of ``agent`` (None when it has errors), its diagnostics, and the
-    :class:`~ctxpolicy.policy.interp.Redactor` of the substitutions made (to show the
-    policy without the environment's values, as ``explain`` does)."""
-    r, policies = _run(path, agent, env)
-    diags = r.scoped(r.chain_names(agent))
-    pol = policies.get(agent)
-    if any(d.severity == "error" for d in diags):
-        pol = None
-    return pol, diags, r.redactor
-
-
-def load_policy(
-    path: str | os.PathLike[str],
-    agent: str | None = None,
-    *,
-    env: Mapping[str, str] | None = None,
-) -> Policy:
-    """The resolved, frozen policy of ``agent`` (unset: the agent ``default``); raises
-    :class:`PolicyError` carrying every diagnostic when any of them is an error
-    (file-level or of this agent's chain). Without ``agent`` in a file that has no
-    ``default``, the error lists the agents it has."""
-    pol, diags, _ = resolve_agent(path, agent or "default", env=env)
-    if agent is None and pol is None:
-        diags = [_no_default(path, d) if d.code == "CTX308" else d for d in diags]
-    agent = agent or "default"
-    if pol is None or any(d.severity == "error" for d in diags):
-        if not diags:  # pragma: no cover - defensive
-            diags = [
-                make(os.fspath(path), (1, 1), "CTX000", f"agent {agent!r} could not be resolved")
-            ]
-        raise PolicyError(diags)
-    return pol
-
-
-def _no_default(path: str | os.PathLike[str], diag: Diagnostic) -> Diagnostic:
-    agents = list_agents(path)
-    names = ", ".join(repr(a) for a in agents) or "(none)"
-    example = f"load_policy({os.fspath(path)!r}, agent={agents[0]!r})" if agents else None
-    return dataclasses.replace(
-        diag,
-        message=f"no agent given and this file has no agent 'default'; its agents: {names}",
-        hint=f"pass the agent: {example}" if example else "define an agent under `policies:`",
-    )
-
-
-def list_agents(path: str | os.PathLike[str]) -> list[str]:
-    """Agent names usable with :func:`load_policy` (this file's first, then included ones)."""
-    r = _Resolver(path, {})
-    try:
-        r.load()
-    except Exception:  # pragma: no cover - last resort
-        return []
-    return list(r.agents)

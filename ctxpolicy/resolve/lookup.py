@@ -14,10 +14,10 @@ from pydantic import ValidationError
 
 from ctxpolicy.policy.diagnostics import dotted, suggestion, validation_findings
 from ctxpolicy.policy.models import ModelSpec
+from ctxpolicy.policy.source import PathT
 
 __all__ = ["BARE_ENCODINGS", "check_component", "check_tokenizers", "failed_plugins"]
 
-PathT = tuple[str | int, ...]
 #: ``emit(path, code, message, hint)``
 Emit = Callable[[PathT, str, str, str | None], None]
 
@@ -53,7 +53,7 @@ def check_component(
     """The completed options of component ``cname`` of ``kind`` named at ``base``/``key``,
     or None after emitting why not (unknown name, invalid options)."""
     cls = registry.get(kind, cname)
-    word = {"snapshot_store": "snapshot store", "state_store": "state store"}.get(kind, kind)
+    word = kind.replace("_", " ")  # snapshot_store -> "snapshot store"
     if cls is None:
         names = registry.names(kind)
         emit(

@@ -67,15 +67,6 @@ COMPONENT_SLOTS: tuple[tuple[str, str, Kind, str], ...] = (
     ("StateSpec", "store", "state_store", "options"),
 )
 
-_KIND_PREFIX: dict[str, str] = {
-    "layer": "Layer",
-    "preprocessor": "Preprocessor",
-    "summarizer": "Summarizer",
-    "tokenizer": "Tokenizer",
-    "snapshot_store": "SnapshotStore",
-    "state_store": "StateStore",
-}
-
 #: Diagnostic codes of schema errors, by JSON Schema keyword. They are the codes
 #: the pydantic-based loader uses for the same kind of problem (CTX1xx, see
 #: docs/diagnostics.md), so that a problem found by both is reported once
@@ -147,7 +138,10 @@ def _components(registry: Registry, kind: Kind, *, plugins: bool) -> list[tuple[
 def _options_schema(kind: Kind, name: str, cls: type[Any], definitions: dict[str, Any]) -> str:
     """Add the component's Options schema to ``definitions``; return its definition name."""
     options_model = getattr(cls, "Options", None)
-    root_name = f"{_KIND_PREFIX[kind]}_{name}_Options"
+    from ctxpolicy.plugins import KIND_BASES
+
+    # named after the kind's base class (Layer_drop_rounds_Options, SnapshotStore_…)
+    root_name = f"{KIND_BASES[kind].__name__}_{name}_Options"
     if options_model is None or not hasattr(options_model, "model_json_schema"):
         definitions[root_name] = {"type": "object"}
         return root_name
