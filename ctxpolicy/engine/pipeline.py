@@ -38,6 +38,7 @@ from ctxpolicy.budget import BudgetState
 from ctxpolicy.components import CompactionContext, LayerResult
 from ctxpolicy.conversation import Unit, check_units, content_text
 from ctxpolicy.engine.archiving import archive_units, ensure_snapshots
+from ctxpolicy.engine.call import Call
 from ctxpolicy.engine.derived import with_refs
 from ctxpolicy.engine.economics import (
     Guard,
@@ -71,8 +72,6 @@ if TYPE_CHECKING:
 _FACTS_MAX_CHARS = 20_000
 _FACTS_PER_COMPACTION = 100
 
-Count = Callable[[Sequence[Unit]], int]
-
 #: ``SessionState.memory`` entry: per pipeline step (``layer#index``), the keys of the
 #: units on which its result was larger than its input. A result that changes only
 #: those units again is not counted nor offered (nothing changed for it to gain on).
@@ -90,18 +89,17 @@ def _changed_keys(before: Sequence[Unit], after: Sequence[Unit]) -> set[str]:
     }
 
 
-def eligible_steps(
-    ctx: EngineContext, used: int, budget: BudgetState, *, forced: bool, entry_used: int
-) -> list[tuple[int, ResolvedStep]]:
+def eligible_steps(ctx: EngineContext, call: Call) -> list[tuple[int, ResolvedStep]]:
     """The pipeline steps allowed to run on this call, by the entry state (the state
-    of ``entry_used``, the tokens when the call started).
+    of ``call.entry_used``, the tokens when the call started).
 
     ``(index, step)``; the ``on_overflow`` layer is handled by :func:`run_pipeline`.
     """
-    if forced or used <= budget.target:
+    if call.forced or call.at_target():
         return []
+    budget, entry_used = call.budget, call.entry_used
     entry = budget.state_for(entry_used)
-    if ctx.state.unfit is not None and entry_used <= budget.window - budget.reserve_output:
+    if ctx.state.unfit is not None and entry_used <= call.hard_limit:
         return []  # the learned window cannot hold the policy: compact only to fit
     if is_held(ctx, budget, entry_used):
         return []  # the target was out of reach, or the context refilled at once
@@ -142,19 +140,10 @@ def is_held(ctx: EngineContext, budget: BudgetState, entry_used: int) -> bool:
     return hold is not None and entry_used < hold and entry_used <= fit_limit(budget)
 
 
-def run_pipeline(
-    ctx: EngineContext,
-    view: list[Unit],
-    used: int,
-    budget: BudgetState,
-    count: Count,
-    *,
-    forced: bool,
-    entry: int,
-    cache_lost: bool = False,
-) -> tuple[list[Unit], int, str | None]:
-    """Run the eligible steps, then ``on_overflow`` if needed; returns the new view,
-    its tokens and the last layer that changed it (None: nothing changed).
+def run_pipeline(ctx: EngineContext, call: Call, *, cache_lost: bool = False) -> str | None:
+    """Run the eligible steps, then ``on_overflow`` if needed, on ``call.view``; the
+    view and its tokens taken are left in ``call``; returns the last layer that
+    changed the view (None: nothing changed).
 
     The call is the unit of deferral: the steps' outputs are held until together they
     free the minimum gain (``budget.min_gain``, or ``cache.min_gain_tokens`` with
@@ -168,26 +157,27 @@ def run_pipeline(
     costs nothing more: only the minimum gain applies).
     """
     pol = ctx.policy
+    budget, forced, entry = call.budget, call.forced, call.entry_used
     changed_by: str | None = None
     guard = Guard(ctx.state.memory)
-    call = _call_mark(ctx)
+    mark = _call_mark(ctx)
     if not cache_lost:  # the first pass of the call: its growth since the last request
         prev_sent = ctx.state.status.get("used") if ctx.state.status else None
-        if guard.observe(call, entry, prev_sent if isinstance(prev_sent, int) else None):
+        if guard.observe(mark, entry, prev_sent if isinstance(prev_sent, int) else None):
             ctx.state.touch("memory")
-    steps = eligible_steps(ctx, used, budget, forced=forced, entry_used=entry)
-    over = _over(ctx, used, budget, entry)
+    steps = eligible_steps(ctx, call)
+    over = _over(ctx, call)
     if not steps and not forced and not over:
-        return view, used, None  # the common call: nothing may run
+        return None  # the common call: nothing may run
     if steps:
-        view = _referenced(ctx, view)
+        call.view = _referenced(ctx, call.view)
     cache = pol.cache
     min_gain = max(budget.min_gain, cache.min_gain_tokens if cache.preserve_prefix else 0)
     # below the fit limit a rewrite must free the minimum gain and pay for itself;
     # above it (the request would not fit) whatever the layers free is taken
     batch = not forced and entry <= fit_limit(budget)
-    floor = used - min_gain if batch and min_gain > 0 else None
-    start_view, start_used = view, used
+    floor = call.used - min_gain if batch and min_gain > 0 else None
+    start_view, start_used = call.view, call.used
     # the economics weigh candidate views of the steps: none without a step to run
     weigh = (
         _weigher(ctx, budget, start_view, start_used, guard.per_call())
@@ -198,21 +188,23 @@ def run_pipeline(
     held: list[_Outcome] = []
     took_step = False
     for index, step in steps:
-        if used <= budget.target:
+        if call.at_target():
             break
-        out = _apply(ctx, step, index, view, used, budget, count, floor=floor)
+        out = _apply(ctx, call, step, index, floor=floor)
         if out is None:
             continue
         if not batch:
-            if _take(ctx, out, budget):
-                view, used, changed_by = out.units, out.used, step.layer
+            if _take(ctx, out, call):
+                call.view, call.used, changed_by = out.units, out.used, step.layer
                 took_step = True
             continue
         held.append(out)
-        view, used = out.units, out.used
-        if start_used - used >= min_gain and (weigh is None or (rewrite := weigh(view, used)).pays):
+        call.view, call.used = out.units, out.used
+        if start_used - call.used >= min_gain and (
+            weigh is None or (rewrite := weigh(call.view, call.used)).pays
+        ):
             batch, floor = False, None
-            view, used, changed_by = _take_all(ctx, held, budget)
+            call.view, call.used, changed_by = _take_all(ctx, held, call)
             took_step = took_step or changed_by is not None
             held = []
     deferred = bool(held)
@@ -221,32 +213,33 @@ def run_pipeline(
             out.emit(
                 LayerDeferred(
                     gain=out.used_before - out.used,
-                    call_gain=start_used - used,
+                    call_gain=start_used - call.used,
                     min_gain_tokens=min_gain,
                     **(rewrite.to_fields() if rewrite is not None else {}),
                 )
             )
-        view, used = start_view, start_used
-    over = used > fit_limit(budget) if deferred else _over(ctx, used, budget, entry)
+        call.view, call.used = start_view, start_used
+    over = call.used > fit_limit(budget) if deferred else _over(ctx, call)
     if pol.on_overflow.layer and (forced or over):
         if not steps:
-            view = _referenced(ctx, view)
-        out = _apply(ctx, pol.on_overflow, -1, view, used, budget, count)
-        if out is not None and _take(ctx, out, budget):
-            view, used, changed_by = out.units, out.used, pol.on_overflow.layer
+            call.view = _referenced(ctx, call.view)
+        out = _apply(ctx, call, pol.on_overflow, -1)
+        if out is not None and _take(ctx, out, call):
+            call.view, call.used, changed_by = out.units, out.used, pol.on_overflow.layer
     if took_step and not forced:
-        guard.compacted(call)
+        guard.compacted(mark)
         ctx.state.touch("memory")
-    return view, used, changed_by
+    return changed_by
 
 
-def _over(ctx: EngineContext, used: int, budget: BudgetState, entry: int) -> bool:
+def _over(ctx: EngineContext, call: Call) -> bool:
     """``on_overflow`` is due: the context is above the trigger — above the fit limit
     while a compaction is held, above ``window − reserve_output`` for a policy that
     cannot fit its learned window (``SessionState.unfit``, reported once)."""
+    used, budget = call.used, call.budget
     if ctx.state.unfit is not None:
-        return used > budget.window - budget.reserve_output
-    if is_held(ctx, budget, entry):
+        return used > call.hard_limit
+    if is_held(ctx, budget, call.entry_used):
         return used > fit_limit(budget)
     return used > budget.trigger
 
@@ -296,13 +289,13 @@ def _ledger_index(view: Sequence[Unit]) -> int:
 
 
 def _take_all(
-    ctx: EngineContext, held: Sequence[_Outcome], budget: BudgetState
+    ctx: EngineContext, held: Sequence[_Outcome], call: Call
 ) -> tuple[list[Unit], int, str | None]:
     """Take held outputs in order; one that cannot be taken (its archive write failed)
     ends the batch there: the later ones were computed from it."""
     view, used, by = held[0].before, held[0].used_before, None
     for out in held:
-        if not _take(ctx, out, budget):
+        if not _take(ctx, out, call):
             break
         view, used, by = out.units, out.used, out.step.layer
     return view, used, by
@@ -349,18 +342,17 @@ class _Outcome:
 
 def _apply(
     ctx: EngineContext,
+    call: Call,
     step: ResolvedStep,
     index: int,
-    view: list[Unit],
-    used: int,
-    budget: BudgetState,
-    count: Count,
     *,
     floor: int | None = None,
 ) -> _Outcome | None:
-    """Run one layer isolated and validate its output; None when it changed nothing
-    or its output is rejected (reported). ``floor`` lowers the layer's target."""
+    """Run one layer isolated on ``call.view`` and validate its output; None when it
+    changed nothing or its output is rejected (reported). ``floor`` lowers the layer's
+    target."""
     s = ctx
+    view, used, budget, count = call.view, call.used, call.budget, call.count
     state = budget.state_for(used)
     plugin = s.registry.plugin_of("layer", step.layer) or "?"
     target = budget.target if floor is None else min(budget.target, floor)
@@ -428,7 +420,7 @@ def _apply(
     return _Outcome(step, before, used, new_units, new_used, result, unarchived, emit, started)
 
 
-def _take(ctx: EngineContext, out: _Outcome, budget: BudgetState) -> bool:
+def _take(ctx: EngineContext, out: _Outcome, call: Call) -> bool:
     """Archive what ``out`` dropped, update the ledger and the key facts, record it;
     False when it cannot be taken (the archive failed and the request fits without it)."""
     s, result, before, emit = ctx, out.result, out.before, out.emit
@@ -437,8 +429,7 @@ def _take(ctx: EngineContext, out: _Outcome, budget: BudgetState) -> bool:
         unarchived = [*(u.key for u in result.dropped), *unarchived]
     if unarchived:
         unarchived_keys = set(unarchived)
-        hard_limit = budget.window - budget.reserve_output
-        if used <= hard_limit:
+        if used <= call.hard_limit:
             emit(LayerRejected(problems=["the dropped or shortened units could not be archived"]))
             return False
         emit(

@@ -16,11 +16,10 @@ definition.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ctxpolicy.budget import BudgetState
-from ctxpolicy.conversation import Unit
+from ctxpolicy.engine.call import Call
 from ctxpolicy.events.types import (
     ContextAboveTarget,
     ContextOverflow,
@@ -33,36 +32,20 @@ if TYPE_CHECKING:
 
 __all__ = ["report_call", "status_payload"]
 
-Count = Callable[[Sequence[Unit]], int]
 
-
-def report_call(
-    ctx: EngineContext,
-    view: Sequence[Unit],
-    used: int,
-    budget: BudgetState,
-    count: Count,
-    *,
-    changed: bool,
-    compact_layer: str | None,
-    entry_used: int,
-    used_raw: int,
-    messages: int,
-    messages_in: int,
-    tokens_in: int,
-    started: float,
-) -> None:
-    """The bookkeeping and events of a ``prepare`` that sends ``view`` (``used``
-    tokens, ``messages`` messages); ``started``: its ``time.perf_counter()``."""
+def report_call(ctx: EngineContext, call: Call) -> None:
+    """The bookkeeping and events of a ``prepare`` that sends ``call.view``
+    (``call.used`` tokens, ``call.messages`` messages)."""
     st = ctx.state
-    if changed and used > budget.target:
-        _short_of_target(ctx, view, used, budget, count)
-    elif (changed or used <= budget.target) and st.hold_until is not None:
+    used, budget, changed = call.used, call.budget, call.changed
+    if changed and not call.at_target():
+        _short_of_target(ctx, call)
+    elif (changed or call.at_target()) and st.hold_until is not None:
         st.hold_until = None  # the target was reached (or the context shrank)
     unfit = used > budget.trigger or (changed and used >= budget.critical_tokens)
     if unfit and st.learned_window is not None and st.unfit is None:
-        _unfit(ctx, view, used, budget, count)
-    hard_limit = budget.window - budget.reserve_output
+        _unfit(ctx, call)
+    hard_limit = call.hard_limit
     if used > hard_limit or used > budget.trigger:
         st.stats.overflows += 1
         ctx.emit(
@@ -76,19 +59,19 @@ def report_call(
         )
     stats = st.stats
     stats.prepares += 1
-    stats.tokens_in += tokens_in
+    stats.tokens_in += call.tokens_in
     stats.tokens_sent += used
     payload = status_payload(
         ctx,
         used,
         budget,
-        compact_layer=compact_layer,
-        compacted_from=entry_used if changed else None,
-        used_raw=used_raw,
-        messages=messages,
-        messages_in=messages_in,
-        tokens_in=tokens_in,
-        duration_ms=round((time.perf_counter() - started) * 1000, 3),
+        compact_layer=call.compact_layer,
+        compacted_from=call.entry_used if changed else None,
+        used_raw=call.used_raw,
+        messages=call.messages,
+        messages_in=call.messages_in,
+        tokens_in=call.tokens_in,
+        duration_ms=round((time.perf_counter() - call.started) * 1000, 3),
     )
     st.status = ctx.emit(ContextStatus.TYPE, **payload)
     st.touch("meta")
@@ -135,14 +118,13 @@ def status_payload(
     return payload
 
 
-def _short_of_target(
-    ctx: EngineContext, view: Sequence[Unit], used: int, budget: BudgetState, count: Count
-) -> None:
+def _short_of_target(ctx: EngineContext, call: Call) -> None:
     """A compaction that ends above the target (pinned content and the rounds the
     layers keep exceed it): say why, with the numbers, and hold further compaction
     until the context has grown by the trigger − target gap
     (``SessionState.hold_until``), so the next calls do not compact again for a few
     tokens each."""
+    view, used, budget, count = call.view, call.used, call.budget, call.count
     pinned = [u for u in view if u.pinned]
     resume_at = used + max(0, budget.trigger - budget.target)
     ctx.state.hold_until = resume_at
@@ -158,14 +140,13 @@ def _short_of_target(
     )
 
 
-def _unfit(
-    ctx: EngineContext, view: Sequence[Unit], used: int, budget: BudgetState, count: Count
-) -> None:
+def _unfit(ctx: EngineContext, call: Call) -> None:
     """The learned window cannot hold what this policy keeps (the context ends above
     the trigger, or a compaction ends in ``critical``): said once
     (``context.window_unfit``, ``unfit`` in every later ``context.status``); from
     then on the layers and ``on_overflow`` run only when the request would not fit
     (``window − reserve_output``), not on every call."""
+    view, used, budget, count = call.view, call.used, call.budget, call.count
     pinned = count([u for u in view if u.pinned])
     st = ctx.state
     st.unfit = (

@@ -25,12 +25,14 @@ import time
 import uuid
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
 from ctxpolicy import plugins
 from ctxpolicy.budget import BudgetState
 from ctxpolicy.components import SnapshotStore, StateStore, Summarizer, ToolCall
 from ctxpolicy.conversation import Message, Unit, check_messages, render
+from ctxpolicy.engine.call import Call
 from ctxpolicy.engine.context import EngineContext
 from ctxpolicy.engine.derived import Components, Derived, remember
 from ctxpolicy.engine.ledger import ProgressLedger
@@ -50,12 +52,7 @@ from ctxpolicy.engine.report import report_call
 from ctxpolicy.engine.specials import history_changed, ledger_changed, special_units, sync_ledger
 from ctxpolicy.engine.squeeze import squeeze
 from ctxpolicy.engine.state import PreparedStats, SessionState
-from ctxpolicy.engine.tool_results import (
-    ToolResultOutcome,
-    ToolResultProcessor,
-    arrived_text,
-    tool_key,
-)
+from ctxpolicy.engine.tool_rules import arrived, tool_result
 from ctxpolicy.engine.window import budget_in_force, learn_window
 from ctxpolicy.events.types import (
     ContextOverflowErrorEvent,
@@ -64,7 +61,6 @@ from ctxpolicy.events.types import (
     Event,
     ObserverFailed,
     SnapshotUnavailable,
-    ToolPreprocessed,
 )
 from ctxpolicy.plugins import Registry
 from ctxpolicy.policy.models import Policy
@@ -73,36 +69,13 @@ from ctxpolicy.tokens import TokenCounter, get_counter
 if TYPE_CHECKING:
     from ctxpolicy.snapshots.lost import LostRefs
 
-__all__ = ["ContextOverflowError", "PreparedStats", "Session", "prepare"]
+__all__ = ["ContextOverflowError", "PreparedStats", "Session", "SessionInternals", "prepare"]
 
 T = TypeVar("T")
 P = ParamSpec("P")
 
 #: Pipeline passes per call at most (see ``_prepare``).
 _PASSES = 3
-#: The recall tools' names (their answers enter as they are: bounded, never snapshotted)
-_RECALL_TOOLS = frozenset({"ctx_recall", "ctx_search"})
-#: How far back from a tool message its assistant call is looked for (bounded: a
-#: request of many results without calls stays linear in its size).
-_CALL_LOOKBACK = 128
-
-
-def _call_of(
-    messages: Sequence[Mapping[str, Any]], index: int, call_id: str, m: Mapping[str, Any]
-) -> ToolCall:
-    """The assistant's tool call a tool message answers (the nearest before it with
-    that id); without one, a call named by the message's ``name`` or ``unknown``."""
-    if call_id:
-        for j in range(index - 1, max(-1, index - 1 - _CALL_LOOKBACK), -1):
-            prev = messages[j]
-            if not isinstance(prev, Mapping) or prev.get("role") != "assistant":
-                continue
-            calls = prev.get("tool_calls")
-            for tc in calls if isinstance(calls, list) else ():
-                if isinstance(tc, Mapping) and str(tc.get("id")) == call_id:
-                    return tool_call_info(tc)
-    name = m.get("name")
-    return ToolCall(name=name if isinstance(name, str) and name else "unknown", id=call_id or None)
 
 
 class ContextOverflowError(RuntimeError):
@@ -115,6 +88,18 @@ class ContextOverflowError(RuntimeError):
         self.attempts = attempts
         self.used = used
         self.limit = limit
+
+
+@dataclass(frozen=True)
+class SessionInternals:
+    """The engine behind a :class:`Session` (``Session.internals``), for tests and
+    debugging. **Unstable**: it follows the engine's internals and may change in any
+    release without notice; an agent never needs it."""
+
+    #: the conversation's engine: policy, components, ``state``, ``derived`` caches
+    context: EngineContext
+    #: the link to the state store (None: the state is kept in memory only)
+    persistence: Persistence | None
 
 
 def _transaction(what: str) -> Callable[[Callable[P, T]], Callable[P, T]]:
@@ -204,13 +189,25 @@ class Session:
             if conv_id is not None or state_store is not None
             else None
         )
-        self._arrive = self._arrived if tool_rules_in_prepare else None
+        self._arrive = functools.partial(arrived, ctx) if tool_rules_in_prepare else None
         #: the trace this conversation records to (``record=``; engine/recorder.py)
         self.recorder: TraceRecorder | None = (
             TraceRecorder.open(record, self.conv_id, self._emit) if record is not None else None
         )
 
     # ------------------------------------------------------------------ public API
+    def __enter__(self) -> Session:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    @property
+    def internals(self) -> SessionInternals:
+        """The engine behind this session, for tests and debugging (**unstable**: see
+        :class:`SessionInternals` and docs/engine.md, "Inspecting a session")."""
+        return SessionInternals(self._ctx, self._persist)
+
     @property
     def state(self) -> SessionState:
         """What this conversation decided (persisted; see :mod:`ctxpolicy.engine.state`)."""
@@ -368,128 +365,7 @@ class Session:
         meta: Mapping[str, Any] | None,
         done: dict[str, Any],
     ) -> str:
-        st = self.state
-        if step is None:
-            st.step += 1
-            at = st.step
-        else:
-            at = step
-            st.step = max(st.step, step)
-        if not done:
-            outcome, before, after = self._apply_rule(call, output, at, meta)
-            done.update(outcome=outcome, before=before, after=after, at=at)
-        elif done["at"] != at:
-            # redone after a lost state race: the first attempt's step came from the
-            # stale counter; the snapshot takes the name a sequential run gives it
-            outcome = self._tool_processor().restep(
-                done["outcome"], call, conv_id=self.conv_id, step=at
-            )
-            self._emit_all(outcome.events)
-            after = done["after"]
-            if outcome.text != done["outcome"].text:
-                after = self.counter.count_text(outcome.text)
-            done.update(outcome=outcome, after=after, at=at)
-        outcome, before, after = done["outcome"], done["before"], done["after"]
-        self._count_result(call, outcome, before, after)
-        # the text returned is known when it arrives in ``prepare``: not processed again
-        st.add_tool_text(tool_key("", outcome.text), None)
-        return str(outcome.text)
-
-    def _tool_processor(self) -> ToolResultProcessor:
-        components = self._ctx.derived.components
-        if components.tool_processor is None:
-            components.tool_processor = ToolResultProcessor(
-                self.policy, store=self.snapshots, registry=self.registry
-            )
-        processor: ToolResultProcessor = components.tool_processor
-        return processor
-
-    def _emit_all(self, events: Sequence[Mapping[str, Any]]) -> None:
-        for ev in events:
-            ev = dict(ev)
-            self._emit(str(ev.pop("type", "tool.event")), **ev)
-
-    def _apply_rule(
-        self, call: ToolCall, output: Any, at: int, meta: Mapping[str, Any] | None
-    ) -> tuple[ToolResultOutcome, int, int]:
-        """The tool's rule on one result (preprocess, snapshot, reference), its events,
-        and the result's tokens before and after."""
-        outcome = self._tool_processor().process(
-            call, output, conv_id=self.conv_id, step=at, meta=meta
-        )
-        self._emit_all(outcome.events)
-        before = self.counter.count_text(outcome.raw_text)
-        same = outcome.text is outcome.raw_text or outcome.text == outcome.raw_text
-        after = before if same else self.counter.count_text(outcome.text)
-        self._emit(
-            ToolPreprocessed(
-                tool=call.name,
-                preprocessor=outcome.preprocessor or "",
-                chars_before=outcome.chars_before,
-                chars_after=outcome.chars_after,
-                tokens_before=before,
-                tokens_after=after,
-                snapshot=outcome.ref.uri if outcome.ref is not None else None,
-                step=at,
-            )
-        )
-        return outcome, before, after
-
-    def _count_result(
-        self, call: ToolCall, outcome: ToolResultOutcome, before: int, after: int
-    ) -> None:
-        """What a processed result changes in the state: its snapshot reference, the
-        learned tool growth and the running numbers."""
-        st = self.state
-        if outcome.ref is not None and call.id:
-            st.add_ref(str(call.id), outcome.ref.uri)
-        growth = st.growth
-        if growth is not None:
-            growth.observe(call.name, after)
-        st.stats.tool_results += 1
-        st.stats.tool_tokens_before += before
-        st.stats.tool_tokens_after += after
-        # a fixed tool_growth learns nothing: its entry is not encoded again
-        st.touch(*(("meta", "growth") if growth is not None and growth.learned else ("meta",)))
-
-    def _arrived(
-        self, messages: Sequence[Mapping[str, Any]], index: int, m: Mapping[str, Any]
-    ) -> Mapping[str, Any]:
-        """A tool message as it enters the context when it arrives in ``prepare``
-        (not through ``add_tool_result``): its tool's rule applied once (the tool named
-        by the assistant's matching call), the result remembered in the state by its
-        call id and text, so every later call and a resumed session send the same text.
-        A text ``add_tool_result`` returned, a recall answer and a content that is not
-        text enter as they are."""
-        text = arrived_text(m.get("content"))
-        if text is None:
-            return m
-        raw_id = m.get("tool_call_id")
-        cid = raw_id if type(raw_id) is str else ("" if raw_id is None else str(raw_id))
-        st = self.state
-        key = tool_key(cid, text)
-        texts = st.tool_texts
-        if key in texts:
-            new = texts[key]
-        elif cid and (plain := tool_key("", text)) in texts:
-            new = texts[plain]  # what add_tool_result returned
-        elif index < st.legacy_upto:
-            # stored before results were remembered: it went to the model as it is
-            # (processed by add_tool_result, or sent raw): it stays so
-            st.add_tool_text(key, None)
-            return m
-        else:
-            call = _call_of(messages, index, cid, m)
-            if call.name in _RECALL_TOOLS:
-                return m  # a recall answer is bounded already, never snapshotted again
-            st.step += 1
-            outcome, before, after = self._apply_rule(call, text, st.step, None)
-            self._count_result(call, outcome, before, after)
-            new = None if outcome.text == text else outcome.text
-            st.add_tool_text(key, new)
-        if new is None:
-            return m
-        return {**m, "content": new}
+        return tool_result(self._ctx, call, output, step, meta, done)
 
     def close(self) -> None:
         """Release the state store this session opened (a store passed in stays open)."""
@@ -625,70 +501,54 @@ class Session:
         # counted by the view from the grouping's prefix sums (no pass over ``out``)
         out_tokens = caches.out_tokens
         used = scaled(out_tokens + tools_tokens)
-        tokens_in = caches.tokens_in + tools_tokens + caches.priming
-        budget = budget_in_force(ctx)
-        entry_used = used
-        compact_layer: str | None = None
+        call = Call(
+            view,
+            used,
+            budget_in_force(ctx),
+            count,
+            forced=forced,
+            entry_used=used,
+            started=started,
+            messages_in=len(msgs),
+            tokens_in=caches.tokens_in + tools_tokens + caches.priming,
+        )
         start = view
         for _ in range(_PASSES):
             # a pass can grow the ledger (facts of what it dropped) back above the
             # target: the eligible layers then run again over the new ledger
-            view, used, by = run_pipeline(
-                ctx,
-                view,
-                used,
-                budget,
-                count,
-                forced=forced,
-                entry=entry_used,
-                cache_lost=compact_layer is not None,
-            )
+            by = run_pipeline(ctx, call, cache_lost=call.compact_layer is not None)
             if by is None:
                 break
-            compact_layer = by
-            rest = [u for u in view if u.kind != "ledger"]
+            call.compact_layer = by
+            rest = [u for u in call.view if u.kind != "ledger"]
             sync_ledger(ctx, start, rest, tools)
-            view = insert_specials(rest, special_units(ctx))
-            used = count(view)
-            if used <= budget.target or forced:
+            call.view = insert_specials(rest, special_units(ctx))
+            call.used = count(call.view)
+            if call.forced or call.at_target():
                 break
-        changed = compact_layer is not None
-        hard_limit = budget.window - budget.reserve_output
-        if used > hard_limit:
-            squeezed, new_used = squeeze(ctx, view, used, hard_limit, count)
-            if new_used < used:
-                view, used, changed = squeezed, new_used, True
-                compact_layer = compact_layer or "squeeze"
-        if changed:
-            st.set_decisions(remember(view, originals))
-            out = render(view)
+        call.changed = call.compact_layer is not None
+        squeeze(ctx, call)  # the last resort, when the request does not fit
+        if call.changed:
+            st.set_decisions(remember(call.view, originals))
+            out = render(call.view)
             # the view cache of the new decisions, built now: the calls after this one
             # that compact nothing render only their new units (no pass over them all)
             caches.view(originals, keep, st, self._specials, self._history_changed)
-        ctx.derived.last_units = view
+        ctx.derived.last_units = call.view
         # grouping guarantees pairs; a changed view is re-checked as a whole as well
-        violations = check_messages(out) if changed else []
+        violations = check_messages(out) if call.changed else []
         if violations:  # pragma: no cover - layers are checked one by one
             self._emit(EngineInvariantFailed(violations=[v.detail for v in violations]))
             out = render(originals)
-            used = count(originals)
-        report_call(
-            ctx,
-            view,
-            used,
-            budget,
-            count,
-            changed=changed,
-            compact_layer=compact_layer,
-            entry_used=entry_used,
-            used_raw=used
+            call.used = count(originals)
+        changed = call.changed
+        call.messages = len(out)
+        call.used_raw = (
+            call.used
             if scale == 1.0
-            else (out_tokens if not changed else counter.count_messages(out)) + tools_tokens,
-            messages=len(out),
-            messages_in=len(msgs),
-            tokens_in=tokens_in,
-            started=started,
+            else (out_tokens if not changed else counter.count_messages(out)) + tools_tokens
         )
+        report_call(ctx, call)
         return self._uncite_lost(out)
 
     def _uncite_lost(self, out: list[Message]) -> list[Message]:

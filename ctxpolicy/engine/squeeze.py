@@ -28,6 +28,7 @@ from ctxpolicy.conversation import Unit
 from ctxpolicy.conversation.jsoncut import cut_json
 from ctxpolicy.conversation.refs import ref_line
 from ctxpolicy.engine.archiving import ref_for_message
+from ctxpolicy.engine.call import Call
 from ctxpolicy.engine.own import LEDGER_MARK, special_unit
 from ctxpolicy.events.types import ContextTruncatedPinned, DataLost
 
@@ -124,14 +125,26 @@ def _what(m: Mapping[str, Any], slot: Slot) -> str:
     )
 
 
-def squeeze(
+def squeeze(ctx: EngineContext, call: Call) -> None:
+    """Make ``call.view`` fit ``call.hard_limit`` when it does not (see the module
+    docstring); a view it shortened is taken (``compact_layer`` ``"squeeze"`` unless a
+    layer changed it first)."""
+    if call.used <= call.hard_limit:
+        return
+    squeezed, used = _squeeze(ctx, call.view, call.used, call.hard_limit, call.count)
+    if used < call.used:
+        call.view, call.used, call.changed = squeezed, used, True
+        call.compact_layer = call.compact_layer or "squeeze"
+
+
+def _squeeze(
     ctx: EngineContext,
     view: list[Unit],
     used: int,
     limit: int,
     count: Callable[[Sequence[Unit]], int],
 ) -> tuple[list[Unit], int]:
-    """Shorten messages until ``count(view) <= limit`` (see the module docstring)."""
+    """Shorten messages until ``count(view) <= limit``."""
     units = list(view)
     units, used = _shorten(ctx, units, used, limit, count, pinned=False)
     if used > limit:

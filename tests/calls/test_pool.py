@@ -228,7 +228,7 @@ def test_postgres_conversations_share_a_bounded_pool(tmp_path: Path, postgres_se
         watcher.join()
     assert len(pool) == 60
     assert not [e for e in events if e.get("type") == "state.unavailable"]
-    assert all(s._persist is not None for s in pool.sessions())  # every one is stored
+    assert all(s.internals.persistence is not None for s in pool.sessions())  # every one is stored
     assert peak[0] <= 8
     assert _server_connections(postgres_server.dsn) <= 8
     # each conversation's state is in the database: a new pool resumes it
@@ -280,7 +280,7 @@ def test_the_gateway_pool_shares_the_bounded_connections(
     with ThreadPoolExecutor(6) as ex:
         list(ex.map(lambda i: pool.get("test_agent", f"gw-{i}").prepare(history(1)), range(30)))
     assert len(pool._sessions) == 30
-    assert all(s._persist is not None for s in pool._sessions.values())
+    assert all(s.internals.persistence is not None for s in pool._sessions.values())
     assert _server_connections(postgres_server.dsn) <= 3
     assert pool.get("test_agent", "gw-1").conv_id == "gw-1"  # the gateway's ids as they are
     pool.close()

@@ -32,9 +32,9 @@ def _text(draw: Any, lo: int, hi: int) -> str:
 
 
 def _uncached(s: Session) -> None:
-    caches = s._ctx.derived.caches
+    caches = s.internals.context.derived.caches
     caches.inputs = caches.groups = caches.pins = caches.views = None
-    s._ctx.derived.budgets.clear()
+    s.internals.context.derived.budgets.clear()
 
 
 @st.composite
@@ -148,10 +148,10 @@ def test_repeated_call_on_a_long_conversation_reuses_its_units() -> None:
         msgs.append({"role": "assistant", "content": f"step {i}"})
         msgs.append({"role": "user", "content": f"observation {i}"})
     s.prepare(msgs)
-    assert s._ctx.derived.caches.groups is not None
-    before = list(s._ctx.derived.caches.groups.units)
+    assert s.internals.context.derived.caches.groups is not None
+    before = list(s.internals.context.derived.caches.groups.units)
     s.prepare(msgs)
-    after = s._ctx.derived.caches.groups.units
+    after = s.internals.context.derived.caches.groups.units
     assert all(a is b for a, b in zip(before, after, strict=True))
 
 
@@ -179,11 +179,11 @@ def test_removing_a_call_makes_its_results_orphans_of_the_step_before() -> None:
     fresh = Session(pol)
     assert cached.prepare(msgs) == fresh.prepare(copy.deepcopy(msgs))
     assert (
-        cached._ctx.derived.caches.groups is not None
-        and fresh._ctx.derived.caches.groups is not None
+        cached.internals.context.derived.caches.groups is not None
+        and fresh.internals.context.derived.caches.groups is not None
     )
-    assert [u.key for u in cached._ctx.derived.caches.groups.units] == [
-        u.key for u in fresh._ctx.derived.caches.groups.units
+    assert [u.key for u in cached.internals.context.derived.caches.groups.units] == [
+        u.key for u in fresh.internals.context.derived.caches.groups.units
     ]
 
 
@@ -260,7 +260,7 @@ def test_a_compacting_call_leaves_the_view_cache_of_its_decisions() -> None:
         pipeline=PIPELINE,
     )
     s = Session(pol)
-    caches = s._ctx.derived.caches
+    caches = s.internals.context.derived.caches
     msgs: list[Message] = [{"role": "system", "content": "sys"}, {"role": "user", "content": "go"}]
     compactions = 0
     for i in range(60):
@@ -282,7 +282,7 @@ def test_the_view_cache_follows_the_pinning_without_copies() -> None:
     and extends the cache in place; a new user turn that moves the pinned last user
     turn is seen (the cache then holds the re-pinned units)."""
     s = Session(make_policy())
-    caches = s._ctx.derived.caches
+    caches = s.internals.context.derived.caches
     msgs: list[Message] = [{"role": "system", "content": "sys"}, {"role": "user", "content": "go"}]
     for i in range(12):
         msgs.append({"role": "assistant", "content": f"step {i}"})

@@ -152,26 +152,29 @@ def test_a_gain_below_min_gain_is_not_taken_until_critical(econ_layers: None) ->
 def test_a_call_no_step_may_run_returns_its_view_untouched() -> None:
     """No eligible step and ``on_overflow`` not due: the view comes back as it went in
     (no layer built, no snapshot pass); forced, ``on_overflow`` still runs."""
+    from ctxpolicy.engine.call import Call
     from ctxpolicy.engine.pipeline import run_pipeline
 
     step = {"layer": "drop_rounds", "at": "warning", "options": {"keep_recent_rounds": 2}}
     s = Session(make_policy(pipeline=[step], budget={"target": 0.5}))
     s.prepare(conversation(3, 200))
-    ctx, b = s._ctx, s.budget()
+    ctx, b = s.internals.context, s.budget()
     view = list(ctx.derived.last_units)
     used = b.target - 1
 
     def count(units: Sequence[Unit]) -> int:
         return used
 
-    out, tokens, by = run_pipeline(ctx, view, used, b, count, forced=False, entry=used)
-    assert out is view and tokens == used and by is None
+    call = Call(view, used, b, count, forced=False, entry_used=used, started=0.0)
+    by = run_pipeline(ctx, call)
+    assert call.view is view and call.used == used and by is None
     assert not ctx.derived.components.layers  # nothing was built for this call
     # between the target and the trigger, below the first step's state: the same
     assert ctx.policy.pipeline and b.target < b.warning_tokens - 1
     assert all(st.at != "normal" for st in ctx.policy.pipeline)
     used = b.warning_tokens - 1
-    out, tokens, by = run_pipeline(ctx, view, used, b, count, forced=False, entry=used)
-    assert out is view and by is None and not ctx.derived.components.layers
-    out, _, _ = run_pipeline(ctx, view, used, b, count, forced=True, entry=used)
+    call = Call(view, used, b, count, forced=False, entry_used=used, started=0.0)
+    by = run_pipeline(ctx, call)
+    assert call.view is view and by is None and not ctx.derived.components.layers
+    run_pipeline(ctx, Call(view, used, b, count, forced=True, entry_used=used, started=0.0))
     assert (-1) in {i for _, i in ctx.derived.components.layers}  # on_overflow ran

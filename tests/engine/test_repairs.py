@@ -25,8 +25,8 @@ def test_a_repair_is_reported_once_per_kind_and_message() -> None:
         Repair("orphan_result", 3, "b"),
         Repair("missing_result", 3, "c"),
     ]
-    report_repairs(s._ctx, found)
-    report_repairs(s._ctx, found)  # seen: not again
+    report_repairs(s.internals.context, found)
+    report_repairs(s.internals.context, found)  # seen: not again
     events = _repaired(s)
     assert [(e["repair"], e["index"], e["detail"]) for e in events] == [
         ("orphan_result", 3, "a; b"),
@@ -37,7 +37,9 @@ def test_a_repair_is_reported_once_per_kind_and_message() -> None:
 
 def test_what_a_repair_removed_is_archived_verbatim(tmp_path: Path) -> None:
     s = Session(make_policy(tmp_path))
-    report_repairs(s._ctx, [Repair("bad_message", 1, "not an object", removed=("raw text",))])
+    report_repairs(
+        s.internals.context, [Repair("bad_message", 1, "not an object", removed=("raw text",))]
+    )
     (event,) = _repaired(s)
     assert event["removed"] == 1 and event["archived"]
     assert "raw text" in s.recall(event["archived"])
@@ -46,10 +48,10 @@ def test_what_a_repair_removed_is_archived_verbatim(tmp_path: Path) -> None:
 def test_a_field_nested_too_deep_is_sent_as_its_json_text() -> None:
     s = Session(make_policy())
     m = {"role": "tool", "tool_call_id": "c1", "content": deep_value(3)}
-    assert flatten_message(s._ctx, m, 4) == m  # shallow: as it is, nothing reported
-    assert flatten_message(s._ctx, "not a mapping", 5) == "not a mapping"
+    assert flatten_message(s.internals.context, m, 4) == m  # shallow: as it is, nothing reported
+    assert flatten_message(s.internals.context, "not a mapping", 5) == "not a mapping"
     deep = {"role": "tool", "tool_call_id": "c2", "content": deep_value(400)}
-    flat = flatten_message(s._ctx, deep, 6)
+    flat = flatten_message(s.internals.context, deep, 6)
     assert isinstance(flat["content"], str) and flat["content"].startswith('{"a": {"a":')
-    flatten_message(s._ctx, deep, 6)  # reported once
+    flatten_message(s.internals.context, deep, 6)  # reported once
     assert [(e["repair"], e["index"]) for e in _repaired(s)] == [("deep_value", 6)]

@@ -16,7 +16,7 @@ def _session() -> Session:
 def test_the_status_payload_is_what_its_definition_gives() -> None:
     s = _session()
     s.prepare([{"role": "user", "content": "hi"}])
-    ctx = s._ctx
+    ctx = s.internals.context
     kwargs = dict(
         compact_layer=None,
         compacted_from=None,

@@ -70,8 +70,8 @@ def test_rounds_dropped_without_a_ledger_are_archived(tmp_path: Path) -> None:
     assert not check_messages(out)
     assert len(out) < len(msgs), "the attack needs a compaction"
     assert not any(LEDGER_MARK in content_text(m.get("content")) for m in out)
-    assert s._ctx.derived.history is not None
-    archived = s.recall(s._ctx.derived.history.ref)
+    assert s.internals.context.derived.history is not None
+    archived = s.recall(s.internals.context.derived.history.ref)
     sent = "\n".join(content_text(m.get("content")) for m in out)
     for r in range(10):
         if f"marker-{r}-" not in sent:

@@ -159,7 +159,7 @@ def test_incremental_encoded_saves_store_the_full_state_byte_for_byte(
     want = {k: encode(k, v) for k, v in session.state_entries().items()}
     version, rows = store._read("c")  # type: ignore[attr-defined]
     assert dict(rows) == want
-    assert version == session._persist.version  # type: ignore[union-attr]
+    assert version == session.internals.persistence.version  # type: ignore[union-attr]
     assert store.load("c").entries == json.loads(json.dumps(session.state_entries()))
     store.close()
 
@@ -193,7 +193,7 @@ def test_a_store_without_commit_encoded_gets_the_values_as_before(tmp_path: Path
     builtin = MemoryStateStore()
     a = Session(_policy(tmp_path / "a"), conv_id="c", state_store=plugin)
     b = Session(_policy(tmp_path / "b"), conv_id="c", state_store=builtin)
-    assert not a._persist.sync.encoded and b._persist.sync.encoded  # type: ignore[union-attr]
+    assert not a.internals.persistence.sync.encoded and b.internals.persistence.sync.encoded  # type: ignore[union-attr]
     messages = _messages()
     for session in (a, b):
         session.prepare(_feed(session, messages, 30))
@@ -217,11 +217,11 @@ def test_growth_is_saved_again_only_when_it_learns(tmp_path: Path, learned: bool
     policy = with_snapshots(make_policy(budget={"tool_growth": 500, **budget}), tmp_path)
     session = Session(policy, conv_id="c", state_store=MemoryStateStore())
     saved: list[list[str]] = []
-    sync = session._persist.sync  # type: ignore[union-attr]
+    sync = session.internals.persistence.sync  # type: ignore[union-attr]
     save = sync.save
     sync.save = lambda put, delete=(), **kw: (saved.append(sorted(put)), save(put, delete, **kw))[1]  # type: ignore[method-assign]
     for i in range(3):
         session.add_tool_result({"id": f"c{i}", "function": {"name": "bash"}}, "x " * 50)
     assert ["growth" in keys for keys in saved] == ([True] * 3 if learned else [True, False, False])
     want = {k: encode(k, v) for k, v in session.state_entries().items()}
-    assert dict(session._persist.store._read("c")[1]) == want  # type: ignore[union-attr]
+    assert dict(session.internals.persistence.store._read("c")[1]) == want  # type: ignore[union-attr]

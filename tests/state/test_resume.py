@@ -72,8 +72,11 @@ def _run(config: dict[str, Any], kill_after: float | None = None, home: Path | N
 
 
 def _journal(config: dict[str, Any]) -> list[dict[str, Any]]:
+    path = Path(config["journal"])
+    if not path.exists():  # killed before its first line (a start-up slower than the kill)
+        return []
     out = []
-    for line in Path(config["journal"]).read_text(encoding="utf-8").splitlines():
+    for line in path.read_text(encoding="utf-8").splitlines():
         try:
             out.append(json.loads(line))
         except json.JSONDecodeError:

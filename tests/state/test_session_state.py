@@ -9,7 +9,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from ctxpolicy import Session, load_policy
+from ctxpolicy.components import StateStoreError
 from ctxpolicy.sim.replay import with_snapshots, with_window
 from ctxpolicy.state.memory import MemoryStateStore
 from ctxpolicy.state.sqlite import SqliteOptions, SqliteStateStore
@@ -76,7 +79,7 @@ def test_a_new_session_resumes_the_stored_state(tmp_path: Path) -> None:
     assert second.ledger.to_dict() == first.ledger.to_dict()  # type: ignore[union-attr]
     assert second.prepare(convo) == out  # same bytes, no compaction redone
     assert [e["version"] for e in events if e["type"] == "state.resumed"] == [
-        first._persist.version  # type: ignore[union-attr]
+        first.internals.persistence.version  # type: ignore[union-attr]
     ]
     assert not [e for e in events if e["type"] == "context.compacted"]
     store.close()
@@ -136,3 +139,19 @@ def test_a_session_without_conv_id_keeps_nothing(tmp_path: Path) -> None:
     s.prepare([{"role": "user", "content": "hello"}])
     assert not (tmp_path / "snapshots" / ".ctxpolicy-state.sqlite3").exists()
     assert not [e for e in events if e["type"].startswith("state.")]
+
+
+def test_a_session_is_a_context_manager_that_closes_the_store_it_opened(tmp_path: Path) -> None:
+    policy = _policy(tmp_path)
+    with Session(policy, conv_id="c") as s:
+        s.prepare([{"role": "user", "content": "hello"}])
+        persistence = s.internals.persistence
+        assert persistence is not None and persistence.owns_store
+    with pytest.raises(StateStoreError, match="is closed"):
+        persistence.store.load("c")
+    # a store passed in is the caller's: it stays open
+    store = SqliteStateStore(SqliteOptions(path=str(tmp_path / "mine.db")))
+    with Session(policy, conv_id="d", state_store=store) as s:
+        s.prepare([{"role": "user", "content": "hello"}])
+    assert store.load("d").entries
+    store.close()
