@@ -304,7 +304,9 @@ class ProgressLedger:
         when = f" ({step})" if step else ""
         arg_text = " ".join(str(v) for v in args.values()) if isinstance(args, dict) else ""
         facts = extract(clean + "\n" + arg_text, only=("paths", "ids", "urls"))
-        arg_paths = set(extract(arg_text, only=("paths",)).paths)
+        # in the order found (a set's order follows the hash seed: two processes would
+        # write the artifacts of one conversation in different orders)
+        arg_paths = dict.fromkeys(extract(arg_text, only=("paths",)).paths)
         for p in facts.paths:
             self._artifact(p, "file", (verb if p in arg_paths else "seen") + when)
         for t in _tables(arg_text):

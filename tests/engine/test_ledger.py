@@ -336,3 +336,37 @@ def test_a_stored_ledger_of_the_wrong_shape_is_refused_by_name() -> None:
             check_ledger({**good, **bad})
     # a version 1 ledger is still read (and migrated when loaded)
     assert check_ledger({"goal": "g", "files": ["a.py"]})["files"] == ["a.py"]
+
+
+_SEEDED = """
+from ctxpolicy.engine.ledger import ProgressLedger
+from tests.helpers_conv import Conv
+paths = " ".join(f"src/pkg{i}/mod{i}.py" for i in range(12))
+units = Conv().step(("bash", {"cmd": "pytest " + paths}, "Error: 3 failed")).units(
+    pin_first_user=False, pin_last_user=False
+)
+led = ProgressLedger(max_tokens=4000)
+led.update(units)
+print(led.render())
+"""
+
+
+def test_the_ledger_is_the_same_whatever_the_hash_seed() -> None:
+    """Artifacts named by a failed call's arguments were listed in a set's order, so two
+    processes (two workers, or a resume) wrote one conversation's ledger differently."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    outs = set()
+    for seed in ("1", "2", "3"):
+        env = {**os.environ, "PYTHONHASHSEED": seed, "PYTHONPATH": str(root)}
+        run = subprocess.run(
+            [sys.executable, "-c", _SEEDED], env=env, capture_output=True, text=True, timeout=120
+        )
+        assert run.returncode == 0, run.stderr
+        outs.add(run.stdout)
+    assert len(outs) == 1
+    assert "src/pkg0/mod0.py" in outs.pop()
