@@ -414,9 +414,7 @@ def test_head_tail_chars_and_tokens() -> None:
     assert HeadTail().process("short", None) == "short"
     out = HeadTail(HeadTailOptions(max_tokens=100)).process(text, None)
     assert (
-        out.startswith(text[:200])
-        and out.endswith(text[-200:])
-        and "[… 9600 chars elided …]" in out
+        out.startswith(text[:200]) and out.endswith(text[-200:]) and "[… 9600 chars elided …]" in out
     )
     cjk = "中" * 1000
     out = HeadTail(HeadTailOptions(max_tokens=100)).process(cjk, None)
