@@ -1,15 +1,9 @@
-"""Cutting text to a size: the one head/tail cutter family with its one marker,
-one-line shortening, and the one no-tokenizer token estimate (script-aware:
-:func:`estimate_tokens`).
+"""Cutting text to a size: head/tail with the elision marker, one-line shortening,
+and the one no-tokenizer token estimate (script-aware: :func:`estimate_tokens`).
 
-Every cutter that keeps the two ends of a text puts the same marker where it removed
-the middle: ``[… N chars elided …]`` (:func:`elision`; with a hint, ``[… N chars
-elided; ask for a line range or grep …]``), on a line of its own; a cut by whole lines
-says ``[… lines A-B elided (N of M lines) …]`` (:func:`lines_elision`). :data:`ELISION`
-recognises the character marker. :func:`cut_middle` is the cut itself,
-:func:`head_tail` keeps about two thirds head and one third tail, and
-:func:`truncate_keep_refs` does so keeping the reference lines
-(:mod:`ctxpolicy.conversation.refs`).
+:func:`head_tail` keeps about two thirds head and one third tail with
+``[… N chars elided …]`` (:data:`ELISION`) between; :func:`truncate_keep_refs` does
+so keeping the reference lines (:mod:`ctxpolicy.conversation.refs`).
 """
 
 from __future__ import annotations
@@ -24,45 +18,18 @@ from ctxpolicy.conversation.refs import split_refs
 
 __all__ = [
     "ELISION",
-    "cut_middle",
     "describe_call",
-    "elision",
     "estimate_tokens",
     "first_meaningful_line",
     "head_tail",
     "is_wide",
-    "lines_elision",
     "result_outcome",
     "short",
     "truncate_keep_refs",
 ]
 
-#: The marker every head/tail cutter puts where it removed characters (its number is
-#: group 1; an optional hint after a semicolon).
-ELISION = re.compile(r"\[… (\d+) chars elided(?:; [^\]\n]{1,80})? …\]")
-
-
-def elision(n: int, hint: str = "") -> str:
-    """The marker for ``n`` characters removed (``hint``: how to see them)."""
-    return f"[… {n} chars elided; {hint} …]" if hint else f"[… {n} chars elided …]"
-
-
-def lines_elision(first: int, last: int, total: int | None = None) -> str:
-    """The marker for the 1-based inclusive line range ``first..last`` removed."""
-    n = last - first + 1
-    of = f" of {total}" if total is not None else ""
-    return f"[… lines {first}-{last} elided ({n}{of} lines) …]"
-
-
-def cut_middle(text: str, head_n: int, tail_n: int, hint: str = "", extra: str = "") -> str:
-    """``text`` without the characters between its first ``head_n`` and last ``tail_n``:
-    the marker on a line of its own in their place (then ``extra``, e.g. an outline of
-    what was removed); ``text`` itself when nothing would be removed."""
-    removed = len(text) - head_n - tail_n
-    if removed <= 0:
-        return text
-    tail = text[len(text) - tail_n :] if tail_n > 0 else ""
-    return f"{text[:head_n]}\n{elision(removed, hint)}\n{extra}{tail}"
+#: The marker :func:`head_tail` puts where it removed text.
+ELISION = re.compile(r"\[… (\d+) chars elided …\]")
 
 
 def is_wide(ch: str) -> bool:
@@ -89,11 +56,14 @@ def estimate_tokens(text: str) -> int:
 
 
 def head_tail(text: str, max_chars: int) -> str:
-    """Keep the head and tail of ``text`` (≈ 2/3 head), with the elision marker."""
+    """Keep the head and tail of ``text`` (≈ 2/3 head), with an elision marker."""
     if len(text) <= max_chars:
         return text
     head = max(0, (max_chars * 2) // 3)
-    return cut_middle(text, head, max(0, max_chars - head))
+    tail = max(0, max_chars - head)
+    removed = len(text) - head - tail
+    tail_s = text[len(text) - tail :] if tail else ""
+    return f"{text[:head]}\n[… {removed} chars elided …]\n{tail_s}"
 
 
 def truncate_keep_refs(text: str, max_chars: int) -> str | None:

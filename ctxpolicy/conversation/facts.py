@@ -463,15 +463,18 @@ def missing_facts(
     return [f for f in facts if f not in after_text]
 
 
-#: what the head/tail cutters put where they cut a text (conversation/cut.py, one
-#: marker): the partial lines on either side are fragments, not facts
-_CUT_MARKERS = (re.compile(r"\n\[… \d+ chars elided …\]\n"),)
+#: what the head/tail cuts put where they cut a text (preprocessors/_text.py and
+#: layers/_util.py): the partial lines on either side are fragments, not facts
+_CUT_MARKERS = (
+    re.compile(r"\n\.\.\. \[\d+ chars omitted\] \.\.\.\n"),
+    re.compile(r"\n\[… \d+ chars elided …\]\n"),
+)
 
 
 def whole_lines(text: str) -> str:
     """``text`` without the partial lines a character cut leaves beside its marker
     (``pt SympifyError:`` from ``except SympifyError:``): one pass, linear."""
-    if " chars elided " not in text:
+    if " chars omitted] " not in text and " chars elided " not in text:
         return text  # no marker (each holds one of these): a substring test, no regex pass
     cuts = sorted(m.span() for rx in _CUT_MARKERS for m in rx.finditer(text))
     if not cuts:

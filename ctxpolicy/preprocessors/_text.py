@@ -11,7 +11,6 @@ import operator
 import re
 from collections.abc import Iterable, Sequence
 
-from ctxpolicy.conversation.cut import cut_middle as cut
 from ctxpolicy.conversation.cut import is_wide
 
 __all__ = [
@@ -26,6 +25,8 @@ __all__ = [
     "head_tail_chars",
     "never_longer",
     "number_lines",
+    "omitted_chars_marker",
+    "omitted_lines_marker",
     "outline",
     "own_line_number",
     "split_lines",
@@ -54,6 +55,17 @@ def split_lines(text: str) -> list[str]:
     return [ln[:-1] if ln.endswith("\r") else ln for ln in lines]
 
 
+def omitted_chars_marker(n: int) -> str:
+    return f"\n... [{n} chars omitted] ...\n"
+
+
+def omitted_lines_marker(first: int, last: int, total: int | None = None) -> str:
+    """Marker for the 1-based inclusive line range ``first..last``."""
+    n = last - first + 1
+    of = f" of {total}" if total is not None else ""
+    return f"... [lines {first}-{last} omitted ({n}{of} lines)] ..."
+
+
 def head_tail_chars(text: str, max_chars: int, outline_limit: int = 0) -> str:
     """First and last ``max_chars // 2`` characters with a marker between them (and up
     to ``outline_limit`` definition lines of the omitted part, see :func:`cut_middle`).
@@ -68,17 +80,18 @@ def head_tail_chars(text: str, max_chars: int, outline_limit: int = 0) -> str:
 
 def cut_middle(text: str, head_n: int, tail_n: int, outline_limit: int = 0) -> str:
     """``text`` without the characters between its first ``head_n`` and last ``tail_n``:
-    the elision marker in their place (:func:`ctxpolicy.conversation.cut.cut_middle`),
-    followed by up to ``outline_limit`` definition lines of the omitted part
-    (:func:`outline`); ``text`` itself when that is not shorter."""
-    if len(text) - head_n - tail_n <= 0:
+    a marker in their place, followed by up to ``outline_limit`` definition lines of
+    the omitted part (:func:`outline`); ``text`` itself when that is not shorter."""
+    omitted = len(text) - head_n - tail_n
+    if omitted <= 0:
         return text
+    tail = text[len(text) - tail_n :] if tail_n else ""
     defs: list[str] = []
     if outline_limit:
         # whole lines of the omitted part (the partial first and last belong to head/tail)
         lines = text[head_n : len(text) - tail_n].split("\n")[1:-1]
         defs = outline(lines, text.count("\n", 0, head_n) + 2, outline_limit)
-    out = cut(text, head_n, tail_n, extra="".join(d + "\n" for d in defs))
+    out = text[:head_n] + omitted_chars_marker(omitted) + "".join(d + "\n" for d in defs) + tail
     return out if len(out) < len(text) else text
 
 

@@ -24,7 +24,6 @@ from typing import Any, ClassVar
 from pydantic import Field
 
 from ctxpolicy.components import Preprocessor, ToolCall
-from ctxpolicy.conversation.cut import lines_elision
 from ctxpolicy.plugins import hookimpl
 from ctxpolicy.policy.models import ComponentOptions, TuneRange
 from ctxpolicy.preprocessors._text import (
@@ -33,6 +32,7 @@ from ctxpolicy.preprocessors._text import (
     collapse_repeats,
     head_tail_chars,
     never_longer,
+    omitted_lines_marker,
     outline,
 )
 
@@ -124,7 +124,7 @@ class CommandOutput(Preprocessor):
             return lines
         tail_start = n - opts.tail_lines
         out = lines[: opts.head_lines]
-        out.append(lines_elision(opts.head_lines + 1, tail_start))
+        out.append(omitted_lines_marker(opts.head_lines + 1, tail_start))
         out.extend(outline(lines[opts.head_lines : tail_start], opts.head_lines + 1, opts.outline))
         out.extend(lines[tail_start:])
         return out

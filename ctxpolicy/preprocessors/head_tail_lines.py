@@ -2,7 +2,7 @@
 
 Design B's ``read_file`` rule: a result of more than ``min_lines`` (200) lines keeps
 its first and last ``lines`` (50) lines, each prefixed with its 1-based line number
-(``"12: text"``), and a marker ``[… lines 51-950 elided (900 of 1000 lines) …]``
+(``"12: text"``), and a marker ``... [lines 51-950 omitted (900 of 1000 lines)] ...``
 so the agent can ask for exactly that range with ``ctx_recall``.
 
 ``max_lines`` (design B's ``read_file.max_lines``), when set, replaces
@@ -21,7 +21,6 @@ from typing import ClassVar
 from pydantic import Field
 
 from ctxpolicy.components import Preprocessor, ToolCall
-from ctxpolicy.conversation.cut import lines_elision
 from ctxpolicy.plugins import hookimpl
 from ctxpolicy.policy.models import ComponentOptions, TuneRange
 from ctxpolicy.preprocessors._text import (
@@ -29,6 +28,7 @@ from ctxpolicy.preprocessors._text import (
     already_numbered,
     never_longer,
     number_lines,
+    omitted_lines_marker,
     outline,
     own_line_number,
 )
@@ -89,7 +89,7 @@ class HeadTailLines(Preprocessor):
             if a is not None and b is not None and a <= b:
                 first_omitted, last_omitted, shown_total = a, b, None
         parts = list(head) if own else number_lines(head, 1)
-        parts.append(lines_elision(first_omitted, last_omitted, shown_total))
+        parts.append(omitted_lines_marker(first_omitted, last_omitted, shown_total))
         parts.extend(outline(lines[keep:tail_start], first_omitted, opts.outline))
         parts.extend(tail if own else number_lines(tail, tail_start + 1))
         return never_longer(text, "\n".join(parts))

@@ -48,9 +48,6 @@ class TraceError(ValueError):
 #: messages): a trace holding it was exported after compaction (the agent's history).
 _MARKS: tuple[tuple[str, str], ...] = (
     ("a snapshot reference", r"\[Full detail available at: |ctxsnap://"),
-    ("a truncation marker", r"\[… \d{1,12} chars elided[;… ]"),
-    ("a truncation marker", r"\[… lines \d{1,12}-\d{1,12} elided \("),
-    # the markers of earlier versions (a trace exported then)
     ("a truncation marker", r"\.\.\. \[\d{1,12} chars omitted\] \.\.\."),
     ("a truncation marker", r"\.\.\. \[lines \d{1,12}-\d{1,12} omitted \("),
     ("a truncation marker", r"\[ctxpolicy: \d{1,12} characters of this \w{1,20} removed"),

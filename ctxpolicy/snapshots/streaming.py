@@ -29,7 +29,6 @@ from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 from ctxpolicy.components import SnapshotStore
-from ctxpolicy.conversation.cut import cut_middle, elision
 from ctxpolicy.snapshots.names import SnapshotError, history_uri, parse_history_ref
 
 __all__ = ["MAX_SCAN_BYTES", "HeadTail", "bounded", "bounded_recall", "observation_text"]
@@ -56,17 +55,17 @@ def observation_text(doc: Mapping[str, Any]) -> str:
     return to_json(obs)[0]
 
 
-#: What the elision marker of a recalled text says to do to see the rest.
-RECALL_HINT = "ask for a line range or grep"
-
-
 def bounded(text: str, max_chars: int) -> str:
     """``text``, or its head and tail with the middle omitted (at most about
     ``max_chars`` characters)."""
     if len(text) <= max_chars:
         return text
     half = max_chars // 2
-    return cut_middle(text, half, half, RECALL_HINT)
+    omitted = len(text) - 2 * half
+    return (
+        f"{text[:half]}\n... [{omitted} chars omitted; ask for a line range or grep] ...\n"
+        f"{text[len(text) - half :]}"
+    )
 
 
 class HeadTail:
@@ -109,7 +108,7 @@ class HeadTail:
         head = self.sep.join(self._head)[: self.half]
         tail = self.sep.join(t for t, _ in self._tail)[-self.half :] if self.half else ""
         omitted = self.total - 2 * self.half
-        return f"{head}\n{elision(omitted, RECALL_HINT)}\n{tail}"
+        return f"{head}\n... [{omitted} chars omitted; ask for a line range or grep] ...\n{tail}"
 
 
 def _same(text: str) -> str:

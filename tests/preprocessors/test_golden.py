@@ -185,7 +185,7 @@ def test_head_tail_lines_1000_line_file() -> None:
     out = HeadTailLines().process(text, None).split("\n")
     assert len(out) == 101
     assert out[:50] == [f"{i + 1}: {src[i]}" for i in range(50)]
-    assert out[50] == "[… lines 51-950 elided (900 of 1000 lines) …]"
+    assert out[50] == "... [lines 51-950 omitted (900 of 1000 lines)] ..."
     assert out[51:] == [f"{i + 1}: {src[i]}" for i in range(950, 1000)]
 
 
@@ -195,7 +195,7 @@ def test_head_tail_lines_threshold_and_max_lines() -> None:
     text = load("read_file_1000_lines.py")
     assert HeadTailLines(HeadTailLinesOptions(max_lines=1000)).process(text, None) == text
     out = HeadTailLines(HeadTailLinesOptions(max_lines=60)).process(text, None).split("\n")
-    assert len(out) == 61 and out[30] == "[… lines 31-970 elided (940 of 1000 lines) …]"
+    assert len(out) == 61 and out[30] == "... [lines 31-970 omitted (940 of 1000 lines)] ..."
     tiny = "\n".join("abcdefghi")  # cutting would not make it shorter: unchanged
     assert HeadTailLines(HeadTailLinesOptions(lines=5, min_lines=8)).process(tiny, None) == tiny
 
@@ -291,7 +291,7 @@ def test_command_output_progress_and_repeats() -> None:
     ]
     assert "\x1b" not in "\n".join(out) and "\r" not in "\n".join(out)
     assert out[-2:] == ["error: subprocess-exited-with-error", "exit code: 1"]
-    assert any(ln.startswith("[… lines ") for ln in out)
+    assert any(ln.startswith("... [lines ") for ln in out)
 
 
 def test_command_output_structured_stderr_first() -> None:
@@ -311,7 +311,7 @@ def test_command_output_structured_stderr_first() -> None:
         "out 0",
         "out 1",
         "out 2",
-        "[… lines 4-498 elided (495 lines) …]",
+        "... [lines 4-498 omitted (495 lines)] ...",
         "out 498",
         "out 499",
     ]
@@ -400,7 +400,7 @@ def test_json_prune_not_json() -> None:
     assert (
         JsonPrune(JsonPruneOptions(fallback_chars=10))
         .process("x" * 100, None)
-        .startswith("xxxxx\n[… 90 chars elided …]")
+        .startswith("xxxxx\n... [90 chars omitted]")
     )
 
 
@@ -410,15 +410,15 @@ def test_json_prune_not_json() -> None:
 def test_head_tail_chars_and_tokens() -> None:
     text = "".join(chr(65 + i % 26) for i in range(10_000))
     out = HeadTail().process(text, None)
-    assert out == text[:1500] + "\n[… 7000 chars elided …]\n" + text[-1500:]
+    assert out == text[:1500] + "\n... [7000 chars omitted] ...\n" + text[-1500:]
     assert HeadTail().process("short", None) == "short"
     out = HeadTail(HeadTailOptions(max_tokens=100)).process(text, None)
     assert (
-        out.startswith(text[:200]) and out.endswith(text[-200:]) and "[… 9600 chars elided …]" in out
+        out.startswith(text[:200]) and out.endswith(text[-200:]) and "[9600 chars omitted]" in out
     )
     cjk = "中" * 1000
     out = HeadTail(HeadTailOptions(max_tokens=100)).process(cjk, None)
-    assert out == "中" * 50 + "\n[… 900 chars elided …]\n" + "中" * 50
+    assert out == "中" * 50 + "\n... [900 chars omitted] ...\n" + "中" * 50
 
 
 # --------------------------------------------------------------------------- redact

@@ -106,7 +106,7 @@ def test_head_tail_outline_on_a_real_openhands_file_view() -> None:
         in str(m["content"])
     )
     out = HeadTail(HeadTailOptions(max_chars=3000, outline=30)).process(text)
-    head, rest = out.split("chars elided …]\n", 1)
+    head, rest = out.split("chars omitted] ...\n", 1)
     assert rest.startswith("[definitions in the omitted part]\n")
     assert "282: static ast_t* make_pattern_type(pass_opt_t* opt, ast_t* pattern)\n" in rest
     assert len(out) < 3000 + 30 * 170
@@ -121,7 +121,7 @@ def test_command_output_outline_of_a_cat_of_a_source_file() -> None:
     text = load("read_file_1000_lines.py")
     lines = text.split("\n")
     out = CommandOutput(CommandOutputOptions(outline=5, max_chars=None)).process(text)
-    after = out.split("elided (", 1)[1].split("\n")[1:7]
+    after = out.split("omitted (", 1)[1].split("\n")[1:7]
     first = [i + 1 for i, ln in enumerate(lines) if ln.startswith("def ") and i + 1 > 40][:5]
     assert after[0] == "[definitions in the omitted part]"
     assert after[1:6] == [f"{n}: {lines[n - 1]}" for n in first]
@@ -134,11 +134,11 @@ def test_head_tail_lines_keeps_a_tools_own_line_numbers() -> None:
     out = HeadTailLines(HeadTailLinesOptions(lines=3, min_lines=20)).process(text).split("\n")
     # not "2:      1\tline 1", and the omitted range is named in the file's numbers
     assert out[:3] == ["Here's the result of running `cat -n` on a.py:", *body[:2]]
-    assert out[3] == "[… lines 3-297 elided (295 lines) …]"
+    assert out[3] == "... [lines 3-297 omitted (295 lines)] ..."
     assert out[4:] == body[-3:]
     plain = "\n".join(f"line {n}" for n in range(1, 301))
     got = HeadTailLines(HeadTailLinesOptions(lines=3, min_lines=20)).process(plain).split("\n")
-    assert got[0] == "1: line 1" and got[3] == "[… lines 4-297 elided (294 of 300 lines) …]"
+    assert got[0] == "1: line 1" and got[3] == "... [lines 4-297 omitted (294 of 300 lines)] ..."
 
 
 # --------------------------------------------------------------------------- fast path

@@ -153,7 +153,7 @@ def test_whole_lines_is_linear_and_total() -> None:
 
     assert whole_lines("") == ""
     assert whole_lines("no marker") == "no marker"
-    marker = "\n[… 5 chars elided …]\n"
+    marker = "\n... [5 chars omitted] ...\n"
     assert whole_lines("a" + marker + marker + "b") == "\n"
     big = ("x" * 1000 + marker) * 2000  # many markers on long lines: one pass
     assert len(whole_lines(big)) < len(big)
