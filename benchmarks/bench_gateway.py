@@ -543,7 +543,8 @@ def main() -> None:
         "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
         *rows,
         "",
-        "Run with `--baseline OTHER_CHECKOUT` to compare two checkouts in one run "
+        "Reproduce: `.venv/bin/python -m benchmarks run gateway`; "
+        "`--baseline OTHER_CHECKOUT` compares two checkouts in one run "
         f"({seq_calls} sequential calls, {conc_calls} per concurrent conversation"
         + ("" if args.quick else "; `--quick`: 200 and 8")
         + "). "

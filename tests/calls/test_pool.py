@@ -202,13 +202,15 @@ def test_postgres_conversations_share_a_bounded_pool(tmp_path: Path, postgres_se
     policy = with_state(
         make_policy(tmp_path), "postgres", dsn=postgres_server.dsn, table="pool_t", pool_size=8
     )
+    # the server is shared by the run's other PostgreSQL tests: count above what is open
+    base = _server_connections(postgres_server.dsn)
     pool = SessionPool(policy, max_sessions=4096, on_event=events.append)
     peak = [0]
     stop = threading.Event()
 
     def watch() -> None:
         while not stop.is_set():
-            peak[0] = max(peak[0], _server_connections(postgres_server.dsn))
+            peak[0] = max(peak[0], _server_connections(postgres_server.dsn) - base)
             stop.wait(0.05)
 
     watcher = threading.Thread(target=watch)
@@ -230,10 +232,10 @@ def test_postgres_conversations_share_a_bounded_pool(tmp_path: Path, postgres_se
     assert not [e for e in events if e.get("type") == "state.unavailable"]
     assert all(s.internals.persistence is not None for s in pool.sessions())  # every one is stored
     assert peak[0] <= 8
-    assert _server_connections(postgres_server.dsn) <= 8
+    assert _server_connections(postgres_server.dsn) - base <= 8
     # each conversation's state is in the database: a new pool resumes it
     pool.close()
-    assert _server_connections(postgres_server.dsn) == 0
+    assert _server_connections(postgres_server.dsn) <= base
     again = SessionPool(policy)
     resumed = again.get("conv-59")
     assert resumed.state.usage_seen

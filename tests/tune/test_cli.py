@@ -129,7 +129,15 @@ def test_ctrl_c_keeps_the_best_so_far_and_writes_the_report(traces3: list[str], 
     cmd += ["--agent", "wasteful", "--trials", "400", "--workers", "1", "--out", str(out)]
     cmd += ["--storage", f"sqlite:///{db}", "--study", "sigint"]
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    # Ctrl-C as from a terminal: a pytest-xdist worker ignores SIGINT, and an ignored
+    # signal stays ignored in the programs it starts
+    proc = subprocess.Popen(
+        cmd,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
     try:
         deadline = time.monotonic() + 120
         done = 0

@@ -5,10 +5,19 @@ from __future__ import annotations
 import os
 import signal
 import threading
+from collections.abc import Iterator
 
 import pytest
 
 from ctxpolicy.tune.runner import _storage_write
+
+
+@pytest.fixture(autouse=True)
+def _python_ctrl_c() -> Iterator[None]:
+    """Ctrl-C as in a program run from a terminal: pytest-xdist's workers ignore SIGINT."""
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, previous)
 
 
 def test_ctrl_c_inside_a_storage_write_is_raised_after_it():
