@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -235,6 +236,10 @@ def test_postgres_conversations_share_a_bounded_pool(tmp_path: Path, postgres_se
     assert _server_connections(postgres_server.dsn) - base <= 8
     # each conversation's state is in the database: a new pool resumes it
     pool.close()
+    # the server lists a closed connection until its backend has exited: wait for it
+    deadline = time.monotonic() + 10
+    while _server_connections(postgres_server.dsn) > base and time.monotonic() < deadline:
+        time.sleep(0.05)
     assert _server_connections(postgres_server.dsn) <= base
     again = SessionPool(policy)
     resumed = again.get("conv-59")
