@@ -42,6 +42,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.peers.summary import SUMMARY_TOKENS, digest
+from benchmarks.peers.worker import PipeWorker
 from ctxpolicy.budget import compute_budget
 from ctxpolicy.conversation import content_text
 from ctxpolicy.policy.models import Policy
@@ -202,35 +203,12 @@ class DigestServer:
 # --------------------------------------------------------------------------- the worker
 
 
-class _Worker:
+class _Worker(PipeWorker):
     """The OpenHands worker process (one per strategy run, reset per trace)."""
 
     def __init__(self) -> None:
         py = ensure_venv()
-        self.proc = subprocess.Popen(
-            [str(py), str(WORKER)],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            text=True,
-            cwd=str(ROOT),
-        )
-
-    def ask(self, **request: Any) -> dict[str, Any]:
-        assert self.proc.stdin is not None and self.proc.stdout is not None
-        self.proc.stdin.write(json.dumps(request) + "\n")
-        self.proc.stdin.flush()
-        line = self.proc.stdout.readline()
-        if not line:
-            raise RuntimeError(f"the OpenHands worker exited ({self.proc.wait()})")
-        answer: dict[str, Any] = json.loads(line)
-        if "error" in answer:
-            raise RuntimeError(f"OpenHands worker: {answer['error']}")
-        return answer
-
-    def close(self) -> None:
-        if self.proc.stdin is not None:
-            self.proc.stdin.close()
-        self.proc.wait(timeout=60)
+        super().__init__([str(py), str(WORKER)], name="the OpenHands worker", cwd=ROOT)
 
 
 _SHARED: dict[str, _Worker] = {}

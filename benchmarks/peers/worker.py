@@ -28,22 +28,18 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[2]
 
-__all__ = ["Worker"]
+__all__ = ["PipeWorker", "Worker"]
 
 
-class Worker:
-    """A worker process for the ctxpolicy of ``src``."""
+class PipeWorker:
+    """A child process answering one JSON line on stdout per JSON request on stdin."""
 
-    def __init__(self, src: str | Path) -> None:
-        self.src = str(Path(src).resolve())
-        env = {**os.environ, "PYTHONPATH": self.src}
+    def __init__(
+        self, cmd: list[str], *, name: str, cwd: str | Path, env: dict[str, str] | None = None
+    ) -> None:
+        self.name = name
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "benchmarks.peers.worker", self.src],
-            cwd=ROOT,
-            env=env,
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            text=True,
+            cmd, cwd=cwd, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
         )
 
     def ask(self, **request: Any) -> dict[str, Any]:
@@ -52,16 +48,26 @@ class Worker:
         self.proc.stdin.flush()
         line = self.proc.stdout.readline()
         if not line:
-            raise RuntimeError(f"worker for {self.src} exited ({self.proc.wait()})")
+            raise RuntimeError(f"{self.name} exited ({self.proc.wait()})")
         answer: dict[str, Any] = json.loads(line)
         if "error" in answer:
-            raise RuntimeError(f"worker for {self.src}: {answer['error']}")
+            raise RuntimeError(f"{self.name}: {answer['error']}")
         return answer
 
     def close(self) -> None:
         if self.proc.stdin is not None:
             self.proc.stdin.close()
         self.proc.wait(timeout=60)
+
+
+class Worker(PipeWorker):
+    """A worker process for the ctxpolicy of ``src``."""
+
+    def __init__(self, src: str | Path) -> None:
+        self.src = str(Path(src).resolve())
+        env = {**os.environ, "PYTHONPATH": self.src}
+        cmd = [sys.executable, "-m", "benchmarks.peers.worker", self.src]
+        super().__init__(cmd, name=f"worker for {self.src}", cwd=ROOT, env=env)
 
 
 def _serve(src: str) -> None:
