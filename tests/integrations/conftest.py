@@ -73,6 +73,35 @@ def big_output(step: int, n_lines: int = 160) -> str:
     )
 
 
+def read_history(steps: int, lines: int, task: str) -> list[dict[str, Any]]:
+    """A chat history: system, ``task``, then ``steps`` read_file calls (``call_0``, ...)
+    each answered by ``big_output(i, lines)``."""
+    msgs: list[dict[str, Any]] = [
+        {"role": "system", "content": "You are a coding agent."},
+        {"role": "user", "content": task},
+    ]
+    for i in range(steps):
+        cid = f"call_{i}"
+        msgs.append(
+            {
+                "role": "assistant",
+                "content": None,
+                "tool_calls": [
+                    {
+                        "id": cid,
+                        "type": "function",
+                        "function": {
+                            "name": "read_file",
+                            "arguments": json.dumps({"path": f"f{i}.py"}),
+                        },
+                    }
+                ],
+            }
+        )
+        msgs.append({"role": "tool", "tool_call_id": cid, "content": big_output(i, lines)})
+    return msgs
+
+
 def assert_pairing(messages: list[dict[str, Any]]) -> None:
     violations = check_messages(messages)
     assert not violations, [v.detail for v in violations]
@@ -90,8 +119,9 @@ def policy_factory(tmp_path: Path):
     return factory
 
 
-def long_history(steps: int = 12) -> list[dict[str, Any]]:
-    """A tool-call history long enough that a 6,000-token window compacts it."""
+def long_history(steps: int = 12, lines: int = 40) -> list[dict[str, Any]]:
+    """A tool-call history long enough that a 6,000-token window compacts it: ``steps``
+    reads of ``lines`` lines each."""
     out: list[dict[str, Any]] = [
         {"role": "system", "content": "You are a coding agent."},
         {"role": "user", "content": "Fix BUG-1234."},
@@ -99,7 +129,7 @@ def long_history(steps: int = 12) -> list[dict[str, Any]]:
     for i in range(steps):
         call = {"id": f"c{i}", "type": "function", "function": {"name": "read", "arguments": "{}"}}
         out.append({"role": "assistant", "content": None, "tool_calls": [call]})
-        out.append({"role": "tool", "tool_call_id": f"c{i}", "content": big_output(i, 40)})
+        out.append({"role": "tool", "tool_call_id": f"c{i}", "content": big_output(i, lines)})
     return out
 
 
