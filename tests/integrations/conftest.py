@@ -10,6 +10,7 @@ import pytest
 
 from ctxpolicy.conversation import check_messages
 from ctxpolicy.policy.models import Policy
+from ctxpolicy.testing.conversations import tool_call
 
 
 def make_policy(
@@ -127,7 +128,7 @@ def long_history(steps: int = 12, lines: int = 40) -> list[dict[str, Any]]:
         {"role": "user", "content": "Fix BUG-1234."},
     ]
     for i in range(steps):
-        call = {"id": f"c{i}", "type": "function", "function": {"name": "read", "arguments": "{}"}}
+        call = tool_call(f"c{i}", "read", {})
         out.append({"role": "assistant", "content": None, "tool_calls": [call]})
         out.append({"role": "tool", "tool_call_id": f"c{i}", "content": big_output(i, lines)})
     return out
