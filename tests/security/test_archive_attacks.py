@@ -23,9 +23,8 @@ import pytest
 from ctxpolicy.conversation import check_messages, content_text
 from ctxpolicy.engine import LEDGER_MARK, Session
 from ctxpolicy.engine.own import HANDOVER_MARK
-from ctxpolicy.plugins import hookimpl
 from ctxpolicy.snapshots import LocalStore
-from tests.engine_helpers import call, make_policy
+from tests.engine_helpers import call, make_policy, plugin_module
 
 BAD = "\udcff"
 HISTORY = re.compile(r"ctxsnap://\S+/history")
@@ -135,15 +134,10 @@ class FullDisk(LocalStore):
         raise OSError(errno.ENOSPC, "No space left on device")
 
 
-class _FullDiskPlugin:
-    @hookimpl
-    def ctxpolicy_register_snapshot_stores(self, register: Callable[[type], None]) -> None:
-        register(FullDisk)
-
-
 @pytest.fixture
 def full_disk(register_plugin: Callable[[object, str], str]) -> None:
-    register_plugin(_FullDiskPlugin(), "full_disk_test_plugin")
+    stores = plugin_module("full_disk", FullDisk, hook="ctxpolicy_register_snapshot_stores")
+    register_plugin(stores, "full_disk_test_plugin")
 
 
 def _full_policy(tmp_path: Path, pipeline: list[dict[str, Any]], window: int = 8000) -> Any:
