@@ -1,7 +1,8 @@
-"""Hypothesis strategies shared by the tests of JSON-like values."""
+"""Hypothesis strategies shared by the tests: JSON-like values, text made of fragments."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from hypothesis import strategies as st
@@ -36,3 +37,9 @@ def nested(
         return st.lists(inner, max_size=4) | st.dictionaries(keys, inner, max_size=4)
 
     return st.recursive(leaf, containers, max_leaves=max_leaves)
+
+
+def joined(pieces: Sequence[str], max_size: int) -> st.SearchStrategy[str]:
+    """Text made of up to ``max_size`` of ``pieces`` (fragments that the code under test
+    reacts to), in any order."""
+    return st.lists(st.sampled_from(pieces), max_size=max_size).map("".join)
