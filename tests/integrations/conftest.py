@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -101,6 +102,25 @@ def read_history(steps: int, lines: int, task: str) -> list[dict[str, Any]]:
         )
         msgs.append({"role": "tool", "tool_call_id": cid, "content": big_output(i, lines)})
     return msgs
+
+
+def read_until(
+    steps: int, records: Callable[[], Sequence[Any]]
+) -> Callable[[dict[str, Any]], dict[str, Any]]:
+    """A scripted server's answers: one read_file call (of ``f<n>``, ``n`` the tool
+    results in the request) until ``steps`` calls were accepted (``records()``, the
+    server's), then "done: BUG-1234 fixed"."""
+
+    def script(body: dict[str, Any]) -> dict[str, Any]:
+        n = sum(1 for m in body["messages"] if m["role"] == "tool")
+        if len([r for r in records() if r.status == 200]) >= steps:
+            return {"content": "done: BUG-1234 fixed"}
+        return {
+            "content": "",
+            "tool_calls": [{"name": "read_file", "arguments": {"path": f"f{n}"}}],
+        }
+
+    return script
 
 
 def assert_pairing(messages: list[dict[str, Any]]) -> None:
