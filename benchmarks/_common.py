@@ -24,6 +24,7 @@ RESULTS = Path(
     os.environ.get("CTXPOLICY_BENCH_RESULTS") or Path(__file__).resolve().parent / "results"
 )
 SHARED = Path(os.environ.get("CTXPOLICY_SHARED", Path(__file__).resolve().parents[2] / "shared"))
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def versions(packages: Iterable[str]) -> dict[str, str | None]:
@@ -81,9 +82,12 @@ def timeit(
     }
 
 
-def markdown_table(headers: Sequence[str], rows: Iterable[Sequence[Any]], align: str = "") -> str:
-    """A GitHub markdown table; ``align`` is one of l/r/c per column (default: l then r)."""
-    headers = list(headers)
+def markdown_table(
+    headers: str | Sequence[str], rows: Iterable[Sequence[Any]], align: str = ""
+) -> str:
+    """A GitHub markdown table; ``headers`` a list or one string ``"a | b | c"``; ``align``
+    is one of l/r/c per column (default: l then r)."""
+    headers = headers.split(" | ") if isinstance(headers, str) else list(headers)
     if not align:
         align = "l" + "r" * (len(headers) - 1)
     sep = {"l": "---", "r": "---:", "c": ":---:"}
@@ -147,23 +151,54 @@ def git_head(src: Path) -> str | None:
     return out.stdout.strip() or None
 
 
-def trees(baseline: Path | None, root: Path) -> dict[str, Path]:
+def trees(baseline: Path | None, root: Path = ROOT) -> dict[str, Path]:
     """The source trees a before/after benchmark measures: ``baseline`` (when given),
     then this tree."""
     return {**({"baseline": baseline.resolve()} if baseline else {}), "this tree": root}
+
+
+def baseline_info(baseline: Path | None) -> dict[str, Any]:
+    """``baseline_src`` and ``baseline_commit`` of a before/after results file."""
+    return {
+        "baseline_src": str(baseline) if baseline else None,
+        "baseline_commit": git_head(baseline) if baseline else None,
+    }
+
+
+#: A child measuring another tree: that tree's ``ctxpolicy`` (``PYTHONPATH``, first), this
+#: tree's ``benchmarks`` whatever that tree holds; then the script as ``__main__``.
+_CHILD = (
+    "import runpy, sys, types; sys.path.append({root!r}); "
+    "sys.modules.setdefault('benchmarks', types.ModuleType('benchmarks')).__path__ = [{here!r}]; "
+    "sys.argv = sys.argv[1:]; runpy.run_path(sys.argv[0], run_name='__main__')"
+)
 
 
 def in_tree(
     script: str | Path, src: Path, *args: str, timeout: float | None = None, check: bool = True
 ) -> Any:
     """``script --child *args`` in a child interpreter whose ``PYTHONPATH`` is ``src`` (the
-    tree measured); the JSON of its last output line."""
+    tree measured, with this tree's benchmark code); the JSON of its last output line."""
     env = {**os.environ, "PYTHONPATH": str(src)}
-    cmd = [sys.executable, str(script), "--child", *args]
+    code = _CHILD.format(root=str(ROOT), here=str(ROOT / "benchmarks"))
+    cmd = [sys.executable, "-P", "-c", code, str(script), "--child", *args]
     res = subprocess.run(cmd, env=env, capture_output=True, text=True, check=check, timeout=timeout)
     if res.returncode != 0:
         raise SystemExit(f"{Path(script).name} with {src} failed:\n{res.stderr[-2000:]}")
     return json.loads(res.stdout.strip().splitlines()[-1])
+
+
+def interleaved(
+    script: str | Path, baseline: Path | None, repeat: int, *args: str
+) -> dict[str, list[Any]]:
+    """:func:`in_tree` ``repeat`` times per tree, baseline and this tree alternating."""
+    codes = trees(baseline)
+    runs: dict[str, list[Any]] = {c: [] for c in codes}
+    for i in range(repeat):
+        for code, src in codes.items():
+            eprint(f"repeat {i + 1}/{repeat}: {code}")
+            runs[code].append(in_tree(script, src, *args))
+    return runs
 
 
 def eprint(*args: Any) -> None:

@@ -1,9 +1,5 @@
 """How ``Session.prepare`` scales with the number of messages (issue 21, item 5).
 
-Usage::
-
-    python benchmarks/bench_scaling.py [--quick] [--baseline SRC] [--timeout S] [--rounds N]
-
 One ``prepare`` of a conversation of ``n`` tiny messages (a coding agent's rounds:
 an assistant message with one ``bash`` call, its one-line result) under the
 ``coding_agent`` policy of policies/agents.yaml (32k window; tiktoken cl100k when
@@ -31,20 +27,15 @@ import subprocess
 import sys
 import tempfile
 import time
-import types
 from pathlib import Path
 from typing import Any
 
-# appended, not inserted: a child measuring a baseline (PYTHONPATH) finds that tree's
-# ctxpolicy first, and `benchmarks` is this tree's whatever that tree holds
-sys.path.append(str(Path(__file__).resolve().parents[1]))
-sys.modules.setdefault("benchmarks", types.ModuleType("benchmarks")).__path__ = [
-    str(Path(__file__).resolve().parent)
-]
+sys.path.append(str(Path(__file__).resolve().parents[1]))  # run as a file
 
-from benchmarks._common import (  # noqa: E402 - after the path is set
+from benchmarks._common import (
+    ROOT,
+    baseline_info,
     eprint,
-    git_head,
     header_markdown,
     in_tree,
     machine,
@@ -52,9 +43,7 @@ from benchmarks._common import (  # noqa: E402 - after the path is set
     publish,
     trees,
 )
-from ctxpolicy.state.memory import MemoryStateStore  # noqa: E402 - each run starts fresh
-
-ROOT = Path(__file__).resolve().parents[1]
+from ctxpolicy.state.memory import MemoryStateStore  # each run starts fresh
 
 POLICY_FILE = ROOT / "policies" / "agents.yaml"
 AGENT = "coding_agent"
@@ -97,16 +86,10 @@ def scaling_policy(
     when its own cannot load offline; ``window`` tokens when given), snapshots under
     ``snapshots_dir`` or off."""
     import ctxpolicy
+    from ctxpolicy.sim.replay import with_window
     from ctxpolicy.tokens import TokenCounter
 
-    pol = ctxpolicy.load_policy(str(POLICY_FILE), agent=agent)
-    if window is not None:
-        pol = pol.model_copy(
-            update={
-                "budget": pol.budget.model_copy(update={"window": window}),
-                "model": pol.model.model_copy(update={"context_window": window}),
-            }
-        )
+    pol = with_window(ctxpolicy.load_policy(str(POLICY_FILE), agent=agent), window)
     try:
         TokenCounter(pol.model, model_name=pol.model_name)
     except Exception:
@@ -293,7 +276,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     sizes = QUICK_SIZES if args.quick else SIZES
     timeout = args.timeout or (60.0 if args.quick else 300.0)
-    codes = trees(args.baseline, ROOT)
+    codes = trees(args.baseline)
     runs: dict[str, list[dict[str, Any]]] = {c: [{} for _ in sizes] for c in codes}
     for _ in range(max(1, args.rounds)):
         for i, n in enumerate(sizes):
@@ -311,8 +294,7 @@ def main(argv: list[str] | None = None) -> int:
         "timeout": timeout,
         "quick": args.quick,
         "rounds": max(1, args.rounds),
-        "baseline": str(args.baseline) if args.baseline else None,
-        "baseline_commit": git_head(args.baseline) if args.baseline else None,
+        **{k.replace("_src", ""): v for k, v in baseline_info(args.baseline).items()},
         "runs": runs,
     }
     publish("bench_scaling", data, to_markdown(data))

@@ -603,12 +603,14 @@ def runner_command(name: str, text: str) -> str:
 
     def repl(m: re.Match[str]) -> str:
         script, rest = m.group(1), m.group(2)
-        cands = [(s, v) for s in SUITES for v in s.variants if v.script == script]
-        if not cands:
+        every = [(s, v) for s in SUITES for v in s.variants]
+        cands = [c for c in every if c[1].script == script]
+        own = [c for c in every if c[1].results == name and script == name]  # a merged script
+        if not cands and not own:
             return m.group(0)
         s, v = next(
             (c for c in cands if c[1].args and f" {c[1].results}" in rest),
-            next((c for c in cands if c[1].results == name), cands[0]),
+            next((c for c in cands + own if c[1].results == name), (cands + own)[0]),
         )
         args = list(v.args)
         while args:  # the variant's own options (a flag and its value) are implied

@@ -61,9 +61,10 @@ SUITES: tuple[Suite, ...] = (
     Suite("percall", "what one model call costs (prepare + add_tool_result), from every angle", (
         _v("engine", "bench_engine", "vs one tiktoken pass, a naive recount and the peers; memory"),
         _v("floors", "bench_floors", "the floors under it: durability and state saves off"),
-        _v("calls", "bench_prepare_calls", "calls that do not compact, baseline tree vs this one"),
-        _v("profile", "bench_call_profile", "Python calls per plain prepare, first vs last quarter",
-           quick=False),
+        _v("calls", "bench_calls", "calls that do not compact, baseline tree vs this one",
+           "bench_prepare_calls"),
+        _v("profile", "bench_calls", "Python calls per plain prepare, first vs last quarter",
+           "bench_call_profile", "--profile"),
         _v("scaling", "bench_scaling", "one prepare of 1k to 100k tiny messages"),
         _v("state", "bench_state", "state saved after every call: memory, sqlite, postgres"),
         _v("otel", "bench_otel", "event sinks: JSONL and OpenTelemetry"),
