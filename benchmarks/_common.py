@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterable, Sequence
 from datetime import UTC, datetime
 from importlib import metadata
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any
 
 #: where results files go (CTXPOLICY_BENCH_RESULTS: elsewhere, e.g. a smoke test's tmp dir)
 RESULTS = Path(
@@ -203,37 +203,3 @@ def interleaved(
 
 def eprint(*args: Any) -> None:
     print(*args, file=sys.stderr, flush=True)
-
-
-class ReplayArgs(NamedTuple):
-    """What a per-call replay benchmark runs on (:func:`replay_args`)."""
-
-    quick: bool
-    name: str
-    messages: list[dict[str, Any]]
-    rounds: int
-
-
-def replay_args(
-    description: str, argv: list[str] | None, *, full: str, quick: str
-) -> ReplayArgs | None:
-    """``--rounds N`` and ``--quick`` (the trace ``quick`` cut to 60 messages, 3 rounds)
-    of a benchmark that replays one shared trace; None (said on stderr) when the trace
-    is missing."""
-    import argparse
-
-    from ctxpolicy.sim.importers import load_trace
-
-    ap = argparse.ArgumentParser(description=description)
-    ap.add_argument("--rounds", type=int, default=5)
-    ap.add_argument("--quick", action="store_true", help="smaller trace, 3 rounds")
-    args = ap.parse_args(argv)
-    name = quick if args.quick else full
-    path = SHARED / "traces" / name
-    if not path.exists():
-        eprint(f"{path} not found (set CTXPOLICY_SHARED)")
-        return None
-    messages = load_trace(path)
-    if args.quick:
-        messages = messages[:60]
-    return ReplayArgs(args.quick, name, messages, 3 if args.quick else args.rounds)

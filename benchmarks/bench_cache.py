@@ -125,7 +125,7 @@ def to_markdown(data: dict[str, Any]) -> str:
             f"### Window {w:,} ({len(wr)} replays per variant)",
             "",
             markdown_table(
-                ["", "as shipped", "with cache option", "with ÷ without"],
+                " | as shipped | with cache option | with ÷ without",
                 [
                     [
                         "prefix changes",
@@ -188,16 +188,7 @@ def to_markdown(data: dict[str, Any]) -> str:
                 )
         md += [
             markdown_table(
-                [
-                    "policy",
-                    "prefix changes",
-                    "with cache",
-                    "cached",
-                    "with cache",
-                    "USD",
-                    "with cache",
-                    "overflows (cache)",
-                ],
+                "policy | prefix changes | with cache | cached | with cache | USD | with cache | overflows (cache)",
                 per_agent,
             ),
             "",
@@ -217,7 +208,7 @@ def to_markdown(data: dict[str, Any]) -> str:
             )
         md += [
             markdown_table(
-                ["trace family", "prefix changes", "with cache", "USD", "with cache"], fam_rows
+                "trace family | prefix changes | with cache | USD | with cache", fam_rows
             ),
             "",
         ]
@@ -229,7 +220,7 @@ def to_markdown(data: dict[str, Any]) -> str:
         ]
         for w, a, b in summary_rows
     ]
-    md += [markdown_table(["goal (issue 12)", "measured", "status"], goal_rows, align="llc"), ""]
+    md += [markdown_table("goal (issue 12) | measured | status", goal_rows, align="llc"), ""]
     na = sorted({(r["agent"], r["window"]) for r in data["results"] if not r.get("applicable")})
     if na:
         md += [

@@ -373,15 +373,7 @@ def to_markdown(data: dict[str, Any], quick: bool) -> str:
             f"{c['session'].get('stats', {}).get('compactions', {})}.",
             "",
             markdown_table(
-                [
-                    "variant",
-                    "total s",
-                    "× floor",
-                    "÷ ctxpolicy",
-                    "median step ms",
-                    "p95 step ms",
-                    "last step ms",
-                ],
+                "variant | total s | × floor | ÷ ctxpolicy | median step ms | p95 step ms | last step ms",
                 [
                     [
                         LABELS[v] + (" (sampled)" if c["sampled"][v] else ""),
@@ -397,7 +389,7 @@ def to_markdown(data: dict[str, Any], quick: bool) -> str:
             ),
             "",
             markdown_table(
-                ["goal", "measured", "status"],
+                "goal | measured | status",
                 [
                     [
                         "ctxpolicy ≤ 1.5 × floor",
@@ -422,7 +414,7 @@ def to_markdown(data: dict[str, Any], quick: bool) -> str:
             "Synthetic coding sessions of 1, 2, 4, 8 `coding_session` parts (40 steps each).",
             "",
             markdown_table(
-                ["parts", "tokens", "steps", "peak MB", "peak bytes/token"],
+                "parts | tokens | steps | peak MB | peak bytes/token",
                 [
                     [
                         r["parts"],
@@ -446,7 +438,7 @@ def to_markdown(data: dict[str, Any], quick: bool) -> str:
             f"### Hot spots of `prepare` ({prof['conversation']}, cProfile, own time)",
             "",
             markdown_table(
-                ["function", "calls", "own s", "cum s", "share"],
+                "function | calls | own s | cum s | share",
                 [
                     [
                         r["function"],

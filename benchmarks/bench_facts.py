@@ -134,17 +134,7 @@ def to_markdown(data: dict[str, Any]) -> str:
         "",
     ]
     table = markdown_table(
-        [
-            "input",
-            "texts",
-            "characters",
-            "`_extract` baseline ms",
-            "`_extract` ms",
-            "speed-up",
-            "`error_lines` baseline ms",
-            "`error_lines` ms",
-            "speed-up",
-        ],
+        "input | texts | characters | `_extract` baseline ms | `_extract` ms | speed-up | `error_lines` baseline ms | `error_lines` ms | speed-up",
         [
             [
                 r["input"],

@@ -167,15 +167,7 @@ def to_markdown(data: dict[str, Any]) -> str:
             "(docs/state.md says why the engine keeps the two commits apart).",
             "",
             markdown_table(
-                [
-                    "trace",
-                    "ctxpolicy",
-                    "both calls ms",
-                    "÷ LangChain",
-                    "prepare ms",
-                    "÷ LangChain",
-                    "LangChain ms",
-                ],
+                "trace | ctxpolicy | both calls ms | ÷ LangChain | prepare ms | ÷ LangChain | LangChain ms",
                 table,
                 align="llrrrrr",
             ),

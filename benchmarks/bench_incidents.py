@@ -435,7 +435,7 @@ def to_markdown(res: dict[str, Any], info: dict[str, Any], quick: bool) -> str:
         f"### (a) {a['title']} ({a['big_result_tokens']:,}-token result at ~75 %)",
         "",
         markdown_table(
-            ["", "fixed 80 %", "ours (dynamic)"],
+            " | fixed 80 % | ours (dynamic)",
             [
                 ["trigger (tokens)", fa["trigger"], da["trigger"]],
                 ["model calls", fa["calls"], da["calls"]],
@@ -461,7 +461,7 @@ def to_markdown(res: dict[str, Any], info: dict[str, Any], quick: bool) -> str:
         f"### (b) {b['title']}",
         "",
         markdown_table(
-            ["", "fixed 95 %", "ours (dynamic)"],
+            " | fixed 95 % | ours (dynamic)",
             [
                 ["summary calls", fb["summary_calls"], db["summary_calls"]],
                 [
@@ -492,7 +492,7 @@ def to_markdown(res: dict[str, Any], info: dict[str, Any], quick: bool) -> str:
         f"### (c) {c['title']}",
         "",
         markdown_table(
-            ["", "fixed 50 %", "ours (dynamic + recovery target)"],
+            " | fixed 50 % | ours (dynamic + recovery target)",
             [
                 [
                     "trigger / target (tokens)",

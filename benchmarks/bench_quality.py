@@ -238,18 +238,7 @@ ORDER = ("ctxpolicy", *BASELINES)
 
 def table(agg: Mapping[str, Mapping[str, Any]]) -> str:
     return markdown_table(
-        [
-            "strategy",
-            "runs",
-            "prompt tokens",
-            "saving vs none",
-            "overflows (runs)",
-            "pairing viol.",
-            "in context",
-            "in context + recoverable",
-            "repeated reads",
-            "est. USD",
-        ],
+        "strategy | runs | prompt tokens | saving vs none | overflows (runs) | pairing viol. | in context | in context + recoverable | repeated reads | est. USD",
         [
             [
                 k,
@@ -303,7 +292,7 @@ def to_markdown(data: dict[str, Any]) -> str:
         "### ctxpolicy vs baselines",
         "",
         markdown_table(
-            ["goal", "measured", "status"],
+            "goal | measured | status",
             [
                 [
                     "ctxpolicy: 0 overflows and 0 pairing violations on every trace and window",
@@ -353,17 +342,7 @@ def to_markdown(data: dict[str, Any]) -> str:
     md += ["### Per policy (ctxpolicy only)", ""]
     md += [
         markdown_table(
-            [
-                "policy",
-                "window",
-                "runs",
-                "saving vs none",
-                "overflows",
-                "pairing viol.",
-                "in context",
-                "in context + recoverable",
-                "repeated reads",
-            ],
+            "policy | window | runs | saving vs none | overflows | pairing viol. | in context | in context + recoverable | repeated reads",
             [
                 [
                     agent,

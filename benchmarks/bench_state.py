@@ -238,14 +238,7 @@ def main(argv: list[str] | None = None) -> int:
         f"run(s){' (--quick)' if args.quick else ''}.",
         "",
         markdown_table(
-            [
-                "store",
-                "all calls",
-                "÷ memory",
-                "commit per save",
-                "prepare per call",
-                "save ÷ prepare (memory)",
-            ],
+            "store | all calls | ÷ memory | commit per save | prepare per call | save ÷ prepare (memory)",
             rows,
             "lrrrrr",
         ),

@@ -468,7 +468,7 @@ def to_markdown(data: dict[str, Any]) -> str:
         f"### `add_tool_result` per call by durability ({d['calls']} calls × {d['repeats']} interleaved repeats, 8 KB outputs)",
         "",
         markdown_table(
-            ["store", "median ms / call", "× snapshots off"],
+            "store | median ms / call | × snapshots off",
             [
                 ["snapshots off (floor)", d["median_ms"]["none"], 1.0],
                 [
@@ -485,13 +485,7 @@ def to_markdown(data: dict[str, Any]) -> str:
         f"### History archive over a {a['steps']:,}-step synthetic run ({a['compactions']} compactions, {a['content_bytes'] / 1e6:.2f} MB of archived messages)",
         "",
         markdown_table(
-            [
-                "",
-                "bytes written",
-                "files",
-                "bytes ÷ content",
-                "last 10 % ÷ first 10 % of compaction time",
-            ],
+            " | bytes written | files | bytes ÷ content | last 10 % ÷ first 10 % of compaction time",
             [
                 [
                     "before: whole archive rewritten per compaction",
@@ -513,7 +507,7 @@ def to_markdown(data: dict[str, Any]) -> str:
         "### Snapshot naming, `layout: files` (one base name, counted `os.link` + `os.open` calls)",
         "",
         markdown_table(
-            ["", "100 snapshots", "1,000 snapshots", "ratio"],
+            " | 100 snapshots | 1,000 snapshots | ratio",
             [
                 ["now (counter + time suffix)", n["ops"][100], n["ops"][1000], n["ratio"]],
                 [
@@ -537,15 +531,7 @@ def to_markdown(data: dict[str, Any]) -> str:
             f"### One snapshot write ÷ a bare append of the same bytes ({ap_['repeats']} interleaved repeats, median)",
             "",
             markdown_table(
-                [
-                    "durability",
-                    "writes",
-                    "record bytes",
-                    "bare append µs",
-                    "snapshot write µs",
-                    "ratio (median of repeats)",
-                    "goal ≤ 1.5",
-                ],
+                "durability | writes | record bytes | bare append µs | snapshot write µs | ratio (median of repeats) | goal ≤ 1.5",
                 [
                     [
                         f"`{k}`",

@@ -224,7 +224,7 @@ def verify_markdown(checks: dict[str, dict[str, Any]]) -> list[str]:
         "quicktok vs the reference vocabularies (docs/tokenizers.md), over the mixed corpus:",
         "",
         markdown_table(
-            ["encoding", "texts", "chars", "tokens", "texts with other ids", "count()", "verdict"],
+            "encoding | texts | chars | tokens | texts with other ids | count() | verdict",
             rows,
         ),
         "",
@@ -469,7 +469,7 @@ def main(argv: list[str] | None = None) -> int:
         f"{info['load_avg'][0]:.1f} at start.",
         "",
         markdown_table(
-            ["variant", "median s", "× (a)", "(c) ÷ variant"],
+            "variant | median s | × (a) | (c) ÷ variant",
             [
                 ["(a) one tiktoken pass over all content", s["a"], 1.0, s["c"] / s["a"]],
                 ["(b) incremental `count_messages`", s["b"], rep["b_over_a"], rep["c_over_b"]],
@@ -513,7 +513,7 @@ def main(argv: list[str] | None = None) -> int:
         "Backend throughput over the whole corpus (cl100k tokens / s of the reference count):",
         "",
         markdown_table(
-            ["backend", "tokens/s", "chars/s", "× tiktoken"],
+            "backend | tokens/s | chars/s | × tiktoken",
             [
                 [r["backend"], r["tokens_per_s"], r["chars_per_s"], r["speedup_vs_tiktoken"]]
                 for r in thr
@@ -526,7 +526,7 @@ def main(argv: list[str] | None = None) -> int:
         "Heuristic vs cl100k (relative error of the total per group; `len//4` for comparison):",
         "",
         markdown_table(
-            ["group", "cl100k", "heuristic", "error", "len//4 error"],
+            "group | cl100k | heuristic | error | len//4 error",
             [
                 [
                     r["group"],

@@ -255,15 +255,7 @@ def speed_markdown(data: dict[str, Any]) -> str:
             "the effects of each change), compared field by field.",
             "",
             markdown_table(
-                [
-                    "window",
-                    "baseline (s)",
-                    "this tree (s)",
-                    "speed-up",
-                    "replays run",
-                    "output",
-                    "chosen trial",
-                ],
+                "window | baseline (s) | this tree (s) | speed-up | replays run | output | chosen trial",
                 rows,
             ),
             "",
@@ -341,7 +333,7 @@ def main() -> int:
             f"### Window {window:,}",
             "",
             markdown_table(
-                ["held-out", "prompt tokens", "in context", "retained", "avoidable overflows"],
+                "held-out | prompt tokens | in context | retained | avoidable overflows",
                 [_row("shipped", r.base_held), _row("tuned", r.chosen_held)],
             ),
             "",
@@ -379,7 +371,7 @@ def main() -> int:
         "### Scaling (local worker processes)",
         "",
         markdown_table(
-            ["workers", "wall time (s)", "speed-up vs 1 worker"],
+            "workers | wall time (s) | speed-up vs 1 worker",
             [[1, round(timing[1], 1), "1.00×"], [2, round(timing[2], 1), f"{ratio:.2f}×"]],
         ),
         "",

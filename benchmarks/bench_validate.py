@@ -270,7 +270,7 @@ def main(argv: list[str] | None = None) -> int:
         "that fills a private bytecode cache for both tools (as installed tools have):",
         "",
         markdown_table(
-            ["command", "median s", "min s", "× check-jsonschema", "exit"],
+            "command | median s | min s | × check-jsonschema | exit",
             [
                 [
                     label[k],
@@ -284,7 +284,7 @@ def main(argv: list[str] | None = None) -> int:
         ),
         "",
         markdown_table(
-            ["goal", "measured", "status"],
+            "goal | measured | status",
             [
                 [
                     f"ctxpolicy cold ≤ check-jsonschema cold ({agents})",
@@ -325,7 +325,7 @@ def main(argv: list[str] | None = None) -> int:
         "(median of the runs; 'net' subtracts the cold start of the row above):",
         "",
         markdown_table(
-            ["validator", "seconds", "files/s", "files/s net of start", "exit"],
+            "validator | seconds | files/s | files/s net of start | exit",
             [
                 [k, w["median_s"], w["files_per_s"], w["files_per_s_net_of_start"], w["exit_code"]]
                 for k, w in warm.items()

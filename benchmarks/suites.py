@@ -67,8 +67,9 @@ SUITES: tuple[Suite, ...] = (
            "bench_call_profile", "--profile"),
         _v("scaling", "bench_scaling", "one prepare of 1k to 100k tiny messages"),
         _v("state", "bench_state", "state saved after every call: memory, sqlite, postgres"),
-        _v("otel", "bench_otel", "event sinks: JSONL and OpenTelemetry"),
-        _v("dashboard", "bench_dashboard", "the dashboard's observer folding each call's events"),
+        _v("otel", "bench_observe", "event sinks: JSONL and OpenTelemetry", "bench_otel"),
+        _v("dashboard", "bench_observe", "the dashboard's observer folding each call's events",
+           "bench_dashboard", "--dashboard"),
     )),
     Suite("quality", "compaction quality on the shared traces: baselines and peers", (
         _v("matrix", "bench_quality", "every trace × shipped policy × window vs the baselines"),

@@ -446,14 +446,7 @@ def per_call_markdown(data: Mapping[str, Any]) -> list[str]:
             "(benchmarks/peers/worker.py); median ms per call, before → after (after ÷ before).",
             "",
             markdown_table(
-                [
-                    "trace",
-                    "`prepare`",
-                    "`add_tool_result` (booked per call)",
-                    "`prepare` + `add_tool_result`",
-                    "LangChain",
-                    "÷ LangChain before → after",
-                ],
+                "trace | `prepare` | `add_tool_result` (booked per call) | `prepare` + `add_tool_result` | LangChain | ÷ LangChain before → after",
                 [
                     [
                         r["trace"].removesuffix(".jsonl")[-40:],
@@ -486,7 +479,7 @@ def per_call_markdown(data: Mapping[str, Any]) -> list[str]:
             f"{prof['total_s']:.2f} s profiled)",
             "",
             markdown_table(
-                ["function (cumulative, ctxpolicy)", "calls", "cum s", "share"],
+                "function (cumulative, ctxpolicy) | calls | cum s | share",
                 [
                     [r["function"], r["calls"], r["cumtime_s"], f"{r['cum_share']:.0%}"]
                     for r in prof["top_cumulative_ctxpolicy"][:15]
@@ -494,7 +487,7 @@ def per_call_markdown(data: Mapping[str, Any]) -> list[str]:
             ),
             "",
             markdown_table(
-                ["function (own time)", "calls", "own s", "share"],
+                "function (own time) | calls | own s | share",
                 [
                     [r["function"], r["calls"], r["tottime_s"], f"{r['own_share']:.0%}"]
                     for r in prof["top_own"][:12]
@@ -530,7 +523,7 @@ def _goals_markdown(rows: Sequence[Mapping[str, Any]]) -> list[str]:
         "Issue 32's goals per call, ÷ LangChain in this run (`prepare` ≤ 0.6×, `prepare` + "
         "`add_tool_result` ≤ 1.0×):",
         "",
-        markdown_table(["trace", "`prepare`", "`prepare` + `add_tool_result`"], out),
+        markdown_table("trace | `prepare` | `prepare` + `add_tool_result`", out),
         "",
     ]
 
