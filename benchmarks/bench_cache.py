@@ -1,10 +1,6 @@
 """Prompt-cache-aware compaction (issue 12 item 2): shipped policies with and without
 ``cache: {preserve_prefix: true, min_gain_tokens: N}`` on ../shared/traces.
 
-Usage::
-
-    python benchmarks/bench_cache.py [--jobs 2] [--windows 32768] [--min-gain auto] [--quick]
-
 Every trace is replayed under every agent of policies/agents.yaml twice — as shipped
 and with the cache option — at each window. Per replay: prefix changes (model calls
 whose prompt does not start with the whole previous prompt, i.e. the provider's
@@ -27,7 +23,7 @@ from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.append(str(Path(__file__).resolve().parents[1]))  # run as a file
 
 from benchmarks._common import SHARED, eprint, header_markdown, machine, markdown_table, publish
 from benchmarks._inputs import family, load_agent, shipped_agents

@@ -1,9 +1,5 @@
 """Engine overhead: ``Session.prepare`` before every assistant message vs the floor and peers.
 
-Usage::
-
-    python benchmarks/bench_engine.py [--repeat 3] [--quick] [--per-call-only] [--baseline SRC]
-
 Replays (1) the largest trace in ../shared/traces (most cl100k tokens) and (2) the
 500k-token synthetic session of :func:`ctxpolicy.sim.synth.large_session`, message by
 message. Before each assistant message (one "step") every variant handles the
@@ -54,7 +50,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.append(str(Path(__file__).resolve().parents[1]))  # run as a file
 
 from benchmarks._common import SHARED, eprint, header_markdown, machine, markdown_table, publish
 from benchmarks._inputs import (

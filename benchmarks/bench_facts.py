@@ -1,10 +1,6 @@
 """Fact extraction (``ctxpolicy.conversation.facts``): this tree vs the extraction it
 replaced, on real text, in one run (issue 32).
 
-Usage::
-
-    python benchmarks/bench_facts.py [--quick] [--baseline DIR] [--rounds 7]
-
 The baseline is the plain ``findall`` extraction kept as the reference of the tests
 (tests/conversation/facts_reference.py: the patterns and the extraction of 84c503d,
 verbatim), or with ``--baseline DIR`` the ``facts.py`` of another source tree. Inputs:
@@ -25,20 +21,14 @@ import importlib.util
 import statistics
 import sys
 import time
-import types
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-# appended, not inserted: a child measuring a baseline (PYTHONPATH) finds that tree's
-# ctxpolicy first, and `benchmarks` is this tree's whatever that tree holds
-sys.path.append(str(Path(__file__).resolve().parents[1]))
-sys.modules.setdefault("benchmarks", types.ModuleType("benchmarks")).__path__ = [
-    str(Path(__file__).resolve().parent)
-]
+sys.path.append(str(Path(__file__).resolve().parents[1]))  # run as a file
 
-from benchmarks._common import eprint, header_markdown, machine, markdown_table, publish  # noqa: E402
+from benchmarks._common import eprint, header_markdown, machine, markdown_table, publish
 
 ROOT = Path(__file__).resolve().parents[1]
 REFERENCE = ROOT / "tests" / "conversation" / "facts_reference.py"

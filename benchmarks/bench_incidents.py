@@ -1,9 +1,5 @@
 """Design B's three incidents, replayed with a fixed-threshold policy and with ours.
 
-Usage::
-
-    python benchmarks/bench_incidents.py [--quick]
-
 Every scenario is a deterministic agent loop on a 32,000-token window (design B's
 example) in which the agent asks for 4,000 output tokens per call. A scripted
 "provider" rejects a request when ``prompt + 4000 > 32000`` (OpenAI's
@@ -37,7 +33,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.append(str(Path(__file__).resolve().parents[1]))  # run as a file
 
 from benchmarks._common import header_markdown, machine, markdown_table, publish
 from ctxpolicy.state.memory import MemoryStateStore  # each run starts fresh

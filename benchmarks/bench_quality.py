@@ -1,10 +1,5 @@
 """Compaction quality: every trace × every shipped policy × 16k/32k/128k, vs baselines.
 
-Usage::
-
-    python benchmarks/bench_quality.py [--jobs 2] [--windows 16384,32768,128000] [--quick]
-        [--peer-windows 16384,32768] [--peer-reference agents.yaml:coding_agent] [--peers-only]
-
 For every trace in ../shared/traces, every agent of policies/agents.yaml and every
 window, the trace is replayed (``ctxpolicy.sim.replay.replay_trace``) under the
 policy and under the baselines ``none`` / ``last_n`` / ``observation_mask`` /
@@ -49,7 +44,7 @@ from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.append(str(Path(__file__).resolve().parents[1]))  # run as a file
 
 from benchmarks._common import SHARED, eprint, header_markdown, machine, markdown_table, publish
 from benchmarks._inputs import POLICY_FILE, family, load_agent, shipped_agents

@@ -1,9 +1,5 @@
 """Snapshot store and history archive: durability cost, archive growth, naming, recall.
 
-Usage::
-
-    python benchmarks/bench_store.py [--quick]
-
 Four measurements, each a ratio against a baseline measured in the same run:
 
 1. ``add_tool_result`` per call with the local store's ``durability: fsync`` and
@@ -43,7 +39,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.append(str(Path(__file__).resolve().parents[1]))  # run as a file
 
 from benchmarks._common import eprint, header_markdown, machine, markdown_table, publish
 from ctxpolicy.engine import Session

@@ -1,10 +1,5 @@
 """Token-counting benchmark: incremental counting, backend throughput, quicktok check.
 
-Usage::
-
-    python benchmarks/bench_tokens.py [--repeat 5] [--naive-repeat 3]
-    python benchmarks/bench_tokens.py --calibrate      # refit the heuristic's weights
-
 1. Replays the largest trace in ../shared/traces message by message and counts the
    whole conversation after each message:
    (a) one tiktoken pass over all content (each text encoded once);
@@ -32,7 +27,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.append(str(Path(__file__).resolve().parents[1]))  # run as a file
 
 from benchmarks._common import (
     SHARED,

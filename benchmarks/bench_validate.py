@@ -1,10 +1,6 @@
 """Validator: cold-process time of ``ctxpolicy validate`` vs ``check-jsonschema``, and warm
 throughput on 1,000 generated policy files.
 
-Usage::
-
-    python benchmarks/bench_validate.py [--runs 15] [--files 1000] [--quick]
-
 Cold: a new process per run, interleaved, median of ``--runs`` (≥ 7 for the goal):
 
 * ``ctxpolicy validate policies/agents.yaml`` vs ``check-jsonschema --schemafile
@@ -40,7 +36,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.append(str(Path(__file__).resolve().parents[1]))  # run as a file
 
 from benchmarks._common import eprint, header_markdown, machine, markdown_table, publish
 

@@ -1,9 +1,5 @@
 """Build docs/benchmarks.md from the results files alone (benchmarks/results/*.json, .md).
 
-Usage (``make docs`` runs this; ``make bench`` runs every suite first)::
-
-    python -m benchmarks render [--results DIR] [--out docs/benchmarks.md] [--img docs/img]
-
 Every suite writes ``results/<name>.json`` (its data) and ``results/<name>.md`` (its
 section, rendered by the suite from that data; see :mod:`benchmarks.suites`). The page
 is: a summary and a table of every goal, computed here from the JSON files; then each
@@ -22,7 +18,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.append(str(Path(__file__).resolve().parents[1]))  # run as a file
 
 from benchmarks._common import RESULTS, eprint
 from benchmarks.suites import SUITES, command_for

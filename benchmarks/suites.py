@@ -60,13 +60,15 @@ _PEERS = "--peers-only", "--peer-policies", "agents.yaml:coding_agent,agents.yam
 SUITES: tuple[Suite, ...] = (
     Suite("percall", "what one model call costs (prepare + add_tool_result), from every angle", (
         _v("engine", "bench_engine", "vs one tiktoken pass, a naive recount and the peers; memory"),
-        _v("floors", "bench_floors", "the floors under it: durability and state saves off"),
+        _v("floors", "bench_durability", "the floors under it: durability and state saves off",
+           "bench_floors"),
         _v("calls", "bench_calls", "calls that do not compact, baseline tree vs this one",
            "bench_prepare_calls"),
         _v("profile", "bench_calls", "Python calls per plain prepare, first vs last quarter",
            "bench_call_profile", "--profile"),
         _v("scaling", "bench_scaling", "one prepare of 1k to 100k tiny messages"),
-        _v("state", "bench_state", "state saved after every call: memory, sqlite, postgres"),
+        _v("state", "bench_durability", "state saved after every call: memory, sqlite, postgres",
+           "bench_state", "--state"),
         _v("otel", "bench_observe", "event sinks: JSONL and OpenTelemetry", "bench_otel"),
         _v("dashboard", "bench_observe", "the dashboard's observer folding each call's events",
            "bench_dashboard", "--dashboard"),
