@@ -119,7 +119,12 @@ def header_markdown(info: dict[str, Any]) -> str:
 
 
 def write_results(name: str, data: dict[str, Any], markdown: str) -> tuple[Path, Path]:
-    """Write ``results/<name>.json`` and ``results/<name>.md``."""
+    """Write ``results/<name>.json`` and ``results/<name>.md`` (the machine header,
+    ``data["machine"]``, under the section's heading line)."""
+    head = header_markdown(data["machine"]) if data.get("machine") else ""
+    if head and head not in markdown:
+        title, _, rest = markdown.partition("\n")
+        markdown = f"{title}\n\n{head}\n\n{rest.lstrip(chr(10))}"
     RESULTS.mkdir(parents=True, exist_ok=True)
     j = RESULTS / f"{name}.json"
     m = RESULTS / f"{name}.md"
@@ -133,7 +138,7 @@ def write_results(name: str, data: dict[str, Any], markdown: str) -> tuple[Path,
 def publish(name: str, data: dict[str, Any], markdown: str) -> tuple[Path, Path]:
     """:func:`write_results`, the markdown printed, and where it went (stderr)."""
     paths = write_results(name, data, markdown)
-    print(markdown)
+    print(paths[1].read_text(encoding="utf-8"), end="")
     eprint(f"wrote {paths[0]} and {paths[1]}")
     return paths
 
@@ -203,3 +208,29 @@ def interleaved(
 
 def eprint(*args: Any) -> None:
     print(*args, file=sys.stderr, flush=True)
+
+
+def shared_traces() -> list[str]:
+    """The shared trace files, sorted (none: said on stderr)."""
+    traces = sorted(str(p) for p in (SHARED / "traces").glob("*.jsonl"))
+    if not traces:
+        eprint(f"no traces under {SHARED / 'traces'} (set CTXPOLICY_SHARED)")
+    return traces
+
+
+def run_jobs(calls: Sequence[tuple[Callable[..., Any], tuple[Any, ...]]], jobs: int) -> list[Any]:
+    """``fn(*args)`` of every ``(fn, args)`` in ``jobs`` processes (in this one when
+    ``jobs`` ≤ 1), the results in the order of ``calls``; progress on stderr."""
+    from concurrent.futures import ProcessPoolExecutor, as_completed
+
+    t0 = time.perf_counter()
+    if jobs <= 1:
+        return [fn(*a) for fn, a in calls]
+    out: list[Any] = [None] * len(calls)
+    with ProcessPoolExecutor(max_workers=jobs) as pool:
+        futs = {pool.submit(fn, *a): i for i, (fn, a) in enumerate(calls)}
+        for n, f in enumerate(as_completed(futs)):
+            out[futs[f]] = f.result()
+            if (n + 1) % 20 == 0 or n + 1 == len(futs):
+                eprint(f"  {n + 1}/{len(futs)} ({time.perf_counter() - t0:.0f} s)")
+    return out

@@ -19,13 +19,19 @@ import argparse
 import os
 import sys
 import time
-from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
 from typing import Any
 
 sys.path.append(str(Path(__file__).resolve().parents[1]))  # run as a file
 
-from benchmarks._common import SHARED, eprint, header_markdown, machine, markdown_table, publish
+from benchmarks._common import (
+    eprint,
+    machine,
+    markdown_table,
+    publish,
+    run_jobs,
+    shared_traces,
+)
 from benchmarks._inputs import family, load_agent, shipped_agents
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -99,8 +105,6 @@ def to_markdown(data: dict[str, Any]) -> str:
     ok = {True: "✓", False: "✗"}
     md = [
         "## Prompt-cache-aware compaction",
-        "",
-        header_markdown(data["machine"]),
         "",
         f"{data['traces']} traces × {len(data['agents'])} shipped policies at windows "
         f"{', '.join(f'{w:,}' for w in data['windows'])}, each replayed as shipped and with "
@@ -237,9 +241,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--agents", default="")
     ap.add_argument("--quick", action="store_true")
     args = ap.parse_args(argv)
-    traces = sorted(str(p) for p in (SHARED / "traces").glob("*.jsonl"))
+    traces = shared_traces()
     if not traces:
-        eprint(f"no traces under {SHARED / 'traces'} (set CTXPOLICY_SHARED)")
         return 2
     agents = [a for a in args.agents.split(",") if a] or shipped_agents()
     windows = [int(w) for w in args.windows.split(",") if w]
@@ -252,16 +255,7 @@ def main(argv: list[str] | None = None) -> int:
         key=lambda x: -Path(x[0]).stat().st_size,
     )
     eprint(f"{len(tasks)} jobs on {args.jobs} processes ...")
-    results: list[dict[str, Any]] = []
-    if args.jobs <= 1:
-        results = [job(*t, args.min_gain) for t in tasks]
-    else:
-        with ProcessPoolExecutor(max_workers=args.jobs) as pool:
-            futs = [pool.submit(job, *t, args.min_gain) for t in tasks]
-            for i, f in enumerate(as_completed(futs)):
-                results.append(f.result())
-                if (i + 1) % 20 == 0:
-                    eprint(f"  {i + 1}/{len(futs)} ({time.perf_counter() - t0:.0f} s)")
+    results = run_jobs([(job, (*t, args.min_gain)) for t in tasks], args.jobs)
     results.sort(key=lambda r: (r["trace"], r["agent"], r["window"]))
     data: dict[str, Any] = {
         "machine": machine(["ctxpolicy", "tiktoken", "quicktok-v1"]),

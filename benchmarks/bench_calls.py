@@ -30,7 +30,6 @@ sys.path.append(str(Path(__file__).resolve().parents[1]))  # run as a file
 from benchmarks._common import (
     baseline_info,
     eprint,
-    header_markdown,
     in_tree,
     interleaved,
     machine,
@@ -170,8 +169,6 @@ def traces_markdown(data: dict[str, Any]) -> str:
         [
             "## Per-call cost of `prepare` (calls that do not compact)",
             "",
-            header_markdown(data["machine"]),
-            "",
             f"The replay loop of the per-call comparison (`add_tool_result` per tool result, "
             f"`prepare` before every assistant message) under `{AGENT}` on the "
             f"{len(data['this tree'])} longest shared traces; {data['repeat']} repeats per "
@@ -207,8 +204,6 @@ def profile_markdown(data: dict[str, Any]) -> str:
             )
     lines = [
         f"## A `prepare` that compacts nothing, {data['steps']} calls",
-        "",
-        header_markdown(data["machine"]),
         "",
         f"A synthetic coding session of {data['steps']} model calls "
         "(`ctxpolicy.sim.synth.coding_session`) replayed under "

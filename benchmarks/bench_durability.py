@@ -37,7 +37,6 @@ from benchmarks._common import (
     ROOT,
     SHARED,
     eprint,
-    header_markdown,
     machine,
     markdown_table,
     publish,
@@ -150,8 +149,6 @@ def floors(quick: bool, repeat: int) -> tuple[dict[str, Any], str]:
     return data, "\n".join(
         [
             "## Per-call cost without durability (issue 32)",
-            "",
-            header_markdown(data["machine"]),
             "",
             f"`{data['policy']}` on the shared traces, {data['repeat']} repeat(s), every "
             "variant and LangChain's `SummarizationMiddleware` in turn; median ms per "
@@ -349,8 +346,6 @@ def state(quick: bool, repeat: int) -> tuple[dict[str, Any], str]:
         )
     md = [
         "## Session state",
-        "",
-        header_markdown(info),
         "",
         f"Trace `{trace.name}` ({len(messages)} messages: {prepares} `prepare` calls, "
         f"{calls - prepares} tool results, {first['compactions']} compactions) under "

@@ -34,7 +34,7 @@ from typing import Any
 
 sys.path.append(str(Path(__file__).resolve().parents[1]))  # run as a file
 
-from benchmarks._common import SHARED, header_markdown, in_tree, machine, publish
+from benchmarks._common import SHARED, in_tree, machine, publish
 
 ROOT = Path(__file__).resolve().parents[1]
 TRACES = SHARED / "traces"
@@ -158,8 +158,6 @@ def main(argv: list[str] | None = None) -> int:
     text = "\n".join(
         [
             "## Compaction economics (issue 27 item 2)",
-            "",
-            header_markdown(info),
             "",
             f"Shared traces: {traces}; baseline tree: {args.baseline or '—'}. Summed over the"
             " traces; the ratios are this tree ÷ the baseline in the same run.",

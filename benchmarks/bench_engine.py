@@ -52,7 +52,7 @@ from typing import Any
 
 sys.path.append(str(Path(__file__).resolve().parents[1]))  # run as a file
 
-from benchmarks._common import SHARED, eprint, header_markdown, machine, markdown_table, publish
+from benchmarks._common import SHARED, eprint, machine, markdown_table, publish
 from benchmarks._inputs import (
     AGENT,
     POLICY_FILE,
@@ -344,7 +344,7 @@ def ok(flag: bool | None) -> str:
 
 
 def to_markdown(data: dict[str, Any], quick: bool) -> str:
-    md = ["## Engine overhead", "", header_markdown(data["machine"]), ""]
+    md = ["## Engine overhead", ""]
     if data.get("policy_note"):
         md += [f"Note: {data['policy_note']}.", ""]
     md += [

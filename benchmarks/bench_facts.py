@@ -28,7 +28,7 @@ from typing import Any
 
 sys.path.append(str(Path(__file__).resolve().parents[1]))  # run as a file
 
-from benchmarks._common import eprint, header_markdown, machine, markdown_table, publish
+from benchmarks._common import eprint, machine, markdown_table, publish
 
 ROOT = Path(__file__).resolve().parents[1]
 REFERENCE = ROOT / "tests" / "conversation" / "facts_reference.py"
@@ -50,8 +50,7 @@ def _texts(msgs: Sequence[dict[str, Any]]) -> list[str]:
 
 def inputs(quick: bool) -> dict[str, list[str]]:
     """Named lists of texts, each list timed as one case."""
-    from benchmarks._inputs import largest_traces, smallest_trace
-    from benchmarks.bench_scaling import tiny_session
+    from benchmarks._inputs import largest_traces, smallest_trace, tiny_session
 
     chosen = [smallest_trace()] if quick else largest_traces(3)
     cases: dict[str, list[str]] = {}
@@ -114,8 +113,6 @@ def to_markdown(data: dict[str, Any]) -> str:
 
     lines = [
         "## Fact extraction (issue 32)",
-        "",
-        header_markdown(data["machine"]),
         "",
         f"`ctxpolicy.conversation.facts` of this tree vs {data['baseline']}: the same "
         "answers on every input (checked first), then CPU ms of `_extract` (all "

@@ -35,7 +35,7 @@ from typing import Any
 
 sys.path.append(str(Path(__file__).resolve().parents[1]))  # run as a file
 
-from benchmarks._common import header_markdown, machine, markdown_table, publish
+from benchmarks._common import machine, markdown_table, publish
 from ctxpolicy.state.memory import MemoryStateStore  # each run starts fresh
 from ctxpolicy.testing.conversations import tool_call
 
@@ -421,8 +421,6 @@ def to_markdown(res: dict[str, Any], info: dict[str, Any], quick: bool) -> str:
     ok = {True: "✓", False: "✗"}
     md = [
         "## Incident scenarios (design B)",
-        "",
-        header_markdown(info),
         "",
         f"Window {WINDOW:,} tokens, {OUTPUT:,} output tokens requested per call; a call is "
         f"rejected when prompt + {OUTPUT:,} > {WINDOW:,}. On a rejection the agent calls "

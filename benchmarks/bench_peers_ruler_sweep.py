@@ -28,7 +28,7 @@ from typing import Any
 
 sys.path.append(str(Path(__file__).resolve().parents[1]))  # run as a file
 
-from benchmarks._common import SHARED, header_markdown, machine, publish
+from benchmarks._common import SHARED, machine, publish
 
 ROOT = Path(__file__).resolve().parents[1]
 POLICIES = ROOT / "policies" / "agents.yaml"
@@ -156,8 +156,6 @@ def main(argv: list[str] | None = None) -> int:
     info = machine()
     lines = [
         "## The shipped coding policies against one-knob changes, tune half (issue 27)",
-        "",
-        header_markdown(info),
         "",
         f"{len(tune)} traces of the tune half; extractive summaries; the ruler users pay "
         "(Anthropic prompt caching). `{}`: as shipped.",

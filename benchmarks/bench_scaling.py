@@ -36,47 +36,19 @@ from benchmarks._common import (
     ROOT,
     baseline_info,
     eprint,
-    header_markdown,
     in_tree,
     machine,
     markdown_table,
     publish,
     trees,
 )
+from benchmarks._inputs import tiny_session
 from ctxpolicy.state.memory import MemoryStateStore  # each run starts fresh
 
 POLICY_FILE = ROOT / "policies" / "agents.yaml"
 AGENT = "coding_agent"
 SIZES = (1_000, 8_000, 100_000)
 QUICK_SIZES = (1_000, 4_000)
-
-
-def tiny_session(n: int) -> list[dict[str, Any]]:
-    """A system message, the task, then rounds of one ``bash`` call and its one-line
-    result, ``n`` messages in all (one more when ``n`` would split a round)."""
-    msgs: list[dict[str, Any]] = [
-        {"role": "system", "content": "You are a coding agent."},
-        {"role": "user", "content": "Fix the failing test in src/app.py"},
-    ]
-    i = 0
-    while len(msgs) < n:
-        call = {
-            "id": f"call_{i}",
-            "type": "function",
-            "function": {"name": "bash", "arguments": json.dumps({"cmd": f"ls -l src/pkg_{i}"})},
-        }
-        msgs.append(
-            {"role": "assistant", "content": f"Looking at package {i}.", "tool_calls": [call]}
-        )
-        msgs.append(
-            {
-                "role": "tool",
-                "tool_call_id": f"call_{i}",
-                "content": f"-rw-r--r-- 1 dev dev {100 + i % 900} Jan 3 12:00 module_{i}.py",
-            }
-        )
-        i += 1
-    return msgs
 
 
 def scaling_policy(
@@ -184,8 +156,6 @@ def to_markdown(data: dict[str, Any]) -> str:
     lines = [
         "## Scaling of `prepare` with the number of messages",
         "",
-        header_markdown(data["machine"]),
-        "",
         f"One `prepare` of n tiny messages (rounds of one `bash` call and its one-line "
         f"result) under `{AGENT}` (32k window, compaction heavy), fresh session and "
         "token counter, best of 3 runs (1 from 8,000 messages on), each size in a child "
@@ -261,18 +231,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--rounds", type=int, default=1, help="sweeps over the sizes; the best of each is kept"
     )
-    ap.add_argument("--render", action="store_true", help="rewrite the .md from the .json")
     ap.add_argument("--child", type=int, help=argparse.SUPPRESS)
     ap.add_argument("--repeat", type=int, default=3, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.child is not None:
         print(json.dumps(child(args.child, args.repeat)))
-        return 0
-    if args.render:  # e.g. after editing the description of the baseline
-        from benchmarks import _common
-
-        data = json.loads((_common.RESULTS / "bench_scaling.json").read_text(encoding="utf-8"))
-        publish("bench_scaling", data, to_markdown(data))
         return 0
     sizes = QUICK_SIZES if args.quick else SIZES
     timeout = args.timeout or (60.0 if args.quick else 300.0)

@@ -43,7 +43,6 @@ sys.path.append(str(Path(__file__).resolve().parents[1]))  # run as a file
 from benchmarks._common import (
     ROOT,
     eprint,
-    header_markdown,
     in_tree,
     machine,
     markdown_table,
@@ -437,8 +436,6 @@ def to_markdown(data: dict[str, Any]) -> str:
     d, a, n, r = data["durability"], data["archive"], data["naming"], data["recall"]
     md = [
         "## Snapshot store and history archive",
-        "",
-        header_markdown(data["machine"]),
         "",
         f"### `add_tool_result` per call by durability ({d['calls']} calls × {d['repeats']} interleaved repeats, 8 KB outputs)",
         "",

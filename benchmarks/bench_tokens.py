@@ -32,7 +32,6 @@ sys.path.append(str(Path(__file__).resolve().parents[1]))  # run as a file
 from benchmarks._common import (
     SHARED,
     eprint,
-    header_markdown,
     machine,
     markdown_table,
     publish,
@@ -432,7 +431,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     if args.verify:
         checks = verify_all(groups)
-        md = ["## quicktok exactness", "", header_markdown(info), "", *verify_markdown(checks)]
+        md = ["## quicktok exactness", "", *verify_markdown(checks)]
         publish("bench_tokens_verify", {"machine": info, "checks": checks}, "\n".join(md))
         return 0 if all(c.get("identical") for c in checks.values()) else 1
     t0 = time.perf_counter()
@@ -455,8 +454,6 @@ def main(argv: list[str] | None = None) -> int:
     s = rep["seconds"]
     md = [
         "## Token counting benchmark",
-        "",
-        header_markdown(info),
         "",
         f"Replay of `{rep['trace']}` ({rep['messages']} messages, {rep['tokens_final']:,} tokens "
         "with framing), counting the whole conversation after each message; medians of "

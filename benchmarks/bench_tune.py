@@ -39,7 +39,6 @@ sys.path.append(str(Path(__file__).resolve().parents[1]))  # run as a file
 from benchmarks._common import (
     SHARED,
     eprint,
-    header_markdown,
     in_tree,
     machine,
     markdown_table,
@@ -215,8 +214,6 @@ def speed_markdown(data: dict[str, Any]) -> str:
         [
             "### Study time, before → after (issue 32)",
             "",
-            header_markdown(data["machine"]),
-            "",
             f"The same study — `{AGENT}`, {data['traces']} shared traces, {data['trials']} "
             "trials, seed 0, 1 worker — run by the baseline tree and by this tree in turn, "
             "each in its own process, in one run. Output: the `tune --json` document "
@@ -262,8 +259,6 @@ def main() -> int:
     data: dict[str, Any] = {"machine": info, "trials": trials, "traces": len(traces), "windows": {}}
     md = [
         "## Tuning (`ctxpolicy tune`)",
-        "",
-        header_markdown(info),
         "",
         f"`coding_agent` of policies/agents.yaml tuned on {len(traces)} shared traces "
         f"(seed 0, 30 % held out, {trials} trials, TPE multi-objective: prompt tokens vs "

@@ -38,7 +38,7 @@ from typing import Any
 
 sys.path.append(str(Path(__file__).resolve().parents[1]))  # run as a file
 
-from benchmarks._common import eprint, header_markdown, machine, markdown_table, publish
+from benchmarks._common import eprint, machine, markdown_table, publish
 
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
@@ -259,8 +259,6 @@ def main(argv: list[str] | None = None) -> int:
     }
     md = [
         "## Validator",
-        "",
-        header_markdown(info),
         "",
         f"Cold process time, median of {args.runs} interleaved runs, after one untimed run "
         "that fills a private bytecode cache for both tools (as installed tools have):",
