@@ -24,14 +24,7 @@ from typing import Any
 
 sys.path.append(str(Path(__file__).resolve().parents[1]))  # run as a file
 
-from benchmarks._common import (
-    eprint,
-    machine,
-    markdown_table,
-    publish,
-    run_jobs,
-    shared_traces,
-)
+from benchmarks._common import eprint, machine, markdown_table, publish, run_jobs, shared_traces
 from benchmarks._inputs import family, load_agent, shipped_agents
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -33,14 +33,7 @@ from typing import Any
 
 sys.path.append(str(Path(__file__).resolve().parents[1]))  # run as a file
 
-from benchmarks._common import (
-    ROOT,
-    SHARED,
-    eprint,
-    machine,
-    markdown_table,
-    publish,
-)
+from benchmarks._common import ROOT, SHARED, eprint, machine, markdown_table, publish
 
 AGENT = "coding_agent"
 WINDOW = 32768  # --state

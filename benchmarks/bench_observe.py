@@ -31,15 +31,7 @@ from typing import Any
 
 sys.path.append(str(Path(__file__).resolve().parents[1]))  # run as a file
 
-from benchmarks._common import (
-    ROOT,
-    SHARED,
-    eprint,
-    header_markdown,
-    machine,
-    markdown_table,
-    publish,
-)
+from benchmarks._common import ROOT, SHARED, eprint, machine, markdown_table, publish
 
 FULL = "mini-swe-agent__20251118_gemini-3-pro-74pct.sympy__sympy-13091.jsonl"
 QUICK = "mini-swe-agent__20251118_gemini-3-pro-74pct.django__django-15629.jsonl"
@@ -263,13 +255,9 @@ def main(argv: list[str] | None = None) -> int:
     data = {"machine": info, "quick": args.quick, "trace": args.name} | data
     data |= {"messages": len(messages), "rounds": args.rounds}
     variant = "dashboard" if args.dashboard else "otel"
-    head, rest = md.split("\n\n", 1)
     quick = " --quick" if args.quick else ""
-    reproduce = (
-        f"Reproduce: `.venv/bin/python -m benchmarks run percall --variant {variant}{quick}`"
-    )
-    text = f"{head}\n\n{header_markdown(info)}\n\n{rest}\n\n{reproduce}"
-    publish(f"bench_{variant}", data, text)
+    cmd = f"python -m benchmarks run percall --variant {variant}{quick}"
+    publish(f"bench_{variant}", data, f"{md}\n\nReproduce: `.venv/bin/{cmd}`")
     return 0
 
 

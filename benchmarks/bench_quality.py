@@ -45,14 +45,7 @@ from typing import Any
 
 sys.path.append(str(Path(__file__).resolve().parents[1]))  # run as a file
 
-from benchmarks._common import (
-    eprint,
-    machine,
-    markdown_table,
-    publish,
-    run_jobs,
-    shared_traces,
-)
+from benchmarks._common import eprint, machine, markdown_table, publish, run_jobs, shared_traces
 from benchmarks._inputs import POLICY_FILE, family, load_agent, shipped_agents
 from benchmarks.peers.catalog import available_peers
 from benchmarks.peers.table import (

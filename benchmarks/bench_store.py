@@ -40,14 +40,7 @@ from typing import Any
 
 sys.path.append(str(Path(__file__).resolve().parents[1]))  # run as a file
 
-from benchmarks._common import (
-    ROOT,
-    eprint,
-    in_tree,
-    machine,
-    markdown_table,
-    publish,
-)
+from benchmarks._common import ROOT, eprint, in_tree, machine, markdown_table, publish
 from ctxpolicy.engine import Session
 from ctxpolicy.policy.models import AgentPolicy, Policy
 from ctxpolicy.state.memory import MemoryStateStore

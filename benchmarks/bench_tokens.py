@@ -29,14 +29,7 @@ from typing import Any
 
 sys.path.append(str(Path(__file__).resolve().parents[1]))  # run as a file
 
-from benchmarks._common import (
-    SHARED,
-    eprint,
-    machine,
-    markdown_table,
-    publish,
-    timeit,
-)
+from benchmarks._common import SHARED, eprint, machine, markdown_table, publish, timeit
 from ctxpolicy.policy.models import ModelSpec
 from ctxpolicy.tokens import (
     FEATURES,
