@@ -26,7 +26,6 @@ ctxpolicy path under cProfile and returns its hot spots.
 from __future__ import annotations
 
 import cProfile
-import gc
 import statistics
 import time
 from collections.abc import Mapping, Sequence
@@ -79,24 +78,20 @@ def replay_langchain(policy: Any, steps: Sequence[Sequence[Any]], count: Any) ->
     from langchain.agents.middleware import SummarizationMiddleware
     from langgraph.graph.message import add_messages
 
+    from benchmarks.peers.others import per_step
     from ctxpolicy.budget import compute_budget
 
     b = compute_budget(policy)
     mw = SummarizationMiddleware(
         DigestChatModel(count=count), trigger=("tokens", b.trigger), keep=("tokens", b.target)
     )
-    state: dict[str, Any] = {"messages": []}
-    clock = time.perf_counter
-    out: list[float] = []
-    gc.collect()
-    for new in steps:
-        state["messages"].extend(new)
-        t0 = clock()
+
+    def call(state: dict[str, Any]) -> None:
         update = mw.before_model(state, None)  # type: ignore[arg-type]
         if update:
             state["messages"] = add_messages(state["messages"], update["messages"])
-        out.append(clock() - t0)
-    return out
+
+    return per_step(steps, call)
 
 
 def one_pass(msgs: Sequence[Mapping[str, Any]], tokenizer: Any) -> float:
