@@ -8,7 +8,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from benchmarks._common import SHARED
+from benchmarks._common import SHARED, shared_traces
 
 __all__ = [
     "AGENT",
@@ -20,6 +20,7 @@ __all__ = [
     "largest_trace",
     "largest_traces",
     "load_agent",
+    "matrix",
     "message_texts",
     "runnable",
     "shipped_agents",
@@ -83,6 +84,13 @@ def runnable(policy: Any) -> tuple[Any, str | None]:
         return policy.model_copy(update={"model": model}), (
             f"{policy.agent}: tokenizer {tok!r} unavailable offline ({type(exc).__name__}); ran with {chain}"
         )
+
+
+def matrix(agents: str, windows: str) -> tuple[list[str], list[str], list[int]]:
+    """A trace × policy × window suite's axes: the shared traces, the ``agents``
+    (comma-separated; every shipped one when empty) and the ``windows``."""
+    chosen = [a for a in agents.split(",") if a] or shipped_agents()
+    return shared_traces(), chosen, [int(w) for w in windows.split(",") if w]
 
 
 def load_agent(agent: str, policy_file: str | Path = POLICY_FILE) -> tuple[Any, str | None]:

@@ -24,8 +24,8 @@ from typing import Any
 
 sys.path.append(str(Path(__file__).resolve().parents[1]))  # run as a file
 
-from benchmarks._common import eprint, machine, markdown_table, publish, run_jobs, shared_traces
-from benchmarks._inputs import family, load_agent, shipped_agents
+from benchmarks._common import eprint, machine, markdown_table, publish, run_jobs
+from benchmarks._inputs import family, load_agent, matrix
 
 ROOT = Path(__file__).resolve().parents[1]
 TOLERANCE = 8  # tokens of framing difference still counted as "prefix kept"
@@ -234,11 +234,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--agents", default="")
     ap.add_argument("--quick", action="store_true")
     args = ap.parse_args(argv)
-    traces = shared_traces()
+    traces, agents, windows = matrix(args.agents, args.windows)
     if not traces:
         return 2
-    agents = [a for a in args.agents.split(",") if a] or shipped_agents()
-    windows = [int(w) for w in args.windows.split(",") if w]
     if args.quick:
         traces = sorted(traces, key=lambda t: Path(t).stat().st_size)[:2]
         agents = agents[:1]

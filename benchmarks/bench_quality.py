@@ -45,8 +45,8 @@ from typing import Any
 
 sys.path.append(str(Path(__file__).resolve().parents[1]))  # run as a file
 
-from benchmarks._common import eprint, machine, markdown_table, publish, run_jobs, shared_traces
-from benchmarks._inputs import POLICY_FILE, family, load_agent, shipped_agents
+from benchmarks._common import eprint, machine, markdown_table, publish, run_jobs
+from benchmarks._inputs import POLICY_FILE, family, load_agent, matrix
 from benchmarks.peers.catalog import available_peers
 from benchmarks.peers.table import (
     PEER_WINDOWS,
@@ -435,11 +435,9 @@ def main(argv: list[str] | None = None) -> int:
         "--peers-only", action="store_true", help="only the peer comparison (no baseline matrix)"
     )
     args = ap.parse_args(argv)
-    traces = shared_traces()
+    traces, agents, windows = matrix(args.agents, args.windows)
     if not traces:
         return 2
-    agents = [a for a in args.agents.split(",") if a] or shipped_agents()
-    windows = [int(w) for w in args.windows.split(",") if w]
     if args.traces:
         traces = [t for t in traces if args.traces in Path(t).name]
     peer_windows = [int(w) for w in args.peer_windows.split(",") if w]
