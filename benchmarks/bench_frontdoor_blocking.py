@@ -155,13 +155,30 @@ def served() -> Iterator[str]:
         proc.wait(timeout=30)
 
 
-def hook_case(policy: Any, history: list[dict[str, Any]], *, on_loop: bool, tag: str = "") -> Any:
+def hook_case(
+    policy: Any,
+    history: list[dict[str, Any]],
+    *,
+    on_loop: bool,
+    tag: str = "",
+    processes: int = 0,
+    same: bool = False,
+) -> Any:
     from litellm.proxy._types import UserAPIKeyAuth
 
     from ctxpolicy.integrations import litellm as ctx_litellm
 
-    hook = ctx_litellm.ContextPolicyHook(policy)
+    hook = ctx_litellm.ContextPolicyHook(policy, engine_processes=processes)
     key = UserAPIKeyAuth(api_key="sk-bench")
+    if hook.sessions.processes is not None:
+        hook.sessions.processes.start(wait=True)
+        tenant = ctx_litellm.tenant_of(key)
+
+        def where(conv: str) -> int:
+            k = (policy.agent, tenant, ctx_litellm._conversation("m", conv))
+            return hook.sessions.processes.index(k)
+
+        tag = placed(tag, where, same)
 
     async def pre(messages: list[dict[str, Any]], conv: str) -> Any:
         data = {"model": "m", "messages": list(messages), "litellm_session_id": conv}
@@ -179,66 +196,61 @@ def hook_case(policy: Any, history: list[dict[str, Any]], *, on_loop: bool, tag:
     return small, heavy, hook
 
 
-def elsewhere_case(policy: Any, history: list[dict[str, Any]], tag: str) -> Any:
-    """The hook's small calls while the long history is prepared by another process
-    (no interpreter shared): what is left is the machine's own load, the floor any fix
-    inside one process could reach."""
-    import json
-
-    small, _, hook = hook_case(policy, SMALL, on_loop=False, tag=tag)
-    path = Path(tempfile.mkdtemp(prefix="ctxpolicy-bench-")) / "history.json"
-    path.write_text(json.dumps(history), encoding="utf-8")
-    code = (
-        "import json, sys\n"
-        "from ctxpolicy import load_policy\n"
-        "from ctxpolicy.engine import Session\n"
-        "p = load_policy(sys.argv[1], agent='coding_agent')\n"
-        "Session(p, conv_id=sys.argv[3]).prepare(json.load(open(sys.argv[2])))\n"
-    )
-
-    async def heavy(r: int) -> Any:
-        proc = await asyncio.create_subprocess_exec(
-            sys.executable,
-            "-c",
-            code,
-            str(ROOT / "policies" / "agents.yaml"),
-            str(path),
-            f"elsewhere-{tag}{r}",
-            cwd=ROOT,
-        )
-        return await proc.wait()
-
-    return small, heavy, hook
+def placed(tag: str, where: Callable[[str], int], same: bool) -> str:
+    """``tag`` extended until the heavy conversations of the measurement live in the
+    small conversation's engine process (``same``) or in another one."""
+    for i in range(1000):
+        t = f"{tag}{i}-"
+        if all((where(f"heavy-False-{t}{r}") == where("small")) == same for r in range(1)):
+            return t
+    raise RuntimeError("no placement found")
 
 
-def adapter_case(policy: Any, history: list[dict[str, Any]], base_url: str, tag: str = "") -> Any:
+def adapter_case(
+    policy: Any,
+    history: list[dict[str, Any]],
+    base_url: str,
+    tag: str = "",
+    processes: int = 0,
+    same: bool = False,
+) -> Any:
+    """The async OpenAI adapter; with ``processes``, its sessions come from a pool whose
+    engine runs in that many processes (``SessionPool(..., engine_processes=N)``)."""
     import openai
 
-    from ctxpolicy.engine import Session
+    from ctxpolicy.calls.pool import SessionPool
     from ctxpolicy.integrations.openai import wrap
 
+    pool = SessionPool(policy, engine_processes=processes)
+    if pool.processes is not None:
+        pool.processes.start(wait=True)
+        procs = pool.processes
+
+        def where(conv: str) -> int:
+            return procs.index((policy.agent, "", conv.replace("-False-", "-")))
+
+        tag = placed(tag, where, same)
     client = openai.AsyncOpenAI(base_url=base_url, api_key="k", max_retries=0)
-    small_client = wrap(client, Session(policy, conv_id="small"))
+    small_client = wrap(client, pool.get("small"))
 
     async def small() -> Any:
         return await small_client.chat.completions.create(model="m", messages=SMALL)
 
+    heavy_clients = [wrap(client, pool.get(f"heavy-{tag}{r}")) for r in range(1)]
+
     async def heavy(r: int) -> Any:
-        heavy_session = Session(policy, conv_id=f"heavy-{tag}{r}")
-        return await wrap(client, heavy_session).chat.completions.create(
-            model="m", messages=history
-        )
+        return await heavy_clients[r].chat.completions.create(model="m", messages=history)
 
-    return small, heavy
+    return small, heavy, pool
 
 
-#: The two switch intervals compared in one run: the interpreter's default (what every
-#: front end ran with before) and the one ``ctxpolicy.calls.off_loop`` sets while engine
-#: work runs in a worker thread (``CTXPOLICY_SWITCH_INTERVAL=0`` turns it off).
-VARIANTS = (("5 ms switch interval (before)", "0"), ("0.5 ms while the engine runs (after)", None))
-
-
-ELSEWHERE = "litellm hook, the long history prepared by another process (the floor)"
+#: The engine lanes compared in one run: worker threads of the front end's process
+#: (before, the default) and worker processes (after), the small conversation in
+#: another engine process than the long one (the goal) and, once, in the same one.
+LANES = (
+    ("engine in threads (before)", 0, False),
+    ("engine in {n} processes (after)", None, False),
+)
 
 
 def salted(history: list[dict[str, Any]], salt: str) -> list[dict[str, Any]]:
@@ -248,20 +260,6 @@ def salted(history: list[dict[str, Any]], salt: str) -> list[dict[str, Any]]:
         m if m["role"] == "system" else {**m, "content": f"{m.get('content') or ''} [{salt}]"}
         for m in history
     ]
-
-
-@contextlib.contextmanager
-def switch_interval(value: str | None) -> Iterator[None]:
-    """``CTXPOLICY_SWITCH_INTERVAL`` set to ``value`` (None: unset) for one measurement."""
-    before = os.environ.pop("CTXPOLICY_SWITCH_INTERVAL", None)
-    if value is not None:
-        os.environ["CTXPOLICY_SWITCH_INTERVAL"] = value
-    try:
-        yield
-    finally:
-        os.environ.pop("CTXPOLICY_SWITCH_INTERVAL", None)
-        if before is not None:
-            os.environ["CTXPOLICY_SWITCH_INTERVAL"] = before
 
 
 def combined(runs: list[dict[str, Any]]) -> dict[str, Any]:
@@ -282,6 +280,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--messages", type=int, default=8000)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--quick", action="store_true", help="2,000 messages, one round")
+    ap.add_argument("--processes", type=int, default=2, help="engine processes (after)")
     args = ap.parse_args(argv)
     n, rounds = (2000, 1) if args.quick else (args.messages, args.rounds)
     home = tempfile.mkdtemp(prefix="ctxpolicy-bench-")
@@ -300,41 +299,49 @@ def main(argv: list[str] | None = None) -> int:
     hook.sessions.close()
     eprint(name, results[name])
     runs: dict[str, list[dict[str, Any]]] = {}
+
+    def one(front: str, label: str, n_procs: int, same: bool, tag: str, base_url: str) -> None:
+        if front == "hook":
+            small, heavy, hook = hook_case(
+                policy,
+                salted(history, "hook" + tag),
+                on_loop=False,
+                tag=tag,
+                processes=n_procs,
+                same=same,
+            )
+            pool = hook.sessions
+            name = f"litellm hook, {label}"
+        else:
+            small, heavy, pool = adapter_case(
+                policy,
+                salted(history, "adapter" + tag),
+                base_url,
+                tag=tag,
+                processes=n_procs,
+                same=same,
+            )
+            name = f"async OpenAI adapter, {label}"
+        try:
+            result = asyncio.run(measure(small, heavy, rounds=1, alone=30))
+        finally:
+            pool.close()
+        runs.setdefault(name, []).append(result)
+        eprint(name, result)
+
     with served() as base_url:
         for r in range(rounds):  # before and after interleaved, round by round
-            for label, value in VARIANTS:
-                tag = f"{label[:3]}-{r}-"
-                with switch_interval(value):
-                    small, heavy, hook = hook_case(
-                        policy, salted(history, "hook" + tag), on_loop=False, tag=tag
-                    )
-                    one = asyncio.run(measure(small, heavy, rounds=1, alone=30))
-                    hook.sessions.close()
-                    runs.setdefault(f"litellm hook (calls.off_loop), {label}", []).append(one)
-                    eprint("hook", label, one)
-                    small, heavy = adapter_case(
-                        policy, salted(history, "adapter" + tag), base_url, tag=tag
-                    )
-                    one = asyncio.run(measure(small, heavy, rounds=1, alone=30))
-                    runs.setdefault(f"async OpenAI adapter (CallDriver.acall), {label}", []).append(
-                        one
-                    )
-                    eprint("adapter", label, one)
-            small, heavy, hook = elsewhere_case(policy, salted(history, f"else-{r}"), f"e{r}-")
-            one = asyncio.run(measure(small, heavy, rounds=1, alone=30))
-            hook.sessions.close()
-            runs.setdefault(ELSEWHERE, []).append(one)
-            eprint("elsewhere", one)
+            for label, n_procs, same in LANES:
+                n_procs = args.processes if n_procs is None else n_procs
+                label = label.format(n=args.processes)
+                for front in ("hook", "adapter"):
+                    one(front, label, n_procs, same, f"{label[:12]}-{r}-", base_url)
             loads.append([round(x, 2) for x in os.getloadavg()])
-    order = ("5 ms", "0.5 ms", "another process")
-    for key in sorted(
-        runs, key=lambda k: (not k.startswith("litellm"), [o in k for o in order].index(True))
-    ):
+    for key in runs:
         results[key] = combined(runs[key])
-        # one front end's small call alone does not depend on the variant: the median of
-        # all its unloaded samples is a steadier denominator than one round's (the
-        # machine's load moves during the run)
-        kind = key.split(",")[0].split(" (")[0]
+        # one front end's small call alone does not depend on the lane much: the
+        # median of all its unloaded samples is a steadier denominator
+        kind = key.split(",")[0]
         pooled = statistics.median(
             r["unloaded_ms"] for k, rs in runs.items() if k.startswith(kind) for r in rs
         )
