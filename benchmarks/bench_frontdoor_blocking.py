@@ -244,6 +244,66 @@ def adapter_case(
     return small, heavy, pool
 
 
+@contextlib.contextmanager
+def gateway(base_url: str, processes: int) -> Iterator[str]:
+    """``ctxpolicy serve`` (one worker, ``--engine-processes``) in a process of its own in
+    front of the scripted server; yields its base URL once ``/healthz`` answers (the
+    gateway serves once its engine processes are up)."""
+    import socket
+
+    import httpx
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    cmd = [
+        *(sys.executable, "-m", "ctxpolicy.cli", "serve"),
+        *("--policy", str(ROOT / "policies" / "agents.yaml"), "--agent", "coding_agent"),
+        *("--upstream", base_url, "--port", str(port), "--log-level", "warning"),
+        *("--engine-processes", str(processes)),
+    ]
+    proc = subprocess.Popen(cmd, cwd=ROOT)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            with contextlib.suppress(httpx.HTTPError):
+                if httpx.get(url + "/healthz", timeout=1).is_success:
+                    break
+            if time.monotonic() > deadline or proc.poll() is not None:
+                raise RuntimeError("the gateway did not start")
+            time.sleep(0.1)
+        yield url
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+
+
+def gateway_case(url: str, history: list[dict[str, Any]], tag: str) -> Any:
+    """A small chat call of one conversation through the gateway while another
+    conversation's long history goes through it (real HTTP on loopback)."""
+    import httpx
+
+    client = httpx.AsyncClient(timeout=600)
+
+    async def post(messages: list[dict[str, Any]], conv: str) -> Any:
+        r = await client.post(
+            url + "/v1/chat/completions",
+            json={"model": "m", "messages": messages},
+            headers={"Authorization": "Bearer k", "X-Ctxpolicy-Conversation": conv},
+        )
+        r.raise_for_status()
+        return r
+
+    async def small() -> Any:
+        return await post(SMALL, "small-" + tag)
+
+    async def heavy(r: int) -> Any:
+        return await post(history, f"heavy-{tag}{r}")
+
+    return small, heavy, client
+
+
 #: The engine lanes compared in one run: worker threads of the front end's process
 #: (before, the default) and worker processes (after), the small conversation in
 #: another engine process than the long one (the goal) and, once, in the same one.
@@ -312,6 +372,21 @@ def main(argv: list[str] | None = None) -> int:
             )
             pool = hook.sessions
             name = f"litellm hook, {label}"
+        elif front == "gateway":
+            with gateway(base_url, n_procs) as url:
+                small, heavy, client = gateway_case(url, salted(history, "gw" + tag), tag)
+
+                async def go() -> dict[str, Any]:
+                    try:
+                        return await measure(small, heavy, rounds=1, alone=30)
+                    finally:
+                        await client.aclose()
+
+                result = asyncio.run(go())
+            name = f"gateway (ctxpolicy serve), {label}"
+            runs.setdefault(name, []).append(result)
+            eprint(name, result)
+            return
         else:
             small, heavy, pool = adapter_case(
                 policy,
@@ -334,7 +409,7 @@ def main(argv: list[str] | None = None) -> int:
             for label, n_procs, same in LANES:
                 n_procs = args.processes if n_procs is None else n_procs
                 label = label.format(n=args.processes)
-                for front in ("hook", "adapter"):
+                for front in ("hook", "adapter", "gateway"):
                     one(front, label, n_procs, same, f"{label[:12]}-{r}-", base_url)
             loads.append([round(x, 2) for x in os.getloadavg()])
     for key in runs:

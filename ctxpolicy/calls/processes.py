@@ -281,11 +281,14 @@ def read_frame(inp: BinaryIO) -> bytes | None:
 
 
 # -- the worker process ----------------------------------------------------------------
-def run_on(session: Any, fn: Callable[..., Any], /, *args: Any) -> Any:
+def run_on(session: Any, fn: Callable[..., Any], /, *args: Any, weight: Any = None) -> Any:
     """``fn(session, *args)`` where the session lives: in this thread for a
     :class:`~ctxpolicy.Session`, in its process for a :class:`RemoteSession` (``fn`` is
-    then a module-level function: it travels by name)."""
-    if isinstance(session, RemoteSession | PlacedSession):
+    then a module-level function: it travels by name); ``weight`` (the step's messages)
+    may first move a :class:`PlacedSession` there."""
+    if isinstance(session, PlacedSession):
+        return session.run(fn, *args, messages=weight)
+    if isinstance(session, RemoteSession):
         return session.run(fn, *args)
     return fn(session, *args)
 
