@@ -2,28 +2,31 @@
 
 Usage::
 
-    python benchmarks/bench_frontdoor_blocking.py [--messages 8000] [--rounds 3] [--quick]
+    python benchmarks/bench_frontdoor_blocking.py [--messages 8000] [--rounds 3]
+        [--processes 2] [--quick]
 
-Two async front ends, each in one event loop, as a proxy or an async agent runs them:
+Three async front ends, each as a proxy, a server or an async agent runs it:
 
 * the LiteLLM proxy hook (``ContextPolicyHook.async_pre_call_hook``, the real LiteLLM
   class), which prepares every chat request of the proxy;
-* an async adapter: ``integrations.openai.wrap(AsyncOpenAI(...))`` sending a real HTTP
-  request to ctxpolicy's scripted server on loopback (in a process of its own).
+* an async adapter: ``integrations.openai.wrap(AsyncOpenAI(...), session)`` sending a
+  real HTTP request to ctxpolicy's scripted server on loopback (in a process of its
+  own), its sessions from one ``SessionPool``;
+* the gateway: ``ctxpolicy serve`` (one worker, a process of its own) in front of the
+  scripted server, called over loopback HTTP.
 
 For each, a small call of one conversation (a short history, its session already open)
 is timed from when it is due to when it is answered, alone (unloaded), then while
-another conversation prepares an
-``--messages``-message history (its first call: every message counted and compacted)
-(loaded). In the same run: the hook with the engine called on the event loop, as every
-async front end but the gateway did before (once); then, round by round, each front end
-with the interpreter's default switch interval (5 ms, ``CTXPOLICY_SWITCH_INTERVAL=0``:
-before) and with the 0.5 ms ``ctxpolicy.calls.off_loop`` sets while engine work runs
-(after), and the hook's small calls while the long history is prepared by another
-process (no interpreter shared: the floor). Every measurement has a conversation and a
-history of its own (no cache of another one helps it). Reports loaded ÷ unloaded
-(median over small calls, then over rounds) and the load averages. Writes
-benchmarks/results/bench_frontdoor_blocking.{json,md}.
+another conversation prepares an ``--messages``-message history (its first call: every
+message counted and compacted) (loaded). In the same run: the hook with the engine
+called on the event loop, as every async front end but the gateway did once; then,
+round by round and interleaved, each front end with the engine in worker threads of its
+own process (before: the default) and with ``--processes`` engine processes (after:
+``engine_processes=N`` / ``--engine-processes N``; the long conversation moves to one at
+its first heavy step, the small one stays in the front end's threads). Every
+measurement has a conversation and a history of its own (no cache of another one helps
+it). Reports loaded ÷ unloaded (median over small calls, then over rounds) and the load
+averages. Writes benchmarks/results/bench_frontdoor_blocking.{json,md}.
 """
 
 from __future__ import annotations
@@ -162,7 +165,6 @@ def hook_case(
     on_loop: bool,
     tag: str = "",
     processes: int = 0,
-    same: bool = False,
 ) -> Any:
     from litellm.proxy._types import UserAPIKeyAuth
 
@@ -172,13 +174,6 @@ def hook_case(
     key = UserAPIKeyAuth(api_key="sk-bench")
     if hook.sessions.processes is not None:
         hook.sessions.processes.start(wait=True)
-        tenant = ctx_litellm.tenant_of(key)
-
-        def where(conv: str) -> int:
-            k = (policy.agent, tenant, ctx_litellm._conversation("m", conv))
-            return hook.sessions.processes.index(k)
-
-        tag = placed(tag, where, same)
 
     async def pre(messages: list[dict[str, Any]], conv: str) -> Any:
         data = {"model": "m", "messages": list(messages), "litellm_session_id": conv}
@@ -196,23 +191,12 @@ def hook_case(
     return small, heavy, hook
 
 
-def placed(tag: str, where: Callable[[str], int], same: bool) -> str:
-    """``tag`` extended until the heavy conversations of the measurement live in the
-    small conversation's engine process (``same``) or in another one."""
-    for i in range(1000):
-        t = f"{tag}{i}-"
-        if all((where(f"heavy-False-{t}{r}") == where("small")) == same for r in range(1)):
-            return t
-    raise RuntimeError("no placement found")
-
-
 def adapter_case(
     policy: Any,
     history: list[dict[str, Any]],
     base_url: str,
     tag: str = "",
     processes: int = 0,
-    same: bool = False,
 ) -> Any:
     """The async OpenAI adapter; with ``processes``, its sessions come from a pool whose
     engine runs in that many processes (``SessionPool(..., engine_processes=N)``)."""
@@ -224,12 +208,6 @@ def adapter_case(
     pool = SessionPool(policy, engine_processes=processes)
     if pool.processes is not None:
         pool.processes.start(wait=True)
-        procs = pool.processes
-
-        def where(conv: str) -> int:
-            return procs.index((policy.agent, "", conv.replace("-False-", "-")))
-
-        tag = placed(tag, where, same)
     client = openai.AsyncOpenAI(base_url=base_url, api_key="k", max_retries=0)
     small_client = wrap(client, pool.get("small"))
 
@@ -305,12 +283,8 @@ def gateway_case(url: str, history: list[dict[str, Any]], tag: str) -> Any:
 
 
 #: The engine lanes compared in one run: worker threads of the front end's process
-#: (before, the default) and worker processes (after), the small conversation in
-#: another engine process than the long one (the goal) and, once, in the same one.
-LANES = (
-    ("engine in threads (before)", 0, False),
-    ("engine in {n} processes (after)", None, False),
-)
+#: (before, the default) and engine processes (after; ``None``: ``--processes``).
+LANES = (("engine in threads (before)", 0), ("engine in {n} processes (after)", None))
 
 
 def salted(history: list[dict[str, Any]], salt: str) -> list[dict[str, Any]]:
@@ -341,6 +315,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--quick", action="store_true", help="2,000 messages, one round")
     ap.add_argument("--processes", type=int, default=2, help="engine processes (after)")
+    ap.add_argument(
+        "--fronts",
+        default="hook,adapter,gateway",
+        help="front ends to measure (comma-separated: hook, adapter, gateway)",
+    )
     args = ap.parse_args(argv)
     n, rounds = (2000, 1) if args.quick else (args.messages, args.rounds)
     home = tempfile.mkdtemp(prefix="ctxpolicy-bench-")
@@ -353,14 +332,15 @@ def main(argv: list[str] | None = None) -> int:
     loads: list[list[float]] = [[round(x, 2) for x in os.getloadavg()]]
 
     eprint(f"{n} messages, {rounds} round(s)")
-    name = "litellm hook, engine on the loop (before)"
-    small, heavy, hook = hook_case(policy, salted(history, "on-loop"), on_loop=True)
-    results[name] = asyncio.run(measure(small, heavy, rounds=1, alone=30))
-    hook.sessions.close()
-    eprint(name, results[name])
+    if "hook" in args.fronts.split(","):
+        name = "litellm hook, engine on the loop (before)"
+        small, heavy, hook = hook_case(policy, salted(history, "on-loop"), on_loop=True)
+        results[name] = asyncio.run(measure(small, heavy, rounds=1, alone=30))
+        hook.sessions.close()
+        eprint(name, results[name])
     runs: dict[str, list[dict[str, Any]]] = {}
 
-    def one(front: str, label: str, n_procs: int, same: bool, tag: str, base_url: str) -> None:
+    def one(front: str, label: str, n_procs: int, tag: str, base_url: str) -> None:
         if front == "hook":
             small, heavy, hook = hook_case(
                 policy,
@@ -368,7 +348,6 @@ def main(argv: list[str] | None = None) -> int:
                 on_loop=False,
                 tag=tag,
                 processes=n_procs,
-                same=same,
             )
             pool = hook.sessions
             name = f"litellm hook, {label}"
@@ -394,7 +373,6 @@ def main(argv: list[str] | None = None) -> int:
                 base_url,
                 tag=tag,
                 processes=n_procs,
-                same=same,
             )
             name = f"async OpenAI adapter, {label}"
         try:
@@ -406,11 +384,11 @@ def main(argv: list[str] | None = None) -> int:
 
     with served() as base_url:
         for r in range(rounds):  # before and after interleaved, round by round
-            for label, n_procs, same in LANES:
+            for label, n_procs in LANES:
                 n_procs = args.processes if n_procs is None else n_procs
                 label = label.format(n=args.processes)
-                for front in ("hook", "adapter", "gateway"):
-                    one(front, label, n_procs, same, f"{label[:12]}-{r}-", base_url)
+                for front in args.fronts.split(","):
+                    one(front, label, n_procs, f"{label[:12]}-{r}-", base_url)
             loads.append([round(x, 2) for x in os.getloadavg()])
     for key in runs:
         results[key] = combined(runs[key])
@@ -467,7 +445,7 @@ def main(argv: list[str] | None = None) -> int:
             ),
             "",
             "Reproduce: `.venv/bin/python benchmarks/bench_frontdoor_blocking.py` "
-            "(`--quick`: 2,000 messages, one round).",
+            f"(`--processes {args.processes}`; `--quick`: 2,000 messages, one round).",
         ]
     )
     publish(
