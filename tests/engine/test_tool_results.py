@@ -27,6 +27,7 @@ from ctxpolicy.plugins import get_registry, hookimpl, register_plugin, unregiste
 from ctxpolicy.policy.models import Policy, ToolRule
 from ctxpolicy.snapshots import LocalStore
 from ctxpolicy.snapshots.recall import recall
+from tests.engine_helpers import bare_policy
 
 CODING_TOOLS = {
     "run_tests": {"preprocess": "test_failures", "options": {"keep_failed_only": True}},
@@ -41,22 +42,8 @@ CODING_TOOLS = {
 
 
 def make_policy(tools: Mapping[str, Any] | None = None, **snapshots: Any) -> Policy:
-    return Policy.model_validate(
-        {
-            "agent": "coding_agent",
-            "model": {"context_window": 128000},
-            "budget": {},
-            "thresholds": {},
-            "pipeline": [],
-            "on_overflow": {"layer": "emergency"},
-            "tools": dict(CODING_TOOLS if tools is None else tools),
-            "snapshots": snapshots,
-            "pinned": {},
-            "ledger": {},
-            "constraints": [],
-            "cache": {},
-        }
-    )
+    tools = dict(CODING_TOOLS if tools is None else tools)
+    return bare_policy("coding_agent", 128000, tools=tools, snapshots=snapshots)
 
 
 @pytest.fixture

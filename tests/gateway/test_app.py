@@ -3,7 +3,6 @@ server as upstream over real HTTP."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
@@ -12,7 +11,7 @@ import pytest
 
 from ctxpolicy.engine import Session
 from ctxpolicy.testing.server import ScriptedLLMServer
-from tests.integrations.conftest import big_output, make_policy
+from tests.integrations.conftest import big_output, make_policy, read_history
 
 from .conftest import config_for, run_gateway
 
@@ -24,30 +23,7 @@ RESERVE = 512
 
 
 def history(steps: int) -> list[dict[str, Any]]:
-    msgs: list[dict[str, Any]] = [
-        {"role": "system", "content": "You are a coding agent."},
-        {"role": "user", "content": "Fix the failing test in the repository."},
-    ]
-    for i in range(steps):
-        cid = f"call_{i}"
-        msgs.append(
-            {
-                "role": "assistant",
-                "content": None,
-                "tool_calls": [
-                    {
-                        "id": cid,
-                        "type": "function",
-                        "function": {
-                            "name": "read_file",
-                            "arguments": json.dumps({"path": f"f{i}.py"}),
-                        },
-                    }
-                ],
-            }
-        )
-        msgs.append({"role": "tool", "tool_call_id": cid, "content": big_output(i, 60)})
-    return msgs
+    return read_history(steps, 60, "Fix the failing test in the repository.")
 
 
 def test_openai_sdk_upstream_gets_what_prepare_sends(
