@@ -137,6 +137,17 @@ def _extra() -> str:
     "from the state store).",
 )
 @click.option(
+    "--engine-processes",
+    default=0,
+    show_default=True,
+    type=click.IntRange(0, 256),
+    envvar="CTXPOLICY_ENGINE_PROCESSES",
+    help="Engine processes per worker. 0: the engine runs in the worker's threads. N: a "
+    "conversation moves to one of N processes at its first heavy request (200 messages "
+    "or 400,000 characters; CTXPOLICY_ENGINE_HEAVY), so one long history never slows "
+    "the other conversations. Give the policy a durable state store (sqlite, postgres).",
+)
+@click.option(
     "--keep-alive",
     default=KEEP_ALIVE_S,
     show_default=True,
@@ -196,6 +207,7 @@ def serve(
     session_headers: tuple[str, ...],
     max_body_bytes: int,
     max_sessions: int,
+    engine_processes: int,
     keep_alive: int,
     record: str | None,
     dashboard: bool,
@@ -304,6 +316,7 @@ def serve(
             "session_headers": list(session_headers),
             "max_body_bytes": max_body_bytes,
             "max_sessions": max_sessions,
+            "engine_processes": engine_processes,
             "record": os.path.abspath(record) if record else None,
             "dashboard": dashboard,
             "events": os.path.abspath(events) if events else None,

@@ -108,6 +108,7 @@ class Gateway:
             max_sessions=config.max_sessions,
             record=config.record,
             observe=observers(self),
+            engine_processes=config.engine_processes,
         )
         self.identity = Identity(
             self.secret,
@@ -133,6 +134,9 @@ class Gateway:
             timeout=httpx.Timeout(self.config.timeout, connect=30.0),
             limits=httpx.Limits(max_connections=512, max_keepalive_connections=256),
         )
+        processes = self.pool.pool.processes
+        if processes is not None:  # serving once the engine processes are up
+            await off_loop(processes.start, wait=True)
 
     async def shutdown(self) -> None:
         if self._tasks:  # usage still being recorded: let it finish before closing

@@ -26,7 +26,7 @@ import httpx
 from starlette.requests import Request
 from starlette.responses import Response
 
-from ctxpolicy.calls import CallDriver, off_loop
+from ctxpolicy.calls import CallDriver, off_loop, run_on
 from ctxpolicy.calls.driver import Message, Record, ToolCallRef, Tools
 from ctxpolicy.gateway import recall as recall_mod
 from ctxpolicy.gateway.errors import RESP_DROP, UpstreamError, error_response
@@ -421,7 +421,7 @@ class _Driver(CallDriver):
         self.owner = call
 
     def prepare_step(self, messages: list[Message], tools: Tools) -> list[Message]:
-        done = prepare_sync(self.session, messages, tools)
+        done: Prepared = run_on(self.session, prepare_sync, messages, tools, weight=messages)
         if done.over is not None:
             raise _PrefixTooLarge(*done.over)
         return self.owner.gw.prepared(self.owner.agent, done)

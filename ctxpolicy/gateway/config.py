@@ -35,6 +35,9 @@ class GatewayConfig:
     session_headers: tuple[str, ...] = ()
     max_body_bytes: int = 32 * 1024 * 1024
     max_sessions: int = 4096
+    #: engine processes per worker (0: the engine in the worker's threads); a
+    #: conversation moves to one at its first heavy step (ctxpolicy.calls.processes)
+    engine_processes: int = 0
     #: a directory: each conversation's requests recorded as a trace (``record=``)
     record: str | None = None
     timeout: float = 600.0
