@@ -91,7 +91,7 @@ from pathlib import Path
 import uvicorn
 from ctxpolicy.gateway.app import GatewayConfig, create_app
 from tests.integrations.conftest import make_policy
-port, upstream, tmp = int(sys.argv[1]), sys.argv[2], sys.argv[3]
+port, upstream, tmp, http, loop = int(sys.argv[1]), sys.argv[2], sys.argv[3], sys.argv[4], sys.argv[5]
 cfg = GatewayConfig(
     policies={"a": make_policy(Path(tmp), window=1_000_000)},
     upstream=upstream,
@@ -99,7 +99,8 @@ cfg = GatewayConfig(
     secret=b"bench",
 )
 uvicorn.run(
-    create_app(cfg), host="127.0.0.1", port=port, log_level="warning", timeout_keep_alive=75
+    create_app(cfg), host="127.0.0.1", port=port, log_level="warning", timeout_keep_alive=75,
+    http=http, loop=loop,
 )
 """
 
@@ -123,12 +124,27 @@ class _Proc:
             self.popen.kill()
 
 
+def server_impls(root: Path) -> tuple[str, str]:
+    """The HTTP parser and event loop ``ctxpolicy serve`` of the checkout ``root`` runs on
+    when installed from its own lock: httptools and uvloop when its lock has them (its
+    ``--http``/``--loop`` auto), else uvicorn's pure-Python h11 on asyncio's loop. Every
+    checkout's gateway runs in this interpreter, so a baseline whose lock lacks them is
+    run as it would be installed, not with what this tree added."""
+    lock = (root / "uv.lock").read_text() if (root / "uv.lock").exists() else ""
+    http = "httptools" if 'name = "httptools"' in lock else "h11"
+    loop = "uvloop" if 'name = "uvloop"' in lock else "asyncio"
+    return http, loop
+
+
 def _gateway(root: Path, upstream: str, tmp: str) -> tuple[_Proc, str]:
     port = _free_port()
     os.makedirs(tmp, exist_ok=True)
     env = {**os.environ, "PYTHONPATH": str(root)}
+    http, loop = server_impls(root)
     popen = subprocess.Popen(
-        [sys.executable, "-c", GATEWAY_CODE, str(port), upstream, tmp], cwd=root, env=env
+        [sys.executable, "-c", GATEWAY_CODE, str(port), upstream, tmp, http, loop],
+        cwd=root,
+        env=env,
     )
     gateway = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 60

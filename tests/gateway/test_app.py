@@ -11,6 +11,7 @@ import httpx
 import pytest
 
 from ctxpolicy.engine import Session
+from ctxpolicy.gateway.config import GatewayConfig
 from ctxpolicy.testing.server import ScriptedLLMServer
 from tests.integrations.conftest import big_output, make_policy
 
@@ -203,3 +204,66 @@ def test_record_writes_each_conversation_as_a_replayable_trace(
     for f in files:
         assert f.stat().st_mode & 0o777 == 0o600
         assert load_trace(f) == history(3)  # raw, once each, in order
+
+
+def test_upstream_cookies_are_passed_on_never_kept(tmp_path: Path) -> None:
+    """A cookie the upstream sets reaches the client that got it, and is never sent
+    upstream with another client's request (the gateway keeps no cookie jar)."""
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    seen: list[str | None] = []
+    reply = json.dumps(
+        {
+            "id": "c",
+            "object": "chat.completion",
+            "model": "m",
+            "choices": [
+                {
+                    "index": 0,
+                    "message": {"role": "assistant", "content": "ok"},
+                    "finish_reason": "stop",
+                }
+            ],
+            "usage": {"prompt_tokens": 5, "completion_tokens": 1, "total_tokens": 6},
+        }
+    ).encode()
+
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, format: str, *args: Any) -> None:
+            pass
+
+        def do_POST(self) -> None:
+            self.rfile.read(int(self.headers.get("content-length") or 0))
+            seen.append(self.headers.get("cookie"))
+            self.send_response(200)
+            self.send_header("content-type", "application/json")
+            self.send_header("set-cookie", f"session=tenant{len(seen)}; Path=/")
+            self.send_header("content-length", str(len(reply)))
+            self.end_headers()
+            self.wfile.write(reply)
+
+    srv = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    cfg = GatewayConfig(
+        policies={"test_agent": make_policy(tmp_path / "gw")},
+        upstream=f"http://127.0.0.1:{srv.server_address[1]}",
+        default_agent="test_agent",
+        secret=b"test-secret",
+    )
+    try:
+        with run_gateway(cfg) as gw:
+            body = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
+            for key in ("Bearer a", "Bearer b"):
+                with httpx.Client() as c:  # a fresh client: no cookie of its own
+                    r = c.post(
+                        gw.url + "/v1/chat/completions", json=body, headers={"Authorization": key}
+                    )
+                assert r.status_code == 200, r.text
+                assert r.headers["set-cookie"].startswith(f"session=tenant{len(seen)}")
+    finally:
+        srv.shutdown()
+        srv.server_close()
+    assert seen == [None, None]
