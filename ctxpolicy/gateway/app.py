@@ -31,7 +31,7 @@ from ctxpolicy.calls import off_loop
 from ctxpolicy.gateway.calls import Prepared, completion
 from ctxpolicy.gateway.config import GatewayConfig
 from ctxpolicy.gateway.dashboard import PREFIX, Dashboard, observers
-from ctxpolicy.gateway.errors import RESP_DROP, UpstreamError, error_response
+from ctxpolicy.gateway.errors import RESP_DROP, UpstreamError, body_chunks, error_response
 from ctxpolicy.gateway.identity import Identity, Refused
 from ctxpolicy.gateway.metrics import Metrics
 from ctxpolicy.gateway.routing import (
@@ -367,7 +367,7 @@ class Gateway:
         """The upstream's answer to the client chunk by chunk as it arrives (never whole);
         ``chunks`` when part of it was read already (held by the recall probe)."""
         headers = {k: v for k, v in resp.headers.items() if k.lower() not in RESP_DROP}
-        source = chunks if chunks is not None else resp.aiter_raw()
+        source = chunks if chunks is not None else body_chunks(resp)
 
         async def body() -> AsyncIterator[bytes]:
             try:

@@ -30,7 +30,7 @@ from starlette.responses import Response
 from ctxpolicy.calls import CallDriver, off_loop
 from ctxpolicy.calls.driver import Message, Record, ToolCallRef, Tools
 from ctxpolicy.gateway import recall as recall_mod
-from ctxpolicy.gateway.errors import RESP_DROP, UpstreamError, error_response
+from ctxpolicy.gateway.errors import RESP_DROP, UpstreamError, body_chunks, error_response
 from ctxpolicy.gateway.identity import Conversation, Identity
 from ctxpolicy.gateway.recall_stream import RecallProbe
 from ctxpolicy.gateway.routing import OPENAI
@@ -340,7 +340,7 @@ class _Call:
             await resp.aclose()
             return _Failed(resp.status_code, text, _passed_on(resp))
         if self.stream:
-            return _Streamed(resp, b"", resp.aiter_raw())
+            return _Streamed(resp, b"", body_chunks(resp))
         raw = await resp.aread()
         await resp.aclose()
         try:

@@ -267,3 +267,65 @@ def test_upstream_cookies_are_passed_on_never_kept(tmp_path: Path) -> None:
         srv.shutdown()
         srv.server_close()
     assert seen == [None, None]
+
+
+def test_a_compressed_upstream_answer_reaches_the_client_decoded(tmp_path: Path) -> None:
+    """The upstream gzips its answers (as providers do when asked): a forwarded path and
+    a streamed prepared call reach the client readable, whatever it asked for."""
+    import gzip
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    models = json.dumps({"object": "list", "data": [{"id": "m", "object": "model"}]}).encode()
+    chunk = {
+        "id": "c",
+        "object": "chat.completion.chunk",
+        "model": "m",
+        "choices": [{"index": 0, "delta": {"content": "hello"}, "finish_reason": None}],
+    }
+    events = f"data: {json.dumps(chunk)}\n\ndata: [DONE]\n\n".encode()
+
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, format: str, *args: Any) -> None:
+            pass
+
+        def _gzipped(self, body: bytes, kind: str) -> None:
+            packed = gzip.compress(body)
+            self.send_response(200)
+            self.send_header("content-type", kind)
+            self.send_header("content-encoding", "gzip")
+            self.send_header("content-length", str(len(packed)))
+            self.end_headers()
+            self.wfile.write(packed)
+
+        def do_GET(self) -> None:
+            self._gzipped(models, "application/json")
+
+        def do_POST(self) -> None:
+            self.rfile.read(int(self.headers.get("content-length") or 0))
+            self._gzipped(events, "text/event-stream")
+
+    srv = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    cfg = GatewayConfig(
+        policies={"test_agent": make_policy(tmp_path / "gw")},
+        upstream=f"http://127.0.0.1:{srv.server_address[1]}",
+        default_agent="test_agent",
+        secret=b"test-secret",
+        stream_usage=False,
+    )
+    try:
+        with run_gateway(cfg) as gw, httpx.Client() as c:
+            auth = {"Authorization": "Bearer k", "Accept-Encoding": "identity"}
+            r = c.get(gw.url + "/v1/models", headers=auth)
+            assert r.status_code == 200 and "content-encoding" not in r.headers
+            assert r.json()["data"][0]["id"] == "m"
+            body = {"model": "m", "stream": True, "messages": [{"role": "user", "content": "hi"}]}
+            r = c.post(gw.url + "/v1/chat/completions", json=body, headers=auth)
+            assert r.status_code == 200 and "content-encoding" not in r.headers
+            assert '"hello"' in r.text and "[DONE]" in r.text
+    finally:
+        srv.shutdown()
+        srv.server_close()
