@@ -237,6 +237,25 @@ def test_rule_max_tokens_bounds_any_chain_and_a_step_keeps_its_own_budget() -> N
     assert len(out) < 600  # the step's own 100 tokens win over the rule's 1,000
 
 
+def test_rule_max_tokens_bounds_the_growth_reserve() -> None:
+    """The trigger's first tool-growth reserve is at most what the catch-all rule lets
+    one result bring: with a window share, that share of the window."""
+    from ctxpolicy.budget import rule_bound
+
+    def bound(rule: dict[str, Any], window: int) -> int | None:
+        p = make_policy({"*": rule}, enabled=False)
+        return rule_bound(
+            p.model_copy(update={"model": p.model.model_copy(update={"context_window": window})})
+        )
+
+    share = {"preprocess": "head_tail", "options": {"max_chars": 40_000}, "max_tokens": "6%"}
+    assert bound(share, 16384) == 983 + 64 and bound(share, 8192) == 491 + 64
+    assert bound({"preprocess": ["redact"], "max_tokens": 300}, 8192) == 300 + 64
+    own = {"preprocess": "head_tail", "options": {"max_tokens": 100}, "max_tokens": "6%"}
+    assert bound(own, 16384) == 100 + 64  # the smaller of the two
+    assert bound({"preprocess": ["redact"]}, 8192) is None
+
+
 # --------------------------------------------------------------------------- redaction
 
 SECRETS = {
