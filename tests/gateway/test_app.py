@@ -3,6 +3,7 @@ server as upstream over real HTTP."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
