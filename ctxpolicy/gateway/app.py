@@ -98,6 +98,10 @@ def _default_headers() -> dict[str, str]:
     return dict(httpx.AsyncClient(transport=httpx.AsyncBaseTransport()).headers)
 
 
+#: upstream urls kept parsed with their transport (a query string makes a url of its own)
+_TARGETS = 256
+
+
 class _TooLarge(Exception):
     pass
 
@@ -151,6 +155,7 @@ class Gateway:
         self._defaults: dict[str, str] = {}
         self._extensions: dict[str, Any] = {}
         self._transports: dict[str, httpx.AsyncBaseTransport] = {}
+        self._targets: dict[str, tuple[httpx.AsyncBaseTransport, httpx.URL]] = {}
 
     async def startup(self) -> None:
         timeout = httpx.Timeout(self.config.timeout, connect=30.0)
@@ -179,6 +184,7 @@ class Gateway:
         for transport in {id(t): t for t in self._transports.values()}.values():
             await transport.aclose()
         self._transports = {}
+        self._targets = {}
         await off_loop(self.pool.close)
 
     # -- helpers -------------------------------------------------------------------
@@ -202,16 +208,18 @@ class Gateway:
         self, method: str, url: str, headers: dict[str, str], body: bytes
     ) -> httpx.Response:
         """``method url`` to its upstream, the answer not read yet (streamed)."""
-        transport = None
-        for prefix, t in self._transports.items():
-            if url.startswith(prefix):
-                transport = t
-                break
-        if transport is None:  # every url is built from a base: a bug, said as one
-            raise RuntimeError("no upstream transport for this url (gateway not started?)")
+        target = self._targets.get(url)
+        if target is None:  # the few urls a gateway calls, parsed once (a bounded cache)
+            transport = next((t for p, t in self._transports.items() if url.startswith(p)), None)
+            if transport is None:  # every url is built from a base: a bug, said as one
+                raise RuntimeError("no upstream transport for this url (gateway not started?)")
+            if len(self._targets) >= _TARGETS:
+                self._targets.clear()
+            target = self._targets[url] = (transport, httpx.URL(url))
+        transport, parsed = target
         req = httpx.Request(
             method,
-            url,
+            parsed,
             headers={**self._defaults, **headers},
             content=body,
             extensions=self._extensions,
