@@ -282,7 +282,7 @@ class ProgressLedger:
         step = f"step {u.round}" if u.round is not None else None
         if step:
             entry = f"{step}: {entry}"
-        outcome = first_meaningful_line(clean, 80)
+        outcome = _said_line(clean, 80)
         if outcome and not _is_table(clean):
             entry += f" → {outcome}"
         ref = REF_LINE.search(out) if REF_MARK in out else None
@@ -470,7 +470,9 @@ class ProgressLedger:
             lines.extend(f"- {_MARK.get(t.status, '[ ]')} {t.text}" for t in parts["todos"])
         if parts["done"]:
             lines.append("Done:")
-            lines.extend(f"- {d}" for d in parts["done"])
+            # a step's snapshot reference is a handle for ctx_recall: without the tool
+            # it tells the model nothing (the archive line above says where it all is)
+            lines.extend(f"- {d if st.recall else _STEP_REF.sub('', d)}" for d in parts["done"])
         changed = [a for a in parts["artifacts"] if not a.state.startswith("seen")]
         if changed:
             lines.append("Artifacts (latest state):")
@@ -640,3 +642,16 @@ def check_stored(value: Mapping[str, Any]) -> dict[str, Any]:
 #: The old name of :class:`ProgressLedger` (it collided with the policy model
 #: :class:`ctxpolicy.policy.models.Ledger`), kept for one release.
 Ledger = ProgressLedger
+
+
+#: the snapshot reference a step's entry ends with (``describe_call … [ctxsnap://…]``)
+_STEP_REF = re.compile(r" \[[a-z][a-z0-9+.-]*://[^\]\s]*\]$")
+
+
+def _said_line(text: str, n: int) -> str:
+    """The first line of ``text`` that says something (a letter or a digit, not a
+    bracket or a rule alone: a JSON result's ``{``), at most ``n`` characters."""
+    for line in text.splitlines()[:200]:
+        if any(c.isalnum() for c in line):
+            return first_meaningful_line(line, n)
+    return ""

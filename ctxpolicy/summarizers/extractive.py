@@ -189,7 +189,33 @@ class ExtractiveSummarizer(Summarizer):
             items = d.sections[s]
             if len(items) > opts.max_items:
                 d.sections[s] = items[-opts.max_items :]
+        _drop_contained(d)
         return _bound(d, request.max_tokens, request.count_text or estimate_tokens)
+
+
+#: Sections whose items are names: one that another item of them spells out whole is
+#: said twice (``test_writer.py`` beside ``tests/migrations/test_writer.py``).
+NAMED = ("Files", "Identifiers")
+
+
+def _drop_contained(d: Digest) -> None:
+    """Leave out of :data:`NAMED` every item found inside another of their items (an
+    item in both keeps its first place, Files first): the longer one says it already,
+    and the room goes to an item not said at all. At most ``max_items`` per section,
+    so the check is bounded."""
+    seen: set[str] = set()
+    items = [i for s in NAMED for i in d.sections[s]]
+    keep: dict[str, list[str]] = {s: [] for s in NAMED}
+    for s in NAMED:
+        for item in d.sections[s]:
+            if item in seen:
+                continue
+            if any(item != other and item in other for other in items):
+                continue
+            seen.add(item)
+            keep[s].append(item)
+    for s in NAMED:
+        d.sections[s] = keep[s]
 
 
 def _parsed(args: Any) -> Any:
