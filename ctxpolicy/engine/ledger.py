@@ -635,8 +635,3 @@ def check_stored(value: Mapping[str, Any]) -> dict[str, Any]:
     out["instructions_dropped"] = dropped
     out["recall"] = value.get("recall") is True
     return out
-
-
-#: The old name of :class:`ProgressLedger` (it collided with the policy model
-#: :class:`ctxpolicy.policy.models.Ledger`), kept for one release.
-Ledger = ProgressLedger
