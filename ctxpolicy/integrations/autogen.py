@@ -50,6 +50,8 @@ from ctxpolicy.integrations._common import (
     as_session,
     conversation_key,
     json_args,
+    lazy_class,
+    recall_docs,
     require,
 )
 
@@ -309,8 +311,6 @@ def _make_context_class() -> type:
             """``ctx_recall`` and ``ctx_search`` as AutoGen ``FunctionTool``\\ s."""
             from autogen_core.tools import FunctionTool
 
-            from ctxpolicy.snapshots.recall import recall_tools as schemas
-
             handler = self.session.recall_tool()[1]
 
             async def ctx_recall(ref: str, lines: str = "", grep: str = "") -> str:
@@ -322,7 +322,7 @@ def _make_context_class() -> type:
 
             ctx_recall.__annotations__ = {"ref": str, "lines": str, "grep": str, "return": str}
             ctx_search.__annotations__ = {"pattern": str, "regex": bool, "return": str}
-            docs = {s["function"]["name"]: s["function"]["description"] for s in schemas()}
+            docs = recall_docs()
             return [
                 FunctionTool(fn, description=docs[fn.__name__], name=fn.__name__)
                 for fn in (ctx_recall, ctx_search)
@@ -337,14 +337,9 @@ def _make_context_class() -> type:
     return CtxPolicyContext
 
 
-_CLASS: type | None = None
+_LAZY = lazy_class(__name__, "CtxPolicyContext", _make_context_class)
 
 
 def __getattr__(name: str) -> Any:
     # the class subclasses autogen's ChatCompletionContext: built on first access
-    global _CLASS
-    if name == "CtxPolicyContext":
-        if _CLASS is None:
-            _CLASS = _make_context_class()
-        return _CLASS
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return _LAZY(name)

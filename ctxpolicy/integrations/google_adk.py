@@ -44,7 +44,13 @@ from urllib.parse import quote
 from ctxpolicy.calls.driver import CallSteps, UsageOnly, off_loop
 from ctxpolicy.calls.pool import SessionPool, resolve_policy
 from ctxpolicy.conversation import content_text, message_fingerprint
-from ctxpolicy.integrations._common import Message, conversation_key, require
+from ctxpolicy.integrations._common import (
+    Message,
+    conversation_key,
+    lazy_class,
+    recall_docs,
+    require,
+)
 
 if TYPE_CHECKING:  # pragma: no cover
     from ctxpolicy.engine import Session
@@ -403,9 +409,7 @@ def _make_class() -> type:
             """``ctx_recall`` and ``ctx_search`` as ADK tools (the calling conversation)."""
             from google.adk.tools import FunctionTool
 
-            from ctxpolicy.snapshots.recall import recall_tools as schemas
-
-            docs = {s["function"]["name"]: s["function"]["description"] for s in schemas()}
+            docs = recall_docs()
             owner = self
 
             def answer(ids: tuple[str, str, str, str], name: str, args: dict[str, Any]) -> str:
@@ -448,14 +452,9 @@ def _reraise(exc: Exception) -> Any:
     raise exc
 
 
-_CLASS: type | None = None
+_LAZY = lazy_class(__name__, "ContextPolicyPlugin", _make_class)
 
 
 def __getattr__(name: str) -> Any:
     # the class subclasses ADK's BasePlugin: built on first access
-    global _CLASS
-    if name == "ContextPolicyPlugin":
-        if _CLASS is None:
-            _CLASS = _make_class()
-        return _CLASS
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return _LAZY(name)

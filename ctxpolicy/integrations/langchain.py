@@ -66,7 +66,9 @@ from ctxpolicy.integrations._common import (
     Message,
     conversation_key,
     json_args,
+    lazy_class,
     parse_args,
+    recall_docs,
     require,
 )
 
@@ -360,8 +362,6 @@ def recall_tools(session_of: Callable[[Any], Session | None]) -> list[Any]:
     from langchain.tools import ToolRuntime
     from langchain_core.tools import StructuredTool
 
-    from ctxpolicy.snapshots.recall import recall_tools as schemas
-
     def run(name: str, runtime: Any, args: dict[str, Any]) -> str:
         session = session_of(runtime)
         if session is None:
@@ -390,7 +390,7 @@ def recall_tools(session_of: Callable[[Any], Session | None]) -> list[Any]:
         "regex": bool,
         "return": str,
     }
-    docs = {s["function"]["name"]: s["function"]["description"] for s in schemas()}
+    docs = recall_docs()
     return [
         StructuredTool.from_function(fn, name=fn.__name__, description=docs[fn.__name__])
         for fn in (ctx_recall, ctx_search)
@@ -584,18 +584,13 @@ def _make_middleware_class() -> type:
     return CtxPolicyMiddleware
 
 
-_CLASS: type | None = None
+_LAZY = lazy_class(__name__, "CtxPolicyMiddleware", _make_middleware_class)
 
 
 def __getattr__(name: str) -> Any:
     # ``CtxPolicyMiddleware`` subclasses langchain's AgentMiddleware, so it is built on
     # first access: importing this module never needs langchain.
-    global _CLASS
-    if name == "CtxPolicyMiddleware":
-        if _CLASS is None:
-            _CLASS = _make_middleware_class()
-        return _CLASS
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return _LAZY(name)
 
 
 # --------------------------------------------------------------------------- LangGraph hook

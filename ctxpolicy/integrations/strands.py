@@ -38,7 +38,14 @@ from typing import TYPE_CHECKING, Any
 from ctxpolicy.calls.driver import off_loop
 from ctxpolicy.calls.pool import resolve_policy
 from ctxpolicy.conversation import content_text, message_fingerprint
-from ctxpolicy.integrations._common import Message, as_session, conversation_key, require
+from ctxpolicy.integrations._common import (
+    Message,
+    as_session,
+    conversation_key,
+    lazy_class,
+    recall_docs,
+    require,
+)
 
 if TYPE_CHECKING:  # pragma: no cover
     from ctxpolicy.engine import Session
@@ -315,9 +322,7 @@ def _make_class() -> type:
             """``ctx_recall`` and ``ctx_search`` as Strands tools (this conversation only)."""
             from strands import tool
 
-            from ctxpolicy.snapshots.recall import recall_tools as schemas
-
-            docs = {s["function"]["name"]: s["function"]["description"] for s in schemas()}
+            docs = recall_docs()
             owner = self
 
             def answer(name: str, args: dict[str, Any]) -> str:
@@ -341,14 +346,9 @@ def _make_class() -> type:
     return CtxPolicyConversationManager
 
 
-_CLASS: type | None = None
+_LAZY = lazy_class(__name__, "CtxPolicyConversationManager", _make_class)
 
 
 def __getattr__(name: str) -> Any:
     # the class subclasses Strands' ConversationManager: built on first access
-    global _CLASS
-    if name == "CtxPolicyConversationManager":
-        if _CLASS is None:
-            _CLASS = _make_class()
-        return _CLASS
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return _LAZY(name)
