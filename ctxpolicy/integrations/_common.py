@@ -10,12 +10,14 @@ from typing import TYPE_CHECKING, Any, TypeVar, cast
 from ctxpolicy._install import extra_hint
 from ctxpolicy.calls.driver import CallDriver
 from ctxpolicy.calls.pool import conversation_key
+from ctxpolicy.conversation.messages import call_arguments
 from ctxpolicy.wire.base import is_given, json_args, parse_args, to_plain
 
 __all__ = [
     "Proxy",
     "acall_with_retry",
     "as_session",
+    "call_args",
     "call_with_retry",
     "conversation_key",
     "is_async_callable",
@@ -134,6 +136,16 @@ def is_async_callable(fn: Any) -> bool:
         return inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(inspect.unwrap(fn))
     except Exception:  # pragma: no cover - odd callables
         return False
+
+
+def call_args(call: Mapping[str, Any]) -> Any:
+    """A tool call's arguments parsed from their JSON text (``{}`` when they are not JSON)."""
+    import json
+
+    try:
+        return json.loads(call_arguments(call) or "{}")
+    except ValueError:
+        return {}
 
 
 def recall_docs() -> dict[str, str]:

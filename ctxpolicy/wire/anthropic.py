@@ -39,6 +39,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ctxpolicy.conversation import Message, content_text
+from ctxpolicy.conversation.messages import nth_original
 from ctxpolicy.conversation.samejson import content_key
 from ctxpolicy.wire.anthropic_blocks import (
     DOCUMENT_UNKNOWN_TOKENS,
@@ -206,13 +207,7 @@ class AnthropicConversation:
         where: dict[int, tuple[int, tuple[bool, int]]] = {}
         used: dict[Any, int] = {}
         for i, m in enumerate(prepared):
-            fp = content_key(m)
-            cands = self._origins.get(fp)
-            origin: _Origin | None = None
-            if cands:
-                n = used.get(fp, 0)
-                used[fp] = n + 1
-                origin = cands[min(n, len(cands) - 1)]
+            origin = nth_original(self._origins, used, content_key(m))
             if origin is not None:
                 # a copy of each block: breakpoints add ``cache_control`` to blocks, never
                 # below them (a deep copy would cost more than the whole conversion)

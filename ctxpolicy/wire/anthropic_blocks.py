@@ -13,11 +13,11 @@ import base64
 import binascii
 import math
 import re
-import struct
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ctxpolicy.conversation import content_text
+from ctxpolicy.conversation.images import image_size
 from ctxpolicy.wire.base import json_args, parse_args
 
 __all__ = [
@@ -75,44 +75,6 @@ def _b64(data: Any, limit: int | None = None) -> bytes:
         return b""
 
 
-def _jpeg_size(head: bytes) -> tuple[int, int] | None:
-    i = 2
-    while i + 9 < len(head):
-        if head[i] != 0xFF:
-            return None
-        marker = head[i + 1]
-        if 0xC0 <= marker <= 0xCF and marker not in (0xC4, 0xC8, 0xCC):
-            h, w = struct.unpack(">HH", head[i + 5 : i + 9])
-            return w, h
-        i += 2 + struct.unpack(">H", head[i + 2 : i + 4])[0]
-    return None
-
-
-def _image_size(head: bytes) -> tuple[int, int] | None:
-    """Width and height from the first bytes of a PNG, GIF, JPEG or WebP image."""
-    if head[:8] == b"\x89PNG\r\n\x1a\n" and len(head) >= 24:
-        w, h = struct.unpack(">II", head[16:24])
-        return int(w), int(h)
-    if head[:6] in (b"GIF87a", b"GIF89a") and len(head) >= 10:
-        w, h = struct.unpack("<HH", head[6:10])
-        return int(w), int(h)
-    if head[:2] == b"\xff\xd8":
-        return _jpeg_size(head)
-    if head[:4] == b"RIFF" and head[8:12] == b"WEBP" and len(head) >= 30:
-        kind = head[12:16]
-        if kind == b"VP8 ":
-            w, h = struct.unpack("<HH", head[26:30])
-            return w & 0x3FFF, h & 0x3FFF
-        if kind == b"VP8L":
-            bits = int.from_bytes(head[21:25], "little")
-            return (bits & 0x3FFF) + 1, ((bits >> 14) & 0x3FFF) + 1
-        if kind == b"VP8X":
-            return int.from_bytes(head[24:27], "little") + 1, int.from_bytes(
-                head[27:30], "little"
-            ) + 1
-    return None
-
-
 def _text_tokens(text: str) -> int:
     """An upper estimate of a text's tokens without a tokenizer: one per 3 UTF-8 bytes."""
     return math.ceil(len(text.encode("utf-8", "surrogatepass")) / 3)
@@ -127,7 +89,7 @@ def media_tokens(block: Mapping[str, Any]) -> int:
     stype = src.get("type")
     if block.get("type") == "image":
         if stype == "base64":
-            return image_tokens(*(_image_size(_b64(src.get("data"), _IMAGE_HEAD_BYTES)) or (0, 0)))
+            return image_tokens(*(image_size(_b64(src.get("data"), _IMAGE_HEAD_BYTES)) or (0, 0)))
         return IMAGE_MAX_TOKENS
     if stype == "text":
         return _text_tokens(str(src.get("data", "")))
