@@ -17,13 +17,14 @@ from collections.abc import Callable, Iterable, Sequence
 from datetime import UTC, datetime
 from importlib import metadata
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any
 
 #: where results files go (CTXPOLICY_BENCH_RESULTS: elsewhere, e.g. a smoke test's tmp dir)
 RESULTS = Path(
     os.environ.get("CTXPOLICY_BENCH_RESULTS") or Path(__file__).resolve().parent / "results"
 )
 SHARED = Path(os.environ.get("CTXPOLICY_SHARED", Path(__file__).resolve().parents[2] / "shared"))
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def versions(packages: Iterable[str]) -> dict[str, str | None]:
@@ -81,9 +82,12 @@ def timeit(
     }
 
 
-def markdown_table(headers: Sequence[str], rows: Iterable[Sequence[Any]], align: str = "") -> str:
-    """A GitHub markdown table; ``align`` is one of l/r/c per column (default: l then r)."""
-    headers = list(headers)
+def markdown_table(
+    headers: str | Sequence[str], rows: Iterable[Sequence[Any]], align: str = ""
+) -> str:
+    """A GitHub markdown table; ``headers`` a list or one string ``"a | b | c"``; ``align``
+    is one of l/r/c per column (default: l then r)."""
+    headers = headers.split(" | ") if isinstance(headers, str) else list(headers)
     if not align:
         align = "l" + "r" * (len(headers) - 1)
     sep = {"l": "---", "r": "---:", "c": ":---:"}
@@ -115,7 +119,12 @@ def header_markdown(info: dict[str, Any]) -> str:
 
 
 def write_results(name: str, data: dict[str, Any], markdown: str) -> tuple[Path, Path]:
-    """Write ``results/<name>.json`` and ``results/<name>.md``."""
+    """Write ``results/<name>.json`` and ``results/<name>.md`` (the machine header,
+    ``data["machine"]``, under the section's heading line)."""
+    head = header_markdown(data["machine"]) if data.get("machine") else ""
+    if head and head not in markdown:
+        title, _, rest = markdown.partition("\n")
+        markdown = f"{title}\n\n{head}\n\n{rest.lstrip(chr(10))}"
     RESULTS.mkdir(parents=True, exist_ok=True)
     j = RESULTS / f"{name}.json"
     m = RESULTS / f"{name}.md"
@@ -129,7 +138,7 @@ def write_results(name: str, data: dict[str, Any], markdown: str) -> tuple[Path,
 def publish(name: str, data: dict[str, Any], markdown: str) -> tuple[Path, Path]:
     """:func:`write_results`, the markdown printed, and where it went (stderr)."""
     paths = write_results(name, data, markdown)
-    print(markdown)
+    print(paths[1].read_text(encoding="utf-8"), end="")
     eprint(f"wrote {paths[0]} and {paths[1]}")
     return paths
 
@@ -147,58 +156,81 @@ def git_head(src: Path) -> str | None:
     return out.stdout.strip() or None
 
 
-def trees(baseline: Path | None, root: Path) -> dict[str, Path]:
+def trees(baseline: Path | None, root: Path = ROOT) -> dict[str, Path]:
     """The source trees a before/after benchmark measures: ``baseline`` (when given),
     then this tree."""
     return {**({"baseline": baseline.resolve()} if baseline else {}), "this tree": root}
+
+
+def baseline_info(baseline: Path | None) -> dict[str, Any]:
+    """``baseline_src`` and ``baseline_commit`` of a before/after results file."""
+    return {
+        "baseline_src": str(baseline) if baseline else None,
+        "baseline_commit": git_head(baseline) if baseline else None,
+    }
+
+
+#: A child measuring another tree: that tree's ``ctxpolicy`` (``PYTHONPATH``, first), this
+#: tree's ``benchmarks`` whatever that tree holds; then the script as ``__main__``.
+_CHILD = (
+    "import runpy, sys, types; sys.path.append({root!r}); "
+    "sys.modules.setdefault('benchmarks', types.ModuleType('benchmarks')).__path__ = [{here!r}]; "
+    "sys.argv = sys.argv[1:]; runpy.run_path(sys.argv[0], run_name='__main__')"
+)
 
 
 def in_tree(
     script: str | Path, src: Path, *args: str, timeout: float | None = None, check: bool = True
 ) -> Any:
     """``script --child *args`` in a child interpreter whose ``PYTHONPATH`` is ``src`` (the
-    tree measured); the JSON of its last output line."""
+    tree measured, with this tree's benchmark code); the JSON of its last output line."""
     env = {**os.environ, "PYTHONPATH": str(src)}
-    cmd = [sys.executable, str(script), "--child", *args]
+    code = _CHILD.format(root=str(ROOT), here=str(ROOT / "benchmarks"))
+    cmd = [sys.executable, "-P", "-c", code, str(script), "--child", *args]
     res = subprocess.run(cmd, env=env, capture_output=True, text=True, check=check, timeout=timeout)
     if res.returncode != 0:
         raise SystemExit(f"{Path(script).name} with {src} failed:\n{res.stderr[-2000:]}")
     return json.loads(res.stdout.strip().splitlines()[-1])
 
 
+def interleaved(
+    script: str | Path, baseline: Path | None, repeat: int, *args: str
+) -> dict[str, list[Any]]:
+    """:func:`in_tree` ``repeat`` times per tree, baseline and this tree alternating."""
+    codes = trees(baseline)
+    runs: dict[str, list[Any]] = {c: [] for c in codes}
+    for i in range(repeat):
+        for code, src in codes.items():
+            eprint(f"repeat {i + 1}/{repeat}: {code}")
+            runs[code].append(in_tree(script, src, *args))
+    return runs
+
+
 def eprint(*args: Any) -> None:
     print(*args, file=sys.stderr, flush=True)
 
 
-class ReplayArgs(NamedTuple):
-    """What a per-call replay benchmark runs on (:func:`replay_args`)."""
+def shared_traces() -> list[str]:
+    """The shared trace files, sorted (none: said on stderr)."""
+    traces = sorted(str(p) for p in (SHARED / "traces").glob("*.jsonl"))
+    if not traces:
+        eprint(f"no traces under {SHARED / 'traces'} (set CTXPOLICY_SHARED)")
+    return traces
 
-    quick: bool
-    name: str
-    messages: list[dict[str, Any]]
-    rounds: int
 
+def run_jobs(calls: Sequence[tuple[Callable[..., Any], tuple[Any, ...]]], jobs: int) -> list[Any]:
+    """``fn(*args)`` of every ``(fn, args)`` in ``jobs`` processes (in this one when
+    ``jobs`` ≤ 1), the results in the order of ``calls``; progress on stderr."""
+    from concurrent.futures import ProcessPoolExecutor, as_completed
 
-def replay_args(
-    description: str, argv: list[str] | None, *, full: str, quick: str
-) -> ReplayArgs | None:
-    """``--rounds N`` and ``--quick`` (the trace ``quick`` cut to 60 messages, 3 rounds)
-    of a benchmark that replays one shared trace; None (said on stderr) when the trace
-    is missing."""
-    import argparse
-
-    from ctxpolicy.sim.importers import load_trace
-
-    ap = argparse.ArgumentParser(description=description)
-    ap.add_argument("--rounds", type=int, default=5)
-    ap.add_argument("--quick", action="store_true", help="smaller trace, 3 rounds")
-    args = ap.parse_args(argv)
-    name = quick if args.quick else full
-    path = SHARED / "traces" / name
-    if not path.exists():
-        eprint(f"{path} not found (set CTXPOLICY_SHARED)")
-        return None
-    messages = load_trace(path)
-    if args.quick:
-        messages = messages[:60]
-    return ReplayArgs(args.quick, name, messages, 3 if args.quick else args.rounds)
+    t0 = time.perf_counter()
+    if jobs <= 1:
+        return [fn(*a) for fn, a in calls]
+    out: list[Any] = [None] * len(calls)
+    with ProcessPoolExecutor(max_workers=jobs) as pool:
+        futs = {pool.submit(fn, *a): i for i, (fn, a) in enumerate(calls)}
+        for n, f in enumerate(as_completed(futs)):
+            out[futs[f]] = f.result()
+            if (n + 1) % 20 == 0 or n + 1 == len(futs):
+                eprint(f"  {n + 1}/{len(futs)} ({time.perf_counter() - t0:.0f} s)")
+    return out

@@ -3,11 +3,12 @@ sessions, and the texts of a message (what one exact counting pass encodes)."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from benchmarks._common import SHARED
+from benchmarks._common import SHARED, shared_traces
 
 __all__ = [
     "AGENT",
@@ -19,11 +20,13 @@ __all__ = [
     "largest_trace",
     "largest_traces",
     "load_agent",
+    "matrix",
     "message_texts",
     "runnable",
     "shipped_agents",
     "smallest_trace",
     "step_indices",
+    "tiny_session",
 ]
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -81,6 +84,13 @@ def runnable(policy: Any) -> tuple[Any, str | None]:
         return policy.model_copy(update={"model": model}), (
             f"{policy.agent}: tokenizer {tok!r} unavailable offline ({type(exc).__name__}); ran with {chain}"
         )
+
+
+def matrix(agents: str, windows: str) -> tuple[list[str], list[str], list[int]]:
+    """A trace × policy × window suite's axes: the shared traces, the ``agents``
+    (comma-separated; every shipped one when empty) and the ``windows``."""
+    chosen = [a for a in agents.split(",") if a] or shipped_agents()
+    return shared_traces(), chosen, [int(w) for w in windows.split(",") if w]
 
 
 def load_agent(agent: str, policy_file: str | Path = POLICY_FILE) -> tuple[Any, str | None]:
@@ -155,3 +165,31 @@ def coding_parts(
 def step_indices(msgs: Sequence[Mapping[str, Any]]) -> list[int]:
     """Indices ``i`` of assistant messages with something before them: step = msgs[:i]."""
     return [i for i, m in enumerate(msgs) if m.get("role") == "assistant" and i > 0]
+
+
+def tiny_session(n: int) -> list[dict[str, Any]]:
+    """A system message, the task, then rounds of one ``bash`` call and its one-line
+    result, ``n`` messages in all (one more when ``n`` would split a round)."""
+    msgs: list[dict[str, Any]] = [
+        {"role": "system", "content": "You are a coding agent."},
+        {"role": "user", "content": "Fix the failing test in src/app.py"},
+    ]
+    i = 0
+    while len(msgs) < n:
+        call = {
+            "id": f"call_{i}",
+            "type": "function",
+            "function": {"name": "bash", "arguments": json.dumps({"cmd": f"ls -l src/pkg_{i}"})},
+        }
+        msgs.append(
+            {"role": "assistant", "content": f"Looking at package {i}.", "tool_calls": [call]}
+        )
+        msgs.append(
+            {
+                "role": "tool",
+                "tool_call_id": f"call_{i}",
+                "content": f"-rw-r--r-- 1 dev dev {100 + i % 900} Jan 3 12:00 module_{i}.py",
+            }
+        )
+        i += 1
+    return msgs

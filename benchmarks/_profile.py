@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-__all__ = ["profile_rows", "short_path"]
+__all__ = ["function_name", "profile_rows", "short_path"]
 
 
 def short_path(file: str) -> str:
@@ -23,18 +23,23 @@ def short_path(file: str) -> str:
     return Path(file).name if "/" in file else file
 
 
+def function_name(key: tuple[str, int, str]) -> str:
+    """``module:line(function)`` of a pstats key (the bare name of a C function)."""
+    file, line, fn = key
+    return fn if file == "~" else f"{short_path(file)}:{line}({fn})"
+
+
 def profile_rows(prof: cProfile.Profile) -> tuple[float, list[dict[str, Any]]]:
     """Total own seconds and one row per profiled function (unsorted): ``function``,
     ``module``, ``calls``, ``tottime_s``, ``cumtime_s``, ``own_share``, ``cum_share``."""
     entries: Mapping[Any, Any] = pstats.Stats(prof).stats  # type: ignore[attr-defined]
     total = sum(v[2] for v in entries.values())
     rows = []
-    for (file, line, fn), (_cc, nc, tt, ct, _callers) in entries.items():
-        module = short_path(file)
+    for key, (_cc, nc, tt, ct, _callers) in entries.items():
         rows.append(
             {
-                "function": fn if file == "~" else f"{module}:{line}({fn})",
-                "module": module,
+                "function": function_name(key),
+                "module": short_path(key[0]),
                 "calls": nc,
                 "tottime_s": tt,
                 "cumtime_s": ct,

@@ -1,10 +1,6 @@
 """Prompt-cache-aware compaction (issue 12 item 2): shipped policies with and without
 ``cache: {preserve_prefix: true, min_gain_tokens: N}`` on ../shared/traces.
 
-Usage::
-
-    python benchmarks/bench_cache.py [--jobs 2] [--windows 32768] [--min-gain auto] [--quick]
-
 Every trace is replayed under every agent of policies/agents.yaml twice — as shipped
 and with the cache option — at each window. Per replay: prefix changes (model calls
 whose prompt does not start with the whole previous prompt, i.e. the provider's
@@ -23,14 +19,13 @@ import argparse
 import os
 import sys
 import time
-from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.append(str(Path(__file__).resolve().parents[1]))  # run as a file
 
-from benchmarks._common import SHARED, eprint, header_markdown, machine, markdown_table, publish
-from benchmarks._inputs import family, load_agent, shipped_agents
+from benchmarks._common import eprint, machine, markdown_table, publish, run_jobs
+from benchmarks._inputs import family, load_agent, matrix
 
 ROOT = Path(__file__).resolve().parents[1]
 TOLERANCE = 8  # tokens of framing difference still counted as "prefix kept"
@@ -104,8 +99,6 @@ def to_markdown(data: dict[str, Any]) -> str:
     md = [
         "## Prompt-cache-aware compaction",
         "",
-        header_markdown(data["machine"]),
-        "",
         f"{data['traces']} traces × {len(data['agents'])} shipped policies at windows "
         f"{', '.join(f'{w:,}' for w in data['windows'])}, each replayed as shipped and with "
         "`cache: {preserve_prefix: true, min_gain_tokens: N}` (N = "
@@ -125,7 +118,7 @@ def to_markdown(data: dict[str, Any]) -> str:
             f"### Window {w:,} ({len(wr)} replays per variant)",
             "",
             markdown_table(
-                ["", "as shipped", "with cache option", "with ÷ without"],
+                " | as shipped | with cache option | with ÷ without",
                 [
                     [
                         "prefix changes",
@@ -188,16 +181,7 @@ def to_markdown(data: dict[str, Any]) -> str:
                 )
         md += [
             markdown_table(
-                [
-                    "policy",
-                    "prefix changes",
-                    "with cache",
-                    "cached",
-                    "with cache",
-                    "USD",
-                    "with cache",
-                    "overflows (cache)",
-                ],
+                "policy | prefix changes | with cache | cached | with cache | USD | with cache | overflows (cache)",
                 per_agent,
             ),
             "",
@@ -217,7 +201,7 @@ def to_markdown(data: dict[str, Any]) -> str:
             )
         md += [
             markdown_table(
-                ["trace family", "prefix changes", "with cache", "USD", "with cache"], fam_rows
+                "trace family | prefix changes | with cache | USD | with cache", fam_rows
             ),
             "",
         ]
@@ -229,7 +213,7 @@ def to_markdown(data: dict[str, Any]) -> str:
         ]
         for w, a, b in summary_rows
     ]
-    md += [markdown_table(["goal (issue 12)", "measured", "status"], goal_rows, align="llc"), ""]
+    md += [markdown_table("goal (issue 12) | measured | status", goal_rows, align="llc"), ""]
     na = sorted({(r["agent"], r["window"]) for r in data["results"] if not r.get("applicable")})
     if na:
         md += [
@@ -250,12 +234,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--agents", default="")
     ap.add_argument("--quick", action="store_true")
     args = ap.parse_args(argv)
-    traces = sorted(str(p) for p in (SHARED / "traces").glob("*.jsonl"))
+    traces, agents, windows = matrix(args.agents, args.windows)
     if not traces:
-        eprint(f"no traces under {SHARED / 'traces'} (set CTXPOLICY_SHARED)")
         return 2
-    agents = [a for a in args.agents.split(",") if a] or shipped_agents()
-    windows = [int(w) for w in args.windows.split(",") if w]
     if args.quick:
         traces = sorted(traces, key=lambda t: Path(t).stat().st_size)[:2]
         agents = agents[:1]
@@ -265,16 +246,7 @@ def main(argv: list[str] | None = None) -> int:
         key=lambda x: -Path(x[0]).stat().st_size,
     )
     eprint(f"{len(tasks)} jobs on {args.jobs} processes ...")
-    results: list[dict[str, Any]] = []
-    if args.jobs <= 1:
-        results = [job(*t, args.min_gain) for t in tasks]
-    else:
-        with ProcessPoolExecutor(max_workers=args.jobs) as pool:
-            futs = [pool.submit(job, *t, args.min_gain) for t in tasks]
-            for i, f in enumerate(as_completed(futs)):
-                results.append(f.result())
-                if (i + 1) % 20 == 0:
-                    eprint(f"  {i + 1}/{len(futs)} ({time.perf_counter() - t0:.0f} s)")
+    results = run_jobs([(job, (*t, args.min_gain)) for t in tasks], args.jobs)
     results.sort(key=lambda r: (r["trace"], r["agent"], r["window"]))
     data: dict[str, Any] = {
         "machine": machine(["ctxpolicy", "tiktoken", "quicktok-v1"]),

@@ -1,9 +1,5 @@
 """Compaction economics (issue 27, item 2): how often the engine rewrites what it sent.
 
-Usage::
-
-    python benchmarks/bench_economics.py --baseline DIR [--quick] [--agent NAME ...]
-
 Replays the shared traces (../shared/traces) under ``policies/agents.yaml``
 ``coding_agent`` at 32k and ``coding_agent_16k`` at 16k, as shipped and with the
 thresholds coding_agent had before it compacted late (warning 0.60) — the loop of
@@ -33,18 +29,12 @@ import argparse
 import json
 import sys
 import tempfile
-import types
 from pathlib import Path
 from typing import Any
 
-# appended, not inserted: a child measuring a baseline (PYTHONPATH) finds that tree's
-# ctxpolicy first, and `benchmarks` is this tree's whatever that tree holds
-sys.path.append(str(Path(__file__).resolve().parents[1]))
-sys.modules.setdefault("benchmarks", types.ModuleType("benchmarks")).__path__ = [
-    str(Path(__file__).resolve().parent)
-]
+sys.path.append(str(Path(__file__).resolve().parents[1]))  # run as a file
 
-from benchmarks._common import SHARED, header_markdown, in_tree, machine, publish  # noqa: E402
+from benchmarks._common import SHARED, in_tree, machine, publish
 
 ROOT = Path(__file__).resolve().parents[1]
 TRACES = SHARED / "traces"
@@ -168,8 +158,6 @@ def main(argv: list[str] | None = None) -> int:
     text = "\n".join(
         [
             "## Compaction economics (issue 27 item 2)",
-            "",
-            header_markdown(info),
             "",
             f"Shared traces: {traces}; baseline tree: {args.baseline or '—'}. Summed over the"
             " traces; the ratios are this tree ÷ the baseline in the same run.",

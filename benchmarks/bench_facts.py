@@ -1,10 +1,6 @@
 """Fact extraction (``ctxpolicy.conversation.facts``): this tree vs the extraction it
 replaced, on real text, in one run (issue 32).
 
-Usage::
-
-    python benchmarks/bench_facts.py [--quick] [--baseline DIR] [--rounds 7]
-
 The baseline is the plain ``findall`` extraction kept as the reference of the tests
 (tests/conversation/facts_reference.py: the patterns and the extraction of 84c503d,
 verbatim), or with ``--baseline DIR`` the ``facts.py`` of another source tree. Inputs:
@@ -25,20 +21,14 @@ import importlib.util
 import statistics
 import sys
 import time
-import types
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-# appended, not inserted: a child measuring a baseline (PYTHONPATH) finds that tree's
-# ctxpolicy first, and `benchmarks` is this tree's whatever that tree holds
-sys.path.append(str(Path(__file__).resolve().parents[1]))
-sys.modules.setdefault("benchmarks", types.ModuleType("benchmarks")).__path__ = [
-    str(Path(__file__).resolve().parent)
-]
+sys.path.append(str(Path(__file__).resolve().parents[1]))  # run as a file
 
-from benchmarks._common import eprint, header_markdown, machine, markdown_table, publish  # noqa: E402
+from benchmarks._common import eprint, machine, markdown_table, publish
 
 ROOT = Path(__file__).resolve().parents[1]
 REFERENCE = ROOT / "tests" / "conversation" / "facts_reference.py"
@@ -60,8 +50,7 @@ def _texts(msgs: Sequence[dict[str, Any]]) -> list[str]:
 
 def inputs(quick: bool) -> dict[str, list[str]]:
     """Named lists of texts, each list timed as one case."""
-    from benchmarks._inputs import largest_traces, smallest_trace
-    from benchmarks.bench_scaling import tiny_session
+    from benchmarks._inputs import largest_traces, smallest_trace, tiny_session
 
     chosen = [smallest_trace()] if quick else largest_traces(3)
     cases: dict[str, list[str]] = {}
@@ -125,8 +114,6 @@ def to_markdown(data: dict[str, Any]) -> str:
     lines = [
         "## Fact extraction (issue 32)",
         "",
-        header_markdown(data["machine"]),
-        "",
         f"`ctxpolicy.conversation.facts` of this tree vs {data['baseline']}: the same "
         "answers on every input (checked first), then CPU ms of `_extract` (all "
         "categories) and of `error_lines` over each input, the two sides alternating, "
@@ -134,17 +121,7 @@ def to_markdown(data: dict[str, Any]) -> str:
         "",
     ]
     table = markdown_table(
-        [
-            "input",
-            "texts",
-            "characters",
-            "`_extract` baseline ms",
-            "`_extract` ms",
-            "speed-up",
-            "`error_lines` baseline ms",
-            "`error_lines` ms",
-            "speed-up",
-        ],
+        "input | texts | characters | `_extract` baseline ms | `_extract` ms | speed-up | `error_lines` baseline ms | `error_lines` ms | speed-up",
         [
             [
                 r["input"],

@@ -2,28 +2,31 @@
 
 Usage::
 
-    python benchmarks/bench_frontdoor_blocking.py [--messages 8000] [--rounds 3] [--quick]
+    python benchmarks/bench_frontdoor_blocking.py [--messages 8000] [--rounds 3]
+        [--processes 2] [--quick]
 
-Two async front ends, each in one event loop, as a proxy or an async agent runs them:
+Three async front ends, each as a proxy, a server or an async agent runs it:
 
 * the LiteLLM proxy hook (``ContextPolicyHook.async_pre_call_hook``, the real LiteLLM
   class), which prepares every chat request of the proxy;
-* an async adapter: ``integrations.openai.wrap(AsyncOpenAI(...))`` sending a real HTTP
-  request to ctxpolicy's scripted server on loopback (in a process of its own).
+* an async adapter: ``integrations.openai.wrap(AsyncOpenAI(...), session)`` sending a
+  real HTTP request to ctxpolicy's scripted server on loopback (in a process of its
+  own), its sessions from one ``SessionPool``;
+* the gateway: ``ctxpolicy serve`` (one worker, a process of its own) in front of the
+  scripted server, called over loopback HTTP.
 
 For each, a small call of one conversation (a short history, its session already open)
 is timed from when it is due to when it is answered, alone (unloaded), then while
-another conversation prepares an
-``--messages``-message history (its first call: every message counted and compacted)
-(loaded). In the same run: the hook with the engine called on the event loop, as every
-async front end but the gateway did before (once); then, round by round, each front end
-with the interpreter's default switch interval (5 ms, ``CTXPOLICY_SWITCH_INTERVAL=0``:
-before) and with the 0.5 ms ``ctxpolicy.calls.off_loop`` sets while engine work runs
-(after), and the hook's small calls while the long history is prepared by another
-process (no interpreter shared: the floor). Every measurement has a conversation and a
-history of its own (no cache of another one helps it). Reports loaded ÷ unloaded
-(median over small calls, then over rounds) and the load averages. Writes
-benchmarks/results/bench_frontdoor_blocking.{json,md}.
+another conversation prepares an ``--messages``-message history (its first call: every
+message counted and compacted) (loaded). In the same run: the hook with the engine
+called on the event loop, as every async front end but the gateway did once; then,
+round by round and interleaved, each front end with the engine in worker threads of its
+own process (before: the default) and with ``--processes`` engine processes (after:
+``engine_processes=N`` / ``--engine-processes N``; the long conversation moves to one at
+its first heavy step, the small one stays in the front end's threads). Every
+measurement has a conversation and a history of its own (no cache of another one helps
+it). Reports loaded ÷ unloaded (median over small calls, then over rounds) and the load
+averages. Writes benchmarks/results/bench_frontdoor_blocking.{json,md}.
 """
 
 from __future__ import annotations
@@ -155,13 +158,22 @@ def served() -> Iterator[str]:
         proc.wait(timeout=30)
 
 
-def hook_case(policy: Any, history: list[dict[str, Any]], *, on_loop: bool, tag: str = "") -> Any:
+def hook_case(
+    policy: Any,
+    history: list[dict[str, Any]],
+    *,
+    on_loop: bool,
+    tag: str = "",
+    processes: int = 0,
+) -> Any:
     from litellm.proxy._types import UserAPIKeyAuth
 
     from ctxpolicy.integrations import litellm as ctx_litellm
 
-    hook = ctx_litellm.ContextPolicyHook(policy)
+    hook = ctx_litellm.ContextPolicyHook(policy, engine_processes=processes)
     key = UserAPIKeyAuth(api_key="sk-bench")
+    if hook.sessions.processes is not None:
+        hook.sessions.processes.start(wait=True)
 
     async def pre(messages: list[dict[str, Any]], conv: str) -> Any:
         data = {"model": "m", "messages": list(messages), "litellm_session_id": conv}
@@ -179,66 +191,100 @@ def hook_case(policy: Any, history: list[dict[str, Any]], *, on_loop: bool, tag:
     return small, heavy, hook
 
 
-def elsewhere_case(policy: Any, history: list[dict[str, Any]], tag: str) -> Any:
-    """The hook's small calls while the long history is prepared by another process
-    (no interpreter shared): what is left is the machine's own load, the floor any fix
-    inside one process could reach."""
-    import json
-
-    small, _, hook = hook_case(policy, SMALL, on_loop=False, tag=tag)
-    path = Path(tempfile.mkdtemp(prefix="ctxpolicy-bench-")) / "history.json"
-    path.write_text(json.dumps(history), encoding="utf-8")
-    code = (
-        "import json, sys\n"
-        "from ctxpolicy import load_policy\n"
-        "from ctxpolicy.engine import Session\n"
-        "p = load_policy(sys.argv[1], agent='coding_agent')\n"
-        "Session(p, conv_id=sys.argv[3]).prepare(json.load(open(sys.argv[2])))\n"
-    )
-
-    async def heavy(r: int) -> Any:
-        proc = await asyncio.create_subprocess_exec(
-            sys.executable,
-            "-c",
-            code,
-            str(ROOT / "policies" / "agents.yaml"),
-            str(path),
-            f"elsewhere-{tag}{r}",
-            cwd=ROOT,
-        )
-        return await proc.wait()
-
-    return small, heavy, hook
-
-
-def adapter_case(policy: Any, history: list[dict[str, Any]], base_url: str, tag: str = "") -> Any:
+def adapter_case(
+    policy: Any,
+    history: list[dict[str, Any]],
+    base_url: str,
+    tag: str = "",
+    processes: int = 0,
+) -> Any:
+    """The async OpenAI adapter; with ``processes``, its sessions come from a pool whose
+    engine runs in that many processes (``SessionPool(..., engine_processes=N)``)."""
     import openai
 
-    from ctxpolicy.engine import Session
+    from ctxpolicy.calls.pool import SessionPool
     from ctxpolicy.integrations.openai import wrap
 
+    pool = SessionPool(policy, engine_processes=processes)
+    if pool.processes is not None:
+        pool.processes.start(wait=True)
     client = openai.AsyncOpenAI(base_url=base_url, api_key="k", max_retries=0)
-    small_client = wrap(client, Session(policy, conv_id="small"))
+    small_client = wrap(client, pool.get("small"))
 
     async def small() -> Any:
         return await small_client.chat.completions.create(model="m", messages=SMALL)
 
+    heavy_clients = [wrap(client, pool.get(f"heavy-{tag}{r}")) for r in range(1)]
+
     async def heavy(r: int) -> Any:
-        heavy_session = Session(policy, conv_id=f"heavy-{tag}{r}")
-        return await wrap(client, heavy_session).chat.completions.create(
-            model="m", messages=history
+        return await heavy_clients[r].chat.completions.create(model="m", messages=history)
+
+    return small, heavy, pool
+
+
+@contextlib.contextmanager
+def gateway(base_url: str, processes: int) -> Iterator[str]:
+    """``ctxpolicy serve`` (one worker, ``--engine-processes``) in a process of its own in
+    front of the scripted server; yields its base URL once ``/healthz`` answers (the
+    gateway serves once its engine processes are up)."""
+    import socket
+
+    import httpx
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    cmd = [
+        *(sys.executable, "-m", "ctxpolicy.cli", "serve"),
+        *("--policy", str(ROOT / "policies" / "agents.yaml"), "--agent", "coding_agent"),
+        *("--upstream", base_url, "--port", str(port), "--log-level", "warning"),
+        *("--engine-processes", str(processes)),
+    ]
+    proc = subprocess.Popen(cmd, cwd=ROOT)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            with contextlib.suppress(httpx.HTTPError):
+                if httpx.get(url + "/healthz", timeout=1).is_success:
+                    break
+            if time.monotonic() > deadline or proc.poll() is not None:
+                raise RuntimeError("the gateway did not start")
+            time.sleep(0.1)
+        yield url
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+
+
+def gateway_case(url: str, history: list[dict[str, Any]], tag: str) -> Any:
+    """A small chat call of one conversation through the gateway while another
+    conversation's long history goes through it (real HTTP on loopback)."""
+    import httpx
+
+    client = httpx.AsyncClient(timeout=600)
+
+    async def post(messages: list[dict[str, Any]], conv: str) -> Any:
+        r = await client.post(
+            url + "/v1/chat/completions",
+            json={"model": "m", "messages": messages},
+            headers={"Authorization": "Bearer k", "X-Ctxpolicy-Conversation": conv},
         )
+        r.raise_for_status()
+        return r
 
-    return small, heavy
+    async def small() -> Any:
+        return await post(SMALL, "small-" + tag)
+
+    async def heavy(r: int) -> Any:
+        return await post(history, f"heavy-{tag}{r}")
+
+    return small, heavy, client
 
 
-#: The two switch intervals compared in one run: the interpreter's default (what every
-#: front end ran with before) and the one ``ctxpolicy.calls.off_loop`` sets while engine
-#: work runs in a worker thread (``CTXPOLICY_SWITCH_INTERVAL=0`` turns it off).
-VARIANTS = (("5 ms switch interval (before)", "0"), ("0.5 ms while the engine runs (after)", None))
-
-
-ELSEWHERE = "litellm hook, the long history prepared by another process (the floor)"
+#: The engine lanes compared in one run: worker threads of the front end's process
+#: (before, the default) and engine processes (after; ``None``: ``--processes``).
+LANES = (("engine in threads (before)", 0), ("engine in {n} processes (after)", None))
 
 
 def salted(history: list[dict[str, Any]], salt: str) -> list[dict[str, Any]]:
@@ -248,20 +294,6 @@ def salted(history: list[dict[str, Any]], salt: str) -> list[dict[str, Any]]:
         m if m["role"] == "system" else {**m, "content": f"{m.get('content') or ''} [{salt}]"}
         for m in history
     ]
-
-
-@contextlib.contextmanager
-def switch_interval(value: str | None) -> Iterator[None]:
-    """``CTXPOLICY_SWITCH_INTERVAL`` set to ``value`` (None: unset) for one measurement."""
-    before = os.environ.pop("CTXPOLICY_SWITCH_INTERVAL", None)
-    if value is not None:
-        os.environ["CTXPOLICY_SWITCH_INTERVAL"] = value
-    try:
-        yield
-    finally:
-        os.environ.pop("CTXPOLICY_SWITCH_INTERVAL", None)
-        if before is not None:
-            os.environ["CTXPOLICY_SWITCH_INTERVAL"] = before
 
 
 def combined(runs: list[dict[str, Any]]) -> dict[str, Any]:
@@ -282,6 +314,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--messages", type=int, default=8000)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--quick", action="store_true", help="2,000 messages, one round")
+    ap.add_argument("--processes", type=int, default=2, help="engine processes (after)")
+    ap.add_argument(
+        "--fronts",
+        default="hook,adapter,gateway",
+        help="front ends to measure (comma-separated: hook, adapter, gateway)",
+    )
     args = ap.parse_args(argv)
     n, rounds = (2000, 1) if args.quick else (args.messages, args.rounds)
     home = tempfile.mkdtemp(prefix="ctxpolicy-bench-")
@@ -294,47 +332,69 @@ def main(argv: list[str] | None = None) -> int:
     loads: list[list[float]] = [[round(x, 2) for x in os.getloadavg()]]
 
     eprint(f"{n} messages, {rounds} round(s)")
-    name = "litellm hook, engine on the loop (before)"
-    small, heavy, hook = hook_case(policy, salted(history, "on-loop"), on_loop=True)
-    results[name] = asyncio.run(measure(small, heavy, rounds=1, alone=30))
-    hook.sessions.close()
-    eprint(name, results[name])
+    if "hook" in args.fronts.split(","):
+        name = "litellm hook, engine on the loop (before)"
+        small, heavy, hook = hook_case(policy, salted(history, "on-loop"), on_loop=True)
+        results[name] = asyncio.run(measure(small, heavy, rounds=1, alone=30))
+        hook.sessions.close()
+        eprint(name, results[name])
     runs: dict[str, list[dict[str, Any]]] = {}
+
+    def one(front: str, label: str, n_procs: int, tag: str, base_url: str) -> None:
+        if front == "hook":
+            small, heavy, hook = hook_case(
+                policy,
+                salted(history, "hook" + tag),
+                on_loop=False,
+                tag=tag,
+                processes=n_procs,
+            )
+            pool = hook.sessions
+            name = f"litellm hook, {label}"
+        elif front == "gateway":
+            with gateway(base_url, n_procs) as url:
+                small, heavy, client = gateway_case(url, salted(history, "gw" + tag), tag)
+
+                async def go() -> dict[str, Any]:
+                    try:
+                        return await measure(small, heavy, rounds=1, alone=30)
+                    finally:
+                        await client.aclose()
+
+                result = asyncio.run(go())
+            name = f"gateway (ctxpolicy serve), {label}"
+            runs.setdefault(name, []).append(result)
+            eprint(name, result)
+            return
+        else:
+            small, heavy, pool = adapter_case(
+                policy,
+                salted(history, "adapter" + tag),
+                base_url,
+                tag=tag,
+                processes=n_procs,
+            )
+            name = f"async OpenAI adapter, {label}"
+        try:
+            result = asyncio.run(measure(small, heavy, rounds=1, alone=30))
+        finally:
+            pool.close()
+        runs.setdefault(name, []).append(result)
+        eprint(name, result)
+
     with served() as base_url:
         for r in range(rounds):  # before and after interleaved, round by round
-            for label, value in VARIANTS:
-                tag = f"{label[:3]}-{r}-"
-                with switch_interval(value):
-                    small, heavy, hook = hook_case(
-                        policy, salted(history, "hook" + tag), on_loop=False, tag=tag
-                    )
-                    one = asyncio.run(measure(small, heavy, rounds=1, alone=30))
-                    hook.sessions.close()
-                    runs.setdefault(f"litellm hook (calls.off_loop), {label}", []).append(one)
-                    eprint("hook", label, one)
-                    small, heavy = adapter_case(
-                        policy, salted(history, "adapter" + tag), base_url, tag=tag
-                    )
-                    one = asyncio.run(measure(small, heavy, rounds=1, alone=30))
-                    runs.setdefault(f"async OpenAI adapter (CallDriver.acall), {label}", []).append(
-                        one
-                    )
-                    eprint("adapter", label, one)
-            small, heavy, hook = elsewhere_case(policy, salted(history, f"else-{r}"), f"e{r}-")
-            one = asyncio.run(measure(small, heavy, rounds=1, alone=30))
-            hook.sessions.close()
-            runs.setdefault(ELSEWHERE, []).append(one)
-            eprint("elsewhere", one)
+            for label, n_procs in LANES:
+                n_procs = args.processes if n_procs is None else n_procs
+                label = label.format(n=args.processes)
+                for front in args.fronts.split(","):
+                    one(front, label, n_procs, f"{label[:12]}-{r}-", base_url)
             loads.append([round(x, 2) for x in os.getloadavg()])
-    order = ("5 ms", "0.5 ms", "another process")
-    for key in sorted(
-        runs, key=lambda k: (not k.startswith("litellm"), [o in k for o in order].index(True))
-    ):
+    for key in runs:
         results[key] = combined(runs[key])
-        # one front end's small call alone does not depend on the variant: the median of
-        # all its unloaded samples is a steadier denominator than one round's (the
-        # machine's load moves during the run)
-        kind = key.split(",")[0].split(" (")[0]
+        # one front end's small call alone does not depend on the lane much: the
+        # median of all its unloaded samples is a steadier denominator
+        kind = key.split(",")[0]
         pooled = statistics.median(
             r["unloaded_ms"] for k, rs in runs.items() if k.startswith(kind) for r in rs
         )
@@ -385,7 +445,7 @@ def main(argv: list[str] | None = None) -> int:
             ),
             "",
             "Reproduce: `.venv/bin/python benchmarks/bench_frontdoor_blocking.py` "
-            "(`--quick`: 2,000 messages, one round).",
+            f"(`--processes {args.processes}`; `--quick`: 2,000 messages, one round).",
         ]
     )
     publish(

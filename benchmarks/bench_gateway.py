@@ -51,7 +51,7 @@ import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks._common import header_markdown, machine, publish
+from benchmarks._common import git_head, header_markdown, machine, publish
 
 CONVERSATIONS = 50
 BODY = {
@@ -91,7 +91,7 @@ from pathlib import Path
 import uvicorn
 from ctxpolicy.gateway.app import GatewayConfig, create_app
 from tests.integrations.conftest import make_policy
-port, upstream, tmp = int(sys.argv[1]), sys.argv[2], sys.argv[3]
+port, upstream, tmp, http, loop = int(sys.argv[1]), sys.argv[2], sys.argv[3], sys.argv[4], sys.argv[5]
 cfg = GatewayConfig(
     policies={"a": make_policy(Path(tmp), window=1_000_000)},
     upstream=upstream,
@@ -99,7 +99,8 @@ cfg = GatewayConfig(
     secret=b"bench",
 )
 uvicorn.run(
-    create_app(cfg), host="127.0.0.1", port=port, log_level="warning", timeout_keep_alive=75
+    create_app(cfg), host="127.0.0.1", port=port, log_level="warning", timeout_keep_alive=75,
+    http=http, loop=loop,
 )
 """
 
@@ -123,12 +124,27 @@ class _Proc:
             self.popen.kill()
 
 
+def server_impls(root: Path) -> tuple[str, str]:
+    """The HTTP parser and event loop ``ctxpolicy serve`` of the checkout ``root`` runs on
+    when installed from its own lock: httptools and uvloop when its lock has them (its
+    ``--http``/``--loop`` auto), else uvicorn's pure-Python h11 on asyncio's loop. Every
+    checkout's gateway runs in this interpreter, so a baseline whose lock lacks them is
+    run as it would be installed, not with what this tree added."""
+    lock = (root / "uv.lock").read_text() if (root / "uv.lock").exists() else ""
+    http = "httptools" if 'name = "httptools"' in lock else "h11"
+    loop = "uvloop" if 'name = "uvloop"' in lock else "asyncio"
+    return http, loop
+
+
 def _gateway(root: Path, upstream: str, tmp: str) -> tuple[_Proc, str]:
     port = _free_port()
     os.makedirs(tmp, exist_ok=True)
     env = {**os.environ, "PYTHONPATH": str(root)}
+    http, loop = server_impls(root)
     popen = subprocess.Popen(
-        [sys.executable, "-c", GATEWAY_CODE, str(port), upstream, tmp], cwd=root, env=env
+        [sys.executable, "-c", GATEWAY_CODE, str(port), upstream, tmp, http, loop],
+        cwd=root,
+        env=env,
     )
     gateway = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 60
@@ -427,6 +443,7 @@ def main() -> None:
     large_calls = 50 if args.quick else 150
     own_calls = 100 if args.quick else 400
     roots = [args.baseline.resolve(), ROOT] if args.baseline else [ROOT]
+    base_commit = git_head(args.baseline) if args.baseline else None
     labels = ["baseline", "this tree"] if args.baseline else ["gateway"]
     rows: list[str] = []
     results: dict[str, Any] = {}
@@ -535,7 +552,17 @@ def main() -> None:
         "direct at the same quantile; gateway CPU per call = the gateway process's user + "
         "system time over the scenario / its calls (uvicorn's HTTP and the httpx client "
         "included)."
-        + (f" Baseline: {args.baseline}, interleaved with this tree." if args.baseline else "")
+        + (
+            f" Baseline: {args.baseline} (commit {base_commit}), interleaved with this tree."
+            if args.baseline
+            else ""
+        )
+        + " HTTP parser and event loop of each gateway (as its checkout's lock installs "
+        + "them): "
+        + ", ".join(
+            f"{lb} {'/'.join(server_impls(r))}" for lb, r in zip(labels, roots, strict=True)
+        )
+        + "."
         + (" (--quick)" if args.quick else ""),
         "",
         "| scenario | calls | direct p50 | gateway p50 | overhead p50 | direct p99 | "
@@ -543,8 +570,14 @@ def main() -> None:
         "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
         *rows,
         "",
-        "Reproduce: `.venv/bin/python -m benchmarks run gateway`; "
-        "`--baseline OTHER_CHECKOUT` compares two checkouts in one run "
+        "Reproduce: `.venv/bin/python -m benchmarks run gateway"
+        + (
+            f"{' --quick' if args.quick else ''} --baseline BASE` with BASE a checkout of "
+            f"{base_commit} (`git worktree add --detach BASE {base_commit}`)"
+            if args.baseline
+            else "`"
+        )
+        + "; `--baseline OTHER_CHECKOUT` compares two checkouts in one run "
         f"({seq_calls} sequential calls, {conc_calls} per concurrent conversation"
         + ("" if args.quick else "; `--quick`: 200 and 8")
         + "). "
@@ -554,6 +587,9 @@ def main() -> None:
     text = "\n".join(lines) + "\n"
     data = {"machine": info, "quick": args.quick, "upstream_ms": args.upstream_ms}
     data["baseline"] = str(args.baseline) if args.baseline else None
+    data["baseline_commit"] = base_commit
+    data["commit"] = git_head(ROOT)
+    data["server"] = {lb: list(server_impls(r)) for lb, r in zip(labels, roots, strict=True)}
     data["load_avg_1m"] = [a for a, _, _ in load]
     data["own_cpu"] = own_data
     data["scenarios"] = results

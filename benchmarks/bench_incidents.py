@@ -1,9 +1,5 @@
 """Design B's three incidents, replayed with a fixed-threshold policy and with ours.
 
-Usage::
-
-    python benchmarks/bench_incidents.py [--quick]
-
 Every scenario is a deterministic agent loop on a 32,000-token window (design B's
 example) in which the agent asks for 4,000 output tokens per call. A scripted
 "provider" rejects a request when ``prompt + 4000 > 32000`` (OpenAI's
@@ -37,9 +33,9 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.append(str(Path(__file__).resolve().parents[1]))  # run as a file
 
-from benchmarks._common import header_markdown, machine, markdown_table, publish
+from benchmarks._common import machine, markdown_table, publish
 from ctxpolicy.state.memory import MemoryStateStore  # each run starts fresh
 from ctxpolicy.testing.conversations import tool_call
 
@@ -417,16 +413,52 @@ def _strip(r: Mapping[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in r.items() if k != "final_context"}
 
 
+#: each scenario's table: (row label, field of a run's result, or a function of it)
+ROWS: dict[str, tuple[tuple[str, Any], ...]] = {
+    "a": (
+        ("trigger (tokens)", "trigger"),
+        ("model calls", "calls"),
+        ("calls rejected by the provider", "rejected_calls"),
+        ("still failing after on_error retry", "failed_after_retry"),
+        ("largest prompt + output", "max_prompt_plus_output"),
+        ("compactions", "compactions_total"),
+    ),
+    "b": (
+        ("summary calls", "summary_calls"),
+        ("summary calls rejected (request + summary > window)", "summary_calls_rejected"),
+        ("largest summary request + output (tokens)", "max_summary_request"),
+        ("circuit breaker opened", "breaker_open"),
+        ("main calls rejected by the provider", "rejected_calls"),
+        ("largest prompt + output", "max_prompt_plus_output"),
+        ("compactions", lambda r: str(r["compactions"] or "none")),
+    ),
+    "c": (
+        ("trigger / target (tokens)", lambda r: f"{r['trigger']:,} / {r['target']:,}"),
+        ("model calls", "calls"),
+        ("calls that compacted", "calls_with_compaction"),
+        ("thrash rate (compacting calls ÷ calls)", lambda r: f"{r['thrash_rate']:.0%}"),
+        ("mean calls between compactions", lambda r: r["mean_calls_between_compactions"] or "n/a"),
+        (f"`{KEY_FACT}` in the final context", "key_fact_in_final_context"),
+        ("calls rejected by the provider", "rejected_calls"),
+    ),
+}
+
+
+def _table(key: str, fixed: Mapping[str, Any], ours: Mapping[str, Any], head: str) -> str:
+    cell = lambda r, f: r[f] if isinstance(f, str) else f(r)  # noqa: E731
+    rows = [[label, cell(fixed, f), cell(ours, f)] for label, f in ROWS[key]]
+    return markdown_table(head, rows, align="lrr")
+
+
 def to_markdown(res: dict[str, Any], info: dict[str, Any], quick: bool) -> str:
     a, b, c = res["a"], res["b"], res["c"]
     fa, da = a["fixed_80"], a["dynamic"]
     fb, db = b["fixed_95"], b["dynamic"]
     fc, dc = c["fixed_50"], c["dynamic"]
     ok = {True: "✓", False: "✗"}
+    b_ok = fb["summary_calls_rejected"] > 0 and db["summary_calls_rejected"] == 0
     md = [
         "## Incident scenarios (design B)",
-        "",
-        header_markdown(info),
         "",
         f"Window {WINDOW:,} tokens, {OUTPUT:,} output tokens requested per call; a call is "
         f"rejected when prompt + {OUTPUT:,} > {WINDOW:,}. On a rejection the agent calls "
@@ -434,92 +466,21 @@ def to_markdown(res: dict[str, Any], info: dict[str, Any], quick: bool) -> str:
         "",
         f"### (a) {a['title']} ({a['big_result_tokens']:,}-token result at ~75 %)",
         "",
-        markdown_table(
-            ["", "fixed 80 %", "ours (dynamic)"],
-            [
-                ["trigger (tokens)", fa["trigger"], da["trigger"]],
-                ["model calls", fa["calls"], da["calls"]],
-                ["calls rejected by the provider", fa["rejected_calls"], da["rejected_calls"]],
-                [
-                    "still failing after on_error retry",
-                    fa["failed_after_retry"],
-                    da["failed_after_retry"],
-                ],
-                [
-                    "largest prompt + output",
-                    fa["max_prompt_plus_output"],
-                    da["max_prompt_plus_output"],
-                ],
-                ["compactions", fa["compactions_total"], da["compactions_total"]],
-            ],
-            align="lrr",
-        ),
+        _table("a", fa, da, " | fixed 80 % | ours (dynamic)"),
         "",
         f"Goal: overflow with the fixed policy, none with ours — "
         f"{ok[fa['rejected_calls'] > 0 and da['rejected_calls'] == 0]}",
         "",
         f"### (b) {b['title']}",
         "",
-        markdown_table(
-            ["", "fixed 95 %", "ours (dynamic)"],
-            [
-                ["summary calls", fb["summary_calls"], db["summary_calls"]],
-                [
-                    "summary calls rejected (request + summary > window)",
-                    fb["summary_calls_rejected"],
-                    db["summary_calls_rejected"],
-                ],
-                [
-                    "largest summary request + output (tokens)",
-                    fb["max_summary_request"],
-                    db["max_summary_request"],
-                ],
-                ["circuit breaker opened", fb["breaker_open"], db["breaker_open"]],
-                ["main calls rejected by the provider", fb["rejected_calls"], db["rejected_calls"]],
-                [
-                    "largest prompt + output",
-                    fb["max_prompt_plus_output"],
-                    db["max_prompt_plus_output"],
-                ],
-                ["compactions", str(fb["compactions"] or "none"), str(db["compactions"] or "none")],
-            ],
-            align="lrr",
-        ),
+        _table("b", fb, db, " | fixed 95 % | ours (dynamic)"),
         "",
         f"Goal: the fixed policy's summary call does not fit, ours always does "
-        f"(≤ {WINDOW:,}) — {ok[fb['summary_calls_rejected'] > 0 and db['summary_calls_rejected'] == 0 and db['summary_calls'] > 0]}",
+        f"(≤ {WINDOW:,}) — {ok[b_ok and db['summary_calls'] > 0]}",
         "",
         f"### (c) {c['title']}",
         "",
-        markdown_table(
-            ["", "fixed 50 %", "ours (dynamic + recovery target)"],
-            [
-                [
-                    "trigger / target (tokens)",
-                    f"{fc['trigger']:,} / {fc['target']:,}",
-                    f"{dc['trigger']:,} / {dc['target']:,}",
-                ],
-                ["model calls", fc["calls"], dc["calls"]],
-                ["calls that compacted", fc["calls_with_compaction"], dc["calls_with_compaction"]],
-                [
-                    "thrash rate (compacting calls ÷ calls)",
-                    f"{fc['thrash_rate']:.0%}",
-                    f"{dc['thrash_rate']:.0%}",
-                ],
-                [
-                    "mean calls between compactions",
-                    fc["mean_calls_between_compactions"] or "n/a",
-                    dc["mean_calls_between_compactions"] or "n/a",
-                ],
-                [
-                    f"`{KEY_FACT}` in the final context",
-                    fc["key_fact_in_final_context"],
-                    dc["key_fact_in_final_context"],
-                ],
-                ["calls rejected by the provider", fc["rejected_calls"], dc["rejected_calls"]],
-            ],
-            align="lrr",
-        ),
+        _table("c", fc, dc, " | fixed 50 % | ours (dynamic + recovery target)"),
         "",
         f"Goal: ours compacts at most half as often — "
         f"{ok[dc['calls_with_compaction'] * 2 <= fc['calls_with_compaction']]}",

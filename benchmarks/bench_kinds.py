@@ -23,6 +23,9 @@ the same run). Reported per kind and window, summed over the half's traces:
 * **ret / far** — the retention ruler: facts an assistant message reuses that are in
   the prompt sent (far: facts absent from the 6 messages before);
 * **pfx/100** — requests whose prefix differs from the previous request's, per 100 calls;
+* **summarizer** — every row twice: the policy's own extractive summarizer, and the
+  LLM-summary variant (the shared deterministic digest of ``benchmarks.peers.summary``
+  written into the policy's summaries and billed as an LLM call: input ×1, output ×5);
 * **ovf** — avoidable overflows (a request above ``window − reserve_output`` while the
   system prompt, the task and the newest message alone fit).
 
@@ -156,6 +159,49 @@ def replay_one(policy_file: str, agent: str, path: str, window: int) -> dict[str
     return _numbers(res)
 
 
+def replay_llm(policy_file: str, agent: str, path: str, window: int) -> dict[str, Any]:
+    """:func:`replay_one` with the LLM-summary variant: the policy's summaries are the
+    shared deterministic digest billed as an LLM call's (input ×1, output ×5, the
+    peers' table's ``ctxpolicy`` row), through the same loop and counter."""
+    from benchmarks.peers.runs import SharedSummaryPolicy
+    from benchmarks.peers.summary import SummaryMeter, ctxpolicy_summary
+    from ctxpolicy.sim.importers import load_trace
+    from ctxpolicy.sim.replay import (
+        _safe,
+        _sim_store,
+        load_policy_file,
+        run_strategy,
+        with_window,
+    )
+
+    policy = with_window(load_policy_file(policy_file, agent), window)
+    trace = Path(path).stem
+    with tempfile.TemporaryDirectory(prefix="ctxpolicy-kinds-") as tmp:
+        try:
+            store = _sim_store(policy, Path(tmp) / _safe(trace))
+            counters: list[Any] = []  # the session's own counter, once it exists
+
+            def count(text: str) -> int:
+                return int(counters[0].count_text(text))
+
+            meter = SummaryMeter(count)
+            strat = SharedSummaryPolicy(
+                policy,
+                conv_id=_safe(trace),
+                label=agent,
+                store=store,
+                summarizer=ctxpolicy_summary(count, meter),
+                meter=meter,
+            )
+            counters.append(strat.counter)
+            res = run_strategy(
+                load_trace(path), strat, counter=strat.counter, trace=trace, model=policy.model_name
+            ).to_dict()
+        except ValueError as exc:  # the policy's budget leaves no room at this window
+            return {"error": str(exc)[:200]}
+    return _numbers(res)
+
+
 def replay_peer(policy_file: str, agent: str, path: str, window: int) -> dict[str, Any]:
     """One trace under OpenHands' condenser configured to the policy's budget at the
     window, through the same loop, counter and price model as :func:`replay_one`."""
@@ -219,14 +265,19 @@ def run_tree(which: str, quick: bool, peers: bool = False) -> list[dict[str, Any
     """Every job of the half in this process (the tree first on ``sys.path``); with
     ``peers``, OpenHands' condenser on the same jobs too (rows with ``peer``)."""
     out = []
-    runs: list[tuple[str | None, Any]] = [(None, replay_one)]
+    runs: list[tuple[str | None, str, Any]] = [
+        (None, "extractive", replay_one),
+        (None, "llm", replay_llm),
+    ]
     if peers:
-        runs.append(("openhands", replay_peer))
+        runs.append(("openhands", "llm", replay_peer))
     for kind, agent, path, window in jobs_for(which, quick):
-        for peer, fn in runs:
+        for peer, summarizer, fn in runs:
             t0 = time.perf_counter()
             row = fn(POLICY_FILE, agent, path, window)
-            row.update(kind=kind, agent=agent, trace=Path(path).stem, window=window)
+            row.update(
+                kind=kind, agent=agent, trace=Path(path).stem, window=window, summarizer=summarizer
+            )
             if peer is not None:
                 row["peer"] = peer
             row["seconds"] = round(time.perf_counter() - t0, 2)
@@ -295,14 +346,17 @@ def table(
     after: Sequence[Mapping[str, Any]],
     peers: Sequence[Mapping[str, Any]] = (),
 ) -> list[str]:
+    def key(r: Mapping[str, Any]) -> tuple[str, int, str]:
+        return (r["kind"], r["window"], r.get("summarizer", "extractive"))
+
     keys = sorted(
-        {(r["kind"], r["window"]) for r in after},
-        key=lambda k: (list(KINDS).index(k[0]), k[1]),
+        {key(r) for r in after},
+        key=lambda k: (list(KINDS).index(k[0]), k[1], SUMMARIZERS.index(k[2])),
     )
     rows = []
-    for kind, window in keys:
-        b = [r for r in before if (r["kind"], r["window"]) == (kind, window)]
-        a = [r for r in after if (r["kind"], r["window"]) == (kind, window)]
+    for kind, window, summarizer in keys:
+        b = [r for r in before if key(r) == (kind, window, summarizer)]
+        a = [r for r in after if key(r) == (kind, window, summarizer)]
         p = [r for r in peers if (r["kind"], r["window"]) == (kind, window)]
         ta = totals(a)
         ruler = (
@@ -313,14 +367,14 @@ def table(
         )
         row = [
             f"{kind} ({ta.get('traces', 0)} traces), {window // 1024}k",
-            KINDS[kind][1],
+            f"{KINDS[kind][1]}, {summarizer}",
             _fmt(totals(b)) if b else "–",
             _fmt(ta),
         ]
         if peers:
             row.append(_fmt(totals(p)) if p else "–")
         rows.append([*row, ruler])
-    head = ["set, window", "policy", "before (main)", "after"]
+    head = ["set, window", "policy, summarizer", "before (main)", "after"]
     if peers:
         head.append("OpenHands condenser (same run)")
     return [
@@ -333,9 +387,17 @@ def table(
         "Each cell: cost ÷ sending everything / retention / far retention / prefix "
         "rewrites per 100 calls / avoidable overflows. Last column (this tree's ruler): "
         "user turns still sent verbatim / ledger + summary share of the prompt / lines "
-        "said twice / compactions of conversations sending everything never overflowed.",
+        "said twice / compactions of conversations sending everything never overflowed. "
+        "Summarizer: `extractive` is the policy's own (no LLM call, free); `llm` has the "
+        "policy's summaries written by the shared deterministic digest and billed as an "
+        "LLM call's (input ×1, output ×5), as in the peers' table; the OpenHands column "
+        "is the same on both rows.",
     ]
 
+
+#: the summarizers every kind × window runs with: the policy's own (extractive, free)
+#: and the LLM-summary variant (the shared deterministic digest, billed)
+SUMMARIZERS = ("extractive", "llm")
 
 #: how the peer column was measured (printed above the table when it is there)
 PEER_NOTE = [

@@ -1,9 +1,5 @@
 """The shipped coding policies against small changes of their knobs, on the tune half only.
 
-Usage::
-
-    python benchmarks/bench_peers_ruler_sweep.py [--jobs 2] [--quick]
-
 Issue 27 item 4: a shipped policy may be tuned on the ``tune`` half of the shared
 traces (``benchmarks.peers.table.trace_halves``, the split of the ruler's peer table)
 and is judged on the other. This replays ``coding_agent`` at 32k and
@@ -30,9 +26,9 @@ from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.append(str(Path(__file__).resolve().parents[1]))  # run as a file
 
-from benchmarks._common import SHARED, header_markdown, machine, publish
+from benchmarks._common import SHARED, machine, publish
 
 ROOT = Path(__file__).resolve().parents[1]
 POLICIES = ROOT / "policies" / "agents.yaml"
@@ -160,8 +156,6 @@ def main(argv: list[str] | None = None) -> int:
     info = machine()
     lines = [
         "## The shipped coding policies against one-knob changes, tune half (issue 27)",
-        "",
-        header_markdown(info),
         "",
         f"{len(tune)} traces of the tune half; extractive summaries; the ruler users pay "
         "(Anthropic prompt caching). `{}`: as shipped.",

@@ -178,7 +178,7 @@ def main(argv: list[str]) -> int:
     if "--json" in argv:
         print(json.dumps(res, indent=2))
         return 0
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    sys.path.append(str(Path(__file__).resolve().parents[1]))  # run as a file
     from benchmarks._common import publish
 
     md = [

@@ -1,10 +1,5 @@
 """Compaction quality: every trace × every shipped policy × 16k/32k/128k, vs baselines.
 
-Usage::
-
-    python benchmarks/bench_quality.py [--jobs 2] [--windows 16384,32768,128000] [--quick]
-        [--peer-windows 16384,32768] [--peer-reference agents.yaml:coding_agent] [--peers-only]
-
 For every trace in ../shared/traces, every agent of policies/agents.yaml and every
 window, the trace is replayed (``ctxpolicy.sim.replay.replay_trace``) under the
 policy and under the baselines ``none`` / ``last_n`` / ``observation_mask`` /
@@ -45,14 +40,13 @@ import sys
 import time
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
-from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.append(str(Path(__file__).resolve().parents[1]))  # run as a file
 
-from benchmarks._common import SHARED, eprint, header_markdown, machine, markdown_table, publish
-from benchmarks._inputs import POLICY_FILE, family, load_agent, shipped_agents
+from benchmarks._common import eprint, machine, markdown_table, publish, run_jobs
+from benchmarks._inputs import POLICY_FILE, family, load_agent, matrix
 from benchmarks.peers.catalog import available_peers
 from benchmarks.peers.table import (
     PEER_WINDOWS,
@@ -238,18 +232,7 @@ ORDER = ("ctxpolicy", *BASELINES)
 
 def table(agg: Mapping[str, Mapping[str, Any]]) -> str:
     return markdown_table(
-        [
-            "strategy",
-            "runs",
-            "prompt tokens",
-            "saving vs none",
-            "overflows (runs)",
-            "pairing viol.",
-            "in context",
-            "in context + recoverable",
-            "repeated reads",
-            "est. USD",
-        ],
+        "strategy | runs | prompt tokens | saving vs none | overflows (runs) | pairing viol. | in context | in context + recoverable | repeated reads | est. USD",
         [
             [
                 k,
@@ -277,8 +260,6 @@ def to_markdown(data: dict[str, Any]) -> str:
     md = [
         "## Compaction quality",
         "",
-        header_markdown(data["machine"]),
-        "",
     ]
     if results:
         md += [
@@ -303,7 +284,7 @@ def to_markdown(data: dict[str, Any]) -> str:
         "### ctxpolicy vs baselines",
         "",
         markdown_table(
-            ["goal", "measured", "status"],
+            "goal | measured | status",
             [
                 [
                     "ctxpolicy: 0 overflows and 0 pairing violations on every trace and window",
@@ -353,17 +334,7 @@ def to_markdown(data: dict[str, Any]) -> str:
     md += ["### Per policy (ctxpolicy only)", ""]
     md += [
         markdown_table(
-            [
-                "policy",
-                "window",
-                "runs",
-                "saving vs none",
-                "overflows",
-                "pairing viol.",
-                "in context",
-                "in context + recoverable",
-                "repeated reads",
-            ],
+            "policy | window | runs | saving vs none | overflows | pairing viol. | in context | in context + recoverable | repeated reads",
             [
                 [
                     agent,
@@ -464,13 +435,9 @@ def main(argv: list[str] | None = None) -> int:
         "--peers-only", action="store_true", help="only the peer comparison (no baseline matrix)"
     )
     args = ap.parse_args(argv)
-    tdir = SHARED / "traces"
-    traces = sorted(str(p) for p in tdir.glob("*.jsonl"))
+    traces, agents, windows = matrix(args.agents, args.windows)
     if not traces:
-        eprint(f"no traces under {tdir} (set CTXPOLICY_SHARED)")
         return 2
-    agents = [a for a in args.agents.split(",") if a] or shipped_agents()
-    windows = [int(w) for w in args.windows.split(",") if w]
     if args.traces:
         traces = [t for t in traces if args.traces in Path(t).name]
     peer_windows = [int(w) for w in args.peer_windows.split(",") if w]
@@ -498,24 +465,12 @@ def main(argv: list[str] | None = None) -> int:
         f"{len(tasks)} (trace, policy, window) jobs and {len(peer_tasks)} peer (trace, window) "
         f"jobs on {args.jobs} processes ..."
     )
-    results: list[dict[str, Any]] = []
-    peer_results: list[dict[str, Any]] = []
     # the ruler's table (any results name but bench_quality's) adds extractive rows
     ruler = args.results_name != "bench_quality"
-    calls = [(results, job, (*t, BASELINES)) for t in tasks] + [
-        (peer_results, peer_job, (*t, specs, args.peer_reference, ruler)) for t in peer_tasks
-    ]
-    if args.jobs <= 1:
-        for i, (out, fn, a) in enumerate(calls):
-            out.append(fn(*a))
-            eprint(f"  {i + 1}/{len(calls)}")
-    else:
-        with ProcessPoolExecutor(max_workers=args.jobs) as pool:
-            futs = {pool.submit(fn, *a): out for out, fn, a in calls}
-            for i, f in enumerate(as_completed(futs)):
-                futs[f].append(f.result())
-                if (i + 1) % 20 == 0 or i + 1 == len(futs):
-                    eprint(f"  {i + 1}/{len(futs)} ({time.perf_counter() - t0:.0f} s)")
+    calls = [(job, (*t, BASELINES)) for t in tasks]
+    calls += [(peer_job, (*t, specs, args.peer_reference, ruler)) for t in peer_tasks]
+    done = run_jobs(calls, args.jobs)
+    results, peer_results = done[: len(tasks)], done[len(tasks) :]
     results.sort(key=lambda j: (j["trace"], j["agent"], j["window"]))
     peer_results.sort(key=lambda j: (j["window"], j["trace"]))
     fams: dict[str, int] = defaultdict(int)

@@ -1,9 +1,5 @@
 """How ``Session.prepare`` scales with the number of messages (issue 21, item 5).
 
-Usage::
-
-    python benchmarks/bench_scaling.py [--quick] [--baseline SRC] [--timeout S] [--rounds N]
-
 One ``prepare`` of a conversation of ``n`` tiny messages (a coding agent's rounds:
 an assistant message with one ``bash`` call, its one-line result) under the
 ``coding_agent`` policy of policies/agents.yaml (32k window; tiktoken cl100k when
@@ -31,63 +27,28 @@ import subprocess
 import sys
 import tempfile
 import time
-import types
 from pathlib import Path
 from typing import Any
 
-# appended, not inserted: a child measuring a baseline (PYTHONPATH) finds that tree's
-# ctxpolicy first, and `benchmarks` is this tree's whatever that tree holds
-sys.path.append(str(Path(__file__).resolve().parents[1]))
-sys.modules.setdefault("benchmarks", types.ModuleType("benchmarks")).__path__ = [
-    str(Path(__file__).resolve().parent)
-]
+sys.path.append(str(Path(__file__).resolve().parents[1]))  # run as a file
 
-from benchmarks._common import (  # noqa: E402 - after the path is set
+from benchmarks._common import (
+    ROOT,
+    baseline_info,
     eprint,
-    git_head,
-    header_markdown,
     in_tree,
     machine,
     markdown_table,
     publish,
     trees,
 )
-from ctxpolicy.state.memory import MemoryStateStore  # noqa: E402 - each run starts fresh
-
-ROOT = Path(__file__).resolve().parents[1]
+from benchmarks._inputs import tiny_session
+from ctxpolicy.state.memory import MemoryStateStore  # each run starts fresh
 
 POLICY_FILE = ROOT / "policies" / "agents.yaml"
 AGENT = "coding_agent"
 SIZES = (1_000, 8_000, 100_000)
 QUICK_SIZES = (1_000, 4_000)
-
-
-def tiny_session(n: int) -> list[dict[str, Any]]:
-    """A system message, the task, then rounds of one ``bash`` call and its one-line
-    result, ``n`` messages in all (one more when ``n`` would split a round)."""
-    msgs: list[dict[str, Any]] = [
-        {"role": "system", "content": "You are a coding agent."},
-        {"role": "user", "content": "Fix the failing test in src/app.py"},
-    ]
-    i = 0
-    while len(msgs) < n:
-        call = {
-            "id": f"call_{i}",
-            "type": "function",
-            "function": {"name": "bash", "arguments": json.dumps({"cmd": f"ls -l src/pkg_{i}"})},
-        }
-        msgs.append(
-            {"role": "assistant", "content": f"Looking at package {i}.", "tool_calls": [call]}
-        )
-        msgs.append(
-            {
-                "role": "tool",
-                "tool_call_id": f"call_{i}",
-                "content": f"-rw-r--r-- 1 dev dev {100 + i % 900} Jan 3 12:00 module_{i}.py",
-            }
-        )
-        i += 1
-    return msgs
 
 
 def scaling_policy(
@@ -97,16 +58,10 @@ def scaling_policy(
     when its own cannot load offline; ``window`` tokens when given), snapshots under
     ``snapshots_dir`` or off."""
     import ctxpolicy
+    from ctxpolicy.sim.replay import with_window
     from ctxpolicy.tokens import TokenCounter
 
-    pol = ctxpolicy.load_policy(str(POLICY_FILE), agent=agent)
-    if window is not None:
-        pol = pol.model_copy(
-            update={
-                "budget": pol.budget.model_copy(update={"window": window}),
-                "model": pol.model.model_copy(update={"context_window": window}),
-            }
-        )
+    pol = with_window(ctxpolicy.load_policy(str(POLICY_FILE), agent=agent), window)
     try:
         TokenCounter(pol.model, model_name=pol.model_name)
     except Exception:
@@ -201,8 +156,6 @@ def to_markdown(data: dict[str, Any]) -> str:
     lines = [
         "## Scaling of `prepare` with the number of messages",
         "",
-        header_markdown(data["machine"]),
-        "",
         f"One `prepare` of n tiny messages (rounds of one `bash` call and its one-line "
         f"result) under `{AGENT}` (32k window, compaction heavy), fresh session and "
         "token counter, best of 3 runs (1 from 8,000 messages on), each size in a child "
@@ -278,22 +231,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--rounds", type=int, default=1, help="sweeps over the sizes; the best of each is kept"
     )
-    ap.add_argument("--render", action="store_true", help="rewrite the .md from the .json")
     ap.add_argument("--child", type=int, help=argparse.SUPPRESS)
     ap.add_argument("--repeat", type=int, default=3, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.child is not None:
         print(json.dumps(child(args.child, args.repeat)))
         return 0
-    if args.render:  # e.g. after editing the description of the baseline
-        from benchmarks import _common
-
-        data = json.loads((_common.RESULTS / "bench_scaling.json").read_text(encoding="utf-8"))
-        publish("bench_scaling", data, to_markdown(data))
-        return 0
     sizes = QUICK_SIZES if args.quick else SIZES
     timeout = args.timeout or (60.0 if args.quick else 300.0)
-    codes = trees(args.baseline, ROOT)
+    codes = trees(args.baseline)
     runs: dict[str, list[dict[str, Any]]] = {c: [{} for _ in sizes] for c in codes}
     for _ in range(max(1, args.rounds)):
         for i, n in enumerate(sizes):
@@ -311,8 +257,7 @@ def main(argv: list[str] | None = None) -> int:
         "timeout": timeout,
         "quick": args.quick,
         "rounds": max(1, args.rounds),
-        "baseline": str(args.baseline) if args.baseline else None,
-        "baseline_commit": git_head(args.baseline) if args.baseline else None,
+        **{k.replace("_src", ""): v for k, v in baseline_info(args.baseline).items()},
         "runs": runs,
     }
     publish("bench_scaling", data, to_markdown(data))

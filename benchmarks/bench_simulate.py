@@ -1,9 +1,5 @@
 """``ctxpolicy simulate --plot`` on three shared traces: the page's "Simulations" plots.
 
-Usage::
-
-    python benchmarks/bench_simulate.py [--quick]
-
 Runs the CLI per :data:`SIMULATIONS` (policy vs two baselines each), writes the PNGs to
 docs/img (``--quick``: the smallest trace only, its PNG beside the results) and
 benchmarks/results/bench_simulate.{json,md}: each plot and its totals.
@@ -18,7 +14,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.append(str(Path(__file__).resolve().parents[1]))  # run as a file
 
 from benchmarks import _common
 from benchmarks._common import SHARED, eprint, publish

@@ -1,9 +1,5 @@
 """Snapshot store and history archive: durability cost, archive growth, naming, recall.
 
-Usage::
-
-    python benchmarks/bench_store.py [--quick]
-
 Four measurements, each a ratio against a baseline measured in the same run:
 
 1. ``add_tool_result`` per call with the local store's ``durability: fsync`` and
@@ -36,20 +32,17 @@ import os
 import random
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.append(str(Path(__file__).resolve().parents[1]))  # run as a file
 
-from benchmarks._common import eprint, header_markdown, machine, markdown_table, publish
+from benchmarks._common import ROOT, eprint, in_tree, machine, markdown_table, publish
 from ctxpolicy.engine import Session
 from ctxpolicy.policy.models import AgentPolicy, Policy
-from ctxpolicy.snapshots import LocalOptions, LocalStore
-from ctxpolicy.snapshots.archive import HistoryArchive, render_transcript
 from ctxpolicy.state.memory import MemoryStateStore
 
 
@@ -81,6 +74,16 @@ def _output(rng: random.Random, i: int) -> str:
 # --------------------------------------------------------------------------- 1 durability
 
 
+def add_tool_results(policy: Policy, outputs: list[str], conv_id: str) -> float:
+    """Seconds per ``add_tool_result`` of ``outputs`` on a fresh session (after one)."""
+    s = Session(policy, conv_id=conv_id, state_store=MemoryStateStore())
+    s.add_tool_result({"name": "warm", "id": "w"}, outputs[0])
+    t0 = time.perf_counter()
+    for i, out in enumerate(outputs):
+        s.add_tool_result({"name": "read_file", "id": f"c{i}"}, out)
+    return (time.perf_counter() - t0) / len(outputs)
+
+
 def bench_durability(calls: int, repeats: int) -> dict[str, Any]:
     variants = ["none", "flush", "fsync"]
     per_call: dict[str, list[float]] = {v: [] for v in variants}
@@ -91,12 +94,7 @@ def bench_durability(calls: int, repeats: int) -> dict[str, Any]:
             tmp = tempfile.mkdtemp(prefix="bench-store-")
             try:
                 policy = _policy(None if v == "none" else tmp, v if v != "none" else "flush")
-                s = Session(policy, conv_id=f"d{r}", state_store=MemoryStateStore())
-                s.add_tool_result({"name": "warm", "id": "w"}, outputs[0])
-                t0 = time.perf_counter()
-                for i, out in enumerate(outputs):
-                    s.add_tool_result({"name": "read_file", "id": f"c{i}"}, out)
-                per_call[v].append((time.perf_counter() - t0) / calls)
+                per_call[v].append(add_tool_results(policy, outputs, f"d{r}"))
             finally:
                 shutil.rmtree(tmp, ignore_errors=True)
     med = {v: statistics.median(x) for v, x in per_call.items()}
@@ -161,6 +159,9 @@ def _dir_bytes(root: Path) -> tuple[int, int]:
 
 
 def bench_archive(steps: int) -> dict[str, Any]:
+    from ctxpolicy.snapshots import LocalOptions, LocalStore
+    from ctxpolicy.snapshots.archive import HistoryArchive, render_transcript
+
     run = _synthetic_run(steps)
     content = sum(_content_bytes(msgs) for _, msgs in run)
     results: dict[str, Any] = {"steps": steps, "compactions": len(run), "content_bytes": content}
@@ -225,6 +226,8 @@ def bench_archive(steps: int) -> dict[str, Any]:
 
 
 def bench_naming() -> dict[str, Any]:
+    from ctxpolicy.snapshots import LocalOptions, LocalStore
+
     counts = {"link": 0, "open": 0}
     real_link, real_open = os.link, os.open
 
@@ -265,6 +268,9 @@ def bench_naming() -> dict[str, Any]:
 
 
 def bench_recall(small: int, factor: int) -> dict[str, Any]:
+    from ctxpolicy.snapshots import LocalOptions, LocalStore
+    from ctxpolicy.snapshots.archive import HistoryArchive
+
     sizes = (small, small * factor)
     tmps = [tempfile.mkdtemp(prefix="bench-recall-") for _ in sizes]
     try:
@@ -325,7 +331,7 @@ def _bare_appends(fd: int, datas: list[bytes], sync: bool) -> float:
     return (time.perf_counter() - t0) / len(datas)
 
 
-def _snapshot_writes(store: LocalStore, docs: list[dict[str, Any]]) -> float:
+def _snapshot_writes(store: Any, docs: list[dict[str, Any]]) -> float:
     """Seconds per ``store.write`` of a tool result's document."""
     write = store.write
     t0 = time.perf_counter()
@@ -336,7 +342,7 @@ def _snapshot_writes(store: LocalStore, docs: list[dict[str, Any]]) -> float:
 
 def bench_append(writes: int, repeats: int) -> dict[str, Any]:
     """Snapshot write ÷ bare append of the same bytes, per durability."""
-    from ctxpolicy.snapshots import records
+    from ctxpolicy.snapshots import LocalOptions, LocalStore, records
 
     rng = random.Random(3)
     docs = [_tool_document(rng, i) for i in range(writes)]
@@ -387,63 +393,24 @@ def bench_append(writes: int, repeats: int) -> dict[str, Any]:
     return out
 
 
-_CHILD = r"""
-import json, random, shutil, sys, tempfile, time
-sys.path.insert(0, sys.argv[1])  # the tree measured, and nothing of this one
-from ctxpolicy.engine import Session
-from ctxpolicy.policy.models import AgentPolicy, Policy
-from ctxpolicy.state.memory import MemoryStateStore
-import ctxpolicy
-assert ctxpolicy.__file__.startswith(sys.argv[1]), ctxpolicy.__file__
-calls = int(sys.argv[2])
-
-def output(rng, i):
-    lines = [
-        f"{i:05d} src/mod_{rng.randint(0, 99)}.py:{n}: value = {rng.random():.6f}"
-        for n in range(150)
-    ]
-    return "\n".join(lines)[:8192]
-
-rng = random.Random(1)
-outputs = [output(rng, i) for i in range(calls)]
-tmp = tempfile.mkdtemp(prefix="bench-percall-")
-try:
-    base = AgentPolicy().model_dump(mode="json", exclude={"extends", "model"})
-    base.update(
-        agent="bench",
-        model={"context_window": 128000, "max_output_tokens": 4096, "tokenizer": "cl100k_base"},
-        on_overflow={"layer": "emergency", "at": "warning", "options": {}},
-        tools={"*": {"preprocess": "head_tail", "options": {"max_chars": 2000}}},
-    )
-    base["snapshots"] = {**base["snapshots"], "path": tmp, "options": {"durability": "flush"}}
-    s = Session(Policy.model_validate(base), conv_id="p", state_store=MemoryStateStore())
-    s.add_tool_result({"name": "warm", "id": "w"}, outputs[0])
-    t0 = time.perf_counter()
-    for i, out in enumerate(outputs):
-        s.add_tool_result({"name": "read_file", "id": f"c{i}"}, out)
-    print(json.dumps((time.perf_counter() - t0) / calls))
-finally:
-    shutil.rmtree(tmp, ignore_errors=True)
-"""
+def per_call_child(calls: int) -> float:
+    """The measured tree's (``PYTHONPATH``) ``add_tool_result`` per call, ``flush``."""
+    rng = random.Random(1)
+    tmp = tempfile.mkdtemp(prefix="bench-percall-")
+    try:
+        return add_tool_results(_policy(tmp), [_output(rng, i) for i in range(calls)], "p")
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 def bench_per_call(baseline: str, calls: int, repeats: int) -> dict[str, Any]:
     """``add_tool_result`` per call, the baseline tree and this one in turn."""
-    here = str(Path(__file__).resolve().parents[1])
     baseline = os.path.abspath(baseline)
     times: dict[str, list[float]] = {"before": [], "after": []}
     for r in range(repeats):
-        order = [("before", baseline), ("after", here)]
+        order = [("before", Path(baseline)), ("after", ROOT)]
         for label, tree in order if r % 2 == 0 else order[::-1]:
-            res = subprocess.run(
-                [sys.executable, "-c", _CHILD, tree, str(calls)],
-                capture_output=True,
-                text=True,
-                check=True,
-                env={**os.environ, "PYTHONPATH": tree},
-                cwd=tree,
-            )
-            times[label].append(float(res.stdout.strip().splitlines()[-1]))
+            times[label].append(in_tree(__file__, tree, "--calls", str(calls)))
     med = {k: statistics.median(v) * 1e6 for k, v in times.items()}
     return {
         "baseline": baseline,
@@ -463,12 +430,10 @@ def to_markdown(data: dict[str, Any]) -> str:
     md = [
         "## Snapshot store and history archive",
         "",
-        header_markdown(data["machine"]),
-        "",
         f"### `add_tool_result` per call by durability ({d['calls']} calls × {d['repeats']} interleaved repeats, 8 KB outputs)",
         "",
         markdown_table(
-            ["store", "median ms / call", "× snapshots off"],
+            "store | median ms / call | × snapshots off",
             [
                 ["snapshots off (floor)", d["median_ms"]["none"], 1.0],
                 [
@@ -485,13 +450,7 @@ def to_markdown(data: dict[str, Any]) -> str:
         f"### History archive over a {a['steps']:,}-step synthetic run ({a['compactions']} compactions, {a['content_bytes'] / 1e6:.2f} MB of archived messages)",
         "",
         markdown_table(
-            [
-                "",
-                "bytes written",
-                "files",
-                "bytes ÷ content",
-                "last 10 % ÷ first 10 % of compaction time",
-            ],
+            " | bytes written | files | bytes ÷ content | last 10 % ÷ first 10 % of compaction time",
             [
                 [
                     "before: whole archive rewritten per compaction",
@@ -513,7 +472,7 @@ def to_markdown(data: dict[str, Any]) -> str:
         "### Snapshot naming, `layout: files` (one base name, counted `os.link` + `os.open` calls)",
         "",
         markdown_table(
-            ["", "100 snapshots", "1,000 snapshots", "ratio"],
+            " | 100 snapshots | 1,000 snapshots | ratio",
             [
                 ["now (counter + time suffix)", n["ops"][100], n["ops"][1000], n["ratio"]],
                 [
@@ -537,15 +496,7 @@ def to_markdown(data: dict[str, Any]) -> str:
             f"### One snapshot write ÷ a bare append of the same bytes ({ap_['repeats']} interleaved repeats, median)",
             "",
             markdown_table(
-                [
-                    "durability",
-                    "writes",
-                    "record bytes",
-                    "bare append µs",
-                    "snapshot write µs",
-                    "ratio (median of repeats)",
-                    "goal ≤ 1.5",
-                ],
+                "durability | writes | record bytes | bare append µs | snapshot write µs | ratio (median of repeats) | goal ≤ 1.5",
                 [
                     [
                         f"`{k}`",
@@ -576,28 +527,18 @@ def to_markdown(data: dict[str, Any]) -> str:
     return "\n".join(md)
 
 
-def _append_only_markdown(append: dict[str, Any], per_call: dict[str, Any] | None) -> str:
-    lines = [
-        f"{k}: bare {append[k]['bare_us']:.2f} us, snapshot {append[k]['snapshot_us']:.2f} us, "
-        f"ratio {append[k]['ratio']:.2f} ({append[k]['record_bytes']} bytes)"
-        for k in ("flush", "fsync")
-    ]
-    if per_call:
-        lines.append(
-            f"add_tool_result {per_call['before_us']:.1f} -> {per_call['after_us']:.1f} us "
-            f"({per_call['ratio']:.2f}x)"
-        )
-    return "\n".join(lines)
-
-
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true")
     ap.add_argument(
         "--baseline", default=None, help="Another tree (e.g. a checkout of main) for 6."
     )
-    ap.add_argument("--only-append", action="store_true", help="Only 5 and 6.")
+    ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--calls", type=int, default=0, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
+    if args.child:
+        print(json.dumps(per_call_child(args.calls)))
+        return 0
     t0 = time.perf_counter()
     calls, repeats, steps = (150, 3, 200) if args.quick else (400, 5, 1000)
     eprint("append ...")
@@ -606,10 +547,6 @@ def main(argv: list[str] | None = None) -> int:
     if args.baseline:
         eprint("per call vs baseline ...")
         per_call = bench_per_call(args.baseline, calls, 3 if args.quick else 5)
-    if args.only_append:
-        text = _append_only_markdown(append, per_call)
-        print(text)
-        return 0
     eprint("durability ...")
     durability = bench_durability(calls, repeats)
     eprint("archive ...")

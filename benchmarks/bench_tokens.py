@@ -1,10 +1,5 @@
 """Token-counting benchmark: incremental counting, backend throughput, quicktok check.
 
-Usage::
-
-    python benchmarks/bench_tokens.py [--repeat 5] [--naive-repeat 3]
-    python benchmarks/bench_tokens.py --calibrate      # refit the heuristic's weights
-
 1. Replays the largest trace in ../shared/traces message by message and counts the
    whole conversation after each message:
    (a) one tiktoken pass over all content (each text encoded once);
@@ -32,17 +27,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.append(str(Path(__file__).resolve().parents[1]))  # run as a file
 
-from benchmarks._common import (
-    SHARED,
-    eprint,
-    header_markdown,
-    machine,
-    markdown_table,
-    publish,
-    timeit,
-)
+from benchmarks._common import SHARED, eprint, machine, markdown_table, publish, timeit
 from ctxpolicy.policy.models import ModelSpec
 from ctxpolicy.tokens import (
     FEATURES,
@@ -224,7 +211,7 @@ def verify_markdown(checks: dict[str, dict[str, Any]]) -> list[str]:
         "quicktok vs the reference vocabularies (docs/tokenizers.md), over the mixed corpus:",
         "",
         markdown_table(
-            ["encoding", "texts", "chars", "tokens", "texts with other ids", "count()", "verdict"],
+            "encoding | texts | chars | tokens | texts with other ids | count() | verdict",
             rows,
         ),
         "",
@@ -437,7 +424,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     if args.verify:
         checks = verify_all(groups)
-        md = ["## quicktok exactness", "", header_markdown(info), "", *verify_markdown(checks)]
+        md = ["## quicktok exactness", "", *verify_markdown(checks)]
         publish("bench_tokens_verify", {"machine": info, "checks": checks}, "\n".join(md))
         return 0 if all(c.get("identical") for c in checks.values()) else 1
     t0 = time.perf_counter()
@@ -461,15 +448,13 @@ def main(argv: list[str] | None = None) -> int:
     md = [
         "## Token counting benchmark",
         "",
-        header_markdown(info),
-        "",
         f"Replay of `{rep['trace']}` ({rep['messages']} messages, {rep['tokens_final']:,} tokens "
         "with framing), counting the whole conversation after each message; medians of "
         f"{args.repeat} interleaved runs ((c): {args.naive_repeat}); load average "
         f"{info['load_avg'][0]:.1f} at start.",
         "",
         markdown_table(
-            ["variant", "median s", "× (a)", "(c) ÷ variant"],
+            "variant | median s | × (a) | (c) ÷ variant",
             [
                 ["(a) one tiktoken pass over all content", s["a"], 1.0, s["c"] / s["a"]],
                 ["(b) incremental `count_messages`", s["b"], rep["b_over_a"], rep["c_over_b"]],
@@ -513,7 +498,7 @@ def main(argv: list[str] | None = None) -> int:
         "Backend throughput over the whole corpus (cl100k tokens / s of the reference count):",
         "",
         markdown_table(
-            ["backend", "tokens/s", "chars/s", "× tiktoken"],
+            "backend | tokens/s | chars/s | × tiktoken",
             [
                 [r["backend"], r["tokens_per_s"], r["chars_per_s"], r["speedup_vs_tiktoken"]]
                 for r in thr
@@ -526,7 +511,7 @@ def main(argv: list[str] | None = None) -> int:
         "Heuristic vs cl100k (relative error of the total per group; `len//4` for comparison):",
         "",
         markdown_table(
-            ["group", "cl100k", "heuristic", "error", "len//4 error"],
+            "group | cl100k | heuristic | error | len//4 error",
             [
                 [
                     r["group"],

@@ -1,10 +1,5 @@
 """``ctxpolicy tune`` on the shared traces: tuned vs shipped ``coding_agent``, and scaling.
 
-Usage::
-
-    python benchmarks/bench_tune.py [--quick] [--trials N]
-    python benchmarks/bench_tune.py --baseline DIR [--quick] [--trials N]
-
 1. For windows 16,384 and 32,768: a seeded tune of ``coding_agent``
    (policies/agents.yaml) on the shared traces (30 % held out, seed 0), then the
    chosen policy vs the shipped one **on the held-out traces**: prompt tokens,
@@ -36,28 +31,21 @@ import argparse
 import json
 import sys
 import time
-import types
 from pathlib import Path
 from typing import Any
 
-# appended, not inserted: a child measuring a baseline (PYTHONPATH) finds that tree's
-# ctxpolicy first, and `benchmarks` is this tree's whatever that tree holds
-sys.path.append(str(Path(__file__).resolve().parents[1]))
-sys.modules.setdefault("benchmarks", types.ModuleType("benchmarks")).__path__ = [
-    str(Path(__file__).resolve().parent)
-]
+sys.path.append(str(Path(__file__).resolve().parents[1]))  # run as a file
 
-from benchmarks._common import (  # noqa: E402 - after the path is set
+from benchmarks._common import (
     SHARED,
     eprint,
-    header_markdown,
     in_tree,
     machine,
     markdown_table,
     publish,
     write_results,
 )
-from ctxpolicy.tune.space import changed  # noqa: E402
+from ctxpolicy.tune.space import changed
 
 ROOT = Path(__file__).resolve().parents[1]
 POLICY = ROOT / "policies" / "agents.yaml"
@@ -65,10 +53,11 @@ AGENT = "coding_agent"
 WINDOWS = (16384, 32768)
 
 
-def _traces(quick: bool) -> list[str]:
+def _traces(quick: bool, smallest: int = 10) -> list[str]:
+    """Every shared trace; ``quick``: the ``smallest`` ones, smallest first."""
     files = sorted((SHARED / "traces").glob("*.jsonl"))
     if quick:
-        files = sorted(files, key=lambda p: p.stat().st_size)[:10]
+        files = sorted(files, key=lambda p: p.stat().st_size)[:smallest]
     return [str(p) for p in files]
 
 
@@ -102,31 +91,12 @@ def _row(label: str, s: Any) -> list[Any]:
 SPEED_NAME = "bench_tune_speed"
 
 
-def _speed_traces(quick: bool) -> list[str]:
-    files = sorted((SHARED / "traces").glob("*.jsonl"))
-    if quick:
-        files = sorted(sorted(files, key=lambda p: p.stat().st_size)[:6])
-    return [str(p) for p in files]
-
-
 def speed_child(window: int, trials: int, traces: list[str]) -> dict[str, Any]:
     """One study in this process (the tree on ``PYTHONPATH``): seconds and its output."""
     import ctxpolicy
     import ctxpolicy.sim.replay as replay_mod
-    from ctxpolicy.resolve.load import load_policy
     from ctxpolicy.tune.report import to_dict
-    from ctxpolicy.tune.runner import TuneConfig, run_tune
 
-    base = load_policy(str(POLICY), AGENT)
-    cfg = TuneConfig(
-        traces=traces,
-        policy_file=str(POLICY),
-        agent=AGENT,
-        window=window,
-        trials=trials,
-        seed=0,
-        workers=1,
-    )
     # replays run: every tree's Replayer calls ctxpolicy.sim.replay.replay_trace
     real = replay_mod.replay_trace
     replays: list[int] = []
@@ -136,9 +106,7 @@ def speed_child(window: int, trials: int, traces: list[str]) -> dict[str, Any]:
         return real(*a, **k)
 
     replay_mod.replay_trace = counted  # type: ignore[assignment]
-    t0 = time.perf_counter()
-    result = run_tune(cfg, base)
-    secs = time.perf_counter() - t0
+    result, secs = _run(traces, window, trials, 1)
     replay_mod.replay_trace = real  # type: ignore[assignment]
     return {
         "seconds": secs,
@@ -186,7 +154,7 @@ def speed(args: argparse.Namespace) -> int:
     trials = args.trials or (12 if args.quick else 50)
     windows = WINDOWS[:1] if args.quick else WINDOWS
     trees = {"baseline": args.baseline.resolve(), "this tree": ROOT}
-    traces = _speed_traces(args.quick)
+    traces = sorted(_traces(args.quick, 6))
     if not traces:
         eprint(f"no traces in {SHARED / 'traces'}; nothing measured")
         return 0
@@ -246,8 +214,6 @@ def speed_markdown(data: dict[str, Any]) -> str:
         [
             "### Study time, before → after (issue 32)",
             "",
-            header_markdown(data["machine"]),
-            "",
             f"The same study — `{AGENT}`, {data['traces']} shared traces, {data['trials']} "
             "trials, seed 0, 1 worker — run by the baseline tree and by this tree in turn, "
             "each in its own process, in one run. Output: the `tune --json` document "
@@ -255,15 +221,7 @@ def speed_markdown(data: dict[str, Any]) -> str:
             "the effects of each change), compared field by field.",
             "",
             markdown_table(
-                [
-                    "window",
-                    "baseline (s)",
-                    "this tree (s)",
-                    "speed-up",
-                    "replays run",
-                    "output",
-                    "chosen trial",
-                ],
+                "window | baseline (s) | this tree (s) | speed-up | replays run | output | chosen trial",
                 rows,
             ),
             "",
@@ -302,8 +260,6 @@ def main() -> int:
     md = [
         "## Tuning (`ctxpolicy tune`)",
         "",
-        header_markdown(info),
-        "",
         f"`coding_agent` of policies/agents.yaml tuned on {len(traces)} shared traces "
         f"(seed 0, 30 % held out, {trials} trials, TPE multi-objective: prompt tokens vs "
         "fact retention in context; constraints: 0 avoidable overflows, 0 pairing "
@@ -341,7 +297,7 @@ def main() -> int:
             f"### Window {window:,}",
             "",
             markdown_table(
-                ["held-out", "prompt tokens", "in context", "retained", "avoidable overflows"],
+                "held-out | prompt tokens | in context | retained | avoidable overflows",
                 [_row("shipped", r.base_held), _row("tuned", r.chosen_held)],
             ),
             "",
@@ -379,7 +335,7 @@ def main() -> int:
         "### Scaling (local worker processes)",
         "",
         markdown_table(
-            ["workers", "wall time (s)", "speed-up vs 1 worker"],
+            "workers | wall time (s) | speed-up vs 1 worker",
             [[1, round(timing[1], 1), "1.00×"], [2, round(timing[2], 1), f"{ratio:.2f}×"]],
         ),
         "",

@@ -1,10 +1,6 @@
 """Validator: cold-process time of ``ctxpolicy validate`` vs ``check-jsonschema``, and warm
 throughput on 1,000 generated policy files.
 
-Usage::
-
-    python benchmarks/bench_validate.py [--runs 15] [--files 1000] [--quick]
-
 Cold: a new process per run, interleaved, median of ``--runs`` (≥ 7 for the goal):
 
 * ``ctxpolicy validate policies/agents.yaml`` vs ``check-jsonschema --schemafile
@@ -40,9 +36,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.append(str(Path(__file__).resolve().parents[1]))  # run as a file
 
-from benchmarks._common import eprint, header_markdown, machine, markdown_table, publish
+from benchmarks._common import eprint, machine, markdown_table, publish
 
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
@@ -264,13 +260,11 @@ def main(argv: list[str] | None = None) -> int:
     md = [
         "## Validator",
         "",
-        header_markdown(info),
-        "",
         f"Cold process time, median of {args.runs} interleaved runs, after one untimed run "
         "that fills a private bytecode cache for both tools (as installed tools have):",
         "",
         markdown_table(
-            ["command", "median s", "min s", "× check-jsonschema", "exit"],
+            "command | median s | min s | × check-jsonschema | exit",
             [
                 [
                     label[k],
@@ -284,7 +278,7 @@ def main(argv: list[str] | None = None) -> int:
         ),
         "",
         markdown_table(
-            ["goal", "measured", "status"],
+            "goal | measured | status",
             [
                 [
                     f"ctxpolicy cold ≤ check-jsonschema cold ({agents})",
@@ -325,7 +319,7 @@ def main(argv: list[str] | None = None) -> int:
         "(median of the runs; 'net' subtracts the cold start of the row above):",
         "",
         markdown_table(
-            ["validator", "seconds", "files/s", "files/s net of start", "exit"],
+            "validator | seconds | files/s | files/s net of start | exit",
             [
                 [k, w["median_s"], w["files_per_s"], w["files_per_s_net_of_start"], w["exit_code"]]
                 for k, w in warm.items()

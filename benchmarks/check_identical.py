@@ -1,11 +1,5 @@
 """Does ``prepare`` return byte-identical lists with two source trees? (issue 21)
 
-Usage::
-
-    python benchmarks/check_identical.py --baseline /work/main [--agent coding_agent|all]
-    python benchmarks/check_identical.py --baseline /work/main --agent all --save base.json
-    python benchmarks/check_identical.py --against base.json --agent all
-
 Replays every trace of ../shared/traces under ``policies/agents.yaml`` (``--agent``,
 default coding_agent; ``all`` for every agent the file defines) at 16k and 32k windows — the loop of ``ctxpolicy simulate``:
 ``add_tool_result`` for every tool result, ``prepare`` before every assistant

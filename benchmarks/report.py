@@ -1,9 +1,5 @@
 """Build docs/benchmarks.md from the results files alone (benchmarks/results/*.json, .md).
 
-Usage (``make docs`` runs this; ``make bench`` runs every suite first)::
-
-    python -m benchmarks render [--results DIR] [--out docs/benchmarks.md] [--img docs/img]
-
 Every suite writes ``results/<name>.json`` (its data) and ``results/<name>.md`` (its
 section, rendered by the suite from that data; see :mod:`benchmarks.suites`). The page
 is: a summary and a table of every goal, computed here from the JSON files; then each
@@ -22,7 +18,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.append(str(Path(__file__).resolve().parents[1]))  # run as a file
 
 from benchmarks._common import RESULTS, eprint
 from benchmarks.suites import SUITES, command_for
@@ -141,71 +137,63 @@ def headline(results: Path) -> list[str]:
     """One table of every goal, read from the results JSON files."""
     ok = {True: "✓", False: "✗", None: "n/a"}
     rows: list[list[str]] = []
+
+    def add(*cells: str) -> None:
+        rows.append(list(cells))
+
     e = _load(results, "bench_engine")
     if e:
         for c in e["conversations"]:
             name = _short(c["conversation"])
-            rows.append(
-                [
-                    "engine: ctxpolicy ≤ 1.5 × one tiktoken pass",
-                    name,
-                    f"{c['ctxpolicy_over_floor']:.2f}×",
-                    ok[c["goal_floor"]],
-                ]
+            add(
+                "engine: ctxpolicy ≤ 1.5 × one tiktoken pass",
+                name,
+                f"{c['ctxpolicy_over_floor']:.2f}×",
+                ok[c["goal_floor"]],
             )
         for c in e["conversations"]:
             name = _short(c["conversation"])
-            rows.append(
-                [
-                    "engine: naive recount ≥ 20 × ctxpolicy at ≥ 200 steps",
-                    f"{name}, {c['steps']} steps",
-                    f"{c['naive_over_ctxpolicy']:.1f}×",
-                    ok[c["goal_naive"]],
-                ]
+            add(
+                "engine: naive recount ≥ 20 × ctxpolicy at ≥ 200 steps",
+                f"{name}, {c['steps']} steps",
+                f"{c['naive_over_ctxpolicy']:.1f}×",
+                ok[c["goal_naive"]],
             )
         m = e.get("memory")
         if m:
-            rows.append(
-                [
-                    "engine: memory growth linear",
-                    "tracemalloc peak, 1–8 parts",
-                    f"{m['fit'].get('bytes_per_token', 0):.1f} B/token, residual {m['fit'].get('max_rel_residual', 0):.0%}",
-                    ok[m["goal_linear"]],
-                ]
+            add(
+                "engine: memory growth linear",
+                "tracemalloc peak, 1–8 parts",
+                f"{m['fit'].get('bytes_per_token', 0):.1f} B/token, residual {m['fit'].get('max_rel_residual', 0):.0%}",
+                ok[m["goal_linear"]],
             )
         for c in (e.get("per_call") or {}).get("traces", []):
             v = c["variants"]
-            rows.append(
-                [
-                    "engine: prepare + add_tool_result ≤ LangChain per call",
-                    _short(c["trace"]),
-                    f"{v['ctxpolicy']['median_ms']:.3f} vs {v['langchain']['median_ms']:.3f} ms "
-                    f"({c['ctxpolicy_over_langchain']:.1f}×)",
-                    ok[c["goal_le_langchain"]],
-                ]
+            add(
+                "engine: prepare + add_tool_result ≤ LangChain per call",
+                _short(c["trace"]),
+                f"{v['ctxpolicy']['median_ms']:.3f} vs {v['langchain']['median_ms']:.3f} ms "
+                f"({c['ctxpolicy_over_langchain']:.1f}×)",
+                ok[c["goal_le_langchain"]],
             )
             lc = v["langchain"]["median_ms"]
             if lc:
                 ratio = v["prepare"]["median_ms"] / lc
-                rows.append(
-                    [
-                        "engine: prepare ≤ 0.6× LangChain per call",
-                        _short(c["trace"]),
-                        f"{v['prepare']['median_ms']:.3f} vs {lc:.3f} ms ({ratio:.2f}×)",
-                        ok[ratio <= 0.6],
-                    ]
+                add(
+                    "engine: prepare ≤ 0.6× LangChain per call",
+                    _short(c["trace"]),
+                    f"{v['prepare']['median_ms']:.3f} vs {lc:.3f} ms ({ratio:.2f}×)",
+                    ok[ratio <= 0.6],
                 )
             for peer in ("deepagents", "langmem"):
                 if peer in v and v[peer]["median_ms"]:
                     ratio = v["ctxpolicy"]["median_ms"] / v[peer]["median_ms"]
-                    rows.append(
-                        [
-                            f"engine: prepare + add_tool_result ≤ {peer} per call",
-                            _short(c["trace"]),
-                            f"{v['ctxpolicy']['median_ms']:.3f} vs "
-                            f"{v[peer]['median_ms']:.3f} ms ({ratio:.1f}×)",
-                            ok[ratio <= 1.0],
-                        ]
+                    add(
+                        f"engine: prepare + add_tool_result ≤ {peer} per call",
+                        _short(c["trace"]),
+                        f"{v['ctxpolicy']['median_ms']:.3f} vs "
+                        f"{v[peer]['median_ms']:.3f} ms ({ratio:.1f}×)",
+                        ok[ratio <= 1.0],
                     )
     rows += scaling_headline(_load(results, "bench_scaling"), ok)
     rows += append_headline(_load(results, "bench_store"), ok)
@@ -214,89 +202,70 @@ def headline(results: Path) -> list[str]:
         rows += peer_headline(q, ok)
     if q and q.get("results"):
         g = q["goals"]
-        rows.append(
-            [
-                "quality: 0 overflows, 0 pairing violations (ctxpolicy)",
-                "every trace × policy × window",
-                f"{len(g['overflow_or_violation_cases'])} cases"
-                + (
-                    f" (+ {n} unavoidable: the task alone exceeds the limit)"
-                    if (n := len(g.get("unavoidable_overflow_cases", ())))
-                    else ""
-                ),
-                ok[g["no_overflow_no_violation"]],
-            ]
+        add(
+            "quality: 0 overflows, 0 pairing violations (ctxpolicy)",
+            "every trace × policy × window",
+            f"{len(g['overflow_or_violation_cases'])} cases"
+            + (
+                f" (+ {n} unavoidable: the task alone exceeds the limit)"
+                if (n := len(g.get("unavoidable_overflow_cases", ())))
+                else ""
+            ),
+            ok[g["no_overflow_no_violation"]],
         )
         for w, sv in sorted(g["saving_by_window"].items(), key=lambda kv: int(kv[0])):
-            rows.append(
-                [
-                    "quality: cost saving vs none ≥ 40 % at 32k"
-                    if int(w) == 32768
-                    else "quality: cost saving vs none",
-                    f"window {int(w):,}",
-                    f"{sv:.1%}",
-                    ok[sv >= 0.4] if int(w) == 32768 else "—",
-                ]
+            add(
+                "quality: cost saving vs none ≥ 40 % at 32k"
+                if int(w) == 32768
+                else "quality: cost saving vs none",
+                f"window {int(w):,}",
+                f"{sv:.1%}",
+                ok[sv >= 0.4] if int(w) == 32768 else "—",
             )
-        rows.append(
-            [
-                "quality: retention ≥ every baseline at ≤ cost",
-                "per trace × policy × window",
-                f"{len(g['retention_worse_cases'])} of {g['retention_comparisons']} worse",
-                ok[g["retention_ge_baselines_at_le_cost"]],
-            ]
+        add(
+            "quality: retention ≥ every baseline at ≤ cost",
+            "per trace × policy × window",
+            f"{len(g['retention_worse_cases'])} of {g['retention_comparisons']} worse",
+            ok[g["retention_ge_baselines_at_le_cost"]],
         )
-        rows.append(
-            [
-                "quality: in context + recoverable = 100 %",
-                "all runs",
-                f"{(g['retained_rate'] or 0):.2%}",
-                ok[g["recoverable_100pct"]],
-            ]
+        add(
+            "quality: in context + recoverable = 100 %",
+            "all runs",
+            f"{(g['retained_rate'] or 0):.2%}",
+            ok[g["recoverable_100pct"]],
         )
     v = _load(results, "bench_validate")
     if v and v.get("ctxpolicy_over_check_jsonschema_cold") is not None:
-        rows.append(
-            [
-                "validator: ctxpolicy cold ≤ check-jsonschema cold",
-                v.get("case", "policies/*.yaml"),
-                f"{v['ctxpolicy_over_check_jsonschema_cold']:.2f}×",
-                ok[v["goal_cold_le_check_jsonschema"]],
-            ]
+        add(
+            "validator: ctxpolicy cold ≤ check-jsonschema cold",
+            v.get("case", "policies/*.yaml"),
+            f"{v['ctxpolicy_over_check_jsonschema_cold']:.2f}×",
+            ok[v["goal_cold_le_check_jsonschema"]],
         )
     i = _load(results, "bench_incidents")
     if i:
         sc = i["scenarios"]
         a, b, c = sc["a"], sc["b"], sc["c"]
-        rows.append(
-            [
-                "incident (a): 80 % + 25k result",
-                "provider rejections fixed vs ours",
-                f"{a['fixed_80']['rejected_calls']} vs {a['dynamic']['rejected_calls']}",
-                ok[a["fixed_80"]["rejected_calls"] > 0 and a["dynamic"]["rejected_calls"] == 0],
-            ]
+        add(
+            "incident (a): 80 % + 25k result",
+            "provider rejections fixed vs ours",
+            f"{a['fixed_80']['rejected_calls']} vs {a['dynamic']['rejected_calls']}",
+            ok[a["fixed_80"]["rejected_calls"] > 0 and a["dynamic"]["rejected_calls"] == 0],
         )
-        rows.append(
-            [
-                "incident (b): 95 %, summary call",
-                "rejected summary calls fixed vs ours",
-                f"{b['fixed_95']['summary_calls_rejected']} vs {b['dynamic']['summary_calls_rejected']} (ours max {b['dynamic']['max_summary_request']:,} ≤ {i['window']:,})",
-                ok[
-                    b["fixed_95"]["summary_calls_rejected"] > 0
-                    and b["dynamic"]["summary_calls_rejected"] == 0
-                ],
-            ]
+        add(
+            "incident (b): 95 %, summary call",
+            "rejected summary calls fixed vs ours",
+            f"{b['fixed_95']['summary_calls_rejected']} vs {b['dynamic']['summary_calls_rejected']} (ours max {b['dynamic']['max_summary_request']:,} ≤ {i['window']:,})",
+            ok[
+                b["fixed_95"]["summary_calls_rejected"] > 0
+                and b["dynamic"]["summary_calls_rejected"] == 0
+            ],
         )
-        rows.append(
-            [
-                "incident (c): 50 % thrash",
-                "calls that compacted fixed vs ours",
-                f"{c['fixed_50']['calls_with_compaction']} vs {c['dynamic']['calls_with_compaction']} of {c['dynamic']['calls']}",
-                ok[
-                    c["dynamic"]["calls_with_compaction"] * 2
-                    <= c["fixed_50"]["calls_with_compaction"]
-                ],
-            ]
+        add(
+            "incident (c): 50 % thrash",
+            "calls that compacted fixed vs ours",
+            f"{c['fixed_50']['calls_with_compaction']} vs {c['dynamic']['calls_with_compaction']} of {c['dynamic']['calls']}",
+            ok[c["dynamic"]["calls_with_compaction"] * 2 <= c["fixed_50"]["calls_with_compaction"]],
         )
     k = _load(results, "bench_cache")
     if k:
@@ -305,35 +274,29 @@ def headline(results: Path) -> list[str]:
             x = sum(r["shipped"]["prefix_changes"] for r in wr)
             y = sum(r["cache"]["prefix_changes"] for r in wr)
             ov = sum(r["cache"]["overflows"] for r in wr)
-            rows.append(
-                [
-                    "cache: prefix changes with ≤ 1/3 without, no overflow",
-                    f"window {w:,}",
-                    f"{y} vs {x} ({y / max(1, x):.2f}), {ov} overflows",
-                    ok[y * 3 <= x and ov == 0],
-                ]
+            add(
+                "cache: prefix changes with ≤ 1/3 without, no overflow",
+                f"window {w:,}",
+                f"{y} vs {x} ({y / max(1, x):.2f}), {ov} overflows",
+                ok[y * 3 <= x and ov == 0],
             )
     t = _load(results, "bench_tune")
     if t:
         for w, d in sorted(t["windows"].items(), key=lambda kv: int(kv[0])):
             gain = d.get("gain")
-            rows.append(
-                [
-                    "tune: tuned coding_agent ≥ 10 % fewer tokens, held-out",
-                    f"window {int(w):,}",
-                    f"{gain:+.1%} tokens saved" if d.get("recommended") else "shipped kept",
-                    ok[bool(d.get("recommended")) and (gain or 0) >= 0.10],
-                ]
+            add(
+                "tune: tuned coding_agent ≥ 10 % fewer tokens, held-out",
+                f"window {int(w):,}",
+                f"{gain:+.1%} tokens saved" if d.get("recommended") else "shipped kept",
+                ok[bool(d.get("recommended")) and (gain or 0) >= 0.10],
             )
         sp = t.get("scaling") or {}
         if sp.get("speedup_2_vs_1") is not None:
-            rows.append(
-                [
-                    "tune: 2 workers vs 1",
-                    f"{t['trials']} trials",
-                    f"{sp['speedup_2_vs_1']:.2f}×, same choice: {sp.get('same_choice')}",
-                    "—",
-                ]
+            add(
+                "tune: 2 workers vs 1",
+                f"{t['trials']} trials",
+                f"{sp['speedup_2_vs_1']:.2f}×, same choice: {sp.get('same_choice')}",
+                "—",
             )
     rows += tune_speed_headline(_load(results, "bench_tune_speed"), ok)
     if not rows:
@@ -603,12 +566,14 @@ def runner_command(name: str, text: str) -> str:
 
     def repl(m: re.Match[str]) -> str:
         script, rest = m.group(1), m.group(2)
-        cands = [(s, v) for s in SUITES for v in s.variants if v.script == script]
-        if not cands:
+        every = [(s, v) for s in SUITES for v in s.variants]
+        cands = [c for c in every if c[1].script == script]
+        own = [c for c in every if c[1].results == name and script == name]  # a merged script
+        if not cands and not own:
             return m.group(0)
         s, v = next(
             (c for c in cands if c[1].args and f" {c[1].results}" in rest),
-            next((c for c in cands if c[1].results == name), cands[0]),
+            next((c for c in cands + own if c[1].results == name), (cands + own)[0]),
         )
         args = list(v.args)
         while args:  # the variant's own options (a flag and its value) are implied

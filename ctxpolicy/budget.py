@@ -161,21 +161,27 @@ def rule_bound(policy: Policy) -> int | None:
     """Tokens a result of a tool no other rule names can bring at most, by the
     policy's catch-all rule (``"*"``): a ``head_tail`` of ``max_chars`` characters
     (at most one token per 2 characters, plus its outline lines and the reference
-    line) or of ``max_tokens``. None when there is no such rule or it does not
-    bound the size."""
+    line) or of ``max_tokens`` — the rule's own ``max_tokens`` (a share of the
+    window) bounds any chain. None when there is no such rule or it does not bound
+    the size."""
     rule = policy.tools.get("*")
-    if rule is None or rule.preprocess != "head_tail":
+    if rule is None:
         return None
-    opts = rule.options
+    head_tail = rule.preprocess == "head_tail"
+    opts = rule.options if head_tail else {}
     outline = opts.get("outline", 0)
     extra = (outline if type(outline) is int and outline > 0 else 0) * 16 + _REFERENCE_TOKENS
+    bounds: list[int] = []
+    if rule.max_tokens is not None:
+        bounds.append(resolve_amount(rule.max_tokens, effective_window(policy)) + extra)
     max_tokens = opts.get("max_tokens")
-    if type(max_tokens) is int and max_tokens >= 0:
-        return max_tokens + extra
     max_chars = opts.get("max_chars", 3000)
-    if type(max_chars) is not int or max_chars < 0:
-        return None
-    return max_chars // 2 + extra
+    if type(max_tokens) is int and max_tokens >= 0:
+        bounds.append(max_tokens + extra)
+    elif head_tail and rule.max_tokens is None and type(max_chars) is int and max_chars >= 0:
+        # (a rule's max_tokens replaces the step's max_chars)
+        bounds.append(max_chars // 2 + extra)
+    return min(bounds) if bounds else None
 
 
 def _growth_bounds(spec: ToolGrowth, window: int, cap: int | None = None) -> tuple[int, int, int]:

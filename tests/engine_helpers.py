@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import types
+from collections.abc import Sequence
 from typing import Any
 
+from ctxpolicy.conversation import Unit
+from ctxpolicy.plugins import hookimpl
 from ctxpolicy.policy.models import AgentPolicy, Policy
 from ctxpolicy.testing.conversations import tool_call
 
@@ -31,6 +35,54 @@ def make_policy(tmp_path: Any = None, **overrides: Any) -> Policy:
         else:
             base[key] = value
     return Policy.model_validate(base)
+
+
+def bare_policy(agent: str = "test", window: int = 120000, **sections: Any) -> Policy:
+    """A resolved Policy with every section empty (the models' defaults) but the agent's
+    name, the model's ``window`` and the emergency overflow layer; ``sections`` replace
+    whole sections."""
+    data: dict[str, Any] = {
+        "agent": agent,
+        "model": {"context_window": window},
+        "budget": {},
+        "thresholds": {},
+        "pipeline": [],
+        "on_overflow": {"layer": "emergency"},
+        "tools": {},
+        "snapshots": {},
+        "pinned": {},
+        "ledger": {},
+        "constraints": [],
+        "cache": {},
+    }
+    data.update(sections)
+    return Policy.model_validate(data)
+
+
+def plugin_module(
+    name: str, *classes: type, hook: str = "ctxpolicy_register_layers"
+) -> types.ModuleType:
+    """A plugin module named ``name`` whose ``hook`` registers ``classes`` (layers by
+    default), for ``plugins.register_plugin``."""
+    mod = types.ModuleType(name)
+
+    def register_all(register: Any) -> None:
+        for c in classes:
+            register(c)
+
+    setattr(mod, hook, hookimpl(register_all))
+    return mod
+
+
+def pad_first_step(units: Sequence[Unit], words: int) -> list[Unit]:
+    """``units`` with ``words`` more words in the first message of the first step (what
+    a test layer that grows the context returns)."""
+    out = list(units)
+    i = next(i for i, u in enumerate(out) if u.kind == "step")
+    msg = dict(out[i].messages[0])
+    msg["content"] = (msg.get("content") or "") + " padding" * words
+    out[i] = out[i].replace(messages=(msg, *out[i].messages[1:]))
+    return out
 
 
 def call(cid: str, name: str = "read_file", **args: Any) -> dict[str, Any]:

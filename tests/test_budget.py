@@ -16,25 +16,11 @@ from ctxpolicy.budget import (
 )
 from ctxpolicy.policy.models import Policy
 from ctxpolicy.policy.scalars import State
+from tests.engine_helpers import bare_policy
 
 
 def make_policy(model: dict[str, Any] | None = None, **sections: Any) -> Policy:
-    data: dict[str, Any] = {
-        "agent": "test",
-        "model": model or {"context_window": 120000},
-        "budget": {},
-        "thresholds": {},
-        "pipeline": [],
-        "on_overflow": {"layer": "emergency"},
-        "tools": {},
-        "snapshots": {},
-        "pinned": {},
-        "ledger": {},
-        "constraints": [],
-        "cache": {},
-    }
-    data.update(sections)
-    return Policy.model_validate(data)
+    return bare_policy(model=model or {"context_window": 120000}, **sections)
 
 
 # --------------------------------------------------------------------------- table

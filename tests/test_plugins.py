@@ -10,6 +10,8 @@ import pytest
 from ctxpolicy import plugins
 from ctxpolicy.components import Layer, LayerResult, Preprocessor
 from ctxpolicy.plugins import hookimpl
+from tests.engine_helpers import plugin_module as _plugin
+from tests.preprocessors.test_properties import NAMES as PREPROCESSORS  # all but redact
 
 
 class _Layer(Layer):
@@ -27,19 +29,6 @@ class _Pre(Preprocessor):
         return text
 
 
-def _plugin(
-    name: str, *classes: type, kind_hook: str = "ctxpolicy_register_layers"
-) -> types.ModuleType:
-    mod = types.ModuleType(name)
-
-    def hook(register):  # type: ignore[no-untyped-def]
-        for c in classes:
-            register(c)
-
-    setattr(mod, kind_hook, hookimpl(hook))
-    return mod
-
-
 @pytest.fixture
 def fresh() -> Iterator[None]:
     plugins.reset()
@@ -55,16 +44,7 @@ def test_builtins_come_through_the_hooks(fresh: None) -> None:
         assert reg.plugins[name].distribution == "ctxpolicy"
     expected = {
         "layer": {"observation_mask", "drop_rounds", "summarize", "emergency", "offload"},
-        "preprocessor": {
-            "head_tail",
-            "head_tail_lines",
-            "test_failures",
-            "log_levels",
-            "command_output",
-            "table_rows",
-            "json_prune",
-            "redact",
-        },
+        "preprocessor": {*PREPROCESSORS, "redact"},
         "summarizer": {"extractive", "openai", "callable"},
         "tokenizer": {"tiktoken", "quicktok", "heuristic"},
         "snapshot_store": {"local", "fsspec"},

@@ -50,7 +50,6 @@ from deepagents.middleware.summarization import (
     DEEPAGENTS_DEFAULT_SUMMARY_PROMPT,
     SummarizationMiddleware,
 )
-from langchain.agents.middleware import ModelRequest, ModelResponse
 from langchain.agents.middleware.types import ExtendedModelResponse
 from langchain_core.messages import AIMessage, AnyMessage, ToolMessage
 from langgraph.graph.message import add_messages
@@ -119,23 +118,9 @@ class DeepAgentsStrategy(MessageStateStrategy):
 
     def prepare(self, convo: list[Message]) -> tuple[list[Message], list[str]]:
         self._ingest(convo)
-        received: list[AnyMessage] = []
-
-        def handler(request: ModelRequest[Any]) -> ModelResponse[Any]:
-            received.extend(request.messages)
-            return ModelResponse(result=[AIMessage(content="")])
-
-        request = ModelRequest(
-            model=self.model,
-            messages=list(self.agent_state["messages"]),
-            system_message=self._system_lc,
-            tools=[],
-            state=self.agent_state,  # type: ignore[arg-type]
-            runtime=None,
-            model_settings={"max_tokens": self.reserve_output},
-        )
         before = self.agent_state.get(EVENT)
-        response = self.summarization.wrap_model_call(request, handler)
+        settings = {"max_tokens": self.reserve_output}
+        received, response = self._model_call(self.summarization, tools=[], model_settings=settings)
         layers: list[str] = []
         if isinstance(response, ExtendedModelResponse) and response.command is not None:
             update = dict(response.command.update or {})

@@ -128,6 +128,27 @@ class MessageStateStrategy(BaselineStrategy):
         (out,) = convert_to_openai_messages([m])
         return dict(out)
 
+    def _model_call(self, middleware: Any = None, **extra: Any) -> tuple[list[AnyMessage], Any]:
+        """What the model receives (the state, through ``middleware`` if any), and the
+        middleware's response; ``extra``: more fields of the request."""
+        received: list[AnyMessage] = []
+
+        def handler(request: ModelRequest[Any]) -> ModelResponse[Any]:
+            received.extend(request.messages)
+            return ModelResponse(result=[AIMessage(content="")])
+
+        request = ModelRequest(
+            model=self.model,
+            messages=list(self.agent_state["messages"]),
+            system_message=self._system_lc,
+            state=self.agent_state,  # type: ignore[arg-type]
+            runtime=None,
+            **extra,
+        )
+        if middleware is None:
+            return received, handler(request)
+        return received, middleware.wrap_model_call(request, handler)
+
 
 class LangChainStrategy(MessageStateStrategy):
     """A ``ctxpolicy.sim.replay.Strategy`` backed by LangChain's middleware."""
@@ -162,7 +183,7 @@ class LangChainStrategy(MessageStateStrategy):
             if summary is not None:
                 self.summaries.append(summary.text)
             layers.append("summarization")
-        sent = self._model_call()
+        sent, _ = self._model_call(self.editing)
         cleared = {
             str(m.id)
             for m in sent
@@ -176,28 +197,6 @@ class LangChainStrategy(MessageStateStrategy):
             self._events.append({"type": "context.compacted", "layer": layer})
         self.last_request = sent
         return [*self.system, *(self._to_dict(m) for m in sent)], layers
-
-    # ------------------------------------------------------------- internals
-    def _model_call(self) -> list[AnyMessage]:
-        """What the model receives: the state, through the editing middleware if any."""
-        received: list[AnyMessage] = []
-
-        def handler(request: ModelRequest[Any]) -> ModelResponse[Any]:
-            received.extend(request.messages)
-            return ModelResponse(result=[AIMessage(content="")])
-
-        request = ModelRequest(
-            model=self.model,
-            messages=list(self.agent_state["messages"]),
-            system_message=self._system_lc,
-            state=self.agent_state,  # type: ignore[arg-type]
-            runtime=None,
-        )
-        if self.editing is None:
-            handler(request)
-        else:
-            self.editing.wrap_model_call(request, handler)
-        return received
 
 
 def langchain_peer(

@@ -40,6 +40,21 @@ def available() -> list[str]:
     return [name for name, mod in PEERS.items() if importlib.util.find_spec(mod) is not None]
 
 
+def per_step(steps: Sequence[Sequence[Any]], call: Callable[[dict[str, Any]], None]) -> list[float]:
+    """Seconds of ``call(state)`` per step, each step's new messages appended to
+    ``state["messages"]`` first (untimed): the replay loop of every middleware peer."""
+    state: dict[str, Any] = {"messages": []}
+    clock = time.perf_counter
+    out: list[float] = []
+    gc.collect()
+    for new in steps:
+        state["messages"].extend(new)
+        t0 = clock()
+        call(state)
+        out.append(clock() - t0)
+    return out
+
+
 def _budget(policy: Any) -> tuple[int, int]:
     from ctxpolicy.budget import compute_budget
 
@@ -77,13 +92,7 @@ def replay_deepagents(
         def handler(request: Any) -> Any:
             return answer
 
-        state: dict[str, Any] = {"messages": []}
-        clock = time.perf_counter
-        out: list[float] = []
-        gc.collect()
-        for new in steps:
-            state["messages"].extend(new)
-            t0 = clock()
+        def call(state: dict[str, Any]) -> None:
             request = ModelRequest(model=model, messages=state["messages"], state=state)  # type: ignore[arg-type]
             res = mw.wrap_model_call(request, handler)
             if isinstance(res, ExtendedModelResponse) and res.command is not None:
@@ -91,8 +100,8 @@ def replay_deepagents(
                 if "messages" in update:
                     state["messages"] = add_messages(state["messages"], update.pop("messages"))
                 state.update(update)
-            out.append(clock() - t0)
-        return out
+
+        return per_step(steps, call)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 
@@ -106,22 +115,16 @@ def replay_langmem(
 
     trigger, target = _budget(policy)
     model = DigestChatModel(count=count)
-    messages: list[Any] = []
-    running = None
-    clock = time.perf_counter
-    out: list[float] = []
-    gc.collect()
-    for new in steps:
-        messages.extend(new)
-        t0 = clock()
+
+    def call(state: dict[str, Any]) -> None:
         res = summarize_messages(
-            messages,
-            running_summary=running,
+            state["messages"],
+            running_summary=state.get("running"),
             model=model,
             max_tokens=target,
             max_tokens_before_summary=trigger,
             max_summary_tokens=SUMMARY_TOKENS,
         )
-        running = res.running_summary
-        out.append(clock() - t0)
-    return out
+        state["running"] = res.running_summary
+
+    return per_step(steps, call)

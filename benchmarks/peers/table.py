@@ -463,17 +463,7 @@ def peer_markdown(data: Mapping[str, Any]) -> list[str]:
             f"#### Window {w:,}",
             "",
             markdown_table(
-                [
-                    "run",
-                    "traces",
-                    "tokens ÷ none",
-                    "in context",
-                    "in context + recoverable",
-                    "overflows (avoidable / unavoidable)",
-                    "pairing viol.",
-                    "compactions / 100 calls",
-                    "prefix changes / 100 calls",
-                ],
+                "run | traces | tokens ÷ none | in context | in context + recoverable | overflows (avoidable / unavoidable) | pairing viol. | compactions / 100 calls | prefix changes / 100 calls",
                 [_row(name, a) for name, a in totals.items()],
             ),
             "",

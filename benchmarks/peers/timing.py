@@ -26,7 +26,6 @@ ctxpolicy path under cProfile and returns its hot spots.
 from __future__ import annotations
 
 import cProfile
-import gc
 import statistics
 import time
 from collections.abc import Mapping, Sequence
@@ -79,24 +78,20 @@ def replay_langchain(policy: Any, steps: Sequence[Sequence[Any]], count: Any) ->
     from langchain.agents.middleware import SummarizationMiddleware
     from langgraph.graph.message import add_messages
 
+    from benchmarks.peers.others import per_step
     from ctxpolicy.budget import compute_budget
 
     b = compute_budget(policy)
     mw = SummarizationMiddleware(
         DigestChatModel(count=count), trigger=("tokens", b.trigger), keep=("tokens", b.target)
     )
-    state: dict[str, Any] = {"messages": []}
-    clock = time.perf_counter
-    out: list[float] = []
-    gc.collect()
-    for new in steps:
-        state["messages"].extend(new)
-        t0 = clock()
+
+    def call(state: dict[str, Any]) -> None:
         update = mw.before_model(state, None)  # type: ignore[arg-type]
         if update:
             state["messages"] = add_messages(state["messages"], update["messages"])
-        out.append(clock() - t0)
-    return out
+
+    return per_step(steps, call)
 
 
 def one_pass(msgs: Sequence[Mapping[str, Any]], tokenizer: Any) -> float:
@@ -446,14 +441,7 @@ def per_call_markdown(data: Mapping[str, Any]) -> list[str]:
             "(benchmarks/peers/worker.py); median ms per call, before → after (after ÷ before).",
             "",
             markdown_table(
-                [
-                    "trace",
-                    "`prepare`",
-                    "`add_tool_result` (booked per call)",
-                    "`prepare` + `add_tool_result`",
-                    "LangChain",
-                    "÷ LangChain before → after",
-                ],
+                "trace | `prepare` | `add_tool_result` (booked per call) | `prepare` + `add_tool_result` | LangChain | ÷ LangChain before → after",
                 [
                     [
                         r["trace"].removesuffix(".jsonl")[-40:],
@@ -486,7 +474,7 @@ def per_call_markdown(data: Mapping[str, Any]) -> list[str]:
             f"{prof['total_s']:.2f} s profiled)",
             "",
             markdown_table(
-                ["function (cumulative, ctxpolicy)", "calls", "cum s", "share"],
+                "function (cumulative, ctxpolicy) | calls | cum s | share",
                 [
                     [r["function"], r["calls"], r["cumtime_s"], f"{r['cum_share']:.0%}"]
                     for r in prof["top_cumulative_ctxpolicy"][:15]
@@ -494,7 +482,7 @@ def per_call_markdown(data: Mapping[str, Any]) -> list[str]:
             ),
             "",
             markdown_table(
-                ["function (own time)", "calls", "own s", "share"],
+                "function (own time) | calls | own s | share",
                 [
                     [r["function"], r["calls"], r["tottime_s"], f"{r['own_share']:.0%}"]
                     for r in prof["top_own"][:12]
@@ -530,7 +518,7 @@ def _goals_markdown(rows: Sequence[Mapping[str, Any]]) -> list[str]:
         "Issue 32's goals per call, ÷ LangChain in this run (`prepare` ≤ 0.6×, `prepare` + "
         "`add_tool_result` ≤ 1.0×):",
         "",
-        markdown_table(["trace", "`prepare`", "`prepare` + `add_tool_result`"], out),
+        markdown_table("trace | `prepare` | `prepare` + `add_tool_result`", out),
         "",
     ]
 

@@ -8,7 +8,11 @@
   front end hands the engine to a worker thread);
 * :mod:`.pool` — :class:`SessionPool`, the one session pool keyed by
   ``(agent, tenant, conversation)``, bounded, sharing one state store (and its
-  bounded connections) per store location; :func:`conversation_key`.
+  bounded connections) per store location; :func:`conversation_key`;
+* :mod:`.processes` — the engine in worker processes (``SessionPool(...,
+  engine_processes=N)``): a conversation moves to its engine process at its first
+  heavy step, so a long history never holds the interpreter lock of the process that
+  serves the others; :func:`run_on` runs a function where a session lives.
 
 The gateway (``ctxpolicy serve``) and every adapter in ``ctxpolicy.integrations`` go
 through this package; the engine never imports it.
@@ -28,19 +32,33 @@ from ctxpolicy.calls.driver import (
     off_loop,
 )
 from ctxpolicy.calls.pool import Key, SessionPool, conversation_key, resolve_policy
+from ctxpolicy.calls.processes import (
+    EngineProcesses,
+    EngineWorkerError,
+    PlacedSession,
+    RemoteSession,
+    engine_processes,
+    run_on,
+)
 
 __all__ = [
     "RECALL_NAMES",
     "CallDriver",
     "CallSteps",
+    "EngineProcesses",
+    "EngineWorkerError",
     "Key",
+    "PlacedSession",
     "Record",
+    "RemoteSession",
     "ResponseFormat",
     "SessionPool",
     "ToolCallRef",
     "UsageOnly",
     "WireFormat",
     "conversation_key",
+    "engine_processes",
     "off_loop",
     "resolve_policy",
+    "run_on",
 ]

@@ -13,6 +13,14 @@ conversation that comes back soon resumes from it); the state of an older evicte
 conversation is dropped (:attr:`SessionPool.released` counts them) and that
 conversation starts afresh if it comes back (a durable store resumes it).
 
+Engine processes: ``SessionPool(..., engine_processes=N)`` keeps the sessions in N
+worker processes instead (:mod:`ctxpolicy.calls.processes`): a conversation lives in
+one of them, chosen by its key, and :meth:`SessionPool.get` returns a
+:class:`~ctxpolicy.calls.processes.RemoteSession` that runs each step there, so one
+conversation's long history never holds the interpreter lock of the process that
+serves the others. Each process opens the policy's store itself; a ``memory`` store
+is then one per process (a conversation always comes back to the same process).
+
 Keys: :func:`conversation_key` stores a framework's conversation id under the agent
 (and the tenant, when the host has one), so two agents or two tenants on one id never
 share a stored state. Thread-safe: the gateway's worker threads and a framework's
@@ -29,7 +37,10 @@ from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
+from ctxpolicy.calls.processes import heavy_limits
+
 if TYPE_CHECKING:  # pragma: no cover
+    from ctxpolicy.calls.processes import EngineProcesses
     from ctxpolicy.components import StateStore
     from ctxpolicy.engine import Session
     from ctxpolicy.policy.models import Policy
@@ -39,6 +50,8 @@ __all__ = ["Key", "SessionPool", "conversation_key", "resolve_policy"]
 #: ``(agent, tenant, conversation)``; tenant ``""`` when the host has none
 Key = tuple[str, str, str]
 MAX_SESSIONS = 1024
+#: the tenant part of a private conversation's key (never a real tenant's)
+_PRIVATE = "\x00private"
 
 
 def conversation_key(agent: str, conv_id: str, tenant: str = "") -> str:
@@ -113,7 +126,12 @@ class SessionPool:
     stored under (default :func:`conversation_key`). ``session_options`` go to every
     :class:`~ctxpolicy.Session` (``on_event``, ``record``, ``env``, ``summarizer`` …);
     ``state_store=`` gives every session that store instead of the policy's (not
-    closed by the pool).
+    closed by the pool). ``engine_processes`` > 0 runs the sessions in that many worker
+    processes (the session options must then be picklable; ``on_event`` and
+    ``events_for`` stay in this process and get the events after each step): a
+    conversation runs in this process until a step of at least ``heavy`` =
+    ``(messages, characters)`` (default :func:`~ctxpolicy.calls.processes.heavy_limits`)
+    moves it to its engine process, where it stays.
     """
 
     def __init__(
@@ -123,6 +141,8 @@ class SessionPool:
         max_sessions: int = MAX_SESSIONS,
         stored_id: Callable[[str, str, str], str] = stored_under_key,
         events_for: Callable[[str], Callable[[dict[str, Any]], None]] | None = None,
+        engine_processes: int = 0,
+        heavy: tuple[int, int] | None = None,
         **session_options: Any,
     ) -> None:
         if isinstance(policies, Mapping):
@@ -151,6 +171,34 @@ class SessionPool:
         self.released = 0
         #: called with each session the pool closes (eviction or close)
         self.on_close: Callable[[Session], None] | None = None
+        #: the worker processes of the sessions (None: sessions in this process)
+        self.processes: EngineProcesses | None = None
+        #: ``(messages, characters)``: a step of at least either moves its conversation
+        #: to an engine process (:class:`~ctxpolicy.calls.processes.PlacedSession`)
+        self.heavy = heavy or heavy_limits()
+        if engine_processes > 0:
+            self.processes = self._processes(engine_processes)
+
+    def _processes(self, n: int) -> EngineProcesses:
+        from ctxpolicy.calls.processes import EngineProcesses
+
+        if self._given_store is not None:
+            raise ValueError(
+                "a state_store object cannot be shared with engine processes: give the "
+                "policy's state: store (sqlite, postgres) instead"
+            )
+        options = {k: v for k, v in self.options.items() if k != "on_event"}
+        spec = {
+            "policies": self.policies,
+            "max_sessions": self.max_sessions,
+            "stored_id": self.stored_id,
+            "options": options,
+        }
+        processes = EngineProcesses(
+            n, spec, on_event=self.options.get("on_event"), events_for=self.events_for
+        )
+        processes.start()  # in the background: the first calls do not wait for imports
+        return processes
 
     # -- policies ------------------------------------------------------------------
     @property
@@ -198,12 +246,27 @@ class SessionPool:
         found = self.peek(conversation, agent=key[0], tenant=tenant)
         if found is not None:
             return found
-        policy = self.policies[key[0]]
         conv_id = self.stored_id(key[0], tenant, conversation)
+        policy = self.policies[key[0]]
         store = self._store_for(policy)
-        s = Session(policy, conv_id=conv_id, state_store=store, **self._options(key[0]))
         forget = store is not self._given_store and callable(getattr(store, "forget", None))
-        return self._keep(key, s, (store, conv_id) if forget else None)
+        in_memory = (store, conv_id) if forget else None
+        if self.processes is not None:
+            from ctxpolicy.calls.processes import PlacedSession, RemoteSession
+
+            def here() -> Session:
+                return Session(policy, conv_id=conv_id, state_store=store, **self._options(key[0]))
+
+            remote = RemoteSession(self.processes, key, conv_id=conv_id)
+            # a memory store's state cannot follow a conversation to another process:
+            # one with state here stays here
+            fresh = not forget or store.load(conv_id).version == 0
+            placed: Any = PlacedSession(
+                here, remote, movable=not forget, fresh=fresh, limits=self.heavy
+            )
+            return self._keep(key, placed, in_memory)
+        s = Session(policy, conv_id=conv_id, state_store=store, **self._options(key[0]))
+        return self._keep(key, s, in_memory)
 
     def private(self, token: str, *, agent: str | None = None) -> Session:
         """A conversation that no other caller, process or worker can resume: in
@@ -211,13 +274,26 @@ class SessionPool:
         (one invocation of a framework without a thread id)."""
         from ctxpolicy.engine import Session
 
-        key = (self._agent(agent), "\x00private", str(token))  # never a real tenant
+        key = (self._agent(agent), _PRIVATE, str(token))
         with self._guard:
             found = self._sessions.get(key)
             if found is not None:
                 self._sessions.move_to_end(key)
                 return found
+        if self.processes is not None:
+            from ctxpolicy.calls.processes import PlacedSession, RemoteSession
+
+            def here() -> Session:
+                return Session(self.policies[key[0]], **self._options(key[0]))
+
+            remote = RemoteSession(self.processes, (key[0], "", key[2]), private=True)
+            placed: Any = PlacedSession(here, remote, movable=False, fresh=True, limits=self.heavy)
+            return self._keep(key, placed)
         return self._keep(key, Session(self.policies[key[0]], **self._options(key[0])))
+
+    def close_private(self, token: str, *, agent: str | None = None) -> bool:
+        """Close the :meth:`private` conversation ``token`` now (False: none open)."""
+        return self.discard(str(token), agent=agent, tenant=_PRIVATE)
 
     def _options(self, agent: str) -> dict[str, Any]:
         if self.events_for is None:
@@ -260,6 +336,21 @@ class SessionPool:
             with contextlib.suppress(Exception):
                 if store.forget(conv_id):
                     self.released += 1
+
+    def discard(self, conversation: str, *, agent: str | None = None, tenant: str = "") -> bool:
+        """Close the open session of the conversation now (its state stays in the store);
+        False when none is open."""
+        key = self._key(conversation, agent=agent, tenant=tenant)
+        with self._guard:
+            s = self._sessions.pop(key, None)
+            if s is None:
+                return False
+            lk = self._locks.get(key)
+            if lk is not None and not lk.locked():
+                self._locks.pop(key, None)
+            self._release(key)
+        self._close(s)
+        return True
 
     def lock(
         self, conversation: str, *, agent: str | None = None, tenant: str = ""
@@ -339,10 +430,16 @@ class SessionPool:
             self._in_memory.clear()
             self._evicted.clear()
         for s in sessions:
-            self._close(s)
+            if self.processes is None:
+                self._close(s)
+            elif self.on_close is not None:  # the processes close their own sessions
+                with contextlib.suppress(Exception):
+                    self.on_close(s)
         with self._store_guard:
             stores = list(self._stores.values())
             self._stores.clear()
         for store in stores:
             with contextlib.suppress(Exception):
                 store.close()
+        if self.processes is not None:
+            self.processes.close()

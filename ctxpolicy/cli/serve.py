@@ -137,6 +137,17 @@ def _extra() -> str:
     "from the state store).",
 )
 @click.option(
+    "--engine-processes",
+    default=0,
+    show_default=True,
+    type=click.IntRange(0, 256),
+    envvar="CTXPOLICY_ENGINE_PROCESSES",
+    help="Engine processes per worker. 0: the engine runs in the worker's threads. N: a "
+    "conversation moves to one of N processes at its first heavy request (200 messages "
+    "or 400,000 characters; CTXPOLICY_ENGINE_HEAVY), so one long history never slows "
+    "the other conversations. Give the policy a durable state store (sqlite, postgres).",
+)
+@click.option(
     "--keep-alive",
     default=KEEP_ALIVE_S,
     show_default=True,
@@ -179,6 +190,24 @@ def _extra() -> str:
     type=click.Choice(["critical", "error", "warning", "info", "debug"]),
     help="uvicorn log level.",
 )
+@click.option(
+    "--http",
+    "http_impl",
+    default="auto",
+    show_default=True,
+    type=click.Choice(["auto", "httptools", "h11"]),
+    help="HTTP parser of the server: httptools (C, comes with the gateway extra) or h11 "
+    "(pure Python); auto takes httptools when installed.",
+)
+@click.option(
+    "--loop",
+    "loop_impl",
+    default="auto",
+    show_default=True,
+    type=click.Choice(["auto", "uvloop", "asyncio"]),
+    help="Event loop: uvloop (libuv, comes with the gateway extra on Linux and macOS) or "
+    "asyncio's own; auto takes uvloop when installed.",
+)
 def serve(
     policy: str,
     agent: str | None,
@@ -196,11 +225,14 @@ def serve(
     session_headers: tuple[str, ...],
     max_body_bytes: int,
     max_sessions: int,
+    engine_processes: int,
     keep_alive: int,
     record: str | None,
     dashboard: bool,
     events: str | None,
     log_level: str,
+    http_impl: str,
+    loop_impl: str,
 ) -> None:
     """Run the policy-driven gateway: point any OpenAI- or Anthropic-compatible client's
     base URL at it (http://HOST:PORT/v1, or http://HOST:PORT/agents/NAME/v1).
@@ -253,7 +285,13 @@ def serve(
             "go to --upstream with --api-key-env's key)",
             param_hint="--anthropic-api-key-env",
         )
+    from ctxpolicy.gateway.config import server_impls
     from ctxpolicy.gateway.identity import valid_header_name
+
+    try:
+        http_impl, loop_impl = server_impls(http_impl, loop_impl)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--http/--loop") from None
 
     for name in session_headers:
         if not valid_header_name(name):
@@ -304,6 +342,7 @@ def serve(
             "session_headers": list(session_headers),
             "max_body_bytes": max_body_bytes,
             "max_sessions": max_sessions,
+            "engine_processes": engine_processes,
             "record": os.path.abspath(record) if record else None,
             "dashboard": dashboard,
             "events": os.path.abspath(events) if events else None,
@@ -315,7 +354,8 @@ def serve(
         f"ctxpolicy serve: agents {', '.join(sorted(policies))} on http://{host}:{port} "
         f"-> {upstream}"
         + (f" (anthropic {anthropic_upstream})" if anthropic_upstream else "")
-        + (f"; dashboard http://{host}:{port}/dashboard" if dashboard else ""),
+        + (f"; dashboard http://{host}:{port}/dashboard" if dashboard else "")
+        + f" ({http_impl}, {loop_impl})",
         err=True,
     )
     uvicorn.run(
@@ -327,4 +367,6 @@ def serve(
         log_level=log_level,
         access_log=False,
         timeout_keep_alive=keep_alive,
+        http=http_impl,
+        loop=loop_impl,
     )

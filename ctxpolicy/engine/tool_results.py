@@ -33,6 +33,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from ctxpolicy.budget import effective_window
 from ctxpolicy.components import Preprocessor, SnapshotRef, SnapshotStore, ToolCall
 from ctxpolicy.conversation.jsontext import to_json
 from ctxpolicy.events.types import (
@@ -43,6 +44,7 @@ from ctxpolicy.events.types import (
 )
 from ctxpolicy.policy.models import Policy, ToolRule
 from ctxpolicy.policy.paths import interpolate_path
+from ctxpolicy.policy.scalars import resolve_amount
 
 __all__ = [
     "DEFAULT_RULE",
@@ -306,6 +308,12 @@ _second: tuple[int, str] = (-1, "")
 _UTC = _dt.UTC
 
 
+def _unsized(options: Mapping[str, Any]) -> bool:
+    """Whether ``head_tail`` options take the rule's ``max_tokens`` (a step's own
+    ``max_tokens`` wins; its ``max_chars`` is then ignored, as with its own)."""
+    return options.get("max_tokens") is None
+
+
 def utc_timestamp() -> str:
     """``datetime.now(UTC).isoformat(timespec="milliseconds")``, the same text
     (``2026-12-06T02:30:00.123+00:00``) in a tenth of the time: the part up to the
@@ -357,12 +365,29 @@ class ToolResultProcessor:
         self._redactor = default_redactor()
 
     def _make(self, rule: ToolRule, *, where: str) -> list[Preprocessor]:
-        """The preprocessors of a rule, in the order they run (one unless it chains)."""
+        """The preprocessors of a rule, in the order they run (one unless it chains).
+
+        A rule's ``max_tokens`` (resolved against the policy's window) becomes the
+        ``max_tokens`` of each ``head_tail`` step that has none, or else a last
+        ``head_tail`` step bounding what the chain returns."""
         chain = rule.steps()
+        bound: int | None = None
+        if rule.max_tokens is not None:
+            bound = resolve_amount(rule.max_tokens, effective_window(self.policy))
         out: list[Preprocessor] = []
+        bounded = False
         for i, (name, options) in enumerate(chain):
             at = where if len(chain) == 1 else f"{where}.preprocess[{i}]"
+            if bound is not None and name == "head_tail" and _unsized(options):
+                options = {**options, "max_tokens": bound}
+                bounded = i == len(chain) - 1
             pre = self.registry.create("preprocessor", name, options, where=at)
+            assert isinstance(pre, Preprocessor)
+            out.append(pre)
+        if bound is not None and not bounded:
+            pre = self.registry.create(
+                "preprocessor", "head_tail", {"max_tokens": bound}, where=f"{where}.max_tokens"
+            )
             assert isinstance(pre, Preprocessor)
             out.append(pre)
         return out

@@ -31,7 +31,7 @@ from ctxpolicy.calls import off_loop
 from ctxpolicy.gateway.calls import Prepared, completion
 from ctxpolicy.gateway.config import GatewayConfig
 from ctxpolicy.gateway.dashboard import PREFIX, Dashboard, observers
-from ctxpolicy.gateway.errors import RESP_DROP, UpstreamError, error_response
+from ctxpolicy.gateway.errors import RESP_DROP, UpstreamError, body_chunks, error_response
 from ctxpolicy.gateway.identity import Identity, Refused
 from ctxpolicy.gateway.metrics import Metrics
 from ctxpolicy.gateway.routing import (
@@ -108,6 +108,7 @@ class Gateway:
             max_sessions=config.max_sessions,
             record=config.record,
             observe=observers(self),
+            engine_processes=config.engine_processes,
         )
         self.identity = Identity(
             self.secret,
@@ -127,12 +128,29 @@ class Gateway:
             or (config.api_key if not config.anthropic_upstream else None),
         }
         self._tasks: set[asyncio.Task[None]] = set()
+        self._defaults: dict[str, str] = {}
+        self._extensions: dict[str, Any] = {}
+        self._transports: dict[str, httpx.AsyncBaseTransport] = {}
 
     async def startup(self) -> None:
+        timeout = httpx.Timeout(self.config.timeout, connect=30.0)
         self.client = httpx.AsyncClient(
-            timeout=httpx.Timeout(self.config.timeout, connect=30.0),
+            timeout=timeout,
             limits=httpx.Limits(max_connections=512, max_keepalive_connections=256),
         )
+        processes = self.pool.pool.processes
+        if processes is not None:  # serving once the engine processes are up
+            await off_loop(processes.start, wait=True)
+        # a request goes straight to the transport (connection pool, or the proxy the
+        # environment names) of its upstream: the client's URL merging, cookie jar,
+        # auth and redirect layers cost a fifth of the gateway's own time per call, and
+        # a gateway must not keep one tenant's cookies for the next
+        self._defaults = dict(self.client.headers)
+        self._extensions = {"timeout": timeout.as_dict()}
+        self._transports = {
+            base: self.client._transport_for_url(httpx.URL(base + "/"))
+            for base in set(self.bases.values())
+        }
 
     async def shutdown(self) -> None:
         if self._tasks:  # usage still being recorded: let it finish before closing
@@ -161,11 +179,27 @@ class Gateway:
     async def send(
         self, method: str, url: str, headers: dict[str, str], body: bytes
     ) -> httpx.Response:
+        """``method url`` to its upstream, the answer not read yet (streamed)."""
         assert self.client is not None
-        req = self.client.build_request(method, url, headers=headers, content=body)
+        transport = None
+        for base, t in self._transports.items():
+            if url.startswith(base):
+                transport = t
+                break
+        if transport is None:  # pragma: no cover - every url is built from a base
+            req = self.client.build_request(method, url, headers=headers, content=body)
+            return await self.client.send(req, stream=True)
+        req = httpx.Request(
+            method,
+            url,
+            headers={**self._defaults, **headers},
+            content=body,
+            extensions=self._extensions,
+        )
         t0 = time.perf_counter()
-        resp = await self.client.send(req, stream=True)
+        resp = await transport.handle_async_request(req)
         self.metrics.upstream(time.perf_counter() - t0)
+        resp.request = req
         return resp
 
     def prepared(self, agent: str, done: Prepared) -> list[dict[str, Any]]:
@@ -337,7 +371,7 @@ class Gateway:
         """The upstream's answer to the client chunk by chunk as it arrives (never whole);
         ``chunks`` when part of it was read already (held by the recall probe)."""
         headers = {k: v for k, v in resp.headers.items() if k.lower() not in RESP_DROP}
-        source = chunks if chunks is not None else resp.aiter_raw()
+        source = chunks if chunks is not None else body_chunks(resp)
 
         async def body() -> AsyncIterator[bytes]:
             try:

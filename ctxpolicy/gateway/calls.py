@@ -8,7 +8,8 @@ shows ``on_error``, a stream is held by :class:`~.recall_stream.RecallProbe` onl
 a recall round may follow), and relayed to the client.
 
 The hot path of a non-compacting call is one worker-thread hop (open the session if it
-is not open, then ``prepare``) and the upstream round trip; the provider's usage is
+is not open, then ``prepare``; for a large request also building the outgoing body) and
+the upstream round trip; the provider's usage is
 recorded after the answer is on its way to the client, while the conversation's lock is
 still held, so the next call of the conversation sees it and the client does not wait
 for it. Reading and building a body over :data:`INLINE_BYTES` also goes through
@@ -26,10 +27,10 @@ import httpx
 from starlette.requests import Request
 from starlette.responses import Response
 
-from ctxpolicy.calls import CallDriver, off_loop
+from ctxpolicy.calls import CallDriver, off_loop, run_on
 from ctxpolicy.calls.driver import Message, Record, ToolCallRef, Tools
 from ctxpolicy.gateway import recall as recall_mod
-from ctxpolicy.gateway.errors import RESP_DROP, UpstreamError, error_response
+from ctxpolicy.gateway.errors import RESP_DROP, UpstreamError, body_chunks, error_response
 from ctxpolicy.gateway.identity import Conversation, Identity
 from ctxpolicy.gateway.recall_stream import RecallProbe
 from ctxpolicy.gateway.routing import OPENAI
@@ -263,6 +264,9 @@ class _Call:
         self.lock = gw.pool.lock(agent, conv)
         self.released = False
         self.handed_off = False
+        #: a large request's outgoing body, built in the worker thread of the engine step
+        #: that prepared its messages: ``(those messages, the body)``
+        self.built: tuple[list[dict[str, Any]], bytes] | None = None
         count_tools = req.tools
         self.send_tools: Any = None
         # the client's own tool of a recall tool's name wins: the gateway then offers no
@@ -320,7 +324,10 @@ class _Call:
         """One upstream attempt with ``prepared``: an error read whole, a body read whole,
         or a stream not read yet."""
         wire, gw = self.wire, self.gw
-        if self.large:  # the conversion and JSON of a long history: off the event loop
+        built, self.built = self.built, None
+        if built is not None and built[0] is prepared:  # built in the engine step's hop
+            up = built[1]
+        elif self.large:  # the conversion and JSON of a long history: off the event loop
             up = await off_loop(wire.build, self.req, prepared, self.send_tools)
         else:
             up = wire.build(self.req, prepared, self.send_tools)
@@ -333,7 +340,7 @@ class _Call:
             await resp.aclose()
             return _Failed(resp.status_code, text, _passed_on(resp))
         if self.stream:
-            return _Streamed(resp, b"", resp.aiter_raw())
+            return _Streamed(resp, b"", body_chunks(resp))
         raw = await resp.aread()
         await resp.aclose()
         try:
@@ -421,10 +428,10 @@ class _Driver(CallDriver):
         self.owner = call
 
     def prepare_step(self, messages: list[Message], tools: Tools) -> list[Message]:
-        done = prepare_sync(self.session, messages, tools)
+        done: Prepared = run_on(self.session, prepare_sync, messages, tools, weight=messages)
         if done.over is not None:
             raise _PrefixTooLarge(*done.over)
-        return self.owner.gw.prepared(self.owner.agent, done)
+        return self._built(self.owner.gw.prepared(self.owner.agent, done))
 
     def overflow_step(
         self, exc: BaseException, messages: list[Message], tools: Tools
@@ -438,7 +445,16 @@ class _Driver(CallDriver):
             retry = None
         if retry is not None:
             self.owner.gw.metrics.retry(self.owner.agent)
+            self._built(retry)
         return retry
+
+    def _built(self, prepared: list[Message]) -> list[Message]:
+        """A large request's outgoing body built here, in the engine step's worker
+        thread, so that sending it is no second hop off the event loop."""
+        call = self.owner
+        if call.large:
+            call.built = (prepared, call.wire.build(call.req, prepared, call.send_tools))
+        return prepared
 
     def recall_step(self, calls: Sequence[ToolCallRef]) -> list[tuple[str, str]]:
         self.owner.gw.metrics.recall(self.owner.agent)

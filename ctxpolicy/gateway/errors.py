@@ -3,18 +3,30 @@
 from __future__ import annotations
 
 import json
+from collections.abc import AsyncIterator
 from typing import Any
 
+import httpx
 from starlette.responses import JSONResponse
 
 from ctxpolicy.wire import WIRES
 
-__all__ = ["RESP_DROP", "UpstreamError", "error_response"]
+__all__ = ["RESP_DROP", "UpstreamError", "body_chunks", "error_response"]
 
-#: Upstream response headers not passed on (the gateway's server sets its own).
+#: Upstream response headers not passed on (the gateway's server sets its own; the body
+#: goes out decoded, :func:`body_chunks`).
 RESP_DROP = frozenset(
     {"content-length", "connection", "keep-alive", "transfer-encoding", "content-encoding"}
 )
+
+
+def body_chunks(resp: httpx.Response) -> AsyncIterator[bytes]:
+    """The upstream answer's body as it arrives, decoded: the upstream's bytes as they
+    are, or decompressed when the upstream compressed them (its ``content-encoding`` is
+    not passed on, so the client must get what that header no longer names)."""
+    if resp.headers.get("content-encoding", "identity").strip().lower() in ("", "identity"):
+        return resp.aiter_raw()
+    return resp.aiter_bytes()
 
 
 class UpstreamError(Exception):

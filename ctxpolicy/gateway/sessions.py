@@ -8,7 +8,9 @@ conversation evicted here, or served by another worker, resumes from its stored
 state. Requests of one conversation are serialised by a per-conversation asyncio
 lock: each call sees the state the previous call left. The conversation id the
 gateway computes (:mod:`.identity`) is already scoped by tenant and agent, so it is
-the stored id as it is.
+the stored id as it is. With engine processes (``ctxpolicy serve --engine-processes
+N``) a conversation moves to one of them at its first heavy step
+(:mod:`ctxpolicy.calls.processes`).
 """
 
 from __future__ import annotations
@@ -43,6 +45,7 @@ class SessionPool:
         on_event: Callable[[dict[str, Any]], None] | None = None,
         record: str | None = None,
         observe: Callable[[str], Callable[[dict[str, Any]], None]] | None = None,
+        engine_processes: int = 0,
     ) -> None:
         # a directory (always: never one file for every conversation), a trace each
         self.record = record if not record or record.endswith(("/", os.sep)) else record + os.sep
@@ -53,6 +56,7 @@ class SessionPool:
             on_event=on_event,
             events_for=observe,
             record=self.record,
+            engine_processes=engine_processes,
         )
         self.policies = self.pool.policies
         self.max_sessions = self.pool.max_sessions

@@ -70,7 +70,9 @@ def as_session(
         options["conv_id"] = conv_id
     if options.get("record") is None:
         options.pop("record", None)
-    if isinstance(session, Session):
+    from ctxpolicy.calls.processes import PlacedSession, RemoteSession
+
+    if isinstance(session, Session | RemoteSession | PlacedSession):
         if conv_id is not None and session.conv_id != conv_id:
             raise ValueError(
                 f"the session is conversation {session.conv_id!r}, not conv_id={conv_id!r}"
@@ -80,7 +82,7 @@ def as_session(
                 "record= makes a new session record its trace; pass it to "
                 "ctxpolicy.Session(..., record=PATH) when the session is made here"
             )
-        return session
+        return session  # a RemoteSession or PlacedSession acts as one
     if isinstance(session, Policy):
         return Session(session, **options)
     if isinstance(session, str) or hasattr(session, "__fspath__"):

@@ -20,6 +20,9 @@ header); a request without one is prepared by a fresh private session that lives
 for that request only — nothing is shared between unrelated callers.
 ``async_post_call_failure_hook`` shows a provider overflow error to the
 conversation's session, which learns the real window, so the client's retry fits.
+``engine_processes=N`` (or ``CTXPOLICY_ENGINE_PROCESSES``) runs the sessions in N
+worker processes, so one conversation's long history never slows the proxy's other
+requests (docs/integrations/litellm.md).
 
 Recall: :func:`recall_tools` (OpenAI format, which LiteLLM accepts for every
 provider) and :func:`answer_recall` for the model's calls.
@@ -29,12 +32,14 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import uuid
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
 from ctxpolicy.calls.driver import CallDriver, UsageOnly, off_loop
 from ctxpolicy.calls.pool import SessionPool, resolve_policy
+from ctxpolicy.calls.processes import engine_processes as _engine_processes
 from ctxpolicy.integrations._common import (
     Message,
     as_session,
@@ -155,7 +160,10 @@ def _make_hook() -> type:
         conversation is keyed by the agent, the caller's API key (a digest of it:
         :func:`tenant_of`), the model and the session id, so another key or another
         model reusing a session id never resets or shrinks this one. The engine runs
-        in a worker thread: a long history never blocks the proxy's other requests.
+        in a worker thread, never on the proxy's event loop; ``engine_processes=N``
+        (default: ``CTXPOLICY_ENGINE_PROCESSES``, else 0) runs the sessions in N worker
+        processes instead, so one long history does not slow the other requests by
+        holding the proxy's interpreter lock.
         """
 
         def __init__(
@@ -164,19 +172,29 @@ def _make_hook() -> type:
             *,
             agent: str = "default",
             max_sessions: int = MAX_SESSIONS,
+            engine_processes: int | None = None,
             **session_options: Any,
         ):
             super().__init__()
             self.policy = resolve_policy(policy, agent, who="ContextPolicyHook")
             self.session_options = session_options
-            self.sessions = SessionPool(self.policy, max_sessions=max_sessions, **session_options)
+            self.sessions = SessionPool(
+                self.policy,
+                max_sessions=max_sessions,
+                engine_processes=_engine_processes(engine_processes),
+                **session_options,
+            )
 
         def session_for(
-            self, data: Mapping[str, Any], user_api_key_dict: Any = None
+            self, data: Mapping[str, Any], user_api_key_dict: Any = None, token: str = ""
         ) -> tuple[Session, bool]:
-            """(the session of the request's conversation, whether it is kept)."""
+            """(the session of the request's conversation, whether it is kept); a
+            request without a conversation gets a private one (``token`` names it in a
+            pool with engine processes)."""
             conv = conversation_id(data)
             if conv is None:
+                if self.sessions.processes is not None:  # closed after the request
+                    return self.sessions.private(token or uuid.uuid4().hex), False
                 return as_session(self.policy, **self.session_options), False
             key = _conversation(data.get("model"), conv)
             return self.sessions.get(key, tenant=tenant_of(user_api_key_dict)), True
@@ -184,13 +202,16 @@ def _make_hook() -> type:
         def _prepare(
             self, data: dict[str, Any], user_api_key_dict: Any, messages: Sequence[Any]
         ) -> list[Message]:
-            sess, kept = self.session_for(data, user_api_key_dict)
+            token = uuid.uuid4().hex
+            sess, kept = self.session_for(data, user_api_key_dict, token)
             tools = data.get("tools")
             plain = [to_plain(m) for m in messages]
             try:
                 return sess.prepare(plain, tools=to_plain(list(tools)) if tools else None)
             finally:
-                if not kept:
+                if not kept and self.sessions.processes is not None:
+                    self.sessions.close_private(token)
+                elif not kept:
                     sess.close()
 
         async def async_pre_call_hook(

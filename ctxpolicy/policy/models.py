@@ -383,6 +383,15 @@ class ToolRule(StrictModel):
         "gives each item its own `options`).",
     )
     snapshot: bool = Field(default=True, description="Write the full result to the snapshot store.")
+    max_tokens: Amount | None = Field(
+        default=None,
+        description="At most this much of one result enters the context, in estimated "
+        'tokens or as a share of the window (`"6%"`: about 2,000 characters at 8k, 4,000 '
+        "at 16k): after the preprocessors, a longer text keeps its head and tail. A "
+        "`head_tail` step without a `max_tokens` of its own takes this one (its "
+        "`max_chars` is then ignored), so one rule keeps more of a result on a larger "
+        "window.",
+    )
     aliases: list[str] = Field(
         default_factory=list,
         description="More tool names (or globs) this rule applies to, as if each were "

@@ -13,7 +13,7 @@ import pytest
 
 from ctxpolicy.calls import CallDriver, CallSteps, ResponseFormat, UsageOnly, off_loop
 from ctxpolicy.engine import ContextOverflowError, Session
-from tests.integrations.conftest import big_output, make_policy
+from tests.integrations.conftest import long_history, make_policy
 
 OVERFLOW = "This model's maximum context length is 4000 tokens (context_length_exceeded)"
 
@@ -49,15 +49,7 @@ def answer(text: str = "done", *, prompt: int = 100, calls: Any = ()) -> dict[st
 
 
 def history(steps: int) -> list[dict[str, Any]]:
-    out: list[dict[str, Any]] = [
-        {"role": "system", "content": "You are a coding agent."},
-        {"role": "user", "content": "Fix BUG-1234."},
-    ]
-    for i in range(steps):
-        call = {"id": f"c{i}", "type": "function", "function": {"name": "read", "arguments": "{}"}}
-        out.append({"role": "assistant", "content": None, "tool_calls": [call]})
-        out.append({"role": "tool", "tool_call_id": f"c{i}", "content": big_output(i, 30)})
-    return out
+    return long_history(steps, lines=30)
 
 
 def test_the_format_protocol_is_what_a_wire_class_provides() -> None:

@@ -21,6 +21,13 @@ def needs(module: str) -> None:
     importlib.import_module(module)
 
 
+def default_policy(path: Path, body: str) -> Path:
+    """Write a policy file at ``path`` whose one agent, ``default``, is ``body`` (YAML
+    indented by four spaces)."""
+    path.write_text("ctxpolicy: 1\npolicies:\n  default:\n" + body)
+    return path
+
+
 @pytest.fixture
 def runner() -> CliRunner:
     return CliRunner()

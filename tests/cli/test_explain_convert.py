@@ -13,7 +13,7 @@ from click.testing import CliRunner
 from ctxpolicy.cli import main
 from ctxpolicy.cli.convert import to_toml, to_yaml
 
-from .conftest import DATA, ROOT, needs
+from .conftest import DATA, ROOT, default_policy, needs
 
 pytestmark = pytest.mark.usefixtures("in_root")
 
@@ -45,11 +45,11 @@ def test_explain_code_review_arithmetic(runner: CliRunner) -> None:
 
 def test_explain_window_min_line(runner: CliRunner, tmp_path: Path) -> None:
     needs("ctxpolicy.resolve.load")
-    f = tmp_path / "p.yaml"
-    f.write_text(
-        "ctxpolicy: 1\npolicies:\n  default:\n    model: {context_window: 128000}\n"
+    f = default_policy(
+        tmp_path / "p.yaml",
+        "    model: {context_window: 128000}\n"
         "    budget: {window: 128000, reserve_output: 16000, tool_growth: 20000,"
-        " safety_margin: 4000, target: 0.6}\n"
+        " safety_margin: 4000, target: 0.6}\n",
     )
     r = runner.invoke(main, ["explain", str(f), "--agent", "default"])
     assert "window = min(policy 128000, model 128000) = 128000 (equal)" in r.output.splitlines()
@@ -122,10 +122,8 @@ def test_explain_shows_the_token_counter(runner: CliRunner, tmp_path: Path) -> N
     r = runner.invoke(main, ["explain", "policies/agents.yaml", "--agent", "default"])
     [line] = [li for li in r.output.splitlines() if li.startswith("tokens: ")]
     assert "o200k_base" in line and "(exact" in line
-    f = tmp_path / "h.yaml"
-    f.write_text(
-        "ctxpolicy: 1\npolicies:\n  default:\n"
-        "    model: {context_window: 9000, tokenizer: heuristic}\n"
+    f = default_policy(
+        tmp_path / "h.yaml", "    model: {context_window: 9000, tokenizer: heuristic}\n"
     )
     r = runner.invoke(main, ["explain", str(f), "--json"])
     doc = json.loads(r.output)

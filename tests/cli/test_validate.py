@@ -13,7 +13,7 @@ from click.testing import CliRunner
 from ctxpolicy.cli import main
 from ctxpolicy.cli.validate import collect_files
 
-from .conftest import DATA, ROOT, needs, subprocess_env
+from .conftest import DATA, ROOT, default_policy, needs, subprocess_env
 
 pytestmark = pytest.mark.usefixtures("in_root")
 
@@ -130,10 +130,10 @@ def test_odd_inputs_never_traceback(runner: CliRunner, tmp_path: Path, content: 
 def test_strict_makes_warnings_fail(runner: CliRunner, tmp_path: Path) -> None:
     needs("ctxpolicy.resolve.load")
     # an earlier "*" shadows a later glob: a warning, not an error
-    f = tmp_path / "warn.yaml"
-    f.write_text(
-        "ctxpolicy: 1\npolicies:\n  default:\n    model: {context_window: 32000}\n"
-        "    tools:\n      '*': {preprocess: head_tail}\n      read_file: {preprocess: head_tail}\n"
+    f = default_policy(
+        tmp_path / "warn.yaml",
+        "    model: {context_window: 32000}\n"
+        "    tools:\n      '*': {preprocess: head_tail}\n      read_file: {preprocess: head_tail}\n",
     )
     r = runner.invoke(main, ["validate", "--format", "json", str(f)])
     doc = json.loads(r.output)

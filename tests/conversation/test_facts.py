@@ -11,6 +11,7 @@ from ctxpolicy.conversation.facts import (
     units_text,
 )
 from tests.helpers_conv import Conv
+from tests.strategies import joined
 
 TEXT = """Read src/app/config.py and /etc/nginx/nginx.conf; docs at https://example.com/a/b?x=1.
 Booking ABC123, ticket JIRA-4521, commit 3f2a9c1d, id 123e4567-e89b-12d3-a456-426614174000.
@@ -98,11 +99,7 @@ FRAGMENTS = [
 
 
 @settings(max_examples=500, deadline=None)
-@given(
-    text=st.one_of(
-        st.text(max_size=120), st.lists(st.sampled_from(FRAGMENTS), max_size=40).map("".join)
-    )
-)
+@given(text=st.one_of(st.text(max_size=120), joined(FRAGMENTS, 40)))
 def test_prefilters_change_nothing(text: str) -> None:
     assert extract(text) == _extract_every_pattern(text)
 
@@ -120,7 +117,7 @@ CATEGORIES = ["paths", "urls", "ids", "numbers", "errors", "symbols", "settings"
 
 @settings(max_examples=200, deadline=None)
 @given(
-    text=st.lists(st.sampled_from(FRAGMENTS), max_size=40).map("".join),
+    text=joined(FRAGMENTS, 40),
     only=st.sets(st.sampled_from(CATEGORIES)),
 )
 def test_only_the_categories_asked_for(text: str, only: set[str]) -> None:

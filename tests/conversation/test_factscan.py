@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 from ctxpolicy.conversation import _factscan as scan
 from ctxpolicy.conversation import facts
 from tests.conversation import facts_reference as reference
+from tests.strategies import joined
 
 
 def _facts(f: Any) -> tuple[list[str], ...]:
@@ -130,7 +131,7 @@ PIECES = [
     facts.DERIVED_HEADING,
 ]
 
-pieces = st.lists(st.sampled_from(PIECES), max_size=60).map("".join)
+pieces = joined(PIECES, 60)
 alphabet_text = st.text(
     alphabet=st.sampled_from(list("ab0f9AZE_-./=:` \n$%,@~+\"'()é٣\u00a0")), max_size=200
 )

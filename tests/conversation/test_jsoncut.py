@@ -11,7 +11,6 @@ and member names, a colliding marker key, and CPU time at 8× the size (a ratio)
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import Callable
 from typing import Any
 
@@ -20,6 +19,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from ctxpolicy.conversation.jsoncut import CUT_KEY, cut_json, is_json
+from tests.timing import assert_linear
 
 
 def mark(n: int) -> str:
@@ -223,19 +223,9 @@ SHAPES: dict[str, Callable[[int], str]] = {
 }
 
 
-def _cpu(text: str) -> float:
-    best = float("inf")
-    for _ in range(3):
-        t0 = time.process_time()
-        cut_json(text, 1000, mark)
-        best = min(best, time.process_time() - t0)
-    return best
-
-
 @pytest.mark.parametrize("shape", sorted(SHAPES))
 def test_cut_is_linear(shape: str) -> None:
     make = SHAPES[shape]
     small, large = make(100_000), make(800_000)
     assert cut_json(large, 1000, mark) is not None
-    ratio = _cpu(large) / max(_cpu(small), 5e-4)
-    assert ratio < 24, f"{shape}: 8x the input took {ratio:.1f}x the time"
+    assert_linear(lambda text: cut_json(text, 1000, mark), small, large, floor=5e-4, what=shape)

@@ -5,21 +5,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ctxpolicy.conversation.jsontext import dumps_bytes, fast_dumps, to_json
+from tests.strategies import JSON_SCALARS, nested
 
-_LEAF = st.one_of(
-    st.none(),
-    st.booleans(),
-    st.integers(),
-    st.floats(allow_nan=True, allow_infinity=True),
-    st.text(),
-)
-_VALUE = st.recursive(
-    _LEAF,
-    lambda inner: st.one_of(
-        st.lists(inner, max_size=4), st.dictionaries(st.text(max_size=5), inner, max_size=4)
-    ),
-    max_leaves=20,
-)
+_VALUE = nested(JSON_SCALARS, st.text(max_size=5), max_leaves=20)
 
 
 class _Odd:

@@ -8,6 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ctxpolicy.conversation.redact import BUILTIN_PATTERNS, HINTS, Redactor
+from tests.strategies import joined
 
 SECRETS = [
     "sk-" + "a" * 30,
@@ -24,9 +25,7 @@ SECRETS = [
     "jane.doe+x@mail.example.org",
 ]
 PIECES = [*SECRETS, " ", "\n", "sk-", "AKI", "gh", "@", "earer", "x", "é", "-----", "PRIVATE KEY"]
-TEXTS = st.one_of(
-    st.text(max_size=300), st.lists(st.sampled_from(PIECES), max_size=40).map("".join)
-)
+TEXTS = st.one_of(st.text(max_size=300), joined(PIECES, 40))
 
 
 def reference(patterns: dict[str, str], text: str) -> tuple[str, dict[str, int]]:

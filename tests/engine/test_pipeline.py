@@ -3,18 +3,15 @@ compaction, a result that grew is not offered again, a minimum gain per rewrite.
 
 from __future__ import annotations
 
-import types
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import pytest
 
-from ctxpolicy import plugins
 from ctxpolicy.components import CompactionContext, Layer, LayerResult
 from ctxpolicy.conversation import Unit
 from ctxpolicy.engine import Session
-from ctxpolicy.plugins import hookimpl
-from tests.engine_helpers import conversation, make_policy
+from tests.engine_helpers import conversation, make_policy, pad_first_step, plugin_module
 
 
 class GrowsFirst(Layer):
@@ -25,12 +22,7 @@ class GrowsFirst(Layer):
 
     def apply(self, ctx: CompactionContext, units: Sequence[Unit]) -> LayerResult:
         type(self).calls += 1
-        out = list(units)
-        i = next(i for i, u in enumerate(out) if u.kind == "step")
-        msg = dict(out[i].messages[0])
-        msg["content"] = (msg.get("content") or "") + " padding" * 50
-        out[i] = out[i].replace(messages=(msg, *out[i].messages[1:]))
-        return LayerResult(out)
+        return LayerResult(pad_first_step(units, 50))
 
 
 class TrimsNewest(Layer):
@@ -50,18 +42,9 @@ class TrimsNewest(Layer):
 
 
 @pytest.fixture
-def econ_layers() -> Iterator[None]:
-    mod = types.ModuleType("econ_test_layers")
-
-    def reg(register: Any) -> None:
-        register(GrowsFirst)
-        register(TrimsNewest)
-
-    mod.ctxpolicy_register_layers = hookimpl(reg)  # type: ignore[attr-defined]
-    plugins.register_plugin(mod, name="econ_test_layers")
+def econ_layers(register_plugin: Callable[[object, str], str]) -> None:
+    register_plugin(plugin_module("econ_test_layers", GrowsFirst, TrimsNewest), "econ_test_layers")
     GrowsFirst.calls = 0
-    yield
-    plugins.unregister_plugin("econ_test_layers")
 
 
 def _events(s: Session, type_: str) -> list[dict[str, Any]]:

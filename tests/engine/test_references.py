@@ -24,6 +24,7 @@ from ctxpolicy.policy.models import Policy
 from ctxpolicy.sim.importers import load_trace
 from ctxpolicy.sim.replay import with_snapshots, with_window
 from ctxpolicy.snapshots import LocalStore
+from tests.engine_helpers import bare_policy
 from tests.shared_data import TRACES, require
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -83,22 +84,7 @@ def test_the_path_form_is_machine_specific(tmp_path: Path) -> None:
 def test_the_reference_line_is_the_same_for_any_root(conv: str, tool: str, step: int) -> None:
     """Any conversation id and tool name: the line two stores with different roots
     write is the same, names no root, and parses back to the URI."""
-    policy = Policy.model_validate(
-        {
-            "agent": "a",
-            "model": {"context_window": 32000},
-            "budget": {},
-            "thresholds": {},
-            "pipeline": [],
-            "on_overflow": {"layer": "emergency"},
-            "tools": {},
-            "snapshots": {"reference": "always"},
-            "pinned": {},
-            "ledger": {},
-            "constraints": [],
-            "cache": {},
-        }
-    )
+    policy = bare_policy("a", 32000, snapshots={"reference": "always"})
     lines = []
     with tempfile.TemporaryDirectory() as one, tempfile.TemporaryDirectory() as two:
         for root in (one, two):

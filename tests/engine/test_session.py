@@ -4,18 +4,15 @@ from __future__ import annotations
 
 import copy
 import re
-import types
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import pytest
 
-from ctxpolicy import plugins
 from ctxpolicy.components import CompactionContext, Layer, LayerResult
 from ctxpolicy.conversation import Unit, check_messages
 from ctxpolicy.engine import LEDGER_MARK, ContextOverflowError, Session
-from ctxpolicy.plugins import hookimpl
-from tests.engine_helpers import conversation, make_policy
+from tests.engine_helpers import conversation, make_policy, pad_first_step, plugin_module
 
 
 class DropOldest(Layer):
@@ -60,27 +57,14 @@ class Grows(Layer):
     name = "t_grows"
 
     def apply(self, ctx: CompactionContext, units: Sequence[Unit]) -> LayerResult:
-        out = list(units)
-        i = next(i for i, u in enumerate(out) if u.kind == "step")
-        msg = dict(out[i].messages[0])
-        msg["content"] = (msg.get("content") or "") + " padding" * 500
-        out[i] = out[i].replace(messages=(msg, *out[i].messages[1:]))
-        return LayerResult(out)
+        return LayerResult(pad_first_step(units, 500))
 
 
 @pytest.fixture
-def test_layers() -> Iterator[None]:
-    mod = types.ModuleType("engine_test_layers")
-
-    def reg(register: Any) -> None:
-        for cls in (DropOldest, Raises, BreaksPairs, Grows):
-            register(cls)
-
-    mod.ctxpolicy_register_layers = hookimpl(reg)  # type: ignore[attr-defined]
-    plugins.register_plugin(mod, name="engine_test_layers")
+def test_layers(register_plugin: Callable[[object, str], str]) -> None:
+    layers = plugin_module("engine_test_layers", DropOldest, Raises, BreaksPairs, Grows)
+    register_plugin(layers, "engine_test_layers")
     DropOldest.calls = 0
-    yield
-    plugins.unregister_plugin("engine_test_layers")
 
 
 def _events(session: Session, type_: str) -> list[dict[str, Any]]:

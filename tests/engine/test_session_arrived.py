@@ -21,6 +21,7 @@ from ctxpolicy.policy.models import Policy
 from ctxpolicy.sim import replay
 from ctxpolicy.sim.importers import load_trace
 from ctxpolicy.state.memory import MemoryStateStore
+from tests.engine_helpers import bare_policy
 from tests.shared_data import shared_traces
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -35,25 +36,12 @@ def psql_table(rows: int = 300) -> str:
 
 
 def make_policy(tmp: Path, **over: Any) -> Policy:
-    doc: dict[str, Any] = {
-        "agent": "sql_agent",
-        "model": {"context_window": 128000},
-        "budget": {},
-        "thresholds": {},
-        "pipeline": [],
-        "on_overflow": {"layer": "emergency"},
-        "tools": {
-            "query_*": {"preprocess": "table_rows", "options": {"max_rows": 15}},
-            "*": {"preprocess": "head_tail", "options": {"max_chars": 3000}},
-        },
-        "snapshots": {"path": str(tmp / "snaps")},
-        "pinned": {},
-        "ledger": {},
-        "constraints": [],
-        "cache": {},
+    tools = {
+        "query_*": {"preprocess": "table_rows", "options": {"max_rows": 15}},
+        "*": {"preprocess": "head_tail", "options": {"max_chars": 3000}},
     }
-    doc.update(over)
-    return Policy.model_validate(doc)
+    snapshots = {"path": str(tmp / "snaps")}
+    return bare_policy("sql_agent", 128000, **{"tools": tools, "snapshots": snapshots, **over})
 
 
 def call(cid: str, name: str, args: str = "{}") -> dict[str, Any]:

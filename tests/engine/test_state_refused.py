@@ -6,21 +6,18 @@ hangs or raises."""
 from __future__ import annotations
 
 import math
-import types
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from ctxpolicy import plugins
 from ctxpolicy.components import CompactionContext, Layer, LayerResult
 from ctxpolicy.conversation import Unit
 from ctxpolicy.engine import Session
 from ctxpolicy.engine.state import SessionState
-from ctxpolicy.plugins import hookimpl
 from ctxpolicy.state.sqlite import SqliteOptions, SqliteStateStore
-from tests.engine_helpers import conversation, make_policy
+from tests.engine_helpers import conversation, make_policy, plugin_module
 
 
 def _circular() -> dict[str, Any]:
@@ -41,12 +38,9 @@ class Remembers(Layer):
 
 
 @pytest.fixture
-def remembers() -> Iterator[type[Remembers]]:
-    mod = types.ModuleType("refused_test_layers")
-    mod.ctxpolicy_register_layers = hookimpl(lambda register: register(Remembers))  # type: ignore[attr-defined]
-    plugins.register_plugin(mod, name="refused_test_layers")
-    yield Remembers
-    plugins.unregister_plugin("refused_test_layers")
+def remembers(register_plugin: Callable[[object, str], str]) -> type[Remembers]:
+    register_plugin(plugin_module("refused_test_layers", Remembers), "refused_test_layers")
+    return Remembers
 
 
 def _store(tmp_path: Path) -> SqliteStateStore:

@@ -27,6 +27,7 @@ from ctxpolicy.plugins import get_registry, hookimpl, register_plugin, unregiste
 from ctxpolicy.policy.models import Policy, ToolRule
 from ctxpolicy.snapshots import LocalStore
 from ctxpolicy.snapshots.recall import recall
+from tests.engine_helpers import bare_policy
 
 CODING_TOOLS = {
     "run_tests": {"preprocess": "test_failures", "options": {"keep_failed_only": True}},
@@ -41,22 +42,8 @@ CODING_TOOLS = {
 
 
 def make_policy(tools: Mapping[str, Any] | None = None, **snapshots: Any) -> Policy:
-    return Policy.model_validate(
-        {
-            "agent": "coding_agent",
-            "model": {"context_window": 128000},
-            "budget": {},
-            "thresholds": {},
-            "pipeline": [],
-            "on_overflow": {"layer": "emergency"},
-            "tools": dict(CODING_TOOLS if tools is None else tools),
-            "snapshots": snapshots,
-            "pinned": {},
-            "ledger": {},
-            "constraints": [],
-            "cache": {},
-        }
-    )
+    tools = dict(CODING_TOOLS if tools is None else tools)
+    return bare_policy("coding_agent", 128000, tools=tools, snapshots=snapshots)
 
 
 @pytest.fixture
@@ -199,6 +186,61 @@ def test_rule_snapshot_false_and_disabled(tmp_path: Path) -> None:
     assert out.ref is None and out.text == "hello"
     policy = make_policy(enabled=False)
     assert open_store(policy) is None
+
+
+# --------------------------------------------------------------------------- max_tokens
+
+
+def _windowed(tools: Mapping[str, Any], window: int) -> ToolResultProcessor:
+    policy = make_policy(tools, enabled=False)
+    policy = policy.model_copy(
+        update={"model": policy.model.model_copy(update={"context_window": window})}
+    )
+    return ToolResultProcessor(policy, store=None)
+
+
+def test_rule_max_tokens_is_a_share_of_the_window() -> None:
+    """One rule, "6%": a head_tail without a token budget of its own keeps about
+    2,000 characters at 8k and twice that at 16k (its max_chars is ignored)."""
+    text = "".join(f"record {i:05d} status=ok\n" for i in range(800))  # ~19k chars
+    rule = {"*": {"preprocess": "head_tail", "options": {"max_chars": 100}, "max_tokens": "6%"}}
+    small = _windowed(rule, 8192).process(ToolCall("x"), text, conv_id="c", step=1).text
+    large = _windowed(rule, 16384).process(ToolCall("x"), text, conv_id="c", step=1).text
+    assert 1_500 < len(small) < 2_600
+    assert 1.8 < len(large) / len(small) < 2.2
+    assert small.startswith("record 00000") and small.rstrip().endswith("record 00799 status=ok")
+    # a result under the bound enters whole
+    short = _windowed(rule, 8192).process(ToolCall("x"), "short", conv_id="c", step=1)
+    assert short.text == "short"
+
+
+def test_rule_max_tokens_bounds_any_chain_and_a_step_keeps_its_own_budget() -> None:
+    text = "x" * 40_000
+    chained = {"*": {"preprocess": ["redact"], "max_tokens": 250}}
+    out = _windowed(chained, 8192).process(ToolCall("x"), text, conv_id="c", step=1).text
+    assert len(out) < 1_300  # 250 estimated tokens, head and tail
+    own = {"*": {"preprocess": "head_tail", "options": {"max_tokens": 100}, "max_tokens": 1000}}
+    out = _windowed(own, 8192).process(ToolCall("x"), text, conv_id="c", step=1).text
+    assert len(out) < 600  # the step's own 100 tokens win over the rule's 1,000
+
+
+def test_rule_max_tokens_bounds_the_growth_reserve() -> None:
+    """The trigger's first tool-growth reserve is at most what the catch-all rule lets
+    one result bring: with a window share, that share of the window."""
+    from ctxpolicy.budget import rule_bound
+
+    def bound(rule: dict[str, Any], window: int) -> int | None:
+        p = make_policy({"*": rule}, enabled=False)
+        return rule_bound(
+            p.model_copy(update={"model": p.model.model_copy(update={"context_window": window})})
+        )
+
+    share = {"preprocess": "head_tail", "options": {"max_chars": 40_000}, "max_tokens": "6%"}
+    assert bound(share, 16384) == 983 + 64 and bound(share, 8192) == 491 + 64
+    assert bound({"preprocess": ["redact"], "max_tokens": 300}, 8192) == 300 + 64
+    own = {"preprocess": "head_tail", "options": {"max_tokens": 100}, "max_tokens": "6%"}
+    assert bound(own, 16384) == 100 + 64  # the smaller of the two
+    assert bound({"preprocess": ["redact"]}, 8192) is None
 
 
 # --------------------------------------------------------------------------- redaction

@@ -8,25 +8,11 @@ import threading
 from ctxpolicy.budget import compute_budget
 from ctxpolicy.events.sinks import STATUS_FIELDS, JsonlEventSink
 from ctxpolicy.policy.models import Policy
+from tests.engine_helpers import bare_policy
 
 
 def _policy(window: int = 120000, reserve: int = 4096) -> Policy:
-    return Policy.model_validate(
-        {
-            "agent": "t",
-            "model": {"context_window": window},
-            "budget": {"reserve_output": reserve},
-            "thresholds": {},
-            "pipeline": [],
-            "on_overflow": {"layer": "emergency"},
-            "tools": {},
-            "snapshots": {},
-            "pinned": {},
-            "ledger": {},
-            "constraints": [],
-            "cache": {},
-        }
-    )
+    return bare_policy("t", window, budget={"reserve_output": reserve})
 
 
 def budget(window: int = 120000, reserve: int = 4096):

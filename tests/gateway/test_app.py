@@ -11,8 +11,9 @@ import httpx
 import pytest
 
 from ctxpolicy.engine import Session
+from ctxpolicy.gateway.config import GatewayConfig
 from ctxpolicy.testing.server import ScriptedLLMServer
-from tests.integrations.conftest import big_output, make_policy
+from tests.integrations.conftest import big_output, make_policy, read_history
 
 from .conftest import config_for, run_gateway
 
@@ -24,30 +25,7 @@ RESERVE = 512
 
 
 def history(steps: int) -> list[dict[str, Any]]:
-    msgs: list[dict[str, Any]] = [
-        {"role": "system", "content": "You are a coding agent."},
-        {"role": "user", "content": "Fix the failing test in the repository."},
-    ]
-    for i in range(steps):
-        cid = f"call_{i}"
-        msgs.append(
-            {
-                "role": "assistant",
-                "content": None,
-                "tool_calls": [
-                    {
-                        "id": cid,
-                        "type": "function",
-                        "function": {
-                            "name": "read_file",
-                            "arguments": json.dumps({"path": f"f{i}.py"}),
-                        },
-                    }
-                ],
-            }
-        )
-        msgs.append({"role": "tool", "tool_call_id": cid, "content": big_output(i, 60)})
-    return msgs
+    return read_history(steps, 60, "Fix the failing test in the repository.")
 
 
 def test_openai_sdk_upstream_gets_what_prepare_sends(
@@ -203,3 +181,128 @@ def test_record_writes_each_conversation_as_a_replayable_trace(
     for f in files:
         assert f.stat().st_mode & 0o777 == 0o600
         assert load_trace(f) == history(3)  # raw, once each, in order
+
+
+def test_upstream_cookies_are_passed_on_never_kept(tmp_path: Path) -> None:
+    """A cookie the upstream sets reaches the client that got it, and is never sent
+    upstream with another client's request (the gateway keeps no cookie jar)."""
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    seen: list[str | None] = []
+    reply = json.dumps(
+        {
+            "id": "c",
+            "object": "chat.completion",
+            "model": "m",
+            "choices": [
+                {
+                    "index": 0,
+                    "message": {"role": "assistant", "content": "ok"},
+                    "finish_reason": "stop",
+                }
+            ],
+            "usage": {"prompt_tokens": 5, "completion_tokens": 1, "total_tokens": 6},
+        }
+    ).encode()
+
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, format: str, *args: Any) -> None:
+            pass
+
+        def do_POST(self) -> None:
+            self.rfile.read(int(self.headers.get("content-length") or 0))
+            seen.append(self.headers.get("cookie"))
+            self.send_response(200)
+            self.send_header("content-type", "application/json")
+            self.send_header("set-cookie", f"session=tenant{len(seen)}; Path=/")
+            self.send_header("content-length", str(len(reply)))
+            self.end_headers()
+            self.wfile.write(reply)
+
+    srv = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    cfg = GatewayConfig(
+        policies={"test_agent": make_policy(tmp_path / "gw")},
+        upstream=f"http://127.0.0.1:{srv.server_address[1]}",
+        default_agent="test_agent",
+        secret=b"test-secret",
+    )
+    try:
+        with run_gateway(cfg) as gw:
+            body = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
+            for key in ("Bearer a", "Bearer b"):
+                with httpx.Client() as c:  # a fresh client: no cookie of its own
+                    r = c.post(
+                        gw.url + "/v1/chat/completions", json=body, headers={"Authorization": key}
+                    )
+                assert r.status_code == 200, r.text
+                assert r.headers["set-cookie"].startswith(f"session=tenant{len(seen)}")
+    finally:
+        srv.shutdown()
+        srv.server_close()
+    assert seen == [None, None]
+
+
+def test_a_compressed_upstream_answer_reaches_the_client_decoded(tmp_path: Path) -> None:
+    """The upstream gzips its answers (as providers do when asked): a forwarded path and
+    a streamed prepared call reach the client readable, whatever it asked for."""
+    import gzip
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    models = json.dumps({"object": "list", "data": [{"id": "m", "object": "model"}]}).encode()
+    chunk = {
+        "id": "c",
+        "object": "chat.completion.chunk",
+        "model": "m",
+        "choices": [{"index": 0, "delta": {"content": "hello"}, "finish_reason": None}],
+    }
+    events = f"data: {json.dumps(chunk)}\n\ndata: [DONE]\n\n".encode()
+
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, format: str, *args: Any) -> None:
+            pass
+
+        def _gzipped(self, body: bytes, kind: str) -> None:
+            packed = gzip.compress(body)
+            self.send_response(200)
+            self.send_header("content-type", kind)
+            self.send_header("content-encoding", "gzip")
+            self.send_header("content-length", str(len(packed)))
+            self.end_headers()
+            self.wfile.write(packed)
+
+        def do_GET(self) -> None:
+            self._gzipped(models, "application/json")
+
+        def do_POST(self) -> None:
+            self.rfile.read(int(self.headers.get("content-length") or 0))
+            self._gzipped(events, "text/event-stream")
+
+    srv = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    cfg = GatewayConfig(
+        policies={"test_agent": make_policy(tmp_path / "gw")},
+        upstream=f"http://127.0.0.1:{srv.server_address[1]}",
+        default_agent="test_agent",
+        secret=b"test-secret",
+        stream_usage=False,
+    )
+    try:
+        with run_gateway(cfg) as gw, httpx.Client() as c:
+            auth = {"Authorization": "Bearer k", "Accept-Encoding": "identity"}
+            r = c.get(gw.url + "/v1/models", headers=auth)
+            assert r.status_code == 200 and "content-encoding" not in r.headers
+            assert r.json()["data"][0]["id"] == "m"
+            body = {"model": "m", "stream": True, "messages": [{"role": "user", "content": "hi"}]}
+            r = c.post(gw.url + "/v1/chat/completions", json=body, headers=auth)
+            assert r.status_code == 200 and "content-encoding" not in r.headers
+            assert '"hello"' in r.text and "[DONE]" in r.text
+    finally:
+        srv.shutdown()
+        srv.server_close()

@@ -3,6 +3,7 @@ a fixed prefix over the budget is a clear error, a huge body never stalls the lo
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from pathlib import Path
@@ -188,3 +189,45 @@ def test_recall_only_after_thinking_is_answered_inside(tmp_path: Path, stream: b
         "thinking": "I should search the old output.",
         "signature": "sig-abc",
     }
+
+
+@pytest.mark.parametrize("overflow", [False, True])
+def test_a_large_request_is_built_in_the_engine_steps_hop(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, overflow: bool
+) -> None:
+    """A body over INLINE_BYTES: read in a worker thread, then prepared and its outgoing
+    body built in the same worker-thread hop (also a retry's after an overflow), never
+    a third hop of its own for building."""
+    from ctxpolicy.gateway import calls
+
+    hops: list[str] = []
+    real = calls.off_loop
+
+    async def counted(fn: Any, /, *args: Any, **kw: Any) -> Any:
+        hops.append(getattr(fn, "__name__", repr(fn)))
+        return await real(fn, *args, **kw)
+
+    monkeypatch.setattr(calls, "off_loop", counted)
+    history = "\n".join(f"line {i}: " + "x" * 60 for i in range(600))  # ~40 KB
+    body = {
+        "model": "m",
+        "messages": [
+            {"role": "user", "content": "Read the file."},
+            {"role": "assistant", "content": history},
+            {"role": "user", "content": "Now fix it."},
+        ],
+    }
+    assert len(json.dumps(body)) > calls.INLINE_BYTES
+    script = [{"overflow": True}, {"content": "fixed"}] if overflow else [{"content": "fixed"}]
+    with (
+        ScriptedLLMServer(window=1_000_000, script=script) as srv,
+        run_gateway(config_for(tmp_path, srv)) as gw,
+    ):
+        r = httpx.post(
+            gw.url + "/v1/chat/completions", json=body, headers={"Authorization": "Bearer k"}
+        )
+        assert r.status_code == 200 and "fixed" in r.text, r.text
+        sent = srv.requests[-1]["messages"]
+    assert hops == ["parse"]
+    assert sent[-1]["content"] == "Now fix it."
+    assert len(srv.records) == (2 if overflow else 1)

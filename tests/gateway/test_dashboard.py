@@ -6,14 +6,13 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import Any
 
 import httpx
 import pytest
 
 from ctxpolicy.gateway.dashboard import latency
 from ctxpolicy.testing.server import ScriptedLLMServer
-from tests.integrations.conftest import big_output
+from tests.integrations.conftest import read_history
 
 from .chromium import Browser, chromium_or_skip
 from .conftest import config_for, run_gateway
@@ -25,40 +24,11 @@ SCREENSHOT = ROOT / "docs" / "images" / "dashboard.png"
 SECRET_MARKERS = ("key-a", "key-b", "value_3_1", "Fix the failing test", "checked")
 
 
-def history(
-    steps: int, lines: int = 14, task: str = "Fix the failing test."
-) -> list[dict[str, Any]]:
-    msgs: list[dict[str, Any]] = [
-        {"role": "system", "content": "You are a coding agent."},
-        {"role": "user", "content": task},
-    ]
-    for i in range(steps):
-        cid = f"call_{i}"
-        msgs.append(
-            {
-                "role": "assistant",
-                "content": None,
-                "tool_calls": [
-                    {
-                        "id": cid,
-                        "type": "function",
-                        "function": {
-                            "name": "read_file",
-                            "arguments": json.dumps({"path": f"f{i}.py"}),
-                        },
-                    }
-                ],
-            }
-        )
-        msgs.append({"role": "tool", "tool_call_id": cid, "content": big_output(i, lines)})
-    return msgs
-
-
 def converse(url: str, key: str, agent: str, calls: int, task: str) -> None:
     """One conversation through the openai SDK: ``calls`` calls, the history growing."""
     client = openai.OpenAI(base_url=f"{url}/agents/{agent}/v1", api_key=key, max_retries=0)
     for steps in range(1, calls + 1):
-        resp = client.chat.completions.create(model="m", messages=history(steps, task=task))  # type: ignore[arg-type]
+        resp = client.chat.completions.create(model="m", messages=read_history(steps, 14, task))  # type: ignore[arg-type]
         assert resp.choices[0].message.content == "done"
 
 

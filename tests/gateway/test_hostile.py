@@ -4,6 +4,8 @@ traceback, and neither the answers nor the logs ever show the upstream credentia
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -12,10 +14,29 @@ import pytest
 
 from ctxpolicy.testing.server import ScriptedLLMServer
 
-from .conftest import config_for, run_gateway
+from .conftest import RunningGateway, config_for, run_gateway
 
 KEY = "sk-server-side-SECRET-0123456789"
 CLIENT_KEY = "client-credential-SECRET-9876"
+
+
+@contextmanager
+def keyed_gateway(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> Iterator[RunningGateway]:
+    """A gateway holding the upstream key ``KEY``, logging at DEBUG into ``caplog``."""
+    with (
+        ScriptedLLMServer(window=6000) as srv,
+        run_gateway(config_for(tmp_path, srv, api_key=KEY)) as gw,
+    ):
+        caplog.set_level(logging.DEBUG)
+        yield gw
+
+
+def assert_nothing_leaks(text: str, logs: str) -> None:
+    """No traceback and neither credential in an answer or the logs."""
+    assert "Traceback" not in text and KEY not in text and CLIENT_KEY not in text
+    assert "Traceback" not in logs and KEY not in logs
+    assert CLIENT_KEY not in logs
+
 
 BAD_BODIES: list[tuple[bytes, str]] = [
     (b"{nope", "invalid request body"),
@@ -40,11 +61,7 @@ BAD_BODIES: list[tuple[bytes, str]] = [
 def test_malformed_bodies_are_clear_4xx(
     tmp_path: Path, body: bytes, expect: str, path: str, caplog: pytest.LogCaptureFixture
 ) -> None:
-    with (
-        ScriptedLLMServer(window=6000) as srv,
-        run_gateway(config_for(tmp_path, srv, api_key=KEY)) as gw,
-    ):
-        caplog.set_level(logging.DEBUG)
+    with keyed_gateway(tmp_path, caplog) as gw:
         r = httpx.post(
             gw.url + path,
             content=body,
@@ -53,9 +70,7 @@ def test_malformed_bodies_are_clear_4xx(
     assert r.status_code == 400, r.text
     err = r.json()["error"]
     assert expect in err["message"]
-    assert "Traceback" not in r.text and KEY not in r.text and CLIENT_KEY not in r.text
-    assert "Traceback" not in caplog.text and KEY not in caplog.text
-    assert CLIENT_KEY not in caplog.text
+    assert_nothing_leaks(r.text, caplog.text)
 
 
 ODD_MESSAGES: list[Any] = [
@@ -71,11 +86,7 @@ ODD_MESSAGES: list[Any] = [
 def test_odd_messages_never_a_traceback(
     tmp_path: Path, messages: Any, caplog: pytest.LogCaptureFixture
 ) -> None:
-    with (
-        ScriptedLLMServer(window=6000) as srv,
-        run_gateway(config_for(tmp_path, srv, api_key=KEY)) as gw,
-    ):
-        caplog.set_level(logging.DEBUG)
+    with keyed_gateway(tmp_path, caplog) as gw:
         r = httpx.post(
             gw.url + "/v1/chat/completions",
             json={"model": "m", "messages": messages, "tools": "all", "stream": "yes"},
@@ -85,9 +96,7 @@ def test_odd_messages_never_a_traceback(
         assert httpx.get(gw.url + "/healthz").status_code == 200
     assert r.status_code < 500, r.text
     assert r.headers["content-type"].startswith("application/json")
-    assert "Traceback" not in r.text and KEY not in r.text and CLIENT_KEY not in r.text
-    assert "Traceback" not in caplog.text and KEY not in caplog.text
-    assert CLIENT_KEY not in caplog.text
+    assert_nothing_leaks(r.text, caplog.text)
 
 
 def test_oversized_bodies_413_declared_or_chunked(tmp_path: Path) -> None:

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import json
 import threading
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +20,7 @@ from starlette.routing import Route
 from ctxpolicy.gateway.app import GatewayConfig
 from tests.integrations.conftest import make_policy
 
-from .conftest import run_asgi, run_gateway
+from .conftest import RunningGateway, run_asgi, run_gateway
 
 openai = pytest.importorskip("openai", reason="the 'openai' extra is not installed")
 anthropic = pytest.importorskip("anthropic", reason="the 'anthropic' extra is not installed")
@@ -105,7 +106,11 @@ class StreamingUpstream:
         )
 
 
-def test_openai_and_anthropic_streams_pass_through(tmp_path: Path) -> None:
+@contextmanager
+def streaming_gateway(
+    tmp_path: Path, **config: Any
+) -> Iterator[tuple[StreamingUpstream, RunningGateway]]:
+    """A gateway (agent ``a``, ``config`` added) in front of a ``StreamingUpstream``."""
     up = StreamingUpstream()
     with run_asgi(up.app()) as upstream:
         cfg = GatewayConfig(
@@ -113,29 +118,35 @@ def test_openai_and_anthropic_streams_pass_through(tmp_path: Path) -> None:
             upstream=upstream.url,
             default_agent="a",
             secret=b"s",
+            **config,
         )
         with run_gateway(cfg) as gw:
-            client = openai.OpenAI(base_url=gw.url + "/v1", api_key="k", max_retries=0)
-            stream = client.chat.completions.create(
-                model="m", messages=[{"role": "user", "content": "hi"}], stream=True
-            )
-            it = iter(stream)
-            first = next(it)  # arrives while the upstream still holds the rest
-            assert first.choices[0].delta.content == "Hel"
-            up.release.set()
-            rest = "".join(c.choices[0].delta.content or "" for c in it if c.choices)
-            assert rest == "lo"
-            assert len(gw.gateway.pool._sessions) == 1
+            yield up, gw
 
-            up.release.clear()
-            ac = anthropic.Anthropic(base_url=gw.url, api_key="k", max_retries=0)
-            with ac.messages.stream(
-                model="m", max_tokens=10, messages=[{"role": "user", "content": "hi"}]
-            ) as s:
-                texts = iter(s.text_stream)
-                assert next(texts) == "Hel"
-                up.release.set()
-                assert "".join(texts) == "lo"
+
+def test_openai_and_anthropic_streams_pass_through(tmp_path: Path) -> None:
+    with streaming_gateway(tmp_path) as (up, gw):
+        client = openai.OpenAI(base_url=gw.url + "/v1", api_key="k", max_retries=0)
+        stream = client.chat.completions.create(
+            model="m", messages=[{"role": "user", "content": "hi"}], stream=True
+        )
+        it = iter(stream)
+        first = next(it)  # arrives while the upstream still holds the rest
+        assert first.choices[0].delta.content == "Hel"
+        up.release.set()
+        rest = "".join(c.choices[0].delta.content or "" for c in it if c.choices)
+        assert rest == "lo"
+        assert len(gw.gateway.pool._sessions) == 1
+
+        up.release.clear()
+        ac = anthropic.Anthropic(base_url=gw.url, api_key="k", max_retries=0)
+        with ac.messages.stream(
+            model="m", max_tokens=10, messages=[{"role": "user", "content": "hi"}]
+        ) as s:
+            texts = iter(s.text_stream)
+            assert next(texts) == "Hel"
+            up.release.set()
+            assert "".join(texts) == "lo"
     assert up.bodies[0]["stream"] is True and up.bodies[0]["messages"][0]["content"] == "hi"
 
 
@@ -178,24 +189,15 @@ def test_sdk_streams_replay_like_prepare_and_record_usage(tmp_path: Path) -> Non
 def test_streamed_text_starts_at_once_with_recall(tmp_path: Path) -> None:
     """With --recall, a streamed answer that is not a recall call reaches the client
     while the upstream still holds the rest (the probe decides on the first text)."""
-    up = StreamingUpstream()
-    with run_asgi(up.app()) as upstream:
-        cfg = GatewayConfig(
-            policies={"a": make_policy(tmp_path)},
-            upstream=upstream.url,
-            default_agent="a",
-            secret=b"s",
-            recall=True,
+    with streaming_gateway(tmp_path, recall=True) as (up, gw):
+        client = openai.OpenAI(base_url=gw.url + "/v1", api_key="k", max_retries=0)
+        stream = client.chat.completions.create(
+            model="m", messages=[{"role": "user", "content": "hi"}], stream=True
         )
-        with run_gateway(cfg) as gw:
-            client = openai.OpenAI(base_url=gw.url + "/v1", api_key="k", max_retries=0)
-            stream = client.chat.completions.create(
-                model="m", messages=[{"role": "user", "content": "hi"}], stream=True
-            )
-            it = iter(stream)
-            assert next(it).choices[0].delta.content == "Hel"
-            up.release.set()
-            assert "".join(c.choices[0].delta.content or "" for c in it if c.choices) == "lo"
+        it = iter(stream)
+        assert next(it).choices[0].delta.content == "Hel"
+        up.release.set()
+        assert "".join(c.choices[0].delta.content or "" for c in it if c.choices) == "lo"
     names = {t["function"]["name"] for t in up.bodies[0]["tools"]}
     assert names == {"ctx_recall", "ctx_search"}
 
@@ -279,24 +281,16 @@ def test_a_client_gone_mid_stream_releases_its_conversation(tmp_path: Path) -> N
     """The next call of the conversation is served, not left waiting on its lock."""
     import httpx
 
-    up = StreamingUpstream()
     body = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "stream": True}
-    with run_asgi(up.app()) as upstream:
-        cfg = GatewayConfig(
-            policies={"a": make_policy(tmp_path)},
-            upstream=upstream.url,
-            default_agent="a",
-            secret=b"s",
-        )
-        with run_gateway(cfg) as gw:
-            with (
-                httpx.Client(timeout=10) as c,
-                c.stream("POST", gw.url + "/v1/chat/completions", json=body) as r,
-            ):
-                assert b"Hel" in next(r.iter_raw())
-            # the client hung up while the upstream still holds the rest
-            up.release.set()
-            with httpx.Client(timeout=10) as c:
-                r = c.post(gw.url + "/v1/chat/completions", json=body)
-                assert r.status_code == 200 and b"lo" in r.content
-            assert len(gw.gateway.pool._sessions) == 1
+    with streaming_gateway(tmp_path) as (up, gw):
+        with (
+            httpx.Client(timeout=10) as c,
+            c.stream("POST", gw.url + "/v1/chat/completions", json=body) as r,
+        ):
+            assert b"Hel" in next(r.iter_raw())
+        # the client hung up while the upstream still holds the rest
+        up.release.set()
+        with httpx.Client(timeout=10) as c:
+            r = c.post(gw.url + "/v1/chat/completions", json=body)
+            assert r.status_code == 200 and b"lo" in r.content
+        assert len(gw.gateway.pool._sessions) == 1

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -10,6 +11,7 @@ import pytest
 
 from ctxpolicy.conversation import check_messages
 from ctxpolicy.policy.models import Policy
+from ctxpolicy.testing.conversations import tool_call
 
 
 def make_policy(
@@ -73,6 +75,54 @@ def big_output(step: int, n_lines: int = 160) -> str:
     )
 
 
+def read_history(steps: int, lines: int, task: str) -> list[dict[str, Any]]:
+    """A chat history: system, ``task``, then ``steps`` read_file calls (``call_0``, ...)
+    each answered by ``big_output(i, lines)``."""
+    msgs: list[dict[str, Any]] = [
+        {"role": "system", "content": "You are a coding agent."},
+        {"role": "user", "content": task},
+    ]
+    for i in range(steps):
+        cid = f"call_{i}"
+        msgs.append(
+            {
+                "role": "assistant",
+                "content": None,
+                "tool_calls": [
+                    {
+                        "id": cid,
+                        "type": "function",
+                        "function": {
+                            "name": "read_file",
+                            "arguments": json.dumps({"path": f"f{i}.py"}),
+                        },
+                    }
+                ],
+            }
+        )
+        msgs.append({"role": "tool", "tool_call_id": cid, "content": big_output(i, lines)})
+    return msgs
+
+
+def read_until(
+    steps: int, records: Callable[[], Sequence[Any]]
+) -> Callable[[dict[str, Any]], dict[str, Any]]:
+    """A scripted server's answers: one read_file call (of ``f<n>``, ``n`` the tool
+    results in the request) until ``steps`` calls were accepted (``records()``, the
+    server's), then "done: BUG-1234 fixed"."""
+
+    def script(body: dict[str, Any]) -> dict[str, Any]:
+        n = sum(1 for m in body["messages"] if m["role"] == "tool")
+        if len([r for r in records() if r.status == 200]) >= steps:
+            return {"content": "done: BUG-1234 fixed"}
+        return {
+            "content": "",
+            "tool_calls": [{"name": "read_file", "arguments": {"path": f"f{n}"}}],
+        }
+
+    return script
+
+
 def assert_pairing(messages: list[dict[str, Any]]) -> None:
     violations = check_messages(messages)
     assert not violations, [v.detail for v in violations]
@@ -90,16 +140,17 @@ def policy_factory(tmp_path: Path):
     return factory
 
 
-def long_history(steps: int = 12) -> list[dict[str, Any]]:
-    """A tool-call history long enough that a 6,000-token window compacts it."""
+def long_history(steps: int = 12, lines: int = 40) -> list[dict[str, Any]]:
+    """A tool-call history long enough that a 6,000-token window compacts it: ``steps``
+    reads of ``lines`` lines each."""
     out: list[dict[str, Any]] = [
         {"role": "system", "content": "You are a coding agent."},
         {"role": "user", "content": "Fix BUG-1234."},
     ]
     for i in range(steps):
-        call = {"id": f"c{i}", "type": "function", "function": {"name": "read", "arguments": "{}"}}
+        call = tool_call(f"c{i}", "read", {})
         out.append({"role": "assistant", "content": None, "tool_calls": [call]})
-        out.append({"role": "tool", "tool_call_id": f"c{i}", "content": big_output(i, 40)})
+        out.append({"role": "tool", "tool_call_id": f"c{i}", "content": big_output(i, lines)})
     return out
 
 

@@ -74,32 +74,47 @@ def to_chat(body: dict[str, Any]) -> list[dict[str, Any]]:
     return AnthropicConversation(body["messages"], body.get("system")).messages
 
 
+def client_for(srv: ScriptedLLMServer, session: Session) -> Any:
+    """The real SDK client on the scripted server, wrapped with ``session``."""
+    return wrap(
+        anthropic.Anthropic(base_url=srv.anthropic_base_url, api_key="test", max_retries=0),
+        session,
+    )
+
+
+def tool_uses(resp: Any) -> list[Any]:
+    return [b for b in resp.content if b.type == "tool_use"]
+
+
+def answered(resp: Any, texts: list[str]) -> list[dict[str, Any]]:
+    """The assistant turn of ``resp``, then the user turn giving ``texts`` as the results
+    of its tool calls, in order."""
+    results = [
+        {"type": "tool_result", "tool_use_id": b.id, "content": text}
+        for b, text in zip(tool_uses(resp), texts, strict=True)
+    ]
+    return [
+        {"role": "assistant", "content": [b.model_dump(exclude_none=True) for b in resp.content]},
+        {"role": "user", "content": results},
+    ]
+
+
 def test_thirty_steps_pairs_retry_and_cache_breakpoints(policy_factory):
     session = Session(policy_factory(window=16000, max_chars=3000))
     with ScriptedLLMServer(window=6000, script=script) as srv:
-        client = wrap(
-            anthropic.Anthropic(base_url=srv.anthropic_base_url, api_key="test", max_retries=0),
-            session,
-        )
+        client = client_for(srv, session)
         history: list[dict[str, Any]] = [{"role": "user", "content": "Task: fix BUG-1234"}]
         for step in range(30):
             resp = client.messages.create(
                 model="claude-test", max_tokens=256, system=SYSTEM, messages=history, tools=TOOLS
             )
-            history.append(
-                {
-                    "role": "assistant",
-                    "content": [b.model_dump(exclude_none=True) for b in resp.content],
-                }
-            )
-            results = []
-            for b in resp.content:
-                if b.type == "tool_use":
-                    text = session.add_tool_result(
-                        {"id": b.id, "name": b.name, "input": b.input}, big_output(step, 40)
-                    )
-                    results.append({"type": "tool_result", "tool_use_id": b.id, "content": text})
-            history.append({"role": "user", "content": results})
+            texts = [
+                session.add_tool_result(
+                    {"id": b.id, "name": b.name, "input": b.input}, big_output(step, 40)
+                )
+                for b in tool_uses(resp)
+            ]
+            history += answered(resp, texts)
         records = srv.records
         assert len(srv.accepted) == 30
         assert srv.rejections == 1  # "prompt is too long" once; the session learns 6000
@@ -143,29 +158,11 @@ def test_thirty_steps_pairs_retry_and_cache_breakpoints(policy_factory):
 def test_cache_breakpoint_on_growing_conversation(policy_factory):
     session = Session(policy_factory(window=200000))
     with ScriptedLLMServer(window=200000, script=script) as srv:
-        client = wrap(
-            anthropic.Anthropic(base_url=srv.anthropic_base_url, api_key="test", max_retries=0),
-            session,
-        )
+        client = client_for(srv, session)
         history: list[dict[str, Any]] = [{"role": "user", "content": "Task"}]
         for step in range(4):
             resp = client.messages.create(model="m", max_tokens=64, system=SYSTEM, messages=history)
-            history.append(
-                {
-                    "role": "assistant",
-                    "content": [b.model_dump(exclude_none=True) for b in resp.content],
-                }
-            )
-            history.append(
-                {
-                    "role": "user",
-                    "content": [
-                        {"type": "tool_result", "tool_use_id": b.id, "content": f"result {step}"}
-                        for b in resp.content
-                        if b.type == "tool_use"
-                    ],
-                }
-            )
+            history += answered(resp, [f"result {step}" for _ in tool_uses(resp)])
         bodies = srv.requests
     # nothing was compacted: call n marks the last block call n-1 sent
     assert bodies[0]["system"][0]["cache_control"] == {"type": "ephemeral"}
@@ -250,28 +247,11 @@ def test_async_client(policy_factory):
             resp = await client.messages.create(
                 model="m", max_tokens=64, system=SYSTEM, messages=history
             )
-            history.append(
-                {
-                    "role": "assistant",
-                    "content": [b.model_dump(exclude_none=True) for b in resp.content],
-                }
-            )
-            history.append(
-                {
-                    "role": "user",
-                    "content": [
-                        {
-                            "type": "tool_result",
-                            "tool_use_id": b.id,
-                            "content": session.add_tool_result(
-                                {"id": b.id, "name": b.name}, big_output(step, 40)
-                            ),
-                        }
-                        for b in resp.content
-                        if b.type == "tool_use"
-                    ],
-                }
-            )
+            texts = [
+                session.add_tool_result({"id": b.id, "name": b.name}, big_output(step, 40))
+                for b in tool_uses(resp)
+            ]
+            history += answered(resp, texts)
         await client.close()
 
     with ScriptedLLMServer(window=6000, script=script) as srv:
@@ -304,10 +284,7 @@ def test_recall_tools_round_trip_through_the_sdk(policy_factory) -> None:
     tools = [*TOOLS, *recall_tools()]
     assert {t["name"] for t in recall_tools()} == {"ctx_recall", "ctx_search"}
     with ScriptedLLMServer(window=6000, script=lambda body: next(replies)) as srv:
-        client = wrap(
-            anthropic.Anthropic(base_url=srv.anthropic_base_url, api_key="test", max_retries=0),
-            session,
-        )
+        client = client_for(srv, session)
         history: list[Any] = [{"role": "user", "content": "Task: fix BUG-1234"}]
         for _ in range(3):
             resp = client.messages.create(

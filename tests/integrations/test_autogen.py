@@ -27,7 +27,7 @@ from autogen_ext.models.openai import OpenAIChatCompletionClient
 from ctxpolicy.integrations.autogen import CtxPolicyContext, to_openai
 from ctxpolicy.testing.server import ScriptedLLMServer, count_openai_tokens
 
-from .conftest import assert_pairing, big_output
+from .conftest import assert_pairing, big_output, read_until
 
 MODEL_INFO = {
     "vision": False,
@@ -51,15 +51,7 @@ def client(srv: ScriptedLLMServer) -> Any:
 def test_assistant_agent_runs_inside_the_budget(policy_factory) -> None:
     steps = 14
 
-    def script(body: dict[str, Any]) -> dict[str, Any]:
-        n = sum(1 for m in body["messages"] if m["role"] == "tool")
-        calls = len([r for r in srv.records if r.status == 200])
-        if calls >= steps:
-            return {"content": "done: BUG-1234 fixed"}
-        return {
-            "content": "",
-            "tool_calls": [{"name": "read_file", "arguments": {"path": f"f{n}"}}],
-        }
+    script = read_until(steps, lambda: srv.records)
 
     counter = {"n": 0}
 

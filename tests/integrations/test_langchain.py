@@ -24,6 +24,7 @@ from ctxpolicy.integrations.langchain import (
     pre_model_hook,
     to_openai,
 )
+from ctxpolicy.testing.conversations import tool_call
 from ctxpolicy.testing.server import count_openai_tokens
 
 from .conftest import assert_pairing, big_output
@@ -152,7 +153,7 @@ def test_the_session_pool_is_a_cache_of_the_state_store(policy_factory, store: s
         {"role": "user", "content": "Fix BUG-1234."},
     ]
     for i in range(12):
-        call = {"id": f"c{i}", "type": "function", "function": {"name": "read", "arguments": "{}"}}
+        call = tool_call(f"c{i}", "read", {})
         history.append({"role": "assistant", "content": f"step {i}", "tool_calls": [call]})
         text = pool.get("thread-a").add_tool_result(call, big_output(i))
         history.append({"role": "tool", "tool_call_id": f"c{i}", "content": text})

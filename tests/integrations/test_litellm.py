@@ -36,6 +36,17 @@ def tool_script(body: dict[str, Any]) -> dict[str, Any]:
     return {"tool_calls": [{"name": "read_file", "arguments": {"path": "src/app.py"}}]}
 
 
+def report_overflow(hook: Any, key: Any, model: str, conv: str, history: list[Any]) -> None:
+    """The provider's answer to a call of ``conv``: its 8000-token window overflowed."""
+    err = litellm.ContextWindowExceededError(
+        message="This model's maximum context length is 8000 tokens",
+        model=model,
+        llm_provider="openai",
+    )
+    data = {"model": model, "messages": history, "litellm_session_id": conv}
+    asyncio.run(hook.async_post_call_failure_hook(data, err, key))
+
+
 def run(session: Session, srv: ScriptedLLMServer, steps: int, *, use_async: bool = False):
     history: list[Any] = [
         {"role": "system", "content": "You are a coding agent."},
@@ -162,13 +173,7 @@ def test_proxy_hook_maps_session_ids_and_learns_from_failures(tmp_path: Path) ->
     emb = {"model": "e", "input": ["x"]}
     assert asyncio.run(hook.async_pre_call_hook(key, None, dict(emb), "embeddings")) == emb
     # an overflow reported by the provider teaches conv-a's session the real window
-    err = litellm.ContextWindowExceededError(
-        message="This model's maximum context length is 8000 tokens",
-        model="m",
-        llm_provider="openai",
-    )
-    data = {"model": "m", "messages": history, "litellm_session_id": "conv-a"}
-    asyncio.run(hook.async_post_call_failure_hook(data, err, key))
+    report_overflow(hook, key, "m", "conv-a", history)
     assert session.budget().window == 8000
     out = request(litellm_session_id="conv-a")
     assert session.counter.count_messages(out["messages"]) < 8000
@@ -199,13 +204,7 @@ def test_another_key_or_model_never_resets_or_shrinks_a_conversation(tmp_path: P
     request(her, "small")
     assert len(hook.sessions) == 4
     assert all("secret" not in s.conv_id for s in hook.sessions.sessions())
-    err = litellm.ContextWindowExceededError(
-        message="This model's maximum context length is 8000 tokens",
-        model="small",
-        llm_provider="openai",
-    )
-    data = {"model": "small", "messages": history, "litellm_session_id": "shared"}
-    asyncio.run(hook.async_post_call_failure_hook(data, err, him))
+    report_overflow(hook, him, "small", "shared", history)
     his_small = hook.sessions.peek("small/shared", tenant=ctx_litellm.tenant_of(him))
     assert his_small is not None and his_small.budget().window == 8000
     assert mine.budget().window == 16000  # hers is untouched ...

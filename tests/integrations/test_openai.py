@@ -87,13 +87,21 @@ def check_run(srv: ScriptedLLMServer, steps: int) -> dict[str, int]:
     return {"requests": len(records), "rejections": len(rejected)}
 
 
+def agent_run(
+    session: Session, server_window: int, steps: int, *, lines: int, parallel: int = 1
+) -> tuple[ScriptedLLMServer, list[Any], dict[str, int]]:
+    """``run_agent`` for ``steps`` steps against a server of ``server_window`` tokens that
+    asks for ``parallel`` reads a step (``lines`` lines each), checked by ``check_run``."""
+    with ScriptedLLMServer(window=server_window, script=tool_script(parallel)) as srv:
+        history = run_agent(client_for(srv, session), session, steps, lines=lambda s: lines)
+        numbers = check_run(srv, steps)
+    return srv, history, numbers
+
+
 def test_forty_steps_policy_window_larger_than_server(policy_factory):
     # The policy believes the model has 8192 tokens; the server has 6000.
     session = Session(policy_factory(window=8192, max_chars=6000))
-    with ScriptedLLMServer(window=6000, script=tool_script()) as srv:
-        client = client_for(srv, session)
-        run_agent(client, session, 40, lines=lambda s: 80)
-        numbers = check_run(srv, 40)
+    _, _, numbers = agent_run(session, 6000, 40, lines=80)
     assert numbers["rejections"] == 1  # the first one teaches the session the real window
     assert session.stats.reactive == 1
     learned = [e for e in session.events if e["type"] == "context.window_learned"]
@@ -104,10 +112,7 @@ def test_forty_steps_policy_window_larger_than_server(policy_factory):
 
 def test_forty_steps_parallel_calls_same_window(policy_factory):
     session = Session(policy_factory(window=6000, max_chars=2500))
-    with ScriptedLLMServer(window=6000, script=tool_script(parallel=3)) as srv:
-        client = client_for(srv, session)
-        history = run_agent(client, session, 40, lines=lambda s: 15)
-        numbers = check_run(srv, 40)
+    srv, history, numbers = agent_run(session, 6000, 40, lines=15, parallel=3)
     assert numbers["rejections"] == 0  # counted exactly, prepared under budget: never rejected
     assert len(history) == 2 + 40 * 4
     # the server's count and ours agree on every request
@@ -118,10 +123,7 @@ def test_forty_steps_parallel_calls_same_window(policy_factory):
 def test_learned_limit_thirty_steps_one_rejection(policy_factory):
     """Issue 12 item 3: after the first rejection, no further rejection in 30 steps."""
     session = Session(policy_factory(window=16000, max_chars=3000))
-    with ScriptedLLMServer(window=5000, script=tool_script()) as srv:
-        client = client_for(srv, session)
-        run_agent(client, session, 30, lines=lambda s: 35)
-        numbers = check_run(srv, 30)
+    srv, _, numbers = agent_run(session, 5000, 30, lines=35)
     assert numbers["rejections"] == 1
     assert session.budget().window == 5000
     first_reject = next(i for i, r in enumerate(srv.records) if r.status == 400)

@@ -18,7 +18,7 @@ from strands.models.openai import OpenAIModel
 from ctxpolicy.integrations.strands import CtxPolicyConversationManager, to_openai
 from ctxpolicy.testing.server import ScriptedLLMServer, count_openai_tokens
 
-from .conftest import assert_pairing, big_output
+from .conftest import assert_pairing, big_output, read_until
 
 
 def model(srv: ScriptedLLMServer) -> Any:
@@ -32,15 +32,7 @@ def model(srv: ScriptedLLMServer) -> Any:
 def test_agent_runs_inside_the_budget_and_keeps_the_full_history(policy_factory) -> None:
     steps = 12
 
-    def script(body: dict[str, Any]) -> dict[str, Any]:
-        n = sum(1 for m in body["messages"] if m["role"] == "tool")
-        done = len([r for r in srv.records if r.status == 200])
-        if done >= steps:
-            return {"content": "done: BUG-1234 fixed"}
-        return {
-            "content": "",
-            "tool_calls": [{"name": "read_file", "arguments": {"path": f"f{n}"}}],
-        }
+    script = read_until(steps, lambda: srv.records)
 
     counter = {"n": 0}
 

@@ -86,49 +86,58 @@ def test_valid_case(path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
 
 def _generated(tmp: Path) -> dict[str, tuple[Path, str]]:
     cases: dict[str, tuple[Path, str]] = {}
-    big = tmp / "big_2mib.yaml"
-    big.write_bytes(b"ctxpolicy: 1\n" + b"# padding\n" * (2 * 1024 * 1024 // 10))
-    cases["2 MiB"] = (
-        big,
-        f"<tmp>/big_2mib.yaml:1:1: CTX006 file is {big.stat().st_size} bytes; policy files are "
-        f"limited to {MAX_BYTES} bytes (1 MiB)\n    hint: a policy file is small; split it with `include:`",
+
+    def add(case: str, name: str, content: str | bytes, where: str, message: str) -> None:
+        path = tmp / name
+        if isinstance(content, bytes):
+            path.write_bytes(content)
+        else:
+            path.write_text(content)
+        cases[case] = (path, f"<tmp>/{name}:{where}: " + message.format(size=path.stat().st_size))
+
+    too_big = (
+        "CTX006 file is {size} bytes; policy files are limited to "
+        f"{MAX_BYTES} bytes (1 MiB)\n    hint: a policy file is small; split it with `include:`"
     )
-    big5 = tmp / "big_5mib.toml"
-    big5.write_bytes(b"ctxpolicy = 1\n" + b"x" * (5 * 1024 * 1024))
-    cases["5 MiB"] = (
-        big5,
-        f"<tmp>/big_5mib.toml:1:1: CTX006 file is {big5.stat().st_size} bytes; policy files are "
-        f"limited to {MAX_BYTES} bytes (1 MiB)\n    hint: a policy file is small; split it with `include:`",
+    too_deep = (
+        "CTX008 nesting deeper than 64 levels\n"
+        "    hint: policy files are shallow; flatten the structure"
     )
-    deep = tmp / "deep_10k.yaml"
-    deep.write_text("ctxpolicy: 1\nx: " + "[" * 10_000 + "]" * 10_000 + "\n")
-    cases["10k flow levels"] = (
-        deep,
-        "<tmp>/deep_10k.yaml:2:68: CTX008 nesting deeper than 64 levels\n"
-        "    hint: policy files are shallow; flatten the structure",
+    add(
+        "2 MiB",
+        "big_2mib.yaml",
+        b"ctxpolicy: 1\n" + b"# padding\n" * (2 * 1024 * 1024 // 10),
+        "1:1",
+        too_big,
     )
-    deep_map = tmp / "deep_10k_map.yaml"
-    deep_map.write_text("ctxpolicy: 1\nx: " + "{a: " * 10_000 + "1" + "}" * 10_000 + "\n")
-    cases["10k flow mappings"] = (
-        deep_map,
-        "<tmp>/deep_10k_map.yaml:2:260: CTX008 nesting deeper than 64 levels\n"
-        "    hint: policy files are shallow; flatten the structure",
+    add("5 MiB", "big_5mib.toml", b"ctxpolicy = 1\n" + b"x" * (5 * 1024 * 1024), "1:1", too_big)
+    add(
+        "10k flow levels",
+        "deep_10k.yaml",
+        "ctxpolicy: 1\nx: " + "[" * 10_000 + "]" * 10_000 + "\n",
+        "2:68",
+        too_deep,
     )
-    block = tmp / "deep_block.yaml"
-    block.write_text(
-        "ctxpolicy: 1\n" + "".join(" " * i + "a:\n" for i in range(70)) + " " * 70 + "a: 1\n"
+    add(
+        "10k flow mappings",
+        "deep_10k_map.yaml",
+        "ctxpolicy: 1\nx: " + "{a: " * 10_000 + "1" + "}" * 10_000 + "\n",
+        "2:260",
+        too_deep,
     )
-    cases["70 block levels"] = (
-        block,
-        "<tmp>/deep_block.yaml:66:65: CTX008 nesting deeper than 64 levels\n"
-        "    hint: policy files are shallow; flatten the structure",
+    add(
+        "70 block levels",
+        "deep_block.yaml",
+        "ctxpolicy: 1\n" + "".join(" " * i + "a:\n" for i in range(70)) + " " * 70 + "a: 1\n",
+        "66:65",
+        too_deep,
     )
-    deep_toml = tmp / "deep_10k.toml"
-    deep_toml.write_text("ctxpolicy = 1\nx = " + "[" * 10_000 + "]" * 10_000 + "\n")
-    cases["10k TOML levels"] = (
-        deep_toml,
-        "<tmp>/deep_10k.toml:1:1: CTX008 nesting deeper than 64 levels\n"
-        "    hint: policy files are shallow; flatten the structure",
+    add(
+        "10k TOML levels",
+        "deep_10k.toml",
+        "ctxpolicy = 1\nx = " + "[" * 10_000 + "]" * 10_000 + "\n",
+        "1:1",
+        too_deep,
     )
     cases["missing file"] = (tmp / "nope.yaml", "<tmp>/nope.yaml:1:1: CTX010 file not found")
     cases["directory"] = (tmp, "<tmp>:1:1: CTX010 is a directory, not a policy file")

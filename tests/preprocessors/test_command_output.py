@@ -8,6 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ctxpolicy.preprocessors.command_output import _EXIT_RE, CommandOutput, _exit_code
+from tests.strategies import joined
 
 # the rule as it was written before the fast path (kept here, not imported)
 OLD_EXIT_RE = re.compile(
@@ -52,12 +53,12 @@ PIECES = [
 ]
 TEXT = st.one_of(
     st.text(max_size=300),
-    st.lists(st.sampled_from(PIECES), max_size=60).map("".join),
+    joined(PIECES, 60),
     # long texts: the two 2,000-character windows
     st.tuples(
-        st.lists(st.sampled_from(PIECES), max_size=20).map("".join),
+        joined(PIECES, 20),
         st.integers(1500, 4500),
-        st.lists(st.sampled_from(PIECES), max_size=20).map("".join),
+        joined(PIECES, 20),
     ).map(lambda t: t[0] + "a\n" * (t[1] // 2) + t[2]),
 )
 

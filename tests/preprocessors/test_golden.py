@@ -106,9 +106,8 @@ def test_pytest_quiet_short_summary_only() -> None:
     ] or len(out) <= len(text)
 
 
-def test_unittest() -> None:
-    out = TestFailures().process(load("unittest_failures.txt"), None)
-    assert out.split("\n") == [
+RUNNER_OUTPUTS = {
+    "unittest": [
         "[test_failures: unittest: Ran 5 tests in 0.003s; FAILED (failures=1, errors=1, skipped=1)]",
         "ERROR test_calc.CalcTest.test_div",
         '  File "/src/calc.py", line 8, in div',
@@ -118,31 +117,31 @@ def test_unittest() -> None:
         '  File "/src/test_calc.py", line 15, in test_mul',
         "    self.assertEqual(mul(2, 3), 6)",
         "  AssertionError: 5 != 6",
-    ]
-
-
-def test_go_test() -> None:
-    out = TestFailures().process(load("go_test_failures.txt"), None)
-    assert out.split("\n") == [
+    ],
+    "go_test": [
         "[test_failures: go test: FAIL; FAIL\texample.com/num\t0.004s; ok: 2 packages]",
         "FAILED TestRound",
         "FAILED TestRound/negative",
         "  round_test.go:27: Round(-2.5) = -2, want -3",
         "FAILED TestFormat",
         '  format_test.go:14: got "1,000" want "1000"',
-    ]
-
-
-def test_cargo_test() -> None:
-    out = TestFailures().process(load("cargo_test_failures.txt"), None)
-    assert out.split("\n") == [
+    ],
+    "cargo_test": [
         "[test_failures: cargo test: test result: FAILED. 1 passed; 1 failed; 1 ignored; 0 measured; 0 filtered out; finished in 0.00s]",
         "FAILED tests::divides",
         "  thread 'tests::divides' panicked at src/lib.rs:21:9:",
         "  assertion `left == right` failed",
         "    left: 3",
         "   right: 4",
-    ]
+    ],
+}
+
+
+@pytest.mark.parametrize("runner", sorted(RUNNER_OUTPUTS))
+def test_runner_failures_exact(runner: str) -> None:
+    """The whole output for a runner's failures (``<runner>_failures.txt``)."""
+    out = TestFailures().process(load(f"{runner}_failures.txt"), None)
+    assert out.split("\n") == RUNNER_OUTPUTS[runner]
 
 
 def test_jest() -> None:

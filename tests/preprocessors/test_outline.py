@@ -14,6 +14,7 @@ from ctxpolicy.preprocessors.head_tail_lines import HeadTailLines, HeadTailLines
 from ctxpolicy.sim.replay import load_trace
 from tests.preprocessors.test_golden import load
 from tests.shared_data import TRACES, require
+from tests.strategies import joined
 
 DEFINITIONS = [
     "def reserve(store, sku):",
@@ -208,9 +209,7 @@ OUTLINE_PIECES = [
     "=",
     "é",
 ]
-LINE = st.one_of(
-    st.text(max_size=40), st.lists(st.sampled_from(OUTLINE_PIECES), max_size=8).map("".join)
-)
+LINE = st.one_of(st.text(max_size=40), joined(OUTLINE_PIECES, 8))
 
 
 @settings(max_examples=500, deadline=None)

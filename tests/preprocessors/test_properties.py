@@ -7,6 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ctxpolicy.plugins import get_registry
+from tests.strategies import joined
 
 NAMES = [
     "head_tail",
@@ -58,7 +59,7 @@ FRAGMENTS = [
 TEXT = st.one_of(
     st.text(max_size=2000),
     st.binary(max_size=2000).map(lambda b: b.decode("utf-8", "replace")),
-    st.lists(st.sampled_from(FRAGMENTS), max_size=400).map("".join),
+    joined(FRAGMENTS, 400),
     st.lists(st.sampled_from(FRAGMENTS), max_size=400).map("\n".join),
 )
 

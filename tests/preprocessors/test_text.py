@@ -12,6 +12,7 @@ from ctxpolicy.preprocessors._text import (
     collapse_repeats,
     drop_controls,
 )
+from tests.strategies import joined
 
 PIECES = [
     "a",
@@ -51,11 +52,7 @@ def line_by_line(text: str) -> str:
 
 
 @settings(max_examples=400, deadline=None)
-@given(
-    text=st.one_of(
-        st.text(max_size=200), st.lists(st.sampled_from(PIECES), max_size=60).map("".join)
-    )
-)
+@given(text=st.one_of(st.text(max_size=200), joined(PIECES, 60)))
 def test_same_as_line_by_line(text: str) -> None:
     assert clean_terminal(text) == line_by_line(text)
 
@@ -95,7 +92,7 @@ def test_collapse_repeats_same_as_one_by_one(lines: list[str], min_repeats: int)
     text=st.one_of(
         st.text(max_size=200),
         st.text(alphabet=st.characters(max_codepoint=0x7F), max_size=200),
-        st.lists(st.sampled_from(PIECES), max_size=60).map("".join),
+        joined(PIECES, 60),
     )
 )
 def test_drop_controls_is_the_regex(text: str) -> None:

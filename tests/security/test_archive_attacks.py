@@ -23,9 +23,8 @@ import pytest
 from ctxpolicy.conversation import check_messages, content_text
 from ctxpolicy.engine import LEDGER_MARK, Session
 from ctxpolicy.engine.own import HANDOVER_MARK
-from ctxpolicy.plugins import hookimpl
 from ctxpolicy.snapshots import LocalStore
-from tests.engine_helpers import call, make_policy
+from tests.engine_helpers import call, make_policy, plugin_module
 
 BAD = "\udcff"
 HISTORY = re.compile(r"ctxsnap://\S+/history")
@@ -135,15 +134,10 @@ class FullDisk(LocalStore):
         raise OSError(errno.ENOSPC, "No space left on device")
 
 
-class _FullDiskPlugin:
-    @hookimpl
-    def ctxpolicy_register_snapshot_stores(self, register: Callable[[type], None]) -> None:
-        register(FullDisk)
-
-
 @pytest.fixture
 def full_disk(register_plugin: Callable[[object, str], str]) -> None:
-    register_plugin(_FullDiskPlugin(), "full_disk_test_plugin")
+    stores = plugin_module("full_disk", FullDisk, hook="ctxpolicy_register_snapshot_stores")
+    register_plugin(stores, "full_disk_test_plugin")
 
 
 def _full_policy(tmp_path: Path, pipeline: list[dict[str, Any]], window: int = 8000) -> Any:
@@ -172,12 +166,16 @@ MASK = [
 ]
 
 
-@pytest.mark.usefixtures("full_disk")
-@pytest.mark.parametrize("pipeline", [DROP, MASK], ids=["drop", "mask"])
-def test_full_disk_below_the_hard_limit_keeps_everything(
-    tmp_path: Path, pipeline: list[dict[str, Any]]
-) -> None:
-    s = Session(_full_policy(tmp_path, pipeline), conv_id="full", tool_rules_in_prepare=False)
+@pytest.fixture(params=[DROP, MASK], ids=["drop", "mask"])
+def full_disk_session(request: pytest.FixtureRequest, tmp_path: Path, full_disk: None) -> Session:
+    """A session whose snapshot store is always full, with each archiving layer."""
+    return Session(
+        _full_policy(tmp_path, request.param), conv_id="full", tool_rules_in_prepare=False
+    )
+
+
+def test_full_disk_below_the_hard_limit_keeps_everything(full_disk_session: Session) -> None:
+    s = full_disk_session
     budget = s.budget()
     msgs = _conversation(6, 2300)
     used = s.counter.count_messages(msgs)
@@ -190,12 +188,8 @@ def test_full_disk_below_the_hard_limit_keeps_everything(
     assert rejected and "could not be archived" in rejected[0]["problems"][0]
 
 
-@pytest.mark.usefixtures("full_disk")
-@pytest.mark.parametrize("pipeline", [DROP, MASK], ids=["drop", "mask"])
-def test_full_disk_above_the_hard_limit_drops_with_data_lost(
-    tmp_path: Path, pipeline: list[dict[str, Any]]
-) -> None:
-    s = Session(_full_policy(tmp_path, pipeline), conv_id="full", tool_rules_in_prepare=False)
+def test_full_disk_above_the_hard_limit_drops_with_data_lost(full_disk_session: Session) -> None:
+    s = full_disk_session
     budget = s.budget()
     msgs = _conversation(14, 2400)
     assert s.counter.count_messages(msgs) > budget.window - budget.reserve_output

@@ -18,6 +18,7 @@ import pytest
 from ctxpolicy.conversation import facts
 from ctxpolicy.engine import Session
 from tests.engine_helpers import conversation, make_policy
+from tests.timing import assert_linear
 
 SHAPES: dict[str, Callable[[int], str]] = {
     "comma digits": lambda n: "1," * (n // 2),
@@ -58,31 +59,27 @@ HOSTILE: dict[str, Callable[[int], str]] = {
 }
 
 
-def _cpu(text: str, *, lines: bool = False) -> float:
-    best = float("inf")
-    for _ in range(3):
-        facts._extract_memo.cache_clear()  # the scan itself, not a remembered answer
-        t0 = time.process_time()
-        facts.extract(text)
-        if lines:
-            facts.error_lines(text)
-        best = min(best, time.process_time() - t0)
-    return best
+def _extract_and_lines(text: str) -> None:
+    facts.extract(text)
+    facts.error_lines(text)
+
+
+def _forget() -> None:
+    facts._extract_memo.cache_clear()  # the scan itself, not a remembered answer
 
 
 @pytest.mark.parametrize("shape", sorted(SHAPES))
 def test_extract_is_linear(shape: str) -> None:
     make = SHAPES[shape]
     small, large = make(4_000), make(32_000)
-    ratio = _cpu(large) / max(_cpu(small), 2e-4)
-    assert ratio < 24, f"{shape}: 8x the input took {ratio:.1f}x the time"
+    assert_linear(facts.extract, small, large, floor=2e-4, what=shape, before=_forget)
 
 
 @pytest.mark.parametrize("shape", sorted(HOSTILE))
 def test_start_scans_are_linear(shape: str) -> None:
     make = HOSTILE[shape]
-    ratio = _cpu(make(256_000), lines=True) / max(_cpu(make(32_000), lines=True), 2e-4)
-    assert ratio < 24, f"{shape}: 8x the input took {ratio:.1f}x the time"
+    small, large = make(32_000), make(256_000)
+    assert_linear(_extract_and_lines, small, large, floor=2e-4, what=shape, before=_forget)
 
 
 def test_results_unchanged_on_ordinary_text() -> None:

@@ -21,8 +21,7 @@ from ctxpolicy.components import CompactionContext, Layer, LayerResult
 from ctxpolicy.conversation import Unit, check_messages, content_text
 from ctxpolicy.conversation.messages import with_text
 from ctxpolicy.engine import Session
-from ctxpolicy.plugins import hookimpl
-from tests.engine_helpers import call, make_policy
+from tests.engine_helpers import call, make_policy, plugin_module
 
 IMAGE = {"type": "image_url", "image_url": {"url": "data:image/png;base64,iVBORw0KGgo="}}
 AUDIO = {"type": "input_audio", "input_audio": {"data": "UklGRg==", "format": "wav"}}
@@ -173,16 +172,10 @@ class _Blunt(Layer):
         return LayerResult(units=out)
 
 
-class _BluntPlugin:
-    @hookimpl
-    def ctxpolicy_register_layers(self, register: Callable[[type], None]) -> None:
-        register(_Blunt)
-
-
 def test_a_third_party_layer_cannot_shorten_without_a_reference(
     tmp_path: Path, register_plugin: Callable[[object, str], str]
 ) -> None:
-    register_plugin(_BluntPlugin(), "blunt_cut_test_plugin")
+    register_plugin(plugin_module("blunt_cut", _Blunt), "blunt_cut_test_plugin")
     policy = make_policy(
         tmp_path,
         model={"context_window": 4000, "max_output_tokens": 500, "tokenizer": "cl100k_base"},

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -82,17 +83,26 @@ def test_every_exported_string_is_redacted(field: str) -> None:
         _no_secret(out)
 
 
-def test_otel_spans_carry_no_content() -> None:
+@pytest.fixture
+def otel_spans() -> Iterator[tuple[Any, Any]]:
+    """The real OpenTelemetry SDK: an in-memory span exporter and the tracer provider
+    that feeds it (shut down after the test)."""
     pytest.importorskip("opentelemetry.sdk")
     from opentelemetry.sdk.trace import TracerProvider
     from opentelemetry.sdk.trace.export import SimpleSpanProcessor
     from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-    from ctxpolicy.events.otel import OtelEventSink
-
     exporter = InMemorySpanExporter()
     provider = TracerProvider()
     provider.add_span_processor(SimpleSpanProcessor(exporter))
+    yield exporter, provider
+    provider.shutdown()
+
+
+def test_otel_spans_carry_no_content(otel_spans: tuple[Any, Any]) -> None:
+    from ctxpolicy.events.otel import OtelEventSink
+
+    exporter, provider = otel_spans
     sink = OtelEventSink(tracer_provider=provider)
     _compacting_session(sink).prepare(_leaky_history())
     spans = exporter.get_finished_spans()
@@ -106,20 +116,14 @@ def test_otel_spans_carry_no_content() -> None:
     assert any(sp.name.startswith("compact ") for sp in spans)  # the compaction spans too
     _no_secret(dumped)
     assert "lib/secret_conf.py" not in dumped
-    provider.shutdown()
 
 
-def test_otel_compaction_spans_carry_no_content_even_when_asked() -> None:
-    pytest.importorskip("opentelemetry.sdk")
-    from opentelemetry.sdk.trace import TracerProvider
-    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
-    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
-
+def test_otel_compaction_spans_carry_no_content_even_when_asked(
+    otel_spans: tuple[Any, Any],
+) -> None:
     from ctxpolicy.events.otel import OtelEventSink
 
-    exporter = InMemorySpanExporter()
-    provider = TracerProvider()
-    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    exporter, provider = otel_spans
     sink = OtelEventSink(tracer_provider=provider, content=True, model="claude-sonnet-4")
     _compacting_session(sink).prepare(_leaky_history())
     spans = [sp for sp in exporter.get_finished_spans() if sp.name.startswith("compact ")]
@@ -139,20 +143,12 @@ def test_otel_compaction_spans_carry_no_content_even_when_asked() -> None:
         dumped = json.dumps(dict(sp.attributes or {}), default=str)
         _no_secret(dumped)
         assert "lib/secret_conf.py" not in dumped
-    provider.shutdown()
 
 
-def test_otel_pending_is_bounded_and_flushed_on_close() -> None:
-    pytest.importorskip("opentelemetry.sdk")
-    from opentelemetry.sdk.trace import TracerProvider
-    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
-    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
-
+def test_otel_pending_is_bounded_and_flushed_on_close(otel_spans: tuple[Any, Any]) -> None:
     from ctxpolicy.events.otel import OtelEventSink
 
-    exporter = InMemorySpanExporter()
-    provider = TracerProvider()
-    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    exporter, provider = otel_spans
     sink = OtelEventSink(tracer_provider=provider, max_pending_conversations=100)
     for i in range(3_000):  # conversations that end after a compaction, no status
         sink({"type": "layer.failed", "conv_id": f"c{i}", "ts": 1.0, "error": "x"})
@@ -162,7 +158,6 @@ def test_otel_pending_is_bounded_and_flushed_on_close() -> None:
     sink.close()
     assert sink.pending_conversations() == 0
     assert len(exporter.get_finished_spans()) == 3_000
-    provider.shutdown()
 
 
 def test_jsonl_sink_writes_events_with_lone_surrogates(tmp_path: Path) -> None:

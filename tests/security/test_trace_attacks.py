@@ -12,7 +12,6 @@
 from __future__ import annotations
 
 import json
-import time
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +25,7 @@ from ctxpolicy.sim.importers import TraceError, load_trace, parse_trace_text
 from ctxpolicy.sim.replay import replay_trace
 from ctxpolicy.tokens.counter import TokenCounter
 from tests.engine_helpers import make_policy
+from tests.timing import assert_linear
 
 
 def _trace(steps: int) -> list[dict[str, Any]]:
@@ -40,23 +40,18 @@ def _trace(steps: int) -> list[dict[str, Any]]:
     return msgs
 
 
-def _cpu(fn: Any) -> float:
-    best = float("inf")
-    for _ in range(3):
-        t0 = time.process_time()
-        fn()
-        best = min(best, time.process_time() - t0)
-    return best
-
-
 def test_json_array_import_is_linear() -> None:
     small = json.dumps(_trace(1_000), indent=1)
     large = json.dumps(_trace(8_000), indent=1)
     assert len(parse_trace_text(large, name="t.json")) == 16_002
-    ratio = _cpu(lambda: parse_trace_text(large, name="t.json")) / max(
-        _cpu(lambda: parse_trace_text(small, name="t.json")), 1e-4
+    # 8x the messages; quadratic was ~64
+    assert_linear(
+        lambda text: parse_trace_text(text, name="t.json"),
+        small,
+        large,
+        floor=1e-4,
+        what="a JSON-array trace",
     )
-    assert ratio < 24, ratio  # 8x the messages; quadratic was ~64
 
 
 def test_replay_is_linear_in_trace_length(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -12,6 +12,21 @@ import pytest
 from tests.shared_data import shared_traces  # noqa: F401  (re-exported for the sim tests)
 
 ROOT = Path(__file__).resolve().parents[2]
+POLICY = str(ROOT / "policies" / "agents.yaml")
+DEMO = sorted(str(p) for p in (ROOT / "examples" / "traces").glob("*.jsonl"))
+# the 16k coding agent against the default one and two baselines
+COMPARED = [
+    "--policy",
+    POLICY,
+    "--agent",
+    "coding_agent_16k",
+    "--compare",
+    ":coding_agent",
+    "--baseline",
+    "none",
+    "--baseline",
+    "observation_mask",
+]
 
 
 class WordCounter:
@@ -85,22 +100,3 @@ class Scripted:
 @pytest.fixture
 def counter() -> WordCounter:
     return WordCounter()
-
-
-def make_policy(**overrides: Any) -> Any:
-    """A resolved Policy built in code (defaults of AgentPolicy + overrides)."""
-    from ctxpolicy.policy.models import AgentPolicy, Policy
-
-    base = AgentPolicy().model_dump(mode="json", exclude={"extends", "model"})
-    base.update(
-        agent="test",
-        model={"context_window": 8000, "max_output_tokens": 1000, "tokenizer": "cl100k_base"},
-        on_overflow={
-            "layer": "emergency",
-            "at": "warning",
-            "options": {"keep_recent_rounds": 2, "retries": 1},
-        },
-        tools={"*": {"preprocess": "head_tail", "options": {"max_chars": 2000}}},
-    )
-    base.update(overrides)
-    return Policy.model_validate(base)

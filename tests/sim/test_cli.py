@@ -12,10 +12,8 @@ from click.testing import CliRunner
 
 from ctxpolicy.cli.simulate import simulate
 
-from .conftest import ROOT, shared_traces
+from .conftest import DEMO, POLICY, ROOT, shared_traces
 
-POLICY = str(ROOT / "policies" / "agents.yaml")
-DEMO = sorted(str(p) for p in (ROOT / "examples" / "traces").glob("*.jsonl"))
 SCHEMA = ROOT / "schemas" / "simulate-output.schema.json"
 
 

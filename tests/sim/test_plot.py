@@ -9,32 +9,16 @@ from click.testing import CliRunner
 
 from ctxpolicy.cli.simulate import simulate
 
-from .conftest import ROOT
+from .conftest import COMPARED, DEMO
 
 pytest.importorskip("matplotlib")
-
-POLICY = str(ROOT / "policies" / "agents.yaml")
-DEMO = sorted(str(p) for p in (ROOT / "examples" / "traces").glob("*.jsonl"))
 
 
 @pytest.fixture(scope="module")
 def output() -> dict:
     res = CliRunner().invoke(
         simulate,
-        [
-            *DEMO,
-            "--policy",
-            POLICY,
-            "--agent",
-            "coding_agent_16k",
-            "--compare",
-            ":coding_agent",
-            "--baseline",
-            "none",
-            "--baseline",
-            "observation_mask",
-            "--json",
-        ],
+        [*DEMO, *COMPARED, "--json"],
         catch_exceptions=False,
     )
     assert res.exit_code == 0

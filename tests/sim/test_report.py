@@ -15,10 +15,7 @@ from hypothesis import strategies as st
 
 from ctxpolicy.cli.simulate import simulate
 
-from .conftest import ROOT, shared_traces
-
-POLICY = str(ROOT / "policies" / "agents.yaml")
-DEMO = sorted(str(p) for p in (ROOT / "examples" / "traces").glob("*.jsonl"))
+from .conftest import COMPARED, DEMO, POLICY, shared_traces
 
 
 def run(*args: str, columns: int | None = None) -> tuple[int, str, str]:
@@ -35,20 +32,7 @@ def long_named_traces() -> list[str]:
 
 @pytest.mark.parametrize("columns", [80, 100])
 def test_tables_fit_the_terminal_and_numbers_stay_whole(columns, long_named_traces):
-    args = [
-        *long_named_traces,
-        "--policy",
-        POLICY,
-        "--agent",
-        "coding_agent_16k",
-        "--compare",
-        ":coding_agent",
-        "--baseline",
-        "none",
-        "--baseline",
-        "observation_mask",
-        "--steps",
-    ]
+    args = [*long_named_traces, *COMPARED, "--steps"]
     code, out, _ = run(*args, columns=columns)
     assert code == 0, out
     too_long = [line for line in out.splitlines() if len(line) > columns]

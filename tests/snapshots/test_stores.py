@@ -29,6 +29,7 @@ from ctxpolicy.snapshots import (
 )
 from ctxpolicy.snapshots.document import _ascii_json, dump_document
 from ctxpolicy.snapshots.names import conv_folder
+from tests.strategies import JSON_SCALARS, nested
 
 HOSTILE = [
     "../../etc",
@@ -399,22 +400,7 @@ def test_the_same_document_written_again_keeps_its_name(tmp_path: Path) -> None:
 
 # --------------------------------------------------------------------------- fast write path
 
-_json_leaf = st.one_of(
-    st.none(),
-    st.booleans(),
-    st.integers(),
-    st.floats(allow_nan=True, allow_infinity=True),
-    st.text(),
-)
-_json_value = st.recursive(
-    _json_leaf,
-    lambda inner: (
-        st.lists(inner, max_size=4)
-        | st.tuples(inner, inner)
-        | st.dictionaries(st.text(max_size=5), inner, max_size=4)
-    ),
-    max_leaves=20,
-)
+_json_value = nested(JSON_SCALARS, st.text(max_size=5), max_leaves=20, tuples=True)
 
 
 @given(st.dictionaries(st.text(max_size=8), _json_value | st.sets(st.integers()), max_size=6))

@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 
 from ctxpolicy.components import StateConflict, StateStoreError, StoredState
 from tests.state.conftest import OpenStore
+from tests.strategies import nested
 
 CONV = "conv-1"
 
@@ -169,15 +170,13 @@ def test_closed_store_refuses_work(open_store: OpenStore) -> None:
         store.load(CONV)
 
 
-_json = st.recursive(
+_json = nested(
     st.none()
     | st.booleans()
     | st.integers(min_value=-(2**63), max_value=2**63)
     | st.floats(allow_nan=False, allow_infinity=False)
     | st.text(),
-    lambda children: (
-        st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=8), children, max_size=4)
-    ),
+    st.text(max_size=8),
     max_leaves=12,
 )
 

@@ -20,6 +20,7 @@ from ctxpolicy.state.memory import MemoryStateStore
 from ctxpolicy.state.sqlite import SqliteOptions, SqliteStateStore
 from ctxpolicy.state.sync import StateSync
 from tests.state.test_session_state import _feed, _messages, _policy
+from tests.strategies import nested
 
 _leaf = st.one_of(
     st.none(),
@@ -30,15 +31,7 @@ _leaf = st.one_of(
     st.sets(st.integers(), max_size=3),  # not JSON: written as its str
 )
 _key = st.one_of(st.text(max_size=4), st.integers(-3, 3), st.booleans())
-_value = st.recursive(
-    _leaf,
-    lambda inner: (
-        st.lists(inner, max_size=4)
-        | st.tuples(inner, inner)
-        | st.dictionaries(_key, inner, max_size=4)
-    ),
-    max_leaves=25,
-)
+_value = nested(_leaf, _key, max_leaves=25, tuples=True)
 
 
 @given(_value)
@@ -101,15 +94,7 @@ def test_a_value_of_another_type_is_json_dumps_type_error() -> None:
         encode("k", [object()])
 
 
-_text_keyed = st.recursive(
-    _leaf,
-    lambda inner: (
-        st.lists(inner, max_size=4)
-        | st.tuples(inner, inner)
-        | st.dictionaries(st.text(max_size=4), inner, max_size=4)
-    ),
-    max_leaves=25,
-)
+_text_keyed = nested(_leaf, st.text(max_size=4), max_leaves=25, tuples=True)
 
 
 @given(_text_keyed)

@@ -32,6 +32,8 @@ TRACE = "mini-swe-agent__20251118_gemini-3-pro-74pct.django__django-13297.jsonl"
 AGENT = "coding_agent"
 WINDOW = 16384
 KILLS = 8
+# every test runs the whole trace a few times, with each state store
+pytestmark = [pytest.mark.slow, pytest.mark.parametrize("kind", ["sqlite", "postgres"])]
 
 
 def _config(tmp: Path, name: str, state: dict[str, Any], **extra: Any) -> dict[str, Any]:
@@ -107,15 +109,24 @@ def _baseline(
     return expected, summaries, took
 
 
+def _baseline_and_cut(
+    kind: str, tmp: Path, request: pytest.FixtureRequest
+) -> tuple[dict[int, str], int, float, dict[str, Any]]:
+    """The baseline's numbers (see ``_baseline``) and the config of the run to interrupt."""
+    expected, summaries, took = _baseline(kind, tmp, request)
+    return expected, summaries, took, _config(tmp, "killed", _state(kind, "killed", tmp, request))
+
+
 def _interrupted(
-    cut: dict[str, Any], plan: list[dict[str, Any]]
+    cut: dict[str, Any], plan: list[dict[str, Any]], home: Path | None = None
 ) -> tuple[list[dict[str, Any]], int]:
     """Run ``cut`` once per entry of ``plan`` (config changes, ``kill_after`` seconds),
-    then to the end; returns the journal and the number of kills."""
+    then to the end (in ``home``, see ``_run``); returns the journal and the number of
+    kills."""
     kills = 0
     for step in [*plan, {}]:
         step = dict(step)
-        rc = _run({**cut, **step}, kill_after=step.pop("kill_after", None))
+        rc = _run({**cut, **step}, kill_after=step.pop("kill_after", None), home=home)
         assert rc in (0, -9), rc  # finished or killed, never crashed
         kills += rc == -9
         events = _journal(cut)
@@ -158,15 +169,12 @@ def _check(
     assert calls <= summaries + kills  # at most the summaries a kill interrupted
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("kind", ["sqlite", "postgres"])
 def test_runs_killed_between_calls_resume_byte_identical(
     kind: str, tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:
     """SIGKILL right after a call (state committed), during start-up, and clean stops."""
-    expected, summaries, _ = _baseline(kind, tmp_path, request)
+    expected, summaries, _, cut = _baseline_and_cut(kind, tmp_path, request)
     calls = sorted(expected)
-    cut = _config(tmp_path, "killed", _state(kind, "killed", tmp_path, request))
     plan: list[dict[str, Any]] = [
         {"die_after_call": [calls[5], calls[30]]},  # dies after call 6
         {"kill_after": 0.2},  # killed while starting
@@ -179,14 +187,11 @@ def test_runs_killed_between_calls_resume_byte_identical(
     _check(kind, events, expected, summaries, kills)
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("kind", ["sqlite", "postgres"])
 def test_runs_killed_inside_summaries_resume_byte_identical(
     kind: str, tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:
     """SIGKILL inside a summary (so inside ``prepare``), twice, then to the end."""
-    expected, summaries, _ = _baseline(kind, tmp_path, request)
-    cut = _config(tmp_path, "killed", _state(kind, "killed", tmp_path, request))
+    expected, summaries, _, cut = _baseline_and_cut(kind, tmp_path, request)
     events, kills = _interrupted(cut, [{"die_in_summary": 3}, {"die_in_summary": 4}])
     assert kills == 2
     starts = [e["ev"] for e in events]
@@ -194,16 +199,13 @@ def test_runs_killed_inside_summaries_resume_byte_identical(
     _check(kind, events, expected, summaries, kills)
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("kind", ["sqlite", "postgres"])
 def test_runs_killed_at_random_moments_resume_byte_identical(
     kind: str, tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:
     """SIGKILL at random moments: start-up, tool results, prepare, summaries. A kill
     between a snapshot write and the state commit is covered by idempotent snapshot
     writes (the redone call gets the same name for the same document)."""
-    expected, summaries, took = _baseline(kind, tmp_path, request)
-    cut = _config(tmp_path, "killed", _state(kind, "killed", tmp_path, request))
+    expected, summaries, took, cut = _baseline_and_cut(kind, tmp_path, request)
     cut["summary_sleep"] = 0.3
     rng = random.Random(f"resume-{kind}")
     plan = [{"kill_after": rng.uniform(0.5, took + 2.0)} for _ in range(KILLS)]

@@ -28,7 +28,7 @@ import pytest
 
 from ctxpolicy.snapshots import LocalStore
 from tests.shared_data import TRACES, require
-from tests.state.test_resume import AGENT, TRACE, WINDOW, _check, _journal
+from tests.state.test_resume import AGENT, TRACE, WINDOW, _check, _interrupted, _journal
 from tests.state.test_resume import _run as _run_child
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -93,17 +93,7 @@ def test_resume_in_another_home_is_byte_identical(
         {"die_in_summary": 2, "summary_sleep": 0.05},  # SIGKILL inside prepare
         {"kill_after": rng.uniform(0.5, took), "summary_sleep": 0.05},  # at random
     ]
-    kills = 0
-    for step in [*plan, {}]:
-        step = dict(step)
-        rc = _run({**cut, **step}, kill_after=step.pop("kill_after", None))
-        assert rc in (0, -9), rc  # finished or killed, never crashed
-        kills += rc == -9
-        done = _journal(cut)
-        if done and done[-1]["ev"] == "finished":
-            break
-    else:  # pragma: no cover
-        raise AssertionError("the run never finished")
+    done, kills = _interrupted(cut, plan, home=Path(cut["home"]))
     assert kills >= 2 and sum(e["ev"] == "start" for e in done) >= 5
     _check(f"{kind}/{via}", done, expected, summaries, kills)
     # no machine path in any prepared list: the homes differ, the bytes do not

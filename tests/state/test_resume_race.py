@@ -20,27 +20,18 @@ from ctxpolicy.components import SnapshotStore
 from ctxpolicy.policy.models import Policy
 from ctxpolicy.snapshots import FsspecStore, LocalStore
 from ctxpolicy.state.sqlite import SqliteOptions, SqliteStateStore
+from tests.engine_helpers import bare_policy
 
 OUTPUT_1 = "\n".join(f"line {i} of a.py" for i in range(400))
 OUTPUT_2 = "\n".join(f"line {i} of b.py" for i in range(400))
 
 
 def _policy() -> Policy:
-    return Policy.model_validate(
-        {
-            "agent": "coder",
-            "model": {"context_window": 32000},
-            "budget": {},
-            "thresholds": {},
-            "pipeline": [],
-            "on_overflow": {"layer": "emergency"},
-            "tools": {"*": {"preprocess": "head_tail", "options": {"max_chars": 600}}},
-            "snapshots": {"reference": "always"},
-            "pinned": {},
-            "ledger": {},
-            "constraints": [],
-            "cache": {},
-        }
+    return bare_policy(
+        "coder",
+        32000,
+        tools={"*": {"preprocess": "head_tail", "options": {"max_chars": 600}}},
+        snapshots={"reference": "always"},
     )
 
 

@@ -1,3 +1,5 @@
+from typing import Any
+
 from ctxpolicy.components import SummaryRequest
 from ctxpolicy.summarizers.extractive import Digest, ExtractiveOptions, ExtractiveSummarizer
 from tests.helpers_conv import Conv, approx_text, ref_line
@@ -28,15 +30,25 @@ def msgs():
     )
 
 
-def test_exact_digest():
-    req = SummaryRequest(
-        messages=msgs(),
-        previous_summary=None,
-        max_tokens=1000,
+def ruled(
+    messages: list[dict],  # type: ignore[type-arg]
+    previous_summary: str | None = None,
+    max_tokens: int = 1000,
+    **kw: Any,
+) -> SummaryRequest:
+    """A request under the rule "Never push to main"."""
+    return SummaryRequest(
+        messages=messages,
+        previous_summary=previous_summary,
+        max_tokens=max_tokens,
         instructions="",
         constraints=("Never push to main",),
-        count_text=approx_text,
+        **kw,
     )
+
+
+def test_exact_digest():
+    req = ruled(msgs(), count_text=approx_text)
     out = ExtractiveSummarizer().summarize(req)
     assert out == "\n".join(
         [
@@ -70,25 +82,9 @@ def test_exact_digest():
 
 
 def test_merges_previous_digest_and_bounds():
-    first = ExtractiveSummarizer().summarize(
-        SummaryRequest(
-            messages=msgs(),
-            previous_summary=None,
-            max_tokens=1000,
-            instructions="",
-            constraints=("Never push to main",),
-        )
-    )
+    first = ExtractiveSummarizer().summarize(ruled(msgs()))
     more = Conv().step(("bash", {"cmd": "git diff"}, "diff --git a/src/auth/pool.py")).messages
-    merged = ExtractiveSummarizer().summarize(
-        SummaryRequest(
-            messages=more,
-            previous_summary=first,
-            max_tokens=1000,
-            instructions="",
-            constraints=("Never push to main",),
-        )
-    )
+    merged = ExtractiveSummarizer().summarize(ruled(more, previous_summary=first))
     d = Digest.parse(merged)
     assert d is not None
     assert d.goal.startswith("Fix the login bug")
@@ -96,14 +92,7 @@ def test_merges_previous_digest_and_bounds():
     assert d.sections["Commands"][-1] == "bash(cmd=git diff) → diff --git a/src/auth/pool.py"
     assert merged.count("[Summary of earlier") == 1
     small = ExtractiveSummarizer().summarize(
-        SummaryRequest(
-            messages=msgs(),
-            previous_summary=merged,
-            max_tokens=60,
-            instructions="",
-            constraints=("Never push to main",),
-            count_text=approx_text,
-        )
+        ruled(msgs(), previous_summary=merged, max_tokens=60, count_text=approx_text)
     )
     assert approx_text(small) <= 60
     assert "Never push to main" in small
