@@ -24,7 +24,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from ctxpolicy.conversation.messages import new_call
+from ctxpolicy.conversation.messages import call_name, new_call, tool_calls
 
 __all__ = ["TraceError", "compaction_mark", "load_trace", "mark_warning", "parse_trace_text"]
 
@@ -68,11 +68,8 @@ _RECALL_TOOLS = ("ctx_recall", "ctx_search")
 def _recall_ids(message: Any) -> set[str]:
     """Ids of the recall calls of an assistant message (a JSONL trace line)."""
     ids: set[str] = set()
-    calls = message.get("tool_calls") if isinstance(message, dict) else None
-    for call in calls if isinstance(calls, list) else ():
-        fn = call.get("function") if isinstance(call, dict) else None
-        name = fn.get("name") if isinstance(fn, dict) else None
-        if name in _RECALL_TOOLS and isinstance(call.get("id"), str):
+    for call in tool_calls(message) if isinstance(message, dict) else ():
+        if call_name(call) in _RECALL_TOOLS and isinstance(call.get("id"), str):
             ids.add(call["id"])
     return ids
 
