@@ -42,6 +42,7 @@ from dataclasses import asdict
 from typing import Any
 
 from ctxpolicy.conversation import Unit, content_text
+from ctxpolicy.conversation import messages as chat
 from ctxpolicy.conversation.cut import describe_call, estimate_tokens, first_meaningful_line, short
 from ctxpolicy.conversation.facts import (
     MAX_INSTRUCTIONS,
@@ -209,10 +210,10 @@ class ProgressLedger:
             new = kept.get(u.key)
             if new is None or new.messages == u.messages or u.kind in ("ledger", "summary"):
                 continue
-            now = {str(m.get("tool_call_id")): m for m in new.tool_messages}
+            now = {chat.result_id(m): m for m in new.tool_messages}
             calls = _calls_by_id(u)
             for m in u.tool_messages:
-                cid = str(m.get("tool_call_id"))
+                cid = chat.result_id(m)
                 if now.get(cid) != m:  # shortened (or gone): its original, when small
                     self._keep_result(calls.get(cid), content_text(m.get("content")))
         if recall is not None:
@@ -226,7 +227,7 @@ class ProgressLedger:
     def _read_unit(self, u: Unit) -> None:
         if u.kind == "summary":
             return  # the units it stood for were read when it was made (the archive has them)
-        results = {str(m.get("tool_call_id", "")): m for m in u.tool_messages}
+        results = {chat.result_id(m): m for m in u.tool_messages}
         for m in u.messages:
             role = m.get("role")
             text = content_text(m.get("content"))
@@ -235,11 +236,11 @@ class ProgressLedger:
                 for e in error_lines(without_derived(split_refs(text)[0]), limit=2, max_len=160):
                     self._open_error(e, "user")
             elif role == "assistant":
-                calls = [tc for tc in m.get("tool_calls") or () if isinstance(tc, Mapping)]
+                calls = chat.tool_calls(m)
                 if text.strip():
                     self._statements(text, acted=bool(calls))
                 for tc in calls:
-                    out = results.get(str(tc.get("id", "")))
+                    out = results.get(chat.call_id(tc))
                     self._call(u, tc, content_text(out.get("content")) if out else "")
 
     def _instruction(self, text: str) -> None:
@@ -269,9 +270,8 @@ class ProgressLedger:
 
     def _call(self, u: Unit, tc: Mapping[str, Any], out: str) -> None:
         st = self.state
-        fn = tc.get("function") or {}
-        name = str(fn.get("name", "?"))
-        args = _args(fn.get("arguments"))
+        name = chat.call_name(tc) or "?"
+        args = _args(chat.call_arguments(tc))
         todos = todo_list(name, args)
         if todos is not None:
             st.todos = todos
@@ -637,11 +637,6 @@ def check_stored(value: Mapping[str, Any]) -> dict[str, Any]:
     out["instructions_dropped"] = dropped
     out["recall"] = value.get("recall") is True
     return out
-
-
-#: The old name of :class:`ProgressLedger` (it collided with the policy model
-#: :class:`ctxpolicy.policy.models.Ledger`), kept for one release.
-Ledger = ProgressLedger
 
 
 #: the snapshot reference a step's entry ends with (``describe_call … [ctxsnap://…]``)
