@@ -6,6 +6,7 @@ absolute times are printed for context only.
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import platform
@@ -204,6 +205,30 @@ def interleaved(
             eprint(f"repeat {i + 1}/{repeat}: {code}")
             runs[code].append(in_tree(script, src, *args))
     return runs
+
+
+def parser(
+    doc: str | None,
+    quick: str = "smoke-test size",
+    *,
+    baseline: bool = False,
+    child: bool = False,
+    jobs: bool = False,
+) -> argparse.ArgumentParser:
+    """A script's arguments parser, described by the first line of ``doc``: ``--quick``;
+    ``--baseline DIR`` (another source tree, measured in the same run) with ``baseline``;
+    the hidden ``--child`` of :func:`in_tree`; ``--jobs N`` processes (2 at most)."""
+    ap = argparse.ArgumentParser(description=(doc or "").splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help=quick)
+    if baseline:
+        ap.add_argument(
+            "--baseline", type=Path, help="another source tree, measured in the same run"
+        )
+    if child:
+        ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    if jobs:
+        ap.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1))
+    return ap
 
 
 def eprint(*args: Any) -> None:

@@ -27,6 +27,7 @@ __all__ = [
     "smallest_trace",
     "step_indices",
     "tiny_session",
+    "tree_policies",
 ]
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -51,6 +52,14 @@ def engine_policy() -> tuple[Any, str | None]:
         why = f"policy tokenizer unavailable offline ({type(exc).__name__}: {str(exc)[:160]})"
     model = pol.model.model_copy(update={"tokenizer": "cl100k_base"})
     return pol.model_copy(update={"model": model}), why + "; tiktoken cl100k_base used instead"
+
+
+def tree_policies() -> Path:
+    """The shipped policies of the tree ``ctxpolicy`` is imported from (a child of
+    :func:`benchmarks._common.in_tree`: the tree it measures), not this folder's."""
+    import ctxpolicy
+
+    return Path(ctxpolicy.__file__).resolve().parents[1] / "policies" / "agents.yaml"
 
 
 def family(trace: str) -> str:

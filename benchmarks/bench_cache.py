@@ -15,8 +15,6 @@ Writes benchmarks/results/bench_cache.json and .md; exits 0 even when it is miss
 
 from __future__ import annotations
 
-import argparse
-import os
 import sys
 import time
 from pathlib import Path
@@ -24,7 +22,7 @@ from typing import Any
 
 sys.path.append(str(Path(__file__).resolve().parents[1]))  # run as a file
 
-from benchmarks._common import eprint, machine, markdown_table, publish, run_jobs
+from benchmarks._common import eprint, machine, markdown_table, parser, publish, run_jobs
 from benchmarks._inputs import family, load_agent, matrix
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -227,12 +225,10 @@ def to_markdown(data: dict[str, Any]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1))
+    ap = parser(__doc__, jobs=True)
     ap.add_argument("--windows", default="32768")
     ap.add_argument("--min-gain", default="auto", help="tokens, or 'auto' (25 %% of the trigger)")
     ap.add_argument("--agents", default="")
-    ap.add_argument("--quick", action="store_true")
     args = ap.parse_args(argv)
     traces, agents, windows = matrix(args.agents, args.windows)
     if not traces:

@@ -34,6 +34,7 @@ from benchmarks._common import (
     interleaved,
     machine,
     markdown_table,
+    parser,
     publish,
     trees,
 )
@@ -243,14 +244,11 @@ def profile_markdown(data: dict[str, Any]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--baseline", type=Path, help="source tree measured as the baseline")
+    ap = parser(__doc__, "smallest trace or 40 steps, 1 repeat", baseline=True, child=True)
     ap.add_argument("--profile", action="store_true", help="the profiled synthetic session")
     ap.add_argument("--traces", type=int, default=3)
     ap.add_argument("--steps", type=int, default=400, help="--profile: model calls")
     ap.add_argument("--repeat", type=int, help="repeats per tree (5; --profile: 3)")
-    ap.add_argument("--quick", action="store_true", help="smallest trace or 40 steps, 1 repeat")
-    ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--profiled", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     steps = (40 if args.quick else args.steps) if args.profile else 0

@@ -20,7 +20,6 @@
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import json
 import statistics
@@ -33,7 +32,7 @@ from typing import Any
 
 sys.path.append(str(Path(__file__).resolve().parents[1]))  # run as a file
 
-from benchmarks._common import ROOT, SHARED, eprint, machine, markdown_table, publish
+from benchmarks._common import ROOT, SHARED, eprint, machine, markdown_table, parser, publish
 
 AGENT = "coding_agent"
 WINDOW = 32768  # --state
@@ -368,9 +367,8 @@ def state(quick: bool, repeat: int) -> tuple[dict[str, Any], str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = parser(__doc__, "smallest trace / 160 messages, once")
     ap.add_argument("--state", action="store_true", help="the state stores' saves")
-    ap.add_argument("--quick", action="store_true", help="smallest trace / 160 messages, once")
     ap.add_argument("--repeat", type=int, default=3)
     args = ap.parse_args(argv)
     repeat = 1 if args.quick else max(1, args.repeat)

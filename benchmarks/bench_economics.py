@@ -25,7 +25,6 @@ run. ``--quick``: the first 6 traces only.
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 import tempfile
@@ -34,7 +33,7 @@ from typing import Any
 
 sys.path.append(str(Path(__file__).resolve().parents[1]))  # run as a file
 
-from benchmarks._common import SHARED, in_tree, machine, publish
+from benchmarks._common import SHARED, in_tree, machine, parser, publish
 
 ROOT = Path(__file__).resolve().parents[1]
 TRACES = SHARED / "traces"
@@ -140,10 +139,7 @@ def table(mine: dict[str, Any], base: dict[str, Any] | None) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--baseline", type=Path, help="the source tree to compare with")
-    ap.add_argument("--quick", action="store_true", help="the first 6 traces only")
-    ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    ap = parser(__doc__, "the first 6 traces only", baseline=True, child=True)
     args = ap.parse_args(argv)
     if not TRACES.is_dir():
         print(f"skipped: no shared traces at {TRACES}")

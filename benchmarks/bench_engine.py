@@ -52,7 +52,7 @@ from typing import Any
 
 sys.path.append(str(Path(__file__).resolve().parents[1]))  # run as a file
 
-from benchmarks._common import SHARED, eprint, machine, markdown_table, publish
+from benchmarks._common import SHARED, eprint, machine, markdown_table, parser, publish
 from benchmarks._inputs import (
     AGENT,
     POLICY_FILE,
@@ -469,14 +469,13 @@ def install_peers() -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = parser(__doc__, "tiny run for the smoke test")
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--synthetic-tokens", type=int, default=500_000)
     ap.add_argument(
         "--naive-sample", type=int, default=8, help="synthetic: time every k-th naive step"
     )
     ap.add_argument("--memory-parts", default="1,2,4,8", help="sizes (coding_session parts)")
-    ap.add_argument("--quick", action="store_true", help="tiny run for the smoke test")
     ap.add_argument(
         "--per-call-traces", type=int, default=3, help="long traces timed per call vs LangChain"
     )

@@ -15,7 +15,6 @@ benchmarks/results/bench_facts.json and .md.
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import importlib.util
 import statistics
@@ -28,7 +27,7 @@ from typing import Any
 
 sys.path.append(str(Path(__file__).resolve().parents[1]))  # run as a file
 
-from benchmarks._common import eprint, machine, markdown_table, publish
+from benchmarks._common import eprint, machine, markdown_table, parser, publish
 
 ROOT = Path(__file__).resolve().parents[1]
 REFERENCE = ROOT / "tests" / "conversation" / "facts_reference.py"
@@ -151,15 +150,13 @@ def to_markdown(data: dict[str, Any]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--quick", action="store_true", help="smallest trace, 3 rounds")
-    ap.add_argument("--baseline", default=None, help="a source tree whose facts.py is timed")
+    ap = parser(__doc__, "smallest trace, 3 rounds", baseline=True)
     ap.add_argument("--rounds", type=int, default=None)
     args = ap.parse_args(argv)
     from ctxpolicy.conversation import facts as new
 
     if args.baseline:
-        base = _load(Path(args.baseline) / "ctxpolicy/conversation/facts.py", "baseline_facts")
+        base = _load(args.baseline / "ctxpolicy/conversation/facts.py", "baseline_facts")
         baseline = f"`{args.baseline}`"
     else:
         base = _load(REFERENCE, "facts_reference")

@@ -31,7 +31,6 @@ averages. Writes benchmarks/results/bench_frontdoor_blocking.{json,md}.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import contextlib
 import os
@@ -47,7 +46,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")  # no fetch at import
 
-from benchmarks._common import eprint, header_markdown, machine, markdown_table, publish
+from benchmarks._common import eprint, header_markdown, machine, markdown_table, parser, publish
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -310,10 +309,9 @@ def combined(runs: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = parser(__doc__, "2,000 messages, one round")
     ap.add_argument("--messages", type=int, default=8000)
     ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--quick", action="store_true", help="2,000 messages, one round")
     ap.add_argument("--processes", type=int, default=2, help="engine processes (after)")
     ap.add_argument(
         "--fronts",

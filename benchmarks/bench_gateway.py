@@ -33,7 +33,6 @@ Writes benchmarks/results/bench_gateway.{json,md}.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import json
 import multiprocessing as mp
@@ -51,7 +50,7 @@ import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks._common import git_head, header_markdown, machine, publish
+from benchmarks._common import git_head, header_markdown, machine, parser, publish
 
 CONVERSATIONS = 50
 BODY = {
@@ -431,12 +430,8 @@ def _own_rows(
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--quick", action="store_true", help="fewer calls (a smoke run)")
+    ap = parser(__doc__, "fewer calls (a smoke run)", baseline=True)
     ap.add_argument("--upstream-ms", type=float, default=100.0, help="model-like upstream time")
-    ap.add_argument(
-        "--baseline", type=Path, default=None, help="another checkout to compare in the same run"
-    )
     args = ap.parse_args()
     seq_calls = 200 if args.quick else 400
     conc_calls = 8 if args.quick else 40

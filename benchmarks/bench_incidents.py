@@ -25,7 +25,6 @@ the timing). Writes benchmarks/results/bench_incidents.json and .md; exits 0.
 
 from __future__ import annotations
 
-import argparse
 import itertools
 import sys
 import tempfile
@@ -35,7 +34,7 @@ from typing import Any
 
 sys.path.append(str(Path(__file__).resolve().parents[1]))  # run as a file
 
-from benchmarks._common import machine, markdown_table, publish
+from benchmarks._common import machine, markdown_table, parser, publish
 from ctxpolicy.state.memory import MemoryStateStore  # each run starts fresh
 from ctxpolicy.testing.conversations import tool_call
 
@@ -493,8 +492,7 @@ def to_markdown(res: dict[str, Any], info: dict[str, Any], quick: bool) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--quick", action="store_true", help="shorter conversations (smoke test)")
+    ap = parser(__doc__, "shorter conversations (smoke test)")
     args = ap.parse_args(argv)
     info = machine(["ctxpolicy", "tiktoken"])
     res = run_all(args.quick)

@@ -41,11 +41,8 @@ Writes benchmarks/results/bench_kinds.json and .md.
 
 from __future__ import annotations
 
-import argparse
 import hashlib
 import json
-import os
-import subprocess
 import sys
 import tempfile
 import time
@@ -53,19 +50,19 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.append(str(ROOT))  # after PYTHONPATH: a baseline tree comes first
+sys.path.append(str(Path(__file__).resolve().parents[1]))  # run as a file
 
-from benchmarks._common import (  # noqa: E402 - after the path is set
+from benchmarks._common import (
+    ROOT,
     SHARED,
     eprint,
-    header_markdown,
+    in_tree,
     machine,
     markdown_table,
+    parser,
     publish,
 )
-
-POLICY_FILE = "policies/agents.yaml"
+from benchmarks._inputs import tree_policies
 
 #: kind -> (file-name prefixes, shipped policy, windows)
 KINDS: dict[str, tuple[tuple[str, ...], str, tuple[int, ...]]] = {
@@ -274,7 +271,7 @@ def run_tree(which: str, quick: bool, peers: bool = False) -> list[dict[str, Any
     for kind, agent, path, window in jobs_for(which, quick):
         for peer, summarizer, fn in runs:
             t0 = time.perf_counter()
-            row = fn(POLICY_FILE, agent, path, window)
+            row = fn(str(tree_policies()), agent, path, window)
             row.update(
                 kind=kind, agent=agent, trace=Path(path).stem, window=window, summarizer=summarizer
             )
@@ -286,17 +283,10 @@ def run_tree(which: str, quick: bool, peers: bool = False) -> list[dict[str, Any
 
 
 def run_child(src: Path, which: str, quick: bool, peers: bool = False) -> list[dict[str, Any]]:
-    """:func:`run_tree` in a child process with ``src`` first on the path (its
-    policies/agents.yaml too)."""
-    env = {**os.environ, "PYTHONPATH": str(src)}
-    cmd = [sys.executable, __file__, "--child", "--half", which]
-    if quick:
-        cmd.append("--quick")
-    if peers:
-        cmd.append("--peers")
-    res = subprocess.run(cmd, env=env, capture_output=True, text=True, check=True, cwd=src)
-    data: list[dict[str, Any]] = json.loads(res.stdout.strip().splitlines()[-1])
-    return data
+    """:func:`run_tree` measuring tree ``src`` (its policies/agents.yaml too)."""
+    flags = ["--half", which, *(["--quick"] if quick else []), *(["--peers"] if peers else [])]
+    rows: list[dict[str, Any]] = in_tree(__file__, src, *flags)
+    return rows
 
 
 # --------------------------------------------------------------------------- the table
@@ -414,15 +404,12 @@ PEER_NOTE = [
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--baseline", type=Path, default=None, help="the tree before (a checkout)")
+    ap = parser(__doc__, baseline=True, child=True)
     ap.add_argument("--half", choices=("held_out", "tune"), default="held_out")
-    ap.add_argument("--quick", action="store_true")
     ap.add_argument("--no-baseline", action="store_true", help="only this tree")
     ap.add_argument(
         "--peers", action="store_true", help="OpenHands' condenser on the same jobs too"
     )
-    ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.child:
         print(json.dumps(run_tree(args.half, args.quick, args.peers)))
@@ -452,8 +439,6 @@ def main(argv: list[str] | None = None) -> int:
     name = "bench_kinds" if args.half == "held_out" else "bench_kinds_tune"
     md = [
         f"## Every kind of agent, {args.half.replace('_', '-')} half",
-        "",
-        header_markdown(data["machine"]),
         "",
         f"Reproduce: `python benchmarks/bench_kinds.py --baseline <a checkout before>"
         f"{' --quick' if args.quick else ''}{' --half tune' if args.half == 'tune' else ''}"

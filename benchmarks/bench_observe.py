@@ -31,7 +31,7 @@ from typing import Any
 
 sys.path.append(str(Path(__file__).resolve().parents[1]))  # run as a file
 
-from benchmarks._common import ROOT, SHARED, eprint, machine, markdown_table, publish
+from benchmarks._common import ROOT, SHARED, eprint, machine, markdown_table, parser, publish
 
 FULL = "mini-swe-agent__20251118_gemini-3-pro-74pct.sympy__sympy-13091.jsonl"
 QUICK = "mini-swe-agent__20251118_gemini-3-pro-74pct.django__django-15629.jsonl"
@@ -238,9 +238,8 @@ def dashboard(args: argparse.Namespace, messages: list[dict[str, Any]]) -> tuple
 def main(argv: list[str] | None = None) -> int:
     from ctxpolicy.sim.importers import load_trace
 
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = parser(__doc__, "smaller trace, 3 rounds")
     ap.add_argument("--rounds", type=int, default=5)
-    ap.add_argument("--quick", action="store_true", help="smaller trace, 3 rounds")
     ap.add_argument("--dashboard", action="store_true", help="the dashboard's observer")
     args = ap.parse_args(argv)
     args.name = QUICK if args.quick else FULL

@@ -16,9 +16,7 @@ variants.
 
 from __future__ import annotations
 
-import argparse
 import json
-import os
 import sys
 import time
 from collections.abc import Mapping
@@ -28,7 +26,7 @@ from typing import Any
 
 sys.path.append(str(Path(__file__).resolve().parents[1]))  # run as a file
 
-from benchmarks._common import SHARED, machine, publish
+from benchmarks._common import SHARED, machine, parser, publish
 
 ROOT = Path(__file__).resolve().parents[1]
 POLICIES = ROOT / "policies" / "agents.yaml"
@@ -115,9 +113,7 @@ def tune_half(traces: list[str]) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1))
-    ap.add_argument("--quick", action="store_true", help="two traces, two variants")
+    ap = parser(__doc__, "two traces, two variants", jobs=True)
     args = ap.parse_args(argv)
     traces = sorted(str(p) for p in (SHARED / "traces").glob("*.jsonl"))
     if not traces:

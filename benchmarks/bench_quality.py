@@ -34,8 +34,6 @@ benchmarks/results/bench_quality.json and .md; exits 0 even when a goal is misse
 
 from __future__ import annotations
 
-import argparse
-import os
 import sys
 import time
 from collections import defaultdict
@@ -45,7 +43,7 @@ from typing import Any
 
 sys.path.append(str(Path(__file__).resolve().parents[1]))  # run as a file
 
-from benchmarks._common import eprint, machine, markdown_table, publish, run_jobs
+from benchmarks._common import eprint, machine, markdown_table, parser, publish, run_jobs
 from benchmarks._inputs import POLICY_FILE, family, load_agent, matrix
 from benchmarks.peers.catalog import available_peers
 from benchmarks.peers.table import (
@@ -402,16 +400,12 @@ def reproduce(data: Mapping[str, Any]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1))
+    ap = parser(
+        __doc__, "2 small traces, 1 agent, 1 window; peers on 2 mid-size traces at 16k", jobs=True
+    )
     ap.add_argument("--windows", default=",".join(map(str, WINDOWS)))
     ap.add_argument("--agents", default="", help="comma-separated subset of agents (default: all)")
     ap.add_argument("--traces", default="", help="substring filter on trace file names")
-    ap.add_argument(
-        "--quick",
-        action="store_true",
-        help="2 small traces, 1 agent, 1 window; peers on 2 mid-size traces at 16k (smoke test)",
-    )
     ap.add_argument(
         "--peer-windows",
         default=",".join(map(str, PEER_WINDOWS)),

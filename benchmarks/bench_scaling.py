@@ -39,6 +39,7 @@ from benchmarks._common import (
     in_tree,
     machine,
     markdown_table,
+    parser,
     publish,
     trees,
 )
@@ -224,9 +225,7 @@ def to_markdown(data: dict[str, Any]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--quick", action="store_true", help="sizes 1,000 and 4,000, one run each")
-    ap.add_argument("--baseline", type=Path, help="source tree measured as the baseline")
+    ap = parser(__doc__, "sizes 1,000 and 4,000, one run each", baseline=True)
     ap.add_argument("--timeout", type=float, default=None, help="seconds per child")
     ap.add_argument(
         "--rounds", type=int, default=1, help="sweeps over the sizes; the best of each is kept"

@@ -40,7 +40,7 @@ from typing import Any
 
 sys.path.append(str(Path(__file__).resolve().parents[1]))  # run as a file
 
-from benchmarks._common import ROOT, eprint, in_tree, machine, markdown_table, publish
+from benchmarks._common import ROOT, eprint, in_tree, machine, markdown_table, parser, publish
 from ctxpolicy.engine import Session
 from ctxpolicy.policy.models import AgentPolicy, Policy
 from ctxpolicy.state.memory import MemoryStateStore
@@ -528,12 +528,10 @@ def to_markdown(data: dict[str, Any]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--quick", action="store_true")
+    ap = parser(__doc__, child=True)
     ap.add_argument(
         "--baseline", default=None, help="Another tree (e.g. a checkout of main) for 6."
     )
-    ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--calls", type=int, default=0, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.child:

@@ -42,6 +42,7 @@ from benchmarks._common import (
     in_tree,
     machine,
     markdown_table,
+    parser,
     publish,
     write_results,
 )
@@ -235,13 +236,10 @@ def speed_markdown(data: dict[str, Any]) -> str:
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--quick", action="store_true")
+    ap = parser(__doc__, baseline=True, child=True)
     ap.add_argument("--trials", type=int, default=None)
-    ap.add_argument("--baseline", type=Path, help="tree timed as the baseline (before → after)")
     ap.add_argument("--baseline-commit", help="the baseline's commit, for the report")
     ap.add_argument("--timeout", type=float, default=3600.0, help="seconds per study")
-    ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--window", type=int, default=WINDOWS[0], help=argparse.SUPPRESS)
     ap.add_argument("--trace-files", nargs="*", default=[], help=argparse.SUPPRESS)
     args = ap.parse_args()

@@ -24,7 +24,6 @@ benchmarks/results/bench_validate.json and .md; exits 0 even when the goal is mi
 
 from __future__ import annotations
 
-import argparse
 import os
 import random
 import shutil
@@ -38,7 +37,7 @@ from typing import Any
 
 sys.path.append(str(Path(__file__).resolve().parents[1]))  # run as a file
 
-from benchmarks._common import eprint, machine, markdown_table, publish
+from benchmarks._common import eprint, machine, markdown_table, parser, publish
 
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
@@ -141,10 +140,9 @@ def paired_ratio(res: dict[str, Any], a: str, b: str) -> float:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = parser(__doc__, "tiny run for the smoke test")
     ap.add_argument("--runs", type=int, default=15)
     ap.add_argument("--files", type=int, default=1000)
-    ap.add_argument("--quick", action="store_true", help="tiny run for the smoke test")
     ap.add_argument(
         "--before",
         metavar="SRC",

@@ -14,15 +14,16 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
-import os
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
-TRACES = ROOT.parent / "shared" / "traces"
+sys.path.append(str(Path(__file__).resolve().parents[1]))  # run as a file
+
+from benchmarks._common import ROOT, SHARED, in_tree
+
+TRACES = SHARED / "traces"
 WINDOWS = (16384, 32768)
 
 
@@ -77,10 +78,7 @@ def child_one(agent: str) -> dict[str, list[str]]:
 
 
 def run(src: Path, agent: str) -> dict[str, list[str]]:
-    env = {**os.environ, "PYTHONPATH": str(src)}
-    cmd = [sys.executable, __file__, "--child", "--agent", agent]
-    res = subprocess.run(cmd, env=env, capture_output=True, text=True, check=True)
-    data: dict[str, list[str]] = json.loads(res.stdout.strip().splitlines()[-1])
+    data: dict[str, list[str]] = in_tree(__file__, src, "--agent", agent)
     return data
 
 
