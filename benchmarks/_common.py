@@ -215,10 +215,10 @@ def parser(
     child: bool = False,
     jobs: bool = False,
 ) -> argparse.ArgumentParser:
-    """A script's arguments parser, described by the first line of ``doc``: ``--quick``;
+    """A script's arguments parser, described by the first paragraph of ``doc``: ``--quick``;
     ``--baseline DIR`` (another source tree, measured in the same run) with ``baseline``;
     the hidden ``--child`` of :func:`in_tree`; ``--jobs N`` processes (2 at most)."""
-    ap = argparse.ArgumentParser(description=(doc or "").splitlines()[0])
+    ap = argparse.ArgumentParser(description=(doc or "").split("\n\n")[0])
     ap.add_argument("--quick", action="store_true", help=quick)
     if baseline:
         ap.add_argument(

@@ -1,16 +1,8 @@
-"""Prompt-cache-aware compaction (issue 12 item 2): shipped policies with and without
+"""Prompt-cache-aware compaction: shipped policies with and without
 ``cache: {preserve_prefix: true, min_gain_tokens: N}`` on ../shared/traces.
 
-Every trace is replayed under every agent of policies/agents.yaml twice — as shipped
-and with the cache option — at each window. Per replay: prefix changes (model calls
-whose prompt does not start with the whole previous prompt, i.e. the provider's
-cached prefix was cut), cached-prefix tokens (the common prefix with the previous
-call, summed), prompt tokens, overflows, and the estimated cost with
-ctxpolicy/data/prices.json (input, cached input, output per model).
-``--min-gain auto`` uses N = 25 % of the policy's trigger at that window.
-
-Goal (issue 12): prefix changes with the option ≤ 1/3 of without, with no overflow.
-Writes benchmarks/results/bench_cache.json and .md; exits 0 even when it is missed.
+Every trace × agent × window replayed twice; ``--min-gain auto`` uses N = 25 % of the
+policy's trigger at that window. The section says what each column counts.
 """
 
 from __future__ import annotations

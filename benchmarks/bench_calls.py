@@ -1,19 +1,10 @@
 """A ``prepare`` that compacts nothing, this tree vs a baseline tree, in one run.
 
-The per-call replay loop (:func:`benchmarks.peers.replay.replay_ctxpolicy`:
-``add_tool_result`` per tool result, ``prepare`` before every assistant message) under
-``coding_agent``; the calls that compacted (``compact_layer`` set) are left out. Each
-repeat runs in a child process per tree (its ``ctxpolicy`` first on the path), baseline
-and this tree alternating.
-
-* default (results ``bench_prepare_calls``): the ``--traces`` longest shared traces, the
-  median over the plain calls of each call's median over the repeats;
-* ``--profile`` (results ``bench_call_profile``): a synthetic coding session of
-  ``--steps`` calls (memory state store), first vs last quarter of the plain calls:
-  Python function calls per ``prepare`` in one profiled replay (deterministic), wall ms in
-  the unprofiled repeats, and the functions whose calls grow.
-
-``--quick``: the smallest trace (40 steps with ``--profile``), one repeat.
+The per-call replay loop (:func:`benchmarks.peers.replay.replay_ctxpolicy`) under
+``coding_agent``, calls that compacted left out, each repeat in a child process per
+tree. Default (results ``bench_prepare_calls``): the ``--traces`` longest shared traces;
+``--profile`` (results ``bench_call_profile``): Python calls per ``prepare`` on a
+synthetic session, first vs last quarter.
 """
 
 from __future__ import annotations

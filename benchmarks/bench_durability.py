@@ -1,21 +1,11 @@
 """What durable state costs per model call: the floors under it, and the saves themselves.
 
-* default (results ``bench_floors``): the per-call replay of ``bench_engine.py
-  --per-call-only`` (:mod:`benchmarks.peers.timing`, ``coding_agent``, the three longest
-  shared traces; ``--quick``: the smallest, one repeat) with the shipped durability
-  (``defaults``: sqlite state, local snapshots), with ``add_tool_result``'s changes saved
-  by the next ``prepare``'s commit (``one commit per model call (emulated)``: a
-  measurement for docs/state.md's decision, not a mode), with the memory state store, and
-  with that and no snapshots; LangChain's ``SummarizationMiddleware`` on the same
-  messages; every variant once per repeat, in turn. Median ms per model call and each ÷
-  LangChain's (needs the ``langchain`` extra).
-* ``--state`` (results ``bench_state``): the longest shared trace (most messages) under
-  ``coding_agent`` at a 32k window, every state-changing call saving its changes (an
-  incremental compare-and-set commit) to the memory store, sqlite (a WAL file) and a real
-  PostgreSQL on localhost (started here; skipped with a note when it cannot start),
-  interleaved per repeat: total time per store ÷ memory's, time inside ``commit`` per
-  save ÷ ``prepare`` per call, bytes per save against the whole state. ``--quick``: the
-  first 160 messages once.
+Default (results ``bench_floors``): the per-call replay of :mod:`benchmarks.peers.timing`
+with the shipped durability and without its parts, against LangChain's
+``SummarizationMiddleware`` (needs the ``langchain`` extra). ``--state`` (results
+``bench_state``): every state-changing call saved to the memory store, sqlite and a real
+PostgreSQL (started here; skipped with a note when it cannot start). The sections say
+what each number is.
 """
 
 from __future__ import annotations

@@ -1,26 +1,9 @@
-"""Compaction economics (issue 27, item 2): how often the engine rewrites what it sent.
+"""Compaction economics: how often the engine rewrites what it sent.
 
-Replays the shared traces (../shared/traces) under ``policies/agents.yaml``
-``coding_agent`` at 32k and ``coding_agent_16k`` at 16k, as shipped and with the
-thresholds coding_agent had before it compacted late (warning 0.60) — the loop of
-``ctxpolicy simulate`` — once with this tree and, with ``--baseline``, once with
-another source tree (a child process with that tree first on the path), and prints
-per agent and window, summed over the traces:
-
-* compactions per 100 calls: calls on which a layer (or the squeeze) changed the context;
-* prefix changes per 100 calls: calls whose already-sent messages changed (the
-  request does not extend the previous one: the provider's prompt cache is lost);
-* tokens sent ÷ none: tokens of the prepared requests over those of the uncompacted
-  conversation;
-* overflows: requests above ``window − reserve_output``;
-* billed ÷ none under Anthropic prompt caching (read 0.1×, write 1.25×), split into
-  its parts, each ÷ none's bill: cached reads, writes of the appended messages (what
-  a call adds), writes of rewritten prefixes (what compactions cost); and none's own
-  writes (what the conversation adds, before any preprocessing: the floor no
-  compaction can lower);
-
-and, with a baseline, this tree's numbers as ratios of the baseline's from the same
-run. ``--quick``: the first 6 traces only.
+The shared traces under ``coding_agent`` (32k) and ``coding_agent_16k`` (16k), shipped
+and with the earlier thresholds, replayed as ``ctxpolicy simulate`` does, by this tree
+and (``--baseline``) another one in a child process: compactions and prefix changes per
+100 calls, tokens sent and the prompt-caching bill ÷ none (the section's table says each).
 """
 
 from __future__ import annotations

@@ -1,40 +1,13 @@
 """Engine overhead: ``Session.prepare`` before every assistant message vs the floor and peers.
 
-Replays (1) the largest trace in ../shared/traces (most cl100k tokens) and (2) the
-500k-token synthetic session of :func:`ctxpolicy.sim.synth.large_session`, message by
-message. Before each assistant message (one "step") every variant handles the
-conversation so far; all variants are measured in the same run, interleaved:
-
-* **floor** — one tiktoken pass over all content: each text (content, tool-call name
-  and arguments) encoded exactly once, when it enters the conversation;
-* **ctxpolicy** — ``Session.prepare(conversation)`` under the ``default`` policy of
-  policies/agents.yaml (fresh token cache each run; compaction runs when due);
-* **naive** — recount every message of the conversation at every step (no cache);
-  on the synthetic session only every k-th step is measured and the total is the
-  sum of the measured steps times k (marked "sampled");
-* **LangChain count** — ``langchain_core.messages.utils.count_tokens_approximately``
-  over the whole conversation at every step (what ``SummarizationMiddleware`` does
-  before each model call);
-* **LangChain trim** — ``trim_messages(strategy="last", token_counter=
-  count_tokens_approximately, max_tokens=<policy trigger>)`` at every step.
-
-LangChain messages are converted once, untimed (a LangChain agent already holds them).
-
-Per model call vs LangChain (issue 21 item 6, :mod:`benchmarks.peers.timing`): on the
-3 longest shared traces under ``coding_agent``, the median ms per model call of
-LangChain ``SummarizationMiddleware`` (real library, its state updated by LangGraph's
-reducer) and of ctxpolicy ``prepare`` and ``add_tool_result``, each as a ratio to one
-exact tiktoken pass of the final conversation per call; interleaved repeats; then a
-cProfile of ctxpolicy's per-call path. ``--per-call-only`` runs just that.
-``--baseline SRC`` also times the ctxpolicy of another source tree (a checkout of
-main) in the same run: both trees replay in worker processes, in turn, and the
-report gives before → after per call and per part of the path
-(:mod:`benchmarks.peers.worker`, :mod:`benchmarks.peers.parts`).
-
-Goals (issue 11): ctxpolicy ≤ 1.5 × floor; naive ≥ 20 × ctxpolicy at ≥ 200 steps;
-memory linear (tracemalloc peak of a ctxpolicy replay at several sizes). When the
-floor goal is missed the script profiles ``prepare`` (cProfile) and reports the hot
-spots. Writes benchmarks/results/bench_engine.json and .md; exits 0 either way.
+The largest shared trace and a 500k-token synthetic session replayed message by
+message; before each assistant message every variant (one tiktoken pass, ctxpolicy
+``prepare``, a naive recount, LangChain's counting and trimming) handles the
+conversation so far, interleaved in one run. Then the per-call comparison with
+LangChain's ``SummarizationMiddleware`` (:mod:`benchmarks.peers.timing`;
+``--per-call-only``: just that; ``--baseline SRC``: that tree's ctxpolicy too, in worker
+processes), memory growth, and a profile when the floor goal is missed. The section
+says what each number is and states the goals.
 """
 
 from __future__ import annotations

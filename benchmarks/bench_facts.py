@@ -1,16 +1,9 @@
 """Fact extraction (``ctxpolicy.conversation.facts``): this tree vs the extraction it
-replaced, on real text, in one run (issue 32).
+replaced, on real text, in one run.
 
-The baseline is the plain ``findall`` extraction kept as the reference of the tests
-(tests/conversation/facts_reference.py: the patterns and the extraction of 84c503d,
-verbatim), or with ``--baseline DIR`` the ``facts.py`` of another source tree. Inputs:
-the three largest shared traces (each one's texts joined, and message by message),
-all of them joined, and the tiny texts of ``bench_scaling.py``'s sessions (fixed
-per-call cost). Every answer is checked equal on both sides before anything is
-timed; then ``_extract`` (all categories) and ``error_lines`` of each input are timed
-(CPU time), baseline and this tree alternating, median of ``--rounds``. ``--quick``:
-the smallest trace and 500 tiny messages, 3 rounds. Writes
-benchmarks/results/bench_facts.json and .md.
+The baseline is tests/conversation/facts_reference.py, or with ``--baseline DIR`` the
+``facts.py`` of another tree; every answer is checked equal on both sides before
+anything is timed.
 """
 
 from __future__ import annotations

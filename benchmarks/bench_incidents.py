@@ -1,26 +1,8 @@
-"""Design B's three incidents, replayed with a fixed-threshold policy and with ours.
+"""Three incidents, replayed with a fixed-threshold policy and with ours.
 
-Every scenario is a deterministic agent loop on a 32,000-token window (design B's
-example) in which the agent asks for 4,000 output tokens per call. A scripted
-"provider" rejects a request when ``prompt + 4000 > 32000`` (OpenAI's
-``context_length_exceeded`` rule) and the fake LLM summarizer rejects a summary
-request when ``request + summary tokens > 32000``. Policies are YAML text written to
-a temporary file and loaded with :func:`ctxpolicy.load_policy`.
-
-(a) **80 % trigger + one 25k-token tool result**: ``fixed_80`` compacts at 80 % of
-    the window with no output / tool-growth reserve and no preprocessing; ``dynamic``
-    is design B's ``32000 − 4000 − 6000 − 2000 = 20000`` trigger with learned tool
-    growth, a 14,000-token recovery target and the default preprocessors.
-(b) **95 % trigger**: ``fixed_95`` summarizes the whole history in one call when
-    the context reaches 95 %; ours summarizes at ``error`` of the dynamic trigger and
-    every summary call has its own bounded budget (``max_input_tokens``).
-(c) **50 % trigger**: ``fixed_50`` compacts at 50 % and stops just below it (no
-    recovery target); ours compacts at the dynamic trigger down to the target.
-    Thrash = compactions per model call; a key value read early
-    (``max_connections=10``) is checked in the final context.
-
-The scenarios are also tests (tests/test_incidents.py asserts the behaviour, never
-the timing). Writes benchmarks/results/bench_incidents.json and .md; exits 0.
+Deterministic agent loops on a 32,000-token window: a scripted provider rejects a
+request when ``prompt + 4000 > 32000`` and the fake summarizer an oversized summary
+request. The scenarios are also tests (tests/test_incidents.py asserts the behaviour).
 """
 
 from __future__ import annotations

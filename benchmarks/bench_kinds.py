@@ -1,42 +1,10 @@
 """Every kind of agent on its held-out traces: ctxpolicy before and after, one ruler.
 
-Usage::
-
-    python benchmarks/bench_kinds.py [--baseline /work/main] [--quick] [--half held_out|tune]
-
-The shared traces (../shared/traces) are of five kinds, told by their file names:
-software engineering (SWE-agent, mini-swe-agent, OpenHands), customer service
-(tau-bench, tau2-bench), multi-tool (GAIA-style TapeAgents), web (WorkArena
-accessibility trees) and data analysis (Spider2 SQL). Each kind is split into two
-fixed halves by :func:`kind_halves` (below); this script reports the ``held_out``
-half, which no policy number was chosen on (``--half tune`` shows the other).
-
-Every trace is replayed (``ctxpolicy.sim.replay.replay_trace``, the loop of
-``ctxpolicy simulate``) under its kind's shipped policy at the kind's windows (16k and
-32k; 8k and 16k for customer service), once with this tree ("after") and once with the
-``--baseline`` tree ("before", a child process with that tree first on the path, in
-the same run). Reported per kind and window, summed over the half's traces:
-
-* **cost** — total billed input under prompt caching (Anthropic prices: cached prefix
-  0.1×, everything else 1.25×; summarizer calls input ×1, output ×5) ÷ the same bill
-  for sending everything;
-* **ret / far** — the retention ruler: facts an assistant message reuses that are in
-  the prompt sent (far: facts absent from the 6 messages before);
-* **pfx/100** — requests whose prefix differs from the previous request's, per 100 calls;
-* **summarizer** — every row twice: the policy's own extractive summarizer, and the
-  LLM-summary variant (the shared deterministic digest of ``benchmarks.peers.summary``
-  written into the policy's summaries and billed as an LLM call: input ×1, output ×5);
-* **ovf** — avoidable overflows (a request above ``window − reserve_output`` while the
-  system prompt, the task and the newest message alone fit).
-
-``--peers``: OpenHands' own condenser (``LLMSummarizingCondenser`` of ``openhands-sdk``,
-:mod:`benchmarks.peers.openhands`: its Python 3.12 virtualenv is built on first use)
-replays the same traces at the same windows in the "after" process, through the same
-replay loop, token counter and price model, its summaries the shared deterministic
-digest billed like an LLM's; ``max_tokens`` = the kind's policy trigger at the window.
-
-``--quick``: one window per kind (the smaller) and the first trace of each half.
-Writes benchmarks/results/bench_kinds.json and .md.
+The shared traces split by kind into two fixed halves (:func:`kind_halves`); each
+trace replayed under its kind's shipped policy at its windows by this tree and the
+``--baseline`` tree (child processes, same run), with the extractive and the LLM-summary
+summarizer; ``--peers``: OpenHands' condenser on the same jobs. The section's note
+says what each cell is.
 """
 
 from __future__ import annotations

@@ -1,17 +1,9 @@
 """The shipped coding policies against small changes of their knobs, on the tune half only.
 
-Issue 27 item 4: a shipped policy may be tuned on the ``tune`` half of the shared
-traces (``benchmarks.peers.table.trace_halves``, the split of the ruler's peer table)
-and is judged on the other. This replays ``coding_agent`` at 32k and
-``coding_agent_16k`` at 16k — each with its own extractive summarizer, measured by the
-ruler users pay (:mod:`benchmarks.peers.runs`: exact cl100k, Anthropic prompt-caching
-prices) — as shipped and with one knob changed (target, warning threshold, the ``*``
-tool cap, read_file's lines), on the tune half only, and prints total cost ÷ none,
-retention, far retention, prefix changes per 100 calls and avoidable overflows per
-variant. A variant replaces the shipped one only when it is no worse on cost and
-retention and better on one of them by a margin that is not noise on ten traces (0.01
-of total cost ÷ none, or 0.5 points of retention). ``--quick``: two traces, two
-variants.
+``coding_agent`` at 32k and ``coding_agent_16k`` at 16k, as shipped and with one knob
+changed, on the tune half of the shared traces (:func:`benchmarks.peers.table.trace_halves`),
+measured by the ruler users pay (:mod:`benchmarks.peers.runs`). The section says when a
+variant replaces the shipped one.
 """
 
 from __future__ import annotations

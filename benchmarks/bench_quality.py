@@ -1,35 +1,10 @@
 """Compaction quality: every trace × every shipped policy × 16k/32k/128k, vs baselines.
 
-For every trace in ../shared/traces, every agent of policies/agents.yaml and every
-window, the trace is replayed (``ctxpolicy.sim.replay.replay_trace``) under the
-policy and under the baselines ``none`` / ``last_n`` / ``observation_mask`` /
-``summary_at_fraction`` (``ctxpolicy.sim.baselines.run_baseline``, measured against
-the same policy's budget). Reported per trace family (mini-swe-agent, openhands,
-swe-agent, tau-bench) and overall: prompt tokens summed over all calls (cost),
-overflows (a call above ``window − reserve_output``), pairing violations, fact
-retention (facts the agent uses later: in context / recoverable through a snapshot
-reference / lost), repeated reads.
-
-Goals (issue 11): ctxpolicy 0 overflows and 0 pairing violations on every trace and
-window (an overflow where the system messages, the task and the newest message alone
-exceed the limit is unavoidable and listed apart); ≥ 40 % cost saving vs ``none`` at 32k; in-context retention ≥ every baseline
-that costs the same or less; in context + recoverable = 100 %.
-
-Peers (issue 18 item 4, :mod:`benchmarks.peers`): at the ``--peer-windows`` (16k and
-32k) every trace is replayed under ctxpolicy with every shipped policy
-(policies/*.yaml and *.toml) and under the real LangChain 1.x middleware —
-``SummarizationMiddleware`` and ``SummarizationMiddleware`` +
-``ContextEditingMiddleware(ClearToolUsesEdit)``, configured to the reference
-policy's budget — with one deterministic summary for all and one exact cl100k
-counter; reported: tokens ÷ none, retention, overflows (avoidable / unavoidable),
-pairing violations, compactions and prompt-prefix changes per 100 calls. Goals
-(issue 18 item 5): no peer better on tokens and retention at once than ctxpolicy
-under the reference policy, 0 avoidable overflows and violations; ≤ 8 compactions
-per 100 calls at 32k.
-
-A policy whose budget leaves no room at a window (e.g. a 20k tool-growth reserve on
-16k) is reported as not applicable, not run. Runs in ``--jobs`` processes. Writes
-benchmarks/results/bench_quality.json and .md; exits 0 even when a goal is missed.
+Every trace replayed under every agent of policies/agents.yaml and under the baselines
+of ``ctxpolicy.sim.baselines``; at ``--peer-windows`` also under every shipped policy and
+the real LangChain middleware (:mod:`benchmarks.peers`), one summary and one counter for
+all. A policy that does not fit a window is reported as not applicable. The section
+says what each number is and states the goals.
 """
 
 from __future__ import annotations

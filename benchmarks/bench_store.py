@@ -1,26 +1,8 @@
 """Snapshot store and history archive: durability cost, archive growth, naming, recall.
 
-Four measurements, each a ratio against a baseline measured in the same run:
-
-1. ``add_tool_result`` per call with the local store's ``durability: fsync`` and
-   ``durability: flush``, and with snapshots disabled (the floor), interleaved
-   repeats, median per call (8 KB tool outputs);
-2. archive bytes ÷ content bytes over a synthetic run (1,000 steps; 200 with
-   ``--quick``), *before* — the previous engine's pattern, the whole archive
-   rewritten as one document per compaction — and *after* — one
-   :meth:`HistoryArchive.append` per compaction; plus the time of the last 10 % of
-   compactions ÷ the first 10 %;
-3. snapshot naming: ``os.link``/``os.open`` calls for 1,000 vs 100 snapshots of one
-   base name (O(n) total is a ratio of ~10; the previous linear probing was ~100);
-4. recall of one archived message in an archive of 10× more records (O(its size):
-   a ratio of ~1);
-5. one snapshot write of the local store (``layout: segments``, the default) ÷ a
-   bare append of the same bytes (the record the store writes) to an open file, at
-   ``durability: flush`` (one ``os.write``) and ``fsync`` (``os.write`` +
-   ``os.fsync``): interleaved, same run, median µs per write;
-6. with ``--baseline DIR`` (a checkout of another tree, e.g. main): ``add_tool_result``
-   per call (``durability: flush``, 8 KB outputs) of that tree and this one, each in
-   its own child process, in turn.
+Each measurement a ratio against a baseline measured in the same run (the section's
+headings say which); with ``--baseline DIR`` also ``add_tool_result`` per call of that
+tree and this one, each in its own child process.
 """
 
 from __future__ import annotations

@@ -1,24 +1,9 @@
 """Task state after compaction, before → after, on the shared traces of every agent kind.
 
-Usage::
-
-    python benchmarks/bench_taskstate.py --baseline /work/main [--kinds swe,sql] [--quick] [--llm]
-
-Replays each trace of ../shared/traces under the shipped policy of its kind (coding
-agents: ``coding_agent_16k`` at 16k and ``coding_agent`` at 32k; customer service:
-``customer_service_agent`` at 8k and 16k; multi-tool, web: ``default`` at 16k and 32k;
-SQL: ``default`` at 16k and 24k) with the policy's own extractive summarizer (``--llm``:
-the shared deterministic summary billed as an LLM's, as in the peers' table), once with
-the baseline source tree and once with this one (each in a child process with its tree
-first on the path, as ``check_identical.py`` does), measured by the ruler of
-``ctxpolicy.sim.metrics`` (exact cl100k, ``benchmarks.peers.runs``): total cost ÷
-sending everything, retention, far retention, prefix changes per 100 calls. Added
-from every request sent:
-
-* **share**: tokens of the ledger and summary messages ÷ tokens of the request, over
-  the requests that hold one (mean and max);
-* **duplicated lines**: lines of the ledger (not headings) that a summary of the same
-  request says too (the same line, or the same tool call), per such request.
+Each trace under its kind's shipped policy, by the baseline tree and this one (child
+processes), measured by the ruler of ``ctxpolicy.sim.metrics`` plus the ledger and
+summary share of each request and the ledger lines a summary says too (the section says
+each).
 """
 
 from __future__ import annotations

@@ -1,28 +1,10 @@
 """``ctxpolicy tune`` on the shared traces: tuned vs shipped ``coding_agent``, and scaling.
 
-1. For windows 16,384 and 32,768: a seeded tune of ``coding_agent``
-   (policies/agents.yaml) on the shared traces (30 % held out, seed 0), then the
-   chosen policy vs the shipped one **on the held-out traces**: prompt tokens,
-   retention (in context / retained), avoidable overflows. Goal: ≥ 10 % fewer tokens
-   at equal or better retention — or the honest statement that the search found
-   nothing better (the shipped policy is on the front).
-2. Wall time of the same study (N trials × the tuning traces) with 1 and with 2
-   local worker processes at 16k, as a ratio within this run, and whether both
-   runs chose the same policy (they must: results do not depend on workers).
-
-``--quick``: 12 trials and the 10 smallest traces (a smoke run, minutes not tens of
-minutes). Writes benchmarks/results/bench_tune.json and .md; exits 0.
-
-``--baseline DIR`` (a checkout of the code before, e.g. ``git -C /work/main archive
-HEAD | tar -x -C /tmp/tunecost-base``): the same study — 1 worker, seed 0, every
-shared trace, 50 trials, windows 16,384 and 32,768 — run by the baseline tree and by
-this tree in turn, each in its own process (``PYTHONPATH`` = the tree; the policy
-file and the traces are the same files for both), timed in the same run: the time
-ratio (issue 32: ≥ 2× on 1 worker) and whether the two studies' outputs (the
-``tune --json`` document: every trial's values and numbers, the chosen policy, the
-held-out comparison, the effects) are identical. ``--quick``: 12 trials on the 6
-smallest traces and window 16,384 only. Writes benchmarks/results/bench_tune_speed.json
-and .md.
+Default (results ``bench_tune``): a seeded tune at 16k and 32k, the chosen policy vs the
+shipped one on the held-out traces, and the study's wall time with 1 and 2 workers.
+``--baseline DIR`` (results ``bench_tune_speed``): the same study run by that tree and
+by this one in turn, each in its own process, timed and its outputs compared. The
+sections say what each number is.
 """
 
 from __future__ import annotations

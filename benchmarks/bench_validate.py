@@ -1,25 +1,8 @@
 """Validator: cold-process time of ``ctxpolicy validate`` vs ``check-jsonschema``, and warm
 throughput on 1,000 generated policy files.
 
-Cold: a new process per run, interleaved, median of ``--runs`` (≥ 7 for the goal):
-
-* ``ctxpolicy validate policies/agents.yaml`` vs ``check-jsonschema --schemafile
-  schemas/ctxpolicy.schema.json policies/agents.yaml`` — the goal (issue 21 item 7);
-  ctxpolicy also resolves ``extends``, runs the semantic checks and reports line:col;
-* the same pair on every ``policies/*.yaml``;
-* ``ctxpolicy validate policies/`` (every shipped file, TOML and compat formats
-  included) for context.
-
-Ratios are of medians, and the median of the per-round ratios (each round runs every
-command once, back to back: the measure least affected by the load of a shared
-machine).
-
-Warm: one process over ``--files`` generated policies (valid, each a small catalogue,
-a ``default`` policy and an agent extending it) in a temporary directory; files/s
-with and without the process start (the cold time of an empty run subtracted).
-
-Goal (issues 11, 21): ctxpolicy cold ≤ check-jsonschema cold. Writes
-benchmarks/results/bench_validate.json and .md; exits 0 even when the goal is missed.
+Cold: a new process per run, interleaved, median of ``--runs``; warm: one process over
+``--files`` generated policies. The section says what each row runs.
 """
 
 from __future__ import annotations
