@@ -12,7 +12,6 @@ says what each number is and states the goals.
 
 from __future__ import annotations
 
-import argparse
 import cProfile
 import gc
 import statistics
@@ -427,32 +426,9 @@ def to_markdown(data: dict[str, Any], quick: bool) -> str:
     return "\n".join(md)
 
 
-def install_peers() -> None:
-    """``pip install -e .[bench]`` into this interpreter when a peer is missing."""
-    import subprocess
-
-    from benchmarks.peers.others import PEERS, available
-
-    if len(available()) == len(PEERS):
-        return
-    eprint("installing the peers extra (deepagents, langmem) ...")
-    cmd = [sys.executable, "-m", "pip", "install", "--quiet", "-e", f"{ROOT}[bench]"]
-    if subprocess.run(cmd, check=False).returncode != 0:
-        eprint("could not install the peers extra: deepagents / langmem are left out")
-
-
 def main(argv: list[str] | None = None) -> int:
     ap = parser(__doc__, "tiny run for the smoke test")
     ap.add_argument("--repeat", type=int, default=3)
-    ap.add_argument("--synthetic-tokens", type=int, default=500_000)
-    ap.add_argument(
-        "--naive-sample", type=int, default=8, help="synthetic: time every k-th naive step"
-    )
-    ap.add_argument("--memory-parts", default="1,2,4,8", help="sizes (coding_session parts)")
-    ap.add_argument(
-        "--per-call-traces", type=int, default=3, help="long traces timed per call vs LangChain"
-    )
-    ap.add_argument("--per-call-agent", default="coding_agent", help="policy of the per-call run")
     ap.add_argument(
         "--per-call-only", action="store_true", help="only the per-call comparison and its profile"
     )
@@ -461,15 +437,7 @@ def main(argv: list[str] | None = None) -> int:
         metavar="SRC",
         help="per call: also time the ctxpolicy of this source tree (e.g. main), interleaved",
     )
-    ap.add_argument(
-        "--install-peers",
-        action=argparse.BooleanOptionalAction,
-        default=True,
-        help="install the `peers` extra (deepagents, langmem) when missing (pip, this venv)",
-    )
     args = ap.parse_args(argv)
-    if args.install_peers and not args.quick:  # a smoke run measures what is installed
-        install_peers()
     if not (SHARED / "traces").is_dir():
         eprint(f"shared traces not found under {SHARED} (set CTXPOLICY_SHARED)")
         return 2
@@ -490,13 +458,13 @@ def main(argv: list[str] | None = None) -> int:
         convs = [
             (f"trace {name}", msgs),
             (
-                f"synthetic {args.synthetic_tokens:,} tokens (ctxpolicy.sim.synth.large_session)",
-                large_session(target_tokens=args.synthetic_tokens),
+                "synthetic 500,000 tokens (ctxpolicy.sim.synth.large_session)",
+                large_session(target_tokens=500_000),
             ),
             ("synthetic 6 coding_session parts (246 steps, 300-line files)", coding_parts(6)),
         ]
-        sizes = [int(s) for s in args.memory_parts.split(",") if s]
-        samples = [1, args.naive_sample, 4]
+        sizes = [1, 2, 4, 8]  # coding_session parts
+        samples = [1, 8, 4]  # the synthetic session: every 8th naive step timed
     info = machine(PACKAGES)
     results = []
     if args.per_call_only:
@@ -505,9 +473,9 @@ def main(argv: list[str] | None = None) -> int:
         eprint(f"replay {label} ...")
         results.append(bench_conversation(label, msgs, policy, args.repeat, sample))
     per_call = per_call_section(
-        args.per_call_agent,
+        "coding_agent",
         quick=args.quick,
-        traces=args.per_call_traces,
+        traces=3,
         repeat=args.repeat,
         policy_file=str(POLICY_FILE.relative_to(ROOT)),
         baseline=args.baseline,

@@ -374,7 +374,6 @@ PEER_NOTE = [
 def main(argv: list[str] | None = None) -> int:
     ap = parser(__doc__, baseline=True, child=True)
     ap.add_argument("--half", choices=("held_out", "tune"), default="held_out")
-    ap.add_argument("--no-baseline", action="store_true", help="only this tree")
     ap.add_argument(
         "--peers", action="store_true", help="OpenHands' condenser on the same jobs too"
     )
@@ -384,7 +383,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     t0 = time.perf_counter()
     before: list[dict[str, Any]] = []
-    if not args.no_baseline and args.baseline is not None:
+    if args.baseline is not None:
         eprint(f"before: {args.baseline}")
         before = run_child(args.baseline.resolve(), args.half, args.quick)
     eprint("after: this tree")

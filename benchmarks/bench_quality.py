@@ -1,7 +1,7 @@
 """Compaction quality: every trace × every shipped policy × 16k/32k/128k, vs baselines.
 
 Every trace replayed under every agent of policies/agents.yaml and under the baselines
-of ``ctxpolicy.sim.baselines``; at ``--peer-windows`` also under every shipped policy and
+of ``ctxpolicy.sim.baselines``; at 16k and 32k also under every shipped policy and
 the real LangChain middleware (:mod:`benchmarks.peers`), one summary and one counter for
 all. A policy that does not fit a window is reported as not applicable. The section
 says what each number is and states the goals.
@@ -375,20 +375,9 @@ def reproduce(data: Mapping[str, Any]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = parser(
-        __doc__, "2 small traces, 1 agent, 1 window; peers on 2 mid-size traces at 16k", jobs=True
-    )
+    ap = parser(__doc__, "2 small traces, 1 agent, 1 window; peers on 2 mid-size ones", jobs=True)
     ap.add_argument("--windows", default=",".join(map(str, WINDOWS)))
     ap.add_argument("--agents", default="", help="comma-separated subset of agents (default: all)")
-    ap.add_argument("--traces", default="", help="substring filter on trace file names")
-    ap.add_argument(
-        "--peer-windows",
-        default=",".join(map(str, PEER_WINDOWS)),
-        help="windows of the LangChain peer comparison ('' to skip it)",
-    )
-    ap.add_argument(
-        "--peer-reference", default=REFERENCE, help="policy the peers are configured to"
-    )
     ap.add_argument(
         "--results-name",
         default="bench_quality",
@@ -407,9 +396,7 @@ def main(argv: list[str] | None = None) -> int:
     traces, agents, windows = matrix(args.agents, args.windows)
     if not traces:
         return 2
-    if args.traces:
-        traces = [t for t in traces if args.traces in Path(t).name]
-    peer_windows = [int(w) for w in args.peer_windows.split(",") if w]
+    peer_windows = list(PEER_WINDOWS)
     peer_traces = list(traces)
     if args.quick:
         by_size = sorted(traces, key=lambda t: Path(t).stat().st_size)
@@ -437,7 +424,7 @@ def main(argv: list[str] | None = None) -> int:
     # the ruler's table (any results name but bench_quality's) adds extractive rows
     ruler = args.results_name != "bench_quality"
     calls = [(job, (*t, BASELINES)) for t in tasks]
-    calls += [(peer_job, (*t, specs, args.peer_reference, ruler)) for t in peer_tasks]
+    calls += [(peer_job, (*t, specs, REFERENCE, ruler)) for t in peer_tasks]
     done = run_jobs(calls, args.jobs)
     results, peer_results = done[: len(tasks)], done[len(tasks) :]
     results.sort(key=lambda j: (j["trace"], j["agent"], j["window"]))
@@ -461,12 +448,12 @@ def main(argv: list[str] | None = None) -> int:
         + [n for j in peer_results for n in j["notes"]],
         "results": results,
         "peer_windows": peer_windows,
-        "peer_reference": args.peer_reference,
+        "peer_reference": REFERENCE,
         "peer_policies": [label for label, _, _ in specs],
         "peer_results": peer_results,
     }
     data["goals"] = goals(results)
-    data["peer_goals"] = peer_goals(peer_results, args.peer_reference)
+    data["peer_goals"] = peer_goals(peer_results, REFERENCE)
     data["elapsed_s"] = time.perf_counter() - t0
     if args.results_name == "bench_quality":
         text = to_markdown(data)

@@ -391,9 +391,8 @@ def per_call_markdown(data: Mapping[str, Any]) -> list[str]:
             "Median ms per call of each peer's own work (deepagents and langmem replayed "
             "like LangChain, benchmarks/peers/others.py: the policy's trigger and target, "
             "the same deterministic summary model, each library's default token counter; "
-            "the packages are the `peers` extra, installed by `bench_engine.py` unless "
-            "`--no-install-peers`), and ctxpolicy's `prepare` + `add_tool_result` (and `prepare` alone) ÷ that "
-            "median.",
+            "the packages are the `bench` extra), and ctxpolicy's `prepare` + `add_tool_result` "
+            "(and `prepare` alone) ÷ that median.",
             "",
             markdown_table(
                 [
@@ -428,7 +427,7 @@ def per_call_markdown(data: Mapping[str, Any]) -> list[str]:
         md += [
             "Not measured in this run: "
             + ", ".join(PEER_LABELS[p] for p in missing)
-            + " (not installed: the `peers` extra; `bench_engine.py --install-peers` installs it).",
+            + " (not installed: the `bench` extra).",
             "",
         ]
     md += _goals_markdown(rows)
