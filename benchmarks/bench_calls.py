@@ -39,8 +39,8 @@ def child(steps: int, traces: int, quick: bool, profile: bool) -> dict[str, Any]
     import cProfile
     import pstats
 
+    from benchmarks._common import function_name
     from benchmarks._inputs import largest_traces, load_agent, smallest_trace
-    from benchmarks._profile import function_name
     from benchmarks.peers.replay import replay_ctxpolicy
     from ctxpolicy import Session  # the measured tree's (PYTHONPATH)
     from ctxpolicy.sim.synth import coding_session

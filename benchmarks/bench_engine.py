@@ -24,7 +24,15 @@ from typing import Any
 
 sys.path.append(str(Path(__file__).resolve().parents[1]))  # run as a file
 
-from benchmarks._common import SHARED, eprint, machine, markdown_table, parser, publish
+from benchmarks._common import (
+    SHARED,
+    eprint,
+    machine,
+    markdown_table,
+    parser,
+    profile_rows,
+    publish,
+)
 from benchmarks._inputs import (
     AGENT,
     POLICY_FILE,
@@ -36,7 +44,6 @@ from benchmarks._inputs import (
     smallest_trace,
     step_indices,
 )
-from benchmarks._profile import profile_rows
 from benchmarks.peers.timing import per_call_markdown, per_call_section
 from ctxpolicy.state.memory import MemoryStateStore  # each run starts fresh
 

@@ -9,7 +9,6 @@ says what each cell is.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import sys
 import tempfile
@@ -31,6 +30,7 @@ from benchmarks._common import (
     publish,
 )
 from benchmarks._inputs import tree_policies
+from benchmarks.peers.table import trace_halves
 
 #: kind -> (file-name prefixes, shipped policy, windows)
 KINDS: dict[str, tuple[tuple[str, ...], str, tuple[int, ...]]] = {
@@ -50,34 +50,17 @@ def kind_of(name: str) -> str | None:
     return None
 
 
-def _digest(name: str) -> bytes:
-    return hashlib.blake2b(name.encode("utf-8"), digest_size=8).digest()
-
-
 def kind_halves(sizes: Mapping[str, int]) -> dict[str, str]:
     """``{trace: "tune" | "held_out"}``, per kind.
 
-    The rule: within a kind, traces sorted by size (messages), then name; consecutive
-    pairs; in each pair the file name with the smaller BLAKE2b-64 digest is ``tune``,
-    the other ``held_out``; an odd last trace is ``held_out`` (a kind with a single
-    trace is all held out: its policy is chosen without it). Deterministic, balanced
-    in size, blind to the traces' contents.
+    :func:`benchmarks.peers.table.trace_halves` within each kind (sizes in messages),
+    an odd last trace ``held_out`` (a kind with a single trace is all held out: its
+    policy is chosen without it).
     """
     out: dict[str, str] = {}
-    by_kind: dict[str, list[str]] = {}
-    for name in sizes:
-        kind = kind_of(name)
-        if kind is not None:
-            by_kind.setdefault(kind, []).append(name)
-    for names in by_kind.values():
-        order = sorted(names, key=lambda n: (sizes[n], n))
-        for i in range(0, len(order), 2):
-            pair = sorted(order[i : i + 2], key=_digest)
-            if len(pair) == 1:
-                out[pair[0]] = "held_out"
-                continue
-            out[pair[0]] = "tune"
-            out[pair[1]] = "held_out"
+    for kind in KINDS:
+        mine = {n: s for n, s in sizes.items() if kind_of(n) == kind}
+        out |= trace_halves(mine, odd="held_out")
     return out
 
 

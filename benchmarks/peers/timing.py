@@ -31,8 +31,7 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from benchmarks._common import eprint
-from benchmarks._profile import profile_rows
+from benchmarks._common import eprint, profile_rows
 from benchmarks.peers.parts import parts_markdown, per_call_parts, summarize
 from benchmarks.peers.replay import STATE, replay_ctxpolicy
 from benchmarks.peers.summary import DigestChatModel
