@@ -238,9 +238,16 @@ def eprint(*args: Any) -> None:
     print(*args, file=sys.stderr, flush=True)
 
 
+def trace_files(smallest: int = 0) -> list[Path]:
+    """The shared trace files (../shared/traces/*.jsonl) by name; ``smallest``: only
+    that many of the smallest, smallest first."""
+    files = sorted((SHARED / "traces").glob("*.jsonl"))
+    return sorted(files, key=lambda p: p.stat().st_size)[:smallest] if smallest else files
+
+
 def shared_traces() -> list[str]:
     """The shared trace files, sorted (none: said on stderr)."""
-    traces = sorted(str(p) for p in (SHARED / "traces").glob("*.jsonl"))
+    traces = [str(p) for p in trace_files()]
     if not traces:
         eprint(f"no traces under {SHARED / 'traces'} (set CTXPOLICY_SHARED)")
     return traces

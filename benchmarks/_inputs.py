@@ -8,7 +8,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from benchmarks._common import SHARED, shared_traces
+from benchmarks._common import ROOT, SHARED, shared_traces, trace_files
 
 __all__ = [
     "AGENT",
@@ -30,7 +30,6 @@ __all__ = [
     "tree_policies",
 ]
 
-ROOT = Path(__file__).resolve().parents[1]
 POLICY_FILE = ROOT / "policies" / "agents.yaml"
 AGENT = "default"
 Message = dict[str, Any]
@@ -130,7 +129,7 @@ def largest_traces(n: int) -> list[tuple[str, list[Message]]]:
 
     enc = TiktokenTokenizer.load("cl100k_base", None)
     sized: list[tuple[int, str, list[Message]]] = []
-    for p in sorted((SHARED / "traces").glob("*.jsonl")):
+    for p in trace_files():
         msgs = load_trace(p)
         sized.append((sum(enc.count(t) for m in msgs for t in message_texts(m)), p.name, msgs))
     if not sized:
@@ -146,8 +145,8 @@ def largest_trace() -> tuple[str, list[Message]]:
 def smallest_trace() -> tuple[str, list[Message]]:
     from ctxpolicy.sim.importers import load_trace
 
-    files = sorted((SHARED / "traces").glob("*.jsonl"), key=lambda p: p.stat().st_size)
-    return files[0].name, load_trace(files[0])
+    first = trace_files(smallest=1)[0]
+    return first.name, load_trace(first)
 
 
 def coding_parts(

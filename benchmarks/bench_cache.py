@@ -17,7 +17,6 @@ sys.path.append(str(Path(__file__).resolve().parents[1]))  # run as a file
 from benchmarks._common import eprint, machine, markdown_table, parser, publish, run_jobs
 from benchmarks._inputs import family, load_agent, matrix
 
-ROOT = Path(__file__).resolve().parents[1]
 TOLERANCE = 8  # tokens of framing difference still counted as "prefix kept"
 
 

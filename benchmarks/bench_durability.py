@@ -22,7 +22,16 @@ from typing import Any
 
 sys.path.append(str(Path(__file__).resolve().parents[1]))  # run as a file
 
-from benchmarks._common import ROOT, SHARED, eprint, machine, markdown_table, parser, publish
+from benchmarks._common import (
+    ROOT,
+    SHARED,
+    eprint,
+    machine,
+    markdown_table,
+    parser,
+    publish,
+    trace_files,
+)
 
 AGENT = "coding_agent"
 WINDOW = 32768  # --state
@@ -195,7 +204,7 @@ def _totals(run: dict[str, Any]) -> dict[str, Any]:
 
 
 def longest_trace() -> Path:
-    files = sorted((SHARED / "traces").glob("*.jsonl"))
+    files = trace_files()
     if not files:
         raise SystemExit(f"no traces in {SHARED / 'traces'}")
     return max(files, key=lambda p: sum(1 for _ in p.open()))

@@ -16,9 +16,8 @@ from typing import Any
 
 sys.path.append(str(Path(__file__).resolve().parents[1]))  # run as a file
 
-from benchmarks._common import SHARED, in_tree, machine, parser, publish
+from benchmarks._common import ROOT, SHARED, in_tree, machine, parser, publish, trace_files
 
-ROOT = Path(__file__).resolve().parents[1]
 TRACES = SHARED / "traces"
 #: (agent, window, thresholds or None): the shipped policies, and both with the
 #: thresholds coding_agent had before it learned to compact late (warning at 60 % of
@@ -39,7 +38,7 @@ def child(quick: bool) -> dict[str, dict[str, float]]:
     from ctxpolicy.sim.metrics import price_model
 
     pm = price_model("anthropic")
-    paths = sorted(TRACES.glob("*.jsonl"))[: 6 if quick else None]
+    paths = trace_files()[: 6 if quick else None]
     out: dict[str, dict[str, float]] = {}
     for agent, window, thresholds in RUNS:
         policy = replay.load_policy_file(str(ROOT / "policies" / "agents.yaml"), agent)

@@ -28,6 +28,7 @@ from benchmarks._common import (
     markdown_table,
     parser,
     publish,
+    trace_files,
 )
 from benchmarks._inputs import tree_policies
 from benchmarks.peers.table import trace_halves
@@ -64,16 +65,11 @@ def kind_halves(sizes: Mapping[str, int]) -> dict[str, str]:
     return out
 
 
-def trace_files() -> list[Path]:
-    files = sorted((SHARED / "traces").glob("*.jsonl"))
-    if not files:
-        raise FileNotFoundError(f"no traces under {SHARED / 'traces'} (set CTXPOLICY_SHARED)")
-    return files
-
-
 def half(which: str) -> dict[str, list[Path]]:
     """``{kind: [trace paths]}`` of one half."""
     files = trace_files()
+    if not files:
+        raise FileNotFoundError(f"no traces under {SHARED / 'traces'} (set CTXPOLICY_SHARED)")
     sizes = {}
     for p in files:
         with p.open("rb") as f:

@@ -18,9 +18,8 @@ from typing import Any
 
 sys.path.append(str(Path(__file__).resolve().parents[1]))  # run as a file
 
-from benchmarks._common import SHARED, machine, parser, publish
+from benchmarks._common import ROOT, SHARED, machine, parser, publish, trace_files
 
-ROOT = Path(__file__).resolve().parents[1]
 POLICIES = ROOT / "policies" / "agents.yaml"
 #: (agent, window) → the knob changes tried (``{}``: as shipped)
 GRID: dict[tuple[str, int], list[dict[str, float]]] = {
@@ -107,7 +106,7 @@ def tune_half(traces: list[str]) -> list[str]:
 def main(argv: list[str] | None = None) -> int:
     ap = parser(__doc__, "two traces, two variants", jobs=True)
     args = ap.parse_args(argv)
-    traces = sorted(str(p) for p in (SHARED / "traces").glob("*.jsonl"))
+    traces = [str(p) for p in trace_files()]
     if not traces:
         print(f"skipped: no shared traces under {SHARED / 'traces'}")
         return 0

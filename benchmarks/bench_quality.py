@@ -18,7 +18,7 @@ from typing import Any
 
 sys.path.append(str(Path(__file__).resolve().parents[1]))  # run as a file
 
-from benchmarks._common import eprint, machine, markdown_table, parser, publish, run_jobs
+from benchmarks._common import ROOT, eprint, machine, markdown_table, parser, publish, run_jobs
 from benchmarks._inputs import POLICY_FILE, family, load_agent, matrix
 from benchmarks.peers.catalog import available_peers
 from benchmarks.peers.table import (
@@ -32,7 +32,6 @@ from benchmarks.peers.table import (
     shipped_policies,
 )
 
-ROOT = Path(__file__).resolve().parents[1]
 WINDOWS = (16384, 32768, 128000)
 BASELINES = ("none", "last_n", "observation_mask", "summary_at_fraction")
 FAMILIES = ("mini-swe-agent", "openhands", "swe-agent", "tau-bench")

@@ -16,9 +16,8 @@ from typing import Any
 sys.path.append(str(Path(__file__).resolve().parents[1]))  # run as a file
 
 from benchmarks import _common
-from benchmarks._common import SHARED, eprint, parser, publish
+from benchmarks._common import ROOT, SHARED, eprint, parser, publish
 
-ROOT = Path(__file__).resolve().parents[1]
 #: (trace file, agent, window, baselines) of the plots.
 SIMULATIONS = (
     (

@@ -18,11 +18,8 @@ from typing import Any
 
 sys.path.append(str(Path(__file__).resolve().parents[1]))  # run as a file
 
-from benchmarks._common import ROOT, SHARED, in_tree, parser, publish
+from benchmarks._common import ROOT, in_tree, parser, publish, trace_files
 from benchmarks._inputs import tree_policies
-
-TRACES = SHARED / "traces"
-
 
 LEDGER_MARK = "[ctxpolicy progress ledger]"
 
@@ -119,7 +116,7 @@ def child(kinds: list[str], quick: bool, llm: bool = False) -> list[dict[str, An
 
     counter = ruler()
     rows: list[dict[str, Any]] = []
-    files = sorted(TRACES.glob("*.jsonl"))
+    files = trace_files()
     for kind in kinds:
         mine = [p for p in files if kind_of(p.name) == kind]
         if quick:

@@ -20,7 +20,7 @@ from typing import Any
 
 sys.path.append(str(Path(__file__).resolve().parents[1]))  # run as a file
 
-from benchmarks._common import SHARED, eprint, machine, markdown_table, publish, timeit
+from benchmarks._common import ROOT, SHARED, eprint, machine, markdown_table, publish, timeit
 from ctxpolicy.policy.models import ModelSpec
 from ctxpolicy.tokens import (
     FEATURES,
@@ -31,7 +31,6 @@ from ctxpolicy.tokens import (
     heuristic_features,
 )
 
-ROOT = Path(__file__).resolve().parents[1]
 CORPUS = ROOT / "tests" / "data" / "tokens"
 LARGEST = "mini-swe-agent__20251118_gemini-3-pro-74pct.sympy__sympy-13091.jsonl"
 

@@ -19,6 +19,7 @@ from typing import Any
 sys.path.append(str(Path(__file__).resolve().parents[1]))  # run as a file
 
 from benchmarks._common import (
+    ROOT,
     SHARED,
     eprint,
     in_tree,
@@ -26,11 +27,11 @@ from benchmarks._common import (
     markdown_table,
     parser,
     publish,
+    trace_files,
     write_results,
 )
 from ctxpolicy.tune.space import changed
 
-ROOT = Path(__file__).resolve().parents[1]
 POLICY = ROOT / "policies" / "agents.yaml"
 AGENT = "coding_agent"
 WINDOWS = (16384, 32768)
@@ -38,10 +39,7 @@ WINDOWS = (16384, 32768)
 
 def _traces(quick: bool, smallest: int = 10) -> list[str]:
     """Every shared trace; ``quick``: the ``smallest`` ones, smallest first."""
-    files = sorted((SHARED / "traces").glob("*.jsonl"))
-    if quick:
-        files = sorted(files, key=lambda p: p.stat().st_size)[:smallest]
-    return [str(p) for p in files]
+    return [str(p) for p in trace_files(smallest if quick else 0)]
 
 
 def _run(traces: list[str], window: int, trials: int, workers: int) -> tuple[Any, float]:

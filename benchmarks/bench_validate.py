@@ -20,9 +20,8 @@ from typing import Any
 
 sys.path.append(str(Path(__file__).resolve().parents[1]))  # run as a file
 
-from benchmarks._common import eprint, machine, markdown_table, parser, publish
+from benchmarks._common import ROOT, eprint, machine, markdown_table, parser, publish
 
-ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
 SCHEMA = ROOT / "schemas" / "ctxpolicy.schema.json"
 
