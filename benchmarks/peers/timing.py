@@ -1,26 +1,11 @@
-"""Per model call: ctxpolicy's path vs LangChain ``SummarizationMiddleware`` (issue 21 item 6).
+"""Per model call: ctxpolicy's path vs LangChain ``SummarizationMiddleware``.
 
-Each long trace is replayed call by call, in the same run, interleaved:
-
-* **ctxpolicy** — a ``Session`` under the policy: every tool result goes through
-  ``add_tool_result`` (preprocessors, snapshot written to a local store, ledger),
-  and before every assistant message ``prepare`` runs on the conversation so far
-  (counting, key-facts check, compaction when due). Both are timed; the
-  ``add_tool_result`` time of the results that arrived since the previous call is
-  booked on the call they precede.
-* **LangChain** — an agent state holding the trace's messages (converted once,
-  untimed, as an agent holds them) and ``SummarizationMiddleware.before_model``
-  with its update applied by LangGraph's ``add_messages`` reducer: what
-  ``create_agent`` runs before each model call for this middleware. Trigger and
-  keep are the policy's trigger and target; the summary (both sides) is the
-  deterministic digest of :mod:`benchmarks.peers.summary`.
-* **floor** — one tiktoken pass over the final conversation (each text of every
-  message encoded once): the least an exact counter can spend on the whole trace.
-  *Per call* it is that pass divided by the number of model calls.
-
-Reported per trace: median ms per call of each variant, the ratio of each median
-to the per-call floor, and the totals ÷ one pass. :func:`profile_calls` runs the
-ctxpolicy path under cProfile and returns its hot spots.
+Each long trace replayed call by call, interleaved in one run: ctxpolicy's
+``add_tool_result`` per tool result (booked on the call it precedes) and ``prepare``
+before every assistant message (:mod:`benchmarks.peers.replay`); LangChain's
+``before_model`` on an agent state updated by LangGraph's reducer; the floor, one
+tiktoken pass over the final conversation ÷ calls. The section (:func:`per_call_markdown`)
+says what each column is; :func:`profile_calls` returns ctxpolicy's hot spots.
 """
 
 from __future__ import annotations
