@@ -19,7 +19,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, BinaryIO
 
-from ctxpolicy.calls.pool import SessionPool
+from ctxpolicy.calls.pool import _PRIVATE, SessionPool
 from ctxpolicy.calls.processes import (
     MAX_FRAME_BYTES,
     WORKER_THREADS,
@@ -73,11 +73,15 @@ class _Worker:
 
         return emit
 
-    def _session(self, key: tuple[str, str, str, bool]) -> Any:
+    def _run(self, key: tuple[str, str, str, bool], fn: Callable[..., Any], args: Any) -> Any:
+        """``fn(session, *args)`` on the conversation's session, which no other
+        thread's step evicts meanwhile."""
         agent, tenant, conversation, private = key
         if private:
-            return self.pool.private(conversation, agent=agent)
-        return self.pool.get(conversation, agent=agent, tenant=tenant)
+            with self.pool.using(conversation, agent=agent, tenant=_PRIVATE):
+                return fn(self.pool.private(conversation, agent=agent), *received(args))
+        with self.pool.using(conversation, agent=agent, tenant=tenant):
+            return fn(self.pool.get(conversation, agent=agent, tenant=tenant), *received(args))
 
     def step(self, rid: int, op: str, key: Any, payload: Any) -> None:
         events: list[tuple[str, dict[str, Any]]] = []
@@ -86,7 +90,7 @@ class _Worker:
         try:
             if op == "run":
                 fn, args = payload
-                result = ("ok", fn(self._session(key), *received(args)))
+                result = ("ok", self._run(key, fn, args))
             elif op == "drop":
                 agent, tenant, conversation, private = key
                 if private:

@@ -2,7 +2,8 @@
 
 A :class:`SessionPool` keeps at most ``max_sessions`` sessions open (least recently
 used closed first); a conversation evicted here resumes from its stored state when it
-comes back. The sessions of a pool share one state store per store location (the
+comes back. A conversation in the middle of a call (its :meth:`SessionPool.lock` held, or
+inside :meth:`SessionPool.using`) is never evicted: the pool then stays over ``max_sessions`` until the call ends. The sessions of a pool share one state store per store location (the
 policy's ``state:`` store and options), so the store's bounded connection pool
 (``state.options.pool_size``) bounds the connections of every open conversation
 together: with PostgreSQL, N open conversations use at most ``pool_size`` server
@@ -34,7 +35,7 @@ import contextlib
 import json
 import threading
 from collections import OrderedDict
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
 from ctxpolicy.calls.processes import heavy_limits
@@ -159,6 +160,8 @@ class SessionPool:
         self.events_for = events_for
         self._sessions: OrderedDict[Key, Session] = OrderedDict()
         self._locks: dict[Key, asyncio.Lock] = {}
+        #: key -> the number of threads using its session (:meth:`using`)
+        self._users: dict[Key, int] = {}
         self._stores: dict[str, StateStore] = {}
         self._guard = threading.Lock()
         self._store_guard = threading.Lock()
@@ -312,16 +315,52 @@ class SessionPool:
                 if in_memory is not None:
                     self._evicted.pop(key, None)  # open again
                     self._in_memory[key] = in_memory
-            while len(self._sessions) > self.max_sessions:
-                old_key, old = self._sessions.popitem(last=False)
-                lk = self._locks.get(old_key)
-                if lk is not None and not lk.locked():
-                    self._locks.pop(old_key, None)
-                evicted.append(old)
-                self._release(old_key)
+            evicted += self._trim(keep=key)
         for e in evicted:
             self._close(e)
         return s
+
+    def _trim(self, *, keep: Key) -> list[Session]:
+        """Evict least recently used sessions down to ``max_sessions`` (under the guard)
+        and return them to close. A session whose conversation lock is held is in the
+        middle of a call: it is never evicted (it counts as just used and moves to the
+        end), so the pool may stay over ``max_sessions`` until those calls end; the next
+        session opened trims it again. ``keep`` (the session being handed out) stays."""
+        evicted: list[Session] = []
+        candidates = len(self._sessions)
+        while len(self._sessions) > self.max_sessions and candidates > 0:
+            candidates -= 1
+            old_key = next(iter(self._sessions))
+            if old_key == keep or self._in_use(old_key):
+                self._sessions.move_to_end(old_key)
+                continue
+            old = self._sessions.pop(old_key)
+            self._locks.pop(old_key, None)
+            evicted.append(old)
+            self._release(old_key)
+        return evicted
+
+    def _in_use(self, key: Key) -> bool:
+        """A call of the conversation is under way (under the guard)."""
+        lk = self._locks.get(key)
+        return (lk is not None and lk.locked()) or key in self._users
+
+    @contextlib.contextmanager
+    def using(
+        self, conversation: str, *, agent: str | None = None, tenant: str = ""
+    ) -> Iterator[None]:
+        """Marks the conversation in use for the block (a thread's step, as holding its
+        :meth:`lock` does for an async call): its session is not evicted meanwhile."""
+        key = self._key(conversation, agent=agent, tenant=tenant)
+        with self._guard:
+            self._users[key] = self._users.get(key, 0) + 1
+        try:
+            yield
+        finally:
+            with self._guard:
+                left = self._users.pop(key) - 1
+                if left:
+                    self._users[key] = left
 
     def _release(self, key: Key) -> None:
         """An evicted conversation of a shared ``memory`` store: kept among the

@@ -8,7 +8,7 @@ from types import ModuleType
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from ctxpolicy._install import extra_hint
-from ctxpolicy.calls.driver import CallDriver
+from ctxpolicy.calls.driver import CallDriver, off_loop
 from ctxpolicy.calls.pool import conversation_key
 from ctxpolicy.conversation.messages import call_arguments
 from ctxpolicy.wire.base import is_given, json_args, parse_args, to_plain
@@ -20,6 +20,7 @@ __all__ = [
     "call_args",
     "call_with_retry",
     "conversation_key",
+    "converted",
     "is_async_callable",
     "is_given",
     "json_args",
@@ -124,6 +125,21 @@ async def acall_with_retry(
     """Async twin of :func:`call_with_retry`: the engine runs in a worker thread."""
     driver = CallDriver(session, catch=catch)
     return await driver.acall(cast(Sequence[Message], messages), _tools(tools), send)
+
+
+#: A request of at least this many messages (or items) is converted to engine messages
+#: in a worker thread by the async adapters: converting a long history (tens of
+#: milliseconds for thousands of messages) would hold the event loop.
+LONG_REQUEST = 200
+
+
+async def converted(items: Sequence[Any], convert: Callable[[], T]) -> T:
+    """``convert()`` (the engine messages of ``items``): in a worker thread when the
+    request is long (:data:`LONG_REQUEST`), here otherwise (a hop costs more than a
+    short conversion)."""
+    if len(items) >= LONG_REQUEST:
+        return await off_loop(convert)
+    return convert()
 
 
 def _tools(tools: Sequence[Mapping[str, Any]] | None) -> list[dict[str, Any]] | None:

@@ -38,6 +38,7 @@ from ctxpolicy.integrations._common import (
     Message,
     Proxy,
     as_session,
+    converted,
     is_async_callable,
     require,
     to_plain,
@@ -203,20 +204,27 @@ class AnthropicWrapper(Proxy):
         if "messages" not in kwargs:
             return fn(**kwargs)
         kwargs = dict(kwargs)
-        conv = AnthropicConversation(list(kwargs.pop("messages")), kwargs.pop("system", None))
+        raw, system = list(kwargs.pop("messages")), kwargs.pop("system", None)
         tools = _tools_for_count(kwargs.get("tools"))
         driver = CallDriver(
             self.session, format=UsageOnly(self._tokens), catch=(_anthropic().APIStatusError,)
         )
         if self.is_async:
 
-            async def asend(prepared: list[Message]) -> Any:
-                req, fps = self._build(conv, prepared)
-                resp = await fn(**req.kwargs(), **kwargs)
-                self._done(req, fps)
-                return resp
+            async def acall() -> Any:
+                conv = await converted(raw, lambda: AnthropicConversation(raw, system))
 
-            return driver.acall(conv.messages, tools, asend)
+                async def asend(prepared: list[Message]) -> Any:
+                    req, fps = self._build(conv, prepared)
+                    resp = await fn(**req.kwargs(), **kwargs)
+                    self._done(req, fps)
+                    return resp
+
+                return await driver.acall(conv.messages, tools, asend)
+
+            return acall()
+
+        conv = AnthropicConversation(raw, system)
 
         def send(prepared: list[Message]) -> Any:
             req, fps = self._build(conv, prepared)

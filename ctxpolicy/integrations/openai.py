@@ -48,6 +48,7 @@ from ctxpolicy.integrations._common import (
     Message,
     Proxy,
     as_session,
+    converted,
     is_async_callable,
     is_given,
     require,
@@ -164,7 +165,7 @@ class OpenAIWrapper(Proxy):
         if "messages" not in kwargs:
             return fn(**kwargs)
         kwargs = dict(kwargs)
-        messages = [to_plain(m) for m in kwargs.pop("messages")]
+        raw = list(kwargs.pop("messages"))
         tools = kwargs.get("tools")
         plain_tools = to_plain(list(tools)) if is_given(tools) else None
         if self.is_async:
@@ -172,7 +173,12 @@ class OpenAIWrapper(Proxy):
             async def asend(prepared: list[Message]) -> Any:
                 return await fn(messages=prepared, **kwargs)
 
-            return self._driver().acall(messages, plain_tools, asend)
+            async def acall() -> Any:
+                messages = await converted(raw, lambda: [to_plain(m) for m in raw])
+                return await self._driver().acall(messages, plain_tools, asend)
+
+            return acall()
+        messages = [to_plain(m) for m in raw]
         return self._driver().call(messages, plain_tools, lambda p: fn(messages=p, **kwargs))
 
     def _responses(self, fn: Callable[..., Any], kwargs: dict[str, Any]) -> Any:
@@ -196,17 +202,27 @@ class OpenAIWrapper(Proxy):
         kwargs = dict(kwargs)
         kwargs.pop("input")
         instructions = kwargs.get("instructions")
-        conv = ResponsesInput(
-            list(items), instructions=instructions if is_given(instructions) else None
-        )
+        items = list(items)
+
+        def conversation() -> ResponsesInput:
+            return ResponsesInput(
+                items, instructions=instructions if is_given(instructions) else None
+            )
+
         tools = kwargs.get("tools")
         plain_tools = to_plain(list(tools)) if is_given(tools) else None
         if self.is_async:
 
-            async def asend(prepared: list[Message]) -> Any:
-                return await fn(input=conv.to_items(prepared), **kwargs)
+            async def acall() -> Any:
+                conv = await converted(items, conversation)
 
-            return self._driver().acall(conv.messages, plain_tools, asend)
+                async def asend(prepared: list[Message]) -> Any:
+                    return await fn(input=conv.to_items(prepared), **kwargs)
+
+                return await self._driver().acall(conv.messages, plain_tools, asend)
+
+            return acall()
+        conv = conversation()
         return self._driver().call(
             conv.messages, plain_tools, lambda p: fn(input=conv.to_items(p), **kwargs)
         )

@@ -175,8 +175,21 @@ def is_given(value: T | None) -> TypeGuard[T]:
     return type(value).__name__ not in ("NotGiven", "Omit")
 
 
+#: types returned as they are by :func:`to_plain` (exact types: no SDK object is one)
+_SCALARS = frozenset({str, int, float, bool, type(None)})
+
+
 def to_plain(obj: Any) -> Any:
     """A JSON-like copy of SDK objects (pydantic models, TypedDicts, lists)."""
+    kind = type(obj)
+    if kind in _SCALARS:  # the bulk of a long history: no abc or attribute look-up
+        return obj
+    if kind is dict:
+        return {
+            k if type(k) is str else str(k): v if type(v) in _SCALARS else to_plain(v)
+            for k, v in obj.items()
+            if type(v) in _SCALARS or is_given(v)
+        }
     if isinstance(obj, Mapping):
         return {str(k): to_plain(v) for k, v in obj.items() if is_given(v) or v is None}
     if isinstance(obj, list | tuple):

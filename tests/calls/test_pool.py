@@ -291,3 +291,81 @@ def test_the_gateway_pool_shares_the_bounded_connections(
     assert _server_connections(postgres_server.dsn) <= 3
     assert pool.get("test_agent", "gw-1").conv_id == "gw-1"  # the gateway's ids as they are
     pool.close()
+
+
+def test_a_conversation_in_a_call_is_never_evicted(tmp_path: Path) -> None:
+    """With ``max_sessions=1``, other conversations' whole calls run while one
+    conversation is in the middle of its call (its lock held, waiting for the
+    provider): its session is neither closed nor dropped; the pool is over capacity
+    until that call ends, and the next conversation opened trims it back."""
+    import asyncio
+
+    from ctxpolicy.calls import CallDriver
+    from ctxpolicy.calls.driver import UsageOnly
+
+    pool = SessionPool(with_state(make_policy(tmp_path), "memory"), max_sessions=1)
+    closed: list[str] = []
+    pool.on_close = lambda s: closed.append(s.conv_id)
+
+    async def main() -> None:
+        in_send, go_on = asyncio.Event(), asyncio.Event()
+
+        async def call(conv: str, hold: bool = False) -> Session:
+            async with pool.lock(conv):
+                driver = CallDriver(
+                    None, open=lambda: pool.get(conv), format=UsageOnly(lambda r: r)
+                )
+
+                async def send(prepared: list[dict[str, Any]]) -> int:
+                    if hold:
+                        in_send.set()
+                        await go_on.wait()
+                    return 1000
+
+                await driver.acall(history(2), None, send)
+                return driver.session
+
+        held = asyncio.create_task(call("a", hold=True))
+        await in_send.wait()
+        for other in ("b", "c", "d"):  # each opens a session past max_sessions
+            await asyncio.gather(call(other), call(other + "2"))
+        assert "test_agent/a" not in closed
+        assert "a" in pool.conversations()
+        go_on.set()
+        a = await held
+        assert a.state.usage_seen  # its usage was recorded on its open session
+        assert "test_agent/a" not in closed and pool.released < 7
+        await call("e")  # a's call is over: trimmed back to max_sessions
+        assert pool.conversations() == ["e"] and "test_agent/a" in closed
+        back = await call("a")  # evicted lately: resumed from the memory store
+        assert back is not a and back.state.usage_seen
+
+    asyncio.run(main())
+    pool.close()
+
+
+def test_a_conversation_a_thread_is_using_is_never_evicted(tmp_path: Path) -> None:
+    """The same for a thread's step (``using``: an engine process's worker threads)."""
+    pool = SessionPool(make_policy(tmp_path), max_sessions=1)
+    closed: list[str] = []
+    pool.on_close = lambda s: closed.append(s.conv_id)
+    inside, done = threading.Event(), threading.Event()
+
+    def step() -> None:
+        with pool.using("a"):
+            s = pool.get("a")
+            inside.set()
+            done.wait(30)
+            s.prepare(history(2))
+
+    t = threading.Thread(target=step)
+    t.start()
+    inside.wait(30)
+    with ThreadPoolExecutor(4) as ex:
+        list(ex.map(lambda c: pool.get(c).prepare(history(1)), ["b", "c", "d", "e"]))
+    assert "test_agent/a" not in closed and "a" in pool.conversations()
+    done.set()
+    t.join(30)
+    pool.get("f")
+    assert pool.conversations() == ["f"] and "test_agent/a" in closed
+    pool.close()

@@ -311,3 +311,51 @@ def test_recall_tools_round_trip_through_the_sdk(policy_factory) -> None:
         [{"type": "tool_use", "id": "x", "name": "ctx_recall", "input": {"ref": "/etc/passwd"}}],
     )
     assert bad[0]["is_error"] and "/etc" not in bad[0]["content"]
+
+
+class _Seen(dict):  # type: ignore[type-arg]
+    """A message that records the threads converting it."""
+
+    threads: list[int]
+
+    def items(self):  # type: ignore[no-untyped-def]
+        import threading
+
+        type(self).threads.append(threading.get_ident())
+        return super().items()
+
+
+def test_async_client_converts_a_long_history_off_the_event_loop(policy_factory):
+    """A long request becomes engine messages in a worker thread, not on the event loop;
+    a short one where it is."""
+    import asyncio
+    import threading
+
+    from ctxpolicy.integrations._common import LONG_REQUEST
+
+    session = Session(policy_factory(window=200_000, max_chars=3000))
+
+    def history(n: int) -> list[Any]:  # n even: user, assistant, ..., user (recorded)
+        out: list[Any] = [
+            {"role": "assistant" if i % 2 else "user", "content": f"m{i}"} for i in range(n)
+        ]
+        return [*out, _Seen(role="user", content="last")]
+
+    async def main(srv: ScriptedLLMServer) -> list[list[bool]]:
+        loop = threading.get_ident()
+        client = wrap(
+            anthropic.AsyncAnthropic(base_url=srv.anthropic_base_url, api_key="t", max_retries=0),
+            session,
+        )
+        seen = []
+        for n in (LONG_REQUEST, 4):
+            _Seen.threads = []
+            await client.messages.create(model="m", max_tokens=64, messages=history(n))
+            seen.append([t == loop for t in _Seen.threads])
+        await client.close()
+        return seen
+
+    with ScriptedLLMServer(window=200_000) as srv:
+        long, short = asyncio.run(main(srv))
+    assert long and not any(long)
+    assert short and all(short)

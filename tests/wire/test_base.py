@@ -5,6 +5,9 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from hypothesis import given
+from hypothesis import strategies as st
+
 from ctxpolicy.conversation.samejson import KeyedList
 from ctxpolicy.policy.models import ModelSpec
 from ctxpolicy.tokens import TokenCounter
@@ -117,3 +120,38 @@ def test_the_texts_memo_keeps_its_bound() -> None:
         assert texts.text(m) == _plain(m)
         assert texts.text(json.loads(json.dumps(m))) == _plain(m)
     assert 50_000 < texts._chars <= 100_000  # 20 long messages of ~7.5 KB: some dropped
+
+
+_json_like = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=5),
+    lambda inner: (
+        st.lists(inner, max_size=4)
+        | st.dictionaries(st.text(max_size=3) | st.integers(), inner, max_size=4)
+        | st.tuples(inner, inner)
+    ),
+    max_leaves=20,
+)
+
+
+@given(_json_like)
+def test_to_plain_copies_json_like_values(value: Any) -> None:
+    """Plain values come back equal (tuples as lists, keys as strings), dicts and lists
+    as copies; the SDKs' "not given" sentinels are dropped from mappings."""
+    from ctxpolicy.wire.base import to_plain
+
+    def expected(v: Any) -> Any:
+        if isinstance(v, dict):
+            return {str(k): expected(x) for k, x in v.items()}
+        if isinstance(v, list | tuple):
+            return [expected(x) for x in v]
+        return v
+
+    out = to_plain(value)
+    assert out == expected(value)
+    if isinstance(value, dict | list):
+        assert out is not value
+
+    class NotGiven:
+        pass
+
+    assert to_plain({"a": NotGiven(), "b": None, "c": [1]}) == {"b": None, "c": [1]}
