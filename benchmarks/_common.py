@@ -1,4 +1,5 @@
-"""Helpers shared by the benchmark scripts: environment header, timing, tables, output.
+"""Helpers shared by the benchmark scripts: arguments, machine header, timing, tables,
+results files, children measuring another tree, cProfile rows.
 
 Benchmarks report ratios measured within one run (the machine is shared and noisy);
 absolute times are printed for context only.
@@ -6,14 +7,17 @@ absolute times are printed for context only.
 
 from __future__ import annotations
 
+import argparse
+import cProfile
 import json
 import os
 import platform
+import pstats
 import statistics
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import UTC, datetime
 from importlib import metadata
 from pathlib import Path
@@ -206,13 +210,44 @@ def interleaved(
     return runs
 
 
+def parser(
+    doc: str | None,
+    quick: str = "smoke-test size",
+    *,
+    baseline: bool = False,
+    child: bool = False,
+    jobs: bool = False,
+) -> argparse.ArgumentParser:
+    """A script's arguments parser, described by the first paragraph of ``doc``: ``--quick``;
+    ``--baseline DIR`` (another source tree, measured in the same run) with ``baseline``;
+    the hidden ``--child`` of :func:`in_tree`; ``--jobs N`` processes (2 at most)."""
+    ap = argparse.ArgumentParser(description=(doc or "").split("\n\n")[0])
+    ap.add_argument("--quick", action="store_true", help=quick)
+    if baseline:
+        ap.add_argument(
+            "--baseline", type=Path, help="another source tree, measured in the same run"
+        )
+    if child:
+        ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    if jobs:
+        ap.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1))
+    return ap
+
+
 def eprint(*args: Any) -> None:
     print(*args, file=sys.stderr, flush=True)
 
 
+def trace_files(smallest: int = 0) -> list[Path]:
+    """The shared trace files (../shared/traces/*.jsonl) by name; ``smallest``: only
+    that many of the smallest, smallest first."""
+    files = sorted((SHARED / "traces").glob("*.jsonl"))
+    return sorted(files, key=lambda p: p.stat().st_size)[:smallest] if smallest else files
+
+
 def shared_traces() -> list[str]:
     """The shared trace files, sorted (none: said on stderr)."""
-    traces = sorted(str(p) for p in (SHARED / "traces").glob("*.jsonl"))
+    traces = [str(p) for p in trace_files()]
     if not traces:
         eprint(f"no traces under {SHARED / 'traces'} (set CTXPOLICY_SHARED)")
     return traces
@@ -234,3 +269,45 @@ def run_jobs(calls: Sequence[tuple[Callable[..., Any], tuple[Any, ...]]], jobs: 
             if (n + 1) % 20 == 0 or n + 1 == len(futs):
                 eprint(f"  {n + 1}/{len(futs)} ({time.perf_counter() - t0:.0f} s)")
     return out
+
+
+# --------------------------------------------------------------------------- profiles
+
+
+def short_path(file: str) -> str:
+    """``ctxpolicy/engine.py`` for a file of the package, ``pkg/mod.py`` for an installed
+    one, ``built-in`` for C functions."""
+    if file == "~":
+        return "built-in"
+    for marker in ("/ctxpolicy/", "/site-packages/"):
+        if marker in file:
+            tail = file.split(marker, 1)[1]
+            return ("ctxpolicy/" if marker == "/ctxpolicy/" else "") + tail
+    return Path(file).name if "/" in file else file
+
+
+def function_name(key: tuple[str, int, str]) -> str:
+    """``module:line(function)`` of a pstats key (the bare name of a C function)."""
+    file, line, fn = key
+    return fn if file == "~" else f"{short_path(file)}:{line}({fn})"
+
+
+def profile_rows(prof: cProfile.Profile) -> tuple[float, list[dict[str, Any]]]:
+    """Total own seconds and one row per profiled function (unsorted): ``function``,
+    ``module``, ``calls``, ``tottime_s``, ``cumtime_s``, ``own_share``, ``cum_share``."""
+    entries: Mapping[Any, Any] = pstats.Stats(prof).stats  # type: ignore[attr-defined]
+    total = sum(v[2] for v in entries.values())
+    rows = []
+    for key, (_cc, nc, tt, ct, _callers) in entries.items():
+        rows.append(
+            {
+                "function": function_name(key),
+                "module": short_path(key[0]),
+                "calls": nc,
+                "tottime_s": tt,
+                "cumtime_s": ct,
+                "own_share": tt / total if total else 0.0,
+                "cum_share": ct / total if total else 0.0,
+            }
+        )
+    return total, rows

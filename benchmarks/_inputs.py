@@ -8,7 +8,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from benchmarks._common import SHARED, shared_traces
+from benchmarks._common import ROOT, SHARED, shared_traces, trace_files
 
 __all__ = [
     "AGENT",
@@ -27,9 +27,9 @@ __all__ = [
     "smallest_trace",
     "step_indices",
     "tiny_session",
+    "tree_policies",
 ]
 
-ROOT = Path(__file__).resolve().parents[1]
 POLICY_FILE = ROOT / "policies" / "agents.yaml"
 AGENT = "default"
 Message = dict[str, Any]
@@ -51,6 +51,14 @@ def engine_policy() -> tuple[Any, str | None]:
         why = f"policy tokenizer unavailable offline ({type(exc).__name__}: {str(exc)[:160]})"
     model = pol.model.model_copy(update={"tokenizer": "cl100k_base"})
     return pol.model_copy(update={"model": model}), why + "; tiktoken cl100k_base used instead"
+
+
+def tree_policies() -> Path:
+    """The shipped policies of the tree ``ctxpolicy`` is imported from (a child of
+    :func:`benchmarks._common.in_tree`: the tree it measures), not this folder's."""
+    import ctxpolicy
+
+    return Path(ctxpolicy.__file__).resolve().parents[1] / "policies" / "agents.yaml"
 
 
 def family(trace: str) -> str:
@@ -121,7 +129,7 @@ def largest_traces(n: int) -> list[tuple[str, list[Message]]]:
 
     enc = TiktokenTokenizer.load("cl100k_base", None)
     sized: list[tuple[int, str, list[Message]]] = []
-    for p in sorted((SHARED / "traces").glob("*.jsonl")):
+    for p in trace_files():
         msgs = load_trace(p)
         sized.append((sum(enc.count(t) for m in msgs for t in message_texts(m)), p.name, msgs))
     if not sized:
@@ -137,8 +145,8 @@ def largest_trace() -> tuple[str, list[Message]]:
 def smallest_trace() -> tuple[str, list[Message]]:
     from ctxpolicy.sim.importers import load_trace
 
-    files = sorted((SHARED / "traces").glob("*.jsonl"), key=lambda p: p.stat().st_size)
-    return files[0].name, load_trace(files[0])
+    first = trace_files(smallest=1)[0]
+    return first.name, load_trace(first)
 
 
 def coding_parts(

@@ -1,22 +1,12 @@
-"""Prompt-cache-aware compaction (issue 12 item 2): shipped policies with and without
+"""Prompt-cache-aware compaction: shipped policies with and without
 ``cache: {preserve_prefix: true, min_gain_tokens: N}`` on ../shared/traces.
 
-Every trace is replayed under every agent of policies/agents.yaml twice — as shipped
-and with the cache option — at each window. Per replay: prefix changes (model calls
-whose prompt does not start with the whole previous prompt, i.e. the provider's
-cached prefix was cut), cached-prefix tokens (the common prefix with the previous
-call, summed), prompt tokens, overflows, and the estimated cost with
-ctxpolicy/data/prices.json (input, cached input, output per model).
-``--min-gain auto`` uses N = 25 % of the policy's trigger at that window.
-
-Goal (issue 12): prefix changes with the option ≤ 1/3 of without, with no overflow.
-Writes benchmarks/results/bench_cache.json and .md; exits 0 even when it is missed.
+Every trace × agent × window replayed twice; ``--min-gain auto`` uses N = 25 % of the
+policy's trigger at that window. The section says what each column counts.
 """
 
 from __future__ import annotations
 
-import argparse
-import os
 import sys
 import time
 from pathlib import Path
@@ -24,10 +14,9 @@ from typing import Any
 
 sys.path.append(str(Path(__file__).resolve().parents[1]))  # run as a file
 
-from benchmarks._common import eprint, machine, markdown_table, publish, run_jobs
+from benchmarks._common import eprint, machine, markdown_table, parser, publish, run_jobs
 from benchmarks._inputs import family, load_agent, matrix
 
-ROOT = Path(__file__).resolve().parents[1]
 TOLERANCE = 8  # tokens of framing difference still counted as "prefix kept"
 
 
@@ -227,12 +216,10 @@ def to_markdown(data: dict[str, Any]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1))
+    ap = parser(__doc__, jobs=True)
     ap.add_argument("--windows", default="32768")
     ap.add_argument("--min-gain", default="auto", help="tokens, or 'auto' (25 %% of the trigger)")
     ap.add_argument("--agents", default="")
-    ap.add_argument("--quick", action="store_true")
     args = ap.parse_args(argv)
     traces, agents, windows = matrix(args.agents, args.windows)
     if not traces:

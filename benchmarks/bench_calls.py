@@ -1,19 +1,10 @@
 """A ``prepare`` that compacts nothing, this tree vs a baseline tree, in one run.
 
-The per-call replay loop (:func:`benchmarks.peers.replay.replay_ctxpolicy`:
-``add_tool_result`` per tool result, ``prepare`` before every assistant message) under
-``coding_agent``; the calls that compacted (``compact_layer`` set) are left out. Each
-repeat runs in a child process per tree (its ``ctxpolicy`` first on the path), baseline
-and this tree alternating.
-
-* default (results ``bench_prepare_calls``): the ``--traces`` longest shared traces, the
-  median over the plain calls of each call's median over the repeats;
-* ``--profile`` (results ``bench_call_profile``): a synthetic coding session of
-  ``--steps`` calls (memory state store), first vs last quarter of the plain calls:
-  Python function calls per ``prepare`` in one profiled replay (deterministic), wall ms in
-  the unprofiled repeats, and the functions whose calls grow.
-
-``--quick``: the smallest trace (40 steps with ``--profile``), one repeat.
+The per-call replay loop (:func:`benchmarks.peers.replay.replay_ctxpolicy`) under
+``coding_agent``, calls that compacted left out, each repeat in a child process per
+tree. Default (results ``bench_prepare_calls``): the ``--traces`` longest shared traces;
+``--profile`` (results ``bench_call_profile``): Python calls per ``prepare`` on a
+synthetic session, first vs last quarter.
 """
 
 from __future__ import annotations
@@ -34,6 +25,7 @@ from benchmarks._common import (
     interleaved,
     machine,
     markdown_table,
+    parser,
     publish,
     trees,
 )
@@ -47,8 +39,8 @@ def child(steps: int, traces: int, quick: bool, profile: bool) -> dict[str, Any]
     import cProfile
     import pstats
 
+    from benchmarks._common import function_name
     from benchmarks._inputs import largest_traces, load_agent, smallest_trace
-    from benchmarks._profile import function_name
     from benchmarks.peers.replay import replay_ctxpolicy
     from ctxpolicy import Session  # the measured tree's (PYTHONPATH)
     from ctxpolicy.sim.synth import coding_session
@@ -243,14 +235,11 @@ def profile_markdown(data: dict[str, Any]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--baseline", type=Path, help="source tree measured as the baseline")
+    ap = parser(__doc__, "smallest trace or 40 steps, 1 repeat", baseline=True, child=True)
     ap.add_argument("--profile", action="store_true", help="the profiled synthetic session")
     ap.add_argument("--traces", type=int, default=3)
     ap.add_argument("--steps", type=int, default=400, help="--profile: model calls")
     ap.add_argument("--repeat", type=int, help="repeats per tree (5; --profile: 3)")
-    ap.add_argument("--quick", action="store_true", help="smallest trace or 40 steps, 1 repeat")
-    ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--profiled", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     steps = (40 if args.quick else args.steps) if args.profile else 0

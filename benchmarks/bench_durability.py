@@ -1,26 +1,15 @@
 """What durable state costs per model call: the floors under it, and the saves themselves.
 
-* default (results ``bench_floors``): the per-call replay of ``bench_engine.py
-  --per-call-only`` (:mod:`benchmarks.peers.timing`, ``coding_agent``, the three longest
-  shared traces; ``--quick``: the smallest, one repeat) with the shipped durability
-  (``defaults``: sqlite state, local snapshots), with ``add_tool_result``'s changes saved
-  by the next ``prepare``'s commit (``one commit per model call (emulated)``: a
-  measurement for docs/state.md's decision, not a mode), with the memory state store, and
-  with that and no snapshots; LangChain's ``SummarizationMiddleware`` on the same
-  messages; every variant once per repeat, in turn. Median ms per model call and each ÷
-  LangChain's (needs the ``langchain`` extra).
-* ``--state`` (results ``bench_state``): the longest shared trace (most messages) under
-  ``coding_agent`` at a 32k window, every state-changing call saving its changes (an
-  incremental compare-and-set commit) to the memory store, sqlite (a WAL file) and a real
-  PostgreSQL on localhost (started here; skipped with a note when it cannot start),
-  interleaved per repeat: total time per store ÷ memory's, time inside ``commit`` per
-  save ÷ ``prepare`` per call, bytes per save against the whole state. ``--quick``: the
-  first 160 messages once.
+Default (results ``bench_floors``): the per-call replay of :mod:`benchmarks.peers.timing`
+with the shipped durability and without its parts, against LangChain's
+``SummarizationMiddleware`` (needs the ``langchain`` extra). ``--state`` (results
+``bench_state``): every state-changing call saved to the memory store, sqlite and a real
+PostgreSQL (started here; skipped with a note when it cannot start). The sections say
+what each number is.
 """
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import json
 import statistics
@@ -33,7 +22,16 @@ from typing import Any
 
 sys.path.append(str(Path(__file__).resolve().parents[1]))  # run as a file
 
-from benchmarks._common import ROOT, SHARED, eprint, machine, markdown_table, publish
+from benchmarks._common import (
+    ROOT,
+    SHARED,
+    eprint,
+    machine,
+    markdown_table,
+    parser,
+    publish,
+    trace_files,
+)
 
 AGENT = "coding_agent"
 WINDOW = 32768  # --state
@@ -206,7 +204,7 @@ def _totals(run: dict[str, Any]) -> dict[str, Any]:
 
 
 def longest_trace() -> Path:
-    files = sorted((SHARED / "traces").glob("*.jsonl"))
+    files = trace_files()
     if not files:
         raise SystemExit(f"no traces in {SHARED / 'traces'}")
     return max(files, key=lambda p: sum(1 for _ in p.open()))
@@ -368,9 +366,8 @@ def state(quick: bool, repeat: int) -> tuple[dict[str, Any], str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = parser(__doc__, "smallest trace / 160 messages, once")
     ap.add_argument("--state", action="store_true", help="the state stores' saves")
-    ap.add_argument("--quick", action="store_true", help="smallest trace / 160 messages, once")
     ap.add_argument("--repeat", type=int, default=3)
     args = ap.parse_args(argv)
     repeat = 1 if args.quick else max(1, args.repeat)

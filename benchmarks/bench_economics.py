@@ -1,31 +1,13 @@
-"""Compaction economics (issue 27, item 2): how often the engine rewrites what it sent.
+"""Compaction economics: how often the engine rewrites what it sent.
 
-Replays the shared traces (../shared/traces) under ``policies/agents.yaml``
-``coding_agent`` at 32k and ``coding_agent_16k`` at 16k, as shipped and with the
-thresholds coding_agent had before it compacted late (warning 0.60) — the loop of
-``ctxpolicy simulate`` — once with this tree and, with ``--baseline``, once with
-another source tree (a child process with that tree first on the path), and prints
-per agent and window, summed over the traces:
-
-* compactions per 100 calls: calls on which a layer (or the squeeze) changed the context;
-* prefix changes per 100 calls: calls whose already-sent messages changed (the
-  request does not extend the previous one: the provider's prompt cache is lost);
-* tokens sent ÷ none: tokens of the prepared requests over those of the uncompacted
-  conversation;
-* overflows: requests above ``window − reserve_output``;
-* billed ÷ none under Anthropic prompt caching (read 0.1×, write 1.25×), split into
-  its parts, each ÷ none's bill: cached reads, writes of the appended messages (what
-  a call adds), writes of rewritten prefixes (what compactions cost); and none's own
-  writes (what the conversation adds, before any preprocessing: the floor no
-  compaction can lower);
-
-and, with a baseline, this tree's numbers as ratios of the baseline's from the same
-run. ``--quick``: the first 6 traces only.
+The shared traces under ``coding_agent`` (32k) and ``coding_agent_16k`` (16k), shipped
+and with the earlier thresholds, replayed as ``ctxpolicy simulate`` does, by this tree
+and (``--baseline``) another one in a child process: compactions and prefix changes per
+100 calls, tokens sent and the prompt-caching bill ÷ none (the section's table says each).
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 import tempfile
@@ -34,9 +16,8 @@ from typing import Any
 
 sys.path.append(str(Path(__file__).resolve().parents[1]))  # run as a file
 
-from benchmarks._common import SHARED, in_tree, machine, publish
+from benchmarks._common import ROOT, SHARED, in_tree, machine, parser, publish, trace_files
 
-ROOT = Path(__file__).resolve().parents[1]
 TRACES = SHARED / "traces"
 #: (agent, window, thresholds or None): the shipped policies, and both with the
 #: thresholds coding_agent had before it learned to compact late (warning at 60 % of
@@ -57,7 +38,7 @@ def child(quick: bool) -> dict[str, dict[str, float]]:
     from ctxpolicy.sim.metrics import price_model
 
     pm = price_model("anthropic")
-    paths = sorted(TRACES.glob("*.jsonl"))[: 6 if quick else None]
+    paths = trace_files()[: 6 if quick else None]
     out: dict[str, dict[str, float]] = {}
     for agent, window, thresholds in RUNS:
         policy = replay.load_policy_file(str(ROOT / "policies" / "agents.yaml"), agent)
@@ -140,10 +121,7 @@ def table(mine: dict[str, Any], base: dict[str, Any] | None) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--baseline", type=Path, help="the source tree to compare with")
-    ap.add_argument("--quick", action="store_true", help="the first 6 traces only")
-    ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    ap = parser(__doc__, "the first 6 traces only", baseline=True, child=True)
     args = ap.parse_args(argv)
     if not TRACES.is_dir():
         print(f"skipped: no shared traces at {TRACES}")

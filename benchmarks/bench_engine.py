@@ -1,45 +1,17 @@
 """Engine overhead: ``Session.prepare`` before every assistant message vs the floor and peers.
 
-Replays (1) the largest trace in ../shared/traces (most cl100k tokens) and (2) the
-500k-token synthetic session of :func:`ctxpolicy.sim.synth.large_session`, message by
-message. Before each assistant message (one "step") every variant handles the
-conversation so far; all variants are measured in the same run, interleaved:
-
-* **floor** — one tiktoken pass over all content: each text (content, tool-call name
-  and arguments) encoded exactly once, when it enters the conversation;
-* **ctxpolicy** — ``Session.prepare(conversation)`` under the ``default`` policy of
-  policies/agents.yaml (fresh token cache each run; compaction runs when due);
-* **naive** — recount every message of the conversation at every step (no cache);
-  on the synthetic session only every k-th step is measured and the total is the
-  sum of the measured steps times k (marked "sampled");
-* **LangChain count** — ``langchain_core.messages.utils.count_tokens_approximately``
-  over the whole conversation at every step (what ``SummarizationMiddleware`` does
-  before each model call);
-* **LangChain trim** — ``trim_messages(strategy="last", token_counter=
-  count_tokens_approximately, max_tokens=<policy trigger>)`` at every step.
-
-LangChain messages are converted once, untimed (a LangChain agent already holds them).
-
-Per model call vs LangChain (issue 21 item 6, :mod:`benchmarks.peers.timing`): on the
-3 longest shared traces under ``coding_agent``, the median ms per model call of
-LangChain ``SummarizationMiddleware`` (real library, its state updated by LangGraph's
-reducer) and of ctxpolicy ``prepare`` and ``add_tool_result``, each as a ratio to one
-exact tiktoken pass of the final conversation per call; interleaved repeats; then a
-cProfile of ctxpolicy's per-call path. ``--per-call-only`` runs just that.
-``--baseline SRC`` also times the ctxpolicy of another source tree (a checkout of
-main) in the same run: both trees replay in worker processes, in turn, and the
-report gives before → after per call and per part of the path
-(:mod:`benchmarks.peers.worker`, :mod:`benchmarks.peers.parts`).
-
-Goals (issue 11): ctxpolicy ≤ 1.5 × floor; naive ≥ 20 × ctxpolicy at ≥ 200 steps;
-memory linear (tracemalloc peak of a ctxpolicy replay at several sizes). When the
-floor goal is missed the script profiles ``prepare`` (cProfile) and reports the hot
-spots. Writes benchmarks/results/bench_engine.json and .md; exits 0 either way.
+The largest shared trace and a 500k-token synthetic session replayed message by
+message; before each assistant message every variant (one tiktoken pass, ctxpolicy
+``prepare``, a naive recount, LangChain's counting and trimming) handles the
+conversation so far, interleaved in one run. Then the per-call comparison with
+LangChain's ``SummarizationMiddleware`` (:mod:`benchmarks.peers.timing`;
+``--per-call-only``: just that; ``--baseline SRC``: that tree's ctxpolicy too, in worker
+processes), memory growth, and a profile when the floor goal is missed. The section
+says what each number is and states the goals.
 """
 
 from __future__ import annotations
 
-import argparse
 import cProfile
 import gc
 import statistics
@@ -52,7 +24,15 @@ from typing import Any
 
 sys.path.append(str(Path(__file__).resolve().parents[1]))  # run as a file
 
-from benchmarks._common import SHARED, eprint, machine, markdown_table, publish
+from benchmarks._common import (
+    SHARED,
+    eprint,
+    machine,
+    markdown_table,
+    parser,
+    profile_rows,
+    publish,
+)
 from benchmarks._inputs import (
     AGENT,
     POLICY_FILE,
@@ -64,7 +44,6 @@ from benchmarks._inputs import (
     smallest_trace,
     step_indices,
 )
-from benchmarks._profile import profile_rows
 from benchmarks.peers.timing import per_call_markdown, per_call_section
 from ctxpolicy.state.memory import MemoryStateStore  # each run starts fresh
 
@@ -454,33 +433,9 @@ def to_markdown(data: dict[str, Any], quick: bool) -> str:
     return "\n".join(md)
 
 
-def install_peers() -> None:
-    """``pip install -e .[bench]`` into this interpreter when a peer is missing."""
-    import subprocess
-
-    from benchmarks.peers.others import PEERS, available
-
-    if len(available()) == len(PEERS):
-        return
-    eprint("installing the peers extra (deepagents, langmem) ...")
-    cmd = [sys.executable, "-m", "pip", "install", "--quiet", "-e", f"{ROOT}[bench]"]
-    if subprocess.run(cmd, check=False).returncode != 0:
-        eprint("could not install the peers extra: deepagents / langmem are left out")
-
-
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = parser(__doc__, "tiny run for the smoke test")
     ap.add_argument("--repeat", type=int, default=3)
-    ap.add_argument("--synthetic-tokens", type=int, default=500_000)
-    ap.add_argument(
-        "--naive-sample", type=int, default=8, help="synthetic: time every k-th naive step"
-    )
-    ap.add_argument("--memory-parts", default="1,2,4,8", help="sizes (coding_session parts)")
-    ap.add_argument("--quick", action="store_true", help="tiny run for the smoke test")
-    ap.add_argument(
-        "--per-call-traces", type=int, default=3, help="long traces timed per call vs LangChain"
-    )
-    ap.add_argument("--per-call-agent", default="coding_agent", help="policy of the per-call run")
     ap.add_argument(
         "--per-call-only", action="store_true", help="only the per-call comparison and its profile"
     )
@@ -489,15 +444,7 @@ def main(argv: list[str] | None = None) -> int:
         metavar="SRC",
         help="per call: also time the ctxpolicy of this source tree (e.g. main), interleaved",
     )
-    ap.add_argument(
-        "--install-peers",
-        action=argparse.BooleanOptionalAction,
-        default=True,
-        help="install the `peers` extra (deepagents, langmem) when missing (pip, this venv)",
-    )
     args = ap.parse_args(argv)
-    if args.install_peers and not args.quick:  # a smoke run measures what is installed
-        install_peers()
     if not (SHARED / "traces").is_dir():
         eprint(f"shared traces not found under {SHARED} (set CTXPOLICY_SHARED)")
         return 2
@@ -518,13 +465,13 @@ def main(argv: list[str] | None = None) -> int:
         convs = [
             (f"trace {name}", msgs),
             (
-                f"synthetic {args.synthetic_tokens:,} tokens (ctxpolicy.sim.synth.large_session)",
-                large_session(target_tokens=args.synthetic_tokens),
+                "synthetic 500,000 tokens (ctxpolicy.sim.synth.large_session)",
+                large_session(target_tokens=500_000),
             ),
             ("synthetic 6 coding_session parts (246 steps, 300-line files)", coding_parts(6)),
         ]
-        sizes = [int(s) for s in args.memory_parts.split(",") if s]
-        samples = [1, args.naive_sample, 4]
+        sizes = [1, 2, 4, 8]  # coding_session parts
+        samples = [1, 8, 4]  # the synthetic session: every 8th naive step timed
     info = machine(PACKAGES)
     results = []
     if args.per_call_only:
@@ -533,9 +480,9 @@ def main(argv: list[str] | None = None) -> int:
         eprint(f"replay {label} ...")
         results.append(bench_conversation(label, msgs, policy, args.repeat, sample))
     per_call = per_call_section(
-        args.per_call_agent,
+        "coding_agent",
         quick=args.quick,
-        traces=args.per_call_traces,
+        traces=3,
         repeat=args.repeat,
         policy_file=str(POLICY_FILE.relative_to(ROOT)),
         baseline=args.baseline,

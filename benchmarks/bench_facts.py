@@ -1,21 +1,13 @@
 """Fact extraction (``ctxpolicy.conversation.facts``): this tree vs the extraction it
-replaced, on real text, in one run (issue 32).
+replaced, on real text, in one run.
 
-The baseline is the plain ``findall`` extraction kept as the reference of the tests
-(tests/conversation/facts_reference.py: the patterns and the extraction of 84c503d,
-verbatim), or with ``--baseline DIR`` the ``facts.py`` of another source tree. Inputs:
-the three largest shared traces (each one's texts joined, and message by message),
-all of them joined, and the tiny texts of ``bench_scaling.py``'s sessions (fixed
-per-call cost). Every answer is checked equal on both sides before anything is
-timed; then ``_extract`` (all categories) and ``error_lines`` of each input are timed
-(CPU time), baseline and this tree alternating, median of ``--rounds``. ``--quick``:
-the smallest trace and 500 tiny messages, 3 rounds. Writes
-benchmarks/results/bench_facts.json and .md.
+The baseline is tests/conversation/facts_reference.py, or with ``--baseline DIR`` the
+``facts.py`` of another tree; every answer is checked equal on both sides before
+anything is timed.
 """
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import importlib.util
 import statistics
@@ -28,9 +20,8 @@ from typing import Any
 
 sys.path.append(str(Path(__file__).resolve().parents[1]))  # run as a file
 
-from benchmarks._common import eprint, machine, markdown_table, publish
+from benchmarks._common import ROOT, eprint, machine, markdown_table, parser, publish
 
-ROOT = Path(__file__).resolve().parents[1]
 REFERENCE = ROOT / "tests" / "conversation" / "facts_reference.py"
 
 
@@ -151,15 +142,13 @@ def to_markdown(data: dict[str, Any]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--quick", action="store_true", help="smallest trace, 3 rounds")
-    ap.add_argument("--baseline", default=None, help="a source tree whose facts.py is timed")
+    ap = parser(__doc__, "smallest trace, 3 rounds", baseline=True)
     ap.add_argument("--rounds", type=int, default=None)
     args = ap.parse_args(argv)
     from ctxpolicy.conversation import facts as new
 
     if args.baseline:
-        base = _load(Path(args.baseline) / "ctxpolicy/conversation/facts.py", "baseline_facts")
+        base = _load(args.baseline / "ctxpolicy/conversation/facts.py", "baseline_facts")
         baseline = f"`{args.baseline}`"
     else:
         base = _load(REFERENCE, "facts_reference")

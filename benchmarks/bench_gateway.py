@@ -1,39 +1,14 @@
 """Gateway overhead per non-compacting call: the same request through ``ctxpolicy serve``
 minus a direct call to the same upstream, interleaved in one run.
 
-The scripted upstream and the gateway (uvicorn, sqlite state) each run in their own
-process; the client is this process (one asyncio loop, one pooled httpx client for both
-paths, so direct and gateway calls are measured the same way). Scenarios:
-
-* ``sequential``: one conversation, one call at a time;
-* ``concurrent``: 50 conversations at once, each its own ``X-Ctxpolicy-Conversation``,
-  every conversation alternating gateway and direct calls; once with an upstream that
-  answers at once (saturation: the gateway's queueing is in the overhead) and once with
-  an upstream that takes ``--upstream-ms`` per answer, as a model does;
-* ``stream``: time to the first body byte of a streamed answer, gateway minus direct;
-* ``large``: a coding agent's request (~150 KB: a long system prompt, 24 tools, 60
-  messages of tool history) on the Anthropic route, one conversation;
-* ``claude``: a real Claude Code request of ~150 KB (its system prompt, its 24 tools, a
-  history of file reads with signed thinking), captured at run time from Claude Code
-  itself (the cached install of tests/gateway/test_real_clients.py) against the scripted
-  server, never stored; skipped when Claude Code is not installed.
-
-Own CPU: each checkout's gateway code replays the small and the real request in a
-process of its own (reading the body, identity, the wire's conversion, ``prepare``,
-building and encoding the outgoing body: everything but HTTP), CPU time per request.
-
-With ``--baseline DIR`` (another checkout, e.g. ``/work/main``) a second gateway runs
-that checkout's code against the same upstream, and every conversation interleaves
-direct, baseline and this tree's calls, so the two gateways are compared in one run.
-
-    python benchmarks/bench_gateway.py [--quick] [--upstream-ms 100] [--baseline DIR]
-
-Writes benchmarks/results/bench_gateway.{json,md}.
+The scripted upstream and the gateway run in processes of their own, the client here;
+the real Claude Code request is captured at run time (skipped when Claude Code is not
+installed). ``--baseline DIR``: that checkout's gateway too, interleaved. The section
+says what each scenario sends.
 """
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import json
 import multiprocessing as mp
@@ -51,7 +26,7 @@ import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks._common import git_head, header_markdown, machine, publish
+from benchmarks._common import git_head, header_markdown, machine, parser, publish
 
 CONVERSATIONS = 50
 BODY = {
@@ -431,12 +406,8 @@ def _own_rows(
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--quick", action="store_true", help="fewer calls (a smoke run)")
+    ap = parser(__doc__, "fewer calls (a smoke run)", baseline=True)
     ap.add_argument("--upstream-ms", type=float, default=100.0, help="model-like upstream time")
-    ap.add_argument(
-        "--baseline", type=Path, default=None, help="another checkout to compare in the same run"
-    )
     args = ap.parse_args()
     seq_calls = 200 if args.quick else 400
     conc_calls = 8 if args.quick else 40

@@ -1,31 +1,12 @@
-"""Design B's three incidents, replayed with a fixed-threshold policy and with ours.
+"""Three incidents, replayed with a fixed-threshold policy and with ours.
 
-Every scenario is a deterministic agent loop on a 32,000-token window (design B's
-example) in which the agent asks for 4,000 output tokens per call. A scripted
-"provider" rejects a request when ``prompt + 4000 > 32000`` (OpenAI's
-``context_length_exceeded`` rule) and the fake LLM summarizer rejects a summary
-request when ``request + summary tokens > 32000``. Policies are YAML text written to
-a temporary file and loaded with :func:`ctxpolicy.load_policy`.
-
-(a) **80 % trigger + one 25k-token tool result**: ``fixed_80`` compacts at 80 % of
-    the window with no output / tool-growth reserve and no preprocessing; ``dynamic``
-    is design B's ``32000 − 4000 − 6000 − 2000 = 20000`` trigger with learned tool
-    growth, a 14,000-token recovery target and the default preprocessors.
-(b) **95 % trigger**: ``fixed_95`` summarizes the whole history in one call when
-    the context reaches 95 %; ours summarizes at ``error`` of the dynamic trigger and
-    every summary call has its own bounded budget (``max_input_tokens``).
-(c) **50 % trigger**: ``fixed_50`` compacts at 50 % and stops just below it (no
-    recovery target); ours compacts at the dynamic trigger down to the target.
-    Thrash = compactions per model call; a key value read early
-    (``max_connections=10``) is checked in the final context.
-
-The scenarios are also tests (tests/test_incidents.py asserts the behaviour, never
-the timing). Writes benchmarks/results/bench_incidents.json and .md; exits 0.
+Deterministic agent loops on a 32,000-token window: a scripted provider rejects a
+request when ``prompt + 4000 > 32000`` and the fake summarizer an oversized summary
+request. The scenarios are also tests (tests/test_incidents.py asserts the behaviour).
 """
 
 from __future__ import annotations
 
-import argparse
 import itertools
 import sys
 import tempfile
@@ -35,7 +16,7 @@ from typing import Any
 
 sys.path.append(str(Path(__file__).resolve().parents[1]))  # run as a file
 
-from benchmarks._common import machine, markdown_table, publish
+from benchmarks._common import machine, markdown_table, parser, publish
 from ctxpolicy.state.memory import MemoryStateStore  # each run starts fresh
 from ctxpolicy.testing.conversations import tool_call
 
@@ -493,8 +474,7 @@ def to_markdown(res: dict[str, Any], info: dict[str, Any], quick: bool) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--quick", action="store_true", help="shorter conversations (smoke test)")
+    ap = parser(__doc__, "shorter conversations (smoke test)")
     args = ap.parse_args(argv)
     info = machine(["ctxpolicy", "tiktoken"])
     res = run_all(args.quick)

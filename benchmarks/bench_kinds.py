@@ -1,51 +1,15 @@
 """Every kind of agent on its held-out traces: ctxpolicy before and after, one ruler.
 
-Usage::
-
-    python benchmarks/bench_kinds.py [--baseline /work/main] [--quick] [--half held_out|tune]
-
-The shared traces (../shared/traces) are of five kinds, told by their file names:
-software engineering (SWE-agent, mini-swe-agent, OpenHands), customer service
-(tau-bench, tau2-bench), multi-tool (GAIA-style TapeAgents), web (WorkArena
-accessibility trees) and data analysis (Spider2 SQL). Each kind is split into two
-fixed halves by :func:`kind_halves` (below); this script reports the ``held_out``
-half, which no policy number was chosen on (``--half tune`` shows the other).
-
-Every trace is replayed (``ctxpolicy.sim.replay.replay_trace``, the loop of
-``ctxpolicy simulate``) under its kind's shipped policy at the kind's windows (16k and
-32k; 8k and 16k for customer service), once with this tree ("after") and once with the
-``--baseline`` tree ("before", a child process with that tree first on the path, in
-the same run). Reported per kind and window, summed over the half's traces:
-
-* **cost** — total billed input under prompt caching (Anthropic prices: cached prefix
-  0.1×, everything else 1.25×; summarizer calls input ×1, output ×5) ÷ the same bill
-  for sending everything;
-* **ret / far** — the retention ruler: facts an assistant message reuses that are in
-  the prompt sent (far: facts absent from the 6 messages before);
-* **pfx/100** — requests whose prefix differs from the previous request's, per 100 calls;
-* **summarizer** — every row twice: the policy's own extractive summarizer, and the
-  LLM-summary variant (the shared deterministic digest of ``benchmarks.peers.summary``
-  written into the policy's summaries and billed as an LLM call: input ×1, output ×5);
-* **ovf** — avoidable overflows (a request above ``window − reserve_output`` while the
-  system prompt, the task and the newest message alone fit).
-
-``--peers``: OpenHands' own condenser (``LLMSummarizingCondenser`` of ``openhands-sdk``,
-:mod:`benchmarks.peers.openhands`: its Python 3.12 virtualenv is built on first use)
-replays the same traces at the same windows in the "after" process, through the same
-replay loop, token counter and price model, its summaries the shared deterministic
-digest billed like an LLM's; ``max_tokens`` = the kind's policy trigger at the window.
-
-``--quick``: one window per kind (the smaller) and the first trace of each half.
-Writes benchmarks/results/bench_kinds.json and .md.
+The shared traces split by kind into two fixed halves (:func:`kind_halves`); each
+trace replayed under its kind's shipped policy at its windows by this tree and the
+``--baseline`` tree (child processes, same run), with the extractive and the LLM-summary
+summarizer; ``--peers``: OpenHands' condenser on the same jobs. The section's note
+says what each cell is.
 """
 
 from __future__ import annotations
 
-import argparse
-import hashlib
 import json
-import os
-import subprocess
 import sys
 import tempfile
 import time
@@ -53,19 +17,21 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.append(str(ROOT))  # after PYTHONPATH: a baseline tree comes first
+sys.path.append(str(Path(__file__).resolve().parents[1]))  # run as a file
 
-from benchmarks._common import (  # noqa: E402 - after the path is set
+from benchmarks._common import (
+    ROOT,
     SHARED,
     eprint,
-    header_markdown,
+    in_tree,
     machine,
     markdown_table,
+    parser,
     publish,
+    trace_files,
 )
-
-POLICY_FILE = "policies/agents.yaml"
+from benchmarks._inputs import tree_policies
+from benchmarks.peers.table import trace_halves
 
 #: kind -> (file-name prefixes, shipped policy, windows)
 KINDS: dict[str, tuple[tuple[str, ...], str, tuple[int, ...]]] = {
@@ -85,47 +51,25 @@ def kind_of(name: str) -> str | None:
     return None
 
 
-def _digest(name: str) -> bytes:
-    return hashlib.blake2b(name.encode("utf-8"), digest_size=8).digest()
-
-
 def kind_halves(sizes: Mapping[str, int]) -> dict[str, str]:
     """``{trace: "tune" | "held_out"}``, per kind.
 
-    The rule: within a kind, traces sorted by size (messages), then name; consecutive
-    pairs; in each pair the file name with the smaller BLAKE2b-64 digest is ``tune``,
-    the other ``held_out``; an odd last trace is ``held_out`` (a kind with a single
-    trace is all held out: its policy is chosen without it). Deterministic, balanced
-    in size, blind to the traces' contents.
+    :func:`benchmarks.peers.table.trace_halves` within each kind (sizes in messages),
+    an odd last trace ``held_out`` (a kind with a single trace is all held out: its
+    policy is chosen without it).
     """
     out: dict[str, str] = {}
-    by_kind: dict[str, list[str]] = {}
-    for name in sizes:
-        kind = kind_of(name)
-        if kind is not None:
-            by_kind.setdefault(kind, []).append(name)
-    for names in by_kind.values():
-        order = sorted(names, key=lambda n: (sizes[n], n))
-        for i in range(0, len(order), 2):
-            pair = sorted(order[i : i + 2], key=_digest)
-            if len(pair) == 1:
-                out[pair[0]] = "held_out"
-                continue
-            out[pair[0]] = "tune"
-            out[pair[1]] = "held_out"
+    for kind in KINDS:
+        mine = {n: s for n, s in sizes.items() if kind_of(n) == kind}
+        out |= trace_halves(mine, odd="held_out")
     return out
-
-
-def trace_files() -> list[Path]:
-    files = sorted((SHARED / "traces").glob("*.jsonl"))
-    if not files:
-        raise FileNotFoundError(f"no traces under {SHARED / 'traces'} (set CTXPOLICY_SHARED)")
-    return files
 
 
 def half(which: str) -> dict[str, list[Path]]:
     """``{kind: [trace paths]}`` of one half."""
     files = trace_files()
+    if not files:
+        raise FileNotFoundError(f"no traces under {SHARED / 'traces'} (set CTXPOLICY_SHARED)")
     sizes = {}
     for p in files:
         with p.open("rb") as f:
@@ -274,7 +218,7 @@ def run_tree(which: str, quick: bool, peers: bool = False) -> list[dict[str, Any
     for kind, agent, path, window in jobs_for(which, quick):
         for peer, summarizer, fn in runs:
             t0 = time.perf_counter()
-            row = fn(POLICY_FILE, agent, path, window)
+            row = fn(str(tree_policies()), agent, path, window)
             row.update(
                 kind=kind, agent=agent, trace=Path(path).stem, window=window, summarizer=summarizer
             )
@@ -286,17 +230,10 @@ def run_tree(which: str, quick: bool, peers: bool = False) -> list[dict[str, Any
 
 
 def run_child(src: Path, which: str, quick: bool, peers: bool = False) -> list[dict[str, Any]]:
-    """:func:`run_tree` in a child process with ``src`` first on the path (its
-    policies/agents.yaml too)."""
-    env = {**os.environ, "PYTHONPATH": str(src)}
-    cmd = [sys.executable, __file__, "--child", "--half", which]
-    if quick:
-        cmd.append("--quick")
-    if peers:
-        cmd.append("--peers")
-    res = subprocess.run(cmd, env=env, capture_output=True, text=True, check=True, cwd=src)
-    data: list[dict[str, Any]] = json.loads(res.stdout.strip().splitlines()[-1])
-    return data
+    """:func:`run_tree` measuring tree ``src`` (its policies/agents.yaml too)."""
+    flags = ["--half", which, *(["--quick"] if quick else []), *(["--peers"] if peers else [])]
+    rows: list[dict[str, Any]] = in_tree(__file__, src, *flags)
+    return rows
 
 
 # --------------------------------------------------------------------------- the table
@@ -414,22 +351,18 @@ PEER_NOTE = [
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--baseline", type=Path, default=None, help="the tree before (a checkout)")
+    ap = parser(__doc__, baseline=True, child=True)
     ap.add_argument("--half", choices=("held_out", "tune"), default="held_out")
-    ap.add_argument("--quick", action="store_true")
-    ap.add_argument("--no-baseline", action="store_true", help="only this tree")
     ap.add_argument(
         "--peers", action="store_true", help="OpenHands' condenser on the same jobs too"
     )
-    ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.child:
         print(json.dumps(run_tree(args.half, args.quick, args.peers)))
         return 0
     t0 = time.perf_counter()
     before: list[dict[str, Any]] = []
-    if not args.no_baseline and args.baseline is not None:
+    if args.baseline is not None:
         eprint(f"before: {args.baseline}")
         before = run_child(args.baseline.resolve(), args.half, args.quick)
     eprint("after: this tree")
@@ -452,8 +385,6 @@ def main(argv: list[str] | None = None) -> int:
     name = "bench_kinds" if args.half == "held_out" else "bench_kinds_tune"
     md = [
         f"## Every kind of agent, {args.half.replace('_', '-')} half",
-        "",
-        header_markdown(data["machine"]),
         "",
         f"Reproduce: `python benchmarks/bench_kinds.py --baseline <a checkout before>"
         f"{' --quick' if args.quick else ''}{' --half tune' if args.half == 'tune' else ''}"

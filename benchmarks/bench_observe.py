@@ -1,21 +1,10 @@
 """What observing a session costs per ``prepare``: event sinks, and the dashboard.
 
-A real trace (the largest shared one; ``--quick``: the first 60 messages of a smaller
-one) replayed the way ``simulate`` does (``prepare`` before every assistant message, tool
-results through ``add_tool_result``) under ``coding_agent_16k``, through one session per
-variant in lockstep, each call timed on every session, the order alternating (pairs
-taken microseconds apart, so the machine's load cancels out), ``--rounds`` times:
-
-* default (results ``bench_otel``): (a) no observer, (b) ``JsonlEventSink`` writing to a
-  temporary file, (c) ``OtelEventSink`` on the OpenTelemetry SDK (in-memory span exporter
-  and metric reader: the SDK's full cost, no network); the median over rounds of (b) ÷ (a)
-  and (c) ÷ (a), and the spans and events produced;
-* ``--dashboard`` (results ``bench_dashboard``): (a) no observer, (b) the dashboard's
-  (:class:`ctxpolicy.observe.views.Views`, the only work ``serve --dashboard`` adds to a
-  call): the ratio of the sums and the median of (b − a) per call; then the replay's own
-  events folded into fresh views many times (the observer's time per prepare without the
-  replay's noise), and one poll of views holding 1,000 conversations of 100 calls (what
-  ``/dashboard/api`` computes every 2 s while a page is open, off the call path).
+A real trace replayed as ``simulate`` does through one session per variant in lockstep,
+the order alternating, ``--rounds`` times. Default (results ``bench_otel``): no
+observer, ``JsonlEventSink``, ``OtelEventSink``; ``--dashboard`` (results
+``bench_dashboard``): the dashboard's observer, its fold and one poll. The sections
+say what each number is.
 """
 
 from __future__ import annotations
@@ -31,7 +20,7 @@ from typing import Any
 
 sys.path.append(str(Path(__file__).resolve().parents[1]))  # run as a file
 
-from benchmarks._common import ROOT, SHARED, eprint, machine, markdown_table, publish
+from benchmarks._common import ROOT, SHARED, eprint, machine, markdown_table, parser, publish
 
 FULL = "mini-swe-agent__20251118_gemini-3-pro-74pct.sympy__sympy-13091.jsonl"
 QUICK = "mini-swe-agent__20251118_gemini-3-pro-74pct.django__django-15629.jsonl"
@@ -238,9 +227,8 @@ def dashboard(args: argparse.Namespace, messages: list[dict[str, Any]]) -> tuple
 def main(argv: list[str] | None = None) -> int:
     from ctxpolicy.sim.importers import load_trace
 
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = parser(__doc__, "smaller trace, 3 rounds")
     ap.add_argument("--rounds", type=int, default=5)
-    ap.add_argument("--quick", action="store_true", help="smaller trace, 3 rounds")
     ap.add_argument("--dashboard", action="store_true", help="the dashboard's observer")
     args = ap.parse_args(argv)
     args.name = QUICK if args.quick else FULL

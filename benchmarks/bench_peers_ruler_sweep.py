@@ -1,24 +1,14 @@
 """The shipped coding policies against small changes of their knobs, on the tune half only.
 
-Issue 27 item 4: a shipped policy may be tuned on the ``tune`` half of the shared
-traces (``benchmarks.peers.table.trace_halves``, the split of the ruler's peer table)
-and is judged on the other. This replays ``coding_agent`` at 32k and
-``coding_agent_16k`` at 16k — each with its own extractive summarizer, measured by the
-ruler users pay (:mod:`benchmarks.peers.runs`: exact cl100k, Anthropic prompt-caching
-prices) — as shipped and with one knob changed (target, warning threshold, the ``*``
-tool cap, read_file's lines), on the tune half only, and prints total cost ÷ none,
-retention, far retention, prefix changes per 100 calls and avoidable overflows per
-variant. A variant replaces the shipped one only when it is no worse on cost and
-retention and better on one of them by a margin that is not noise on ten traces (0.01
-of total cost ÷ none, or 0.5 points of retention). ``--quick``: two traces, two
-variants.
+``coding_agent`` at 32k and ``coding_agent_16k`` at 16k, as shipped and with one knob
+changed, on the tune half of the shared traces (:func:`benchmarks.peers.table.trace_halves`),
+measured by the ruler users pay (:mod:`benchmarks.peers.runs`). The section says when a
+variant replaces the shipped one.
 """
 
 from __future__ import annotations
 
-import argparse
 import json
-import os
 import sys
 import time
 from collections.abc import Mapping
@@ -28,9 +18,8 @@ from typing import Any
 
 sys.path.append(str(Path(__file__).resolve().parents[1]))  # run as a file
 
-from benchmarks._common import SHARED, machine, publish
+from benchmarks._common import ROOT, SHARED, machine, parser, publish, trace_files
 
-ROOT = Path(__file__).resolve().parents[1]
 POLICIES = ROOT / "policies" / "agents.yaml"
 #: (agent, window) → the knob changes tried (``{}``: as shipped)
 GRID: dict[tuple[str, int], list[dict[str, float]]] = {
@@ -115,11 +104,9 @@ def tune_half(traces: list[str]) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1))
-    ap.add_argument("--quick", action="store_true", help="two traces, two variants")
+    ap = parser(__doc__, "two traces, two variants", jobs=True)
     args = ap.parse_args(argv)
-    traces = sorted(str(p) for p in (SHARED / "traces").glob("*.jsonl"))
+    traces = [str(p) for p in trace_files()]
     if not traces:
         print(f"skipped: no shared traces under {SHARED / 'traces'}")
         return 0

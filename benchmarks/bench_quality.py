@@ -1,41 +1,14 @@
 """Compaction quality: every trace × every shipped policy × 16k/32k/128k, vs baselines.
 
-For every trace in ../shared/traces, every agent of policies/agents.yaml and every
-window, the trace is replayed (``ctxpolicy.sim.replay.replay_trace``) under the
-policy and under the baselines ``none`` / ``last_n`` / ``observation_mask`` /
-``summary_at_fraction`` (``ctxpolicy.sim.baselines.run_baseline``, measured against
-the same policy's budget). Reported per trace family (mini-swe-agent, openhands,
-swe-agent, tau-bench) and overall: prompt tokens summed over all calls (cost),
-overflows (a call above ``window − reserve_output``), pairing violations, fact
-retention (facts the agent uses later: in context / recoverable through a snapshot
-reference / lost), repeated reads.
-
-Goals (issue 11): ctxpolicy 0 overflows and 0 pairing violations on every trace and
-window (an overflow where the system messages, the task and the newest message alone
-exceed the limit is unavoidable and listed apart); ≥ 40 % cost saving vs ``none`` at 32k; in-context retention ≥ every baseline
-that costs the same or less; in context + recoverable = 100 %.
-
-Peers (issue 18 item 4, :mod:`benchmarks.peers`): at the ``--peer-windows`` (16k and
-32k) every trace is replayed under ctxpolicy with every shipped policy
-(policies/*.yaml and *.toml) and under the real LangChain 1.x middleware —
-``SummarizationMiddleware`` and ``SummarizationMiddleware`` +
-``ContextEditingMiddleware(ClearToolUsesEdit)``, configured to the reference
-policy's budget — with one deterministic summary for all and one exact cl100k
-counter; reported: tokens ÷ none, retention, overflows (avoidable / unavoidable),
-pairing violations, compactions and prompt-prefix changes per 100 calls. Goals
-(issue 18 item 5): no peer better on tokens and retention at once than ctxpolicy
-under the reference policy, 0 avoidable overflows and violations; ≤ 8 compactions
-per 100 calls at 32k.
-
-A policy whose budget leaves no room at a window (e.g. a 20k tool-growth reserve on
-16k) is reported as not applicable, not run. Runs in ``--jobs`` processes. Writes
-benchmarks/results/bench_quality.json and .md; exits 0 even when a goal is missed.
+Every trace replayed under every agent of policies/agents.yaml and under the baselines
+of ``ctxpolicy.sim.baselines``; at 16k and 32k also under every shipped policy and
+the real LangChain middleware (:mod:`benchmarks.peers`), one summary and one counter for
+all. A policy that does not fit a window is reported as not applicable. The section
+says what each number is and states the goals.
 """
 
 from __future__ import annotations
 
-import argparse
-import os
 import sys
 import time
 from collections import defaultdict
@@ -45,7 +18,7 @@ from typing import Any
 
 sys.path.append(str(Path(__file__).resolve().parents[1]))  # run as a file
 
-from benchmarks._common import eprint, machine, markdown_table, publish, run_jobs
+from benchmarks._common import ROOT, eprint, machine, markdown_table, parser, publish, run_jobs
 from benchmarks._inputs import POLICY_FILE, family, load_agent, matrix
 from benchmarks.peers.catalog import available_peers
 from benchmarks.peers.table import (
@@ -59,7 +32,6 @@ from benchmarks.peers.table import (
     shipped_policies,
 )
 
-ROOT = Path(__file__).resolve().parents[1]
 WINDOWS = (16384, 32768, 128000)
 BASELINES = ("none", "last_n", "observation_mask", "summary_at_fraction")
 FAMILIES = ("mini-swe-agent", "openhands", "swe-agent", "tau-bench")
@@ -402,24 +374,9 @@ def reproduce(data: Mapping[str, Any]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1))
+    ap = parser(__doc__, "2 small traces, 1 agent, 1 window; peers on 2 mid-size ones", jobs=True)
     ap.add_argument("--windows", default=",".join(map(str, WINDOWS)))
     ap.add_argument("--agents", default="", help="comma-separated subset of agents (default: all)")
-    ap.add_argument("--traces", default="", help="substring filter on trace file names")
-    ap.add_argument(
-        "--quick",
-        action="store_true",
-        help="2 small traces, 1 agent, 1 window; peers on 2 mid-size traces at 16k (smoke test)",
-    )
-    ap.add_argument(
-        "--peer-windows",
-        default=",".join(map(str, PEER_WINDOWS)),
-        help="windows of the LangChain peer comparison ('' to skip it)",
-    )
-    ap.add_argument(
-        "--peer-reference", default=REFERENCE, help="policy the peers are configured to"
-    )
     ap.add_argument(
         "--results-name",
         default="bench_quality",
@@ -438,9 +395,7 @@ def main(argv: list[str] | None = None) -> int:
     traces, agents, windows = matrix(args.agents, args.windows)
     if not traces:
         return 2
-    if args.traces:
-        traces = [t for t in traces if args.traces in Path(t).name]
-    peer_windows = [int(w) for w in args.peer_windows.split(",") if w]
+    peer_windows = list(PEER_WINDOWS)
     peer_traces = list(traces)
     if args.quick:
         by_size = sorted(traces, key=lambda t: Path(t).stat().st_size)
@@ -468,7 +423,7 @@ def main(argv: list[str] | None = None) -> int:
     # the ruler's table (any results name but bench_quality's) adds extractive rows
     ruler = args.results_name != "bench_quality"
     calls = [(job, (*t, BASELINES)) for t in tasks]
-    calls += [(peer_job, (*t, specs, args.peer_reference, ruler)) for t in peer_tasks]
+    calls += [(peer_job, (*t, specs, REFERENCE, ruler)) for t in peer_tasks]
     done = run_jobs(calls, args.jobs)
     results, peer_results = done[: len(tasks)], done[len(tasks) :]
     results.sort(key=lambda j: (j["trace"], j["agent"], j["window"]))
@@ -492,12 +447,12 @@ def main(argv: list[str] | None = None) -> int:
         + [n for j in peer_results for n in j["notes"]],
         "results": results,
         "peer_windows": peer_windows,
-        "peer_reference": args.peer_reference,
+        "peer_reference": REFERENCE,
         "peer_policies": [label for label, _, _ in specs],
         "peer_results": peer_results,
     }
     data["goals"] = goals(results)
-    data["peer_goals"] = peer_goals(peer_results, args.peer_reference)
+    data["peer_goals"] = peer_goals(peer_results, REFERENCE)
     data["elapsed_s"] = time.perf_counter() - t0
     if args.results_name == "bench_quality":
         text = to_markdown(data)

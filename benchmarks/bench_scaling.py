@@ -1,22 +1,8 @@
-"""How ``Session.prepare`` scales with the number of messages (issue 21, item 5).
+"""How ``Session.prepare`` scales with the number of messages.
 
-One ``prepare`` of a conversation of ``n`` tiny messages (a coding agent's rounds:
-an assistant message with one ``bash`` call, its one-line result) under the
-``coding_agent`` policy of policies/agents.yaml (32k window; tiktoken cl100k when
-the policy's own tokenizer cannot load offline; snapshots in a temporary
-directory), on a fresh session and a fresh token counter: the cold cost of a
-conversation of that size, compaction included (at 1,000 messages about two thirds
-of it are dropped, beyond that almost all). Sizes 1,000, 8,000 and 100,000
-(``--quick``: 1,000 and 4,000); the time is the best of 3 runs (1 from 8,000 on).
-
-Each measurement runs in a child process bounded by ``--timeout`` seconds (default
-300; a child that does not finish is reported as "> timeout"). With ``--baseline
-SRC`` (a source tree such as a checkout of main) every size is measured with that
-code too, in the same run and interleaved (baseline then this tree), and the
-ratios are reported: this tree ÷ baseline per size, and the growth from the
-smallest size per code (linear: the size ratio). Also reported: messages the
-token counter looked up (calls to ``TokenCounter.lookup``), a deterministic
-measure of the work. Writes benchmarks/results/bench_scaling.json and .md.
+One cold ``prepare`` of ``n`` tiny messages under ``coding_agent`` (32k), each size in a
+child process bounded by ``--timeout``; with ``--baseline SRC`` that tree too,
+interleaved. The section says what is reported.
 """
 
 from __future__ import annotations
@@ -39,6 +25,7 @@ from benchmarks._common import (
     in_tree,
     machine,
     markdown_table,
+    parser,
     publish,
     trees,
 )
@@ -224,9 +211,7 @@ def to_markdown(data: dict[str, Any]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--quick", action="store_true", help="sizes 1,000 and 4,000, one run each")
-    ap.add_argument("--baseline", type=Path, help="source tree measured as the baseline")
+    ap = parser(__doc__, "sizes 1,000 and 4,000, one run each", baseline=True)
     ap.add_argument("--timeout", type=float, default=None, help="seconds per child")
     ap.add_argument(
         "--rounds", type=int, default=1, help="sweeps over the sizes; the best of each is kept"

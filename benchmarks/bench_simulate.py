@@ -7,7 +7,6 @@ benchmarks/results/bench_simulate.{json,md}: each plot and its totals.
 
 from __future__ import annotations
 
-import argparse
 import json
 import subprocess
 import sys
@@ -17,9 +16,8 @@ from typing import Any
 sys.path.append(str(Path(__file__).resolve().parents[1]))  # run as a file
 
 from benchmarks import _common
-from benchmarks._common import SHARED, eprint, publish
+from benchmarks._common import ROOT, SHARED, eprint, parser, publish
 
-ROOT = Path(__file__).resolve().parents[1]
 #: (trace file, agent, window, baselines) of the plots.
 SIMULATIONS = (
     (
@@ -131,8 +129,7 @@ def to_markdown(data: dict[str, Any]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--quick", action="store_true", help="the smallest trace only")
+    ap = parser(__doc__, "the smallest trace only")
     args = ap.parse_args(argv)
     img = _common.RESULTS / "img" if args.quick else ROOT / "docs" / "img"
     img.mkdir(parents=True, exist_ok=True)

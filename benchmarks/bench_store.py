@@ -1,26 +1,8 @@
 """Snapshot store and history archive: durability cost, archive growth, naming, recall.
 
-Four measurements, each a ratio against a baseline measured in the same run:
-
-1. ``add_tool_result`` per call with the local store's ``durability: fsync`` and
-   ``durability: flush``, and with snapshots disabled (the floor), interleaved
-   repeats, median per call (8 KB tool outputs);
-2. archive bytes ÷ content bytes over a synthetic run (1,000 steps; 200 with
-   ``--quick``), *before* — the previous engine's pattern, the whole archive
-   rewritten as one document per compaction — and *after* — one
-   :meth:`HistoryArchive.append` per compaction; plus the time of the last 10 % of
-   compactions ÷ the first 10 %;
-3. snapshot naming: ``os.link``/``os.open`` calls for 1,000 vs 100 snapshots of one
-   base name (O(n) total is a ratio of ~10; the previous linear probing was ~100);
-4. recall of one archived message in an archive of 10× more records (O(its size):
-   a ratio of ~1);
-5. one snapshot write of the local store (``layout: segments``, the default) ÷ a
-   bare append of the same bytes (the record the store writes) to an open file, at
-   ``durability: flush`` (one ``os.write``) and ``fsync`` (``os.write`` +
-   ``os.fsync``): interleaved, same run, median µs per write;
-6. with ``--baseline DIR`` (a checkout of another tree, e.g. main): ``add_tool_result``
-   per call (``durability: flush``, 8 KB outputs) of that tree and this one, each in
-   its own child process, in turn.
+Each measurement a ratio against a baseline measured in the same run (the section's
+headings say which); with ``--baseline DIR`` also ``add_tool_result`` per call of that
+tree and this one, each in its own child process.
 """
 
 from __future__ import annotations
@@ -40,7 +22,7 @@ from typing import Any
 
 sys.path.append(str(Path(__file__).resolve().parents[1]))  # run as a file
 
-from benchmarks._common import ROOT, eprint, in_tree, machine, markdown_table, publish
+from benchmarks._common import ROOT, eprint, in_tree, machine, markdown_table, parser, publish
 from ctxpolicy.engine import Session
 from ctxpolicy.policy.models import AgentPolicy, Policy
 from ctxpolicy.state.memory import MemoryStateStore
@@ -528,12 +510,10 @@ def to_markdown(data: dict[str, Any]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--quick", action="store_true")
+    ap = parser(__doc__, child=True)
     ap.add_argument(
         "--baseline", default=None, help="Another tree (e.g. a checkout of main) for 6."
     )
-    ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--calls", type=int, default=0, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.child:

@@ -1,51 +1,25 @@
 """Task state after compaction, before → after, on the shared traces of every agent kind.
 
-Usage::
-
-    python benchmarks/bench_taskstate.py --baseline /work/main [--kinds swe,sql] [--quick] [--llm]
-
-Replays each trace of ../shared/traces under the shipped policy of its kind (coding
-agents: ``coding_agent_16k`` at 16k and ``coding_agent`` at 32k; customer service:
-``customer_service_agent`` at 8k and 16k; multi-tool, web: ``default`` at 16k and 32k;
-SQL: ``default`` at 16k and 24k) with the policy's own extractive summarizer (``--llm``:
-the shared deterministic summary billed as an LLM's, as in the peers' table), once with
-the baseline source tree and once with this one (each in a child process with its tree
-first on the path, as ``check_identical.py`` does), measured by the ruler of
-``ctxpolicy.sim.metrics`` (exact cl100k, ``benchmarks.peers.runs``): total cost ÷
-sending everything, retention, far retention, prefix changes per 100 calls. Added
-from every request sent:
-
-* **share**: tokens of the ledger and summary messages ÷ tokens of the request, over
-  the requests that hold one (mean and max);
-* **duplicated lines**: lines of the ledger (not headings) that a summary of the same
-  request says too (the same line, or the same tool call), per such request.
+Each trace under its kind's shipped policy, by the baseline tree and this one (child
+processes), measured by the ruler of ``ctxpolicy.sim.metrics`` plus the ledger and
+summary share of each request and the ledger lines a summary says too (the section says
+each).
 """
 
 from __future__ import annotations
 
-import argparse
 import json
-import os
 import re
-import subprocess
 import sys
 from collections.abc import Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.append(str(ROOT))  # after PYTHONPATH: run as a script, `benchmarks` is importable
-TRACES = Path(os.environ.get("CTXPOLICY_SHARED", ROOT.parent / "shared")) / "traces"
+sys.path.append(str(Path(__file__).resolve().parents[1]))  # run as a file
 
-
-def _policies() -> Path:
-    """The shipped policies of the tree under test: the one ``ctxpolicy`` is imported
-    from (a child process has its tree first on the path), not this script's."""
-    import ctxpolicy
-
-    return Path(ctxpolicy.__file__).resolve().parents[1] / "policies" / "agents.yaml"
-
+from benchmarks._common import ROOT, in_tree, parser, publish, trace_files
+from benchmarks._inputs import tree_policies
 
 LEDGER_MARK = "[ctxpolicy progress ledger]"
 
@@ -136,21 +110,19 @@ def request_measures(
 
 def child(kinds: list[str], quick: bool, llm: bool = False) -> list[dict[str, Any]]:
     """One row per (trace, agent, window): the ruler's numbers and the request measures."""
-    # the tree under test first (PYTHONPATH): its ctxpolicy and its benchmarks package
-    sys.path.insert(0, os.environ.get("PYTHONPATH", str(ROOT)).split(os.pathsep)[0])
     from benchmarks.peers.runs import EXTRACTIVE, Contestant, ruler, run_contestant
     from ctxpolicy.sim.importers import load_trace
     from ctxpolicy.sim.replay import load_policy_file
 
     counter = ruler()
     rows: list[dict[str, Any]] = []
-    files = sorted(TRACES.glob("*.jsonl"))
+    files = trace_files()
     for kind in kinds:
         mine = [p for p in files if kind_of(p.name) == kind]
         if quick:
             mine = mine[:1]
         for agent, window in KINDS[kind][1]:
-            policy = load_policy_file(str(_policies()), agent)
+            policy = load_policy_file(str(tree_policies()), agent)
             # the shipped extractive summarizer, or the shared deterministic summary
             # billed as an LLM's (``ctxpolicy``: the peers' table's LLM-summary row)
             c = Contestant(label=agent, kind="ctxpolicy" if llm else EXTRACTIVE, policy=policy)
@@ -212,7 +184,7 @@ def scenario_child() -> list[dict[str, Any]]:
     for agent, window in SCENARIO_RUNS:
         with tempfile.TemporaryDirectory(prefix="ctxpolicy-taskstate-") as tmp:
             pol = with_snapshots(
-                with_window(load_policy_file(str(_policies()), agent), window), tmp
+                with_window(load_policy_file(str(tree_policies()), agent), window), tmp
             )
             got = mod["run"](pol)
         got.pop("request")
@@ -306,14 +278,6 @@ def table(base: list[dict[str, Any]], mine: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
-def _child_rows(src: Path, *flags: str) -> list[dict[str, Any]]:
-    env = {**os.environ, "PYTHONPATH": str(src)}
-    cmd = [sys.executable, __file__, "--child", *flags]
-    res = subprocess.run(cmd, env=env, capture_output=True, text=True, check=True)
-    rows: list[dict[str, Any]] = json.loads(res.stdout.strip().splitlines()[-1])
-    return rows
-
-
 def markdown(data: Mapping[str, Any], baseline: str) -> str:
     md = [
         "## Task state after compaction, every agent kind (before → after)",
@@ -350,16 +314,10 @@ def markdown(data: Mapping[str, Any], baseline: str) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument(
-        "--baseline", type=Path, default=None, help="the tree before (default: this tree)"
-    )
+    ap = parser(__doc__, "one trace per kind", baseline=True, child=True)
     ap.add_argument("--kinds", default=",".join(KINDS))
-    ap.add_argument("--quick", action="store_true", help="one trace per kind")
     ap.add_argument("--llm", action="store_true", help="also the LLM-summary variant (billed)")
     ap.add_argument("--scenario", action="store_true", help="the SQL agent scenario only")
-    ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
-    ap.add_argument("--results", type=Path, default=None)
     args = ap.parse_args(argv)
     kinds = [k for k in args.kinds.split(",") if k]
     if args.child:
@@ -377,7 +335,7 @@ def main(argv: list[str] | None = None) -> int:
     data: dict[str, Any] = {}
     with ThreadPoolExecutor(2) as pool:
         futures = {
-            (name, side): pool.submit(_child_rows, tree, *flags)
+            (name, side): pool.submit(in_tree, __file__, tree, *flags)
             for name, flags in jobs.items()
             for side, tree in zip(("baseline", "after"), trees, strict=True)
         }
@@ -387,14 +345,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.scenario:
         print(text)
         return 0
-    if args.results is None:  # read at run time: the smoke test points it elsewhere
-        from benchmarks import _common
-
-        args.results = _common.RESULTS
-    args.results.mkdir(parents=True, exist_ok=True)
-    (args.results / "bench_taskstate.json").write_text(json.dumps(data, indent=1) + "\n")
-    (args.results / "bench_taskstate.md").write_text(text + "\n")
-    print(text)
+    publish("bench_taskstate", data, text)
     for name in ("extractive", "llm"):
         for r in [*data.get(name, {}).get("baseline", []), *data.get(name, {}).get("after", [])]:
             if "error" in r:

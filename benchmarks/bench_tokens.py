@@ -1,18 +1,9 @@
 """Token-counting benchmark: incremental counting, backend throughput, quicktok check.
 
-1. Replays the largest trace in ../shared/traces message by message and counts the
-   whole conversation after each message:
-   (a) one tiktoken pass over all content (each text encoded once);
-   (b) ``TokenCounter.count_messages`` (incremental, fresh cache);
-   (b') the same when every step passes shallow copies (``dict(m)``) of the messages;
-   (c) naive recount of the full conversation at every step (no cache).
-   Goals: (b) ≤ 1.5 × (a), (c) / (b) ≥ 20. Runs are interleaved, medians compared.
-2. Tokens/s of each backend (tiktoken, quicktok, heuristic) over the whole corpus.
-3. quicktok vs the reference vocabularies token-for-token over the mixed corpus: tiktoken
-   cl100k, tiktoken o200k (OpenAI's file), Qwen's qwen.tiktoken (``--verify``: only this).
-4. Heuristic accuracy per script against cl100k.
-
-Writes benchmarks/results/bench_tokens.json and .md (ratios; absolute times for context).
+The largest shared trace counted message by message (one tiktoken pass, the incremental
+counter, a naive recount), each backend's tokens/s, quicktok against the reference
+vocabularies token for token (``--verify``: only this) and the heuristic's accuracy
+per script. The section says what each number is.
 """
 
 from __future__ import annotations
@@ -29,7 +20,7 @@ from typing import Any
 
 sys.path.append(str(Path(__file__).resolve().parents[1]))  # run as a file
 
-from benchmarks._common import SHARED, eprint, machine, markdown_table, publish, timeit
+from benchmarks._common import ROOT, SHARED, eprint, machine, markdown_table, publish, timeit
 from ctxpolicy.policy.models import ModelSpec
 from ctxpolicy.tokens import (
     FEATURES,
@@ -40,7 +31,6 @@ from ctxpolicy.tokens import (
     heuristic_features,
 )
 
-ROOT = Path(__file__).resolve().parents[1]
 CORPUS = ROOT / "tests" / "data" / "tokens"
 LARGEST = "mini-swe-agent__20251118_gemini-3-pro-74pct.sympy__sympy-13091.jsonl"
 

@@ -1,28 +1,10 @@
 """``ctxpolicy tune`` on the shared traces: tuned vs shipped ``coding_agent``, and scaling.
 
-1. For windows 16,384 and 32,768: a seeded tune of ``coding_agent``
-   (policies/agents.yaml) on the shared traces (30 % held out, seed 0), then the
-   chosen policy vs the shipped one **on the held-out traces**: prompt tokens,
-   retention (in context / retained), avoidable overflows. Goal: ≥ 10 % fewer tokens
-   at equal or better retention — or the honest statement that the search found
-   nothing better (the shipped policy is on the front).
-2. Wall time of the same study (N trials × the tuning traces) with 1 and with 2
-   local worker processes at 16k, as a ratio within this run, and whether both
-   runs chose the same policy (they must: results do not depend on workers).
-
-``--quick``: 12 trials and the 10 smallest traces (a smoke run, minutes not tens of
-minutes). Writes benchmarks/results/bench_tune.json and .md; exits 0.
-
-``--baseline DIR`` (a checkout of the code before, e.g. ``git -C /work/main archive
-HEAD | tar -x -C /tmp/tunecost-base``): the same study — 1 worker, seed 0, every
-shared trace, 50 trials, windows 16,384 and 32,768 — run by the baseline tree and by
-this tree in turn, each in its own process (``PYTHONPATH`` = the tree; the policy
-file and the traces are the same files for both), timed in the same run: the time
-ratio (issue 32: ≥ 2× on 1 worker) and whether the two studies' outputs (the
-``tune --json`` document: every trial's values and numbers, the chosen policy, the
-held-out comparison, the effects) are identical. ``--quick``: 12 trials on the 6
-smallest traces and window 16,384 only. Writes benchmarks/results/bench_tune_speed.json
-and .md.
+Default (results ``bench_tune``): a seeded tune at 16k and 32k, the chosen policy vs the
+shipped one on the held-out traces, and the study's wall time with 1 and 2 workers.
+``--baseline DIR`` (results ``bench_tune_speed``): the same study run by that tree and
+by this one in turn, each in its own process, timed and its outputs compared. The
+sections say what each number is.
 """
 
 from __future__ import annotations
@@ -37,17 +19,19 @@ from typing import Any
 sys.path.append(str(Path(__file__).resolve().parents[1]))  # run as a file
 
 from benchmarks._common import (
+    ROOT,
     SHARED,
     eprint,
     in_tree,
     machine,
     markdown_table,
+    parser,
     publish,
+    trace_files,
     write_results,
 )
 from ctxpolicy.tune.space import changed
 
-ROOT = Path(__file__).resolve().parents[1]
 POLICY = ROOT / "policies" / "agents.yaml"
 AGENT = "coding_agent"
 WINDOWS = (16384, 32768)
@@ -55,10 +39,7 @@ WINDOWS = (16384, 32768)
 
 def _traces(quick: bool, smallest: int = 10) -> list[str]:
     """Every shared trace; ``quick``: the ``smallest`` ones, smallest first."""
-    files = sorted((SHARED / "traces").glob("*.jsonl"))
-    if quick:
-        files = sorted(files, key=lambda p: p.stat().st_size)[:smallest]
-    return [str(p) for p in files]
+    return [str(p) for p in trace_files(smallest if quick else 0)]
 
 
 def _run(traces: list[str], window: int, trials: int, workers: int) -> tuple[Any, float]:
@@ -235,13 +216,10 @@ def speed_markdown(data: dict[str, Any]) -> str:
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--quick", action="store_true")
+    ap = parser(__doc__, baseline=True, child=True)
     ap.add_argument("--trials", type=int, default=None)
-    ap.add_argument("--baseline", type=Path, help="tree timed as the baseline (before → after)")
     ap.add_argument("--baseline-commit", help="the baseline's commit, for the report")
     ap.add_argument("--timeout", type=float, default=3600.0, help="seconds per study")
-    ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--window", type=int, default=WINDOWS[0], help=argparse.SUPPRESS)
     ap.add_argument("--trace-files", nargs="*", default=[], help=argparse.SUPPRESS)
     args = ap.parse_args()

@@ -1,30 +1,12 @@
 """Validator: cold-process time of ``ctxpolicy validate`` vs ``check-jsonschema``, and warm
 throughput on 1,000 generated policy files.
 
-Cold: a new process per run, interleaved, median of ``--runs`` (≥ 7 for the goal):
-
-* ``ctxpolicy validate policies/agents.yaml`` vs ``check-jsonschema --schemafile
-  schemas/ctxpolicy.schema.json policies/agents.yaml`` — the goal (issue 21 item 7);
-  ctxpolicy also resolves ``extends``, runs the semantic checks and reports line:col;
-* the same pair on every ``policies/*.yaml``;
-* ``ctxpolicy validate policies/`` (every shipped file, TOML and compat formats
-  included) for context.
-
-Ratios are of medians, and the median of the per-round ratios (each round runs every
-command once, back to back: the measure least affected by the load of a shared
-machine).
-
-Warm: one process over ``--files`` generated policies (valid, each a small catalogue,
-a ``default`` policy and an agent extending it) in a temporary directory; files/s
-with and without the process start (the cold time of an empty run subtracted).
-
-Goal (issues 11, 21): ctxpolicy cold ≤ check-jsonschema cold. Writes
-benchmarks/results/bench_validate.json and .md; exits 0 even when the goal is missed.
+Cold: a new process per run, interleaved, median of ``--runs``; warm: one process over
+``--files`` generated policies. The section says what each row runs.
 """
 
 from __future__ import annotations
 
-import argparse
 import os
 import random
 import shutil
@@ -38,9 +20,8 @@ from typing import Any
 
 sys.path.append(str(Path(__file__).resolve().parents[1]))  # run as a file
 
-from benchmarks._common import eprint, machine, markdown_table, publish
+from benchmarks._common import ROOT, eprint, machine, markdown_table, parser, publish
 
-ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
 SCHEMA = ROOT / "schemas" / "ctxpolicy.schema.json"
 
@@ -141,10 +122,9 @@ def paired_ratio(res: dict[str, Any], a: str, b: str) -> float:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = parser(__doc__, "tiny run for the smoke test")
     ap.add_argument("--runs", type=int, default=15)
     ap.add_argument("--files", type=int, default=1000)
-    ap.add_argument("--quick", action="store_true", help="tiny run for the smoke test")
     ap.add_argument(
         "--before",
         metavar="SRC",

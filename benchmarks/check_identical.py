@@ -1,10 +1,10 @@
-"""Does ``prepare`` return byte-identical lists with two source trees? (issue 21)
+"""Does ``prepare`` return byte-identical lists with two source trees?
 
-Replays every trace of ../shared/traces under ``policies/agents.yaml`` (``--agent``,
-default coding_agent; ``all`` for every agent the file defines) at 16k and 32k windows — the loop of ``ctxpolicy simulate``:
-``add_tool_result`` for every tool result, ``prepare`` before every assistant
-message — once with each tree (a child process with that tree first on the path),
-records the exact JSON text of every prepared list, and compares them call by call.
+Replays every trace of ../shared/traces (``--traces N``: the N smallest) under
+``policies/agents.yaml`` (``--agent``, default coding_agent; ``all`` for every agent
+the file defines) at 16k and 32k windows, the loop of ``ctxpolicy simulate``, once
+with each tree (:func:`benchmarks._common.in_tree`), and compares the exact JSON text
+of every prepared list (what ``add_tool_result`` returned included) call by call.
 Exit status 0 when every list is identical, 1 otherwise (the first differences are
 printed).
 """
@@ -14,15 +14,15 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
-import os
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
-TRACES = ROOT.parent / "shared" / "traces"
+sys.path.append(str(Path(__file__).resolve().parents[1]))  # run as a file
+
+from benchmarks._common import ROOT, in_tree, trace_files
+
 WINDOWS = (16384, 32768)
 
 
@@ -36,16 +36,17 @@ def agents_of(name: str) -> list[str]:
     return sorted(doc["policies"])
 
 
-def child(agent: str) -> dict[str, list[str]]:
-    """Digest of the JSON text of every prepared list, per agent, trace and window."""
+def child(agent: str, traces: int = 0) -> dict[str, list[str]]:
+    """Digest of the JSON text of every prepared list, per agent, trace and window (the
+    ``traces`` smallest traces; 0: all)."""
     out: dict[str, list[str]] = {}
     for name in agents_of(agent):
-        for key, digests in child_one(name).items():
+        for key, digests in child_one(name, traces).items():
             out[f"{name}:{key}"] = digests
     return out
 
 
-def child_one(agent: str) -> dict[str, list[str]]:
+def child_one(agent: str, traces: int = 0) -> dict[str, list[str]]:
     """Digest of the JSON text of every prepared list, per trace and window."""
     from ctxpolicy.sim import replay
     from ctxpolicy.sim.importers import load_trace
@@ -62,7 +63,7 @@ def child_one(agent: str) -> dict[str, list[str]]:
 
     replay.PolicyStrategy.prepare = prepare  # type: ignore[method-assign]
     policy = replay.load_policy_file(str(ROOT / "policies" / "agents.yaml"), agent)
-    for path in sorted(TRACES.glob("*.jsonl")):
+    for path in trace_files(traces):
         for window in WINDOWS:
             seen.clear()
             with tempfile.TemporaryDirectory(prefix="ctxpolicy-identical-") as tmp:
@@ -76,11 +77,8 @@ def child_one(agent: str) -> dict[str, list[str]]:
     return out
 
 
-def run(src: Path, agent: str) -> dict[str, list[str]]:
-    env = {**os.environ, "PYTHONPATH": str(src)}
-    cmd = [sys.executable, __file__, "--child", "--agent", agent]
-    res = subprocess.run(cmd, env=env, capture_output=True, text=True, check=True)
-    data: dict[str, list[str]] = json.loads(res.stdout.strip().splitlines()[-1])
+def run(src: Path, agent: str, traces: int = 0) -> dict[str, list[str]]:
+    data: dict[str, list[str]] = in_tree(__file__, src, "--agent", agent, "--traces", str(traces))
     return data
 
 
@@ -88,12 +86,13 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--baseline", type=Path, help="the other source tree")
     ap.add_argument("--agent", default="coding_agent")
+    ap.add_argument("--traces", type=int, default=0, help="only the N smallest traces (0: all)")
     ap.add_argument("--save", type=Path, help="write the baseline's digests here and stop")
     ap.add_argument("--against", type=Path, help="digests saved by --save, instead of a tree")
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.child:
-        print(json.dumps(child(args.agent)))
+        print(json.dumps(child(args.agent, args.traces)))
         return 0
     if args.against is not None:
         base = json.loads(args.against.read_text())
@@ -101,12 +100,12 @@ def main(argv: list[str] | None = None) -> int:
     elif args.baseline is None:
         ap.error("--baseline or --against is required")
     else:
-        base = run(args.baseline.resolve(), args.agent)
+        base = run(args.baseline.resolve(), args.agent, args.traces)
     if args.save is not None:
         args.save.write_text(json.dumps(base))
         print(f"{sum(map(len, base.values()))} prepared lists saved to {args.save}")
         return 0
-    mine = run(ROOT, args.agent)
+    mine = run(ROOT, args.agent, args.traces)
     calls = sum(map(len, mine.values()))
     bad = [
         (k, i)

@@ -20,10 +20,9 @@ from typing import Any
 
 sys.path.append(str(Path(__file__).resolve().parents[1]))  # run as a file
 
-from benchmarks._common import RESULTS, eprint
+from benchmarks._common import RESULTS, ROOT, eprint
 from benchmarks.suites import SUITES, command_for
 
-ROOT = Path(__file__).resolve().parents[1]
 ORDER = (
     "bench_engine",
     "bench_floors",

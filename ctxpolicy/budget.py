@@ -31,6 +31,7 @@ from ctxpolicy.policy.scalars import State, resolve_amount
 
 __all__ = [
     "DEFAULT_RESERVE_OUTPUT",
+    "BudgetNumbers",
     "BudgetState",
     "ToolGrowthEstimator",
     "compute_budget",
@@ -53,8 +54,11 @@ def _first_at_least(fraction: float, trigger: int) -> int:
 
 
 @dataclass(frozen=True)
-class BudgetState:
-    """The resolved budget of a policy at one moment (tool growth may be learned)."""
+class BudgetNumbers:
+    """``trigger = window − reserve_output − tool_growth − safety_margin``; target in tokens.
+
+    ``tool_growth`` is the fixed amount, or the ``initial`` value of a learned one.
+    """
 
     window: int
     reserve_output: int
@@ -62,6 +66,18 @@ class BudgetState:
     safety_margin: int
     trigger: int
     target: int
+
+    def formula(self) -> str:
+        return (
+            f"{self.window} − {self.reserve_output} − {self.tool_growth} − "
+            f"{self.safety_margin} = {self.trigger}"
+        )
+
+
+@dataclass(frozen=True)
+class BudgetState(BudgetNumbers):
+    """The resolved budget of a policy at one moment (tool growth may be learned)."""
+
     warning_tokens: int
     error_tokens: int
     critical_tokens: int

@@ -19,10 +19,10 @@ ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "ctxpolicy"
 
 
-def _modules() -> dict[str, tuple[Path, bool]]:
-    """Dotted name -> (file, is a package) of every module of ``ctxpolicy/``."""
+def _modules(package: Path) -> dict[str, tuple[Path, bool]]:
+    """Dotted name -> (file, is a package) of every module under ``package``."""
     out: dict[str, tuple[Path, bool]] = {}
-    for path in sorted(PACKAGE.rglob("*.py")):
+    for path in sorted(package.rglob("*.py")):
         parts = list(path.relative_to(ROOT).with_suffix("").parts)
         package = parts[-1] == "__init__"
         if package:
@@ -31,9 +31,10 @@ def _modules() -> dict[str, tuple[Path, bool]]:
     return out
 
 
-def import_graph() -> dict[str, set[str]]:
-    """Module -> the ``ctxpolicy`` modules it imports anywhere in its source."""
-    modules = _modules()
+def import_graph(package: Path = PACKAGE) -> dict[str, set[str]]:
+    """Module -> the modules of ``package`` (a folder under the repository's root,
+    ``ctxpolicy/`` unless told) it imports anywhere in its source."""
+    modules = _modules(package)
     graph: dict[str, set[str]] = {}
     for name, (path, package) in modules.items():
         edges: set[str] = set()

@@ -13,8 +13,8 @@ Both get the policy's trigger and target (deepagents: ``trigger``/``keep`` in
 tokens; langmem: ``max_tokens_before_summary``/``max_tokens``), the same
 deterministic summary model as LangChain (:class:`benchmarks.peers.summary.
 DigestChatModel`) and the library's default (approximate) token counter. The
-packages are the ``peers`` extra of pyproject.toml; :func:`available` says whether
-they are installed (``bench_engine.py --install-peers`` installs them).
+packages are the ``bench`` extra of pyproject.toml (``make .venv/.dev`` installs it);
+:func:`available` says whether they are installed.
 """
 
 from __future__ import annotations

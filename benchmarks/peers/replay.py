@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import cProfile
 import gc
-import hashlib
-import json
 import shutil
 import tempfile
 import time
@@ -17,7 +15,7 @@ from typing import Any
 
 from benchmarks.peers.summary import ctxpolicy_summary
 
-__all__ = ["STATE", "digest", "replay_ctxpolicy"]
+__all__ = ["STATE", "replay_ctxpolicy"]
 
 Message = dict[str, Any]
 
@@ -30,16 +28,11 @@ def replay_ctxpolicy(
     policy: Any,
     msgs: Sequence[Mapping[str, Any]],
     profiler: cProfile.Profile | None = None,
-    outputs: list[str] | None = None,
     state: str = STATE,
 ) -> tuple[list[float], list[float]]:
     """Seconds of ``prepare`` per call and of ``add_tool_result`` booked per call.
-
-    ``outputs``: receives, in call order and untimed, a digest of every text
-    ``add_tool_result`` returned (``t…``) and every list ``prepare`` returned (``p…``).
     ``state``: ``sqlite`` (a fresh file per replay, the policy's default store) or
-    ``memory``.
-    """
+    ``memory``."""
     from ctxpolicy import Session
     from ctxpolicy.sim.replay import _sim_store, call_for
     from ctxpolicy.state.memory import MemoryStateStore
@@ -75,11 +68,9 @@ def replay_ctxpolicy(
             if role == "assistant" and convo:
                 on()
                 t0 = clock()
-                prepared = session.prepare(convo)
+                session.prepare(convo)
                 dt = clock() - t0
                 off()
-                if outputs is not None:
-                    outputs.append("p" + digest(prepared))
                 prep.append(dt)
                 tools.append(booked)
                 booked = 0.0
@@ -91,8 +82,6 @@ def replay_ctxpolicy(
                 text = session.add_tool_result(call, m.get("content"))
                 booked += clock() - t0
                 off()
-                if outputs is not None:
-                    outputs.append("t" + digest(text))
                 convo.append({**m, "content": text})
                 continue
             if role == "assistant":
@@ -102,9 +91,3 @@ def replay_ctxpolicy(
     finally:
         store.close()
         shutil.rmtree(tmp, ignore_errors=True)
-
-
-def digest(value: Any) -> str:
-    """A short SHA-256 of a text, or of a message list's JSON (byte-exact comparisons)."""
-    data = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
-    return hashlib.sha256(data.encode("utf-8", "surrogatepass")).hexdigest()[:16]

@@ -69,19 +69,19 @@ def _name_hash(name: str) -> bytes:
     return hashlib.blake2b(name.encode("utf-8"), digest_size=8).digest()
 
 
-def trace_halves(sizes: Mapping[str, int]) -> dict[str, str]:
+def trace_halves(sizes: Mapping[str, int], odd: str = "tune") -> dict[str, str]:
     """``{trace: "tune" | "held_out"}``: two fixed halves of the shared traces.
 
     The rule (docs/benchmarks.md): traces sorted by size (model calls), then name;
     consecutive pairs; in each pair the trace whose file name has the smaller
-    BLAKE2b-64 digest is ``tune``, the other ``held_out`` (an odd last one: ``tune``).
+    BLAKE2b-64 digest is ``tune``, the other ``held_out`` (an odd last one: ``odd``).
     Deterministic, balanced in size, blind to the traces' contents.
     """
     order = sorted(sizes, key=lambda n: (sizes[n], n))
     out: dict[str, str] = {}
     for i in range(0, len(order), 2):
         pair = sorted(order[i : i + 2], key=_name_hash)
-        out[pair[0]] = "tune"
+        out[pair[0]] = "tune" if len(pair) > 1 else odd
         if len(pair) > 1:
             out[pair[1]] = "held_out"
     return out

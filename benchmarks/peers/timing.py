@@ -1,26 +1,11 @@
-"""Per model call: ctxpolicy's path vs LangChain ``SummarizationMiddleware`` (issue 21 item 6).
+"""Per model call: ctxpolicy's path vs LangChain ``SummarizationMiddleware``.
 
-Each long trace is replayed call by call, in the same run, interleaved:
-
-* **ctxpolicy** — a ``Session`` under the policy: every tool result goes through
-  ``add_tool_result`` (preprocessors, snapshot written to a local store, ledger),
-  and before every assistant message ``prepare`` runs on the conversation so far
-  (counting, key-facts check, compaction when due). Both are timed; the
-  ``add_tool_result`` time of the results that arrived since the previous call is
-  booked on the call they precede.
-* **LangChain** — an agent state holding the trace's messages (converted once,
-  untimed, as an agent holds them) and ``SummarizationMiddleware.before_model``
-  with its update applied by LangGraph's ``add_messages`` reducer: what
-  ``create_agent`` runs before each model call for this middleware. Trigger and
-  keep are the policy's trigger and target; the summary (both sides) is the
-  deterministic digest of :mod:`benchmarks.peers.summary`.
-* **floor** — one tiktoken pass over the final conversation (each text of every
-  message encoded once): the least an exact counter can spend on the whole trace.
-  *Per call* it is that pass divided by the number of model calls.
-
-Reported per trace: median ms per call of each variant, the ratio of each median
-to the per-call floor, and the totals ÷ one pass. :func:`profile_calls` runs the
-ctxpolicy path under cProfile and returns its hot spots.
+Each long trace replayed call by call, interleaved in one run: ctxpolicy's
+``add_tool_result`` per tool result (booked on the call it precedes) and ``prepare``
+before every assistant message (:mod:`benchmarks.peers.replay`); LangChain's
+``before_model`` on an agent state updated by LangGraph's reducer; the floor, one
+tiktoken pass over the final conversation ÷ calls. The section (:func:`per_call_markdown`)
+says what each column is; :func:`profile_calls` returns ctxpolicy's hot spots.
 """
 
 from __future__ import annotations
@@ -31,8 +16,7 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from benchmarks._common import eprint
-from benchmarks._profile import profile_rows
+from benchmarks._common import eprint, profile_rows
 from benchmarks.peers.parts import parts_markdown, per_call_parts, summarize
 from benchmarks.peers.replay import STATE, replay_ctxpolicy
 from benchmarks.peers.summary import DigestChatModel
@@ -391,9 +375,8 @@ def per_call_markdown(data: Mapping[str, Any]) -> list[str]:
             "Median ms per call of each peer's own work (deepagents and langmem replayed "
             "like LangChain, benchmarks/peers/others.py: the policy's trigger and target, "
             "the same deterministic summary model, each library's default token counter; "
-            "the packages are the `peers` extra, installed by `bench_engine.py` unless "
-            "`--no-install-peers`), and ctxpolicy's `prepare` + `add_tool_result` (and `prepare` alone) ÷ that "
-            "median.",
+            "the packages are the `bench` extra), and ctxpolicy's `prepare` + `add_tool_result` "
+            "(and `prepare` alone) ÷ that median.",
             "",
             markdown_table(
                 [
@@ -428,7 +411,7 @@ def per_call_markdown(data: Mapping[str, Any]) -> list[str]:
         md += [
             "Not measured in this run: "
             + ", ".join(PEER_LABELS[p] for p in missing)
-            + " (not installed: the `peers` extra; `bench_engine.py --install-peers` installs it).",
+            + " (not installed: the `bench` extra).",
             "",
         ]
     md += _goals_markdown(rows)

@@ -8,10 +8,7 @@ answers one JSON request per stdin line with one JSON line on stdout:
   model call and of ``add_tool_result`` booked per call
   (:func:`benchmarks.peers.timing.replay_ctxpolicy`);
 * ``{"cmd": "parts", "trace": PATH, "agent": NAME, "repeat": N}`` — seconds of each
-  part of the per-call path and of the floors (:func:`benchmarks.peers.parts.part_samples`);
-* ``{"cmd": "prepared", "trace": PATH, "agent": NAME, "window": N}`` — SHA-256 of
-  every text ``add_tool_result`` returned and of every list ``prepare`` returned
-  (``json.dumps``), in call order: two trees agree byte for byte iff these agree.
+  part of the per-call path and of the floors (:func:`benchmarks.peers.parts.part_samples`).
 
 The worker stays up between requests, so its caches warm up as an in-process
 benchmark's do; :class:`Worker` drives it from the parent.
@@ -83,7 +80,7 @@ def _serve(src: str) -> None:
     from benchmarks._inputs import load_agent
     from benchmarks.peers.parts import part_samples
     from benchmarks.peers.replay import replay_ctxpolicy
-    from ctxpolicy.sim.replay import load_trace, with_window
+    from ctxpolicy.sim.replay import load_trace
 
     policies: dict[str, Any] = {}
     for line in sys.stdin:
@@ -99,10 +96,6 @@ def _serve(src: str) -> None:
                 answer: dict[str, Any] = {"prepare": prep, "add_tool_result": tools}
             elif req["cmd"] == "parts":
                 answer = part_samples(policy, msgs, req.get("repeat", 1))
-            elif req["cmd"] == "prepared":
-                digests: list[str] = []
-                replay_ctxpolicy(with_window(policy, req["window"]), msgs, outputs=digests)
-                answer = {"digests": digests}
             else:
                 answer = {"error": f"unknown command {req['cmd']!r}"}
         except Exception as exc:  # reported to the parent, which raises

@@ -6,9 +6,12 @@ import json
 import os
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ctxpolicy.policy.models import Policy
 
 
 @click.group("snapshots")
@@ -66,17 +69,7 @@ def prune_cmd(
     if policy_path is None and root is None:
         raise click.UsageError("give --policy (and --agent) or --root")
     if policy_path is not None:
-        from ctxpolicy.policy.diagnostics import PolicyError
-        from ctxpolicy.resolve.load import load_policy
-
-        try:
-            policy = load_policy(str(policy_path), agent)
-        except PolicyError as exc:
-            for d in exc.diagnostics:
-                click.echo(d.format(), err=True)
-            ctx.exit(1)
-            return
-        snaps = policy.snapshots
+        snaps = _load(ctx, policy_path, agent).snapshots
         if snaps.store != "local" and root is None:
             raise click.UsageError(
                 f"prune handles the `local` store; this agent uses {snaps.store!r}"
@@ -135,6 +128,20 @@ def prune_cmd(
         )
 
 
+def _load(ctx: click.Context, policy_path: Path, agent: str) -> Policy:
+    """The agent's resolved policy; exit 1 with its diagnostics when it does not resolve."""
+    from ctxpolicy.policy.diagnostics import PolicyError
+    from ctxpolicy.resolve.load import load_policy
+
+    try:
+        return load_policy(str(policy_path), agent)
+    except PolicyError as exc:
+        for d in exc.diagnostics:
+            click.echo(d.format(), err=True)
+        ctx.exit(1)
+        raise AssertionError from None  # pragma: no cover - ctx.exit raises
+
+
 def _store_root(ctx: click.Context, policy_path: Path | None, agent: str, root: str | None) -> str:
     """The local store's root: ``--root``, else the policy's ``snapshots.path``."""
     if root is not None:
@@ -142,16 +149,8 @@ def _store_root(ctx: click.Context, policy_path: Path | None, agent: str, root: 
     if policy_path is None:
         raise click.UsageError("give --policy (and --agent) or --root")
     from ctxpolicy.engine.tool_results import interpolate_path
-    from ctxpolicy.policy.diagnostics import PolicyError
-    from ctxpolicy.resolve.load import load_policy
 
-    try:
-        policy = load_policy(str(policy_path), agent)
-    except PolicyError as exc:
-        for d in exc.diagnostics:
-            click.echo(d.format(), err=True)
-        ctx.exit(1)
-        raise AssertionError from None  # pragma: no cover - ctx.exit raises
+    policy = _load(ctx, policy_path, agent)
     if policy.snapshots.store != "local":
         raise click.UsageError(
             f"list and show read the `local` store; this agent uses {policy.snapshots.store!r}"

@@ -1,7 +1,8 @@
 """The message vocabulary every package speaks.
 
 * :mod:`.messages` — accessors of one OpenAI Chat message (content text, fingerprint,
-  a copy with another text);
+  a copy with another text, its tool calls and the call a tool result answers);
+* :mod:`.images` — an image's width and height from its first bytes;
 * :mod:`.units` — grouping into atomic units, pinning, the invariants of a context;
 * :mod:`.refs` — the reference line ``[Full detail available at: …]``, one home;
 * :mod:`.cut` — head/tail cutting with its elision marker, one-line shortening, the

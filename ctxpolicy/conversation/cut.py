@@ -14,6 +14,7 @@ import unicodedata
 from collections.abc import Mapping
 from typing import Any
 
+from ctxpolicy.conversation.messages import call_arguments, call_name
 from ctxpolicy.conversation.refs import split_refs
 
 __all__ = [
@@ -89,9 +90,8 @@ def short(text: str, n: int) -> str:
 
 def describe_call(tc: Mapping[str, Any], n: int = 120) -> str:
     """``name(arguments)`` of a tool call, shortened."""
-    fn = tc.get("function") or {}
-    name = str(fn.get("name", "?"))
-    args = fn.get("arguments", "")
+    name = call_name(tc) or "?"
+    args = call_arguments(tc, "")
     if not isinstance(args, str):
         args = json.dumps(args, ensure_ascii=False, sort_keys=True)
     try:

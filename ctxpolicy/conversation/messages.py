@@ -1,18 +1,37 @@
-"""Accessors of one OpenAI Chat message: its content as text, its fingerprint, and a copy
-with another text (:func:`with_text`)."""
+"""Accessors of one OpenAI Chat message: its content as text, its fingerprint, a copy
+with another text (:func:`with_text`), its tool calls (:func:`tool_calls`, :func:`call_id`,
+:func:`call_name`, :func:`call_arguments`) and the call a tool result answers
+(:func:`result_id`); :func:`nth_original` maps prepared messages back to the objects
+they were made from."""
 
 from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Mapping, Sequence
+from typing import Any, TypeVar
 
 from ctxpolicy.conversation.jsontext import to_json
+from ctxpolicy.conversation.repair import call_key
 
-__all__ = ["Message", "content_text", "message_fingerprint", "with_text"]
+__all__ = [
+    "Message",
+    "call_arguments",
+    "call_id",
+    "call_name",
+    "content_text",
+    "function_tool",
+    "message_fingerprint",
+    "new_call",
+    "nth_original",
+    "result_id",
+    "tool_calls",
+    "with_text",
+]
 
 Message = dict[str, Any]
+K = TypeVar("K")
+T = TypeVar("T")
 
 
 def message_fingerprint(msg: Mapping[str, Any]) -> str:
@@ -65,3 +84,62 @@ def with_text(msg: Message, text: str) -> Message:
         parts.insert(0, {"type": "text", "text": text})
     new["content"] = parts
     return new
+
+
+def tool_calls(msg: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    """The tool calls of an assistant message: the objects of its ``tool_calls`` list
+    (none for another message or a field that is not a list; entries that are not
+    objects are left out)."""
+    calls = msg.get("tool_calls")
+    if not isinstance(calls, list | tuple):
+        return []
+    return [tc for tc in calls if isinstance(tc, Mapping)]
+
+
+def new_call(call_id: str, name: str, arguments: str) -> dict[str, Any]:
+    """A new tool call (``arguments``: JSON text)."""
+    return {"id": call_id, "type": "function", "function": {"name": name, "arguments": arguments}}
+
+
+def function_tool(name: str, description: str, parameters: Any) -> dict[str, Any]:
+    """A tool definition in the OpenAI function shape the counter reads."""
+    return {
+        "type": "function",
+        "function": {"name": name, "description": description, "parameters": parameters},
+    }
+
+
+def call_id(call: Mapping[str, Any]) -> str:
+    """A tool call's id ("" when it has none)."""
+    return str(call.get("id", ""))
+
+
+def call_name(call: Mapping[str, Any]) -> str:
+    """The name of a tool call's function ("" when it has none)."""
+    fn = call.get("function")
+    return str(fn.get("name") or "") if isinstance(fn, Mapping) else ""
+
+
+def call_arguments(call: Mapping[str, Any], default: Any = None) -> Any:
+    """A tool call's arguments as written (JSON text once the engine repaired the
+    message; ``default`` when there are none)."""
+    fn = call.get("function")
+    return fn.get("arguments", default) if isinstance(fn, Mapping) else default
+
+
+def result_id(msg: Mapping[str, Any]) -> str:
+    """The id of the call a ``tool`` message answers (its ``tool_call_id`` as the key
+    results are matched by: "" when it has none)."""
+    return call_key(msg.get("tool_call_id"))
+
+
+def nth_original(originals: Mapping[K, Sequence[T]], used: dict[K, int], key: K) -> T | None:
+    """The original a prepared message with ``key`` stands for, or None when no original
+    has that key: the n-th message with a key gets the n-th original with it (the last
+    when there are fewer). ``used`` counts the keys taken in one conversion."""
+    found = originals.get(key)
+    if not found:
+        return None
+    n = used.get(key, 0)
+    used[key] = n + 1
+    return found[min(n, len(found) - 1)]

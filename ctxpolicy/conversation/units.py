@@ -30,7 +30,16 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
-from ctxpolicy.conversation.messages import Message, content_text, message_fingerprint
+from ctxpolicy.conversation.messages import (
+    Message,
+    call_arguments,
+    call_id,
+    call_name,
+    content_text,
+    message_fingerprint,
+    result_id,
+    tool_calls,
+)
 from ctxpolicy.conversation.repair import call_key, repair_calls
 
 #: ``"ledger"`` is every pinned message of ours: the progress ledger (key ``"ledger"``)
@@ -115,17 +124,16 @@ class Unit:
     def tool_calls(self) -> list[Mapping[str, Any]]:
         if self.kind != "step" or not self.messages:
             return []
-        return list(self.messages[0].get("tool_calls") or [])
+        return tool_calls(self.messages[0])
 
     def text(self) -> str:
         """All text of the unit (content, tool-call names and arguments)."""
         parts: list[str] = []
         for m in self.messages:
             parts.append(content_text(m.get("content")))
-            for tc in m.get("tool_calls") or []:
-                fn = tc.get("function") or {}
-                parts.append(str(fn.get("name", "")))
-                parts.append(str(fn.get("arguments", "")))
+            for tc in tool_calls(m):
+                parts.append(call_name(tc))
+                parts.append(str(call_arguments(tc, "")))
         return "\n".join(p for p in parts if p)
 
 
@@ -385,7 +393,7 @@ def check_messages(messages: Sequence[Mapping[str, Any]]) -> list[Violation]:
     for i, m in enumerate(messages):
         role = m.get("role")
         if role == "tool":
-            tid = str(m.get("tool_call_id", ""))
+            tid = result_id(m)
             if tid in pending:
                 pending.discard(tid)
             else:
@@ -401,11 +409,7 @@ def check_messages(messages: Sequence[Mapping[str, Any]]) -> list[Violation]:
             )
             pending = set()
         if role == "assistant":
-            pending = {
-                str(tc.get("id", ""))
-                for tc in (m.get("tool_calls") or [])
-                if isinstance(tc, Mapping)
-            }
+            pending = {call_id(tc) for tc in tool_calls(m)}
     if pending:
         out.append(Violation("missing_result", f"at end: calls {sorted(pending)} unanswered"))
     return out

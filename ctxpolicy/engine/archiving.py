@@ -22,6 +22,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ctxpolicy.conversation import Message, Unit, content_text
+from ctxpolicy.conversation.messages import call_id, call_name, result_id, tool_calls
 from ctxpolicy.engine.specials import ledger_changed
 from ctxpolicy.events.types import SnapshotFailed, SnapshotTooLarge
 
@@ -48,7 +49,7 @@ def ensure_snapshots(ctx: EngineContext, view: Sequence[Unit]) -> None:
             continue
         names = _call_names(u)
         for m in u.tool_messages:
-            cid = str(m.get("tool_call_id") or "")
+            cid = result_id(m)
             text = content_text(m.get("content"))
             if not cid or cid in st.refs or len(text) <= SNAPSHOT_MIN_CHARS:
                 continue
@@ -150,7 +151,7 @@ def archive_messages(
 def ref_for_message(ctx: EngineContext, m: Mapping[str, Any]) -> str | None:
     """The reference of the verbatim original of ``m`` (archived now if needed)."""
     if m.get("role") == "tool":
-        ref = ctx.state.refs.get(str(m.get("tool_call_id")))
+        ref = ctx.state.refs.get(result_id(m))
         if ref:
             return ref
     if ctx.snapshots is None or archive_messages(ctx, [dict(m)], ctx.emit) is None:
@@ -163,10 +164,6 @@ def _call_names(unit: Unit) -> dict[str, str]:
     """Tool-call id → tool name of a step's assistant message."""
     names: dict[str, str] = {}
     for m in unit.messages:
-        calls = m.get("tool_calls")
-        for tc in calls if isinstance(calls, list) else []:
-            if isinstance(tc, Mapping):
-                fn = tc.get("function")
-                name = fn.get("name") if isinstance(fn, Mapping) else tc.get("name")
-                names[str(tc.get("id"))] = str(name or "tool")
+        for tc in tool_calls(m):
+            names[call_id(tc)] = call_name(tc) or "tool"
     return names

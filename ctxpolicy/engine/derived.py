@@ -34,6 +34,7 @@ from ctxpolicy.conversation import (
     message_fingerprint,
     render,
 )
+from ctxpolicy.conversation.messages import result_id
 from ctxpolicy.engine.own import insert_specials, own_kind, own_text
 from ctxpolicy.tokens.msgkeys import NO_SNAPSHOT, snapshot, value_key
 
@@ -608,7 +609,7 @@ def with_refs(unit: Unit, refs: Mapping[str, str]) -> Unit:
     found: dict[str, str] = {}
     for m in unit.messages:
         if m.get("role") == "tool":
-            tid = str(m.get("tool_call_id"))
+            tid = result_id(m)
             if tid in refs:
                 found[tid] = refs[tid]
     if not found or unit.meta.get("refs") == found:

@@ -42,6 +42,7 @@ from ctxpolicy.policy.scalars import State
 __all__ = [
     "GUARD",
     "MAX_PREDICTED_CALLS",
+    "MIN_ROOM_CALLS",
     "REFILL_CALLS",
     "CachePrices",
     "Guard",
@@ -51,6 +52,7 @@ __all__ = [
     "first_changed",
     "fit_limit",
     "predicted_calls",
+    "short_room",
 ]
 
 #: The calls until the next compaction are predicted at most this far ahead (a
@@ -61,6 +63,12 @@ MAX_PREDICTED_CALLS = 50
 #: conversation's units: each call adds at least one) refilled at once: it is held
 #: until the request would not fit (:class:`Guard`).
 REFILL_CALLS = 3
+
+#: A compaction below the fit limit must leave room for at least this many calls of
+#: the request's growth before the fit limit, else it waits for that limit: compacting
+#: more often than every this many calls is the thrash the guard bounds (12 prefix
+#: rewrites per 100 calls: tests/engine/test_thrash.py).
+MIN_ROOM_CALLS = 9
 
 #: The growth per call is the mean of the last this many calls' growth.
 GROWTH_SAMPLES = 20
@@ -173,6 +181,15 @@ def fit_limit(budget: BudgetState) -> int:
     return max(budget.trigger, budget.window - budget.reserve_output - budget.safety_margin)
 
 
+def short_room(budget: BudgetState, used_after: int, per_call: int | None) -> bool:
+    """A compaction ending at ``used_after`` leaves room for fewer than
+    :data:`MIN_ROOM_CALLS` calls of ``per_call`` growth before the fit limit (False
+    while the growth is not known)."""
+    if per_call is None:
+        return False
+    return fit_limit(budget) - used_after < MIN_ROOM_CALLS * per_call
+
+
 def _int(value: Any) -> int | None:
     return value if type(value) is int else None
 
@@ -217,6 +234,10 @@ class Guard:
     def compacted(self, call: int) -> None:
         """Call ``call`` took a compaction of the pipeline."""
         self.slot["last"] = call
+
+    def last(self) -> int | None:
+        """The call of the last compaction of the pipeline (None: none yet)."""
+        return _int(self.slot.get("last"))
 
     def refilled(self, call: int) -> int | None:
         """Calls since the last compaction when at most :data:`REFILL_CALLS` (the

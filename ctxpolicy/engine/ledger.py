@@ -42,6 +42,7 @@ from dataclasses import asdict
 from typing import Any
 
 from ctxpolicy.conversation import Unit, content_text
+from ctxpolicy.conversation import messages as chat
 from ctxpolicy.conversation.cut import describe_call, estimate_tokens, first_meaningful_line, short
 from ctxpolicy.conversation.facts import (
     MAX_INSTRUCTIONS,
@@ -209,10 +210,10 @@ class ProgressLedger:
             new = kept.get(u.key)
             if new is None or new.messages == u.messages or u.kind in ("ledger", "summary"):
                 continue
-            now = {str(m.get("tool_call_id")): m for m in new.tool_messages}
+            now = {chat.result_id(m): m for m in new.tool_messages}
             calls = _calls_by_id(u)
             for m in u.tool_messages:
-                cid = str(m.get("tool_call_id"))
+                cid = chat.result_id(m)
                 if now.get(cid) != m:  # shortened (or gone): its original, when small
                     self._keep_result(calls.get(cid), content_text(m.get("content")))
         if recall is not None:
@@ -226,7 +227,7 @@ class ProgressLedger:
     def _read_unit(self, u: Unit) -> None:
         if u.kind == "summary":
             return  # the units it stood for were read when it was made (the archive has them)
-        results = {str(m.get("tool_call_id", "")): m for m in u.tool_messages}
+        results = {chat.result_id(m): m for m in u.tool_messages}
         for m in u.messages:
             role = m.get("role")
             text = content_text(m.get("content"))
@@ -235,11 +236,11 @@ class ProgressLedger:
                 for e in error_lines(without_derived(split_refs(text)[0]), limit=2, max_len=160):
                     self._open_error(e, "user")
             elif role == "assistant":
-                calls = [tc for tc in m.get("tool_calls") or () if isinstance(tc, Mapping)]
+                calls = chat.tool_calls(m)
                 if text.strip():
                     self._statements(text, acted=bool(calls))
                 for tc in calls:
-                    out = results.get(str(tc.get("id", "")))
+                    out = results.get(chat.call_id(tc))
                     self._call(u, tc, content_text(out.get("content")) if out else "")
 
     def _instruction(self, text: str) -> None:
@@ -269,9 +270,8 @@ class ProgressLedger:
 
     def _call(self, u: Unit, tc: Mapping[str, Any], out: str) -> None:
         st = self.state
-        fn = tc.get("function") or {}
-        name = str(fn.get("name", "?"))
-        args = _args(fn.get("arguments"))
+        name = chat.call_name(tc) or "?"
+        args = _args(chat.call_arguments(tc))
         todos = todo_list(name, args)
         if todos is not None:
             st.todos = todos
@@ -282,7 +282,7 @@ class ProgressLedger:
         step = f"step {u.round}" if u.round is not None else None
         if step:
             entry = f"{step}: {entry}"
-        outcome = first_meaningful_line(clean, 80)
+        outcome = _said_line(clean, 80)
         if outcome and not _is_table(clean):
             entry += f" → {outcome}"
         ref = REF_LINE.search(out) if REF_MARK in out else None
@@ -470,7 +470,9 @@ class ProgressLedger:
             lines.extend(f"- {_MARK.get(t.status, '[ ]')} {t.text}" for t in parts["todos"])
         if parts["done"]:
             lines.append("Done:")
-            lines.extend(f"- {d}" for d in parts["done"])
+            # a step's snapshot reference is a handle for ctx_recall: without the tool
+            # it tells the model nothing (the archive line above says where it all is)
+            lines.extend(f"- {d if st.recall else _STEP_REF.sub('', d)}" for d in parts["done"])
         changed = [a for a in parts["artifacts"] if not a.state.startswith("seen")]
         if changed:
             lines.append("Artifacts (latest state):")
@@ -637,6 +639,14 @@ def check_stored(value: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
-#: The old name of :class:`ProgressLedger` (it collided with the policy model
-#: :class:`ctxpolicy.policy.models.Ledger`), kept for one release.
-Ledger = ProgressLedger
+#: the snapshot reference a step's entry ends with (``describe_call … [ctxsnap://…]``)
+_STEP_REF = re.compile(r" \[[a-z][a-z0-9+.-]*://[^\]\s]*\]$")
+
+
+def _said_line(text: str, n: int) -> str:
+    """The first line of ``text`` that says something (a letter or a digit, not a
+    bracket or a rule alone: a JSON result's ``{``), at most ``n`` characters."""
+    for line in text.splitlines()[:200]:
+        if any(c.isalnum() for c in line):
+            return first_meaningful_line(line, n)
+    return ""

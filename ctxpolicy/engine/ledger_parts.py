@@ -18,6 +18,7 @@ from ctxpolicy.conversation.facts import (
     error_lines,
     is_path,
 )
+from ctxpolicy.conversation.messages import call_arguments, call_id, call_name, tool_calls
 
 HEADER = "[Progress ledger: task state of the compacted history]"
 VERSION = 2
@@ -235,11 +236,9 @@ def todo_list(name: str, args: Any) -> list[Todo] | None:
 
 def _has_todo_call(u: Unit) -> bool:
     for m in u.messages:
-        for tc in m.get("tool_calls") or ():
-            if isinstance(tc, Mapping):
-                fn = tc.get("function") or {}
-                if todo_list(str(fn.get("name", "")), _args(fn.get("arguments"))) is not None:
-                    return True
+        for tc in tool_calls(m):
+            if todo_list(call_name(tc), _args(call_arguments(tc))) is not None:
+                return True
     return False
 
 
@@ -257,9 +256,8 @@ def _args(raw: Any) -> Any:
 def _calls_by_id(u: Unit) -> dict[str, str]:
     out: dict[str, str] = {}
     for m in u.messages:
-        for tc in m.get("tool_calls") or ():
-            if isinstance(tc, Mapping):
-                out[str(tc.get("id", ""))] = describe_call(tc, 100)
+        for tc in tool_calls(m):
+            out[call_id(tc)] = describe_call(tc, 100)
     return out
 
 

@@ -14,6 +14,7 @@ from typing import Any
 
 from ctxpolicy.components import CallableSummarizer, Summarizer, ToolCall
 from ctxpolicy.conversation import Unit, pin_units
+from ctxpolicy.conversation.messages import call_arguments, call_name
 
 #: First line of the ledger message; lets a re-ingested ledger be recognised.
 LEDGER_MARK = "[ctxpolicy progress ledger]"
@@ -99,7 +100,9 @@ def tool_call_info(tool_call: Any) -> ToolCall:
         fn = tool_call.get("function")
         if isinstance(fn, Mapping):
             return ToolCall(
-                name=str(fn.get("name", "")), arguments=fn.get("arguments"), id=tool_call.get("id")
+                name=call_name(tool_call),
+                arguments=call_arguments(tool_call),
+                id=tool_call.get("id"),
             )
         return ToolCall(
             name=str(tool_call.get("name", "")),

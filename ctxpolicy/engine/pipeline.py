@@ -16,7 +16,10 @@ while the context is below the fit limit (:func:`~ctxpolicy.engine.economics.fit
 and the last compaction ended above the target and the context has not grown by the
 trigger − target gap since (``SessionState.hold_until``), or the last compaction was
 at most :data:`~ctxpolicy.engine.economics.REFILL_CALLS` calls ago (it refilled at
-once: held until the fit limit, ``context.compaction_held`` once). Below the fit
+once: held until the fit limit, ``context.compaction_held`` once), or the layers'
+result would leave room for fewer than :data:`~ctxpolicy.engine.economics.MIN_ROOM_CALLS`
+calls of growth before the fit limit (held until that limit, where ``on_overflow``
+goes deeper when the forced compaction still leaves too little room). Below the fit
 limit a compaction is also weighed by the economics (it must buy its rewrite back
 before the next predicted compaction); above it, it runs whatever it costs.
 
@@ -41,12 +44,14 @@ from ctxpolicy.engine.archiving import archive_units, ensure_snapshots
 from ctxpolicy.engine.call import Call
 from ctxpolicy.engine.derived import with_refs
 from ctxpolicy.engine.economics import (
+    MIN_ROOM_CALLS,
     Guard,
     Rewrite,
     cache_prices,
     first_changed,
     fit_limit,
     predicted_calls,
+    short_room,
 )
 from ctxpolicy.engine.refs import ensure_refs
 from ctxpolicy.engine.specials import ledger_changed
@@ -187,6 +192,10 @@ def run_pipeline(ctx: EngineContext, call: Call, *, cache_lost: bool = False) ->
     rewrite: Rewrite | None = None
     held: list[_Outcome] = []
     took_step = False
+    # a rewrite that leaves room for fewer than MIN_ROOM_CALLS calls before the fit
+    # limit waits for that limit (compacting there leaves the most room)
+    per_call = guard.per_call() if batch and not cache_lost else None
+    short = False
     for index, step in steps:
         if call.at_target():
             break
@@ -203,10 +212,15 @@ def run_pipeline(ctx: EngineContext, call: Call, *, cache_lost: bool = False) ->
         if start_used - call.used >= min_gain and (
             weigh is None or (rewrite := weigh(call.view, call.used)).pays
         ):
+            short = short_room(budget, call.used, per_call)
+            if short:
+                continue  # the next steps may leave more room
             batch, floor = False, None
             call.view, call.used, changed_by = _take_all(ctx, held, call)
             took_step = took_step or changed_by is not None
             held = []
+    if held and short and per_call is not None:
+        _hold_to_fit(ctx, guard, mark, start_used, call.used, budget, per_call)
     deferred = bool(held)
     if held:  # together they free too little: wait for a batch worth the cache
         for out in held:
@@ -220,16 +234,50 @@ def run_pipeline(ctx: EngineContext, call: Call, *, cache_lost: bool = False) ->
             )
         call.view, call.used = start_view, start_used
     over = call.used > fit_limit(budget) if deferred else _over(ctx, call)
-    if pol.on_overflow.layer and (forced or over):
+    deeper: int | None = None
+    if took_step and not forced and entry > fit_limit(budget):
+        # a compaction the fit limit forced: when it leaves room for too few calls,
+        # on_overflow goes deeper, so the next one is not due again a few calls later
+        grow = guard.per_call()
+        if grow is not None and short_room(budget, call.used, grow):
+            deeper = max(0, fit_limit(budget) - MIN_ROOM_CALLS * grow)
+    if pol.on_overflow.layer and (forced or over or deeper is not None):
         if not steps:
             call.view = _referenced(ctx, call.view)
-        out = _apply(ctx, call, pol.on_overflow, -1)
+        out = _apply(ctx, call, pol.on_overflow, -1, floor=deeper)
         if out is not None and _take(ctx, out, call):
             call.view, call.used, changed_by = out.units, out.used, pol.on_overflow.layer
     if took_step and not forced:
         guard.compacted(mark)
         ctx.state.touch("memory")
     return changed_by
+
+
+def _hold_to_fit(
+    ctx: EngineContext,
+    guard: Guard,
+    mark: int,
+    used: int,
+    after: int,
+    budget: BudgetState,
+    per_call: int,
+) -> None:
+    """Hold compaction until the request would not fit (``context.compaction_held``
+    once): the rewrite on offer (``used`` → ``after`` tokens) leaves room for too few
+    calls of ``per_call`` growth before the fit limit to be taken earlier."""
+    resume_at = fit_limit(budget) + 1
+    ctx.state.hold_until = resume_at
+    ctx.state.touch("meta")
+    last = guard.last()
+    ctx.emit(
+        ContextCompactionHeld(
+            used=used,
+            calls_since=mark - last if last is not None else mark,
+            resume_at=resume_at,
+            growth_per_call=per_call,
+            room_calls=max(0, fit_limit(budget) - after) // per_call,
+        )
+    )
 
 
 def _over(ctx: EngineContext, call: Call) -> bool:

@@ -44,6 +44,7 @@ from pathlib import Path
 from typing import Any
 
 from ctxpolicy.components import ToolCall
+from ctxpolicy.conversation.messages import result_id
 from ctxpolicy.engine.own import own_kind
 from ctxpolicy.events.types import RecordFailed
 
@@ -106,8 +107,8 @@ def _line(m: Mapping[str, Any]) -> str:
 def _digest(m: Mapping[str, Any]) -> bytes:
     """What identifies a message between calls: a tool result by its call id (its text
     is ours, preprocessed, in what the agent passes; raw in the file), else its JSON."""
-    if m.get("role") == "tool" and m.get("tool_call_id"):
-        key = "tool\0" + str(m.get("tool_call_id"))
+    if m.get("role") == "tool" and result_id(m):
+        key = "tool\0" + result_id(m)
     else:
         try:
             key = json.dumps(m, sort_keys=True, ensure_ascii=True, default=str)
@@ -264,7 +265,7 @@ class TraceRecorder:
                 d = _digest(m)
                 self._known.add(d)
                 if m.get("role") == "tool":
-                    raw = self._pending.pop(str(m.get("tool_call_id")), None)
+                    raw = self._pending.pop(result_id(m), None)
                     if raw is not None:
                         self._pending_chars -= len(raw)
                         m = {**m, "content": raw}

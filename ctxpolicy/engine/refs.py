@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from ctxpolicy.conversation import Message, Unit, content_text
-from ctxpolicy.conversation.messages import with_text
+from ctxpolicy.conversation.messages import result_id, with_text
 from ctxpolicy.conversation.refs import ref_line
 from ctxpolicy.engine.archiving import ref_for_message
 
@@ -31,7 +31,7 @@ def _original(b: Unit, results: dict[str, Message], j: int, m: Message) -> Messa
     """The message of ``b`` that ``m`` (message ``j`` of the rewritten unit) stands for:
     a tool result by its call id, any other message by its position and role."""
     if m.get("role") == "tool":
-        return results.get(str(m.get("tool_call_id")))
+        return results.get(result_id(m))
     if j < len(b.messages) and b.messages[j].get("role") == m.get("role"):
         return b.messages[j]
     return None
@@ -54,14 +54,14 @@ def ensure_refs(
         b = old.get(u.key)
         if b is None or b is u or u.kind in _OURS or b.messages == u.messages:
             continue
-        results = {str(m.get("tool_call_id")): m for m in b.tool_messages}
+        results = {result_id(m): m for m in b.tool_messages}
         msgs: list[Message] | None = None
         for j, m in enumerate(u.messages):
             original = _original(b, results, j, m)
             if original is None or original is m or original == m:
                 continue
             text = content_text(m.get("content"))
-            known = ctx.state.refs.get(str(m.get("tool_call_id"))) if results else None
+            known = ctx.state.refs.get(result_id(m)) if results else None
             if known and known in text:
                 continue
             ref = ref_for_message(ctx, original)

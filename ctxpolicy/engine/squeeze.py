@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 from ctxpolicy.conversation import Unit
 from ctxpolicy.conversation.jsoncut import cut_json
+from ctxpolicy.conversation.messages import call_arguments
 from ctxpolicy.conversation.refs import ref_line
 from ctxpolicy.engine.archiving import ref_for_message
 from ctxpolicy.engine.call import Call
@@ -55,11 +56,10 @@ def _slots(m: Mapping[str, Any], mi: int) -> list[tuple[int, Slot]]:
             if isinstance(part, Mapping) and isinstance(part.get("text"), str):
                 out.append((len(part["text"]), (mi, "content", pi)))
     calls = m.get("tool_calls")
-    if isinstance(calls, list):
-        for ci, tc in enumerate(calls):
-            fn = tc.get("function") if isinstance(tc, Mapping) else None
-            if isinstance(fn, Mapping) and isinstance(fn.get("arguments"), str):
-                out.append((len(fn["arguments"]), (mi, "arguments", ci)))
+    for ci, tc in enumerate(calls if isinstance(calls, list) else ()):
+        args = call_arguments(tc) if isinstance(tc, Mapping) else None
+        if isinstance(args, str):
+            out.append((len(args), (mi, "arguments", ci)))
     return out
 
 
@@ -67,7 +67,7 @@ def _get(m: Mapping[str, Any], slot: Slot) -> str:
     _, field, part = slot
     if field == "content":
         return str(m["content"] if part is None else m["content"][part]["text"])
-    return str(m["tool_calls"][part]["function"]["arguments"])
+    return str(call_arguments(m["tool_calls"][part]))
 
 
 def _set(m: Mapping[str, Any], slot: Slot, text: str) -> dict[str, Any]:

@@ -15,6 +15,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ctxpolicy.components import ToolCall
+from ctxpolicy.conversation.messages import result_id, tool_calls
 from ctxpolicy.engine.own import tool_call_info
 from ctxpolicy.engine.tool_results import (
     ToolResultOutcome,
@@ -55,9 +56,8 @@ def call_of(
             prev = messages[j]
             if not isinstance(prev, Mapping) or prev.get("role") != "assistant":
                 continue
-            calls = prev.get("tool_calls")
-            for tc in calls if isinstance(calls, list) else ():
-                if isinstance(tc, Mapping) and str(tc.get("id")) == call_id:
+            for tc in tool_calls(prev):
+                if str(tc.get("id")) == call_id:
                     return tool_call_info(tc)
     name = m.get("name")
     return ToolCall(name=name if isinstance(name, str) and name else "unknown", id=call_id or None)
@@ -174,8 +174,7 @@ def arrived(
     text = arrived_text(m.get("content"))
     if text is None:
         return m
-    raw_id = m.get("tool_call_id")
-    cid = raw_id if type(raw_id) is str else ("" if raw_id is None else str(raw_id))
+    cid = result_id(m)
     st = ctx.state
     key = tool_key(cid, text)
     texts = st.tool_texts

@@ -268,7 +268,8 @@ class ContextAboveTarget(Event):
 
 @_event(
     "context.compaction_held",
-    "once per hold: a compaction due again within a few calls of the last one is not made; "
+    "once per hold: a compaction due again within a few calls of the last one, or one "
+    "that would leave room for too few calls before the fit limit, is not made; "
     "none runs before `resume_at` (the request would not fit)",
 )
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -277,6 +278,10 @@ class ContextCompactionHeld(Event):
     calls_since: int = _f("calls since the last compaction")
     resume_at: int = _f()
     growth_per_call: int | Absent = _opt("mean growth of the request per call")
+    room_calls: int | Absent = _opt(
+        "calls of growth the compaction on offer would leave before the fit limit "
+        "(held for too little room)"
+    )
 
 
 @_event("context.window_unfit", "once: the learned window cannot hold the policy")

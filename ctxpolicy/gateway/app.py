@@ -17,6 +17,7 @@ import logging
 import os
 import secrets
 import time
+import urllib.request
 from collections.abc import AsyncIterator, Callable, Coroutine, Mapping
 from typing import Any
 
@@ -77,6 +78,30 @@ def _origin(url: str) -> str:
     return url[:-3] if url.endswith("/v1") else url
 
 
+def environment_proxy(url: str) -> str | None:
+    """The proxy the environment names for ``url`` (``HTTPS_PROXY``, ``HTTP_PROXY``,
+    ``ALL_PROXY``; ``NO_PROXY`` exempts a host and its subdomains, ``*`` every host), read
+    by the standard library as httpx's own clients read it; None to connect directly."""
+    parsed = httpx.URL(url)
+    proxies = urllib.request.getproxies()
+    if urllib.request.proxy_bypass(parsed.host):
+        return None
+    proxy = proxies.get(parsed.scheme) or proxies.get("all")
+    if not proxy:
+        return None
+    return proxy if "://" in proxy else "http://" + proxy
+
+
+def _default_headers() -> dict[str, str]:
+    """The headers an httpx client adds to a request that lacks them (accept, the
+    encodings it decodes, user-agent), read from a client that never sends."""
+    return dict(httpx.AsyncClient(transport=httpx.AsyncBaseTransport()).headers)
+
+
+#: upstream urls kept parsed with their transport (a query string makes a url of its own)
+_TARGETS = 256
+
+
 class _TooLarge(Exception):
     pass
 
@@ -115,7 +140,6 @@ class Gateway:
             session_headers=config.session_headers,
             client_tokens=config.client_tokens,
         )
-        self.client: httpx.AsyncClient | None = None
         self.upstream = _origin(config.upstream)
         self.anthropic_upstream = _origin(config.anthropic_upstream or config.upstream)
         # each provider its own base and credential; without an Anthropic upstream of its
@@ -131,32 +155,36 @@ class Gateway:
         self._defaults: dict[str, str] = {}
         self._extensions: dict[str, Any] = {}
         self._transports: dict[str, httpx.AsyncBaseTransport] = {}
+        self._targets: dict[str, tuple[httpx.AsyncBaseTransport, httpx.URL]] = {}
 
     async def startup(self) -> None:
         timeout = httpx.Timeout(self.config.timeout, connect=30.0)
-        self.client = httpx.AsyncClient(
-            timeout=timeout,
-            limits=httpx.Limits(max_connections=512, max_keepalive_connections=256),
-        )
+        limits = httpx.Limits(max_connections=512, max_keepalive_connections=256)
         processes = self.pool.pool.processes
         if processes is not None:  # serving once the engine processes are up
             await off_loop(processes.start, wait=True)
-        # a request goes straight to the transport (connection pool, or the proxy the
-        # environment names) of its upstream: the client's URL merging, cookie jar,
-        # auth and redirect layers cost a fifth of the gateway's own time per call, and
-        # a gateway must not keep one tenant's cookies for the next
-        self._defaults = dict(self.client.headers)
+        # a request goes straight to the transport of its upstream (its connection pool,
+        # through the proxy the environment names for it): a client's URL merging,
+        # cookie jar, auth and redirect layers cost a fifth of the gateway's own time per
+        # call, and a gateway must not keep one tenant's cookies for the next
+        self._defaults = _default_headers()
         self._extensions = {"timeout": timeout.as_dict()}
-        self._transports = {
-            base: self.client._transport_for_url(httpx.URL(base + "/"))
-            for base in set(self.bases.values())
-        }
+        by_proxy: dict[str | None, httpx.AsyncBaseTransport] = {}
+        for base in set(self.bases.values()):
+            proxy = environment_proxy(base)
+            if proxy not in by_proxy:
+                by_proxy[proxy] = httpx.AsyncHTTPTransport(
+                    limits=limits, proxy=None if proxy is None else httpx.Proxy(proxy)
+                )
+            self._transports[base + "/"] = by_proxy[proxy]
 
     async def shutdown(self) -> None:
         if self._tasks:  # usage still being recorded: let it finish before closing
             await asyncio.gather(*self._tasks, return_exceptions=True)
-        if self.client is not None:
-            await self.client.aclose()
+        for transport in {id(t): t for t in self._transports.values()}.values():
+            await transport.aclose()
+        self._transports = {}
+        self._targets = {}
         await off_loop(self.pool.close)
 
     # -- helpers -------------------------------------------------------------------
@@ -180,18 +208,18 @@ class Gateway:
         self, method: str, url: str, headers: dict[str, str], body: bytes
     ) -> httpx.Response:
         """``method url`` to its upstream, the answer not read yet (streamed)."""
-        assert self.client is not None
-        transport = None
-        for base, t in self._transports.items():
-            if url.startswith(base):
-                transport = t
-                break
-        if transport is None:  # pragma: no cover - every url is built from a base
-            req = self.client.build_request(method, url, headers=headers, content=body)
-            return await self.client.send(req, stream=True)
+        target = self._targets.get(url)
+        if target is None:  # the few urls a gateway calls, parsed once (a bounded cache)
+            transport = next((t for p, t in self._transports.items() if url.startswith(p)), None)
+            if transport is None:  # every url is built from a base: a bug, said as one
+                raise RuntimeError("no upstream transport for this url (gateway not started?)")
+            if len(self._targets) >= _TARGETS:
+                self._targets.clear()
+            target = self._targets[url] = (transport, httpx.URL(url))
+        transport, parsed = target
         req = httpx.Request(
             method,
-            url,
+            parsed,
             headers={**self._defaults, **headers},
             content=body,
             extensions=self._extensions,

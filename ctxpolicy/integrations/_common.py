@@ -10,19 +10,23 @@ from typing import TYPE_CHECKING, Any, TypeVar, cast
 from ctxpolicy._install import extra_hint
 from ctxpolicy.calls.driver import CallDriver, off_loop
 from ctxpolicy.calls.pool import conversation_key
+from ctxpolicy.conversation.messages import call_arguments
 from ctxpolicy.wire.base import is_given, json_args, parse_args, to_plain
 
 __all__ = [
     "Proxy",
     "acall_with_retry",
     "as_session",
+    "call_args",
     "call_with_retry",
     "conversation_key",
     "converted",
     "is_async_callable",
     "is_given",
     "json_args",
+    "lazy_class",
     "parse_args",
+    "recall_docs",
     "require",
     "to_plain",
 ]
@@ -150,6 +154,40 @@ def is_async_callable(fn: Any) -> bool:
         return inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(inspect.unwrap(fn))
     except Exception:  # pragma: no cover - odd callables
         return False
+
+
+def call_args(call: Mapping[str, Any]) -> Any:
+    """A tool call's arguments parsed from their JSON text (``{}`` when they are not JSON)."""
+    import json
+
+    try:
+        return json.loads(call_arguments(call) or "{}")
+    except ValueError:
+        return {}
+
+
+def recall_docs() -> dict[str, str]:
+    """The descriptions of the recall tools (``ctx_recall``, ``ctx_search``) by name,
+    for a framework's own tool objects."""
+    from ctxpolicy.snapshots.recall import recall_tools
+
+    return {s["function"]["name"]: s["function"]["description"] for s in recall_tools()}
+
+
+def lazy_class(module: str, name: str, make: Callable[[], type]) -> Callable[[str], Any]:
+    """A module ``__getattr__`` that builds the class ``name`` with ``make`` on its first
+    access (a class that subclasses a framework's base: importing the module never
+    needs the framework)."""
+    made: list[type] = []
+
+    def getattr_(attr: str) -> Any:
+        if attr == name:
+            if not made:
+                made.append(make())
+            return made[0]
+        raise AttributeError(f"module {module!r} has no attribute {attr!r}")
+
+    return getattr_
 
 
 class Proxy:

@@ -45,11 +45,14 @@ from typing import TYPE_CHECKING, Any
 from ctxpolicy.calls.driver import off_loop
 from ctxpolicy.calls.pool import resolve_policy
 from ctxpolicy.conversation import content_text, message_fingerprint
+from ctxpolicy.conversation import messages as chat
 from ctxpolicy.integrations._common import (
     Message,
     as_session,
     conversation_key,
     json_args,
+    lazy_class,
+    recall_docs,
     require,
 )
 
@@ -85,11 +88,7 @@ def to_openai(messages: Sequence[Any]) -> list[Message]:
                 out.append({"role": "assistant", "content": content})
             else:
                 calls = [
-                    {
-                        "id": str(c.id),
-                        "type": "function",
-                        "function": {"name": str(c.name), "arguments": json_args(c.arguments)},
-                    }
+                    chat.new_call(str(c.id), str(c.name), json_args(c.arguments))
                     for c in content or []
                 ]
                 msg: Message = {"role": "assistant", "content": getattr(m, "thought", None)}
@@ -120,7 +119,7 @@ class _Back:
             d = to_openai([m])[0]
             self._by_fp.setdefault(message_fingerprint(d), []).append(m)
             if d.get("tool_calls"):
-                self._calls[tuple(tc["id"] for tc in d["tool_calls"])] = m
+                self._calls[tuple(chat.call_id(tc) for tc in chat.tool_calls(d))] = m
 
     def __call__(self, prepared: Sequence[Mapping[str, Any]]) -> list[Any]:
         models = _models()
@@ -137,7 +136,7 @@ class _Back:
             role = m.get("role")
             text = content_text(m.get("content"))
             if role == "tool":
-                tid = str(m.get("tool_call_id", ""))
+                tid = chat.result_id(m)
                 orig = self._results.get(tid)
                 if orig is not None:
                     pending.append(
@@ -149,23 +148,20 @@ class _Back:
                     )
                 continue
             flush()
-            fp = message_fingerprint(m)
-            cands = self._by_fp.get(fp)
-            if cands:
-                n = used.get(fp, 0)
-                used[fp] = n + 1
-                out.append(cands[min(n, len(cands) - 1)])
+            kept = chat.nth_original(self._by_fp, used, message_fingerprint(m))
+            if kept is not None:
+                out.append(kept)
                 continue
             if role in ("system", "developer"):
                 out.append(models.SystemMessage(content=text))
             elif role == "assistant" and m.get("tool_calls"):
-                ids = tuple(str(tc.get("id", "")) for tc in m["tool_calls"])
+                ids = tuple(chat.call_id(tc) for tc in chat.tool_calls(m))
                 orig = self._calls.get(ids)
                 out.append(
                     orig.model_copy(update={"thought": text or None})
                     if orig is not None
                     else models.AssistantMessage(
-                        content=_calls(m["tool_calls"]), source="ctxpolicy"
+                        content=_calls(chat.tool_calls(m)), source="ctxpolicy"
                     )
                 )
             elif role == "assistant":
@@ -201,16 +197,16 @@ def contiguous_system(prepared: Sequence[Message]) -> list[Message]:
     return [{"role": "system", "content": "\n\n".join(t for t in texts if t)}, *rest]
 
 
-def _calls(tool_calls: Sequence[Mapping[str, Any]]) -> list[Any]:
+def _calls(calls: Sequence[Mapping[str, Any]]) -> list[Any]:
     from autogen_core import FunctionCall
 
     return [
         FunctionCall(
-            id=str(tc.get("id", "")),
-            name=str((tc.get("function") or {}).get("name", "")),
-            arguments=str((tc.get("function") or {}).get("arguments") or "{}"),
+            id=chat.call_id(tc),
+            name=chat.call_name(tc),
+            arguments=str(chat.call_arguments(tc) or "{}"),
         )
-        for tc in tool_calls
+        for tc in calls
     ]
 
 
@@ -309,8 +305,6 @@ def _make_context_class() -> type:
             """``ctx_recall`` and ``ctx_search`` as AutoGen ``FunctionTool``\\ s."""
             from autogen_core.tools import FunctionTool
 
-            from ctxpolicy.snapshots.recall import recall_tools as schemas
-
             handler = self.session.recall_tool()[1]
 
             async def ctx_recall(ref: str, lines: str = "", grep: str = "") -> str:
@@ -322,7 +316,7 @@ def _make_context_class() -> type:
 
             ctx_recall.__annotations__ = {"ref": str, "lines": str, "grep": str, "return": str}
             ctx_search.__annotations__ = {"pattern": str, "regex": bool, "return": str}
-            docs = {s["function"]["name"]: s["function"]["description"] for s in schemas()}
+            docs = recall_docs()
             return [
                 FunctionTool(fn, description=docs[fn.__name__], name=fn.__name__)
                 for fn in (ctx_recall, ctx_search)
@@ -337,14 +331,9 @@ def _make_context_class() -> type:
     return CtxPolicyContext
 
 
-_CLASS: type | None = None
+_LAZY = lazy_class(__name__, "CtxPolicyContext", _make_context_class)
 
 
 def __getattr__(name: str) -> Any:
     # the class subclasses autogen's ChatCompletionContext: built on first access
-    global _CLASS
-    if name == "CtxPolicyContext":
-        if _CLASS is None:
-            _CLASS = _make_context_class()
-        return _CLASS
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return _LAZY(name)

@@ -44,7 +44,15 @@ from urllib.parse import quote
 from ctxpolicy.calls.driver import CallSteps, UsageOnly, off_loop
 from ctxpolicy.calls.pool import SessionPool, resolve_policy
 from ctxpolicy.conversation import content_text, message_fingerprint
-from ctxpolicy.integrations._common import Message, conversation_key, require
+from ctxpolicy.conversation import messages as chat
+from ctxpolicy.integrations._common import (
+    Message,
+    call_args,
+    conversation_key,
+    lazy_class,
+    recall_docs,
+    require,
+)
 
 if TYPE_CHECKING:  # pragma: no cover
     from ctxpolicy.engine import Session
@@ -108,18 +116,8 @@ def to_openai(contents: Sequence[Any], system_instruction: Any = None) -> list[M
             for j, p in enumerate(parts):
                 fc = getattr(p, "function_call", None)
                 if fc is not None:
-                    calls.append(
-                        {
-                            "id": fc.id or f"adk_{i}_{j}",
-                            "type": "function",
-                            "function": {
-                                "name": fc.name or "",
-                                "arguments": json.dumps(
-                                    fc.args or {}, ensure_ascii=False, default=str
-                                ),
-                            },
-                        }
-                    )
+                    args = json.dumps(fc.args or {}, ensure_ascii=False, default=str)
+                    calls.append(chat.new_call(fc.id or f"adk_{i}_{j}", fc.name or "", args))
             msg: Message = {"role": "assistant", "content": "\n".join(texts) or None}
             if calls:
                 msg["tool_calls"] = calls
@@ -177,7 +175,7 @@ def from_openai(prepared: Sequence[Mapping[str, Any]], originals: Sequence[Any] 
             continue  # the system instruction is the request's config (see the plugin)
         text = content_text(m.get("content"))
         if role == "tool":
-            tid = str(m.get("tool_call_id", ""))
+            tid = chat.result_id(m)
             orig = responses.get(tid)
             if orig is not None and response_text(orig.function_response.response) == text:
                 add("user", [orig])
@@ -193,29 +191,17 @@ def from_openai(prepared: Sequence[Mapping[str, Any]], originals: Sequence[Any] 
                     ],
                 )
             continue
-        fp = message_fingerprint(m)
-        cands = by_fp.get(fp)
-        if cands:
-            n = used.get(fp, 0)
-            used[fp] = n + 1
-            kept = cands[min(n, len(cands) - 1)]
+        kept = chat.nth_original(by_fp, used, message_fingerprint(m))
+        if kept is not None:
             add(kept.role, list(kept.parts or []), kept)
             continue
         parts: list[Any] = [types.Part(text=text)] if text else []
         if role == "assistant":
-            for tc in m.get("tool_calls") or []:
-                fn = tc.get("function") or {}
-                try:
-                    args = json.loads(fn.get("arguments") or "{}")
-                except ValueError:
-                    args = {}
-                parts.append(
-                    types.Part(
-                        function_call=types.FunctionCall(
-                            id=tc.get("id"), name=fn.get("name", ""), args=args
-                        )
-                    )
+            for tc in chat.tool_calls(m):
+                call = types.FunctionCall(
+                    id=chat.call_id(tc), name=chat.call_name(tc), args=call_args(tc)
                 )
+                parts.append(types.Part(function_call=call))
             add("model", parts or [types.Part(text="")])
         else:
             add("user", parts or [types.Part(text="")])
@@ -230,16 +216,8 @@ def _tool_schemas(llm_request: Any) -> list[dict[str, Any]] | None:
             schema = d.parameters_json_schema
             if schema is None and d.parameters is not None:
                 schema = d.parameters.model_dump(exclude_none=True, mode="json")
-            out.append(
-                {
-                    "type": "function",
-                    "function": {
-                        "name": d.name or "",
-                        "description": d.description or "",
-                        "parameters": schema or {"type": "object", "properties": {}},
-                    },
-                }
-            )
+            parameters = schema or {"type": "object", "properties": {}}
+            out.append(chat.function_tool(d.name or "", d.description or "", parameters))
     return out or None
 
 
@@ -403,9 +381,7 @@ def _make_class() -> type:
             """``ctx_recall`` and ``ctx_search`` as ADK tools (the calling conversation)."""
             from google.adk.tools import FunctionTool
 
-            from ctxpolicy.snapshots.recall import recall_tools as schemas
-
-            docs = {s["function"]["name"]: s["function"]["description"] for s in schemas()}
+            docs = recall_docs()
             owner = self
 
             def answer(ids: tuple[str, str, str, str], name: str, args: dict[str, Any]) -> str:
@@ -448,14 +424,9 @@ def _reraise(exc: Exception) -> Any:
     raise exc
 
 
-_CLASS: type | None = None
+_LAZY = lazy_class(__name__, "ContextPolicyPlugin", _make_class)
 
 
 def __getattr__(name: str) -> Any:
     # the class subclasses ADK's BasePlugin: built on first access
-    global _CLASS
-    if name == "ContextPolicyPlugin":
-        if _CLASS is None:
-            _CLASS = _make_class()
-        return _CLASS
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return _LAZY(name)

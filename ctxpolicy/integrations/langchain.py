@@ -62,11 +62,14 @@ from ctxpolicy.calls.driver import CallDriver, UsageOnly, off_loop
 from ctxpolicy.calls.pool import SessionPool as _Pool
 from ctxpolicy.calls.pool import resolve_policy
 from ctxpolicy.conversation import content_text, message_fingerprint
+from ctxpolicy.conversation import messages as chat
 from ctxpolicy.integrations._common import (
     Message,
     conversation_key,
     json_args,
+    lazy_class,
     parse_args,
+    recall_docs,
     require,
 )
 
@@ -141,14 +144,9 @@ def message_to_openai(msg: Any) -> Message:
     if mtype == "ai":
         out: Message = {"role": "assistant", "content": _text_of(msg.content) or None}
         calls = [
-            {
-                "id": str(tc.get("id") or ""),
-                "type": "function",
-                "function": {
-                    "name": str(tc.get("name", "")),
-                    "arguments": json_args(tc.get("args")),
-                },
-            }
+            chat.new_call(
+                str(tc.get("id") or ""), str(tc.get("name", "")), json_args(tc.get("args"))
+            )
             for tc in getattr(msg, "tool_calls", None) or []
         ]
         if calls:
@@ -190,9 +188,9 @@ class LangChainConversation:
             self.messages.append(d)
             self._by_fp.setdefault(message_fingerprint(d), []).append(m)
             if d["role"] == "tool":
-                self._tool_msgs[d["tool_call_id"]] = m
+                self._tool_msgs[chat.result_id(d)] = m
             elif d.get("tool_calls"):
-                self._ai_by_calls[tuple(tc["id"] for tc in d["tool_calls"])] = m
+                self._ai_by_calls[tuple(chat.call_id(tc) for tc in chat.tool_calls(d))] = m
 
     def back(self, prepared: Sequence[Mapping[str, Any]]) -> tuple[Any, list[Any]]:
         """``(system_message, messages)`` for a prepared list."""
@@ -202,13 +200,7 @@ class LangChainConversation:
         out: list[Any] = []
         used: dict[str, int] = {}
         for m in prepared:
-            fp = message_fingerprint(m)
-            cands = self._by_fp.get(fp)
-            orig = None
-            if cands:
-                n = used.get(fp, 0)
-                used[fp] = n + 1
-                orig = cands[min(n, len(cands) - 1)]
+            orig = chat.nth_original(self._by_fp, used, message_fingerprint(m))
             role = m.get("role")
             if role in ("system", "developer"):
                 if orig is not None and orig is self.system_message and system_msg is None:
@@ -238,24 +230,24 @@ class LangChainConversation:
         role = m.get("role")
         text = content_text(m.get("content"))
         if role == "tool":
-            tid = str(m.get("tool_call_id", ""))
+            tid = chat.result_id(m)
             orig = self._tool_msgs.get(tid)
             if orig is not None:
                 return orig.model_copy(update={"content": text})
             return lc.ToolMessage(content=text, tool_call_id=tid)
         if role == "assistant":
-            ids = tuple(str(tc.get("id", "")) for tc in m.get("tool_calls") or [])
+            ids = tuple(chat.call_id(tc) for tc in chat.tool_calls(m))
             orig = self._ai_by_calls.get(ids) if ids else None
             if orig is not None:
                 return orig.model_copy(update={"content": text})
             calls = [
                 {
-                    "id": str(tc.get("id", "")),
-                    "name": (tc.get("function") or {}).get("name", ""),
-                    "args": parse_args((tc.get("function") or {}).get("arguments")),
+                    "id": chat.call_id(tc),
+                    "name": chat.call_name(tc),
+                    "args": parse_args(chat.call_arguments(tc)),
                     "type": "tool_call",
                 }
-                for tc in m.get("tool_calls") or []
+                for tc in chat.tool_calls(m)
             ]
             return lc.AIMessage(content=text, tool_calls=calls)
         content = m.get("content")
@@ -360,8 +352,6 @@ def recall_tools(session_of: Callable[[Any], Session | None]) -> list[Any]:
     from langchain.tools import ToolRuntime
     from langchain_core.tools import StructuredTool
 
-    from ctxpolicy.snapshots.recall import recall_tools as schemas
-
     def run(name: str, runtime: Any, args: dict[str, Any]) -> str:
         session = session_of(runtime)
         if session is None:
@@ -390,7 +380,7 @@ def recall_tools(session_of: Callable[[Any], Session | None]) -> list[Any]:
         "regex": bool,
         "return": str,
     }
-    docs = {s["function"]["name"]: s["function"]["description"] for s in schemas()}
+    docs = recall_docs()
     return [
         StructuredTool.from_function(fn, name=fn.__name__, description=docs[fn.__name__])
         for fn in (ctx_recall, ctx_search)
@@ -584,18 +574,13 @@ def _make_middleware_class() -> type:
     return CtxPolicyMiddleware
 
 
-_CLASS: type | None = None
+_LAZY = lazy_class(__name__, "CtxPolicyMiddleware", _make_middleware_class)
 
 
 def __getattr__(name: str) -> Any:
     # ``CtxPolicyMiddleware`` subclasses langchain's AgentMiddleware, so it is built on
     # first access: importing this module never needs langchain.
-    global _CLASS
-    if name == "CtxPolicyMiddleware":
-        if _CLASS is None:
-            _CLASS = _make_middleware_class()
-        return _CLASS
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return _LAZY(name)
 
 
 # --------------------------------------------------------------------------- LangGraph hook

@@ -43,6 +43,7 @@ from typing import TYPE_CHECKING, Any
 
 from ctxpolicy.calls.driver import off_loop
 from ctxpolicy.calls.pool import resolve_policy
+from ctxpolicy.conversation.messages import function_tool, new_call
 from ctxpolicy.integrations._common import (
     Message,
     as_session,
@@ -80,16 +81,8 @@ def function_tool_schemas(tools: Sequence[Any]) -> list[dict[str, Any]]:
         name = getattr(t, "name", None)
         if not isinstance(schema, Mapping) or not isinstance(name, str):
             continue
-        out.append(
-            {
-                "type": "function",
-                "function": {
-                    "name": name,
-                    "description": str(getattr(t, "description", "") or ""),
-                    "parameters": dict(schema),
-                },
-            }
-        )
+        description = str(getattr(t, "description", "") or "")
+        out.append(function_tool(name, description, dict(schema)))
     return out
 
 
@@ -188,14 +181,9 @@ class AgentsContext:
                 if text is None:
                     call = calls.get(call_id, {})
                     text = self.session.add_tool_result(
-                        {
-                            "id": call_id,
-                            "type": "function",
-                            "function": {
-                                "name": str(call.get("name", "")),
-                                "arguments": json_args(call.get("arguments")),
-                            },
-                        },
+                        new_call(
+                            call_id, str(call.get("name", "")), json_args(call.get("arguments"))
+                        ),
                         _output_text(it.get("output")),
                     )
                     if len(self._processed) >= MAX_REMEMBERED:

@@ -39,6 +39,14 @@ from typing import TYPE_CHECKING, Any
 from ctxpolicy.calls.driver import CallSteps, UsageOnly, off_loop
 from ctxpolicy.calls.pool import SessionPool, resolve_policy
 from ctxpolicy.conversation import content_text, message_fingerprint
+from ctxpolicy.conversation.messages import (
+    call_id,
+    function_tool,
+    new_call,
+    nth_original,
+    result_id,
+    tool_calls,
+)
 from ctxpolicy.integrations._common import Message, as_session, require
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -93,12 +101,7 @@ class MessageMap:
                 chat: Message = {"role": "assistant", "content": text or None}
                 if calls:
                     chat["tool_calls"] = [
-                        {
-                            "id": c.tool_call_id,
-                            "type": "function",
-                            "function": {"name": c.tool_name, "arguments": c.args_as_json_str()},
-                        }
-                        for c in calls
+                        new_call(c.tool_call_id, c.tool_name, c.args_as_json_str()) for c in calls
                     ]
                 for c in calls:
                     self._tool_names[c.tool_call_id] = c.tool_name
@@ -149,12 +152,9 @@ class MessageMap:
         groups: list[tuple[int | None, str, list[Any]]] = []
         used: dict[str, int] = {}
         for chat in prepared:
-            fp = message_fingerprint(chat)
-            cands = self._origin.get(fp)
-            if cands:
-                n = used.get(fp, 0)
-                used[fp] = n + 1
-                idx, parts, kind = cands[min(n, len(cands) - 1)]
+            found = nth_original(self._origin, used, message_fingerprint(chat))
+            if found is not None:
+                idx, parts, kind = found
                 origin: int | None = idx
             else:
                 origin = None
@@ -181,16 +181,16 @@ class MessageMap:
         role = chat.get("role")
         text = content_text(chat.get("content"))
         if role == "tool":
-            call_id = str(chat.get("tool_call_id", ""))
+            tid = result_id(chat)
             return "request", (
                 m.ToolReturnPart(
-                    tool_name=self._tool_names.get(call_id, ""), content=text, tool_call_id=call_id
+                    tool_name=self._tool_names.get(tid, ""), content=text, tool_call_id=tid
                 ),
             )
         if role == "assistant":
             parts: list[Any] = [m.TextPart(content=text)] if text else []
-            for tc in chat.get("tool_calls") or []:
-                call = self._calls.get(str(tc.get("id", "")))
+            for tc in tool_calls(chat):
+                call = self._calls.get(call_id(tc))
                 if call is not None:
                     parts.append(call)
             return "response", tuple(parts)
@@ -205,17 +205,7 @@ def _tool_schemas(request_context: Any) -> list[dict[str, Any]] | None:
         *(getattr(params, "function_tools", None) or []),
         *(getattr(params, "output_tools", None) or []),
     ]
-    out = [
-        {
-            "type": "function",
-            "function": {
-                "name": d.name,
-                "description": d.description or "",
-                "parameters": d.parameters_json_schema,
-            },
-        }
-        for d in defs
-    ]
+    out = [function_tool(d.name, d.description or "", d.parameters_json_schema) for d in defs]
     return out or None
 
 
@@ -311,11 +301,7 @@ def _make_capability() -> type:
             sess = await self._session(ctx)
             return await off_loop(
                 sess.add_tool_result,
-                {
-                    "id": call.tool_call_id,
-                    "type": "function",
-                    "function": {"name": call.tool_name, "arguments": call.args_as_json_str()},
-                },
+                new_call(call.tool_call_id, call.tool_name, call.args_as_json_str()),
                 result if isinstance(result, str) else _result_text(result),
             )
 

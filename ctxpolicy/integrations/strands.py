@@ -38,7 +38,16 @@ from typing import TYPE_CHECKING, Any
 from ctxpolicy.calls.driver import off_loop
 from ctxpolicy.calls.pool import resolve_policy
 from ctxpolicy.conversation import content_text, message_fingerprint
-from ctxpolicy.integrations._common import Message, as_session, conversation_key, require
+from ctxpolicy.conversation import messages as chat
+from ctxpolicy.integrations._common import (
+    Message,
+    as_session,
+    call_args,
+    conversation_key,
+    lazy_class,
+    recall_docs,
+    require,
+)
 
 if TYPE_CHECKING:  # pragma: no cover
     from ctxpolicy.engine import Session
@@ -67,14 +76,11 @@ def to_openai(messages: Sequence[Mapping[str, Any]]) -> list[Message]:
         if m.get("role") == "assistant":
             text = "\n".join(str(b["text"]) for b in blocks if "text" in b)
             calls = [
-                {
-                    "id": str(b["toolUse"].get("toolUseId", "")),
-                    "type": "function",
-                    "function": {
-                        "name": str(b["toolUse"].get("name", "")),
-                        "arguments": json.dumps(b["toolUse"].get("input") or {}, default=str),
-                    },
-                }
+                chat.new_call(
+                    str(b["toolUse"].get("toolUseId", "")),
+                    str(b["toolUse"].get("name", "")),
+                    json.dumps(b["toolUse"].get("input") or {}, default=str),
+                )
                 for b in blocks
                 if "toolUse" in b
             ]
@@ -134,7 +140,7 @@ def from_openai(
             system.append(text)  # the ledger: Strands keeps the system prompt apart
             continue
         if role == "tool":
-            tid = str(m.get("tool_call_id", ""))
+            tid = chat.result_id(m)
             orig = results.get(tid)
             if orig is not None and _result_text(orig["toolResult"]) == text:
                 add("user", [orig])
@@ -153,31 +159,19 @@ def from_openai(
                     ],
                 )
             continue
-        fp = message_fingerprint(m)
-        cands = by_fp.get(fp)
-        if cands:
-            n = used.get(fp, 0)
-            used[fp] = n + 1
-            kept = cands[min(n, len(cands) - 1)]
+        kept = chat.nth_original(by_fp, used, message_fingerprint(m))
+        if kept is not None:
             add(kept["role"], list(kept["content"]))
             continue
         blocks: list[dict[str, Any]] = [{"text": text}] if text else []
         if role == "assistant":
-            for tc in m.get("tool_calls") or []:
-                fn = tc.get("function") or {}
-                try:
-                    args = json.loads(fn.get("arguments") or "{}")
-                except ValueError:
-                    args = {}
-                blocks.append(
-                    {
-                        "toolUse": {
-                            "toolUseId": tc.get("id", ""),
-                            "name": fn.get("name", ""),
-                            "input": args,
-                        }
-                    }
-                )
+            for tc in chat.tool_calls(m):
+                use = {
+                    "toolUseId": chat.call_id(tc),
+                    "name": chat.call_name(tc),
+                    "input": call_args(tc),
+                }
+                blocks.append({"toolUse": use})
             add("assistant", blocks or [{"text": ""}])
         else:
             add("user", blocks or [{"text": ""}])
@@ -315,9 +309,7 @@ def _make_class() -> type:
             """``ctx_recall`` and ``ctx_search`` as Strands tools (this conversation only)."""
             from strands import tool
 
-            from ctxpolicy.snapshots.recall import recall_tools as schemas
-
-            docs = {s["function"]["name"]: s["function"]["description"] for s in schemas()}
+            docs = recall_docs()
             owner = self
 
             def answer(name: str, args: dict[str, Any]) -> str:
@@ -341,14 +333,9 @@ def _make_class() -> type:
     return CtxPolicyConversationManager
 
 
-_CLASS: type | None = None
+_LAZY = lazy_class(__name__, "CtxPolicyConversationManager", _make_class)
 
 
 def __getattr__(name: str) -> Any:
     # the class subclasses Strands' ConversationManager: built on first access
-    global _CLASS
-    if name == "CtxPolicyConversationManager":
-        if _CLASS is None:
-            _CLASS = _make_class()
-        return _CLASS
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return _LAZY(name)

@@ -2,7 +2,8 @@
 
 * rounds as droppable groups (:func:`round_groups`);
 * token counts with each unit counted once (:class:`Tally`) and the drop plan built
-  on them (:func:`plan_drop`).
+  on them (:func:`plan_drop`; :func:`plan_rounds` with a layer's round options and
+  :data:`ROUNDS_TUNE_SPACE` for the layers that remove whole rounds).
 
 The reference line, the cutters and :func:`with_text` are host vocabulary now
 (:mod:`ctxpolicy.conversation.refs`, :mod:`~ctxpolicy.conversation.cut`,
@@ -13,9 +14,10 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from ctxpolicy.conversation import Unit, content_text
+from ctxpolicy.policy.models import TuneRange
 
 if TYPE_CHECKING:
     from ctxpolicy.components import CompactionContext
@@ -23,9 +25,12 @@ if TYPE_CHECKING:
 __all__ = [
     "GROUPABLE",
     "MAX_RECOUNTS",
+    "ROUNDS_TUNE_SPACE",
+    "RoundOptions",
     "Tally",
     "message_text",
     "plan_drop",
+    "plan_rounds",
     "round_groups",
     "step_label",
 ]
@@ -148,3 +153,33 @@ def plan_drop(
         reason = "target"
         break
     return drop, n, reason
+
+
+class RoundOptions(Protocol):
+    """The options of a layer that removes whole oldest rounds."""
+
+    @property
+    def keep_recent_rounds(self) -> int: ...
+
+    @property
+    def min_keep_tokens(self) -> int: ...
+
+
+#: The tune space of a layer that removes whole oldest rounds (a copy per layer).
+ROUNDS_TUNE_SPACE: dict[str, TuneRange] = {
+    "keep_recent_rounds": TuneRange(low=1, high=8),
+    "min_keep_tokens": TuneRange(low=0, high=40, step=2.5, percent=True),
+}
+
+
+def plan_rounds(
+    ctx: CompactionContext, units: Sequence[Unit], opts: RoundOptions
+) -> tuple[set[int], int, str]:
+    """:func:`plan_drop` down to the context's target with a layer's round options."""
+    return plan_drop(
+        ctx,
+        units,
+        keep_recent_rounds=opts.keep_recent_rounds,
+        min_keep_tokens=opts.min_keep_tokens,
+        target=ctx.target,
+    )

@@ -17,7 +17,7 @@ from pydantic import Field
 
 from ctxpolicy.components import CompactionContext, ComponentOptions, Layer, LayerResult
 from ctxpolicy.conversation import Unit
-from ctxpolicy.layers._util import plan_drop
+from ctxpolicy.layers._util import ROUNDS_TUNE_SPACE, plan_rounds
 from ctxpolicy.plugins import hookimpl
 from ctxpolicy.policy.models import TuneRange
 
@@ -42,21 +42,11 @@ class DropRounds(Layer):
     name = "drop_rounds"
     description = "Drop whole oldest rounds until the target is met (facts go to the ledger)."
     Options = DropRoundsOptions
-    tune_space: ClassVar[dict[str, TuneRange]] = {
-        "keep_recent_rounds": TuneRange(low=1, high=8),
-        "min_keep_tokens": TuneRange(low=0, high=40, step=2.5, percent=True),
-    }
+    tune_space: ClassVar[dict[str, TuneRange]] = dict(ROUNDS_TUNE_SPACE)
     options: DropRoundsOptions
 
     def apply(self, ctx: CompactionContext, units: Sequence[Unit]) -> LayerResult:
-        opts = self.options
-        drop, n, reason = plan_drop(
-            ctx,
-            units,
-            keep_recent_rounds=opts.keep_recent_rounds,
-            min_keep_tokens=opts.min_keep_tokens,
-            target=ctx.target,
-        )
+        drop, n, reason = plan_rounds(ctx, units, self.options)
         kept = [u for i, u in enumerate(units) if i not in drop]
         dropped = [u for i, u in enumerate(units) if i in drop]
         return LayerResult(

@@ -23,7 +23,7 @@ from pydantic import Field
 from ctxpolicy.components import CompactionContext, ComponentOptions, Layer, LayerResult
 from ctxpolicy.conversation import Message, Unit
 from ctxpolicy.conversation.cut import ELISION, truncate_keep_refs
-from ctxpolicy.conversation.messages import with_text
+from ctxpolicy.conversation.messages import result_id, with_text
 from ctxpolicy.conversation.refs import meta_ref_for, ref_line, split_refs
 from ctxpolicy.layers._util import message_text, step_label
 from ctxpolicy.plugins import hookimpl
@@ -125,7 +125,7 @@ class ObservationMask(Layer):
                     if new_text is not None:
                         _, refs = split_refs(new_text)
                         if not refs:
-                            ref = meta_ref_for(u, str(m.get("tool_call_id", "")))
+                            ref = meta_ref_for(u, result_id(m))
                             if ref:
                                 new_text += "\n" + ref_line(ref)
                         masked += 1

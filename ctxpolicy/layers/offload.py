@@ -23,7 +23,7 @@ from ctxpolicy.conversation import Unit
 from ctxpolicy.conversation.cut import describe_call, short
 from ctxpolicy.conversation.facts import extract
 from ctxpolicy.conversation.refs import unit_refs
-from ctxpolicy.layers._util import plan_drop, round_groups
+from ctxpolicy.layers._util import ROUNDS_TUNE_SPACE, plan_rounds, round_groups
 from ctxpolicy.plugins import hookimpl
 from ctxpolicy.policy.models import TuneRange
 
@@ -52,21 +52,12 @@ class Offload(Layer):
     name = "offload"
     description = "Move old rounds to the snapshot store, leaving a pointer with their refs."
     Options = OffloadOptions
-    tune_space: ClassVar[dict[str, TuneRange]] = {
-        "keep_recent_rounds": TuneRange(low=1, high=8),
-        "min_keep_tokens": TuneRange(low=0, high=40, step=2.5, percent=True),
-    }
+    tune_space: ClassVar[dict[str, TuneRange]] = dict(ROUNDS_TUNE_SPACE)
     options: OffloadOptions
 
     def apply(self, ctx: CompactionContext, units: Sequence[Unit]) -> LayerResult:
         opts = self.options
-        drop, n, reason = plan_drop(
-            ctx,
-            units,
-            keep_recent_rounds=opts.keep_recent_rounds,
-            min_keep_tokens=opts.min_keep_tokens,
-            target=ctx.target,
-        )
+        drop, n, reason = plan_rounds(ctx, units, opts)
         if not drop:
             return LayerResult(
                 units=list(units), report={"offloaded_rounds": 0, "stopped_by": reason}

@@ -34,6 +34,7 @@ window: its input is then a read of the provider's prompt cache, not a new text.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Mapping, Sequence
 from typing import Annotated, Any, ClassVar, Literal
 
@@ -463,6 +464,14 @@ class Summarize(Layer):
             return self._failed(ctx, units, f"summarizer unavailable: {exc!r}")
         summary = previous
         requests: list[SummaryRequest] = []
+        request = functools.partial(
+            SummaryRequest,
+            max_tokens=max_summary,
+            instructions=instructions,
+            constraints=tuple(ctx.constraints),
+            count_text=ct,
+            user_turns=tuple(turns),
+        )
         live = _live_prefix(summarizer, units, boundary, ctx, max_summary + ct(instructions))
         if live is not None:
             # one call that continues the live prompt: the provider reads it from its cache
@@ -470,16 +479,8 @@ class Summarize(Layer):
             chunks = [[m for u in fold for m in u.messages]]
             input_tokens = ctx.count(units)
             requests.append(
-                SummaryRequest(
-                    messages=chunks[0],
-                    previous_summary=None,
-                    max_tokens=max_summary,
-                    instructions=instructions,
-                    constraints=tuple(ctx.constraints),
-                    count_text=ct,
-                    user_turns=tuple(turns),
-                    prefix=prefix,
-                    keep_from=keep_from,
+                request(
+                    messages=chunks[0], previous_summary=None, prefix=prefix, keep_from=keep_from
                 )
             )
         elif summary is not None and ct(summary) > max_summary:
@@ -487,19 +488,7 @@ class Summarize(Layer):
             chunks[0] = [{"role": "user", "content": summary}, *chunks[0]]
             summary = None
         for i, chunk in enumerate(chunks):
-            req = (
-                requests[i]
-                if requests
-                else SummaryRequest(
-                    messages=chunk,
-                    previous_summary=summary,
-                    max_tokens=max_summary,
-                    instructions=instructions,
-                    constraints=tuple(ctx.constraints),
-                    count_text=ct,
-                    user_turns=tuple(turns),
-                )
-            )
+            req = requests[i] if requests else request(messages=chunk, previous_summary=summary)
             try:
                 out = self._call(summarizer, req, ctx)
             except SummaryFailure as exc:

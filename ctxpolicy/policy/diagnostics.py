@@ -300,24 +300,26 @@ def _num(value: Any) -> Any:
     return value
 
 
+#: pydantic's constraint errors by type: the message and the ``ctx`` entry it quotes
+#: (``ctx_expected`` is a field's own one-message check, budget.target).
+_CONSTRAINTS: dict[str, tuple[str, str]] = {
+    "ctx_expected": ("must be {}", "expected"),
+    "greater_than": ("must be greater than {}", "gt"),
+    "greater_than_equal": ("must be at least {}", "ge"),
+    "less_than": ("must be less than {}", "lt"),
+    "less_than_equal": ("must be at most {}", "le"),
+    "too_short": ("must have at least {} item(s)", "min_length"),
+    "too_long": ("must have at most {} item(s)", "max_length"),
+}
+
+
 def _constraint_message(err: Mapping[str, Any]) -> str | None:
     ctx = {k: _num(v) for k, v in (err.get("ctx") or {}).items()}
-    kind = err["type"]
-    if kind == "ctx_expected":  # a field's own one-message check (budget.target)
-        return f"must be {ctx.get('expected')}"
-    if kind == "greater_than":
-        return f"must be greater than {ctx.get('gt')}"
-    if kind == "greater_than_equal":
-        return f"must be at least {ctx.get('ge')}"
-    if kind == "less_than":
-        return f"must be less than {ctx.get('lt')}"
-    if kind == "less_than_equal":
-        return f"must be at most {ctx.get('le')}"
-    if kind == "too_short":
-        return f"must have at least {ctx.get('min_length')} item(s)"
-    if kind == "too_long":
-        return f"must have at most {ctx.get('max_length')} item(s)"
-    return None
+    found = _CONSTRAINTS.get(err["type"])
+    if found is None:
+        return None
+    message, key = found
+    return message.format(ctx.get(key))
 
 
 def _percent_hint(err: Mapping[str, Any], value: Any) -> str | None:

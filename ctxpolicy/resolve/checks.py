@@ -12,6 +12,7 @@ import fnmatch
 import math
 from dataclasses import dataclass
 
+from ctxpolicy.budget import BudgetNumbers
 from ctxpolicy.policy.models import Policy
 from ctxpolicy.policy.source import PathT
 
@@ -27,27 +28,6 @@ class Finding:
     #: the other values the problem is about (reported as related locations; the
     #: diagnostic points at whichever of them the agent itself sets)
     related: tuple[PathT, ...] = ()
-
-
-@dataclass(frozen=True)
-class BudgetNumbers:
-    """``trigger = window − reserve_output − tool_growth − safety_margin``; target in tokens.
-
-    ``tool_growth`` is the fixed amount, or the ``initial`` value of a learned one.
-    """
-
-    window: int
-    reserve_output: int
-    tool_growth: int
-    safety_margin: int
-    trigger: int
-    target: int
-
-    def formula(self) -> str:
-        return (
-            f"{self.window} − {self.reserve_output} − {self.tool_growth} − "
-            f"{self.safety_margin} = {self.trigger}"
-        )
 
 
 def budget_numbers(policy: Policy) -> BudgetNumbers:

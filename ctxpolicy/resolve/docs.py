@@ -13,7 +13,7 @@ import json
 from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
-from ctxpolicy.resolve.schema import REGENERATE, build_schema
+from ctxpolicy.resolve.schema import COMPONENT_SLOTS, REGENERATE, build_schema
 
 if TYPE_CHECKING:  # pragma: no cover
     from ctxpolicy.plugins import Registry
@@ -43,14 +43,6 @@ _WHERE: dict[str, str] = {
     "TuneObjectives": "`policies.<agent>.tune.objectives`",
     "TuneRange": "`policies.<agent>.tune.space.<path>`",
 }
-_KINDS: tuple[tuple[str, str, str], ...] = (
-    ("layer", "Layers", "`pipeline[].layer` / `on_overflow.layer`"),
-    ("preprocessor", "Preprocessors", "`tools.<glob>.preprocess`"),
-    ("summarizer", "Summarizers", "`options.summarizer` of the `summarize` layer"),
-    ("tokenizer", "Tokenizers", "entries of `model.tokenizer`"),
-    ("snapshot_store", "Snapshot stores", "`snapshots.store`"),
-    ("state_store", "State stores", "`state.store`"),
-)
 _PERCENT_PATTERN = r"^\s*\d+(\.\d+)?\s*%\s*$"
 _CONSTRAINTS: tuple[tuple[str, str], ...] = (
     ("exclusiveMinimum", "> {}"),
@@ -250,7 +242,9 @@ def render_reference(registry: Registry | None = None) -> str:
         "its own model:",
         "",
     ]
-    for kind, title, where in _KINDS:
+    for kind in dict.fromkeys(slot.kind for slot in COMPONENT_SLOTS):
+        title = kind.replace("_", " ").capitalize() + "s"
+        where = " / ".join(s.named_in for s in COMPONENT_SLOTS if s.kind == kind and s.named_in)
         comps = _components(registry, kind)
         lines += [f"### {title}", "", f"*Named in:* {where}", ""]
         if not comps:

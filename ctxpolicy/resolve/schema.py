@@ -25,6 +25,7 @@ from __future__ import annotations
 import difflib
 import json
 from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
@@ -38,10 +39,12 @@ if TYPE_CHECKING:  # pragma: no cover
     from ctxpolicy.plugins import Kind, Registry
 
 __all__ = [
+    "COMPONENT_SLOTS",
     "DRAFT",
     "REGENERATE",
     "SCHEMA_CODES",
     "SCHEMA_ID",
+    "ComponentSlot",
     "build_schema",
     "dedupe",
     "dumps",
@@ -56,16 +59,35 @@ REGENERATE = "make schema  (or: ctxpolicy schema > schemas/ctxpolicy.schema.json
 
 _REF_PREFIX = "#/definitions/"
 
-#: (definition that holds the slot, field naming the component, registry kind,
-#: field holding the options). The definition names are pydantic's model names.
-COMPONENT_SLOTS: tuple[tuple[str, str, Kind, str], ...] = (
-    ("PipelineStep", "layer", "layer", "options"),
-    ("OverflowStep", "layer", "layer", "options"),
-    ("ToolRule", "preprocess", "preprocessor", "options"),
-    ("PreprocessStep", "name", "preprocessor", "options"),
-    ("Snapshots", "store", "snapshot_store", "options"),
-    ("StateSpec", "store", "state_store", "options"),
+
+@dataclass(frozen=True)
+class ComponentSlot:
+    """A place in a policy file that names a component of a registry kind: the JSON
+    Schema folds the component's ``Options`` into it, the reference docs list the
+    kind's built-in components under it."""
+
+    kind: Kind
+    #: where a policy names it, for the reference docs ("" when said by the slot before)
+    named_in: str
+    #: the pydantic model holding the field (None: a slot the schema does not check)
+    definition: str | None = None
+    #: the field naming the component, and the one holding its options
+    field: str = ""
+    options: str = "options"
+
+
+#: Every component slot, once, in the order the docs list the kinds.
+COMPONENT_SLOTS: tuple[ComponentSlot, ...] = (
+    ComponentSlot("layer", "`pipeline[].layer`", "PipelineStep", "layer"),
+    ComponentSlot("layer", "`on_overflow.layer`", "OverflowStep", "layer"),
+    ComponentSlot("preprocessor", "`tools.<glob>.preprocess`", "ToolRule", "preprocess"),
+    ComponentSlot("preprocessor", "", "PreprocessStep", "name"),
+    ComponentSlot("summarizer", "`options.summarizer` of the `summarize` layer"),
+    ComponentSlot("tokenizer", "entries of `model.tokenizer`"),
+    ComponentSlot("snapshot_store", "`snapshots.store`", "Snapshots", "store"),
+    ComponentSlot("state_store", "`state.store`", "StateSpec", "store"),
 )
+
 
 #: Diagnostic codes of schema errors, by JSON Schema keyword. They are the codes
 #: the pydantic-based loader uses for the same kind of problem (CTX1xx, see
@@ -206,8 +228,11 @@ def build_schema(
 
         registry = get_registry()
     root, definitions = _model_schema(PolicyFile)
-    for def_name, field_name, kind, options_field in COMPONENT_SLOTS:
-        target = definitions.get(def_name)
+    for slot in COMPONENT_SLOTS:
+        if slot.definition is None:
+            continue
+        kind, field_name, options_field = slot.kind, slot.field, slot.options
+        target = definitions.get(slot.definition)
         if target is None:  # pragma: no cover - a model was renamed
             continue
         comps = _components(registry, kind, plugins=plugins)

@@ -24,6 +24,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from ctxpolicy.conversation.messages import call_name, new_call, tool_calls
+
 __all__ = ["TraceError", "compaction_mark", "load_trace", "mark_warning", "parse_trace_text"]
 
 Message = dict[str, Any]
@@ -66,11 +68,8 @@ _RECALL_TOOLS = ("ctx_recall", "ctx_search")
 def _recall_ids(message: Any) -> set[str]:
     """Ids of the recall calls of an assistant message (a JSONL trace line)."""
     ids: set[str] = set()
-    calls = message.get("tool_calls") if isinstance(message, dict) else None
-    for call in calls if isinstance(calls, list) else ():
-        fn = call.get("function") if isinstance(call, dict) else None
-        name = fn.get("name") if isinstance(fn, dict) else None
-        if name in _RECALL_TOOLS and isinstance(call.get("id"), str):
+    for call in tool_calls(message) if isinstance(message, dict) else ():
+        if call_name(call) in _RECALL_TOOLS and isinstance(call.get("id"), str):
             ids.add(call["id"])
     return ids
 
@@ -380,16 +379,8 @@ def _anthropic_to_openai(msgs: Sequence[Message], name: str, lines: list[int]) -
             elif kind == "tool_use":
                 if "id" not in b or "name" not in b:
                     raise TraceError(name, line, "tool_use block needs id and name")
-                calls.append(
-                    {
-                        "id": str(b["id"]),
-                        "type": "function",
-                        "function": {
-                            "name": str(b["name"]),
-                            "arguments": json.dumps(b.get("input", {}), sort_keys=True),
-                        },
-                    }
-                )
+                args = json.dumps(b.get("input", {}), sort_keys=True)
+                calls.append(new_call(str(b["id"]), str(b["name"]), args))
             elif kind == "tool_result":
                 if "tool_use_id" not in b:
                     raise TraceError(name, line, "tool_result block needs tool_use_id")
@@ -436,16 +427,7 @@ def _from_swe_agent(history: Sequence[Any], name: str) -> list[Message]:
                     {
                         "role": "assistant",
                         "content": text or None,
-                        "tool_calls": [
-                            {
-                                "id": pending,
-                                "type": "function",
-                                "function": {
-                                    "name": "bash",
-                                    "arguments": json.dumps({"command": action}),
-                                },
-                            }
-                        ],
+                        "tool_calls": [new_call(pending, "bash", json.dumps({"command": action}))],
                     }
                 )
             else:
@@ -508,14 +490,9 @@ def _from_openhands(events: Sequence[Any], name: str) -> list[Message]:
                 "role": "assistant",
                 "content": thought or None,
                 "tool_calls": [
-                    {
-                        "id": pending,
-                        "type": "function",
-                        "function": {
-                            "name": str(action),
-                            "arguments": json.dumps(call_args, sort_keys=True, default=str),
-                        },
-                    }
+                    new_call(
+                        pending, str(action), json.dumps(call_args, sort_keys=True, default=str)
+                    )
                 ],
             }
         )

@@ -33,6 +33,14 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from ctxpolicy.conversation import check_messages, content_text
+from ctxpolicy.conversation.messages import (
+    call_arguments,
+    call_id,
+    call_name,
+    new_call,
+    result_id,
+    tool_calls,
+)
 from ctxpolicy.engine.tool_results import parse_reference
 from ctxpolicy.policy.models import Policy
 from ctxpolicy.sim.importers import load_trace
@@ -237,10 +245,8 @@ class PolicyStrategy:
 
 
 def _call_key(call: Mapping[str, Any]) -> str:
-    raw_fn = call.get("function")
-    fn: Mapping[str, Any] = raw_fn if isinstance(raw_fn, Mapping) else {}
-    name = str(fn.get("name", ""))
-    args = fn.get("arguments")
+    name = call_name(call)
+    args = call_arguments(call)
     if isinstance(args, str):
         with contextlib.suppress(json.JSONDecodeError, ValueError):
             args = json.loads(args)
@@ -254,11 +260,9 @@ def _call_key(call: Mapping[str, Any]) -> str:
 def message_text(m: Mapping[str, Any]) -> str:
     """Content plus tool-call names and arguments of one message."""
     parts = [content_text(m.get("content"))]
-    for tc in m.get("tool_calls") or []:
-        if isinstance(tc, Mapping):
-            fn = tc.get("function") or {}
-            parts.append(str(fn.get("name", "")))
-            parts.append(str(fn.get("arguments", "")))
+    for tc in tool_calls(m):
+        parts.append(call_name(tc))
+        parts.append(str(call_arguments(tc, "")))
     return "\n".join(p for p in parts if p)
 
 
@@ -373,14 +377,12 @@ def run_strategy(
             previous = prepared
         if role == "assistant":
             pending = {}
-            for tc in m.get("tool_calls") or []:
-                if isinstance(tc, Mapping):
-                    pending[str(tc.get("id", ""))] = tc
-                    issued_key = _call_key(tc)
-                    issued[issued_key] = str(tc.get("id", ""))
+            for tc in tool_calls(m):
+                pending[call_id(tc)] = tc
+                issued[_call_key(tc)] = call_id(tc)
             convo.append(dict(m))
         elif role == "tool":
-            tid = str(m.get("tool_call_id", ""))
+            tid = result_id(m)
             call = call_for(pending, tid)
             tool_step += 1
             text = strategy.tool_result(call, m.get("content"), tool_step)
@@ -530,12 +532,10 @@ def _repeats(
     result holds no fact of the retention ruler (an edit command's empty output:
     compaction took nothing from it).
     """
-    calls = [tc for tc in m.get("tool_calls") or [] if isinstance(tc, Mapping)]
+    calls = tool_calls(m)
     if not calls:
         return
-    present = {
-        str(x.get("tool_call_id")): x.get("content") for x in prepared if x.get("role") == "tool"
-    }
+    present = {result_id(x): x.get("content") for x in prepared if x.get("role") == "tool"}
     keys: set[str] = set()
     for tc in calls:
         key = _call_key(tc)
@@ -544,7 +544,7 @@ def _repeats(
             continue
         keys.add(key)
         if present.get(prev) != added[prev]:
-            candidates[str(tc.get("id", ""))] = prev
+            candidates[call_id(tc)] = prev
 
 
 # --------------------------------------------------------------------------- entry
@@ -589,11 +589,7 @@ def replay_trace(
 def call_for(pending: Mapping[str, Mapping[str, Any]], tool_call_id: str) -> Mapping[str, Any]:
     """The assistant's tool call a tool result answers (``pending``: call id → call of
     the last assistant message); a trace that lost it gets an ``unknown`` call."""
-    return pending.get(tool_call_id) or {
-        "id": tool_call_id,
-        "type": "function",
-        "function": {"name": "unknown", "arguments": "{}"},
-    }
+    return pending.get(tool_call_id) or new_call(tool_call_id, "unknown", "{}")
 
 
 def _sim_store(policy: Policy, directory: Path) -> Any:

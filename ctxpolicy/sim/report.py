@@ -107,6 +107,15 @@ def _n(key: str) -> Callable[[Row], str]:
     return lambda r: f"{r[key]:,}"
 
 
+#: The cost, retention and cache-churn columns of both tables.
+_RATIO_COLUMNS: tuple[Column, ...] = (
+    Column("cost÷none", lambda r: _ratio(r["billing"]["total_ratio"]), wide=True),
+    Column("billed÷none", lambda r: _ratio(r["billing"]["billed_ratio"]), wide=True),
+    Column("ret.", lambda r: _pct(r["retention"]["in_context_rate"]), wide=True),
+    Column("far ret.", lambda r: _pct(r["retention"]["far_rate"]), wide=True),
+    Column("prefix chg/100", lambda r: f"{r['per_100_calls']['prefix_changes']:.1f}", wide=True),
+)
+
 # The per-trace table (policy runs; baselines are in the summary and the CSV).
 TRACE_COLUMNS: tuple[Column, ...] = (
     Column("trace", lambda r: str(r["trace"]), left=True),
@@ -115,11 +124,7 @@ TRACE_COLUMNS: tuple[Column, ...] = (
     Column("max ratio", lambda r: f"{r['ratio']['max']:.2f}"),
     Column("compactions", _n("compactions_total")),
     Column("saving", lambda r: _pct(r["saving"])),
-    Column("cost÷none", lambda r: _ratio(r["billing"]["total_ratio"]), wide=True),
-    Column("billed÷none", lambda r: _ratio(r["billing"]["billed_ratio"]), wide=True),
-    Column("ret.", lambda r: _pct(r["retention"]["in_context_rate"]), wide=True),
-    Column("far ret.", lambda r: _pct(r["retention"]["far_rate"]), wide=True),
-    Column("prefix chg/100", lambda r: f"{r['per_100_calls']['prefix_changes']:.1f}", wide=True),
+    *_RATIO_COLUMNS,
     Column("overflows", _n("overflows")),
     Column("states", lambda r: _states_text(r["states"]), wide=True, left=True),
     Column("by layer", lambda r: _layers(r["compactions"]), wide=True, left=True),
@@ -137,11 +142,7 @@ SUMMARY_COLUMNS: tuple[Column, ...] = (
     Column("max ratio", lambda r: f"{r['ratio']['max']:.2f}"),
     Column("prompt tokens", _n("prompt_tokens")),
     Column("saving", lambda r: _pct(r["saving"])),
-    Column("cost÷none", lambda r: _ratio(r["billing"]["total_ratio"]), wide=True),
-    Column("billed÷none", lambda r: _ratio(r["billing"]["billed_ratio"]), wide=True),
-    Column("ret.", lambda r: _pct(r["retention"]["in_context_rate"]), wide=True),
-    Column("far ret.", lambda r: _pct(r["retention"]["far_rate"]), wide=True),
-    Column("prefix chg/100", lambda r: f"{r['per_100_calls']['prefix_changes']:.1f}", wide=True),
+    *_RATIO_COLUMNS,
     Column("est. $", lambda r: f"{r['cost']['usd']:.4f}", wide=True),
     Column("cached %", lambda r: _pct(r["cache"]["cached_fraction"]), wide=True),
     Column("overflows", _n("overflows")),

@@ -16,6 +16,8 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from ctxpolicy.conversation.messages import call_arguments, call_name, tool_calls
+
 __all__ = [
     "DUP_LINE_CHARS",
     "INSTRUCTION_CHARS",
@@ -92,14 +94,11 @@ def sent_text(m: Mapping[str, Any]) -> str:
     from ctxpolicy.conversation import content_text
 
     parts = [content_text(m.get("content"))]
-    for tc in m.get("tool_calls") or []:
-        if isinstance(tc, Mapping):
-            fn = tc.get("function") or {}
-            if isinstance(fn, Mapping):
-                parts.append(str(fn.get("name", "")))
-                args = fn.get("arguments", "")
-                parts.append(args if isinstance(args, str) else json.dumps(args))
-                parts.extend(_decoded_args(args))
+    for tc in tool_calls(m):
+        parts.append(call_name(tc))
+        args = call_arguments(tc, "")
+        parts.append(args if isinstance(args, str) else json.dumps(args))
+        parts.extend(_decoded_args(args))
     return "\n".join(p for p in parts if p)
 
 
@@ -108,11 +107,8 @@ def mentioned_text(m: Mapping[str, Any]) -> str:
     from ctxpolicy.conversation import content_text
 
     parts = [content_text(m.get("content"))]
-    for tc in m.get("tool_calls") or []:
-        if isinstance(tc, Mapping):
-            fn = tc.get("function") or {}
-            if isinstance(fn, Mapping):
-                parts.extend(_decoded_args(fn.get("arguments", "")))
+    for tc in tool_calls(m):
+        parts.extend(_decoded_args(call_arguments(tc, "")))
     return "\n".join(p for p in parts if p)
 
 

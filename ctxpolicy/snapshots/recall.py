@@ -29,6 +29,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 from ctxpolicy.components import SnapshotStore
+from ctxpolicy.conversation.messages import function_tool
 from ctxpolicy.snapshots.names import (
     MAX_REF_CHARS,
     SnapshotError,
@@ -251,64 +252,58 @@ def search(
 def recall_tools() -> list[dict[str, Any]]:
     """OpenAI function-tool schemas of ``ctx_recall`` and ``ctx_search``."""
     return [
-        {
-            "type": "function",
-            "function": {
-                "name": RECALL_TOOL,
-                "description": "Fetch the full original of an earlier tool result that was "
-                "shortened or removed from the conversation. Pass the reference shown as "
-                "'[Full detail available at: ... (ctxsnap://...)]' (or the history "
-                "reference of the progress ledger). Optionally a line range or a "
-                "substring to return only matching lines.",
-                "parameters": {
-                    "type": "object",
-                    "properties": {
-                        "ref": {
-                            "type": "string",
-                            "maxLength": MAX_REF_CHARS,
-                            "description": "ctxsnap:// URI (or the path) of the snapshot.",
-                        },
-                        "lines": {
-                            "type": "string",
-                            "description": "1-based inclusive line range, e.g. '120-180'.",
-                        },
-                        "grep": {
-                            "type": "string",
-                            "maxLength": MAX_PATTERN_CHARS,
-                            "description": "Only lines containing this text, with line numbers.",
-                        },
+        function_tool(
+            RECALL_TOOL,
+            "Fetch the full original of an earlier tool result that was "
+            "shortened or removed from the conversation. Pass the reference shown as "
+            "'[Full detail available at: ... (ctxsnap://...)]' (or the history "
+            "reference of the progress ledger). Optionally a line range or a "
+            "substring to return only matching lines.",
+            {
+                "type": "object",
+                "properties": {
+                    "ref": {
+                        "type": "string",
+                        "maxLength": MAX_REF_CHARS,
+                        "description": "ctxsnap:// URI (or the path) of the snapshot.",
                     },
-                    "required": ["ref"],
-                    "additionalProperties": False,
-                },
-            },
-        },
-        {
-            "type": "function",
-            "function": {
-                "name": SEARCH_TOOL,
-                "description": "Search all earlier full tool results and the archived "
-                "history of this conversation for a text (or an RE2 regular expression); "
-                "returns references and matching lines.",
-                "parameters": {
-                    "type": "object",
-                    "properties": {
-                        "pattern": {
-                            "type": "string",
-                            "maxLength": MAX_PATTERN_CHARS,
-                            "description": "Text to look for.",
-                        },
-                        "regex": {
-                            "type": "boolean",
-                            "description": "Treat pattern as an RE2 regular expression "
-                            "(no backreferences or look-around).",
-                        },
+                    "lines": {
+                        "type": "string",
+                        "description": "1-based inclusive line range, e.g. '120-180'.",
                     },
-                    "required": ["pattern"],
-                    "additionalProperties": False,
+                    "grep": {
+                        "type": "string",
+                        "maxLength": MAX_PATTERN_CHARS,
+                        "description": "Only lines containing this text, with line numbers.",
+                    },
                 },
+                "required": ["ref"],
+                "additionalProperties": False,
             },
-        },
+        ),
+        function_tool(
+            SEARCH_TOOL,
+            "Search all earlier full tool results and the archived "
+            "history of this conversation for a text (or an RE2 regular expression); "
+            "returns references and matching lines.",
+            {
+                "type": "object",
+                "properties": {
+                    "pattern": {
+                        "type": "string",
+                        "maxLength": MAX_PATTERN_CHARS,
+                        "description": "Text to look for.",
+                    },
+                    "regex": {
+                        "type": "boolean",
+                        "description": "Treat pattern as an RE2 regular expression "
+                        "(no backreferences or look-around).",
+                    },
+                },
+                "required": ["pattern"],
+                "additionalProperties": False,
+            },
+        ),
     ]
 
 

@@ -22,6 +22,7 @@ from pydantic import Field
 
 from ctxpolicy.components import ComponentOptions, Summarizer, SummaryRequest
 from ctxpolicy.conversation import content_text
+from ctxpolicy.conversation import messages as chat
 from ctxpolicy.conversation.cut import describe_call, estimate_tokens, result_outcome, short
 from ctxpolicy.conversation.facts import (
     call_source,
@@ -132,13 +133,11 @@ class ExtractiveSummarizer(Summarizer):
             if m.get("role") == "tool":
                 raw = content_text(m.get("content"))
                 whole[i] = without_derived(whole_lines(raw))
-                results[str(m.get("tool_call_id", ""))] = (raw, whole[i])
-            for tc in m.get("tool_calls") or ():
-                if isinstance(tc, Mapping):
-                    fn = tc.get("function") or {}
-                    sources[str(tc.get("id", ""))] = call_source(
-                        str(fn.get("name", "")), _parsed(fn.get("arguments"))
-                    )
+                results[chat.result_id(m)] = (raw, whole[i])
+            for tc in chat.tool_calls(m):
+                sources[chat.call_id(tc)] = call_source(
+                    chat.call_name(tc), _parsed(chat.call_arguments(tc))
+                )
         open_errors: dict[str, list[str]] = {}  # source -> errors this request added
         answered = False  # an assistant turn came before: later user text is feedback
         for i, m in enumerate(request.messages):
@@ -154,10 +153,8 @@ class ExtractiveSummarizer(Summarizer):
                 d.goal = short(text, opts.goal_chars)
             if role == "assistant":
                 answered = True
-                for tc in m.get("tool_calls") or []:
-                    if not isinstance(tc, Mapping):
-                        continue
-                    out, out_lines = results.get(str(tc.get("id", "")), ("", ""))
+                for tc in chat.tool_calls(m):
+                    out, out_lines = results.get(chat.call_id(tc), ("", ""))
                     item = describe_call(tc, n)
                     outcome = result_outcome(out_lines, n, n // 2)
                     if outcome:
@@ -178,7 +175,7 @@ class ExtractiveSummarizer(Summarizer):
                 errs = error_lines(text, limit=3, max_len=n)
                 for e in errs:
                     d.add("Errors", e)
-                source = sources.get(str(m.get("tool_call_id", ""))) if role == "tool" else None
+                source = sources.get(chat.result_id(m)) if role == "tool" else None
                 if source is not None and errs:
                     open_errors.setdefault(source, []).extend(errs)
                 elif source is not None and source in open_errors:
@@ -189,7 +186,33 @@ class ExtractiveSummarizer(Summarizer):
             items = d.sections[s]
             if len(items) > opts.max_items:
                 d.sections[s] = items[-opts.max_items :]
+        _drop_contained(d)
         return _bound(d, request.max_tokens, request.count_text or estimate_tokens)
+
+
+#: Sections whose items are names: one that another item of them spells out whole is
+#: said twice (``test_writer.py`` beside ``tests/migrations/test_writer.py``).
+NAMED = ("Files", "Identifiers")
+
+
+def _drop_contained(d: Digest) -> None:
+    """Leave out of :data:`NAMED` every item found inside another of their items (an
+    item in both keeps its first place, Files first): the longer one says it already,
+    and the room goes to an item not said at all. At most ``max_items`` per section,
+    so the check is bounded."""
+    seen: set[str] = set()
+    items = [i for s in NAMED for i in d.sections[s]]
+    keep: dict[str, list[str]] = {s: [] for s in NAMED}
+    for s in NAMED:
+        for item in d.sections[s]:
+            if item in seen:
+                continue
+            if any(item != other and item in other for other in items):
+                continue
+            seen.add(item)
+            keep[s].append(item)
+    for s in NAMED:
+        d.sections[s] = keep[s]
 
 
 def _parsed(args: Any) -> Any:
@@ -203,11 +226,9 @@ def _parsed(args: Any) -> Any:
 
 def _args_text(m: Mapping[str, Any]) -> str:
     parts = []
-    for tc in m.get("tool_calls") or []:
-        if isinstance(tc, Mapping):
-            fn = tc.get("function") or {}
-            args = fn.get("arguments", "")
-            parts.append(args if isinstance(args, str) else json.dumps(args, ensure_ascii=False))
+    for tc in chat.tool_calls(m):
+        args = chat.call_arguments(tc, "")
+        parts.append(args if isinstance(args, str) else json.dumps(args, ensure_ascii=False))
     return "\n".join(parts)
 
 

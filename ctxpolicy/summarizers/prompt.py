@@ -19,6 +19,7 @@ from typing import Any
 
 from ctxpolicy.components import SummaryRequest
 from ctxpolicy.conversation import content_text
+from ctxpolicy.conversation.messages import call_arguments, call_id, call_name, tool_calls
 
 SUMMARY_INSTRUCTIONS = """\
 Compress the conversation history into a summary that another model will continue
@@ -60,13 +61,11 @@ def transcript(
             continue
         if text:
             lines.append(f"[{role}]: {text}")
-        for tc in m.get("tool_calls") or []:
-            if isinstance(tc, Mapping):
-                fn = tc.get("function") or {}
-                args = fn.get("arguments", "")
-                if not isinstance(args, str):
-                    args = json.dumps(args, ensure_ascii=False)
-                lines.append(f"[{role} calls {fn.get('name', '?')} ({tc.get('id', '')})]: {args}")
+        for tc in tool_calls(m):
+            args = call_arguments(tc, "")
+            if not isinstance(args, str):
+                args = json.dumps(args, ensure_ascii=False)
+            lines.append(f"[{role} calls {call_name(tc) or '?'} ({call_id(tc)})]: {args}")
     return "\n".join(lines)
 
 

@@ -41,6 +41,7 @@ from ctxpolicy.components import (
     ToolCall,
 )
 from ctxpolicy.conversation import Unit, check_units, render, to_units
+from ctxpolicy.conversation.messages import new_call
 from ctxpolicy.testing.conversations import (
     UNICODE_SAMPLES,
     conversation_strategy,
@@ -281,13 +282,7 @@ def _exchange(n: int, name: str, arguments: dict[str, Any], output: str) -> list
         {
             "role": "assistant",
             "content": None,
-            "tool_calls": [
-                {
-                    "id": call_id,
-                    "type": "function",
-                    "function": {"name": name, "arguments": json.dumps(arguments)},
-                }
-            ],
+            "tool_calls": [new_call(call_id, name, json.dumps(arguments))],
         },
         {"role": "tool", "tool_call_id": call_id, "content": output},
     ]
@@ -449,13 +444,7 @@ def layer_suite(
             {
                 "role": "assistant",
                 "content": None,
-                "tool_calls": [
-                    {
-                        "id": "huge_1",
-                        "type": "function",
-                        "function": {"name": "read_file", "arguments": "{}"},
-                    }
-                ],
+                "tool_calls": [new_call("huge_1", "read_file", "{}")],
             },
         )
         msgs.insert(5, {"role": "tool", "tool_call_id": "huge_1", "content": huge})

@@ -22,6 +22,8 @@ import random
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+from ctxpolicy.conversation.messages import call_name, new_call
+
 if TYPE_CHECKING:  # pragma: no cover
     from hypothesis.strategies import SearchStrategy
 
@@ -152,11 +154,7 @@ def tool_call(
 ) -> Message:
     """One OpenAI tool call: ``{"id", "type": "function", "function": {name, arguments}}``
     with the arguments as JSON text (keys sorted unless ``sort_keys=False``)."""
-    return {
-        "id": call_id,
-        "type": "function",
-        "function": {"name": name, "arguments": json.dumps(dict(arguments), sort_keys=sort_keys)},
-    }
+    return new_call(call_id, name, json.dumps(dict(arguments), sort_keys=sort_keys))
 
 
 class CallIds:
@@ -234,7 +232,7 @@ def make_conversation(
         thought = f"Step {r + 1}: check the {rng.choice(_WORDS)} {rng.choice(_WORDS)}."
         msgs.append({"role": "assistant", "content": thought, "tool_calls": calls})
         for c in calls:
-            tool = c["function"]["name"]
+            tool = call_name(c)
             if rng.random() < errors:
                 out = rng.choice(ERROR_OUTPUTS)
             else:
@@ -291,13 +289,7 @@ def conversation_strategy(
             calls = []
             for _ in range(n):
                 call_no += 1
-                calls.append(
-                    {
-                        "id": f"c{call_no}",
-                        "type": "function",
-                        "function": {"name": draw(st.sampled_from(_TOOLS)), "arguments": "{}"},
-                    }
-                )
+                calls.append(new_call(f"c{call_no}", draw(st.sampled_from(_TOOLS)), "{}"))
             msgs.append({"role": "assistant", "content": draw(content), "tool_calls": calls})
             for c in calls:
                 msgs.append({"role": "tool", "tool_call_id": c["id"], "content": draw(output)})

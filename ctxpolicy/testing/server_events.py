@@ -11,6 +11,8 @@ import json
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from ctxpolicy.conversation.messages import call_arguments, call_name, tool_calls
+
 __all__ = ["sse_events"]
 
 
@@ -38,15 +40,16 @@ def _chat_events(reply: Mapping[str, Any], include_usage: bool) -> list[bytes]:
     text = msg.get("content") or ""
     for i in range(0, len(text), 16):
         out.append(chunk({"content": text[i : i + 16]}))
-    for n, call in enumerate(msg.get("tool_calls") or []):
-        fn = call.get("function") or {}
+    for n, call in enumerate(tool_calls(msg)):
         head = {"index": n, "id": call.get("id"), "type": "function"}
         out.append(
-            chunk({"tool_calls": [{**head, "function": {"name": fn.get("name"), "arguments": ""}}]})
+            chunk(
+                {"tool_calls": [{**head, "function": {"name": call_name(call), "arguments": ""}}]}
+            )
         )
         out.append(
             chunk(
-                {"tool_calls": [{"index": n, "function": {"arguments": fn.get("arguments", "")}}]}
+                {"tool_calls": [{"index": n, "function": {"arguments": call_arguments(call, "")}}]}
             )
         )
     out.append(chunk({}, choice.get("finish_reason") or "stop"))

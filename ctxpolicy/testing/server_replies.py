@@ -13,6 +13,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from ctxpolicy.conversation.messages import new_call
 from ctxpolicy.wire import for_api
 
 __all__ = ["error_body", "overflow_body", "reply_body"]
@@ -41,14 +42,7 @@ def _chat_reply(
     calls = _norm_calls(reply, ids)
     msg: dict[str, Any] = {"role": "assistant", "content": reply.get("content")}
     if calls:
-        msg["tool_calls"] = [
-            {
-                "id": c["id"],
-                "type": "function",
-                "function": {"name": c["name"], "arguments": c["arguments"]},
-            }
-            for c in calls
-        ]
+        msg["tool_calls"] = [new_call(c["id"], c["name"], c["arguments"]) for c in calls]
     completion = int(reply.get("completion_tokens", 10))
     return {
         "id": f"chatcmpl-{ids()}",

@@ -6,10 +6,10 @@ from __future__ import annotations
 import base64
 import json
 import math
-import struct
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
+from ctxpolicy.conversation.images import png_gif_size
 from ctxpolicy.conversation.samejson import MISS, JsonMemo, KeyedList, memo_key
 
 __all__ = ["TOOL_CALL_TOKENS", "ChatFraming", "Overhead", "image_tokens"]
@@ -46,13 +46,7 @@ def _image_size(url: str) -> tuple[int, int] | None:
         head = base64.b64decode(b64[:64] + "=" * (-len(b64[:64]) % 4))
     except Exception:
         return None
-    if head[:8] == b"\x89PNG\r\n\x1a\n" and len(head) >= 24:
-        w, h = struct.unpack(">II", head[16:24])
-        return int(w), int(h)
-    if head[:6] in (b"GIF87a", b"GIF89a") and len(head) >= 10:
-        w, h = struct.unpack("<HH", head[6:10])
-        return int(w), int(h)
-    return None
+    return png_gif_size(head)
 
 
 def _part_image_tokens(part: Mapping[str, Any]) -> int:

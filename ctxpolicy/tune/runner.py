@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+from ctxpolicy.conversation.messages import call_name, tool_calls
 from ctxpolicy.policy.diagnostics import PolicyError
 from ctxpolicy.policy.models import Policy, TuneObjectives
 from ctxpolicy.sim.parallel import Replayer
@@ -297,13 +298,7 @@ def run_tune(
         tempfile.TemporaryDirectory(prefix="ctxpolicy-tune-") as work,
     ):
         tuning, held = split_traces(rp.names, cfg.holdout, cfg.seed)
-        tools = {
-            str((tc.get("function") or {}).get("name", ""))
-            for n in tuning
-            for m in rp.messages(n)
-            for tc in m.get("tool_calls") or []
-            if isinstance(tc, Mapping)
-        }
+        tools = {call_name(tc) for n in tuning for m in rp.messages(n) for tc in tool_calls(m)}
         registry = get_registry()
         params = build_space(base, registry=registry, window=cfg.window, tool_names=tools)
 

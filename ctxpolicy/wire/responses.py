@@ -8,6 +8,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ctxpolicy.conversation import Message, content_text
+from ctxpolicy.conversation.messages import nth_original
 from ctxpolicy.conversation.samejson import content_key
 from ctxpolicy.wire._stream import StreamCalls
 from ctxpolicy.wire.base import (
@@ -191,11 +192,9 @@ class ResponsesInput:
             fp = content_key(m)
             if i == 0 and self._instructions_fp is not None and fp == self._instructions_fp:
                 continue
-            candidates = self._groups.get(fp)
-            if candidates:
-                n = used.get(fp, 0)
-                used[fp] = n + 1
-                out.extend(candidates[min(n, len(candidates) - 1)])
+            group = nth_original(self._groups, used, fp)
+            if group is not None:
+                out.extend(group)
                 continue
             out.extend(self._rebuild(m))
         out.extend(self._tail)

@@ -49,7 +49,7 @@ def test_exact_render_and_unit() -> None:
             "Constraints (verbatim):",
             "- Never restart prod",
             "Done:",
-            "- step 0: read_file(path=src/db/pool.py) → max_connections=10 [ctxsnap://c/step_000_read_file]",
+            "- step 0: read_file(path=src/db/pool.py) → max_connections=10",
             "- step 1: run_tests() → ValueError: pool exhausted",
             "Artifacts (latest state):",
             "- src/db/pool.py: read (step 0)",
@@ -160,6 +160,33 @@ def test_recall_named_only_when_offered() -> None:
     assert tool_names(tools) == {"ctx_recall", "bash"}
     led.sync([], [], recall=True)
     assert "(read with ctx_recall): ctxsnap://c/history" in (led.render() or "")
+
+
+def test_a_steps_reference_is_shown_only_with_recall() -> None:
+    """A done step's snapshot reference is a handle for ctx_recall: shown when the model
+    is offered the tool, left out otherwise (the archive line says where it all is)."""
+    led = ProgressLedger()
+    led.update(dropped())
+    ref = "[ctxsnap://c/step_000_read_file]"
+    assert ref not in (led.render() or "")
+    assert "- step 0: read_file(path=src/db/pool.py) → max_connections=10\n" in (led.render() or "")
+    led.sync([], [], recall=True)
+    assert f"→ max_connections=10 {ref}" in (led.render() or "")
+
+
+def test_a_steps_outcome_is_a_line_that_says_something() -> None:
+    """A JSON result's first line is ``{``: the outcome is its first line with a letter
+    or a digit."""
+    led = ProgressLedger()
+    page = '{\n  "kind": "page_observation",\n  "text": "RootWebArea"\n}'
+    led.update(
+        Conv()
+        .step(("click", {"bid": "a12"}, page), text="Clicking")
+        .units(pin_first_user=False, pin_last_user=False)
+    )
+    text = led.render() or ""
+    assert '→ "kind": "page_observation",' in text
+    assert "→ {" not in text
 
 
 def test_sync_leaves_out_what_the_prompt_says_and_keeps_masked_tables() -> None:

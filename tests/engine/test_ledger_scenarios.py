@@ -35,7 +35,7 @@ CASES = [
     ("swe-agent__test.gpt4__swe-bench-dev-easy_first_only__default__t-0.00__p-0.95__c-3.00__install-1.pydicom__pydicom-1458.jsonl", "coding_agent_16k", 8192, 200),
     ("tau-bench__gpt-4o-airline.task2.trial1.jsonl", "customer_service_agent", 8192, 200),
     ("tau2-bench__gpt-4.1.telecom.taskha26785270f.jsonl", "customer_service_agent", 8192, 200),
-    ("tapeagents-gaia__gaia.old.tape49.jsonl", "default", 16384, 200),
+    ("tapeagents-gaia__gaia.old.tape49.jsonl", "default", 8192, 200),
     ("tapeagents-workarena__workarena.task1_seed42_workarena.servicenow.multi-chart-min-max-retrieval.jsonl", "default", 8192, 200),
     ("spider2__claude-3-7-sonnet-20250219_temp0.7_rounds25_rollout1_exp4.sf_bq024.r0.jsonl", "default", 16384, 200),
 ]  # fmt: skip

@@ -13,7 +13,14 @@ from hypothesis import strategies as st
 
 from ctxpolicy.conversation import check_messages
 from ctxpolicy.engine import Session
-from ctxpolicy.engine.economics import GUARD, REFILL_CALLS, Guard, fit_limit
+from ctxpolicy.engine.economics import (
+    GUARD,
+    MIN_ROOM_CALLS,
+    REFILL_CALLS,
+    Guard,
+    fit_limit,
+    short_room,
+)
 from tests.engine_helpers import call, make_policy
 
 Message = dict[str, Any]
@@ -134,7 +141,8 @@ def test_prefix_rewrites_per_100_calls_are_bounded(
 
 def test_a_refill_within_a_few_calls_is_held_once() -> None:
     """Results as large as the target-to-trigger band: the compaction after the first
-    is due at once; it is held (one event) until the request would not fit."""
+    is due at once, or would leave room for too few calls; it is held (one event)
+    until the request would not fit."""
     got = replay(8192, 200, [5000] * 40, 50)
     assert got["overflows"] == 0
     s = Session(_policy(8192))
@@ -151,8 +159,8 @@ def test_a_refill_within_a_few_calls_is_held_once() -> None:
         msgs.append({"role": "tool", "tool_call_id": c["id"], "content": "x " * 2500})
     events = [e for e in s.events if e["type"] == "context.compaction_held"]
     assert events and held == len(events)
-    for e in events:  # each says why and until when
-        assert 0 < e["calls_since"] <= REFILL_CALLS
+    for e in events:  # each says why (refilled, or too little room) and until when
+        assert 0 < e["calls_since"] <= REFILL_CALLS or e["room_calls"] < MIN_ROOM_CALLS
         assert e["resume_at"] == fit_limit(s.budget()) + 1
     # never two held events in a row without a compaction between them
     compacted = [i for i, e in enumerate(s.events) if e["type"] == "context.compacted"]
@@ -178,3 +186,44 @@ def test_guard_memory_survives_a_resume_and_garbage() -> None:
         assert g.refilled(13) is None
         assert g.per_call() in (None, 3)
         g.observe(1, 10, 5)
+
+
+def test_a_compaction_leaving_too_little_room_waits_for_the_fit_limit() -> None:
+    """A fat pinned first message (a web agent's first page) and results of ~1/12 of
+    the window each: a compaction that would leave room for fewer than MIN_ROOM_CALLS
+    calls before the fit limit is held there (one event with the numbers); every
+    compaction after a hold starts above the fit limit, and no request goes out over
+    ``window - reserve_output``."""
+    s = Session(_policy(8192))
+    msgs: list[Message] = [
+        {"role": "system", "content": "You are a web agent."},
+        {"role": "user", "content": _body(WORDS, 8000)},
+    ]
+    for n in range(40):
+        s.prepare(msgs)
+        c = call(f"c{n}", "click", step=n)
+        msgs.append({"role": "assistant", "content": f"step {n}: click", "tool_calls": [c]})
+        words = [WORDS[(n + i) % len(WORDS)] for i in range(5)]
+        text = s.add_tool_result(c, _body(words, 3000))
+        msgs.append({"role": "tool", "tool_call_id": c["id"], "content": text})
+    b = s.budget()
+    fit = fit_limit(b)
+    events = list(s.events)
+    held = [i for i, e in enumerate(events) if e["type"] == "context.compaction_held"]
+    assert held
+    for i in held:
+        e = events[i]
+        assert e["room_calls"] < MIN_ROOM_CALLS and e["resume_at"] == fit + 1
+        assert e["used"] <= fit and e["growth_per_call"] > 0
+        after = [x for x in events[i:] if x["type"] == "context.compacted"]
+        assert after and after[0]["before"] > fit
+    sent = [e["used"] for e in s.events if e["type"] == "context.status"]
+    assert max(sent) <= b.window - b.reserve_output
+
+
+def test_short_room() -> None:
+    s = Session(_policy(16384))
+    b = s.budget()
+    assert not short_room(b, 0, None)
+    assert short_room(b, fit_limit(b) - MIN_ROOM_CALLS * 100 + 1, 100)
+    assert not short_room(b, fit_limit(b) - MIN_ROOM_CALLS * 100, 100)

@@ -11,6 +11,7 @@ import httpx
 import pytest
 
 from ctxpolicy.engine import Session
+from ctxpolicy.gateway.app import environment_proxy
 from ctxpolicy.gateway.config import GatewayConfig
 from ctxpolicy.testing.server import ScriptedLLMServer
 from tests.integrations.conftest import big_output, make_policy, read_history
@@ -22,6 +23,26 @@ anthropic = pytest.importorskip("anthropic", reason="the 'anthropic' extra is no
 
 WINDOW = 6000
 RESERVE = 512
+
+
+#: a chat completion, as a hand-written upstream answers
+REPLY = json.dumps(
+    {
+        "id": "c",
+        "object": "chat.completion",
+        "model": "m",
+        "choices": [
+            {
+                "index": 0,
+                "message": {"role": "assistant", "content": "ok"},
+                "finish_reason": "stop",
+            }
+        ],
+        "usage": {"prompt_tokens": 5, "completion_tokens": 1, "total_tokens": 6},
+    }
+).encode()
+
+_PROXY_VARS = ("http_proxy", "https_proxy", "all_proxy", "no_proxy")
 
 
 def history(steps: int) -> list[dict[str, Any]]:
@@ -190,21 +211,7 @@ def test_upstream_cookies_are_passed_on_never_kept(tmp_path: Path) -> None:
     from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
     seen: list[str | None] = []
-    reply = json.dumps(
-        {
-            "id": "c",
-            "object": "chat.completion",
-            "model": "m",
-            "choices": [
-                {
-                    "index": 0,
-                    "message": {"role": "assistant", "content": "ok"},
-                    "finish_reason": "stop",
-                }
-            ],
-            "usage": {"prompt_tokens": 5, "completion_tokens": 1, "total_tokens": 6},
-        }
-    ).encode()
+    reply = REPLY
 
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
@@ -306,3 +313,80 @@ def test_a_compressed_upstream_answer_reaches_the_client_decoded(tmp_path: Path)
     finally:
         srv.shutdown()
         srv.server_close()
+
+
+def test_environment_proxy_reads_the_variables_as_httpx_does(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    for name in _PROXY_VARS:
+        monkeypatch.delenv(name, raising=False)
+        monkeypatch.delenv(name.upper(), raising=False)
+    assert environment_proxy("https://api.example.com") is None
+    monkeypatch.setenv("HTTPS_PROXY", "proxy.corp:3128")  # no scheme: http://
+    monkeypatch.setenv("ALL_PROXY", "http://all.corp:1")
+    assert environment_proxy("https://api.example.com") == "http://proxy.corp:3128"
+    assert environment_proxy("http://api.example.com") == "http://all.corp:1"
+    monkeypatch.setenv("NO_PROXY", "localhost, example.com")
+    assert environment_proxy("https://api.example.com/v1") is None
+    assert environment_proxy("https://apiexample.com") == "http://proxy.corp:3128"
+    assert environment_proxy("http://localhost:8080") is None
+    monkeypatch.setenv("NO_PROXY", "*")
+    assert environment_proxy("https://elsewhere.org") is None
+
+
+def test_the_proxy_the_environment_names_carries_upstream_calls(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, upstream: ScriptedLLMServer
+) -> None:
+    """HTTP_PROXY is honoured for the upstream (the request reaches the proxy in absolute
+    form, for a host only the proxy can reach), and NO_PROXY exempts a host from it."""
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    for name in _PROXY_VARS:
+        monkeypatch.delenv(name, raising=False)
+        monkeypatch.delenv(name.upper(), raising=False)
+    targets: list[str] = []
+
+    class Proxy(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, format: str, *args: Any) -> None:
+            pass
+
+        def do_POST(self) -> None:
+            self.rfile.read(int(self.headers.get("content-length") or 0))
+            targets.append(self.path)
+            self.send_response(200)
+            self.send_header("content-type", "application/json")
+            self.send_header("content-length", str(len(REPLY)))
+            self.end_headers()
+            self.wfile.write(REPLY)
+
+    proxy = ThreadingHTTPServer(("127.0.0.1", 0), Proxy)
+    threading.Thread(target=proxy.serve_forever, daemon=True).start()
+    monkeypatch.setenv("HTTP_PROXY", f"http://127.0.0.1:{proxy.server_address[1]}")
+    body = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
+    auth = {"Authorization": "Bearer k"}
+    cfg = GatewayConfig(
+        policies={"test_agent": make_policy(tmp_path / "gw")},
+        upstream="http://llm.invalid:9/v1",
+        default_agent="test_agent",
+        secret=b"test-secret",
+    )
+    direct = httpx.Client(trust_env=False)  # the test's own calls: not through the proxy
+    try:
+        with run_gateway(cfg) as gw:
+            r = direct.post(gw.url + "/v1/chat/completions", json=body, headers=auth)
+            assert r.status_code == 200, r.text
+            assert r.json()["choices"][0]["message"]["content"] == "ok"
+        assert targets == ["http://llm.invalid:9/v1/chat/completions"]
+        # the scripted upstream on loopback, exempt: reached directly, the proxy unused
+        monkeypatch.setenv("NO_PROXY", "127.0.0.1")
+        with run_gateway(config_for(tmp_path, upstream)) as gw:
+            r = direct.post(gw.url + "/v1/chat/completions", json=body, headers=auth)
+            assert r.status_code == 200, r.text
+        assert len(targets) == 1 and len(upstream.requests) == 1
+    finally:
+        direct.close()
+        proxy.shutdown()
+        proxy.server_close()

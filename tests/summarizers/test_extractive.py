@@ -250,3 +250,33 @@ def test_an_error_fixed_later_is_not_listed_and_statistics_are_no_outcome() -> N
     assert "salse" not in out.split("Errors:")[-1]  # fixed by the next query
     assert "nope.txt" in out.split("Errors:")[-1]  # still open
     assert "distinct=" not in out and "min=" not in out
+
+
+def test_a_name_another_item_spells_out_is_said_once():
+    """A file's base name beside its path, or an identifier inside a longer one, is
+    left out of Files and Identifiers; each name is still in the digest."""
+    m = (
+        Conv()
+        .user("Fix the collation bug")
+        .step(
+            (
+                "bash",
+                {"command": "grep -rn alter_field tests/migrations/test_writer.py"},
+                "test_writer.py: BaseDatabaseSchemaEditor.alter_field and alter_field(self)",
+            )
+        )
+        .messages
+    )
+    out = ExtractiveSummarizer().summarize(ruled(m, count_text=approx_text))
+    names = [
+        line[2:]
+        for section in ("Files", "Identifiers")
+        for line in out.split(f"{section}:\n", 1)[-1].split("\n")
+        if line.startswith("- ")
+    ]
+    assert "tests/migrations/test_writer.py" in out
+    assert "BaseDatabaseSchemaEditor.alter_field" in out
+    assert "- test_writer.py" not in out.splitlines()
+    assert "- alter_field" not in out.splitlines()
+    assert len(set(out.splitlines())) == len(out.splitlines())
+    assert names

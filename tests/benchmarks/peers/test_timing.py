@@ -116,17 +116,17 @@ def test_per_call_against_a_baseline_tree(setup: tuple[Any, list[dict[str, Any]]
     )
 
 
-def test_same_output_finds_a_changed_output(tmp_path: Any) -> None:
-    """benchmarks/peers/same_output.py: this tree against itself agrees; against a copy
+def test_check_identical_finds_a_changed_output(tmp_path: Any) -> None:
+    """benchmarks/check_identical.py: this tree against itself agrees; against a copy
     that renders tool results one character differently it reports the difference."""
     import shutil
 
-    from benchmarks.peers import same_output
-    from benchmarks.peers.worker import ROOT
+    from benchmarks import check_identical
+    from benchmarks._common import ROOT
 
     require(TRACES)
-    args = ["--traces", "2", "--windows", "16384"]
-    assert same_output.main(["--baseline", str(ROOT), *args]) == 0
+    args = ["--traces", "2"]
+    assert check_identical.main(["--baseline", str(ROOT), *args]) == 0
     changed = tmp_path / "src"
     shutil.copytree(ROOT / "ctxpolicy", changed / "ctxpolicy")
     module = changed / "ctxpolicy" / "engine" / "tool_results.py"
@@ -134,7 +134,7 @@ def test_same_output_finds_a_changed_output(tmp_path: Any) -> None:
     rendered = "        if isinstance(output, str):\n            return output, info"
     assert rendered in text
     module.write_text(text.replace(rendered, rendered.replace("output,", '"~" + output,')))
-    assert same_output.main(["--baseline", str(changed), *args]) == 1
+    assert check_identical.main(["--baseline", str(changed), *args]) == 1
 
 
 def test_parts_are_booked_per_call_and_the_clocks_removed(
