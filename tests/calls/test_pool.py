@@ -369,3 +369,27 @@ def test_a_conversation_a_thread_is_using_is_never_evicted(tmp_path: Path) -> No
     pool.get("f")
     assert pool.conversations() == ["f"] and "test_agent/a" in closed
     pool.close()
+
+
+def test_a_lock_handed_to_a_waiting_call_is_kept(tmp_path: Path) -> None:
+    """Released to a call waiting for it that has not run yet, a conversation's lock is
+    still in use: an eviction meanwhile neither closes the session nor drops the lock
+    (a later call would otherwise get a new lock and run beside the waiting one)."""
+    import asyncio
+
+    pool = SessionPool(make_policy(tmp_path), max_sessions=1)
+
+    async def main() -> None:
+        lk = pool.lock("a")
+        a = pool.get("a")
+        await lk.acquire()
+        waiting = asyncio.ensure_future(lk.acquire())
+        await asyncio.sleep(0)
+        lk.release()  # handed to the waiting call, which has not run yet
+        pool.get("b")
+        assert pool.lock("a") is lk and pool.peek("a") is a
+        await waiting
+        lk.release()
+
+    asyncio.run(main())
+    pool.close()
