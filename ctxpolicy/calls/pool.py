@@ -3,7 +3,10 @@
 A :class:`SessionPool` keeps at most ``max_sessions`` sessions open (least recently
 used closed first); a conversation evicted here resumes from its stored state when it
 comes back. A conversation in the middle of a call (its :meth:`SessionPool.lock` held, or
-inside :meth:`SessionPool.using`) is never evicted: the pool then stays over ``max_sessions`` until the call ends. The sessions of a pool share one state store per store location (the
+inside :meth:`SessionPool.using`) is never evicted: the pool then stays over
+``max_sessions`` until the call ends. A front end runs each step in
+:meth:`SessionPool.held` (a thread) or :meth:`SessionPool.aheld` (an async host), which
+hand out the conversation's session marked in use for the whole step. The sessions of a pool share one state store per store location (the
 policy's ``state:`` store and options), so the store's bounded connection pool
 (``state.options.pool_size``) bounds the connections of every open conversation
 together: with PostgreSQL, N open conversations use at most ``pool_size`` server
@@ -35,7 +38,7 @@ import contextlib
 import json
 import threading
 from collections import OrderedDict
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
 from ctxpolicy.calls.processes import heavy_limits
@@ -367,6 +370,44 @@ class SessionPool:
                 left = self._users.pop(key) - 1
                 if left:
                     self._users[key] = left
+
+    @contextlib.contextmanager
+    def held(
+        self,
+        conversation: str,
+        *,
+        agent: str | None = None,
+        tenant: str = "",
+        private: bool = False,
+    ) -> Iterator[Session]:
+        """The conversation's session (:meth:`get`; :meth:`private` when ``private``),
+        in use for the block (:meth:`using`): a step of a front end runs in it, so other
+        conversations opened meanwhile never evict and close this session under the
+        step. Opening loads the stored state: an async host uses :meth:`aheld`."""
+        with self.using(conversation, agent=agent, tenant=_PRIVATE if private else tenant):
+            yield self._open(conversation, agent, tenant, private)
+
+    @contextlib.asynccontextmanager
+    async def aheld(
+        self,
+        conversation: str,
+        *,
+        agent: str | None = None,
+        tenant: str = "",
+        private: bool = False,
+    ) -> AsyncIterator[Session]:
+        """:meth:`held` for an async host: the session is opened in a worker thread
+        (:func:`~ctxpolicy.calls.off_loop`) and stays in use across the block's awaits
+        (a whole model call: prepare, the provider's answer, usage)."""
+        from ctxpolicy.calls.driver import off_loop
+
+        with self.using(conversation, agent=agent, tenant=_PRIVATE if private else tenant):
+            yield await off_loop(self._open, conversation, agent, tenant, private)
+
+    def _open(self, conversation: str, agent: str | None, tenant: str, private: bool) -> Session:
+        if private:
+            return self.private(conversation, agent=agent)
+        return self.get(conversation, agent=agent, tenant=tenant)
 
     def _release(self, key: Key) -> None:
         """An evicted conversation of a shared ``memory`` store: kept among the

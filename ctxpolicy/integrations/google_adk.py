@@ -36,6 +36,7 @@ conversation. ADK always has a session; there is no shared default.
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
@@ -288,18 +289,20 @@ def _make_class() -> type:
             """The session of an ADK callback or tool context."""
             return self.session_for(*_ids(ctx))
 
-        async def _session(self, ctx: Any) -> Session:
-            return await off_loop(self.session_for, *_ids(ctx))
+        def _held(self, ctx: Any) -> contextlib.AbstractAsyncContextManager[Session]:
+            """The session of a callback's conversation, in use for the callback (other
+            conversations opened meanwhile never evict it); opened off the loop."""
+            return self.sessions.aheld(self._conversation(*_ids(ctx)))
 
         # -- callbacks (the engine runs in a worker thread, never on ADK's loop) -------
         async def before_model_callback(self, *, callback_context: Any, llm_request: Any) -> Any:
-            sess = await self._session(callback_context)
-            config = llm_request.config
-            instruction = getattr(config, "system_instruction", None)
-            messages = to_openai(llm_request.contents, instruction)
-            tools = _tool_schemas(llm_request)
-            self._last[sess.conv_id] = (messages, tools)
-            prepared = await self.steps.abefore_model(sess, messages, tools)
+            async with self._held(callback_context) as sess:
+                config = llm_request.config
+                instruction = getattr(config, "system_instruction", None)
+                messages = to_openai(llm_request.contents, instruction)
+                tools = _tool_schemas(llm_request)
+                self._last[sess.conv_id] = (messages, tools)
+                prepared = await self.steps.abefore_model(sess, messages, tools)
             self._show(llm_request, prepared, instruction)
             return None
 
@@ -312,21 +315,27 @@ def _make_class() -> type:
                 llm_request.config.system_instruction = text or None
 
         async def after_model_callback(self, *, callback_context: Any, llm_response: Any) -> Any:
-            sess = await self._session(callback_context)
-            await self.steps.adone(sess, llm_response)
-            content = getattr(llm_response, "content", None)
-            last = self._last.get(sess.conv_id)
-            if sess.recorder is not None and content is not None and last is not None:
-                reply = to_openai([content])
-                if reply and "tool_calls" not in reply[0] and not llm_response.partial:
-                    # the final answer, which no later model call may pass to prepare
-                    await off_loop(sess.recorder.record, [*last[0], *reply])
+            async with self._held(callback_context) as sess:
+                await self.steps.adone(sess, llm_response)
+                content = getattr(llm_response, "content", None)
+                last = self._last.get(sess.conv_id)
+                if sess.recorder is not None and content is not None and last is not None:
+                    reply = to_openai([content])
+                    if reply and "tool_calls" not in reply[0] and not llm_response.partial:
+                        # the final answer, which no later model call may pass to prepare
+                        await off_loop(sess.recorder.record, [*last[0], *reply])
             return None
 
         async def on_model_error_callback(
             self, *, callback_context: Any, llm_request: Any, error: Exception
         ) -> Any:
-            sess = await self._session(callback_context)
+            # held for every retry: on_error, the model again, until it answers
+            async with self._held(callback_context) as sess:
+                return await self._retry(sess, callback_context, llm_request, error)
+
+        async def _retry(
+            self, sess: Session, callback_context: Any, llm_request: Any, error: Exception
+        ) -> Any:
             last = self._last.get(sess.conv_id)
             if last is None:
                 return None
@@ -368,8 +377,8 @@ def _make_class() -> type:
                 "name": getattr(tool, "name", "") or "",
                 "arguments": tool_args,
             }
-            sess = await self._session(tool_context)
-            text = await off_loop(sess.add_tool_result, call, raw)
+            async with self._held(tool_context) as sess:
+                text = await off_loop(sess.add_tool_result, call, raw)
             return None if text == raw else {"result": text}
 
         async def close(self) -> None:
@@ -386,7 +395,8 @@ def _make_class() -> type:
 
             def answer(ids: tuple[str, str, str, str], name: str, args: dict[str, Any]) -> str:
                 clean = {k: v for k, v in args.items() if v not in (None, "")}
-                return owner.session_for(*ids).recall_tool()[1](name, clean)
+                with owner.sessions.held(owner._conversation(*ids)) as sess:
+                    return sess.recall_tool()[1](name, clean)
 
             async def ctx_recall(
                 ref: str, tool_context: Any, lines: str = "", grep: str = ""

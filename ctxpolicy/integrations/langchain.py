@@ -53,9 +53,10 @@ conversation's snapshots only); :func:`recall_tools` builds them for other graph
 
 from __future__ import annotations
 
+import contextlib
 import json
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Annotated, Any, NotRequired
 
 from ctxpolicy.calls.driver import CallDriver, UsageOnly, off_loop
@@ -294,7 +295,9 @@ class SessionPool(_Pool):
         """The stored conversation id of thread ``conv_id`` under this pool's agent."""
         return conversation_key(self.policy.agent, conv_id)
 
-    def get(self, conv_id: str | None = None) -> Session:  # type: ignore[override]
+    def get(
+        self, conv_id: str | None = None, *, agent: str | None = None, tenant: str = ""
+    ) -> Session:
         """The session of thread ``conv_id`` (stored as ``"<agent>/<conv_id>"``).
 
         ``None`` is a new private conversation on every call (never a shared default);
@@ -303,8 +306,8 @@ class SessionPool(_Pool):
         if self._fixed is not None:
             return self._fixed
         if conv_id is None or conv_id == "":
-            return self.private(uuid.uuid4().hex)
-        return super().get(str(conv_id))
+            return self.private(uuid.uuid4().hex, agent=agent)
+        return super().get(str(conv_id), agent=agent, tenant=tenant)
 
     def private(self, token: str, *, agent: str | None = None) -> Session:
         """The private conversation of one invocation without a thread id.
@@ -330,33 +333,43 @@ def _thread_id(config: Mapping[str, Any] | None = None) -> str | None:
     return str(tid) if tid not in (None, "") else None
 
 
-def _session_for(
-    pool: SessionPool, state: Any, config: Mapping[str, Any] | None = None
-) -> Session | None:
-    """The session of the current call: its thread's, else its invocation's private one."""
+def _conversation_of(
+    state: Any, config: Mapping[str, Any] | None = None
+) -> tuple[str, bool] | None:
+    """``(conversation, private)`` of the current call: its thread, else its
+    invocation's private token; None when it has neither."""
     tid = _thread_id(config)
     if tid is not None:
-        return pool.get(tid)
+        return tid, False
     token = state.get(RUN_KEY) if isinstance(state, Mapping) else None
-    return pool.private(token) if isinstance(token, str) and token else None
+    return (token, True) if isinstance(token, str) and token else None
 
 
-def recall_tools(session_of: Callable[[Any], Session | None]) -> list[Any]:
+SessionOf = Callable[[Any], "Session | contextlib.AbstractContextManager[Session | None] | None"]
+
+
+def recall_tools(session_of: SessionOf) -> list[Any]:
     """``ctx_recall`` and ``ctx_search`` as LangChain tools.
 
     ``session_of(runtime)`` returns the session of the call (``runtime`` is the
-    ``ToolRuntime`` LangChain injects: ``state``, ``config``); the answer comes from
-    that conversation's snapshots only (:func:`ctxpolicy.recall.handle_tool_call`:
-    bounded, never raises, never another conversation's data).
+    ``ToolRuntime`` LangChain injects: ``state``, ``config``), or a context manager
+    giving it (the session is then held for the answer, like
+    :meth:`~ctxpolicy.calls.SessionPool.held`); the answer comes from that
+    conversation's snapshots only (:func:`ctxpolicy.recall.handle_tool_call`: bounded,
+    never raises, never another conversation's data).
     """
     from langchain.tools import ToolRuntime
     from langchain_core.tools import StructuredTool
 
     def run(name: str, runtime: Any, args: dict[str, Any]) -> str:
-        session = session_of(runtime)
-        if session is None:
-            return "Error: no conversation is active for this call; nothing to recall."
-        return session.recall_tool()[1](name, {k: v for k, v in args.items() if v is not None})
+        found = session_of(runtime)
+        if not isinstance(found, contextlib.AbstractContextManager):
+            found = contextlib.nullcontext(found)
+        with found as session:
+            if session is None:
+                return "Error: no conversation is active for this call; nothing to recall."
+            clean = {k: v for k, v in args.items() if v is not None}
+            return session.recall_tool()[1](name, clean)
 
     def ctx_recall(
         ref: str, runtime: ToolRuntime, lines: str | None = None, grep: str | None = None
@@ -470,7 +483,7 @@ def _make_middleware_class() -> type:
             self.preprocess_tools = preprocess_tools
             self.record_usage = record_usage
             self.last_session: Session | None = None
-            self.tools = recall_tools(self._runtime_session) if recall else []
+            self.tools = recall_tools(self._runtime_held) if recall else []
 
         state_schema = schema  # the class attribute langchain reads
 
@@ -500,23 +513,40 @@ def _make_middleware_class() -> type:
                 raise LookupError("no thread_id and no call yet: pass the conversation's thread id")
             return self.last_session
 
-        def _current(self, state: Any) -> Session:
-            s = _session_for(self.sessions, state)
-            if s is None:  # called outside create_agent's graph: a call of its own
-                s = self.sessions.get(None)
-            self.last_session = s
-            return s
+        def _conversation(self, state: Any) -> tuple[str, bool]:
+            found = _conversation_of(state)
+            # called outside create_agent's graph: a private call of its own
+            return found if found is not None else (uuid.uuid4().hex, True)
 
-        def _runtime_session(self, runtime: Any) -> Session | None:
-            return _session_for(
-                self.sessions, getattr(runtime, "state", None), getattr(runtime, "config", None)
+        @contextlib.contextmanager
+        def _held(self, state: Any) -> Iterator[Session]:
+            """The session of the current call, in use for the block (never evicted
+            and closed meanwhile by other threads opening their conversations)."""
+            conv, private = self._conversation(state)
+            with self.sessions.held(conv, private=private) as s:
+                self.last_session = s
+                yield s
+
+        @contextlib.asynccontextmanager
+        async def _aheld(self, state: Any) -> AsyncIterator[Session]:
+            """:meth:`_held` across awaits, the session opened in a worker thread."""
+            conv, private = self._conversation(state)
+            async with self.sessions.aheld(conv, private=private) as s:
+                self.last_session = s
+                yield s
+
+        def _runtime_held(self, runtime: Any) -> contextlib.AbstractContextManager[Any]:
+            found = _conversation_of(
+                getattr(runtime, "state", None), getattr(runtime, "config", None)
             )
+            if found is None:
+                return contextlib.nullcontext(None)
+            return self.sessions.held(found[0], private=found[1])
 
         # -- model calls ------------------------------------------------------------
-        def _prepare(self, request: Any) -> tuple[Session, LangChainConversation, Any]:
-            session = self._current(getattr(request, "state", None))
+        def _convert(self, request: Any) -> tuple[LangChainConversation, Any]:
             conv = LangChainConversation(request.messages, request.system_message)
-            return session, conv, _tool_schemas(request.tools)
+            return conv, _tool_schemas(request.tools)
 
         def _override(
             self, request: Any, conv: LangChainConversation, prepared: list[Message]
@@ -528,20 +558,23 @@ def _make_middleware_class() -> type:
             usage = UsageOnly(_input_tokens if self.record_usage else _no_tokens)
             return CallDriver(session, format=usage)
 
+        # the conversation is held for the whole call: prepare, the model, usage
         def wrap_model_call(self, request: Any, handler: Callable[[Any], Any]) -> Any:
-            session, conv, tools = self._prepare(request)
-            return self._driver(session).call(
-                conv.messages, tools, lambda p: handler(self._override(request, conv, p))
-            )
+            conv, tools = self._convert(request)
+            with self._held(getattr(request, "state", None)) as session:
+                return self._driver(session).call(
+                    conv.messages, tools, lambda p: handler(self._override(request, conv, p))
+                )
 
         async def awrap_model_call(self, request: Any, handler: Callable[[Any], Any]) -> Any:
-            # the engine (opening the session too) runs in a worker thread
-            session, conv, tools = await off_loop(self._prepare, request)
+            # the engine (opening the session and converting too) runs in a worker thread
+            async with self._aheld(getattr(request, "state", None)) as session:
+                conv, tools = await off_loop(self._convert, request)
 
-            async def send(prepared: list[Message]) -> Any:
-                return await handler(self._override(request, conv, prepared))
+                async def send(prepared: list[Message]) -> Any:
+                    return await handler(self._override(request, conv, prepared))
 
-            return await self._driver(session).acall(conv.messages, tools, send)
+                return await self._driver(session).acall(conv.messages, tools, send)
 
         # -- tool calls -------------------------------------------------------------
         def _post_tool(self, request: Any, result: Any) -> Any:
@@ -558,8 +591,8 @@ def _make_middleware_class() -> type:
                 if isinstance(content, str)
                 else content_text(content) or json.dumps(content, default=str)
             )
-            session = self._current(getattr(request, "state", None))
-            text = session.add_tool_result(call, raw)
+            with self._held(getattr(request, "state", None)) as session:
+                text = session.add_tool_result(call, raw)
             if text == content:
                 return result
             return result.model_copy(update={"content": text})
@@ -606,12 +639,13 @@ def pre_model_hook(
         messages = state["messages"] if isinstance(state, Mapping) else state.messages
         tid = _thread_id()
         if tid is not None:
-            session = pool.get(tid)
+            conv_id, private = tid, False
         else:  # private to the run: LangGraph gives each new message a random id
             first = getattr(messages[0], "id", None) if messages else None
-            session = pool.private(f"msg:{first}") if first else pool.get(None)
+            conv_id, private = (f"msg:{first}" if first else uuid.uuid4().hex), True
         conv = LangChainConversation(messages)
-        system, msgs = conv.back(session.prepare(conv.messages))
+        with pool.held(conv_id, private=private) as session:
+            system, msgs = conv.back(session.prepare(conv.messages))
         return {"llm_input_messages": ([system] if system is not None else []) + msgs}
 
     hook.sessions = pool  # type: ignore[attr-defined]

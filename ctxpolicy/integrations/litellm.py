@@ -202,17 +202,26 @@ def _make_hook() -> type:
         def _prepare(
             self, data: dict[str, Any], user_api_key_dict: Any, messages: Sequence[Any]
         ) -> list[Message]:
-            token = uuid.uuid4().hex
-            sess, kept = self.session_for(data, user_api_key_dict, token)
             tools = data.get("tools")
             plain = [to_plain(m) for m in messages]
-            try:
-                return sess.prepare(plain, tools=to_plain(list(tools)) if tools else None)
-            finally:
-                if not kept and self.sessions.processes is not None:
+            schemas = to_plain(list(tools)) if tools else None
+            conv = conversation_id(data)
+            if conv is not None:  # in use for the step: never evicted under it
+                key = _conversation(data.get("model"), conv)
+                with self.sessions.held(key, tenant=tenant_of(user_api_key_dict)) as sess:
+                    return sess.prepare(plain, tools=schemas)
+            if self.sessions.processes is not None:  # private, closed after the request
+                token = uuid.uuid4().hex
+                try:
+                    with self.sessions.held(token, private=True) as sess:
+                        return sess.prepare(plain, tools=schemas)
+                finally:
                     self.sessions.close_private(token)
-                elif not kept:
-                    sess.close()
+            sess = as_session(self.policy, **self.session_options)
+            try:
+                return sess.prepare(plain, tools=schemas)
+            finally:
+                sess.close()
 
         async def async_pre_call_hook(
             self, user_api_key_dict: Any, cache: Any, data: dict[str, Any], call_type: Any
@@ -236,14 +245,20 @@ def _make_hook() -> type:
             if conv is None or not is_context_overflow(original_exception):
                 return None
             key = _conversation(request_data.get("model"), conv)
-            sess = self.sessions.peek(key, tenant=tenant_of(user_api_key_dict))
-            if sess is None:
-                return None
             messages = [to_plain(m) for m in request_data.get("messages") or []]
             # learns the window, so the client's retry is prepared under it; the error
             # goes back to the client unchanged either way
-            await off_loop(_learn, sess, original_exception, messages)
+            tenant = tenant_of(user_api_key_dict)
+            await off_loop(self._learn, key, tenant, original_exception, messages)
             return None
+
+        def _learn(self, key: str, tenant: str, exc: Exception, messages: list[Message]) -> None:
+            """``on_error`` on the conversation's open session (none open: nothing to
+            learn), in use meanwhile."""
+            with self.sessions.using(key, tenant=tenant):
+                sess = self.sessions.peek(key, tenant=tenant)
+                if sess is not None:
+                    _learn(sess, exc, messages)
 
     return ContextPolicyHook
 

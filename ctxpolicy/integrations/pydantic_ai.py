@@ -31,6 +31,7 @@ Without capabilities, :func:`history_processor` gives the preparation alone, as 
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 from collections.abc import Callable, Sequence
@@ -258,36 +259,42 @@ def _make_capability() -> type:
 
         def session(self, conversation_id: str) -> Session:
             """The ctxpolicy session of a pydantic-ai conversation id."""
-            if not conversation_id:
-                raise ValueError("the run has no conversation_id")
-            return self.sessions.get(str(conversation_id))
+            return self.sessions.get(_conversation(conversation_id))
 
-        async def _session(self, ctx: Any) -> Session:
-            return await off_loop(self.session, ctx.conversation_id)
+        def held(self, conversation_id: str) -> contextlib.AbstractContextManager[Session]:
+            """The session of a conversation id, in use for the block (a tool's step)."""
+            return self.sessions.held(_conversation(conversation_id))
+
+        def _held(self, ctx: Any) -> contextlib.AbstractAsyncContextManager[Session]:
+            """The run's session, in use for a hook's step (opened off the loop)."""
+            return self.sessions.aheld(_conversation(ctx.conversation_id))
 
         @classmethod
         def get_serialization_name(cls) -> str | None:
             return None
 
         async def prepare_model_request(self, ctx: Any, request_context: Any) -> Any:
-            sess = await self._session(ctx)
-            conv = MessageMap(request_context.messages)
-            tools = _tool_schemas(request_context)
-            prepared = await self.steps.abefore_model(sess, conv.messages, tools)
+            async with self._held(ctx) as sess:
+                conv = MessageMap(request_context.messages)
+                tools = _tool_schemas(request_context)
+                prepared = await self.steps.abefore_model(sess, conv.messages, tools)
             request_context.messages = conv.to_model(prepared)
             return request_context
 
         async def after_model_request(
             self, ctx: Any, *, request_context: Any, response: Any
         ) -> Any:
-            await self.steps.adone(await self._session(ctx), response)
+            async with self._held(ctx) as sess:
+                await self.steps.adone(sess, response)
             return response
 
         async def on_model_request_error(
             self, ctx: Any, *, request_context: Any, error: Exception
         ) -> Any:
             # an overflow: the next attempt's prepare_model_request runs on_error
-            if not self.steps.defer(await self._session(ctx), error):
+            async with self._held(ctx) as sess:
+                deferred = self.steps.defer(sess, error)
+            if not deferred:
                 raise error
             raise pai.exceptions.RetryModelRequest()
 
@@ -298,19 +305,25 @@ def _make_capability() -> type:
 
             if call.tool_name in (RECALL_TOOL, SEARCH_TOOL):
                 return result  # a recall answer is bounded already, never snapshotted again
-            sess = await self._session(ctx)
-            return await off_loop(
-                sess.add_tool_result,
-                new_call(call.tool_call_id, call.tool_name, call.args_as_json_str()),
-                result if isinstance(result, str) else _result_text(result),
-            )
+            async with self._held(ctx) as sess:
+                return await off_loop(
+                    sess.add_tool_result,
+                    new_call(call.tool_call_id, call.tool_name, call.args_as_json_str()),
+                    result if isinstance(result, str) else _result_text(result),
+                )
 
         def get_toolset(self) -> Any:
             if not self.recall:
                 return None
-            return recall_toolset(self.session)
+            return recall_toolset(self.held)
 
     return ContextPolicy
+
+
+def _conversation(conversation_id: Any) -> str:
+    if not conversation_id:
+        raise ValueError("the run has no conversation_id")
+    return str(conversation_id)
 
 
 def _result_text(result: Any) -> Any:
@@ -325,8 +338,12 @@ def _result_text(result: Any) -> Any:
         return str(result)
 
 
-def recall_toolset(session_of: Callable[[str], Session]) -> Any:
-    """A ``FunctionToolset`` of ``ctx_recall`` and ``ctx_search`` for the run's conversation."""
+def recall_toolset(
+    held: Callable[[str], contextlib.AbstractContextManager[Session]],
+) -> Any:
+    """A ``FunctionToolset`` of ``ctx_recall`` and ``ctx_search`` for the run's
+    conversation; ``held(conversation_id)`` gives its session, in use for the answer
+    (:meth:`ContextPolicy.held`)."""
     pai = _pai()
     from ctxpolicy.snapshots.recall import recall_tools
 
@@ -336,8 +353,8 @@ def recall_toolset(session_of: Callable[[str], Session]) -> Any:
 
         def make(name: str) -> Callable[..., str]:
             def call(ctx: Any, **arguments: Any) -> str:
-                _, handler = session_of(ctx.conversation_id).recall_tool()
-                return handler(name, arguments)
+                with held(ctx.conversation_id) as session:
+                    return session.recall_tool()[1](name, arguments)
 
             return call
 
