@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import threading
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -144,3 +145,60 @@ def long_history(steps: int = 12, lines: int = 40) -> list[dict[str, Any]]:
 def resumed(events: list[dict[str, Any]]) -> bool:
     """Whether a session that reported ``events`` resumed a stored state."""
     return any(e.get("type") == "state.resumed" for e in events)
+
+
+class Crowd:
+    """Other conversations opened in the middle of one conversation's step.
+
+    An ``on_event`` sink for an adapter's sessions: at the ``nth`` ``event`` of the
+    conversation stored as ``target`` (an event of the step's engine work), another
+    thread opens ``others`` through the adapter's pool (:meth:`attach`) and the step
+    waits for it. With ``max_sessions=1`` that evicts every session not in use; the
+    crowd records whether the target's session was closed then and whether the pool
+    dropped a conversation's state (:attr:`~ctxpolicy.calls.SessionPool.released`).
+    """
+
+    def __init__(self, target: str, event: str, *, nth: int = 1, others: int = 2) -> None:
+        self.target, self.event, self.nth = target, event, nth
+        self.others = [f"other-{i}" for i in range(others)]
+        self.pool: Any = None
+        self.seen = 0
+        self.closed: list[str] = []
+        #: (target closed, conversations released) right after the others opened
+        self.mid_step: tuple[bool, int] | None = None
+
+    @staticmethod
+    def policy(tmp_path: Path, **kw: Any) -> Policy:
+        """A test policy whose state lives in the pool's shared memory store."""
+        policy = make_policy(tmp_path, **kw)
+        state = policy.state.model_copy(update={"store": "memory", "options": {}})
+        return policy.model_copy(update={"state": state})
+
+    def attach(self, pool: Any) -> None:
+        self.pool = pool
+        before = pool.on_close
+
+        def on_close(session: Any) -> None:
+            self.closed.append(session.conv_id)
+            if before is not None:
+                before(session)
+
+        pool.on_close = on_close
+
+    def __call__(self, event: dict[str, Any]) -> None:
+        if event.get("conv_id") != self.target or event.get("type") != self.event:
+            return
+        self.seen += 1
+        if self.seen == self.nth:
+            self.now()
+
+    def now(self) -> None:
+        """Open the others from another thread now (the step waits for them)."""
+        t = threading.Thread(target=lambda: [self.pool.get(c) for c in self.others])
+        t.start()
+        t.join(30)
+        self.mid_step = (self.target in self.closed, self.pool.released)
+
+    def assert_held(self) -> None:
+        """The step's session was neither closed nor its state dropped meanwhile."""
+        assert self.mid_step == (False, 0), f"{self.mid_step} (closed: {self.closed})"

@@ -27,7 +27,7 @@ from ctxpolicy.integrations.langchain import (
 from ctxpolicy.testing.conversations import tool_call
 from ctxpolicy.testing.server import count_openai_tokens
 
-from .conftest import assert_pairing, big_output
+from .conftest import Crowd, assert_pairing, big_output
 
 
 class ToolCallingFake(GenericFakeChatModel):
@@ -166,3 +166,52 @@ def test_the_session_pool_is_a_cache_of_the_state_store(policy_factory, store: s
     assert again.state.decisions == first.state.decisions  # ... with the stored state
     assert again.prepare(history) == out
     pool.close()
+
+
+class CrowdedFake(ToolCallingFake):
+    """The fake model, calling ``during()`` at its ``nth`` call (inside the middleware's
+    wrap_model_call, between prepare and the answer)."""
+
+    during: Any = None
+    nth: int = 0
+
+    def _generate(self, messages, stop=None, run_manager=None, **kwargs):  # type: ignore[no-untyped-def]
+        if len(self.sent) + 1 == self.nth and self.during is not None:
+            self.during()
+        return super()._generate(messages, stop=stop, run_manager=run_manager, **kwargs)
+
+
+@pytest.mark.parametrize("use_async", [False, True], ids=["invoke", "ainvoke"])
+@pytest.mark.parametrize("where", ["model call", "prepare", "tool result"])
+def test_other_threads_never_evict_a_conversation_mid_call(
+    tmp_path: Any, where: str, use_async: bool
+) -> None:
+    """``max_sessions=1``: other conversations opened from another thread while a model
+    call of thread ``t`` is under way (its prepare, the model answering, or a tool
+    result's preprocessing) neither close its session nor drop its state."""
+    import asyncio
+
+    event = {"prepare": "context.status", "tool result": "tool.preprocessed"}.get(where, "")
+    crowd = Crowd("test_agent/t", event, nth=2)
+    middleware = CtxPolicyMiddleware(
+        Crowd.policy(tmp_path, max_chars=1500), max_sessions=1, on_event=crowd
+    )
+    crowd.attach(middleware.sessions)
+    model = CrowdedFake(messages=iter(replies(3, 1)), sent=[])
+    if where == "model call":
+        model.during, model.nth = crowd.now, 2
+
+    @tool
+    def read_file(path: str) -> str:
+        """Read a file of the repository."""
+        return big_output(1, 30)
+
+    agent = create_agent(model, [read_file], middleware=[middleware])
+    inputs = {"messages": [HumanMessage("Task: fix BUG-1234")]}
+    config: Any = {"configurable": {"thread_id": "t"}}
+    if use_async:
+        asyncio.run(agent.ainvoke(inputs, config=config))
+    else:
+        agent.invoke(inputs, config=config)
+    crowd.assert_held()
+    assert middleware.session("t").stats.tool_results == 3  # no step's state was lost

@@ -23,7 +23,7 @@ from ctxpolicy.integrations.pydantic_ai import (  # noqa: E402
 )
 from ctxpolicy.testing.server import ScriptedLLMServer  # noqa: E402
 
-from .conftest import assert_pairing, big_output, make_policy  # noqa: E402
+from .conftest import Crowd, assert_pairing, big_output, make_policy  # noqa: E402
 
 
 def read_file(path: str) -> str:
@@ -164,3 +164,20 @@ def test_two_agents_on_one_conversation_id_never_share_a_state(tmp_path: Path) -
     again: list[dict[str, Any]] = []
     ContextPolicy(coder, on_event=again.append).session("user-42")
     assert resumed(again)
+
+
+@pytest.mark.parametrize("event", ["context.status", "tool.preprocessed", "context.usage"])
+def test_other_conversations_opened_during_a_hook_never_evict_it(
+    tmp_path: Path, event: str
+) -> None:
+    """``max_sessions=1``: other conversations opened from another thread in the middle
+    of a hook's engine step (prepare, a tool result, usage) neither close the run's
+    session nor drop its state."""
+    crowd = Crowd("test_agent/user-42", event, nth=2)
+    cap = ContextPolicy(crowd.policy(tmp_path), max_sessions=1, on_event=crowd)
+    crowd.attach(cap.sessions)
+    # FunctionModel reports usage: after_model_request records it
+    agent = pai.Agent(FunctionModel(scripted(3, [])), tools=[read_file], capabilities=[cap])
+    assert agent.run_sync("Fix BUG-1234", conversation_id="user-42").output == "fixed"
+    crowd.assert_held()
+    assert cap.session("user-42").stats.tool_results == 3  # no step's state was lost
