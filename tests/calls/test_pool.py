@@ -393,3 +393,55 @@ def test_a_lock_handed_to_a_waiting_call_is_kept(tmp_path: Path) -> None:
 
     asyncio.run(main())
     pool.close()
+
+
+@pytest.mark.parametrize("private", [False, True], ids=["stored", "private"])
+def test_held_hands_out_the_pools_session_in_use_for_the_block(
+    tmp_path: Path, private: bool
+) -> None:
+    """``held`` is ``get`` (or ``private``) inside ``using``: the session the block gets
+    is the pool's, and other threads opening conversations meanwhile never evict it."""
+    pool = SessionPool(with_state(make_policy(tmp_path), "memory"), max_sessions=1)
+    closed: list[str] = []
+    pool.on_close = lambda s: closed.append(s.conv_id)
+    with pool.held("a", private=private) as s:
+        assert s is (pool.private("a") if private else pool.peek("a"))
+        s.prepare(history(2))
+        with ThreadPoolExecutor(2) as ex:
+            list(ex.map(lambda c: pool.get(c).prepare(history(1)), ["b", "c", "d"]))
+        assert s.conv_id not in closed
+        s.prepare(history(3))
+        assert s.stats.prepares == 2  # its state went on where it was
+    pool.get("e")  # the block is over: trimmed back to max_sessions
+    assert s.conv_id in closed and pool.conversations() == ["e"]
+    pool.close()
+
+
+def test_aheld_holds_across_awaits_and_opens_off_the_loop(tmp_path: Path) -> None:
+    """``aheld`` opens the session in a worker thread and keeps it in use across the
+    block's awaits (a model call): other threads' conversations never evict it."""
+    import asyncio
+
+    pool = SessionPool(make_policy(tmp_path), max_sessions=1)
+    closed: list[str] = []
+    pool.on_close = lambda s: closed.append(s.conv_id)
+    opened_in: list[int] = []
+    get = pool.get
+
+    def recording_get(*args: Any, **kw: Any) -> Session:
+        opened_in.append(threading.get_ident())
+        return get(*args, **kw)
+
+    pool.get = recording_get  # type: ignore[method-assign]
+
+    async def main() -> None:
+        loop_thread = threading.get_ident()
+        async with pool.aheld("a") as s:
+            await asyncio.to_thread(lambda: [get(c) for c in ("b", "c", "d")])
+            assert "test_agent/a" not in closed and pool.peek("a") is s
+        assert opened_in and loop_thread not in opened_in
+
+    asyncio.run(main())
+    get("e")
+    assert "test_agent/a" in closed
+    pool.close()

@@ -30,7 +30,7 @@ from ctxpolicy.integrations.google_adk import (
 from ctxpolicy.sim.importers import load_trace, mark_warning
 from ctxpolicy.testing.server import ScriptedLLMServer
 
-from .conftest import assert_pairing, big_output
+from .conftest import Crowd, assert_pairing, big_output
 
 
 def read_file(path: str) -> str:
@@ -210,3 +210,22 @@ def test_contents_round_trip() -> None:
     changed = from_openai([*msgs[:3], {**msgs[3], "content": "short"}], contents)
     fr = changed[2].parts[0].function_response
     assert (fr.id, fr.name, fr.response) == ("c1", "read_file", {"result": "short"})
+
+
+@pytest.mark.parametrize("event", ["context.status", "tool.preprocessed", "context.usage"])
+def test_other_conversations_opened_during_a_callback_never_evict_it(
+    tmp_path: Path, event: str
+) -> None:
+    """One session kept (``max_sessions`` 1): other conversations opened from another
+    thread in the middle of a callback's engine step (prepare, a tool result, usage)
+    neither close the ADK session's ctxpolicy session nor drop its state."""
+    crowd = Crowd("test_agent/demo/u1/s1/coder", event, nth=2)
+    plugin = ContextPolicyPlugin(Crowd.policy(tmp_path, max_chars=1500), on_event=crowd)
+    plugin.sessions.max_sessions = 1
+    crowd.attach(plugin.sessions)
+    with ScriptedLLMServer(window=6000, script=counting(3)) as srv:
+        final, _ = asyncio.run(run(plugin, srv, session_id="s1"))
+    assert final == "done: BUG-1234 fixed"
+    crowd.assert_held()
+    sess = plugin.session_for("demo", "u1", "s1", "coder")
+    assert sess.stats.tool_results == 3 and sess.stats.prepares == 4  # nothing lost

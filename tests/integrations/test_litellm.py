@@ -14,11 +14,12 @@ litellm = pytest.importorskip(
     "litellm", reason="the 'litellm' extra is not installed (pip install 'ctxpolicy[litellm]')"
 )
 
+from ctxpolicy.calls import conversation_key  # noqa: E402
 from ctxpolicy.engine import ContextOverflowError, Session  # noqa: E402
 from ctxpolicy.integrations import litellm as ctx_litellm  # noqa: E402
 from ctxpolicy.testing.server import ScriptedLLMServer  # noqa: E402
 
-from .conftest import assert_pairing, big_output, make_policy  # noqa: E402
+from .conftest import Crowd, assert_pairing, big_output, make_policy  # noqa: E402
 
 TOOLS = [
     {
@@ -210,3 +211,28 @@ def test_another_key_or_model_never_resets_or_shrinks_a_conversation(tmp_path: P
     assert mine.budget().window == 16000  # hers is untouched ...
     assert hook.sessions.peek("big/shared", tenant=ctx_litellm.tenant_of(her)) is mine
     assert mine.state.to_entries() == before  # ... and not reset
+
+
+@pytest.mark.parametrize("event", ["context.status", "context.overflow_error"])
+def test_other_conversations_opened_during_a_hook_never_evict_it(
+    tmp_path: Path, event: str
+) -> None:
+    """``max_sessions=1``: other conversations opened from another thread in the middle
+    of the proxy hook's engine step (prepare, learning from an overflow) neither close
+    the conversation's session nor drop its state."""
+    from litellm.proxy._types import UserAPIKeyAuth
+
+    key = UserAPIKeyAuth(api_key="sk-test")
+    target = conversation_key("test_agent", "m/conv-a", ctx_litellm.tenant_of(key))
+    crowd = Crowd(target, event, nth=2 if event == "context.status" else 1)
+    policy = Crowd.policy(tmp_path, window=16000, max_chars=4000)
+    hook = ctx_litellm.ContextPolicyHook(policy, max_sessions=1, on_event=crowd)
+    crowd.attach(hook.sessions)
+    history: list[dict[str, Any]] = [{"role": "user", "content": "Fix BUG-1234."}]
+    data = {"model": "m", "messages": history, "litellm_session_id": "conv-a"}
+    for _ in range(2):
+        asyncio.run(hook.async_pre_call_hook(key, None, dict(data), "completion"))
+    report_overflow(hook, key, "m", "conv-a", history)
+    crowd.assert_held()
+    sess = hook.sessions.peek("m/conv-a", tenant=ctx_litellm.tenant_of(key))
+    assert sess is not None and sess.stats.prepares >= 2 and sess.stats.reactive == 1
