@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import threading
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -139,6 +140,17 @@ def long_history(steps: int = 12, lines: int = 40) -> list[dict[str, Any]]:
     """A tool-call history long enough that a 6,000-token window compacts it: ``steps``
     reads of ``lines`` lines each."""
     return _reads("Fix BUG-1234.", steps, lines, lambda i: tool_call(f"c{i}", "read", {}))
+
+
+class SeenThreads(dict):  # type: ignore[type-arg]
+    """A message that records the threads converting it (``to_plain`` reads its
+    items): set ``SeenThreads.threads = []`` before a call, read it after."""
+
+    threads: list[int]
+
+    def items(self):  # type: ignore[no-untyped-def]
+        type(self).threads.append(threading.get_ident())
+        return super().items()
 
 
 def resumed(events: list[dict[str, Any]]) -> bool:
