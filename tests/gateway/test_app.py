@@ -53,6 +53,18 @@ _PROXY_VARS = ("http_proxy", "https_proxy", "all_proxy", "no_proxy")
 Answer = tuple[bytes, dict[str, str]]
 
 
+def one_agent_config(tmp_path: Path, upstream: str, **kw: Any) -> GatewayConfig:
+    """The gateway of ``test_agent`` alone in front of ``upstream``."""
+    policies = {"test_agent": make_policy(tmp_path / "gw")}
+    return GatewayConfig(
+        policies=policies,
+        upstream=upstream,
+        default_agent="test_agent",
+        secret=b"test-secret",
+        **kw,
+    )
+
+
 @contextlib.contextmanager
 def hand_server(answer: Callable[[str, str, Message], Answer]) -> Iterator[int]:
     """A hand-written HTTP/1.1 upstream on loopback, for what the scripted server does
@@ -260,12 +272,7 @@ def test_upstream_cookies_are_passed_on_never_kept(tmp_path: Path) -> None:
         return REPLY, {**kinds, "set-cookie": f"session=tenant{len(seen)}; Path=/"}
 
     with hand_server(answer) as port:
-        cfg = GatewayConfig(
-            policies={"test_agent": make_policy(tmp_path / "gw")},
-            upstream=f"http://127.0.0.1:{port}",
-            default_agent="test_agent",
-            secret=b"test-secret",
-        )
+        cfg = one_agent_config(tmp_path, f"http://127.0.0.1:{port}")
         with run_gateway(cfg) as gw:
             body = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
             for key in ("Bearer a", "Bearer b"):
@@ -299,13 +306,7 @@ def test_a_compressed_upstream_answer_reaches_the_client_decoded(tmp_path: Path)
         return gzip.compress(body), {"content-type": kind, "content-encoding": "gzip"}
 
     with hand_server(answer) as port:
-        cfg = GatewayConfig(
-            policies={"test_agent": make_policy(tmp_path / "gw")},
-            upstream=f"http://127.0.0.1:{port}",
-            default_agent="test_agent",
-            secret=b"test-secret",
-            stream_usage=False,
-        )
+        cfg = one_agent_config(tmp_path, f"http://127.0.0.1:{port}", stream_usage=False)
         with run_gateway(cfg) as gw, httpx.Client() as c:
             auth = {"Authorization": "Bearer k", "Accept-Encoding": "identity"}
             r = c.get(gw.url + "/v1/models", headers=auth)
@@ -352,12 +353,7 @@ def test_the_proxy_the_environment_names_carries_upstream_calls(
 
     body = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
     auth = {"Authorization": "Bearer k"}
-    cfg = GatewayConfig(
-        policies={"test_agent": make_policy(tmp_path / "gw")},
-        upstream="http://llm.invalid:9/v1",
-        default_agent="test_agent",
-        secret=b"test-secret",
-    )
+    cfg = one_agent_config(tmp_path, "http://llm.invalid:9/v1")
     # the test's own calls: not through the proxy
     with hand_server(answer) as port, httpx.Client(trust_env=False) as direct:
         monkeypatch.setenv("HTTP_PROXY", f"http://127.0.0.1:{port}")
