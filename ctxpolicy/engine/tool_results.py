@@ -388,7 +388,7 @@ class ToolResultProcessor:
                 name,
                 options,
                 where=at,
-                if_known=None if "window" in options else {"window": window},
+                if_known=None if options.get("window") else {"window": window},
             )
             assert isinstance(pre, Preprocessor)
             out.append(pre)

@@ -17,8 +17,8 @@ with ``stdout``/``stderr`` and ``exit_code``/``returncode``/``exit_status``/``st
 A command that asked for an explicit part of a file (``sed -n '120,180p' F``,
 ``head -n 40 F``, ``tail -n 30 F``, ``grep -m 5``, the same at the end of a pipeline,
 or a plain ``cat F``) printed what the agent wants to read: its output is kept whole
-while it is at most ``slice_max_tokens`` (a share of the window), and cut as above
-beyond that.
+while it is at most ``slice_max_tokens`` (a share of the window) on a window of at
+least ``slice_min_window`` tokens, and cut as above otherwise.
 """
 
 from __future__ import annotations
@@ -59,6 +59,10 @@ _WINDOW = 2000
 #: ``slice_max_tokens`` by default, and the window a share is of when none is set
 SLICE_DEFAULT = "8%"
 _SLICE_WINDOW = 32768
+#: ``slice_min_window`` by default: on the shared SWE traces (tune half) slices kept
+#: whole at 16k made a run compact once more and keep fewer facts; at 32k they kept
+#: 2 points more facts (7 more far facts) for about 1 % more of the bill
+SLICE_MIN_WINDOW = 24576
 _CODE_KEYS = ("exit_code", "returncode", "exit_status", "exitCode", "status", "code")
 
 
@@ -80,7 +84,13 @@ class CommandOutputOptions(ComponentOptions):
         "(`sed -n 'A,Bp' F`, `head -n N`, `tail -n N`, `grep -m N`, at the end of a "
         "pipeline, or a plain `cat F`) is kept whole up to this many estimated tokens "
         'or this share of the window (`"8%"`), instead of its first and last lines; '
-        "`null`: such output is cut like any other.",
+        "`0` or `null`: such output is cut like any other.",
+    )
+    slice_min_window: int = Field(
+        default=SLICE_MIN_WINDOW,
+        ge=0,
+        description="Slices are kept whole only on a window of at least this many "
+        "tokens: on a small one the larger results bring the next compaction sooner.",
     )
     whole_reads: bool = Field(
         default=True,
@@ -164,7 +174,8 @@ class CommandOutput(Preprocessor):
         """The tokens the output of ``call`` may keep whole: ``slice_max_tokens`` when
         its command asked for an explicit part of a file, else None."""
         opts = self.options
-        if opts.slice_max_tokens is None or call is None:
+        window = opts.window or _SLICE_WINDOW
+        if not opts.slice_max_tokens or call is None or window < opts.slice_min_window:
             return None
         command = command_text(call.arguments)
         if command is None:
@@ -172,7 +183,8 @@ class CommandOutput(Preprocessor):
         asked = asked_slice(command)
         if asked is None or (asked == "file" and not opts.whole_reads):
             return None
-        return resolve_amount(opts.slice_max_tokens, opts.window or _SLICE_WINDOW)
+        bound = resolve_amount(opts.slice_max_tokens, window)
+        return bound or None
 
     def _render(self, text: str, *, cut: bool) -> str:
         parts: list[str] = []
