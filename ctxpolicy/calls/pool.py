@@ -340,10 +340,16 @@ class SessionPool:
             self._release(old_key)
         return evicted
 
+    def _locked(self, key: Key) -> bool:
+        """The conversation's lock is held, or was just released to a waiting call that
+        has not run yet (dropping the lock then would let a later call of the
+        conversation take a new one and run beside it)."""
+        lk = self._locks.get(key)
+        return lk is not None and (lk.locked() or bool(getattr(lk, "_waiters", None)))
+
     def _in_use(self, key: Key) -> bool:
         """A call of the conversation is under way (under the guard)."""
-        lk = self._locks.get(key)
-        return (lk is not None and lk.locked()) or key in self._users
+        return self._locked(key) or key in self._users
 
     @contextlib.contextmanager
     def using(
@@ -384,8 +390,7 @@ class SessionPool:
             s = self._sessions.pop(key, None)
             if s is None:
                 return False
-            lk = self._locks.get(key)
-            if lk is not None and not lk.locked():
+            if not self._locked(key):
                 self._locks.pop(key, None)
             self._release(key)
         self._close(s)

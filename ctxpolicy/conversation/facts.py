@@ -14,13 +14,12 @@ same facts in the same order (order of first appearance, duplicates removed).
 from __future__ import annotations
 
 import re
-import threading
-from collections import OrderedDict
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING, Any
 
 from ctxpolicy.conversation import _factscan as scan
+from ctxpolicy.conversation.lru import Lru
 from ctxpolicy.conversation.messages import content_text
 
 if TYPE_CHECKING:
@@ -240,45 +239,25 @@ _MEMO_CHARS = 16_384
 _MEMO_TOTAL = 8_000_000
 
 
-class _Memo:
+def _text_chars(key: tuple[str, frozenset[str]], facts: Facts) -> int:
+    return len(key[0])
+
+
+class _Memo(Lru[tuple[str, frozenset[str]], Facts]):
     """An LRU of :class:`Facts` by ``(text, categories)``, bounded by characters;
     thread-safe (extraction runs outside the lock: two threads may extract one text
     at once, and both get the same answer)."""
 
     def __init__(self, total_chars: int) -> None:
-        self.total_chars = total_chars
-        self.chars = 0
-        self.hits = self.misses = 0
-        self._entries: OrderedDict[tuple[str, frozenset[str]], Facts] = OrderedDict()
-        self._lock = threading.Lock()
+        super().__init__(total_chars, _text_chars)
 
-    def __len__(self) -> int:
-        return len(self._entries)
+    @property
+    def total_chars(self) -> int:
+        return self.limit
 
-    def get(self, key: tuple[str, frozenset[str]]) -> Facts | None:
-        with self._lock:
-            found = self._entries.get(key)
-            if found is None:
-                self.misses += 1
-                return None
-            self.hits += 1
-            self._entries.move_to_end(key)
-            return found
-
-    def put(self, key: tuple[str, frozenset[str]], facts: Facts) -> None:
-        with self._lock:
-            if key in self._entries:
-                return
-            self._entries[key] = facts
-            self.chars += len(key[0])
-            while self.chars > self.total_chars:
-                (text, _), _ = self._entries.popitem(last=False)
-                self.chars -= len(text)
-
-    def cache_clear(self) -> None:
-        with self._lock:
-            self._entries.clear()
-            self.chars = self.hits = self.misses = 0
+    @property
+    def chars(self) -> int:
+        return self.weight
 
 
 _extract_memo = _Memo(_MEMO_TOTAL)

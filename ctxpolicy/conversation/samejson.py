@@ -12,9 +12,9 @@ and types, so a hit is exact: the result a fresh computation would give.
 from __future__ import annotations
 
 import marshal
-import threading
-from collections import OrderedDict
 from typing import Any
+
+from ctxpolicy.conversation.lru import Lru
 
 __all__ = ["MISS", "JsonMemo", "KeyedList", "content_key", "memo_key"]
 
@@ -97,27 +97,18 @@ class JsonMemo:
 
     def __init__(self, size: int = 8) -> None:
         self.size = size
-        self._entries: OrderedDict[bytes, dict[str, Any]] = OrderedDict()
-        self._lock = threading.Lock()
+        self._values: Lru[bytes, dict[str, Any]] = Lru(size)
 
     def get(self, key: bytes | None, name: str) -> Any:
         """The result ``name`` kept for the value of ``key``, or :data:`MISS`."""
-        if key is None:
-            return MISS
-        with self._lock:
-            results = self._entries.get(key)
-            if results is None:
-                return MISS
-            self._entries.move_to_end(key)
-            return results.get(name, MISS)
+        results = None if key is None else self._values.get(key)
+        return MISS if results is None else results.get(name, MISS)
 
     def put(self, key: bytes | None, name: str, result: Any) -> None:
         if key is None:
             return
-        with self._lock:
-            results = self._entries.get(key)
-            if results is None:
-                results = self._entries[key] = {}
-                while len(self._entries) > self.size:
-                    self._entries.popitem(last=False)
-            results[name] = result
+        results = self._values.get(key)
+        if results is None:  # another thread may keep its own: this result is lost then
+            results = {}
+            self._values.put(key, results)
+        results[name] = result

@@ -56,6 +56,8 @@ from ctxpolicy.engine.economics import (
 from ctxpolicy.engine.refs import ensure_refs
 from ctxpolicy.engine.specials import ledger_changed
 from ctxpolicy.events.types import (
+    ABSENT,
+    Absent,
     ContextCompacted,
     ContextCompactionHeld,
     DataLost,
@@ -113,18 +115,8 @@ def eligible_steps(ctx: EngineContext, call: Call) -> list[tuple[int, ResolvedSt
         guard = Guard(ctx.state.memory)
         since = guard.refilled(_call_mark(ctx))
         if since is not None:  # due again right after the last one: wait until it must
-            resume_at = fit_limit(budget) + 1
-            ctx.state.hold_until = resume_at
-            ctx.state.touch("meta")
             per_call = guard.per_call()
-            ctx.emit(
-                ContextCompactionHeld(
-                    used=entry_used,
-                    calls_since=since,
-                    resume_at=resume_at,
-                    **({"growth_per_call": per_call} if per_call is not None else {}),
-                )
-            )
+            _hold(ctx, budget, entry_used, since, ABSENT if per_call is None else per_call)
             return []
     return steps
 
@@ -265,17 +257,32 @@ def _hold_to_fit(
     """Hold compaction until the request would not fit (``context.compaction_held``
     once): the rewrite on offer (``used`` → ``after`` tokens) leaves room for too few
     calls of ``per_call`` growth before the fit limit to be taken earlier."""
+    last = guard.last()
+    since = mark - last if last is not None else mark
+    room_calls = max(0, fit_limit(budget) - after) // per_call
+    _hold(ctx, budget, used, since, per_call, room_calls)
+
+
+def _hold(
+    ctx: EngineContext,
+    budget: BudgetState,
+    used: int,
+    calls_since: int,
+    growth_per_call: int | Absent = ABSENT,
+    room_calls: int | Absent = ABSENT,
+) -> None:
+    """Hold compaction until the request would not fit: ``hold_until`` just past the
+    fit limit, and ``context.compaction_held``."""
     resume_at = fit_limit(budget) + 1
     ctx.state.hold_until = resume_at
     ctx.state.touch("meta")
-    last = guard.last()
     ctx.emit(
         ContextCompactionHeld(
             used=used,
-            calls_since=mark - last if last is not None else mark,
+            calls_since=calls_since,
             resume_at=resume_at,
-            growth_per_call=per_call,
-            room_calls=max(0, fit_limit(budget) - after) // per_call,
+            growth_per_call=growth_per_call,
+            room_calls=room_calls,
         )
     )
 

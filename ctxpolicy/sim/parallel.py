@@ -26,13 +26,13 @@ import hashlib
 import multiprocessing
 import os
 import signal
-from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Executor, Future, ProcessPoolExecutor, as_completed
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ctxpolicy._install import extra_hint
+from ctxpolicy.conversation.lru import Lru
 from ctxpolicy.sim.prepared import PreparedTrace, prepare_trace
 
 if TYPE_CHECKING:
@@ -171,9 +171,15 @@ class ReplayMemo:
         if maxsize < 0:
             raise ValueError("maxsize must be >= 0")
         self.maxsize = maxsize
-        self.hits = 0
-        self.misses = 0
-        self._entries: OrderedDict[tuple[str, str, int | None], dict[str, Any]] = OrderedDict()
+        self._lru: Lru[tuple[str, str, int | None], dict[str, Any]] = Lru(maxsize)
+
+    @property
+    def hits(self) -> int:
+        return self._lru.hits
+
+    @property
+    def misses(self) -> int:
+        return self._lru.misses
 
     @staticmethod
     def policy_key(policy: Policy) -> str:
@@ -182,24 +188,14 @@ class ReplayMemo:
 
     def get(self, key: tuple[str, str, int | None], run: str) -> dict[str, Any] | None:
         """A copy of the remembered metrics of ``key`` with ``run`` as its label, or None."""
-        found = self._entries.get(key)
-        if found is None:
-            self.misses += 1
-            return None
-        self.hits += 1
-        self._entries.move_to_end(key)
-        return {**copy.deepcopy(found), "run": run}
+        found = self._lru.get(key)
+        return None if found is None else {**copy.deepcopy(found), "run": run}
 
     def put(self, key: tuple[str, str, int | None], metrics: Mapping[str, Any]) -> None:
-        if self.maxsize == 0:
-            return
-        self._entries[key] = copy.deepcopy(dict(metrics))
-        self._entries.move_to_end(key)
-        while len(self._entries) > self.maxsize:
-            self._entries.popitem(last=False)
+        self._lru.put(key, copy.deepcopy(dict(metrics)))
 
     def __len__(self) -> int:
-        return len(self._entries)
+        return len(self._lru)
 
 
 class Replayer:

@@ -12,13 +12,12 @@ from __future__ import annotations
 
 import json
 import secrets
-import threading
-from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple, Protocol, TypeGuard, TypeVar, runtime_checkable
 
 from ctxpolicy.conversation import Message
+from ctxpolicy.conversation.lru import Lru
 from ctxpolicy.conversation.samejson import MISS, JsonMemo, KeyedList, memo_key
 
 __all__ = [
@@ -239,31 +238,28 @@ class _Texts:
 
     def __init__(self, max_chars: int) -> None:
         self.max_chars = max_chars
-        self._texts: OrderedDict[bytes, bytes] = OrderedDict()
-        self._chars = 0
-        self._lock = threading.Lock()
+        self._texts: Lru[bytes, bytes] = Lru(max_chars, _key_and_text)
+
+    @property
+    def _chars(self) -> int:
+        return self._texts.weight
 
     def text(self, value: Any) -> bytes:
         """The UTF-8 JSON text of ``value``."""
         key = memo_key(value)
         if key is None or len(key) < self.MIN_BYTES:
             return _json(value).encode()
-        with self._lock:
-            done = self._texts.get(key)
-            if done is not None:
-                self._texts.move_to_end(key)
-                return done
+        done = self._texts.get(key)
+        if done is not None:
+            return done
         text = _json(value).encode()
-        size = len(text) + len(key)
-        if size <= self.max_chars // 8:
-            with self._lock:
-                if key not in self._texts:
-                    self._texts[key] = text
-                    self._chars += size
-                    while self._chars > self.max_chars:
-                        old_key, old = self._texts.popitem(last=False)
-                        self._chars -= len(old) + len(old_key)
+        if len(text) + len(key) <= self.max_chars // 8:
+            self._texts.put(key, text)
         return text
+
+
+def _key_and_text(key: bytes, text: bytes) -> int:
+    return len(key) + len(text)
 
 
 #: about 8 MB: the long messages of the conversations in flight

@@ -286,8 +286,8 @@ def test_the_gateway_pool_shares_the_bounded_connections(
     pool = GatewayPool({"test_agent": policy})
     with ThreadPoolExecutor(6) as ex:
         list(ex.map(lambda i: pool.get("test_agent", f"gw-{i}").prepare(history(1)), range(30)))
-    assert len(pool._sessions) == 30
-    assert all(s.internals.persistence is not None for s in pool._sessions.values())
+    assert len(pool.open_sessions) == 30
+    assert all(s.internals.persistence is not None for s in pool.open_sessions.values())
     assert _server_connections(postgres_server.dsn) <= 3
     assert pool.get("test_agent", "gw-1").conv_id == "gw-1"  # the gateway's ids as they are
     pool.close()
@@ -368,4 +368,28 @@ def test_a_conversation_a_thread_is_using_is_never_evicted(tmp_path: Path) -> No
     t.join(30)
     pool.get("f")
     assert pool.conversations() == ["f"] and "test_agent/a" in closed
+    pool.close()
+
+
+def test_a_lock_handed_to_a_waiting_call_is_kept(tmp_path: Path) -> None:
+    """Released to a call waiting for it that has not run yet, a conversation's lock is
+    still in use: an eviction meanwhile neither closes the session nor drops the lock
+    (a later call would otherwise get a new lock and run beside the waiting one)."""
+    import asyncio
+
+    pool = SessionPool(make_policy(tmp_path), max_sessions=1)
+
+    async def main() -> None:
+        lk = pool.lock("a")
+        a = pool.get("a")
+        await lk.acquire()
+        waiting = asyncio.ensure_future(lk.acquire())
+        await asyncio.sleep(0)
+        lk.release()  # handed to the waiting call, which has not run yet
+        pool.get("b")
+        assert pool.lock("a") is lk and pool.peek("a") is a
+        await waiting
+        lk.release()
+
+    asyncio.run(main())
     pool.close()

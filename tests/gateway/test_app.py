@@ -60,7 +60,7 @@ def test_openai_sdk_upstream_gets_what_prepare_sends(
             resp = client.chat.completions.create(model="m", messages=msgs)  # type: ignore[arg-type]
             assert resp.choices[0].message.content == "done"
             sent.append(msgs)
-        (key,) = list(gw.gateway.pool._sessions)
+        (key,) = list(gw.gateway.pool.open_sessions)
     received = [r.body["messages"] for r in upstream.accepted]
     assert len(received) == len(sent)
     ref = Session(make_policy(tmp_path / "ref"), conv_id=key[1])
@@ -127,7 +127,7 @@ def test_tenants_get_separate_conversations(tmp_path: Path, upstream: ScriptedLL
         for key in ("tenant-one-secret", "tenant-two-secret"):
             client = openai.OpenAI(base_url=gw.url + "/v1", api_key=key, max_retries=0)
             client.chat.completions.create(model="m", messages=history(2))  # type: ignore[arg-type]
-        keys = list(gw.gateway.pool._sessions)
+        keys = list(gw.gateway.pool.open_sessions)
         assert len(keys) == 2 and keys[0][1] != keys[1][1]
         assert not any("tenant" in k[1] for k in keys)  # credentials never in ids
     for p in (tmp_path / "gw").rglob("*"):

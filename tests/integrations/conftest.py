@@ -75,33 +75,28 @@ def big_output(step: int, n_lines: int = 160) -> str:
     )
 
 
-def read_history(steps: int, lines: int, task: str) -> list[dict[str, Any]]:
-    """A chat history: system, ``task``, then ``steps`` read_file calls (``call_0``, ...)
-    each answered by ``big_output(i, lines)``."""
+def _reads(
+    task: str, steps: int, lines: int, call: Callable[[int], dict[str, Any]]
+) -> list[dict[str, Any]]:
+    """System, ``task``, then ``steps`` tool calls (``call(i)``) each answered by
+    ``big_output(i, lines)``."""
     msgs: list[dict[str, Any]] = [
         {"role": "system", "content": "You are a coding agent."},
         {"role": "user", "content": task},
     ]
     for i in range(steps):
-        cid = f"call_{i}"
-        msgs.append(
-            {
-                "role": "assistant",
-                "content": None,
-                "tool_calls": [
-                    {
-                        "id": cid,
-                        "type": "function",
-                        "function": {
-                            "name": "read_file",
-                            "arguments": json.dumps({"path": f"f{i}.py"}),
-                        },
-                    }
-                ],
-            }
-        )
-        msgs.append({"role": "tool", "tool_call_id": cid, "content": big_output(i, lines)})
+        tc = call(i)
+        msgs.append({"role": "assistant", "content": None, "tool_calls": [tc]})
+        msgs.append({"role": "tool", "tool_call_id": tc["id"], "content": big_output(i, lines)})
     return msgs
+
+
+def read_history(steps: int, lines: int, task: str) -> list[dict[str, Any]]:
+    """A chat history: system, ``task``, then ``steps`` read_file calls (``call_0``, ...)
+    each answered by ``big_output(i, lines)``."""
+    return _reads(
+        task, steps, lines, lambda i: tool_call(f"call_{i}", "read_file", {"path": f"f{i}.py"})
+    )
 
 
 def read_until(
@@ -143,15 +138,7 @@ def policy_factory(tmp_path: Path):
 def long_history(steps: int = 12, lines: int = 40) -> list[dict[str, Any]]:
     """A tool-call history long enough that a 6,000-token window compacts it: ``steps``
     reads of ``lines`` lines each."""
-    out: list[dict[str, Any]] = [
-        {"role": "system", "content": "You are a coding agent."},
-        {"role": "user", "content": "Fix BUG-1234."},
-    ]
-    for i in range(steps):
-        call = tool_call(f"c{i}", "read", {})
-        out.append({"role": "assistant", "content": None, "tool_calls": [call]})
-        out.append({"role": "tool", "tool_call_id": f"c{i}", "content": big_output(i, lines)})
-    return out
+    return _reads("Fix BUG-1234.", steps, lines, lambda i: tool_call(f"c{i}", "read", {}))
 
 
 def resumed(events: list[dict[str, Any]]) -> bool:
