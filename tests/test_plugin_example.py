@@ -189,3 +189,16 @@ def test_example_has_its_own_tests_using_the_suites() -> None:
         )
         in (EXAMPLE / "pyproject.toml").read_text()
     )
+
+
+def test_the_example_passes_its_own_tests() -> None:
+    """The example's own tests (what its author runs) pass against this ctxpolicy."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests"],
+        cwd=EXAMPLE,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
+    assert " passed" in proc.stdout

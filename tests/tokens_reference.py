@@ -10,7 +10,7 @@
   ``tokenizer.json`` and its NFC normalizer.
 
 Both raise :class:`ReferenceUnavailable` when the package is missing (the tests turn
-that into a skip, or a failure under ``CI``). Used by tests/test_tokens.py and by
+that into a skip, or a failure under ``CI``). Used by tests/tokens/ and by
 ``benchmarks/bench_tokens.py --verify``.
 """
 

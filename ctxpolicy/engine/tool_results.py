@@ -371,9 +371,10 @@ class ToolResultProcessor:
         ``max_tokens`` of each ``head_tail`` step that has none, or else a last
         ``head_tail`` step bounding what the chain returns."""
         chain = rule.steps()
+        window = effective_window(self.policy)
         bound: int | None = None
         if rule.max_tokens is not None:
-            bound = resolve_amount(rule.max_tokens, effective_window(self.policy))
+            bound = resolve_amount(rule.max_tokens, window)
         out: list[Preprocessor] = []
         bounded = False
         for i, (name, options) in enumerate(chain):
@@ -381,7 +382,14 @@ class ToolResultProcessor:
             if bound is not None and name == "head_tail" and _unsized(options):
                 options = {**options, "max_tokens": bound}
                 bounded = i == len(chain) - 1
-            pre = self.registry.create("preprocessor", name, options, where=at)
+            # a preprocessor with a ``window`` option sizes shares of it by the policy's
+            pre = self.registry.create(
+                "preprocessor",
+                name,
+                options,
+                where=at,
+                if_known=None if options.get("window") else {"window": window},
+            )
             assert isinstance(pre, Preprocessor)
             out.append(pre)
         if bound is not None and not bounded:

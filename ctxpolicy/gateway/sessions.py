@@ -66,8 +66,9 @@ class SessionPool:
         return self.pool.agents
 
     @property
-    def _sessions(self) -> OrderedDict[tuple[str, str], Session]:
-        """``(agent, conversation) → session``, least recently used first (a copy)."""
+    def open_sessions(self) -> OrderedDict[tuple[str, str], Session]:
+        """The open sessions, ``(agent, conversation) → session``, least recently used
+        first (a copy)."""
         return OrderedDict(((agent, conv), s) for (agent, _, conv), s in self.pool.items())
 
     def lock(self, agent: str, conv: str) -> asyncio.Lock:

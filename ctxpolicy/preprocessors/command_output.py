@@ -13,6 +13,12 @@ with ``stdout``/``stderr`` and ``exit_code``/``returncode``/``exit_status``/``st
   followed by up to ``outline`` definition lines of the omitted part (a ``cat``
   of a source file still shows its functions);
 * finally bounded by ``max_chars`` (head/tail by characters).
+
+A command that asked for an explicit part of a file (``sed -n '120,180p' F``,
+``head -n 40 F``, ``tail -n 30 F``, ``grep -m 5``, the same at the end of a pipeline,
+or a plain ``cat F``) printed what the agent wants to read: its output is kept whole
+while it is at most ``slice_max_tokens`` (a share of the window) on a window of at
+least ``slice_min_window`` tokens, and cut as above otherwise.
 """
 
 from __future__ import annotations
@@ -24,8 +30,11 @@ from typing import Any, ClassVar
 from pydantic import Field
 
 from ctxpolicy.components import Preprocessor, ToolCall
+from ctxpolicy.conversation.cut import estimate_tokens
 from ctxpolicy.plugins import hookimpl
 from ctxpolicy.policy.models import ComponentOptions, TuneRange
+from ctxpolicy.policy.scalars import Amount, resolve_amount
+from ctxpolicy.preprocessors._shell import asked_slice, command_text
 from ctxpolicy.preprocessors._text import (
     OUTLINE_DESCRIPTION,
     clean_terminal,
@@ -47,6 +56,13 @@ _EXIT_AFTER_NEWLINE = re.compile("(?i)\n" + _EXIT_AFTER_LINE_START)
 _EXIT_AT_START_LOWER = re.compile(_EXIT_AFTER_LINE_START)
 _EXIT_AFTER_NEWLINE_LOWER = re.compile("\n" + _EXIT_AFTER_LINE_START)
 _WINDOW = 2000
+#: ``slice_max_tokens`` by default, and the window a share is of when none is set
+SLICE_DEFAULT = "8%"
+_SLICE_WINDOW = 32768
+#: ``slice_min_window`` by default: on the shared SWE traces (tune half) slices kept
+#: whole at 16k made a run compact once more and keep fewer facts; at 32k they kept
+#: 2 points more facts (7 more far facts) for about 1 % more of the bill
+SLICE_MIN_WINDOW = 24576
 _CODE_KEYS = ("exit_code", "returncode", "exit_status", "exitCode", "status", "code")
 
 
@@ -62,6 +78,31 @@ class CommandOutputOptions(ComponentOptions):
         default=3, ge=2, description="Collapse runs of at least this many identical lines."
     )
     outline: int = Field(default=0, ge=0, description=OUTLINE_DESCRIPTION)
+    slice_max_tokens: Amount | None = Field(
+        default=SLICE_DEFAULT,
+        description="Output of a command that asked for an explicit part of a file "
+        "(`sed -n 'A,Bp' F`, `head -n N`, `tail -n N`, `grep -m N`, at the end of a "
+        "pipeline, or a plain `cat F`) is kept whole up to this many estimated tokens "
+        'or this share of the window (`"8%"`), instead of its first and last lines; '
+        "`0` or `null`: such output is cut like any other.",
+    )
+    slice_min_window: int = Field(
+        default=SLICE_MIN_WINDOW,
+        ge=0,
+        description="Slices are kept whole only on a window of at least this many "
+        "tokens: on a small one the larger results bring the next compaction sooner.",
+    )
+    whole_reads: bool = Field(
+        default=True,
+        description="Whether a plain read of one file (`cat F`, `nl F`) counts as an "
+        "explicit part (bounded by `slice_max_tokens` like a slice).",
+    )
+    window: int | None = Field(
+        default=None,
+        ge=1,
+        description="The window a share in `slice_max_tokens` is of; set from the "
+        "policy's window by the engine (unset: 32,768 tokens).",
+    )
 
 
 def _exit_code_in(window: str) -> str | None:
@@ -113,14 +154,14 @@ class CommandOutput(Preprocessor):
 
     options: CommandOutputOptions
 
-    def _stream(self, text: str) -> list[str]:
+    def _stream(self, text: str, *, cut: bool = True) -> list[str]:
         opts = self.options
         lines = clean_terminal(text).split("\n")
         if lines and lines[-1] == "":
             lines.pop()
         lines = collapse_repeats(lines, min_repeats=opts.collapse_repeats)
         n = len(lines)
-        if n <= opts.head_lines + opts.tail_lines + 1:
+        if not cut or n <= opts.head_lines + opts.tail_lines + 1:
             return lines
         tail_start = n - opts.tail_lines
         out = lines[: opts.head_lines]
@@ -129,7 +170,23 @@ class CommandOutput(Preprocessor):
         out.extend(lines[tail_start:])
         return out
 
-    def process(self, text: str, call: ToolCall | None = None) -> str:
+    def slice_bound(self, call: ToolCall | None) -> int | None:
+        """The tokens the output of ``call`` may keep whole: ``slice_max_tokens`` when
+        its command asked for an explicit part of a file, else None."""
+        opts = self.options
+        window = opts.window or _SLICE_WINDOW
+        if not opts.slice_max_tokens or call is None or window < opts.slice_min_window:
+            return None
+        command = command_text(call.arguments)
+        if command is None:
+            return None
+        asked = asked_slice(command)
+        if asked is None or (asked == "file" and not opts.whole_reads):
+            return None
+        bound = resolve_amount(opts.slice_max_tokens, window)
+        return bound or None
+
+    def _render(self, text: str, *, cut: bool) -> str:
         parts: list[str] = []
         obj = _structured(text)
         if obj is not None:
@@ -142,13 +199,23 @@ class CommandOutput(Preprocessor):
                     continue
                 val = val if isinstance(val, str) else json.dumps(val, ensure_ascii=False)
                 parts.append(f"[{key}]")
-                parts.extend(self._stream(val))
+                parts.extend(self._stream(val, cut=cut))
         else:
             code = _exit_code(text)
             if code is not None:
                 parts.append(f"[exit code {code}]")
-            parts.extend(self._stream(text))
-        out = "\n".join(parts)
+            parts.extend(self._stream(text, cut=cut))
+        return "\n".join(parts)
+
+    def process(self, text: str, call: ToolCall | None = None) -> str:
+        bound = self.slice_bound(call)
+        # a text over 8 characters a token cannot come under the bound (an estimate
+        # is at least a token per 4 characters; cleaning rarely halves it)
+        if bound is not None and len(text) <= 8 * bound:
+            whole = self._render(text, cut=False)
+            if estimate_tokens(whole) <= bound:
+                return never_longer(text, whole)
+        out = self._render(text, cut=True)
         if self.options.max_chars is not None:
             out = head_tail_chars(out, self.options.max_chars)
         return never_longer(text, out)

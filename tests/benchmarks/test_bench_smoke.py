@@ -8,7 +8,6 @@ wall-clock thresholds.
 
 from __future__ import annotations
 
-import ast
 import json
 import subprocess
 import sys
@@ -19,6 +18,7 @@ import pytest
 from benchmarks.report import ORDER
 from benchmarks.suites import SUITES, Variant
 from tests.shared_data import SHARED, available
+from tests.test_import_cycles import cycles, import_graph
 
 ROOT = Path(__file__).resolve().parents[2]
 BENCH = ROOT / "benchmarks"
@@ -92,33 +92,11 @@ def test_list_names_every_suite() -> None:
 
 
 def test_no_import_cycles_inside_benchmarks() -> None:
-    """Module-level and function-level imports between benchmarks' modules form no cycle."""
-    mods = {
-        ".".join(p.relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__"): p
-        for p in BENCH.rglob("*.py")
-    }
-    edges: dict[str, set[str]] = {m: set() for m in mods}
-    for m, p in mods.items():
-        for node in ast.walk(ast.parse(p.read_text(encoding="utf-8"))):
-            names: list[str] = []
-            if isinstance(node, ast.ImportFrom) and node.module:
-                names = [node.module] + [f"{node.module}.{a.name}" for a in node.names]
-            elif isinstance(node, ast.Import):
-                names = [a.name for a in node.names]
-            edges[m] |= {n for n in names if n in mods and n != m and n != "benchmarks"}
-    state: dict[str, int] = {}
-
-    def visit(m: str, path: list[str]) -> None:
-        state[m] = 1
-        for n in sorted(edges[m]):
-            assert state.get(n) != 1, " -> ".join([*path, m, n])
-            if n not in state:
-                visit(n, [*path, m])
-        state[m] = 2
-
-    for m in sorted(mods):
-        if m not in state:
-            visit(m, [])
+    """Imports between benchmarks' modules (at the top, in functions, under
+    TYPE_CHECKING) form no cycle."""
+    graph = import_graph(BENCH)
+    assert "benchmarks._common" in graph
+    assert not cycles(graph), cycles(graph)
 
 
 @needs_traces

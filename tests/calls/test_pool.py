@@ -286,8 +286,8 @@ def test_the_gateway_pool_shares_the_bounded_connections(
     pool = GatewayPool({"test_agent": policy})
     with ThreadPoolExecutor(6) as ex:
         list(ex.map(lambda i: pool.get("test_agent", f"gw-{i}").prepare(history(1)), range(30)))
-    assert len(pool._sessions) == 30
-    assert all(s.internals.persistence is not None for s in pool._sessions.values())
+    assert len(pool.open_sessions) == 30
+    assert all(s.internals.persistence is not None for s in pool.open_sessions.values())
     assert _server_connections(postgres_server.dsn) <= 3
     assert pool.get("test_agent", "gw-1").conv_id == "gw-1"  # the gateway's ids as they are
     pool.close()

@@ -27,6 +27,7 @@ from ctxpolicy.plugins import get_registry, hookimpl, register_plugin, unregiste
 from ctxpolicy.policy.models import Policy, ToolRule
 from ctxpolicy.snapshots import LocalStore
 from ctxpolicy.snapshots.recall import recall
+from ctxpolicy.snapshots.records import TOOL_RESULT_KEYS
 from tests.engine_helpers import bare_policy
 
 CODING_TOOLS = {
@@ -143,19 +144,7 @@ def test_snapshot_document(proc: ToolResultProcessor) -> None:
     assert out.text == "print(1)\n"  # untouched: no reference line (reference: when_shortened)
     assert proc.store is not None
     doc = proc.store.read(out.ref.uri)
-    for key in [
-        "step",
-        "action",
-        "phase",
-        "action_intention",
-        "action_reason",
-        "thought",
-        "action_input",
-        "observation",
-        "timestamp",
-        "conv_id",
-    ]:
-        assert key in doc
+    assert set(TOOL_RESULT_KEYS) <= doc.keys()  # the documented keys, and the call's id
     assert doc["step"] == 3 and doc["action"] == "read_file" and doc["conv_id"] == "run-42"
     assert doc["action_input"] == {"path": "a.py"} and doc["observation"] == "print(1)\n"
     assert doc["thought"] == "look" and doc["worker"] == "w1" and doc["tool_call_id"] == "call_1"

@@ -3,7 +3,12 @@ server as upstream over real HTTP."""
 
 from __future__ import annotations
 
+import contextlib
 import json
+import threading
+from collections.abc import Callable, Iterator
+from email.message import Message
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -44,6 +49,58 @@ REPLY = json.dumps(
 
 _PROXY_VARS = ("http_proxy", "https_proxy", "all_proxy", "no_proxy")
 
+#: a hand-written upstream's answer: the body and its headers (``content-length`` added)
+Answer = tuple[bytes, dict[str, str]]
+
+
+def one_agent_config(tmp_path: Path, upstream: str, **kw: Any) -> GatewayConfig:
+    """The gateway of ``test_agent`` alone in front of ``upstream``."""
+    policies = {"test_agent": make_policy(tmp_path / "gw")}
+    return GatewayConfig(
+        policies=policies,
+        upstream=upstream,
+        default_agent="test_agent",
+        secret=b"test-secret",
+        **kw,
+    )
+
+
+@contextlib.contextmanager
+def hand_server(answer: Callable[[str, str, Message], Answer]) -> Iterator[int]:
+    """A hand-written HTTP/1.1 upstream on loopback, for what the scripted server does
+    not do: each GET and POST (its body read) is answered 200 with ``answer(method,
+    path, headers)``. Yields its port; shut down on exit."""
+
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, format: str, *args: Any) -> None:
+            pass
+
+        def _answer(self) -> None:
+            body, headers = answer(self.command, self.path, self.headers)
+            self.send_response(200)
+            for name, value in headers.items():
+                self.send_header(name, value)
+            self.send_header("content-length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def do_GET(self) -> None:
+            self._answer()
+
+        def do_POST(self) -> None:
+            self.rfile.read(int(self.headers.get("content-length") or 0))
+            self._answer()
+
+    srv = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    try:
+        yield srv.server_address[1]
+    finally:
+        srv.shutdown()
+        srv.server_close()
+
 
 def history(steps: int) -> list[dict[str, Any]]:
     return read_history(steps, 60, "Fix the failing test in the repository.")
@@ -60,7 +117,7 @@ def test_openai_sdk_upstream_gets_what_prepare_sends(
             resp = client.chat.completions.create(model="m", messages=msgs)  # type: ignore[arg-type]
             assert resp.choices[0].message.content == "done"
             sent.append(msgs)
-        (key,) = list(gw.gateway.pool._sessions)
+        (key,) = list(gw.gateway.pool.open_sessions)
     received = [r.body["messages"] for r in upstream.accepted]
     assert len(received) == len(sent)
     ref = Session(make_policy(tmp_path / "ref"), conv_id=key[1])
@@ -127,7 +184,7 @@ def test_tenants_get_separate_conversations(tmp_path: Path, upstream: ScriptedLL
         for key in ("tenant-one-secret", "tenant-two-secret"):
             client = openai.OpenAI(base_url=gw.url + "/v1", api_key=key, max_retries=0)
             client.chat.completions.create(model="m", messages=history(2))  # type: ignore[arg-type]
-        keys = list(gw.gateway.pool._sessions)
+        keys = list(gw.gateway.pool.open_sessions)
         assert len(keys) == 2 and keys[0][1] != keys[1][1]
         assert not any("tenant" in k[1] for k in keys)  # credentials never in ids
     for p in (tmp_path / "gw").rglob("*"):
@@ -207,37 +264,15 @@ def test_record_writes_each_conversation_as_a_replayable_trace(
 def test_upstream_cookies_are_passed_on_never_kept(tmp_path: Path) -> None:
     """A cookie the upstream sets reaches the client that got it, and is never sent
     upstream with another client's request (the gateway keeps no cookie jar)."""
-    import threading
-    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-
     seen: list[str | None] = []
-    reply = REPLY
 
-    class Handler(BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"
+    def answer(method: str, path: str, headers: Message) -> Answer:
+        seen.append(headers.get("cookie"))
+        kinds = {"content-type": "application/json"}
+        return REPLY, {**kinds, "set-cookie": f"session=tenant{len(seen)}; Path=/"}
 
-        def log_message(self, format: str, *args: Any) -> None:
-            pass
-
-        def do_POST(self) -> None:
-            self.rfile.read(int(self.headers.get("content-length") or 0))
-            seen.append(self.headers.get("cookie"))
-            self.send_response(200)
-            self.send_header("content-type", "application/json")
-            self.send_header("set-cookie", f"session=tenant{len(seen)}; Path=/")
-            self.send_header("content-length", str(len(reply)))
-            self.end_headers()
-            self.wfile.write(reply)
-
-    srv = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=srv.serve_forever, daemon=True).start()
-    cfg = GatewayConfig(
-        policies={"test_agent": make_policy(tmp_path / "gw")},
-        upstream=f"http://127.0.0.1:{srv.server_address[1]}",
-        default_agent="test_agent",
-        secret=b"test-secret",
-    )
-    try:
+    with hand_server(answer) as port:
+        cfg = one_agent_config(tmp_path, f"http://127.0.0.1:{port}")
         with run_gateway(cfg) as gw:
             body = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
             for key in ("Bearer a", "Bearer b"):
@@ -247,9 +282,6 @@ def test_upstream_cookies_are_passed_on_never_kept(tmp_path: Path) -> None:
                     )
                 assert r.status_code == 200, r.text
                 assert r.headers["set-cookie"].startswith(f"session=tenant{len(seen)}")
-    finally:
-        srv.shutdown()
-        srv.server_close()
     assert seen == [None, None]
 
 
@@ -257,8 +289,6 @@ def test_a_compressed_upstream_answer_reaches_the_client_decoded(tmp_path: Path)
     """The upstream gzips its answers (as providers do when asked): a forwarded path and
     a streamed prepared call reach the client readable, whatever it asked for."""
     import gzip
-    import threading
-    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
     models = json.dumps({"object": "list", "data": [{"id": "m", "object": "model"}]}).encode()
     chunk = {
@@ -269,38 +299,14 @@ def test_a_compressed_upstream_answer_reaches_the_client_decoded(tmp_path: Path)
     }
     events = f"data: {json.dumps(chunk)}\n\ndata: [DONE]\n\n".encode()
 
-    class Handler(BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"
+    def answer(method: str, path: str, headers: Message) -> Answer:
+        body, kind = (
+            (models, "application/json") if method == "GET" else (events, "text/event-stream")
+        )
+        return gzip.compress(body), {"content-type": kind, "content-encoding": "gzip"}
 
-        def log_message(self, format: str, *args: Any) -> None:
-            pass
-
-        def _gzipped(self, body: bytes, kind: str) -> None:
-            packed = gzip.compress(body)
-            self.send_response(200)
-            self.send_header("content-type", kind)
-            self.send_header("content-encoding", "gzip")
-            self.send_header("content-length", str(len(packed)))
-            self.end_headers()
-            self.wfile.write(packed)
-
-        def do_GET(self) -> None:
-            self._gzipped(models, "application/json")
-
-        def do_POST(self) -> None:
-            self.rfile.read(int(self.headers.get("content-length") or 0))
-            self._gzipped(events, "text/event-stream")
-
-    srv = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=srv.serve_forever, daemon=True).start()
-    cfg = GatewayConfig(
-        policies={"test_agent": make_policy(tmp_path / "gw")},
-        upstream=f"http://127.0.0.1:{srv.server_address[1]}",
-        default_agent="test_agent",
-        secret=b"test-secret",
-        stream_usage=False,
-    )
-    try:
+    with hand_server(answer) as port:
+        cfg = one_agent_config(tmp_path, f"http://127.0.0.1:{port}", stream_usage=False)
         with run_gateway(cfg) as gw, httpx.Client() as c:
             auth = {"Authorization": "Bearer k", "Accept-Encoding": "identity"}
             r = c.get(gw.url + "/v1/models", headers=auth)
@@ -310,9 +316,6 @@ def test_a_compressed_upstream_answer_reaches_the_client_decoded(tmp_path: Path)
             r = c.post(gw.url + "/v1/chat/completions", json=body, headers=auth)
             assert r.status_code == 200 and "content-encoding" not in r.headers
             assert '"hello"' in r.text and "[DONE]" in r.text
-    finally:
-        srv.shutdown()
-        srv.server_close()
 
 
 def test_environment_proxy_reads_the_variables_as_httpx_does(
@@ -339,42 +342,21 @@ def test_the_proxy_the_environment_names_carries_upstream_calls(
 ) -> None:
     """HTTP_PROXY is honoured for the upstream (the request reaches the proxy in absolute
     form, for a host only the proxy can reach), and NO_PROXY exempts a host from it."""
-    import threading
-    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-
     for name in _PROXY_VARS:
         monkeypatch.delenv(name, raising=False)
         monkeypatch.delenv(name.upper(), raising=False)
     targets: list[str] = []
 
-    class Proxy(BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"
+    def answer(method: str, path: str, headers: Message) -> Answer:
+        targets.append(path)
+        return REPLY, {"content-type": "application/json"}
 
-        def log_message(self, format: str, *args: Any) -> None:
-            pass
-
-        def do_POST(self) -> None:
-            self.rfile.read(int(self.headers.get("content-length") or 0))
-            targets.append(self.path)
-            self.send_response(200)
-            self.send_header("content-type", "application/json")
-            self.send_header("content-length", str(len(REPLY)))
-            self.end_headers()
-            self.wfile.write(REPLY)
-
-    proxy = ThreadingHTTPServer(("127.0.0.1", 0), Proxy)
-    threading.Thread(target=proxy.serve_forever, daemon=True).start()
-    monkeypatch.setenv("HTTP_PROXY", f"http://127.0.0.1:{proxy.server_address[1]}")
     body = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
     auth = {"Authorization": "Bearer k"}
-    cfg = GatewayConfig(
-        policies={"test_agent": make_policy(tmp_path / "gw")},
-        upstream="http://llm.invalid:9/v1",
-        default_agent="test_agent",
-        secret=b"test-secret",
-    )
-    direct = httpx.Client(trust_env=False)  # the test's own calls: not through the proxy
-    try:
+    cfg = one_agent_config(tmp_path, "http://llm.invalid:9/v1")
+    # the test's own calls: not through the proxy
+    with hand_server(answer) as port, httpx.Client(trust_env=False) as direct:
+        monkeypatch.setenv("HTTP_PROXY", f"http://127.0.0.1:{port}")
         with run_gateway(cfg) as gw:
             r = direct.post(gw.url + "/v1/chat/completions", json=body, headers=auth)
             assert r.status_code == 200, r.text
@@ -386,7 +368,3 @@ def test_the_proxy_the_environment_names_carries_upstream_calls(
             r = direct.post(gw.url + "/v1/chat/completions", json=body, headers=auth)
             assert r.status_code == 200, r.text
         assert len(targets) == 1 and len(upstream.requests) == 1
-    finally:
-        direct.close()
-        proxy.shutdown()
-        proxy.server_close()

@@ -156,7 +156,7 @@ def test_parallel_same_prompt_sessions_stay_apart(
             t.start()
         for t in threads:
             t.join(60)
-        convs = {key[1] for key in gw.gateway.pool._sessions}
+        convs = {key[1] for key in gw.gateway.pool.open_sessions}
     assert len(convs) == 2
     assert len(upstream.accepted) == 8
 
@@ -172,7 +172,7 @@ def test_client_session_ids_separate_conversations(
                 headers={"Authorization": "Bearer k", "x-session-id": sid},
             )
             assert r.status_code == 200
-        assert len(gw.gateway.pool._sessions) == 2
+        assert len(gw.gateway.pool.open_sessions) == 2
 
 
 def test_a_keyless_client_of_a_server_key_gets_401(

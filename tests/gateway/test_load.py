@@ -84,9 +84,9 @@ def test_fifty_concurrent_conversations(tmp_path: Path) -> None:
     with ScriptedLLMServer(window=WINDOW, script=_echo) as srv:
         with run_gateway(config_for(tmp_path, srv)) as gw:
             answers = asyncio.run(_run(gw.url))
-            sessions = len(gw.gateway.pool._sessions)
+            sessions = len(gw.gateway.pool.open_sessions)
             compactions = sum(
-                sum(s.stats.compactions.values()) for s in gw.gateway.pool._sessions.values()
+                sum(s.stats.compactions.values()) for s in gw.gateway.pool.open_sessions.values()
             )
         records = [r for r in srv.records if r.api == "chat"]
     # 0 lost: every call answered, each exactly once upstream

@@ -62,7 +62,7 @@ def test_node_openai_client_plain_and_streaming(tmp_path: Path, node_dir: Path) 
             timeout=120,
         )
         assert res.returncode == 0, res.stderr[-2000:]
-        (key,) = list(gw.gateway.pool._sessions)
+        (key,) = list(gw.gateway.pool.open_sessions)
     out = json.loads(res.stdout)
     assert [o["plain"] for o in out] == ["done"] * len(histories)
     assert [o["streamed"] for o in out] == ["done"] * len(histories)

@@ -295,7 +295,7 @@ def claude_run(npm_clients: Path, tmp_path_factory: pytest.TempPathFactory) -> I
             ]
             outputs = _parallel([(cmd, env), (cmd, env)], proj)
             # `claude -p --continue` resumes the latest session: its own conversation still
-            conv_before = list(gw.gateway.pool._sessions)
+            conv_before = list(gw.gateway.pool.open_sessions)
             n_before = len(srv.records)
             more = [str(_npm_bin("claude")), "-p", "--continue", "And now?"]
             outputs.append(
@@ -304,7 +304,7 @@ def claude_run(npm_clients: Path, tmp_path_factory: pytest.TempPathFactory) -> I
                 )
             )
             metrics = httpx.get(gw.url + "/metrics").text
-            convs = list(gw.gateway.pool._sessions)
+            convs = list(gw.gateway.pool.open_sessions)
         assert len(srv.records) > n_before and set(convs) == set(conv_before)
         run = Run(outputs, srv.records, convs, metrics, produced)
         run.traces = sorted((root / "traces").glob("*.jsonl"))
@@ -464,7 +464,7 @@ def codex_run(npm_clients: Path, tmp_path_factory: pytest.TempPathFactory) -> It
             ]
             outputs = _parallel([(cmd, env), (cmd, env)], proj)
             metrics = httpx.get(gw.url + "/metrics").text
-            convs = list(gw.gateway.pool._sessions)
+            convs = list(gw.gateway.pool.open_sessions)
         yield Run(outputs, srv.records, convs, metrics, recalled=dict(recaller.answers))
 
 
@@ -581,7 +581,7 @@ def opencode_run(npm_clients: Path, tmp_path_factory: pytest.TempPathFactory) ->
             cmd = [str(_npm_bin("opencode")), "run", PROMPT]
             outputs = _parallel([(cmd, e) for e in envs], proj)
             metrics = httpx.get(gw.url + "/metrics").text
-            convs = list(gw.gateway.pool._sessions)
+            convs = list(gw.gateway.pool.open_sessions)
         yield Run(outputs, srv.records, convs, metrics, recalled=dict(recaller.answers))
 
 
@@ -666,7 +666,7 @@ def test_aider_works_fits_and_is_prepared(aider_bin: Path, tmp_path: Path) -> No
             cmd, cwd=proj, env=env, capture_output=True, text=True, timeout=RUN_TIMEOUT
         )
         metrics = httpx.get(gw.url + "/metrics").text
-        convs = list(gw.gateway.pool._sessions)
+        convs = list(gw.gateway.pool.open_sessions)
     assert out.returncode == 0, (out.stdout[-1000:], out.stderr[-2000:])
     assert "Nothing to change." in out.stdout
     chat = [r for r in srv.records if r.path.endswith("/chat/completions")]

@@ -62,7 +62,7 @@ def test_stateless_responses_are_prepared(tmp_path: Path, stream: bool) -> None:
                 final = client.responses.create(model="m", input=items(steps), store=False)  # type: ignore[arg-type]
             assert final.output_text == "done"
         metrics = httpx.get(gw.url + "/metrics").text
-        convs = list(gw.gateway.pool._sessions)
+        convs = list(gw.gateway.pool.open_sessions)
     assert len(convs) == 1  # continuity: each request continues the last
     assert len(srv.accepted) == 9 and not srv.rejections
     assert all(r.tokens <= WINDOW - RESERVE for r in srv.accepted)
@@ -84,7 +84,7 @@ def test_stored_responses_are_forwarded_unprepared(
         final = client.responses.create(model="m", input=new, previous_response_id="resp_1")  # type: ignore[arg-type]
         assert final.output_text == "done"
         metrics = httpx.get(gw.url + "/metrics").text
-        assert not gw.gateway.pool._sessions
+        assert not gw.gateway.pool.open_sessions
     (sent,) = srv.records
     assert sent.body["previous_response_id"] == "resp_1" and sent.body["input"] == new
     assert (

@@ -136,7 +136,7 @@ def test_openai_and_anthropic_streams_pass_through(tmp_path: Path) -> None:
         up.release.set()
         rest = "".join(c.choices[0].delta.content or "" for c in it if c.choices)
         assert rest == "lo"
-        assert len(gw.gateway.pool._sessions) == 1
+        assert len(gw.gateway.pool.open_sessions) == 1
 
         up.release.clear()
         ac = anthropic.Anthropic(base_url=gw.url, api_key="k", max_retries=0)
@@ -169,14 +169,14 @@ def test_sdk_streams_replay_like_prepare_and_record_usage(tmp_path: Path) -> Non
                 assert "".join(c.choices[0].delta.content or "" for c in chunks) == "done"
                 assert all(c.choices and c.usage is None for c in chunks)  # not asked for
                 sent.append(msgs)
-            ((key, session),) = list(gw.gateway.pool._sessions.items())
+            ((key, session),) = list(gw.gateway.pool.open_sessions.items())
             assert session.state.usage_seen  # record_usage got the streamed prompt tokens
             ac = anthropic.Anthropic(base_url=gw.url, api_key="k", max_retries=0)
             with ac.messages.stream(
                 model="m", max_tokens=10, messages=[{"role": "user", "content": "hi"}]
             ) as s:
                 assert s.get_final_text() == "done"
-            anth = [v for k, v in gw.gateway.pool._sessions.items() if k != key]
+            anth = [v for k, v in gw.gateway.pool.open_sessions.items() if k != key]
             assert anth and anth[0].state.usage_seen
         chat = [r for r in srv.accepted if r.api == "chat"]
         assert all(r.body["stream_options"] == {"include_usage": True} for r in chat)
@@ -293,4 +293,4 @@ def test_a_client_gone_mid_stream_releases_its_conversation(tmp_path: Path) -> N
         with httpx.Client(timeout=10) as c:
             r = c.post(gw.url + "/v1/chat/completions", json=body)
             assert r.status_code == 200 and b"lo" in r.content
-        assert len(gw.gateway.pool._sessions) == 1
+        assert len(gw.gateway.pool.open_sessions) == 1

@@ -142,6 +142,17 @@ def long_history(steps: int = 12, lines: int = 40) -> list[dict[str, Any]]:
     return _reads("Fix BUG-1234.", steps, lines, lambda i: tool_call(f"c{i}", "read", {}))
 
 
+class SeenThreads(dict):  # type: ignore[type-arg]
+    """A message that records the threads converting it (``to_plain`` reads its
+    items): set ``SeenThreads.threads = []`` before a call, read it after."""
+
+    threads: list[int]
+
+    def items(self):  # type: ignore[no-untyped-def]
+        type(self).threads.append(threading.get_ident())
+        return super().items()
+
+
 def resumed(events: list[dict[str, Any]]) -> bool:
     """Whether a session that reported ``events`` resumed a stored state."""
     return any(e.get("type") == "state.resumed" for e in events)

@@ -16,7 +16,7 @@ from ctxpolicy.engine import Session  # noqa: E402
 from ctxpolicy.integrations.anthropic import AnthropicConversation, wrap  # noqa: E402
 from ctxpolicy.testing.server import ScriptedLLMServer  # noqa: E402
 
-from .conftest import assert_pairing, big_output  # noqa: E402
+from .conftest import SeenThreads, assert_pairing, big_output  # noqa: E402
 
 SYSTEM = "You are a coding agent. Fix BUG-1234."
 TOOLS = [
@@ -313,18 +313,6 @@ def test_recall_tools_round_trip_through_the_sdk(policy_factory) -> None:
     assert bad[0]["is_error"] and "/etc" not in bad[0]["content"]
 
 
-class _Seen(dict):  # type: ignore[type-arg]
-    """A message that records the threads converting it."""
-
-    threads: list[int]
-
-    def items(self):  # type: ignore[no-untyped-def]
-        import threading
-
-        type(self).threads.append(threading.get_ident())
-        return super().items()
-
-
 def test_async_client_converts_a_long_history_off_the_event_loop(policy_factory):
     """A long request becomes engine messages in a worker thread, not on the event loop;
     a short one where it is."""
@@ -339,7 +327,7 @@ def test_async_client_converts_a_long_history_off_the_event_loop(policy_factory)
         out: list[Any] = [
             {"role": "assistant" if i % 2 else "user", "content": f"m{i}"} for i in range(n)
         ]
-        return [*out, _Seen(role="user", content="last")]
+        return [*out, SeenThreads(role="user", content="last")]
 
     async def main(srv: ScriptedLLMServer) -> list[list[bool]]:
         loop = threading.get_ident()
@@ -349,9 +337,9 @@ def test_async_client_converts_a_long_history_off_the_event_loop(policy_factory)
         )
         seen = []
         for n in (LONG_REQUEST, 4):
-            _Seen.threads = []
+            SeenThreads.threads = []
             await client.messages.create(model="m", max_tokens=64, messages=history(n))
-            seen.append([t == loop for t in _Seen.threads])
+            seen.append([t == loop for t in SeenThreads.threads])
         await client.close()
         return seen
 

@@ -16,7 +16,7 @@ from ctxpolicy.engine import ContextOverflowError, Session  # noqa: E402
 from ctxpolicy.integrations.openai import ResponsesInput, prepare_responses_input, wrap  # noqa: E402
 from ctxpolicy.testing.server import ScriptedLLMServer  # noqa: E402
 
-from .conftest import assert_pairing, big_output  # noqa: E402
+from .conftest import SeenThreads, assert_pairing, big_output  # noqa: E402
 
 TOOLS = [
     {
@@ -359,18 +359,6 @@ def test_recall_tools_and_answer_recall(tmp_path) -> None:
     assert "value_0_7 " in answer_recall(session, item)["content"]
 
 
-class _Seen(dict):  # type: ignore[type-arg]
-    """A message that records the threads converting it (``to_plain`` reads it)."""
-
-    threads: list[int]
-
-    def items(self):  # type: ignore[no-untyped-def]
-        import threading
-
-        type(self).threads.append(threading.get_ident())
-        return super().items()
-
-
 def test_async_client_converts_a_long_history_off_the_event_loop(policy_factory):
     """A long request's messages (or Responses items) become engine messages in a
     worker thread, not on the event loop; a short one's where it is."""
@@ -379,24 +367,24 @@ def test_async_client_converts_a_long_history_off_the_event_loop(policy_factory)
     from ctxpolicy.integrations._common import LONG_REQUEST
 
     session = Session(policy_factory(window=200_000, max_chars=4000))
-    _Seen.threads = []
+    SeenThreads.threads = []
 
     def history(n: int) -> list[Any]:
         out: list[Any] = [{"role": "system", "content": "sys"}]
         out += [{"role": "user" if i % 2 else "assistant", "content": f"m{i}"} for i in range(n)]
-        return [*out, _Seen(role="user", content="last")]
+        return [*out, SeenThreads(role="user", content="last")]
 
     async def main(srv: ScriptedLLMServer) -> list[list[int]]:
         loop = threading.get_ident()
         client = client_for(srv, session, async_=True)
         seen = []
         for n in (LONG_REQUEST, 3):
-            _Seen.threads = []
+            SeenThreads.threads = []
             await client.chat.completions.create(model="m", messages=history(n))
-            seen.append([t == loop for t in _Seen.threads])
-            _Seen.threads = []
+            seen.append([t == loop for t in SeenThreads.threads])
+            SeenThreads.threads = []
             await client.responses.create(model="m", input=history(n))
-            seen.append([t == loop for t in _Seen.threads])
+            seen.append([t == loop for t in SeenThreads.threads])
         await client.close()
         return seen
 

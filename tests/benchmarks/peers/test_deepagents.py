@@ -16,29 +16,22 @@ import pytest
 pytest.importorskip("deepagents", reason="deepagents not installed (pip install -e '.[bench]')")
 
 from benchmarks._inputs import load_agent
-from benchmarks.peers.catalog import LABELS
 from benchmarks.peers.deepagents import deepagents_peer
 from benchmarks.peers.runs import Contestant, ruler, run_contestant
 from benchmarks.peers.summary import HEADER
 from ctxpolicy.sim.importers import load_trace
-from ctxpolicy.sim.replay import message_text, with_window
+from ctxpolicy.sim.replay import with_window
 from tests.shared_data import TRACES, require
 
-TRACE = "swe-agent__demo.ctf.crypto.katy.jsonl"  # 38 messages, ~8.5k tokens
+from .short_trace import TRACE, recorded_run, texts
+
 WINDOW = 12000  # small enough that the peer summarizes on it
 INTRO = "You are in the middle of a conversation that has been summarized."
 
 
 @pytest.fixture(scope="module")
 def run() -> dict[str, Any]:
-    msgs = load_trace(require(TRACES / TRACE))
-    policy, _ = load_agent("coding_agent")
-    c = Contestant(LABELS["deepagents"], "deepagents", policy)
-    return run_contestant(msgs, c, WINDOW, trace=TRACE, counter=ruler(), record=True)
-
-
-def texts(request: list[dict[str, Any]]) -> str:
-    return "\n".join(message_text(m) for m in request)
+    return recorded_run("deepagents", WINDOW)
 
 
 def test_deepagents_summarised_with_the_shared_digest(run: dict[str, Any]) -> None:

@@ -15,10 +15,10 @@ from benchmarks.peers.langchain import LABELS, PEERS
 from benchmarks.peers.runs import Contestant, PrefixWatch, ruler, run_contestant
 from benchmarks.peers.summary import HEADER
 from ctxpolicy.sim.importers import load_trace
-from ctxpolicy.sim.replay import message_text
 from tests.shared_data import TRACES, require
 
-TRACE = "swe-agent__demo.ctf.crypto.katy.jsonl"  # 38 messages, ~8.5k tokens
+from .short_trace import TRACE, texts
+
 WINDOW = 8000  # small enough that every contestant compacts on it (trigger 5,120)
 LC_INTRO = "Here is a summary of the conversation to date:"
 
@@ -36,10 +36,6 @@ def runs() -> dict[str, dict[str, Any]]:
     big = Contestant("langchain big", "langchain_summarize", policy)
     out["never"] = run_contestant(msgs, big, 1_000_000, trace=TRACE, counter=counter, record=True)
     return out
-
-
-def texts(request: list[dict[str, Any]]) -> str:
-    return "\n".join(message_text(m) for m in request)
 
 
 @pytest.mark.parametrize("kind", list(PEERS))

@@ -13,25 +13,20 @@ import pytest
 
 pytest.importorskip("langmem", reason="langmem not installed (pip install -e '.[bench]')")
 
-from benchmarks._inputs import load_agent
-from benchmarks.peers.catalog import LABELS
-from benchmarks.peers.runs import Contestant, ruler, run_contestant
+from benchmarks.peers.runs import ruler
 from benchmarks.peers.summary import HEADER
 from ctxpolicy.sim.importers import load_trace
-from ctxpolicy.sim.replay import message_text
 from tests.shared_data import TRACES, require
 
-TRACE = "swe-agent__demo.ctf.crypto.katy.jsonl"  # 38 messages, ~8.5k tokens
+from .short_trace import TRACE, recorded_run, texts
+
 WINDOW = 8000  # coding_agent's trigger here (5,120) is below the trace's size: langmem summarizes
 INTRO = "Summary of the conversation so far:"
 
 
 @pytest.fixture(scope="module")
 def run() -> dict[str, Any]:
-    msgs = load_trace(require(TRACES / TRACE))
-    policy, _ = load_agent("coding_agent")
-    c = Contestant(LABELS["langmem"], "langmem", policy)
-    return run_contestant(msgs, c, WINDOW, trace=TRACE, counter=ruler(), record=True)
+    return recorded_run("langmem", WINDOW)
 
 
 def test_langmem_keeps_a_running_summary(run: dict[str, Any]) -> None:
@@ -44,10 +39,6 @@ def test_langmem_keeps_a_running_summary(run: dict[str, Any]) -> None:
     for req in sent_after:
         assert req[1]["role"] == "system" and req[1]["content"].startswith(INTRO)
     assert run["prompt_tokens"] < run["prompt_tokens_none"]
-
-
-def texts(request: list[dict[str, Any]]) -> str:
-    return "\n".join(message_text(m) for m in request)
 
 
 def test_measured_by_the_ruler(run: dict[str, Any]) -> None:
