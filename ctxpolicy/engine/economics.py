@@ -52,6 +52,7 @@ __all__ = [
     "first_changed",
     "fit_limit",
     "predicted_calls",
+    "room_calls",
     "short_room",
 ]
 
@@ -181,13 +182,19 @@ def fit_limit(budget: BudgetState) -> int:
     return max(budget.trigger, budget.window - budget.reserve_output - budget.safety_margin)
 
 
+def room_calls(budget: BudgetState, used_after: int, per_call: int) -> int:
+    """Whole calls of ``per_call`` (≥ 1) growth a compaction ending at ``used_after``
+    leaves before the fit limit."""
+    return max(0, fit_limit(budget) - used_after) // per_call
+
+
 def short_room(budget: BudgetState, used_after: int, per_call: int | None) -> bool:
     """A compaction ending at ``used_after`` leaves room for fewer than
     :data:`MIN_ROOM_CALLS` calls of ``per_call`` growth before the fit limit (False
     while the growth is not known)."""
     if per_call is None:
         return False
-    return fit_limit(budget) - used_after < MIN_ROOM_CALLS * per_call
+    return room_calls(budget, used_after, per_call) < MIN_ROOM_CALLS
 
 
 def _int(value: Any) -> int | None:

@@ -51,6 +51,7 @@ from ctxpolicy.engine.economics import (
     first_changed,
     fit_limit,
     predicted_calls,
+    room_calls,
     short_room,
 )
 from ctxpolicy.engine.refs import ensure_refs
@@ -259,8 +260,7 @@ def _hold_to_fit(
     calls of ``per_call`` growth before the fit limit to be taken earlier."""
     last = guard.last()
     since = mark - last if last is not None else mark
-    room_calls = max(0, fit_limit(budget) - after) // per_call
-    _hold(ctx, budget, used, since, per_call, room_calls)
+    _hold(ctx, budget, used, since, per_call, room_calls(budget, after, per_call))
 
 
 def _hold(
