@@ -15,6 +15,7 @@ import argparse
 import json
 import re
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -132,172 +133,190 @@ def _short(conversation: str) -> str:
     return name.removesuffix(".jsonl")
 
 
+Row = tuple[str, str, str, bool | str | None]  # goal, case, measured, met (or a mark)
+WITH_TOOL = "engine: prepare + add_tool_result ≤"
+
+
+def _windows(d: dict[str, Any]) -> list[tuple[int, Any]]:
+    return sorted((int(w), x) for w, x in d.items())
+
+
+def _engine(e: dict[str, Any]) -> Iterator[Row]:
+    convs = e["conversations"]
+    for c in convs:
+        goal, ratio = "engine: ctxpolicy ≤ 1.5 × one tiktoken pass", c["ctxpolicy_over_floor"]
+        yield goal, _short(c["conversation"]), f"{ratio:.2f}×", c["goal_floor"]
+    for c in convs:
+        goal = "engine: naive recount ≥ 20 × ctxpolicy at ≥ 200 steps"
+        case, got = f"{_short(c['conversation'])}, {c['steps']} steps", c["naive_over_ctxpolicy"]
+        yield goal, case, f"{got:.1f}×", c["goal_naive"]
+    if m := e.get("memory"):
+        fit = m["fit"]
+        got = f"{fit.get('bytes_per_token', 0):.1f} B/token, "
+        got += f"residual {fit.get('max_rel_residual', 0):.0%}"
+        yield "engine: memory growth linear", "tracemalloc peak, 1–8 parts", got, m["goal_linear"]
+    for c in (e.get("per_call") or {}).get("traces", []):
+        ms = {k: x["median_ms"] for k, x in c["variants"].items()}
+        mine, lc, trace = ms["ctxpolicy"], ms["langchain"], _short(c["trace"])
+        got = f"{mine:.3f} vs {lc:.3f} ms ({c['ctxpolicy_over_langchain']:.1f}×)"
+        yield f"{WITH_TOOL} LangChain per call", trace, got, c["goal_le_langchain"]
+        if lc:
+            r = ms["prepare"] / lc
+            got = f"{ms['prepare']:.3f} vs {lc:.3f} ms ({r:.2f}×)"
+            yield "engine: prepare ≤ 0.6× LangChain per call", trace, got, r <= 0.6
+        for peer in ("deepagents", "langmem"):
+            if ms.get(peer):
+                got = f"{mine:.3f} vs {ms[peer]:.3f} ms ({mine / ms[peer]:.1f}×)"
+                yield f"{WITH_TOOL} {peer} per call", trace, got, mine <= ms[peer]
+
+
+def _scaling(sc: dict[str, Any]) -> Iterator[Row]:
+    """100k tiny messages in ≤ 3 s; growth from 8k to 100k ≤ 13× (linear: 12.5×)."""
+    runs = {r["n"]: r["seconds"] for r in sc.get("runs", {}).get("this tree", [])}
+    big, mid = runs.get(100_000), runs.get(8_000)
+    if big is not None:
+        goal = "engine: prepare of 100k tiny messages ≤ 3 s"
+        yield goal, "bench_scaling", f"{big:.2f} s", big <= 3
+        if mid:
+            got = f"{big / mid:.1f}× (linear 12.5×)"
+            yield "engine: growth 8k → 100k messages ≤ 13×", "bench_scaling", got, big / mid <= 13
+
+
+def _store(st: dict[str, Any]) -> Iterator[Row]:
+    """One snapshot write ≤ 1.5× a bare append of the same bytes, at flush and fsync."""
+    for k in ("flush", "fsync") if st.get("append") else ():
+        a = st["append"][k]
+        goal = f"snapshots: one snapshot write ≤ 1.5× a bare append of the same bytes, `{k}`"
+        case = f"bench_store, {a['record_bytes'] / 1000:.1f} KB records"
+        yield goal, case, f"{a['ratio']:.2f}×", a["ratio"] <= 1.5
+
+
+def _peers(q: dict[str, Any]) -> Iterator[Row]:
+    pg = q.get("peer_goals") or {}
+    ref = pg.get("reference", "")
+    for w, g in _windows(pg.get("windows") or {}):
+        case = f"{ref} @ {w:,}"
+        best = "none" if g["no_peer_dominates"] else ", ".join(g["dominated_by"])
+        goal = "quality: no LangChain peer better on tokens and retention at once"
+        yield goal, case, best, g["no_peer_dominates"]
+        if g.get("summarize_edit_tokens_over_none") is not None:
+            got = (
+                f"tokens ÷ none {g['tokens_over_none']:.3f} vs "
+                f"{g['summarize_edit_tokens_over_none']:.3f}, in context "
+                f"{g['in_context_rate']:.1%} vs {g['summarize_edit_in_context_rate']:.1%}"
+            )
+            met = g["tokens_le_summarize_edit"] and g["retention_ge_summarize_edit"]
+            yield "quality: tokens ≤ and retention ≥ LangChain summarize+edit", case, got, met
+        bad = g["avoidable_overflows"], g["pairing_violations"]
+        goal = "quality: 0 avoidable overflows, 0 pairing violations"
+        yield goal, case, f"{bad[0]} / {bad[1]}", not any(bad)
+    if "compactions_32k_le_8" in pg:
+        g32 = pg["windows"].get("32768") or pg["windows"].get("32000") or {}
+        long = pg.get("compactions_32k_long_traces") or {}
+        got = ", ".join(f"{v:.1f}" for v in long.values())
+        got += f" (all traces {g32.get('compactions_per_100', 0):.1f})"
+        goal, case = "quality: compactions per 100 calls at 32k ≤ 8", f"{ref}, traces of ≥ 50 calls"
+        yield goal, case, got, pg["compactions_32k_le_8"]
+
+
+def _quality(q: dict[str, Any]) -> Iterator[Row]:
+    yield from _peers(q)
+    if not q.get("results"):
+        return
+    g = q["goals"]
+    got = f"{len(g['overflow_or_violation_cases'])} cases"
+    if n := len(g.get("unavoidable_overflow_cases", ())):
+        got += f" (+ {n} unavoidable: the task alone exceeds the limit)"
+    goal = "quality: 0 overflows, 0 pairing violations (ctxpolicy)"
+    yield goal, "every trace × policy × window", got, g["no_overflow_no_violation"]
+    for w, sv in _windows(g["saving_by_window"]):
+        at32 = w == 32768
+        goal = "quality: cost saving vs none" + (" ≥ 40 % at 32k" if at32 else "")
+        yield goal, f"window {w:,}", f"{sv:.1%}", sv >= 0.4 if at32 else "—"
+    got = f"{len(g['retention_worse_cases'])} of {g['retention_comparisons']} worse"
+    goal = "quality: retention ≥ every baseline at ≤ cost"
+    yield goal, "per trace × policy × window", got, g["retention_ge_baselines_at_le_cost"]
+    got = f"{(g['retained_rate'] or 0):.2%}"
+    yield "quality: in context + recoverable = 100 %", "all runs", got, g["recoverable_100pct"]
+
+
+def _validate(v: dict[str, Any]) -> Iterator[Row]:
+    if (r := v.get("ctxpolicy_over_check_jsonschema_cold")) is not None:
+        goal, case = "validator: ctxpolicy cold ≤ check-jsonschema cold", v.get("case")
+        yield goal, case or "policies/*.yaml", f"{r:.2f}×", v["goal_cold_le_check_jsonschema"]
+
+
+def _incidents(i: dict[str, Any]) -> Iterator[Row]:
+    a, b, c = (i["scenarios"][k] for k in "abc")
+    x, y = a["fixed_80"]["rejected_calls"], a["dynamic"]["rejected_calls"]
+    case = "provider rejections fixed vs ours"
+    yield "incident (a): 80 % + 25k result", case, f"{x} vs {y}", x > 0 and y == 0
+    x, y = b["fixed_95"]["summary_calls_rejected"], b["dynamic"]["summary_calls_rejected"]
+    got = f"{x} vs {y} (ours max {b['dynamic']['max_summary_request']:,} ≤ {i['window']:,})"
+    case = "rejected summary calls fixed vs ours"
+    yield "incident (b): 95 %, summary call", case, got, x > 0 and y == 0
+    x, y = c["fixed_50"]["calls_with_compaction"], c["dynamic"]["calls_with_compaction"]
+    got, case = f"{x} vs {y} of {c['dynamic']['calls']}", "calls that compacted fixed vs ours"
+    yield "incident (c): 50 % thrash", case, got, y * 2 <= x
+
+
+def _cache(k: dict[str, Any]) -> Iterator[Row]:
+    for w in k["windows"]:
+        wr = [r for r in k["results"] if r.get("applicable") and r["window"] == w]
+        x = sum(r["shipped"]["prefix_changes"] for r in wr)
+        y = sum(r["cache"]["prefix_changes"] for r in wr)
+        ov = sum(r["cache"]["overflows"] for r in wr)
+        got = f"{y} vs {x} ({y / max(1, x):.2f}), {ov} overflows"
+        goal = "cache: prefix changes with ≤ 1/3 without, no overflow"
+        yield goal, f"window {w:,}", got, y * 3 <= x and ov == 0
+
+
+def _tune(t: dict[str, Any]) -> Iterator[Row]:
+    for w, d in _windows(t["windows"]):
+        gain, rec = d.get("gain"), bool(d.get("recommended"))
+        got = f"{gain:+.1%} tokens saved" if rec else "shipped kept"
+        goal = "tune: tuned coding_agent ≥ 10 % fewer tokens, held-out"
+        yield goal, f"window {w:,}", got, rec and (gain or 0) >= 0.10
+    sp = t.get("scaling") or {}
+    if sp.get("speedup_2_vs_1") is not None:
+        got = f"{sp['speedup_2_vs_1']:.2f}×, same choice: {sp.get('same_choice')}"
+        yield "tune: 2 workers vs 1", f"{t['trials']} trials", got, "—"
+
+
+def _tune_speed(sp: dict[str, Any]) -> Iterator[Row]:
+    """The same 50-trial study on 1 worker ≥ 2× faster than the baseline tree, with an
+    identical output."""
+    for w, d in _windows(sp.get("windows") or {}):
+        same = d["identical"]
+        got = f"{d['speedup']:.2f}×, output " + ("identical" if same else "differs")
+        met = d["speedup"] >= 2.0 and same and sp["trials"] >= 50 and not sp.get("quick")
+        case = f"window {w:,}, {sp['trials']} trials"
+        yield "tune: 50-trial tune ≥ 2× faster on 1 worker", case, got, met
+
+
+#: results file → its rows of the goals table, in the table's order
+GOALS = {
+    "bench_engine": _engine,
+    "bench_scaling": _scaling,
+    "bench_store": _store,
+    "bench_quality": _quality,
+    "bench_validate": _validate,
+    "bench_incidents": _incidents,
+    "bench_cache": _cache,
+    "bench_tune": _tune,
+    "bench_tune_speed": _tune_speed,
+}
+
+
 def headline(results: Path) -> list[str]:
     """One table of every goal, read from the results JSON files."""
-    ok = {True: "✓", False: "✗", None: "n/a"}
-    rows: list[list[str]] = []
-
-    def add(*cells: str) -> None:
-        rows.append(list(cells))
-
-    e = _load(results, "bench_engine")
-    if e:
-        for c in e["conversations"]:
-            name = _short(c["conversation"])
-            add(
-                "engine: ctxpolicy ≤ 1.5 × one tiktoken pass",
-                name,
-                f"{c['ctxpolicy_over_floor']:.2f}×",
-                ok[c["goal_floor"]],
-            )
-        for c in e["conversations"]:
-            name = _short(c["conversation"])
-            add(
-                "engine: naive recount ≥ 20 × ctxpolicy at ≥ 200 steps",
-                f"{name}, {c['steps']} steps",
-                f"{c['naive_over_ctxpolicy']:.1f}×",
-                ok[c["goal_naive"]],
-            )
-        m = e.get("memory")
-        if m:
-            add(
-                "engine: memory growth linear",
-                "tracemalloc peak, 1–8 parts",
-                f"{m['fit'].get('bytes_per_token', 0):.1f} B/token, residual {m['fit'].get('max_rel_residual', 0):.0%}",
-                ok[m["goal_linear"]],
-            )
-        for c in (e.get("per_call") or {}).get("traces", []):
-            v = c["variants"]
-            add(
-                "engine: prepare + add_tool_result ≤ LangChain per call",
-                _short(c["trace"]),
-                f"{v['ctxpolicy']['median_ms']:.3f} vs {v['langchain']['median_ms']:.3f} ms "
-                f"({c['ctxpolicy_over_langchain']:.1f}×)",
-                ok[c["goal_le_langchain"]],
-            )
-            lc = v["langchain"]["median_ms"]
-            if lc:
-                ratio = v["prepare"]["median_ms"] / lc
-                add(
-                    "engine: prepare ≤ 0.6× LangChain per call",
-                    _short(c["trace"]),
-                    f"{v['prepare']['median_ms']:.3f} vs {lc:.3f} ms ({ratio:.2f}×)",
-                    ok[ratio <= 0.6],
-                )
-            for peer in ("deepagents", "langmem"):
-                if peer in v and v[peer]["median_ms"]:
-                    ratio = v["ctxpolicy"]["median_ms"] / v[peer]["median_ms"]
-                    add(
-                        f"engine: prepare + add_tool_result ≤ {peer} per call",
-                        _short(c["trace"]),
-                        f"{v['ctxpolicy']['median_ms']:.3f} vs "
-                        f"{v[peer]['median_ms']:.3f} ms ({ratio:.1f}×)",
-                        ok[ratio <= 1.0],
-                    )
-    rows += scaling_headline(_load(results, "bench_scaling"), ok)
-    rows += append_headline(_load(results, "bench_store"), ok)
-    q = _load(results, "bench_quality")
-    if q:
-        rows += peer_headline(q, ok)
-    if q and q.get("results"):
-        g = q["goals"]
-        add(
-            "quality: 0 overflows, 0 pairing violations (ctxpolicy)",
-            "every trace × policy × window",
-            f"{len(g['overflow_or_violation_cases'])} cases"
-            + (
-                f" (+ {n} unavoidable: the task alone exceeds the limit)"
-                if (n := len(g.get("unavoidable_overflow_cases", ())))
-                else ""
-            ),
-            ok[g["no_overflow_no_violation"]],
-        )
-        for w, sv in sorted(g["saving_by_window"].items(), key=lambda kv: int(kv[0])):
-            add(
-                "quality: cost saving vs none ≥ 40 % at 32k"
-                if int(w) == 32768
-                else "quality: cost saving vs none",
-                f"window {int(w):,}",
-                f"{sv:.1%}",
-                ok[sv >= 0.4] if int(w) == 32768 else "—",
-            )
-        add(
-            "quality: retention ≥ every baseline at ≤ cost",
-            "per trace × policy × window",
-            f"{len(g['retention_worse_cases'])} of {g['retention_comparisons']} worse",
-            ok[g["retention_ge_baselines_at_le_cost"]],
-        )
-        add(
-            "quality: in context + recoverable = 100 %",
-            "all runs",
-            f"{(g['retained_rate'] or 0):.2%}",
-            ok[g["recoverable_100pct"]],
-        )
-    v = _load(results, "bench_validate")
-    if v and v.get("ctxpolicy_over_check_jsonschema_cold") is not None:
-        add(
-            "validator: ctxpolicy cold ≤ check-jsonschema cold",
-            v.get("case", "policies/*.yaml"),
-            f"{v['ctxpolicy_over_check_jsonschema_cold']:.2f}×",
-            ok[v["goal_cold_le_check_jsonschema"]],
-        )
-    i = _load(results, "bench_incidents")
-    if i:
-        sc = i["scenarios"]
-        a, b, c = sc["a"], sc["b"], sc["c"]
-        add(
-            "incident (a): 80 % + 25k result",
-            "provider rejections fixed vs ours",
-            f"{a['fixed_80']['rejected_calls']} vs {a['dynamic']['rejected_calls']}",
-            ok[a["fixed_80"]["rejected_calls"] > 0 and a["dynamic"]["rejected_calls"] == 0],
-        )
-        add(
-            "incident (b): 95 %, summary call",
-            "rejected summary calls fixed vs ours",
-            f"{b['fixed_95']['summary_calls_rejected']} vs {b['dynamic']['summary_calls_rejected']} (ours max {b['dynamic']['max_summary_request']:,} ≤ {i['window']:,})",
-            ok[
-                b["fixed_95"]["summary_calls_rejected"] > 0
-                and b["dynamic"]["summary_calls_rejected"] == 0
-            ],
-        )
-        add(
-            "incident (c): 50 % thrash",
-            "calls that compacted fixed vs ours",
-            f"{c['fixed_50']['calls_with_compaction']} vs {c['dynamic']['calls_with_compaction']} of {c['dynamic']['calls']}",
-            ok[c["dynamic"]["calls_with_compaction"] * 2 <= c["fixed_50"]["calls_with_compaction"]],
-        )
-    k = _load(results, "bench_cache")
-    if k:
-        for w in k["windows"]:
-            wr = [r for r in k["results"] if r.get("applicable") and r["window"] == w]
-            x = sum(r["shipped"]["prefix_changes"] for r in wr)
-            y = sum(r["cache"]["prefix_changes"] for r in wr)
-            ov = sum(r["cache"]["overflows"] for r in wr)
-            add(
-                "cache: prefix changes with ≤ 1/3 without, no overflow",
-                f"window {w:,}",
-                f"{y} vs {x} ({y / max(1, x):.2f}), {ov} overflows",
-                ok[y * 3 <= x and ov == 0],
-            )
-    t = _load(results, "bench_tune")
-    if t:
-        for w, d in sorted(t["windows"].items(), key=lambda kv: int(kv[0])):
-            gain = d.get("gain")
-            add(
-                "tune: tuned coding_agent ≥ 10 % fewer tokens, held-out",
-                f"window {int(w):,}",
-                f"{gain:+.1%} tokens saved" if d.get("recommended") else "shipped kept",
-                ok[bool(d.get("recommended")) and (gain or 0) >= 0.10],
-            )
-        sp = t.get("scaling") or {}
-        if sp.get("speedup_2_vs_1") is not None:
-            add(
-                "tune: 2 workers vs 1",
-                f"{t['trials']} trials",
-                f"{sp['speedup_2_vs_1']:.2f}×, same choice: {sp.get('same_choice')}",
-                "—",
-            )
-    rows += tune_speed_headline(_load(results, "bench_tune_speed"), ok)
+    mark = {True: "✓", False: "✗", None: "n/a"}
+    rows = [
+        (goal, case, got, met if isinstance(met, str) else mark[met])
+        for name, rows_of in GOALS.items()
+        if (data := _load(results, name))
+        for goal, case, got, met in rows_of(data)
+    ]
     if not rows:
         return []
     return [
@@ -310,119 +329,6 @@ def headline(results: Path) -> list[str]:
         *["| " + " | ".join(r) + " |" for r in rows],
         "",
     ]
-
-
-def tune_speed_headline(sp: dict[str, Any] | None, ok: dict[bool | None, str]) -> list[list[str]]:
-    """Issue 32's tune goal, from bench_tune --baseline: the same 50-trial study on 1
-    worker ≥ 2× faster than the baseline tree, with an identical output."""
-    rows = []
-    for w, d in sorted(((sp or {}).get("windows") or {}).items(), key=lambda kv: int(kv[0])):
-        rows.append(
-            [
-                "tune: 50-trial tune ≥ 2× faster on 1 worker",
-                f"window {int(w):,}, {sp['trials']} trials" if sp else f"window {int(w):,}",
-                f"{d['speedup']:.2f}×, output " + ("identical" if d["identical"] else "differs"),
-                ok[
-                    d["speedup"] >= 2.0
-                    and d["identical"]
-                    and sp["trials"] >= 50
-                    and not sp.get("quick")
-                ],
-            ]
-        )
-    return rows
-
-
-def append_headline(st: dict[str, Any] | None, ok: dict[bool | None, str]) -> list[list[str]]:
-    """Issue 32's snapshot goal, from bench_store: one snapshot write ≤ 1.5× a bare
-    append of the same bytes, at `flush` and at `fsync`."""
-    ap = (st or {}).get("append")
-    if not ap:
-        return []
-    return [
-        [
-            f"snapshots: one snapshot write ≤ 1.5× a bare append of the same bytes, `{k}`",
-            f"bench_store, {ap[k]['record_bytes'] / 1000:.1f} KB records",
-            f"{ap[k]['ratio']:.2f}×",
-            ok[ap[k]["ratio"] <= 1.5],
-        ]
-        for k in ("flush", "fsync")
-    ]
-
-
-def scaling_headline(sc: dict[str, Any] | None, ok: dict[bool | None, str]) -> list[list[str]]:
-    """Issue 32's scaling goals, from bench_scaling: 100k tiny messages in ≤ 3 s, and
-    growth from 8k to 100k ≤ 13× (linear: 12.5×)."""
-    runs = {r["n"]: r["seconds"] for r in (sc or {}).get("runs", {}).get("this tree", [])}
-    big, mid = runs.get(100_000), runs.get(8_000)
-    if big is None:
-        return []
-    rows = [
-        [
-            "engine: prepare of 100k tiny messages ≤ 3 s",
-            "bench_scaling",
-            f"{big:.2f} s",
-            ok[big <= 3.0],
-        ]
-    ]
-    if mid:
-        rows.append(
-            [
-                "engine: growth 8k → 100k messages ≤ 13×",
-                "bench_scaling",
-                f"{big / mid:.1f}× (linear 12.5×)",
-                ok[big / mid <= 13.0],
-            ]
-        )
-    return rows
-
-
-def peer_headline(q: dict[str, Any], ok: dict[bool | None, str]) -> list[list[str]]:
-    """Issue 18 item 5 rows, from bench_quality's peer comparison."""
-    pg = q.get("peer_goals") or {}
-    rows: list[list[str]] = []
-    ref = pg.get("reference", "")
-    for w, g in sorted((pg.get("windows") or {}).items(), key=lambda kv: int(kv[0])):
-        rows.append(
-            [
-                "quality: no LangChain peer better on tokens and retention at once",
-                f"{ref} @ {int(w):,}",
-                "none" if g["no_peer_dominates"] else ", ".join(g["dominated_by"]),
-                ok[g["no_peer_dominates"]],
-            ]
-        )
-        if g.get("summarize_edit_tokens_over_none") is not None:
-            rows.append(
-                [
-                    "quality: tokens ≤ and retention ≥ LangChain summarize+edit",
-                    f"{ref} @ {int(w):,}",
-                    f"tokens ÷ none {g['tokens_over_none']:.3f} vs "
-                    f"{g['summarize_edit_tokens_over_none']:.3f}, in context "
-                    f"{g['in_context_rate']:.1%} vs {g['summarize_edit_in_context_rate']:.1%}",
-                    ok[g["tokens_le_summarize_edit"] and g["retention_ge_summarize_edit"]],
-                ]
-            )
-        rows.append(
-            [
-                "quality: 0 avoidable overflows, 0 pairing violations",
-                f"{ref} @ {int(w):,}",
-                f"{g['avoidable_overflows']} / {g['pairing_violations']}",
-                ok[not g["avoidable_overflows"] and not g["pairing_violations"]],
-            ]
-        )
-    if "compactions_32k_le_8" in pg:
-        g32 = pg["windows"].get("32768") or pg["windows"].get("32000") or {}
-        long = pg.get("compactions_32k_long_traces") or {}
-        rows.append(
-            [
-                "quality: compactions per 100 calls at 32k ≤ 8",
-                f"{ref}, traces of ≥ 50 calls",
-                ", ".join(f"{v:.1f}" for v in long.values())
-                + f" (all traces {g32.get('compactions_per_100', 0):.1f})",
-                ok[pg["compactions_32k_le_8"]],
-            ]
-        )
-    return rows
 
 
 # --------------------------------------------------------------------------- summary
