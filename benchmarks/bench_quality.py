@@ -36,25 +36,18 @@ WINDOWS = (16384, 32768, 128000)
 BASELINES = ("none", "last_n", "observation_mask", "summary_at_fraction")
 FAMILIES = ("mini-swe-agent", "openhands", "swe-agent", "tau-bench")
 KEEP = (
-    "trace",
-    "run",
-    "strategy",
-    "kind",
-    "window",
-    "steps",
-    "prompt_tokens",
-    "prompt_tokens_none",
-    "saving",
-    "overflows",
-    "overflows_unavoidable",
-    "pairing_violations",
-    "compactions_total",
-    "repeated_reads",
-    "retention",
-    "cache",
-    "cost",
-    "max_used",
-)
+    "trace", "run", "strategy", "kind", "window", "steps", "prompt_tokens", "prompt_tokens_none",
+    "saving", "overflows", "overflows_unavoidable", "pairing_violations", "compactions_total",
+    "repeated_reads", "retention", "cache", "cost", "max_used",
+)  # fmt: skip
+#: a strategy's totals: its key, the run's key (and the key in that)
+SUMS = (
+    ("prompt", "prompt_tokens"), ("none", "prompt_tokens_none"), ("overflows", "overflows"),
+    ("violations", "pairing_violations"), ("repeats", "repeated_reads"),
+    ("facts", "retention", "facts"), ("in_context", "retention", "in_context"),
+    ("recoverable", "retention", "recoverable"), ("cached", "cache", "cached_tokens"),
+    ("usd", "cost", "usd"), ("usd_none", "cost", "usd_none"),
+)  # fmt: skip
 
 
 def slim(d: Mapping[str, Any]) -> dict[str, Any]:
@@ -93,37 +86,12 @@ def aggregate(rows: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
     """Totals per strategy over ``rows`` (one dict per run)."""
     acc: dict[str, dict[str, Any]] = {}
     for r in rows:
-        a = acc.setdefault(
-            r["strategy"] if r["kind"] == "baseline" else "ctxpolicy",
-            {
-                "runs": 0,
-                "prompt": 0,
-                "none": 0,
-                "overflows": 0,
-                "violations": 0,
-                "repeats": 0,
-                "facts": 0,
-                "in_context": 0,
-                "recoverable": 0,
-                "cached": 0,
-                "usd": 0.0,
-                "usd_none": 0.0,
-                "runs_with_overflow": 0,
-            },
-        )
+        key = r["strategy"] if r["kind"] == "baseline" else "ctxpolicy"
+        a = acc.setdefault(key, {"runs": 0, "runs_with_overflow": 0})
         a["runs"] += 1
-        a["prompt"] += r["prompt_tokens"]
-        a["none"] += r["prompt_tokens_none"]
-        a["overflows"] += r["overflows"]
         a["runs_with_overflow"] += 1 if r["overflows"] else 0
-        a["violations"] += r["pairing_violations"]
-        a["repeats"] += r["repeated_reads"]
-        a["facts"] += r["retention"]["facts"]
-        a["in_context"] += r["retention"]["in_context"]
-        a["recoverable"] += r["retention"]["recoverable"]
-        a["cached"] += r["cache"]["cached_tokens"]
-        a["usd"] += r["cost"]["usd"]
-        a["usd_none"] += r["cost"]["usd_none"]
+        for mine, outer, *inner in SUMS:
+            a[mine] = a.get(mine, 0) + (r[outer][inner[0]] if inner else r[outer])
     for a in acc.values():
         a["saving"] = (a["none"] - a["prompt"]) / a["none"] if a["none"] else 0.0
         a["in_context_rate"] = a["in_context"] / a["facts"] if a["facts"] else 1.0
@@ -203,24 +171,18 @@ ORDER = ("ctxpolicy", *BASELINES)
 
 
 def table(agg: Mapping[str, Mapping[str, Any]]) -> str:
+    rows = [
+        [k, a["runs"], a["prompt"], f"{a['saving']:.1%}",
+         f"{a['overflows']:,} ({a['runs_with_overflow']})", a["violations"],
+         f"{a['in_context_rate']:.1%}", f"{a['retained_rate']:.1%}", a["repeats"],
+         f"{a['usd']:.2f}"]
+        for k in ORDER
+        if (a := agg.get(k))
+    ]  # fmt: skip
     return markdown_table(
-        "strategy | runs | prompt tokens | saving vs none | overflows (runs) | pairing viol. | in context | in context + recoverable | repeated reads | est. USD",
-        [
-            [
-                k,
-                a["runs"],
-                a["prompt"],
-                f"{a['saving']:.1%}",
-                f"{a['overflows']:,} ({a['runs_with_overflow']})",
-                a["violations"],
-                f"{a['in_context_rate']:.1%}",
-                f"{a['retained_rate']:.1%}",
-                a["repeats"],
-                f"{a['usd']:.2f}",
-            ]
-            for k in ORDER
-            if (a := agg.get(k))
-        ],
+        "strategy | runs | prompt tokens | saving vs none | overflows (runs) | pairing viol. | "
+        "in context | in context + recoverable | repeated reads | est. USD",
+        rows,
     )
 
 
@@ -252,43 +214,25 @@ def to_markdown(data: dict[str, Any]) -> str:
     if not results:
         md += [reproduce(data)]
         return "\n".join(md)
+    bad = f"{len(g['overflow_or_violation_cases'])} cases"
+    if n := len(g.get("unavoidable_overflow_cases") or ()):
+        bad += f" (+ {n} unavoidable, listed below)"
+    savings = sorted((int(w), s) for w, s in g["saving_by_window"].items())
+    worse = f"{len(g['retention_worse_cases'])} worse of {g['retention_comparisons']} comparisons"
+    rows = [
+        ["ctxpolicy: 0 overflows and 0 pairing violations on every trace and window", bad,
+         ok[g["no_overflow_no_violation"]]],
+        *[[f"cost saving vs none at {w:,}", f"{s:.1%}",
+           ok[s >= 0.40] if w in (32768, 32000) else "—"] for w, s in savings],
+        ["retention in context ≥ every baseline at equal or lower cost", worse,
+         ok[g["retention_ge_baselines_at_le_cost"]]],
+        ["in context + recoverable = 100 %", f"{(g['retained_rate'] or 0):.2%}",
+         ok[g["recoverable_100pct"]]],
+    ]  # fmt: skip
     md += [
         "### ctxpolicy vs baselines",
         "",
-        markdown_table(
-            "goal | measured | status",
-            [
-                [
-                    "ctxpolicy: 0 overflows and 0 pairing violations on every trace and window",
-                    f"{len(g['overflow_or_violation_cases'])} cases"
-                    + (
-                        f" (+ {len(g['unavoidable_overflow_cases'])} unavoidable, listed below)"
-                        if g.get("unavoidable_overflow_cases")
-                        else ""
-                    ),
-                    ok[g["no_overflow_no_violation"]],
-                ],
-                *[
-                    [
-                        f"cost saving vs none at {w:,}",
-                        f"{s:.1%}",
-                        ok[s >= 0.40] if w in (32768, 32000) else "—",
-                    ]
-                    for w, s in sorted(g["saving_by_window"].items(), key=lambda kv: int(kv[0]))
-                ],
-                [
-                    "retention in context ≥ every baseline at equal or lower cost",
-                    f"{len(g['retention_worse_cases'])} worse of {g['retention_comparisons']} comparisons",
-                    ok[g["retention_ge_baselines_at_le_cost"]],
-                ],
-                [
-                    "in context + recoverable = 100 %",
-                    f"{(g['retained_rate'] or 0):.2%}",
-                    ok[g["recoverable_100pct"]],
-                ],
-            ],
-            align="llc",
-        ),
+        markdown_table("goal | measured | status", rows, align="llc"),
         "",
         "### Overall",
         "",
@@ -304,31 +248,20 @@ def to_markdown(data: dict[str, Any]) -> str:
             n = len({r["trace"] for r in fr})
             md += [f"#### {fam} ({n} traces)", "", table(aggregate(fr)), ""]
     md += ["### Per policy (ctxpolicy only)", ""]
+    mine = [r for r in runs if r["kind"] == "policy"]
+    per_policy = [
+        [agent, w, a["runs"], f"{a['saving']:.1%}", a["overflows"], a["violations"],
+         f"{a['in_context_rate']:.1%}", f"{a['retained_rate']:.1%}", a["repeats"]]
+        for agent in data["agents"]
+        for w in data["windows"]
+        if (a := aggregate(r for r in mine if r["agent"] == agent and r["window"] == w).get(
+            "ctxpolicy"))
+    ]  # fmt: skip
     md += [
         markdown_table(
-            "policy | window | runs | saving vs none | overflows | pairing viol. | in context | in context + recoverable | repeated reads",
-            [
-                [
-                    agent,
-                    w,
-                    a["runs"],
-                    f"{a['saving']:.1%}",
-                    a["overflows"],
-                    a["violations"],
-                    f"{a['in_context_rate']:.1%}",
-                    f"{a['retained_rate']:.1%}",
-                    a["repeats"],
-                ]
-                for agent in data["agents"]
-                for w in data["windows"]
-                if (
-                    a := aggregate(
-                        r
-                        for r in runs
-                        if r["agent"] == agent and r["window"] == w and r["kind"] == "policy"
-                    ).get("ctxpolicy")
-                )
-            ],
+            "policy | window | runs | saving vs none | overflows | pairing viol. | in context | "
+            "in context + recoverable | repeated reads",
+            per_policy,
         ),
         "",
     ]
