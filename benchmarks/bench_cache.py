@@ -48,38 +48,52 @@ def job(trace_path: str, agent: str, window: int, min_gain: str) -> dict[str, An
     out = {**base, "applicable": True, "min_gain_tokens": n, "trigger": trigger}
     for label, pol in (("shipped", policy), ("cache", with_cache(policy, n))):
         d = replay_trace(msgs, pol, window=window, trace=name, label=label).to_dict()
-        out[label] = {
-            "steps": d["steps"],
-            "prompt_tokens": d["prompt_tokens"],
-            "cached_tokens": d["cache"]["cached_tokens"],
-            "cached_fraction": d["cache"]["cached_fraction"],
-            "prefix_changes": prefix_changes(d["series"]),
-            "compactions": d["compactions_total"],
-            "overflows": d["overflows"],
-            "pairing_violations": d["pairing_violations"],
-            "usd": d["cost"]["usd"],
-            "usd_none": d["cost"]["usd_none"],
-            "price_model": d["cost"]["price_model"],
-            "in_context_rate": d["retention"]["in_context_rate"],
-        }
+        cache, cost = d["cache"], d["cost"]
+        out[label] = {k: d[k] for k in ("steps", "prompt_tokens")}
+        out[label] |= {k: cache[k] for k in ("cached_tokens", "cached_fraction")}
+        out[label] |= {"prefix_changes": prefix_changes(d["series"])}
+        out[label] |= {"compactions": d["compactions_total"]}
+        out[label] |= {k: d[k] for k in ("overflows", "pairing_violations")}
+        out[label] |= {k: cost[k] for k in ("usd", "usd_none", "price_model")}
+        out[label] |= {"in_context_rate": d["retention"]["in_context_rate"]}
     return out
 
 
+SUMMED = "steps prompt_tokens cached_tokens prefix_changes compactions overflows pairing_violations"
+
+
 def totals(rows: list[dict[str, Any]], label: str) -> dict[str, Any]:
-    keys = (
-        "steps",
-        "prompt_tokens",
-        "cached_tokens",
-        "prefix_changes",
-        "compactions",
-        "overflows",
-        "pairing_violations",
-    )
-    t: dict[str, Any] = {k: sum(r[label][k] for r in rows) for k in keys}
+    t: dict[str, Any] = {k: sum(r[label][k] for r in rows) for k in SUMMED.split()}
     t["usd"] = sum(r[label]["usd"] for r in rows)
     t["usd_none"] = sum(r[label]["usd_none"] for r in rows)
     t["cached_fraction"] = t["cached_tokens"] / t["prompt_tokens"] if t["prompt_tokens"] else 0.0
     return t
+
+
+def _ratio(key: str, fmt: str) -> Any:
+    return lambda a, b: f"{b[key] / max(1, a[key]):{fmt}}"
+
+
+#: a window's table: row label, the key of both totals (and how a cell shows it), the ratio
+WINDOW_ROWS: tuple[tuple[str, str, str, Any], ...] = (
+    ("prefix changes", "prefix_changes", "", _ratio("prefix_changes", ".2f")),
+    ("compactions", "compactions", "", _ratio("compactions", ".2f")),
+    ("prompt tokens", "prompt_tokens", "", _ratio("prompt_tokens", ".3f")),
+    ("cached-prefix tokens", "cached_tokens", "", _ratio("cached_tokens", ".3f")),
+    ("cached fraction of prompt", "cached_fraction", ".1%", None),
+    (
+        "estimated cost USD",
+        "usd",
+        ".2f",
+        lambda a, b: f"{b['usd'] / a['usd']:.3f}" if a["usd"] else "",
+    ),
+    ("overflows", "overflows", "", None),
+    ("pairing violations", "pairing_violations", "", None),
+)
+
+
+def _cell(v: Any, fmt: str) -> Any:
+    return format(v, fmt) if fmt else v
 
 
 def to_markdown(data: dict[str, Any]) -> str:
@@ -103,82 +117,24 @@ def to_markdown(data: dict[str, Any]) -> str:
             continue
         a, b = totals(wr, "shipped"), totals(wr, "cache")
         summary_rows.append((w, a, b))
-        md += [
-            f"### Window {w:,} ({len(wr)} replays per variant)",
-            "",
-            markdown_table(
-                " | as shipped | with cache option | with ÷ without",
-                [
-                    [
-                        "prefix changes",
-                        a["prefix_changes"],
-                        b["prefix_changes"],
-                        f"{b['prefix_changes'] / max(1, a['prefix_changes']):.2f}",
-                    ],
-                    [
-                        "compactions",
-                        a["compactions"],
-                        b["compactions"],
-                        f"{b['compactions'] / max(1, a['compactions']):.2f}",
-                    ],
-                    [
-                        "prompt tokens",
-                        a["prompt_tokens"],
-                        b["prompt_tokens"],
-                        f"{b['prompt_tokens'] / max(1, a['prompt_tokens']):.3f}",
-                    ],
-                    [
-                        "cached-prefix tokens",
-                        a["cached_tokens"],
-                        b["cached_tokens"],
-                        f"{b['cached_tokens'] / max(1, a['cached_tokens']):.3f}",
-                    ],
-                    [
-                        "cached fraction of prompt",
-                        f"{a['cached_fraction']:.1%}",
-                        f"{b['cached_fraction']:.1%}",
-                        "",
-                    ],
-                    [
-                        "estimated cost USD",
-                        f"{a['usd']:.2f}",
-                        f"{b['usd']:.2f}",
-                        f"{b['usd'] / a['usd']:.3f}" if a["usd"] else "",
-                    ],
-                    ["overflows", a["overflows"], b["overflows"], ""],
-                    ["pairing violations", a["pairing_violations"], b["pairing_violations"], ""],
-                ],
-            ),
-            "",
+        table = [
+            [label, _cell(a[k], fmt), _cell(b[k], fmt), ratio(a, b) if ratio else ""]
+            for label, k, fmt, ratio in WINDOW_ROWS
         ]
         per_agent = []
         for agent in data["agents"]:
-            ar = [r for r in wr if r["agent"] == agent]
-            if ar:
+            if ar := [r for r in wr if r["agent"] == agent]:
                 x, y = totals(ar, "shipped"), totals(ar, "cache")
-                per_agent.append(
-                    [
-                        agent,
-                        x["prefix_changes"],
-                        y["prefix_changes"],
-                        f"{x['cached_fraction']:.1%}",
-                        f"{y['cached_fraction']:.1%}",
-                        f"{x['usd']:.3f}",
-                        f"{y['usd']:.3f}",
-                        y["overflows"],
-                    ]
-                )
-        md += [
-            markdown_table(
-                "policy | prefix changes | with cache | cached | with cache | USD | with cache | overflows (cache)",
-                per_agent,
-            ),
-            "",
-        ]
+                per_agent.append([
+                    agent, x["prefix_changes"], y["prefix_changes"], f"{x['cached_fraction']:.1%}",
+                    f"{y['cached_fraction']:.1%}", f"{x['usd']:.3f}", f"{y['usd']:.3f}", y["overflows"],
+                ])  # fmt: skip
         fam_rows = []
         for fam in sorted({family(r["trace"]) for r in wr}):
-            fr = [r for r in wr if family(r["trace"]) == fam]
-            x, y = totals(fr, "shipped"), totals(fr, "cache")
+            x, y = (
+                totals([r for r in wr if family(r["trace"]) == fam], v)
+                for v in ("shipped", "cache")
+            )
             fam_rows.append(
                 [
                     fam,
@@ -189,19 +145,27 @@ def to_markdown(data: dict[str, Any]) -> str:
                 ]
             )
         md += [
+            f"### Window {w:,} ({len(wr)} replays per variant)",
+            "",
+            markdown_table(" | as shipped | with cache option | with ÷ without", table),
+            "",
+            markdown_table(
+                "policy | prefix changes | with cache | cached | with cache | USD | with cache | "
+                "overflows (cache)",
+                per_agent,
+            ),
+            "",
             markdown_table(
                 "trace family | prefix changes | with cache | USD | with cache", fam_rows
             ),
             "",
         ]
-    goal_rows = [
-        [
-            f"prefix changes with ≤ 1/3 of without, no overflow ({w:,})",
-            f"{b['prefix_changes']} vs {a['prefix_changes']} ({b['prefix_changes'] / max(1, a['prefix_changes']):.2f}), {b['overflows']} overflows",
-            ok[b["prefix_changes"] * 3 <= a["prefix_changes"] and b["overflows"] == 0],
-        ]
-        for w, a, b in summary_rows
-    ]
+    goal_rows = []
+    for w, a, b in summary_rows:
+        x, y = a["prefix_changes"], b["prefix_changes"]
+        got = f"{y} vs {x} ({y / max(1, x):.2f}), {b['overflows']} overflows"
+        met = ok[y * 3 <= x and b["overflows"] == 0]
+        goal_rows.append([f"prefix changes with ≤ 1/3 of without, no overflow ({w:,})", got, met])
     md += [markdown_table("goal (issue 12) | measured | status", goal_rows, align="llc"), ""]
     na = sorted({(r["agent"], r["window"]) for r in data["results"] if not r.get("applicable")})
     if na:
@@ -209,9 +173,8 @@ def to_markdown(data: dict[str, Any]) -> str:
             "Not applicable (budget leaves no room): " + ", ".join(f"{a} @ {w:,}" for a, w in na),
             "",
         ]
-    md += [
-        f"Reproduce: `.venv/bin/python benchmarks/bench_cache.py{' --quick' if data['quick'] else ''}`"
-    ]
+    quick = " --quick" if data["quick"] else ""
+    md += [f"Reproduce: `.venv/bin/python benchmarks/bench_cache.py{quick}`"]
     return "\n".join(md)
 
 
