@@ -128,41 +128,27 @@ def child(kinds: list[str], quick: bool, llm: bool = False) -> list[dict[str, An
             c = Contestant(label=agent, kind="ctxpolicy" if llm else EXTRACTIVE, policy=policy)
             for path in mine:
                 msgs = load_trace(path)
-                originals = {
-                    m["content"]
-                    for m in msgs
-                    if m.get("role") == "user" and isinstance(m.get("content"), str)
-                }
+                users = [m for m in msgs if m.get("role") == "user"]
+                originals = {m["content"] for m in users if isinstance(m.get("content"), str)}
                 try:
                     d = run_contestant(
                         msgs, c, window, trace=path.stem, counter=counter, record=True
                     )
                 except Exception as exc:  # a policy that cannot run at this window
                     error = f"{type(exc).__name__}: {exc}"[:200]
-                    rows.append(
-                        {"kind": kind, "trace": path.stem, "agent": agent, "window": window}
-                        | {"error": error}
-                    )
+                    rows.append({"kind": kind, "trace": path.stem, "agent": agent} | {
+                        "window": window, "error": error})  # fmt: skip
                     continue
                 b, ret = d["billing"], d["retention"]
-                rows.append(
-                    {
-                        "kind": kind,
-                        "trace": path.stem,
-                        "agent": agent,
-                        "window": window,
-                        "calls": d["calls"],
-                        "total": b["total_cost"],
-                        "none": b["billed_input_none"],
-                        "facts": ret["facts"],
-                        "in_context": ret["in_context"],
-                        "far_facts": ret["far_facts"],
-                        "far_in_context": ret["far_in_context"],
-                        "prefix_changes": d["prefix_changes"],
-                        "overflows": d["overflows"],
-                        **request_measures(d["requests"], originals, counter.count_text),
-                    }
-                )
+                row = {"kind": kind, "trace": path.stem, "agent": agent, "window": window}
+                row |= {
+                    "calls": d["calls"],
+                    "total": b["total_cost"],
+                    "none": b["billed_input_none"],
+                }
+                row |= {k: ret[k] for k in ("facts", "in_context", "far_facts", "far_in_context")}
+                row |= {k: d[k] for k in ("prefix_changes", "overflows")}
+                rows.append(row | request_measures(d["requests"], originals, counter.count_text))
                 print(f"{kind} {agent}@{window} {path.stem[:50]}", file=sys.stderr, flush=True)
     return rows
 
@@ -215,22 +201,11 @@ def scenario_table(base: list[dict[str, Any]], mine: list[dict[str, Any]]) -> st
     return "\n".join(lines)
 
 
+#: summed per (kind, agent, window); share_sum is the requests' shares weighted by count
 _SUMS = (
-    "total",
-    "none",
-    "facts",
-    "in_context",
-    "far_facts",
-    "far_in_context",
-    "calls",
-    "prefix_changes",
-    "overflows",
-    "dup_lines",
-    "dup_requests",
-    "share_sum",
-    "requests",
-    "share_max",
-)
+    "total", "none", "facts", "in_context", "far_facts", "far_in_context", "calls",
+    "prefix_changes", "overflows", "dup_lines", "dup_requests", "requests",
+)  # fmt: skip
 
 
 def aggregate(rows: Iterable[Mapping[str, Any]]) -> dict[tuple[str, str, int], dict[str, float]]:
@@ -238,10 +213,9 @@ def aggregate(rows: Iterable[Mapping[str, Any]]) -> dict[tuple[str, str, int], d
     for r in rows:
         if "error" in r:
             continue
-        a = acc.setdefault((r["kind"], r["agent"], r["window"]), dict.fromkeys(_SUMS, 0.0))
-        for k in ("total", "none", "facts", "in_context", "far_facts", "far_in_context"):
-            a[k] += r[k]
-        for k in ("calls", "prefix_changes", "overflows", "dup_lines", "dup_requests", "requests"):
+        zero = dict.fromkeys([*_SUMS, "share_sum", "share_max"], 0.0)
+        a = acc.setdefault((r["kind"], r["agent"], r["window"]), zero)
+        for k in _SUMS:
             a[k] += r[k]
         a["share_sum"] += r["share_mean"] * r["requests"]
         a["share_max"] = max(a["share_max"], r["share_max"])
@@ -349,9 +323,8 @@ def main(argv: list[str] | None = None) -> int:
     for name in ("extractive", "llm"):
         for r in [*data.get(name, {}).get("baseline", []), *data.get(name, {}).get("after", [])]:
             if "error" in r:
-                print(
-                    f"error: {name} {r['kind']} {r['agent']}@{r['window']} {r['trace']}: {r['error']}"
-                )
+                where = f"{r['kind']} {r['agent']}@{r['window']} {r['trace']}"
+                print(f"error: {name} {where}: {r['error']}")
     return 0
 
 

@@ -47,15 +47,7 @@ def _run(traces: list[str], window: int, trials: int, workers: int) -> tuple[Any
     from ctxpolicy.tune.runner import TuneConfig, run_tune
 
     base = load_policy(POLICY, AGENT)
-    cfg = TuneConfig(
-        traces=traces,
-        policy_file=str(POLICY),
-        agent=AGENT,
-        window=window,
-        trials=trials,
-        seed=0,
-        workers=workers,
-    )
+    cfg = TuneConfig(traces, str(POLICY), AGENT, window, trials, seed=0, workers=workers)
     t0 = time.perf_counter()
     result = run_tune(cfg, base)
     return result, time.perf_counter() - t0
@@ -113,18 +105,14 @@ def _first_difference(a: Any, b: Any, path: str = "") -> str | None:
         for k in sorted(set(a) | set(b)):
             if k not in a or k not in b:
                 return f"{path}/{k}: only in {'after' if k not in a else 'before'}"
-            d = _first_difference(a[k], b[k], f"{path}/{k}")
-            if d:
+            if d := _first_difference(a[k], b[k], f"{path}/{k}"):
                 return d
         return None
     if isinstance(a, list) and isinstance(b, list):
         if len(a) != len(b):
             return f"{path}: {len(a)} vs {len(b)} items"
-        for i, (x, y) in enumerate(zip(a, b, strict=True)):
-            d = _first_difference(x, y, f"{path}[{i}]")
-            if d:
-                return d
-        return None
+        diffs = (_first_difference(x, b[i], f"{path}[{i}]") for i, x in enumerate(a))
+        return next((d for d in diffs if d), None)
     return None if a == b else f"{path}: {a!r} vs {b!r}"
 
 
@@ -176,19 +164,13 @@ def speed(args: argparse.Namespace) -> int:
 
 def speed_markdown(data: dict[str, Any]) -> str:
     """The before → after section (issue 32's goal: ≥ 2× on 1 worker)."""
-    rows = []
-    for window, d in data["windows"].items():
-        rows.append(
-            [
-                f"{int(window):,}",
-                round(d["seconds"]["baseline"], 1),
-                round(d["seconds"]["this tree"], 1),
-                f"{d['speedup']:.2f}×",
-                f"{d['replays']['baseline']} → {d['replays']['this tree']}",
-                "identical ✓" if d["identical"] else f"differ ✗ ({d['first_difference']})",
-                d["chosen_trial"] if d["chosen_trial"] is not None else "none",
-            ]
-        )
+    rows = [
+        [f"{int(window):,}", round(d["seconds"]["baseline"], 1), round(d["seconds"]["this tree"], 1),
+         f"{d['speedup']:.2f}×", f"{d['replays']['baseline']} → {d['replays']['this tree']}",
+         "identical ✓" if d["identical"] else f"differ ✗ ({d['first_difference']})",
+         d["chosen_trial"] if d["chosen_trial"] is not None else "none"]
+        for window, d in data["windows"].items()
+    ]  # fmt: skip
     base = data["baseline_src"]
     commit = data.get("baseline_commit")
     return "\n".join(

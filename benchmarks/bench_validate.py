@@ -24,6 +24,7 @@ from benchmarks._common import ROOT, eprint, machine, markdown_table, parser, pu
 
 BIN = Path(sys.executable).parent
 SCHEMA = ROOT / "schemas" / "ctxpolicy.schema.json"
+PACKAGES = ("ctxpolicy", "check-jsonschema", "jsonschema", "ruamel.yaml", "pydantic", "click")
 
 
 def tool(name: str) -> str | None:
@@ -139,9 +140,7 @@ def main(argv: list[str] | None = None) -> int:
     if ctx is None:
         eprint("ctxpolicy executable not found next to this interpreter")
         return 2
-    info = machine(
-        ["ctxpolicy", "check-jsonschema", "jsonschema", "ruamel.yaml", "pydantic", "click"]
-    )
+    info = machine(PACKAGES)
     yamls = sorted(str(p.relative_to(ROOT)) for p in (ROOT / "policies").glob("*.yaml"))
     schema = str(SCHEMA.relative_to(ROOT))
     agents = "policies/agents.yaml"
@@ -188,19 +187,13 @@ def main(argv: list[str] | None = None) -> int:
         w["files_per_s"] = args.files / w["median_s"]
         net = w["median_s"] - start
         w["files_per_s_net_of_start"] = args.files / net if net > 0.05 else None
-    ratio = ratio_all = paired = None
-    if "check_jsonschema_agents" in cold_res:
-        ratio = (
-            cold_res["ctxpolicy_agents"]["median_s"]
-            / cold_res["check_jsonschema_agents"]["median_s"]
-        )
-        ratio_all = (
-            cold_res["ctxpolicy_yaml"]["median_s"] / cold_res["check_jsonschema_yaml"]["median_s"]
-            if "check_jsonschema_yaml" in cold_res
-            else ratio
-        )
+    med = {k: r["median_s"] for k, r in cold_res.items()}
+    ratio = ratio_all = paired = after_over_before = None
+    if "check_jsonschema_agents" in med:
+        ratio = ratio_all = med["ctxpolicy_agents"] / med["check_jsonschema_agents"]
+        if "check_jsonschema_yaml" in med:
+            ratio_all = med["ctxpolicy_yaml"] / med["check_jsonschema_yaml"]
         paired = paired_ratio(cold_res, "ctxpolicy_agents", "check_jsonschema_agents")
-    after_over_before = None
     if "ctxpolicy_before" in cold_res:
         after_over_before = paired_ratio(cold_res, "ctxpolicy_agents", "ctxpolicy_before")
     data = {
@@ -223,88 +216,43 @@ def main(argv: list[str] | None = None) -> int:
         "ctxpolicy_before": f"`ctxpolicy validate {agents}`, before (`--before {args.before}`)",
         "check_jsonschema_agents": f"`check-jsonschema --schemafile {schema} {agents}`",
         "ctxpolicy_yaml": "`ctxpolicy validate " + " ".join(yamls) + "`",
-        "check_jsonschema_yaml": f"`check-jsonschema --schemafile {schema} "
-        + " ".join(yamls)
-        + "`",
+        "check_jsonschema_yaml": f"`check-jsonschema --schemafile {schema} {' '.join(yamls)}`",
         "ctxpolicy_dir": "`ctxpolicy validate policies/` (all shipped files, TOML and compat too)",
     }
-    refs = {
-        k: cold_res.get(
-            "check_jsonschema_agents"
-            if k.endswith(("_agents", "_before"))
-            else "check_jsonschema_yaml",
-            {},
-        ).get("median_s")
-        for k in cold_res
-    }
+    pair = {k: "yaml" if k.endswith(("_yaml", "_dir")) else "agents" for k in med}
+    ref = {k: med.get(f"check_jsonschema_{pair[k]}") for k in med}
+    both = ratio is not None and paired is not None
+    got = f"{ratio:.2f}× (medians); {paired:.2f}× (median of per-round ratios)" if both else ""
+    met = "✓" if data["goal_cold_le_check_jsonschema"] else "✗"
+    goal = f"ctxpolicy cold ≤ check-jsonschema cold ({agents})"
+    goals = [[goal, got or "check-jsonschema missing", met]]
+    if after_over_before is not None:
+        goal = "this version ÷ `--before` (median of per-round ratios)"
+        goals.append([goal, f"{after_over_before:.2f}×", ""])
+    if "check_jsonschema_yaml" in cold_res:
+        all_yaml = f"{ratio_all:.2f}×" if ratio_all is not None else "n/a"
+        met = "✓" if ratio_all is not None and ratio_all <= 1.0 else "✗"
+        goals.append(["the same on every policies/*.yaml", all_yaml, met])
+    vs = {k: r["median_s"] / ref[k] if ref[k] else "n/a" for k, r in cold_res.items()}
+    cold_rows = [
+        [label[k], r["median_s"], r["min_s"], vs[k], r["exit_code"]] for k, r in cold_res.items()
+    ]
+    cols = ("median_s", "files_per_s", "files_per_s_net_of_start", "exit_code")
+    warm_rows = [[k, *(w[c] for c in cols)] for k, w in warm.items()]
     md = [
         "## Validator",
         "",
         f"Cold process time, median of {args.runs} interleaved runs, after one untimed run "
         "that fills a private bytecode cache for both tools (as installed tools have):",
         "",
-        markdown_table(
-            "command | median s | min s | × check-jsonschema | exit",
-            [
-                [
-                    label[k],
-                    r["median_s"],
-                    r["min_s"],
-                    r["median_s"] / refs[k] if refs[k] else "n/a",
-                    r["exit_code"],
-                ]
-                for k, r in cold_res.items()
-            ],
-        ),
+        markdown_table("command | median s | min s | × check-jsonschema | exit", cold_rows),
         "",
-        markdown_table(
-            "goal | measured | status",
-            [
-                [
-                    f"ctxpolicy cold ≤ check-jsonschema cold ({agents})",
-                    (
-                        f"{ratio:.2f}× (medians); {paired:.2f}× (median of per-round ratios)"
-                        if ratio is not None and paired is not None
-                        else "check-jsonschema missing"
-                    ),
-                    "✓" if data["goal_cold_le_check_jsonschema"] else "✗",
-                ],
-                *(
-                    [
-                        [
-                            "this version ÷ `--before` (median of per-round ratios)",
-                            f"{after_over_before:.2f}×",
-                            "",
-                        ]
-                    ]
-                    if after_over_before is not None
-                    else []
-                ),
-                *(
-                    [
-                        [
-                            "the same on every policies/*.yaml",
-                            f"{ratio_all:.2f}×" if ratio_all is not None else "n/a",
-                            "✓" if ratio_all is not None and ratio_all <= 1.0 else "✗",
-                        ]
-                    ]
-                    if "check_jsonschema_yaml" in cold_res
-                    else []
-                ),
-            ],
-            align="llc",
-        ),
+        markdown_table("goal | measured | status", goals, align="llc"),
         "",
         f"Warm throughput: one process over {args.files:,} generated policy files "
         "(median of the runs; 'net' subtracts the cold start of the row above):",
         "",
-        markdown_table(
-            "validator | seconds | files/s | files/s net of start | exit",
-            [
-                [k, w["median_s"], w["files_per_s"], w["files_per_s_net_of_start"], w["exit_code"]]
-                for k, w in warm.items()
-            ],
-        ),
+        markdown_table("validator | seconds | files/s | files/s net of start | exit", warm_rows),
         "",
         "ctxpolicy additionally resolves `extends`, runs the semantic checks (budget "
         "arithmetic, thresholds order, unknown components with did-you-mean) and reports "
