@@ -1,6 +1,6 @@
 """Replay real agent traces through the built-in preprocessors; print the savings table.
 
-    python benchmarks/bench_preprocessors.py [TRACES_DIR] [--json]   (or: python -m benchmarks run preprocessors)
+    python benchmarks/bench_preprocessors.py [TRACES_DIR]   (or: python -m benchmarks run preprocessors)
 
 Every ``tool`` message of every ``*.jsonl`` trace (OpenAI chat format, one message
 per line) goes through ``ToolResultProcessor`` with the ``coding_agent``-like rules
@@ -19,30 +19,24 @@ from typing import Any
 
 DEFAULT_TRACES = Path(__file__).resolve().parent.parent.parent / "shared" / "traces"
 
+LINES = {"preprocess": "head_tail_lines", "options": {"lines": 50, "min_lines": 200}}
+OUTPUT = {"preprocess": "command_output", "options": {"head_lines": 40, "tail_lines": 60}}
+PRUNE = {"preprocess": "json_prune", "options": {"max_array_items": 10, "max_string_chars": 200}}
 #: coding_agent-like rules, by tool name (first matching glob wins, "*" last).
 RULES: dict[str, dict[str, Any]] = {
     "run_tests": {"preprocess": "test_failures", "options": {"keep_failed_only": True}},
-    "read_file": {"preprocess": "head_tail_lines", "options": {"lines": 50, "min_lines": 200}},
-    "open": {"preprocess": "head_tail_lines", "options": {"lines": 50, "min_lines": 200}},
-    "str_replace_editor": {
-        "preprocess": "head_tail_lines",
-        "options": {"lines": 50, "min_lines": 200},
-    },
+    "read_file": LINES,
+    "open": LINES,
+    "str_replace_editor": LINES,
     "search_logs": {
         "preprocess": "log_levels",
         "options": {"levels": ["ERROR", "WARN"], "last": 50},
     },
-    "bash": {"preprocess": "command_output", "options": {"head_lines": 40, "tail_lines": 60}},
-    "execute_*": {"preprocess": "command_output", "options": {"head_lines": 40, "tail_lines": 60}},
+    "bash": OUTPUT,
+    "execute_*": OUTPUT,
     "query_database": {"preprocess": "table_rows", "options": {"max_rows": 20}},
-    "search_*": {
-        "preprocess": "json_prune",
-        "options": {"max_array_items": 10, "max_string_chars": 200},
-    },
-    "get_*": {
-        "preprocess": "json_prune",
-        "options": {"max_array_items": 10, "max_string_chars": 200},
-    },
+    "search_*": PRUNE,
+    "get_*": PRUNE,
     "*": {"preprocess": "head_tail", "options": {"max_chars": 3000}},
 }
 
@@ -50,22 +44,11 @@ RULES: dict[str, dict[str, Any]] = {
 def make_policy(tools: dict[str, Any] | None = None) -> Any:
     from ctxpolicy.policy.models import Policy
 
-    return Policy.model_validate(
-        {
-            "agent": "coding_agent",
-            "model": {"context_window": 128000, "tokenizer": "o200k_base"},
-            "budget": {},
-            "thresholds": {},
-            "pipeline": [],
-            "on_overflow": {"layer": "emergency"},
-            "tools": tools if tools is not None else RULES,
-            "snapshots": {"enabled": False},
-            "pinned": {},
-            "ledger": {},
-            "constraints": [],
-            "cache": {},
-        }
-    )
+    doc: dict[str, Any] = {k: {} for k in ("budget", "thresholds", "pinned", "ledger", "cache")}
+    doc |= {"agent": "coding_agent", "pipeline": [], "constraints": []}
+    doc |= {"model": {"context_window": 128000, "tokenizer": "o200k_base"}}
+    doc |= {"on_overflow": {"layer": "emergency"}, "snapshots": {"enabled": False}}
+    return Policy.model_validate(doc | {"tools": tools if tools is not None else RULES})
 
 
 def tool_messages(traces: Path) -> list[tuple[str, str, str]]:
@@ -94,17 +77,12 @@ def counter() -> tuple[Any, str]:
         from ctxpolicy.policy.models import ModelSpec
         from ctxpolicy.tokens import TokenCounter
 
-        c = TokenCounter(
-            ModelSpec(
-                context_window=128000,
-                tokenizer=["o200k_base", "quicktok:o200k_base", "cl100k_base", "heuristic"],
-            )
-        )
+        chain = ["o200k_base", "quicktok:o200k_base", "cl100k_base", "heuristic"]
+        c = TokenCounter(ModelSpec(context_window=128000, tokenizer=chain))
         c.count_text("warm up")
         stats = c.stats()
-        backend = (
-            stats.get("tokenizer") or stats.get("backend") or json.dumps(stats, default=str)[:120]
-        )
+        backend = stats.get("tokenizer") or stats.get("backend")
+        backend = backend or json.dumps(stats, default=str)[:120]
         return c.count_text, f"ctxpolicy.tokens.TokenCounter ({backend})"
     except Exception as exc:  # pragma: no cover - tokens module not available
         return (lambda s: (len(s) + 3) // 4), f"len/4 (TokenCounter unavailable: {exc})"
@@ -141,43 +119,38 @@ def run(traces: Path = DEFAULT_TRACES) -> dict[str, Any]:
 
 def table(res: dict[str, Any]) -> str:
     lines = [
-        "| preprocessor | tool results | shortened | tokens before | tokens after | saved | saved % | largest before → after |",
+        "| preprocessor | tool results | shortened | tokens before | tokens after | saved | "
+        "saved % | largest before → after |",
         "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
-    tb = ta = n = ch = 0
-    for name, r in res["rows"].items():
-        saved = r["tokens_before"] - r["tokens_after"]
-        pct = 100 * saved / r["tokens_before"] if r["tokens_before"] else 0.0
-        lines.append(
-            f"| `{name}` | {r['results']} | {r['changed']} | {r['tokens_before']:,} | {r['tokens_after']:,} | "
-            f"{saved:,} | {pct:.1f} % | {r['max_before']:,} → {r['max_after']:,} |"
+    keys = ("results", "changed", "tokens_before", "tokens_after")
+    for name, r in [*res["rows"].items(), ("all", None)]:
+        n, ch, tb, ta = (
+            sum(x[k] for x in res["rows"].values()) if r is None else r[k] for k in keys
         )
-        tb += r["tokens_before"]
-        ta += r["tokens_after"]
-        n += r["results"]
-        ch += r["changed"]
-    pct = 100 * (tb - ta) / tb if tb else 0.0
-    lines.append(f"| **all** | {n} | {ch} | {tb:,} | {ta:,} | {tb - ta:,} | {pct:.1f} % | |")
+        pct = 100 * (tb - ta) / tb if tb else 0.0
+        first = f"**{name}**" if r is None else f"`{name}`"
+        most = "" if r is None else f" {r['max_before']:,} → {r['max_after']:,}"
+        lines.append(
+            f"| {first} | {n} | {ch} | {tb:,} | {ta:,} | {tb - ta:,} | {pct:.1f} % |{most} |"
+        )
     lines.append("")
     lines.append(
-        f"{res['tool_results']} tool results from {res['traces']} traces; tokens by {res['counter']}; "
-        f"preprocessor failures: {res['preprocess_failed']}."
+        f"{res['tool_results']} tool results from {res['traces']} traces; tokens by "
+        f"{res['counter']}; preprocessor failures: {res['preprocess_failed']}."
     )
     return "\n".join(lines)
 
 
 def main(argv: list[str]) -> int:
-    """Writes results/bench_preprocessors.{json,md} (``--json``: prints the JSON only);
-    ``--quick`` is accepted (the run is small already)."""
+    """Writes results/bench_preprocessors.{json,md}; ``--quick`` is accepted (the run is
+    small already)."""
     args = [a for a in argv if not a.startswith("--")]
     traces = Path(args[0]) if args else DEFAULT_TRACES
     if not traces.is_dir():
         print(f"no traces directory at {traces}", file=sys.stderr)
         return 2
     res = run(traces)
-    if "--json" in argv:
-        print(json.dumps(res, indent=2))
-        return 0
     sys.path.append(str(Path(__file__).resolve().parents[1]))  # run as a file
     from benchmarks._common import publish
 
