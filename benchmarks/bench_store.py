@@ -409,45 +409,33 @@ def bench_per_call(baseline: str, calls: int, repeats: int) -> dict[str, Any]:
 
 def to_markdown(data: dict[str, Any]) -> str:
     d, a, n, r = data["durability"], data["archive"], data["naming"], data["recall"]
+    ms, ops, old = d["median_ms"], n["ops"], n["previous_ops"]
+    arch = ("bytes", "files", "bytes_over_content", "last_tenth_over_first_tenth")
     md = [
         "## Snapshot store and history archive",
         "",
-        f"### `add_tool_result` per call by durability ({d['calls']} calls × {d['repeats']} interleaved repeats, 8 KB outputs)",
+        f"### `add_tool_result` per call by durability ({d['calls']} calls × {d['repeats']} "
+        "interleaved repeats, 8 KB outputs)",
         "",
         markdown_table(
             "store | median ms / call | × snapshots off",
             [
-                ["snapshots off (floor)", d["median_ms"]["none"], 1.0],
-                [
-                    "local, `durability: flush` (default)",
-                    d["median_ms"]["flush"],
-                    d["flush_over_none"],
-                ],
-                ["local, `durability: fsync`", d["median_ms"]["fsync"], d["fsync_over_none"]],
+                ["snapshots off (floor)", ms["none"], 1.0],
+                ["local, `durability: flush` (default)", ms["flush"], d["flush_over_none"]],
+                ["local, `durability: fsync`", ms["fsync"], d["fsync_over_none"]],
             ],
         ),
         "",
         f"`fsync` ÷ `flush`: **{d['fsync_over_flush']:.2f}×**.",
         "",
-        f"### History archive over a {a['steps']:,}-step synthetic run ({a['compactions']} compactions, {a['content_bytes'] / 1e6:.2f} MB of archived messages)",
+        f"### History archive over a {a['steps']:,}-step synthetic run ({a['compactions']} "
+        f"compactions, {a['content_bytes'] / 1e6:.2f} MB of archived messages)",
         "",
         markdown_table(
             " | bytes written | files | bytes ÷ content | last 10 % ÷ first 10 % of compaction time",
             [
-                [
-                    "before: whole archive rewritten per compaction",
-                    a["before"]["bytes"],
-                    a["before"]["files"],
-                    a["before"]["bytes_over_content"],
-                    a["before"]["last_tenth_over_first_tenth"],
-                ],
-                [
-                    "after: `HistoryArchive.append`",
-                    a["after"]["bytes"],
-                    a["after"]["files"],
-                    a["after"]["bytes_over_content"],
-                    a["after"]["last_tenth_over_first_tenth"],
-                ],
+                ["before: whole archive rewritten per compaction", *(a["before"][k] for k in arch)],
+                ["after: `HistoryArchive.append`", *(a["after"][k] for k in arch)],
             ],
         ),
         "",
@@ -456,57 +444,56 @@ def to_markdown(data: dict[str, Any]) -> str:
         markdown_table(
             " | 100 snapshots | 1,000 snapshots | ratio",
             [
-                ["now (counter + time suffix)", n["ops"][100], n["ops"][1000], n["ratio"]],
+                ["now (counter + time suffix)", _at(ops, 100), _at(ops, 1000), n["ratio"]],
                 [
                     "previous linear probing (computed)",
-                    n["previous_ops"][100],
-                    n["previous_ops"][1000],
+                    _at(old, 100),
+                    _at(old, 1000),
                     n["previous_ratio"],
                 ],
             ],
         ),
         "",
-        f"### Recall of one archived message: archive of {r['records'][1]:,} vs {r['records'][0]:,} records",
+        f"### Recall of one archived message: archive of {r['records'][1]:,} vs "
+        f"{r['records'][0]:,} records",
         "",
         f"Time ratio **{r['ratio']:.2f}** (O(message size): independent of the archive's size).",
         "",
     ]
-    ap_ = data.get("append")
-    if ap_:
+    if ap_ := data.get("append"):
+        cols = ("writes", "record_bytes", "bare_us", "snapshot_us", "ratio")
+        rows = [
+            [f"`{k}`", *(ap_[k][c] for c in cols), "✓" if ap_[k]["ratio"] <= 1.5 else "✗"]
+            for k in ("flush", "fsync")
+        ]
         md += [
             "",
-            f"### One snapshot write ÷ a bare append of the same bytes ({ap_['repeats']} interleaved repeats, median)",
+            f"### One snapshot write ÷ a bare append of the same bytes ({ap_['repeats']} "
+            "interleaved repeats, median)",
             "",
             markdown_table(
-                "durability | writes | record bytes | bare append µs | snapshot write µs | ratio (median of repeats) | goal ≤ 1.5",
-                [
-                    [
-                        f"`{k}`",
-                        ap_[k]["writes"],
-                        ap_[k]["record_bytes"],
-                        ap_[k]["bare_us"],
-                        ap_[k]["snapshot_us"],
-                        ap_[k]["ratio"],
-                        "✓" if ap_[k]["ratio"] <= 1.5 else "✗",
-                    ]
-                    for k in ("flush", "fsync")
-                ],
+                "durability | writes | record bytes | bare append µs | snapshot write µs | "
+                "ratio (median of repeats) | goal ≤ 1.5",
+                rows,
             ),
         ]
-    pc = data.get("per_call")
-    if pc:
+    if pc := data.get("per_call"):
         md += [
             "",
-            f"### `add_tool_result` per call: `{pc['baseline']}` → this tree ({pc['calls']} calls × {pc['repeats']} runs in turn, child processes, `durability: flush`)",
+            f"### `add_tool_result` per call: `{pc['baseline']}` → this tree ({pc['calls']} calls "
+            f"× {pc['repeats']} runs in turn, child processes, `durability: flush`)",
             "",
             f"{pc['before_us']:.1f} µs → {pc['after_us']:.1f} µs (**{pc['ratio']:.2f}×**).",
         ]
     baseline_arg = f" --baseline {pc['baseline']}" if pc else ""
-    md += [
-        "",
-        f"Reproduce: `.venv/bin/python benchmarks/bench_store.py{' --quick' if data['quick'] else ''}{baseline_arg}`",
-    ]
+    quick = " --quick" if data["quick"] else ""
+    md += ["", f"Reproduce: `.venv/bin/python benchmarks/bench_store.py{quick}{baseline_arg}`"]
     return "\n".join(md)
+
+
+def _at(counts: dict[Any, int], n: int) -> int:
+    """``counts[n]``, its key an int or (read from a results file) a string."""
+    return counts[n] if n in counts else counts[str(n)]
 
 
 def main(argv: list[str] | None = None) -> int:

