@@ -23,23 +23,11 @@ from benchmarks._common import ROOT, SHARED, machine, parser, publish, trace_fil
 POLICIES = ROOT / "policies" / "agents.yaml"
 #: (agent, window) → the knob changes tried (``{}``: as shipped)
 GRID: dict[tuple[str, int], list[dict[str, float]]] = {
-    ("coding_agent", 32768): [
-        {},
-        {"target": 0.3},
-        {"target": 0.5},
-        {"warning": 0.9},
-        {"cap": 3000},
-        {"cap": 6000},
-    ],
-    ("coding_agent_16k", 16384): [
-        {},
-        {"target": 0.3},
-        {"target": 0.5},
-        {"cap": 1500},
-        {"cap": 3000},
-        {"lines": 20},
-    ],
-}
+    ("coding_agent", 32768):
+        [{}, {"target": 0.3}, {"target": 0.5}, {"warning": 0.9}, {"cap": 3000}, {"cap": 6000}],
+    ("coding_agent_16k", 16384):
+        [{}, {"target": 0.3}, {"target": 0.5}, {"cap": 1500}, {"cap": 3000}, {"lines": 20}],
+}  # fmt: skip
 
 
 def variant(agent: str, knobs: Mapping[str, float]) -> Any:
@@ -75,20 +63,11 @@ def one(agent: str, window: int, knobs: dict[str, float], trace: str) -> dict[st
     c = Contestant("sweep", EXTRACTIVE, variant(agent, knobs))
     d = run_contestant(load_trace(trace), c, window, trace=Path(trace).name, counter=ruler())
     b, r = d["billing"], d["retention"]
-    return {
-        "agent": agent,
-        "window": window,
-        "knobs": json.dumps(knobs, sort_keys=True),
-        "cost": b["total_cost"],
-        "none": b["total_cost_none"],
-        "facts": r["facts"],
-        "kept": r["in_context"],
-        "far": r["far_facts"],
-        "far_kept": r["far_in_context"],
-        "prefix_changes": d["prefix_changes"],
-        "calls": d["calls"],
-        "avoidable": d["overflows"] - d["overflows_unavoidable"],
-    }
+    out = {"agent": agent, "window": window, "knobs": json.dumps(knobs, sort_keys=True)}
+    out |= {"cost": b["total_cost"], "none": b["total_cost_none"], "facts": r["facts"]}
+    out |= {"kept": r["in_context"], "far": r["far_facts"], "far_kept": r["far_in_context"]}
+    out |= {k: d[k] for k in ("prefix_changes", "calls")}
+    return out | {"avoidable": d["overflows"] - d["overflows_unavoidable"]}
 
 
 def tune_half(traces: list[str]) -> list[str]:
@@ -125,48 +104,43 @@ def main(argv: list[str] | None = None) -> int:
                 a[k] = a.get(k, 0) + d[k]
             a["calls"] = a.get("calls", 0) + d["calls"]
             a["avoidable"] = a.get("avoidable", 0) + d["avoidable"]
-    rows = []
-    for (agent, window, knobs), a in acc.items():
-        rows.append(
-            {
-                "agent": agent,
-                "window": window,
-                "knobs": json.loads(knobs),
-                "total_over_none": round(a["cost"] / max(1.0, a["none"]), 4),
-                "retention": round(a["kept"] / max(1, a["facts"]), 4),
-                "far_retention": round(a["far_kept"] / max(1, a["far"]), 4),
-                "prefix_changes_per_100": round(100 * a["prefix_changes"] / max(1, a["calls"]), 2),
-                "avoidable_overflows": int(a["avoidable"]),
-            }
-        )
+    rows = [
+        {"agent": agent, "window": window, "knobs": json.loads(knobs),
+         "total_over_none": round(a["cost"] / max(1.0, a["none"]), 4),
+         "retention": round(a["kept"] / max(1, a["facts"]), 4),
+         "far_retention": round(a["far_kept"] / max(1, a["far"]), 4),
+         "prefix_changes_per_100": round(100 * a["prefix_changes"] / max(1, a["calls"]), 2),
+         "avoidable_overflows": int(a["avoidable"])}
+        for (agent, window, knobs), a in acc.items()
+    ]  # fmt: skip
     elapsed = time.perf_counter() - t0
-    info = machine()
+    data = {"machine": machine(), "quick": args.quick, "traces": tune, "rows": rows}
+    data |= {"elapsed_s": elapsed, "jobs": args.jobs}
+    publish("bench_peers_ruler_sweep", data, to_markdown(data))
+    return 0
+
+
+def to_markdown(data: dict[str, Any]) -> str:
     lines = [
         "## The shipped coding policies against one-knob changes, tune half (issue 27)",
         "",
-        f"{len(tune)} traces of the tune half; extractive summaries; the ruler users pay "
-        "(Anthropic prompt caching). `{}`: as shipped.",
+        f"{len(data['traces'])} traces of the tune half; extractive summaries; the ruler users "
+        "pay (Anthropic prompt caching). `{}`: as shipped.",
         "",
         "| policy @ window | change | total cost ÷ none | retention | far retention "
         "| prefix changes / 100 | avoidable overflows |",
         "| --- | --- | ---: | ---: | ---: | ---: | ---: |",
     ]
-    for r in rows:
-        lines.append(
-            f"| {r['agent']} @ {r['window']:,} | `{json.dumps(r['knobs'])}` | "
-            f"{r['total_over_none']:.3f} | {r['retention']:.1%} | {r['far_retention']:.1%} | "
-            f"{r['prefix_changes_per_100']:.1f} | {r['avoidable_overflows']} |"
-        )
     lines += [
-        "",
-        "Reproduce: `python benchmarks/bench_peers_ruler_sweep.py"
-        + (" --quick`" if args.quick else "`")
-        + f" ({elapsed:.0f} s with {args.jobs} jobs)",
+        f"| {r['agent']} @ {r['window']:,} | `{json.dumps(r['knobs'])}` | "
+        f"{r['total_over_none']:.3f} | {r['retention']:.1%} | {r['far_retention']:.1%} | "
+        f"{r['prefix_changes_per_100']:.1f} | {r['avoidable_overflows']} |"
+        for r in data["rows"]
     ]
-    text = "\n".join(lines)
-    data = {"machine": info, "quick": args.quick, "traces": tune, "rows": rows}
-    publish("bench_peers_ruler_sweep", data, text)
-    return 0
+    quick = " --quick" if data["quick"] else ""
+    took = f" ({data['elapsed_s']:.0f} s with {data['jobs']} jobs)" if "jobs" in data else ""
+    lines += ["", f"Reproduce: `python benchmarks/bench_peers_ruler_sweep.py{quick}`{took}"]
+    return "\n".join(lines)
 
 
 if __name__ == "__main__":

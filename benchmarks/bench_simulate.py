@@ -20,25 +20,13 @@ from benchmarks._common import ROOT, SHARED, eprint, parser, publish
 
 #: (trace file, agent, window, baselines) of the plots.
 SIMULATIONS = (
-    (
-        "mini-swe-agent__20251118_gemini-3-pro-74pct.sympy__sympy-13091.jsonl",
-        "coding_agent",
-        32768,
-        ("none", "observation_mask"),
-    ),
-    (
-        "mini-swe-agent__20251118_gemini-3-pro-74pct.django__django-15629.jsonl",
-        "coding_agent",
-        32768,
-        ("none", "summary_at_fraction"),
-    ),
-    (
-        "openhands__multi_swe_bench.output.ponylang__ponyc-4588.jsonl",
-        "coding_agent_16k",
-        16384,
-        ("none", "last_n"),
-    ),
-)
+    ("mini-swe-agent__20251118_gemini-3-pro-74pct.sympy__sympy-13091.jsonl", "coding_agent", 32768,
+     ("none", "observation_mask")),
+    ("mini-swe-agent__20251118_gemini-3-pro-74pct.django__django-15629.jsonl", "coding_agent", 32768,
+     ("none", "summary_at_fraction")),
+    ("openhands__multi_swe_bench.output.ponylang__ponyc-4588.jsonl", "coding_agent_16k", 16384,
+     ("none", "last_n")),
+)  # fmt: skip
 MAX_PNG = 200_000
 
 
@@ -48,31 +36,14 @@ def simulate(
     """One ``ctxpolicy simulate --plot --json`` run: its PNG and per-run totals."""
     tag = trace.removesuffix(".jsonl").rsplit(".", 1)[-1][:40]
     png = img / f"simulate_{agent}_{window}_{tag}.png".replace("/", "_")
-    out: dict[str, Any] = {
-        "trace": trace,
-        "agent": agent,
-        "window": window,
-        "baselines": list(baselines),
-        "png": png.name,
-    }
+    out: dict[str, Any] = {"trace": trace, "agent": agent, "window": window}
+    out |= {"baselines": list(baselines), "png": png.name}
     path = SHARED / "traces" / trace
     if not path.exists():
         return {**out, "error": "trace not found"}
-    cmd = [
-        str(Path(sys.executable).parent / "ctxpolicy"),
-        "simulate",
-        str(path),
-        "--policy",
-        "policies/agents.yaml",
-        "--agent",
-        agent,
-        "--window",
-        str(window),
-        *[a for b in baselines for a in ("--baseline", b)],
-        "--plot",
-        str(png),
-        "--json",
-    ]
+    cmd = [str(Path(sys.executable).parent / "ctxpolicy"), "simulate", str(path)]
+    cmd += ["--policy", "policies/agents.yaml", "--agent", agent, "--window", str(window)]
+    cmd += [*(a for b in baselines for a in ("--baseline", b)), "--plot", str(png), "--json"]
     eprint(f"simulate {trace} ({agent} @ {window}) ...")
     p = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
     if p.returncode not in (0, 1) or not png.exists():
@@ -101,16 +72,10 @@ def to_markdown(data: dict[str, Any]) -> str:
         if r.get("error"):
             md += [f"_(simulate failed for {trace}: {r['error']})_", ""]
             continue
-        shown = " ".join(
-            [
-                "ctxpolicy simulate",
-                f"../shared/traces/{trace}",
-                "--policy policies/agents.yaml",
-                f"--agent {agent}",
-                f"--window {window}",
-                *[f"--baseline {b}" for b in r["baselines"]],
-                f"--plot docs/img/{r['png']}",
-            ]
+        shown = f"ctxpolicy simulate ../shared/traces/{trace} --policy policies/agents.yaml "
+        shown += " ".join([f"--agent {agent}", f"--window {window}"])
+        shown += (
+            "".join(f" --baseline {b}" for b in r["baselines"]) + f" --plot docs/img/{r['png']}"
         )
         totals = "; ".join(
             f"{n}: {s['prompt_tokens']:,} prompt tokens, {s['overflows']} overflows"
