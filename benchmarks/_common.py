@@ -8,16 +8,18 @@ absolute times are printed for context only.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import cProfile
 import json
 import os
 import platform
 import pstats
+import socket
 import statistics
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from datetime import UTC, datetime
 from importlib import metadata
 from pathlib import Path
@@ -232,6 +234,68 @@ def parser(
     if jobs:
         ap.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1))
     return ap
+
+
+#: ctxpolicy's scripted server answering ``argv[1]`` after ``argv[2]`` seconds; its URL
+#: on stdout; it stops when its stdin closes
+_UPSTREAM = """
+import sys, time
+from ctxpolicy.testing.server import ScriptedLLMServer
+delay = float(sys.argv[2])
+def script(body):
+    if delay:
+        time.sleep(delay)
+    return {"content": sys.argv[1]}
+with ScriptedLLMServer(window=1_000_000, script=script) as s:
+    print(s.url, flush=True)
+    sys.stdin.read()
+"""
+
+
+@contextlib.contextmanager
+def scripted_upstream(content: str, delay: float = 0.0) -> Iterator[tuple[str, int]]:
+    """A model-like upstream in a process of its own (its threads must not share the
+    measuring process's interpreter lock): its URL and pid."""
+    cmd = [sys.executable, "-c", _UPSTREAM, content, str(delay)]
+    proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=ROOT)
+    assert proc.stdin is not None and proc.stdout is not None
+    try:
+        yield proc.stdout.readline().strip(), proc.pid
+    finally:
+        proc.stdin.close()
+        proc.wait(timeout=30)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@contextlib.contextmanager
+def http_server(cmd: list[str], port: int, **popen: Any) -> Iterator[tuple[str, int]]:
+    """``cmd`` (a server listening on ``port``) started, its URL once ``/healthz``
+    answers, and its pid; terminated on exit."""
+    import httpx
+
+    proc = subprocess.Popen(cmd, **popen)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            with contextlib.suppress(httpx.HTTPError):
+                if httpx.get(url + "/healthz", timeout=1).is_success:
+                    break
+            if time.monotonic() > deadline or proc.poll() is not None:
+                raise RuntimeError(f"{' '.join(cmd[:4])} did not start")
+            time.sleep(0.05)
+        yield url, proc.pid
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
 
 
 def eprint(*args: Any) -> None:

@@ -47,7 +47,15 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")  # no fetch at import
 
-from benchmarks._common import eprint, header_markdown, machine, markdown_table, publish
+from benchmarks._common import (
+    eprint,
+    free_port,
+    http_server,
+    machine,
+    markdown_table,
+    publish,
+    scripted_upstream,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -131,33 +139,6 @@ async def measure(
     }
 
 
-@contextlib.contextmanager
-def served() -> Iterator[str]:
-    """ctxpolicy's scripted server in a process of its own (a provider is elsewhere: its
-    threads must not share this process's interpreter lock); yields its base URL."""
-    code = (
-        "import sys\n"
-        "from ctxpolicy.testing.server import ScriptedLLMServer\n"
-        "with ScriptedLLMServer(window=1_000_000, script=lambda b: {'content': '4'}) as s:\n"
-        "    print(s.base_url, flush=True)\n"
-        "    sys.stdin.read()\n"
-    )
-    proc = subprocess.Popen(
-        [sys.executable, "-c", code],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        text=True,
-        cwd=ROOT,
-    )
-    try:
-        assert proc.stdout is not None
-        yield proc.stdout.readline().strip()
-    finally:
-        assert proc.stdin is not None
-        proc.stdin.close()
-        proc.wait(timeout=30)
-
-
 def hook_case(
     policy: Any,
     history: list[dict[str, Any]],
@@ -222,39 +203,18 @@ def adapter_case(
     return small, heavy, pool
 
 
-@contextlib.contextmanager
-def gateway(base_url: str, processes: int) -> Iterator[str]:
+def gateway(base_url: str, processes: int) -> Any:
     """``ctxpolicy serve`` (one worker, ``--engine-processes``) in a process of its own in
-    front of the scripted server; yields its base URL once ``/healthz`` answers (the
-    gateway serves once its engine processes are up)."""
-    import socket
-
-    import httpx
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
+    front of the scripted server; its URL once ``/healthz`` answers (the gateway serves
+    once its engine processes are up)."""
+    port = free_port()
     cmd = [
         *(sys.executable, "-m", "ctxpolicy.cli", "serve"),
         *("--policy", str(ROOT / "policies" / "agents.yaml"), "--agent", "coding_agent"),
         *("--upstream", base_url, "--port", str(port), "--log-level", "warning"),
         *("--engine-processes", str(processes)),
     ]
-    proc = subprocess.Popen(cmd, cwd=ROOT)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 60
-        while True:
-            with contextlib.suppress(httpx.HTTPError):
-                if httpx.get(url + "/healthz", timeout=1).is_success:
-                    break
-            if time.monotonic() > deadline or proc.poll() is not None:
-                raise RuntimeError("the gateway did not start")
-            time.sleep(0.1)
-        yield url
-    finally:
-        proc.terminate()
-        proc.wait(timeout=30)
+    return http_server(cmd, port, cwd=ROOT)
 
 
 def gateway_case(url: str, history: list[dict[str, Any]], tag: str) -> Any:
@@ -333,6 +293,11 @@ def floor(history: list[dict[str, Any]]) -> Iterator[Callable[[int], Awaitable[A
 #: The engine lanes compared in one run: worker threads of the front end's process
 #: (before, the default) and engine processes (after; ``None``: ``--processes``).
 LANES = (("engine in threads (before)", 0), ("engine in {n} processes (after)", None))
+FRONTS = {
+    "hook": "litellm hook",
+    "adapter": "async OpenAI adapter",
+    "gateway": "gateway (ctxpolicy serve)",
+}
 
 
 def salted(history: list[dict[str, Any]], salt: str) -> list[dict[str, Any]]:
@@ -471,55 +436,43 @@ def main(argv: list[str] | None = None) -> int:
     runs: dict[str, list[dict[str, Any]]] = {}
 
     def one(front: str, label: str, n_procs: int, tag: str, base_url: str) -> None:
-        if front == "hook":
-            small, heavy, hook = hook_case(
-                policy,
-                salted(history, "hook" + tag),
-                on_loop=False,
-                tag=tag,
-                processes=n_procs,
-            )
-            pool = hook.sessions
-            name = f"litellm hook, {label}"
-        elif front == "gateway":
-            with gateway(base_url, n_procs) as url:
-                small, heavy, client = gateway_case(url, salted(history, "gw" + tag), tag)
+        hist = salted(history, {"gateway": "gw"}.get(front, front) + tag)
+        with contextlib.ExitStack() as stack:
+            if front == "gateway":
+                url, _ = stack.enter_context(gateway(base_url, n_procs))
+                small, heavy, client = gateway_case(url, hist, tag)
+                close: Any = client.aclose
+            elif front == "hook":
+                small, heavy, hook = hook_case(
+                    policy, hist, on_loop=False, tag=tag, processes=n_procs
+                )
+                stack.callback(hook.sessions.close)
+            else:
+                small, heavy, pool = adapter_case(policy, hist, base_url, tag, n_procs)
+                stack.callback(pool.close)
 
-                async def go() -> dict[str, Any]:
-                    try:
-                        return await measure(small, heavy, rounds=1, alone=30)
-                    finally:
-                        await client.aclose()
+            async def go() -> dict[str, Any]:
+                try:
+                    return await measure(small, heavy, rounds=1, alone=30)
+                finally:
+                    if front == "gateway":
+                        await close()
 
-                result = asyncio.run(go())
-            name = f"gateway (ctxpolicy serve), {label}"
-            runs.setdefault(name, []).append(result)
-            eprint(name, result)
-            return
-        else:
-            small, heavy, pool = adapter_case(
-                policy,
-                salted(history, "adapter" + tag),
-                base_url,
-                tag=tag,
-                processes=n_procs,
-            )
-            name = f"async OpenAI adapter, {label}"
-        try:
-            result = asyncio.run(measure(small, heavy, rounds=1, alone=30))
-        finally:
-            pool.close()
+            result = asyncio.run(go())
+        name = f"{FRONTS[front]}, {label}"
         runs.setdefault(name, []).append(result)
         eprint(name, result)
 
-    with served() as base_url:
+    fronts = args.fronts.split(",")
+    with scripted_upstream("4") as (url, _):
+        base_url = url + "/v1"
         for r in range(rounds):  # before and after interleaved, round by round
             for label, n_procs in LANES:
                 n_procs = args.processes if n_procs is None else n_procs
                 label = label.format(n=args.processes)
-                for front in args.fronts.split(","):
+                for front in fronts:
                     one(front, label, n_procs, f"{label[:12]}-{r}-", base_url)
-            if "hook" in args.fronts.split(","):  # the floor: the machine alone
+            if "hook" in fronts:  # the floor: the machine alone
                 small, _, hook = hook_case(policy, SMALL, on_loop=False, tag=f"floor-{r}-")
                 with floor(salted(history, f"floor-{r}")) as heavy:
                     result = asyncio.run(measure(small, heavy, rounds=1, alone=30))
@@ -539,61 +492,45 @@ def main(argv: list[str] | None = None) -> int:
         results[key]["pooled_unloaded_ms"] = round(pooled, 3)
         results[key]["pooled_ratio"] = round(results[key]["loaded_ms"] / pooled, 2)
 
-    info = machine(["litellm", "openai", "anyio"])
+    data = {"machine": machine(["litellm", "openai", "anyio"]), "messages": n, "rounds": rounds}
+    data |= {"loads": loads, "results": results, "processes": args.processes}
+    publish("bench_frontdoor_blocking", data, to_markdown(data))
+    return 0
+
+
+COLUMNS = ["unloaded_ms", "loaded_ms", "loaded_max_ms", "small_calls_during", "heavy_s", "ratio"]
+
+
+def to_markdown(data: dict[str, Any]) -> str:
+    results, processes = data["results"], data.get("processes", 2)
     rows = [
-        [
-            name,
-            r["unloaded_ms"],
-            r["loaded_ms"],
-            r["loaded_max_ms"],
-            r["small_calls_during"],
-            r["heavy_s"],
-            r["ratio"],
-            r.get("pooled_ratio", r["ratio"]),
-        ]
-        for name, r in results.items()
+        [k, *(r[c] for c in COLUMNS), r.get("pooled_ratio", r["ratio"])] for k, r in results.items()
     ]
-    md = "\n".join(
+    return "\n".join(
         [
             "## Front door: does one long history block another conversation?",
             "",
-            header_markdown(info),
-            "",
-            f"A small call of one conversation while another prepares {n:,} messages "
-            f"(each round a new conversation and a history of its own; median of {rounds} "
-            "round(s), before and after interleaved round by round); ratio = loaded ÷ "
-            "unloaded of the same measurement (median over its rounds); the last column "
+            f"A small call of one conversation while another prepares {data['messages']:,} "
+            f"messages (each round a new conversation and a history of its own; median of "
+            f"{data['rounds']} round(s), before and after interleaved round by round); ratio = "
+            "loaded ÷ unloaded of the same measurement (median over its rounds); the last column "
             "divides by the median unloaded time of that front end over every measurement "
             "of the run (the machine's load moves a sub-millisecond call alone by several "
             f"times). Load averages (1, 5, 15 min) at the start and after each round: "
-            f"{loads}.",
+            f"{data['loads']}.",
             "",
             markdown_table(
-                [
-                    "front end",
-                    "unloaded ms",
-                    "loaded ms",
-                    "loaded max ms",
-                    "small calls during",
-                    "heavy prepare s",
-                    "ratio",
-                    "ratio to all its unloaded",
-                ],
+                "front end | unloaded ms | loaded ms | loaded max ms | small calls during | "
+                "heavy prepare s | ratio | ratio to all its unloaded",
                 rows,
             ),
             "",
-            notes(results, args.processes),
+            notes(results, processes),
             "",
             "Reproduce: `.venv/bin/python benchmarks/bench_frontdoor_blocking.py` "
-            f"(`--processes {args.processes}`; `--quick`: 2,000 messages, one round).",
+            f"(`--processes {processes}`; `--quick`: 2,000 messages, one round).",
         ]
     )
-    publish(
-        "bench_frontdoor_blocking",
-        {"machine": info, "messages": n, "rounds": rounds, "loads": loads, "results": results},
-        md,
-    )
-    return 0
 
 
 if __name__ == "__main__":

@@ -10,10 +10,9 @@ says what each scenario sends.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
-import multiprocessing as mp
 import os
-import socket
 import statistics
 import subprocess
 import sys
@@ -26,7 +25,16 @@ import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks._common import git_head, header_markdown, machine, parser, publish
+from benchmarks._common import (
+    free_port,
+    git_head,
+    header_markdown,
+    http_server,
+    machine,
+    parser,
+    publish,
+    scripted_upstream,
+)
 
 CONVERSATIONS = 50
 BODY = {
@@ -36,26 +44,6 @@ BODY = {
         {"role": "user", "content": "Fix the failing test. " * 20},
     ],
 }
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def _run_upstream(port_out: Any, delay: float) -> None:
-    from ctxpolicy.testing.server import ScriptedLLMServer
-
-    def script(body: dict[str, Any]) -> dict[str, Any]:
-        if delay:
-            time.sleep(delay)
-        return {"content": "done"}
-
-    with ScriptedLLMServer(window=1_000_000, script=script) as srv:
-        port_out.put(srv.port)
-        while True:
-            time.sleep(3600)
 
 
 #: The gateway process: the code of the checkout it runs from (its own tree first on
@@ -82,23 +70,6 @@ uvicorn.run(
 ROOT = Path(__file__).resolve().parents[1]
 
 
-class _Proc:
-    """A started process with a pid and a terminate/join like multiprocessing's."""
-
-    def __init__(self, popen: subprocess.Popen[bytes]) -> None:
-        self.popen = popen
-        self.pid = popen.pid
-
-    def terminate(self) -> None:
-        self.popen.terminate()
-
-    def join(self, timeout: float) -> None:
-        try:
-            self.popen.wait(timeout)
-        except subprocess.TimeoutExpired:
-            self.popen.kill()
-
-
 def server_impls(root: Path) -> tuple[str, str]:
     """The HTTP parser and event loop ``ctxpolicy serve`` of the checkout ``root`` runs on
     when installed from its own lock: httptools and uvloop when its lock has them (its
@@ -111,44 +82,12 @@ def server_impls(root: Path) -> tuple[str, str]:
     return http, loop
 
 
-def _gateway(root: Path, upstream: str, tmp: str) -> tuple[_Proc, str]:
-    port = _free_port()
+def _gateway(root: Path, upstream: str, tmp: str) -> Any:
+    """The gateway of the checkout ``root`` in front of ``upstream``: its URL and pid."""
+    port = free_port()
     os.makedirs(tmp, exist_ok=True)
-    env = {**os.environ, "PYTHONPATH": str(root)}
-    http, loop = server_impls(root)
-    popen = subprocess.Popen(
-        [sys.executable, "-c", GATEWAY_CODE, str(port), upstream, tmp, http, loop],
-        cwd=root,
-        env=env,
-    )
-    gateway = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 60
-    while True:
-        try:
-            if httpx.get(gateway + "/healthz").status_code == 200:
-                break
-        except httpx.HTTPError:
-            pass
-        if time.monotonic() > deadline or popen.poll() is not None:
-            raise RuntimeError(f"the gateway of {root} did not start")
-        time.sleep(0.05)
-    return _Proc(popen), gateway
-
-
-def _start(delay: float, tmp: str, roots: list[Path]) -> tuple[list[Any], str, list[str]]:
-    """The upstream, then one gateway per checkout in ``roots``."""
-    ctx = mp.get_context("spawn")
-    q = ctx.Queue()
-    up = ctx.Process(target=_run_upstream, args=(q, delay), daemon=True)
-    up.start()
-    upstream = f"http://127.0.0.1:{q.get(timeout=60)}"
-    procs: list[Any] = []
-    gateways: list[str] = []
-    for i, root in enumerate(roots):
-        proc, url = _gateway(root, upstream, os.path.join(tmp, str(i)))
-        procs.append(proc)
-        gateways.append(url)
-    return [*procs, up], upstream, gateways
+    cmd = [sys.executable, "-c", GATEWAY_CODE, str(port), upstream, tmp, *server_impls(root)]
+    return http_server(cmd, port, cwd=root, env={**os.environ, "PYTHONPATH": str(root)})
 
 
 def _large_body() -> dict[str, Any]:
@@ -450,47 +389,47 @@ def main() -> None:
         for line in own_rows:
             print(line, flush=True)
         large_bytes = json.dumps(LARGE).encode()
+        single = {  # one conversation: name, calls, streamed, the Messages request's bytes
+            "sequential": ("sequential, 1 conversation", seq_calls, False, b""),
+            "stream": ("streaming, time to first byte, 1 conversation", seq_calls, True, b""),
+            "large": (
+                "synthetic 150 KB Messages request, 24 tools, 1 conversation",
+                large_calls,
+                False,
+                large_bytes,
+            ),
+            "claude": (real_name, large_calls, False, real_bytes or b""),
+        }
         for delay, scenarios in (
             (0.0, ("sequential", "stream", "large", "claude", "concurrent")),
             (args.upstream_ms / 1e3, ("concurrent",)),
         ):
-            procs, upstream, gateways = _start(delay, os.path.join(tmp, f"d{delay}"), roots)
-            urls = [upstream, *gateways]
-            try:
-                pids = [p.pid or 0 for p in procs[: len(gateways)]]
+            with contextlib.ExitStack() as stack:  # the gateways stop first, then the upstream
+                upstream, _ = stack.enter_context(scripted_upstream("done", delay))
+                gws = [
+                    stack.enter_context(
+                        _gateway(root, upstream, os.path.join(tmp, f"d{delay}", str(i)))
+                    )
+                    for i, root in enumerate(roots)
+                ]
+                urls, pids = [upstream, *(u for u, _ in gws)], [p for _, p in gws]
                 for sc in scenarios:
-                    if sc == "sequential":
-                        d, gws = asyncio.run(_scenario(urls, 1, seq_calls, pids))
-                        name = "sequential, 1 conversation"
-                    elif sc == "stream":
-                        d, gws = asyncio.run(_scenario(urls, 1, seq_calls, pids, True))
-                        name = "streaming, time to first byte, 1 conversation"
-                    elif sc == "large":
-                        d, gws = asyncio.run(
-                            _scenario(urls, 1, large_calls, pids, large=large_bytes)
-                        )
-                        name = "synthetic 150 KB Messages request, 24 tools, 1 conversation"
-                    elif sc == "claude":
-                        if real_bytes is None:
-                            continue
-                        d, gws = asyncio.run(
-                            _scenario(urls, 1, large_calls, pids, large=real_bytes)
-                        )
-                        name = real_name
-                    else:
-                        d, gws = asyncio.run(_scenario(urls, CONVERSATIONS, conc_calls, pids))
+                    if sc == "concurrent":
                         name = f"{CONVERSATIONS} concurrent conversations, upstream " + (
                             f"{args.upstream_ms:g} ms" if delay else "0 ms (saturation)"
                         )
-                    for label, (t, cpu) in zip(labels, gws, strict=True):
+                        run = _scenario(urls, CONVERSATIONS, conc_calls, pids)
+                    elif sc == "claude" and real_bytes is None:
+                        continue
+                    else:
+                        name, calls, stream, large = single[sc]
+                        run = _scenario(urls, 1, calls, pids, stream, large)
+                    d, gws_t = asyncio.run(run)
+                    for label, (t, cpu) in zip(labels, gws_t, strict=True):
                         full = f"{name} [{label}]" if args.baseline else name
                         line, results[full] = _row(full, d, t, cpu)
                         rows.append(line)
                         print(line, flush=True)
-            finally:
-                for p in procs:
-                    p.terminate()
-                    p.join(10)
             load.append(os.getloadavg())
     info = machine(["ctxpolicy", "uvicorn", "httpx"])
     loads = ", ".join(f"{a:.2f}" for a, _, _ in load)

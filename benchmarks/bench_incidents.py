@@ -104,35 +104,38 @@ def _count(text: str) -> int:
     return TiktokenTokenizer.load("cl100k_base", None).count(text)
 
 
-def filler(tag: str, tokens: int) -> str:
-    """Deterministic code-like tool output of about ``tokens`` cl100k tokens."""
+def _lines_of(tokens: int, line: Any) -> str:
+    """``line(i)`` for i = 0, 1, … until about ``tokens`` cl100k tokens."""
     out: list[str] = []
-    n = 0
-    i = 0
+    n = i = 0
     while n < tokens:
-        line = f"{tag}.py:{i:04d}: result_{i % 97} = compute(batch={i}, retries={i % 5})  # ok"
-        out.append(line)
-        n += _count(line) + 1
+        out.append(line(i))
+        n += _count(out[-1]) + 1
         i += 1
     return "\n".join(out)
+
+
+def filler(tag: str, tokens: int) -> str:
+    """Deterministic code-like tool output of about ``tokens`` cl100k tokens."""
+    return _lines_of(
+        tokens,
+        lambda i: f"{tag}.py:{i:04d}: result_{i % 97} = compute(batch={i}, retries={i % 5})  # ok",
+    )
+
+
+LEVELS = ["INFO", "DEBUG", "INFO", "WARN", "INFO", "ERROR", "DEBUG", "INFO"]
 
 
 def big_log(tokens: int) -> str:
     """A service log of about ``tokens`` tokens, mostly prose (≈ 4–5 characters/token)."""
-    levels = ["INFO", "DEBUG", "INFO", "WARN", "INFO", "ERROR", "DEBUG", "INFO"]
-    out: list[str] = []
-    n = 0
-    i = 0
-    while n < tokens:
-        line = (
-            f"{levels[i % 8]} worker {i % 7} handled the request for customer account number "
+    return _lines_of(
+        tokens,
+        lambda i: (
+            f"{LEVELS[i % 8]} worker {i % 7} handled the request for customer account number "
             f"{1000 + i} and waited for a database connection from the shared pool"
             + (" until the timeout expired" if i % 8 == 5 else " without any problem")
-        )
-        out.append(line)
-        n += _count(line) + 1
-        i += 1
-    return "\n".join(out)
+        ),
+    )
 
 
 def call(i: int, name: str, **args: Any) -> dict[str, Any]:
@@ -173,19 +176,13 @@ class WindowedSummarizer:
         n = 4 + self.count_text(str(m.get("content") or ""))
         for tc in m.get("tool_calls") or []:
             fn = tc.get("function") or {}
-            n += self.count_text(str(fn.get("name", ""))) + self.count_text(
-                str(fn.get("arguments", ""))
-            )
+            n += sum(self.count_text(str(fn.get(k, ""))) for k in ("name", "arguments"))
         return n
 
     def __call__(self, request: Any) -> str:
         ct = self.count_text
-        size = (
-            sum(self._message_tokens(m) for m in request.messages)
-            + ct(request.instructions)
-            + (ct(request.previous_summary) if request.previous_summary else 0)
-            + sum(ct(c) for c in request.constraints)
-        )
+        texts = [request.instructions, request.previous_summary or "", *request.constraints]
+        size = sum(self._message_tokens(m) for m in request.messages) + sum(map(ct, texts))
         fits = size + request.max_tokens <= WINDOW
         self.requests.append({"input": size, "max_tokens": request.max_tokens, "fits": fits})
         if not fits:
@@ -207,9 +204,7 @@ def run_loop(
     then one final call. On a rejection the agent calls ``on_error`` once and retries."""
     import ctxpolicy
 
-    kwargs: dict[str, Any] = {}
-    if summarizer is not None:
-        kwargs["summarizer"] = summarizer
+    kwargs: dict[str, Any] = {"summarizer": summarizer} if summarizer is not None else {}
     session = ctxpolicy.Session(
         policy, conv_id="incident", **kwargs, state_store=MemoryStateStore()
     )
@@ -263,6 +258,7 @@ def run_loop(
     gaps = [i for i, s in enumerate(series) if s["compactions"]]
     spacing = [b - a for a, b in itertools.pairwise(gaps)]
     context = "\n".join(str(m.get("content") or "") for m in last_prepared)
+    status = [e for e in session.events if e.get("type") == "context.status"]
     return {
         "calls": len(series),
         "rejected_first_attempt": provider.rejected
@@ -277,11 +273,7 @@ def run_loop(
         "mean_calls_between_compactions": (sum(spacing) / len(spacing)) if spacing else None,
         "layer_failures": dict(st.layer_failures),
         "overflow_events": st.overflows,
-        "squeezed": sum(
-            1
-            for e in session.events
-            if e.get("type") == "context.status" and e.get("compact_layer") == "squeeze"
-        ),
+        "squeezed": sum(1 for e in status if e.get("compact_layer") == "squeeze"),
         "breaker_open": sum(1 for e in session.events if e.get("type") == "breaker.open"),
         "trigger": session.budget().trigger,
         "target": session.budget().target,
@@ -341,11 +333,9 @@ def scenario_b(tmp: Path, quick: bool = False) -> dict[str, Any]:
         summ = WindowedSummarizer(None)
         out[name] = run_loop(pol, rounds, task="Refactor the pkg module.", summarizer=summ)
         reqs = out[name]["summary_requests"]
-        out[name]["summary_calls"] = len(reqs)
+        biggest = max((int(r["input"]) + int(r["max_tokens"]) for r in reqs), default=0)
+        out[name] |= {"summary_calls": len(reqs), "max_summary_request": biggest}
         out[name]["summary_calls_rejected"] = sum(1 for r in reqs if not r["fits"])
-        out[name]["max_summary_request"] = max(
-            (int(r["input"]) + int(r["max_tokens"]) for r in reqs), default=0
-        )
     return out
 
 
@@ -355,16 +345,11 @@ KEY_FACT = "max_connections=10"
 def scenario_c(tmp: Path, quick: bool = False) -> dict[str, Any]:
     """Many ~1,200-token steps; count compactions (thrash) and the key fact's survival."""
     n = 18 if quick else 40
-    rounds: list[tuple[dict[str, Any], str]] = [
-        (
-            call(0, "read_file", path="config/db.ini"),
-            f"[pool]\n{KEY_FACT}\ntimeout_s=30\n" + filler("db_ini", 600),
-        )
-    ]
+    config = f"[pool]\n{KEY_FACT}\ntimeout_s=30\n" + filler("db_ini", 600)
+    rounds = [(call(0, "read_file", path="config/db.ini"), config)]
     for i in range(1, n):
-        rounds.append(
-            (call(i, "run_command", command=f"pytest tests/test_{i}.py"), filler(f"t{i}", 1200))
-        )
+        test = call(i, "run_command", command=f"pytest tests/test_{i}.py")
+        rounds.append((test, filler(f"t{i}", 1200)))
     # compaction just below the trigger, no recovery band: drop the oldest round(s) only
     pipeline = "      - {layer: drop_rounds, at: warning, options: {keep_recent_rounds: 2, min_keep_tokens: 100}}"
     out: dict[str, Any] = {"scenario": "c", "title": "50 % trigger: compaction every few steps"}
@@ -380,11 +365,8 @@ def scenario_c(tmp: Path, quick: bool = False) -> dict[str, Any]:
 def run_all(quick: bool = False) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="ctxpolicy-incidents-") as d:
         tmp = Path(d)
-        return {
-            "a": scenario_a(tmp, quick),
-            "b": scenario_b(tmp, quick),
-            "c": scenario_c(tmp, quick),
-        }
+        scenarios = {"a": scenario_a, "b": scenario_b, "c": scenario_c}
+        return {k: run(tmp, quick) for k, run in scenarios.items()}
 
 
 # --------------------------------------------------------------------------- report
@@ -479,16 +461,12 @@ def main(argv: list[str] | None = None) -> int:
     info = machine(["ctxpolicy", "tiktoken"])
     res = run_all(args.quick)
     text = to_markdown(res, info, args.quick)
-    data = {
-        "machine": info,
-        "window": WINDOW,
-        "output_tokens": OUTPUT,
-        "quick": args.quick,
-        "scenarios": {
-            k: {kk: (_strip(vv) if isinstance(vv, dict) else vv) for kk, vv in v.items()}
-            for k, v in res.items()
-        },
+    scenarios = {
+        k: {kk: (_strip(vv) if isinstance(vv, dict) else vv) for kk, vv in v.items()}
+        for k, v in res.items()
     }
+    data = {"machine": info, "window": WINDOW, "output_tokens": OUTPUT, "quick": args.quick}
+    data["scenarios"] = scenarios
     publish("bench_incidents", data, text)
     return 0
 
