@@ -10,26 +10,6 @@ from typing import Any
 
 from benchmarks._common import ROOT, SHARED, shared_traces, trace_files
 
-__all__ = [
-    "AGENT",
-    "POLICY_FILE",
-    "ROOT",
-    "coding_parts",
-    "engine_policy",
-    "family",
-    "largest_trace",
-    "largest_traces",
-    "load_agent",
-    "matrix",
-    "message_texts",
-    "runnable",
-    "shipped_agents",
-    "smallest_trace",
-    "step_indices",
-    "tiny_session",
-    "tree_policies",
-]
-
 POLICY_FILE = ROOT / "policies" / "agents.yaml"
 AGENT = "default"
 Message = dict[str, Any]
@@ -84,9 +64,8 @@ def runnable(policy: Any) -> tuple[Any, str | None]:
     except Exception as exc:
         tok = policy.model.tokenizer
         items = [tok] if isinstance(tok, str) else list(tok or [])
-        encs = [
-            i.split(":", 1)[-1] for i in items if i not in ("heuristic", "quicktok", "tiktoken")
-        ]
+        bare = [i for i in items if i not in ("heuristic", "quicktok", "tiktoken")]
+        encs = [i.split(":", 1)[-1] for i in bare]
         chain = [*items, *(f"quicktok:{e}" for e in encs), "heuristic"]
         model = policy.model.model_copy(update={"tokenizer": chain})
         return policy.model_copy(update={"model": model}), (
@@ -117,8 +96,7 @@ def message_texts(m: Mapping[str, Any]) -> list[str]:
         out += [str(p.get("text", "")) for p in c if isinstance(p, Mapping) and p.get("text")]
     for tc in m.get("tool_calls") or []:
         fn = tc.get("function") or {}
-        out.append(str(fn.get("name", "")))
-        out.append(str(fn.get("arguments", "")))
+        out += [str(fn.get("name", "")), str(fn.get("arguments", ""))]
     return out
 
 
@@ -189,15 +167,10 @@ def tiny_session(n: int) -> list[dict[str, Any]]:
             "type": "function",
             "function": {"name": "bash", "arguments": json.dumps({"cmd": f"ls -l src/pkg_{i}"})},
         }
+        listing = f"-rw-r--r-- 1 dev dev {100 + i % 900} Jan 3 12:00 module_{i}.py"
         msgs.append(
             {"role": "assistant", "content": f"Looking at package {i}.", "tool_calls": [call]}
         )
-        msgs.append(
-            {
-                "role": "tool",
-                "tool_call_id": f"call_{i}",
-                "content": f"-rw-r--r-- 1 dev dev {100 + i % 900} Jan 3 12:00 module_{i}.py",
-            }
-        )
+        msgs.append({"role": "tool", "tool_call_id": f"call_{i}", "content": listing})
         i += 1
     return msgs

@@ -1,32 +1,10 @@
 """A front end that blocks: does one long history stall another conversation's call?
 
-Usage::
-
-    python benchmarks/bench_frontdoor_blocking.py [--messages 8000] [--rounds 3]
-        [--processes 2] [--quick]
-
-Three async front ends, each as a proxy, a server or an async agent runs it:
-
-* the LiteLLM proxy hook (``ContextPolicyHook.async_pre_call_hook``, the real LiteLLM
-  class), which prepares every chat request of the proxy;
-* an async adapter: ``integrations.openai.wrap(AsyncOpenAI(...), session)`` sending a
-  real HTTP request to ctxpolicy's scripted server on loopback (in a process of its
-  own), its sessions from one ``SessionPool``;
-* the gateway: ``ctxpolicy serve`` (one worker, a process of its own) in front of the
-  scripted server, called over loopback HTTP.
-
-For each, a small call of one conversation (a short history, its session already open)
-is timed from when it is due to when it is answered, alone (unloaded), then while
-another conversation prepares an ``--messages``-message history (its first call: every
-message counted and compacted) (loaded). In the same run: the hook with the engine
-called on the event loop, as every async front end but the gateway did once; then,
-round by round and interleaved, each front end with the engine in worker threads of its
-own process (before: the default) and with ``--processes`` engine processes (after:
-``engine_processes=N`` / ``--engine-processes N``; the long conversation moves to one at
-its first heavy step, the small one stays in the front end's threads). Every
-measurement has a conversation and a history of its own (no cache of another one helps
-it). Reports loaded ÷ unloaded (median over small calls, then over rounds) and the load
-averages. Writes benchmarks/results/bench_frontdoor_blocking.{json,md}.
+Three async front ends (the LiteLLM proxy hook, the async OpenAI adapter over loopback
+HTTP, the gateway ``ctxpolicy serve``) time a small call of one conversation alone, then
+while another conversation prepares an ``--messages``-message history; with the engine
+on the event loop, in worker threads (before) and in ``--processes`` engine processes
+(after), round by round and interleaved. The section says what each number is.
 """
 
 from __future__ import annotations

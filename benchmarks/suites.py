@@ -1,15 +1,8 @@
 """The registered benchmark suites: what ``python -m benchmarks run SUITE`` runs.
 
 A suite is one or more variants; a variant is one script of this folder run with fixed
-arguments in its own process (as it always ran: a fresh interpreter per measurement),
-writing one results file pair ``results/<name>.json`` and ``.md``. The page
-(docs/benchmarks.md) is built from those files alone (:mod:`benchmarks.report`).
-
-To add a suite: write ``benchmarks/bench_<x>.py`` with ``main(argv) -> int`` that accepts
-``--quick`` (a smoke-test size) and ends with ``publish("<name>", data, markdown)``
-(:mod:`benchmarks._common`; the markdown opens with a ``## `` heading), then add a
-:class:`Suite` here and the results name to :data:`benchmarks.report.ORDER` where its
-section belongs on the page.
+arguments in its own process, writing ``results/<name>.json`` and ``.md``
+(benchmarks/README.md says how to add one).
 """
 
 from __future__ import annotations
