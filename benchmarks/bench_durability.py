@@ -74,7 +74,7 @@ def _per_call(runs: list[list[float]]) -> float:
     return statistics.median(statistics.median(r[k] for r in runs) for k in range(calls)) * 1e3
 
 
-def floors(quick: bool, repeat: int) -> tuple[dict[str, Any], str]:
+def floors(quick: bool, repeat: int) -> dict[str, Any]:
     """Every durability variant and LangChain, in turn per repeat, per trace."""
     from benchmarks._inputs import largest_traces, load_agent, smallest_trace
     from benchmarks.peers.timing import _lc_steps, replay_ctxpolicy, replay_langchain
@@ -103,41 +103,29 @@ def floors(quick: bool, repeat: int) -> tuple[dict[str, Any], str]:
                 prep[v].append(p)
                 both[v].append([a + b for a, b in zip(p, t, strict=True)])
         lc_ms = _per_call(lc)
+        ms = {v: (_per_call(both[v]), _per_call(prep[v])) for v in VARIANTS}
+        variants = {
+            v: {"both_ms": b, "prepare_ms": p, "both_over_langchain": b / lc_ms}
+            | {"prepare_over_langchain": p / lc_ms}
+            for v, (b, p) in ms.items()
+        }
         rows.append(
-            {
-                "trace": name,
-                "calls": len(lc[0]),
-                "langchain_ms": lc_ms,
-                "variants": {
-                    v: {
-                        "both_ms": _per_call(both[v]),
-                        "prepare_ms": _per_call(prep[v]),
-                        "both_over_langchain": _per_call(both[v]) / lc_ms,
-                        "prepare_over_langchain": _per_call(prep[v]) / lc_ms,
-                    }
-                    for v in VARIANTS
-                },
-            }
+            {"trace": name, "calls": len(lc[0]), "langchain_ms": lc_ms, "variants": variants}
         )
     data = {"machine": machine(["langchain", "langchain-core"])}
     data |= {"policy": f"policies/agents.yaml:{AGENT}", "policy_note": note}
-    data |= {"repeat": repeat, "traces": rows}
+    return data | {"repeat": repeat, "traces": rows}
+
+
+def floors_markdown(data: dict[str, Any]) -> str:
     table = []
     for r in data["traces"]:
         short = r["trace"].split(".")[-2] if r["trace"].count(".") >= 2 else r["trace"]
         for v, x in r["variants"].items():
-            table.append(
-                [
-                    short,
-                    v,
-                    f"{x['both_ms']:.3f}",
-                    f"{x['both_over_langchain']:.2f}×",
-                    f"{x['prepare_ms']:.3f}",
-                    f"{x['prepare_over_langchain']:.2f}×",
-                    f"{r['langchain_ms']:.3f}",
-                ]
-            )
-    return data, "\n".join(
+            table.append([short, v, f"{x['both_ms']:.3f}", f"{x['both_over_langchain']:.2f}×"])
+            table[-1] += [f"{x['prepare_ms']:.3f}", f"{x['prepare_over_langchain']:.2f}×"]
+            table[-1] += [f"{r['langchain_ms']:.3f}"]
+    return "\n".join(
         [
             "## Per-call cost without durability (issue 32)",
             "",
@@ -150,7 +138,8 @@ def floors(quick: bool, repeat: int) -> tuple[dict[str, Any], str]:
             "(docs/state.md says why the engine keeps the two commits apart).",
             "",
             markdown_table(
-                "trace | ctxpolicy | both calls ms | ÷ LangChain | prepare ms | ÷ LangChain | LangChain ms",
+                "trace | ctxpolicy | both calls ms | ÷ LangChain | prepare ms | ÷ LangChain | "
+                "LangChain ms",
                 table,
                 align="llrrrrr",
             ),
@@ -256,7 +245,7 @@ def open_store(kind: str, tmp: Path, dsn: str | None, run: int) -> Any:
     return PostgresStateStore(PostgresOptions(dsn=dsn, table=f"bench{run}"))
 
 
-def state(quick: bool, repeat: int) -> tuple[dict[str, Any], str]:
+def state(quick: bool, repeat: int) -> dict[str, Any]:
     """Every store, in turn per repeat: total, commit and bytes per save."""
     from ctxpolicy import load_policy
     from ctxpolicy.sim.importers import load_trace
@@ -300,69 +289,56 @@ def state(quick: bool, repeat: int) -> tuple[dict[str, Any], str]:
     prep = {k: med(k, "prepare_s") / prepares for k in kinds}
     per_save = {k: commit[k] / max(1, saves[k]) for k in kinds}
     first = results["sqlite"][0]
-    info = machine(["ctxpolicy", "tiktoken", "psycopg"])  # the header is this one
-    data = {
-        "machine": info,
-        "trace": trace.name,
-        "agent": AGENT,
-        "window": WINDOW,
-        "messages": len(messages),
-        "calls": calls,
-        "prepares": prepares,
-        "repeat": repeat,
-        "notes": notes,
-        "total_s": total,
-        "commit_s": commit,
-        "saves": saves,
-        "prepare_per_call_s": prep,
+    data = {"machine": machine(["ctxpolicy", "tiktoken", "psycopg"]), "trace": trace.name}
+    data |= {"agent": AGENT, "window": WINDOW, "messages": len(messages), "calls": calls}
+    data |= {"prepares": prepares, "repeat": repeat, "notes": notes, "total_s": total}
+    data |= {"commit_s": commit, "saves": saves, "prepare_per_call_s": prep}
+    data |= {
         "commit_per_save_s": per_save,
         "bytes_per_save_median": statistics.median(first["bytes"]),
-        "bytes_written_total": sum(first["bytes"]),
-        "state_bytes_final": first["state_bytes"],
-        "entries_final": first["entries"],
-        "compactions": first["compactions"],
-        "runs": {k: [_totals(r) for r in runs] for k, runs in results.items()},
     }
-    rows = []
-    for k in kinds:
-        rows.append(
-            [
-                k,
-                f"{total[k]:.2f} s",
-                f"{total[k] / total['memory']:.2f}",
-                f"{per_save[k] * 1000:.3f} ms",
-                f"{prep[k] * 1000:.2f} ms",
-                f"{per_save[k] / prep['memory']:.3f}",
-            ]
-        )
+    data |= {"bytes_written_total": sum(first["bytes"]), "state_bytes_final": first["state_bytes"]}
+    data |= {"entries_final": first["entries"], "compactions": first["compactions"]}
+    return data | {"runs": {k: [_totals(r) for r in runs] for k, runs in results.items()}}
+
+
+def state_markdown(data: dict[str, Any]) -> str:
+    total, per_save, prep = data["total_s"], data["commit_per_save_s"], data["prepare_per_call_s"]
+    rows = [
+        [k, f"{total[k]:.2f} s", f"{total[k] / total['memory']:.2f}", f"{per_save[k] * 1000:.3f} ms",
+         f"{prep[k] * 1000:.2f} ms", f"{per_save[k] / prep['memory']:.3f}"]
+        for k in total
+    ]  # fmt: skip
+    calls, prepares, repeat = data["calls"], data["prepares"], data["repeat"]
     md = [
         "## Session state",
         "",
-        f"Trace `{trace.name}` ({len(messages)} messages: {prepares} `prepare` calls, "
-        f"{calls - prepares} tool results, {first['compactions']} compactions) under "
+        f"Trace `{data['trace']}` ({data['messages']} messages: {prepares} `prepare` calls, "
+        f"{calls - prepares} tool results, {data['compactions']} compactions) under "
         f"`{AGENT}` at a {WINDOW:,}-token window; every state-changing call saves its "
         f"changes with a compare-and-set commit. Median of {repeat} interleaved "
-        f"run(s){' (--quick)' if quick else ''}.",
+        f"run(s){' (--quick)' if data['quick'] else ''}.",
         "",
         markdown_table(
-            "store | all calls | ÷ memory | commit per save | prepare per call | save ÷ prepare (memory)",
+            "store | all calls | ÷ memory | commit per save | prepare per call | save ÷ prepare "
+            "(memory)",
             rows,
             "lrrrrr",
         ),
         "",
         f"Incremental writes: a save wrote a median of {data['bytes_per_save_median']:,.0f} "
-        f"bytes of JSON; the final state is {first['state_bytes']:,} bytes in "
-        f"{first['entries']} entries; all {saves['sqlite']} saves together wrote "
-        f"{sum(first['bytes']):,} bytes.",
+        f"bytes of JSON; the final state is {data['state_bytes_final']:,} bytes in "
+        f"{data['entries_final']} entries; all {data['saves']['sqlite']} saves together wrote "
+        f"{data['bytes_written_total']:,} bytes.",
     ]
-    if notes:
-        md += ["", *[f"_{n}_" for n in notes]]
+    if data["notes"]:
+        md += ["", *[f"_{n}_" for n in data["notes"]]]
     md += [
         "",
         "Reproduce: `.venv/bin/python -m benchmarks run percall --variant state` (`--quick`: "
         "160 messages, one run; tests: `.venv/bin/pytest tests/state`)",
     ]
-    return data, "\n".join(md)
+    return "\n".join(md)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -377,8 +353,9 @@ def main(argv: list[str] | None = None) -> int:
         except ImportError:
             eprint("LangChain is not installed: pip install -e '.[langchain]'")
             return 2
-    data, md = (state if args.state else floors)(args.quick, repeat)
-    publish("bench_state" if args.state else "bench_floors", {**data, "quick": args.quick}, md)
+    data = (state if args.state else floors)(args.quick, repeat) | {"quick": args.quick}
+    md = (state_markdown if args.state else floors_markdown)(data)
+    publish("bench_state" if args.state else "bench_floors", data, md)
     return 0
 
 
