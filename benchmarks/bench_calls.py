@@ -92,11 +92,8 @@ def summarize_traces(runs: list[dict[str, Any]]) -> dict[str, Any]:
         plain = [i for i, c in enumerate(first) if not c["compacted"]]
         per_call = [statistics.median(r[name][i]["seconds"] for r in runs) for i in plain]
         ms = _med(per_call)
-        out[name] = {
-            "calls": len(first),
-            "plain_calls": len(plain),
-            "median_ms": ms * 1e3 if ms is not None else None,
-        }
+        median = ms * 1e3 if ms is not None else None
+        out[name] = {"calls": len(first), "plain_calls": len(plain), "median_ms": median}
     return out
 
 
@@ -183,17 +180,10 @@ def profile_markdown(data: dict[str, Any]) -> str:
     for code in ("baseline", "this tree"):
         if d := data.get(code):
             ec, lc, em, lm = d["early_pycalls"], d["late_pycalls"], d["early_ms"], d["late_ms"]
-            rows.append(
-                [
-                    code,
-                    f"{d['plain_calls']} of {d['calls']}",
-                    f"{d['messages_early']} → {d['messages_late']}",
-                    f"{_f(ec, '.0f')} → {_f(lc, '.0f')}",
-                    _f(_div(lc, ec), ".2f"),
-                    f"{_f(em)} → {_f(lm)}",
-                    _f(_div(lm, em), ".2f"),
-                ]
-            )
+            rows.append([code, f"{d['plain_calls']} of {d['calls']}"])
+            rows[-1] += [f"{d['messages_early']} → {d['messages_late']}"]
+            rows[-1] += [f"{_f(ec, '.0f')} → {_f(lc, '.0f')}", _f(_div(lc, ec), ".2f")]
+            rows[-1] += [f"{_f(em)} → {_f(lm)}", _f(_div(lm, em), ".2f")]
     lines = [
         f"## A `prepare` that compacts nothing, {data['steps']} calls",
         "",

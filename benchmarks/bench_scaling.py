@@ -150,31 +150,20 @@ def to_markdown(data: dict[str, Any]) -> str:
         f"{data.get('rounds', 1)} interleaved sweep(s) over the sizes, the best of each kept.",
         "",
     ]
-    headers = ["messages"]
-    for c in codes:
-        headers += [f"{c} s", f"{c} growth", f"{c} lookups"]
-    headers.append("compacted away")
-    if "baseline" in data["runs"]:
-        headers.append("this tree ÷ baseline")
+    headers = ["messages", *(f"{c} {h}" for c in codes for h in ("s", "growth", "lookups"))]
+    headers += ["compacted away", *(["this tree ÷ baseline"] if "baseline" in data["runs"] else [])]
     rows = []
     for i, n in enumerate(sizes):
         row: list[Any] = [n]
         for c in codes:
-            r = data["runs"][c][i]
-            first = data["runs"][c][0]
+            r, first = data["runs"][c][i], data["runs"][c][0]
             growth = _ratio(r.get("seconds"), first.get("seconds"))
-            row += [
-                _secs(r),
-                f"{growth:.1f}× (size {n / sizes[0]:g}×)" if growth is not None else "–",
-                r.get("lookups", "–"),
-            ]
-        kept = data["runs"]["this tree"][i].get("kept")
-        row.append(f"{1 - kept / n:.0%}" if kept is not None else "–")
+            grew = f"{growth:.1f}× (size {n / sizes[0]:g}×)" if growth is not None else "–"
+            row += [_secs(r), grew, r.get("lookups", "–")]
+        mine = data["runs"]["this tree"][i]
+        row.append(f"{1 - mine['kept'] / n:.0%}" if mine.get("kept") is not None else "–")
         if "baseline" in data["runs"]:
-            q = _ratio(
-                data["runs"]["this tree"][i].get("seconds"),
-                data["runs"]["baseline"][i].get("seconds"),
-            )
+            q = _ratio(mine.get("seconds"), data["runs"]["baseline"][i].get("seconds"))
             row.append(f"{q:.3f}" if q is not None else "–")
         rows.append(row)
     lines.append(markdown_table(headers, rows))
@@ -235,16 +224,10 @@ def main(argv: list[str] | None = None) -> int:
                 best = runs[code][i]
                 if not best or (r.get("seconds") or 1e18) < (best.get("seconds") or 1e18):
                     runs[code][i] = r
-    data: dict[str, Any] = {
-        "machine": machine(["tiktoken"]),
-        "agent": AGENT,
-        "sizes": list(sizes),
-        "timeout": timeout,
-        "quick": args.quick,
-        "rounds": max(1, args.rounds),
-        **{k.replace("_src", ""): v for k, v in baseline_info(args.baseline).items()},
-        "runs": runs,
-    }
+    data = {"machine": machine(["tiktoken"]), "agent": AGENT, "sizes": list(sizes)}
+    data |= {"timeout": timeout, "quick": args.quick, "rounds": max(1, args.rounds)}
+    data |= {k.replace("_src", ""): v for k, v in baseline_info(args.baseline).items()}
+    data |= {"runs": runs}
     publish("bench_scaling", data, to_markdown(data))
     return 0
 
