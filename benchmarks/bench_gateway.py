@@ -28,7 +28,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from benchmarks._common import (
     free_port,
     git_head,
-    header_markdown,
     http_server,
     machine,
     parser,
@@ -310,38 +309,43 @@ def _q(xs: list[float], q: float) -> float:
     return s[min(len(s) - 1, max(0, round(q * len(s)) - 1))]
 
 
-def _row(
-    name: str, direct: list[float], through: list[float], cpu: float
-) -> tuple[str, dict[str, float]]:
+def _row(direct: list[float], through: list[float], cpu: float) -> dict[str, float]:
     d50, g50 = statistics.median(direct), statistics.median(through)
     d99, g99 = _q(direct, 0.99), _q(through, 0.99)
-    r = {"d50": d50, "g50": g50, "d99": d99, "g99": g99, "n": len(through)}
-    line = (
-        f"| {name} | {len(through)} | {d50 * 1e3:.2f} | {g50 * 1e3:.2f} | "
-        f"**{(g50 - d50) * 1e3:.2f}** | {d99 * 1e3:.2f} | {g99 * 1e3:.2f} | "
-        f"**{(g99 - d99) * 1e3:.2f}** | {g50 / d50:.2f}x | {cpu * 1e3:.2f} |"
+    return {"d50": d50, "g50": g50, "d99": d99, "g99": g99, "n": len(through), "cpu": cpu}
+
+
+def _line(name: str, r: dict[str, float]) -> str:
+    """A scenario's row: ms, the overheads in bold, the gateway's CPU per call."""
+    d50, g50, d99, g99 = (r[k] * 1e3 for k in ("d50", "g50", "d99", "g99"))
+    return (
+        f"| {name} | {r['n']} | {d50:.2f} | {g50:.2f} | **{g50 - d50:.2f}** | {d99:.2f} | "
+        f"{g99:.2f} | **{g99 - d99:.2f}** | {g50 / d50:.2f}x | {r['cpu'] * 1e3:.2f} |"
     )
-    return line, r
 
 
-def _own_rows(
+def _own_cpu_data(
     labels: list[str], own: list[dict[str, list[float]]], names: dict[str, str]
-) -> tuple[list[str], dict[str, Any]]:
-    rows: list[str] = []
-    data: dict[str, Any] = {}
-    for key, name in names.items():
-        if key not in own[0]:
-            continue
-        meds = [statistics.median(o[key]) for o in own]
-        p99s = [_q(o[key], 0.99) for o in own]
-        for label, med, p99 in zip(labels, meds, p99s, strict=True):
-            data[f"{name} [{label}]"] = {"cpu_p50": med, "cpu_p99": p99, "n": len(own[0][key])}
-        cells = " | ".join(
-            f"{m * 1e3:.3f} / {q * 1e3:.3f}" for m, q in zip(meds, p99s, strict=True)
-        )
-        ratio = f" | {meds[0] / meds[-1]:.1f}x" if len(own) > 1 else ""
-        rows.append(f"| {name} | {cells}{ratio} |")
-    return rows, data
+) -> dict[str, Any]:
+    """CPU seconds per request (median, p99) of each checkout's gateway code."""
+    return {
+        f"{name} [{label}]": {"cpu_p50": statistics.median(o[key]), "cpu_p99": _q(o[key], 0.99)}
+        | {"n": len(own[0][key])}
+        for key, name in names.items()
+        if key in own[0]
+        for label, o in zip(labels, own, strict=True)
+    }
+
+
+def _own_lines(labels: list[str], own: dict[str, Any]) -> list[str]:
+    """One row per request: p50 / p99 ms of each checkout (and their ratio)."""
+    lines = []
+    for name in dict.fromkeys(k.rsplit(" [", 1)[0] for k in own):
+        cells = [own[f"{name} [{label}]"] for label in labels]
+        row = " | ".join(f"{c['cpu_p50'] * 1e3:.3f} / {c['cpu_p99'] * 1e3:.3f}" for c in cells)
+        ratio = f" | {cells[0]['cpu_p50'] / cells[-1]['cpu_p50']:.1f}x" if len(cells) > 1 else ""
+        lines.append(f"| {name} | {row}{ratio} |")
+    return lines
 
 
 def main() -> None:
@@ -355,7 +359,6 @@ def main() -> None:
     roots = [args.baseline.resolve(), ROOT] if args.baseline else [ROOT]
     base_commit = git_head(args.baseline) if args.baseline else None
     labels = ["baseline", "this tree"] if args.baseline else ["gateway"]
-    rows: list[str] = []
     results: dict[str, Any] = {}
     load = [os.getloadavg()]
     with tempfile.TemporaryDirectory() as tmp:
@@ -385,8 +388,8 @@ def main() -> None:
             "large": "synthetic 150 KB Messages request, 24 tools",
             "real": real_name.removesuffix(", 1 conversation"),
         }
-        own_rows, own_data = _own_rows(labels, own, own_names)
-        for line in own_rows:
+        own_data = _own_cpu_data(labels, own, own_names)
+        for line in _own_lines(labels, own_data):
             print(line, flush=True)
         large_bytes = json.dumps(LARGE).encode()
         single = {  # one conversation: name, calls, streamed, the Messages request's bytes
@@ -427,17 +430,33 @@ def main() -> None:
                     d, gws_t = asyncio.run(run)
                     for label, (t, cpu) in zip(labels, gws_t, strict=True):
                         full = f"{name} [{label}]" if args.baseline else name
-                        line, results[full] = _row(full, d, t, cpu)
-                        rows.append(line)
-                        print(line, flush=True)
+                        results[full] = _row(d, t, cpu)
+                        print(_line(full, results[full]), flush=True)
             load.append(os.getloadavg())
-    info = machine(["ctxpolicy", "uvicorn", "httpx"])
-    loads = ", ".join(f"{a:.2f}" for a, _, _ in load)
+    data = {"machine": machine(["ctxpolicy", "uvicorn", "httpx"]), "quick": args.quick}
+    data |= {
+        "upstream_ms": args.upstream_ms,
+        "baseline": str(args.baseline) if args.baseline else None,
+    }
+    data |= {"baseline_commit": base_commit, "commit": git_head(ROOT)}
+    data["server"] = {lb: list(server_impls(r)) for lb, r in zip(labels, roots, strict=True)}
+    data |= {"load_avg_1m": [a for a, _, _ in load], "own_cpu": own_data, "scenarios": results}
+    publish("bench_gateway", data, to_markdown(data))
+
+
+def to_markdown(data: dict[str, Any]) -> str:
+    labels, base, commit, quick = (
+        list(data["server"]),
+        data["baseline"],
+        data["baseline_commit"],
+        data["quick"],
+    )
+    seq_calls, conc_calls = (200, 8) if quick else (400, 40)
+    loads = ", ".join(f"{a:.2f}" for a in data["load_avg_1m"])
     own_head = " | ".join(f"{lb} p50 / p99" for lb in labels)
+    impls = ", ".join(f"{lb} {'/'.join(impl)}" for lb, impl in data["server"].items())
     lines = [
         "## bench_gateway: overhead per non-compacting call (loopback)",
-        "",
-        header_markdown(info),
         "",
         f"1-minute load average at each stage of the run: {loads} (2 cores shared with "
         "other jobs: CPU times are the steadier measure).",
@@ -448,12 +467,12 @@ def main() -> None:
         "reading the JSON body, the conversation's identity, the wire's conversion, "
         "`prepare` (token counts included) and building the outgoing body, everything "
         "but HTTP; CPU time (`time.process_time`) per request, ms"
-        + (", both checkouts twice, interleaved" if args.baseline else "")
+        + (", both checkouts twice, interleaved" if base else "")
         + ".",
         "",
-        f"| request | {own_head} |" + (" baseline / this tree |" if args.baseline else ""),
-        "| --- |" + " ---: |" * len(labels) + (" ---: |" if args.baseline else ""),
-        *own_rows,
+        f"| request | {own_head} |" + (" baseline / this tree |" if base else ""),
+        "| --- |" + " ---: |" * len(labels) + (" ---: |" if base else ""),
+        *_own_lines(labels, data["own_cpu"]),
         "",
         "### Through HTTP",
         "",
@@ -462,48 +481,31 @@ def main() -> None:
         "direct at the same quantile; gateway CPU per call = the gateway process's user + "
         "system time over the scenario / its calls (uvicorn's HTTP and the httpx client "
         "included)."
-        + (
-            f" Baseline: {args.baseline} (commit {base_commit}), interleaved with this tree."
-            if args.baseline
-            else ""
-        )
+        + (f" Baseline: {base} (commit {commit}), interleaved with this tree." if base else "")
         + " HTTP parser and event loop of each gateway (as its checkout's lock installs "
-        + "them): "
-        + ", ".join(
-            f"{lb} {'/'.join(server_impls(r))}" for lb, r in zip(labels, roots, strict=True)
-        )
-        + "."
-        + (" (--quick)" if args.quick else ""),
+        + f"them): {impls}."
+        + (" (--quick)" if quick else ""),
         "",
         "| scenario | calls | direct p50 | gateway p50 | overhead p50 | direct p99 | "
         "gateway p99 | overhead p99 | gateway/direct p50 | gateway CPU per call |",
         "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
-        *rows,
+        *(_line(name, r) for name, r in data["scenarios"].items()),
         "",
         "Reproduce: `.venv/bin/python -m benchmarks run gateway"
         + (
-            f"{' --quick' if args.quick else ''} --baseline BASE` with BASE a checkout of "
-            f"{base_commit} (`git worktree add --detach BASE {base_commit}`)"
-            if args.baseline
+            f"{' --quick' if quick else ''} --baseline BASE` with BASE a checkout of "
+            f"{commit} (`git worktree add --detach BASE {commit}`)"
+            if base
             else "`"
         )
         + "; `--baseline OTHER_CHECKOUT` compares two checkouts in one run "
         f"({seq_calls} sequential calls, {conc_calls} per concurrent conversation"
-        + ("" if args.quick else "; `--quick`: 200 and 8")
+        + ("" if quick else "; `--quick`: 200 and 8")
         + "). "
         "The real request is captured from Claude Code when it is installed "
         "(tests/gateway/test_real_clients.py installs it).",
     ]
-    text = "\n".join(lines) + "\n"
-    data = {"machine": info, "quick": args.quick, "upstream_ms": args.upstream_ms}
-    data["baseline"] = str(args.baseline) if args.baseline else None
-    data["baseline_commit"] = base_commit
-    data["commit"] = git_head(ROOT)
-    data["server"] = {lb: list(server_impls(r)) for lb, r in zip(labels, roots, strict=True)}
-    data["load_avg_1m"] = [a for a, _, _ in load]
-    data["own_cpu"] = own_data
-    data["scenarios"] = results
-    publish("bench_gateway", data, text)
+    return "\n".join(lines) + "\n"
 
 
 if __name__ == "__main__":
