@@ -73,12 +73,9 @@ def bench_durability(calls: int, repeats: int) -> dict[str, Any]:
     outputs = [_output(rng, i) for i in range(calls)]
     for r in range(repeats):
         for v in variants if r % 2 == 0 else list(reversed(variants)):
-            tmp = tempfile.mkdtemp(prefix="bench-store-")
-            try:
+            with tempfile.TemporaryDirectory(prefix="bench-store-") as tmp:
                 policy = _policy(None if v == "none" else tmp, v if v != "none" else "flush")
                 per_call[v].append(add_tool_results(policy, outputs, f"d{r}"))
-            finally:
-                shutil.rmtree(tmp, ignore_errors=True)
     med = {v: statistics.median(x) for v, x in per_call.items()}
     return {
         "calls": calls,
@@ -148,12 +145,12 @@ def bench_archive(steps: int) -> dict[str, Any]:
     content = sum(_content_bytes(msgs) for _, msgs in run)
     results: dict[str, Any] = {"steps": steps, "compactions": len(run), "content_bytes": content}
     for variant in ("before", "after"):
-        tmp = Path(tempfile.mkdtemp(prefix="bench-archive-"))
         # before: one file per document, as the previous engine wrote them
         opts = LocalOptions(
             max_total_mb=None, max_age_days=None, layout="files" if variant == "before" else "auto"
         )
-        try:
+        with tempfile.TemporaryDirectory(prefix="bench-archive-") as tmp_dir:
+            tmp = Path(tmp_dir)
             store = LocalStore(opts, root=str(tmp))
             archive = HistoryArchive(store, "run")
             kept: list[dict[str, Any]] = []
@@ -199,8 +196,6 @@ def bench_archive(steps: int) -> dict[str, Any]:
                 "last_tenth_over_first_tenth": sum(times[-tenth:]) / max(sum(times[:tenth]), 1e-9),
                 "total_s": sum(times),
             }
-        finally:
-            shutil.rmtree(tmp, ignore_errors=True)
     return results
 
 
@@ -225,16 +220,13 @@ def bench_naming() -> dict[str, Any]:
     ops: dict[int, int] = {}
     try:
         for n in (100, 1000):
-            tmp = tempfile.mkdtemp(prefix="bench-names-")
-            try:
+            with tempfile.TemporaryDirectory(prefix="bench-names-") as tmp:
                 files = LocalOptions(max_total_mb=None, max_age_days=None, layout="files")
                 store = LocalStore(files, root=tmp)  # the layout that names by link
                 before = counts["link"] + counts["open"]
                 for _ in range(n):
                     store.write("c", 3, "bash", {"observation": "x"})
                 ops[n] = counts["link"] + counts["open"] - before
-            finally:
-                shutil.rmtree(tmp, ignore_errors=True)
     finally:
         os.link, os.open = real_link, real_open  # type: ignore[assignment]
     old = {n: n * (n + 1) // 2 + n for n in ops}  # linear probing: 1 + 2 + … + n links, n opens
@@ -335,8 +327,7 @@ def bench_append(writes: int, repeats: int) -> dict[str, Any]:
         bare_t: list[float] = []
         nbytes = 0
         for r in range(repeats):
-            tmp = tempfile.mkdtemp(prefix="bench-append-")
-            try:
+            with tempfile.TemporaryDirectory(prefix="bench-append-") as tmp:
                 opts = LocalOptions(durability=durability, max_total_mb=None, max_age_days=None)  # type: ignore[arg-type]
                 store = LocalStore(opts, root=os.path.join(tmp, "store"))
                 store.write("bench", 0, "warm", docs[0])
@@ -362,8 +353,6 @@ def bench_append(writes: int, repeats: int) -> dict[str, Any]:
                 store_t.append(st_)
                 os.close(fd)
                 store.close()
-            finally:
-                shutil.rmtree(tmp, ignore_errors=True)
         ratios = [s_ / b_ for s_, b_ in zip(store_t, bare_t, strict=True)]
         out[durability] = {
             "writes": n,
@@ -378,11 +367,8 @@ def bench_append(writes: int, repeats: int) -> dict[str, Any]:
 def per_call_child(calls: int) -> float:
     """The measured tree's (``PYTHONPATH``) ``add_tool_result`` per call, ``flush``."""
     rng = random.Random(1)
-    tmp = tempfile.mkdtemp(prefix="bench-percall-")
-    try:
+    with tempfile.TemporaryDirectory(prefix="bench-percall-") as tmp:
         return add_tool_results(_policy(tmp), [_output(rng, i) for i in range(calls)], "p")
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
 
 
 def bench_per_call(baseline: str, calls: int, repeats: int) -> dict[str, Any]:
