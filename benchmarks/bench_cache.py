@@ -208,8 +208,7 @@ def main(argv: list[str] | None = None) -> int:
         "results": results,
         "elapsed_s": time.perf_counter() - t0,
     }
-    text = to_markdown(data)
-    publish("bench_cache", data, text)
+    publish("bench_cache", data, to_markdown(data))
     return 0
 
 

@@ -153,8 +153,7 @@ def main(argv: list[str] | None = None) -> int:
         "quick": args.quick,
         "rows": measure(new, base, cases, rounds),
     }
-    text = to_markdown(data)
-    publish("bench_facts", data, text)
+    publish("bench_facts", data, to_markdown(data))
     return 0
 
 

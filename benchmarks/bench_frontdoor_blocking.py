@@ -36,6 +36,7 @@ from benchmarks._common import (
 )
 
 ROOT = Path(__file__).resolve().parents[1]
+Msg = dict[str, Any]
 
 
 def long_history(n: int) -> list[dict[str, Any]]:
@@ -118,12 +119,7 @@ async def measure(
 
 
 def hook_case(
-    policy: Any,
-    history: list[dict[str, Any]],
-    *,
-    on_loop: bool,
-    tag: str = "",
-    processes: int = 0,
+    policy: Any, history: list[Msg], *, on_loop: bool, tag: str = "", processes: int = 0
 ) -> Any:
     from litellm.proxy._types import UserAPIKeyAuth
 
@@ -150,13 +146,7 @@ def hook_case(
     return small, heavy, hook
 
 
-def adapter_case(
-    policy: Any,
-    history: list[dict[str, Any]],
-    base_url: str,
-    tag: str = "",
-    processes: int = 0,
-) -> Any:
+def adapter_case(policy: Any, history: list[Msg], base_url: str, tag: str, processes: int) -> Any:
     """The async OpenAI adapter; with ``processes``, its sessions come from a pool whose
     engine runs in that many processes (``SessionPool(..., engine_processes=N)``)."""
     import openai

@@ -519,8 +519,7 @@ def main(argv: list[str] | None = None) -> int:
         "recall": rec,
         "elapsed_s": time.perf_counter() - t0,
     }
-    text = to_markdown(data)
-    publish("bench_store", data, text)
+    publish("bench_store", data, to_markdown(data))
     return 0
 
 

@@ -57,11 +57,10 @@ from langgraph.prebuilt.tool_node import ToolCallRequest
 
 from benchmarks.peers.catalog import LABELS
 from benchmarks.peers.langchain import MessageStateStrategy
-from benchmarks.peers.summary import SUMMARY_TOKENS, DigestChatModel
+from benchmarks.peers.summary import SUMMARY_TOKENS, DigestChatModel, peer_model
 from ctxpolicy.budget import compute_budget
 from ctxpolicy.conversation import content_text
 from ctxpolicy.policy.models import Policy
-from ctxpolicy.sim.metrics import SummaryMeter
 
 __all__ = ["LABELS", "PEERS", "DeepAgentsStrategy", "deepagents_peer"]
 
@@ -155,20 +154,10 @@ class DeepAgentsStrategy(MessageStateStrategy):
 def deepagents_peer(
     name: str, policy: Policy, *, count: Any, summary_tokens: int = SUMMARY_TOKENS
 ) -> DeepAgentsStrategy:
-    """Peer ``name`` (in :data:`PEERS`) configured to ``policy``'s budget at its window.
-
-    ``count`` is the exact ``count_text`` of the ruler, used by the deterministic
-    summary only.
-    """
-    if name not in PEERS:
-        raise ValueError(f"unknown peer {name!r}; choose from {', '.join(PEERS)}")
+    """deepagents' summarization and filesystem middleware (peer ``name``) at ``policy``'s
+    budget, with the deterministic summary (``count``: the ruler's)."""
     b = compute_budget(policy)
-    model = DigestChatModel(
-        count=count,
-        max_tokens=summary_tokens,
-        meter=SummaryMeter(count),
-        profile={"max_input_tokens": b.window},
-    )
+    model = peer_model(name, PEERS, count, summary_tokens, profile={"max_input_tokens": b.window})
     root = Path(tempfile.mkdtemp(prefix="ctxpolicy-deepagents-"))
     backend = FilesystemBackend(root_dir=root, virtual_mode=True)
     summarization = SummarizationMiddleware(

@@ -39,10 +39,9 @@ from langmem.short_term import RunningSummary, summarize_messages
 
 from benchmarks.peers.catalog import LABELS
 from benchmarks.peers.langchain import MessageStateStrategy
-from benchmarks.peers.summary import SUMMARY_TOKENS, DigestChatModel
+from benchmarks.peers.summary import SUMMARY_TOKENS, DigestChatModel, peer_model
 from ctxpolicy.budget import compute_budget
 from ctxpolicy.policy.models import Policy
-from ctxpolicy.sim.metrics import SummaryMeter
 
 __all__ = ["PEERS", "LangMemStrategy", "langmem_peer"]
 
@@ -105,15 +104,10 @@ class LangMemStrategy(MessageStateStrategy):
 def langmem_peer(
     name: str, policy: Policy, *, count: Any, summary_tokens: int = SUMMARY_TOKENS
 ) -> LangMemStrategy:
-    """Peer ``name`` (in :data:`PEERS`) configured to ``policy``'s budget at its window.
-
-    ``count`` is the exact ``count_text`` of the ruler, used by the deterministic
-    summary only.
-    """
-    if name not in PEERS:
-        raise ValueError(f"unknown peer {name!r}; choose from {', '.join(PEERS)}")
+    """Peer ``name`` (in :data:`PEERS`) configured to ``policy``'s budget at its window;
+    ``count`` is the ruler's exact ``count_text``, used by the deterministic summary only."""
     b = compute_budget(policy)
-    model = DigestChatModel(count=count, max_tokens=summary_tokens, meter=SummaryMeter(count))
+    model = peer_model(name, PEERS, count, summary_tokens)
     return LangMemStrategy(
         name,
         policy,
