@@ -9,7 +9,6 @@ on the event loop, in worker threads (before) and in ``--processes`` engine proc
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import contextlib
 import os
@@ -31,6 +30,7 @@ from benchmarks._common import (
     http_server,
     machine,
     markdown_table,
+    parser,
     publish,
     scripted_upstream,
 )
@@ -373,16 +373,10 @@ def wrap_text(text: str, width: int = 88) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = parser(__doc__, "2,000 messages, one round")
     ap.add_argument("--messages", type=int, default=8000)
     ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--quick", action="store_true", help="2,000 messages, one round")
     ap.add_argument("--processes", type=int, default=2, help="engine processes (after)")
-    ap.add_argument(
-        "--fronts",
-        default="hook,adapter,gateway",
-        help="front ends to measure (comma-separated: hook, adapter, gateway)",
-    )
     args = ap.parse_args(argv)
     n, rounds = (2000, 1) if args.quick else (args.messages, args.rounds)
     home = tempfile.mkdtemp(prefix="ctxpolicy-bench-")
@@ -395,12 +389,11 @@ def main(argv: list[str] | None = None) -> int:
     loads: list[list[float]] = [[round(x, 2) for x in os.getloadavg()]]
 
     eprint(f"{n} messages, {rounds} round(s)")
-    if "hook" in args.fronts.split(","):
-        name = "litellm hook, engine on the loop (before)"
-        small, heavy, hook = hook_case(policy, salted(history, "on-loop"), on_loop=True)
-        results[name] = asyncio.run(measure(small, heavy, rounds=1, alone=30))
-        hook.sessions.close()
-        eprint(name, results[name])
+    name = "litellm hook, engine on the loop (before)"
+    small, heavy, hook = hook_case(policy, salted(history, "on-loop"), on_loop=True)
+    results[name] = asyncio.run(measure(small, heavy, rounds=1, alone=30))
+    hook.sessions.close()
+    eprint(name, results[name])
     runs: dict[str, list[dict[str, Any]]] = {}
 
     def one(front: str, label: str, n_procs: int, tag: str, base_url: str) -> None:
@@ -431,23 +424,22 @@ def main(argv: list[str] | None = None) -> int:
         runs.setdefault(name, []).append(result)
         eprint(name, result)
 
-    fronts = args.fronts.split(",")
     with scripted_upstream("4") as (url, _):
         base_url = url + "/v1"
         for r in range(rounds):  # before and after interleaved, round by round
             for label, n_procs in LANES:
                 n_procs = args.processes if n_procs is None else n_procs
                 label = label.format(n=args.processes)
-                for front in fronts:
+                for front in FRONTS:
                     one(front, label, n_procs, f"{label[:12]}-{r}-", base_url)
-            if "hook" in fronts:  # the floor: the machine alone
-                small, _, hook = hook_case(policy, SMALL, on_loop=False, tag=f"floor-{r}-")
-                with floor(salted(history, f"floor-{r}")) as heavy:
-                    result = asyncio.run(measure(small, heavy, rounds=1, alone=30))
-                hook.sessions.close()
-                name = "litellm hook, the long history prepared by an unrelated process (floor)"
-                runs.setdefault(name, []).append(result)
-                eprint(name, result)
+            # the floor: the machine alone
+            small, _, hook = hook_case(policy, SMALL, on_loop=False, tag=f"floor-{r}-")
+            with floor(salted(history, f"floor-{r}")) as heavy:
+                result = asyncio.run(measure(small, heavy, rounds=1, alone=30))
+            hook.sessions.close()
+            name = "litellm hook, the long history prepared by an unrelated process (floor)"
+            runs.setdefault(name, []).append(result)
+            eprint(name, result)
             loads.append([round(x, 2) for x in os.getloadavg()])
     for key in runs:
         results[key] = combined(runs[key])
