@@ -162,11 +162,8 @@ def tiny_session(n: int) -> list[dict[str, Any]]:
     ]
     i = 0
     while len(msgs) < n:
-        call = {
-            "id": f"call_{i}",
-            "type": "function",
-            "function": {"name": "bash", "arguments": json.dumps({"cmd": f"ls -l src/pkg_{i}"})},
-        }
+        fn = {"name": "bash", "arguments": json.dumps({"cmd": f"ls -l src/pkg_{i}"})}
+        call = {"id": f"call_{i}", "type": "function", "function": fn}
         listing = f"-rw-r--r-- 1 dev dev {100 + i % 900} Jan 3 12:00 module_{i}.py"
         msgs.append(
             {"role": "assistant", "content": f"Looking at package {i}.", "tool_calls": [call]}

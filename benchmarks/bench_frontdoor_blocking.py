@@ -47,11 +47,8 @@ def long_history(n: int) -> list[dict[str, Any]]:
     ]
     i = 0
     while len(out) < n:
-        call = {
-            "id": f"c{i}",
-            "type": "function",
-            "function": {"name": "read_file", "arguments": f'{{"path": "src/m{i}.py"}}'},
-        }
+        fn = {"name": "read_file", "arguments": f'{{"path": "src/m{i}.py"}}'}
+        call = {"id": f"c{i}", "type": "function", "function": fn}
         out.append({"role": "assistant", "content": f"Reading module {i}.", "tool_calls": [call]})
         body = "\n".join(f"src/m{i}.py:{k}: value_{i}_{k} = compute({k})" for k in range(6))
         out.append({"role": "tool", "tool_call_id": f"c{i}", "content": body})

@@ -98,29 +98,12 @@ def _synthetic_run(steps: int) -> list[tuple[int, list[dict[str, Any]]]]:
     out: list[tuple[int, list[dict[str, Any]]]] = []
     for step in range(1, steps + 1):
         cid = f"call_{step}"
-        rounds.append(
-            [
-                {
-                    "role": "assistant",
-                    "content": f"Step {step}: next I read the module.",
-                    "tool_calls": [
-                        {
-                            "id": cid,
-                            "type": "function",
-                            "function": {
-                                "name": "read_file",
-                                "arguments": json.dumps({"path": f"src/m{step}.py"}),
-                            },
-                        }
-                    ],
-                },
-                {
-                    "role": "tool",
-                    "tool_call_id": cid,
-                    "content": _output(rng, step)[: rng.randint(500, 5000)],
-                },
-            ]
-        )
+        fn = {"name": "read_file", "arguments": json.dumps({"path": f"src/m{step}.py"})}
+        call = {"id": cid, "type": "function", "function": fn}
+        text = f"Step {step}: next I read the module."
+        rounds.append([{"role": "assistant", "content": text, "tool_calls": [call]}])
+        out_text = _output(rng, step)[: rng.randint(500, 5000)]
+        rounds[-1].append({"role": "tool", "tool_call_id": cid, "content": out_text})
         if step % 2 == 0 and len(rounds) > 4:
             dropped = rounds[:2]
             rounds = rounds[2:]

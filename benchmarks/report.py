@@ -56,6 +56,11 @@ ORDER = (
     "bench_preprocessors",
 )
 MAX_PNG = 200_000
+#: the sections the page's contents line links to
+CONTENTS = (
+    "Engine overhead", "Compaction quality", "Simulations", "Incident scenarios",
+    "Prompt-cache-aware compaction", "Validator", "Token counting benchmark", "Preprocessors",
+)  # fmt: skip
 
 
 def slug(title: str) -> str:
@@ -540,20 +545,7 @@ def main(argv: list[str] | None = None) -> int:
         if dates
         else "No results yet.",
         "",
-        "Contents: "
-        + ", ".join(
-            f"[{t}](#{slug(t)})"
-            for t in (
-                "Engine overhead",
-                "Compaction quality",
-                "Simulations",
-                "Incident scenarios",
-                "Prompt-cache-aware compaction",
-                "Validator",
-                "Token counting benchmark",
-                "Preprocessors",
-            )
-        ),
+        "Contents: " + ", ".join(f"[{t}](#{slug(t)})" for t in CONTENTS),
         "",
     ]
     md[4:4] = summary(args.results)

@@ -54,33 +54,21 @@ def _rows(n: int, cols: Sequence[str], seed: int) -> str:
 def conversation() -> list[dict[str, Any]]:
     """The SQL agent's conversation (OpenAI chat messages), ending with the user's
     last question."""
-    msgs: list[dict[str, Any]] = [
-        {
-            "role": "system",
-            "content": "You are a data analyst. Query the SQLite database shop.db with the "
-            "sql_query tool and answer the user's question exactly as asked.",
-        },
-        {"role": "user", "content": TASK},
-    ]
+    system = (
+        "You are a data analyst. Query the SQLite database shop.db with the sql_query tool "
+        "and answer the user's question exactly as asked."
+    )
+    msgs: list[dict[str, Any]] = [{"role": "system", "content": system}]
+    msgs.append({"role": "user", "content": TASK})
     n = 0
 
     def step(text: str, sql: str, result: str) -> None:
         nonlocal n
         n += 1
         cid = f"call_{n:03d}"
-        msgs.append(
-            {
-                "role": "assistant",
-                "content": text,
-                "tool_calls": [
-                    {
-                        "id": cid,
-                        "type": "function",
-                        "function": {"name": "sql_query", "arguments": json.dumps({"sql": sql})},
-                    }
-                ],
-            }
-        )
+        fn = {"name": "sql_query", "arguments": json.dumps({"sql": sql})}
+        call = {"id": cid, "type": "function", "function": fn}
+        msgs.append({"role": "assistant", "content": text, "tool_calls": [call]})
         msgs.append({"role": "tool", "tool_call_id": cid, "content": result})
 
     step(
@@ -101,11 +89,8 @@ def conversation() -> list[dict[str, Any]]:
         "refunds": ("refund_id", "order_id", "created_at", "refund_eur"),
     }
     for seed, (table, cs) in enumerate(cols.items()):
-        step(
-            f"Let me look at sample rows of {table}.",
-            f"SELECT * FROM {table} LIMIT 200",
-            _rows(200, cs, seed),
-        )
+        sample = f"SELECT * FROM {table} LIMIT 200"
+        step(f"Let me look at sample rows of {table}.", sample, _rows(200, cs, seed))
     step(
         "Monthly revenue of completed orders.",
         "SELECT strftime('%Y-%m', order_date) AS month, SUM(amount) FROM orders "
