@@ -91,40 +91,23 @@ def _gateway(root: Path, upstream: str, tmp: str) -> Any:
 
 def _large_body() -> dict[str, Any]:
     """A coding agent's Messages request: ~150 KB, 24 tools, 60 messages of history."""
+    args = {f"arg{j}": {"type": "string", "description": "an argument " * 5} for j in range(6)}
+    schema = {"type": "object", "properties": args, "required": ["arg0"]}
+    about = "It does one careful thing. " * 30
     tools = [
-        {
-            "name": f"Tool{i}",
-            "description": f"Tool number {i}. " + "It does one careful thing. " * 30,
-            "input_schema": {
-                "type": "object",
-                "properties": {
-                    f"arg{j}": {"type": "string", "description": "an argument " * 5}
-                    for j in range(6)
-                },
-                "required": ["arg0"],
-            },
-        }
+        {"name": f"Tool{i}", "description": f"Tool number {i}. " + about, "input_schema": schema}
         for i in range(24)
     ]
     system = [{"type": "text", "text": "You are a coding agent. " + "Follow the rules. " * 1500}]
     msgs: list[dict[str, Any]] = [{"role": "user", "content": "Fix the failing test."}]
     for i in range(30):
+        use = {"type": "tool_use", "id": f"t{i}", "name": "Tool1", "input": {"arg0": i}}
         msgs.append(
-            {
-                "role": "assistant",
-                "content": [
-                    {"type": "text", "text": f"Reading part {i}."},
-                    {"type": "tool_use", "id": f"t{i}", "name": "Tool1", "input": {"arg0": i}},
-                ],
-            }
+            {"role": "assistant", "content": [{"type": "text", "text": f"Reading part {i}."}, use]}
         )
         out = "\n".join(f"{i}:{j} def function_{j}(x): return x * {j}" for j in range(30))
-        msgs.append(
-            {
-                "role": "user",
-                "content": [{"type": "tool_result", "tool_use_id": f"t{i}", "content": out}],
-            }
-        )
+        result = {"type": "tool_result", "tool_use_id": f"t{i}", "content": out}
+        msgs.append({"role": "user", "content": [result]})
     return {"model": "m", "max_tokens": 1000, "system": system, "tools": tools, "messages": msgs}
 
 
