@@ -323,7 +323,7 @@ def ok(flag: bool | None) -> str:
     return "n/a" if flag is None else ("✓" if flag else "✗")
 
 
-def to_markdown(data: dict[str, Any], quick: bool) -> str:
+def to_markdown(data: dict[str, Any]) -> str:
     md = ["## Engine overhead", ""]
     if data.get("policy_note"):
         md += [f"Note: {data['policy_note']}.", ""]
@@ -389,7 +389,7 @@ def to_markdown(data: dict[str, Any], quick: bool) -> str:
     md += per_call_markdown(data.get("per_call") or {})
     md += [
         "Reproduce: `.venv/bin/python benchmarks/bench_engine.py"
-        + (" --quick" if quick else "")
+        + (" --quick" if data["quick"] else "")
         + (" --per-call-only" if data.get("per_call_only") else "")
         + (" --baseline <main checkout>" if (data.get("per_call") or {}).get("baseline") else "")
         + "`",
@@ -478,8 +478,7 @@ def main(argv: list[str] | None = None) -> int:
         },
         "elapsed_s": time.perf_counter() - t_start,
     }
-    text = to_markdown(data, args.quick)
-    publish("bench_engine", data, text)
+    publish("bench_engine", data, to_markdown(data))
     return 0
 
 

@@ -413,8 +413,8 @@ def _table(key: str, fixed: Mapping[str, Any], ours: Mapping[str, Any], head: st
     return markdown_table(head, rows, align="lrr")
 
 
-def to_markdown(res: dict[str, Any], info: dict[str, Any], quick: bool) -> str:
-    a, b, c = res["a"], res["b"], res["c"]
+def to_markdown(data: dict[str, Any]) -> str:
+    a, b, c = (data["scenarios"][k] for k in "abc")
     fa, da = a["fixed_80"], a["dynamic"]
     fb, db = b["fixed_95"], b["dynamic"]
     fc, dc = c["fixed_50"], c["dynamic"]
@@ -449,7 +449,7 @@ def to_markdown(res: dict[str, Any], info: dict[str, Any], quick: bool) -> str:
         f"{ok[dc['calls_with_compaction'] * 2 <= fc['calls_with_compaction']]}",
         "",
         "Reproduce: `.venv/bin/python benchmarks/bench_incidents.py"
-        + (" --quick`" if quick else "`")
+        + (" --quick`" if data["quick"] else "`")
         + " (tests: `.venv/bin/pytest tests/test_incidents.py`)",
     ]
     return "\n".join(md)
@@ -458,16 +458,13 @@ def to_markdown(res: dict[str, Any], info: dict[str, Any], quick: bool) -> str:
 def main(argv: list[str] | None = None) -> int:
     ap = parser(__doc__, "shorter conversations (smoke test)")
     args = ap.parse_args(argv)
-    info = machine(["ctxpolicy", "tiktoken"])
-    res = run_all(args.quick)
-    text = to_markdown(res, info, args.quick)
-    scenarios = {
+    data = {"machine": machine(["ctxpolicy", "tiktoken"]), "window": WINDOW}
+    data |= {"output_tokens": OUTPUT, "quick": args.quick}
+    data["scenarios"] = {
         k: {kk: (_strip(vv) if isinstance(vv, dict) else vv) for kk, vv in v.items()}
-        for k, v in res.items()
+        for k, v in run_all(args.quick).items()
     }
-    data = {"machine": info, "window": WINDOW, "output_tokens": OUTPUT, "quick": args.quick}
-    data["scenarios"] = scenarios
-    publish("bench_incidents", data, text)
+    publish("bench_incidents", data, to_markdown(data))
     return 0
 
 
