@@ -73,11 +73,10 @@ def runnable(policy: Any) -> tuple[Any, str | None]:
         )
 
 
-def matrix(agents: str, windows: str) -> tuple[list[str], list[str], list[int]]:
-    """A trace × policy × window suite's axes: the shared traces, the ``agents``
-    (comma-separated; every shipped one when empty) and the ``windows``."""
-    chosen = [a for a in agents.split(",") if a] or shipped_agents()
-    return shared_traces(), chosen, [int(w) for w in windows.split(",") if w]
+def matrix(windows: Sequence[int]) -> tuple[list[str], list[str], list[int]]:
+    """A trace × policy × window suite's axes: the shared traces, every shipped agent and
+    the ``windows``."""
+    return shared_traces(), shipped_agents(), list(windows)
 
 
 def load_agent(agent: str, policy_file: str | Path = POLICY_FILE) -> tuple[Any, str | None]:

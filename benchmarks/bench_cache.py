@@ -1,7 +1,7 @@
 """Prompt-cache-aware compaction: shipped policies with and without
 ``cache: {preserve_prefix: true, min_gain_tokens: N}`` on ../shared/traces.
 
-Every trace × agent × window replayed twice; ``--min-gain auto`` uses N = 25 % of the
+Every trace × agent × window replayed twice, with N = 25 % of the
 policy's trigger at that window. The section says what each column counts.
 """
 
@@ -32,7 +32,7 @@ def with_cache(policy: Any, min_gain: int) -> Any:
     return policy.model_copy(update={"cache": spec})
 
 
-def job(trace_path: str, agent: str, window: int, min_gain: str) -> dict[str, Any]:
+def job(trace_path: str, agent: str, window: int) -> dict[str, Any]:
     from ctxpolicy.budget import compute_budget
     from ctxpolicy.sim.replay import load_trace, replay_trace, with_window
 
@@ -43,7 +43,7 @@ def job(trace_path: str, agent: str, window: int, min_gain: str) -> dict[str, An
         trigger = compute_budget(with_window(policy, window)).trigger
     except ValueError as exc:
         return {**base, "applicable": False, "reason": str(exc)}
-    n = int(round(0.25 * trigger, -2)) if min_gain == "auto" else int(min_gain)
+    n = int(round(0.25 * trigger, -2))  # min_gain_tokens: 25 % of the trigger
     msgs = load_trace(trace_path)
     out = {**base, "applicable": True, "min_gain_tokens": n, "trigger": trigger}
     for label, pol in (("shipped", policy), ("cache", with_cache(policy, n))):
@@ -180,11 +180,8 @@ def to_markdown(data: dict[str, Any]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     ap = parser(__doc__, jobs=True)
-    ap.add_argument("--windows", default="32768")
-    ap.add_argument("--min-gain", default="auto", help="tokens, or 'auto' (25 %% of the trigger)")
-    ap.add_argument("--agents", default="")
     args = ap.parse_args(argv)
-    traces, agents, windows = matrix(args.agents, args.windows)
+    traces, agents, windows = matrix([32768])
     if not traces:
         return 2
     if args.quick:
@@ -196,14 +193,14 @@ def main(argv: list[str] | None = None) -> int:
         key=lambda x: -Path(x[0]).stat().st_size,
     )
     eprint(f"{len(tasks)} jobs on {args.jobs} processes ...")
-    results = run_jobs([(job, (*t, args.min_gain)) for t in tasks], args.jobs)
+    results = run_jobs([(job, t) for t in tasks], args.jobs)
     results.sort(key=lambda r: (r["trace"], r["agent"], r["window"]))
     data: dict[str, Any] = {
         "machine": machine(["ctxpolicy", "tiktoken", "quicktok-v1"]),
         "agents": agents,
         "windows": windows,
         "traces": len(traces),
-        "min_gain": args.min_gain,
+        "min_gain": "auto",
         "quick": args.quick,
         "results": results,
         "elapsed_s": time.perf_counter() - t0,

@@ -308,8 +308,6 @@ def reproduce(data: Mapping[str, Any]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     ap = parser(__doc__, "2 small traces, 1 agent, 1 window; peers on 2 mid-size ones", jobs=True)
-    ap.add_argument("--windows", default=",".join(map(str, WINDOWS)))
-    ap.add_argument("--agents", default="", help="comma-separated subset of agents (default: all)")
     ap.add_argument(
         "--results-name",
         default="bench_quality",
@@ -325,7 +323,7 @@ def main(argv: list[str] | None = None) -> int:
         "--peers-only", action="store_true", help="only the peer comparison (no baseline matrix)"
     )
     args = ap.parse_args(argv)
-    traces, agents, windows = matrix(args.agents, args.windows)
+    traces, agents, windows = matrix(WINDOWS)
     if not traces:
         return 2
     peer_windows = list(PEER_WINDOWS)
@@ -334,7 +332,7 @@ def main(argv: list[str] | None = None) -> int:
         by_size = sorted(traces, key=lambda t: Path(t).stat().st_size)
         traces = by_size[:2]
         peer_traces = by_size[len(by_size) // 2 : len(by_size) // 2 + 2]
-        agents, windows = agents[:1] if not args.agents else agents, [32768]
+        agents, windows = agents[:1], [32768]
         peer_windows = peer_windows[:1]
     specs = shipped_policies()
     if args.peer_policies:
