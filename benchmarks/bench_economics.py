@@ -31,6 +31,9 @@ RUNS: tuple[tuple[str, int, dict[str, float] | None], ...] = (
 )
 
 
+COUNTS = ("calls", "compactions", "prefix_changes", "sent", "none", "overflows", "traces")
+
+
 def child(quick: bool) -> dict[str, dict[str, float]]:
     """Summed counts per ``agent@window``."""
     from ctxpolicy.sim import replay
@@ -47,12 +50,10 @@ def child(quick: bool) -> dict[str, dict[str, float]]:
             th = policy.thresholds.model_copy(update=thresholds)
             policy = policy.model_copy(update={"thresholds": th})
             key += f" warning {thresholds['warning']:.2f}"
-        tot: dict[str, float] = {"calls": 0, "compactions": 0, "prefix_changes": 0, "sent": 0}
-        tot["none"] = tot["overflows"] = tot["traces"] = 0
+        tot: dict[str, float] = dict.fromkeys(COUNTS, 0)
         # the bill under Anthropic prompt caching, split: cached reads, writes of the
         # appended messages, writes of rewritten prefixes; and none's bill
-        tot["read"] = tot["append"] = tot["rewrite"] = tot["none_bill"] = 0.0
-        tot["none_write"] = 0.0
+        tot |= dict.fromkeys(("read", "append", "rewrite", "none_bill", "none_write"), 0.0)
         for path in paths:
             with tempfile.TemporaryDirectory(prefix="ctxpolicy-econ-") as tmp:
                 res = replay.replay_trace(
@@ -132,7 +133,6 @@ def main(argv: list[str] | None = None) -> int:
     base = run(args.baseline.resolve(), args.quick) if args.baseline is not None else None
     mine = run(ROOT, args.quick)
     traces = next(iter(mine.values()))["traces"]
-    info = machine()
     text = "\n".join(
         [
             "## Compaction economics (issue 27 item 2)",
@@ -146,7 +146,7 @@ def main(argv: list[str] | None = None) -> int:
             + (" --quick`" if args.quick else "`"),
         ]
     )
-    data = {"machine": info, "quick": args.quick, "this": mine, "baseline": base}
+    data = {"machine": machine(), "quick": args.quick, "this": mine, "baseline": base}
     publish("bench_economics", data, text)
     return 0
 
