@@ -39,15 +39,6 @@ def agents_of(name: str) -> list[str]:
 def child(agent: str, traces: int = 0) -> dict[str, list[str]]:
     """Digest of the JSON text of every prepared list, per agent, trace and window (the
     ``traces`` smallest traces; 0: all)."""
-    out: dict[str, list[str]] = {}
-    for name in agents_of(agent):
-        for key, digests in child_one(name, traces).items():
-            out[f"{name}:{key}"] = digests
-    return out
-
-
-def child_one(agent: str, traces: int = 0) -> dict[str, list[str]]:
-    """Digest of the JSON text of every prepared list, per trace and window."""
     from ctxpolicy.sim import replay
     from ctxpolicy.sim.importers import load_trace
 
@@ -62,18 +53,22 @@ def child_one(agent: str, traces: int = 0) -> dict[str, list[str]]:
         return res
 
     replay.PolicyStrategy.prepare = prepare  # type: ignore[method-assign]
-    policy = replay.load_policy_file(str(ROOT / "policies" / "agents.yaml"), agent)
-    for path in trace_files(traces):
-        for window in WINDOWS:
-            seen.clear()
-            with tempfile.TemporaryDirectory(prefix="ctxpolicy-identical-") as tmp:
-                try:
-                    replay.replay_trace(
-                        load_trace(path), policy, window=window, snapshots_dir=tmp, trace=path.stem
-                    )
-                except Exception as exc:  # e.g. a budget that does not fit the window
-                    seen.append(f"error: {type(exc).__name__}: {exc}"[:200])
-            out[f"{path.stem}@{window}"] = list(seen)
+    try:
+        for name in agents_of(agent):
+            policy = replay.load_policy_file(str(ROOT / "policies" / "agents.yaml"), name)
+            for path, window in ((p, w) for p in trace_files(traces) for w in WINDOWS):
+                seen.clear()
+                with tempfile.TemporaryDirectory(prefix="ctxpolicy-identical-") as tmp:
+                    try:
+                        msgs = load_trace(path)
+                        replay.replay_trace(
+                            msgs, policy, window=window, snapshots_dir=tmp, trace=path.stem
+                        )
+                    except Exception as exc:  # e.g. a budget that does not fit the window
+                        seen.append(f"error: {type(exc).__name__}: {exc}"[:200])
+                out[f"{name}:{path.stem}@{window}"] = list(seen)
+    finally:
+        replay.PolicyStrategy.prepare = original  # type: ignore[method-assign]
     return out
 
 
