@@ -195,7 +195,8 @@ def main(argv: list[str] | None = None) -> int:
     eprint(f"{len(tasks)} jobs on {args.jobs} processes ...")
     results = run_jobs([(job, t) for t in tasks], args.jobs)
     results.sort(key=lambda r: (r["trace"], r["agent"], r["window"]))
-    data = {"machine": machine(["ctxpolicy", "tiktoken", "quicktok-v1"]), "agents": agents}
+    data: dict[str, Any] = {"machine": machine(["ctxpolicy", "tiktoken", "quicktok-v1"])}
+    data["agents"] = agents
     data |= {"windows": windows, "traces": len(traces), "min_gain": "auto", "quick": args.quick}
     data |= {"results": results, "elapsed_s": time.perf_counter() - t0}
     publish("bench_cache", data, to_markdown(data))

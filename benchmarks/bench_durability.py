@@ -289,7 +289,8 @@ def state(quick: bool, repeat: int) -> dict[str, Any]:
     prep = {k: med(k, "prepare_s") / prepares for k in kinds}
     per_save = {k: commit[k] / max(1, saves[k]) for k in kinds}
     first = results["sqlite"][0]
-    data = {"machine": machine(["ctxpolicy", "tiktoken", "psycopg"]), "trace": trace.name}
+    data: dict[str, Any] = {"machine": machine(["ctxpolicy", "tiktoken", "psycopg"])}
+    data["trace"] = trace.name
     data |= {"agent": AGENT, "window": WINDOW, "messages": len(messages), "calls": calls}
     data |= {"prepares": prepares, "repeat": repeat, "notes": notes, "total_s": total}
     data |= {"commit_s": commit, "saves": saves, "prepare_per_call_s": prep}

@@ -378,8 +378,8 @@ def to_markdown(data: dict[str, Any]) -> str:
             "",
         ]
     if prof := data.get("profile"):
-        cols = ("function", "calls", "tottime_s", "cumtime_s")
-        rows = [[*(r[k] for k in cols), f"{r['own_share']:.0%}"] for r in prof["rows"]]
+        keys = ("function", "calls", "tottime_s", "cumtime_s")
+        rows = [[*(r[k] for k in keys), f"{r['own_share']:.0%}"] for r in prof["rows"]]
         md += [
             f"### Hot spots of `prepare` ({prof['conversation']}, cProfile, own time)",
             "",

