@@ -142,4 +142,3 @@ def test_missing_tokenizer_emits_fallback_once() -> None:
     fallbacks = [e for e in seen if e["type"] == "tokenizer.fallback"]
     assert len(fallbacks) == 1
     assert s.status is not None and s.status["approximate"] is True
-
