@@ -133,27 +133,6 @@ def test_option_typo_gets_line_col_diagnostic(tmp_path: Path) -> None:
     assert f"{path}:9:11: CTX101 unknown key 'keep_recnt_rounds'" in human.stdout
 
 
-def test_the_layer_runs_in_a_session(ctxpolicy_session, make_conversation) -> None:
-    """Discovered through its entry point (no manual registration) and run by the engine."""
-    session = ctxpolicy_session(
-        """
-ctxpolicy: 1
-policies:
-  default:
-    model: {context_window: 8000}
-    budget: {reserve_output: 1000, safety_margin: 500, tool_growth: 0, target: 0.5}
-    pipeline:
-      - {layer: keep_errors, at: normal, options: {keep_recent_rounds: 1}}
-    snapshots: {enabled: false}
-"""
-    )
-    assert session.registry.plugin_of("layer", "keep_errors") == PLUGIN
-    msgs = make_conversation(30, seed=4, errors=0.3)
-    session.prepare(msgs)
-    compacted = [e for e in session.events if e["type"] == "context.compacted"]
-    assert compacted and compacted[0]["plugin"] == PLUGIN
-
-
 def test_broken_plugin_is_named_and_the_rest_keep_working(tmp_path: Path) -> None:
     """A real distribution (dist-info + entry_points.txt) whose module raises at import."""
     (tmp_path / "broken_ctx_plugin.py").write_text('raise RuntimeError("boom at import")\n')

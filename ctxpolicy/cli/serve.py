@@ -10,6 +10,8 @@ import sys
 
 import click
 
+from ctxpolicy.cli._shared import policy_option
+
 __all__ = ["KEEP_ALIVE_S", "serve"]
 
 #: Seconds an idle client connection is kept open. Longer than the clients' own pool
@@ -25,13 +27,7 @@ def _extra() -> str:
 
 
 @click.command("serve")
-@click.option(
-    "--policy",
-    "policy",
-    required=True,
-    type=click.Path(exists=True, dir_okay=False),
-    help="Policy file (YAML or TOML); every agent in it is served.",
-)
+@policy_option("Policy file (YAML or TOML); every agent in it is served.")
 @click.option(
     "--agent",
     default=None,
@@ -209,7 +205,7 @@ def _extra() -> str:
     "asyncio's own; auto takes uvloop when installed.",
 )
 def serve(
-    policy: str,
+    policy_file: str,
     agent: str | None,
     upstream: str,
     anthropic_upstream: str | None,
@@ -299,14 +295,14 @@ def serve(
 
     from ctxpolicy.resolve.load import list_agents, resolve_all
 
-    policies, diags = resolve_all(policy)
+    policies, diags = resolve_all(policy_file)
     errors = [d for d in diags if d.severity == "error"]
     for d in errors:
         click.echo(d.format(), err=True)
     if not policies:
-        click.echo(f"ctxpolicy serve: {policy}: no agent resolves without errors", err=True)
+        click.echo(f"ctxpolicy serve: {policy_file}: no agent resolves without errors", err=True)
         sys.exit(1)
-    unserved = [a for a in list_agents(policy) if a not in policies]
+    unserved = [a for a in list_agents(policy_file) if a not in policies]
     if unserved:  # the others are served; these answer 404 until the file is fixed
         click.echo(
             f"ctxpolicy serve: not serving {', '.join(unserved)} (errors above); "
@@ -329,7 +325,7 @@ def serve(
     os.environ.setdefault("CTXPOLICY_GATEWAY_SECRET", secrets.token_hex(32))
     os.environ["CTXPOLICY_GATEWAY_CONFIG"] = json.dumps(
         {
-            "policy": os.path.abspath(policy),
+            "policy": os.path.abspath(policy_file),
             "upstream": upstream,
             "anthropic_upstream": anthropic_upstream,
             "default_agent": agent,

@@ -16,6 +16,8 @@ from typing import Any
 
 import click
 
+from ctxpolicy.cli._shared import agent_option, load_agent, policy_option
+
 BASELINE_CHOICES = ("none", "last_n", "observation_mask", "summary_at_fraction")
 FORMAT_CHOICES = ("table", "json", "csv", "markdown")
 #: Width of the tables when stdout is not a terminal and ``COLUMNS`` is not set.
@@ -32,22 +34,6 @@ def output_width() -> int:
     return PIPE_WIDTH
 
 
-def _load(ctx: click.Context, file: str, agent: str) -> Any:
-    from ctxpolicy.policy.diagnostics import PolicyError
-    from ctxpolicy.sim.replay import load_policy_file
-
-    try:
-        return load_policy_file(file, agent)
-    except PolicyError as exc:
-        for d in exc.diagnostics:
-            click.echo(d.format(), err=True)
-        click.echo(f"{file}: agent {agent!r} does not resolve", err=True)
-        ctx.exit(2)
-    except (OSError, ValueError) as exc:
-        click.echo(f"{file}: {exc}", err=True)
-        ctx.exit(2)
-
-
 def _parse_compare(spec: str, policy: str, agent: str) -> tuple[str, str]:
     """``FILE``, ``FILE:AGENT`` or ``:AGENT`` (same file as ``--policy``)."""
     file, sep, other = spec.rpartition(":")
@@ -58,16 +44,8 @@ def _parse_compare(spec: str, policy: str, agent: str) -> tuple[str, str]:
 
 @click.command("simulate")
 @click.argument("traces", nargs=-1, required=True, type=click.Path(exists=True, dir_okay=False))
-@click.option(
-    "--policy",
-    "policy_file",
-    required=True,
-    type=click.Path(exists=True, dir_okay=False),
-    help="Policy file.",
-)
-@click.option(
-    "--agent", default="default", show_default=True, help="Agent type in the policy file."
-)
+@policy_option()
+@agent_option()
 @click.option(
     "--window",
     type=click.IntRange(min=256),
@@ -216,7 +194,7 @@ def simulate(
 
     if as_json:
         fmt = "json"
-    policy = _load(ctx, policy_file, agent)
+    policy = load_agent(ctx, policy_file, agent, code=2)
     runs = [RunSpec(label=agent, policy=policy, file=policy_file, agent=agent)]
     for spec in compare:
         cfile, cagent = _parse_compare(spec, policy_file, agent)
@@ -226,7 +204,9 @@ def simulate(
             cagent if cagent not in {r.label for r in runs} else f"{cagent} ({Path(cfile).name})"
         )
         runs.append(
-            RunSpec(label=label, policy=_load(ctx, cfile, cagent), file=cfile, agent=cagent)
+            RunSpec(
+                label=label, policy=load_agent(ctx, cfile, cagent, code=2), file=cfile, agent=cagent
+            )
         )
     try:
         prices = load_prices(prices_file)

@@ -5,13 +5,28 @@ from __future__ import annotations
 import json
 import os
 import sys
-from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import click
 
-if TYPE_CHECKING:  # pragma: no cover
-    from ctxpolicy.policy.models import Policy
+from ctxpolicy.cli._shared import F, agent_option, load_agent, policy_option
+
+
+def _where(f: F) -> F:
+    """The store a command reads: ``--policy`` (and ``--agent``), or ``--root``."""
+    options = (
+        policy_option(
+            "Policy file whose agent's `snapshots` settings apply (`snapshots.path`: the store).",
+            required=False,
+        ),
+        agent_option(),
+        click.option(
+            "--root", default=None, help="Store root (instead of the policy's snapshots.path)."
+        ),
+    )
+    for option in reversed(options):
+        f = option(f)
+    return f
 
 
 @click.group("snapshots")
@@ -20,18 +35,7 @@ def snapshots() -> None:
 
 
 @snapshots.command("prune")
-@click.option(
-    "--policy",
-    "policy_path",
-    type=click.Path(exists=True, dir_okay=False, path_type=Path),
-    help="Policy file whose agent's `snapshots` settings apply.",
-)
-@click.option(
-    "--agent", default="default", show_default=True, help="Agent type in the policy file."
-)
-@click.option(
-    "--root", "root", default=None, help="Store root (instead of the policy's snapshots.path)."
-)
+@_where
 @click.option(
     "--max-age-days",
     type=click.FloatRange(min=0, min_open=True),
@@ -50,7 +54,7 @@ def snapshots() -> None:
 @click.pass_context
 def prune_cmd(
     ctx: click.Context,
-    policy_path: Path | None,
+    policy_file: str | None,
     agent: str,
     root: str | None,
     max_age_days: float | None,
@@ -66,10 +70,10 @@ def prune_cmd(
     from ctxpolicy.policy.paths import interpolate_path
     from ctxpolicy.snapshots import prune
 
-    if policy_path is None and root is None:
+    if policy_file is None and root is None:
         raise click.UsageError("give --policy (and --agent) or --root")
-    if policy_path is not None:
-        snaps = _load(ctx, policy_path, agent).snapshots
+    if policy_file is not None:
+        snaps = load_agent(ctx, policy_file, agent, code=1).snapshots
         if snaps.store != "local" and root is None:
             raise click.UsageError(
                 f"prune handles the `local` store; this agent uses {snaps.store!r}"
@@ -128,29 +132,15 @@ def prune_cmd(
         )
 
 
-def _load(ctx: click.Context, policy_path: Path, agent: str) -> Policy:
-    """The agent's resolved policy; exit 1 with its diagnostics when it does not resolve."""
-    from ctxpolicy.policy.diagnostics import PolicyError
-    from ctxpolicy.resolve.load import load_policy
-
-    try:
-        return load_policy(str(policy_path), agent)
-    except PolicyError as exc:
-        for d in exc.diagnostics:
-            click.echo(d.format(), err=True)
-        ctx.exit(1)
-        raise AssertionError from None  # pragma: no cover - ctx.exit raises
-
-
-def _store_root(ctx: click.Context, policy_path: Path | None, agent: str, root: str | None) -> str:
+def _store_root(ctx: click.Context, policy_file: str | None, agent: str, root: str | None) -> str:
     """The local store's root: ``--root``, else the policy's ``snapshots.path``."""
     if root is not None:
         return root
-    if policy_path is None:
+    if policy_file is None:
         raise click.UsageError("give --policy (and --agent) or --root")
     from ctxpolicy.engine.tool_results import interpolate_path
 
-    policy = _load(ctx, policy_path, agent)
+    policy = load_agent(ctx, policy_file, agent, code=1)
     if policy.snapshots.store != "local":
         raise click.UsageError(
             f"list and show read the `local` store; this agent uses {policy.snapshots.store!r}"
@@ -161,35 +151,15 @@ def _store_root(ctx: click.Context, policy_path: Path | None, agent: str, root: 
         raise click.UsageError(str(exc)) from exc
 
 
-_where = [
-    click.option(
-        "--policy",
-        "policy_path",
-        type=click.Path(exists=True, dir_okay=False, path_type=Path),
-        help="Policy file whose agent's `snapshots.path` is the store.",
-    ),
-    click.option(
-        "--agent", default="default", show_default=True, help="Agent type in the policy file."
-    ),
-    click.option("--root", "root", default=None, help="Store root (instead of the policy's)."),
-    click.option("--json", "as_json", is_flag=True, help="Print JSON."),
-]
-
-
-def _with_where(f: Any) -> Any:
-    for opt in reversed(_where):
-        f = opt(f)
-    return f
-
-
 @snapshots.command("list")
 @click.argument("conversation", required=False)
-@_with_where
+@_where
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @click.pass_context
 def list_cmd(
     ctx: click.Context,
     conversation: str | None,
-    policy_path: Path | None,
+    policy_file: str | None,
     agent: str,
     root: str | None,
     as_json: bool,
@@ -203,7 +173,7 @@ def list_cmd(
     from ctxpolicy.snapshots import LocalStore, SnapshotError
     from ctxpolicy.snapshots.names import SNAP_SEGMENT_RE, is_store_folder
 
-    base = _store_root(ctx, policy_path, agent, root)
+    base = _store_root(ctx, policy_file, agent, root)
     store = LocalStore(root=base)
     if conversation is None:
         rows: list[dict[str, Any]] = []
@@ -255,12 +225,13 @@ def list_cmd(
 
 @snapshots.command("show")
 @click.argument("ref")
-@_with_where
+@_where
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @click.pass_context
 def show_cmd(
     ctx: click.Context,
     ref: str,
-    policy_path: Path | None,
+    policy_file: str | None,
     agent: str,
     root: str | None,
     as_json: bool,
@@ -273,7 +244,7 @@ def show_cmd(
     """
     from ctxpolicy.snapshots import LocalStore, SnapshotError
 
-    store = LocalStore(root=_store_root(ctx, policy_path, agent, root))
+    store = LocalStore(root=_store_root(ctx, policy_file, agent, root))
     try:
         doc = store.read(ref)
     except SnapshotError as exc:

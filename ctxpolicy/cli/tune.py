@@ -15,15 +15,13 @@ from typing import Any
 import click
 
 from ctxpolicy._install import extra_hint
-from ctxpolicy.cli.simulate import _load
+from ctxpolicy.cli._shared import agent_option, load_agent, policy_option
 
 
 @click.command("tune")
 @click.argument("traces", nargs=-1, required=True, type=click.Path(exists=True, dir_okay=False))
-@click.option(
-    "--policy", "policy_file", required=True, type=click.Path(exists=True, dir_okay=False)
-)
-@click.option("--agent", default="default", show_default=True, help="Agent type to tune.")
+@policy_option()
+@agent_option("Agent type to tune.")
 @click.option("--window", type=click.IntRange(min=256), default=None, help="Window to tune for.")
 @click.option("--trials", type=click.IntRange(min=1), default=None, help="Trials (default 50).")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of split and search.")
@@ -99,7 +97,7 @@ def tune(
     from ctxpolicy.tune.runner import TuneConfig, run_tune
     from ctxpolicy.tune.space import SpaceError
 
-    base = _load(ctx, policy_file, agent)
+    base = load_agent(ctx, policy_file, agent, code=2)
     for trace in traces:
         warning = mark_warning(trace)
         if warning is not None:

@@ -25,7 +25,7 @@ import dataclasses
 import enum
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, TypeVar
+from typing import Any, ClassVar, TypeVar, dataclass_transform
 
 __all__ = [
     "ABSENT",
@@ -54,7 +54,7 @@ ABSENT = Absent.ABSENT
 #: Every event type → its class, in the order of this module.
 EVENTS: dict[str, type[Event]] = {}
 
-E = TypeVar("E", bound="type[Event]")
+E = TypeVar("E", bound="Event")
 
 
 def _f(doc: str = "", *, span: bool = False) -> Any:
@@ -100,10 +100,15 @@ class Event:
         return {"type": self.TYPE, **self.fields()}
 
 
-def _event(type_: str, when: str, *, scope: str = "") -> Callable[[E], E]:
-    def register(cls: E) -> E:
+@dataclass_transform(kw_only_default=True, frozen_default=True)
+def _event(type_: str, when: str, *, scope: str = "") -> Callable[[type[E]], type[E]]:
+    """Define an event type: the class becomes a frozen, slotted, keyword-only
+    dataclass, registered in :data:`EVENTS` under ``type_``."""
+
+    def register(cls: type[E]) -> type[E]:
         if type_ in EVENTS:  # pragma: no cover - a definition error
             raise ValueError(f"event type {type_!r} is defined twice")
+        cls = dataclass(frozen=True, slots=True, kw_only=True)(cls)
         cls.TYPE, cls.WHEN, cls.SCOPE = type_, when, scope
         cls._NAMES = tuple(f.name for f in dataclasses.fields(cls))
         EVENTS[type_] = cls
@@ -166,7 +171,6 @@ def _optional(f: dataclasses.Field[Any]) -> bool:
 
 # ---------------------------------------------------------------------- the prepare
 @_event("context.status", "every `prepare`")
-@dataclass(frozen=True, slots=True, kw_only=True)
 class ContextStatus(Event):
     # design A's fields first; ``budget`` is design A's effective budget (our trigger)
     used: int = _f(span=True)
@@ -190,7 +194,6 @@ class ContextStatus(Event):
 
 
 @_event("context.compacted", "a layer changed the context", scope="layer")
-@dataclass(frozen=True, slots=True, kw_only=True)
 class ContextCompacted(Event):
     before: int = _f()
     after: int = _f()
@@ -208,7 +211,6 @@ class ContextCompacted(Event):
 
 
 @_event("layer.failed", "a layer raised", scope="layer")
-@dataclass(frozen=True, slots=True, kw_only=True)
 class LayerFailed(Event):
     error: str = _f()
 
@@ -218,7 +220,6 @@ class LayerFailed(Event):
     "a layer broke an invariant, or what it dropped could not be archived",
     scope="layer",
 )
-@dataclass(frozen=True, slots=True, kw_only=True)
 class LayerRejected(Event):
     problems: list[str] = _f()
 
@@ -228,7 +229,6 @@ class LayerRejected(Event):
     "the call's layers together freed less than `budget.min_gain` (or `cache.min_gain_tokens`)",
     scope="layer",
 )
-@dataclass(frozen=True, slots=True, kw_only=True)
 class LayerDeferred(Event):
     gain: int = _f("this layer's")
     call_gain: int = _f()
@@ -246,7 +246,6 @@ class LayerDeferred(Event):
     "updating the progress ledger or the key-facts check raised (the compaction still applies)",
     scope="layer",
 )
-@dataclass(frozen=True, slots=True, kw_only=True)
 class LedgerFailed(Event):
     error: str = _f()
 
@@ -256,7 +255,6 @@ class LedgerFailed(Event):
     "a compaction ended above the target; none runs before `resume_at` "
     "(or before the request would not fit)",
 )
-@dataclass(frozen=True, slots=True, kw_only=True)
 class ContextAboveTarget(Event):
     used: int = _f()
     target: int = _f()
@@ -272,7 +270,6 @@ class ContextAboveTarget(Event):
     "that would leave room for too few calls before the fit limit, is not made; "
     "none runs before `resume_at` (the request would not fit)",
 )
-@dataclass(frozen=True, slots=True, kw_only=True)
 class ContextCompactionHeld(Event):
     used: int = _f()
     calls_since: int = _f("calls since the last compaction")
@@ -285,7 +282,6 @@ class ContextCompactionHeld(Event):
 
 
 @_event("context.window_unfit", "once: the learned window cannot hold the policy")
-@dataclass(frozen=True, slots=True, kw_only=True)
 class ContextWindowUnfit(Event):
     window: int = _f()
     trigger: int = _f()
@@ -295,7 +291,6 @@ class ContextWindowUnfit(Event):
 
 
 @_event("context.overflow", "the prepared list is above the trigger or the hard limit")
-@dataclass(frozen=True, slots=True, kw_only=True)
 class ContextOverflow(Event):
     used: int = _f()
     trigger: int = _f()
@@ -305,7 +300,6 @@ class ContextOverflow(Event):
 
 
 @_event("context.overflow_error", "`on_error` saw an overflow")
-@dataclass(frozen=True, slots=True, kw_only=True)
 class ContextOverflowErrorEvent(Event):
     attempt: int = _f()
     retries: int = _f()
@@ -317,7 +311,6 @@ class ContextOverflowErrorEvent(Event):
     "context.truncated_pinned",
     "pinned messages were shortened: the request would not fit otherwise",
 )
-@dataclass(frozen=True, slots=True, kw_only=True)
 class ContextTruncatedPinned(Event):
     before: int = _f()
     after: int = _f()
@@ -325,7 +318,6 @@ class ContextTruncatedPinned(Event):
 
 
 @_event("context.usage", "`record_usage`")
-@dataclass(frozen=True, slots=True, kw_only=True)
 class ContextUsage(Event):
     prompt_tokens: int = _f()
     counted: int = _f()
@@ -333,7 +325,6 @@ class ContextUsage(Event):
 
 
 @_event("context.window_learned", "a provider error stated a smaller limit")
-@dataclass(frozen=True, slots=True, kw_only=True)
 class ContextWindowLearned(Event):
     window: int = _f()
     previous: int | None = _f()
@@ -343,7 +334,6 @@ class ContextWindowLearned(Event):
     "context.window_ignored",
     "a provider error stated a limit below the policy's floor: not learned",
 )
-@dataclass(frozen=True, slots=True, kw_only=True)
 class ContextWindowIgnored(Event):
     stated: int = _f()
     floor: int = _f()
@@ -351,20 +341,17 @@ class ContextWindowIgnored(Event):
 
 
 @_event("context.reset", "history was edited; decisions discarded")
-@dataclass(frozen=True, slots=True, kw_only=True)
 class ContextReset(Event):
     reason: str = _f()
 
 
 @_event("engine.invariant_failed", "the prepared list broke an invariant; the input is sent")
-@dataclass(frozen=True, slots=True, kw_only=True)
 class EngineInvariantFailed(Event):
     violations: list[str] = _f()
 
 
 # ---------------------------------------------------------------------- the messages
 @_event("conversation.repaired", "malformed input repaired (once per kind and message)")
-@dataclass(frozen=True, slots=True, kw_only=True)
 class ConversationRepaired(Event):
     repair: str = _f()
     index: int = _f()
@@ -379,7 +366,6 @@ class ConversationRepaired(Event):
     " or retention took references the context cited",
     scope="either",
 )
-@dataclass(frozen=True, slots=True, kw_only=True)
 class DataLost(Event):
     units: list[str] | Absent = _opt("keys of the units")
     messages: int | Absent = _opt()
@@ -393,7 +379,6 @@ class DataLost(Event):
 @_event(
     "tool.preprocessed", "`add_tool_result`; `prepare`, for a result that arrived in its messages"
 )
-@dataclass(frozen=True, slots=True, kw_only=True)
 class ToolPreprocessed(Event):
     tool: str = _f()
     preprocessor: str = _f()
@@ -406,14 +391,12 @@ class ToolPreprocessed(Event):
 
 
 @_event("tool.redacted", "secrets were redacted from a tool result's context text")
-@dataclass(frozen=True, slots=True, kw_only=True)
 class ToolRedacted(Event):
     tool: str = _f()
     counts: dict[str, int] = _f("per pattern")
 
 
 @_event("tool.preprocess_failed", "a preprocessor raised; the fallback was used")
-@dataclass(frozen=True, slots=True, kw_only=True)
 class ToolPreprocessFailed(Event):
     tool: str = _f()
     preprocessor: str = _f()
@@ -422,7 +405,6 @@ class ToolPreprocessFailed(Event):
 
 
 @_event("tokenizer.fallback", "the wanted tokenizer could not load")
-@dataclass(frozen=True, slots=True, kw_only=True)
 class TokenizerFallback(Event):
     wanted: str = _f()
     using: str = _f()
@@ -434,7 +416,6 @@ class TokenizerFallback(Event):
 
 # ---------------------------------------------------------------------- snapshots
 @_event("snapshot.unavailable", "the snapshot store could not be opened or read")
-@dataclass(frozen=True, slots=True, kw_only=True)
 class SnapshotUnavailable(Event):
     error: str = _f()
 
@@ -444,7 +425,6 @@ class SnapshotUnavailable(Event):
     "a snapshot or archive write failed (the original stays in context)",
     scope="either",
 )
-@dataclass(frozen=True, slots=True, kw_only=True)
 class SnapshotFailed(Event):
     tool: str | Absent = _opt("a tool result's snapshot")
     store: str | Absent = _opt()
@@ -459,7 +439,6 @@ class SnapshotFailed(Event):
     "a snapshot or archived message was above the store's size limit: its start is kept",
     scope="either",
 )
-@dataclass(frozen=True, slots=True, kw_only=True)
 class SnapshotTooLarge(Event):
     action: str | Absent = _opt("`history`: an archived message")
     tool: str | Absent = _opt("a tool result's snapshot")
@@ -470,14 +449,12 @@ class SnapshotTooLarge(Event):
 
 
 @_event("record.failed", "the session's recording (`record=`) could not be written")
-@dataclass(frozen=True, slots=True, kw_only=True)
 class RecordFailed(Event):
     path: str = _f()
     error: str = _f()
 
 
 @_event("observer.failed", "an observer raised (in `session.events` only; no `ts`)")
-@dataclass(frozen=True, slots=True, kw_only=True)
 class ObserverFailed(Event):
     error: str = _f()
 
@@ -487,7 +464,6 @@ class ObserverFailed(Event):
     "state.resumed",
     "a new session loaded its conversation's stored state ([state](state.md))",
 )
-@dataclass(frozen=True, slots=True, kw_only=True)
 class StateResumed(Event):
     version: int = _f()
 
@@ -496,7 +472,6 @@ class StateResumed(Event):
     "state.conflict",
     "a save lost the compare-and-set race; the call is redone on the stored state",
 )
-@dataclass(frozen=True, slots=True, kw_only=True)
 class StateConflictEvent(Event):
     call: str = _f()
     attempt: int = _f()
@@ -505,7 +480,6 @@ class StateConflictEvent(Event):
 
 
 @_event("state.save_failed", "the state store failed during a save (the changes stay pending)")
-@dataclass(frozen=True, slots=True, kw_only=True)
 class StateSaveFailed(Event):
     call: str = _f()
     error: str = _f()
@@ -515,7 +489,6 @@ class StateSaveFailed(Event):
     "state.unavailable",
     "the state store could not be opened or read; the session works in memory",
 )
-@dataclass(frozen=True, slots=True, kw_only=True)
 class StateUnavailable(Event):
     store: str = _f()
     error: str = _f()
@@ -526,7 +499,6 @@ class StateUnavailable(Event):
     "a stored entry did not fit the state's model: not obeyed, started afresh"
     " ([state](state.md#stored-state-is-checked-before-it-is-obeyed))",
 )
-@dataclass(frozen=True, slots=True, kw_only=True)
 class StateInvalid(Event):
     key: str = _f()
     reason: str = _f()
@@ -536,7 +508,6 @@ class StateInvalid(Event):
     "state.reload_failed",
     "the store failed during the reload after a lost race; the next call reloads first",
 )
-@dataclass(frozen=True, slots=True, kw_only=True)
 class StateReloadFailed(Event):
     call: str = _f()
     error: str = _f()
@@ -547,7 +518,6 @@ class StateReloadFailed(Event):
     "a change under a key, or with a value, no store can hold was dropped (the call and"
     " the other changes went on)",
 )
-@dataclass(frozen=True, slots=True, kw_only=True)
 class StateEntryRefused(Event):
     key: str = _f()
     reason: str = _f()
@@ -558,7 +528,6 @@ class StateEntryRefused(Event):
     "a session opening the store deleted conversations idle longer than"
     " `state.max_age_days` ([state](state.md#retention))",
 )
-@dataclass(frozen=True, slots=True, kw_only=True)
 class StatePruned(Event):
     store: str = _f()
     conversations: int = _f()
@@ -566,7 +535,6 @@ class StatePruned(Event):
 
 
 @_event("state.prune_failed", "deleting idle conversations failed; the session goes on")
-@dataclass(frozen=True, slots=True, kw_only=True)
 class StatePruneFailed(Event):
     store: str = _f()
     error: str = _f()
@@ -574,7 +542,6 @@ class StatePruneFailed(Event):
 
 # ---------------------------------------------------------------------- summarize layer
 @_event("summarizer.failed", "the summarizer raised or answered unusably", scope="layer")
-@dataclass(frozen=True, slots=True, kw_only=True)
 class SummarizerFailed(Event):
     summarizer: str = _f()
     reason: str = _f()
@@ -582,14 +549,12 @@ class SummarizerFailed(Event):
 
 
 @_event("summarizer.hung", "a summarizer call passed `timeout_s`", scope="layer")
-@dataclass(frozen=True, slots=True, kw_only=True)
 class SummarizerHung(Event):
     summarizer: str = _f()
     timeout_s: float = _f()
 
 
 @_event("summarizer.busy", "the summarizer is still hung from an earlier call", scope="layer")
-@dataclass(frozen=True, slots=True, kw_only=True)
 class SummarizerBusy(Event):
     summarizer: str = _f()
     hung_for_s: float = _f()
@@ -598,13 +563,11 @@ class SummarizerBusy(Event):
 @_event(
     "breaker.open", "`max_failures` failures in a row: the summarizer is skipped", scope="layer"
 )
-@dataclass(frozen=True, slots=True, kw_only=True)
 class BreakerOpen(Event):
     summarizer: str = _f()
     failures: int = _f()
 
 
 @_event("breaker.closed", "the summarizer answered again after the breaker opened", scope="layer")
-@dataclass(frozen=True, slots=True, kw_only=True)
 class BreakerClosed(Event):
     summarizer: str = _f()

@@ -45,12 +45,14 @@ FAST_YAML = True
 
 _NULL_RE = re.compile(r"^(?:~|null|Null|NULL|)$")
 _BOOL = {"true": True, "True": True, "TRUE": True, "false": False, "False": False, "FALSE": False}
-_INT_RE = re.compile(r"^[-+]?[0-9]+$")
-_OCT_RE = re.compile(r"^0o[0-7]+$")
-_HEX_RE = re.compile(r"^0x[0-9a-fA-F]+$")
+#: the integer forms (their digits as group 1) and their bases
+_INT_FORMS = (
+    (re.compile(r"^[-+]?([0-9]+)$"), 10),
+    (re.compile(r"^0o([0-7]+)$"), 8),
+    (re.compile(r"^0x([0-9a-fA-F]+)$"), 16),
+)
 _FLOAT_RE = re.compile(r"^[-+]?(?:\.[0-9]+|[0-9]+(?:\.[0-9]*)?)(?:[eE][-+]?[0-9]+)?$")
-_INF_RE = re.compile(r"^[-+]?\.(?:inf|Inf|INF)$")
-_NAN_RE = re.compile(r"^\.(?:nan|NaN|NAN)$")
+_NOT_FINITE_RE = re.compile(r"^(?:[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN))$")
 
 
 def _int_literal(value: str, digits: str, base: int) -> int | OddNumber:
@@ -70,18 +72,15 @@ def _plain_scalar(value: str) -> Any:
         return None
     if value in _BOOL:
         return _BOOL[value]
-    if _INT_RE.match(value):
-        return _int_literal(value, value.lstrip("+-"), 10)
-    if _OCT_RE.match(value):
-        return _int_literal(value, value[2:], 8)
-    if _HEX_RE.match(value):
-        return _int_literal(value, value[2:], 16)
+    for form, base in _INT_FORMS:
+        if digits := form.match(value):
+            return _int_literal(value, digits[1], base)
     if _FLOAT_RE.match(value):
         number = float(value)
         if number in (float("inf"), float("-inf")):
             return OddNumber(value, f"{value} is out of range (too large for a number)")
         return number
-    if _INF_RE.match(value) or _NAN_RE.match(value):
+    if _NOT_FINITE_RE.match(value):
         return OddNumber(value, f"{value} is not a finite number")
     return value
 

@@ -9,7 +9,7 @@ after the marker, so an agent reading a long source file still sees what is in i
 
 from __future__ import annotations
 
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from pydantic import Field
 
@@ -24,12 +24,22 @@ from ctxpolicy.preprocessors._text import (
     tokens_to_chars,
 )
 
+#: Characters a head/tail keeps unless told otherwise: ``head_tail``'s ``max_chars``
+#: and the ``fallback_chars`` of the preprocessors that fall back to a head/tail.
+DEFAULT_CHARS = 3000
+
+
+def fallback_field(when: str) -> Any:
+    """The ``fallback_chars`` option of a preprocessor that keeps a head/tail of the
+    text ``when`` (its format is not recognised)."""
+    return Field(default=DEFAULT_CHARS, ge=0, description=f"Head/tail kept when {when}.")
+
 
 class HeadTailOptions(ComponentOptions):
     """Options of ``head_tail``."""
 
     max_chars: int = Field(
-        default=3000, ge=0, description="Characters kept in total (half head, half tail)."
+        default=DEFAULT_CHARS, ge=0, description="Characters kept in total (half head, half tail)."
     )
     max_tokens: int | None = Field(
         default=None,

@@ -19,6 +19,7 @@ from ctxpolicy.components import Preprocessor, ToolCall
 from ctxpolicy.plugins import hookimpl
 from ctxpolicy.policy.models import ComponentOptions, TuneRange
 from ctxpolicy.preprocessors._text import head_tail_chars, never_longer
+from ctxpolicy.preprocessors.head_tail import fallback_field
 
 
 class JsonPruneOptions(ComponentOptions):
@@ -29,9 +30,7 @@ class JsonPruneOptions(ComponentOptions):
     max_depth: int | None = Field(
         default=None, ge=1, description="Containers nested deeper are replaced by a count."
     )
-    fallback_chars: int = Field(
-        default=3000, ge=0, description="Head/tail kept when the text is not JSON."
-    )
+    fallback_chars: int = fallback_field("the text is not JSON")
 
 
 def prune(value: Any, opts: JsonPruneOptions, depth: int = 1) -> Any:

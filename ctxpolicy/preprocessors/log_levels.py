@@ -22,6 +22,7 @@ from ctxpolicy.components import Preprocessor, ToolCall
 from ctxpolicy.plugins import hookimpl
 from ctxpolicy.policy.models import ComponentOptions, TuneRange
 from ctxpolicy.preprocessors._text import head_tail_chars, never_longer
+from ctxpolicy.preprocessors.head_tail import fallback_field
 
 DEFAULT_PATTERN = (
     r"(?i)(?<![A-Za-z0-9_])(FATAL|CRITICAL|CRIT|ERROR|ERR|WARNING|WARN|INFO|NOTICE|DEBUG|TRACE)"
@@ -45,9 +46,7 @@ class LogLevelsOptions(ComponentOptions):
         default=DEFAULT_PATTERN,
         description="Regex finding a line's level: group `level` or group 1 is the level name.",
     )
-    fallback_chars: int = Field(
-        default=3000, ge=0, description="Head/tail kept when no line is at a kept level."
-    )
+    fallback_chars: int = fallback_field("no line is at a kept level")
 
     @field_validator("pattern")
     @classmethod

@@ -30,6 +30,7 @@ from ctxpolicy.conversation.facts import DERIVED_HEADING
 from ctxpolicy.plugins import hookimpl
 from ctxpolicy.policy.models import ComponentOptions, TuneRange
 from ctxpolicy.preprocessors._text import cut_chars, head_tail_chars, never_longer
+from ctxpolicy.preprocessors.head_tail import fallback_field
 
 _PSQL_SEP = re.compile(r"^\s*-+(\+-+)*\s*$")
 _PSQL_FOOTER = re.compile(r"^\s*\((\d+) rows?\)\s*$")
@@ -48,9 +49,7 @@ class TableRowsOptions(ComponentOptions):
     max_columns_summarized: int = Field(
         default=30, ge=0, description="Summarize at most this many columns."
     )
-    fallback_chars: int = Field(
-        default=3000, ge=0, description="Head/tail kept when no table is recognised."
-    )
+    fallback_chars: int = fallback_field("no table is recognised")
 
 
 @dataclass

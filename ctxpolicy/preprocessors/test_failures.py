@@ -30,6 +30,7 @@ from ctxpolicy.components import Preprocessor, ToolCall
 from ctxpolicy.plugins import hookimpl
 from ctxpolicy.policy.models import ComponentOptions, TuneRange
 from ctxpolicy.preprocessors._text import ANSI_RE, cut_chars, head_tail_chars, never_longer
+from ctxpolicy.preprocessors.head_tail import fallback_field
 
 
 class TestFailuresOptions(ComponentOptions):
@@ -47,9 +48,7 @@ class TestFailuresOptions(ComponentOptions):
     max_detail_lines: int = Field(
         default=12, ge=0, description="Assertion/location lines kept per failure."
     )
-    fallback_chars: int = Field(
-        default=3000, ge=0, description="Head/tail kept when no test output is recognised."
-    )
+    fallback_chars: int = fallback_field("no test output is recognised")
 
 
 @dataclass

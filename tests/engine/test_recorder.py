@@ -22,7 +22,7 @@ from ctxpolicy.policy.models import Policy
 from ctxpolicy.sim.importers import load_trace, mark_warning
 from ctxpolicy.sim.replay import call_for, replay_trace
 from ctxpolicy.state.memory import MemoryStateStore
-from tests.engine_helpers import make_policy
+from tests.engine_helpers import call, make_policy
 
 ROOT = Path(__file__).resolve().parents[2]
 TRACES = sorted((ROOT / "examples" / "traces").glob("*.jsonl"))
@@ -178,13 +178,7 @@ def test_own_messages_and_unlinked_results(tmp_path: Path) -> None:
     msgs = [
         {"role": "system", "content": "[ctxpolicy progress ledger]\ngoal: x"},
         {"role": "user", "content": "go"},
-        {
-            "role": "assistant",
-            "content": None,
-            "tool_calls": [
-                {"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}
-            ],
-        },
+        {"role": "assistant", "content": None, "tool_calls": [call("c1", "f")]},
         {"role": "tool", "tool_call_id": "c1", "content": text},
     ]
     s.prepare(msgs)
@@ -217,11 +211,11 @@ def test_any_text_reads_back_unchanged(tmp_path: Path, user: str, out: str) -> N
     if path.exists():
         path.unlink()
     s = Session(make_policy(), conv_id=path.name, record=path)
-    call = {"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}
-    text = s.add_tool_result(call, out)
+    c1 = call("c1", "f")
+    text = s.add_tool_result(c1, out)
     msgs = [
         {"role": "user", "content": user},
-        {"role": "assistant", "content": None, "tool_calls": [call]},
+        {"role": "assistant", "content": None, "tool_calls": [c1]},
         {"role": "tool", "tool_call_id": "c1", "content": text},
     ]
     s.prepare(msgs)

@@ -192,23 +192,39 @@ def test_on_error_ignores_other_errors() -> None:
     assert s.on_error(ValueError("rate limited"), conversation(2, 100)) is None
 
 
-def test_on_error_runs_emergency_then_gives_up() -> None:
+@pytest.mark.parametrize(
+    ("err", "retries"),
+    [
+        (
+            "This model's maximum context length is 8000 tokens. However, your messages "
+            "resulted in 9000 tokens.",
+            1,
+        ),
+        ({"error": {"code": "context_length_exceeded", "message": "too long"}}, 2),
+    ],
+    ids=["message", "code"],
+)
+def test_on_error_runs_emergency_then_gives_up(err: str | dict[str, Any], retries: int) -> None:
     s = Session(
         make_policy(
-            on_overflow={"layer": "emergency", "options": {"keep_recent_rounds": 2, "retries": 1}}
+            on_overflow={
+                "layer": "emergency",
+                "options": {"keep_recent_rounds": 2, "retries": retries},
+            }
         )
     )
     msgs = conversation(6, 300)
     s.prepare(msgs)
-    err = "This model's maximum context length is 8000 tokens. However, your messages resulted in 9000 tokens."
     retry = s.on_error(err, msgs)
     assert retry is not None
     assert check_messages(retry) == []
     steps = [m for m in retry if m["role"] == "assistant"]
     assert len(steps) == 2  # keep_recent_rounds
+    for _ in range(retries - 1):
+        assert s.on_error(err, msgs) is not None
     with pytest.raises(ContextOverflowError) as info:
         s.on_error(err, msgs)
-    assert info.value.attempts == 2
+    assert info.value.attempts == retries + 1
     s.prepare(msgs)  # a new call resets the count
     assert s.on_error(err, msgs) is not None
 

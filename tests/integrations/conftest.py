@@ -68,6 +68,22 @@ def make_policy(
     )
 
 
+#: The one tool the OpenAI-format clients (openai, litellm) are offered.
+TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": "read_file",
+            "description": "Read a file of the repository.",
+            "parameters": {
+                "type": "object",
+                "properties": {"path": {"type": "string", "description": "Path."}},
+            },
+        },
+    }
+]
+
+
 def big_output(step: int, n_lines: int = 160) -> str:
     """A tool output of a few thousand tokens with recognisable lines."""
     return "\n".join(

@@ -19,18 +19,7 @@ from ctxpolicy.engine import ContextOverflowError, Session  # noqa: E402
 from ctxpolicy.integrations import litellm as ctx_litellm  # noqa: E402
 from ctxpolicy.testing.server import ScriptedLLMServer  # noqa: E402
 
-from .conftest import Crowd, assert_pairing, big_output, make_policy  # noqa: E402
-
-TOOLS = [
-    {
-        "type": "function",
-        "function": {
-            "name": "read_file",
-            "description": "Read a file.",
-            "parameters": {"type": "object", "properties": {"path": {"type": "string"}}},
-        },
-    }
-]
+from .conftest import TOOLS, Crowd, assert_pairing, big_output, make_policy  # noqa: E402
 
 
 def tool_script(body: dict[str, Any]) -> dict[str, Any]:

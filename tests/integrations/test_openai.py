@@ -16,21 +16,7 @@ from ctxpolicy.engine import ContextOverflowError, Session  # noqa: E402
 from ctxpolicy.integrations.openai import ResponsesInput, prepare_responses_input, wrap  # noqa: E402
 from ctxpolicy.testing.server import ScriptedLLMServer  # noqa: E402
 
-from .conftest import SeenThreads, assert_pairing, big_output  # noqa: E402
-
-TOOLS = [
-    {
-        "type": "function",
-        "function": {
-            "name": "read_file",
-            "description": "Read a file of the repository.",
-            "parameters": {
-                "type": "object",
-                "properties": {"path": {"type": "string", "description": "Path."}},
-            },
-        },
-    }
-]
+from .conftest import TOOLS, SeenThreads, assert_pairing, big_output  # noqa: E402
 
 
 def tool_script(parallel: int = 1):

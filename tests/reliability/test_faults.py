@@ -11,7 +11,7 @@ import pytest
 
 from ctxpolicy.components import SnapshotRef, SnapshotStore, Summarizer, SummaryRequest
 from ctxpolicy.conversation import check_messages
-from ctxpolicy.engine import ContextOverflowError, Session
+from ctxpolicy.engine import Session
 from tests.engine_helpers import call, conversation, make_policy
 
 
@@ -142,20 +142,3 @@ def test_missing_tokenizer_emits_fallback_once() -> None:
     fallbacks = [e for e in seen if e["type"] == "tokenizer.fallback"]
     assert len(fallbacks) == 1
     assert s.status is not None and s.status["approximate"] is True
-
-
-def test_constant_overflow_raises_after_retries() -> None:
-    s = Session(
-        make_policy(
-            on_overflow={"layer": "emergency", "options": {"keep_recent_rounds": 2, "retries": 2}}
-        )
-    )
-    msgs = conversation(5, 500)
-    s.prepare(msgs)
-    err = {"error": {"code": "context_length_exceeded", "message": "too long"}}
-    attempts = 0
-    with pytest.raises(ContextOverflowError):
-        for _ in range(10):
-            assert s.on_error(err, msgs) is not None
-            attempts += 1
-    assert attempts == 2

@@ -85,6 +85,7 @@ def test_invalid_regex_is_an_option_error() -> None:
 
 
 def test_in_a_session(ctxpolicy_session, make_conversation) -> None:
+    """Run by the engine under our plugin's name (found by its entry point when installed)."""
     session = ctxpolicy_session(
         """
 ctxpolicy: 1
@@ -97,9 +98,11 @@ policies:
     snapshots: {enabled: false}
 """
     )
+    assert session.registry.plugin_of("layer", "keep_errors") == "ctxpolicy_plugin_example"
     msgs = make_conversation(30, seed=4, errors=0.3)
     out = session.prepare(msgs)
     assert len(out) < len(msgs)
     kinds = [e["type"] for e in session.events]
-    assert "context.compacted" in kinds
+    compacted = [e for e in session.events if e["type"] == "context.compacted"]
+    assert compacted and compacted[0]["plugin"] == "ctxpolicy_plugin_example"
     assert "layer.failed" not in kinds and "layer.rejected" not in kinds
