@@ -77,14 +77,9 @@ def bench_durability(calls: int, repeats: int) -> dict[str, Any]:
                 policy = _policy(None if v == "none" else tmp, v if v != "none" else "flush")
                 per_call[v].append(add_tool_results(policy, outputs, f"d{r}"))
     med = {v: statistics.median(x) for v, x in per_call.items()}
-    return {
-        "calls": calls,
-        "repeats": repeats,
-        "median_ms": {v: m * 1000 for v, m in med.items()},
-        "fsync_over_flush": med["fsync"] / med["flush"],
-        "flush_over_none": med["flush"] / med["none"],
-        "fsync_over_none": med["fsync"] / med["none"],
-    }
+    out = {"calls": calls, "repeats": repeats, "median_ms": {v: m * 1000 for v, m in med.items()}}
+    out |= {"fsync_over_flush": med["fsync"] / med["flush"]}
+    return out | {f"{v}_over_none": med[v] / med["none"] for v in ("flush", "fsync")}
 
 
 # --------------------------------------------------------------------------- 2 archive growth
@@ -143,22 +138,10 @@ def bench_archive(steps: int) -> dict[str, Any]:
                 t0 = time.perf_counter()
                 if variant == "before":  # the previous engine's _archive_dropped
                     kept.extend(msgs)
-                    ref = store.write(
-                        "run",
-                        step,
-                        "compacted_history",
-                        {
-                            "step": step,
-                            "action": "compacted_history",
-                            "phase": "compaction",
-                            "observation": render_transcript(
-                                [(i, step, m) for i, m in enumerate(kept, 1)]
-                            ),
-                            "messages": list(kept),
-                            "timestamp": time.time(),
-                            "conv_id": "run",
-                        },
-                    )
+                    doc = {"step": step, "action": "compacted_history", "phase": "compaction",
+                           "observation": render_transcript([(i, step, m) for i, m in enumerate(kept, 1)]),
+                           "messages": list(kept), "timestamp": time.time(), "conv_id": "run"}  # fmt: skip
+                    ref = store.write("run", step, "compacted_history", doc)
                     times.append(time.perf_counter() - t0)
                     # the old engine kept every one of these files; count them, then
                     # remove them to spare the shared disk (GBs at 1,000 steps)
@@ -172,13 +155,9 @@ def bench_archive(steps: int) -> dict[str, Any]:
             if variant == "before":
                 size, files = written, files_written
             tenth = max(1, len(times) // 10)
-            results[variant] = {
-                "bytes": size,
-                "files": files,
-                "bytes_over_content": size / content,
-                "last_tenth_over_first_tenth": sum(times[-tenth:]) / max(sum(times[:tenth]), 1e-9),
-                "total_s": sum(times),
-            }
+            growth = sum(times[-tenth:]) / max(sum(times[:tenth]), 1e-9)
+            results[variant] = {"bytes": size, "files": files, "bytes_over_content": size / content}
+            results[variant] |= {"last_tenth_over_first_tenth": growth, "total_s": sum(times)}
     return results
 
 
