@@ -200,12 +200,11 @@ def bench_conversation(
     step_stats = {}
     for v, ps in per_step.items():
         vals = sorted(x for x in ps if x is not None)
-        step_stats[v] = {
-            "median_ms": statistics.median(vals) * 1e3 if vals else None,
-            "p95_ms": vals[min(len(vals) - 1, int(0.95 * len(vals)))] * 1e3 if vals else None,
-            "max_ms": vals[-1] * 1e3 if vals else None,
-            "last_ms": (ps[-1] or 0.0) * 1e3,
-        }
+        p95 = vals[min(len(vals) - 1, int(0.95 * len(vals)))] if vals else None
+        ms = {"median_ms": statistics.median(vals) if vals else None, "p95_ms": p95}
+        ms |= {"max_ms": vals[-1] if vals else None}
+        step_stats[v] = {k: None if x is None else x * 1e3 for k, x in ms.items()}
+        step_stats[v]["last_ms"] = (ps[-1] or 0.0) * 1e3
     c = totals["ctxpolicy"]
     return {
         "conversation": label,
@@ -273,17 +272,9 @@ def memory_growth(policy: Any, sizes: Sequence[int], file_lines: int = 300) -> d
         current, peak = tracemalloc.get_traced_memory()
         tracemalloc.stop()
         del session
-        rows.append(
-            {
-                "parts": size,
-                "tokens": tokens,
-                "messages": len(msgs),
-                "steps": len(step_indices(msgs)),
-                "peak_bytes": peak,
-                "retained_bytes": current,
-                "peak_bytes_per_token": peak / tokens,
-            }
-        )
+        row = {"parts": size, "tokens": tokens, "messages": len(msgs)}
+        row |= {"steps": len(step_indices(msgs)), "peak_bytes": peak, "retained_bytes": current}
+        rows.append(row | {"peak_bytes_per_token": peak / tokens})
         eprint(f"  memory {size} parts, {tokens:,} tokens: peak {peak / 1e6:.1f} MB")
     per = [r["peak_bytes_per_token"] for r in rows]
     growth = per[-1] / per[0] if per and per[0] else None
