@@ -146,16 +146,9 @@ def verify_quicktok(groups: dict[str, list[str]], encoding: str, reference: Any)
             mismatches.append(t[:80])
         if qt.count(t) != len(a):
             count_mismatch += 1
-    return {
-        "available": True,
-        "texts": len(all_texts),
-        "chars": chars,
-        "tokens": tokens,
-        "mismatched_texts": len(mismatches),
-        "count_mismatches": count_mismatch,
-        "examples": mismatches[:5],
-        "identical": not mismatches and not count_mismatch,
-    }
+    out = {"available": True, "texts": len(all_texts), "chars": chars, "tokens": tokens}
+    out |= {"mismatched_texts": len(mismatches), "count_mismatches": count_mismatch}
+    return out | {"examples": mismatches[:5], "identical": not mismatches and not count_mismatch}
 
 
 def verify_all(groups: dict[str, list[str]]) -> dict[str, dict[str, Any]]:
@@ -197,15 +190,8 @@ def heuristic_accuracy(groups: dict[str, list[str]]) -> list[dict[str, Any]]:
         est = sum(h.count(t) for t in texts)
         naive = sum(len(t) // 4 for t in texts)
         if ref:
-            rows.append(
-                {
-                    "group": name,
-                    "cl100k": ref,
-                    "heuristic": est,
-                    "error": (est - ref) / ref,
-                    "len_div_4_error": (naive - ref) / ref,
-                }
-            )
+            row = {"group": name, "cl100k": ref, "heuristic": est, "error": (est - ref) / ref}
+            rows.append(row | {"len_div_4_error": (naive - ref) / ref})
     return rows
 
 
@@ -225,14 +211,8 @@ def throughput(groups: dict[str, list[str]], repeat: int) -> list[dict[str, Any]
     for name, tok in backends:
         count = tok.count
         r = timeit(lambda count=count: [count(t) for t in texts], repeat=repeat)
-        rows.append(
-            {
-                "backend": name,
-                "seconds": r["median"],
-                "tokens_per_s": n_tokens / r["median"],
-                "chars_per_s": n_chars / r["median"],
-            }
-        )
+        per_s = {"tokens_per_s": n_tokens / r["median"], "chars_per_s": n_chars / r["median"]}
+        rows.append({"backend": name, "seconds": r["median"], **per_s})
     base = rows[0]["seconds"]
     for row in rows:
         row["speedup_vs_tiktoken"] = base / row["seconds"]
