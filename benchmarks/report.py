@@ -365,19 +365,15 @@ def _pooled(peers: dict[str, Any]) -> dict[tuple[int, str], dict[str, float]]:
 
 
 def _gateway_rows(results: Path) -> list[tuple[str, str, str]]:
-    """(scenario, overhead p50, overhead p99) of bench_gateway's table (it writes no JSON)."""
-    f = results / "bench_gateway.md"
-    if not f.exists():
-        return []
-    rows = []
-    for line in f.read_text(encoding="utf-8").splitlines():
-        cells = [c.strip().strip("*") for c in line.strip().strip("|").split("|")]
-        if "[baseline]" in cells[0]:  # a run compared with another checkout: this tree's
-            continue
-        name = cells[0].removesuffix(" [this tree]")
-        if len(cells) >= 8 and name.startswith(("sequential", "streaming", "real ")):
-            rows.append((name, cells[4], cells[7]))
-    return rows
+    """(scenario, overhead p50, overhead p99) of bench_gateway, ms (a run compared with
+    another checkout: this tree's)."""
+    scenarios = (_load(results, "bench_gateway") or {}).get("scenarios") or {}
+    return [
+        (name.removesuffix(" [this tree]"), f"{(r['g50'] - r['d50']) * 1e3:.2f}",
+         f"{(r['g99'] - r['d99']) * 1e3:.2f}")
+        for name, r in scenarios.items()
+        if "[baseline]" not in name and name.startswith(("sequential", "streaming", "real "))
+    ]  # fmt: skip
 
 
 def summary(results: Path) -> list[str]:

@@ -34,12 +34,9 @@ def _peer_results(tmp: Path) -> Path:
         ],
     }
     (tmp / "bench_peers_ruler.json").write_text(json.dumps(doc), encoding="utf-8")
-    (tmp / "bench_gateway.md").write_text(
-        "| scenario | calls | direct p50 | gateway p50 | overhead p50 | direct p99 | gateway p99 "
-        "| overhead p99 |\n|---|---|---|---|---|---|---|---|\n"
-        "| sequential, 1 conversation | 400 | 1.00 | 2.95 | **1.95** | 4.99 | 8.18 | **3.19** |\n",
-        encoding="utf-8",
-    )
+    times = {"d50": 0.001, "g50": 0.00295, "d99": 0.00499, "g99": 0.00818, "n": 400}
+    gateway = {"scenarios": {"sequential, 1 conversation": times}}
+    (tmp / "bench_gateway.json").write_text(json.dumps(gateway), encoding="utf-8")
     return tmp
 
 
