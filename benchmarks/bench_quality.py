@@ -111,9 +111,8 @@ def goals(results: list[dict[str, Any]]) -> dict[str, Any]:
             f"({r['overflows_unavoidable']} unavoidable), {r['pairing_violations']} violations"
         )
 
-    mine_runs = [
-        (j, r) for j in results if j.get("applicable") for r in j["runs"] if r["kind"] == "policy"
-    ]
+    applicable = [j for j in results if j.get("applicable")]
+    mine_runs = [(j, r) for j in applicable for r in j["runs"] if r["kind"] == "policy"]
     # an overflow is avoidable unless the system messages, the task and the newest
     # message alone exceed window − reserve_output (then nothing that keeps the task fits)
     bad = [
@@ -122,32 +121,25 @@ def goals(results: list[dict[str, Any]]) -> dict[str, Any]:
         if r["overflows"] > r["overflows_unavoidable"] or r["pairing_violations"]
     ]
     unavoidable = [case(j, r) for j, r in mine_runs if r["overflows_unavoidable"]]
-    by_window = {
-        w: aggregate(r for r in runs if r["window"] == w)
-        for w in sorted({r["window"] for r in runs})
-    }
+    windows = sorted({r["window"] for r in runs})
+    by_window = {w: aggregate(r for r in runs if r["window"] == w) for w in windows}
     saving = {w: agg["ctxpolicy"]["saving"] for w, agg in by_window.items() if "ctxpolicy" in agg}
     # retention vs every baseline that costs the same or less, per (trace, agent, window)
     worse: list[str] = []
     comparisons = 0
-    for j in results:
-        if not j.get("applicable"):
-            continue
+    for j in applicable:
         mine = next(r for r in j["runs"] if r["kind"] == "policy")
         mrate = mine["retention"]["in_context_rate"]
         for r in j["runs"]:
             if r["kind"] != "baseline" or r["prompt_tokens"] > mine["prompt_tokens"]:
                 continue
             comparisons += 1
-            if (
-                mrate is not None
-                and r["retention"]["in_context_rate"] is not None
-                and r["retention"]["in_context_rate"] > mrate
-            ):
+            rate = r["retention"]["in_context_rate"]
+            if mrate is not None and rate is not None and rate > mrate:
                 worse.append(
-                    f"{j['trace']} @ {j['window']} ({j['agent']}): {r['strategy']} "
-                    f"{r['retention']['in_context_rate']:.1%} in context at {r['prompt_tokens']:,} tokens "
-                    f"vs ours {mrate:.1%} at {mine['prompt_tokens']:,}"
+                    f"{j['trace']} @ {j['window']} ({j['agent']}): {r['strategy']} {rate:.1%} "
+                    f"in context at {r['prompt_tokens']:,} tokens vs ours {mrate:.1%} at "
+                    f"{mine['prompt_tokens']:,}"
                 )
     total = aggregate(ours)["ctxpolicy"] if ours else None
     s32 = saving.get(32768, saving.get(32000))
