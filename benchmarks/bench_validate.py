@@ -152,6 +152,8 @@ def main(argv: list[str] | None = None) -> int:
     if cj:
         cmds["check_jsonschema_agents"] = [cj, "--schemafile", schema, agents]
         cmds["check_jsonschema_yaml"] = [cj, "--schemafile", schema, *yamls]
+    else:
+        eprint("check-jsonschema not installed: `.venv/bin/pip install check-jsonschema`")
     if args.before:
         # the same console script, another source tree first on the path
         SOURCES["ctxpolicy_before"] = str(Path(args.before).resolve())
@@ -159,8 +161,6 @@ def main(argv: list[str] | None = None) -> int:
     if yamls == [agents]:  # one shipped YAML file: the second pair would repeat the first
         del cmds["ctxpolicy_yaml"]
         cmds.pop("check_jsonschema_yaml", None)
-    else:
-        eprint("check-jsonschema not installed: `.venv/bin/pip install check-jsonschema`")
     eprint(f"cold runs ({args.runs} each) ...")
     cold_res = cold(cmds, args.runs, prewarm=not args.quick)
     eprint("warm throughput ...")
