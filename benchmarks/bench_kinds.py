@@ -198,7 +198,7 @@ def jobs_for(which: str, quick: bool) -> list[tuple[str, str, str, int]]:
     for kind, paths in half(which).items():
         _, agent, windows = KINDS[kind]
         if quick:
-            paths, windows = paths[:1], windows[:1]
+            paths, windows = sorted(paths, key=lambda p: p.stat().st_size)[:1], windows[:1]
         for p in paths:
             for w in windows:
                 out.append((kind, agent, str(p), w))
