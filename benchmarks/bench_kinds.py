@@ -192,22 +192,39 @@ def _numbers(res: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
-def jobs_for(which: str, quick: bool) -> list[tuple[str, str, str, int]]:
-    """``(kind, agent, trace path, window)`` of a half."""
+def jobs_for(
+    which: str,
+    quick: bool,
+    kinds: Sequence[str] | None = None,
+    windows: Sequence[int] | None = None,
+) -> list[tuple[str, str, str, int]]:
+    """``(kind, agent, trace path, window)`` of a half; ``kinds``: only these;
+    ``windows``: these instead of each kind's own."""
     out: list[tuple[str, str, str, int]] = []
     for kind, paths in half(which).items():
-        _, agent, windows = KINDS[kind]
+        if kinds and kind not in kinds:
+            continue
+        _, agent, own = KINDS[kind]
+        windows_here = tuple(windows or own)
         if quick:
-            paths, windows = sorted(paths, key=lambda p: p.stat().st_size)[:1], windows[:1]
+            paths = sorted(paths, key=lambda p: p.stat().st_size)[:1]  # the smallest trace
+            windows_here = windows_here[:1]
         for p in paths:
-            for w in windows:
+            for w in windows_here:
                 out.append((kind, agent, str(p), w))
     return out
 
 
-def run_tree(which: str, quick: bool, peers: bool = False) -> list[dict[str, Any]]:
-    """Every job of the half in this process (the tree first on ``sys.path``); with
-    ``peers``, OpenHands' condenser on the same jobs too (rows with ``peer``)."""
+def run_tree(
+    which: str,
+    quick: bool,
+    peers: bool = False,
+    kinds: Sequence[str] | None = None,
+    windows: Sequence[int] | None = None,
+) -> list[dict[str, Any]]:
+    """Every job of the half (:func:`jobs_for`) in this process (the tree first on
+    ``sys.path``); with ``peers``, OpenHands' condenser on the same jobs too (rows with
+    ``peer``)."""
     out = []
     runs: list[tuple[str | None, str, Any]] = [
         (None, "extractive", replay_one),
@@ -215,7 +232,7 @@ def run_tree(which: str, quick: bool, peers: bool = False) -> list[dict[str, Any
     ]
     if peers:
         runs.append(("openhands", "llm", replay_peer))
-    for kind, agent, path, window in jobs_for(which, quick):
+    for kind, agent, path, window in jobs_for(which, quick, kinds, windows):
         for peer, summarizer, fn in runs:
             t0 = time.perf_counter()
             row = fn(str(tree_policies()), agent, path, window)
@@ -229,9 +246,18 @@ def run_tree(which: str, quick: bool, peers: bool = False) -> list[dict[str, Any
     return out
 
 
-def run_child(src: Path, which: str, quick: bool, peers: bool = False) -> list[dict[str, Any]]:
-    """:func:`run_tree` measuring tree ``src`` (its policies/agents.yaml too)."""
-    flags = ["--half", which, *(["--quick"] if quick else []), *(["--peers"] if peers else [])]
+def run_child(
+    src: Path, which: str, quick: bool, peers: bool = False, only: Sequence[str] = ()
+) -> list[dict[str, Any]]:
+    """:func:`run_tree` measuring tree ``src`` (its policies/agents.yaml too); ``only``:
+    the ``--kinds``/``--windows`` flags passed on."""
+    flags = [
+        "--half",
+        which,
+        *(["--quick"] if quick else []),
+        *(["--peers"] if peers else []),
+        *only,
+    ]
     rows: list[dict[str, Any]] = in_tree(__file__, src, *flags)
     return rows
 
@@ -356,20 +382,39 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--peers", action="store_true", help="OpenHands' condenser on the same jobs too"
     )
+    ap.add_argument(
+        "--kinds",
+        type=lambda v: [k for k in v.split(",") if k],
+        help="only these kinds (comma-separated, e.g. swe): a quick loop, printed, not saved",
+    )
+    ap.add_argument(
+        "--windows",
+        type=lambda v: [int(w) for w in v.split(",") if w],
+        help="these windows instead of each kind's own (comma-separated tokens): printed, "
+        "not saved",
+    )
     args = ap.parse_args(argv)
     if args.child:
-        print(json.dumps(run_tree(args.half, args.quick, args.peers)))
+        rows = run_tree(args.half, args.quick, args.peers, args.kinds, args.windows)
+        print(json.dumps(rows))
         return 0
+    only = [
+        *(["--kinds", ",".join(args.kinds)] if args.kinds else []),
+        *(["--windows", ",".join(map(str, args.windows))] if args.windows else []),
+    ]
     t0 = time.perf_counter()
     before: list[dict[str, Any]] = []
     if args.baseline is not None:
         eprint(f"before: {args.baseline}")
-        before = run_child(args.baseline.resolve(), args.half, args.quick)
+        before = run_child(args.baseline.resolve(), args.half, args.quick, only=only)
     eprint("after: this tree")
-    rows = run_child(ROOT, args.half, args.quick, args.peers)
+    rows = run_child(ROOT, args.half, args.quick, args.peers, only=only)
     after = [r for r in rows if "peer" not in r]
     peers = [r for r in rows if "peer" in r]
     elapsed = time.perf_counter() - t0
+    if only:  # a part of the table: shown, never published over the full run's
+        print("\n".join(table(before, after, peers)))
+        return 0
     split = {k: [p.name for p in v] for k, v in half(args.half).items()}
     data = {
         "machine": machine(),

@@ -190,10 +190,12 @@ BAD = "\udcff"
 DEEP: dict[int, Any] = {}
 
 
-def hostile_messages(text: str, pick: int, n: int, msgs: list[Any]) -> list[Any]:
+def hostile_messages(
+    text: str, pick: int, n: int, msgs: list[Any], *, depth: int = 5_000
+) -> list[Any]:
     """Issue 19 items 8, 9, 11: one hostile shape (chosen by ``pick``) to append to
     ``msgs``: malformed ``tool_calls`` (one object, JSON text, garbage, non-objects,
-    missing and duplicate ids), non-object messages, a 5,000-deep output, lone
+    missing and duplicate ids), non-object messages, a ``depth``-deep output, lone
     surrogates. The engine must survive each (no exception, pairs intact)."""
     fn = {"name": "read", "arguments": "{}"}
     earlier = [
@@ -224,8 +226,8 @@ def hostile_messages(text: str, pick: int, n: int, msgs: list[Any]) -> list[Any]
             result,
         ],
         [text, None, 42, ["role", "user"]],
-        [{"role": "tool", "tool_call_id": dup, "content": {"deep": deep_value(5_000)}}],
-        [{"role": "assistant", "content": "deep", "tool_calls": [deep_value(5_000)]}],
+        [{"role": "tool", "tool_call_id": dup, "content": {"deep": deep_value(depth)}}],
+        [{"role": "assistant", "content": "deep", "tool_calls": [deep_value(depth)]}],
         [{"role": "user", "content": f"{BAD} name{BAD}.txt {text}"}],
         # issue 29 item 4: huge numeric tool-call arguments (quadratic fact patterns)
         [

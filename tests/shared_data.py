@@ -51,3 +51,27 @@ def shared_traces() -> list[Path]:
     if not files:
         _missing(TRACES / "*.jsonl")
     return files
+
+
+#: the trace files of each kind of agent, by name prefix (../shared/traces/SOURCES.md)
+KINDS: dict[str, tuple[str, ...]] = {
+    "swe": ("swe-agent__", "mini-swe-agent__", "openhands__"),
+    "customer_service": ("tau-bench__", "tau2-bench__"),
+    "multi_tool": ("tapeagents-gaia__", "tapeagents-workarena__"),
+    "data_analysis": ("spider2__",),
+}
+#: each shipped per-kind policy, with the kinds of agents it is for
+AGENT_KINDS: dict[str, tuple[str, ...]] = {
+    "default": ("multi_tool", "data_analysis"),
+    "coding_agent": ("swe",),
+    "code_review_agent": ("swe",),
+    "customer_service_agent": ("customer_service",),
+    "data_analysis_agent": ("data_analysis", "multi_tool"),
+    "support_agent": ("customer_service",),
+}
+
+
+def kind_traces(agent: str) -> list[Path]:
+    """The shared traces of the kinds of agents ``agent``'s shipped policy is for."""
+    prefixes = tuple(p for k in AGENT_KINDS[agent] for p in KINDS[k])
+    return [p for p in sorted(TRACES.glob("*.jsonl")) if p.name.startswith(prefixes)]

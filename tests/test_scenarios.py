@@ -1,5 +1,9 @@
 """Every real trace under every shipped policy at 16k and 32k windows.
 
+A per-kind policy passes ``simulate --check`` (no overflow, pairing violation or alert)
+on the traces of the kinds it is for (tests/policy/test_windows.py runs the command at
+8k and 128k).
+
 Zero pairing violations and zero prepared contexts above ``window − reserve_output``
 wherever the policy's budget fits the window, and hysteresis (docs/engine.md): after
 every compaction the context is at or below the target unless the engine reports
@@ -26,7 +30,7 @@ from ctxpolicy.resolve.checks import check_policy
 from ctxpolicy.resolve.load import list_agents
 from ctxpolicy.sim.replay import with_window
 from ctxpolicy.sim.run import RunSpec, simulate
-from tests.shared_data import shared_traces
+from tests.shared_data import AGENT_KINDS, kind_traces, shared_traces
 
 POLICY = "policies/agents.yaml"
 AGENTS = list_agents(POLICY)
@@ -41,10 +45,12 @@ def test_every_trace_every_shipped_policy(agent: str, window: int, tmp_path: Pat
     try:
         budget = compute_budget(sized)
     except ValueError:
+        assert agent not in AGENT_KINDS, f"{agent} is shipped for every window, {window} too"
         codes = [f.code for f in check_policy(sized)]
         assert "CTX201" in codes, f"{agent} does not fit {window} but no diagnostic says so"
         pytest.skip(f"{agent}'s budget does not fit a {window}-token window (CTX201)")
     if budget.trigger < window // 4:
+        assert agent not in AGENT_KINDS, f"{agent}: trigger {budget.trigger} on {window}"
         pytest.skip(f"{agent} leaves a trigger of {budget.trigger} tokens on a {window} window")
     out = simulate(
         [str(p) for p in shared_traces()],
@@ -57,6 +63,11 @@ def test_every_trace_every_shipped_policy(agent: str, window: int, tmp_path: Pat
     assert (s["overflows"], s["pairing_violations"]) == (0, 0), s
     for t in out["traces"]:
         _check_hysteresis(t["trace"], t["runs"][0]["series"])
+    if agent in AGENT_KINDS:  # what `simulate --check` says on the traces of its kind
+        own = {p.name for p in kind_traces(agent)}
+        assert own
+        problems = [p for p in out["check"]["problems"] if p["trace"] in own]
+        assert not problems, problems[:5]
     if (agent, window) == ("coding_agent", 32768):
         assert s["per_100_calls"]["compactions"] <= 8, s["per_100_calls"]
 

@@ -74,7 +74,9 @@ def _apply(msgs: list[Any], kind: str, arg: tuple[str, int], n: int) -> None:
     elif kind == "user":
         msgs.append({"role": "user", "content": text})
     elif kind == "malformed":
-        msgs.extend(hostile_messages(text, pick, n, msgs))
+        # deeper than the interpreter's recursion limit and the engine's MAX_DEPTH; not
+        # 5,000 deep: the uncached twin re-reads every deep value on every call
+        msgs.extend(hostile_messages(text, pick, n, msgs, depth=1_500))
     elif kind == "edit" and len(msgs) > 2:
         target = msgs[2 + pick % (len(msgs) - 2)]
         if isinstance(target, dict):

@@ -14,15 +14,13 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-import pytest
-
 from ctxpolicy import Session
 from ctxpolicy.policy.models import Policy
 from ctxpolicy.sim import replay
 from ctxpolicy.sim.importers import load_trace
 from ctxpolicy.state.memory import MemoryStateStore
 from tests.engine_helpers import bare_policy
-from tests.shared_data import shared_traces
+from tests.shared_data import KINDS, shared_traces
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -246,20 +244,32 @@ def _replay_requests(path: Path, policy: Policy, *, raw: bool) -> list[str]:
         return strategy.seen
 
 
-@pytest.mark.parametrize("agent", ["coding_agent", "support_agent"])
-def test_every_shared_trace_prepares_the_same_requests_on_both_paths(agent: str) -> None:
-    policy = replay.with_window(
-        replay.load_policy_file(ROOT / "policies" / "agents.yaml", agent), 16384
-    )
-    compacted = 0
+#: the shipped policy each kind of trace replays under (one pass over every trace)
+KIND_AGENT = {
+    "swe": "coding_agent",
+    "customer_service": "support_agent",
+    "multi_tool": "default",
+    "data_analysis": "data_analysis_agent",
+}
+
+
+def test_every_shared_trace_prepares_the_same_requests_on_both_paths() -> None:
+    policies = {
+        kind: replay.with_window(
+            replay.load_policy_file(ROOT / "policies" / "agents.yaml", agent), 16384
+        )
+        for kind, agent in KIND_AGENT.items()
+    }
+    seen: set[str] = set()
     for path in shared_traces():
-        through_add = _replay_requests(path, policy, raw=False)
-        arrived = _replay_requests(path, policy, raw=True)
+        kind = next((k for k, pre in KINDS.items() if path.name.startswith(pre)), "multi_tool")
+        through_add = _replay_requests(path, policies[kind], raw=False)
+        arrived = _replay_requests(path, policies[kind], raw=True)
         assert len(through_add) == len(arrived), path.name
         for i, (a, b) in enumerate(zip(through_add, arrived, strict=True)):
             assert a == b, f"{path.name}: prepared request {i} differs"
-        compacted += len(set(through_add)) > 0
-    assert compacted
+        seen.add(kind)
+    assert seen == set(KIND_AGENT), seen
 
 
 def test_a_recording_of_the_raw_path_replays_to_the_requests_it_sent(tmp_path: Path) -> None:

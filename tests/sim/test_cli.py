@@ -155,32 +155,6 @@ def test_jobs_2_equals_sequential() -> None:
     assert json.loads(seq) == json.loads(par)
 
 
-def test_shipped_policies_pass_check_on_real_traces() -> None:
-    """coding_agent on the SWE-agent/OpenHands traces, support_agent on tau-bench.
-
-    The three long mini-swe-agent traces run in test_shipped_policies_long (slow).
-    """
-    files = shared_traces()
-    tau = [str(p) for p in files if p.name.startswith("tau-bench")]
-    coding = [str(p) for p in files if not p.name.startswith(("tau-bench", "mini-swe-agent"))]
-    assert tau and coding
-    code, out = invoke(*coding, "--policy", POLICY, "--agent", "coding_agent", "--check", "--json")
-    assert code == 0, json.loads(out)["check"]
-    code, out = invoke(*tau, "--policy", POLICY, "--agent", "support_agent", "--check", "--json")
-    assert code == 0, json.loads(out)["check"]
-
-
-@pytest.mark.slow
-def test_shipped_policies_long_traces_never_overflow_or_break_pairs() -> None:
-    long = [str(p) for p in shared_traces() if p.name.startswith("mini-swe-agent")]
-    for window in ("16384", "32768"):
-        _code, out = invoke(
-            *long, "--policy", POLICY, "--agent", "coding_agent", "--window", window, "--json"
-        )
-        s = json.loads(out)["summary"]["coding_agent"]
-        assert (s["overflows"], s["pairing_violations"]) == (0, 0)
-
-
 def test_bad_trace_names_file_and_line(tmp_path: Path) -> None:
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"role": "user", "content": "hi"}\n{"role": "assistant", "content": \n')

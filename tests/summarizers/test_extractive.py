@@ -280,3 +280,26 @@ def test_a_name_another_item_spells_out_is_said_once():
     assert "- alter_field" not in out.splitlines()
     assert len(set(out.splitlines())) == len(out.splitlines())
     assert names
+
+
+def test_over_budget_commands_and_decisions_go_before_names() -> None:
+    steps = Conv().user("Fix the collation of foreign keys")
+    for k in range(8):
+        names = " ".join(f"`schema_editor.alter_column_{k}_{j}_collation`" for j in range(4))
+        steps = steps.step(("bash", {"command": f"ls d{k}"}, names), text=f"Step {k}")
+    full = ExtractiveSummarizer().summarize(ruled(steps.messages, max_tokens=4000))
+    d = Digest.parse(full)
+    assert d is not None and len(d.sections["Identifiers"]) == 32
+    # the largest section is the names; still the commands and decisions go first
+    assert sum(map(len, d.sections["Identifiers"])) > sum(map(len, d.sections["Decisions"]))
+    budget = approx_text(full) - approx_text("\n".join(d.sections["Commands"]))
+    small = Digest.parse(
+        ExtractiveSummarizer().summarize(
+            ruled(steps.messages, max_tokens=budget, count_text=approx_text)
+        )
+    )
+    assert small is not None
+    assert small.sections["Identifiers"] == d.sections["Identifiers"]
+    # the newest commands and decisions are the ones kept
+    assert len(small.sections["Commands"]) < len(d.sections["Commands"])
+    assert small.sections["Decisions"][-1] == d.sections["Decisions"][-1]
