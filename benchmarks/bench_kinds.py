@@ -1,7 +1,8 @@
 """Every kind of agent on its held-out traces: ctxpolicy before and after, one ruler.
 
 The shared traces split by kind into two fixed halves (:func:`kind_halves`); each
-trace replayed under its kind's shipped policy at its windows by this tree and the
+trace replayed under its kind's shipped policy for each of its windows (:func:`agent_for`:
+``coding_agent_16k`` for SWE at 16k) by this tree and the
 ``--baseline`` tree (child processes, same run), with the extractive and the LLM-summary
 summarizer; ``--peers``: OpenHands' condenser on the same jobs. The section's note
 says what each cell is.
@@ -41,6 +42,22 @@ KINDS: dict[str, tuple[tuple[str, ...], str, tuple[int, ...]]] = {
     "web": (("tapeagents-workarena__",), "default", (16384, 32768)),
     "data_analysis": (("spider2__",), "data_analysis_agent", (16384, 32768)),
 }
+
+#: kind -> {window: shipped policy made for windows up to it}, where the kind's policy
+#: in :data:`KINDS` is not the one shipped for its smaller windows
+WINDOW_AGENTS: dict[str, dict[int, str]] = {"swe": {16384: "coding_agent_16k"}}
+
+
+def agent_for(kind: str, window: int, agents: Mapping[str, str] | None = None) -> str:
+    """The policy replayed for ``kind`` at ``window``: ``agents[kind]`` at every window
+    if given, else the :data:`WINDOW_AGENTS` policy of the smallest window there at or
+    above ``window``, else the kind's own (:data:`KINDS`)."""
+    if agents and kind in agents:
+        return agents[kind]
+    for upto, agent in sorted(WINDOW_AGENTS.get(kind, {}).items()):
+        if window <= upto:
+            return agent
+    return KINDS[kind][1]
 
 
 def kind_of(name: str) -> str | None:
@@ -197,21 +214,23 @@ def jobs_for(
     quick: bool,
     kinds: Sequence[str] | None = None,
     windows: Sequence[int] | None = None,
+    agents: Mapping[str, str] | None = None,
 ) -> list[tuple[str, str, str, int]]:
-    """``(kind, agent, trace path, window)`` of a half; ``kinds``: only these;
-    ``windows``: these instead of each kind's own."""
+    """``(kind, agent, trace path, window)`` of a half (agent: :func:`agent_for`);
+    ``kinds``: only these; ``windows``: these instead of each kind's own; ``agents``:
+    ``{kind: policy}`` at every window instead of :func:`agent_for`'s choice."""
     out: list[tuple[str, str, str, int]] = []
     for kind, paths in half(which).items():
         if kinds and kind not in kinds:
             continue
-        _, agent, own = KINDS[kind]
+        own = KINDS[kind][2]
         windows_here = tuple(windows or own)
         if quick:
             paths = sorted(paths, key=lambda p: p.stat().st_size)[:1]  # the smallest trace
             windows_here = windows_here[:1]
         for p in paths:
             for w in windows_here:
-                out.append((kind, agent, str(p), w))
+                out.append((kind, agent_for(kind, w, agents), str(p), w))
     return out
 
 
@@ -221,6 +240,7 @@ def run_tree(
     peers: bool = False,
     kinds: Sequence[str] | None = None,
     windows: Sequence[int] | None = None,
+    agents: Mapping[str, str] | None = None,
 ) -> list[dict[str, Any]]:
     """Every job of the half (:func:`jobs_for`) in this process (the tree first on
     ``sys.path``); with ``peers``, OpenHands' condenser on the same jobs too (rows with
@@ -232,7 +252,7 @@ def run_tree(
     ]
     if peers:
         runs.append(("openhands", "llm", replay_peer))
-    for kind, agent, path, window in jobs_for(which, quick, kinds, windows):
+    for kind, agent, path, window in jobs_for(which, quick, kinds, windows, agents):
         for peer, summarizer, fn in runs:
             t0 = time.perf_counter()
             row = fn(str(tree_policies()), agent, path, window)
@@ -328,9 +348,11 @@ def table(
             if "instructions" in ta
             else "–"
         )
+        agent = ", ".join(sorted({r["agent"] for r in a}))
+        was = ", ".join(sorted({r["agent"] for r in b}))
         row = [
             f"{kind} ({ta.get('traces', 0)} traces), {window // 1024}k",
-            f"{KINDS[kind][1]}, {summarizer}",
+            f"{agent}{f' (before: {was})' if b and was != agent else ''}, {summarizer}",
             _fmt(totals(b)) if b else "–",
             _fmt(ta),
         ]
@@ -351,6 +373,10 @@ def table(
         "rewrites per 100 calls / avoidable overflows. Last column (this tree's ruler): "
         "user turns still sent verbatim / ledger + summary share of the prompt / lines "
         "said twice / compactions of conversations sending everything never overflowed. "
+        "Policy: the kind's shipped policy for the window (SWE: `coding_agent_16k` at "
+        "16k, `coding_agent` at 32k), the same in both columns unless the cell says what "
+        "the before column replayed; the OpenHands column is configured to the after "
+        "column's policy. "
         "Summarizer: `extractive` is the policy's own (no LLM call, free); `llm` has the "
         "policy's summaries written by the shared deterministic digest and billed as an "
         "LLM call's (input ×1, output ×5), as in the peers' table; the OpenHands column "
@@ -393,26 +419,56 @@ def main(argv: list[str] | None = None) -> int:
         help="these windows instead of each kind's own (comma-separated tokens): printed, "
         "not saved",
     )
+
+    def kind_agents(v: str) -> dict[str, str]:
+        pairs = [p.split("=", 1) for p in v.split(",") if p]
+        if any(len(p) != 2 or p[0] not in KINDS for p in pairs):
+            raise ValueError(v)
+        return dict((k, a) for k, a in pairs)
+
+    ap.add_argument(
+        "--agents",
+        type=kind_agents,
+        help="KIND=POLICY,...: this policy at every window of the kind instead of its "
+        "shipped policy for each window: printed, not saved",
+    )
+    ap.add_argument(
+        "--baseline-agents",
+        type=kind_agents,
+        help="--agents for the --baseline tree only (e.g. swe=coding_agent: the policy "
+        "replayed at every window before the per-window choice)",
+    )
     args = ap.parse_args(argv)
     if args.child:
-        rows = run_tree(args.half, args.quick, args.peers, args.kinds, args.windows)
+        rows = run_tree(args.half, args.quick, args.peers, args.kinds, args.windows, args.agents)
         print(json.dumps(rows))
         return 0
     only = [
         *(["--kinds", ",".join(args.kinds)] if args.kinds else []),
         *(["--windows", ",".join(map(str, args.windows))] if args.windows else []),
     ]
+
+    def agents_flag(agents: Mapping[str, str] | None) -> list[str]:
+        return ["--agents", ",".join(f"{k}={a}" for k, a in agents.items())] if agents else []
+
     t0 = time.perf_counter()
     before: list[dict[str, Any]] = []
     if args.baseline is not None:
         eprint(f"before: {args.baseline}")
-        before = run_child(args.baseline.resolve(), args.half, args.quick, only=only)
+        before = run_child(
+            args.baseline.resolve(),
+            args.half,
+            args.quick,
+            only=[*only, *agents_flag(args.baseline_agents or args.agents)],
+        )
     eprint("after: this tree")
-    rows = run_child(ROOT, args.half, args.quick, args.peers, only=only)
+    rows = run_child(
+        ROOT, args.half, args.quick, args.peers, only=[*only, *agents_flag(args.agents)]
+    )
     after = [r for r in rows if "peer" not in r]
     peers = [r for r in rows if "peer" in r]
     elapsed = time.perf_counter() - t0
-    if only:  # a part of the table: shown, never published over the full run's
+    if only or args.agents:  # a part or a variant: shown, never published over a full run's
         print("\n".join(table(before, after, peers)))
         return 0
     split = {k: [p.name for p in v] for k, v in half(args.half).items()}
@@ -421,6 +477,7 @@ def main(argv: list[str] | None = None) -> int:
         "half": args.half,
         "quick": args.quick,
         "baseline": args.baseline.name if args.baseline is not None else None,
+        "baseline_agents": args.baseline_agents,
         "split": split,
         "elapsed_s": round(elapsed, 1),
         "before": before,
@@ -433,7 +490,8 @@ def main(argv: list[str] | None = None) -> int:
         "",
         f"Reproduce: `python benchmarks/bench_kinds.py --baseline <a checkout before>"
         f"{' --quick' if args.quick else ''}{' --half tune' if args.half == 'tune' else ''}"
-        f"{' --peers' if args.peers else ''}`"
+        f"{' --peers' if args.peers else ''}"
+        f"{''.join(f' --baseline-agents {v}' for v in agents_flag(args.baseline_agents)[1:])}`"
         f" ({elapsed:.0f} s).",
         "",
         *(PEER_NOTE if peers else []),
