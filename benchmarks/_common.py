@@ -282,13 +282,16 @@ def http_server(cmd: list[str], port: int, **popen: Any) -> Iterator[tuple[str, 
     url = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 60
-        while True:
-            with contextlib.suppress(httpx.HTTPError):
-                if httpx.get(url + "/healthz", timeout=1).is_success:
-                    break
-            if time.monotonic() > deadline or proc.poll() is not None:
-                raise RuntimeError(f"{' '.join(cmd[:4])} did not start")
-            time.sleep(0.05)
+        # one client for every poll (a new one per poll loads certificates each time,
+        # CPU taken from the server starting up)
+        with httpx.Client(timeout=1) as poll:
+            while True:
+                with contextlib.suppress(httpx.HTTPError):
+                    if poll.get(url + "/healthz").is_success:
+                        break
+                if time.monotonic() > deadline or proc.poll() is not None:
+                    raise RuntimeError(f"{' '.join(cmd[:4])} did not start")
+                time.sleep(0.05)
         yield url, proc.pid
     finally:
         proc.terminate()

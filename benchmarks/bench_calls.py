@@ -225,14 +225,14 @@ def profile_markdown(data: dict[str, Any]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = parser(__doc__, "smallest trace or 40 steps, 1 repeat", baseline=True, child=True)
+    ap = parser(__doc__, "smallest trace or 20 steps, 1 repeat", baseline=True, child=True)
     ap.add_argument("--profile", action="store_true", help="the profiled synthetic session")
     ap.add_argument("--traces", type=int, default=3)
     ap.add_argument("--steps", type=int, default=400, help="--profile: model calls")
     ap.add_argument("--repeat", type=int, help="repeats per tree (5; --profile: 3)")
     ap.add_argument("--profiled", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
-    steps = (40 if args.quick else args.steps) if args.profile else 0
+    steps = (20 if args.quick else args.steps) if args.profile else 0
     if args.child:
         print(json.dumps(child(steps, args.traces, args.quick, args.profiled)))
         return 0

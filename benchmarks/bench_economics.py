@@ -41,7 +41,7 @@ def child(quick: bool) -> dict[str, dict[str, float]]:
     from ctxpolicy.sim.metrics import price_model
 
     pm = price_model("anthropic")
-    paths = trace_files()[: 6 if quick else None]
+    paths = trace_files(2 if quick else 0)  # quick: a smoke run
     out: dict[str, dict[str, float]] = {}
     for agent, window, thresholds in RUNS:
         policy = replay.load_policy_file(str(ROOT / "policies" / "agents.yaml"), agent)
@@ -122,7 +122,7 @@ def table(mine: dict[str, Any], base: dict[str, Any] | None) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = parser(__doc__, "the first 6 traces only", baseline=True, child=True)
+    ap = parser(__doc__, "the 2 smallest traces only", baseline=True, child=True)
     args = ap.parse_args(argv)
     if not TRACES.is_dir():
         print(f"skipped: no shared traces at {TRACES}")

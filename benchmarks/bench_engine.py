@@ -256,14 +256,16 @@ def replay_prepare(policy: Any, msgs: list[Message], prof: cProfile.Profile | No
     return session
 
 
-def memory_growth(policy: Any, sizes: Sequence[int], file_lines: int = 300) -> dict[str, Any]:
+def memory_growth(
+    policy: Any, sizes: Sequence[int], file_lines: int = 300, steps: int = 40
+) -> dict[str, Any]:
     """tracemalloc peak of a whole ctxpolicy replay of ``coding_parts(size)`` sessions
     (messages built before tracing starts)."""
     from ctxpolicy.tokens import TokenCounter
 
     rows = []
     for size in sizes:
-        msgs = coding_parts(size, file_lines=file_lines)
+        msgs = coding_parts(size, steps=steps, file_lines=file_lines)
         tokens = TokenCounter(policy.model, model_name=policy.model_name).count_messages(msgs)
         gc.collect()
         tracemalloc.start()
@@ -443,7 +445,8 @@ def main(argv: list[str] | None = None) -> int:
         baseline=args.baseline,
     )
     eprint("memory ...")
-    mem = memory_growth(policy, sizes, file_lines=40 if args.quick else 300) if sizes else None
+    small = {"file_lines": 40, "steps": 6} if args.quick else {}  # quick: a smoke run
+    mem = memory_growth(policy, sizes, **small) if sizes else None
     profile = None
     worst = max(results, key=lambda r: r["ctxpolicy_over_floor"], default=None)
     if worst and not worst["goal_floor"] and not args.quick:

@@ -370,12 +370,14 @@ def wrap_text(text: str, width: int = 88) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = parser(__doc__, "2,000 messages, one round")
+    ap = parser(__doc__, "a smoke run: 300 messages, one round, one engine process")
     ap.add_argument("--messages", type=int, default=8000)
     ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--processes", type=int, default=2, help="engine processes (after)")
+    ap.add_argument("--processes", type=int, help="engine processes (after; default 2)")
     args = ap.parse_args(argv)
-    n, rounds = (2000, 1) if args.quick else (args.messages, args.rounds)
+    n, rounds = (300, 1) if args.quick else (args.messages, args.rounds)
+    args.processes = args.processes or (1 if args.quick else 2)
+    alone = 5 if args.quick else 30  # small calls timed with no long history in flight
     home = tempfile.mkdtemp(prefix="ctxpolicy-bench-")
     os.environ["CTXPOLICY_HOME"] = home
     from ctxpolicy import load_policy
@@ -388,7 +390,7 @@ def main(argv: list[str] | None = None) -> int:
     eprint(f"{n} messages, {rounds} round(s)")
     name = "litellm hook, engine on the loop (before)"
     small, heavy, hook = hook_case(policy, salted(history, "on-loop"), on_loop=True)
-    results[name] = asyncio.run(measure(small, heavy, rounds=1, alone=30))
+    results[name] = asyncio.run(measure(small, heavy, rounds=1, alone=alone))
     hook.sessions.close()
     eprint(name, results[name])
     runs: dict[str, list[dict[str, Any]]] = {}
@@ -411,7 +413,7 @@ def main(argv: list[str] | None = None) -> int:
 
             async def go() -> dict[str, Any]:
                 try:
-                    return await measure(small, heavy, rounds=1, alone=30)
+                    return await measure(small, heavy, rounds=1, alone=alone)
                 finally:
                     if front == "gateway":
                         await close()
@@ -432,7 +434,7 @@ def main(argv: list[str] | None = None) -> int:
             # the floor: the machine alone
             small, _, hook = hook_case(policy, SMALL, on_loop=False, tag=f"floor-{r}-")
             with floor(salted(history, f"floor-{r}")) as heavy:
-                result = asyncio.run(measure(small, heavy, rounds=1, alone=30))
+                result = asyncio.run(measure(small, heavy, rounds=1, alone=alone))
             hook.sessions.close()
             name = "litellm hook, the long history prepared by an unrelated process (floor)"
             runs.setdefault(name, []).append(result)
@@ -485,7 +487,7 @@ def to_markdown(data: dict[str, Any]) -> str:
             notes(results, processes),
             "",
             "Reproduce: `.venv/bin/python benchmarks/bench_frontdoor_blocking.py` "
-            f"(`--processes {processes}`; `--quick`: 2,000 messages, one round).",
+            f"(`--processes {processes}`; `--quick`: a smoke run of 300 messages, one round).",
         ]
     )
 

@@ -36,6 +36,10 @@ from benchmarks._common import (
 )
 
 CONVERSATIONS = 50
+#: calls: sequential, per concurrent conversation, large, own CPU; concurrent
+#: conversations, warm-up calls, files Claude Code reads for the real request
+FULL = (400, 40, 150, 400, CONVERSATIONS, 5, 40)
+QUICK = (8, 2, 4, 5, 4, 1, 1)
 BODY = {
     "model": "m",
     "messages": [
@@ -117,10 +121,10 @@ CLIENTS = Path(os.environ.get("CTXPOLICY_CLIENTS_DIR") or Path.home() / ".cache/
 REAL_BYTES = 150_000
 
 
-def _claude_request(tmp: str) -> dict[str, Any] | None:
+def _claude_request(tmp: str, reads: int = 40) -> dict[str, Any] | None:
     """A real Claude Code ``/v1/messages`` request of about :data:`REAL_BYTES`: ``claude -p``
-    reads files against a recording scripted server until its request is that long
-    (None when Claude Code is not installed)."""
+    reads files against a recording scripted server until its request is that long or it
+    has read ``reads`` files (None when Claude Code is not installed)."""
     import hashlib
 
     from ctxpolicy.testing.server import ScriptedLLMServer
@@ -140,7 +144,7 @@ def _claude_request(tmp: str) -> dict[str, Any] | None:
             return {"content": "ok"}
         bodies.append(body)
         n = len(bodies)
-        if len(json.dumps(body)) >= REAL_BYTES or n >= 40:
+        if len(json.dumps(body)) >= REAL_BYTES or n >= reads:
             return {"content": "all files read"}
         text = f"Reading file {n}."
         return {
@@ -172,7 +176,7 @@ from ctxpolicy.gateway.app import Gateway, GatewayConfig
 from ctxpolicy.gateway.calls import parse, prepare_sync
 from ctxpolicy.wire import for_api
 from tests.integrations.conftest import make_policy
-bodies, calls = json.loads(sys.stdin.read()), int(sys.argv[1])
+bodies, calls, warm = json.loads(sys.stdin.read()), int(sys.argv[1]), int(sys.argv[2])
 gw = Gateway(GatewayConfig(policies={"a": make_policy(Path(tempfile.mkdtemp()), window=1_000_000)},
     upstream="http://127.0.0.1:9", default_agent="a", secret=b"bench"))
 out = {}
@@ -188,7 +192,7 @@ for name, (api, body) in bodies.items():
         s = gw.pool.get("a", p.conversation.id)
         d = prepare_sync(s, p.req.messages, p.req.tools)
         return wire.build(p.req, d.messages, None)
-    for _ in range(10):
+    for _ in range(warm):
         one()
     times = []
     for _ in range(calls):
@@ -201,10 +205,12 @@ print(json.dumps(out))
 """
 
 
-def _own_cpu(root: Path, bodies: dict[str, tuple[str, Any]], calls: int) -> dict[str, list[float]]:
+def _own_cpu(
+    root: Path, bodies: dict[str, tuple[str, Any]], calls: int, warm: int = 10
+) -> dict[str, list[float]]:
     env = {**os.environ, "PYTHONPATH": str(root)}
     done = subprocess.run(
-        [sys.executable, "-c", OWN_CPU_CODE, str(calls)],
+        [sys.executable, "-c", OWN_CPU_CODE, str(calls), str(warm)],
         input=json.dumps(bodies),
         cwd=root,
         env=env,
@@ -264,13 +270,14 @@ async def _scenario(
     pids: list[int],
     stream: bool = False,
     large: Any = False,
+    warm: int = 5,
 ) -> tuple[list[float], list[tuple[list[float], float]]]:
     """Direct seconds per call, and for each gateway its seconds per call and CPU seconds
     per call (the warm-up calls, which open the conversations, left out)."""
     limits = httpx.Limits(max_connections=4 * conversations, max_keepalive_connections=None)
     convs = [f"bench-{stream}-{len(large) if large else 0}-{n}" for n in range(conversations)]
     async with httpx.AsyncClient(limits=limits, timeout=120) as c:
-        await asyncio.gather(*(_conversation(c, urls, cv, 5, stream, large) for cv in convs))
+        await asyncio.gather(*(_conversation(c, urls, cv, warm, stream, large) for cv in convs))
         cpu0 = [_cpu(p) for p in pids]
         runs = await asyncio.gather(
             *(_conversation(c, urls, cv, calls, stream, large) for cv in convs)
@@ -335,17 +342,16 @@ def main() -> None:
     ap = parser(__doc__, "fewer calls (a smoke run)", baseline=True)
     ap.add_argument("--upstream-ms", type=float, default=100.0, help="model-like upstream time")
     args = ap.parse_args()
-    seq_calls = 200 if args.quick else 400
-    conc_calls = 8 if args.quick else 40
-    large_calls = 50 if args.quick else 150
-    own_calls = 100 if args.quick else 400
+    # quick: a smoke run of every scenario (sizes in QUICK), not a measurement
+    seq_calls, conc_calls, large_calls, own_calls = QUICK[:4] if args.quick else FULL[:4]
+    convs, warm, reads = QUICK[4:] if args.quick else FULL[4:]
     roots = [args.baseline.resolve(), ROOT] if args.baseline else [ROOT]
     base_commit = git_head(args.baseline) if args.baseline else None
     labels = ["baseline", "this tree"] if args.baseline else ["gateway"]
     results: dict[str, Any] = {}
     load = [os.getloadavg()]
     with tempfile.TemporaryDirectory() as tmp:
-        real = _claude_request(tmp)
+        real = _claude_request(tmp, reads)
         real_bytes = json.dumps(real).encode() if real is not None else None
         real_name = (
             f"real Claude Code request, {len(real_bytes) // 1000} KB, "
@@ -360,10 +366,10 @@ def main() -> None:
         }
         if real is not None:
             bodies["real"] = ("anthropic", real)
-        own = [_own_cpu(root, bodies, own_calls) for root in roots]
+        own = [_own_cpu(root, bodies, own_calls, warm) for root in roots]
         # twice, interleaved (baseline, this tree, baseline, this tree): load drifts
         if len(roots) > 1:
-            again = [_own_cpu(root, bodies, own_calls) for root in roots]
+            again = [_own_cpu(root, bodies, own_calls, warm) for root in roots]
             own = [{k: o[k] + a[k] for k in o} for o, a in zip(own, again, strict=True)]
         load.append(os.getloadavg())
         own_names = {
@@ -401,15 +407,15 @@ def main() -> None:
                 urls, pids = [upstream, *(u for u, _ in gws)], [p for _, p in gws]
                 for sc in scenarios:
                     if sc == "concurrent":
-                        name = f"{CONVERSATIONS} concurrent conversations, upstream " + (
+                        name = f"{convs} concurrent conversations, upstream " + (
                             f"{args.upstream_ms:g} ms" if delay else "0 ms (saturation)"
                         )
-                        run = _scenario(urls, CONVERSATIONS, conc_calls, pids)
+                        run = _scenario(urls, convs, conc_calls, pids, warm=warm)
                     elif sc == "claude" and real_bytes is None:
                         continue
                     else:
                         name, calls, stream, large = single[sc]
-                        run = _scenario(urls, 1, calls, pids, stream, large)
+                        run = _scenario(urls, 1, calls, pids, stream, large, warm)
                     d, gws_t = asyncio.run(run)
                     for label, (t, cpu) in zip(labels, gws_t, strict=True):
                         full = f"{name} [{label}]" if args.baseline else name
@@ -434,7 +440,7 @@ def to_markdown(data: dict[str, Any]) -> str:
         data["baseline_commit"],
         data["quick"],
     )
-    seq_calls, conc_calls = (200, 8) if quick else (400, 40)
+    seq_calls, conc_calls = (QUICK if quick else FULL)[:2]
     loads = ", ".join(f"{a:.2f}" for a in data["load_avg_1m"])
     own_head = " | ".join(f"{lb} p50 / p99" for lb in labels)
     impls = ", ".join(f"{lb} {'/'.join(impl)}" for lb, impl in data["server"].items())
@@ -483,7 +489,7 @@ def to_markdown(data: dict[str, Any]) -> str:
         )
         + "; `--baseline OTHER_CHECKOUT` compares two checkouts in one run "
         f"({seq_calls} sequential calls, {conc_calls} per concurrent conversation"
-        + ("" if quick else "; `--quick`: 200 and 8")
+        + ("" if quick else f"; `--quick`: {QUICK[0]} and {QUICK[1]}")
         + "). "
         "The real request is captured from Claude Code when it is installed "
         "(tests/gateway/test_real_clients.py installs it).",

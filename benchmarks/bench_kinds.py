@@ -226,7 +226,8 @@ def jobs_for(
         own = KINDS[kind][2]
         windows_here = tuple(windows or own)
         if quick:
-            paths, windows_here = paths[:1], windows_here[:1]
+            paths = sorted(paths, key=lambda p: p.stat().st_size)[:1]  # the smallest trace
+            windows_here = windows_here[:1]
         for p in paths:
             for w in windows_here:
                 out.append((kind, agent_for(kind, w, agents), str(p), w))

@@ -83,7 +83,7 @@ def tune_half(traces: list[str]) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = parser(__doc__, "two traces, two variants", jobs=True)
+    ap = parser(__doc__, "one trace, two variants", jobs=True)
     args = ap.parse_args(argv)
     traces = [str(p) for p in trace_files()]
     if not traces:
@@ -92,7 +92,7 @@ def main(argv: list[str] | None = None) -> int:
     tune = tune_half(traces)
     grid = GRID
     if args.quick:
-        tune = sorted(tune, key=lambda t: Path(t).stat().st_size)[:2]
+        tune = sorted(tune, key=lambda t: Path(t).stat().st_size)[:1]
         grid = {k: v[:2] for k, v in list(GRID.items())[1:]}
     jobs = [(a, w, k, t) for (a, w), ks in grid.items() for k in ks for t in tune]
     t0 = time.perf_counter()

@@ -35,7 +35,7 @@ from ctxpolicy.state.memory import MemoryStateStore  # each run starts fresh
 POLICY_FILE = ROOT / "policies" / "agents.yaml"
 AGENT = "coding_agent"
 SIZES = (1_000, 8_000, 100_000)
-QUICK_SIZES = (1_000, 4_000)
+QUICK_SIZES = (200, 400)  # a smoke run: two sizes, each in a child of its own
 
 
 def scaling_policy(
@@ -200,7 +200,7 @@ def to_markdown(data: dict[str, Any]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = parser(__doc__, "sizes 1,000 and 4,000, one run each", baseline=True)
+    ap = parser(__doc__, "a smoke run: sizes 200 and 400, one run each", baseline=True)
     ap.add_argument("--timeout", type=float, default=None, help="seconds per child")
     ap.add_argument(
         "--rounds", type=int, default=1, help="sweeps over the sizes; the best of each is kept"

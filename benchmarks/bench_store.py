@@ -455,9 +455,10 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(per_call_child(args.calls)))
         return 0
     t0 = time.perf_counter()
-    calls, repeats, steps = (150, 3, 200) if args.quick else (400, 5, 1000)
+    # quick: a smoke run
+    calls, repeats, steps = (20, 1, 20) if args.quick else (400, 5, 1000)
     eprint("append ...")
-    append = bench_append(400 if args.quick else 1000, 5 if args.quick else 9)
+    append = bench_append(40 if args.quick else 1000, 1 if args.quick else 9)
     per_call = None
     if args.baseline:
         eprint("per call vs baseline ...")

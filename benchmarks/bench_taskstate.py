@@ -119,9 +119,9 @@ def child(kinds: list[str], quick: bool, llm: bool = False) -> list[dict[str, An
     files = trace_files()
     for kind in kinds:
         mine = [p for p in files if kind_of(p.name) == kind]
-        if quick:
-            mine = mine[:1]
-        for agent, window in KINDS[kind][1]:
+        if quick:  # a smoke run: the kind's smallest trace at its first window
+            mine = sorted(mine, key=lambda p: p.stat().st_size)[:1]
+        for agent, window in KINDS[kind][1][:1] if quick else KINDS[kind][1]:
             policy = load_policy_file(str(tree_policies()), agent)
             # the shipped extractive summarizer, or the shared deterministic summary
             # billed as an LLM's (``ctxpolicy``: the peers' table's LLM-summary row)
@@ -307,14 +307,18 @@ def main(argv: list[str] | None = None) -> int:
         if args.llm:
             jobs["llm"] = ("--kinds", ",".join(kinds), "--llm", *quick)
     data: dict[str, Any] = {}
+    # without --baseline both sides are this tree: its rows (no timings) computed once
+    sides = list(zip(("baseline", "after"), trees, strict=True))[args.baseline is None :]
     with ThreadPoolExecutor(2) as pool:
         futures = {
             (name, side): pool.submit(in_tree, __file__, tree, *flags)
             for name, flags in jobs.items()
-            for side, tree in zip(("baseline", "after"), trees, strict=True)
+            for side, tree in sides
         }
         for (name, side), f in futures.items():
-            data.setdefault(name, {})[side] = f.result()
+            rows = f.result()
+            data[name] = data.get(name, {}) | ({"baseline": rows} if args.baseline is None else {})
+            data[name][side] = rows
     text = markdown(data, "this tree" if args.baseline is None else baseline.name)
     if args.scenario:
         print(text)

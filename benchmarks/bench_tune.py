@@ -129,7 +129,7 @@ def speed(args: argparse.Namespace) -> int:
     trials = args.trials or (12 if args.quick else 50)
     windows = WINDOWS[:1] if args.quick else WINDOWS
     trees = {"baseline": args.baseline.resolve(), "this tree": ROOT}
-    traces = sorted(_traces(args.quick, 6))
+    traces = sorted(_traces(args.quick, 4))
     if not traces:
         eprint(f"no traces in {SHARED / 'traces'}; nothing measured")
         return 0
@@ -198,7 +198,7 @@ def speed_markdown(data: dict[str, Any]) -> str:
             "",
             "Reproduce: `git -C <main> archive HEAD | tar -x -C /tmp/tunecost-base; "
             ".venv/bin/python benchmarks/bench_tune.py --baseline /tmp/tunecost-base` "
-            "(`--quick`: 12 trials, 6 traces, 16k only)",
+            "(`--quick`: 12 trials, 4 traces, 16k only)",
         ]
     )
 
@@ -216,8 +216,8 @@ def main() -> int:
         return 0
     if args.baseline is not None:
         return speed(args)
-    trials = args.trials or (12 if args.quick else 50)
-    traces = _traces(args.quick)
+    trials = args.trials or (4 if args.quick else 50)  # quick: a smoke run
+    traces = _traces(args.quick, 4)
     if not traces:
         eprint(f"no traces in {SHARED / 'traces'}; nothing measured")
         return 0
@@ -225,7 +225,7 @@ def main() -> int:
     data: dict[str, Any] = {"machine": info, "trials": trials, "traces": len(traces), "windows": {}}
     timing: dict[int, float] = {}
     chosen: dict[int, Any] = {}
-    for window in WINDOWS:
+    for window in WINDOWS[:1] if args.quick else WINDOWS:
         workers = 2
         eprint(f"tune {AGENT} at {window} ({trials} trials, {workers} workers)")
         r, secs = _run(traces, window, trials, workers)

@@ -134,7 +134,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = ap.parse_args(argv)
     if args.quick:
-        args.runs, args.files = 1, 20
+        args.runs, args.files = 1, 3  # a smoke run
     ctx = tool("ctxpolicy")
     cj = tool("check-jsonschema")
     if ctx is None:

@@ -5,6 +5,7 @@ Only shapes and identities are asserted — no wall-clock thresholds.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -22,6 +23,20 @@ TRACE = "swe-agent__demo.ctf.crypto.katy.jsonl"
 def setup() -> tuple[Any, list[dict[str, Any]]]:
     policy, _ = load_agent("coding_agent_16k")
     return policy, load_trace(require(TRACES / TRACE))
+
+
+@pytest.fixture(scope="module")
+def two_trees() -> Iterator[dict[str, Any]]:
+    """This tree's worker and a baseline worker of the same tree (started once: the
+    two tests of a baseline tree share them)."""
+    from benchmarks.peers.worker import ROOT, Worker
+
+    workers = {"": Worker(ROOT), "baseline": Worker(ROOT)}
+    try:
+        yield workers
+    finally:
+        for w in workers.values():
+            w.close()
 
 
 def test_per_call_measures_every_model_call(setup: tuple[Any, list[dict[str, Any]]]) -> None:
@@ -77,25 +92,20 @@ def test_bench_engine_per_call_only(tmp_path: Any, monkeypatch: pytest.MonkeyPat
     assert "bench_engine.py --quick --per-call-only`" in md
 
 
-def test_per_call_against_a_baseline_tree(setup: tuple[Any, list[dict[str, Any]]]) -> None:
+def test_per_call_against_a_baseline_tree(
+    setup: tuple[Any, list[dict[str, Any]]], two_trees: dict[str, Any]
+) -> None:
     """``--baseline``: both trees replay in worker processes, in turn; this tree
     against itself as the baseline gives the same calls and both sets of variants."""
-    from benchmarks.peers.worker import ROOT, Worker
-
     policy, msgs = setup
-    workers = {"": Worker(ROOT), "baseline": Worker(ROOT)}
-    try:
-        r = per_call(
-            TRACE,
-            msgs,
-            policy,
-            repeat=2,
-            workers=workers,
-            request={"trace": str(TRACES / TRACE), "agent": "coding_agent_16k"},
-        )
-    finally:
-        for w in workers.values():
-            w.close()
+    r = per_call(
+        TRACE,
+        msgs,
+        policy,
+        repeat=2,
+        workers=two_trees,
+        request={"trace": str(TRACES / TRACE), "agent": "coding_agent_16k"},
+    )
     v = r["variants"]
     assert set(v) == {
         "prepare",
@@ -125,7 +135,7 @@ def test_check_identical_finds_a_changed_output(tmp_path: Any) -> None:
     from benchmarks._common import ROOT
 
     require(TRACES)
-    args = ["--traces", "2"]
+    args = ["--traces", "1"]
     assert check_identical.main(["--baseline", str(ROOT), *args]) == 0
     changed = tmp_path / "src"
     shutil.copytree(ROOT / "ctxpolicy", changed / "ctxpolicy")
@@ -161,18 +171,12 @@ def test_parts_are_booked_per_call_and_the_clocks_removed(
     assert "floor: atomic file publish" in "\n".join(parts_markdown(TRACE, r))
 
 
-def test_parts_of_two_trees_side_by_side() -> None:
+def test_parts_of_two_trees_side_by_side(two_trees: dict[str, Any]) -> None:
     from benchmarks.peers.parts import parts_markdown
     from benchmarks.peers.timing import _parts_of_both
-    from benchmarks.peers.worker import ROOT, Worker
 
     request = {"trace": str(require(TRACES / TRACE)), "agent": "coding_agent_16k"}
-    workers = {"": Worker(ROOT), "baseline": Worker(ROOT)}
-    try:
-        r = _parts_of_both(workers, request, turns=2)
-    finally:
-        for w in workers.values():
-            w.close()
+    r = _parts_of_both(two_trees, request, turns=2)
     assert r["parts"].keys() == r["baseline"]["parts"].keys()
     assert r["parts"]["prepare (whole)"]["per_call"] == 1.0
     assert r["calls"] == r["baseline"]["calls"] > 0
