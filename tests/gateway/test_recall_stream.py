@@ -53,9 +53,10 @@ def test_any_chunking_gives_the_same_decision(cuts: list[int]) -> None:
             (block,) = answer["content"]
             assert block["input"] == {"ref": "ctxsnap://x"} and block["name"] == "ctx_recall"
         for other in ({"content": "hello"}, OTHER):
-            probe = _feed(api, make(other), cuts)
+            data = make(other)  # once: a reply's `created` is the clock's second
+            probe = _feed(api, data, cuts)
             assert probe.decided and probe.answer() is None
-            assert bytes(probe.held) == make(other)[: len(probe.held)]
+            assert bytes(probe.held) == data[: len(probe.held)]
 
 
 def test_hostile_streams_are_passed_on_not_held() -> None:
