@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from typing import TypeVar
+
+T = TypeVar("T")
 
 
 def best_cpu(
@@ -23,9 +26,9 @@ def best_cpu(
 
 
 def assert_linear(
-    run: Callable[[str], object],
-    small: str,
-    large: str,
+    run: Callable[[T], object],
+    small: T,
+    large: T,
     *,
     floor: float,
     what: str,

@@ -27,7 +27,7 @@ from ctxpolicy.wire.anthropic import (
     image_tokens,
 )
 from tests.integrations.conftest import assert_pairing, make_policy
-from tests.timing import best_cpu
+from tests.timing import assert_linear
 
 anthropic = pytest.importorskip("anthropic", reason="the 'anthropic' extra is not installed")
 
@@ -334,10 +334,8 @@ def test_conversion_is_linear_in_the_number_of_blocks() -> None:
         prepared[-1] = {**prepared[-1], "content": "next (rewritten)"}  # one rebuilt message
         wire.build(req, prepared)
 
-    small, large = _parallel(1000), _parallel(8000)
-    # 8x the blocks: linear ~8x, quadratic ~64x (CPU time, so a busy machine slows both)
-    ratio = best_cpu(lambda: run(large)) / max(best_cpu(lambda: run(small)), 1e-3)
-    assert ratio < 24, f"8x the blocks took {ratio:.1f}x the time"
+    small, large = _parallel(1000), _parallel(8000)  # 8x the blocks (CPU time)
+    assert_linear(run, small, large, floor=1e-3, what="tool_use blocks")
 
 
 def test_parallel_results_come_back_in_one_user_turn() -> None:
