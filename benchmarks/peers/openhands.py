@@ -16,15 +16,16 @@ the 3.12 of ``pyenv root``, ``openhands-sdk`` pinned; or the interpreter named b
    becomes a user message (``CondensationSummaryEvent``'s own role), and is measured
    by the replay loop of ``ctxpolicy.sim.replay`` like every other contestant;
 3. the condenser's summary LLM is a real litellm call to a loopback OpenAI-compatible
-   endpoint (:class:`DigestServer`, the project's scripted server) answering with the shared deterministic summary
-   (:func:`benchmarks.peers.summary.digest` of the events OpenHands renders into its
-   summary prompt), billed by the ruler like every summary (prompt in, digest out).
+   endpoint (:class:`DigestServer`, the project's scripted server) answering with the
+   shared deterministic summary (:func:`benchmarks.peers.summary.digest` of the events
+   OpenHands renders into its summary prompt), billed by the ruler like every summary
+   (prompt in, digest out).
 
-Configuration: ``max_tokens`` = the compared policy's trigger
-at the window (OpenHands then forgets down to half of it: its own hysteresis), the
-agent LLM's input limit = window − reserve_output, and OpenHands' defaults for the
-rest (``max_size`` 80 events, ``keep_first`` 4: ``default_condenser``). OpenHands
-counts tokens with litellm's tokenizer (cl100k for the ``gpt-4`` agent model).
+Configuration: ``max_tokens`` = the compared policy's trigger at the window (OpenHands
+then forgets down to half of it: its own hysteresis), the agent LLM's input limit =
+window − reserve_output, and OpenHands' defaults for the rest (``max_size`` 80 events,
+``keep_first`` 4: ``default_condenser``). OpenHands counts tokens with litellm's
+tokenizer (cl100k for the ``gpt-4`` agent model).
 """
 
 from __future__ import annotations

@@ -31,6 +31,7 @@ __all__ = [
     "ruler_markdown",
     "ruler_section",
     "shipped_policies",
+    "totals_by_window",
     "trace_halves",
 ]
 
@@ -181,9 +182,10 @@ SUMS = {
     "billed": ("billing", "billed_input"),
     "billed_none": ("billing", "billed_input_none"),
     "total": ("billing", "total_cost"),
+    "total_none": ("billing", "total_cost_none"),
     "summary_calls": ("billing", "summarizer", "llm_calls"),
 }
-MONEY = ("billed", "billed_none", "total")
+MONEY = ("billed", "billed_none", "total", "total_none")
 
 
 def _number(run: Mapping[str, Any], path: Sequence[str]) -> Any:
@@ -202,7 +204,7 @@ def peer_totals(runs: Iterable[Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
     acc: dict[str, dict[str, Any]] = {}
     for r in runs:
         zero = {k: 0.0 if k in MONEY else 0 for k in SUMS}
-        a = acc.setdefault(r["run"], {"kind": r["kind"], "traces": 0, **zero})
+        a = acc.setdefault(r["run"], {"kind": r.get("kind"), "traces": 0, **zero})
         a["traces"] += 1
         for key, path in SUMS.items():
             a[key] += _number(r, path)
@@ -219,7 +221,7 @@ def peer_totals(runs: Iterable[Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
     return acc
 
 
-def _by_window(
+def totals_by_window(
     results: Sequence[Mapping[str, Any]], half: str | None = None
 ) -> dict[int, dict[str, dict[str, Any]]]:
     windows = sorted({int(j["window"]) for j in results})
@@ -283,7 +285,7 @@ def ruler_markdown(results: Sequence[Mapping[str, Any]]) -> list[str]:
         "summarizer calls"
     )
     for half in ("tune", "held_out"):
-        for w, totals in _by_window(results, half).items():
+        for w, totals in totals_by_window(results, half).items():
             if not totals:
                 continue
             md += [
@@ -349,7 +351,7 @@ def _dominated(mine: Mapping[str, Any], totals: Mapping[str, Mapping[str, Any]])
 def peer_goals(results: Sequence[Mapping[str, Any]], reference: str = REFERENCE) -> dict[str, Any]:
     """Issue 18 item 5, per window, for ctxpolicy under ``reference``."""
     out: dict[str, Any] = {"reference": reference, "windows": {}}
-    for w, totals in _by_window(results).items():
+    for w, totals in totals_by_window(results).items():
         mine = totals.get(f"ctxpolicy {reference}")
         if mine is None:
             continue
@@ -427,7 +429,7 @@ def peer_markdown(data: Mapping[str, Any]) -> list[str]:
         "",
     ]
     goals = data.get("peer_goals") or peer_goals(results, ref)
-    for w, totals in _by_window(results).items():
+    for w, totals in totals_by_window(results).items():
         md += [
             f"#### Window {w:,}",
             "",
