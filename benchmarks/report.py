@@ -382,13 +382,13 @@ def summary(results: Path) -> list[str]:
     per_call = (e or {}).get("per_call") or {}
     traces = per_call.get("traces") or []
     if traces:
-        mine = [t["variants"]["ctxpolicy"]["median_ms"] for t in traces]
-        lc = [t["variants"]["langchain"]["median_ms"] for t in traces]
+        ours = [t["variants"]["ctxpolicy"]["median_ms"] for t in traces]
+        theirs = [t["variants"]["langchain"]["median_ms"] for t in traces]
         md += [
             f"**Per model call** (`prepare` + `add_tool_result`, median over {len(traces)} "
             f"traces' calls, {per_call.get('window', 0):,}-token window, state saved after "
-            f"every call): {min(mine):.2f}–{max(mine):.2f} ms, against "
-            f"{min(lc):.2f}–{max(lc):.2f} ms for LangChain's summarization middleware, "
+            f"every call): {min(ours):.2f}–{max(ours):.2f} ms, against "
+            f"{min(theirs):.2f}–{max(theirs):.2f} ms for LangChain's summarization middleware, "
             "which counts approximately and saves nothing.",
             "",
         ]

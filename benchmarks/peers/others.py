@@ -128,7 +128,7 @@ def replay_deepagents(
             request = ModelRequest(model=model, messages=state["messages"], state=state)  # type: ignore[arg-type]
             res = mw.wrap_model_call(request, lambda _: answer)
             if isinstance(res, ExtendedModelResponse) and res.command is not None:
-                update = dict(res.command.update or {})  # type: ignore[call-overload]
+                update = dict(res.command.update or {})
                 if "messages" in update:
                     state["messages"] = add_messages(state["messages"], update.pop("messages"))
                 state.update(update)

@@ -435,7 +435,7 @@ def _why_missed(data: Mapping[str, Any], rows: Sequence[Mapping[str, Any]]) -> l
     trace = (data.get("parts") or {}).get("trace")
     lc = next((_ms(r, "langchain") for r in rows if r["trace"] == trace), 0)
     save, prep = parts.get("state save"), parts.get("prepare (whole)")
-    if not (lc and save and prep):
+    if not (trace and lc and save and prep):
         return []
     saves_us = save["median_us"] * save["per_call"]
     rest_us = prep["median_us"] - save["median_us"]
