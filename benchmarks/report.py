@@ -21,7 +21,7 @@ from typing import Any
 
 sys.path.append(str(Path(__file__).resolve().parents[1]))  # run as a file
 
-from benchmarks._common import RESULTS, ROOT, eprint
+from benchmarks._common import RESULTS, ROOT, eprint, markdown_table
 from benchmarks.peers.table import totals_by_window
 from benchmarks.suites import SUITES, command_for
 
@@ -309,9 +309,7 @@ def headline(results: Path) -> list[str]:
         "",
         "Every goal the engine, the cache, the peers comparison and the tuner were held to, read from the results below.",
         "",
-        "| goal | case | measured | status |",
-        "| --- | --- | --- | :---: |",
-        *["| " + " | ".join(r) + " |" for r in rows],
+        markdown_table("goal | case | measured | status", rows, align="lllc"),
         "",
     ]
 
@@ -358,9 +356,8 @@ def summary(results: Path) -> list[str]:
             "everything is the unit, not an option: on the longer traces many of its "
             "requests do not fit the window.",
             "",
-            "| window | run | cost ÷ send everything | kept in context | ctxpolicy's cost ÷ this |",
-            "| ---: | --- | ---: | ---: | ---: |",
         ]
+        table = []
         for w, totals in by_window.items():
             mine = totals.get(ref)
             if not mine or not mine["total_none"]:
@@ -376,8 +373,9 @@ def summary(results: Path) -> list[str]:
                 cost = acc["total"] / acc["total_none"] if acc["total_none"] else float("nan")
                 kept = acc["in_context"] / acc["facts"] if acc["facts"] else float("nan")
                 vs = "—" if acc is mine else f"{mine['total'] / acc['total']:.2f}"
-                md.append(f"| {w:,} | {shown} | {cost:.3f} | {kept:.1%} | {vs} |")
-        md.append("")
+                table.append([f"{w:,}", shown, f"{cost:.3f}", f"{kept:.1%}", vs])
+        head = "window | run | cost ÷ send everything | kept in context | ctxpolicy's cost ÷ this"
+        md += [markdown_table(head, table, align="rlrrr"), ""]
     e = _load(results, "bench_engine")
     per_call = (e or {}).get("per_call") or {}
     traces = per_call.get("traces") or []
