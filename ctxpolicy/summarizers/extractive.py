@@ -16,6 +16,7 @@ Deterministic: same request, same text.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -36,9 +37,9 @@ from ctxpolicy.conversation.refs import REF_LINE, REF_MARK
 from ctxpolicy.plugins import hookimpl
 
 HEADER = "[Summary of earlier conversation (extractive digest)]"
-SECTIONS = ("Constraints", "Files", "Identifiers", "Commands", "Errors", "Decisions")
+SECTIONS = ("Constraints", "Files", "Names", "Identifiers", "Commands", "Errors", "Decisions")
 #: Sections trimmed when over budget (never Constraints).
-TRIMMABLE = ("Commands", "Identifiers", "Files", "Decisions", "Errors")
+TRIMMABLE = ("Commands", "Identifiers", "Files", "Names", "Decisions", "Errors")
 #: Trimmed before the other sections: a command line or a decision mostly repeats, in
 #: more tokens, names the other sections list, and the names are what the agent reuses
 #: (on the tune half of the shared SWE traces, no fact the agent reused was found
@@ -54,6 +55,15 @@ class ExtractiveOptions(ComponentOptions):
     )
     goal_chars: int = Field(default=300, ge=20, description="Longest goal line kept.")
     item_chars: int = Field(default=160, ge=20, description="Longest single item kept.")
+    names: int = Field(
+        default=0,
+        ge=0,
+        description="A `Names` section: up to this many code names (dotted names, "
+        "snake_case, CamelCase and camelCase identifiers) the agent itself wrote in the "
+        "folded messages (its replies and tool-call arguments), the most often written "
+        "first: the names it worked with, which it is the likeliest to use again. "
+        "`0`: no such section.",
+    )
 
 
 class Digest:
@@ -188,6 +198,10 @@ class ExtractiveSummarizer(Summarizer):
                     # a later success of the same call: its errors are fixed, not open
                     fixed = set(open_errors.pop(source))
                     d.sections["Errors"] = [e for e in d.sections["Errors"] if e not in fixed]
+        if opts.names:
+            d.sections["Names"] = _engaged_names(
+                request.messages, d.sections["Names"], opts.names, n
+            )
         for s in TRIMMABLE:
             items = d.sections[s]
             if len(items) > opts.max_items:
@@ -196,9 +210,50 @@ class ExtractiveSummarizer(Summarizer):
         return _bound(d, request.max_tokens, request.count_text or estimate_tokens)
 
 
+#: A code name: a dotted name, snake_case, CamelCase or camelCase (bounded repetitions:
+#: linear on any text).
+_CODE_NAME = re.compile(
+    r"\b[A-Za-z_][\w]{0,80}(?:\.[A-Za-z_][\w]{0,80}){1,8}\b"
+    r"|\b[A-Za-z][A-Za-z0-9]{0,80}_[A-Za-z0-9_]{1,80}\b"
+    r"|\b[A-Z][a-z0-9]{1,40}(?:[A-Z][a-z0-9]{0,40}){1,8}\b"
+    r"|\b[a-z][a-z0-9]{0,40}(?:[A-Z][a-z0-9]{0,40}){1,8}\b"
+)
+_NAME_TEXT_CHARS = 20_000
+
+
+def _engaged_names(
+    messages: list[dict[str, Any]], previous: list[str], limit: int, max_len: int
+) -> list[str]:
+    """The code names the assistant wrote in ``messages`` (its text and call
+    arguments, the first ``_NAME_TEXT_CHARS`` of each), the most often written first
+    (ties: the newest first), then ``previous`` ones not among them; at most ``limit``."""
+    counts: dict[str, int] = {}
+    last: dict[str, int] = {}
+    for i, m in enumerate(messages):
+        if m.get("role") != "assistant":
+            continue
+        text = (content_text(m.get("content")) + "\n" + _args_text(m))[:_NAME_TEXT_CHARS]
+        for match in _CODE_NAME.finditer(text):
+            name = match.group(0)
+            if len(name) < 4 or len(name) > max_len:
+                continue
+            counts[name] = counts.get(name, 0) + 1
+            last[name] = i
+    ranked = sorted(counts, key=lambda k: (-counts[k], -last[k]))
+    out = ranked[:limit]
+    seen = set(out)
+    for p in previous:
+        if len(out) >= limit:
+            break
+        if p not in seen:
+            out.append(p)
+            seen.add(p)
+    return out
+
+
 #: Sections whose items are names: one that another item of them spells out whole is
 #: said twice (``test_writer.py`` beside ``tests/migrations/test_writer.py``).
-NAMED = ("Files", "Identifiers")
+NAMED = ("Files", "Names", "Identifiers")
 
 
 def _drop_contained(d: Digest) -> None:
