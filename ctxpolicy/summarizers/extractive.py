@@ -61,8 +61,9 @@ class ExtractiveOptions(ComponentOptions):
         description="A `Names` section: up to this many code names (dotted names, "
         "snake_case, CamelCase and camelCase identifiers) the agent itself wrote in the "
         "folded messages (its replies and tool-call arguments), the most often written "
-        "first: the names it worked with, which it is the likeliest to use again. "
-        "`0`: no such section.",
+        "first: the names it worked with, which it is the likeliest to use again; "
+        "over budget, the Files and Identifiers it never wrote itself go before the "
+        "ones it did. `0`: no such section, no such order.",
     )
 
 
@@ -207,6 +208,8 @@ class ExtractiveSummarizer(Summarizer):
             if len(items) > opts.max_items:
                 d.sections[s] = items[-opts.max_items :]
         _drop_contained(d)
+        if opts.names:
+            _unwritten_first(d, _written_text(request.messages))
         return _bound(d, request.max_tokens, request.count_text or estimate_tokens)
 
 
@@ -249,6 +252,39 @@ def _engaged_names(
             out.append(p)
             seen.add(p)
     return out
+
+
+#: The newest characters of the agent's own writing an item is looked up in.
+_WRITTEN_CHARS = 200_000
+
+
+def _written_text(messages: list[dict[str, Any]]) -> str:
+    """The agent's replies and call arguments among ``messages`` (each message's first
+    ``_NAME_TEXT_CHARS``, the newest ``_WRITTEN_CHARS`` in all)."""
+    parts: list[str] = []
+    total = 0
+    for m in reversed(messages):
+        if m.get("role") != "assistant":
+            continue
+        text = (content_text(m.get("content")) + "\n" + _args_text(m))[:_NAME_TEXT_CHARS]
+        parts.append(text)
+        total += len(text)
+        if total >= _WRITTEN_CHARS:
+            break
+    return "\n".join(parts)
+
+
+def _unwritten_first(d: Digest, written: str) -> None:
+    """Put the Files and Identifiers the agent never wrote itself (a name of an ``ls``
+    listing, a number a tool printed) before the ones it did, each group in its order:
+    over budget, :func:`_bound` trims a section from its start, so the names the agent
+    worked with are the last to go."""
+    for s in ("Files", "Identifiers"):
+        items = d.sections[s]
+        wrote = [i in written for i in items]
+        d.sections[s] = [i for i, w in zip(items, wrote, strict=True) if not w] + [
+            i for i, w in zip(items, wrote, strict=True) if w
+        ]
 
 
 #: Sections whose items are names: one that another item of them spells out whole is

@@ -332,3 +332,28 @@ def test_names_the_agent_wrote_most_often_come_first() -> None:
         ruled(m[-2:], previous_summary=out)
     )
     assert Digest.parse(again).sections["Names"][:2] == ["rel_db_params", "new_rel.field"]  # type: ignore[union-attr]
+
+
+def test_over_budget_names_the_agent_never_wrote_go_first() -> None:
+    """With ``names``, Files and Identifiers the agent never wrote itself are trimmed
+    before the ones it did, whatever their age."""
+    listing = "\n".join(f"pkg/listed_{k}.py" for k in range(12))
+    m = (
+        Conv()
+        .user("Fix the collation of foreign keys")
+        .step(("bash", {"command": "cat src/schema.py"}, "def alter(): ..."), text="Read it")
+        .step(("bash", {"command": "ls pkg"}, listing), text="Which files are there?")
+        .messages
+    )
+    opts = ExtractiveOptions(names=5)
+    full = Digest.parse(ExtractiveSummarizer(opts).summarize(ruled(m, max_tokens=4000)))
+    assert full is not None and "src/schema.py" in full.sections["Files"]
+    assert full.sections["Files"][-1] == "src/schema.py"  # written: last to be trimmed
+    prose = approx_text("\n".join(full.sections["Commands"] + full.sections["Decisions"]))
+    small = Digest.parse(
+        ExtractiveSummarizer(opts).summarize(
+            ruled(m, max_tokens=approx_text(full.render()) - prose - 20, count_text=approx_text)
+        )
+    )
+    assert small is not None and "src/schema.py" in small.sections["Files"]
+    assert len(small.sections["Files"]) < len(full.sections["Files"])
