@@ -16,7 +16,6 @@ Deterministic: same request, same text.
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -35,6 +34,7 @@ from ctxpolicy.conversation.facts import (
 )
 from ctxpolicy.conversation.refs import REF_LINE, REF_MARK
 from ctxpolicy.plugins import hookimpl
+from ctxpolicy.summarizers.names import rank_written_names, written_text
 
 HEADER = "[Summary of earlier conversation (extractive digest)]"
 SECTIONS = ("Constraints", "Files", "Names", "Identifiers", "Commands", "Errors", "Decisions")
@@ -200,8 +200,8 @@ class ExtractiveSummarizer(Summarizer):
                     fixed = set(open_errors.pop(source))
                     d.sections["Errors"] = [e for e in d.sections["Errors"] if e not in fixed]
         if opts.names:
-            d.sections["Names"] = _engaged_names(
-                request.messages, d.sections["Names"], opts.names, n
+            d.sections["Names"] = rank_written_names(
+                request.messages, opts.names, max_len=n, previous=d.sections["Names"]
             )
         for s in TRIMMABLE:
             items = d.sections[s]
@@ -209,69 +209,8 @@ class ExtractiveSummarizer(Summarizer):
                 d.sections[s] = items[-opts.max_items :]
         _drop_contained(d)
         if opts.names:
-            _unwritten_first(d, _written_text(request.messages))
+            _unwritten_first(d, written_text(request.messages))
         return _bound(d, request.max_tokens, request.count_text or estimate_tokens)
-
-
-#: A code name: a dotted name, snake_case, CamelCase or camelCase (bounded repetitions:
-#: linear on any text).
-_CODE_NAME = re.compile(
-    r"\b[A-Za-z_][\w]{0,80}(?:\.[A-Za-z_][\w]{0,80}){1,8}\b"
-    r"|\b[A-Za-z][A-Za-z0-9]{0,80}_[A-Za-z0-9_]{1,80}\b"
-    r"|\b[A-Z][a-z0-9]{1,40}(?:[A-Z][a-z0-9]{0,40}){1,8}\b"
-    r"|\b[a-z][a-z0-9]{0,40}(?:[A-Z][a-z0-9]{0,40}){1,8}\b"
-)
-_NAME_TEXT_CHARS = 20_000
-
-
-def _engaged_names(
-    messages: list[dict[str, Any]], previous: list[str], limit: int, max_len: int
-) -> list[str]:
-    """The code names the assistant wrote in ``messages`` (its text and call
-    arguments, the first ``_NAME_TEXT_CHARS`` of each), the most often written first
-    (ties: the newest first), then ``previous`` ones not among them; at most ``limit``."""
-    counts: dict[str, int] = {}
-    last: dict[str, int] = {}
-    for i, m in enumerate(messages):
-        if m.get("role") != "assistant":
-            continue
-        text = (content_text(m.get("content")) + "\n" + _args_text(m))[:_NAME_TEXT_CHARS]
-        for match in _CODE_NAME.finditer(text):
-            name = match.group(0)
-            if len(name) < 4 or len(name) > max_len:
-                continue
-            counts[name] = counts.get(name, 0) + 1
-            last[name] = i
-    ranked = sorted(counts, key=lambda k: (-counts[k], -last[k]))
-    out = ranked[:limit]
-    seen = set(out)
-    for p in previous:
-        if len(out) >= limit:
-            break
-        if p not in seen:
-            out.append(p)
-            seen.add(p)
-    return out
-
-
-#: The newest characters of the agent's own writing an item is looked up in.
-_WRITTEN_CHARS = 200_000
-
-
-def _written_text(messages: list[dict[str, Any]]) -> str:
-    """The agent's replies and call arguments among ``messages`` (each message's first
-    ``_NAME_TEXT_CHARS``, the newest ``_WRITTEN_CHARS`` in all)."""
-    parts: list[str] = []
-    total = 0
-    for m in reversed(messages):
-        if m.get("role") != "assistant":
-            continue
-        text = (content_text(m.get("content")) + "\n" + _args_text(m))[:_NAME_TEXT_CHARS]
-        parts.append(text)
-        total += len(text)
-        if total >= _WRITTEN_CHARS:
-            break
-    return "\n".join(parts)
 
 
 def _unwritten_first(d: Digest, written: str) -> None:
