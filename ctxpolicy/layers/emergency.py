@@ -68,21 +68,10 @@ class Emergency(Layer):
     def apply(self, ctx: CompactionContext, units: Sequence[Unit]) -> LayerResult:
         opts = self.options
         groups = round_groups(units)
-        last_group_end = groups[-1][-1] if groups else -1
-        newest_summary = max((i for i, u in enumerate(units) if u.kind == "summary"), default=None)
-        always = [
-            i
-            for i, u in enumerate(units)
-            if u.pinned
-            or u.kind in ("system", "ledger")
-            or i > last_group_end
-            or (opts.keep_summary and i == newest_summary)
-        ]
+        always = always_kept(opts, units, groups)
         # keep_recent_rounds first; while the result is still above the target, one
         # round fewer, down to min_recent_rounds
-        fewest = opts.keep_recent_rounds
-        if opts.min_recent_rounds is not None:
-            fewest = min(opts.min_recent_rounds, fewest)
+        fewest = fewest_rounds(opts)
         plan = _Plan(ctx, units, groups, always, opts.max_result_chars)
         rounds, truncate = plan.choose(opts.keep_recent_rounds, fewest)
         kept, keep, truncated = plan.build(rounds, truncate)
@@ -106,6 +95,33 @@ class Emergency(Layer):
         if truncated is not None:
             report["truncated_results"] = truncated
         return LayerResult(units=kept, dropped=dropped, report=report)
+
+
+def always_kept(
+    opts: EmergencyOptions, units: Sequence[Unit], groups: list[list[int]]
+) -> list[int]:
+    """Indices of the units :class:`Emergency` keeps whatever the rounds: system,
+    pinned and ledger units, those after the last round (``groups`` from
+    :func:`~ctxpolicy.layers._util.round_groups`) and, with ``keep_summary``, the
+    newest summary."""
+    last_group_end = groups[-1][-1] if groups else -1
+    newest_summary = max((i for i, u in enumerate(units) if u.kind == "summary"), default=None)
+    return [
+        i
+        for i, u in enumerate(units)
+        if u.pinned
+        or u.kind in ("system", "ledger")
+        or i > last_group_end
+        or (opts.keep_summary and i == newest_summary)
+    ]
+
+
+def fewest_rounds(opts: EmergencyOptions) -> int:
+    """The fewest rounds :class:`Emergency` keeps: ``min_recent_rounds``, never more
+    than ``keep_recent_rounds`` (which it is when unset)."""
+    if opts.min_recent_rounds is None:
+        return opts.keep_recent_rounds
+    return min(opts.min_recent_rounds, opts.keep_recent_rounds)
 
 
 class _Plan:

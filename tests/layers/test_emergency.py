@@ -236,22 +236,11 @@ def recount_emergency(opts: EmergencyOptions, count, target: int, units):
     """The layer as defined: every candidate (rounds kept, truncated or not) counted
     exactly, one round fewer while above the target."""
     from ctxpolicy.layers._util import round_groups
-    from ctxpolicy.layers.emergency import _truncate_unit
+    from ctxpolicy.layers.emergency import _truncate_unit, always_kept, fewest_rounds
 
     groups = round_groups(units)
-    last = groups[-1][-1] if groups else -1
-    newest = max((i for i, u in enumerate(units) if u.kind == "summary"), default=None)
-    always = {
-        i
-        for i, u in enumerate(units)
-        if u.pinned
-        or u.kind in ("system", "ledger")
-        or i > last
-        or (opts.keep_summary and i == newest)
-    }
-    fewest = opts.keep_recent_rounds
-    if opts.min_recent_rounds is not None:
-        fewest = min(opts.min_recent_rounds, fewest)
+    always = set(always_kept(opts, units, groups))
+    fewest = fewest_rounds(opts)
     for rounds in range(opts.keep_recent_rounds, fewest - 1, -1):
         keep_groups = groups[max(0, len(groups) - rounds) :] if rounds else []
         keep = always | {i for g in keep_groups for i in g}
