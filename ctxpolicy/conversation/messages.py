@@ -16,6 +16,7 @@ from ctxpolicy.conversation.repair import call_key
 
 __all__ = [
     "Message",
+    "arguments_text",
     "call_arguments",
     "call_id",
     "call_name",
@@ -125,6 +126,13 @@ def call_arguments(call: Mapping[str, Any], default: Any = None) -> Any:
     message; ``default`` when there are none)."""
     fn = call.get("function")
     return fn.get("arguments", default) if isinstance(fn, Mapping) else default
+
+
+def arguments_text(call: Mapping[str, Any]) -> str:
+    """A tool call's arguments as text: as written when a string, else as JSON
+    (non-ASCII kept); "" when there are none."""
+    args = call_arguments(call, "")
+    return args if isinstance(args, str) else json.dumps(args, ensure_ascii=False)
 
 
 def result_id(msg: Mapping[str, Any]) -> str:

@@ -183,7 +183,7 @@ class ExtractiveSummarizer(Summarizer):
                 if text.strip():
                     d.add("Decisions", short(text, n))
             body = REF_LINE.sub("", text) if REF_MARK in text else text
-            facts = extract(body + "\n" + _args_text(m))
+            facts = extract(body + "\n" + "\n".join(map(chat.arguments_text, chat.tool_calls(m))))
             for p in facts.paths:
                 d.add("Files", p)
             for x in [*facts.ids, *facts.urls, *facts.settings, *facts.numbers, *facts.symbols]:
@@ -258,14 +258,6 @@ def _parsed(args: Any) -> Any:
         except ValueError:
             return {}
     return args if isinstance(args, Mapping) else {}
-
-
-def _args_text(m: Mapping[str, Any]) -> str:
-    parts = []
-    for tc in chat.tool_calls(m):
-        args = chat.call_arguments(tc, "")
-        parts.append(args if isinstance(args, str) else json.dumps(args, ensure_ascii=False))
-    return "\n".join(parts)
 
 
 def _bound(d: Digest, max_tokens: int, count: Callable[[str], int]) -> str:

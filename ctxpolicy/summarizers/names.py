@@ -9,7 +9,6 @@ appends the ones any summary left out (its ``names`` option).
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
@@ -34,20 +33,13 @@ WRITTEN_CHARS = 200_000
 MIN_CHARS = 4
 
 
-def _args_text(m: Mapping[str, Any]) -> str:
-    parts = []
-    for tc in chat.tool_calls(m):
-        args = chat.call_arguments(tc, "")
-        parts.append(args if isinstance(args, str) else json.dumps(args, ensure_ascii=False))
-    return "\n".join(parts)
-
-
 def _own(m: Mapping[str, Any]) -> str:
     """What the agent wrote in ``m`` (its first :data:`MESSAGE_CHARS`); "" unless an
     assistant message."""
     if m.get("role") != "assistant":
         return ""
-    return (content_text(m.get("content")) + "\n" + _args_text(m))[:MESSAGE_CHARS]
+    calls = "\n".join(map(chat.arguments_text, chat.tool_calls(m)))
+    return (content_text(m.get("content")) + "\n" + calls)[:MESSAGE_CHARS]
 
 
 def written_text(messages: Sequence[Mapping[str, Any]]) -> str:

@@ -13,13 +13,12 @@ state, small results whole, decisions, open errors, next action.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ctxpolicy.components import SummaryRequest
 from ctxpolicy.conversation import content_text
-from ctxpolicy.conversation.messages import call_arguments, call_id, call_name, tool_calls
+from ctxpolicy.conversation.messages import arguments_text, call_id, call_name, tool_calls
 
 SUMMARY_INSTRUCTIONS = """\
 Compress the conversation history into a summary that another model will continue
@@ -62,9 +61,7 @@ def transcript(
         if text:
             lines.append(f"[{role}]: {text}")
         for tc in tool_calls(m):
-            args = call_arguments(tc, "")
-            if not isinstance(args, str):
-                args = json.dumps(args, ensure_ascii=False)
+            args = arguments_text(tc)
             lines.append(f"[{role} calls {call_name(tc) or '?'} ({call_id(tc)})]: {args}")
     return "\n".join(lines)
 
