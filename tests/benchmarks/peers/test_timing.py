@@ -17,6 +17,18 @@ from ctxpolicy.sim.importers import load_trace
 from tests.shared_data import TRACES, require
 
 TRACE = "swe-agent__demo.ctf.crypto.katy.jsonl"
+#: What per_call times in one tree, besides the installed peers.
+VARIANTS = ("prepare", "add_tool_result", "ctxpolicy", "langchain")
+
+
+def peers() -> list[str]:
+    """The optional peers installed here (deepagents, langmem)."""
+    return available_peers(("deepagents", "langmem"))[0]
+
+
+def model_calls(msgs: list[dict[str, Any]]) -> int:
+    """The model calls of a trace: each assistant message but a leading one."""
+    return sum(1 for i, m in enumerate(msgs) if m["role"] == "assistant" and i > 0)
 
 
 @pytest.fixture(scope="module")
@@ -42,20 +54,14 @@ def two_trees() -> Iterator[dict[str, Any]]:
 def test_per_call_measures_every_model_call(setup: tuple[Any, list[dict[str, Any]]]) -> None:
     policy, msgs = setup
     r = per_call(TRACE, msgs, policy, repeat=2)
-    calls = sum(1 for i, m in enumerate(msgs) if m["role"] == "assistant" and i > 0)
+    calls = model_calls(msgs)
     assert r["calls"] == calls
     assert r["repeat"] == 2
     assert r["counter"] == "quicktok:qwen3"  # the exact counter of the shipped Qwen model
     assert r["floor_per_call_ms"] == pytest.approx(r["one_pass_ms"] / calls)
     v = r["variants"]
-    assert set(v) == {
-        "prepare",
-        "add_tool_result",
-        "ctxpolicy",
-        "langchain",
-        *available_peers(("deepagents", "langmem"))[0],
-    }
-    assert r["peers"] == ["langchain", *available_peers(("deepagents", "langmem"))[0]]
+    assert set(v) == {*VARIANTS, *peers()}
+    assert r["peers"] == ["langchain", *peers()]
     for name, x in v.items():
         assert x["median_ms"] > 0, name
         assert x["median_over_floor_per_call"] == pytest.approx(
@@ -114,16 +120,13 @@ def test_per_call_against_a_baseline_tree(
     )
     v = r["variants"]
     assert set(v) == {
-        "prepare",
-        "add_tool_result",
-        "ctxpolicy",
-        "langchain",
+        *VARIANTS,
         "baseline_prepare",
         "baseline_add_tool_result",
         "baseline_ctxpolicy",
-        *available_peers(("deepagents", "langmem"))[0],
+        *peers(),
     }
-    assert r["calls"] == sum(1 for i, m in enumerate(msgs) if m["role"] == "assistant" and i > 0)
+    assert r["calls"] == model_calls(msgs)
     assert r["over_baseline"]["ctxpolicy"] == pytest.approx(
         v["ctxpolicy"]["median_ms"] / v["baseline_ctxpolicy"]["median_ms"]
     )
