@@ -75,71 +75,54 @@ def run_variant(
     trigger: int = 0,
 ) -> tuple[list[float | None], dict[str, Any]]:
     """Replay ``msgs`` step by step; the seconds of each step (None if not measured)."""
+    from langchain_core.messages.utils import count_tokens_approximately, trim_messages
+
     import ctxpolicy
     from ctxpolicy.tokens import TokenCounter
 
     counter = TokenCounter(policy.model, model_name=policy.model_name)
-    enc = counter.tokenizer
+    session = (
+        ctxpolicy.Session(policy, conv_id="bench", counter=counter, state_store=MemoryStateStore())
+        if name == "ctxpolicy"
+        else None
+    )
+    count, compute = counter.tokenizer.count, counter._compute_message
+
+    def floor(new: list[Message]) -> None:
+        for m in new:
+            for t in message_texts(m):
+                count(t)
+
+    def trim(view: list[Any]) -> None:
+        trim_messages(view, max_tokens=trigger, token_counter=count_tokens_approximately,
+                      strategy="last", include_system=True, allow_partial=False)  # fmt: skip
+
+    work = {
+        "floor": floor,
+        "ctxpolicy": lambda convo: session.prepare(convo),  # type: ignore[union-attr]
+        "naive": lambda convo: sum(compute(m) for m in convo),
+        "lc_count": count_tokens_approximately,
+        "lc_trim": trim,
+    }[name]
     times: list[float | None] = []
-    info: dict[str, Any] = {}
     clock = time.perf_counter
     convo: list[Message] = []
     pos = 0
-    if name == "ctxpolicy":
-        session = ctxpolicy.Session(
-            policy, conv_id="bench", counter=counter, state_store=MemoryStateStore()
-        )
     gc.collect()
     for k, i in enumerate(steps):
         new = msgs[pos:i]
         pos = i
         convo.extend(new)
-        if name == "floor":
-            t0 = clock()
-            for m in new:
-                for t in message_texts(m):
-                    enc.count(t)
-            times.append(clock() - t0)
-        elif name == "ctxpolicy":
-            t0 = clock()
-            session.prepare(convo)
-            times.append(clock() - t0)
-        elif name == "naive":
-            if k % sample_every and k != len(steps) - 1:
-                times.append(None)
-                continue
-            compute = counter._compute_message
-            t0 = clock()
-            sum(compute(m) for m in convo)
-            times.append(clock() - t0)
-        elif name == "lc_count":
-            from langchain_core.messages.utils import count_tokens_approximately
-
-            assert lc_msgs is not None
-            view = lc_msgs[:i]
-            t0 = clock()
-            count_tokens_approximately(view)
-            times.append(clock() - t0)
-        elif name == "lc_trim":
-            from langchain_core.messages.utils import count_tokens_approximately, trim_messages
-
-            assert lc_msgs is not None
-            view = lc_msgs[:i]
-            t0 = clock()
-            trim_messages(
-                view,
-                max_tokens=trigger,
-                token_counter=count_tokens_approximately,
-                strategy="last",
-                include_system=True,
-                allow_partial=False,
-            )
-            times.append(clock() - t0)
-        else:  # pragma: no cover
-            raise ValueError(name)
-    if name == "ctxpolicy":
-        info = {"stats": session.stats.to_dict(), "counter": counter.name}
-    return times, info
+        if name == "naive" and k % sample_every and k != len(steps) - 1:
+            times.append(None)
+            continue
+        arg = new if name == "floor" else lc_msgs[:i] if name.startswith("lc_") else convo  # type: ignore[index]
+        t0 = clock()
+        work(arg)
+        times.append(clock() - t0)
+    if session is None:
+        return times, {}
+    return times, {"stats": session.stats.to_dict(), "counter": counter.name}
 
 
 def total_of(times: Sequence[float | None], sample_every: int) -> tuple[float, bool]:
@@ -148,12 +131,9 @@ def total_of(times: Sequence[float | None], sample_every: int) -> tuple[float, b
     if len(measured) == len(times):
         return sum(measured), False
     # every sampled step stands for the sample_every steps starting at it
-    total = 0.0
     n = len(times)
-    for k, t in enumerate(times):
-        if t is not None and k % sample_every == 0:
-            total += t * min(sample_every, n - k)
-    return total, True
+    sampled = [(k, t) for k, t in enumerate(times) if t is not None and k % sample_every == 0]
+    return sum(t * min(sample_every, n - k) for k, t in sampled), True
 
 
 def bench_conversation(
