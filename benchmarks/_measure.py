@@ -44,3 +44,8 @@ def answer(value: Any) -> int:
 def changed(policy: Any, section: str, **update: Any) -> Any:
     """``policy`` with fields of one section (``snapshots``, ``model``, …) changed."""
     return policy.model_copy(update={section: getattr(policy, section).model_copy(update=update)})
+
+
+def baseline_note(src: Any, commit: str | None) -> str:
+    """The section's line naming the baseline tree (``commit`` None: not a git checkout)."""
+    return f"Baseline: `{src}`" + (f" (commit {commit})." if commit else ".")

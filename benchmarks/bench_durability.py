@@ -32,6 +32,7 @@ from benchmarks._common import (
     publish,
     trace_files,
 )
+from benchmarks._measure import changed, per_call_median
 
 AGENT = "coding_agent"
 WINDOW = 32768  # --state
@@ -68,12 +69,6 @@ def one_commit_per_call(on: bool) -> Iterator[None]:
         Persistence.run = real  # type: ignore[method-assign]
 
 
-def _per_call(runs: list[list[float]]) -> float:
-    """Median over the calls of each call's median over the repeats, in ms."""
-    calls = len(runs[0])
-    return statistics.median(statistics.median(r[k] for r in runs) for k in range(calls)) * 1e3
-
-
 def floors(quick: bool, repeat: int) -> dict[str, Any]:
     """Every durability variant and LangChain, in turn per repeat, per trace."""
     from benchmarks._inputs import largest_traces, load_agent, smallest_trace
@@ -81,12 +76,7 @@ def floors(quick: bool, repeat: int) -> dict[str, Any]:
     from ctxpolicy.tokens import get_counter
 
     policy, note = load_agent(AGENT)
-    policies = {
-        True: policy,
-        False: policy.model_copy(
-            update={"snapshots": policy.snapshots.model_copy(update={"enabled": False})}
-        ),
-    }
+    policies = {True: policy, False: changed(policy, "snapshots", enabled=False)}
     counter = get_counter(policy.model, model_name=policy.model_name)
     rows = []
     for name, msgs in [smallest_trace()] if quick else largest_traces(3):
@@ -102,8 +92,8 @@ def floors(quick: bool, repeat: int) -> dict[str, Any]:
                     p, t = replay_ctxpolicy(policies[snapshots], msgs, state=state)
                 prep[v].append(p)
                 both[v].append([a + b for a, b in zip(p, t, strict=True)])
-        lc_ms = _per_call(lc)
-        ms = {v: (_per_call(both[v]), _per_call(prep[v])) for v in VARIANTS}
+        lc_ms = per_call_median(lc) * 1e3
+        ms = {v: (per_call_median(both[v]) * 1e3, per_call_median(prep[v]) * 1e3) for v in VARIANTS}
         variants = {
             v: {"both_ms": b, "prepare_ms": p, "both_over_langchain": b / lc_ms}
             | {"prepare_over_langchain": p / lc_ms}

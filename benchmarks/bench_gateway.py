@@ -71,6 +71,7 @@ uvicorn.run(
 """
 
 ROOT = Path(__file__).resolve().parents[1]
+CHAT = "/v1/chat/completions"
 
 
 def server_impls(root: Path) -> tuple[str, str]:
@@ -228,21 +229,16 @@ async def _call(
     """Seconds to the whole answer (or, streaming, to its first body byte); ``large``: the
     JSON bytes of a Messages request to send instead of the small chat request."""
     headers = {"x-ctxpolicy-conversation": conv, "authorization": "Bearer bench"}
-    body = {**BODY, "stream": True} if stream else BODY
     t0 = time.perf_counter()
-    if large:
-        headers["anthropic-version"] = "2023-06-01"
-        headers["content-type"] = "application/json"
-        r = await c.post(url + "/v1/messages", content=large, headers=headers)
-        dt = time.perf_counter() - t0
-        assert r.status_code == 200, r.text
-        return dt
     if not stream:
-        r = await c.post(url + "/v1/chat/completions", json=body, headers=headers)
+        if large:
+            headers |= {"anthropic-version": "2023-06-01", "content-type": "application/json"}
+        path, send = ("/v1/messages", {"content": large}) if large else (CHAT, {"json": BODY})
+        r = await c.post(url + path, headers=headers, **send)
         dt = time.perf_counter() - t0
         assert r.status_code == 200, r.text
         return dt
-    async with c.stream("POST", url + "/v1/chat/completions", json=body, headers=headers) as r:
+    async with c.stream("POST", url + CHAT, json={**BODY, "stream": True}, headers=headers) as r:
         assert r.status_code == 200
         dt = -1.0
         async for _ in r.aiter_raw():
@@ -364,8 +360,7 @@ def main() -> None:
             "small": ("chat", BODY),
             "large": ("anthropic", LARGE),
         }
-        if real is not None:
-            bodies["real"] = ("anthropic", real)
+        bodies |= {"real": ("anthropic", real)} if real is not None else {}
         own = [_own_cpu(root, bodies, own_calls, warm) for root in roots]
         # twice, interleaved (baseline, this tree, baseline, this tree): load drifts
         if len(roots) > 1:
@@ -384,12 +379,7 @@ def main() -> None:
         single = {  # one conversation: name, calls, streamed, the Messages request's bytes
             "sequential": ("sequential, 1 conversation", seq_calls, False, b""),
             "stream": ("streaming, time to first byte, 1 conversation", seq_calls, True, b""),
-            "large": (
-                "synthetic 150 KB Messages request, 24 tools, 1 conversation",
-                large_calls,
-                False,
-                large_bytes,
-            ),
+            "large": (f"{own_names['large']}, 1 conversation", large_calls, False, large_bytes),
             "claude": (real_name, large_calls, False, real_bytes or b""),
         }
         for delay, scenarios in (

@@ -7,6 +7,7 @@ request. The scenarios are also tests (tests/test_incidents.py asserts the behav
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import sys
 import tempfile
@@ -221,30 +222,23 @@ def run_loop(
 
     def model_call() -> None:
         nonlocal failed_after_retry, last_prepared
-        before = dict(session.stats.compactions)
+        before = sum(session.stats.compactions.values())
         prepared = session.prepare(convo)
         ok, n = provider.check(prepared)
-        retried = False
         if not ok:
-            retried = True
+            retry = None
             err = (
                 f"This model's maximum context length is {WINDOW} tokens. (context_length_exceeded)"
             )
-            try:
+            with contextlib.suppress(ctxpolicy.ContextOverflowError):
                 retry = session.on_error(err, convo)
-            except ctxpolicy.ContextOverflowError:
-                retry = None
-            if retry is None:
-                failed_after_retry += 1
-            else:
+            if retry is not None:
                 prepared = retry
-                ok2, n = provider.check(prepared)
+                fits, n = provider.check(prepared)
                 provider.calls -= 1  # the retry is the same logical call
-                if not ok2:
-                    failed_after_retry += 1
-        after = dict(session.stats.compactions)
-        comp = sum(after.values()) - sum(before.values())
-        series.append({"prompt": n, "ok": ok, "retried": retried, "compactions": comp})
+            failed_after_retry += retry is None or not fits
+        comp = sum(session.stats.compactions.values()) - before
+        series.append({"prompt": n, "ok": ok, "retried": not ok, "compactions": comp})
         last_prepared = prepared
 
     for i, (tc, output) in enumerate(rounds):

@@ -8,7 +8,6 @@ interleaved. The section says what is reported.
 from __future__ import annotations
 
 import argparse
-import json
 import subprocess
 import sys
 import tempfile
@@ -30,6 +29,7 @@ from benchmarks._common import (
     trees,
 )
 from benchmarks._inputs import tiny_session
+from benchmarks._measure import answer, baseline_note, changed
 from ctxpolicy.state.memory import MemoryStateStore  # each run starts fresh
 
 POLICY_FILE = ROOT / "policies" / "agents.yaml"
@@ -52,15 +52,10 @@ def scaling_policy(
     try:
         TokenCounter(pol.model, model_name=pol.model_name)
     except Exception:
-        pol = pol.model_copy(
-            update={"model": pol.model.model_copy(update={"tokenizer": "cl100k_base"})}
-        )
-    snaps = (
-        {"enabled": False}
-        if snapshots_dir is None
-        else {"enabled": True, "store": "local", "path": snapshots_dir}
-    )
-    return pol.model_copy(update={"snapshots": pol.snapshots.model_copy(update=snaps)})
+        pol = changed(pol, "model", tokenizer="cl100k_base")
+    if snapshots_dir is None:
+        return changed(pol, "snapshots", enabled=False)
+    return changed(pol, "snapshots", enabled=True, store="local", path=snapshots_dir)
 
 
 def prepare_once(policy: Any, msgs: list[dict[str, Any]]) -> tuple[float, int, int]:
@@ -168,12 +163,7 @@ def to_markdown(data: dict[str, Any]) -> str:
         rows.append(row)
     lines.append(markdown_table(headers, rows))
     if data.get("baseline"):
-        lines += [
-            "",
-            f"Baseline: `{data['baseline']}`"
-            + (f" (commit {data['baseline_commit']})" if data.get("baseline_commit") else "")
-            + ".",
-        ]
+        lines += ["", baseline_note(data["baseline"], data.get("baseline_commit"))]
     mine = data["runs"]["this tree"]
     shares = [
         f"{1 - r['kept'] / n:.0%} at {n:,}"
@@ -209,8 +199,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--repeat", type=int, default=3, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.child is not None:
-        print(json.dumps(child(args.child, args.repeat)))
-        return 0
+        return answer(child(args.child, args.repeat))
     sizes = QUICK_SIZES if args.quick else SIZES
     timeout = args.timeout or (60.0 if args.quick else 300.0)
     codes = trees(args.baseline)

@@ -15,6 +15,7 @@ import random
 import statistics
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +23,7 @@ sys.path.append(str(Path(__file__).resolve().parents[1]))  # run as a file
 
 from benchmarks._common import ROOT, SHARED, eprint, machine, markdown_table, publish, timeit
 from benchmarks._inputs import message_texts
+from benchmarks._measure import rounds
 from ctxpolicy.policy.models import ModelSpec
 from ctxpolicy.sim.importers import load_trace
 from ctxpolicy.tokens import (
@@ -222,64 +224,50 @@ def throughput(groups: dict[str, list[str]], repeat: int) -> list[dict[str, Any]
 def replay(repeat: int, naive_repeat: int) -> dict[str, Any]:
     msgs = load_trace(SHARED / "traces" / LARGEST)
     spec = ModelSpec(context_window=128000)
-    ref = TokenCounter(spec, model_name="gpt-4")
-    enc = ref.tokenizer
+    enc = TokenCounter(spec, model_name="gpt-4").tokenizer
     texts = [t for m in msgs for t in message_texts(m)]
     n = len(msgs)
+    compute = TokenCounter(spec, model_name="gpt-4")._compute_message
 
-    def a() -> None:
+    def a() -> float:
+        t0 = time.perf_counter()
         for t in texts:
             enc.count(t)
+        return time.perf_counter() - t0
 
-    holder: dict[str, TokenCounter] = {}
+    def incremental(spec: ModelSpec, copies: bool = False) -> Callable[[], float]:
+        """A fresh counter (untimed), then the whole conversation after each message."""
 
-    def fresh() -> None:
-        holder["c"] = TokenCounter(spec, model_name="gpt-4")
+        def run() -> float:
+            c = TokenCounter(spec, model_name="gpt-4")
+            t0 = time.perf_counter()
+            for i in range(1, n + 1):
+                c.count_messages([dict(m) for m in msgs[:i]] if copies else msgs[:i])
+            return time.perf_counter() - t0
 
-    def b() -> None:
-        c = holder["c"]
-        for i in range(1, n + 1):
-            c.count_messages(msgs[:i])
+        return run
 
-    fast_spec = ModelSpec(context_window=128000, tokenizer=["quicktok:cl100k_base"])
-
-    def fresh_fast() -> None:
-        holder["c"] = TokenCounter(fast_spec, model_name="gpt-4")
-
-    def b_copies() -> None:
-        c = holder["c"]
-        for i in range(1, n + 1):
-            c.count_messages([dict(m) for m in msgs[:i]])
-
-    naive = TokenCounter(spec, model_name="gpt-4")
-    compute = naive._compute_message
-
-    def c() -> None:
+    def c() -> float:
+        t0 = time.perf_counter()
         for i in range(1, n + 1):
             sum(compute(m) for m in msgs[:i])
+        return time.perf_counter() - t0
 
     # correctness: all paths agree
-    fresh()
-    got = [holder["c"].count_messages(msgs[:i]) for i in range(1, n + 1)]
+    counter = TokenCounter(spec, model_name="gpt-4")
+    got = [counter.count_messages(msgs[:i]) for i in range(1, n + 1)]
     want = [sum(compute(m) for m in msgs[:i]) + 3 for i in range(1, n + 1)]
     assert got == want, "incremental count differs from the naive recount"
 
+    variants = {"a": a, "b": incremental(spec), "b_copies": incremental(spec, copies=True)}
+    fast_spec = ModelSpec(context_window=128000, tokenizer=["quicktok:cl100k_base"])
     try:
-        fresh_fast()
-        has_fast = True
+        TokenCounter(fast_spec, model_name="gpt-4")
+        variants["b_fast"] = incremental(fast_spec)
     except Exception as exc:  # quicktok absent
         eprint(f"quicktok unavailable: {exc}")
-        has_fast = False
-    runs: dict[str, list[float]] = {"a": [], "b": [], "b_copies": [], "b_fast": []}
-    for _ in range(repeat):  # interleaved, so load changes hit every variant alike
-        runs["a"].append(timeit(a, repeat=1, warmup=0)["median"])
-        runs["b"].append(timeit(b, repeat=1, warmup=0, setup=fresh)["median"])
-        runs["b_copies"].append(timeit(b_copies, repeat=1, warmup=0, setup=fresh)["median"])
-        if has_fast:
-            runs["b_fast"].append(timeit(b, repeat=1, warmup=0, setup=fresh_fast)["median"])
-    if not has_fast:
-        del runs["b_fast"]
-    runs["c"] = list(timeit(c, repeat=naive_repeat, warmup=0)["runs"])  # type: ignore[arg-type]
+    runs = rounds(variants, repeat)  # interleaved, so load changes hit every variant alike
+    runs["c"] = [c() for _ in range(naive_repeat)]
     med = {k: statistics.median(v) for k, v in runs.items()}
     best = {k: min(v) for k, v in runs.items()}
 

@@ -10,11 +10,11 @@ sections say what each number is.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 from pathlib import Path
 from typing import Any
+from unittest import mock
 
 sys.path.append(str(Path(__file__).resolve().parents[1]))  # run as a file
 
@@ -28,8 +28,10 @@ from benchmarks._common import (
     parser,
     publish,
     trace_files,
+    trees,
     write_results,
 )
+from benchmarks._measure import answer
 from ctxpolicy.tune.space import changed
 
 POLICY = ROOT / "policies" / "agents.yaml"
@@ -77,19 +79,11 @@ def speed_child(window: int, trials: int, traces: list[str]) -> dict[str, Any]:
     from ctxpolicy.tune.report import to_dict
 
     # replays run: every tree's Replayer calls ctxpolicy.sim.replay.replay_trace
-    real = replay_mod.replay_trace
-    replays: list[int] = []
-
-    def counted(*a: Any, **k: Any) -> Any:
-        replays.append(1)
-        return real(*a, **k)
-
-    replay_mod.replay_trace = counted  # type: ignore[assignment]
-    result, secs = _run(traces, window, trials, 1)
-    replay_mod.replay_trace = real  # type: ignore[assignment]
+    with mock.patch.object(replay_mod, "replay_trace", wraps=replay_mod.replay_trace) as replays:
+        result, secs = _run(traces, window, trials, 1)
     return {
         "seconds": secs,
-        "replays": len(replays),
+        "replays": replays.call_count,
         "ctxpolicy": str(Path(ctxpolicy.__file__).resolve().parents[1]),
         "output": to_dict(result),
     }
@@ -128,7 +122,6 @@ def speed(args: argparse.Namespace) -> int:
 
     trials = args.trials or (12 if args.quick else 50)
     windows = WINDOWS[:1] if args.quick else WINDOWS
-    trees = {"baseline": args.baseline.resolve(), "this tree": ROOT}
     traces = sorted(_traces(args.quick, 4))
     if not traces:
         eprint(f"no traces in {SHARED / 'traces'}; nothing measured")
@@ -136,7 +129,7 @@ def speed(args: argparse.Namespace) -> int:
     runs: dict[str, dict[str, Any]] = {}
     for window in windows:
         runs[str(window)] = {}
-        for code, src in trees.items():
+        for code, src in trees(args.baseline).items():
             eprint(f"window {window}: {code} ({src}), {trials} trials, 1 worker")
             runs[str(window)][code] = _speed_run(src, window, trials, traces, args.timeout)
     data: dict[str, Any] = {
@@ -212,8 +205,7 @@ def main() -> int:
     ap.add_argument("--trace-files", nargs="*", default=[], help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
-        print(json.dumps(speed_child(args.window, args.trials, args.trace_files)))
-        return 0
+        return answer(speed_child(args.window, args.trials, args.trace_files))
     if args.baseline is not None:
         return speed(args)
     trials = args.trials or (4 if args.quick else 50)  # quick: a smoke run
