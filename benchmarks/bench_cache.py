@@ -101,14 +101,12 @@ def to_markdown(data: dict[str, Any]) -> str:
     ok = {True: "✓", False: "✗"}
     md = [
         "## Prompt-cache-aware compaction",
-        "",
         f"{data['traces']} traces × {len(data['agents'])} shipped policies at windows "
         f"{', '.join(f'{w:,}' for w in data['windows'])}, each replayed as shipped and with "
         "`cache: {preserve_prefix: true, min_gain_tokens: N}` (N = "
         + ("25 % of the trigger" if data["min_gain"] == "auto" else data["min_gain"])
         + "). Prefix change: a call whose prompt does not begin with the whole previous "
         "prompt. Cost: ctxpolicy/data/prices.json (input / cached input / output per model).",
-        "",
     ]
     summary_rows = []
     for w in data["windows"]:
@@ -146,19 +144,15 @@ def to_markdown(data: dict[str, Any]) -> str:
             )
         md += [
             f"### Window {w:,} ({len(wr)} replays per variant)",
-            "",
             markdown_table(" | as shipped | with cache option | with ÷ without", table),
-            "",
             markdown_table(
                 "policy | prefix changes | with cache | cached | with cache | USD | with cache | "
                 "overflows (cache)",
                 per_agent,
             ),
-            "",
             markdown_table(
                 "trace family | prefix changes | with cache | USD | with cache", fam_rows
             ),
-            "",
         ]
     goal_rows = []
     for w, a, b in summary_rows:
@@ -171,11 +165,10 @@ def to_markdown(data: dict[str, Any]) -> str:
     if na:
         md += [
             "Not applicable (budget leaves no room): " + ", ".join(f"{a} @ {w:,}" for a, w in na),
-            "",
         ]
     quick = " --quick" if data["quick"] else ""
     md += [f"Reproduce: `.venv/bin/python benchmarks/bench_cache.py{quick}`"]
-    return "\n".join(md)
+    return "\n\n".join(md)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -148,21 +148,18 @@ def traces_markdown(data: dict[str, Any]) -> str:
         b, m = data.get("baseline", {}).get(name, {}).get("median_ms"), mine["median_ms"]
         plain = f"{mine['plain_calls']} of {mine['calls']}"
         rows.append([name.removesuffix(".jsonl"), plain, _f(b), _f(m), _f(_div(m, b), ".2f")])
-    return "\n".join(
+    return "\n\n".join(
         [
             "## Per-call cost of `prepare` (calls that do not compact)",
-            "",
             f"The replay loop of the per-call comparison (`add_tool_result` per tool result, "
             f"`prepare` before every assistant message) under `{AGENT}` on the "
             f"{len(data['this tree'])} longest shared traces; {data['repeat']} repeats per "
             "tree, baseline and this tree alternating, each in its own process; per call the "
             "median over the repeats, then the median over the calls that did not compact.",
-            "",
             markdown_table(
                 "trace | plain calls | baseline median ms | this tree median ms | ratio", rows
             ),
             *_baseline_line(data),
-            "",
             "Reproduce: `.venv/bin/python -m benchmarks run percall --variant calls "
             "--baseline <a checkout of the code before>`",
         ]
@@ -180,7 +177,6 @@ def profile_markdown(data: dict[str, Any]) -> str:
             rows[-1] += [f"{_f(em)} → {_f(lm)}", _f(_div(lm, em), ".2f")]
     lines = [
         f"## A `prepare` that compacts nothing, {data['steps']} calls",
-        "",
         f"A synthetic coding session of {data['steps']} model calls "
         "(`ctxpolicy.sim.synth.coding_session`) replayed under "
         f"`{AGENT}`; per `prepare` that did not compact: Python function calls in one "
@@ -188,7 +184,6 @@ def profile_markdown(data: dict[str, Any]) -> str:
         f"(median of {data['repeat']} repeats per tree, baseline and this tree "
         "alternating in their own processes). First quarter vs last quarter of the "
         "calls: a ratio above 1 is work that grows with the conversation.",
-        "",
         markdown_table(
             "tree | plain calls | messages (first → last quarter) | Python calls per plain "
             "prepare | growth | ms per plain prepare | growth",
@@ -198,7 +193,6 @@ def profile_markdown(data: dict[str, Any]) -> str:
     base, mine = data.get("baseline"), data["this tree"]
     if base and base.get("late_ms") and mine.get("late_ms"):
         lines += [
-            "",
             f"Last quarter, this tree ÷ baseline: {mine['late_ms'] / base['late_ms']:.2f}× ms, "
             f"{mine['late_pycalls'] / base['late_pycalls']:.2f}× Python calls.",
         ]
@@ -207,11 +201,10 @@ def profile_markdown(data: dict[str, Any]) -> str:
             grow = [[g["function"], g["early"], g["late"]] for g in d["growing"][:8]]
             lines += ["", f"Calls per plain `prepare` that grow ({code}, first → last quarter):"]
             lines += ["", markdown_table("function | first quarter | last quarter", grow)]
-    return "\n".join(
+    return "\n\n".join(
         [
             *lines,
             *_baseline_line(data),
-            "",
             "Reproduce: `.venv/bin/python -m benchmarks run percall --variant profile "
             "--baseline <a checkout of the code before>`",
         ]

@@ -115,10 +115,9 @@ def floors_markdown(data: dict[str, Any]) -> str:
             table.append([short, v, f"{x['both_ms']:.3f}", f"{x['both_over_langchain']:.2f}×"])
             table[-1] += [f"{x['prepare_ms']:.3f}", f"{x['prepare_over_langchain']:.2f}×"]
             table[-1] += [f"{r['langchain_ms']:.3f}"]
-    return "\n".join(
+    return "\n\n".join(
         [
             "## Per-call cost without durability (issue 32)",
-            "",
             f"`{data['policy']}` on the shared traces, {data['repeat']} repeat(s), every "
             "variant and LangChain's `SummarizationMiddleware` in turn; median ms per "
             "model call. The goal of issue 32 is `prepare` + `add_tool_result` ≤ 1.0× "
@@ -126,16 +125,13 @@ def floors_markdown(data: dict[str, Any]) -> str:
             "(`defaults`). `one commit per model call (emulated)` saves `add_tool_result`'s "
             "changes with the next `prepare`'s commit, for this measurement only "
             "(docs/state.md says why the engine keeps the two commits apart).",
-            "",
             markdown_table(
                 "trace | ctxpolicy | both calls ms | ÷ LangChain | prepare ms | ÷ LangChain | "
                 "LangChain ms",
                 table,
                 align="llrrrrr",
             ),
-            "",
             "Reproduce: `.venv/bin/python -m benchmarks run percall --variant floors`.",
-            "",
         ]
     )
 
@@ -303,20 +299,17 @@ def state_markdown(data: dict[str, Any]) -> str:
     calls, prepares, repeat = data["calls"], data["prepares"], data["repeat"]
     md = [
         "## Session state",
-        "",
         f"Trace `{data['trace']}` ({data['messages']} messages: {prepares} `prepare` calls, "
         f"{calls - prepares} tool results, {data['compactions']} compactions) under "
         f"`{AGENT}` at a {WINDOW:,}-token window; every state-changing call saves its "
         f"changes with a compare-and-set commit. Median of {repeat} interleaved "
         f"run(s){' (--quick)' if data['quick'] else ''}.",
-        "",
         markdown_table(
             "store | all calls | ÷ memory | commit per save | prepare per call | save ÷ prepare "
             "(memory)",
             rows,
             "lrrrrr",
         ),
-        "",
         f"Incremental writes: a save wrote a median of {data['bytes_per_save_median']:,.0f} "
         f"bytes of JSON; the final state is {data['state_bytes_final']:,} bytes in "
         f"{data['entries_final']} entries; all {data['saves']['sqlite']} saves together wrote "
@@ -325,11 +318,10 @@ def state_markdown(data: dict[str, Any]) -> str:
     if data["notes"]:
         md += ["", *[f"_{n}_" for n in data["notes"]]]
     md += [
-        "",
         "Reproduce: `.venv/bin/python -m benchmarks run percall --variant state` (`--quick`: "
         "160 messages, one run; tests: `.venv/bin/pytest tests/state`)",
     ]
-    return "\n".join(md)
+    return "\n\n".join(md)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -304,7 +304,6 @@ def to_markdown(data: dict[str, Any]) -> str:
         "Each conversation is replayed message by message; before each assistant message "
         "every variant handles the conversation so far. Totals are medians of "
         f"{data['repeat']} interleaved runs; ratios are within this run.",
-        "",
     ]
     for c in data["conversations"]:
         t = c["totals_s"]
@@ -321,43 +320,33 @@ def to_markdown(data: dict[str, Any]) -> str:
         ]  # fmt: skip
         md += [
             f"### {c['conversation']}",
-            "",
             f"{c['messages']} messages, {c['steps']} steps, {c['tokens_final']:,} tokens at the "
             f"end (trigger {c['trigger']:,}); ctxpolicy compactions: "
             f"{c['session'].get('stats', {}).get('compactions', {})}.",
-            "",
             markdown_table(
                 "variant | total s | × floor | ÷ ctxpolicy | median step ms | p95 step ms | "
                 "last step ms",
                 rows,
             ),
-            "",
             markdown_table("goal | measured | status", goals, align="llc"),
-            "",
         ]
     if mem := data.get("memory"):
         cols = ("parts", "tokens", "steps", "peak_bytes", "peak_bytes_per_token")
         rows = [[r[k] / 1e6 if k == "peak_bytes" else r[k] for k in cols] for r in mem["rows"]]
         md += [
             "### Memory (tracemalloc peak of a whole ctxpolicy replay, synthetic sessions)",
-            "",
             "Synthetic coding sessions of 1, 2, 4, 8 `coding_session` parts (40 steps each).",
-            "",
             markdown_table("parts | tokens | steps | peak MB | peak bytes/token", rows),
-            "",
             f"Linear fit: {mem['fit'].get('bytes_per_token', 0):.1f} bytes/token, worst residual "
             f"{mem['fit'].get('max_rel_residual', 0):.0%}; bytes/token at the largest size ÷ at the "
             f"smallest: {mem['per_token_growth']:.2f} → linear growth {ok(mem['goal_linear'])}.",
-            "",
         ]
     if prof := data.get("profile"):
         keys = ("function", "calls", "tottime_s", "cumtime_s")
         rows = [[*(r[k] for k in keys), f"{r['own_share']:.0%}"] for r in prof["rows"]]
         md += [
             f"### Hot spots of `prepare` ({prof['conversation']}, cProfile, own time)",
-            "",
             markdown_table("function | calls | own s | cum s | share", rows),
-            "",
         ]
     md += per_call_markdown(data.get("per_call") or {})
     md += [
@@ -367,7 +356,7 @@ def to_markdown(data: dict[str, Any]) -> str:
         + (" --baseline <main checkout>" if (data.get("per_call") or {}).get("baseline") else "")
         + "`",
     ]
-    return "\n".join(md)
+    return "\n\n".join(md)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -459,10 +459,9 @@ def to_markdown(data: dict[str, Any]) -> str:
     rows = [
         [k, *(r[c] for c in COLUMNS), r.get("pooled_ratio", r["ratio"])] for k, r in results.items()
     ]
-    return "\n".join(
+    return "\n\n".join(
         [
             "## Front door: does one long history block another conversation?",
-            "",
             f"A small call of one conversation while another prepares {data['messages']:,} "
             f"messages (each round a new conversation and a history of its own; median of "
             f"{data['rounds']} round(s), before and after interleaved round by round); ratio = "
@@ -471,15 +470,12 @@ def to_markdown(data: dict[str, Any]) -> str:
             "of the run (the machine's load moves a sub-millisecond call alone by several "
             f"times). Load averages (1, 5, 15 min) at the start and after each round: "
             f"{data['loads']}.",
-            "",
             markdown_table(
                 "front end | unloaded ms | loaded ms | loaded max ms | small calls during | "
                 "heavy prepare s | ratio | ratio to all its unloaded",
                 rows,
             ),
-            "",
             notes(results, processes),
-            "",
             "Reproduce: `.venv/bin/python benchmarks/bench_frontdoor_blocking.py` "
             f"(`--processes {processes}`; `--quick`: a smoke run of 300 messages, one round).",
         ]

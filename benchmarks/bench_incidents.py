@@ -416,37 +416,26 @@ def to_markdown(data: dict[str, Any]) -> str:
     b_ok = fb["summary_calls_rejected"] > 0 and db["summary_calls_rejected"] == 0
     md = [
         "## Incident scenarios (design B)",
-        "",
         f"Window {WINDOW:,} tokens, {OUTPUT:,} output tokens requested per call; a call is "
         f"rejected when prompt + {OUTPUT:,} > {WINDOW:,}. On a rejection the agent calls "
         "`Session.on_error` once and retries.",
-        "",
         f"### (a) {a['title']} ({a['big_result_tokens']:,}-token result at ~75 %)",
-        "",
         _table("a", fa, da, " | fixed 80 % | ours (dynamic)"),
-        "",
         f"Goal: overflow with the fixed policy, none with ours — "
         f"{ok[fa['rejected_calls'] > 0 and da['rejected_calls'] == 0]}",
-        "",
         f"### (b) {b['title']}",
-        "",
         _table("b", fb, db, " | fixed 95 % | ours (dynamic)"),
-        "",
         f"Goal: the fixed policy's summary call does not fit, ours always does "
         f"(≤ {WINDOW:,}) — {ok[b_ok and db['summary_calls'] > 0]}",
-        "",
         f"### (c) {c['title']}",
-        "",
         _table("c", fc, dc, " | fixed 50 % | ours (dynamic + recovery target)"),
-        "",
         f"Goal: ours compacts at most half as often — "
         f"{ok[dc['calls_with_compaction'] * 2 <= fc['calls_with_compaction']]}",
-        "",
         "Reproduce: `.venv/bin/python benchmarks/bench_incidents.py"
         + (" --quick`" if data["quick"] else "`")
         + " (tests: `.venv/bin/pytest tests/test_incidents.py`)",
     ]
-    return "\n".join(md)
+    return "\n\n".join(md)
 
 
 def main(argv: list[str] | None = None) -> int:

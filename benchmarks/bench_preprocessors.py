@@ -156,12 +156,10 @@ def main(argv: list[str]) -> int:
 
     md = [
         "## Preprocessors",
-        "",
         table(res),
-        "",
         "Reproduce: `python -m benchmarks run preprocessors`",
     ]
-    publish("bench_preprocessors", {**res, "quick": "--quick" in argv}, "\n".join(md))
+    publish("bench_preprocessors", {**res, "quick": "--quick" in argv}, "\n\n".join(md))
     return 0
 
 

@@ -137,13 +137,11 @@ def to_markdown(data: dict[str, Any]) -> str:
     codes = list(data["runs"])
     lines = [
         "## Scaling of `prepare` with the number of messages",
-        "",
         f"One `prepare` of n tiny messages (rounds of one `bash` call and its one-line "
         f"result) under `{AGENT}` (32k window, compaction heavy), fresh session and "
         "token counter, best of 3 runs (1 from 8,000 messages on), each size in a child "
         f"process bounded by {data['timeout']:g} s; "
         f"{data.get('rounds', 1)} interleaved sweep(s) over the sizes, the best of each kept.",
-        "",
     ]
     headers = ["messages", *(f"{c} {h}" for c in codes for h in ("s", "growth", "lookups"))]
     headers += ["compacted away", *(["this tree ÷ baseline"] if "baseline" in data["runs"] else [])]
@@ -171,7 +169,6 @@ def to_markdown(data: dict[str, Any]) -> str:
         if r.get("kept") is not None
     ]
     lines += [
-        "",
         'Growth is the time at n ÷ the time at the smallest n. "lookups" counts the '
         "messages the token counter looked up (a deterministic measure of counting "
         'work); "compacted away" the share of the messages not sent. What is '
@@ -182,11 +179,10 @@ def to_markdown(data: dict[str, Any]) -> str:
         "times over (coding_agent_16k at an 8k window: the same share at both sizes) "
         "and asserts by ratio, never by wall clock: time at 8,000 vs 1,000 messages "
         "< 8 × 1.6, lookups < 8 × 1.25.",
-        "",
         "Reproduce: `.venv/bin/python benchmarks/bench_scaling.py --baseline <a checkout "
         "of the code before>`" + (" (`--quick`)" if data.get("quick") else ""),
     ]
-    return "\n".join(lines)
+    return "\n\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> int:

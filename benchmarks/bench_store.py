@@ -322,10 +322,8 @@ def to_markdown(data: dict[str, Any]) -> str:
     arch = ("bytes", "files", "bytes_over_content", "last_tenth_over_first_tenth")
     md = [
         "## Snapshot store and history archive",
-        "",
         f"### `add_tool_result` per call by durability ({d['calls']} calls × {d['repeats']} "
         "interleaved repeats, 8 KB outputs)",
-        "",
         markdown_table(
             "store | median ms / call | × snapshots off",
             [
@@ -334,12 +332,9 @@ def to_markdown(data: dict[str, Any]) -> str:
                 ["local, `durability: fsync`", ms["fsync"], d["fsync_over_none"]],
             ],
         ),
-        "",
         f"`fsync` ÷ `flush`: **{d['fsync_over_flush']:.2f}×**.",
-        "",
         f"### History archive over a {a['steps']:,}-step synthetic run ({a['compactions']} "
         f"compactions, {a['content_bytes'] / 1e6:.2f} MB of archived messages)",
-        "",
         markdown_table(
             " | bytes written | files | bytes ÷ content | last 10 % ÷ first 10 % of compaction time",
             [
@@ -347,28 +342,19 @@ def to_markdown(data: dict[str, Any]) -> str:
                 ["after: `HistoryArchive.append`", *(a["after"][k] for k in arch)],
             ],
         ),
-        "",
         "### Snapshot naming, `layout: files` (one base name, counted `os.link` + `os.open` calls)",
-        "",
         markdown_table(
             " | 100 snapshots | 1,000 snapshots | ratio",
             [
                 ["now (counter + time suffix)", _at(ops, 100), _at(ops, 1000), n["ratio"]],
-                [
-                    "previous linear probing (computed)",
-                    _at(old, 100),
-                    _at(old, 1000),
-                    n["previous_ratio"],
-                ],
+                ["previous linear probing (computed)", _at(old, 100), _at(old, 1000),
+                 n["previous_ratio"]],
             ],
         ),
-        "",
         f"### Recall of one archived message: archive of {r['records'][1]:,} vs "
         f"{r['records'][0]:,} records",
-        "",
         f"Time ratio **{r['ratio']:.2f}** (O(message size): independent of the archive's size).",
-        "",
-    ]
+    ]  # fmt: skip
     if ap_ := data.get("append"):
         cols = ("writes", "record_bytes", "bare_us", "snapshot_us", "ratio")
         rows = [
@@ -376,10 +362,8 @@ def to_markdown(data: dict[str, Any]) -> str:
             for k in ("flush", "fsync")
         ]
         md += [
-            "",
             f"### One snapshot write ÷ a bare append of the same bytes ({ap_['repeats']} "
             "interleaved repeats, median)",
-            "",
             markdown_table(
                 "durability | writes | record bytes | bare append µs | snapshot write µs | "
                 "ratio (median of repeats) | goal ≤ 1.5",
@@ -388,16 +372,14 @@ def to_markdown(data: dict[str, Any]) -> str:
         ]
     if pc := data.get("per_call"):
         md += [
-            "",
             f"### `add_tool_result` per call: `{pc['baseline']}` → this tree ({pc['calls']} calls "
             f"× {pc['repeats']} runs in turn, child processes, `durability: flush`)",
-            "",
             f"{pc['before_us']:.1f} µs → {pc['after_us']:.1f} µs (**{pc['ratio']:.2f}×**).",
         ]
     baseline_arg = f" --baseline {pc['baseline']}" if pc else ""
     quick = " --quick" if data["quick"] else ""
-    md += ["", f"Reproduce: `.venv/bin/python benchmarks/bench_store.py{quick}{baseline_arg}`"]
-    return "\n".join(md)
+    md += [f"Reproduce: `.venv/bin/python benchmarks/bench_store.py{quick}{baseline_arg}`"]
+    return "\n\n".join(md)
 
 
 def _at(counts: dict[Any, int], n: int) -> int:

@@ -174,12 +174,10 @@ def verify_markdown(checks: dict[str, dict[str, Any]]) -> list[str]:
     ]
     return [
         "quicktok vs the reference vocabularies (docs/tokenizers.md), over the mixed corpus:",
-        "",
         markdown_table(
             "encoding | texts | chars | tokens | texts with other ids | count() | verdict",
             rows,
         ),
-        "",
     ]
 
 
@@ -353,8 +351,8 @@ def main(argv: list[str] | None = None) -> int:
     info = machine(PACKAGES)
     if args.verify:
         checks = verify_all(groups)
-        md = ["## quicktok exactness", "", *verify_markdown(checks)]
-        publish("bench_tokens_verify", {"machine": info, "checks": checks}, "\n".join(md))
+        md = ["## quicktok exactness", *verify_markdown(checks)]
+        publish("bench_tokens_verify", {"machine": info, "checks": checks}, "\n\n".join(md))
         return 0 if all(c.get("identical") for c in checks.values()) else 1
     t0 = time.perf_counter()
     eprint("replay ...")
@@ -392,37 +390,29 @@ def to_markdown(data: dict[str, Any]) -> str:
     ]  # fmt: skip
     md = [
         "## Token counting benchmark",
-        "",
         f"Replay of `{rep['trace']}` ({rep['messages']} messages, {rep['tokens_final']:,} tokens "
         "with framing), counting the whole conversation after each message; medians of "
         f"{len(runs['a'])} interleaved runs ((c): {len(runs['c'])}); load average "
         f"{data['machine']['load_avg'][0]:.1f} at start.",
-        "",
         markdown_table("variant | median s | × (a) | (c) ÷ variant", rows),
-        "",
         f"Paired ratios (median over rounds of variant ÷ (a) timed in the same round, the "
         f"measure least affected by load drift): (b) = {rep['paired_b_over_a']:.2f} × (a), "
         f"(b') = {rep['paired_b_copies_over_a']:.2f} × (a)"
-        + (f", (b, quicktok) = {fast:.2f} × (a)." if fast else "."),
-        f"Best runs: (b) = {rep['best_b_over_a']:.2f} × (a), (c) = {rep['best_c_over_b']:.0f} × (b).",
-        "",
+        + (f", (b, quicktok) = {fast:.2f} × (a)." if fast else ".")
+        + f"\nBest runs: (b) = {rep['best_b_over_a']:.2f} × (a), (c) = {rep['best_c_over_b']:.0f} × (b).",
         f"Goals: (b) ≤ 1.5 × (a) (paired): **{met['goal_b_le_1_5a']}** "
         f"({rep['paired_b_over_a']:.2f}×); (c) ≥ 20 × (b): **{met['goal_c_ge_20b']}** "
         f"({rep['best_c_over_b']:.0f}× best, {rep['c_over_b']:.0f}× medians).",
-        "",
         "Backend throughput over the whole corpus (cl100k tokens / s of the reference count):",
-        "",
         markdown_table(
             "backend | tokens/s | chars/s | × tiktoken",
             [[r[c] for c in cols] for r in data["throughput"]],
         ),
-        "",
         *verify_markdown(data["quicktok_vs_reference"]),
         "Heuristic vs cl100k (relative error of the total per group; `len//4` for comparison):",
-        "",
         markdown_table("group | cl100k | heuristic | error | len//4 error", accuracy),
     ]
-    return "\n".join(md)
+    return "\n\n".join(md)
 
 
 if __name__ == "__main__":

@@ -172,23 +172,19 @@ def speed_markdown(data: dict[str, Any]) -> str:
     ]  # fmt: skip
     base = data["baseline_src"]
     commit = data.get("baseline_commit")
-    return "\n".join(
+    return "\n\n".join(
         [
             "### Study time, before → after (issue 32)",
-            "",
             f"The same study — `{AGENT}`, {data['traces']} shared traces, {data['trials']} "
             "trials, seed 0, 1 worker — run by the baseline tree and by this tree in turn, "
             "each in its own process, in one run. Output: the `tune --json` document "
             "(every trial's values and numbers, the chosen policy, the held-out comparison, "
             "the effects of each change), compared field by field.",
-            "",
             markdown_table(
                 "window | baseline (s) | this tree (s) | speed-up | replays run | output | chosen trial",
                 rows,
             ),
-            "",
             f"Baseline: `{base}`" + (f" (main at {commit})" if commit else "") + ".",
-            "",
             "Reproduce: `git -C <main> archive HEAD | tar -x -C /tmp/tunecost-base; "
             ".venv/bin/python benchmarks/bench_tune.py --baseline /tmp/tunecost-base` "
             "(`--quick`: 12 trials, 4 traces, 16k only)",
@@ -249,13 +245,11 @@ def to_markdown(data: dict[str, Any]) -> str:
     trials, w0 = data["trials"], f"{WINDOWS[0]:,}"
     md = [
         "## Tuning (`ctxpolicy tune`)",
-        "",
         f"`coding_agent` of policies/agents.yaml tuned on {data['traces']} shared traces "
         f"(seed 0, 30 % held out, {trials} trials, TPE multi-objective: prompt tokens vs "
         "fact retention in context; constraints: 0 avoidable overflows, 0 pairing "
         "violations, retention ≥ the shipped policy's). Numbers are on the **held-out** "
         "traces, which the search never saw.",
-        "",
     ]
     for window, d in data["windows"].items():
         gain = d["gain"]
@@ -273,16 +267,12 @@ def to_markdown(data: dict[str, Any]) -> str:
         changes = ", ".join(f"`{p}` = {v}" for p, v in d["changes"].items()) or "none"
         md += [
             f"### Window {int(window):,}",
-            "",
             markdown_table(
                 "held-out | prompt tokens | in context | retained | avoidable overflows",
                 [_row("shipped", d["base"]), _row("tuned", d["chosen"])],
             ),
-            "",
             verdict,
-            "",
             f"{d['trials']} trials, {d['feasible']} feasible; changes: {changes}.",
-            "",
         ]
     if sc := data.get("scaling"):
         secs, ratio = sc["seconds"], sc["speedup_2_vs_1"]
@@ -291,19 +281,16 @@ def to_markdown(data: dict[str, Any]) -> str:
         same = "the same policy ✓" if sc["same_choice"] else "different policies ✗"
         md += [
             "### Scaling (local worker processes)",
-            "",
             markdown_table(
                 "workers | wall time (s) | speed-up vs 1 worker",
                 [[1, round(secs["1"], 1), "1.00×"], [2, round(secs["2"], 1), f"{ratio:.2f}×"]],
             ),
-            "",
             f"Same study at window {w0} ({trials} trials × {tuning} tuning traces, plus "
             f"ablation and held-out replays); both runs chose {same}. The machine is shared "
             "(2 CPUs, other jobs running): the ratio, measured in one run, is what counts.",
-            "",
             f"Reproduce: `.venv/bin/python benchmarks/bench_tune.py{' --quick' if data.get('quick') else ''}`",
         ]
-    return "\n".join(md)
+    return "\n\n".join(md)
 
 
 if __name__ == "__main__":

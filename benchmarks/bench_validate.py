@@ -232,23 +232,16 @@ def main(argv: list[str] | None = None) -> int:
     warm_rows = [[k, *(w[c] for c in cols)] for k, w in warm.items()]
     md = [
         "## Validator",
-        "",
         f"Cold process time, median of {args.runs} interleaved runs, after one untimed run "
         "that fills a private bytecode cache for both tools (as installed tools have):",
-        "",
         markdown_table("command | median s | min s | × check-jsonschema | exit", cold_rows),
-        "",
         markdown_table("goal | measured | status", goals, align="llc"),
-        "",
         f"Warm throughput: one process over {args.files:,} generated policy files "
         "(median of the runs; 'net' subtracts the cold start of the row above):",
-        "",
         markdown_table("validator | seconds | files/s | files/s net of start | exit", warm_rows),
-        "",
         "ctxpolicy additionally resolves `extends`, runs the semantic checks (budget "
         "arithmetic, thresholds order, unknown components with did-you-mean) and reports "
         "file:line:col for every diagnostic; check-jsonschema checks the schema only.",
-        "",
         "Reproduce: `.venv/bin/python benchmarks/bench_validate.py"
         + "".join(f" {a}" for a in (sys.argv[1:] if argv is None else argv))
         + "`"
@@ -259,7 +252,7 @@ def main(argv: list[str] | None = None) -> int:
             else ""
         ),
     ]
-    text = "\n".join(md)
+    text = "\n\n".join(md)
     publish("bench_validate", data, text)
     return 0
 
