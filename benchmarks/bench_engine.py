@@ -39,7 +39,7 @@ from benchmarks._inputs import (
     ROOT,
     coding_parts,
     engine_policy,
-    largest_trace,
+    largest_traces,
     message_texts,
     smallest_trace,
     step_indices,
@@ -225,13 +225,12 @@ def replay_prepare(policy: Any, msgs: list[Message], prof: cProfile.Profile | No
         policy, conv_id="replay", counter=counter, state_store=MemoryStateStore()
     )
     convo: list[Message] = []
+    on, off = (prof.enable, prof.disable) if prof else (lambda: None, lambda: None)
     for m in msgs:
         if m.get("role") == "assistant" and convo:
-            if prof is not None:
-                prof.enable()
+            on()
             session.prepare(convo)
-            if prof is not None:
-                prof.disable()
+            off()
         convo.append(m)
     return session
 
@@ -265,10 +264,7 @@ def memory_growth(
     ys = [float(r["peak_bytes"]) for r in rows]
     fit: dict[str, float] = {}
     if len(rows) >= 2:
-        mx, my = statistics.fmean(xs), statistics.fmean(ys)
-        sxx = sum((x - mx) ** 2 for x in xs)
-        slope = sum((x - mx) * (y - my) for x, y in zip(xs, ys, strict=True)) / sxx
-        icpt = my - slope * mx
+        slope, icpt = statistics.linear_regression(xs, ys)
         resid = max(abs(y - (slope * x + icpt)) / y for x, y in zip(xs, ys, strict=True))
         fit = {"bytes_per_token": slope, "intercept_bytes": icpt, "max_rel_residual": resid}
     return {
@@ -378,8 +374,10 @@ def main(argv: list[str] | None = None) -> int:
 
     t_start = time.perf_counter()
     policy, note = engine_policy()
-    if args.quick:
-        args.repeat = 1
+    args.repeat = 1 if args.quick else args.repeat
+    if args.per_call_only:
+        convs, sizes, samples = [], [], []
+    elif args.quick:
         convs = [
             smallest_trace(),
             ("synthetic 2 small parts", coding_parts(2, steps=6, file_lines=40)),
@@ -387,7 +385,7 @@ def main(argv: list[str] | None = None) -> int:
         sizes = [1, 2]
         samples = [1, 2]
     else:
-        name, msgs = largest_trace()
+        ((name, msgs),) = largest_traces(1)
         convs = [
             (f"trace {name}", msgs),
             (
@@ -400,8 +398,6 @@ def main(argv: list[str] | None = None) -> int:
         samples = [1, 8, 4]  # the synthetic session: every 8th naive step timed
     info = machine(PACKAGES)
     results = []
-    if args.per_call_only:
-        convs, sizes, samples = [], [], []
     for (label, msgs), sample in zip(convs, samples, strict=True):
         eprint(f"replay {label} ...")
         results.append(bench_conversation(label, msgs, policy, args.repeat, sample))

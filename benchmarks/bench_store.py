@@ -119,8 +119,8 @@ def bench_archive(steps: int) -> dict[str, Any]:
     from ctxpolicy.snapshots.archive import HistoryArchive, render_transcript
 
     run = _synthetic_run(steps)
-    compact = {"ensure_ascii": False, "separators": (",", ":")}
-    content = sum(len(json.dumps(m, **compact).encode()) for _, msgs in run for m in msgs)  # type: ignore[arg-type]
+    dumps = functools.partial(json.dumps, ensure_ascii=False, separators=(",", ":"))
+    content = sum(len(dumps(m).encode()) for _, msgs in run for m in msgs)
     results: dict[str, Any] = {"steps": steps, "compactions": len(run), "content_bytes": content}
     for variant in ("before", "after"):
         # before: one file per document, as the previous engine wrote them
@@ -277,7 +277,10 @@ def bench_append(writes: int, repeats: int) -> dict[str, Any]:
                 def snapshot(i: int, doc: dict[str, Any], store: Any = store) -> None:
                     store.write("bench", i + 1, "read_file", doc)
 
-                both = {"bare": (bare, datas), "snapshot": (snapshot, docs[:n])}
+                both: dict[str, tuple[Any, list[Any]]] = {
+                    "bare": (bare, datas),
+                    "snapshot": (snapshot, docs[:n]),
+                }
                 for k in list(both)[:: -1 if r % 2 else 1]:
                     times[k].append(_per_write(*both[k]))
                 os.close(fd)
