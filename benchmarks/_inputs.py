@@ -115,10 +115,6 @@ def largest_traces(n: int) -> list[tuple[str, list[Message]]]:
     return [(name, msgs) for _, name, msgs in sized[:n]]
 
 
-def largest_trace() -> tuple[str, list[Message]]:
-    return largest_traces(1)[0]
-
-
 def smallest_trace() -> tuple[str, list[Message]]:
     from ctxpolicy.sim.importers import load_trace
 

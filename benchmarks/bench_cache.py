@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import sys
 import time
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -96,19 +97,26 @@ def _cell(v: Any, fmt: str) -> Any:
     return format(v, fmt) if fmt else v
 
 
+def _by(
+    rows: list[dict[str, Any]], key: Any, names: Iterable[str]
+) -> Iterator[tuple[str, Any, Any]]:
+    """Per name with rows (``key(row) == name``): the name, the shipped and cache totals."""
+    for name in names:
+        if mine := [r for r in rows if key(r) == name]:
+            yield name, totals(mine, "shipped"), totals(mine, "cache")
+
+
 def to_markdown(data: dict[str, Any]) -> str:
     rows = [r for r in data["results"] if r.get("applicable")]
     ok = {True: "✓", False: "✗"}
     md = [
         "## Prompt-cache-aware compaction",
-        "",
         f"{data['traces']} traces × {len(data['agents'])} shipped policies at windows "
         f"{', '.join(f'{w:,}' for w in data['windows'])}, each replayed as shipped and with "
         "`cache: {preserve_prefix: true, min_gain_tokens: N}` (N = "
         + ("25 % of the trigger" if data["min_gain"] == "auto" else data["min_gain"])
         + "). Prefix change: a call whose prompt does not begin with the whole previous "
         "prompt. Cost: ctxpolicy/data/prices.json (input / cached input / output per model).",
-        "",
     ]
     summary_rows = []
     for w in data["windows"]:
@@ -121,44 +129,27 @@ def to_markdown(data: dict[str, Any]) -> str:
             [label, _cell(a[k], fmt), _cell(b[k], fmt), ratio(a, b) if ratio else ""]
             for label, k, fmt, ratio in WINDOW_ROWS
         ]
-        per_agent = []
-        for agent in data["agents"]:
-            if ar := [r for r in wr if r["agent"] == agent]:
-                x, y = totals(ar, "shipped"), totals(ar, "cache")
-                per_agent.append([
-                    agent, x["prefix_changes"], y["prefix_changes"], f"{x['cached_fraction']:.1%}",
-                    f"{y['cached_fraction']:.1%}", f"{x['usd']:.3f}", f"{y['usd']:.3f}", y["overflows"],
-                ])  # fmt: skip
-        fam_rows = []
-        for fam in sorted({family(r["trace"]) for r in wr}):
-            x, y = (
-                totals([r for r in wr if family(r["trace"]) == fam], v)
-                for v in ("shipped", "cache")
-            )
-            fam_rows.append(
-                [
-                    fam,
-                    x["prefix_changes"],
-                    y["prefix_changes"],
-                    f"{x['usd']:.3f}",
-                    f"{y['usd']:.3f}",
-                ]
-            )
+        fams = sorted({family(r["trace"]) for r in wr})
+        per_agent = [
+            [agent, x["prefix_changes"], y["prefix_changes"], f"{x['cached_fraction']:.1%}",
+             f"{y['cached_fraction']:.1%}", f"{x['usd']:.3f}", f"{y['usd']:.3f}", y["overflows"]]
+            for agent, x, y in _by(wr, lambda r: r["agent"], data["agents"])
+        ]  # fmt: skip
+        fam_rows = [
+            [fam, x["prefix_changes"], y["prefix_changes"], f"{x['usd']:.3f}", f"{y['usd']:.3f}"]
+            for fam, x, y in _by(wr, lambda r: family(r["trace"]), fams)
+        ]
         md += [
             f"### Window {w:,} ({len(wr)} replays per variant)",
-            "",
             markdown_table(" | as shipped | with cache option | with ÷ without", table),
-            "",
             markdown_table(
                 "policy | prefix changes | with cache | cached | with cache | USD | with cache | "
                 "overflows (cache)",
                 per_agent,
             ),
-            "",
             markdown_table(
                 "trace family | prefix changes | with cache | USD | with cache", fam_rows
             ),
-            "",
         ]
     goal_rows = []
     for w, a, b in summary_rows:
@@ -166,16 +157,16 @@ def to_markdown(data: dict[str, Any]) -> str:
         got = f"{y} vs {x} ({y / max(1, x):.2f}), {b['overflows']} overflows"
         met = ok[y * 3 <= x and b["overflows"] == 0]
         goal_rows.append([f"prefix changes with ≤ 1/3 of without, no overflow ({w:,})", got, met])
-    md += [markdown_table("goal (issue 12) | measured | status", goal_rows, align="llc"), ""]
-    na = sorted({(r["agent"], r["window"]) for r in data["results"] if not r.get("applicable")})
-    if na:
+    md += [markdown_table("goal (issue 12) | measured | status", goal_rows, align="llc")]
+    if na := sorted(
+        {(r["agent"], r["window"]) for r in data["results"] if not r.get("applicable")}
+    ):
         md += [
-            "Not applicable (budget leaves no room): " + ", ".join(f"{a} @ {w:,}" for a, w in na),
-            "",
+            "Not applicable (budget leaves no room): " + ", ".join(f"{a} @ {w:,}" for a, w in na)
         ]
     quick = " --quick" if data["quick"] else ""
     md += [f"Reproduce: `.venv/bin/python benchmarks/bench_cache.py{quick}`"]
-    return "\n".join(md)
+    return "\n\n".join(md)
 
 
 def main(argv: list[str] | None = None) -> int:

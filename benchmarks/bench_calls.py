@@ -10,7 +10,6 @@ synthetic session, first vs last quarter.
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import sys
 from pathlib import Path
@@ -29,6 +28,7 @@ from benchmarks._common import (
     publish,
     trees,
 )
+from benchmarks._measure import answer, baseline_note, per_call_median
 
 AGENT = "coding_agent"
 
@@ -81,17 +81,12 @@ def child(steps: int, traces: int, quick: bool, profile: bool) -> dict[str, Any]
     return out
 
 
-def _med(xs: list[float]) -> float | None:
-    return statistics.median(xs) if xs else None
-
-
 def summarize_traces(runs: list[dict[str, Any]]) -> dict[str, Any]:
     """Per trace: the median over the plain calls of each call's median over repeats."""
     out: dict[str, Any] = {}
     for name, first in runs[0].items():
         plain = [i for i, c in enumerate(first) if not c["compacted"]]
-        per_call = [statistics.median(r[name][i]["seconds"] for r in runs) for i in plain]
-        ms = _med(per_call)
+        ms = per_call_median([[c["seconds"] for c in r[name]] for r in runs], plain)
         median = ms * 1e3 if ms is not None else None
         out[name] = {"calls": len(first), "plain_calls": len(plain), "median_ms": median}
     return out
@@ -108,8 +103,9 @@ def summarize_profile(runs: list[dict[str, Any]], profiled: dict[str, Any]) -> d
     early, late = [i for i in plain if i < q], [i for i in plain if i >= n - q]
 
     def med(idx: list[int], key: str) -> float | None:
-        src = [first] if key == "pycalls" else timed
-        return _med([statistics.median(r[i][key] for r in src) for i in idx])
+        return per_call_median(
+            [[c[key] for c in r] for r in ([first] if key == "pycalls" else timed)], idx
+        )
 
     grows: list[tuple[str, float, float]] = []
     if early and late:
@@ -142,10 +138,8 @@ def _div(a: float | None, b: float | None) -> float | None:
 
 
 def _baseline_line(data: dict[str, Any]) -> list[str]:
-    if not data.get("baseline_src"):
-        return []
-    commit = data.get("baseline_commit")  # None: not a git checkout (git archive)
-    return ["", f"Baseline: `{data['baseline_src']}`" + (f" (commit {commit})." if commit else ".")]
+    src = data.get("baseline_src")
+    return ["", baseline_note(src, data.get("baseline_commit"))] if src else []
 
 
 def traces_markdown(data: dict[str, Any]) -> str:
@@ -154,21 +148,18 @@ def traces_markdown(data: dict[str, Any]) -> str:
         b, m = data.get("baseline", {}).get(name, {}).get("median_ms"), mine["median_ms"]
         plain = f"{mine['plain_calls']} of {mine['calls']}"
         rows.append([name.removesuffix(".jsonl"), plain, _f(b), _f(m), _f(_div(m, b), ".2f")])
-    return "\n".join(
+    return "\n\n".join(
         [
             "## Per-call cost of `prepare` (calls that do not compact)",
-            "",
             f"The replay loop of the per-call comparison (`add_tool_result` per tool result, "
             f"`prepare` before every assistant message) under `{AGENT}` on the "
             f"{len(data['this tree'])} longest shared traces; {data['repeat']} repeats per "
             "tree, baseline and this tree alternating, each in its own process; per call the "
             "median over the repeats, then the median over the calls that did not compact.",
-            "",
             markdown_table(
                 "trace | plain calls | baseline median ms | this tree median ms | ratio", rows
             ),
             *_baseline_line(data),
-            "",
             "Reproduce: `.venv/bin/python -m benchmarks run percall --variant calls "
             "--baseline <a checkout of the code before>`",
         ]
@@ -186,7 +177,6 @@ def profile_markdown(data: dict[str, Any]) -> str:
             rows[-1] += [f"{_f(em)} → {_f(lm)}", _f(_div(lm, em), ".2f")]
     lines = [
         f"## A `prepare` that compacts nothing, {data['steps']} calls",
-        "",
         f"A synthetic coding session of {data['steps']} model calls "
         "(`ctxpolicy.sim.synth.coding_session`) replayed under "
         f"`{AGENT}`; per `prepare` that did not compact: Python function calls in one "
@@ -194,7 +184,6 @@ def profile_markdown(data: dict[str, Any]) -> str:
         f"(median of {data['repeat']} repeats per tree, baseline and this tree "
         "alternating in their own processes). First quarter vs last quarter of the "
         "calls: a ratio above 1 is work that grows with the conversation.",
-        "",
         markdown_table(
             "tree | plain calls | messages (first → last quarter) | Python calls per plain "
             "prepare | growth | ms per plain prepare | growth",
@@ -204,7 +193,6 @@ def profile_markdown(data: dict[str, Any]) -> str:
     base, mine = data.get("baseline"), data["this tree"]
     if base and base.get("late_ms") and mine.get("late_ms"):
         lines += [
-            "",
             f"Last quarter, this tree ÷ baseline: {mine['late_ms'] / base['late_ms']:.2f}× ms, "
             f"{mine['late_pycalls'] / base['late_pycalls']:.2f}× Python calls.",
         ]
@@ -213,11 +201,10 @@ def profile_markdown(data: dict[str, Any]) -> str:
             grow = [[g["function"], g["early"], g["late"]] for g in d["growing"][:8]]
             lines += ["", f"Calls per plain `prepare` that grow ({code}, first → last quarter):"]
             lines += ["", markdown_table("function | first quarter | last quarter", grow)]
-    return "\n".join(
+    return "\n\n".join(
         [
             *lines,
             *_baseline_line(data),
-            "",
             "Reproduce: `.venv/bin/python -m benchmarks run percall --variant profile "
             "--baseline <a checkout of the code before>`",
         ]
@@ -234,8 +221,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     steps = (20 if args.quick else args.steps) if args.profile else 0
     if args.child:
-        print(json.dumps(child(steps, args.traces, args.quick, args.profiled)))
-        return 0
+        return answer(child(steps, args.traces, args.quick, args.profiled))
     repeat = 1 if args.quick else args.repeat or (3 if args.profile else 5)
     cargs = ["--profile", "--steps", str(steps)] if args.profile else ["--traces", str(args.traces)]
     cargs += ["--quick"] if args.quick else []

@@ -32,6 +32,7 @@ from benchmarks._common import (
     publish,
     trace_files,
 )
+from benchmarks._measure import changed, per_call_median
 
 AGENT = "coding_agent"
 WINDOW = 32768  # --state
@@ -68,12 +69,6 @@ def one_commit_per_call(on: bool) -> Iterator[None]:
         Persistence.run = real  # type: ignore[method-assign]
 
 
-def _per_call(runs: list[list[float]]) -> float:
-    """Median over the calls of each call's median over the repeats, in ms."""
-    calls = len(runs[0])
-    return statistics.median(statistics.median(r[k] for r in runs) for k in range(calls)) * 1e3
-
-
 def floors(quick: bool, repeat: int) -> dict[str, Any]:
     """Every durability variant and LangChain, in turn per repeat, per trace."""
     from benchmarks._inputs import largest_traces, load_agent, smallest_trace
@@ -82,12 +77,7 @@ def floors(quick: bool, repeat: int) -> dict[str, Any]:
     from ctxpolicy.tokens import get_counter
 
     policy, note = load_agent(AGENT)
-    policies = {
-        True: policy,
-        False: policy.model_copy(
-            update={"snapshots": policy.snapshots.model_copy(update={"enabled": False})}
-        ),
-    }
+    policies = {True: policy, False: changed(policy, "snapshots", enabled=False)}
     counter = get_counter(policy.model, model_name=policy.model_name)
     rows = []
     for name, msgs in [smallest_trace()] if quick else largest_traces(3):
@@ -103,8 +93,8 @@ def floors(quick: bool, repeat: int) -> dict[str, Any]:
                     p, t = replay_ctxpolicy(policies[snapshots], msgs, state=state)
                 prep[v].append(p)
                 both[v].append([a + b for a, b in zip(p, t, strict=True)])
-        lc_ms = _per_call(lc)
-        ms = {v: (_per_call(both[v]), _per_call(prep[v])) for v in VARIANTS}
+        lc_ms = per_call_median(lc) * 1e3
+        ms = {v: (per_call_median(both[v]) * 1e3, per_call_median(prep[v]) * 1e3) for v in VARIANTS}
         variants = {
             v: {"both_ms": b, "prepare_ms": p, "both_over_langchain": b / lc_ms}
             | {"prepare_over_langchain": p / lc_ms}
@@ -126,10 +116,9 @@ def floors_markdown(data: dict[str, Any]) -> str:
             table.append([short, v, f"{x['both_ms']:.3f}", f"{x['both_over_langchain']:.2f}×"])
             table[-1] += [f"{x['prepare_ms']:.3f}", f"{x['prepare_over_langchain']:.2f}×"]
             table[-1] += [f"{r['langchain_ms']:.3f}"]
-    return "\n".join(
+    return "\n\n".join(
         [
             "## Per-call cost without durability (issue 32)",
-            "",
             f"`{data['policy']}` on the shared traces, {data['repeat']} repeat(s), every "
             "variant and LangChain's `SummarizationMiddleware` in turn; median ms per "
             "model call. The goal of issue 32 is `prepare` + `add_tool_result` ≤ 1.0× "
@@ -137,16 +126,13 @@ def floors_markdown(data: dict[str, Any]) -> str:
             "(`defaults`). `one commit per model call (emulated)` saves `add_tool_result`'s "
             "changes with the next `prepare`'s commit, for this measurement only "
             "(docs/state.md says why the engine keeps the two commits apart).",
-            "",
             markdown_table(
                 "trace | ctxpolicy | both calls ms | ÷ LangChain | prepare ms | ÷ LangChain | "
                 "LangChain ms",
                 table,
                 align="llrrrrr",
             ),
-            "",
             "Reproduce: `.venv/bin/python -m benchmarks run percall --variant floors`.",
-            "",
         ]
     )
 
@@ -314,20 +300,17 @@ def state_markdown(data: dict[str, Any]) -> str:
     calls, prepares, repeat = data["calls"], data["prepares"], data["repeat"]
     md = [
         "## Session state",
-        "",
         f"Trace `{data['trace']}` ({data['messages']} messages: {prepares} `prepare` calls, "
         f"{calls - prepares} tool results, {data['compactions']} compactions) under "
         f"`{AGENT}` at a {WINDOW:,}-token window; every state-changing call saves its "
         f"changes with a compare-and-set commit. Median of {repeat} interleaved "
         f"run(s){' (--quick)' if data['quick'] else ''}.",
-        "",
         markdown_table(
             "store | all calls | ÷ memory | commit per save | prepare per call | save ÷ prepare "
             "(memory)",
             rows,
             "lrrrrr",
         ),
-        "",
         f"Incremental writes: a save wrote a median of {data['bytes_per_save_median']:,.0f} "
         f"bytes of JSON; the final state is {data['state_bytes_final']:,} bytes in "
         f"{data['entries_final']} entries; all {data['saves']['sqlite']} saves together wrote "
@@ -336,11 +319,10 @@ def state_markdown(data: dict[str, Any]) -> str:
     if data["notes"]:
         md += ["", *[f"_{n}_" for n in data["notes"]]]
     md += [
-        "",
         "Reproduce: `.venv/bin/python -m benchmarks run percall --variant state` (`--quick`: "
         "160 messages, one run; tests: `.venv/bin/pytest tests/state`)",
     ]
-    return "\n".join(md)
+    return "\n\n".join(md)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -101,7 +101,7 @@ def rates(t: dict[str, float]) -> dict[str, float]:
 BILL = ("billed ÷ none", "reads", "appended writes", "rewrites", "none's writes")
 
 
-def table(mine: dict[str, Any], base: dict[str, Any] | None) -> list[str]:
+def table(mine: dict[str, Any], base: dict[str, Any] | None) -> str:
     cols = ["compactions/100", "prefix changes/100", "tokens ÷ none", "overflows", *BILL]
     head = "| run | tree | calls | " + " | ".join(cols) + " |"
     lines = [head, "| " + " | ".join(["---"] * (3 + len(cols))) + " |"]
@@ -118,7 +118,7 @@ def table(mine: dict[str, Any], base: dict[str, Any] | None) -> list[str]:
             rb, rm = rates(base[key]), rates(t)
             ratio = [f"{rm[c] / rb[c]:.3f}" if rb[c] else "—" for c in cols]
             lines.append(f"| {key} | this ÷ baseline | | " + " | ".join(ratio) + " |")
-    return lines
+    return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -133,15 +133,12 @@ def main(argv: list[str] | None = None) -> int:
     base = run(args.baseline.resolve(), args.quick) if args.baseline is not None else None
     mine = run(ROOT, args.quick)
     traces = next(iter(mine.values()))["traces"]
-    text = "\n".join(
+    text = "\n\n".join(
         [
             "## Compaction economics (issue 27 item 2)",
-            "",
             f"Shared traces: {traces}; baseline tree: {args.baseline or '—'}. Summed over the"
             " traces; the ratios are this tree ÷ the baseline in the same run.",
-            "",
-            *table(mine, base),
-            "",
+            table(mine, base),
             "Reproduce: `python benchmarks/bench_economics.py --baseline DIR"
             + (" --quick`" if args.quick else "`"),
         ]

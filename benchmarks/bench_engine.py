@@ -39,7 +39,7 @@ from benchmarks._inputs import (
     ROOT,
     coding_parts,
     engine_policy,
-    largest_trace,
+    largest_traces,
     message_texts,
     smallest_trace,
     step_indices,
@@ -75,71 +75,54 @@ def run_variant(
     trigger: int = 0,
 ) -> tuple[list[float | None], dict[str, Any]]:
     """Replay ``msgs`` step by step; the seconds of each step (None if not measured)."""
+    from langchain_core.messages.utils import count_tokens_approximately, trim_messages
+
     import ctxpolicy
     from ctxpolicy.tokens import TokenCounter
 
     counter = TokenCounter(policy.model, model_name=policy.model_name)
-    enc = counter.tokenizer
+    session = (
+        ctxpolicy.Session(policy, conv_id="bench", counter=counter, state_store=MemoryStateStore())
+        if name == "ctxpolicy"
+        else None
+    )
+    count, compute = counter.tokenizer.count, counter._compute_message
+
+    def floor(new: list[Message]) -> None:
+        for m in new:
+            for t in message_texts(m):
+                count(t)
+
+    def trim(view: list[Any]) -> None:
+        trim_messages(view, max_tokens=trigger, token_counter=count_tokens_approximately,
+                      strategy="last", include_system=True, allow_partial=False)  # fmt: skip
+
+    work = {
+        "floor": floor,
+        "ctxpolicy": lambda convo: session.prepare(convo),  # type: ignore[union-attr]
+        "naive": lambda convo: sum(compute(m) for m in convo),
+        "lc_count": count_tokens_approximately,
+        "lc_trim": trim,
+    }[name]
     times: list[float | None] = []
-    info: dict[str, Any] = {}
     clock = time.perf_counter
     convo: list[Message] = []
     pos = 0
-    if name == "ctxpolicy":
-        session = ctxpolicy.Session(
-            policy, conv_id="bench", counter=counter, state_store=MemoryStateStore()
-        )
     gc.collect()
     for k, i in enumerate(steps):
         new = msgs[pos:i]
         pos = i
         convo.extend(new)
-        if name == "floor":
-            t0 = clock()
-            for m in new:
-                for t in message_texts(m):
-                    enc.count(t)
-            times.append(clock() - t0)
-        elif name == "ctxpolicy":
-            t0 = clock()
-            session.prepare(convo)
-            times.append(clock() - t0)
-        elif name == "naive":
-            if k % sample_every and k != len(steps) - 1:
-                times.append(None)
-                continue
-            compute = counter._compute_message
-            t0 = clock()
-            sum(compute(m) for m in convo)
-            times.append(clock() - t0)
-        elif name == "lc_count":
-            from langchain_core.messages.utils import count_tokens_approximately
-
-            assert lc_msgs is not None
-            view = lc_msgs[:i]
-            t0 = clock()
-            count_tokens_approximately(view)
-            times.append(clock() - t0)
-        elif name == "lc_trim":
-            from langchain_core.messages.utils import count_tokens_approximately, trim_messages
-
-            assert lc_msgs is not None
-            view = lc_msgs[:i]
-            t0 = clock()
-            trim_messages(
-                view,
-                max_tokens=trigger,
-                token_counter=count_tokens_approximately,
-                strategy="last",
-                include_system=True,
-                allow_partial=False,
-            )
-            times.append(clock() - t0)
-        else:  # pragma: no cover
-            raise ValueError(name)
-    if name == "ctxpolicy":
-        info = {"stats": session.stats.to_dict(), "counter": counter.name}
-    return times, info
+        if name == "naive" and k % sample_every and k != len(steps) - 1:
+            times.append(None)
+            continue
+        arg = new if name == "floor" else lc_msgs[:i] if name.startswith("lc_") else convo  # type: ignore[index]
+        t0 = clock()
+        work(arg)
+        times.append(clock() - t0)
+    if session is None:
+        return times, {}
+    return times, {"stats": session.stats.to_dict(), "counter": counter.name}
 
 
 def total_of(times: Sequence[float | None], sample_every: int) -> tuple[float, bool]:
@@ -148,12 +131,9 @@ def total_of(times: Sequence[float | None], sample_every: int) -> tuple[float, b
     if len(measured) == len(times):
         return sum(measured), False
     # every sampled step stands for the sample_every steps starting at it
-    total = 0.0
     n = len(times)
-    for k, t in enumerate(times):
-        if t is not None and k % sample_every == 0:
-            total += t * min(sample_every, n - k)
-    return total, True
+    sampled = [(k, t) for k, t in enumerate(times) if t is not None and k % sample_every == 0]
+    return sum(t * min(sample_every, n - k) for k, t in sampled), True
 
 
 def bench_conversation(
@@ -245,13 +225,12 @@ def replay_prepare(policy: Any, msgs: list[Message], prof: cProfile.Profile | No
         policy, conv_id="replay", counter=counter, state_store=MemoryStateStore()
     )
     convo: list[Message] = []
+    on, off = (prof.enable, prof.disable) if prof else (lambda: None, lambda: None)
     for m in msgs:
         if m.get("role") == "assistant" and convo:
-            if prof is not None:
-                prof.enable()
+            on()
             session.prepare(convo)
-            if prof is not None:
-                prof.disable()
+            off()
         convo.append(m)
     return session
 
@@ -285,10 +264,7 @@ def memory_growth(
     ys = [float(r["peak_bytes"]) for r in rows]
     fit: dict[str, float] = {}
     if len(rows) >= 2:
-        mx, my = statistics.fmean(xs), statistics.fmean(ys)
-        sxx = sum((x - mx) ** 2 for x in xs)
-        slope = sum((x - mx) * (y - my) for x, y in zip(xs, ys, strict=True)) / sxx
-        icpt = my - slope * mx
+        slope, icpt = statistics.linear_regression(xs, ys)
         resid = max(abs(y - (slope * x + icpt)) / y for x, y in zip(xs, ys, strict=True))
         fit = {"bytes_per_token": slope, "intercept_bytes": icpt, "max_rel_residual": resid}
     return {
@@ -324,7 +300,6 @@ def to_markdown(data: dict[str, Any]) -> str:
         "Each conversation is replayed message by message; before each assistant message "
         "every variant handles the conversation so far. Totals are medians of "
         f"{data['repeat']} interleaved runs; ratios are within this run.",
-        "",
     ]
     for c in data["conversations"]:
         t = c["totals_s"]
@@ -341,43 +316,33 @@ def to_markdown(data: dict[str, Any]) -> str:
         ]  # fmt: skip
         md += [
             f"### {c['conversation']}",
-            "",
             f"{c['messages']} messages, {c['steps']} steps, {c['tokens_final']:,} tokens at the "
             f"end (trigger {c['trigger']:,}); ctxpolicy compactions: "
             f"{c['session'].get('stats', {}).get('compactions', {})}.",
-            "",
             markdown_table(
                 "variant | total s | × floor | ÷ ctxpolicy | median step ms | p95 step ms | "
                 "last step ms",
                 rows,
             ),
-            "",
             markdown_table("goal | measured | status", goals, align="llc"),
-            "",
         ]
     if mem := data.get("memory"):
         cols = ("parts", "tokens", "steps", "peak_bytes", "peak_bytes_per_token")
         rows = [[r[k] / 1e6 if k == "peak_bytes" else r[k] for k in cols] for r in mem["rows"]]
         md += [
             "### Memory (tracemalloc peak of a whole ctxpolicy replay, synthetic sessions)",
-            "",
             "Synthetic coding sessions of 1, 2, 4, 8 `coding_session` parts (40 steps each).",
-            "",
             markdown_table("parts | tokens | steps | peak MB | peak bytes/token", rows),
-            "",
             f"Linear fit: {mem['fit'].get('bytes_per_token', 0):.1f} bytes/token, worst residual "
             f"{mem['fit'].get('max_rel_residual', 0):.0%}; bytes/token at the largest size ÷ at the "
             f"smallest: {mem['per_token_growth']:.2f} → linear growth {ok(mem['goal_linear'])}.",
-            "",
         ]
     if prof := data.get("profile"):
         keys = ("function", "calls", "tottime_s", "cumtime_s")
         rows = [[*(r[k] for k in keys), f"{r['own_share']:.0%}"] for r in prof["rows"]]
         md += [
             f"### Hot spots of `prepare` ({prof['conversation']}, cProfile, own time)",
-            "",
             markdown_table("function | calls | own s | cum s | share", rows),
-            "",
         ]
     md += per_call_markdown(data.get("per_call") or {})
     md += [
@@ -387,7 +352,7 @@ def to_markdown(data: dict[str, Any]) -> str:
         + (" --baseline <main checkout>" if (data.get("per_call") or {}).get("baseline") else "")
         + "`",
     ]
-    return "\n".join(md)
+    return "\n\n".join(md)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -409,8 +374,10 @@ def main(argv: list[str] | None = None) -> int:
 
     t_start = time.perf_counter()
     policy, note = engine_policy()
-    if args.quick:
-        args.repeat = 1
+    args.repeat = 1 if args.quick else args.repeat
+    if args.per_call_only:
+        convs, sizes, samples = [], [], []
+    elif args.quick:
         convs = [
             smallest_trace(),
             ("synthetic 2 small parts", coding_parts(2, steps=6, file_lines=40)),
@@ -418,7 +385,7 @@ def main(argv: list[str] | None = None) -> int:
         sizes = [1, 2]
         samples = [1, 2]
     else:
-        name, msgs = largest_trace()
+        ((name, msgs),) = largest_traces(1)
         convs = [
             (f"trace {name}", msgs),
             (
@@ -431,8 +398,6 @@ def main(argv: list[str] | None = None) -> int:
         samples = [1, 8, 4]  # the synthetic session: every 8th naive step timed
     info = machine(PACKAGES)
     results = []
-    if args.per_call_only:
-        convs, sizes, samples = [], [], []
     for (label, msgs), sample in zip(convs, samples, strict=True):
         eprint(f"replay {label} ...")
         results.append(bench_conversation(label, msgs, policy, args.repeat, sample))

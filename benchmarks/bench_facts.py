@@ -99,12 +99,10 @@ def to_markdown(data: dict[str, Any]) -> str:
 
     lines = [
         "## Fact extraction (issue 32)",
-        "",
         f"`ctxpolicy.conversation.facts` of this tree vs {data['baseline']}: the same "
         "answers on every input (checked first), then CPU ms of `_extract` (all "
         "categories) and of `error_lines` over each input, the two sides alternating, "
         f"median of {data['rounds']} rounds. Speed-up = baseline ÷ this tree.",
-        "",
     ]
     rows = [
         [r["input"], f"{r['texts']:,}", f"{r['chars']:,}", f"{r['extract_base_ms']:.1f}",
@@ -119,15 +117,13 @@ def to_markdown(data: dict[str, Any]) -> str:
     )
     lines += [
         table,
-        "",
         "The patterns are unchanged; this tree tries each only where a match can start "
         "(`ctxpolicy/conversation/_factscan.py`), found by scans at C speed. Tiny texts "
         "gain little: their cost is the fixed work of one call, not the scan.",
-        "",
         "Reproduce: `.venv/bin/python benchmarks/bench_facts.py` (`--baseline DIR`: the "
         "facts.py of another tree)",
     ]
-    return "\n".join(lines) + "\n"
+    return "\n\n".join(lines) + "\n"
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import inspect
 import os
 import statistics
 import subprocess
@@ -83,34 +84,26 @@ async def _probe(small: Callable[[], Awaitable[Any]], first: float, until: Any) 
 
 
 async def measure(
-    small: Callable[[], Awaitable[Any]],
-    heavy: Callable[[int], Awaitable[Any]],
-    *,
-    rounds: int,
-    alone: int,
+    small: Callable[[], Awaitable[Any]], heavy: Callable[[], Awaitable[Any]], alone: int
 ) -> dict[str, Any]:
-    """Small-call latency alone, then while ``heavy(round)`` runs (a new conversation
-    each round, so each is a first prepare of the whole history)."""
+    """Small-call latency alone, then while ``heavy()`` runs (a new conversation, so a
+    first prepare of the whole history)."""
     for _ in range(3):
         await small()  # warm: the session is open, caches filled
     count = iter(range(alone))
     unloaded = await _probe(small, time.perf_counter(), lambda: next(count, None) is None)
-    loaded: list[float] = []
-    heavy_s: list[float] = []
-    for r in range(rounds):
-        started = time.perf_counter()
-        task = asyncio.ensure_future(heavy(r))
-        loaded += await _probe(small, started + 0.05, task.done)
-        await task
-        heavy_s.append(time.perf_counter() - started)
-    base = statistics.median(unloaded)
-    during = statistics.median(loaded)
+    started = time.perf_counter()
+    task = asyncio.ensure_future(heavy())
+    loaded = await _probe(small, started + 0.05, task.done)
+    await task
+    heavy_s = time.perf_counter() - started
+    base, during = statistics.median(unloaded), statistics.median(loaded)
     return {
         "unloaded_ms": round(base * 1000, 3),
         "loaded_ms": round(during * 1000, 3),
         "loaded_max_ms": round(max(loaded) * 1000, 3),
         "small_calls_during": len(loaded),
-        "heavy_s": round(statistics.median(heavy_s), 3),
+        "heavy_s": round(heavy_s, 3),
         "ratio": round(during / base, 2),
     }
 
@@ -137,10 +130,10 @@ def hook_case(
     async def small() -> Any:
         return await pre(SMALL, "small")
 
-    async def heavy(r: int) -> Any:
-        return await pre(history, f"heavy-{on_loop}-{tag}{r}")
+    async def heavy() -> Any:
+        return await pre(history, f"heavy-{on_loop}-{tag}0")
 
-    return small, heavy, hook
+    return small, heavy, hook.sessions.close
 
 
 def adapter_case(policy: Any, history: list[Msg], base_url: str, tag: str, processes: int) -> Any:
@@ -160,12 +153,12 @@ def adapter_case(policy: Any, history: list[Msg], base_url: str, tag: str, proce
     async def small() -> Any:
         return await small_client.chat.completions.create(model="m", messages=SMALL)
 
-    heavy_clients = [wrap(client, pool.get(f"heavy-{tag}{r}")) for r in range(1)]
+    heavy_client = wrap(client, pool.get(f"heavy-{tag}0"))
 
-    async def heavy(r: int) -> Any:
-        return await heavy_clients[r].chat.completions.create(model="m", messages=history)
+    async def heavy() -> Any:
+        return await heavy_client.chat.completions.create(model="m", messages=history)
 
-    return small, heavy, pool
+    return small, heavy, pool.close
 
 
 def gateway(base_url: str, processes: int) -> Any:
@@ -201,10 +194,10 @@ def gateway_case(url: str, history: list[dict[str, Any]], tag: str) -> Any:
     async def small() -> Any:
         return await post(SMALL, "small-" + tag)
 
-    async def heavy(r: int) -> Any:
-        return await post(history, f"heavy-{tag}{r}")
+    async def heavy() -> Any:
+        return await post(history, f"heavy-{tag}0")
 
-    return small, heavy, client
+    return small, heavy, client.aclose
 
 
 _FLOOR = """
@@ -221,7 +214,7 @@ for line in sys.stdin:
 
 
 @contextlib.contextmanager
-def floor(history: list[dict[str, Any]]) -> Iterator[Callable[[int], Awaitable[Any]]]:
+def floor(history: list[dict[str, Any]]) -> Iterator[Callable[[], Awaitable[Any]]]:
     """A ``heavy`` that prepares ``history`` in a process of its own, unrelated to the
     front end (started and loaded beforehand): the front end then shares only the
     machine with it, which is the least any engine placement can do."""
@@ -245,7 +238,7 @@ def floor(history: list[dict[str, Any]]) -> Iterator[Callable[[int], Awaitable[A
         proc.stdin.flush()
         return proc.stdout.readline()
 
-    async def heavy(r: int) -> Any:
+    async def heavy() -> Any:
         return await asyncio.to_thread(go)
 
     try:
@@ -272,6 +265,24 @@ def salted(history: list[dict[str, Any]], salt: str) -> list[dict[str, Any]]:
         m if m["role"] == "system" else {**m, "content": f"{m.get('content') or ''} [{salt}]"}
         for m in history
     ]
+
+
+def run_case(
+    small: Callable[[], Awaitable[Any]],
+    heavy: Callable[[], Awaitable[Any]],
+    close: Callable[[], Any],
+    alone: int,
+) -> dict[str, Any]:
+    """:func:`measure` on an event loop of its own, then the front end closed."""
+
+    async def go() -> dict[str, Any]:
+        try:
+            return await measure(small, heavy, alone)
+        finally:
+            if inspect.isawaitable(done := close()):
+                await done
+
+    return asyncio.run(go())
 
 
 def combined(runs: list[dict[str, Any]]) -> dict[str, Any]:
@@ -389,36 +400,20 @@ def main(argv: list[str] | None = None) -> int:
 
     eprint(f"{n} messages, {rounds} round(s)")
     name = "litellm hook, engine on the loop (before)"
-    small, heavy, hook = hook_case(policy, salted(history, "on-loop"), on_loop=True)
-    results[name] = asyncio.run(measure(small, heavy, rounds=1, alone=alone))
-    hook.sessions.close()
+    results[name] = run_case(*hook_case(policy, salted(history, "on-loop"), on_loop=True), alone)
     eprint(name, results[name])
     runs: dict[str, list[dict[str, Any]]] = {}
 
     def one(front: str, label: str, n_procs: int, tag: str, base_url: str) -> None:
         hist = salted(history, {"gateway": "gw"}.get(front, front) + tag)
-        with contextlib.ExitStack() as stack:
-            if front == "gateway":
-                url, _ = stack.enter_context(gateway(base_url, n_procs))
-                small, heavy, client = gateway_case(url, hist, tag)
-                close: Any = client.aclose
-            elif front == "hook":
-                small, heavy, hook = hook_case(
-                    policy, hist, on_loop=False, tag=tag, processes=n_procs
-                )
-                stack.callback(hook.sessions.close)
-            else:
-                small, heavy, pool = adapter_case(policy, hist, base_url, tag, n_procs)
-                stack.callback(pool.close)
-
-            async def go() -> dict[str, Any]:
-                try:
-                    return await measure(small, heavy, rounds=1, alone=alone)
-                finally:
-                    if front == "gateway":
-                        await close()
-
-            result = asyncio.run(go())
+        if front == "gateway":
+            with gateway(base_url, n_procs) as (url, _):
+                result = run_case(*gateway_case(url, hist, tag), alone)
+        elif front == "hook":
+            case = hook_case(policy, hist, on_loop=False, tag=tag, processes=n_procs)
+            result = run_case(*case, alone)
+        else:
+            result = run_case(*adapter_case(policy, hist, base_url, tag, n_procs), alone)
         name = f"{FRONTS[front]}, {label}"
         runs.setdefault(name, []).append(result)
         eprint(name, result)
@@ -432,10 +427,9 @@ def main(argv: list[str] | None = None) -> int:
                 for front in FRONTS:
                     one(front, label, n_procs, f"{label[:12]}-{r}-", base_url)
             # the floor: the machine alone
-            small, _, hook = hook_case(policy, SMALL, on_loop=False, tag=f"floor-{r}-")
+            small, _, close = hook_case(policy, SMALL, on_loop=False, tag=f"floor-{r}-")
             with floor(salted(history, f"floor-{r}")) as heavy:
-                result = asyncio.run(measure(small, heavy, rounds=1, alone=alone))
-            hook.sessions.close()
+                result = run_case(small, heavy, close, alone)
             name = "litellm hook, the long history prepared by an unrelated process (floor)"
             runs.setdefault(name, []).append(result)
             eprint(name, result)
@@ -465,10 +459,9 @@ def to_markdown(data: dict[str, Any]) -> str:
     rows = [
         [k, *(r[c] for c in COLUMNS), r.get("pooled_ratio", r["ratio"])] for k, r in results.items()
     ]
-    return "\n".join(
+    return "\n\n".join(
         [
             "## Front door: does one long history block another conversation?",
-            "",
             f"A small call of one conversation while another prepares {data['messages']:,} "
             f"messages (each round a new conversation and a history of its own; median of "
             f"{data['rounds']} round(s), before and after interleaved round by round); ratio = "
@@ -477,15 +470,12 @@ def to_markdown(data: dict[str, Any]) -> str:
             "of the run (the machine's load moves a sub-millisecond call alone by several "
             f"times). Load averages (1, 5, 15 min) at the start and after each round: "
             f"{data['loads']}.",
-            "",
             markdown_table(
                 "front end | unloaded ms | loaded ms | loaded max ms | small calls during | "
                 "heavy prepare s | ratio | ratio to all its unloaded",
                 rows,
             ),
-            "",
             notes(results, processes),
-            "",
             "Reproduce: `.venv/bin/python benchmarks/bench_frontdoor_blocking.py` "
             f"(`--processes {processes}`; `--quick`: a smoke run of 300 messages, one round).",
         ]

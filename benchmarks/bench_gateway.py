@@ -30,6 +30,7 @@ from benchmarks._common import (
     git_head,
     http_server,
     machine,
+    markdown_table,
     parser,
     publish,
     scripted_upstream,
@@ -71,6 +72,7 @@ uvicorn.run(
 """
 
 ROOT = Path(__file__).resolve().parents[1]
+CHAT = "/v1/chat/completions"
 
 
 def server_impls(root: Path) -> tuple[str, str]:
@@ -228,21 +230,16 @@ async def _call(
     """Seconds to the whole answer (or, streaming, to its first body byte); ``large``: the
     JSON bytes of a Messages request to send instead of the small chat request."""
     headers = {"x-ctxpolicy-conversation": conv, "authorization": "Bearer bench"}
-    body = {**BODY, "stream": True} if stream else BODY
     t0 = time.perf_counter()
-    if large:
-        headers["anthropic-version"] = "2023-06-01"
-        headers["content-type"] = "application/json"
-        r = await c.post(url + "/v1/messages", content=large, headers=headers)
-        dt = time.perf_counter() - t0
-        assert r.status_code == 200, r.text
-        return dt
     if not stream:
-        r = await c.post(url + "/v1/chat/completions", json=body, headers=headers)
+        if large:
+            headers |= {"anthropic-version": "2023-06-01", "content-type": "application/json"}
+        path, send = ("/v1/messages", {"content": large}) if large else (CHAT, {"json": BODY})
+        r = await c.post(url + path, headers=headers, **send)
         dt = time.perf_counter() - t0
         assert r.status_code == 200, r.text
         return dt
-    async with c.stream("POST", url + "/v1/chat/completions", json=body, headers=headers) as r:
+    async with c.stream("POST", url + CHAT, json={**BODY, "stream": True}, headers=headers) as r:
         assert r.status_code == 200
         dt = -1.0
         async for _ in r.aiter_raw():
@@ -305,13 +302,11 @@ def _row(direct: list[float], through: list[float], cpu: float) -> dict[str, flo
     return {"d50": d50, "g50": g50, "d99": d99, "g99": g99, "n": len(through), "cpu": cpu}
 
 
-def _line(name: str, r: dict[str, float]) -> str:
+def _line(name: str, r: dict[str, float]) -> list[str]:
     """A scenario's row: ms, the overheads in bold, the gateway's CPU per call."""
     d50, g50, d99, g99 = (r[k] * 1e3 for k in ("d50", "g50", "d99", "g99"))
-    return (
-        f"| {name} | {r['n']} | {d50:.2f} | {g50:.2f} | **{g50 - d50:.2f}** | {d99:.2f} | "
-        f"{g99:.2f} | **{g99 - d99:.2f}** | {g50 / d50:.2f}x | {r['cpu'] * 1e3:.2f} |"
-    )
+    return [name, str(r["n"]), f"{d50:.2f}", f"{g50:.2f}", f"**{g50 - d50:.2f}**", f"{d99:.2f}",
+            f"{g99:.2f}", f"**{g99 - d99:.2f}**", f"{g50 / d50:.2f}x", f"{r['cpu'] * 1e3:.2f}"]  # fmt: skip
 
 
 def _own_cpu_data(
@@ -327,15 +322,16 @@ def _own_cpu_data(
     }
 
 
-def _own_lines(labels: list[str], own: dict[str, Any]) -> list[str]:
+def _own_lines(labels: list[str], own: dict[str, Any]) -> list[list[str]]:
     """One row per request: p50 / p99 ms of each checkout (and their ratio)."""
-    lines = []
+    rows = []
     for name in dict.fromkeys(k.rsplit(" [", 1)[0] for k in own):
         cells = [own[f"{name} [{label}]"] for label in labels]
-        row = " | ".join(f"{c['cpu_p50'] * 1e3:.3f} / {c['cpu_p99'] * 1e3:.3f}" for c in cells)
-        ratio = f" | {cells[0]['cpu_p50'] / cells[-1]['cpu_p50']:.1f}x" if len(cells) > 1 else ""
-        lines.append(f"| {name} | {row}{ratio} |")
-    return lines
+        rows.append(
+            [name, *(f"{c['cpu_p50'] * 1e3:.3f} / {c['cpu_p99'] * 1e3:.3f}" for c in cells)]
+        )
+        rows[-1] += [f"{cells[0]['cpu_p50'] / cells[-1]['cpu_p50']:.1f}x"] if len(cells) > 1 else []
+    return rows
 
 
 def main() -> None:
@@ -364,8 +360,7 @@ def main() -> None:
             "small": ("chat", BODY),
             "large": ("anthropic", LARGE),
         }
-        if real is not None:
-            bodies["real"] = ("anthropic", real)
+        bodies |= {"real": ("anthropic", real)} if real is not None else {}
         own = [_own_cpu(root, bodies, own_calls, warm) for root in roots]
         # twice, interleaved (baseline, this tree, baseline, this tree): load drifts
         if len(roots) > 1:
@@ -378,18 +373,13 @@ def main() -> None:
             "real": real_name.removesuffix(", 1 conversation"),
         }
         own_data = _own_cpu_data(labels, own, own_names)
-        for line in _own_lines(labels, own_data):
-            print(line, flush=True)
+        for row in _own_lines(labels, own_data):
+            print(" | ".join(row), flush=True)
         large_bytes = json.dumps(LARGE).encode()
         single = {  # one conversation: name, calls, streamed, the Messages request's bytes
             "sequential": ("sequential, 1 conversation", seq_calls, False, b""),
             "stream": ("streaming, time to first byte, 1 conversation", seq_calls, True, b""),
-            "large": (
-                "synthetic 150 KB Messages request, 24 tools, 1 conversation",
-                large_calls,
-                False,
-                large_bytes,
-            ),
+            "large": (f"{own_names['large']}, 1 conversation", large_calls, False, large_bytes),
             "claude": (real_name, large_calls, False, real_bytes or b""),
         }
         for delay, scenarios in (
@@ -420,7 +410,7 @@ def main() -> None:
                     for label, (t, cpu) in zip(labels, gws_t, strict=True):
                         full = f"{name} [{label}]" if args.baseline else name
                         results[full] = _row(d, t, cpu)
-                        print(_line(full, results[full]), flush=True)
+                        print(" | ".join(_line(full, results[full])), flush=True)
             load.append(os.getloadavg())
     data = {"machine": machine(["ctxpolicy", "uvicorn", "httpx"]), "quick": args.quick}
     data |= {
@@ -446,25 +436,20 @@ def to_markdown(data: dict[str, Any]) -> str:
     impls = ", ".join(f"{lb} {'/'.join(impl)}" for lb, impl in data["server"].items())
     lines = [
         "## bench_gateway: overhead per non-compacting call (loopback)",
-        "",
         f"1-minute load average at each stage of the run: {loads} (2 cores shared with "
         "other jobs: CPU times are the steadier measure).",
-        "",
         "### The gateway's own CPU per request",
-        "",
         "Each checkout's gateway code replays the request in a process of its own: "
         "reading the JSON body, the conversation's identity, the wire's conversion, "
         "`prepare` (token counts included) and building the outgoing body, everything "
         "but HTTP; CPU time (`time.process_time`) per request, ms"
         + (", both checkouts twice, interleaved" if base else "")
         + ".",
-        "",
-        f"| request | {own_head} |" + (" baseline / this tree |" if base else ""),
-        "| --- |" + " ---: |" * len(labels) + (" ---: |" if base else ""),
-        *_own_lines(labels, data["own_cpu"]),
-        "",
+        markdown_table(
+            f"request | {own_head}" + (" | baseline / this tree" if base else ""),
+            _own_lines(labels, data["own_cpu"]),
+        ),
         "### Through HTTP",
-        "",
         "Gateway and scripted upstream in their own processes; direct and gateway calls "
         "interleaved per conversation, one pooled httpx client. ms; overhead = gateway − "
         "direct at the same quantile; gateway CPU per call = the gateway process's user + "
@@ -474,12 +459,11 @@ def to_markdown(data: dict[str, Any]) -> str:
         + " HTTP parser and event loop of each gateway (as its checkout's lock installs "
         + f"them): {impls}."
         + (" (--quick)" if quick else ""),
-        "",
-        "| scenario | calls | direct p50 | gateway p50 | overhead p50 | direct p99 | "
-        "gateway p99 | overhead p99 | gateway/direct p50 | gateway CPU per call |",
-        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
-        *(_line(name, r) for name, r in data["scenarios"].items()),
-        "",
+        markdown_table(
+            "scenario | calls | direct p50 | gateway p50 | overhead p50 | direct p99 | "
+            "gateway p99 | overhead p99 | gateway/direct p50 | gateway CPU per call",
+            [_line(name, r) for name, r in data["scenarios"].items()],
+        ),
         "Reproduce: `.venv/bin/python -m benchmarks run gateway"
         + (
             f"{' --quick' if quick else ''} --baseline BASE` with BASE a checkout of "
@@ -494,7 +478,7 @@ def to_markdown(data: dict[str, Any]) -> str:
         "The real request is captured from Claude Code when it is installed "
         "(tests/gateway/test_real_clients.py installs it).",
     ]
-    return "\n".join(lines) + "\n"
+    return "\n\n".join(lines) + "\n"
 
 
 if __name__ == "__main__":

@@ -7,6 +7,7 @@ request. The scenarios are also tests (tests/test_incidents.py asserts the behav
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import sys
 import tempfile
@@ -221,30 +222,23 @@ def run_loop(
 
     def model_call() -> None:
         nonlocal failed_after_retry, last_prepared
-        before = dict(session.stats.compactions)
+        before = sum(session.stats.compactions.values())
         prepared = session.prepare(convo)
         ok, n = provider.check(prepared)
-        retried = False
         if not ok:
-            retried = True
+            retry = None
             err = (
                 f"This model's maximum context length is {WINDOW} tokens. (context_length_exceeded)"
             )
-            try:
+            with contextlib.suppress(ctxpolicy.ContextOverflowError):
                 retry = session.on_error(err, convo)
-            except ctxpolicy.ContextOverflowError:
-                retry = None
-            if retry is None:
-                failed_after_retry += 1
-            else:
+            if retry is not None:
                 prepared = retry
-                ok2, n = provider.check(prepared)
+                fits, n = provider.check(prepared)
                 provider.calls -= 1  # the retry is the same logical call
-                if not ok2:
-                    failed_after_retry += 1
-        after = dict(session.stats.compactions)
-        comp = sum(after.values()) - sum(before.values())
-        series.append({"prompt": n, "ok": ok, "retried": retried, "compactions": comp})
+            failed_after_retry += retry is None or not fits
+        comp = sum(session.stats.compactions.values()) - before
+        series.append({"prompt": n, "ok": ok, "retried": not ok, "compactions": comp})
         last_prepared = prepared
 
     for i, (tc, output) in enumerate(rounds):
@@ -422,37 +416,26 @@ def to_markdown(data: dict[str, Any]) -> str:
     b_ok = fb["summary_calls_rejected"] > 0 and db["summary_calls_rejected"] == 0
     md = [
         "## Incident scenarios (design B)",
-        "",
         f"Window {WINDOW:,} tokens, {OUTPUT:,} output tokens requested per call; a call is "
         f"rejected when prompt + {OUTPUT:,} > {WINDOW:,}. On a rejection the agent calls "
         "`Session.on_error` once and retries.",
-        "",
         f"### (a) {a['title']} ({a['big_result_tokens']:,}-token result at ~75 %)",
-        "",
         _table("a", fa, da, " | fixed 80 % | ours (dynamic)"),
-        "",
         f"Goal: overflow with the fixed policy, none with ours — "
         f"{ok[fa['rejected_calls'] > 0 and da['rejected_calls'] == 0]}",
-        "",
         f"### (b) {b['title']}",
-        "",
         _table("b", fb, db, " | fixed 95 % | ours (dynamic)"),
-        "",
         f"Goal: the fixed policy's summary call does not fit, ours always does "
         f"(≤ {WINDOW:,}) — {ok[b_ok and db['summary_calls'] > 0]}",
-        "",
         f"### (c) {c['title']}",
-        "",
         _table("c", fc, dc, " | fixed 50 % | ours (dynamic + recovery target)"),
-        "",
         f"Goal: ours compacts at most half as often — "
         f"{ok[dc['calls_with_compaction'] * 2 <= fc['calls_with_compaction']]}",
-        "",
         "Reproduce: `.venv/bin/python benchmarks/bench_incidents.py"
         + (" --quick`" if data["quick"] else "`")
         + " (tests: `.venv/bin/pytest tests/test_incidents.py`)",
     ]
-    return "\n".join(md)
+    return "\n\n".join(md)
 
 
 def main(argv: list[str] | None = None) -> int:

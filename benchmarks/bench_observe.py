@@ -119,16 +119,13 @@ def sinks(args: argparse.Namespace, messages: list[dict[str, Any]]) -> tuple[dic
     ]
     md = [
         "## Event-sink overhead (JSONL, OpenTelemetry)",
-        "",
         f"Replay of `{args.name}` ({len(messages)} messages, {prepares} prepares, policy "
         f"`{AGENT}`), {args.rounds} rounds, the three sessions in lockstep; {events_n} "
         f"events, {spans_n} spans per replay.",
-        "",
         markdown_table("variant | median s | ms / prepare | × (a), paired", rows),
-        "",
         "Paired ratio: the median over rounds of the variant ÷ (a) timed in the same round.",
     ]
-    return data, "\n".join(md)
+    return data, "\n\n".join(md)
 
 
 def fold_seconds(events: list[dict[str, Any]], repeat: int) -> float:
@@ -202,26 +199,22 @@ def dashboard(args: argparse.Namespace, messages: list[dict[str, Any]]) -> tuple
     ]
     md = [
         "## The dashboard's cost per prepared call",
-        "",
         "With `ctxpolicy serve --dashboard` the only work added to a call is folding its "
         "events into the dashboard's views (the page's polls read them in a worker thread). "
         f"Goal: ≤ {GOAL_MS} ms added to a prepared call.",
-        "",
         f"Replay of `{args.name}` ({len(messages)} messages, {prepares} prepares, "
         f"{len(recorded)} events, policy `{AGENT}`) through two sessions in "
         f"lockstep, with and without the dashboard's observer, each call timed on both "
         f"(order alternating), {args.rounds} rounds.",
-        "",
         markdown_table("variant | s per replay | median ms / prepare | × (a)", rows),
-        "",
         f"- added per prepare, replay (median over {len(times['a'])} paired calls of b − a): "
-        f"**{added_ms:.4f} ms**",
+        f"**{added_ms:.4f} ms**\n"
         f"- the observer alone, the replay's events folded: **{fold_ms * 1000:.1f} µs per "
-        f"prepare** (goal ≤ {GOAL_MS * 1000:.0f} µs: {'met' if fold_ms <= GOAL_MS else 'MISSED'})",
+        f"prepare** (goal ≤ {GOAL_MS * 1000:.0f} µs: {'met' if fold_ms <= GOAL_MS else 'MISSED'})\n"
         f"- one poll of `/dashboard/api` with {convs} conversations × 100 calls: "
         f"{poll_s * 1000:.1f} ms in a worker thread, {poll_bytes / 1024:.0f} KiB of JSON",
     ]
-    return data, "\n".join(md)
+    return data, "\n\n".join(md)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import sys
 import time
+from collections import Counter, defaultdict
 from collections.abc import Mapping
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
@@ -96,14 +97,13 @@ def main(argv: list[str] | None = None) -> int:
         grid = {k: v[:2] for k, v in list(GRID.items())[1:]}
     jobs = [(a, w, k, t) for (a, w), ks in grid.items() for k in ks for t in tune]
     t0 = time.perf_counter()
-    acc: dict[tuple[str, int, str], dict[str, float]] = {}
+    acc: dict[tuple[str, int, str], Counter[str]] = defaultdict(Counter)
+    summed = ("cost", "none", "facts", "kept", "far", "far_kept", "prefix_changes", "calls")
     with ProcessPoolExecutor(max_workers=max(1, args.jobs)) as pool:
         for d in pool.map(one, *zip(*jobs, strict=True)):
-            a = acc.setdefault((d["agent"], d["window"], d["knobs"]), {})
-            for k in ("cost", "none", "facts", "kept", "far", "far_kept", "prefix_changes"):
-                a[k] = a.get(k, 0) + d[k]
-            a["calls"] = a.get("calls", 0) + d["calls"]
-            a["avoidable"] = a.get("avoidable", 0) + d["avoidable"]
+            acc[d["agent"], d["window"], d["knobs"]].update(
+                {k: d[k] for k in (*summed, "avoidable")}
+            )
     rows = [
         {"agent": agent, "window": window, "knobs": json.loads(knobs),
          "total_over_none": round(a["cost"] / max(1.0, a["none"]), 4),

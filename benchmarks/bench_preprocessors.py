@@ -73,19 +73,15 @@ def tool_messages(traces: Path) -> list[tuple[str, str, str]]:
 
 
 def counter() -> tuple[Any, str]:
-    try:
-        from ctxpolicy.policy.models import ModelSpec
-        from ctxpolicy.tokens import TokenCounter
+    from ctxpolicy.policy.models import ModelSpec
+    from ctxpolicy.tokens import TokenCounter
 
-        chain = ["o200k_base", "quicktok:o200k_base", "cl100k_base", "heuristic"]
-        c = TokenCounter(ModelSpec(context_window=128000, tokenizer=chain))
-        c.count_text("warm up")
-        stats = c.stats()
-        backend = stats.get("tokenizer") or stats.get("backend")
-        backend = backend or json.dumps(stats, default=str)[:120]
-        return c.count_text, f"ctxpolicy.tokens.TokenCounter ({backend})"
-    except Exception as exc:  # pragma: no cover - tokens module not available
-        return (lambda s: (len(s) + 3) // 4), f"len/4 (TokenCounter unavailable: {exc})"
+    chain = ["o200k_base", "quicktok:o200k_base", "cl100k_base", "heuristic"]
+    c = TokenCounter(ModelSpec(context_window=128000, tokenizer=chain))
+    c.count_text("warm up")
+    stats = c.stats()
+    backend = stats.get("tokenizer") or stats.get("backend") or json.dumps(stats, default=str)[:120]
+    return c.count_text, f"ctxpolicy.tokens.TokenCounter ({backend})"
 
 
 def run(traces: Path = DEFAULT_TRACES) -> dict[str, Any]:
@@ -156,12 +152,10 @@ def main(argv: list[str]) -> int:
 
     md = [
         "## Preprocessors",
-        "",
         table(res),
-        "",
         "Reproduce: `python -m benchmarks run preprocessors`",
     ]
-    publish("bench_preprocessors", {**res, "quick": "--quick" in argv}, "\n".join(md))
+    publish("bench_preprocessors", {**res, "quick": "--quick" in argv}, "\n\n".join(md))
     return 0
 
 

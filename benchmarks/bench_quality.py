@@ -160,6 +160,15 @@ def goals(results: list[dict[str, Any]]) -> dict[str, Any]:
 # --------------------------------------------------------------------------- report
 
 ORDER = ("ctxpolicy", *BASELINES)
+#: the goals' lists of cases, under the section's tables
+CASES = (
+    ("overflow_or_violation_cases", "Overflow / violation cases (ctxpolicy):"),
+    ("unavoidable_overflow_cases",
+     "Unavoidable overflows (ctxpolicy): the system messages, the first user message and the "
+     "newest message alone exceed `window − reserve_output`, so no strategy that keeps the "
+     "task fits; the policy reports each with a `context.overflow` event:"),
+    ("retention_worse_cases", "Cases where a baseline at equal or lower cost kept more in context:"),
+)  # fmt: skip
 
 
 def table(agg: Mapping[str, Mapping[str, Any]]) -> str:
@@ -183,10 +192,7 @@ def to_markdown(data: dict[str, Any]) -> str:
     runs = [dict(r, agent=j["agent"]) for j in results if j.get("applicable") for r in j["runs"]]
     g = data["goals"]
     ok = {True: "✓", False: "✗"}
-    md = [
-        "## Compaction quality",
-        "",
-    ]
+    md = ["## Compaction quality", ""]
     if results:
         md += [
             f"{data['traces']} traces × {len(data['agents'])} shipped policies × windows "
@@ -197,10 +203,7 @@ def to_markdown(data: dict[str, Any]) -> str:
             "(in context) or through a snapshot reference in it (recoverable).",
             "",
         ]
-    for note in sorted(set(data["notes"])):
-        md += [f"- Note: {note}"]
-    if data["notes"]:
-        md += [""]
+    md += [f"- Note: {note}" for note in sorted(set(data["notes"]))] + [""] * bool(data["notes"])
     md += peer_markdown(data)
     md += ruler_markdown(data.get("peer_results") or [])
     if not results:
@@ -257,33 +260,17 @@ def to_markdown(data: dict[str, Any]) -> str:
         ),
         "",
     ]
-    if g["overflow_or_violation_cases"]:
-        md += ["Overflow / violation cases (ctxpolicy):", ""]
-        md += [f"- {c}" for c in g["overflow_or_violation_cases"][:30]]
-        md += [""]
-    if g.get("unavoidable_overflow_cases"):
+    for key, title in CASES:
+        if listed := g.get(key):
+            md += [title, "", *(f"- {c}" for c in listed[:30])]
+            if key == "retention_worse_cases" and len(listed) > 30:
+                md += [f"- … {len(listed) - 30} more in bench_quality.json"]
+            md += [""]
+    if na := sorted({(j["agent"], j["window"]) for j in results if not j.get("applicable")}):
         md += [
-            "Unavoidable overflows (ctxpolicy): the system messages, the first user message "
-            "and the newest message alone exceed `window − reserve_output`, so no strategy "
-            "that keeps the task fits; the policy reports each with a `context.overflow` event:",
-            "",
+            "Not applicable (budget leaves no room): " + ", ".join(f"{a} @ {w:,}" for a, w in na)
         ]
-        md += [f"- {c}" for c in g["unavoidable_overflow_cases"][:30]]
         md += [""]
-    if g["retention_worse_cases"]:
-        md += ["Cases where a baseline at equal or lower cost kept more in context:", ""]
-        md += [f"- {c}" for c in g["retention_worse_cases"][:30]]
-        if len(g["retention_worse_cases"]) > 30:
-            md += [f"- … {len(g['retention_worse_cases']) - 30} more in bench_quality.json"]
-        md += [""]
-    na = [j for j in results if not j.get("applicable")]
-    if na:
-        combos = sorted({(j["agent"], j["window"]) for j in na})
-        md += [
-            "Not applicable (budget leaves no room): "
-            + ", ".join(f"{a} @ {w:,}" for a, w in combos),
-            "",
-        ]
     md += [reproduce(data)]
     return "\n".join(md)
 

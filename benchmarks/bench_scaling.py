@@ -8,7 +8,6 @@ interleaved. The section says what is reported.
 from __future__ import annotations
 
 import argparse
-import json
 import subprocess
 import sys
 import tempfile
@@ -30,6 +29,7 @@ from benchmarks._common import (
     trees,
 )
 from benchmarks._inputs import tiny_session
+from benchmarks._measure import answer, baseline_note, changed
 from ctxpolicy.state.memory import MemoryStateStore  # each run starts fresh
 
 POLICY_FILE = ROOT / "policies" / "agents.yaml"
@@ -52,15 +52,10 @@ def scaling_policy(
     try:
         TokenCounter(pol.model, model_name=pol.model_name)
     except Exception:
-        pol = pol.model_copy(
-            update={"model": pol.model.model_copy(update={"tokenizer": "cl100k_base"})}
-        )
-    snaps = (
-        {"enabled": False}
-        if snapshots_dir is None
-        else {"enabled": True, "store": "local", "path": snapshots_dir}
-    )
-    return pol.model_copy(update={"snapshots": pol.snapshots.model_copy(update=snaps)})
+        pol = changed(pol, "model", tokenizer="cl100k_base")
+    if snapshots_dir is None:
+        return changed(pol, "snapshots", enabled=False)
+    return changed(pol, "snapshots", enabled=True, store="local", path=snapshots_dir)
 
 
 def prepare_once(policy: Any, msgs: list[dict[str, Any]]) -> tuple[float, int, int]:
@@ -142,13 +137,11 @@ def to_markdown(data: dict[str, Any]) -> str:
     codes = list(data["runs"])
     lines = [
         "## Scaling of `prepare` with the number of messages",
-        "",
         f"One `prepare` of n tiny messages (rounds of one `bash` call and its one-line "
         f"result) under `{AGENT}` (32k window, compaction heavy), fresh session and "
         "token counter, best of 3 runs (1 from 8,000 messages on), each size in a child "
         f"process bounded by {data['timeout']:g} s; "
         f"{data.get('rounds', 1)} interleaved sweep(s) over the sizes, the best of each kept.",
-        "",
     ]
     headers = ["messages", *(f"{c} {h}" for c in codes for h in ("s", "growth", "lookups"))]
     headers += ["compacted away", *(["this tree ÷ baseline"] if "baseline" in data["runs"] else [])]
@@ -168,12 +161,7 @@ def to_markdown(data: dict[str, Any]) -> str:
         rows.append(row)
     lines.append(markdown_table(headers, rows))
     if data.get("baseline"):
-        lines += [
-            "",
-            f"Baseline: `{data['baseline']}`"
-            + (f" (commit {data['baseline_commit']})" if data.get("baseline_commit") else "")
-            + ".",
-        ]
+        lines += ["", baseline_note(data["baseline"], data.get("baseline_commit"))]
     mine = data["runs"]["this tree"]
     shares = [
         f"{1 - r['kept'] / n:.0%} at {n:,}"
@@ -181,7 +169,6 @@ def to_markdown(data: dict[str, Any]) -> str:
         if r.get("kept") is not None
     ]
     lines += [
-        "",
         'Growth is the time at n ÷ the time at the smallest n. "lookups" counts the '
         "messages the token counter looked up (a deterministic measure of counting "
         'work); "compacted away" the share of the messages not sent. What is '
@@ -192,11 +179,10 @@ def to_markdown(data: dict[str, Any]) -> str:
         "times over (coding_agent_16k at an 8k window: the same share at both sizes) "
         "and asserts by ratio, never by wall clock: time at 8,000 vs 1,000 messages "
         "< 8 × 1.6, lookups < 8 × 1.25.",
-        "",
         "Reproduce: `.venv/bin/python benchmarks/bench_scaling.py --baseline <a checkout "
         "of the code before>`" + (" (`--quick`)" if data.get("quick") else ""),
     ]
-    return "\n".join(lines)
+    return "\n\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -209,8 +195,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--repeat", type=int, default=3, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.child is not None:
-        print(json.dumps(child(args.child, args.repeat)))
-        return 0
+        return answer(child(args.child, args.repeat))
     sizes = QUICK_SIZES if args.quick else SIZES
     timeout = args.timeout or (60.0 if args.quick else 300.0)
     codes = trees(args.baseline)

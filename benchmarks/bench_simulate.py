@@ -62,10 +62,8 @@ def simulate(
 def to_markdown(data: dict[str, Any]) -> str:
     md = [
         "## Simulations",
-        "",
         "Tokens sent per model call (policy vs baselines, with trigger, target and hard "
         "limit; markers where a layer fired):",
-        "",
     ]
     for r in data["plots"]:
         trace, agent, window = r["trace"], r["agent"], r["window"]
@@ -83,14 +81,12 @@ def to_markdown(data: dict[str, Any]) -> str:
         )
         md += [
             f"![{agent} at {window:,} on {trace}](img/{r['png']})",
-            "",
             f"`{shown}`"
             + (f" — {totals}" if totals else "")
             + ("" if r["png_bytes"] < MAX_PNG else f" (PNG {r['png_bytes']:,} bytes!)"),
-            "",
         ]
     md.append("Reproduce: `python -m benchmarks run simulate`")
-    return "\n".join(md)
+    return "\n\n".join(md)
 
 
 def main(argv: list[str] | None = None) -> int:

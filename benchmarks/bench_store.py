@@ -8,21 +8,23 @@ tree and this one, each in its own child process.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import functools
 import json
 import os
 import random
-import shutil
 import statistics
 import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
+from unittest import mock
 
 sys.path.append(str(Path(__file__).resolve().parents[1]))  # run as a file
 
 from benchmarks._common import ROOT, eprint, in_tree, machine, markdown_table, parser, publish
+from benchmarks._measure import answer, medians, rounds
 from ctxpolicy.engine import Session
 from ctxpolicy.policy.models import AgentPolicy, Policy
 from ctxpolicy.state.memory import MemoryStateStore
@@ -67,16 +69,17 @@ def add_tool_results(policy: Policy, outputs: list[str], conv_id: str) -> float:
 
 
 def bench_durability(calls: int, repeats: int) -> dict[str, Any]:
-    variants = ["none", "flush", "fsync"]
-    per_call: dict[str, list[float]] = {v: [] for v in variants}
     rng = random.Random(1)
     outputs = [_output(rng, i) for i in range(calls)]
-    for r in range(repeats):
-        for v in variants if r % 2 == 0 else list(reversed(variants)):
-            with tempfile.TemporaryDirectory(prefix="bench-store-") as tmp:
-                policy = _policy(None if v == "none" else tmp, v if v != "none" else "flush")
-                per_call[v].append(add_tool_results(policy, outputs, f"d{r}"))
-    med = {v: statistics.median(x) for v, x in per_call.items()}
+
+    def one(durability: str) -> float:
+        with tempfile.TemporaryDirectory(prefix="bench-store-") as tmp:
+            off = durability == "none"
+            policy = _policy(None if off else tmp, "flush" if off else durability)
+            return add_tool_results(policy, outputs, "d")
+
+    variants = {v: functools.partial(one, v) for v in ("none", "flush", "fsync")}
+    med = medians(rounds(variants, repeats, alternate=True))
     out = {"calls": calls, "repeats": repeats, "median_ms": {v: m * 1000 for v, m in med.items()}}
     out |= {"fsync_over_flush": med["fsync"] / med["flush"]}
     return out | {f"{v}_over_none": med[v] / med["none"] for v in ("flush", "fsync")}
@@ -100,60 +103,55 @@ def _synthetic_run(steps: int) -> list[tuple[int, list[dict[str, Any]]]]:
         out_text = _output(rng, step)[: rng.randint(500, 5000)]
         rounds[-1].append({"role": "tool", "tool_call_id": cid, "content": out_text})
         if step % 2 == 0 and len(rounds) > 4:
-            dropped = rounds[:2]
+            out.append((step, [m for r in rounds[:2] for m in r]))
             rounds = rounds[2:]
-            out.append((step, [m for r in dropped for m in r]))
     return out
 
 
-def _content_bytes(msgs: list[dict[str, Any]]) -> int:
-    return sum(len(json.dumps(m, ensure_ascii=False, separators=(",", ":")).encode()) for m in msgs)
+def _store(root: str | Path, **options: Any) -> Any:
+    """A local snapshot store under ``root`` that never prunes."""
+    from ctxpolicy.snapshots import LocalOptions, LocalStore
 
-
-def _dir_bytes(root: Path) -> tuple[int, int]:
-    files = [p for p in root.rglob("*") if p.is_file() and not p.name.startswith(".ctxpolicy")]
-    return sum(p.stat().st_size for p in files), len(files)
+    return LocalStore(LocalOptions(max_total_mb=None, max_age_days=None, **options), root=str(root))
 
 
 def bench_archive(steps: int) -> dict[str, Any]:
-    from ctxpolicy.snapshots import LocalOptions, LocalStore
     from ctxpolicy.snapshots.archive import HistoryArchive, render_transcript
 
     run = _synthetic_run(steps)
-    content = sum(_content_bytes(msgs) for _, msgs in run)
+    dumps = functools.partial(json.dumps, ensure_ascii=False, separators=(",", ":"))
+    content = sum(len(dumps(m).encode()) for _, msgs in run for m in msgs)
     results: dict[str, Any] = {"steps": steps, "compactions": len(run), "content_bytes": content}
     for variant in ("before", "after"):
         # before: one file per document, as the previous engine wrote them
-        opts = LocalOptions(
-            max_total_mb=None, max_age_days=None, layout="files" if variant == "before" else "auto"
-        )
-        with tempfile.TemporaryDirectory(prefix="bench-archive-") as tmp_dir:
-            tmp = Path(tmp_dir)
-            store = LocalStore(opts, root=str(tmp))
+        with tempfile.TemporaryDirectory(prefix="bench-archive-") as tmp:
+            store = _store(tmp, layout="files" if variant == "before" else "auto")
             archive = HistoryArchive(store, "run")
             kept: list[dict[str, Any]] = []
             times: list[float] = []
-            written = files_written = 0
+            written: list[int] = []
             for step, msgs in run:
                 t0 = time.perf_counter()
-                if variant == "before":  # the previous engine's _archive_dropped
-                    kept.extend(msgs)
-                    doc = {"step": step, "action": "compacted_history", "phase": "compaction",
-                           "observation": render_transcript([(i, step, m) for i, m in enumerate(kept, 1)]),
-                           "messages": list(kept), "timestamp": time.time(), "conv_id": "run"}  # fmt: skip
-                    ref = store.write("run", step, "compacted_history", doc)
+                if variant == "after":
+                    archive.append(msgs, step=step)
                     times.append(time.perf_counter() - t0)
-                    # the old engine kept every one of these files; count them, then
-                    # remove them to spare the shared disk (GBs at 1,000 steps)
-                    written += Path(ref.path).stat().st_size
-                    files_written += 1
-                    Path(ref.path).unlink()
                     continue
-                archive.append(msgs, step=step)
+                kept.extend(msgs)  # the previous engine's _archive_dropped
+                doc = {"step": step, "action": "compacted_history", "phase": "compaction",
+                       "observation": render_transcript([(i, step, m) for i, m in enumerate(kept, 1)]),
+                       "messages": list(kept), "timestamp": time.time(), "conv_id": "run"}  # fmt: skip
+                path = Path(store.write("run", step, "compacted_history", doc).path)
                 times.append(time.perf_counter() - t0)
-            size, files = _dir_bytes(tmp)
+                # the old engine kept every one of these files; count them, then remove
+                # them to spare the shared disk (GBs at 1,000 steps)
+                written.append(path.stat().st_size)
+                path.unlink()
             if variant == "before":
-                size, files = written, files_written
+                size, files = sum(written), len(written)
+            else:
+                kept_files = [f for f in Path(tmp).rglob("*") if f.is_file()]
+                kept_files = [f for f in kept_files if not f.name.startswith(".ctxpolicy")]
+                size, files = sum(f.stat().st_size for f in kept_files), len(kept_files)
             tenth = max(1, len(times) // 10)
             growth = sum(times[-tenth:]) / max(sum(times[:tenth]), 1e-9)
             results[variant] = {"bytes": size, "files": files, "bytes_over_content": size / content}
@@ -165,32 +163,19 @@ def bench_archive(steps: int) -> dict[str, Any]:
 
 
 def bench_naming() -> dict[str, Any]:
-    from ctxpolicy.snapshots import LocalOptions, LocalStore
-
-    counts = {"link": 0, "open": 0}
-    real_link, real_open = os.link, os.open
-
-    def link(*a: Any, **k: Any) -> None:
-        counts["link"] += 1
-        real_link(*a, **k)
-
-    def open_(*a: Any, **k: Any) -> int:
-        counts["open"] += 1
-        return real_open(*a, **k)
-
-    os.link, os.open = link, open_  # type: ignore[assignment]
+    """``os.link`` + ``os.open`` calls of 100 and 1,000 snapshots of one name."""
     ops: dict[int, int] = {}
-    try:
+    with (
+        mock.patch("os.link", wraps=os.link) as link,
+        mock.patch("os.open", wraps=os.open) as open_,
+    ):
         for n in (100, 1000):
             with tempfile.TemporaryDirectory(prefix="bench-names-") as tmp:
-                files = LocalOptions(max_total_mb=None, max_age_days=None, layout="files")
-                store = LocalStore(files, root=tmp)  # the layout that names by link
-                before = counts["link"] + counts["open"]
+                store = _store(tmp, layout="files")  # the layout that names by link
+                before = link.call_count + open_.call_count
                 for _ in range(n):
                     store.write("c", 3, "bash", {"observation": "x"})
-                ops[n] = counts["link"] + counts["open"] - before
-    finally:
-        os.link, os.open = real_link, real_open  # type: ignore[assignment]
+                ops[n] = link.call_count + open_.call_count - before
     old = {n: n * (n + 1) // 2 + n for n in ops}  # linear probing: 1 + 2 + … + n links, n opens
     return {
         "ops": ops,
@@ -204,15 +189,13 @@ def bench_naming() -> dict[str, Any]:
 
 
 def bench_recall(small: int, factor: int) -> dict[str, Any]:
-    from ctxpolicy.snapshots import LocalOptions, LocalStore
     from ctxpolicy.snapshots.archive import HistoryArchive
 
     sizes = (small, small * factor)
-    tmps = [tempfile.mkdtemp(prefix="bench-recall-") for _ in sizes]
-    try:
+    with contextlib.ExitStack() as stack:
         stores = []
-        for records, tmp in zip(sizes, tmps, strict=True):
-            store = LocalStore(LocalOptions(max_total_mb=None, max_age_days=None), root=tmp)
+        for records in sizes:
+            store = _store(stack.enter_context(tempfile.TemporaryDirectory(prefix="bench-recall-")))
             archive = HistoryArchive(store, "c")
             msg = {"role": "tool", "tool_call_id": "x", "content": "y" * 2000}
             for step in range(records):
@@ -227,9 +210,6 @@ def bench_recall(small: int, factor: int) -> dict[str, Any]:
                 for _ in range(50):
                     fresh.message(n)
                 best[k] = min(best[k], (time.perf_counter() - t0) / 50)
-    finally:
-        for tmp in tmps:
-            shutil.rmtree(tmp, ignore_errors=True)
     return {
         "records": list(sizes),
         "seconds": {str(sz): t for sz, t in zip(sizes, best, strict=True)},
@@ -257,72 +237,59 @@ def _tool_document(rng: random.Random, i: int) -> dict[str, Any]:
     }
 
 
-def _bare_appends(fd: int, datas: list[bytes], sync: bool) -> float:
-    """Seconds per bare append (one ``os.write``, + ``os.fsync`` when ``sync``)."""
+def _per_write(write: Any, items: list[Any]) -> float:
+    """Seconds per ``write(i, item)``."""
     t0 = time.perf_counter()
-    for data in datas:
-        os.write(fd, data)
-        if sync:
-            os.fsync(fd)
-    return (time.perf_counter() - t0) / len(datas)
-
-
-def _snapshot_writes(store: Any, docs: list[dict[str, Any]]) -> float:
-    """Seconds per ``store.write`` of a tool result's document."""
-    write = store.write
-    t0 = time.perf_counter()
-    for i, d in enumerate(docs):
-        write("bench", i + 1, "read_file", d)
-    return (time.perf_counter() - t0) / len(docs)
+    for i, item in enumerate(items):
+        write(i, item)
+    return (time.perf_counter() - t0) / len(items)
 
 
 def bench_append(writes: int, repeats: int) -> dict[str, Any]:
     """Snapshot write ÷ bare append of the same bytes, per durability."""
-    from ctxpolicy.snapshots import LocalOptions, LocalStore, records
+    from ctxpolicy.snapshots import records
 
     rng = random.Random(3)
     docs = [_tool_document(rng, i) for i in range(writes)]
     out: dict[str, Any] = {"writes": writes, "repeats": repeats}
     for durability in ("flush", "fsync"):
         n = writes if durability == "flush" else max(writes // 8, 20)
-        store_t: list[float] = []
-        bare_t: list[float] = []
-        nbytes = 0
+        # the same bytes: the records this store writes (nonce and names alike)
+        datas = [
+            records.record(b"\0" * 8, f"step_{i + 1:03d}_read_file", *records.encode(d))
+            for i, d in enumerate(docs[:n])
+        ]
+        times: dict[str, list[float]] = {"bare": [], "snapshot": []}
         for r in range(repeats):
             with tempfile.TemporaryDirectory(prefix="bench-append-") as tmp:
-                opts = LocalOptions(durability=durability, max_total_mb=None, max_age_days=None)  # type: ignore[arg-type]
-                store = LocalStore(opts, root=os.path.join(tmp, "store"))
+                store = _store(os.path.join(tmp, "store"), durability=durability)
                 store.write("bench", 0, "warm", docs[0])
-                # the same bytes: the records this store writes (nonce and names alike)
-                datas = []
-                for i, d in enumerate(docs[:n]):
-                    magic, meta, body = records.encode(d)
-                    datas.append(
-                        records.record(b"\0" * 8, f"step_{i + 1:03d}_read_file", magic, meta, body)
-                    )
-                nbytes = sum(len(x) for x in datas) // n
-                fd = os.open(
-                    os.path.join(tmp, "bare.log"), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600
-                )
-                sync = durability == "fsync"
-                bare = functools.partial(_bare_appends, fd, datas, sync)
-                snap = functools.partial(_snapshot_writes, store, docs[:n])
-                first, second = (bare, snap) if r % 2 == 0 else (snap, bare)
-                a = first()
-                b = second()
-                bt, st_ = (a, b) if first is bare else (b, a)
-                bare_t.append(bt)
-                store_t.append(st_)
+                flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND
+                fd = os.open(os.path.join(tmp, "bare.log"), flags, 0o600)
+
+                def bare(
+                    i: int, data: bytes, fd: int = fd, sync: bool = durability == "fsync"
+                ) -> None:
+                    os.write(fd, data)
+                    if sync:
+                        os.fsync(fd)
+
+                def snapshot(i: int, doc: dict[str, Any], store: Any = store) -> None:
+                    store.write("bench", i + 1, "read_file", doc)
+
+                both: dict[str, tuple[Any, list[Any]]] = {
+                    "bare": (bare, datas),
+                    "snapshot": (snapshot, docs[:n]),
+                }
+                for k in list(both)[:: -1 if r % 2 else 1]:
+                    times[k].append(_per_write(*both[k]))
                 os.close(fd)
                 store.close()
-        ratios = [s_ / b_ for s_, b_ in zip(store_t, bare_t, strict=True)]
-        out[durability] = {
-            "writes": n,
-            "record_bytes": nbytes,
-            "bare_us": statistics.median(bare_t) * 1e6,
-            "snapshot_us": statistics.median(store_t) * 1e6,
-            "ratio": statistics.median(ratios),
-        }
+        ratios = [s / b for s, b in zip(times["snapshot"], times["bare"], strict=True)]
+        med = medians(times, 1e6)
+        out[durability] = {"writes": n, "record_bytes": sum(map(len, datas)) // n}
+        out[durability] |= {"bare_us": med["bare"], "snapshot_us": med["snapshot"]}
+        out[durability] |= {"ratio": statistics.median(ratios)}
     return out
 
 
@@ -336,16 +303,13 @@ def per_call_child(calls: int) -> float:
 def bench_per_call(baseline: str, calls: int, repeats: int) -> dict[str, Any]:
     """``add_tool_result`` per call, the baseline tree and this one in turn."""
     baseline = os.path.abspath(baseline)
-    times: dict[str, list[float]] = {"before": [], "after": []}
-    for r in range(repeats):
-        order = [("before", Path(baseline)), ("after", ROOT)]
-        for label, tree in order if r % 2 == 0 else order[::-1]:
-            times[label].append(in_tree(__file__, tree, "--calls", str(calls)))
-    med = {k: statistics.median(v) * 1e6 for k, v in times.items()}
-    return {
-        "baseline": baseline,
-        "calls": calls,
-        "repeats": repeats,
+    trees = {"before": Path(baseline), "after": ROOT}
+    child = {
+        k: functools.partial(in_tree, __file__, t, "--calls", str(calls)) for k, t in trees.items()
+    }
+    med = medians(rounds(child, repeats, alternate=True), 1e6)
+    out = {"baseline": baseline, "calls": calls, "repeats": repeats}
+    return out | {
         "before_us": med["before"],
         "after_us": med["after"],
         "ratio": med["after"] / med["before"],
@@ -361,10 +325,8 @@ def to_markdown(data: dict[str, Any]) -> str:
     arch = ("bytes", "files", "bytes_over_content", "last_tenth_over_first_tenth")
     md = [
         "## Snapshot store and history archive",
-        "",
         f"### `add_tool_result` per call by durability ({d['calls']} calls × {d['repeats']} "
         "interleaved repeats, 8 KB outputs)",
-        "",
         markdown_table(
             "store | median ms / call | × snapshots off",
             [
@@ -373,12 +335,9 @@ def to_markdown(data: dict[str, Any]) -> str:
                 ["local, `durability: fsync`", ms["fsync"], d["fsync_over_none"]],
             ],
         ),
-        "",
         f"`fsync` ÷ `flush`: **{d['fsync_over_flush']:.2f}×**.",
-        "",
         f"### History archive over a {a['steps']:,}-step synthetic run ({a['compactions']} "
         f"compactions, {a['content_bytes'] / 1e6:.2f} MB of archived messages)",
-        "",
         markdown_table(
             " | bytes written | files | bytes ÷ content | last 10 % ÷ first 10 % of compaction time",
             [
@@ -386,28 +345,19 @@ def to_markdown(data: dict[str, Any]) -> str:
                 ["after: `HistoryArchive.append`", *(a["after"][k] for k in arch)],
             ],
         ),
-        "",
         "### Snapshot naming, `layout: files` (one base name, counted `os.link` + `os.open` calls)",
-        "",
         markdown_table(
             " | 100 snapshots | 1,000 snapshots | ratio",
             [
                 ["now (counter + time suffix)", _at(ops, 100), _at(ops, 1000), n["ratio"]],
-                [
-                    "previous linear probing (computed)",
-                    _at(old, 100),
-                    _at(old, 1000),
-                    n["previous_ratio"],
-                ],
+                ["previous linear probing (computed)", _at(old, 100), _at(old, 1000),
+                 n["previous_ratio"]],
             ],
         ),
-        "",
         f"### Recall of one archived message: archive of {r['records'][1]:,} vs "
         f"{r['records'][0]:,} records",
-        "",
         f"Time ratio **{r['ratio']:.2f}** (O(message size): independent of the archive's size).",
-        "",
-    ]
+    ]  # fmt: skip
     if ap_ := data.get("append"):
         cols = ("writes", "record_bytes", "bare_us", "snapshot_us", "ratio")
         rows = [
@@ -415,10 +365,8 @@ def to_markdown(data: dict[str, Any]) -> str:
             for k in ("flush", "fsync")
         ]
         md += [
-            "",
             f"### One snapshot write ÷ a bare append of the same bytes ({ap_['repeats']} "
             "interleaved repeats, median)",
-            "",
             markdown_table(
                 "durability | writes | record bytes | bare append µs | snapshot write µs | "
                 "ratio (median of repeats) | goal ≤ 1.5",
@@ -427,16 +375,14 @@ def to_markdown(data: dict[str, Any]) -> str:
         ]
     if pc := data.get("per_call"):
         md += [
-            "",
             f"### `add_tool_result` per call: `{pc['baseline']}` → this tree ({pc['calls']} calls "
             f"× {pc['repeats']} runs in turn, child processes, `durability: flush`)",
-            "",
             f"{pc['before_us']:.1f} µs → {pc['after_us']:.1f} µs (**{pc['ratio']:.2f}×**).",
         ]
     baseline_arg = f" --baseline {pc['baseline']}" if pc else ""
     quick = " --quick" if data["quick"] else ""
-    md += ["", f"Reproduce: `.venv/bin/python benchmarks/bench_store.py{quick}{baseline_arg}`"]
-    return "\n".join(md)
+    md += [f"Reproduce: `.venv/bin/python benchmarks/bench_store.py{quick}{baseline_arg}`"]
+    return "\n\n".join(md)
 
 
 def _at(counts: dict[Any, int], n: int) -> int:
@@ -452,8 +398,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--calls", type=int, default=0, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.child:
-        print(json.dumps(per_call_child(args.calls)))
-        return 0
+        return answer(per_call_child(args.calls))
     t0 = time.perf_counter()
     # quick: a smoke run
     calls, repeats, steps = (20, 1, 20) if args.quick else (400, 5, 1000)

@@ -255,7 +255,6 @@ def table(base: list[dict[str, Any]], mine: list[dict[str, Any]]) -> str:
 def markdown(data: Mapping[str, Any], baseline: str) -> str:
     md = [
         "## Task state after compaction, every agent kind (before → after)",
-        "",
         f"The same run, two source trees: `{baseline}` (before) and this tree (after), each "
         "replaying every trace of ../shared/traces under the shipped policy of its kind, "
         "measured by the ruler of `ctxpolicy.sim.metrics` (exact cl100k; total cost ÷ sending "
@@ -263,7 +262,6 @@ def markdown(data: Mapping[str, Any], baseline: str) -> str:
         "prefix changes per 100 calls), plus the share of each request taken by the ledger "
         "and the summaries (over the requests holding one) and the ledger lines a summary of "
         "the same request says too (the same line or the same tool call).",
-        "",
     ]
     for key, title in (("extractive", "extractive summarizer (shipped)"), ("llm", "LLM summary (shared deterministic summary, billed)")):  # fmt: skip
         if key in data:
@@ -271,20 +269,16 @@ def markdown(data: Mapping[str, Any], baseline: str) -> str:
     if "scenario" in data:
         md += [
             "### A SQL agent (benchmarks/taskstate_sql.py)",
-            "",
             "The agent asks which month of 2023 had the highest revenue; a 12-row monthly "
             "table answers it, then more checks run before the user asks for the answer. "
             "The last request, before → after:",
-            "",
             scenario_table(data["scenario"]["baseline"], data["scenario"]["after"]),
-            "",
         ]
     md += [
         "Reproduce: `.venv/bin/python benchmarks/bench_taskstate.py --llm --baseline "
         "<a checkout of the code before>`",
-        "",
     ]
-    return "\n".join(md)
+    return "\n\n".join(md)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -15,6 +15,7 @@ import random
 import statistics
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +23,7 @@ sys.path.append(str(Path(__file__).resolve().parents[1]))  # run as a file
 
 from benchmarks._common import ROOT, SHARED, eprint, machine, markdown_table, publish, timeit
 from benchmarks._inputs import message_texts
+from benchmarks._measure import rounds
 from ctxpolicy.policy.models import ModelSpec
 from ctxpolicy.sim.importers import load_trace
 from ctxpolicy.tokens import (
@@ -172,12 +174,10 @@ def verify_markdown(checks: dict[str, dict[str, Any]]) -> list[str]:
     ]
     return [
         "quicktok vs the reference vocabularies (docs/tokenizers.md), over the mixed corpus:",
-        "",
         markdown_table(
             "encoding | texts | chars | tokens | texts with other ids | count() | verdict",
             rows,
         ),
-        "",
     ]
 
 
@@ -222,64 +222,50 @@ def throughput(groups: dict[str, list[str]], repeat: int) -> list[dict[str, Any]
 def replay(repeat: int, naive_repeat: int) -> dict[str, Any]:
     msgs = load_trace(SHARED / "traces" / LARGEST)
     spec = ModelSpec(context_window=128000)
-    ref = TokenCounter(spec, model_name="gpt-4")
-    enc = ref.tokenizer
+    enc = TokenCounter(spec, model_name="gpt-4").tokenizer
     texts = [t for m in msgs for t in message_texts(m)]
     n = len(msgs)
+    compute = TokenCounter(spec, model_name="gpt-4")._compute_message
 
-    def a() -> None:
+    def a() -> float:
+        t0 = time.perf_counter()
         for t in texts:
             enc.count(t)
+        return time.perf_counter() - t0
 
-    holder: dict[str, TokenCounter] = {}
+    def incremental(spec: ModelSpec, copies: bool = False) -> Callable[[], float]:
+        """A fresh counter (untimed), then the whole conversation after each message."""
 
-    def fresh() -> None:
-        holder["c"] = TokenCounter(spec, model_name="gpt-4")
+        def run() -> float:
+            c = TokenCounter(spec, model_name="gpt-4")
+            t0 = time.perf_counter()
+            for i in range(1, n + 1):
+                c.count_messages([dict(m) for m in msgs[:i]] if copies else msgs[:i])
+            return time.perf_counter() - t0
 
-    def b() -> None:
-        c = holder["c"]
-        for i in range(1, n + 1):
-            c.count_messages(msgs[:i])
+        return run
 
-    fast_spec = ModelSpec(context_window=128000, tokenizer=["quicktok:cl100k_base"])
-
-    def fresh_fast() -> None:
-        holder["c"] = TokenCounter(fast_spec, model_name="gpt-4")
-
-    def b_copies() -> None:
-        c = holder["c"]
-        for i in range(1, n + 1):
-            c.count_messages([dict(m) for m in msgs[:i]])
-
-    naive = TokenCounter(spec, model_name="gpt-4")
-    compute = naive._compute_message
-
-    def c() -> None:
+    def c() -> float:
+        t0 = time.perf_counter()
         for i in range(1, n + 1):
             sum(compute(m) for m in msgs[:i])
+        return time.perf_counter() - t0
 
     # correctness: all paths agree
-    fresh()
-    got = [holder["c"].count_messages(msgs[:i]) for i in range(1, n + 1)]
+    counter = TokenCounter(spec, model_name="gpt-4")
+    got = [counter.count_messages(msgs[:i]) for i in range(1, n + 1)]
     want = [sum(compute(m) for m in msgs[:i]) + 3 for i in range(1, n + 1)]
     assert got == want, "incremental count differs from the naive recount"
 
+    variants = {"a": a, "b": incremental(spec), "b_copies": incremental(spec, copies=True)}
+    fast_spec = ModelSpec(context_window=128000, tokenizer=["quicktok:cl100k_base"])
     try:
-        fresh_fast()
-        has_fast = True
+        TokenCounter(fast_spec, model_name="gpt-4")
+        variants["b_fast"] = incremental(fast_spec)
     except Exception as exc:  # quicktok absent
         eprint(f"quicktok unavailable: {exc}")
-        has_fast = False
-    runs: dict[str, list[float]] = {"a": [], "b": [], "b_copies": [], "b_fast": []}
-    for _ in range(repeat):  # interleaved, so load changes hit every variant alike
-        runs["a"].append(timeit(a, repeat=1, warmup=0)["median"])
-        runs["b"].append(timeit(b, repeat=1, warmup=0, setup=fresh)["median"])
-        runs["b_copies"].append(timeit(b_copies, repeat=1, warmup=0, setup=fresh)["median"])
-        if has_fast:
-            runs["b_fast"].append(timeit(b, repeat=1, warmup=0, setup=fresh_fast)["median"])
-    if not has_fast:
-        del runs["b_fast"]
-    runs["c"] = list(timeit(c, repeat=naive_repeat, warmup=0)["runs"])  # type: ignore[arg-type]
+    runs = rounds(variants, repeat)  # interleaved, so load changes hit every variant alike
+    runs["c"] = [c() for _ in range(naive_repeat)]
     med = {k: statistics.median(v) for k, v in runs.items()}
     best = {k: min(v) for k, v in runs.items()}
 
@@ -365,8 +351,8 @@ def main(argv: list[str] | None = None) -> int:
     info = machine(PACKAGES)
     if args.verify:
         checks = verify_all(groups)
-        md = ["## quicktok exactness", "", *verify_markdown(checks)]
-        publish("bench_tokens_verify", {"machine": info, "checks": checks}, "\n".join(md))
+        md = ["## quicktok exactness", *verify_markdown(checks)]
+        publish("bench_tokens_verify", {"machine": info, "checks": checks}, "\n\n".join(md))
         return 0 if all(c.get("identical") for c in checks.values()) else 1
     t0 = time.perf_counter()
     eprint("replay ...")
@@ -404,37 +390,29 @@ def to_markdown(data: dict[str, Any]) -> str:
     ]  # fmt: skip
     md = [
         "## Token counting benchmark",
-        "",
         f"Replay of `{rep['trace']}` ({rep['messages']} messages, {rep['tokens_final']:,} tokens "
         "with framing), counting the whole conversation after each message; medians of "
         f"{len(runs['a'])} interleaved runs ((c): {len(runs['c'])}); load average "
         f"{data['machine']['load_avg'][0]:.1f} at start.",
-        "",
         markdown_table("variant | median s | × (a) | (c) ÷ variant", rows),
-        "",
         f"Paired ratios (median over rounds of variant ÷ (a) timed in the same round, the "
         f"measure least affected by load drift): (b) = {rep['paired_b_over_a']:.2f} × (a), "
         f"(b') = {rep['paired_b_copies_over_a']:.2f} × (a)"
-        + (f", (b, quicktok) = {fast:.2f} × (a)." if fast else "."),
-        f"Best runs: (b) = {rep['best_b_over_a']:.2f} × (a), (c) = {rep['best_c_over_b']:.0f} × (b).",
-        "",
+        + (f", (b, quicktok) = {fast:.2f} × (a)." if fast else ".")
+        + f"\nBest runs: (b) = {rep['best_b_over_a']:.2f} × (a), (c) = {rep['best_c_over_b']:.0f} × (b).",
         f"Goals: (b) ≤ 1.5 × (a) (paired): **{met['goal_b_le_1_5a']}** "
         f"({rep['paired_b_over_a']:.2f}×); (c) ≥ 20 × (b): **{met['goal_c_ge_20b']}** "
         f"({rep['best_c_over_b']:.0f}× best, {rep['c_over_b']:.0f}× medians).",
-        "",
         "Backend throughput over the whole corpus (cl100k tokens / s of the reference count):",
-        "",
         markdown_table(
             "backend | tokens/s | chars/s | × tiktoken",
             [[r[c] for c in cols] for r in data["throughput"]],
         ),
-        "",
         *verify_markdown(data["quicktok_vs_reference"]),
         "Heuristic vs cl100k (relative error of the total per group; `len//4` for comparison):",
-        "",
         markdown_table("group | cl100k | heuristic | error | len//4 error", accuracy),
     ]
-    return "\n".join(md)
+    return "\n\n".join(md)
 
 
 if __name__ == "__main__":

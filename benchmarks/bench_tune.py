@@ -10,11 +10,11 @@ sections say what each number is.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 from pathlib import Path
 from typing import Any
+from unittest import mock
 
 sys.path.append(str(Path(__file__).resolve().parents[1]))  # run as a file
 
@@ -28,8 +28,10 @@ from benchmarks._common import (
     parser,
     publish,
     trace_files,
+    trees,
     write_results,
 )
+from benchmarks._measure import answer
 from ctxpolicy.tune.space import changed
 
 POLICY = ROOT / "policies" / "agents.yaml"
@@ -77,19 +79,11 @@ def speed_child(window: int, trials: int, traces: list[str]) -> dict[str, Any]:
     from ctxpolicy.tune.report import to_dict
 
     # replays run: every tree's Replayer calls ctxpolicy.sim.replay.replay_trace
-    real = replay_mod.replay_trace
-    replays: list[int] = []
-
-    def counted(*a: Any, **k: Any) -> Any:
-        replays.append(1)
-        return real(*a, **k)
-
-    replay_mod.replay_trace = counted  # type: ignore[assignment]
-    result, secs = _run(traces, window, trials, 1)
-    replay_mod.replay_trace = real  # type: ignore[assignment]
+    with mock.patch.object(replay_mod, "replay_trace", wraps=replay_mod.replay_trace) as replays:
+        result, secs = _run(traces, window, trials, 1)
     return {
         "seconds": secs,
-        "replays": len(replays),
+        "replays": replays.call_count,
         "ctxpolicy": str(Path(ctxpolicy.__file__).resolve().parents[1]),
         "output": to_dict(result),
     }
@@ -128,7 +122,6 @@ def speed(args: argparse.Namespace) -> int:
 
     trials = args.trials or (12 if args.quick else 50)
     windows = WINDOWS[:1] if args.quick else WINDOWS
-    trees = {"baseline": args.baseline.resolve(), "this tree": ROOT}
     traces = sorted(_traces(args.quick, 4))
     if not traces:
         eprint(f"no traces in {SHARED / 'traces'}; nothing measured")
@@ -136,7 +129,7 @@ def speed(args: argparse.Namespace) -> int:
     runs: dict[str, dict[str, Any]] = {}
     for window in windows:
         runs[str(window)] = {}
-        for code, src in trees.items():
+        for code, src in trees(args.baseline).items():
             eprint(f"window {window}: {code} ({src}), {trials} trials, 1 worker")
             runs[str(window)][code] = _speed_run(src, window, trials, traces, args.timeout)
     data: dict[str, Any] = {
@@ -179,23 +172,19 @@ def speed_markdown(data: dict[str, Any]) -> str:
     ]  # fmt: skip
     base = data["baseline_src"]
     commit = data.get("baseline_commit")
-    return "\n".join(
+    return "\n\n".join(
         [
             "### Study time, before → after (issue 32)",
-            "",
             f"The same study — `{AGENT}`, {data['traces']} shared traces, {data['trials']} "
             "trials, seed 0, 1 worker — run by the baseline tree and by this tree in turn, "
             "each in its own process, in one run. Output: the `tune --json` document "
             "(every trial's values and numbers, the chosen policy, the held-out comparison, "
             "the effects of each change), compared field by field.",
-            "",
             markdown_table(
                 "window | baseline (s) | this tree (s) | speed-up | replays run | output | chosen trial",
                 rows,
             ),
-            "",
             f"Baseline: `{base}`" + (f" (main at {commit})" if commit else "") + ".",
-            "",
             "Reproduce: `git -C <main> archive HEAD | tar -x -C /tmp/tunecost-base; "
             ".venv/bin/python benchmarks/bench_tune.py --baseline /tmp/tunecost-base` "
             "(`--quick`: 12 trials, 4 traces, 16k only)",
@@ -212,8 +201,7 @@ def main() -> int:
     ap.add_argument("--trace-files", nargs="*", default=[], help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
-        print(json.dumps(speed_child(args.window, args.trials, args.trace_files)))
-        return 0
+        return answer(speed_child(args.window, args.trials, args.trace_files))
     if args.baseline is not None:
         return speed(args)
     trials = args.trials or (4 if args.quick else 50)  # quick: a smoke run
@@ -257,13 +245,11 @@ def to_markdown(data: dict[str, Any]) -> str:
     trials, w0 = data["trials"], f"{WINDOWS[0]:,}"
     md = [
         "## Tuning (`ctxpolicy tune`)",
-        "",
         f"`coding_agent` of policies/agents.yaml tuned on {data['traces']} shared traces "
         f"(seed 0, 30 % held out, {trials} trials, TPE multi-objective: prompt tokens vs "
         "fact retention in context; constraints: 0 avoidable overflows, 0 pairing "
         "violations, retention ≥ the shipped policy's). Numbers are on the **held-out** "
         "traces, which the search never saw.",
-        "",
     ]
     for window, d in data["windows"].items():
         gain = d["gain"]
@@ -281,16 +267,12 @@ def to_markdown(data: dict[str, Any]) -> str:
         changes = ", ".join(f"`{p}` = {v}" for p, v in d["changes"].items()) or "none"
         md += [
             f"### Window {int(window):,}",
-            "",
             markdown_table(
                 "held-out | prompt tokens | in context | retained | avoidable overflows",
                 [_row("shipped", d["base"]), _row("tuned", d["chosen"])],
             ),
-            "",
             verdict,
-            "",
             f"{d['trials']} trials, {d['feasible']} feasible; changes: {changes}.",
-            "",
         ]
     if sc := data.get("scaling"):
         secs, ratio = sc["seconds"], sc["speedup_2_vs_1"]
@@ -299,19 +281,16 @@ def to_markdown(data: dict[str, Any]) -> str:
         same = "the same policy ✓" if sc["same_choice"] else "different policies ✗"
         md += [
             "### Scaling (local worker processes)",
-            "",
             markdown_table(
                 "workers | wall time (s) | speed-up vs 1 worker",
                 [[1, round(secs["1"], 1), "1.00×"], [2, round(secs["2"], 1), f"{ratio:.2f}×"]],
             ),
-            "",
             f"Same study at window {w0} ({trials} trials × {tuning} tuning traces, plus "
             f"ablation and held-out replays); both runs chose {same}. The machine is shared "
             "(2 CPUs, other jobs running): the ratio, measured in one run, is what counts.",
-            "",
             f"Reproduce: `.venv/bin/python benchmarks/bench_tune.py{' --quick' if data.get('quick') else ''}`",
         ]
-    return "\n".join(md)
+    return "\n\n".join(md)
 
 
 if __name__ == "__main__":

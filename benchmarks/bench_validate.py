@@ -7,6 +7,7 @@ Cold: a new process per run, interleaved, median of ``--runs``; warm: one proces
 
 from __future__ import annotations
 
+import functools
 import os
 import random
 import shutil
@@ -21,6 +22,7 @@ from typing import Any
 sys.path.append(str(Path(__file__).resolve().parents[1]))  # run as a file
 
 from benchmarks._common import ROOT, eprint, machine, markdown_table, parser, publish
+from benchmarks._measure import rounds
 
 BIN = Path(sys.executable).parent
 SCHEMA = ROOT / "schemas" / "ctxpolicy.schema.json"
@@ -95,23 +97,15 @@ def run(cmd: list[str], key: str = "") -> tuple[float, int, str]:
 def cold(cmds: dict[str, list[str]], runs: int, *, prewarm: bool = True) -> dict[str, Any]:
     for k, c in cmds.items() if prewarm else ():  # warm the OS file cache, not the measurement
         run(c, k)
-    times: dict[str, list[float]] = {k: [] for k in cmds}
-    codes: dict[str, int] = {}
-    tails: dict[str, str] = {}
-    for _ in range(runs):
-        for k, c in cmds.items():
-            t, rc, tail = run(c, k)
-            times[k].append(t)
-            codes[k] = rc
-            tails[k] = tail
+    res = rounds({k: functools.partial(run, c, k) for k, c in cmds.items()}, runs)
     return {
         k: {
             "command": " ".join(Path(x).name if i == 0 else x for i, x in enumerate(c)),
-            "median_s": statistics.median(times[k]),
-            "min_s": min(times[k]),
-            "runs": times[k],
-            "exit_code": codes[k],
-            "output_tail": tails[k] if codes[k] else "",
+            "median_s": statistics.median(t for t, _, _ in res[k]),
+            "min_s": min(t for t, _, _ in res[k]),
+            "runs": [t for t, _, _ in res[k]],
+            "exit_code": res[k][-1][1],
+            "output_tail": res[k][-1][2] if res[k][-1][1] else "",
         }
         for k, c in cmds.items()
     }
@@ -167,16 +161,13 @@ def main(argv: list[str] | None = None) -> int:
     tmp = Path(tempfile.mkdtemp(prefix="ctxpolicy-bench-validate-"))
     try:
         rng = random.Random(1234)
-        files = []
-        for i in range(args.files):
-            p = tmp / f"policy_{i:04d}.yaml"
+        files = [tmp / f"policy_{i:04d}.yaml" for i in range(args.files)]
+        for i, p in enumerate(files):
             p.write_text(generated_policy(i, rng), encoding="utf-8")
-            files.append(str(p))
         wcmds: dict[str, list[str]] = {"ctxpolicy": [ctx, "validate", str(tmp)]}
         if cj:
-            wcmds["check_jsonschema"] = [cj, "--schemafile", str(SCHEMA), *files]
-        warm_runs = 1 if args.quick else 3
-        warm = cold(wcmds, warm_runs, prewarm=not args.quick)
+            wcmds["check_jsonschema"] = [cj, "--schemafile", str(SCHEMA), *map(str, files)]
+        warm = cold(wcmds, 1 if args.quick else 3, prewarm=not args.quick)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
         shutil.rmtree(PYCACHE, ignore_errors=True)
@@ -241,23 +232,16 @@ def main(argv: list[str] | None = None) -> int:
     warm_rows = [[k, *(w[c] for c in cols)] for k, w in warm.items()]
     md = [
         "## Validator",
-        "",
         f"Cold process time, median of {args.runs} interleaved runs, after one untimed run "
         "that fills a private bytecode cache for both tools (as installed tools have):",
-        "",
         markdown_table("command | median s | min s | × check-jsonschema | exit", cold_rows),
-        "",
         markdown_table("goal | measured | status", goals, align="llc"),
-        "",
         f"Warm throughput: one process over {args.files:,} generated policy files "
         "(median of the runs; 'net' subtracts the cold start of the row above):",
-        "",
         markdown_table("validator | seconds | files/s | files/s net of start | exit", warm_rows),
-        "",
         "ctxpolicy additionally resolves `extends`, runs the semantic checks (budget "
         "arithmetic, thresholds order, unknown components with did-you-mean) and reports "
         "file:line:col for every diagnostic; check-jsonschema checks the schema only.",
-        "",
         "Reproduce: `.venv/bin/python benchmarks/bench_validate.py"
         + "".join(f" {a}" for a in (sys.argv[1:] if argv is None else argv))
         + "`"
@@ -268,7 +252,7 @@ def main(argv: list[str] | None = None) -> int:
             else ""
         ),
     ]
-    text = "\n".join(md)
+    text = "\n\n".join(md)
     publish("bench_validate", data, text)
     return 0
 

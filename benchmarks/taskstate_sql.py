@@ -26,7 +26,6 @@ TASK = (
 LATER = "Note: revenue means amount minus refunds, in EUR."
 FINAL = "So, which month? Reply in the required format."
 MONTHLY = [(f"2023-{m:02d}", 41_000 + (m * 7919) % 23_000) for m in range(1, 13)]
-BEST = max(MONTHLY, key=lambda r: r[1])[0]
 ANSWER_TABLE = "month,revenue_eur\n" + "\n".join(f"{m},{v}" for m, v in MONTHLY)
 
 
@@ -143,10 +142,11 @@ def measure(request: Sequence[Mapping[str, Any]], count: Callable[[str], int]) -
         and not line.rstrip().endswith(":")
         and " ".join(line.split()) in summary_lines
     ]
+    mine = count(ledger) + sum(count(s) for s in summaries)
     return {
         "prompt_tokens": total,
-        "ledger_summary_tokens": count(ledger) + sum(count(s) for s in summaries),
-        "share": (count(ledger) + sum(count(s) for s in summaries)) / total if total else 0.0,
+        "ledger_summary_tokens": mine,
+        "share": mine / total if total else 0.0,
         "answer_table_whole": ANSWER_TABLE in whole,
         "instructions_verbatim": all(t in whole for t in (TASK, LATER, FINAL)),
         "fragments": len(FRAGMENT.findall(own)),
