@@ -48,7 +48,7 @@ from ctxpolicy._install import extra_hint
 from ctxpolicy.events.sinks import export_event
 from ctxpolicy.events.types import ContextStatus, span_fields
 from ctxpolicy.plugins import hookimpl
-from ctxpolicy.policy.catalogue import default_prices, price_for
+from ctxpolicy.policy.catalogue import default_prices, token_prices
 
 try:
     from opentelemetry import metrics, trace
@@ -132,10 +132,7 @@ _COMPACTION_FIELDS = (
 def _prices(model: str | None) -> tuple[str, float, float]:
     """``(entry, input, cached input)`` USD per token of ``model`` in the packaged price
     table (``ctxpolicy/data/prices.json``; its ``default`` entry when not listed)."""
-    table = default_prices()
-    name, p = price_for(table, model)
-    per = float(table.get("per") or 1_000_000)
-    return name, p["input"] / per, p["cached_input"] / per
+    return token_prices(default_prices(), model)
 
 
 def _number(value: Any) -> int | float | None:

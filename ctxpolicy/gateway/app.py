@@ -29,7 +29,7 @@ from starlette.responses import JSONResponse, PlainTextResponse, Response, Strea
 from starlette.routing import Route
 
 from ctxpolicy.calls import off_loop
-from ctxpolicy.gateway.calls import Prepared, completion
+from ctxpolicy.gateway.calls import Incoming, Prepared, completion
 from ctxpolicy.gateway.config import GatewayConfig
 from ctxpolicy.gateway.dashboard import PREFIX, Dashboard, observers
 from ctxpolicy.gateway.errors import RESP_DROP, UpstreamError, body_chunks, error_response
@@ -310,23 +310,15 @@ class Gateway:
             return Response(status_code=499)
         if api is not None:
             assert agent is not None
-            call = self.prepared_call(request, headers, api, agent, rest, body, tenant)
+            call = self.prepared_call(Incoming(request, headers, api, agent, rest, body, tenant))
             return await self.guarded(request, api, agent, call)
         self.metrics.forward(*classify(method, rest))
         return await self.forward(request, headers, provider, rest, body)
 
-    async def prepared_call(
-        self,
-        request: Request,
-        headers: dict[str, str],
-        api: str,
-        agent: str,
-        path: str,
-        body: bytes,
-        tenant: str,
-    ) -> Response:
+    async def prepared_call(self, incoming: Incoming) -> Response:
+        api, agent = incoming.api, incoming.agent
         try:
-            return await completion(self, request, headers, api, agent, path, body, tenant)
+            return await completion(self, incoming)
         except (ValueError, WireError) as exc:
             self.metrics.request(api, agent, 400)
             return error_response(400, f"invalid request body: {str(exc)[:300]}", api)

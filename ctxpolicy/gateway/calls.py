@@ -45,7 +45,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from ctxpolicy.gateway.metrics import Metrics
     from ctxpolicy.gateway.sessions import SessionPool
 
-__all__ = ["Gateway", "Parsed", "Prepared", "completion", "parse", "prepare_sync"]
+__all__ = ["Gateway", "Incoming", "Parsed", "Prepared", "completion", "parse", "prepare_sync"]
 
 log = logging.getLogger("ctxpolicy.gateway")
 
@@ -83,6 +83,20 @@ class Gateway(Protocol):
         release: Any = None,
         chunks: AsyncIterator[bytes] | None = None,
     ) -> StreamingResponse: ...
+
+
+class Incoming(NamedTuple):
+    """One client request the gateway prepares: what it came with and where it goes."""
+
+    request: Request
+    headers: dict[str, str]
+    #: the wire format (``chat``, ``responses``, ``anthropic``) and the policy's agent
+    api: str
+    agent: str
+    #: the upstream path and the raw body
+    path: str
+    body: bytes
+    tenant: str
 
 
 class Prepared(NamedTuple):
@@ -143,17 +157,9 @@ def parse(
     return Parsed(req, conversation, injected)
 
 
-async def completion(
-    gw: Gateway,
-    request: Request,
-    headers_in: dict[str, str],
-    api: str,
-    agent: str,
-    path: str,
-    body: bytes,
-    tenant: str,
-) -> Response:
-    """Answer one Chat Completions, Responses or Messages request of ``agent``."""
+async def completion(gw: Gateway, incoming: Incoming) -> Response:
+    """Answer one Chat Completions, Responses or Messages request of its agent."""
+    request, headers_in, api, agent, path, body, tenant = incoming
     large = len(body) > INLINE_BYTES
     args = (gw.identity, body, api, agent, tenant, headers_in, gw.config.stream_usage)
     if not large:
@@ -170,7 +176,7 @@ async def completion(
             api,
         )
         return await gw.forward(request, headers_in, OPENAI, path, body)
-    call = _Call(gw, request, headers_in, api, agent, path, req, conversation.id)
+    call = _Call(gw, incoming, req, conversation.id)
     call.large, call.injected_usage = large, injected_usage
     await call.lock.acquire()
     try:
@@ -239,17 +245,8 @@ class _Call:
     (the :class:`~ctxpolicy.calls.WireFormat` of :class:`~ctxpolicy.calls.CallDriver`)
     and relayed to the client."""
 
-    def __init__(
-        self,
-        gw: Gateway,
-        request: Request,
-        headers_in: dict[str, str],
-        api: str,
-        agent: str,
-        path: str,
-        req: Extracted,
-        conv: str,
-    ) -> None:
+    def __init__(self, gw: Gateway, incoming: Incoming, req: Extracted, conv: str) -> None:
+        request, headers_in, api, agent, path, _body, _tenant = incoming
         self.gw = gw
         self.api = api
         self.agent = agent

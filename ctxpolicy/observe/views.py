@@ -27,7 +27,6 @@ each. One event costs a dictionary lookup and a few additions under a lock.
 
 from __future__ import annotations
 
-import functools
 import math
 import threading
 import time
@@ -89,25 +88,15 @@ def _name(value: Any) -> str:
     return value[:MAX_NAME] if isinstance(value, str) else ""
 
 
-@functools.lru_cache(maxsize=1)
-def _packaged_prices() -> dict[str, Any]:
-    from ctxpolicy.policy.catalogue import load_prices
-
-    return load_prices()
-
-
 def price_of(
     model: str | None, prices: Mapping[str, Any] | None = None
 ) -> tuple[str, float, float]:
     """``(price entry used, input, cached input)`` in USD per token for ``model`` from
     ``prices`` (the shape of ``ctxpolicy/data/prices.json``; the packaged table when
     None); the table's ``default`` entry for a model it does not list."""
-    from ctxpolicy.policy.catalogue import price_for
+    from ctxpolicy.policy.catalogue import default_prices, token_prices
 
-    table = prices if prices is not None else _packaged_prices()
-    name, p = price_for(table, model)
-    per = float(table.get("per", 1_000_000) or 1_000_000)
-    return name, p["input"] / per, p["cached_input"] / per
+    return token_prices(prices if prices is not None else default_prices(), model)
 
 
 class _Conv:

@@ -23,6 +23,7 @@ __all__ = [
     "default_prices",
     "load_prices",
     "price_for",
+    "token_prices",
 ]
 
 CATALOGUE_PATH = Path(__file__).resolve().parent.parent / "data" / "models.json"
@@ -91,3 +92,11 @@ def price_for(prices: Mapping[str, Any], model: str | None) -> tuple[str, dict[s
         "cached_input": float(p.get("cached_input", p["input"])),
         "output": float(p["output"]),
     }
+
+
+def token_prices(prices: Mapping[str, Any], model: str | None) -> tuple[str, float, float]:
+    """``(price entry used, input, cached input)`` in USD per token for ``model``: its
+    :func:`price_for` entry over the table's ``per`` (1,000,000 when unset)."""
+    name, p = price_for(prices, model)
+    per = float(prices.get("per") or 1_000_000)
+    return name, p["input"] / per, p["cached_input"] / per

@@ -17,8 +17,9 @@ from ctxpolicy.policy.source import (
     PathT,
     Pos,
     SourceMap,
-    odd_message,
+    odd_diagnostic,
     odd_number,
+    too_deep,
 )
 
 __all__ = ["drop_odd_numbers", "load_toml"]
@@ -260,24 +261,14 @@ def load_toml(name: str, text: str) -> tuple[Any, SourceMap, list[Diagnostic]]:
         odd = OddNumber(str(digits), f"an integer of {digits} digits is out of range")
         return None, SourceMap(), [make(name, pos, "CTX103", odd.problem, ODD_HINT)]
     except RecursionError:
-        return None, SourceMap(), [_too_deep(name)]
+        return None, SourceMap(), [too_deep(name, (1, 1))]
     if _data_depth(data) > MAX_DEPTH:
-        return None, SourceMap(), [_too_deep(name)]
+        return None, SourceMap(), [too_deep(name, (1, 1))]
     try:
         smap = _TomlScanner(text).scan()
     except Exception:  # positions are best effort: fall back to line 1
         smap = SourceMap(values={(): (1, 1)})
     return data, smap, []
-
-
-def _too_deep(name: str) -> Diagnostic:
-    return make(
-        name,
-        (1, 1),
-        "CTX008",
-        f"nesting deeper than {MAX_DEPTH} levels",
-        "policy files are shallow; flatten the structure",
-    )
 
 
 _LONG_DIGITS_RE = re.compile(r"(?<![\w.])[+-]?[0-9][0-9_]{999,}")
@@ -304,9 +295,7 @@ def drop_odd_numbers(name: str, data: Any, smap: SourceMap) -> tuple[list[Diagno
             odd = odd_number(value)
             if odd is None:
                 continue
-            diags.append(
-                make(name, smap.value_position(sub), "CTX103", odd_message(sub, odd), ODD_HINT)
-            )
+            diags.append(odd_diagnostic(name, smap.value_position(sub), sub, odd))
             dropped.add(sub)
             if isinstance(node, dict):
                 del node[key]

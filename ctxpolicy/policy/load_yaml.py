@@ -27,12 +27,12 @@ from ctxpolicy.policy.readfile import Abort as _Abort
 from ctxpolicy.policy.source import (
     INT_MAX,
     MAX_DEPTH,
-    ODD_HINT,
     OddNumber,
     PathT,
     Pos,
     SourceMap,
-    odd_message,
+    odd_diagnostic,
+    too_deep,
 )
 
 __all__ = ["FAST_YAML", "MAX_NODES", "load_yaml"]
@@ -123,15 +123,7 @@ def _flow_depth_scan(name: str, text: str) -> None:
         elif c in "[{":
             depth += 1
             if depth > MAX_DEPTH:
-                raise _Abort(
-                    make(
-                        name,
-                        (line, i - line_start + 1),
-                        "CTX008",
-                        f"nesting deeper than {MAX_DEPTH} levels",
-                        "policy files are shallow; flatten the structure",
-                    )
-                )
+                raise _Abort(too_deep(name, (line, i - line_start + 1)))
         elif c in "]}":
             depth = max(0, depth - 1)
         i += 1
@@ -358,7 +350,7 @@ class _YamlBuilder:
             plain = not ev.style and ev.implicit[0]  # style: None (ruamel) or "" (libyaml)
             value = _plain_scalar(ev.value) if plain else ev.value
             if isinstance(value, OddNumber):
-                self._err(ev, "CTX103", odd_message(path, value), ODD_HINT)
+                self.diags.append(odd_diagnostic(self.name, self._pos(ev), path, value))
                 self.dropped.add(path)
                 if top is not None and top.kind == "map":
                     top.skip_value = True
@@ -366,15 +358,7 @@ class _YamlBuilder:
             self._place(value, anchor, 1)
             return
         if len(self.stack) >= MAX_DEPTH:
-            raise _Abort(
-                make(
-                    self.name,
-                    self._pos(ev),
-                    "CTX008",
-                    f"nesting deeper than {MAX_DEPTH} levels",
-                    "policy files are shallow; flatten the structure",
-                )
-            )
+            raise _Abort(too_deep(self.name, self._pos(ev)))
         kind: Literal["map", "seq"] = "map" if isinstance(ev, MappingStartEvent) else "seq"
         container: Any = {} if kind == "map" else []
         self.stack.append(_Frame(kind, container, path, anchor))

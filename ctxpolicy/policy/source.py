@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from ctxpolicy.policy.diagnostics import dotted
+from ctxpolicy.policy.diagnostics import Diagnostic, dotted, make
 
 __all__ = [
     "INT_MAX",
@@ -21,8 +21,10 @@ __all__ = [
     "PathT",
     "Pos",
     "SourceMap",
+    "odd_diagnostic",
     "odd_message",
     "odd_number",
+    "too_deep",
 ]
 
 #: Nesting deeper than this is a diagnostic (both readers).
@@ -94,3 +96,19 @@ ODD_HINT = "use a number in the field's range (see docs/policy-reference.md)"
 
 def odd_message(path: PathT, odd: OddNumber) -> str:
     return f"{dotted(path)}: {odd.problem}"
+
+
+def odd_diagnostic(name: str, pos: Pos, path: PathT, odd: OddNumber) -> Diagnostic:
+    """CTX103 at ``pos`` of file ``name``: the number at ``path`` no field can take."""
+    return make(name, pos, "CTX103", odd_message(path, odd), ODD_HINT)
+
+
+def too_deep(name: str, pos: Pos) -> Diagnostic:
+    """CTX008 at ``pos`` of file ``name``: nesting deeper than :data:`MAX_DEPTH`."""
+    return make(
+        name,
+        pos,
+        "CTX008",
+        f"nesting deeper than {MAX_DEPTH} levels",
+        "policy files are shallow; flatten the structure",
+    )

@@ -9,7 +9,7 @@ from __future__ import annotations
 import itertools
 import operator
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 
 from ctxpolicy.conversation.cut import is_wide
 
@@ -126,18 +126,23 @@ def clean_terminal(text: str) -> str:
                 parts = [p for p in line.split("\r") if p]
                 line = parts[-1] if parts else ""
             if "\b" in line:
-                buf: list[str] = []
-                for ch in line:
-                    if ch == "\b":
-                        if buf:
-                            buf.pop()
-                    else:
-                        buf.append(ch)
-                line = "".join(buf)
+                line = backspaced(line)
             out.append(line)
         text = "\n".join(out)
     # the other controls go in one pass (none of them is a newline)
     return drop_controls(text)
+
+
+def backspaced(line: str) -> str:
+    """``line`` as a terminal shows it: each backspace deletes the character before it."""
+    buf: list[str] = []
+    for ch in line:
+        if ch == "\b":
+            if buf:
+                buf.pop()
+        else:
+            buf.append(ch)
+    return "".join(buf)
 
 
 _CONTROL_RE = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
@@ -284,8 +289,12 @@ def outline(lines: Sequence[str], first_lineno: int, limit: int, width: int = 16
     """
     if limit <= 0:
         return []
-    found: list[str] = []
-    more = 0
+    return definitions_listing(definitions(lines, first_lineno), limit, width)
+
+
+def definitions(lines: Sequence[str], first_lineno: int) -> Iterator[tuple[int, str]]:
+    """``(number, line)`` of each definition line among ``lines`` (numbered as
+    :func:`outline` says)."""
     for i, line in enumerate(lines):
         stripped = line.lstrip()  # (str.lstrip and the regex's \s: the same spaces)
         first = stripped[:1]
@@ -298,16 +307,23 @@ def outline(lines: Sequence[str], first_lineno: int, limit: int, width: int = 16
             continue  # what _definition says first of such a line: not one
         else:
             number, body = first_lineno + i, line
-        if not _definition(body, stripped):
-            continue
-        if len(found) >= limit:
+        if _definition(body, stripped):
+            yield number, body
+
+
+def definitions_listing(found: Iterable[tuple[int, str]], limit: int, width: int) -> list[str]:
+    """:func:`outline`'s lines for the ``(number, line)`` definitions ``found``."""
+    listed: list[str] = []
+    more = 0
+    for number, body in found:
+        if len(listed) >= limit:
             more += 1
             continue
         text = body.strip()
         if len(text) > width:
             text = text[: width - 1] + "…"
-        found.append(f"{number}: {text}")
-    if not found:
+        listed.append(f"{number}: {text}")
+    if not listed:
         return []
     head = "[definitions in the omitted part]"
-    return [head, *found, *([f"[… {more} more definitions]"] if more else [])]
+    return [head, *listed, *([f"[… {more} more definitions]"] if more else [])]

@@ -8,10 +8,21 @@ import os
 import re
 import threading
 import time
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from ctxpolicy.components import SnapshotRef
-from ctxpolicy.snapshots.names import INDEX_NAME, MAX_REF_CHARS, SEGMENT_RE, SnapshotError
+from ctxpolicy.snapshots.names import (
+    INDEX_NAME,
+    MAX_REF_CHARS,
+    NAME_RE,
+    SEGMENT_RE,
+    URI_SCHEME,
+    SnapshotError,
+    is_folder,
+    is_store_folder,
+    parse_uri,
+)
 
 #: Most (folder, base) counters a store keeps before it starts over.
 MAX_NEXT = 4096
@@ -38,8 +49,34 @@ def check_ref_text(ref: object) -> str:
     return ref
 
 
+def located(ref: object, below_root: Callable[[str], Sequence[str]]) -> tuple[str, str]:
+    """``(folder, name)`` of the snapshot ``ref`` names: a ``ctxsnap://`` URI, or a path
+    or URL of the store that ``below_root`` splits into its pieces under the store's
+    root (canonical, after its own checks), which must be ``<folder>/<name>.json``
+    with well-formed names."""
+    ref = check_ref_text(ref)
+    parsed = parse_uri(ref)
+    if parsed is not None:
+        return parsed
+    if ref.startswith(URI_SCHEME):
+        raise SnapshotError(errno.ENOENT, "not a snapshot reference")
+    pieces = below_root(ref)
+    if len(pieces) != 2 or not pieces[1].endswith(".json"):
+        raise SnapshotError(errno.EACCES, "not a snapshot of this store")
+    folder, name = pieces[0], pieces[1][:-5]
+    if not is_store_folder(folder) or not NAME_RE.match(name):
+        raise SnapshotError(errno.EACCES, "not a snapshot of this store")
+    return folder, name
+
+
 def is_log_name(name: str) -> bool:
     return name == INDEX_NAME or SEGMENT_RE.match(name) is not None
+
+
+def check_log(folder: str, name: str) -> None:
+    """EACCES unless ``name`` is an append-only log (history archive) of ``folder``."""
+    if not is_folder(folder) or not is_log_name(name):
+        raise SnapshotError(errno.EACCES, "not a log of this store")
 
 
 #: Next names tried after a collision before the time-based jump of :class:`Names`.

@@ -22,8 +22,8 @@ from ctxpolicy.snapshots._common import (
     PROBES,
     SAME_SIZE_SLACK,
     Names,
-    check_ref_text,
-    is_log_name,
+    check_log,
+    located,
     same_document_data,
     sort_key,
 )
@@ -31,13 +31,11 @@ from ctxpolicy.snapshots.document import dump_document as _dump
 from ctxpolicy.snapshots.document import load_document as _load
 from ctxpolicy.snapshots.names import (
     NAME_RE,
-    URI_SCHEME,
     SnapshotError,
     base_name,
     conv_folder,
-    is_folder,
     is_store_folder,
-    parse_uri,
+    snapshot_uri,
 )
 
 __all__ = ["FsspecOptions", "FsspecStore"]
@@ -104,7 +102,7 @@ class FsspecStore(SnapshotStore):
     def ref_for(self, folder: str, name: str) -> SnapshotRef:
         path = f"{self._dir(folder)}/{name}.json"
         return SnapshotRef(
-            uri=f"{URI_SCHEME}{folder}/{name}", path=self._url(path), conv_id=folder, name=name
+            uri=snapshot_uri(folder, name), path=self._url(path), conv_id=folder, name=name
         )
 
     def write(
@@ -164,27 +162,20 @@ class FsspecStore(SnapshotStore):
         """Resolve a ``ctxsnap://`` URI or a URL/path of this store to its canonical
         ``(folder, name)``: protocol checked, ``..`` collapsed *before* the prefix
         check; nothing is percent-decoded (names that need it are not ours)."""
-        ref = check_ref_text(ref)
-        parsed = parse_uri(ref)
-        if parsed is None:
-            if ref.startswith(URI_SCHEME):
-                raise SnapshotError(errno.ENOENT, "not a snapshot reference")
-            scheme, sep, _ = ref.partition("://")
-            if sep and scheme not in self.protocols:
-                raise SnapshotError(errno.EACCES, "not a snapshot of this store")
-            path = str(self.fs._strip_protocol(ref))
-            norm = posixpath.normpath(path)
-            if "file" in self.protocols:  # a local file system: symlinks resolve too
-                norm = os.path.realpath(norm)
-            prefix = self.base + "/"
-            rest = norm[len(prefix) :] if norm.startswith(prefix) else ""
-            pieces = rest.split("/") if rest else []
-            if len(pieces) != 2 or not pieces[1].endswith(".json"):
-                raise SnapshotError(errno.EACCES, "not a snapshot of this store")
-            parsed = (pieces[0], pieces[1][:-5])
-            if not is_store_folder(parsed[0]) or not NAME_RE.match(parsed[1]):
-                raise SnapshotError(errno.EACCES, "not a snapshot of this store")
-        return self.ref_for(*parsed)
+        return self.ref_for(*located(ref, self._below_base))
+
+    def _below_base(self, ref: str) -> list[str]:
+        """The pieces of URL/path ``ref`` below the store's base (none: not below)."""
+        scheme, sep, _ = ref.partition("://")
+        if sep and scheme not in self.protocols:
+            raise SnapshotError(errno.EACCES, "not a snapshot of this store")
+        path = str(self.fs._strip_protocol(ref))
+        norm = posixpath.normpath(path)
+        if "file" in self.protocols:  # a local file system: symlinks resolve too
+            norm = os.path.realpath(norm)
+        prefix = self.base + "/"
+        rest = norm[len(prefix) :] if norm.startswith(prefix) else ""
+        return rest.split("/") if rest else []
 
     def read(self, ref: str) -> dict[str, Any]:
         loc = self.locate(ref)
@@ -210,8 +201,7 @@ class FsspecStore(SnapshotStore):
 
     # -- append-only logs (history archive)
     def _log(self, folder: str, name: str) -> str:
-        if not is_folder(folder) or not is_log_name(name):
-            raise SnapshotError(errno.EACCES, "not a log of this store")
+        check_log(folder, name)
         return f"{self._dir(folder)}/{name}"
 
     def append(self, folder: str, name: str, data: bytes) -> int:

@@ -56,8 +56,8 @@ from ctxpolicy.snapshots._common import (
     MAX_NEXT,
     PROBES,
     Names,
-    check_ref_text,
-    is_log_name,
+    check_log,
+    located,
     record_ref,
     same_document,
     sort_key,
@@ -65,15 +65,12 @@ from ctxpolicy.snapshots._common import (
 from ctxpolicy.snapshots.document import dump_document
 from ctxpolicy.snapshots.document import load_document as _load
 from ctxpolicy.snapshots.names import (
-    NAME_RE,
-    URI_SCHEME,
     SnapshotError,
     base_name,
     conv_folder,
-    is_folder,
     is_store_folder,
-    parse_uri,
     safe_action,
+    snapshot_uri,
 )
 from ctxpolicy.snapshots.records import encode as encode_record
 from ctxpolicy.snapshots.retention import TOMBSTONE, sweeper_for
@@ -238,7 +235,7 @@ class LocalStore(SnapshotStore):
 
     def ref_for(self, folder: str, name: str) -> SnapshotRef:
         path = os.path.join(self.root, folder, f"{name}.json")
-        return SnapshotRef(uri=f"{URI_SCHEME}{folder}/{name}", path=path, conv_id=folder, name=name)
+        return SnapshotRef(uri=snapshot_uri(folder, name), path=path, conv_id=folder, name=name)
 
     def folder(self, conv_id: str) -> str:
         return conv_folder(conv_id)
@@ -295,7 +292,7 @@ class LocalStore(SnapshotStore):
             base = base_name(step, action)
         name = self._segments.write(f, folder, base, magic, meta, body)
         self.retention.note_write(len(meta) + len(body))  # a sweep: files closed next time
-        return record_ref(f"{URI_SCHEME}{folder}/{name}", folder, name)
+        return record_ref(snapshot_uri(folder, name), folder, name)
 
     def _segment_folder(self, folder: str) -> Folder | None:
         """The segment index of an existing folder (None: no such folder)."""
@@ -409,37 +406,31 @@ class LocalStore(SnapshotStore):
         canonical snapshot it names: ``..`` collapsed and symlinks followed *first*;
         then the result must be ``<root>/<folder>/<name>.json`` with well-formed
         names, and the canonical path must itself be free of symlinks."""
-        ref = check_ref_text(ref)
-        parsed = parse_uri(ref)
-        root = self._real_root()
-        if parsed is None:
-            if ref.startswith(URI_SCHEME):
-                raise SnapshotError(errno.ENOENT, "not a snapshot reference")
-            text = ref
-            if text.lower().startswith("file:"):
-                parts = urlsplit(text)
-                if parts.netloc not in ("", "localhost"):
-                    raise SnapshotError(errno.ENOENT, "not a snapshot reference")
-                text = unquote(parts.path)
-                if "\x00" in text:
-                    raise SnapshotError(errno.ENOENT, "not a snapshot reference")
-            if not os.path.isabs(text):
-                raise SnapshotError(errno.ENOENT, "not a snapshot reference")
-            real = os.path.realpath(text)
-            rel = os.path.relpath(real, root) if os.path.commonpath([root, real]) == root else ""
-            pieces = rel.split(os.sep) if rel and rel != "." else []
-            if len(pieces) != 2 or not pieces[1].endswith(".json"):
-                raise SnapshotError(errno.EACCES, "not a snapshot of this store")
-            parsed = (pieces[0], pieces[1][:-5])
-            if not is_store_folder(parsed[0]) or not NAME_RE.match(parsed[1]):
-                raise SnapshotError(errno.EACCES, "not a snapshot of this store")
-        folder, name = parsed
-        canonical = os.path.join(root, folder, f"{name}.json")
+        folder, name = located(ref, self._below_root)
+        canonical = os.path.join(self._real_root(), folder, f"{name}.json")
         if os.path.realpath(canonical) != canonical:
             raise SnapshotError(errno.EACCES, "snapshot path goes through a symlink")
         return SnapshotRef(
-            uri=f"{URI_SCHEME}{folder}/{name}", path=canonical, conv_id=folder, name=name
+            uri=snapshot_uri(folder, name), path=canonical, conv_id=folder, name=name
         )
+
+    def _below_root(self, ref: str) -> list[str]:
+        """The pieces of absolute path or ``file:`` URL ``ref`` below the store's root,
+        symlinks followed (none: not below)."""
+        text = ref
+        if text.lower().startswith("file:"):
+            parts = urlsplit(text)
+            if parts.netloc not in ("", "localhost"):
+                raise SnapshotError(errno.ENOENT, "not a snapshot reference")
+            text = unquote(parts.path)
+            if "\x00" in text:
+                raise SnapshotError(errno.ENOENT, "not a snapshot reference")
+        if not os.path.isabs(text):
+            raise SnapshotError(errno.ENOENT, "not a snapshot reference")
+        root = self._real_root()
+        real = os.path.realpath(text)
+        rel = os.path.relpath(real, root) if os.path.commonpath([root, real]) == root else ""
+        return rel.split(os.sep) if rel and rel != "." else []
 
     def resolve(self, ref: str) -> Path:
         return Path(self.locate(ref).path)
@@ -475,8 +466,7 @@ class LocalStore(SnapshotStore):
 
     # -- append-only logs (history archive)
     def _log_path(self, folder: str, name: str) -> Path:
-        if not is_folder(folder) or not is_log_name(name):
-            raise SnapshotError(errno.EACCES, "not a log of this store")
+        check_log(folder, name)
         return self._folder_dir(folder) / name
 
     def append(self, folder: str, name: str, data: bytes) -> int:

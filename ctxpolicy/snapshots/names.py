@@ -54,6 +54,7 @@ __all__ = [
     "parse_history_ref",
     "parse_uri",
     "safe_action",
+    "snapshot_uri",
 ]
 
 URI_SCHEME = "ctxsnap://"
@@ -162,6 +163,11 @@ def base_name(step: object, action: object) -> str:
     except (TypeError, ValueError, OverflowError):
         n = 0
     return f"step_{n:03d}_{safe_action(action)}"
+
+
+def snapshot_uri(folder: str, name: str) -> str:
+    """``ctxsnap://<folder>/<name>``: the reference of snapshot ``name`` of ``folder``."""
+    return f"{URI_SCHEME}{folder}/{name}"
 
 
 def parse_uri(ref: object) -> tuple[str, str] | None:

@@ -70,9 +70,10 @@ from ctxpolicy.wire.base import (
     ToolCall,
     WireError,
     converted_tools,
-    dumps,
+    dumps_request,
     is_given,
     json_args,
+    request_state,
     to_plain,
 )
 
@@ -368,18 +369,14 @@ class AnthropicWire:
         return Extracted(dict(body), conv.messages, tools, conv, key)
 
     def conversation(self, req: Extracted) -> AnthropicConversation:
-        conv = req.state
-        assert isinstance(conv, AnthropicConversation)
-        return conv
+        return request_state(req, AnthropicConversation)
 
     def build(
         self, req: Extracted, prepared: Sequence[Mapping[str, Any]], tools: Any = None
     ) -> bytes:
         out = {k: v for k, v in req.body.items() if k not in ("messages", "system")}
         out.update(self.conversation(req).to_request(prepared).kwargs())
-        if tools is not None:
-            out["tools"] = tools
-        return dumps(out, req.tools_key if tools is None else None)
+        return dumps_request(out, req, tools)
 
     def with_round(
         self, req: Extracted, assistant: Mapping[str, Any], results: Sequence[tuple[str, str]]

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import copy
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from ctxpolicy.wire._stream import StreamCalls
@@ -37,35 +37,48 @@ class AnthropicStreamTurn:
             msg = obj["message"]
             self._head = {k: v for k, v in msg.items() if k not in ("content", "stop_reason")}
         elif kind == "content_block_start":
-            block = obj.get("content_block")
-            if not isinstance(block, dict):
-                return "other"
-            btype = block.get("type")
-            if btype == "tool_use":
-                return self._seen.start(obj.get("index"), block.get("id"), block.get("name"))
-            if btype == "text":
-                return self._seen.text_seen(block.get("text"))
-            index = obj.get("index")
-            if btype in ("thinking", "redacted_thinking") and isinstance(index, int):
-                if len(self._thinking) < 64:
-                    self._thinking[index] = copy.deepcopy(block)
-                return "thinking"
-            return "other"  # another block (a server tool): not a plain tool call
+            return self._block_event(obj, "content_block", self._block_start)
         elif kind == "content_block_delta":
-            delta = obj.get("delta")
-            if not isinstance(delta, dict):
-                return "other"
-            dtype = delta.get("type")
-            if dtype == "text_delta":
-                return self._seen.text_seen(delta.get("text"))
-            if dtype == "input_json_delta":
-                self._seen.args(obj.get("index"), delta.get("partial_json"))
-            elif dtype in ("thinking_delta", "signature_delta"):
-                block = self._thinking.get(obj.get("index"))  # type: ignore[arg-type]
-                key = "thinking" if dtype == "thinking_delta" else "signature"
-                part = delta.get(key)
-                if block is not None and isinstance(part, str):
-                    block[key] = str(block.get(key) or "") + part
+            return self._block_event(obj, "delta", self._block_delta)
+        return None
+
+    def _block_event(
+        self,
+        obj: Mapping[str, Any],
+        key: str,
+        read: Callable[[Any, dict[str, Any]], str | None],
+    ) -> str | None:
+        """``read(index, part)`` of a block event whose ``key`` holds an object (the
+        block or the delta); "other" when it does not."""
+        part = obj.get(key)
+        if not isinstance(part, dict):
+            return "other"
+        return read(obj.get("index"), part)
+
+    def _block_start(self, index: Any, block: dict[str, Any]) -> str | None:
+        btype = block.get("type")
+        if btype == "tool_use":
+            return self._seen.start(index, block.get("id"), block.get("name"))
+        if btype == "text":
+            return self._seen.text_seen(block.get("text"))
+        if btype in ("thinking", "redacted_thinking") and isinstance(index, int):
+            if len(self._thinking) < 64:
+                self._thinking[index] = copy.deepcopy(block)
+            return "thinking"
+        return "other"  # another block (a server tool): not a plain tool call
+
+    def _block_delta(self, index: Any, delta: dict[str, Any]) -> str | None:
+        dtype = delta.get("type")
+        if dtype == "text_delta":
+            return self._seen.text_seen(delta.get("text"))
+        if dtype == "input_json_delta":
+            self._seen.args(index, delta.get("partial_json"))
+        elif dtype in ("thinking_delta", "signature_delta"):
+            block = self._thinking.get(index)
+            key = "thinking" if dtype == "thinking_delta" else "signature"
+            part = delta.get(key)
+            if block is not None and isinstance(part, str):
+                block[key] = str(block.get(key) or "") + part
         return None
 
     def calls(self) -> list[ToolCall]:

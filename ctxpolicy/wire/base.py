@@ -29,9 +29,11 @@ __all__ = [
     "WireError",
     "converted_tools",
     "dumps",
+    "dumps_request",
     "is_given",
     "json_args",
     "parse_args",
+    "request_state",
     "to_plain",
 ]
 
@@ -327,6 +329,21 @@ def dumps(body: Mapping[str, Any], tools_key: bytes | None = None) -> bytes:
         pos = i + len(_MARKS_JSON[name])
     chunks.append(out[pos:].encode())
     return b"".join(chunks)
+
+
+def dumps_request(body: dict[str, Any], req: Extracted, tools: Any = None) -> bytes:
+    """The outgoing ``body`` of ``req`` as :func:`dumps` encodes it: with ``tools`` in
+    place of the client's when given, else with the client's (their memo key known)."""
+    if tools is not None:
+        body["tools"] = tools
+    return dumps(body, req.tools_key if tools is None else None)
+
+
+def request_state(req: Extracted, kind: type[T]) -> T:
+    """``req.state``, the ``kind`` its wire's ``extract`` put there."""
+    state = req.state
+    assert isinstance(state, kind)
+    return state
 
 
 def positive_int(value: Any) -> int | None:

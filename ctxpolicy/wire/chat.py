@@ -7,7 +7,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ctxpolicy.wire._stream import StreamCalls
-from ctxpolicy.wire.base import Extracted, ToolCall, WireError, dumps, positive_int
+from ctxpolicy.wire.base import Extracted, ToolCall, WireError, dumps_request, positive_int
 
 __all__ = ["ChatStreamTurn", "ChatWire", "tool_message"]
 
@@ -50,9 +50,7 @@ class ChatWire:
     ) -> bytes:
         out = dict(req.body)
         out["messages"] = prepared
-        if tools is not None:
-            out["tools"] = tools
-        return dumps(out)
+        return dumps_request(out, req, tools)
 
     def with_round(
         self, req: Extracted, assistant: Mapping[str, Any], results: Sequence[tuple[str, str]]

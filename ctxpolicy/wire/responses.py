@@ -16,9 +16,10 @@ from ctxpolicy.wire.base import (
     ToolCall,
     WireError,
     converted_tools,
-    dumps,
+    dumps_request,
     json_args,
     positive_int,
+    request_state,
     to_plain,
 )
 from ctxpolicy.wire.chat import function_name, openai_error
@@ -298,9 +299,7 @@ class ResponsesWire:
         return not body.get("previous_response_id") and not body.get("conversation")
 
     def conversation(self, req: Extracted) -> ResponsesInput:
-        conv = req.state
-        assert isinstance(conv, ResponsesInput)
-        return conv
+        return request_state(req, ResponsesInput)
 
     def build(
         self, req: Extracted, prepared: Sequence[Mapping[str, Any]], tools: Any = None
@@ -313,9 +312,7 @@ class ResponsesWire:
             out["input"] = req.body["input"]
         else:
             out["input"] = items
-        if tools is not None:
-            out["tools"] = tools
-        return dumps(out, req.tools_key if tools is None else None)
+        return dumps_request(out, req, tools)
 
     def with_round(
         self, req: Extracted, assistant: Mapping[str, Any], results: Sequence[tuple[str, str]]

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ctxpolicy.preprocessors._text import outline
+from ctxpolicy.preprocessors._text import definitions_listing, outline
 from ctxpolicy.preprocessors.head_tail import HeadTail, HeadTailOptions
 from ctxpolicy.preprocessors.head_tail_lines import HeadTailLines, HeadTailLinesOptions
 from ctxpolicy.sim.replay import load_trace
@@ -160,29 +161,22 @@ def _old_definition(body: str) -> bool:
     return bool(t._SIGNATURE_RE.match(stripped))
 
 
-def old_outline(lines: list[str], first_lineno: int, limit: int, width: int = 160) -> list[str]:
+def old_definitions(lines: list[str], first_lineno: int) -> Iterator[tuple[int, str]]:
     from ctxpolicy.preprocessors._text import _LINENO_RE
 
-    if limit <= 0:
-        return []
-    found: list[str] = []
-    more = 0
     for i, line in enumerate(lines):
         m = _LINENO_RE.match(line)
         number, body = (int(m.group(1)), line[m.end() :]) if m else (first_lineno + i, line)
-        if not _old_definition(body):
-            continue
-        if len(found) >= limit:
-            more += 1
-            continue
-        text = body.strip()
-        if len(text) > width:
-            text = text[: width - 1] + "…"
-        found.append(f"{number}: {text}")
-    if not found:
+        if _old_definition(body):
+            yield number, body
+
+
+def old_outline(lines: list[str], first_lineno: int, limit: int, width: int = 160) -> list[str]:
+    """The definitions found by the old rule, listed as ``outline`` lists them (the
+    listing itself: the examples above)."""
+    if limit <= 0:
         return []
-    head = "[definitions in the omitted part]"
-    return [head, *found, *([f"[… {more} more definitions]"] if more else [])]
+    return definitions_listing(old_definitions(lines, first_lineno), limit, width)
 
 
 OUTLINE_PIECES = [

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ctxpolicy.preprocessors._text import (
     _CONTROL_RE,
     ANSI_RE,
+    backspaced,
     clean_terminal,
     collapse_repeats,
     drop_controls,
@@ -33,21 +35,15 @@ PIECES = [
 
 
 def line_by_line(text: str) -> str:
-    """The rules of :func:`clean_terminal`, applied one line at a time."""
+    """The rules of :func:`clean_terminal`, applied one line at a time (backspaces: the
+    examples below)."""
     text = ANSI_RE.sub("", text).replace("\r\n", "\n")
     out = []
     for line in text.split("\n"):
         if "\r" in line:
             parts = [p for p in line.split("\r") if p]
             line = parts[-1] if parts else ""
-        buf: list[str] = []
-        for ch in line:
-            if ch == "\b":
-                if buf:
-                    buf.pop()
-            else:
-                buf.append(ch)
-        out.append(_CONTROL_RE.sub("", "".join(buf)))
+        out.append(_CONTROL_RE.sub("", backspaced(line)))
     return "\n".join(out)
 
 
@@ -60,6 +56,15 @@ def test_same_as_line_by_line(text: str) -> None:
 def test_examples() -> None:
     assert clean_terminal("\x1b[32mok\x1b[0m\r\n10%\r50%\r100%\nab\bc\x00") == "ok\n100%\nac"
     assert clean_terminal("plain\ttext\n") == "plain\ttext\n"
+
+
+@pytest.mark.parametrize(
+    ("line", "shown"),
+    [("ab\bc", "ac"), ("\b\bx", "x"), ("abc\b\b", "a"), ("a\b\b\bb", "b"), ("é\bè", "è")],
+)
+def test_a_backspace_deletes_the_character_before_it(line: str, shown: str) -> None:
+    assert backspaced(line) == shown
+    assert clean_terminal(line) == shown
 
 
 def collapse_one_by_one(lines: list[str], min_repeats: int) -> list[str]:
