@@ -56,3 +56,45 @@ def test_no_fact_price_leaves_the_cache_rule(no_fact_price: None) -> None:
     bill = expected_bill(12, 4200, 225, OPENAI)
     assert economics.OPTIONAL_SHARE == 0.0
     assert Rewrite(1400, 2300, 10, OPENAI, age=12, bill=bill).pays
+
+
+def _grow(rounds: int) -> tuple[list[int], int, int]:
+    """A conversation replayed call by call under an observation mask at warning:
+    (the tokens sent on each call, the compactions, the trigger)."""
+    from ctxpolicy.engine import Session
+    from tests.engine_helpers import conversation, make_policy
+
+    pol = make_policy(
+        budget={"reserve_output": 1000, "tool_growth": 0, "safety_margin": 0, "target": 0.4},
+        thresholds={"warning": 0.7, "error": 0.9, "critical": 0.95},
+        pipeline=[
+            {
+                "layer": "observation_mask",
+                "at": "warning",
+                "options": {"max_age_rounds": 2, "max_chars": 100},
+            }
+        ],
+    )
+    s = Session(pol)
+    full = conversation(rounds, 600)
+    sent = []
+    for n in range(3, len(full)):
+        if full[n - 1]["role"] == "tool" and full[n]["role"] != "tool":
+            s.prepare(full[:n])
+            assert s.status is not None
+            sent.append(s.status["used"])
+    compactions = sum(1 for e in s.events if e["type"] == "context.compacted")
+    return sent, compactions, s.budget().trigger
+
+
+def test_a_conversation_that_fits_keeps_its_results_unless_compacting_pays() -> None:
+    """Past warning but below the trigger, a mask that would buy its cache back is not
+    taken while it saves less than the share of the bill; by the cache alone it is."""
+    sent, compactions, trigger = _grow(20)
+    assert compactions == 0 and max(sent) < trigger
+    assert max(sent) >= 0.7 * trigger  # it was past warning: a step could run
+
+
+def test_by_the_cache_alone_the_same_conversation_compacts(no_fact_price: None) -> None:
+    _, compactions, _ = _grow(20)
+    assert compactions >= 1
