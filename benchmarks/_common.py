@@ -33,15 +33,11 @@ SHARED = Path(os.environ.get("CTXPOLICY_SHARED", Path(__file__).resolve().parent
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def versions(packages: Iterable[str]) -> dict[str, str | None]:
-    """Installed versions of ``packages`` (None when absent)."""
-    out: dict[str, str | None] = {}
-    for p in packages:
-        try:
-            out[p] = metadata.version(p)
-        except metadata.PackageNotFoundError:
-            out[p] = None
-    return out
+def _version(package: str) -> str | None:
+    try:
+        return metadata.version(package)
+    except metadata.PackageNotFoundError:
+        return None
 
 
 def machine(packages: Iterable[str] = ()) -> dict[str, Any]:
@@ -55,7 +51,7 @@ def machine(packages: Iterable[str] = ()) -> dict[str, Any]:
         "processor": platform.processor() or None,
         "cpus": os.cpu_count(),
         "load_avg": list(os.getloadavg()) if hasattr(os, "getloadavg") else None,
-        "versions": versions(packages),
+        "versions": {p: _version(p) for p in packages},
     }
 
 

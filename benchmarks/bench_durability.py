@@ -77,7 +77,8 @@ def _per_call(runs: list[list[float]]) -> float:
 def floors(quick: bool, repeat: int) -> dict[str, Any]:
     """Every durability variant and LangChain, in turn per repeat, per trace."""
     from benchmarks._inputs import largest_traces, load_agent, smallest_trace
-    from benchmarks.peers.timing import _lc_steps, replay_ctxpolicy, replay_langchain
+    from benchmarks.peers.others import langchain_steps, replay_langchain
+    from benchmarks.peers.replay import replay_ctxpolicy
     from ctxpolicy.tokens import get_counter
 
     policy, note = load_agent(AGENT)
@@ -91,7 +92,7 @@ def floors(quick: bool, repeat: int) -> dict[str, Any]:
     rows = []
     for name, msgs in [smallest_trace()] if quick else largest_traces(3):
         eprint(f"floors: {name} ...")
-        steps = _lc_steps(msgs)
+        steps = langchain_steps(msgs)
         lc: list[list[float]] = []
         both: dict[str, list[list[float]]] = {v: [] for v in VARIANTS}
         prep: dict[str, list[list[float]]] = {v: [] for v in VARIANTS}

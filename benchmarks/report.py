@@ -21,40 +21,20 @@ from typing import Any
 
 sys.path.append(str(Path(__file__).resolve().parents[1]))  # run as a file
 
-from benchmarks._common import RESULTS, ROOT, eprint
+from benchmarks._common import RESULTS, ROOT, eprint, markdown_table
+from benchmarks.peers.table import totals_by_window
 from benchmarks.suites import SUITES, command_for
 
+#: the sections of the page, in this order (results files not listed follow, by name)
 ORDER = (
-    "bench_engine",
-    "bench_floors",
-    "bench_quality",
-    "bench_simulate",
-    "bench_peers_ruler",
-    "bench_economics",
-    "bench_peers_ruler_sweep",
-    "bench_peers_ruler_before",
-    "bench_incidents",
-    "bench_cache",
-    "bench_validate",
-    "bench_tokens",
-    "bench_tokens_verify",
-    "bench_state",
-    "bench_tune",
-    "bench_tune_speed",
-    "bench_prepare_calls",
-    "bench_call_profile",
-    "bench_scaling",
-    "bench_facts",
-    "bench_otel",
-    "bench_dashboard",
-    "bench_store",
-    "bench_gateway",
-    "bench_frontdoor_blocking",
-    "bench_kinds",
-    "bench_kinds_tune",
-    "bench_taskstate",
-    "bench_preprocessors",
-)
+    "bench_engine", "bench_floors", "bench_quality", "bench_simulate", "bench_peers_ruler",
+    "bench_economics", "bench_peers_ruler_sweep", "bench_peers_ruler_before", "bench_incidents",
+    "bench_cache", "bench_validate", "bench_tokens", "bench_tokens_verify", "bench_state",
+    "bench_tune", "bench_tune_speed", "bench_prepare_calls", "bench_call_profile",
+    "bench_scaling", "bench_facts", "bench_otel", "bench_dashboard", "bench_store",
+    "bench_gateway", "bench_frontdoor_blocking", "bench_kinds", "bench_kinds_tune",
+    "bench_taskstate", "bench_preprocessors",
+)  # fmt: skip
 MAX_PNG = 200_000
 #: the sections the page's contents line links to
 CONTENTS = (
@@ -329,9 +309,7 @@ def headline(results: Path) -> list[str]:
         "",
         "Every goal the engine, the cache, the peers comparison and the tuner were held to, read from the results below.",
         "",
-        "| goal | case | measured | status |",
-        "| --- | --- | --- | :---: |",
-        *["| " + " | ".join(r) + " |" for r in rows],
+        markdown_table("goal | case | measured | status", rows, align="lllc"),
         "",
     ]
 
@@ -345,23 +323,6 @@ SUMMARY_PEERS = (
     ("deepagents", "deepagents"),
     ("langmem", "langmem"),
 )
-
-
-def _pooled(peers: dict[str, Any]) -> dict[tuple[int, str], dict[str, float]]:
-    """(window, run) -> summed total cost, its "send everything" cost, facts and the
-    facts still in context, over every trace of the peers comparison."""
-    out: dict[tuple[int, str], dict[str, float]] = {}
-    for entry in peers.get("peer_results") or []:
-        for r in entry.get("runs") or []:
-            b, ret = r.get("billing") or {}, r.get("retention") or {}
-            acc = out.setdefault(
-                (int(r["window"]), r["run"]), {"cost": 0.0, "none": 0.0, "facts": 0, "kept": 0}
-            )
-            acc["cost"] += b.get("total_cost", 0.0)
-            acc["none"] += b.get("total_cost_none", 0.0)
-            acc["facts"] += ret.get("facts", 0)
-            acc["kept"] += ret.get("in_context", 0)
-    return out
 
 
 def _gateway_rows(results: Path) -> list[tuple[str, str, str]]:
@@ -383,8 +344,7 @@ def summary(results: Path) -> list[str]:
     peers = _load(results, "bench_peers_ruler")
     if peers:
         ref = f"ctxpolicy {peers.get('peer_reference', 'agents.yaml:coding_agent')}"
-        pooled = _pooled(peers)
-        windows = sorted({w for w, _ in pooled})
+        by_window = totals_by_window(peers.get("peer_results") or [])
         n = len({e["trace"] for e in peers.get("peer_results") or []})
         md += [
             f"What an agent pays and keeps on {n} real agent traces (both halves, summed), "
@@ -396,37 +356,37 @@ def summary(results: Path) -> list[str]:
             "everything is the unit, not an option: on the longer traces many of its "
             "requests do not fit the window.",
             "",
-            "| window | run | cost ÷ send everything | kept in context | ctxpolicy's cost ÷ this |",
-            "| ---: | --- | ---: | ---: | ---: |",
         ]
-        for w in windows:
-            mine = pooled.get((w, ref))
-            if not mine or not mine["none"]:
+        table = []
+        for w, totals in by_window.items():
+            mine = totals.get(ref)
+            if not mine or not mine["total_none"]:
                 continue
             rows = [(ref.replace("ctxpolicy ", "ctxpolicy `") + "`", mine)]
             for prefix, shown in SUMMARY_PEERS:
-                run = next((r for (ww, r) in pooled if ww == w and r.startswith(prefix)), None)
+                run = next((r for r in totals if r.startswith(prefix)), None)
                 if run is not None and (
                     prefix != "LangChain SummarizationMiddleware" or run == prefix
                 ):
-                    rows.append((shown, pooled[(w, run)]))
+                    rows.append((shown, totals[run]))
             for shown, acc in rows:
-                cost = acc["cost"] / acc["none"] if acc["none"] else float("nan")
-                kept = acc["kept"] / acc["facts"] if acc["facts"] else float("nan")
-                vs = "—" if acc is mine else f"{mine['cost'] / acc['cost']:.2f}"
-                md.append(f"| {w:,} | {shown} | {cost:.3f} | {kept:.1%} | {vs} |")
-        md.append("")
+                cost = acc["total"] / acc["total_none"] if acc["total_none"] else float("nan")
+                kept = acc["in_context"] / acc["facts"] if acc["facts"] else float("nan")
+                vs = "—" if acc is mine else f"{mine['total'] / acc['total']:.2f}"
+                table.append([f"{w:,}", shown, f"{cost:.3f}", f"{kept:.1%}", vs])
+        head = "window | run | cost ÷ send everything | kept in context | ctxpolicy's cost ÷ this"
+        md += [markdown_table(head, table, align="rlrrr"), ""]
     e = _load(results, "bench_engine")
     per_call = (e or {}).get("per_call") or {}
     traces = per_call.get("traces") or []
     if traces:
-        mine = [t["variants"]["ctxpolicy"]["median_ms"] for t in traces]
-        lc = [t["variants"]["langchain"]["median_ms"] for t in traces]
+        ours = [t["variants"]["ctxpolicy"]["median_ms"] for t in traces]
+        theirs = [t["variants"]["langchain"]["median_ms"] for t in traces]
         md += [
             f"**Per model call** (`prepare` + `add_tool_result`, median over {len(traces)} "
             f"traces' calls, {per_call.get('window', 0):,}-token window, state saved after "
-            f"every call): {min(mine):.2f}–{max(mine):.2f} ms, against "
-            f"{min(lc):.2f}–{max(lc):.2f} ms for LangChain's summarization middleware, "
+            f"every call): {min(ours):.2f}–{max(ours):.2f} ms, against "
+            f"{min(theirs):.2f}–{max(theirs):.2f} ms for LangChain's summarization middleware, "
             "which counts approximately and saves nothing.",
             "",
         ]
@@ -513,12 +473,10 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     args.img.mkdir(parents=True, exist_ok=True)
     out_rel = args.out.parent
-    dates = sorted(
-        d
-        for j in args.results.glob("*.json")
-        if isinstance(d := (json.loads(j.read_text(encoding="utf-8")).get("machine") or {}), dict)
-        and (d := d.get("date"))
-    )
+    machines = [
+        (_load(args.results, j.stem) or {}).get("machine") for j in args.results.glob("*.json")
+    ]
+    dates = sorted(m["date"] for m in machines if isinstance(m, dict) and m.get("date"))
     md = [
         "# Benchmarks",
         "",
@@ -549,9 +507,7 @@ def main(argv: list[str] | None = None) -> int:
     files = {p.stem: p for p in sorted(args.results.glob("*.md"))}
     names = [n for n in ORDER if n in files] + sorted(n for n in files if n not in ORDER)
     for name in names:
-        j = files[name].with_suffix(".json")
-        data = json.loads(j.read_text(encoding="utf-8")) if j.exists() else None
-        md += section(name, files[name].read_text(encoding="utf-8"), data)
+        md += section(name, files[name].read_text(encoding="utf-8"), _load(args.results, name))
         if name == "bench_engine":
             md += engine_plot(args.results, args.img, out_rel)
     big = [p for p in args.img.glob("*.png") if p.stat().st_size >= MAX_PNG]

@@ -44,7 +44,7 @@ def _v(name: str, script: str, about: str, results: str = "", *args: str, **kw: 
 
 def _one(name: str, script: str, about: str, **kw: bool) -> Suite:
     """A suite of one variant (the script's results named after it)."""
-    return Suite(name, about, (_v(name, script, about, **kw),))
+    return Suite(name, about, (Variant(name, script, script, (), about, **kw),))
 
 
 _PEERS = "--peers-only", "--peer-policies", "agents.yaml:coding_agent,agents.yaml:coding_agent_16k"

@@ -1,8 +1,15 @@
-"""Real peers measured beside ctxpolicy: LangChain 1.x middleware driven over traces.
+"""Real peers measured beside ctxpolicy, each library driven for real over recorded traces.
 
-* :mod:`benchmarks.peers.summary` — the deterministic summary both sides use;
-* :mod:`benchmarks.peers.langchain` — ``SummarizationMiddleware`` (and
-  ``ContextEditingMiddleware``) run call by call as ``create_agent`` runs them;
-* :mod:`benchmarks.peers.runs` — every contestant through ``ctxpolicy.sim``'s replay
-  loop with one exact counter, plus compactions and prefix changes per 100 calls.
+* What is sent: :mod:`.catalog` lists the peers, each a replay strategy of
+  ``ctxpolicy.sim.replay`` (:mod:`.langchain`, :mod:`.deepagents`, :mod:`.langmem`;
+  :mod:`.openhands` drives OpenHands in a Python 3.12 process, :mod:`.openhands_worker`);
+  :mod:`.runs` replays every contestant through the loop ``ctxpolicy simulate`` uses,
+  with one exact counter; :mod:`.table` sums, judges and tabulates the runs.
+* What one model call costs: :mod:`.replay` (ctxpolicy's path), :mod:`.others` (the
+  peers' middleware), :mod:`.parts` (ctxpolicy's parts and their floors), :mod:`.timing`
+  (interleaved repeats and the section), :mod:`.worker` (another tree's ctxpolicy).
+
+Every peer gets the compared policy's budget at the window, decides with its library's
+default token counter and summarizes with the same deterministic model as ctxpolicy
+(:mod:`.summary`).
 """

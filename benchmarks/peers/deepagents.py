@@ -17,7 +17,7 @@ runs the two middleware of ``deepagents.create_deep_agent`` that manage its cont
   LangGraph's ``add_messages``); the ``handler`` — the model call — records the
   messages it receives.
 
-Configuration (:func:`deepagents_peer`): what ``create_summarization_middleware``
+Configuration: what ``create_summarization_middleware``
 (the factory ``create_deep_agent`` calls) sets for a model whose profile has
 ``max_input_tokens`` — the deepagents summary prompt, no ``trim_tokens_to_summarize``,
 argument truncation at the same thresholds as the summary — with the fractions
@@ -55,43 +55,43 @@ from langchain_core.messages import AIMessage, AnyMessage, ToolMessage
 from langgraph.graph.message import add_messages
 from langgraph.prebuilt.tool_node import ToolCallRequest
 
-from benchmarks.peers.catalog import LABELS
 from benchmarks.peers.langchain import MessageStateStrategy
-from benchmarks.peers.summary import SUMMARY_TOKENS, DigestChatModel, peer_model
 from ctxpolicy.budget import compute_budget
 from ctxpolicy.conversation import content_text
 from ctxpolicy.policy.models import Policy
 
-__all__ = ["LABELS", "PEERS", "DeepAgentsStrategy", "deepagents_peer"]
+__all__ = ["DeepAgentsStrategy"]
 
-Message = dict[str, Any]
-PEERS = ("deepagents",)
 EVENT = "_summarization_event"
 SESSION = "_summarization_session_id"
 
 
 class DeepAgentsStrategy(MessageStateStrategy):
-    """A ``ctxpolicy.sim.replay.Strategy`` backed by deepagents' middleware."""
+    """deepagents' summarization and filesystem middleware at ``policy``'s budget."""
 
-    def __init__(
-        self,
-        name: str,
-        policy: Policy,
-        *,
-        summarization: SummarizationMiddleware,
-        filesystem: FilesystemMiddleware,
-        model: DigestChatModel,
-        root: Path,
-    ) -> None:
-        super().__init__(name, policy, model=model, label=LABELS.get(name, name))
-        self.summarization = summarization
-        self.filesystem = filesystem
-        self.root = root
-        self.reserve_output = compute_budget(policy).reserve_output
+    def __init__(self, name: str, policy: Policy, *, count: Any) -> None:
+        window = compute_budget(policy).window
+        super().__init__(name, policy, count=count, profile={"max_input_tokens": window})
+        n = self.budget_numbers()
+        self.root = Path(tempfile.mkdtemp(prefix="ctxpolicy-deepagents-"))
+        backend = FilesystemBackend(root_dir=self.root, virtual_mode=True)
+        self.summarization = SummarizationMiddleware(
+            model=self.model,
+            backend=backend,
+            trigger=("tokens", n["trigger"]),
+            keep=("tokens", n["target"]),
+            summary_prompt=DEEPAGENTS_DEFAULT_SUMMARY_PROMPT,
+            trim_tokens_to_summarize=None,
+            truncate_args_settings={
+                "trigger": ("tokens", n["trigger"]),
+                "keep": ("tokens", n["target"]),
+            },
+        )
+        self.filesystem = FilesystemMiddleware(backend=backend)
+        self.reserve_output = n["reserve_output"]
         session = hashlib.blake2b(name.encode("utf-8"), digest_size=16).hexdigest()
         self.agent_state[SESSION] = f"session_{session}"
         self.evicted = 0
-        self.last_request: list[AnyMessage] = []
 
     def tool_result(self, call: Any, content: Any, step: int) -> str:
         """The recorded result through ``FilesystemMiddleware.wrap_tool_call``."""
@@ -115,8 +115,7 @@ class DeepAgentsStrategy(MessageStateStrategy):
             return out.text
         return text
 
-    def prepare(self, convo: list[Message]) -> tuple[list[Message], list[str]]:
-        self._ingest(convo)
+    def _step(self) -> tuple[list[AnyMessage], list[str]]:
         before = self.agent_state.get(EVENT)
         settings = {"max_tokens": self.reserve_output}
         received, response = self._model_call(self.summarization, tools=[], model_settings=settings)
@@ -134,10 +133,7 @@ class DeepAgentsStrategy(MessageStateStrategy):
             layers.append("summarization")
         if any(self._args_truncated(m) for m in received):
             layers.append("truncate_args")
-        for layer in layers:
-            self._events.append({"type": "context.compacted", "layer": layer})
-        self.last_request = received
-        return [*self.system, *(self._to_dict(m) for m in received)], layers
+        return received, layers
 
     def _args_truncated(self, m: AnyMessage) -> bool:
         known = self._by_id.get(str(m.id))
@@ -149,35 +145,3 @@ class DeepAgentsStrategy(MessageStateStrategy):
 
     def close(self) -> None:
         shutil.rmtree(self.root, ignore_errors=True)
-
-
-def deepagents_peer(
-    name: str, policy: Policy, *, count: Any, summary_tokens: int = SUMMARY_TOKENS
-) -> DeepAgentsStrategy:
-    """deepagents' summarization and filesystem middleware (peer ``name``) at ``policy``'s
-    budget, with the deterministic summary (``count``: the ruler's)."""
-    b = compute_budget(policy)
-    model = peer_model(name, PEERS, count, summary_tokens, profile={"max_input_tokens": b.window})
-    root = Path(tempfile.mkdtemp(prefix="ctxpolicy-deepagents-"))
-    backend = FilesystemBackend(root_dir=root, virtual_mode=True)
-    summarization = SummarizationMiddleware(
-        model=model,
-        backend=backend,
-        trigger=("tokens", b.trigger),
-        keep=("tokens", b.target),
-        summary_prompt=DEEPAGENTS_DEFAULT_SUMMARY_PROMPT,
-        trim_tokens_to_summarize=None,
-        truncate_args_settings={
-            "trigger": ("tokens", b.trigger),
-            "keep": ("tokens", b.target),
-        },
-    )
-    filesystem = FilesystemMiddleware(backend=backend)
-    return DeepAgentsStrategy(
-        name,
-        policy,
-        summarization=summarization,
-        filesystem=filesystem,
-        model=model,
-        root=root,
-    )

@@ -15,20 +15,18 @@ each model call:
    records the messages it receives. The system prompt travels as
    ``request.system_message``, outside the state, as in ``create_agent``.
 
-What the handler received is the request, mapped back to the trace's OpenAI
-dicts by message id (an unchanged message is emitted as the exact dict of the
-trace, so token counts do not drift through a format round trip; a cleared tool
-result keeps its dict with the placeholder as content; the summary becomes a
-user message), and measured by the replay loop of ``ctxpolicy.sim.replay`` with
-the same counter as every other run.
+What the handler received is mapped back to the trace's OpenAI dicts by message id
+(an unchanged message is the exact dict of the trace, so token counts do not drift
+through a format round trip; a cleared tool result keeps its dict with the
+placeholder as content; the summary becomes a user message) and measured by the
+replay loop of ``ctxpolicy.sim.replay`` with the same counter as every other run.
 
-Configuration (:func:`langchain_peer`): the trigger and keep of the summary are the
-compared policy's ``trigger`` and ``target`` at the window (``("tokens", n)``);
-``ClearToolUsesEdit`` fires at the policy's ``warning`` level and keeps the 3
-newest tool results (its default). LangChain counts with its default
-``count_tokens_approximately`` and summarizes at most its default
-``trim_tokens_to_summarize`` (4000) of the folded messages: the library as a user
-gets it, only the thresholds set to the same budget.
+Configuration: the trigger and keep of the summary are the compared policy's
+``trigger`` and ``target`` at the window (``("tokens", n)``); ``ClearToolUsesEdit``
+fires at the policy's ``warning`` level and keeps the 3 newest tool results (its
+default). LangChain counts with its default ``count_tokens_approximately`` and
+summarizes at most its default ``trim_tokens_to_summarize`` (4000) of the folded
+messages: the library as a user gets it, only the thresholds set to the same budget.
 """
 
 from __future__ import annotations
@@ -54,37 +52,35 @@ from langchain_core.messages import (
 from langgraph.graph.message import add_messages
 
 from benchmarks.peers.catalog import LABELS
-from benchmarks.peers.summary import SUMMARY_TOKENS, DigestChatModel
-from ctxpolicy.budget import compute_budget
+from benchmarks.peers.summary import DigestChatModel
 from ctxpolicy.conversation import content_text
 from ctxpolicy.policy.models import Policy
 from ctxpolicy.sim.baselines import BaselineStrategy
 from ctxpolicy.sim.metrics import SummaryMeter
 
-__all__ = ["LABELS", "PEERS", "LangChainStrategy", "MessageStateStrategy", "langchain_peer"]
+__all__ = ["LangChainStrategy", "MessageStateStrategy"]
 
 Message = dict[str, Any]
-#: Peer name -> whether ContextEditingMiddleware(ClearToolUsesEdit) runs too.
-PEERS = {"langchain_summarize": False, "langchain_summarize_edit": True}
 
 
 class MessageStateStrategy(BaselineStrategy):
-    """Common part of the LangChain-family peers: the agent state's ``messages``.
+    """What the LangChain-family peers share: the agent state's ``messages`` and the
+    replay step around the library's own call (:meth:`_step`).
 
     The trace's new messages are converted once (``convert_to_messages``) and given
     ids ``trace-N``; the leading system messages stay outside the state (joined in
     one ``SystemMessage``). :meth:`_to_dict` maps a message a peer sends back to the
     trace's exact dict when it is unchanged. Budget numbers (the ruler's hard limit),
-    raw tool results and "nothing is recoverable" come from
-    ``ctxpolicy.sim.baselines.BaselineStrategy``.
+    raw tool results and "nothing is recoverable" come from ``BaselineStrategy``. The
+    summary model is the shared deterministic one, billed by the ruler (``count``).
     """
 
     kind = "peer"
 
-    def __init__(self, name: str, policy: Policy, *, model: DigestChatModel, label: str) -> None:
+    def __init__(self, name: str, policy: Policy, *, count: Any, **model: Any) -> None:
         super().__init__(name, policy)
-        self.label = label
-        self.model = model
+        self.label = LABELS.get(name, name)
+        self.model = DigestChatModel(count=count, meter=SummaryMeter(count), **model)
         self.agent_state: dict[str, Any] = {"messages": []}
         self.system: list[Message] = []
         self._system_lc: SystemMessage | None = None
@@ -97,6 +93,21 @@ class MessageStateStrategy(BaselineStrategy):
         """The summary model's calls and tokens so far (billed by the ruler)."""
         meter = self.model.meter
         return meter.totals() if meter is not None else (0, 0, 0)
+
+    def prepare(self, convo: list[Message]) -> tuple[list[Message], list[str]]:
+        self._ingest(convo)
+        sent, layers = self._step()
+        for layer in layers:
+            self._events.append({"type": "context.compacted", "layer": layer})
+        return self._dicts(sent), layers
+
+    def _step(self) -> tuple[list[AnyMessage], list[str]]:
+        """The library's work before one model call: what the model receives, and the
+        layers that fired."""
+        raise NotImplementedError
+
+    def _dicts(self, sent: list[AnyMessage]) -> list[Message]:
+        return [*self.system, *(self._to_dict(m) for m in sent)]
 
     def _ingest(self, convo: list[Message]) -> None:
         new = convo[self._seen :]
@@ -151,35 +162,29 @@ class MessageStateStrategy(BaselineStrategy):
 
 
 class LangChainStrategy(MessageStateStrategy):
-    """A ``ctxpolicy.sim.replay.Strategy`` backed by LangChain's middleware."""
+    """``SummarizationMiddleware``, with ``ContextEditingMiddleware(ClearToolUsesEdit)``
+    for the ``langchain_summarize_edit`` peer."""
 
-    def __init__(
-        self,
-        name: str,
-        policy: Policy,
-        *,
-        summarization: SummarizationMiddleware,
-        editing: ContextEditingMiddleware | None = None,
-        model: DigestChatModel,
-    ) -> None:
-        super().__init__(name, policy, model=model, label=LABELS.get(name, name))
-        self.summarization = summarization
-        self.editing = editing
+    def __init__(self, name: str, policy: Policy, *, count: Any) -> None:
+        super().__init__(name, policy, count=count)
+        n = self.budget_numbers()
+        self.summarization = SummarizationMiddleware(
+            self.model, trigger=("tokens", n["trigger"]), keep=("tokens", n["target"])
+        )
+        self.editing = (
+            ContextEditingMiddleware(edits=[ClearToolUsesEdit(trigger=n["warning"])])
+            if name == "langchain_summarize_edit"
+            else None
+        )
         self._cleared: set[str] = set()
-        self.last_request: list[AnyMessage] = []
 
-    def prepare(self, convo: list[Message]) -> tuple[list[Message], list[str]]:
-        self._ingest(convo)
+    def _step(self) -> tuple[list[AnyMessage], list[str]]:
         layers: list[str] = []
         update = self.summarization.before_model(self.agent_state, None)  # type: ignore[arg-type]
         if update:
-            self.agent_state["messages"] = add_messages(
-                self.agent_state["messages"], update["messages"]
-            )
-            summary = next(
-                (m for m in self.agent_state["messages"] if m.id not in self._by_id),
-                None,
-            )
+            state = self.agent_state
+            state["messages"] = add_messages(state["messages"], update["messages"])
+            summary = next((m for m in state["messages"] if m.id not in self._by_id), None)
             if summary is not None:
                 self.summaries.append(summary.text)
             layers.append("summarization")
@@ -193,32 +198,4 @@ class LangChainStrategy(MessageStateStrategy):
         if cleared - self._cleared:
             layers.append("clear_tool_uses")
         self._cleared = cleared
-        for layer in layers:
-            self._events.append({"type": "context.compacted", "layer": layer})
-        self.last_request = sent
-        return [*self.system, *(self._to_dict(m) for m in sent)], layers
-
-
-def langchain_peer(
-    name: str, policy: Policy, *, count: Any, summary_tokens: int = SUMMARY_TOKENS
-) -> LangChainStrategy:
-    """Peer ``name`` (a key of :data:`PEERS`) configured to ``policy``'s budget.
-
-    ``policy`` is already at the window of the run (``with_window``); ``count`` is
-    the exact ``count_text`` of the ruler, used by the deterministic summary only.
-    """
-    if name not in PEERS:
-        raise ValueError(f"unknown peer {name!r}; choose from {', '.join(PEERS)}")
-    b = compute_budget(policy)
-    model = DigestChatModel(count=count, max_tokens=summary_tokens, meter=SummaryMeter(count))
-    summarization = SummarizationMiddleware(
-        model, trigger=("tokens", b.trigger), keep=("tokens", b.target)
-    )
-    editing = (
-        ContextEditingMiddleware(edits=[ClearToolUsesEdit(trigger=b.warning_tokens)])
-        if PEERS[name]
-        else None
-    )
-    return LangChainStrategy(
-        name, policy, summarization=summarization, editing=editing, model=model
-    )
+        return sent, layers

@@ -20,7 +20,7 @@ What the model receives is mapped back to the trace's OpenAI dicts by message id
 trace's own leading messages) and measured by the replay loop of
 ``ctxpolicy.sim.replay`` with the same counter as every other run.
 
-Configuration (:func:`langmem_peer`): ``max_tokens_before_summary`` is the compared
+Configuration: ``max_tokens_before_summary`` is the compared
 policy's ``trigger`` at the window, ``max_tokens`` (the most langmem returns and
 feeds to the summary model) its hard limit (window − reserve_output),
 ``max_summary_tokens`` the shared summary budget. langmem has no "keep" setting: it
@@ -37,61 +37,44 @@ from typing import Any
 from langchain_core.messages import AnyMessage, BaseMessage, SystemMessage
 from langmem.short_term import RunningSummary, summarize_messages
 
-from benchmarks.peers.catalog import LABELS
 from benchmarks.peers.langchain import MessageStateStrategy
-from benchmarks.peers.summary import SUMMARY_TOKENS, DigestChatModel, peer_model
-from ctxpolicy.budget import compute_budget
+from benchmarks.peers.summary import SUMMARY_TOKENS
 from ctxpolicy.policy.models import Policy
 
-__all__ = ["PEERS", "LangMemStrategy", "langmem_peer"]
+__all__ = ["LangMemStrategy"]
 
 Message = dict[str, Any]
-PEERS = ("langmem",)
 
 
 class LangMemStrategy(MessageStateStrategy):
-    """A ``ctxpolicy.sim.replay.Strategy`` backed by langmem's ``summarize_messages``."""
+    """langmem's ``summarize_messages`` with its running summary, at ``policy``'s budget."""
 
-    def __init__(
-        self,
-        name: str,
-        policy: Policy,
-        *,
-        model: DigestChatModel,
-        max_tokens: int,
-        max_tokens_before_summary: int,
-        max_summary_tokens: int,
-    ) -> None:
-        super().__init__(name, policy, model=model, label=LABELS.get(name, name))
-        self.max_tokens = max_tokens
-        self.max_tokens_before_summary = max_tokens_before_summary
-        self.max_summary_tokens = max_summary_tokens
+    def __init__(self, name: str, policy: Policy, *, count: Any) -> None:
+        super().__init__(name, policy, count=count)
         self.running_summary: RunningSummary | None = None
-        self.last_request: list[AnyMessage] = []
 
-    def prepare(self, convo: list[Message]) -> tuple[list[Message], list[str]]:
-        self._ingest(convo)
+    def _step(self) -> tuple[list[AnyMessage], list[str]]:
+        n = self.budget_numbers()
         head: list[AnyMessage] = [self._system_lc] if self._system_lc is not None else []
         before = self.running_summary
         result = summarize_messages(
             [*head, *self.agent_state["messages"]],
             running_summary=self.running_summary,
             model=self.model,
-            max_tokens=self.max_tokens,
-            max_tokens_before_summary=self.max_tokens_before_summary,
-            max_summary_tokens=self.max_summary_tokens,
+            max_tokens=n["hard_limit"],
+            max_tokens_before_summary=n["trigger"],
+            max_summary_tokens=SUMMARY_TOKENS,
         )
         self.running_summary = result.running_summary
-        layers: list[str] = []
-        if self.running_summary is not None and self.running_summary is not before:
-            self.summaries.append(str(self.running_summary.summary))
-            layers.append("summarization")
-            self._events.append({"type": "context.compacted", "layer": "summarization"})
-        sent = list(result.messages)
-        self.last_request = sent
-        return [d for m in sent for d in self._dicts(m)], layers
+        if self.running_summary is None or self.running_summary is before:
+            return list(result.messages), []
+        self.summaries.append(str(self.running_summary.summary))
+        return list(result.messages), ["summarization"]
 
-    def _dicts(self, m: BaseMessage) -> list[Message]:
+    def _dicts(self, sent: list[AnyMessage]) -> list[Message]:
+        return [d for m in sent for d in self._message_dicts(m)]
+
+    def _message_dicts(self, m: BaseMessage) -> list[Message]:
         if m is self._system_lc or (
             isinstance(m, SystemMessage)
             and self._system_lc is not None
@@ -99,20 +82,3 @@ class LangMemStrategy(MessageStateStrategy):
         ):
             return list(self.system)
         return [self._to_dict(m)]
-
-
-def langmem_peer(
-    name: str, policy: Policy, *, count: Any, summary_tokens: int = SUMMARY_TOKENS
-) -> LangMemStrategy:
-    """Peer ``name`` (in :data:`PEERS`) configured to ``policy``'s budget at its window;
-    ``count`` is the ruler's exact ``count_text``, used by the deterministic summary only."""
-    b = compute_budget(policy)
-    model = peer_model(name, PEERS, count, summary_tokens)
-    return LangMemStrategy(
-        name,
-        policy,
-        model=model,
-        max_tokens=b.window - b.reserve_output,
-        max_tokens_before_summary=b.trigger,
-        max_summary_tokens=summary_tokens,
-    )

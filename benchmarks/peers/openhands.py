@@ -16,28 +16,25 @@ the 3.12 of ``pyenv root``, ``openhands-sdk`` pinned; or the interpreter named b
    becomes a user message (``CondensationSummaryEvent``'s own role), and is measured
    by the replay loop of ``ctxpolicy.sim.replay`` like every other contestant;
 3. the condenser's summary LLM is a real litellm call to a loopback OpenAI-compatible
-   endpoint (:class:`DigestServer`) answering with the shared deterministic summary
-   (:func:`benchmarks.peers.summary.digest` of the events OpenHands renders into its
-   summary prompt), billed by the ruler like every summary (prompt in, digest out).
+   endpoint (:class:`DigestServer`, the project's scripted server) answering with the
+   shared deterministic summary (:func:`benchmarks.peers.summary.digest` of the events
+   OpenHands renders into its summary prompt), billed by the ruler like every summary
+   (prompt in, digest out).
 
-Configuration (:func:`openhands_peer`): ``max_tokens`` = the compared policy's trigger
-at the window (OpenHands then forgets down to half of it: its own hysteresis), the
-agent LLM's input limit = window − reserve_output, and OpenHands' defaults for the
-rest (``max_size`` 80 events, ``keep_first`` 4: ``default_condenser``). OpenHands
-counts tokens with litellm's tokenizer (cl100k for the ``gpt-4`` agent model).
+Configuration: ``max_tokens`` = the compared policy's trigger at the window (OpenHands
+then forgets down to half of it: its own hysteresis), the agent LLM's input limit =
+window − reserve_output, and OpenHands' defaults for the rest (``max_size`` 80 events,
+``keep_first`` 4: ``default_condenser``). OpenHands counts tokens with litellm's
+tokenizer (cl100k for the ``gpt-4`` agent model).
 """
 
 from __future__ import annotations
 
 import glob
-import json
 import os
 import subprocess
 import sys
-import threading
-import time
 from collections.abc import Callable
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -48,6 +45,7 @@ from ctxpolicy.conversation import content_text
 from ctxpolicy.policy.models import Policy
 from ctxpolicy.sim.baselines import BaselineStrategy
 from ctxpolicy.sim.metrics import SummaryMeter
+from ctxpolicy.testing.server import ScriptedLLMServer
 
 __all__ = [
     "LABEL",
@@ -56,7 +54,6 @@ __all__ = [
     "OpenHandsStrategy",
     "available",
     "ensure_venv",
-    "openhands_peer",
 ]
 
 Message = dict[str, Any]
@@ -127,77 +124,31 @@ def ensure_venv() -> Path:
 # --------------------------------------------------------------------------- summary LLM
 
 
-class DigestServer:
-    """A loopback OpenAI-compatible ``/chat/completions`` endpoint whose answer is the
-    shared digest of the prompt's last user message (OpenHands puts the forgotten
-    events there, the instructions in the system message). Every call is billed to
-    ``meter`` (the whole prompt in, the digest out)."""
+class DigestServer(ScriptedLLMServer):
+    """The project's scripted OpenAI-compatible server, answering every chat call with the
+    shared digest of the prompt's last user message (OpenHands puts the forgotten events
+    there, the instructions in the system message). Every call is billed to ``meter``
+    (the whole prompt in, the digest out)."""
 
     def __init__(self, count: Callable[[str], int], meter: SummaryMeter | None = None) -> None:
+        super().__init__(window=1_000_000_000, script=self.answer, model="digest")
         self.count = count
         self.meter = meter
         self.calls = 0
-        server = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:
-                n = int(self.headers.get("Content-Length") or 0)
-                body = json.loads(self.rfile.read(n) or b"{}")
-                out = server.answer(body)
-                data = json.dumps(out).encode()
-                self.send_response(200)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-            def log_message(self, format: str, *args: Any) -> None:
-                return None
-
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
-        self.thread.start()
-
-    @property
-    def base_url(self) -> str:
-        host, port = self.httpd.server_address[:2]
-        return f"http://{host!s}:{port}/v1"
+        self.start()
 
     def answer(self, body: dict[str, Any]) -> dict[str, Any]:
-        msgs = body.get("messages") or []
-        texts = [content_text(m.get("content")) for m in msgs if isinstance(m, dict)]
-        events = next(
-            (
-                content_text(m.get("content"))
-                for m in reversed(msgs)
-                if isinstance(m, dict) and m.get("role") == "user"
-            ),
-            "",
-        )
-        prompt = "\n".join(texts)
-        text = digest(events, SUMMARY_TOKENS, self.count)
+        msgs = [m for m in body.get("messages") or [] if isinstance(m, dict)]
+        user = [content_text(m.get("content")) for m in msgs if m.get("role") == "user"]
+        prompt = "\n".join(content_text(m.get("content")) for m in msgs)
+        text = digest(user[-1] if user else "", SUMMARY_TOKENS, self.count)
         self.calls += 1
         if self.meter is not None:
             self.meter.record(prompt, text)
-        p, c = self.count(prompt), self.count(text)
-        return {
-            "id": f"digest-{self.calls}",
-            "object": "chat.completion",
-            "created": int(time.time()),
-            "model": "digest",
-            "choices": [
-                {
-                    "index": 0,
-                    "message": {"role": "assistant", "content": text},
-                    "finish_reason": "stop",
-                }
-            ],
-            "usage": {"prompt_tokens": p, "completion_tokens": c, "total_tokens": p + c},
-        }
+        return {"content": text, "prompt_tokens": self.count(prompt)}
 
     def close(self) -> None:
-        self.httpd.shutdown()
-        self.httpd.server_close()
+        self.stop()
 
 
 # --------------------------------------------------------------------------- the worker
@@ -269,12 +220,6 @@ class OpenHandsStrategy(BaselineStrategy):
 
     def close(self) -> None:
         self.server.close()
-
-
-def openhands_peer(kind: str, policy: Policy, *, count: Callable[[str], int]) -> OpenHandsStrategy:
-    """The peer of ``benchmarks.peers.catalog`` for ``kind`` ``openhands``."""
-    del kind
-    return OpenHandsStrategy(policy, count=count)
 
 
 if __name__ == "__main__":  # build the virtualenv: python -m benchmarks.peers.openhands

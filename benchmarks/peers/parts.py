@@ -200,24 +200,19 @@ def parts_markdown(
     from benchmarks._common import markdown_table
 
     def cell(now: float, before: float | None) -> str:
-        if before is None:
-            return f"{now:.1f}"
         return f"{before:.1f} → {now:.1f} ({now / before:.2f}×)" if before else f"{now:.1f}"
 
-    def base(kind: str, key: str) -> float | None:
-        if baseline is None:
-            return None
-        if kind == "parts":
-            return float(baseline["parts"].get(key, {}).get("median_us", 0.0))
-        return float(baseline["floors_us"].get(key, 0.0))
-
     parts = data["parts"]
+    before_parts = (baseline or {}).get("parts", {})
+    before_floors = (baseline or {}).get("floors_us", {})
     rows = [
-        [k, cell(parts[k]["median_us"], base("parts", k)), f"{parts[k]['per_call']:.2f}"]
+        [k, cell(p["median_us"], before_parts.get(k, {}).get("median_us")), f"{p['per_call']:.2f}"]
         for k in _ORDER
-        if k in parts
+        if (p := parts.get(k))
     ]
-    rows += [[f"floor: {k}", cell(v, base("floors", k)), "—"] for k, v in data["floors_us"].items()]
+    rows += [
+        [f"floor: {k}", cell(v, before_floors.get(k)), "—"] for k, v in data["floors_us"].items()
+    ]
     head = "median µs" if baseline is None else "median µs, baseline → this tree"
     out = [
         f"#### Parts of the per-call path, unprofiled ({label})",

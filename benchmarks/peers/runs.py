@@ -135,30 +135,23 @@ def _strategy(c: Contestant, window: int, snap_dir: Path, counter: TokenCounter,
     from ctxpolicy.sim.replay import _safe, _sim_store
 
     pol = with_window(c.policy, window)
-    if c.kind == "ctxpolicy":
-        # the conversation id shows in snapshot references, so it is the trace's for
-        # every contestant (as in ``replay_trace``): no run pays for a longer label
-        store = _sim_store(pol, snap_dir / _safe(trace))
-        meter = SummaryMeter(counter.count_text)
-        return SharedSummaryPolicy(
-            pol,
-            conv_id=_safe(trace),
-            label=c.label,
-            store=store,
-            summarizer=ctxpolicy_summary(counter.count_text, meter),
-            meter=meter,
-        )
-    if c.kind == EXTRACTIVE:
-        from ctxpolicy.sim.replay import PolicyStrategy
-
-        store = _sim_store(pol, snap_dir / _safe(trace))
-        meter = SummaryMeter(counter.count_text)
-        return PolicyStrategy(pol, conv_id=_safe(trace), label=c.label, store=store, meter=meter)
     if c.kind in PEERS:
         strat = build_peer(c.kind, pol, count=counter.count_text)
         strat.label = c.label
         return strat
-    raise ValueError(f"unknown contestant kind {c.kind!r}")
+    if c.kind not in ("ctxpolicy", EXTRACTIVE):
+        raise ValueError(f"unknown contestant kind {c.kind!r}")
+    # the conversation id shows in snapshot references, so it is the trace's for every
+    # contestant (as in ``replay_trace``): no run pays for a longer label
+    conv_id = _safe(trace)
+    store = _sim_store(pol, snap_dir / conv_id)
+    meter = SummaryMeter(counter.count_text)
+    if c.kind == EXTRACTIVE:
+        return PolicyStrategy(pol, conv_id=conv_id, label=c.label, store=store, meter=meter)
+    summarizer = ctxpolicy_summary(counter.count_text, meter)
+    return SharedSummaryPolicy(
+        pol, conv_id=conv_id, label=c.label, store=store, summarizer=summarizer, meter=meter
+    )
 
 
 def run_contestant(

@@ -150,13 +150,3 @@ class DigestChatModel(BaseChatModel):
         if self.meter is not None:
             self.meter.record(prompt, text)
         return ChatResult(generations=[ChatGeneration(message=AIMessage(content=text))])
-
-
-def peer_model(
-    name: str, peers: Any, count: Callable[[str], int], summary_tokens: int, **kw: Any
-) -> DigestChatModel:
-    """The metered deterministic summary model of peer ``name`` (one of ``peers``);
-    ``count`` is the ruler's exact ``count_text``."""
-    if name not in peers:
-        raise ValueError(f"unknown peer {name!r}; choose from {', '.join(peers)}")
-    return DigestChatModel(count=count, max_tokens=summary_tokens, meter=SummaryMeter(count), **kw)

@@ -31,6 +31,7 @@ __all__ = [
     "ruler_markdown",
     "ruler_section",
     "shipped_policies",
+    "totals_by_window",
     "trace_halves",
 ]
 
@@ -42,25 +43,12 @@ REFERENCE = "agents.yaml:coding_agent"
 #: a total over all traces would hide the long ones behind the many that never compact)
 MAX_COMPACTIONS_32K = 8.0
 LONG_TRACE_CALLS = 50
+#: what the results keep of a run (beside its retention and policy)
 SLIM = (
-    "run",
-    "kind",
-    "trace",
-    "window",
-    "steps",
-    "calls",
-    "prompt_tokens",
-    "prompt_tokens_none",
-    "overflows",
-    "overflows_unavoidable",
-    "pairing_violations",
-    "compaction_calls",
-    "prefix_changes",
-    "compactions_total",
-    "counter",
-    "summaries_written",
-    "billing",
-)
+    "run", "kind", "trace", "window", "steps", "calls", "prompt_tokens", "prompt_tokens_none",
+    "overflows", "overflows_unavoidable", "pairing_violations", "compaction_calls",
+    "prefix_changes", "compactions_total", "counter", "summaries_written", "billing",
+)  # fmt: skip
 
 
 def _name_hash(name: str) -> bytes:
@@ -176,69 +164,64 @@ def peer_job(
     }
 
 
+#: a contestant's sums over its runs: sum -> the path of the number in a run
+SUMS = {
+    "prompt": ("prompt_tokens",),
+    "none": ("prompt_tokens_none",),
+    "facts": ("retention", "facts"),
+    "in_context": ("retention", "in_context"),
+    "recoverable": ("retention", "recoverable"),
+    "overflows": ("overflows",),
+    "unavoidable": ("overflows_unavoidable",),
+    "violations": ("pairing_violations",),
+    "calls": ("calls",),
+    "compaction_calls": ("compaction_calls",),
+    "prefix_changes": ("prefix_changes",),
+    "far_facts": ("retention", "far_facts"),
+    "far_in_context": ("retention", "far_in_context"),
+    "billed": ("billing", "billed_input"),
+    "billed_none": ("billing", "billed_input_none"),
+    "total": ("billing", "total_cost"),
+    "total_none": ("billing", "total_cost_none"),
+    "summary_calls": ("billing", "summarizer", "llm_calls"),
+}
+MONEY = ("billed", "billed_none", "total", "total_none")
+
+
+def _number(run: Mapping[str, Any], path: Sequence[str]) -> Any:
+    x: Any = run
+    for key in path:
+        x = (x or {}).get(key)
+    return x or 0
+
+
+def _rate(part: float, whole: float, empty: float = 1.0) -> float:
+    return part / whole if whole else empty
+
+
 def peer_totals(runs: Iterable[Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
     """Totals per contestant over ``runs`` (order of first appearance kept)."""
     acc: dict[str, dict[str, Any]] = {}
     for r in runs:
-        a = acc.setdefault(
-            r["run"],
-            {
-                "kind": r["kind"],
-                "traces": 0,
-                "prompt": 0,
-                "none": 0,
-                "facts": 0,
-                "in_context": 0,
-                "recoverable": 0,
-                "overflows": 0,
-                "unavoidable": 0,
-                "violations": 0,
-                "calls": 0,
-                "compaction_calls": 0,
-                "prefix_changes": 0,
-                "far_facts": 0,
-                "far_in_context": 0,
-                "billed": 0.0,
-                "billed_none": 0.0,
-                "total": 0.0,
-                "summary_calls": 0,
-            },
-        )
+        zero = {k: 0.0 if k in MONEY else 0 for k in SUMS}
+        a = acc.setdefault(r["run"], {"kind": r.get("kind"), "traces": 0, **zero})
         a["traces"] += 1
-        a["prompt"] += r["prompt_tokens"]
-        a["none"] += r["prompt_tokens_none"]
-        a["facts"] += r["retention"]["facts"]
-        a["in_context"] += r["retention"]["in_context"]
-        a["recoverable"] += r["retention"]["recoverable"]
-        a["overflows"] += r["overflows"]
-        a["unavoidable"] += r["overflows_unavoidable"]
-        a["violations"] += r["pairing_violations"]
-        a["calls"] += r["calls"]
-        a["compaction_calls"] += r["compaction_calls"]
-        a["prefix_changes"] += r["prefix_changes"]
-        a["far_facts"] += r["retention"].get("far_facts", 0)
-        a["far_in_context"] += r["retention"].get("far_in_context", 0)
-        b = r.get("billing") or {}
-        a["billed"] += b.get("billed_input", 0.0)
-        a["billed_none"] += b.get("billed_input_none", 0.0)
-        a["total"] += b.get("total_cost", 0.0)
-        a["summary_calls"] += (b.get("summarizer") or {}).get("llm_calls", 0)
+        for key, path in SUMS.items():
+            a[key] += _number(r, path)
     for a in acc.values():
-        a["billed_over_none"] = a["billed"] / a["billed_none"] if a["billed_none"] else 1.0
-        a["total_over_none"] = a["total"] / a["billed_none"] if a["billed_none"] else 1.0
-        a["far_rate"] = a["far_in_context"] / a["far_facts"] if a["far_facts"] else 1.0
-        a["tokens_over_none"] = a["prompt"] / a["none"] if a["none"] else 1.0
-        a["in_context_rate"] = a["in_context"] / a["facts"] if a["facts"] else 1.0
-        a["retained_rate"] = (
-            (a["in_context"] + a["recoverable"]) / a["facts"] if a["facts"] else 1.0
-        )
+        a["billed_over_none"] = _rate(a["billed"], a["billed_none"])
+        a["total_over_none"] = _rate(a["total"], a["billed_none"])
+        a["far_rate"] = _rate(a["far_in_context"], a["far_facts"])
+        a["tokens_over_none"] = _rate(a["prompt"], a["none"])
+        a["in_context_rate"] = _rate(a["in_context"], a["facts"])
+        a["retained_rate"] = _rate(a["in_context"] + a["recoverable"], a["facts"])
         a["avoidable"] = a["overflows"] - a["unavoidable"]
-        a["compactions_per_100"] = 100 * a["compaction_calls"] / a["calls"] if a["calls"] else 0.0
-        a["prefix_changes_per_100"] = 100 * a["prefix_changes"] / a["calls"] if a["calls"] else 0.0
+        a["compactions_per_100"] = _rate(100 * a["compaction_calls"], a["calls"], 0.0)
+        a["prefix_changes_per_100"] = _rate(100 * a["prefix_changes"], a["calls"], 0.0)
     return acc
 
 
-def _by_window(
+def totals_by_window(
     results: Sequence[Mapping[str, Any]], half: str | None = None
 ) -> dict[int, dict[str, dict[str, Any]]]:
     windows = sorted({int(j["window"]) for j in results})
@@ -274,6 +257,11 @@ def ruler_markdown(results: Sequence[Mapping[str, Any]]) -> list[str]:
     """The peer table by the ruler users pay (issue 27), per window and trace half."""
     if not results:
         return []
+    of = _halves_of(results)
+    halves = {
+        h: sorted(n.removesuffix(".jsonl")[-40:] for n, x in of.items() if x == h)
+        for h in ("tune", "held_out")
+    }
     md = [
         "### Peers by the ruler users pay: both halves of the shared traces",
         "",
@@ -288,33 +276,16 @@ def ruler_markdown(results: Sequence[Mapping[str, Any]]) -> list[str]:
         "(the half shipped policies may be tuned on), the other `held_out` (the half they "
         "are judged on).",
         "",
-        "Halves: "
-        + "; ".join(
-            f"{h}: "
-            + ", ".join(
-                sorted(
-                    n.removesuffix(".jsonl")[-40:] for n, x in _halves_of(results).items() if x == h
-                )
-            )
-            for h in ("tune", "held_out")
-        ),
+        "Halves: " + "; ".join(f"{h}: {', '.join(names)}" for h, names in halves.items()),
         "",
     ]
-    head = [
-        "run",
-        "traces",
-        "total cost ÷ none",
-        "billed ÷ none",
-        "tokens ÷ none",
-        "retention",
-        "far retention",
-        "compactions / 100",
-        "prefix changes / 100",
-        "avoidable overflows",
-        "summarizer calls",
-    ]
+    head = (
+        "run | traces | total cost ÷ none | billed ÷ none | tokens ÷ none | retention | "
+        "far retention | compactions / 100 | prefix changes / 100 | avoidable overflows | "
+        "summarizer calls"
+    )
     for half in ("tune", "held_out"):
-        for w, totals in _by_window(results, half).items():
+        for w, totals in totals_by_window(results, half).items():
             if not totals:
                 continue
             md += [
@@ -380,7 +351,7 @@ def _dominated(mine: Mapping[str, Any], totals: Mapping[str, Mapping[str, Any]])
 def peer_goals(results: Sequence[Mapping[str, Any]], reference: str = REFERENCE) -> dict[str, Any]:
     """Issue 18 item 5, per window, for ctxpolicy under ``reference``."""
     out: dict[str, Any] = {"reference": reference, "windows": {}}
-    for w, totals in _by_window(results).items():
+    for w, totals in totals_by_window(results).items():
         mine = totals.get(f"ctxpolicy {reference}")
         if mine is None:
             continue
@@ -458,7 +429,7 @@ def peer_markdown(data: Mapping[str, Any]) -> list[str]:
         "",
     ]
     goals = data.get("peer_goals") or peer_goals(results, ref)
-    for w, totals in _by_window(results).items():
+    for w, totals in totals_by_window(results).items():
         md += [
             f"#### Window {w:,}",
             "",

@@ -1,11 +1,12 @@
-"""Per model call: ctxpolicy's path vs LangChain ``SummarizationMiddleware``.
+"""Per model call: ctxpolicy's path vs LangChain ``SummarizationMiddleware`` and the peers.
 
-Each long trace replayed call by call, interleaved in one run: ctxpolicy's
-``add_tool_result`` per tool result (booked on the call it precedes) and ``prepare``
-before every assistant message (:mod:`benchmarks.peers.replay`); LangChain's
-``before_model`` on an agent state updated by LangGraph's reducer; the floor, one
-tiktoken pass over the final conversation ÷ calls. The section (:func:`per_call_markdown`)
-says what each column is; :func:`profile_calls` returns ctxpolicy's hot spots.
+Each long trace replayed call by call, interleaved in one run
+(:mod:`benchmarks.peers.replay`): ctxpolicy's ``add_tool_result`` per tool result
+(booked on the call it precedes) and ``prepare`` before every assistant message; each
+peer's middleware on an agent state updated by LangGraph's reducer; the floor, one
+tiktoken pass over the final conversation ÷ calls. The section
+(:func:`per_call_markdown`) says what each column is; :func:`profile_calls` returns
+ctxpolicy's hot spots.
 """
 
 from __future__ import annotations
@@ -16,71 +17,23 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from benchmarks._common import eprint, profile_rows
+from benchmarks._common import SHARED, eprint, markdown_table, profile_rows
+from benchmarks._inputs import message_texts
+from benchmarks.peers.catalog import available_peers
+from benchmarks.peers.others import PEER_REPLAYS, langchain_steps
 from benchmarks.peers.parts import parts_markdown, per_call_parts, summarize
 from benchmarks.peers.replay import STATE, replay_ctxpolicy
-from benchmarks.peers.summary import DigestChatModel
 from benchmarks.peers.worker import ROOT, Worker
 
 __all__ = ["per_call", "per_call_markdown", "per_call_section", "profile_calls"]
 
-Message = dict[str, Any]
-VARIANTS = ("prepare", "add_tool_result", "ctxpolicy", "langchain")
-
-
-def _texts(m: Mapping[str, Any]) -> list[str]:
-    from benchmarks._inputs import message_texts
-
-    return message_texts(m)
-
-
-def _lc_steps(msgs: Sequence[Mapping[str, Any]]) -> list[list[Any]]:
-    """The trace as LangChain messages (system prompt left out: it is not state),
-    grouped as the new messages before each model call; converted once."""
-    from langchain_core.messages import convert_to_messages
-
-    steps: list[list[Any]] = []
-    batch: list[Any] = []
-    leading = True
-    n = 0
-    for m in msgs:
-        if m.get("role") == "assistant" and n:
-            steps.append(batch)
-            batch = []
-        n += 1
-        if leading and m.get("role") in ("system", "developer"):
-            continue
-        leading = False
-        (lc,) = convert_to_messages([dict(m)])
-        lc.id = f"trace-{n}"
-        batch.append(lc)
-    return steps
-
-
-def replay_langchain(policy: Any, steps: Sequence[Sequence[Any]], count: Any) -> list[float]:
-    """Seconds of ``SummarizationMiddleware.before_model`` (+ its state update) per call."""
-    from langchain.agents.middleware import SummarizationMiddleware
-    from langgraph.graph.message import add_messages
-
-    from benchmarks.peers.others import per_step
-    from ctxpolicy.budget import compute_budget
-
-    b = compute_budget(policy)
-    mw = SummarizationMiddleware(
-        DigestChatModel(count=count), trigger=("tokens", b.trigger), keep=("tokens", b.target)
-    )
-
-    def call(state: dict[str, Any]) -> None:
-        update = mw.before_model(state, None)  # type: ignore[arg-type]
-        if update:
-            state["messages"] = add_messages(state["messages"], update["messages"])
-
-    return per_step(steps, call)
+#: ctxpolicy's variants: its two entry points and their sum per call
+OURS = ("prepare", "add_tool_result", "ctxpolicy")
 
 
 def one_pass(msgs: Sequence[Mapping[str, Any]], tokenizer: Any) -> float:
     """Seconds of one exact pass over every text of the conversation."""
-    texts = [t for m in msgs for t in _texts(m)]
+    texts = [t for m in msgs for t in message_texts(m)]
     t0 = time.perf_counter()
     for t in texts:
         tokenizer.count(t)
@@ -98,9 +51,8 @@ def _ctxpolicy_runs(
     the order alternating with ``turn`` so that drifting load hits both alike."""
     if not workers:
         return {"": replay_ctxpolicy(policy, msgs)}
-    names = list(workers) if turn % 2 == 0 else list(workers)[::-1]
     runs = {}
-    for name in names:
+    for name in list(workers) if turn % 2 == 0 else list(workers)[::-1]:
         answer = workers[name].ask(cmd="replay", **request)
         runs[name] = (answer["prepare"], answer["add_tool_result"])
     return runs
@@ -122,31 +74,24 @@ def per_call(
     turn, and the baseline's variants are reported as ``baseline_*``; ``request``
     names the trace file and the agent for them.
     """
-    from benchmarks.peers import others
     from ctxpolicy.tokens import get_counter
 
     counter = get_counter(policy.model, model_name=policy.model_name)
-    steps = _lc_steps(msgs)
-    names = list(workers) if workers else [""]
-    peers = others.available()
-    series: dict[str, list[list[float]]] = {
-        f"{n}_{v}" if n else v: [] for n in names for v in VARIANTS if n == "" or v != "langchain"
-    }
-    for peer in peers:
-        series[peer] = []
-    replays = {"deepagents": others.replay_deepagents, "langmem": others.replay_langmem}
+    steps = langchain_steps(msgs)
+    peers = ["langchain", *available_peers(("deepagents", "langmem"))[0]]
+    series: dict[str, list[list[float]]] = {v: [] for v in (*OURS, "langchain")}
+    series |= {f"{tree}_{v}": [] for tree in workers or () if tree for v in OURS}
+    series |= {p: [] for p in peers}
     passes: list[float] = []
     for turn in range(repeat):  # load changes hit every variant alike
-        for name, (prep, tools) in _ctxpolicy_runs(
-            policy, msgs, workers, request or {}, turn
-        ).items():
-            pre = f"{name}_" if name else ""
+        runs = _ctxpolicy_runs(policy, msgs, workers, request or {}, turn)
+        for tree, (prep, tools) in runs.items():
+            pre = f"{tree}_" if tree else ""
             series[f"{pre}prepare"].append(prep)
             series[f"{pre}add_tool_result"].append(tools)
             series[f"{pre}ctxpolicy"].append([a + b for a, b in zip(prep, tools, strict=True)])
-        series["langchain"].append(replay_langchain(policy, steps, counter.count_text))
         for peer in peers:
-            series[peer].append(replays[peer](policy, steps, counter.count_text))
+            series[peer].append(PEER_REPLAYS[peer](policy, steps, counter.count_text))
         passes.append(one_pass(msgs, counter.tokenizer))
     calls = len(series["prepare"][0])
     floor = statistics.median(passes)
@@ -154,17 +99,17 @@ def per_call(
     out: dict[str, Any] = {
         "trace": label,
         "calls": calls,
-        "tokens": sum(counter.tokenizer.count(t) for m in msgs for t in _texts(m)),
+        "tokens": sum(counter.tokenizer.count(t) for m in msgs for t in message_texts(m)),
         "counter": counter.name,
         "repeat": repeat,
         "one_pass_ms": floor * 1e3,
         "floor_per_call_ms": floor_call * 1e3,
         "variants": {},
     }
-    for v, runs in series.items():
-        per = [statistics.median(r[k] for r in runs) for k in range(calls)]
+    for v, runs_of in series.items():
+        per = [statistics.median(r[k] for r in runs_of) for k in range(calls)]
         med = statistics.median(per) if per else 0.0
-        total = statistics.median(sum(r) for r in runs)
+        total = statistics.median(sum(r) for r in runs_of)
         out["variants"][v] = {
             "median_ms": med * 1e3,
             "p95_ms": sorted(per)[min(len(per) - 1, int(0.95 * len(per)))] * 1e3 if per else 0.0,
@@ -172,28 +117,14 @@ def per_call(
             "median_over_floor_per_call": med / floor_call if floor_call else None,
             "total_over_one_pass": total / floor if floor else None,
         }
-    lc = out["variants"]["langchain"]["median_ms"]
-    ours = out["variants"]["ctxpolicy"]["median_ms"]
-    out["ctxpolicy_over_langchain"] = ours / lc if lc else None
-    out["goal_le_langchain"] = lc > 0 and ours <= lc
-    out["peers"] = ["langchain", *peers]
-    out["over_peer"] = {
-        p: {
-            v: _ratio(out["variants"][v]["median_ms"], out["variants"][p]["median_ms"])
-            for v in ("prepare", "add_tool_result", "ctxpolicy")
-        }
-        for p in out["peers"]
-    }
-    if "baseline_ctxpolicy" in out["variants"]:
-        out["over_baseline"] = {
-            v: _ratio(
-                out["variants"][v]["median_ms"], out["variants"][f"baseline_{v}"]["median_ms"]
-            )
-            for v in ("prepare", "add_tool_result", "ctxpolicy")
-        }
-        out["baseline_over_langchain"] = _ratio(
-            out["variants"]["baseline_ctxpolicy"]["median_ms"], lc
-        )
+    ms = {v: x["median_ms"] for v, x in out["variants"].items()}
+    out["ctxpolicy_over_langchain"] = _ratio(ms["ctxpolicy"], ms["langchain"])
+    out["goal_le_langchain"] = ms["langchain"] > 0 and ms["ctxpolicy"] <= ms["langchain"]
+    out["peers"] = peers
+    out["over_peer"] = {p: {v: _ratio(ms[v], ms[p]) for v in OURS} for p in peers}
+    if "baseline_ctxpolicy" in ms:
+        out["over_baseline"] = {v: _ratio(ms[v], ms[f"baseline_{v}"]) for v in OURS}
+        out["baseline_over_langchain"] = _ratio(ms["baseline_ctxpolicy"], ms["langchain"])
     return out
 
 
@@ -242,7 +173,6 @@ def per_call_section(
 
     ``baseline``: another source tree (e.g. a checkout of main) timed in the same
     run; both trees then run in worker processes, in turn."""
-    from benchmarks._common import SHARED
     from benchmarks._inputs import largest_traces, load_agent, smallest_trace
     from ctxpolicy.budget import compute_budget
 
@@ -301,7 +231,6 @@ PEER_LABELS = {
     "deepagents": "deepagents `SummarizationMiddleware`",
     "langmem": "langmem `summarize_messages`",
 }
-
 LABELS = {
     "langchain": "LangChain `SummarizationMiddleware.before_model`",
     "prepare": "ctxpolicy `prepare`",
@@ -310,10 +239,16 @@ LABELS = {
 }
 
 
+def _short(trace: str) -> str:
+    return trace.removesuffix(".jsonl")[-40:]
+
+
+def _ms(r: Mapping[str, Any], v: str) -> float:
+    return float(r["variants"][v]["median_ms"])
+
+
 def per_call_markdown(data: Mapping[str, Any]) -> list[str]:
     """The per-call section of bench_engine's markdown."""
-    from benchmarks._common import markdown_table
-
     rows = data.get("traces") or []
     if not rows:
         return []
@@ -325,9 +260,10 @@ def per_call_markdown(data: Mapping[str, Any]) -> list[str]:
         "are its trigger and target; one deterministic summary for both "
         "(benchmarks/peers/timing.py). ctxpolicy counts exactly, writes a snapshot of every "
         f"tool result to a local store (`durability: {data.get('durability', 'flush')}`), "
-        f"saves its state after every call ({STATE} store, the shipped default) and runs the key-facts check and the "
-        "ledger; LangChain counts approximately. Floor per call: one exact tiktoken pass over "
-        f"the final conversation ÷ calls. Medians of {rows[0]['repeat']} interleaved runs.",
+        f"saves its state after every call ({STATE} store, the shipped default) and runs the "
+        "key-facts check and the ledger; LangChain counts approximately. Floor per call: one "
+        "exact tiktoken pass over the final conversation ÷ calls. Medians of "
+        f"{rows[0]['repeat']} interleaved runs.",
         "",
         markdown_table(
             [
@@ -340,11 +276,11 @@ def per_call_markdown(data: Mapping[str, Any]) -> list[str]:
             ],
             [
                 [
-                    r["trace"].removesuffix(".jsonl")[-40:],
+                    _short(r["trace"]),
                     r["calls"],
                     r["tokens"],
                     *[
-                        f"{r['variants'][v]['median_ms']:.3f} ({r['variants'][v]['median_over_floor_per_call']:.2f}×)"
+                        f"{_ms(r, v):.3f} ({r['variants'][v]['median_over_floor_per_call']:.2f}×)"
                         for v in LABELS
                     ],
                     f"{r['ctxpolicy_over_langchain']:.1f}×",
@@ -358,7 +294,7 @@ def per_call_markdown(data: Mapping[str, Any]) -> list[str]:
             ["trace", "one pass ms", *[f"{LABELS[v]} total ÷ one pass" for v in LABELS]],
             [
                 [
-                    r["trace"].removesuffix(".jsonl")[-40:],
+                    _short(r["trace"]),
                     r["one_pass_ms"],
                     *[f"{r['variants'][v]['total_over_one_pass']:.2f}" for v in LABELS],
                 ]
@@ -388,16 +324,12 @@ def per_call_markdown(data: Mapping[str, Any]) -> list[str]:
                 ],
                 [
                     [
-                        r["trace"].removesuffix(".jsonl")[-40:],
-                        *[f"{r['variants'][p]['median_ms']:.3f}" for p in peers],
-                        f"{r['variants']['ctxpolicy']['median_ms']:.3f} "
-                        f"({r['variants']['prepare']['median_ms']:.3f})",
+                        _short(r["trace"]),
+                        *[f"{_ms(r, p):.3f}" for p in peers],
+                        f"{_ms(r, 'ctxpolicy'):.3f} ({_ms(r, 'prepare'):.3f})",
                         *[
-                            f"{r['variants']['ctxpolicy']['median_ms'] / r['variants'][p]['median_ms']:.2f}×"
-                            for p in peers
-                        ],
-                        *[
-                            f"{r['variants']['prepare']['median_ms'] / r['variants'][p]['median_ms']:.2f}×"
+                            f"{_ms(r, v) / _ms(r, p):.2f}×"
+                            for v in ("ctxpolicy", "prepare")
                             for p in peers
                         ],
                     ]
@@ -406,12 +338,10 @@ def per_call_markdown(data: Mapping[str, Any]) -> list[str]:
             ),
             "",
         ]
-    missing = [p for p in PEER_LABELS if not all(p in r["variants"] for r in rows)]
+    missing = [PEER_LABELS[p] for p in PEER_LABELS if p not in peers]
     if missing:
         md += [
-            "Not measured in this run: "
-            + ", ".join(PEER_LABELS[p] for p in missing)
-            + " (not installed: the `bench` extra).",
+            f"Not measured in this run: {', '.join(missing)} (not installed: the `bench` extra).",
             "",
         ]
     md += _goals_markdown(rows)
@@ -424,16 +354,17 @@ def per_call_markdown(data: Mapping[str, Any]) -> list[str]:
             "(benchmarks/peers/worker.py); median ms per call, before → after (after ÷ before).",
             "",
             markdown_table(
-                "trace | `prepare` | `add_tool_result` (booked per call) | `prepare` + `add_tool_result` | LangChain | ÷ LangChain before → after",
+                "trace | `prepare` | `add_tool_result` (booked per call) | `prepare` + "
+                "`add_tool_result` | LangChain | ÷ LangChain before → after",
                 [
                     [
-                        r["trace"].removesuffix(".jsonl")[-40:],
+                        _short(r["trace"]),
                         *[
-                            f"{r['variants'][f'baseline_{v}']['median_ms']:.3f} → "
-                            f"{r['variants'][v]['median_ms']:.3f} ({r['over_baseline'][v]:.2f}×)"
-                            for v in ("prepare", "add_tool_result", "ctxpolicy")
+                            f"{_ms(r, f'baseline_{v}'):.3f} → {_ms(r, v):.3f} "
+                            f"({r['over_baseline'][v]:.2f}×)"
+                            for v in OURS
                         ],
-                        f"{r['variants']['langchain']['median_ms']:.3f}",
+                        f"{_ms(r, 'langchain'):.3f}",
                         f"{r['baseline_over_langchain']:.1f}× → {r['ctxpolicy_over_langchain']:.1f}×",
                     ]
                     for r in rows
@@ -441,17 +372,10 @@ def per_call_markdown(data: Mapping[str, Any]) -> list[str]:
             ),
             "",
         ]
-    if data.get("parts"):
-        parts = data["parts"]
-        lc = next(
-            (r["variants"]["langchain"]["median_ms"] for r in rows if r["trace"] == parts["trace"]),
-            None,
-        )
-        md += parts_markdown(
-            parts["trace"].removesuffix(".jsonl")[-40:], parts, lc, parts.get("baseline")
-        )
-    prof = data.get("profile")
-    if prof:
+    if parts := data.get("parts"):
+        lc = next((_ms(r, "langchain") for r in rows if r["trace"] == parts["trace"]), None)
+        md += parts_markdown(_short(parts["trace"]), parts, lc, parts.get("baseline"))
+    if prof := data.get("profile"):
         md += [
             f"#### Where ctxpolicy's per-call time goes (cProfile, {len(prof['traces'])} traces, "
             f"{prof['total_s']:.2f} s profiled)",
@@ -477,26 +401,23 @@ def per_call_markdown(data: Mapping[str, Any]) -> list[str]:
 
 
 def _goals_markdown(rows: Sequence[Mapping[str, Any]]) -> list[str]:
-    """Issue 32's per-call goals against LangChain, each trace: by how much they are
-    missed (a ratio above the goal) in this run."""
+    """The per-call goals against LangChain, each trace: by how much they are missed (a
+    ratio above the goal) in this run."""
     out = []
     for r in rows:
-        v = r["variants"]
-        lc = v["langchain"]["median_ms"]
+        lc = _ms(r, "langchain")
         if not lc:
             continue
-        prep, both = v["prepare"]["median_ms"] / lc, v["ctxpolicy"]["median_ms"] / lc
+        prep, both = _ms(r, "prepare") / lc, _ms(r, "ctxpolicy") / lc
         out.append(
             [
-                r["trace"].removesuffix(".jsonl")[-40:],
+                _short(r["trace"]),
                 f"{prep:.2f}× ({'met' if prep <= 0.6 else f'missed by {prep / 0.6:.1f}×'})",
                 f"{both:.2f}× ({'met' if both <= 1.0 else f'missed by {both:.1f}×'})",
             ]
         )
     if not out:
         return []
-    from benchmarks._common import markdown_table
-
     return [
         "Issue 32's goals per call, ÷ LangChain in this run (`prepare` ≤ 0.6×, `prepare` + "
         "`add_tool_result` ≤ 1.0×):",
@@ -512,20 +433,21 @@ def _why_missed(data: Mapping[str, Any], rows: Sequence[Mapping[str, Any]]) -> l
     per state-changing call, docs/state.md) and the rest of ``prepare``."""
     parts = (data.get("parts") or {}).get("parts") or {}
     trace = (data.get("parts") or {}).get("trace")
-    lc = next((r["variants"]["langchain"]["median_ms"] for r in rows if r["trace"] == trace), 0)
+    lc = next((_ms(r, "langchain") for r in rows if r["trace"] == trace), 0)
     save, prep = parts.get("state save"), parts.get("prepare (whole)")
-    if not (lc and save and prep):
+    if not (trace and lc and save and prep):
         return []
     saves_us = save["median_us"] * save["per_call"]
+    rest_us = prep["median_us"] - save["median_us"]
     return [
-        f"Where it goes on {trace.removesuffix('.jsonl')[-40:]} (parts below, memory store): "
+        f"Where it goes on {_short(trace)} (parts below, memory store): "
         f"the state saves alone, {save['per_call']:.2f} per model call (one per "
         "state-changing call: `prepare` and each `add_tool_result` commit their own "
         f"changes, docs/state.md), take {saves_us:.0f} µs per call, "
         f"{saves_us / (lc * 1000):.2f}× LangChain's whole call, before a sqlite commit adds "
-        f"its own time; `prepare` without its save is about {prep['median_us'] - save['median_us']:.0f} µs "
+        f"its own time; `prepare` without its save is about {rest_us:.0f} µs "
         "(exact counts and content keys of the new messages, the comparison of the input "
         "with the previous call's, the grouping and the view): "
-        f"{(prep['median_us'] - save['median_us']) / (lc * 1000):.2f}× LangChain's call.",
+        f"{rest_us / (lc * 1000):.2f}× LangChain's call.",
         "",
     ]

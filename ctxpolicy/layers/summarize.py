@@ -65,6 +65,7 @@ from ctxpolicy.layers._util import message_text, round_groups
 from ctxpolicy.plugins import hookimpl
 from ctxpolicy.policy.models import TuneRange
 from ctxpolicy.policy.scalars import Amount, resolve_amount
+from ctxpolicy.summarizers.names import rank_written_names
 from ctxpolicy.summarizers.prompt import SUMMARY_INSTRUCTIONS
 
 MAX_META_REFS = 100
@@ -125,6 +126,15 @@ class SummarizeOptions(ComponentOptions):
     instructions: str | None = Field(
         default=None,
         description="Replacement for the built-in summary prompt (`{max_tokens}` is substituted).",
+    )
+    names: int = Field(
+        default=0,
+        ge=0,
+        description="Up to this many code names (dotted names, snake_case, CamelCase, "
+        "camelCase) the agent itself wrote in the folded messages and earlier summaries, "
+        "the most often written first, kept with the summary: the ones any summarizer "
+        "left out are appended to it on one line (at most half of `max_summary_tokens`). "
+        "`0`: none.",
     )
 
 
@@ -307,10 +317,35 @@ def repair(
 
 
 def strip_repair(summary: str) -> str:
-    """``summary`` without the block :func:`repair` appended (the turns are carried in
-    the summary unit's ``meta["user_turns"]`` and appended again when missing)."""
+    """``summary`` without the blocks :func:`with_names` and :func:`repair` appended
+    (the names and the turns are carried in the summary unit's ``meta`` and appended
+    again when missing)."""
+    at = summary.rfind("\n" + NAMES_HEADER + " ")
+    summary = summary[:at] if at >= 0 else summary
     at = summary.rfind("\n" + REPAIR_HEADER + "\n")
     return summary[:at] if at >= 0 else summary
+
+
+#: The line :func:`with_names` appends.
+NAMES_HEADER = "[Names the agent worked with]"
+
+
+def with_names(summary: str, names: Sequence[str], budget: int, count: Callable[[str], int]) -> str:
+    """``summary`` with the ``names`` it does not hold appended on one line, in their
+    order, as many as fit ``budget`` tokens. Deterministic; unchanged when it holds
+    them all."""
+    missing = [n for n in names if n not in summary]
+    if not missing:
+        return summary
+    kept: list[str] = []
+    used = count(NAMES_HEADER) + 1
+    for n in missing:
+        cost = count(n) + 1
+        if used + cost > budget:
+            break
+        kept.append(n)
+        used += cost
+    return f"{summary}\n{NAMES_HEADER} {', '.join(kept)}" if kept else summary
 
 
 def _live_prefix(
@@ -507,7 +542,22 @@ class Summarize(Layer):
                 )
             summary = out.strip()
         assert summary is not None
+        names = (
+            rank_written_names(
+                [m for u in fold for m in u.messages],
+                opts.names,
+                previous=[
+                    str(x)
+                    for u in old_summaries
+                    for x in u.meta.get("names", ())
+                    if isinstance(x, str)
+                ],
+            )
+            if opts.names
+            else []
+        )
         summary = repair(summary, ctx.constraints, turns, max(64, max_summary // 2), ct)
+        summary = with_names(summary, names, max(16, max_summary // 2), ct)
         seen_refs: dict[str, None] = {}  # first occurrence of each, in order
         for u in [*old_summaries, *fold]:
             for r in u.meta.get("refs", []) if u.kind == "summary" else unit_refs(u):
@@ -524,6 +574,7 @@ class Summarize(Layer):
                 "chunks": len(chunks),
                 "refs": refs[-MAX_META_REFS:],
                 "user_turns": turns,
+                **({"names": names} if names else {}),
             },
         )
         new_tokens, old_tokens = ctx.count([new]), ctx.count(replaced)

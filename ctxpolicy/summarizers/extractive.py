@@ -34,11 +34,12 @@ from ctxpolicy.conversation.facts import (
 )
 from ctxpolicy.conversation.refs import REF_LINE, REF_MARK
 from ctxpolicy.plugins import hookimpl
+from ctxpolicy.summarizers.names import rank_written_names, written_text
 
 HEADER = "[Summary of earlier conversation (extractive digest)]"
-SECTIONS = ("Constraints", "Files", "Identifiers", "Commands", "Errors", "Decisions")
+SECTIONS = ("Constraints", "Files", "Names", "Identifiers", "Commands", "Errors", "Decisions")
 #: Sections trimmed when over budget (never Constraints).
-TRIMMABLE = ("Commands", "Identifiers", "Files", "Decisions", "Errors")
+TRIMMABLE = ("Commands", "Identifiers", "Files", "Names", "Decisions", "Errors")
 #: Trimmed before the other sections: a command line or a decision mostly repeats, in
 #: more tokens, names the other sections list, and the names are what the agent reuses
 #: (on the tune half of the shared SWE traces, no fact the agent reused was found
@@ -54,6 +55,16 @@ class ExtractiveOptions(ComponentOptions):
     )
     goal_chars: int = Field(default=300, ge=20, description="Longest goal line kept.")
     item_chars: int = Field(default=160, ge=20, description="Longest single item kept.")
+    names: int = Field(
+        default=0,
+        ge=0,
+        description="A `Names` section: up to this many code names (dotted names, "
+        "snake_case, CamelCase and camelCase identifiers) the agent itself wrote in the "
+        "folded messages (its replies and tool-call arguments), the most often written "
+        "first: the names it worked with, which it is the likeliest to use again; "
+        "over budget, the Files and Identifiers it never wrote itself go before the "
+        "ones it did. `0`: no such section, no such order.",
+    )
 
 
 class Digest:
@@ -188,17 +199,36 @@ class ExtractiveSummarizer(Summarizer):
                     # a later success of the same call: its errors are fixed, not open
                     fixed = set(open_errors.pop(source))
                     d.sections["Errors"] = [e for e in d.sections["Errors"] if e not in fixed]
+        if opts.names:
+            d.sections["Names"] = rank_written_names(
+                request.messages, opts.names, max_len=n, previous=d.sections["Names"]
+            )
         for s in TRIMMABLE:
             items = d.sections[s]
             if len(items) > opts.max_items:
                 d.sections[s] = items[-opts.max_items :]
         _drop_contained(d)
+        if opts.names:
+            _unwritten_first(d, written_text(request.messages))
         return _bound(d, request.max_tokens, request.count_text or estimate_tokens)
+
+
+def _unwritten_first(d: Digest, written: str) -> None:
+    """Put the Files and Identifiers the agent never wrote itself (a name of an ``ls``
+    listing, a number a tool printed) before the ones it did, each group in its order:
+    over budget, :func:`_bound` trims a section from its start, so the names the agent
+    worked with are the last to go."""
+    for s in ("Files", "Identifiers"):
+        items = d.sections[s]
+        wrote = [i in written for i in items]
+        d.sections[s] = [i for i, w in zip(items, wrote, strict=True) if not w] + [
+            i for i, w in zip(items, wrote, strict=True) if w
+        ]
 
 
 #: Sections whose items are names: one that another item of them spells out whole is
 #: said twice (``test_writer.py`` beside ``tests/migrations/test_writer.py``).
-NAMED = ("Files", "Identifiers")
+NAMED = ("Files", "Names", "Identifiers")
 
 
 def _drop_contained(d: Digest) -> None:

@@ -305,3 +305,45 @@ def test_a_summary_that_drops_a_user_turn_is_repaired_verbatim():
     assert many[-1] in out and many[0] not in out
     assert "earlier user turns are in the compacted history)" in out
     assert repair("S " + " ".join(many), (), many) == "S " + " ".join(many)  # nothing missing
+
+
+def test_names_the_agent_wrote_are_kept_with_any_summary():
+    """``names``: the code names of the folded replies and call arguments a summary
+    left out are appended on one line, carried to the next fold in ``meta``."""
+    from ctxpolicy.layers.summarize import NAMES_HEADER, strip_repair, with_names
+
+    c = Conv().system("s").user("Fix the collation")
+    c.step(
+        ("bash", {"command": "grep -n rel_db_params a.py"}, "x\n" * 50), text="See new_rel.field"
+    )
+    c.step(("bash", {"command": "cat a.py"}, "y\n" * 50), text="rel_db_params again")
+    for k in range(2):
+        c.step(("bash", {"command": f"echo {k}"}, "ok\n" * 50))
+    units = c.user("go").units()
+    seen: list[SummaryRequest] = []
+
+    def fn(req):
+        seen.append(req)
+        return "Goal: collation."
+
+    ctx, _ = ctx_with(fn, units)
+    res = layer(summarizer="callable", keep_recent_rounds=2, names=5).apply(ctx, units)
+    (summary,) = [u for u in res.units if u.kind == "summary"]
+    text = summary.messages[0]["content"]
+    assert text == f"Goal: collation.\n{NAMES_HEADER} rel_db_params, a.py, new_rel.field"
+    assert summary.meta["names"] == ["rel_db_params", "a.py", "new_rel.field"]
+    assert strip_repair(text) == "Goal: collation."
+    # the next fold: the summarizer reads the summary without the line; the names stay
+    more = [*res.units[:-1], *Conv().step(("bash", {"command": "ls"}, "z\n" * 50)).units()]
+    more += [*Conv().step(("bash", {"command": "pwd"}, "w\n" * 50)).units()]
+    more += [*Conv().step(("bash", {"command": "id"}, "v\n" * 50)).units(), res.units[-1]]
+    again = layer(summarizer="callable", keep_recent_rounds=2, names=5).apply(ctx, more)
+    assert seen[-1].previous_summary == "Goal: collation."
+    (s2,) = [u for u in again.units if u.kind == "summary"]
+    assert s2.meta["names"][-3:] == ["rel_db_params", "a.py", "new_rel.field"]
+    # bounded, in order, nothing said twice; off by default
+    assert with_names("S rel_db_params", ["rel_db_params"], 50, len) == "S rel_db_params"
+    assert with_names("S", ["alpha_beta", "gamma_delta"], 45, len).endswith("alpha_beta")
+    plain = layer(summarizer="callable", keep_recent_rounds=2).apply(ctx, units)
+    (plain_summary,) = [u for u in plain.units if u.kind == "summary"]
+    assert NAMES_HEADER not in plain_summary.messages[0]["content"]

@@ -303,3 +303,57 @@ def test_over_budget_commands_and_decisions_go_before_names() -> None:
     # the newest commands and decisions are the ones kept
     assert len(small.sections["Commands"]) < len(d.sections["Commands"])
     assert small.sections["Decisions"][-1] == d.sections["Decisions"][-1]
+
+
+def test_names_the_agent_wrote_most_often_come_first() -> None:
+    """``names``: code names of the agent's own replies and call arguments, the most
+    written first; a name only a tool printed (an ``ls`` listing) is not one of them."""
+    m = (
+        Conv()
+        .user("Fix the collation of foreign keys")
+        .step(
+            ("bash", {"command": "ls django/db"}, "backends_mysql\nsome_listed_module"),
+            text="Look at schema_editor.alter_field and rel_db_params",
+        )
+        .step(
+            ("bash", {"command": "grep -n rel_db_params schema.py"}, "12: found"),
+            text="rel_db_params is built from new_rel.field",
+        )
+        .messages
+    )
+    out = ExtractiveSummarizer(ExtractiveOptions(names=2)).summarize(ruled(m))
+    d = Digest.parse(out)
+    assert d is not None
+    assert d.sections["Names"] == ["rel_db_params", "new_rel.field"]
+    assert "some_listed_module" not in d.sections["Names"]
+    # off by default; a previous digest's names follow the new ones, within the limit
+    assert Digest.parse(ExtractiveSummarizer().summarize(ruled(m))).sections["Names"] == []  # type: ignore[union-attr]
+    again = ExtractiveSummarizer(ExtractiveOptions(names=3)).summarize(
+        ruled(m[-2:], previous_summary=out)
+    )
+    assert Digest.parse(again).sections["Names"][:2] == ["rel_db_params", "new_rel.field"]  # type: ignore[union-attr]
+
+
+def test_over_budget_names_the_agent_never_wrote_go_first() -> None:
+    """With ``names``, Files and Identifiers the agent never wrote itself are trimmed
+    before the ones it did, whatever their age."""
+    listing = "\n".join(f"pkg/listed_{k}.py" for k in range(12))
+    m = (
+        Conv()
+        .user("Fix the collation of foreign keys")
+        .step(("bash", {"command": "cat src/schema.py"}, "def alter(): ..."), text="Read it")
+        .step(("bash", {"command": "ls pkg"}, listing), text="Which files are there?")
+        .messages
+    )
+    opts = ExtractiveOptions(names=5)
+    full = Digest.parse(ExtractiveSummarizer(opts).summarize(ruled(m, max_tokens=4000)))
+    assert full is not None and "src/schema.py" in full.sections["Files"]
+    assert full.sections["Files"][-1] == "src/schema.py"  # written: last to be trimmed
+    prose = approx_text("\n".join(full.sections["Commands"] + full.sections["Decisions"]))
+    small = Digest.parse(
+        ExtractiveSummarizer(opts).summarize(
+            ruled(m, max_tokens=approx_text(full.render()) - prose - 20, count_text=approx_text)
+        )
+    )
+    assert small is not None and "src/schema.py" in small.sections["Files"]
+    assert len(small.sections["Files"]) < len(full.sections["Files"])

@@ -16,7 +16,7 @@ import pytest
 pytest.importorskip("deepagents", reason="deepagents not installed (pip install -e '.[bench]')")
 
 from benchmarks._inputs import load_agent
-from benchmarks.peers.deepagents import deepagents_peer
+from benchmarks.peers.catalog import build_peer
 from benchmarks.peers.runs import Contestant, ruler, run_contestant
 from benchmarks.peers.summary import HEADER
 from ctxpolicy.sim.importers import load_trace
@@ -66,7 +66,7 @@ def test_same_trace_same_requests() -> None:
 def test_a_huge_tool_result_is_evicted_to_the_backend() -> None:
     policy, _ = load_agent("coding_agent")
     counter = ruler()
-    s = deepagents_peer("deepagents", with_window(policy, WINDOW), count=counter.count_text)
+    s = build_peer("deepagents", with_window(policy, WINDOW), count=counter.count_text)
     root = Path(s.root)
     call = {"id": "c1", "type": "function", "function": {"name": "bash", "arguments": "{}"}}
     small = s.tool_result(call, "ok", 1)

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from benchmarks._inputs import load_agent
-from benchmarks.peers.langchain import LABELS, PEERS
+from benchmarks.peers.catalog import LABELS, PACKAGES
 from benchmarks.peers.runs import Contestant, PrefixWatch, ruler, run_contestant
 from benchmarks.peers.summary import HEADER
 from ctxpolicy.sim.importers import load_trace
@@ -21,6 +21,7 @@ from .short_trace import TRACE, texts
 
 WINDOW = 8000  # small enough that every contestant compacts on it (trigger 5,120)
 LC_INTRO = "Here is a summary of the conversation to date:"
+PEERS = [kind for kind, package in PACKAGES.items() if package == "langchain"]
 
 
 @pytest.fixture(scope="module")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from benchmarks.peers.langchain import LABELS
+from benchmarks.peers.catalog import LABELS
 from benchmarks.peers.table import (
     REFERENCE,
     peer_goals,

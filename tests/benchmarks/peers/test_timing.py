@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from benchmarks._inputs import load_agent
-from benchmarks.peers.others import available
+from benchmarks.peers.catalog import available_peers
 from benchmarks.peers.timing import per_call, profile_calls
 from ctxpolicy.sim.importers import load_trace
 from tests.shared_data import TRACES, require
@@ -48,8 +48,14 @@ def test_per_call_measures_every_model_call(setup: tuple[Any, list[dict[str, Any
     assert r["counter"] == "quicktok:qwen3"  # the exact counter of the shipped Qwen model
     assert r["floor_per_call_ms"] == pytest.approx(r["one_pass_ms"] / calls)
     v = r["variants"]
-    assert set(v) == {"prepare", "add_tool_result", "ctxpolicy", "langchain", *available()}
-    assert r["peers"] == ["langchain", *available()]
+    assert set(v) == {
+        "prepare",
+        "add_tool_result",
+        "ctxpolicy",
+        "langchain",
+        *available_peers(("deepagents", "langmem"))[0],
+    }
+    assert r["peers"] == ["langchain", *available_peers(("deepagents", "langmem"))[0]]
     for name, x in v.items():
         assert x["median_ms"] > 0, name
         assert x["median_over_floor_per_call"] == pytest.approx(
@@ -115,7 +121,7 @@ def test_per_call_against_a_baseline_tree(
         "baseline_prepare",
         "baseline_add_tool_result",
         "baseline_ctxpolicy",
-        *available(),
+        *available_peers(("deepagents", "langmem"))[0],
     }
     assert r["calls"] == sum(1 for i, m in enumerate(msgs) if m["role"] == "assistant" and i > 0)
     assert r["over_baseline"]["ctxpolicy"] == pytest.approx(
