@@ -6,10 +6,17 @@ trace replayed under its kind's shipped policy for each of its windows (:func:`a
 ``--baseline`` tree (child processes, same run), with the extractive and the LLM-summary
 summarizer; ``--peers``: OpenHands' condenser on the same jobs. The section's note
 says what each cell is.
+
+``--fits`` (the tune half only): each trace of every kind at the windows where sending
+everything just fits (:func:`fit_jobs`: its uncompacted peak plus the policy's reply
+reserve, times :data:`FIT_SCALES`), and whether the rule "where sending everything fits,
+retention ≥ 98 % unless the bill drops below 0.85 of sending everything" held
+(:func:`fits_held`), per trace.
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import sys
 import tempfile
@@ -206,6 +213,7 @@ def _numbers(res: Mapping[str, Any]) -> dict[str, Any]:
         "prompt_tokens": res["prompt_tokens"],
         "duplicated_lines": res.get("duplicated_lines"),
         "needless": res.get("needless_compactions"),
+        "fits": res.get("fits_uncompacted"),
     }
 
 
@@ -241,10 +249,12 @@ def run_tree(
     kinds: Sequence[str] | None = None,
     windows: Sequence[int] | None = None,
     agents: Mapping[str, str] | None = None,
+    fit: Sequence[Mapping[str, Any]] | None = None,
 ) -> list[dict[str, Any]]:
     """Every job of the half (:func:`jobs_for`) in this process (the tree first on
     ``sys.path``); with ``peers``, OpenHands' condenser on the same jobs too (rows with
-    ``peer``)."""
+    ``peer``); ``fit``: these jobs instead (:func:`fit_jobs`; their other fields copied
+    into the rows)."""
     out = []
     runs: list[tuple[str | None, str, Any]] = [
         (None, "extractive", replay_one),
@@ -252,10 +262,20 @@ def run_tree(
     ]
     if peers:
         runs.append(("openhands", "llm", replay_peer))
-    for kind, agent, path, window in jobs_for(which, quick, kinds, windows, agents):
+    jobs: list[Mapping[str, Any]] = (
+        list(fit)
+        if fit is not None
+        else [
+            {"kind": k, "agent": a, "path": p, "window": w}
+            for k, a, p, w in jobs_for(which, quick, kinds, windows, agents)
+        ]
+    )
+    for job in jobs:
+        kind, agent, path, window = job["kind"], job["agent"], job["path"], job["window"]
         for peer, summarizer, fn in runs:
             t0 = time.perf_counter()
             row = fn(str(tree_policies()), agent, path, window)
+            row.update({k: v for k, v in job.items() if k != "path"})
             row.update(
                 kind=kind, agent=agent, trace=Path(path).stem, window=window, summarizer=summarizer
             )
@@ -267,19 +287,105 @@ def run_tree(
 
 
 def run_child(
-    src: Path, which: str, quick: bool, peers: bool = False, only: Sequence[str] = ()
+    src: Path,
+    which: str,
+    quick: bool,
+    peers: bool = False,
+    only: Sequence[str] = (),
+    fit: Path | None = None,
 ) -> list[dict[str, Any]]:
     """:func:`run_tree` measuring tree ``src`` (its policies/agents.yaml too); ``only``:
-    the ``--kinds``/``--windows`` flags passed on."""
+    the ``--kinds``/``--windows`` flags passed on; ``fit``: the file of
+    :func:`fit_jobs` to replay instead."""
     flags = [
         "--half",
         which,
         *(["--quick"] if quick else []),
         *(["--peers"] if peers else []),
+        *(["--fit-jobs", str(fit)] if fit is not None else []),
         *only,
     ]
     rows: list[dict[str, Any]] = in_tree(__file__, src, *flags)
     return rows
+
+
+# --------------------------------------------------------------------------- where it fits
+
+#: ``--fits``: each trace at its fit window (:func:`fit_window`) times these: just
+#: fitting, and a quarter to spare
+FIT_SCALES = (1.05, 1.25)
+
+#: the rule where sending everything fits: retention at least this …
+FIT_RETENTION = 0.98
+#: … unless the bill is below this share of sending everything
+FIT_BILL = 0.85
+
+
+def fits_held(row: Mapping[str, Any]) -> bool | None:
+    """Whether one replay kept the rule where sending everything fits: retention ≥
+    :data:`FIT_RETENTION` (no fact to keep: kept) or a bill below :data:`FIT_BILL` of
+    sending everything. None: sending everything did not fit (or the row failed, or
+    a tree that does not measure it)."""
+    if "error" in row or not row.get("fits"):
+        return None
+    kept = row["facts"] == 0 or row["in_context"] >= FIT_RETENTION * row["facts"]
+    return kept or (row["none"] > 0 and row["total"] < FIT_BILL * row["none"])
+
+
+def fit_window(policy: Any, peak: int) -> int:
+    """The smallest window at which a request of ``peak`` tokens fits under ``policy``:
+    ``peak + reserve_output`` (a reserve given as a share of the window grows with it)."""
+    from ctxpolicy.budget import budget_parts
+    from ctxpolicy.sim.replay import with_window
+
+    w = peak
+    for _ in range(64):  # a share below 1 converges in a few steps (integers)
+        reserve = budget_parts(with_window(policy, w))[1]
+        if peak <= w - reserve:
+            return w
+        w = peak + reserve
+    return w
+
+
+def fit_jobs(which: str, quick: bool, kinds: Sequence[str] | None = None) -> list[dict[str, Any]]:
+    """``{kind, agent, path, window, scale, fit_window, peak}`` of ``--fits``: every trace
+    of the half at its fit window (:func:`fit_window` of its uncompacted peak, measured
+    by replaying it with nothing compacted) times each of :data:`FIT_SCALES`; computed
+    once, by this tree, so both trees replay the same windows."""
+    from ctxpolicy.sim.baselines import run_baseline
+    from ctxpolicy.sim.importers import load_trace
+    from ctxpolicy.sim.replay import load_policy_file
+
+    out: list[dict[str, Any]] = []
+    for kind, paths in half(which).items():
+        if kinds and kind not in kinds:
+            continue
+        if quick:
+            paths = sorted(paths, key=lambda p: p.stat().st_size)[:1]
+        for p in paths:
+            probe = load_policy_file(str(tree_policies()), KINDS[kind][1])
+            res = run_baseline("none", load_trace(str(p)), probe, window=1 << 24, trace=p.stem)
+            peak = max((s.none for s in res.steps), default=0)
+            if peak <= 0:
+                continue
+            own = load_policy_file(str(tree_policies()), agent_for(kind, peak))
+            base = fit_window(own, peak)
+            scales = FIT_SCALES[:1] if quick else FIT_SCALES
+            for scale in scales:
+                window = round(base * scale)
+                agent = agent_for(kind, window)
+                out.append(
+                    {
+                        "kind": kind,
+                        "agent": agent,
+                        "path": str(p),
+                        "window": window,
+                        "scale": scale,
+                        "fit_window": base,
+                        "peak": peak,
+                    }
+                )
+    return out
 
 
 # --------------------------------------------------------------------------- the table
@@ -294,6 +400,7 @@ def totals(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         return sum(r[k] for r in ok)
 
     calls = s("calls")
+    held = [h for h in map(fits_held, ok) if h is not None]
     extra: dict[str, Any] = {}
     if all(r.get("instr_checked") is not None for r in ok):
         checked = s("instr_checked")
@@ -313,7 +420,14 @@ def totals(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         "pfx": round(100 * s("prefix_changes") / calls, 1) if calls else 0.0,
         "ovf": s("avoidable_overflows"),
         "violations": s("violations"),
+        "fits_held": sum(held),
+        "fits": len(held),
     }
+
+
+def _held(t: Mapping[str, Any]) -> str:
+    """``held/fits`` of :func:`totals` (``–``: no trace fits uncompacted)."""
+    return f"{t['fits_held']}/{t['fits']}" if t.get("fits") else "–"
 
 
 def _fmt(t: Mapping[str, Any]) -> str:
@@ -344,7 +458,7 @@ def table(
         ta = totals(a)
         ruler = (
             f"{ta['instructions']} % / {ta['ledger_share']} % / {ta['duplicated_lines']} / "
-            f"{ta['needless']}"
+            f"{ta['needless']} / {_held(ta)}"
             if "instructions" in ta
             else "–"
         )
@@ -364,7 +478,7 @@ def table(
         head.append("OpenHands condenser (same run)")
     return [
         markdown_table(
-            [*head, "after: instr / own / dup / needless"],
+            [*head, "after: instr / own / dup / needless / fits rule"],
             rows,
             align="l" * (len(head) + 1),
         ),
@@ -372,7 +486,9 @@ def table(
         "Each cell: cost ÷ sending everything / retention / far retention / prefix "
         "rewrites per 100 calls / avoidable overflows. Last column (this tree's ruler): "
         "user turns still sent verbatim / ledger + summary share of the prompt / lines "
-        "said twice / compactions of conversations sending everything never overflowed. "
+        "said twice / compactions of conversations sending everything never overflowed / "
+        "traces where sending everything fits that kept retention ≥ 98 % or a bill below "
+        "0.85 of sending everything (held of such traces). "
         "Policy: the kind's shipped policy for the window (SWE: `coding_agent_16k` at "
         "16k, `coding_agent` at 32k), the same in both columns unless the cell says what "
         "the before column replayed; the OpenHands column is configured to the after "
@@ -382,6 +498,81 @@ def table(
         "LLM call's (input ×1, output ×5), as in the peers' table; the OpenHands column "
         "is the same on both rows.",
     ]
+
+
+def fits_table(
+    before: Sequence[Mapping[str, Any]], after: Sequence[Mapping[str, Any]]
+) -> list[str]:
+    """``--fits``: per kind × scale × summarizer, the totals before and after and the
+    rule's count (:func:`fits_held`), then every replay where the rule failed."""
+
+    def key(r: Mapping[str, Any]) -> tuple[str, float, str]:
+        return (r["kind"], r["scale"], r["summarizer"])
+
+    keys = sorted(
+        {key(r) for r in after},
+        key=lambda k: (list(KINDS).index(k[0]), k[1], SUMMARIZERS.index(k[2])),
+    )
+    rows = []
+    for k in keys:
+        b = [r for r in before if key(r) == k]
+        a = [r for r in after if key(r) == k]
+        tb, ta = totals(b) if b else {}, totals(a)
+        agents = ", ".join(sorted({r["agent"] for r in a}))
+        rows.append(
+            [
+                f"{k[0]} ({ta.get('traces', 0)} traces), fit × {k[1]}",
+                f"{agents}, {k[2]}",
+                _fmt(tb) if b else "–",
+                _fmt(ta),
+                f"{_held(tb) if b else '–'} → {_held(ta)}",
+                f"{tb.get('needless', '–') if b else '–'} → {ta.get('needless', '–')}",
+            ]
+        )
+    out = [
+        markdown_table(
+            [
+                "set, window",
+                "policy, summarizer",
+                "before",
+                "after",
+                "fits rule held",
+                "needless compactions",
+            ],
+            rows,
+            align="llllll",
+        ),
+        "",
+        "Each trace at the window where sending everything just fits (its uncompacted "
+        "peak + the policy's reply reserve) times the scale. Cells as above; fits rule: "
+        "replays that kept retention ≥ 98 % or a bill below 0.85 of sending everything, "
+        "of those where sending everything fits.",
+    ]
+    was = {(r["trace"], r["window"], r["summarizer"]): r for r in before}
+    failed = [r for r in after if fits_held(r) is False]
+    if failed:
+        out += ["", "Where the rule failed (after; before in brackets):", ""]
+        for r in failed:
+            b = was.get((r["trace"], r["window"], r["summarizer"]))
+            out.append(
+                f"- {r['trace'][:70]} @ {r['window']} ({r['agent']}, {r['summarizer']}): "
+                f"{_one(r)}" + (f" [{_one(b)}]" if b else "")
+            )
+    errors = [r for r in after if "error" in r]
+    for r in errors:
+        out.append(f"- {r['trace'][:70]} @ {r['window']}: n/a ({str(r['error'])[:80]})")
+    return out
+
+
+def _one(r: Mapping[str, Any]) -> str:
+    """One replay: cost / retention / needless compactions."""
+    if "error" in r:
+        return f"n/a ({str(r['error'])[:60]})"
+    ret = 100 * r["in_context"] / r["facts"] if r["facts"] else 100.0
+    return (
+        f"{r['total'] / r['none']:.3f} / {ret:.1f} % / needless {r.get('needless')}"
+        f" / pfx {r['prefix_changes']} of {r['calls']}"
+    )
 
 
 #: the summarizers every kind × window runs with: the policy's own (extractive, free)
@@ -438,11 +629,24 @@ def main(argv: list[str] | None = None) -> int:
         help="--agents for the --baseline tree only (e.g. swe=coding_agent: the policy "
         "replayed at every window before the per-window choice)",
     )
+    ap.add_argument(
+        "--fits",
+        action="store_true",
+        help="the tune half only: each trace at the windows where sending everything just "
+        "fits, and whether retention stayed ≥ 98 %% unless the bill fell below 0.85: printed, "
+        "not saved",
+    )
+    ap.add_argument("--fit-jobs", type=Path, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.child:
-        rows = run_tree(args.half, args.quick, args.peers, args.kinds, args.windows, args.agents)
+        fit = json.loads(args.fit_jobs.read_text()) if args.fit_jobs else None
+        rows = run_tree(
+            args.half, args.quick, args.peers, args.kinds, args.windows, args.agents, fit
+        )
         print(json.dumps(rows))
         return 0
+    if args.fits:
+        return fits_main(args)
     only = [
         *(["--kinds", ",".join(args.kinds)] if args.kinds else []),
         *(["--windows", ",".join(map(str, args.windows))] if args.windows else []),
@@ -498,6 +702,25 @@ def main(argv: list[str] | None = None) -> int:
         *table(before, after, peers),
     ]
     publish(name, data, "\n".join(md))
+    return 0
+
+
+def fits_main(args: argparse.Namespace) -> int:
+    """``--fits``: :func:`fit_jobs` of the tune half, replayed by the ``--baseline`` tree
+    and this one, printed (:func:`fits_table`)."""
+    if args.half != "tune":
+        raise SystemExit("--fits replays the tune half only (--half tune)")
+    jobs = fit_jobs(args.half, args.quick, args.kinds)
+    with tempfile.TemporaryDirectory(prefix="ctxpolicy-fits-") as tmp:
+        path = Path(tmp) / "jobs.json"
+        path.write_text(json.dumps(jobs))
+        before: list[dict[str, Any]] = []
+        if args.baseline is not None:
+            eprint(f"before: {args.baseline}")
+            before = run_child(args.baseline.resolve(), args.half, args.quick, fit=path)
+        eprint("after: this tree")
+        after = run_child(ROOT, args.half, args.quick, fit=path)
+    print("\n".join(fits_table(before, after)))
     return 0
 
 

@@ -74,3 +74,13 @@ def postgres_server() -> Iterator[object]:
         yield server
     finally:
         server.stop()
+
+
+@pytest.fixture
+def no_fact_price(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Compactions the request does not need yet are weighed by the cache alone, as
+    before the fact-loss price (``ctxpolicy.engine.economics.OPTIONAL_SHARE``): for
+    tests of another rule on small conversations that fit."""
+    from ctxpolicy.engine import economics
+
+    monkeypatch.setattr(economics, "OPTIONAL_SHARE", 0.0)

@@ -40,7 +40,7 @@ def _replay(policy: Any, messages: list[dict[str, Any]]) -> tuple[int, int, int,
     return calls, changes, overflows, broken
 
 
-def test_preserve_prefix_changes_the_prefix_rarely(tmp_path: Path) -> None:
+def test_preserve_prefix_changes_the_prefix_rarely(tmp_path: Path, no_fact_price: None) -> None:
     trace = require(TRACES / TRACE)
     messages = [json.loads(line) for line in trace.read_text().splitlines() if line.strip()]
     base = load_policy("policies/agents.yaml", agent="coding_agent")
@@ -205,7 +205,7 @@ def test_a_rewrite_that_does_not_pay_is_deferred() -> None:
     assert not _layer_gains(s)
 
 
-def test_a_rewrite_without_a_cache_premium_is_taken() -> None:
+def test_a_rewrite_without_a_cache_premium_is_taken(no_fact_price: None) -> None:
     """The same call on a model whose price model has no cache discount (the
     catalogue's ``no_cache``): a rewrite costs nothing extra, the gain is taken."""
     s, earlier, msgs = _economics_case(model_name="qwen2.5-coder-32b-instruct")
@@ -216,13 +216,13 @@ def test_a_rewrite_without_a_cache_premium_is_taken() -> None:
     assert not [e for e in s.events if e["type"] == "layer.deferred"]
 
 
-def test_the_first_request_has_no_cache_to_lose() -> None:
+def test_the_first_request_has_no_cache_to_lose(no_fact_price: None) -> None:
     s, _, msgs = _economics_case()
     out = s.prepare(msgs)
     assert out != msgs and set(_layer_gains(s)) == {"observation_mask"}
 
 
-def test_a_request_that_would_not_fit_compacts_whatever_the_price() -> None:
+def test_a_request_that_would_not_fit_compacts_whatever_the_price(no_fact_price: None) -> None:
     """The economics never hold a request above the fit limit (always-fit); below it a
     critical context that does not pay waits (docs/engine.md, "No thrash")."""
     s, earlier, msgs = _economics_case(state="over_fit")

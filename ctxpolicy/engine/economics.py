@@ -20,6 +20,12 @@ counted — the replies and user turns as well as the tool results; the median
 learned tool-result size until two calls were seen). The rewrite is taken when
 ``gain ≥ cost`` and it frees at least ``budget.min_gain``.
 
+Below the trigger a compaction is optional (the request leaves room for what can
+arrive) and takes facts out of a conversation that may end before it would have
+overflowed: the later calls are weighed by the chance the conversation makes them
+(:func:`expected_calls`) and ``gain − cost`` must be at least :data:`OPTIONAL_SHARE` of
+the bill expected without the compaction (:func:`expected_bill`).
+
 The thrash guard (:class:`Guard`) holds what the rule alone would repeat: a
 compaction due within :data:`REFILL_CALLS` calls of the previous one (the context
 refilled at once) is not made; the engine waits until the request would not fit
@@ -43,12 +49,15 @@ __all__ = [
     "GUARD",
     "MAX_PREDICTED_CALLS",
     "MIN_ROOM_CALLS",
+    "OPTIONAL_SHARE",
     "REFILL_CALLS",
     "CachePrices",
     "Guard",
     "Rewrite",
     "cache_prices",
     "catalogue_price_models",
+    "expected_bill",
+    "expected_calls",
     "first_changed",
     "fit_limit",
     "predicted_calls",
@@ -59,6 +68,13 @@ __all__ = [
 #: The calls until the next compaction are predicted at most this far ahead (a
 #: conversation may end: a saving further away is not counted on).
 MAX_PREDICTED_CALLS = 50
+
+#: A compaction the request does not need yet (it still fits: below the fit limit)
+#: takes facts out of a conversation that may end before it would have overflowed: it
+#: is taken only when the bill it is expected to save, net of its rewrite, is at least
+#: this share of what the conversation is expected to cost from here without it
+#: (:meth:`Rewrite.pays`; docs/engine.md, "Compaction economics").
+OPTIONAL_SHARE = 0.15
 
 #: A compaction due again within this many calls of the previous one (counted in the
 #: conversation's units: each call adds at least one) refilled at once: it is held
@@ -141,14 +157,44 @@ def predicted_calls(budget: BudgetState, policy: Policy, used_after: int, per_ca
     return max(1, min(MAX_PREDICTED_CALLS, math.ceil(room / max(1, per_call))))
 
 
+def expected_calls(age: int, calls: int) -> float:
+    """How many of the next ``calls`` calls a conversation that has made ``age`` calls
+    is expected to make: the k-th is made with probability ``age / (age + k)`` (a
+    conversation that has gone on for ``age`` calls is as likely as not to go on for as
+    many again; a young one may end at any call)."""
+    age = max(1, age)
+    return sum(age / (age + k) for k in range(1, max(0, calls) + 1))
+
+
+def expected_bill(age: int, used: int, per_call: int, prices: CachePrices) -> float:
+    """The input a conversation of ``used`` tokens, growing ``per_call`` a call, is
+    expected to be billed from this call on without a compaction (in uncached input
+    tokens): each call reads the request from the cache and writes its growth, the
+    k-th later call weighed by the chance it is made (:func:`expected_calls`), over
+    :data:`MAX_PREDICTED_CALLS` calls."""
+    age, grow = max(1, age), max(0, per_call)
+    total = used * prices.read + grow * prices.write
+    for k in range(1, MAX_PREDICTED_CALLS + 1):
+        total += age / (age + k) * ((used + k * grow) * prices.read + grow * prices.write)
+    return total
+
+
 @dataclass(frozen=True)
 class Rewrite:
-    """One call's candidate prefix rewrite, weighed (the fields of ``layer.deferred``)."""
+    """One call's candidate prefix rewrite, weighed (the fields of ``layer.deferred``).
+
+    ``age``: the calls the conversation has made (None: the saving counts every
+    predicted call, and nothing more is asked of it); with it, the predicted calls are
+    weighed by the chance the conversation makes them (:func:`expected_calls`) and a
+    compaction must save :data:`OPTIONAL_SHARE` of ``bill`` (:func:`expected_bill`).
+    """
 
     freed: int
     old_suffix: int
     calls: int
     prices: CachePrices
+    age: int | None = None
+    bill: float = 0.0
 
     @property
     def cost(self) -> float:
@@ -157,12 +203,27 @@ class Rewrite:
 
     @property
     def saving(self) -> float:
-        """Input not billed: the freed tokens on this call and on the predicted calls."""
-        return self.freed * (self.prices.write + self.prices.read * self.calls)
+        """Input not billed: the freed tokens on this call and on the predicted calls
+        (weighed by the chance they are made, when the age is known)."""
+        calls = self.calls if self.age is None else expected_calls(self.age, self.calls)
+        return self.freed * (self.prices.write + self.prices.read * calls)
 
     @property
     def pays(self) -> bool:
-        return self.saving >= self.cost
+        """The saving buys the rewrite back, and (age known) what is left is at least
+        :data:`OPTIONAL_SHARE` of the bill expected without the compaction."""
+        net = self.saving - self.cost
+        return net >= 0 and net >= OPTIONAL_SHARE * self.bill
+
+    @property
+    def lacking(self) -> int:
+        """Tokens more this rewrite would have to free to pay the rule that asked more
+        than the cache (the age known): 0 when it pays or the age is not known."""
+        if self.age is None or self.pays:
+            return 0
+        per_token = self.prices.write + self.prices.read * expected_calls(self.age, self.calls)
+        need = (self.cost + OPTIONAL_SHARE * self.bill) / max(per_token, 1e-9)
+        return max(1, math.ceil(need) - self.freed)
 
     def to_fields(self) -> dict[str, Any]:
         return {

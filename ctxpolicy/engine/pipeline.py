@@ -21,7 +21,9 @@ result would leave room for fewer than :data:`~ctxpolicy.engine.economics.MIN_RO
 calls of growth before the fit limit (held until that limit, where ``on_overflow``
 goes deeper when the forced compaction still leaves too little room). Below the fit
 limit a compaction is also weighed by the economics (it must buy its rewrite back
-before the next predicted compaction); above it, it runs whatever it costs.
+before the next predicted compaction) and, below the trigger, must save a share of
+the bill the conversation is expected to run up without it (docs/engine.md,
+"Compaction economics"); above it, it runs whatever it costs.
 
 Every layer runs isolated: an exception, broken pairing, a removed pinned unit or a
 layer that grows the context discards that layer's output and is reported with the
@@ -40,6 +42,7 @@ from typing import TYPE_CHECKING, Any
 from ctxpolicy.budget import BudgetState
 from ctxpolicy.components import CompactionContext, LayerResult
 from ctxpolicy.conversation import Unit, check_units, content_text
+from ctxpolicy.engine import economics
 from ctxpolicy.engine.archiving import archive_units, ensure_snapshots
 from ctxpolicy.engine.call import Call
 from ctxpolicy.engine.derived import with_refs
@@ -48,6 +51,7 @@ from ctxpolicy.engine.economics import (
     Guard,
     Rewrite,
     cache_prices,
+    expected_bill,
     first_changed,
     fit_limit,
     predicted_calls,
@@ -183,6 +187,13 @@ def run_pipeline(ctx: EngineContext, call: Call, *, cache_lost: bool = False) ->
         else None
     )
     rewrite: Rewrite | None = None
+    # a call whose steps could not pay even at their best (down to the target, the
+    # rewrite starting at the ledger) runs none of them: a summarizer is not asked for
+    # a summary the call would not take
+    declined = weigh is not None and economics.OPTIONAL_SHARE > 0
+    declined = declined and weigh is not None and not weigh(None, budget.target).pays
+    if declined:
+        steps = []
     held: list[_Outcome] = []
     took_step = False
     # a rewrite that leaves room for fewer than MIN_ROOM_CALLS calls before the fit
@@ -214,7 +225,12 @@ def run_pipeline(ctx: EngineContext, call: Call, *, cache_lost: bool = False) ->
             held = []
     if held and short and per_call is not None:
         _hold_to_fit(ctx, guard, mark, start_used, call.used, budget, per_call)
-    deferred = bool(held)
+    deferred = bool(held) or declined
+    if held and not short and rewrite is not None and rewrite.lacking:
+        # an optional compaction that did not pay its fact loss: not offered again
+        # before the context has grown by the tokens it lacked (or the trigger)
+        ctx.state.hold_until = min(start_used + rewrite.lacking, budget.trigger)
+        ctx.state.touch("meta")
     if held:  # together they free too little: wait for a batch worth the cache
         for out in held:
             out.emit(
@@ -305,10 +321,12 @@ def _weigher(
     start: Sequence[Unit],
     start_used: int,
     per_call: int | None = None,
-) -> Callable[[Sequence[Unit], int], Rewrite]:
+) -> Callable[[Sequence[Unit] | None, int], Rewrite]:
     """Weighs a candidate view of this call against ``start`` (the view the call began
     with) by the compaction economics (docs/engine.md); ``per_call``: the request's
-    measured growth per call (None: the typical tool result until it is known)."""
+    measured growth per call (None: the typical tool result until it is known). A
+    view of None weighs the best any view of ``used`` tokens could do: the rewrite
+    starting at the ledger, as many calls as the room could hold."""
     prices = cache_prices(ctx.policy)
     count_unit = _unit_counter(ctx)
     prev = ctx.state.status.get("used") if ctx.state.status else None
@@ -319,19 +337,41 @@ def _weigher(
     # a taken compaction updates the ledger (what it dropped, the facts it shortened
     # away), which sits right after the pinned head: the rewrite starts there at the latest
     ledger_at = _ledger_index(start) if ctx.state.ledger is not None else len(start)
+    # the request still fits: what the conversation is expected to cost from here
+    age = _calls_made(ctx) if economics.OPTIONAL_SHARE > 0 else None
+    bill = expected_bill(age, start_used, per_call, prices) if age is not None else 0.0
 
-    def weigh(view: Sequence[Unit], used: int) -> Rewrite:
+    def weigh(view: Sequence[Unit] | None, used: int) -> Rewrite:
         if not isinstance(prev, int) or prev <= 0:
             old_suffix = 0  # no request was sent before: nothing cached to lose
         else:
-            i = min(first_changed(start, view), ledger_at)
+            i = ledger_at if view is None else min(first_changed(start, view), ledger_at)
             suffix = start_used - sum(count_unit(u) for u in start[:i])
             appended = max(0, start_used - prev)  # written either way
             old_suffix = max(0, suffix - appended)
         calls = predicted_calls(budget, ctx.policy, used, per_call)
-        return Rewrite(start_used - used, old_suffix, calls, prices)
+        if view is None:  # the best case: the most calls it could leave room for
+            calls = max(calls, predicted_calls(budget, ctx.policy, used + 1, per_call))
+        # from the trigger on the compaction is due (the next results may not fit):
+        # the cache alone decides, the calls still weighed by the chance they are made
+        due = start_used >= budget.trigger
+        return Rewrite(
+            max(0, start_used - used), old_suffix, calls, prices, age, 0.0 if due else bill
+        )
 
     return weigh
+
+
+def _calls_made(ctx: EngineContext) -> int:
+    """The model calls the conversation has made, this one included: its assistant
+    steps (the replies to the earlier calls) plus one, from the messages (a retried
+    prepare or another worker counts the same)."""
+    groups = ctx.derived.caches.groups
+    units = groups.units if groups is not None else ()
+    for u in reversed(units):
+        if u.kind == "step" and u.round is not None:
+            return u.round + 2
+    return 1
 
 
 def _ledger_index(view: Sequence[Unit]) -> int:

@@ -4,7 +4,18 @@ from __future__ import annotations
 
 import pytest
 
-from benchmarks.bench_kinds import KINDS, agent_for, jobs_for
+from benchmarks._common import ROOT
+from benchmarks.bench_kinds import (
+    FIT_SCALES,
+    KINDS,
+    agent_for,
+    fit_jobs,
+    fit_window,
+    fits_held,
+    jobs_for,
+    main,
+    totals,
+)
 from tests.shared_data import SHARED, available
 
 pytestmark = pytest.mark.skipif(
@@ -38,3 +49,39 @@ def test_agent_for_picks_the_policy_shipped_for_the_window() -> None:
     assert agent_for("swe", 16385) == agent_for("swe", 131072) == "coding_agent"
     assert agent_for("swe", 16384, {"swe": "coding_agent"}) == "coding_agent"
     assert agent_for("customer_service", 8192) == "customer_service_agent"
+
+
+def test_fits_held_is_the_rule_where_sending_everything_fits() -> None:
+    row = {"fits": True, "facts": 100, "in_context": 98, "total": 95.0, "none": 100.0}
+    row |= dict.fromkeys(("far_facts", "far_in_context", "prefix_changes", "violations"), 0)
+    row |= {"calls": 10, "avoidable_overflows": 0}
+    assert fits_held(row) is True  # retention 98 %
+    assert fits_held({**row, "in_context": 97}) is False
+    assert fits_held({**row, "in_context": 97, "total": 84.0}) is True  # the bill paid
+    assert fits_held({**row, "facts": 0, "in_context": 0}) is True  # nothing to keep
+    assert fits_held({**row, "fits": False, "in_context": 0}) is None  # did not fit
+    assert fits_held({"error": "no room"}) is None
+    assert totals([row, {**row, "in_context": 50}])["fits_held"] == 1
+
+
+def test_fit_window_is_the_smallest_window_the_peak_fits() -> None:
+    from ctxpolicy.budget import budget_parts
+    from ctxpolicy.sim.replay import load_policy_file, with_window
+
+    policy = load_policy_file(str(ROOT / "policies" / "agents.yaml"), "customer_service_agent")
+
+    def room(w: int) -> int:
+        return w - budget_parts(with_window(policy, w))[1]
+
+    for peak in (1751, 5066, 33780):
+        w = fit_window(policy, peak)
+        assert room(w) >= peak > room(w - 1)
+
+
+def test_fit_jobs_replay_each_trace_where_it_just_fits() -> None:
+    jobs = fit_jobs("tune", quick=True, kinds=["customer_service"])
+    assert len(jobs) == 1
+    job = jobs[0]
+    assert job["window"] == round(job["fit_window"] * FIT_SCALES[0]) > job["peak"] > 0
+    with pytest.raises(SystemExit):
+        main(["--half", "held_out", "--fits"])  # the held-out half is never tuned on

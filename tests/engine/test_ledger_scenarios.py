@@ -67,7 +67,7 @@ def _check(request: list[dict[str, Any]], turns: list[str]) -> None:
 
 @pytest.mark.parametrize(("trace", "agent", "window", "limit"), CASES, ids=lambda v: str(v)[:24])
 def test_task_state_survives_compaction(
-    trace: str, agent: str, window: int, limit: int, tmp_path: Path
+    trace: str, agent: str, window: int, limit: int, tmp_path: Path, no_fact_price: None
 ) -> None:
     policy = with_snapshots(with_window(load_policy(POLICIES, agent=agent), window), tmp_path)
     session = Session(policy)
@@ -95,7 +95,9 @@ def test_task_state_survives_compaction(
     assert compacted, "the case must compact to test anything"
 
 
-def test_sql_agent_keeps_its_answer_table_and_instructions(tmp_path: Path) -> None:
+def test_sql_agent_keeps_its_answer_table_and_instructions(
+    tmp_path: Path, no_fact_price: None
+) -> None:
     """The reported failure: a SQL agent compacted at 8k lost the 12-row table that
     answered the question, its instructions, and had 71 % of its prompt taken by a
     ledger and a summary listing the same steps twice, with statistics fragments and

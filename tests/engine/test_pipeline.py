@@ -98,7 +98,9 @@ def test_hold_is_persisted_so_a_resumed_session_prepares_the_same() -> None:
     assert got == expected
 
 
-def test_a_result_that_grew_is_not_offered_again_for_the_same_units(econ_layers: None) -> None:
+def test_a_result_that_grew_is_not_offered_again_for_the_same_units(
+    econ_layers: None, no_fact_price: None
+) -> None:
     pol = make_policy(
         pipeline=[{"layer": "t_econ_grows", "at": "warning"}],
         budget={"min_gain": 0},
@@ -113,7 +115,9 @@ def test_a_result_that_grew_is_not_offered_again_for_the_same_units(econ_layers:
     assert s.state.memory["~no_gain"]["t_econ_grows#0"]
 
 
-def test_a_gain_below_min_gain_is_not_taken_until_critical(econ_layers: None) -> None:
+def test_a_gain_below_min_gain_is_not_taken_until_critical(
+    econ_layers: None, no_fact_price: None
+) -> None:
     def run(min_gain: int | str) -> Session:
         pol = make_policy(
             pipeline=[{"layer": "t_econ_trims", "at": "warning"}],

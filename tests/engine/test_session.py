@@ -390,7 +390,7 @@ def test_incremental_grouping_equals_grouping_from_scratch() -> None:
     )
 
 
-def test_entry_state_decides_which_layers_run() -> None:
+def test_entry_state_decides_which_layers_run(no_fact_price: None) -> None:
     """A compaction that starts at warning runs every warning layer down to the
     target, never the error layer; with target == warning it stops under warning."""
     pipeline = [

@@ -65,7 +65,7 @@ def _refused(s: Session) -> list[dict[str, Any]]:
     ],
 )
 def test_a_layer_memory_json_cannot_hold_is_refused_and_the_call_goes_on(
-    remembers: type[Remembers], tmp_path: Path, value: Any, reason: str
+    remembers: type[Remembers], tmp_path: Path, value: Any, reason: str, no_fact_price: None
 ) -> None:
     remembers.value = value
     s = _session(tmp_path)
@@ -94,6 +94,7 @@ def test_a_layer_memory_json_cannot_hold_is_refused_and_the_call_goes_on(
 
 def test_take_state_changes_leaves_out_what_json_cannot_hold(
     remembers: type[Remembers],
+    no_fact_price: None,
 ) -> None:
     remembers.value = math.nan
     s = Session(make_policy(pipeline=[{"layer": "t_remembers", "at": "warning"}]))

@@ -139,7 +139,7 @@ def test_prefix_rewrites_per_100_calls_are_bounded(
     assert 100 * got["rewrites"] / got["calls"] <= MAX_REWRITES_PER_100, (kind, window, got)
 
 
-def test_a_refill_within_a_few_calls_is_held_once() -> None:
+def test_a_refill_within_a_few_calls_is_held_once(no_fact_price: None) -> None:
     """Results as large as the target-to-trigger band: the compaction after the first
     is due at once, or would leave room for too few calls; it is held (one event)
     until the request would not fit."""
