@@ -5,17 +5,8 @@ from __future__ import annotations
 import pytest
 
 from benchmarks._common import ROOT
-from benchmarks.bench_kinds import (
-    FIT_SCALES,
-    KINDS,
-    agent_for,
-    fit_jobs,
-    fit_window,
-    fits_held,
-    jobs_for,
-    main,
-    totals,
-)
+from benchmarks._kinds import FIT_SCALES, KINDS, agent_for, fit_window, fits_held
+from benchmarks.bench_kinds import fit_jobs, jobs_for, main, totals
 from tests.shared_data import SHARED, available
 
 pytestmark = pytest.mark.skipif(
