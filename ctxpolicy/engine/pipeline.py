@@ -190,8 +190,9 @@ def run_pipeline(ctx: EngineContext, call: Call, *, cache_lost: bool = False) ->
     # a call whose steps could not pay even at their best (down to the target, the
     # rewrite starting at the ledger) runs none of them: a summarizer is not asked for
     # a summary the call would not take
-    declined = weigh is not None and economics.OPTIONAL_SHARE > 0
-    declined = declined and weigh is not None and not weigh(None, budget.target).pays
+    declined = (
+        weigh is not None and economics.OPTIONAL_SHARE > 0 and not weigh(None, budget.target).pays
+    )
     if declined:
         steps = []
     held: list[_Outcome] = []
