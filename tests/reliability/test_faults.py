@@ -57,7 +57,9 @@ def _summarize_policy(**opts: Any) -> Any:
 
 
 @pytest.mark.parametrize("behaviour", ["raise", "timeout", "empty", "longer", "bytes"])
-def test_summarizer_failure_leaves_history_and_opens_breaker(behaviour: str) -> None:
+def test_summarizer_failure_leaves_history_and_opens_breaker(
+    behaviour: str, no_fact_price: None
+) -> None:
     summ = ScriptedSummarizer(behaviour)
     # the results arrive whole (no tool rule): the history to compare is what was given
     s = Session(_summarize_policy(timeout_s=0.1), summarizer=summ, tool_rules_in_prepare=False)
@@ -73,7 +75,7 @@ def test_summarizer_failure_leaves_history_and_opens_breaker(behaviour: str) -> 
     assert summ.calls == (1 if behaviour == "timeout" else 2)
 
 
-def test_breaker_closes_after_a_success() -> None:
+def test_breaker_closes_after_a_success(no_fact_price: None) -> None:
     summ = ScriptedSummarizer("raise")
     s = Session(_summarize_policy(retry_after=1), summarizer=summ, tool_rules_in_prepare=False)
     msgs = conversation(6, 3000)

@@ -24,8 +24,10 @@ REPO = Path(__file__).resolve().parents[2]
 SCRIPT = textwrap.dedent(
     """
     import json, sys, threading
-    from ctxpolicy.engine import Session
+    from ctxpolicy.engine import Session, economics
     from tests.engine_helpers import conversation, make_policy
+
+    economics.OPTIONAL_SHARE = 0.0  # the cache alone decides: the summary is asked for
 
     forever = threading.Event()
     calls = []

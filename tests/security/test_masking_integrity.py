@@ -70,7 +70,7 @@ def _tool_results(out: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
 @pytest.mark.parametrize("size", [150, 300, 3000])  # short, below and above the snapshot size
 @pytest.mark.parametrize("fake_ref", [False, True])
 def test_masked_results_keep_images_and_a_real_reference(
-    tmp_path: Path, size: int, fake_ref: bool
+    tmp_path: Path, size: int, fake_ref: bool, no_fact_price: None
 ) -> None:
     s = Session(_policy(tmp_path), conv_id="mask")
     # above the target (images count ~850 tokens each), below the trigger
