@@ -77,10 +77,9 @@ def postgres_server() -> Iterator[object]:
 
 
 @pytest.fixture
-def no_fact_price(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Compactions the request does not need yet are weighed by the cache alone, as
-    before the fact-loss price (``ctxpolicy.engine.economics.OPTIONAL_SHARE``): for
-    tests of another rule on small conversations that fit."""
-    from ctxpolicy.engine import economics
+def no_fact_price() -> Iterator[None]:
+    """:func:`tests.engine_helpers.cache_alone` for one test."""
+    from tests.engine_helpers import cache_alone
 
-    monkeypatch.setattr(economics, "OPTIONAL_SHARE", 0.0)
+    with cache_alone():
+        yield

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import contextlib
 import types
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
+import pytest
+
 from ctxpolicy.conversation import Unit
+from ctxpolicy.engine import economics
 from ctxpolicy.plugins import hookimpl
 from ctxpolicy.policy.models import AgentPolicy, Policy
 from ctxpolicy.testing.conversations import tool_call
@@ -114,3 +118,13 @@ def apply_changes(state: Any, stored: dict[str, Any]) -> None:
     stored.update(put)
     for key in deleted:
         stored.pop(key, None)
+
+
+@contextlib.contextmanager
+def cache_alone() -> Iterator[None]:
+    """Compactions the request does not need yet weighed by the cache alone, as before
+    the price of the facts they take (``economics.OPTIONAL_SHARE`` 0): for tests of
+    another rule that needs a compaction on a small conversation that fits."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(economics, "OPTIONAL_SHARE", 0.0)
+        yield

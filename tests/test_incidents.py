@@ -17,7 +17,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks import bench_incidents as inc
-from ctxpolicy.engine import economics
+from tests.engine_helpers import cache_alone
 
 
 @pytest.fixture(scope="module")
@@ -35,8 +35,7 @@ def b(tmp_policies: Path) -> dict[str, Any]:
     # the incident as it happened: a compaction weighed by the cache alone (with the
     # price of an optional compaction's lost facts, the fixed 95 % policy asks for no
     # summary at all: the same one rejected call, by the emergency layer)
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(economics, "OPTIONAL_SHARE", 0.0)
+    with cache_alone():
         return inc.scenario_b(tmp_policies, quick=True)
 
 

@@ -202,11 +202,16 @@ class Rewrite:
         return self.old_suffix * max(0.0, self.prices.write - self.prices.read)
 
     @property
-    def saving(self) -> float:
-        """Input not billed: the freed tokens on this call and on the predicted calls
-        (weighed by the chance they are made, when the age is known)."""
+    def per_token(self) -> float:
+        """Input one freed token is not billed: written on this call, read on the
+        predicted calls (weighed by the chance they are made, when the age is known)."""
         calls = self.calls if self.age is None else expected_calls(self.age, self.calls)
-        return self.freed * (self.prices.write + self.prices.read * calls)
+        return self.prices.write + self.prices.read * calls
+
+    @property
+    def saving(self) -> float:
+        """Input not billed: the freed tokens on this call and on the predicted calls."""
+        return self.freed * self.per_token
 
     @property
     def pays(self) -> bool:
@@ -221,8 +226,7 @@ class Rewrite:
         than the cache (the age known): 0 when it pays or the age is not known."""
         if self.age is None or self.pays:
             return 0
-        per_token = self.prices.write + self.prices.read * expected_calls(self.age, self.calls)
-        need = (self.cost + OPTIONAL_SHARE * self.bill) / max(per_token, 1e-9)
+        need = (self.cost + OPTIONAL_SHARE * self.bill) / max(self.per_token, 1e-9)
         return max(1, math.ceil(need) - self.freed)
 
     def to_fields(self) -> dict[str, Any]:

@@ -219,11 +219,7 @@ def _unwritten_first(d: Digest, written: str) -> None:
     over budget, :func:`_bound` trims a section from its start, so the names the agent
     worked with are the last to go."""
     for s in ("Files", "Identifiers"):
-        items = d.sections[s]
-        wrote = [i in written for i in items]
-        d.sections[s] = [i for i, w in zip(items, wrote, strict=True) if not w] + [
-            i for i, w in zip(items, wrote, strict=True) if w
-        ]
+        d.sections[s] = sorted(d.sections[s], key=lambda item: item in written)  # stable
 
 
 #: Sections whose items are names: one that another item of them spells out whole is

@@ -17,9 +17,9 @@ import pytest
 from click.testing import CliRunner
 
 from ctxpolicy.cli.tune import tune
-from ctxpolicy.engine import economics
 from ctxpolicy.resolve.load import load_policy, validate_file
 from ctxpolicy.tune.diff import same_policy
+from tests.engine_helpers import cache_alone
 
 from .conftest import ROOT, WASTEFUL
 
@@ -43,8 +43,7 @@ def two_runs(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[tuple
     tmp = tmp_path_factory.mktemp("tune")
     # the wasteful base compacts by the cache alone (the engine's price of an optional
     # compaction's lost facts would already hold most of its waste back)
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(economics, "OPTIONAL_SHARE", 0.0)
+    with cache_alone():
         return tmp, [
             run(traces, tmp / "a", "--seed", "7", "--check", "--margin", "0"),
             run(traces, tmp / "b", "--seed", "7", "--check", "--margin", "0.99"),
