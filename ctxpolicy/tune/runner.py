@@ -343,12 +343,15 @@ def run_tune(
         try:
             while done < cfg.trials and not (stop is not None and stop()):
                 batch = []
+                asked: list[tuple[Any, dict[str, Any]]] = []
                 for _ in range(min(BATCH, cfg.trials - done)):
+                    # each suggestion is a write too; one by one: an interrupt knows each
                     with _storage_write():
-                        batch.append(study.ask())  # one by one: an interrupt knows each
+                        trial = study.ask()
+                        batch.append(trial)
+                        asked.append((trial, {p.path: p.suggest(trial) for p in params}))
                 pending: list[tuple[Any, Policy]] = []
-                for trial in batch:
-                    values = {p.path: p.suggest(trial) for p in params}
+                for trial, values in asked:
                     body, _ = overlay(base, params, values, registry=registry)
                     try:
                         pol = resolve_body(
@@ -380,9 +383,10 @@ def run_tune(
                 t.number
                 for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,))
             }
-            for t in batch:
-                if t.number in running:
-                    study.tell(t, state=optuna.trial.TrialState.FAIL)
+            with _storage_write():
+                for t in batch:
+                    if t.number in running:
+                        study.tell(t, state=optuna.trial.TrialState.FAIL)
         candidates = _from_study(study, params, base, registry)
 
         result = TuneResult(
