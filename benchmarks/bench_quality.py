@@ -12,7 +12,7 @@ from __future__ import annotations
 import sys
 import time
 from collections import defaultdict
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -153,7 +153,7 @@ def goals(results: list[dict[str, Any]]) -> dict[str, Any]:
         "retention_worse_cases": worse,
         "retention_ge_baselines_at_le_cost": not worse,
         "retained_rate": total["retained_rate"] if total else None,
-        "recoverable_100pct": bool(total) and total["retained_rate"] >= 1.0,
+        "recoverable_100pct": total["retained_rate"] >= 1.0 if total else False,
     }
 
 
@@ -332,6 +332,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     # the ruler's table (any results name but bench_quality's) adds extractive rows
     ruler = args.results_name != "bench_quality"
+    calls: list[tuple[Callable[..., Any], tuple[Any, ...]]]
     calls = [(job, (*t, BASELINES)) for t in tasks]
     calls += [(peer_job, (*t, specs, REFERENCE, ruler)) for t in peer_tasks]
     done = run_jobs(calls, args.jobs)

@@ -85,7 +85,7 @@ def request_measures(
     for req in requests:
         ledger, summaries, total = "", [], 0
         for m in req:
-            text = m.get("content") if isinstance(m.get("content"), str) else ""
+            text = c if isinstance(c := m.get("content"), str) else ""
             n = count(text) if text else 0
             total += n
             if text.startswith(LEDGER_MARK):

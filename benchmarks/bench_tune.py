@@ -142,11 +142,11 @@ def speed(args: argparse.Namespace) -> int:
         "this_commit": git_head(ROOT),
         "windows": {},
     }
-    for window, by in runs.items():
+    for key, by in runs.items():
         before, after = by["baseline"], by["this tree"]
         diff = _first_difference(before["output"], after["output"])
         out = after["output"]
-        data["windows"][window] = {
+        data["windows"][key] = {
             "seconds": {"baseline": before["seconds"], "this tree": after["seconds"]},
             "speedup": before["seconds"] / after["seconds"],
             "replays": {"baseline": before.get("replays"), "this tree": after.get("replays")},

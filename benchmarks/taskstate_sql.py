@@ -123,7 +123,7 @@ def measure(request: Sequence[Mapping[str, Any]], count: Callable[[str], int]) -
     """What the prompt holds after compaction: the ledger's and summaries' share of its
     tokens, whether the answer table and the user's instructions are there whole,
     fragments of statistics, the recall tool named, the lines said twice."""
-    texts = [m.get("content") if isinstance(m.get("content"), str) else "" for m in request]
+    texts = [c if isinstance(c := m.get("content"), str) else "" for m in request]
     total = sum(count(t) for t in texts if t)
     originals = {m["content"] for m in conversation() if isinstance(m.get("content"), str)}
     ledger = next((t for t in texts if t.startswith(LEDGER_MARK)), "")
