@@ -116,7 +116,7 @@ def summarize_profile(runs: list[dict[str, Any]], profiled: dict[str, Any]) -> d
             b = statistics.median(first[i]["by_fn"].get(fn, 0) for i in late)
             if b > a:
                 grows.append((fn, a, b))
-        grows.sort(key=lambda t: t[2] - t[1], reverse=True)
+        grows.sort(key=lambda t: (t[1] - t[2], t[0]))  # most growth first, ties by name
     e_ms, l_ms = med(early, "seconds"), med(late, "seconds")
     return {
         "calls": n,
