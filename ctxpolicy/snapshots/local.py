@@ -406,17 +406,18 @@ class LocalStore(SnapshotStore):
         canonical snapshot it names: ``..`` collapsed and symlinks followed *first*;
         then the result must be ``<root>/<folder>/<name>.json`` with well-formed
         names, and the canonical path must itself be free of symlinks."""
-        folder, name = located(ref, self._below_root)
-        canonical = os.path.join(self._real_root(), folder, f"{name}.json")
+        root = self._real_root()  # once: the pieces and the canonical path share it
+        folder, name = located(ref, lambda path: self._below_root(path, root))
+        canonical = os.path.join(root, folder, f"{name}.json")
         if os.path.realpath(canonical) != canonical:
             raise SnapshotError(errno.EACCES, "snapshot path goes through a symlink")
         return SnapshotRef(
             uri=snapshot_uri(folder, name), path=canonical, conv_id=folder, name=name
         )
 
-    def _below_root(self, ref: str) -> list[str]:
-        """The pieces of absolute path or ``file:`` URL ``ref`` below the store's root,
-        symlinks followed (none: not below)."""
+    def _below_root(self, ref: str, root: str) -> list[str]:
+        """The pieces of absolute path or ``file:`` URL ``ref`` below ``root`` (the
+        store's, symlinks resolved), symlinks followed (none: not below)."""
         text = ref
         if text.lower().startswith("file:"):
             parts = urlsplit(text)
@@ -427,7 +428,6 @@ class LocalStore(SnapshotStore):
                 raise SnapshotError(errno.ENOENT, "not a snapshot reference")
         if not os.path.isabs(text):
             raise SnapshotError(errno.ENOENT, "not a snapshot reference")
-        root = self._real_root()
         real = os.path.realpath(text)
         rel = os.path.relpath(real, root) if os.path.commonpath([root, real]) == root else ""
         return rel.split(os.sep) if rel and rel != "." else []
