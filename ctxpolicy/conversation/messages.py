@@ -20,6 +20,7 @@ __all__ = [
     "call_arguments",
     "call_id",
     "call_name",
+    "calls_arguments_text",
     "content_text",
     "function_tool",
     "message_fingerprint",
@@ -133,6 +134,12 @@ def arguments_text(call: Mapping[str, Any]) -> str:
     (non-ASCII kept); "" when there are none."""
     args = call_arguments(call, "")
     return args if isinstance(args, str) else json.dumps(args, ensure_ascii=False)
+
+
+def calls_arguments_text(msg: Mapping[str, Any]) -> str:
+    """The arguments of every tool call of ``msg`` (:func:`arguments_text`), one call a
+    line; "" when it makes none."""
+    return "\n".join(map(arguments_text, tool_calls(msg)))
 
 
 def result_id(msg: Mapping[str, Any]) -> str:

@@ -65,7 +65,7 @@ from ctxpolicy.layers._util import message_text, round_groups
 from ctxpolicy.plugins import hookimpl
 from ctxpolicy.policy.models import TuneRange
 from ctxpolicy.policy.scalars import Amount, resolve_amount
-from ctxpolicy.summarizers.names import rank_written_names
+from ctxpolicy.summarizers.names import own_texts, rank_written_names
 from ctxpolicy.summarizers.prompt import SUMMARY_INSTRUCTIONS
 
 MAX_META_REFS = 100
@@ -544,7 +544,7 @@ class Summarize(Layer):
         assert summary is not None
         names = (
             rank_written_names(
-                [m for u in fold for m in u.messages],
+                own_texts([m for u in fold for m in u.messages]),
                 opts.names,
                 previous=[
                     str(x)

@@ -34,7 +34,7 @@ from ctxpolicy.conversation.facts import (
 )
 from ctxpolicy.conversation.refs import REF_LINE, REF_MARK
 from ctxpolicy.plugins import hookimpl
-from ctxpolicy.summarizers.names import rank_written_names, written_text
+from ctxpolicy.summarizers.names import own_texts, rank_written_names, written_text
 
 HEADER = "[Summary of earlier conversation (extractive digest)]"
 SECTIONS = ("Constraints", "Files", "Names", "Identifiers", "Commands", "Errors", "Decisions")
@@ -183,7 +183,7 @@ class ExtractiveSummarizer(Summarizer):
                 if text.strip():
                     d.add("Decisions", short(text, n))
             body = REF_LINE.sub("", text) if REF_MARK in text else text
-            facts = extract(body + "\n" + "\n".join(map(chat.arguments_text, chat.tool_calls(m))))
+            facts = extract(body + "\n" + chat.calls_arguments_text(m))
             for p in facts.paths:
                 d.add("Files", p)
             for x in [*facts.ids, *facts.urls, *facts.settings, *facts.numbers, *facts.symbols]:
@@ -199,9 +199,10 @@ class ExtractiveSummarizer(Summarizer):
                     # a later success of the same call: its errors are fixed, not open
                     fixed = set(open_errors.pop(source))
                     d.sections["Errors"] = [e for e in d.sections["Errors"] if e not in fixed]
+        own = own_texts(request.messages) if opts.names else []
         if opts.names:
             d.sections["Names"] = rank_written_names(
-                request.messages, opts.names, max_len=n, previous=d.sections["Names"]
+                own, opts.names, max_len=n, previous=d.sections["Names"]
             )
         for s in TRIMMABLE:
             items = d.sections[s]
@@ -209,7 +210,7 @@ class ExtractiveSummarizer(Summarizer):
                 d.sections[s] = items[-opts.max_items :]
         _drop_contained(d)
         if opts.names:
-            _unwritten_first(d, written_text(request.messages))
+            _unwritten_first(d, written_text(own))
         return _bound(d, request.max_tokens, request.count_text or estimate_tokens)
 
 

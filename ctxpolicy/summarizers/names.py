@@ -16,7 +16,7 @@ from typing import Any
 from ctxpolicy.conversation import content_text
 from ctxpolicy.conversation import messages as chat
 
-__all__ = ["rank_written_names", "written_text"]
+__all__ = ["own_texts", "rank_written_names", "written_text"]
 
 #: A code name (bounded repetitions: linear on any text).
 _CODE_NAME = re.compile(
@@ -33,22 +33,23 @@ WRITTEN_CHARS = 200_000
 MIN_CHARS = 4
 
 
-def _own(m: Mapping[str, Any]) -> str:
-    """What the agent wrote in ``m`` (its first :data:`MESSAGE_CHARS`); "" unless an
-    assistant message."""
-    if m.get("role") != "assistant":
-        return ""
-    calls = "\n".join(map(chat.arguments_text, chat.tool_calls(m)))
-    return (content_text(m.get("content")) + "\n" + calls)[:MESSAGE_CHARS]
+def own_texts(messages: Sequence[Mapping[str, Any]]) -> list[str]:
+    """What the agent wrote in each of ``messages``: an assistant message's text and
+    call arguments, its first :data:`MESSAGE_CHARS`; "" for any other message. The
+    input of :func:`written_text` and :func:`rank_written_names`, read once."""
+    return [
+        (content_text(m.get("content")) + "\n" + chat.calls_arguments_text(m))[:MESSAGE_CHARS]
+        if m.get("role") == "assistant"
+        else ""
+        for m in messages
+    ]
 
 
-def written_text(messages: Sequence[Mapping[str, Any]]) -> str:
-    """The agent's replies and call arguments among ``messages``, the newest
-    :data:`WRITTEN_CHARS` in all."""
+def written_text(own: Sequence[str]) -> str:
+    """The newest :data:`WRITTEN_CHARS` of the agent's writing (:func:`own_texts`)."""
     parts: list[str] = []
     total = 0
-    for m in reversed(messages):
-        text = _own(m)
+    for text in reversed(own):
         if not text:
             continue
         parts.append(text)
@@ -59,19 +60,19 @@ def written_text(messages: Sequence[Mapping[str, Any]]) -> str:
 
 
 def rank_written_names(
-    messages: Sequence[Mapping[str, Any]],
+    own: Sequence[str],
     limit: int,
     *,
     max_len: int = 160,
     previous: Iterable[str] = (),
 ) -> list[str]:
-    """The code names the agent wrote in ``messages``, the most often written first
-    (ties: the most recently written first), then the ``previous`` ones not among
-    them; at most ``limit``. Deterministic."""
+    """The code names the agent wrote (``own``: :func:`own_texts` of the messages), the
+    most often written first (ties: the most recently written first), then the
+    ``previous`` ones not among them; at most ``limit``. Deterministic."""
     counts: dict[str, int] = {}
     last: dict[str, int] = {}
-    for i, m in enumerate(messages):
-        for match in _CODE_NAME.finditer(_own(m)):
+    for i, text in enumerate(own):
+        for match in _CODE_NAME.finditer(text):
             name = match.group(0)
             if MIN_CHARS <= len(name) <= max_len:
                 counts[name] = counts.get(name, 0) + 1
