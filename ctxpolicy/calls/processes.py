@@ -78,6 +78,18 @@ class EngineWorkerError(RuntimeError):
     """An engine worker process failed (it died, or an answer could not travel back)."""
 
 
+def _died(proc: subprocess.Popen[bytes], code: int | None) -> EngineWorkerError:
+    """The error of a step whose engine process died, whether it went while the step
+    was being sent to it or while it ran (``code``: its exit code, None when not yet
+    known)."""
+    how = "exited" if code is None else f"exited (code {code})"
+    return EngineWorkerError(
+        f"the engine process {proc.pid} {how} during this step; its conversations "
+        "resume from their stored state at the next call (with the memory store, they "
+        "start afresh)"
+    )
+
+
 def engine_processes(value: int | str | None = None) -> int:
     """The number of engine processes: ``value``, else :data:`ENV`, else 0 (threads).
 
@@ -372,8 +384,8 @@ class _Process:
         except BaseException as exc:
             with self.lock:
                 self.pending.pop(rid, None)
-            if isinstance(exc, OSError):
-                raise EngineWorkerError(f"the engine process {proc.pid} is gone: {exc}") from None
+            if isinstance(exc, OSError):  # it died before it had read the whole step
+                raise _died(proc, proc.poll()) from None
             raise
         return fut
 
@@ -397,13 +409,7 @@ class _Process:
                 self.proc = None
             waiting, self.pending = self.pending, {}
         for fut in waiting.values():
-            fut.set_exception(
-                EngineWorkerError(
-                    f"the engine process {proc.pid} exited (code {code}) during this step; "
-                    "its conversations resume from their stored state at the next call "
-                    "(with the memory store, they start afresh)"
-                )
-            )
+            fut.set_exception(_died(proc, code))
 
     def stop(self, timeout: float = 10.0) -> None:
         with self.lock:

@@ -241,6 +241,34 @@ def test_a_dead_worker_fails_its_step_then_restarts_and_resumes(tmp_path: Path) 
         pool.close()
 
 
+def test_a_worker_gone_while_its_step_is_sent_says_the_same(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A process that dies before it has read the whole step (the pipe breaks under the
+    writer) fails the step with the same error as one that dies while running it: it
+    exited, and its conversations resume at the next call (it used to say only "is
+    gone: [Errno 32] Broken pipe")."""
+    from ctxpolicy.calls import processes
+
+    pool = SessionPool(lane_policy(tmp_path), engine_processes=1, heavy=EVERY)
+    try:
+        s = pool.get("c")
+        first = s.prepare(history(4))
+        real = processes.write_frame
+
+        def broken(*args: Any) -> None:
+            raise BrokenPipeError(32, "Broken pipe")
+
+        monkeypatch.setattr(processes, "write_frame", broken)
+        with pytest.raises(EngineWorkerError) as caught:
+            s.prepare(history(4))
+        assert "exited" in str(caught.value) and "resume" in str(caught.value)
+        monkeypatch.setattr(processes, "write_frame", real)
+        assert s.prepare(history(4)) == first
+    finally:
+        pool.close()
+
+
 def test_close_stops_every_process(tmp_path: Path) -> None:
     pool = SessionPool(lane_policy(tmp_path), engine_processes=2, heavy=EVERY)
     assert pool.processes is not None
